@@ -1,0 +1,72 @@
+# wgllm build. `make` builds build/release/{libwgllm.a,wgllm} and the tests;
+# `make asan` the same under AddressSanitizer+UBSan in build/asan; `make test`
+# runs everything (see tests/run.sh).
+#
+# Sources are found by wildcard, one folder per module, so adding a file needs
+# no edit here. Files named *_avx2.c / *_avx512.c hold x86-64 SIMD kernels and
+# get their instruction-set flags here; the rest of the code is portable and
+# picks those kernels at run time (quant/quant.c), so one binary runs on any
+# x86-64 CPU.
+
+CC      ?= cc
+ARCH    := $(shell uname -m)
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wstrict-prototypes
+CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(WARN) -pthread -g -MMD -MP
+LDLIBS  := -lm -pthread -ldl
+
+MODE ?= release
+ifeq ($(MODE),release)
+  OPT := -O2
+endif
+ifeq ($(MODE),asan)
+  OPT := -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+  LDFLAGS_MODE := -fsanitize=address,undefined
+endif
+OUT := build/$(MODE)
+
+ifeq ($(ARCH),x86_64)
+  FLAGS_avx2   := -mavx2 -mfma -mf16c
+  FLAGS_avx512 := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
+endif
+
+LIB_SRC  := $(sort $(wildcard src/*/*.c src/backend/*/*.c))
+LIB_SRC  := $(filter-out src/cli/%,$(LIB_SRC))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_COMMON := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(OUT)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(OUT)/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(OUT)/tests/%)
+TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(OUT)/%.o)
+
+.PHONY: all asan test clean bench
+all: $(OUT)/libwgllm.a $(OUT)/wgllm $(TEST_BIN)
+
+asan:
+	$(MAKE) MODE=asan all
+
+$(OUT)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(OPT) $(FLAGS_$(lastword $(subst _, ,$(basename $(notdir $<))))) $(CFLAGS) -c $< -o $@
+
+$(OUT)/libwgllm.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(OUT)/wgllm: $(CLI_OBJ) $(OUT)/libwgllm.a
+	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $(CLI_OBJ) $(OUT)/libwgllm.a $(LDLIBS)
+
+$(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_COMMON_OBJ) $(OUT)/libwgllm.a
+	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_COMMON_OBJ) $(OUT)/libwgllm.a $(LDLIBS)
+
+test:
+	bash tests/run.sh
+
+bench:
+	bash bench/run.sh
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

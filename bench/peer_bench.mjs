@@ -1,0 +1,73 @@
+// Speed of wgllm against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU build) on
+// the same GGUF files: prompt processing (pp) and generation (tg) in tokens/s.
+//
+// usage: node bench/peer_bench.mjs [--peer-only] [-p 128] [-n 32] [-r 3] [-t 2] TYPE=PATH...
+//
+// llama.cpp side (see benchModel in tools/peer/peer.mjs): per repetition, the KV
+// cache is cleared, then
+//   pp = one llama_decode of all P prompt tokens (one batch; only the last position's
+//        logits are computed and sampled greedily), timed alone: P / seconds;
+//   tg = N single-token steps (decode 1 token + greedy sample, fed back), timed
+//        together after the prompt: N / seconds.
+// One untimed warm-up (a 16-token prompt + 2 steps) first pages the weights in.
+// Context: 512 tokens, batch 512, default F16 KV cache and flash-attention "auto"
+// (llama.cpp's defaults), `threads` fixed through getLlama({maxThreads}) and the
+// context's {ideal, min}. The median of r repetitions is reported, as wgllm bench does.
+import { loadModelContext, benchModel, seededIds, vocabSize, peerLlama } from '../tools/peer/peer.mjs';
+import { wgllmBench, WGLLM } from '../tools/peer/wgllm.mjs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import os from 'node:os';
+
+const argv = process.argv.slice(2);
+const opts = { p: 128, n: 32, r: 3, t: 2, peerOnly: false };
+const models = [];
+for (let i = 0; i < argv.length; i++) {
+  const a = argv[i];
+  if (a === '--peer-only') opts.peerOnly = true;
+  else if (['-p', '-n', '-r', '-t'].includes(a)) opts[a[1]] = Number(argv[++i]);
+  else if (a.includes('=')) { const [type, path] = a.split(/=(.*)/s); models.push({ type, path }); }
+  else { console.error(`peer_bench: unknown argument ${a}`); process.exit(2); }
+}
+if (!models.length) { console.error('peer_bench: give TYPE=PATH for each model'); process.exit(2); }
+
+await peerLlama({ threads: opts.t });
+const results = [];
+for (const { type, path } of models) {
+  if (!existsSync(path)) { console.error(`peer_bench: ${path} missing`); process.exit(1); }
+  const res = { type, path };
+  if (!opts.peerOnly) {
+    process.stderr.write(`wgllm bench ${type} ...\n`);
+    res.wgllm = wgllmBench(path, { pp: opts.p, tg: opts.n, reps: opts.r, threads: opts.t });
+  }
+  process.stderr.write(`llama.cpp bench ${type} ...\n`);
+  const mc = await loadModelContext(path, { threads: opts.t, contextSize: 512, kvF32: false, flashAttention: 'auto' });
+  try {
+    const nv = vocabSize(mc.model);
+    await benchModel(mc, seededIds(16, 100, nv - 100, 7), 2, 1);   // warm-up, untimed
+    res.llama = await benchModel(mc, seededIds(opts.p, 100, nv - 100), opts.n, opts.r);
+  } finally {
+    await mc.dispose();
+  }
+  results.push(res);
+}
+
+const f = (x) => (x == null ? '-' : x.toFixed(1));
+const ratio = (a, b) => (a == null || b == null ? '-' : (a / b).toFixed(2));
+const lines = [
+  `pp ${opts.p} tokens, tg ${opts.n} tokens, ${opts.t} threads, median of ${opts.r}; ratio = wgllm / llama.cpp`,
+  '| type | wgllm pp t/s | llama.cpp pp t/s | ratio | wgllm tg t/s | llama.cpp tg t/s | ratio |',
+  '|------|-------------:|-----------------:|------:|-------------:|-----------------:|------:|',
+];
+for (const r of results) {
+  const wp = r.wgllm?.pp?.median, lp = r.llama.pp.median, wt = r.wgllm?.tg?.median, lt = r.llama.tg.median;
+  lines.push(`| ${r.type} | ${f(wp)} | ${f(lp)} | ${ratio(wp, lp)} | ${f(wt)} | ${f(lt)} | ${ratio(wt, lt)} |`);
+}
+console.log(lines.join('\n'));
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+mkdirSync(join(root, 'build/bench'), { recursive: true });
+const out = join(root, 'build/bench/results.json');
+writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), cpu: os.cpus()[0]?.model, ncpu: os.cpus().length, wgllm: opts.peerOnly ? null : WGLLM, opts, results }, null, 2));
+console.error(`raw numbers: ${out}`);

@@ -1,0 +1,67 @@
+/*
+ * ops.c - row operations of the CPU backend (see ops.h). They are a small
+ * part of the time of a forward pass (the matrix products are the rest), so
+ * they are plain C that the compiler vectorises; what matters here is
+ * rounding like the peer.
+ */
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+
+void wgllm_op_rms_norm(const float *x, const float *w, float *y, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(sum / n + eps));
+    if (w)
+        for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+    else
+        for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+void wgllm_op_rope_cache(float *cs, int pos, int n_rot, float freq_base, float freq_scale,
+                         const float *freq_factors) {
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    for (int i = 0; i < n_rot / 2; i++) {
+        const float ff = freq_factors ? freq_factors[i] : 1.0f;
+        const float t = freq_scale * (theta / ff);
+        cs[2 * i] = cosf(t);
+        cs[2 * i + 1] = sinf(t);
+        theta *= theta_scale;
+    }
+}
+
+void wgllm_op_rope(float *x, const float *cs, int n_rot, bool neox) {
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+void wgllm_op_softmax(float *x, int n) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float e = expf(x[i] - max);
+        x[i] = e;
+        sum += (double)e;
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void wgllm_op_swiglu(const float *g, const float *u, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+}
+
+int wgllm_op_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}

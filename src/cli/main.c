@@ -1,0 +1,576 @@
+/*
+ * main.c - the `wgllm` command: info, run, tokenize, logits, bench, synth.
+ *
+ * Every sub-command parses its own flags with the small table-free parser
+ * below; errors print one line naming the problem and exit 1 (2 for usage).
+ */
+#include "wgllm.h"
+
+#include "model/synth.h"
+#include "quant/quant.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *usage_text =
+    "usage: wgllm <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  info     -m MODEL                  describe a GGUF model (architecture, shapes, types, memory)\n"
+    "  run      -m MODEL -p PROMPT [-n N] generate text (greedy unless --temp > 0)\n"
+    "           [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--ctx N] [--ignore-eos]\n"
+    "           [--prompt-ids 1,2,3] [--ids]  token ids in / generated ids out (JSON)\n"
+    "  tokenize -m MODEL (-p TEXT | --file PATH) [--ids] [--no-special] [--parse-special]\n"
+    "  logits   -m MODEL --tokens 1,2,3 -o OUT.f32   raw float32 logits of every position\n"
+    "  bench    -m MODEL [-p 128] [-n 32] [-r 3] [--json]   prompt and generation tokens/s\n"
+    "  synth    --shape NAME [--type q8_0] [--seed 1] [-o OUT.gguf]   write a synthetic model\n"
+    "\n"
+    "common options: -t/--threads N (default: all cores)\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "wgllm: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(run `wgllm help` for usage)\n");
+    return 2;
+}
+
+/* ---- option parsing ---------------------------------------------------- */
+
+struct opts {
+    const char *model, *prompt, *file, *out, *shape, *type, *tokens, *prompt_ids;
+    int n_predict, n_prompt, reps, threads, ctx, top_k;
+    float temp, top_p, min_p;
+    uint64_t seed;
+    bool ids, no_special, parse_special, json, ignore_eos, seed_set;
+};
+
+static bool parse_int(const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < INT_MIN || v > INT_MAX) return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_float(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || *end || end == s || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+/* Returns 0 on success, else the exit code of a usage error. */
+static int parse_opts(int argc, char **argv, struct opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->n_predict = 64;
+    o->n_prompt = 128;
+    o->reps = 3;
+    o->top_k = 40;
+    o->top_p = 0.95f;
+    o->min_p = 0.05f;
+    o->seed = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define FLAG(name) (!strcmp(a, name))
+#define NEED_VALUE()                                                       \
+    do {                                                                   \
+        if (!v) return usage_error("option %s needs a value", a);          \
+        i++;                                                               \
+    } while (0)
+#define INT_VALUE(dst)                                                     \
+    do {                                                                   \
+        NEED_VALUE();                                                      \
+        if (!parse_int(v, &(dst))) return usage_error("bad number '%s'", v); \
+    } while (0)
+#define FLOAT_VALUE(dst)                                                     \
+    do {                                                                     \
+        NEED_VALUE();                                                        \
+        if (!parse_float(v, &(dst))) return usage_error("bad number '%s'", v); \
+    } while (0)
+        if (FLAG("-m") || FLAG("--model")) { NEED_VALUE(); o->model = v; }
+        else if (FLAG("-p") || FLAG("--prompt")) {
+            NEED_VALUE();
+            o->prompt = v;
+            if (parse_int(v, &o->n_prompt)) o->prompt = NULL; /* bench: -p 128 */
+        }
+        else if (FLAG("--file") || FLAG("-f")) { NEED_VALUE(); o->file = v; }
+        else if (FLAG("-o") || FLAG("--output")) { NEED_VALUE(); o->out = v; }
+        else if (FLAG("--shape")) { NEED_VALUE(); o->shape = v; }
+        else if (FLAG("--type")) { NEED_VALUE(); o->type = v; }
+        else if (FLAG("--tokens")) { NEED_VALUE(); o->tokens = v; }
+        else if (FLAG("--prompt-ids")) { NEED_VALUE(); o->prompt_ids = v; }
+        else if (FLAG("-n") || FLAG("--n-predict")) INT_VALUE(o->n_predict);
+        else if (FLAG("-r") || FLAG("--repetitions")) INT_VALUE(o->reps);
+        else if (FLAG("-t") || FLAG("--threads")) INT_VALUE(o->threads);
+        else if (FLAG("-c") || FLAG("--ctx")) INT_VALUE(o->ctx);
+        else if (FLAG("--top-k")) INT_VALUE(o->top_k);
+        else if (FLAG("--temp")) FLOAT_VALUE(o->temp);
+        else if (FLAG("--top-p")) FLOAT_VALUE(o->top_p);
+        else if (FLAG("--min-p")) FLOAT_VALUE(o->min_p);
+        else if (FLAG("--seed") || FLAG("-s")) {
+            NEED_VALUE();
+            char *end;
+            errno = 0;
+            o->seed = strtoull(v, &end, 10);
+            if (errno || *end || end == v) return usage_error("bad seed '%s'", v);
+            o->seed_set = true;
+        }
+        else if (FLAG("--ids")) o->ids = true;
+        else if (FLAG("--no-special")) o->no_special = true;
+        else if (FLAG("--parse-special")) o->parse_special = true;
+        else if (FLAG("--json")) o->json = true;
+        else if (FLAG("--ignore-eos")) o->ignore_eos = true;
+        else return usage_error("unknown option '%s'", a);
+    }
+    if (o->threads < 0) return usage_error("--threads must be >= 0, got %s", "a negative number");
+    return 0;
+}
+
+/* "1,2,3" or "[1, 2, 3]" -> ids; returns count or -1 (message printed). */
+static int parse_ids(const char *s, int32_t **out) {
+    size_t cap = 16, n = 0;
+    int32_t *ids = malloc(cap * sizeof(int32_t));
+    if (!ids) return -1;
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ' || *p == ',' || *p == '[' || *p == ']' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "wgllm: bad token id at '%.20s'\n", p);
+            free(ids);
+            return -1;
+        }
+        if (n == cap) {
+            int32_t *q = realloc(ids, (cap *= 2) * sizeof(int32_t));
+            if (!q) {
+                free(ids);
+                return -1;
+            }
+            ids = q;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    *out = ids;
+    return (int)n;
+}
+
+static void print_ids_json(FILE *f, const int32_t *ids, int n) {
+    fputc('[', f);
+    for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", ids[i]);
+    fputs("]\n", f);
+}
+
+/* ---- model loading with progress --------------------------------------- */
+
+static bool progress_cb(float p, void *ud) {
+    (void)ud;
+    if (isatty(2)) {
+        fprintf(stderr, "\rloading model: %3d%%", (int)(p * 100.0f + 0.5f));
+        if (p >= 1.0f) fprintf(stderr, "\r                     \r");
+    }
+    return true;
+}
+
+static struct wgllm_model *load_model(const struct opts *o) {
+    if (!o->model) {
+        fprintf(stderr, "wgllm: no model given (use -m MODEL.gguf)\n");
+        return NULL;
+    }
+    struct wgllm_model_params mp = wgllm_model_default_params();
+    mp.n_threads = o->threads;
+    mp.progress = progress_cb;
+    struct wgllm_model *m;
+    struct wgllm_error err;
+    if (wgllm_model_load(o->model, &mp, &m, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "wgllm: error: %s\n", err.message);
+        return NULL;
+    }
+    return m;
+}
+
+static struct wgllm_context *new_context(struct wgllm_model *m, const struct opts *o, int n_ctx) {
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_threads = o->threads;
+    struct wgllm_context *c;
+    struct wgllm_error err;
+    if (wgllm_context_init(m, &cp, &c, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "wgllm: error: %s\n", err.message);
+        return NULL;
+    }
+    return c;
+}
+
+/* Reads a whole file; NULL with a message on failure. */
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "wgllm: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *q = realloc(buf, cap *= 2);
+            if (!q) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = q;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* Tokenizes text; returns count (ids malloc'd) or -1. */
+static int tokenize_text(struct wgllm_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                         int32_t **out) {
+    struct wgllm_error err;
+    int32_t n = wgllm_tokenize(m, text, len, NULL, 0, add_special, parse_special, &err);
+    if (n == INT32_MIN) {
+        fprintf(stderr, "wgllm: error: %s\n", err.message);
+        return -1;
+    }
+    int32_t cap = n < 0 ? -n : n;
+    int32_t *ids = malloc(((size_t)cap + 1) * sizeof(int32_t));
+    if (!ids) return -1;
+    n = wgllm_tokenize(m, text, len, ids, cap, add_special, parse_special, &err);
+    if (n < 0) {
+        fprintf(stderr, "wgllm: error: tokenization failed\n");
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    return n;
+}
+
+/* ---- commands -------------------------------------------------------- */
+
+static int cmd_info(const struct opts *o) {
+    struct wgllm_model *m = load_model(o);
+    if (!m) return 1;
+    int need = wgllm_model_describe(m, NULL, 0);
+    char *buf = malloc((size_t)need + 1);
+    wgllm_model_describe(m, buf, (size_t)need + 1);
+    fputs(buf, stdout);
+    free(buf);
+    if (wgllm_model_n_layer(m) > 0) {
+        int n_ctx = o->ctx > 0 ? o->ctx : (wgllm_model_n_ctx_train(m) < 4096 ? wgllm_model_n_ctx_train(m) : 4096);
+        struct wgllm_context *c = new_context(m, o, n_ctx);
+        if (c) {
+            printf("memory:        %.1f MiB weights (mapped) + %.1f MiB context (KV cache for %d tokens and scratch)\n",
+                   wgllm_model_size(m) / 1048576.0, wgllm_context_memory(c) / 1048576.0, n_ctx);
+            wgllm_context_free(c);
+        }
+    }
+    printf("cpu:           %s\n", wgllm_cpu_features());
+    wgllm_model_free(m);
+    return 0;
+}
+
+static int cmd_tokenize(const struct opts *o) {
+    if (!o->prompt && !o->file) return usage_error("tokenize needs -p TEXT or --file PATH%s", "");
+    struct wgllm_model *m = load_model(o);
+    if (!m) return 1;
+    size_t len;
+    char *text = o->file ? read_file(o->file, &len) : strdup(o->prompt);
+    if (!text) {
+        wgllm_model_free(m);
+        return 1;
+    }
+    if (!o->file) len = strlen(text);
+    int32_t *ids;
+    int n = tokenize_text(m, text, len, !o->no_special, o->parse_special, &ids);
+    free(text);
+    if (n < 0) {
+        wgllm_model_free(m);
+        return 1;
+    }
+    if (o->ids) {
+        print_ids_json(stdout, ids, n);
+    } else {
+        for (int i = 0; i < n; i++) {
+            char piece[256];
+            int32_t k = wgllm_token_to_piece(m, ids[i], piece, sizeof(piece), true);
+            printf("%6d -> '%.*s'\n", ids[i], k > 0 ? k : 0, piece);
+        }
+    }
+    free(ids);
+    wgllm_model_free(m);
+    return 0;
+}
+
+static int cmd_logits(const struct opts *o) {
+    if (!o->tokens || !o->out) return usage_error("logits needs --tokens IDS and -o OUT.f32%s", "");
+    int32_t *ids;
+    int n = parse_ids(o->tokens, &ids);
+    if (n <= 0) {
+        if (n == 0) fprintf(stderr, "wgllm: --tokens is empty\n");
+        return 1;
+    }
+    struct wgllm_model *m = load_model(o);
+    struct wgllm_context *c = m ? new_context(m, o, n) : NULL;
+    int rc = 1;
+    struct wgllm_error err;
+    if (c && wgllm_decode(c, ids, n, true, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "wgllm: error: %s\n", err.message);
+    } else if (c) {
+        FILE *f = fopen(o->out, "wb");
+        if (!f) {
+            fprintf(stderr, "wgllm: cannot write '%s': %s\n", o->out, strerror(errno));
+        } else {
+            const int V = wgllm_model_n_vocab(m);
+            bool ok = true;
+            for (int i = 0; i < n && ok; i++) ok = fwrite(wgllm_get_logits_ith(c, i), sizeof(float), (size_t)V, f) == (size_t)V;
+            ok = (fclose(f) == 0) && ok;
+            if (!ok) fprintf(stderr, "wgllm: error writing '%s'\n", o->out);
+            rc = ok ? 0 : 1;
+        }
+    }
+    wgllm_context_free(c);
+    wgllm_model_free(m);
+    free(ids);
+    return rc;
+}
+
+static int cmd_run(const struct opts *o) {
+    if (!o->prompt && !o->prompt_ids && !o->file) return usage_error("run needs -p PROMPT or --prompt-ids IDS%s", "");
+    if (o->n_predict < 0) return usage_error("-n must be >= 0%s", "");
+    struct wgllm_model *m = load_model(o);
+    if (!m) return 1;
+    int32_t *ids = NULL;
+    int n;
+    if (o->prompt_ids) {
+        n = parse_ids(o->prompt_ids, &ids);
+    } else {
+        size_t len;
+        char *text = o->file ? read_file(o->file, &len) : strdup(o->prompt);
+        if (text && !o->file) len = strlen(text);
+        n = text ? tokenize_text(m, text, len, true, o->parse_special, &ids) : -1;
+        free(text);
+    }
+    if (n <= 0) {
+        if (n == 0) fprintf(stderr, "wgllm: the prompt is empty\n");
+        free(ids);
+        wgllm_model_free(m);
+        return 1;
+    }
+    int n_ctx = o->ctx > 0 ? o->ctx : n + o->n_predict;
+    struct wgllm_context *c = new_context(m, o, n_ctx);
+    if (!c) {
+        free(ids);
+        wgllm_model_free(m);
+        return 1;
+    }
+    struct wgllm_sampler_params sp = wgllm_sampler_default_params();
+    sp.temperature = o->temp;
+    sp.top_k = o->top_k;
+    sp.top_p = o->top_p;
+    sp.min_p = o->min_p;
+    sp.seed = o->seed;
+    struct wgllm_sampler *s = wgllm_sampler_init(&sp, wgllm_model_n_vocab(m));
+    struct wgllm_detokenizer *d = wgllm_detokenizer_init(m);
+    int32_t *gen = malloc(((size_t)o->n_predict + 1) * sizeof(int32_t));
+    struct wgllm_error err;
+    int rc = 0, n_gen = 0;
+    int64_t t0 = wgllm_time_us();
+    enum wgllm_status st = wgllm_decode(c, ids, n, false, &err);
+    int64_t t1 = wgllm_time_us();
+    if (!o->ids && !o->prompt_ids) {
+        fwrite(o->file ? "" : o->prompt, 1, o->file ? 0 : strlen(o->prompt), stdout);
+        fflush(stdout);
+    }
+    while (st == WGLLM_STATUS_OK && n_gen < o->n_predict) {
+        int32_t tok = wgllm_sampler_sample(s, wgllm_get_logits(c));
+        if (!o->ignore_eos && wgllm_token_is_eog(m, tok)) break;
+        gen[n_gen++] = tok;
+        if (!o->ids) {
+            size_t len;
+            const char *txt = wgllm_detokenizer_push(d, tok, &len);
+            fwrite(txt, 1, len, stdout);
+            fflush(stdout);
+        }
+        if (n_gen == o->n_predict) break;
+        st = wgllm_decode(c, &tok, 1, false, &err);
+    }
+    int64_t t2 = wgllm_time_us();
+    if (st != WGLLM_STATUS_OK) {
+        fprintf(stderr, "\nwgllm: error: %s\n", err.message);
+        rc = 1;
+    }
+    if (o->ids) {
+        print_ids_json(stdout, gen, n_gen);
+    } else {
+        size_t len;
+        const char *txt = wgllm_detokenizer_flush(d, &len);
+        fwrite(txt, 1, len, stdout);
+        fputc('\n', stdout);
+    }
+    fprintf(stderr, "\nprompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s\n", n,
+            n / ((t1 - t0) / 1e6), n_gen, n_gen > 1 ? (n_gen - 1) / ((t2 - t1) / 1e6) : 0.0);
+    free(gen);
+    wgllm_detokenizer_free(d);
+    wgllm_sampler_free(s);
+    wgllm_context_free(c);
+    wgllm_model_free(m);
+    free(ids);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+struct stats {
+    double min, median, max;
+};
+
+static struct stats summarize(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    struct stats s = {v[0], n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v[n - 1]};
+    return s;
+}
+
+/* Like llama-bench: pp = one batch of n_prompt tokens into an empty cache;
+ * tg = n_gen single-token decodes from an empty cache; a warm-up run first. */
+static int cmd_bench(const struct opts *o) {
+    if (o->n_prompt <= 0 || o->n_predict <= 0 || o->reps <= 0) return usage_error("bench needs -p, -n and -r > 0%s", "");
+    struct wgllm_model *m = load_model(o);
+    if (!m) return 1;
+    struct wgllm_context *c = new_context(m, o, WGLLM_MAX(o->n_prompt, o->n_predict));
+    if (!c) {
+        wgllm_model_free(m);
+        return 1;
+    }
+    const int V = wgllm_model_n_vocab(m);
+    int32_t *toks = malloc((size_t)o->n_prompt * sizeof(int32_t));
+    uint64_t r = 12345;
+    for (int i = 0; i < o->n_prompt; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((r >> 33) % (uint64_t)V);
+    }
+    double *pp = malloc(sizeof(double) * (size_t)o->reps), *tg = malloc(sizeof(double) * (size_t)o->reps);
+    struct wgllm_error err;
+    int rc = 0;
+    for (int rep = -1; rep < o->reps && !rc; rep++) { /* rep -1: warm-up */
+        wgllm_context_truncate(c, 0);
+        int64_t t0 = wgllm_time_us();
+        if (wgllm_decode(c, toks, o->n_prompt, false, &err)) rc = 1;
+        int64_t t1 = wgllm_time_us();
+        wgllm_context_truncate(c, 0);
+        int32_t tok = toks[0];
+        for (int i = 0; i < o->n_predict && !rc; i++) {
+            if (wgllm_decode(c, &tok, 1, false, &err)) rc = 1;
+            tok = wgllm_argmax(wgllm_get_logits(c), V);
+        }
+        int64_t t2 = wgllm_time_us();
+        if (rep >= 0) {
+            pp[rep] = o->n_prompt / ((t1 - t0) / 1e6);
+            tg[rep] = o->n_predict / ((t2 - t1) / 1e6);
+        }
+        if (!o->json && isatty(2)) fprintf(stderr, "\rbench: run %d/%d", rep + 1, o->reps);
+    }
+    if (rc) {
+        fprintf(stderr, "wgllm: error: %s\n", err.message);
+    } else {
+        struct stats sp = summarize(pp, o->reps), sg = summarize(tg, o->reps);
+        const char *name = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
+        int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (o->json) {
+            printf("{\"model\": \"%s\", \"threads\": %d, \"size_bytes\": %llu, "
+                   "\"pp\": {\"tokens\": %d, \"min\": %.3f, \"median\": %.3f, \"max\": %.3f}, "
+                   "\"tg\": {\"tokens\": %d, \"min\": %.3f, \"median\": %.3f, \"max\": %.3f}}\n",
+                   name, threads, (unsigned long long)wgllm_model_size(m), o->n_prompt, sp.min, sp.median, sp.max,
+                   o->n_predict, sg.min, sg.median, sg.max);
+        } else {
+            if (isatty(2)) fprintf(stderr, "\r                 \r");
+            printf("%-32s %8s %7s %12s %12s %12s\n", "model", "size MiB", "threads", "test", "t/s median", "min..max");
+            printf("%-32s %8.1f %7d %12s %12.2f %5.2f..%.2f\n", name, wgllm_model_size(m) / 1048576.0, threads, "pp", sp.median,
+                   sp.min, sp.max);
+            printf("%-32s %8.1f %7d %12s %12.2f %5.2f..%.2f\n", name, wgllm_model_size(m) / 1048576.0, threads, "tg",
+                   sg.median, sg.min, sg.max);
+            printf("(pp = %d-token prompt, tg = %d generated tokens, %d runs after a warm-up, cpu: %s)\n", o->n_prompt,
+                   o->n_predict, o->reps, wgllm_cpu_features());
+        }
+    }
+    free(pp);
+    free(tg);
+    free(toks);
+    wgllm_context_free(c);
+    wgllm_model_free(m);
+    return rc;
+}
+
+static int cmd_synth(const struct opts *o) {
+    if (!o->shape) {
+        fprintf(stderr, "wgllm: synth needs --shape; shapes:");
+        for (const char *const *s = wgllm_synth_shape_names(); *s; s++) fprintf(stderr, " %s", *s);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    struct wgllm_synth_params p = wgllm_synth_default_params();
+    p.shape = o->shape;
+    const char *type = o->type ? o->type : "q8_0";
+    int t = wgllm_type_from_name(type);
+    if (t < 0) return usage_error("unknown type '%s'", type);
+    p.type = (uint32_t)t;
+    p.seed = o->seed;
+    char path[512];
+    if (o->out) {
+        snprintf(path, sizeof(path), "%s", o->out);
+    } else {
+        snprintf(path, sizeof(path), "models/%s-%s.gguf", o->shape, type);
+        if (access("models", F_OK) != 0 && mkdir("models", 0755) != 0) {
+            fprintf(stderr, "wgllm: cannot create folder 'models'\n");
+            return 1;
+        }
+    }
+    struct wgllm_error err;
+    int64_t t0 = wgllm_time_us();
+    if (wgllm_synth_write(&p, path, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "wgllm: error: %s\n", err.message);
+        return 1;
+    }
+    fprintf(stderr, "wrote %s (%s, %s, seed %llu) in %.1f s\n", path, o->shape, type, (unsigned long long)o->seed,
+            (wgllm_time_us() - t0) / 1e6);
+    printf("%s\n", path);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(usage_text, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    struct opts o;
+    int rc = parse_opts(argc - 2, argv + 2, &o);
+    if (rc) return rc;
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "info")) return cmd_info(&o);
+    if (!strcmp(cmd, "run")) return cmd_run(&o);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&o);
+    if (!strcmp(cmd, "logits")) return cmd_logits(&o);
+    if (!strcmp(cmd, "bench")) return cmd_bench(&o);
+    if (!strcmp(cmd, "synth")) return cmd_synth(&o);
+    return usage_error("unknown command '%s'", cmd);
+}

@@ -1,0 +1,398 @@
+/*
+ * model.c - turns a validated GGUF into a wgllm_model: the architecture's
+ * hyper-parameters from `<arch>.*` keys and every tensor bound to its slot
+ * with its shape and type checked, so the forward pass never meets a surprise.
+ * Also the public model API of wgllm.h (load, free, describe).
+ */
+#include "model/model.h"
+
+#include "quant/quant.h"
+
+struct arch_info {
+    const char *name;
+    enum wgllm_arch arch;
+    enum wgllm_rope_type rope;
+    bool has_qkv_bias, has_qk_norm;
+};
+
+static const struct arch_info arch_table[] = {
+    {"llama", WGLLM_ARCH_LLAMA, WGLLM_ROPE_NORM, false, false},
+    {"mistral", WGLLM_ARCH_LLAMA, WGLLM_ROPE_NORM, false, false},
+    {"qwen2", WGLLM_ARCH_QWEN2, WGLLM_ROPE_NEOX, true, false},
+    {"qwen3", WGLLM_ARCH_QWEN3, WGLLM_ROPE_NEOX, false, true},
+};
+
+const char *wgllm_arch_name(enum wgllm_arch arch) {
+    for (size_t i = 0; i < sizeof(arch_table) / sizeof(arch_table[0]); i++)
+        if (arch_table[i].arch == arch) return arch_table[i].name;
+    return "unknown";
+}
+
+/* ---- hyper-parameters ------------------------------------------------- */
+
+/* Reads `<arch>.<suffix>` as u32 into *out; keeps *out when absent and !required. */
+static enum wgllm_status get_arch_u32(const struct wgllm_model *m, const char *suffix,
+                                      bool required, int *out, struct wgllm_error *err) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", m->arch_name, suffix);
+    if (!wgllm_gguf_find(m->gguf, key)) {
+        if (!required) return WGLLM_STATUS_OK;
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing metadata key '%s'", key);
+    }
+    uint32_t v;
+    enum wgllm_status st = wgllm_gguf_get_u32(m->gguf, key, &v, err);
+    if (st) return st;
+    if (v > (1u << 30))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "metadata '%s' = %u is out of range", key, v);
+    *out = (int)v;
+    return WGLLM_STATUS_OK;
+}
+
+static enum wgllm_status get_arch_f32(const struct wgllm_model *m, const char *suffix,
+                                      float *out, struct wgllm_error *err) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", m->arch_name, suffix);
+    if (!wgllm_gguf_find(m->gguf, key)) return WGLLM_STATUS_OK;
+    return wgllm_gguf_get_f32(m->gguf, key, out, err);
+}
+
+static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_info *ai,
+                                      struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    enum wgllm_status st;
+    memset(hp, 0, sizeof(*hp));
+    hp->n_ctx_train = 2048;
+    if ((st = get_arch_u32(m, "context_length", false, &hp->n_ctx_train, err)) ||
+        (st = get_arch_u32(m, "embedding_length", true, &hp->n_embd, err)) ||
+        (st = get_arch_u32(m, "block_count", true, &hp->n_layer, err)) ||
+        (st = get_arch_u32(m, "feed_forward_length", true, &hp->n_ff, err)) ||
+        (st = get_arch_u32(m, "attention.head_count", true, &hp->n_head, err)))
+        return st;
+    char key[128];
+    snprintf(key, sizeof(key), "%s.attention.head_count_kv", m->arch_name);
+    const struct wgllm_gguf_value *hkv = wgllm_gguf_find(m->gguf, key);
+    if (hkv && hkv->type == WGLLM_GGUF_TYPE_ARRAY)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "'%s' varies per layer, which wgllm does not support yet", key);
+    hp->n_head_kv = hp->n_head;
+    if ((st = get_arch_u32(m, "attention.head_count_kv", false, &hp->n_head_kv, err))) return st;
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "hyper-parameters must be positive (embedding_length %d, block_count %d, "
+                               "head_count %d, head_count_kv %d, feed_forward_length %d)",
+                               hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
+    if (hp->n_head % hp->n_head_kv)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "attention.head_count %d is not a multiple of head_count_kv %d",
+                               hp->n_head, hp->n_head_kv);
+    hp->head_dim_k = hp->n_embd / hp->n_head;
+    if ((st = get_arch_u32(m, "attention.key_length", false, &hp->head_dim_k, err))) return st;
+    hp->head_dim_v = hp->head_dim_k;
+    if ((st = get_arch_u32(m, "attention.value_length", false, &hp->head_dim_v, err))) return st;
+    hp->n_rot = hp->head_dim_k;
+    if ((st = get_arch_u32(m, "rope.dimension_count", false, &hp->n_rot, err))) return st;
+    if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0 || hp->n_rot <= 0 || hp->n_rot > hp->head_dim_k ||
+        hp->n_rot % 2 || hp->head_dim_k % 2)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "bad head geometry: key_length %d, value_length %d, rope dimension %d",
+                               hp->head_dim_k, hp->head_dim_v, hp->n_rot);
+    hp->rms_eps = 1e-5f;
+    hp->rope_freq_base = 10000.0f;
+    hp->rope_freq_scale = 1.0f;
+    if ((st = get_arch_f32(m, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err)) ||
+        (st = get_arch_f32(m, "rope.freq_base", &hp->rope_freq_base, err)))
+        return st;
+    float factor = 0.0f;
+    if ((st = get_arch_f32(m, "rope.scale_linear", &factor, err))) return st;
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch_name);
+    struct wgllm_gguf_str stype = {0};
+    if (wgllm_gguf_find(m->gguf, key) && (st = wgllm_gguf_get_str(m->gguf, key, &stype, err))) return st;
+    if ((st = get_arch_f32(m, "rope.scaling.factor", &factor, err))) return st;
+    if (stype.len && !wgllm_gguf_str_eq(stype, "none") && !wgllm_gguf_str_eq(stype, "linear")) {
+        if (factor > 1.0f)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "rope scaling type '%.*s' is not supported yet (linear and Llama 3 "
+                                   "frequency factors are)", (int)stype.len, stype.data);
+        factor = 0.0f;
+    }
+    if (wgllm_gguf_str_eq(stype, "none")) factor = 0.0f;
+    if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
+    if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "bad rms epsilon %g or rope base %g",
+                               (double)hp->rms_eps, (double)hp->rope_freq_base);
+    hp->rope_type = ai->rope;
+    hp->n_vocab = wgllm_vocab_n_tokens(m->vocab);
+    return WGLLM_STATUS_OK;
+}
+
+/* ---- tensors ---------------------------------------------------------- */
+
+static enum wgllm_status bind_matrix(struct wgllm_model *m, const char *name, int64_t ne0,
+                                     int64_t ne1, bool required, struct wgllm_weight *w,
+                                     struct wgllm_error *err) {
+    memset(w, 0, sizeof(*w));
+    const struct wgllm_gguf_tensor *t = wgllm_gguf_find_tensor(m->gguf, name);
+    if (!t) {
+        if (!required) return WGLLM_STATUS_OK;
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing tensor '%s'", name);
+    }
+    if (t->n_dims > 2 || t->ne[0] != (uint64_t)ne0 || t->ne[1] != (uint64_t)ne1)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld]", name,
+                               (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                               (unsigned long long)t->ne[2], (long long)ne0, (long long)ne1);
+    if (!wgllm_type_supported(t->type))
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "tensor '%s' has type %s, which wgllm cannot compute with yet", name,
+                               wgllm_type_name(t->type));
+    w->type = t->type;
+    w->ne0 = ne0;
+    w->ne1 = ne1;
+    w->row_size = wgllm_row_size(t->type, ne0);
+    w->data = t->data;
+    w->name = t->name.data;
+    m->weight_bytes += t->size;
+    return WGLLM_STATUS_OK;
+}
+
+/* Converts a 1-D tensor of n elements to f32 at *dst (advanced by n). */
+static enum wgllm_status bind_vector(struct wgllm_model *m, const char *name, int64_t n, bool required,
+                                     float **slot, float **dst, struct wgllm_error *err) {
+    *slot = NULL;
+    const struct wgllm_gguf_tensor *t = wgllm_gguf_find_tensor(m->gguf, name);
+    if (!t) {
+        if (!required) return WGLLM_STATUS_OK;
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing tensor '%s'", name);
+    }
+    uint64_t count = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    if (count != (uint64_t)n)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tensor '%s' has %llu elements, expected %lld",
+                               name, (unsigned long long)count, (long long)n);
+    const struct wgllm_type_traits *tr = wgllm_type_traits(t->type);
+    if (!tr->to_float || n % tr->blck_size)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' has type %s, unsupported for a vector",
+                               name, wgllm_type_name(t->type));
+    tr->to_float(t->data, *dst, n);
+    *slot = *dst;
+    *dst += n;
+    m->weight_bytes += t->size;
+    return WGLLM_STATUS_OK;
+}
+
+static enum wgllm_status bind_tensors(struct wgllm_model *m, const struct arch_info *ai,
+                                      struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
+    const int64_t QD = (int64_t)hp->n_head * hp->head_dim_k, KD = (int64_t)hp->n_head_kv * hp->head_dim_k,
+                  VD = (int64_t)hp->n_head_kv * hp->head_dim_v, OD = (int64_t)hp->n_head * hp->head_dim_v;
+    /* all vectors in one allocation */
+    int64_t per_layer = 2 * E + (ai->has_qkv_bias ? QD + KD + VD : 0) + (ai->has_qk_norm ? 2 * hp->head_dim_k : 0);
+    int64_t total = E + hp->n_rot / 2 + per_layer * hp->n_layer;
+    m->vectors = malloc((size_t)total * sizeof(float));
+    m->layers = calloc((size_t)hp->n_layer, sizeof(struct wgllm_layer));
+    if (!m->vectors || !m->layers) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the model");
+    float *dst = m->vectors;
+    enum wgllm_status st;
+    if ((st = bind_matrix(m, "token_embd.weight", E, V, true, &m->tok_embd, err)) ||
+        (st = bind_vector(m, "output_norm.weight", E, true, &m->output_norm, &dst, err)) ||
+        (st = bind_matrix(m, "output.weight", E, V, false, &m->output, err)) ||
+        (st = bind_vector(m, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, &dst, err)))
+        return st;
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if (!wgllm_type_traits(m->tok_embd.type)->to_float)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "token_embd.weight type %s cannot be read",
+                               wgllm_type_name(m->tok_embd.type));
+    for (int il = 0; il < hp->n_layer; il++) {
+        struct wgllm_layer *L = &m->layers[il];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, il), n)
+        if ((st = bind_vector(m, NAME("attn_norm.weight"), E, true, &L->attn_norm, &dst, err)) ||
+            (st = bind_matrix(m, NAME("attn_q.weight"), E, QD, true, &L->wq, err)) ||
+            (st = bind_matrix(m, NAME("attn_k.weight"), E, KD, true, &L->wk, err)) ||
+            (st = bind_matrix(m, NAME("attn_v.weight"), E, VD, true, &L->wv, err)) ||
+            (st = bind_matrix(m, NAME("attn_output.weight"), OD, E, true, &L->wo, err)) ||
+            (st = bind_vector(m, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, &dst, err)) ||
+            (st = bind_matrix(m, NAME("ffn_gate.weight"), E, F, true, &L->w_gate, err)) ||
+            (st = bind_matrix(m, NAME("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
+            (st = bind_matrix(m, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)))
+            return st;
+        if (ai->has_qkv_bias &&
+            ((st = bind_vector(m, NAME("attn_q.bias"), QD, false, &L->bq, &dst, err)) ||
+             (st = bind_vector(m, NAME("attn_k.bias"), KD, false, &L->bk, &dst, err)) ||
+             (st = bind_vector(m, NAME("attn_v.bias"), VD, false, &L->bv, &dst, err))))
+            return st;
+        if (ai->has_qk_norm &&
+            ((st = bind_vector(m, NAME("attn_q_norm.weight"), hp->head_dim_k, true, &L->q_norm, &dst, err)) ||
+             (st = bind_vector(m, NAME("attn_k_norm.weight"), hp->head_dim_k, true, &L->k_norm, &dst, err))))
+            return st;
+#undef NAME
+    }
+    return WGLLM_STATUS_OK;
+}
+
+static void model_release(struct wgllm_model *m) {
+    free(m->vectors);
+    free(m->layers);
+    wgllm_vocab_free(m->vocab);
+    wgllm_gguf_free(m->gguf);
+    memset(m, 0, sizeof(*m));
+}
+
+enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_model *m,
+                                             struct wgllm_error *err) {
+    memset(m, 0, sizeof(*m));
+    m->gguf = g;
+    enum wgllm_status st = wgllm_vocab_init(g, &m->vocab, err);
+    if (st) {
+        model_release(m);
+        return st;
+    }
+    struct wgllm_gguf_str arch = {0};
+    if (!wgllm_gguf_find(g, "general.architecture")) {
+        st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing metadata key 'general.architecture'");
+    } else if (!(st = wgllm_gguf_get_str(g, "general.architecture", &arch, err))) {
+        snprintf(m->arch_name, sizeof(m->arch_name), "%.*s", (int)WGLLM_MIN(arch.len, 31), arch.data);
+    }
+    if (st) {
+        model_release(m);
+        return st;
+    }
+    struct wgllm_gguf_str name = {0};
+    if (wgllm_gguf_find(g, "general.name") && !wgllm_gguf_get_str(g, "general.name", &name, NULL))
+        snprintf(m->name, sizeof(m->name), "%.*s", (int)WGLLM_MIN(name.len, 127), name.data);
+    /* A vocabulary-only file (no tensors) still tokenizes. */
+    if (wgllm_gguf_n_tensors(g) == 0) {
+        m->vocab_only = true;
+        m->hp.n_vocab = wgllm_vocab_n_tokens(m->vocab);
+        return WGLLM_STATUS_OK;
+    }
+    const struct arch_info *ai = NULL;
+    for (size_t i = 0; i < sizeof(arch_table) / sizeof(arch_table[0]); i++)
+        if (!strcmp(arch_table[i].name, m->arch_name)) ai = &arch_table[i];
+    if (!ai) {
+        st = wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                             "architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+                             m->arch_name);
+    } else {
+        m->arch = ai->arch;
+        if (!(st = read_hparams(m, ai, err))) st = bind_tensors(m, ai, err);
+    }
+    if (st) model_release(m);
+    return st;
+}
+
+/* ---- public API ------------------------------------------------------- */
+
+struct wgllm_model_params wgllm_model_default_params(void) {
+    struct wgllm_model_params p = {0};
+    return p;
+}
+
+enum wgllm_status wgllm_model_load(const char *path, const struct wgllm_model_params *params,
+                                   struct wgllm_model **out, struct wgllm_error *err) {
+    *out = NULL;
+    wgllm_error_clear(err);
+    if (!path) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "no model path given");
+    wgllm_base_init();
+    wgllm_quant_init();
+    struct wgllm_model_params p = params ? *params : wgllm_model_default_params();
+    if (p.progress && !p.progress(0.0f, p.progress_user_data))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "load cancelled");
+    struct wgllm_gguf *g;
+    enum wgllm_status st = wgllm_gguf_open(path, &g, err);
+    if (st) {
+        wgllm_error_prefix(err, "%s: ", path);
+        return st;
+    }
+    struct wgllm_model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        wgllm_gguf_free(g);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    st = wgllm_model_init_from_gguf(g, m, err);
+    if (st) {
+        free(m);
+        wgllm_error_prefix(err, "%s: ", path);
+        return st;
+    }
+    m->n_threads = p.n_threads > 0 ? p.n_threads : wgllm_n_cores();
+    /* Read the weights in now (one byte per page faults the mapping in), so
+     * that loading shows progress and the first token does not pay for it. */
+    const int64_t nt = wgllm_gguf_n_tensors(m->gguf);
+    volatile unsigned char sink = 0;
+    for (int64_t i = 0; i < nt; i++) {
+        const struct wgllm_gguf_tensor *t = wgllm_gguf_tensor_at(m->gguf, i);
+        const unsigned char *d = t->data;
+        for (uint64_t off = 0; off < t->size; off += 4096) sink ^= d[off];
+        if (p.progress && !p.progress((float)(i + 1) / (float)nt, p.progress_user_data)) {
+            wgllm_model_free(m);
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "load cancelled");
+        }
+    }
+    (void)sink;
+    if (p.progress) p.progress(1.0f, p.progress_user_data);
+    *out = m;
+    return WGLLM_STATUS_OK;
+}
+
+void wgllm_model_free(struct wgllm_model *m) {
+    if (!m) return;
+    model_release(m);
+    free(m);
+}
+
+int wgllm_model_n_vocab(const struct wgllm_model *m) { return m->hp.n_vocab; }
+int wgllm_model_n_ctx_train(const struct wgllm_model *m) { return m->hp.n_ctx_train; }
+int wgllm_model_n_embd(const struct wgllm_model *m) { return m->hp.n_embd; }
+int wgllm_model_n_layer(const struct wgllm_model *m) { return m->hp.n_layer; }
+const char *wgllm_model_arch(const struct wgllm_model *m) { return m->arch_name; }
+uint64_t wgllm_model_size(const struct wgllm_model *m) { return m->weight_bytes; }
+
+#define APPEND(...)                                                                      \
+    do {                                                                                 \
+        int k_ = snprintf(buf + WGLLM_MIN((size_t)len, size), size > (size_t)len ? size - (size_t)len : 0, \
+                          __VA_ARGS__);                                                  \
+        if (k_ > 0) len += k_;                                                           \
+    } while (0)
+
+int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
+    int len = 0;
+    if (size) buf[0] = 0;
+    const struct wgllm_hparams *hp = &m->hp;
+    APPEND("name:          %s\n", m->name[0] ? m->name : "(none)");
+    APPEND("architecture:  %s%s\n", m->arch_name, m->vocab_only ? " (vocabulary only)" : "");
+    APPEND("gguf:          version %u, %d file(s), %llu bytes, %lld tensors, %lld metadata keys\n",
+           wgllm_gguf_version(m->gguf), wgllm_gguf_n_splits(m->gguf),
+           (unsigned long long)wgllm_gguf_file_size(m->gguf), (long long)wgllm_gguf_n_tensors(m->gguf),
+           (long long)wgllm_gguf_n_kv(m->gguf));
+    static const char *const vt[] = {"none", "SentencePiece (llama)", "byte-level BPE (gpt2)", "WordPiece (bert)"};
+    APPEND("vocabulary:    %d tokens, %s, bos %d, eos %d\n", hp->n_vocab, vt[wgllm_vocab_type(m->vocab)],
+           wgllm_vocab_bos(m->vocab), wgllm_vocab_eos(m->vocab));
+    if (m->vocab_only) return len;
+    APPEND("layers:        %d\n", hp->n_layer);
+    APPEND("embedding:     %d\n", hp->n_embd);
+    APPEND("heads:         %d (kv %d), head dim %d/%d\n", hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->head_dim_v);
+    APPEND("feed-forward:  %d\n", hp->n_ff);
+    APPEND("context:       %d (training)\n", hp->n_ctx_train);
+    APPEND("rope:          %s, %d dims, base %g, scale %g%s\n", hp->rope_type == WGLLM_ROPE_NEOX ? "neox" : "normal",
+           hp->n_rot, (double)hp->rope_freq_base, (double)hp->rope_freq_scale,
+           m->rope_freqs ? ", frequency factors" : "");
+    APPEND("rms epsilon:   %g\n", (double)hp->rms_eps);
+    APPEND("output:        %s\n", m->output.data == m->tok_embd.data ? "tied to token_embd" : "separate");
+    /* bytes per tensor type */
+    uint64_t by_type[WGLLM_TYPE_COUNT] = {0};
+    int64_t cnt[WGLLM_TYPE_COUNT] = {0};
+    for (int64_t i = 0; i < wgllm_gguf_n_tensors(m->gguf); i++) {
+        const struct wgllm_gguf_tensor *t = wgllm_gguf_tensor_at(m->gguf, i);
+        if (t->type < WGLLM_TYPE_COUNT) {
+            by_type[t->type] += t->size;
+            cnt[t->type]++;
+        }
+    }
+    APPEND("tensor types: ");
+    for (int t = 0; t < WGLLM_TYPE_COUNT; t++)
+        if (cnt[t]) APPEND(" %s x%lld (%.1f MiB)", wgllm_type_name((uint32_t)t), (long long)cnt[t], by_type[t] / 1048576.0);
+    APPEND("\n");
+    APPEND("weights:       %.1f MiB\n", m->weight_bytes / 1048576.0);
+    return len;
+}

@@ -1,0 +1,83 @@
+/*
+ * model.h - architectures: reads a GGUF's hyper-parameters and binds its
+ * tensors to the slots of a decoder layer (llama, mistral, qwen2, qwen3, ...).
+ * The forward pass itself belongs to a backend (backend/cpu).
+ */
+#ifndef WGLLM_MODEL_H
+#define WGLLM_MODEL_H
+
+#include "base/base.h"
+#include "base/threadpool.h"
+#include "gguf/gguf.h"
+#include "vocab/vocab.h"
+
+enum wgllm_arch {
+    WGLLM_ARCH_LLAMA, /* also Mistral, TinyLlama, SmolLM, Llama 2/3 */
+    WGLLM_ARCH_QWEN2, /* q/k/v biases, neox RoPE */
+    WGLLM_ARCH_QWEN3, /* per-head q/k RMSNorm, neox RoPE */
+};
+
+enum wgllm_rope_type {
+    WGLLM_ROPE_NORM, /* rotate adjacent pairs (x0,x1),(x2,x3)... */
+    WGLLM_ROPE_NEOX, /* rotate halves (x_i, x_{i+n/2}) */
+};
+
+struct wgllm_hparams {
+    int n_vocab;
+    int n_ctx_train;
+    int n_embd;
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim_k;   /* attention.key_length, default n_embd / n_head */
+    int head_dim_v;   /* attention.value_length */
+    int n_ff;
+    int n_rot;        /* rope.dimension_count, default head_dim_k */
+    float rms_eps;
+    float rope_freq_base;
+    float rope_freq_scale; /* 1 / rope.scaling.factor for linear scaling */
+    enum wgllm_rope_type rope_type;
+};
+
+/* A 2-D view of a weight in its GGUF layout: ne1 rows of ne0 elements. */
+struct wgllm_weight {
+    uint32_t type;
+    int64_t ne0, ne1;
+    size_t row_size; /* bytes per row */
+    const void *data;
+    const char *name; /* for messages; points into the gguf mapping's copy */
+};
+
+/* Vectors (norm weights, biases) are converted to f32 at load, whatever
+ * their type in the file; NULL when the architecture has none. */
+struct wgllm_layer {
+    struct wgllm_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    float *attn_norm, *ffn_norm;
+    float *bq, *bk, *bv;     /* qwen2 */
+    float *q_norm, *k_norm;  /* qwen3: per-head, head_dim_k floats */
+};
+
+struct wgllm_model {
+    struct wgllm_gguf *gguf;
+    struct wgllm_vocab *vocab;
+    enum wgllm_arch arch;
+    char arch_name[32];
+    char name[128];
+    struct wgllm_hparams hp;
+    struct wgllm_weight tok_embd, output; /* output == tok_embd when tied */
+    float *output_norm;
+    float *rope_freqs; /* Llama 3 frequency factors, n_rot/2 floats; NULL when absent */
+    struct wgllm_layer *layers;
+    float *vectors;    /* one allocation holding every f32 vector above */
+    uint64_t weight_bytes;
+    int n_threads;
+    bool vocab_only; /* a tokenizer-only GGUF: tokenize works, decode does not */
+};
+
+/* Reads hparams and binds tensors, checking every shape and type; the model
+ * takes ownership of g (also on failure, where g is freed). */
+enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_model *m,
+                                             struct wgllm_error *err);
+const char *wgllm_arch_name(enum wgllm_arch arch);
+
+#endif

@@ -1,0 +1,355 @@
+/*
+ * synth.c - writes synthetic GGUF models (see synth.h): the shape table,
+ * llama.cpp's metadata and tensor layout, the vocabulary copied from a real
+ * vocab-only GGUF, and seeded weights generated tensor by tensor while the
+ * file is written.
+ */
+#include "model/synth.h"
+
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+#include <math.h>
+
+/* ---------------------------------------------------------------------------
+ * shapes
+ * ------------------------------------------------------------------------- */
+
+/* The real Qwen2 vocabulary (151k tokens) is not available here; the qwen2
+ * shapes use GPT-2's byte-level BPE vocabulary instead, which is tokenized by
+ * the same kind of tokenizer. */
+static const struct wgllm_synth_shape synth_shapes[] = {
+    /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied */
+    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false},
+    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true},
+    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true},
+    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false},
+    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true},
+};
+#define SYNTH_N_SHAPES (sizeof(synth_shapes) / sizeof(synth_shapes[0]))
+
+const char *const *wgllm_synth_shape_names(void) {
+    static const char *names[SYNTH_N_SHAPES + 1];
+    for (size_t i = 0; i < SYNTH_N_SHAPES; i++) names[i] = synth_shapes[i].name;
+    names[SYNTH_N_SHAPES] = NULL;
+    return names;
+}
+
+const struct wgllm_synth_shape *wgllm_synth_shape(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < SYNTH_N_SHAPES; i++)
+        if (strcmp(synth_shapes[i].name, name) == 0) return &synth_shapes[i];
+    return NULL;
+}
+
+int wgllm_synth_file_type(uint32_t type) {
+    switch (type) {
+    case WGLLM_TYPE_F32: return 0;   /* LLAMA_FTYPE_ALL_F32 */
+    case WGLLM_TYPE_F16: return 1;   /* LLAMA_FTYPE_MOSTLY_F16 */
+    case WGLLM_TYPE_Q4_0: return 2;  /* LLAMA_FTYPE_MOSTLY_Q4_0 */
+    case WGLLM_TYPE_Q4_1: return 3;  /* LLAMA_FTYPE_MOSTLY_Q4_1 */
+    case WGLLM_TYPE_Q8_0: return 7;  /* LLAMA_FTYPE_MOSTLY_Q8_0 */
+    case WGLLM_TYPE_Q5_0: return 8;  /* LLAMA_FTYPE_MOSTLY_Q5_0 */
+    case WGLLM_TYPE_Q5_1: return 9;  /* LLAMA_FTYPE_MOSTLY_Q5_1 */
+    case WGLLM_TYPE_BF16: return 32; /* LLAMA_FTYPE_MOSTLY_BF16 */
+    default: return -1;
+    }
+}
+
+struct wgllm_synth_params wgllm_synth_default_params(void) {
+    struct wgllm_synth_params p = {
+        .shape = "tiny",
+        .type = WGLLM_TYPE_F32,
+        .seed = 1234,
+        .vocab_path = NULL,
+        .name = NULL,
+        .n_layer = 0,
+        .max_split_bytes = 0,
+    };
+    return p;
+}
+
+/* ---------------------------------------------------------------------------
+ * weight scales
+ *
+ * Chosen so that a forward pass stays well-conditioned and next-token
+ * distributions are peaked (std of the final logits about 8), like a trained
+ * model's, which makes argmax/sampling comparisons between engines
+ * meaningful. Every tensor is N(mean, std^2) with:
+ * ------------------------------------------------------------------------- */
+static const struct {
+    float embd_std;      /* token_embd (untied): N(0, 1); the first RMSNorm rescales it */
+    float proj_gain;     /* attn_q/k/v, ffn_gate/up: N(0, gain^2 / n_in) keeps activations ~unit */
+    float out_proj_gain; /* attn_output, ffn_down: N(0, gain^2 / n_in); 0.5 keeps the residual
+                            stream bounded as layers add to it */
+    float norm_noise;    /* RMSNorm weights: 1 + N(0, noise^2) */
+    float logit_std;     /* output.weight: N(0, logit_std^2 / n_embd), so logits have std ~8 */
+    float tied_out_gain; /* tied models (no output.weight): output_norm weights are this times
+                            (1 + noise) and token_embd is N(0, (logit_std / gain)^2 / n_embd), so
+                            logits still have std ~8 while the embedding that enters the
+                            residual stream is small; with gain 1 the input token's own row
+                            dominates the final hidden state and every model just repeats
+                            its last token with probability ~1 */
+    float bias_std;      /* qwen2 q/k/v biases: N(0, bias_std^2) */
+    float qk_norm_noise; /* qwen3 per-head q/k RMSNorm weights: 1 + N(0, noise^2) */
+} SYNTH_SCALES = {
+    .embd_std = 1.0f,
+    .proj_gain = 1.0f,
+    .out_proj_gain = 0.5f,
+    .norm_noise = 0.05f,
+    .logit_std = 8.0f,
+    .tied_out_gain = 10.0f,
+    .bias_std = 0.1f,
+    .qk_norm_noise = 0.05f,
+};
+
+/* ---------------------------------------------------------------------------
+ * random numbers
+ *
+ * Counter-based: element i of a tensor is a pure function of (seed, tensor
+ * name, i), so tensors are independent of the order and number of others
+ * (an n_layer override keeps the remaining layers' weights), and the same
+ * values come out for every weight type (a Q8_0 file is the F32 file,
+ * quantized). The normal approximation is Irwin-Hall with 4 uniforms from one
+ * 64-bit hash: cheap, branch-free, tails cut at 3.46 sigma.
+ * ------------------------------------------------------------------------- */
+
+static inline uint64_t synth_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t synth_key(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    return synth_mix64(synth_mix64(seed) ^ h);
+}
+
+static void synth_gen(float *y, int64_t n, uint64_t key, uint64_t first, float mean, float std) {
+    const float k = std * 1.7320508f / 65536.0f; /* sum of 4 U[0,65536) has std 65536/sqrt(3) */
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = synth_mix64(key + (first + (uint64_t)i) * 0x9e3779b97f4a7c15ull);
+        uint32_t s = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
+                     (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
+        y[i] = mean + k * ((float)s - 131070.0f);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * the tensor list
+ * ------------------------------------------------------------------------- */
+
+struct synth_tensor {
+    char name[64];
+    uint32_t type;
+    uint32_t n_dims;
+    uint64_t ne[2];
+    float mean, std;
+    uint64_t key;
+};
+
+struct synth_ctx {
+    struct synth_tensor *t;
+    int n, cap;
+    float *scratch; /* one row of f32 before conversion */
+    int64_t scratch_n;
+};
+
+static void synth_add(struct synth_ctx *c, const char *name, uint32_t type, uint64_t ne0,
+                      uint64_t ne1, float mean, float std, uint64_t seed) {
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 64;
+        c->t = realloc(c->t, (size_t)c->cap * sizeof(*c->t));
+        if (!c->t) WGLLM_ABORT("synth: out of memory");
+    }
+    struct synth_tensor *t = &c->t[c->n++];
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->type = type;
+    t->n_dims = ne1 > 0 ? 2 : 1;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1 > 0 ? ne1 : 1;
+    t->mean = mean;
+    t->std = std;
+    t->key = synth_key(seed, name);
+    if ((int64_t)ne0 > c->scratch_n) c->scratch_n = (int64_t)ne0;
+}
+
+/* llama.cpp's tensors for the shape; ggml shapes: a map n_in -> n_out is {n_in, n_out}. */
+static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, int n_layer,
+                        uint64_t n_vocab, uint32_t wt, uint64_t seed) {
+    const uint64_t E = (uint64_t)s->n_embd, F = (uint64_t)s->n_ff;
+    const uint64_t Q = (uint64_t)s->head_dim * (uint64_t)s->n_head;
+    const uint64_t KV = (uint64_t)s->head_dim * (uint64_t)s->n_head_kv;
+    const uint32_t F32 = WGLLM_TYPE_F32;
+    const float g_in = SYNTH_SCALES.proj_gain, g_out = SYNTH_SCALES.out_proj_gain;
+    const float logit = SYNTH_SCALES.logit_std / sqrtf((float)E);
+    const float out_gain = s->tied_output ? SYNTH_SCALES.tied_out_gain : 1.0f;
+    char nm[64];
+
+    synth_add(c, "token_embd.weight", wt, E, n_vocab, 0.0f,
+              s->tied_output ? logit / out_gain : SYNTH_SCALES.embd_std, seed);
+    for (int l = 0; l < n_layer; l++) {
+#define BLK(suffix, type, ne0, ne1, mean, std)                                            \
+    snprintf(nm, sizeof(nm), "blk.%d.%s", l, suffix);                                     \
+    synth_add(c, nm, type, ne0, ne1, mean, std, seed)
+        BLK("attn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise);
+        BLK("attn_q.weight", wt, E, Q, 0.0f, g_in / sqrtf((float)E));
+        if (s->qkv_bias) { BLK("attn_q.bias", F32, Q, 0, 0.0f, SYNTH_SCALES.bias_std); }
+        BLK("attn_k.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
+        if (s->qkv_bias) { BLK("attn_k.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
+        BLK("attn_v.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
+        if (s->qkv_bias) { BLK("attn_v.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
+        BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q));
+        if (s->qk_norm) {
+            BLK("attn_q_norm.weight", F32, (uint64_t)s->head_dim, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
+            BLK("attn_k_norm.weight", F32, (uint64_t)s->head_dim, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
+        }
+        BLK("ffn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise);
+        BLK("ffn_gate.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
+        BLK("ffn_up.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
+        BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F));
+#undef BLK
+    }
+    synth_add(c, "output_norm.weight", F32, E, 0, out_gain, out_gain * SYNTH_SCALES.norm_noise, seed);
+    if (!s->tied_output) synth_add(c, "output.weight", wt, E, n_vocab, 0.0f, logit, seed);
+}
+
+static bool synth_fill(int64_t index, void *buf, uint64_t size, void *user) {
+    struct synth_ctx *c = user;
+    const struct synth_tensor *t = &c->t[index];
+    const struct wgllm_type_traits *tt = wgllm_type_traits(t->type);
+    const int64_t ne0 = (int64_t)t->ne[0];
+    const size_t row = (size_t)(ne0 / tt->blck_size) * tt->type_size;
+    WGLLM_ASSERT((uint64_t)row * t->ne[1] == size);
+    for (uint64_t r = 0; r < t->ne[1]; r++) {
+        uint8_t *dst = (uint8_t *)buf + r * row;
+        if (t->type == WGLLM_TYPE_F32) {
+            synth_gen((float *)(void *)dst, ne0, t->key, r * (uint64_t)ne0, t->mean, t->std);
+        } else {
+            if (!tt->from_float_ref) return false;
+            synth_gen(c->scratch, ne0, t->key, r * (uint64_t)ne0, t->mean, t->std);
+            tt->from_float_ref(c->scratch, dst, ne0);
+        }
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------------------
+ * writing
+ * ------------------------------------------------------------------------- */
+
+static void synth_key_name(char *buf, size_t n, const char *arch, const char *suffix) {
+    snprintf(buf, n, "%s.%s", arch, suffix);
+}
+
+enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const char *path,
+                                    struct wgllm_error *err) {
+    const struct wgllm_synth_shape *s = wgllm_synth_shape(p->shape);
+    if (!s)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, "
+                               "tinyllama-1.1b, qwen2-0.5b)",
+                               p->shape ? p->shape : "(null)");
+    int ftype = wgllm_synth_file_type(p->type);
+    const struct wgllm_type_traits *tt = wgllm_type_traits(p->type);
+    if (ftype < 0 || !tt->name || (p->type != WGLLM_TYPE_F32 && !tt->from_float_ref))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "synth: weight type %s is not one of f32, f16, bf16, q8_0, q4_0, "
+                               "q4_1, q5_0, q5_1",
+                               wgllm_type_name(p->type));
+    if (s->n_embd % tt->blck_size != 0 || s->n_ff % tt->blck_size != 0 ||
+        (s->head_dim * s->n_head) % tt->blck_size != 0)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "synth: shape '%s' rows are not a multiple of %s's block size %lld",
+                               s->name, tt->name, (long long)tt->blck_size);
+    int n_layer = p->n_layer > 0 ? p->n_layer : s->n_layer;
+
+    char vpath[1024];
+    if (p->vocab_path) {
+        snprintf(vpath, sizeof(vpath), "%s", p->vocab_path);
+    } else {
+        const char *root = getenv("WGLLM_SHARED");
+        snprintf(vpath, sizeof(vpath), "%s/vocab/%s", root && *root ? root : "../shared",
+                 s->vocab_file);
+    }
+    struct wgllm_gguf *vocab = NULL;
+    enum wgllm_status st = wgllm_gguf_open(vpath, &vocab, err);
+    if (st != WGLLM_STATUS_OK) {
+        wgllm_error_prefix(err, "synth: reading the vocabulary: ");
+        return st;
+    }
+    const struct wgllm_gguf_value *tokens = wgllm_gguf_find(vocab, "tokenizer.ggml.tokens");
+    if (!tokens || tokens->type != WGLLM_GGUF_TYPE_ARRAY ||
+        tokens->v.arr.type != WGLLM_GGUF_TYPE_STRING || tokens->v.arr.n == 0 ||
+        tokens->v.arr.n > (uint64_t)INT32_MAX) {
+        wgllm_gguf_free(vocab);
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "synth: vocabulary '%s' has no tokenizer.ggml.tokens string array",
+                               vpath);
+    }
+    uint64_t n_vocab = tokens->v.arr.n;
+
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    const char *A = s->arch;
+    char k[128];
+    wgllm_gguf_writer_set_str(w, "general.architecture", A);
+    wgllm_gguf_writer_set_str(w, "general.name", p->name ? p->name : s->name);
+    wgllm_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
+    wgllm_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    synth_key_name(k, sizeof(k), A, "vocab_size");
+    wgllm_gguf_writer_set_u32(w, k, (uint32_t)n_vocab);
+    synth_key_name(k, sizeof(k), A, "context_length");
+    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_ctx);
+    synth_key_name(k, sizeof(k), A, "embedding_length");
+    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_embd);
+    synth_key_name(k, sizeof(k), A, "block_count");
+    wgllm_gguf_writer_set_u32(w, k, (uint32_t)n_layer);
+    synth_key_name(k, sizeof(k), A, "feed_forward_length");
+    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_ff);
+    synth_key_name(k, sizeof(k), A, "attention.head_count");
+    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_head);
+    synth_key_name(k, sizeof(k), A, "attention.head_count_kv");
+    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_head_kv);
+    synth_key_name(k, sizeof(k), A, "attention.layer_norm_rms_epsilon");
+    wgllm_gguf_writer_set_f32(w, k, s->rms_eps);
+    synth_key_name(k, sizeof(k), A, "rope.freq_base");
+    wgllm_gguf_writer_set_f32(w, k, s->rope_freq_base);
+    synth_key_name(k, sizeof(k), A, "rope.dimension_count");
+    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->head_dim);
+    if (s->head_dim * s->n_head != s->n_embd) {
+        /* llama.cpp assumes n_embd / n_head unless these say otherwise */
+        synth_key_name(k, sizeof(k), A, "attention.key_length");
+        wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->head_dim);
+        synth_key_name(k, sizeof(k), A, "attention.value_length");
+        wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->head_dim);
+    }
+    for (int64_t i = 0; i < wgllm_gguf_n_kv(vocab); i++) {
+        const struct wgllm_gguf_kv *kv = wgllm_gguf_kv_at(vocab, i);
+        if (kv->key.len < 10 || memcmp(kv->key.data, "tokenizer.", 10) != 0 ||
+            kv->key.len >= sizeof(k))
+            continue;
+        memcpy(k, kv->key.data, (size_t)kv->key.len);
+        k[kv->key.len] = '\0';
+        wgllm_gguf_writer_set_value(w, k, &kv->value);
+    }
+
+    struct synth_ctx c = {0};
+    synth_build(&c, s, n_layer, n_vocab, p->type, p->seed);
+    for (int i = 0; i < c.n; i++)
+        wgllm_gguf_writer_add_tensor(w, c.t[i].name, c.t[i].type, c.t[i].n_dims, c.t[i].ne);
+    c.scratch = malloc((size_t)c.scratch_n * sizeof(float));
+    if (!c.scratch) {
+        st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "synth: no memory");
+    } else if (p->max_split_bytes > 0) {
+        st = wgllm_gguf_writer_write_split(w, path, p->max_split_bytes, synth_fill, &c, err);
+    } else {
+        st = wgllm_gguf_writer_write(w, path, synth_fill, &c, err);
+    }
+    if (st != WGLLM_STATUS_OK) wgllm_error_prefix(err, "synth: ");
+    free(c.scratch);
+    free(c.t);
+    wgllm_gguf_writer_free(w);
+    wgllm_gguf_free(vocab);
+    return st;
+}

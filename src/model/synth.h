@@ -1,0 +1,56 @@
+/*
+ * synth.h - synthetic GGUF models: real architectures and real vocabularies
+ * with seeded random weights, for tests and benchmarks (no trained weights
+ * can be downloaded here).
+ *
+ * The files follow llama.cpp's conventions exactly (metadata keys, tensor
+ * names, shapes, which tensors are F32), so llama.cpp loads them too and the
+ * two engines can be compared on the same file.
+ */
+#ifndef WGLLM_SYNTH_H
+#define WGLLM_SYNTH_H
+
+#include "base/base.h"
+
+struct wgllm_synth_params {
+    const char *shape;          /* one of wgllm_synth_shape_names(); default "tiny" */
+    uint32_t type;              /* weight type (ggml id): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */
+    uint64_t seed;              /* same seed + shape + type -> identical bytes */
+    const char *vocab_path;     /* NULL: $WGLLM_SHARED/vocab/<shape's vocab> ($WGLLM_SHARED
+                                   defaults to ../shared, relative to the cwd) */
+    const char *name;           /* general.name; NULL: the shape name */
+    int n_layer;                /* 0: the shape's layer count; else override (smaller tests) */
+    uint64_t max_split_bytes;   /* 0: one file at `path`; else shards `path`-0000i-of-0000N.gguf
+                                   (path is then the prefix) of at most this much tensor data */
+};
+
+struct wgllm_synth_params wgllm_synth_default_params(void);
+
+/* The shapes, NULL-terminated: "tiny", "tiny-qwen2", "tiny-qwen3",
+ * "tinyllama-1.1b", "qwen2-0.5b". */
+const char *const *wgllm_synth_shape_names(void);
+
+/* Hyper-parameters of a shape, for callers that build inputs to match. */
+struct wgllm_synth_shape {
+    const char *name;
+    const char *arch;       /* "llama", "qwen2", "qwen3" */
+    const char *vocab_file; /* file name under vocab/ */
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+    float rope_freq_base, rms_eps;
+    bool qkv_bias;          /* qwen2: attn_{q,k,v}.bias */
+    bool qk_norm;           /* qwen3: attn_{q,k}_norm.weight */
+    bool tied_output;       /* no output.weight: the output projection is token_embd */
+};
+/* NULL when the name is unknown. */
+const struct wgllm_synth_shape *wgllm_synth_shape(const char *name);
+
+/* llama.cpp's LLAMA_FTYPE for a weight type (ALL_F32=0, MOSTLY_F16=1, ...); -1 if none. */
+int wgllm_synth_file_type(uint32_t type);
+
+/* Writes the model. Errors: INVALID_ARGUMENT for an unknown shape or a type
+ * that is not a supported weight type; IO/BAD_FORMAT (naming the path) when
+ * the vocabulary cannot be read; IO when the output cannot be written. */
+enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const char *path,
+                                    struct wgllm_error *err);
+
+#endif

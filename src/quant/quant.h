@@ -1,0 +1,136 @@
+/*
+ * quant.h - tensor element types: the GGUF/ggml block layouts, conversion to
+ * and from f32, and the dot-product kernels the CPU backend multiplies with.
+ *
+ * Type ids are ggml's (they are what GGUF files store). A weight row of type
+ * T is multiplied with an activation row converted to traits(T)->vec_dot_type
+ * (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, F16 for F16, ...), exactly the
+ * pairing llama.cpp uses, so that results agree with it to rounding.
+ *
+ * Kernels: a portable scalar reference for every format, plus SIMD versions
+ * (AVX2/FMA, AVX-512/VNNI on x86-64; NEON on arm64) chosen at run time by
+ * wgllm_quant_init(). Tests compare every SIMD kernel with the reference.
+ */
+#ifndef WGLLM_QUANT_H
+#define WGLLM_QUANT_H
+
+#include "base/base.h"
+
+enum wgllm_type {
+    WGLLM_TYPE_F32 = 0,
+    WGLLM_TYPE_F16 = 1,
+    WGLLM_TYPE_Q4_0 = 2,
+    WGLLM_TYPE_Q4_1 = 3,
+    /* 4, 5: removed Q4_2, Q4_3 */
+    WGLLM_TYPE_Q5_0 = 6,
+    WGLLM_TYPE_Q5_1 = 7,
+    WGLLM_TYPE_Q8_0 = 8,
+    WGLLM_TYPE_Q8_1 = 9,
+    WGLLM_TYPE_Q2_K = 10,
+    WGLLM_TYPE_Q3_K = 11,
+    WGLLM_TYPE_Q4_K = 12,
+    WGLLM_TYPE_Q5_K = 13,
+    WGLLM_TYPE_Q6_K = 14,
+    WGLLM_TYPE_Q8_K = 15,
+    WGLLM_TYPE_IQ2_XXS = 16,
+    WGLLM_TYPE_IQ2_XS = 17,
+    WGLLM_TYPE_IQ3_XXS = 18,
+    WGLLM_TYPE_IQ1_S = 19,
+    WGLLM_TYPE_IQ4_NL = 20,
+    WGLLM_TYPE_IQ3_S = 21,
+    WGLLM_TYPE_IQ2_S = 22,
+    WGLLM_TYPE_IQ4_XS = 23,
+    WGLLM_TYPE_I8 = 24,
+    WGLLM_TYPE_I16 = 25,
+    WGLLM_TYPE_I32 = 26,
+    WGLLM_TYPE_I64 = 27,
+    WGLLM_TYPE_F64 = 28,
+    WGLLM_TYPE_IQ1_M = 29,
+    WGLLM_TYPE_BF16 = 30,
+    /* 31-33: removed Q4_0_4_4, Q4_0_4_8, Q4_0_8_8 */
+    WGLLM_TYPE_TQ1_0 = 34,
+    WGLLM_TYPE_TQ2_0 = 35,
+    /* 36-38: removed IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8 */
+    WGLLM_TYPE_MXFP4 = 39,
+    WGLLM_TYPE_COUNT = 40
+};
+
+/* Block layouts (ggml's, byte for byte). */
+#define WGLLM_QK4_0 32
+typedef struct { wgllm_fp16 d; uint8_t qs[WGLLM_QK4_0 / 2]; } wgllm_block_q4_0;
+#define WGLLM_QK4_1 32
+typedef struct { wgllm_fp16 d, m; uint8_t qs[WGLLM_QK4_1 / 2]; } wgllm_block_q4_1;
+#define WGLLM_QK5_0 32
+typedef struct { wgllm_fp16 d; uint8_t qh[4]; uint8_t qs[WGLLM_QK5_0 / 2]; } wgllm_block_q5_0;
+#define WGLLM_QK5_1 32
+typedef struct { wgllm_fp16 d, m; uint8_t qh[4]; uint8_t qs[WGLLM_QK5_1 / 2]; } wgllm_block_q5_1;
+#define WGLLM_QK8_0 32
+typedef struct { wgllm_fp16 d; int8_t qs[WGLLM_QK8_0]; } wgllm_block_q8_0;
+#define WGLLM_QK8_1 32
+/* s = d * sum(qs), kept so that Q4_1/Q5_1 dots can add the min term cheaply. */
+typedef struct { wgllm_fp16 d, s; int8_t qs[WGLLM_QK8_1]; } wgllm_block_q8_1;
+
+_Static_assert(sizeof(wgllm_block_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(wgllm_block_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(wgllm_block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(wgllm_block_q5_1) == 24, "q5_1 layout");
+_Static_assert(sizeof(wgllm_block_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(wgllm_block_q8_1) == 36, "q8_1 layout");
+
+/* y[0..n) = dequantized x. n is a multiple of the block size. */
+typedef void (*wgllm_to_float_fn)(const void *x, float *y, int64_t n);
+/* y = quantized x[0..n). n is a multiple of the block size. */
+typedef void (*wgllm_from_float_fn)(const float *x, void *y, int64_t n);
+/* *s = dot(x, y) over n elements: x a row of the weight type, y a row of
+ * its vec_dot_type. n is a multiple of the block size. */
+typedef void (*wgllm_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+/* s[r] = dot(row r of x, y) for r in [0, nrows): the rows of x lie x_stride
+ * bytes apart. Kernels that do several rows at once load each activation
+ * block once for all of them, which is what makes a mat-vec fast. */
+typedef void (*wgllm_vec_dot_nr_fn)(int64_t n, float *s, const void *x, size_t x_stride,
+                                    const void *y, int nrows);
+
+struct wgllm_type_traits {
+    const char *name;          /* "q4_0"; NULL for an id that names no type */
+    int64_t blck_size;         /* elements per block */
+    size_t type_size;          /* bytes per block */
+    bool is_quantized;
+    wgllm_to_float_fn to_float;        /* NULL when wgllm cannot read it yet */
+    wgllm_from_float_fn from_float_ref; /* reference quantizer (files, tests); NULL if none */
+    wgllm_from_float_fn from_float;     /* fastest quantizer (activations); NULL if none */
+    enum wgllm_type vec_dot_type;
+    wgllm_vec_dot_fn vec_dot;           /* NULL when not a weight type wgllm multiplies */
+    wgllm_vec_dot_nr_fn vec_dot_nr;     /* several rows at once; non-NULL whenever vec_dot is */
+};
+
+/* Detects the CPU and installs the fastest kernels. Idempotent, thread-safe. */
+void wgllm_quant_init(void);
+/* Traits of a type id; for ids outside the enum, a static entry with name NULL. */
+const struct wgllm_type_traits *wgllm_type_traits(uint32_t type);
+/* The scalar reference traits (tests compare the dispatched kernels against these). */
+const struct wgllm_type_traits *wgllm_type_traits_ref(uint32_t type);
+/* Name for messages ("q4_0"), or "unknown(N)". Thread-unsafe for unknown ids. */
+const char *wgllm_type_name(uint32_t type);
+/* Type id from its name ("q4_0", "Q4_0", "f16"); -1 when unknown. */
+int wgllm_type_from_name(const char *name);
+/* Bytes of a row of n elements (n a multiple of the block size). */
+size_t wgllm_row_size(uint32_t type, int64_t n);
+/* True when the type can be a weight of a model wgllm runs on the CPU. */
+bool wgllm_type_supported(uint32_t type);
+
+/* fp16 rows (F16C/AVX-512 when present). */
+void wgllm_fp16_to_fp32_row(const wgllm_fp16 *x, float *y, int64_t n);
+void wgllm_fp32_to_fp16_row(const float *x, wgllm_fp16 *y, int64_t n);
+
+/* ---- internal: installed by wgllm_quant_init, defined in quant_<isa>.c ---- */
+#if defined(__x86_64__)
+/* Replace entries of t (indexed by type id) with the kernels of that ISA. */
+void wgllm_quant_install_avx2(struct wgllm_type_traits *t);
+void wgllm_quant_install_avx512(struct wgllm_type_traits *t, bool has_bf16);
+void wgllm_fp16_to_fp32_row_avx2(const wgllm_fp16 *x, float *y, int64_t n);
+void wgllm_fp32_to_fp16_row_avx2(const float *x, wgllm_fp16 *y, int64_t n);
+void wgllm_fp16_to_fp32_row_avx512(const wgllm_fp16 *x, float *y, int64_t n);
+void wgllm_fp32_to_fp16_row_avx512(const float *x, wgllm_fp16 *y, int64_t n);
+#endif
+
+#endif

@@ -1,0 +1,126 @@
+/*
+ * tokens.c - the public tokenizer API of wgllm.h over the model's vocab, and
+ * the streaming detokenizer that holds back incomplete UTF-8 sequences.
+ */
+#include "model/model.h"
+
+int32_t wgllm_tokenize(const struct wgllm_model *model, const char *text, size_t len, int32_t *tokens,
+                       int32_t max_tokens, bool add_special, bool parse_special, struct wgllm_error *err) {
+    if (!text && len) {
+        wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "tokenize: NULL text");
+        return INT32_MIN;
+    }
+    if (len > (size_t)INT32_MAX / 2) {
+        wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "tokenize: text of %zu bytes is too long", len);
+        return INT32_MIN;
+    }
+    return wgllm_vocab_tokenize(model->vocab, text ? text : "", len, tokens, max_tokens, add_special, parse_special);
+}
+
+int32_t wgllm_token_to_piece(const struct wgllm_model *model, int32_t token, char *buf, int32_t size, bool special) {
+    if (token < 0 || token >= wgllm_vocab_n_tokens(model->vocab)) return 0;
+    return wgllm_vocab_token_to_piece(model->vocab, token, buf, size, special);
+}
+
+int32_t wgllm_token_bos(const struct wgllm_model *model) { return wgllm_vocab_bos(model->vocab); }
+int32_t wgllm_token_eos(const struct wgllm_model *model) { return wgllm_vocab_eos(model->vocab); }
+bool wgllm_token_is_eog(const struct wgllm_model *model, int32_t token) {
+    return wgllm_vocab_is_eog(model->vocab, token);
+}
+
+/* ---- streaming detokenizer -------------------------------------------- */
+
+struct wgllm_detokenizer {
+    const struct wgllm_model *model;
+    char *buf;       /* pending bytes + the text handed out last */
+    size_t cap, len; /* len: bytes pending (incomplete UTF-8 tail) */
+    char *out;
+    size_t out_cap;
+};
+
+struct wgllm_detokenizer *wgllm_detokenizer_init(const struct wgllm_model *model) {
+    struct wgllm_detokenizer *d = calloc(1, sizeof(*d));
+    if (!d) return NULL;
+    d->model = model;
+    d->cap = 256;
+    d->out_cap = 256;
+    d->buf = malloc(d->cap);
+    d->out = malloc(d->out_cap);
+    if (!d->buf || !d->out) {
+        wgllm_detokenizer_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void wgllm_detokenizer_free(struct wgllm_detokenizer *d) {
+    if (!d) return;
+    free(d->buf);
+    free(d->out);
+    free(d);
+}
+
+/* Length of the longest prefix of s that ends on a UTF-8 character boundary,
+ * treating a trailing sequence that could still complete as pending. */
+static size_t utf8_complete_prefix(const unsigned char *s, size_t n) {
+    /* look back at most 3 bytes for the start of an unfinished sequence */
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char c = s[n - back];
+        if ((c & 0xc0) == 0x80) continue; /* continuation byte */
+        size_t need = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 1;
+        return need > back ? n - back : n;
+    }
+    return n;
+}
+
+static bool reserve(char **p, size_t *cap, size_t need) {
+    if (need <= *cap) return true;
+    size_t nc = *cap;
+    while (nc < need) nc *= 2;
+    char *q = realloc(*p, nc);
+    if (!q) return false;
+    *p = q;
+    *cap = nc;
+    return true;
+}
+
+const char *wgllm_detokenizer_push(struct wgllm_detokenizer *d, int32_t token, size_t *len) {
+    *len = 0;
+    char piece[256];
+    int32_t n = wgllm_token_to_piece(d->model, token, piece, (int32_t)sizeof(piece), false);
+    const char *src = piece;
+    char *big = NULL;
+    if (n < 0) { /* a very long token: rare, allocate once for it */
+        big = malloc((size_t)-n);
+        if (!big) return "";
+        n = wgllm_token_to_piece(d->model, token, big, -n, false);
+        src = big;
+    }
+    if (!reserve(&d->buf, &d->cap, d->len + (size_t)n)) {
+        free(big);
+        return "";
+    }
+    memcpy(d->buf + d->len, src, (size_t)n);
+    free(big);
+    d->len += (size_t)n;
+    size_t ready = utf8_complete_prefix((const unsigned char *)d->buf, d->len);
+    if (!reserve(&d->out, &d->out_cap, ready + 1)) return "";
+    memcpy(d->out, d->buf, ready);
+    d->out[ready] = 0;
+    memmove(d->buf, d->buf + ready, d->len - ready);
+    d->len -= ready;
+    *len = ready;
+    return d->out;
+}
+
+const char *wgllm_detokenizer_flush(struct wgllm_detokenizer *d, size_t *len) {
+    if (!reserve(&d->out, &d->out_cap, d->len + 1)) {
+        *len = 0;
+        return "";
+    }
+    memcpy(d->out, d->buf, d->len);
+    d->out[d->len] = 0;
+    *len = d->len;
+    d->len = 0;
+    return d->out;
+}

@@ -1,0 +1,1069 @@
+/*
+ * vocab.c - tokenizers built from a GGUF's `tokenizer.ggml.*` metadata:
+ * SentencePiece (bigram merges by score, byte fallback) and byte-level BPE
+ * (pre-tokenizer regexes + merge ranks), special-token partitioning, EOG set
+ * and token_to_piece. Every rule follows llama.cpp's llama-vocab.cpp so that
+ * token ids agree with it exactly; where llama.cpp has a quirk, so do we.
+ */
+#include "vocab/vocab.h"
+#include "vocab/unicode.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* llama.cpp's token attributes (bit flags) */
+enum {
+    ATTR_UNDEFINED = 0,
+    ATTR_UNKNOWN = 1 << 0,
+    ATTR_UNUSED = 1 << 1,
+    ATTR_NORMAL = 1 << 2,
+    ATTR_CONTROL = 1 << 3,
+    ATTR_USER_DEFINED = 1 << 4,
+    ATTR_BYTE = 1 << 5,
+    ATTR_LSTRIP = 1 << 7,
+    ATTR_RSTRIP = 1 << 8,
+};
+
+struct tok {
+    const char *text; /* NUL-terminated, in v->text_arena */
+    uint32_t len;
+    float score;
+    uint32_t attr;
+};
+
+struct merge {
+    const char *first, *second; /* into v->merge_arena */
+    uint32_t first_len, second_len;
+};
+
+struct wgllm_vocab {
+    enum wgllm_vocab_type type;
+    int32_t n_tokens;
+    struct tok *toks;
+    char *text_arena;
+
+    /* text -> id (open addressing; the last id with a text wins, as in llama.cpp) */
+    int32_t *tok_hash;
+    uint32_t tok_hash_mask;
+
+    /* (first, second) -> rank (the first rank of a pair wins) */
+    struct merge *merges;
+    int32_t n_merges;
+    char *merge_arena;
+    int32_t *merge_hash;
+    uint32_t merge_hash_mask;
+
+    int32_t bos, eos, eot, eom, unk, pad, sep;
+    int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
+    bool add_bos, add_eos, add_space_prefix, remove_extra_whitespaces, ignore_merges;
+
+    int32_t *special; /* control/user-defined/unknown ids, longest text first */
+    int32_t n_special;
+    uint8_t *is_eog;
+
+    struct wgllm_pretok *pretok;
+};
+
+/* ------------------------------------------------------------------------
+ * hashing
+ * ---------------------------------------------------------------------- */
+
+static uint64_t hash_bytes(const char *s, size_t n, uint64_t h) {
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}
+#define HASH_SEED 0xcbf29ce484222325ull
+
+static uint32_t pow2_at_least(uint64_t n) {
+    uint32_t c = 16;
+    while (c < n * 2) c *= 2;
+    return c;
+}
+
+static int32_t text_to_token(const struct wgllm_vocab *v, const char *s, size_t n) {
+    uint32_t i = (uint32_t)hash_bytes(s, n, HASH_SEED) & v->tok_hash_mask;
+    for (;; i = (i + 1) & v->tok_hash_mask) {
+        int32_t id = v->tok_hash[i];
+        if (id < 0) return -1;
+        if (v->toks[id].len == n && memcmp(v->toks[id].text, s, n) == 0) return id;
+    }
+}
+
+static int32_t find_rank(const struct wgllm_vocab *v, const char *a, size_t na, const char *b,
+                         size_t nb) {
+    if (!v->merge_hash) return -1;
+    uint64_t h = hash_bytes(b, nb, hash_bytes(a, na, HASH_SEED) * 31 + 7);
+    for (uint32_t i = (uint32_t)h & v->merge_hash_mask;; i = (i + 1) & v->merge_hash_mask) {
+        int32_t r = v->merge_hash[i];
+        if (r < 0) return -1;
+        const struct merge *m = &v->merges[r];
+        if (m->first_len == na && m->second_len == nb && memcmp(m->first, a, na) == 0 &&
+            memcmp(m->second, b, nb) == 0)
+            return r;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * loading
+ * ---------------------------------------------------------------------- */
+
+static bool str_is(struct wgllm_gguf_str s, const char *c) { return wgllm_gguf_str_eq(s, c); }
+
+/* Optional scalar keys: absent keeps the default; a wrong type is an error. */
+static enum wgllm_status opt_bool(const struct wgllm_gguf *g, const char *key, bool *out,
+                                  struct wgllm_error *err) {
+    if (!wgllm_gguf_find(g, key)) return WGLLM_STATUS_OK;
+    return wgllm_gguf_get_bool(g, key, out, err);
+}
+
+static enum wgllm_status opt_id(const struct wgllm_gguf *g, const char *key, int32_t n_tokens,
+                                int32_t *out, struct wgllm_error *err) {
+    if (!wgllm_gguf_find(g, key)) return WGLLM_STATUS_OK;
+    uint32_t id;
+    enum wgllm_status st = wgllm_gguf_get_u32(g, key, &id, err);
+    if (st != WGLLM_STATUS_OK) return st;
+    if (id >= (uint32_t)n_tokens) {
+        /* llama.cpp warns and keeps the default */
+        wgllm_log(WGLLM_LOG_WARN, "vocab: bad special token %s = %u (n_tokens %d), using default %d",
+                  key, id, n_tokens, *out);
+        return WGLLM_STATUS_OK;
+    }
+    *out = (int32_t)id;
+    return WGLLM_STATUS_OK;
+}
+
+static const char *const k_re_gpt2 =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+static const char *const k_re_llama3 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char *const k_re_qwen2 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char *const k_re_deepseek_llm_letters =
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-"
+    "ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-"
+    "ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
+static const char *const k_re_cjk = "[一-龥ࠀ-一가-퟿]+";
+
+#define MAX_RE 6
+struct pre_def {
+    const char *names; /* '|'-separated tokenizer.ggml.pre values */
+    const char *re[MAX_RE];
+    bool ignore_merges, add_bos;
+};
+
+/* Pre-tokenizers chosen by tokenizer.ggml.pre, as llama.cpp's llm_tokenizer_bpe. */
+static const struct pre_def k_pre_defs[] = {
+    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", NULL, "\\p{N}+", "[0-9][0-9][0-9]"}, false, false},
+    {"llama3|llama-v3|llama-bpe|falcon3", {NULL}, true, true},
+    {"dbrx|smaug-bpe", {NULL}, false, false},
+    {"deepseek-llm", {"[\r\n]", NULL, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", NULL, "\\p{N}+"}, false, false},
+    {"deepseek-coder", {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", NULL, "\\p{N}"}, false, false},
+    {"falcon", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", NULL, "[0-9][0-9][0-9]"}, false, false},
+    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b", {"\\p{N}", NULL}, false, false},
+    {"gpt-2|phi-2|jina-es|jina-de|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|mpt|olmo|jais|gigachat",
+     {NULL}, false, false},
+    {"qwen2|deepseek-r1-qwen|stablelm2|megrez", {NULL}, false, false},
+};
+
+static bool name_in(const char *names, struct wgllm_gguf_str s) {
+    const char *p = names;
+    while (*p) {
+        const char *e = strchr(p, '|');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n == s.len && memcmp(p, s.data, n) == 0) return true;
+        p += n + (e ? 1 : 0);
+    }
+    return false;
+}
+
+/* Fills the NULL holes of a definition (written so above to keep the table short). */
+static int pre_exprs(int def, const char **out) {
+    const struct pre_def *d = &k_pre_defs[def];
+    int n = 0;
+    switch (def) {
+    case 0: case 5: /* default, falcon: gpt2 regex in slot 1 */
+    case 6:         /* starcoder family */
+        for (; n < MAX_RE && (d->re[n] || n == 1); n++) out[n] = d->re[n] ? d->re[n] : k_re_gpt2;
+        return n;
+    case 1: case 2: out[0] = k_re_llama3; return 1;
+    case 3:
+        for (; n < 6; n++) out[n] = d->re[n] ? d->re[n] : (n == 1 ? k_re_deepseek_llm_letters : k_re_cjk);
+        return n;
+    case 4:
+        for (; n < 5; n++) out[n] = d->re[n] ? d->re[n] : k_re_cjk;
+        return n;
+    case 7: out[0] = k_re_gpt2; return 1;
+    case 8: out[0] = k_re_qwen2; return 1;
+    }
+    return 0;
+}
+
+static void set_control(struct wgllm_vocab *v, int32_t id) {
+    if (!(v->toks[id].attr & ATTR_CONTROL)) {
+        wgllm_log(WGLLM_LOG_DEBUG, "vocab: control-looking token %d '%s' was not control-type; overriding",
+                  id, v->toks[id].text);
+        v->toks[id].attr |= ATTR_CONTROL;
+    }
+}
+
+static bool text_in(const char *t, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(t, *list) == 0) return true;
+    return false;
+}
+
+static int cmp_special(const void *a, const void *b, void *vv) {
+    const struct wgllm_vocab *v = vv;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (v->toks[x].len != v->toks[y].len) return v->toks[x].len > v->toks[y].len ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int32_t id_of(const struct wgllm_vocab *v, const char *t) { return text_to_token(v, t, strlen(t)); }
+
+/* Detects special tokens by text and builds the EOG set: llama.cpp's
+ * load_vocab tail. The lists are llama.cpp's recent ones plus the DeepSeek
+ * names that the node-llama-cpp 3.21.1 peer still treats as control. */
+static void finish_specials(struct wgllm_vocab *v, const struct wgllm_gguf *g) {
+    static const char *const eot_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                            "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+                                            "<｜end▁of▁sentence｜>", "<end_of_utterance>", NULL};
+    static const char *const eom_names[] = {"<|eom_id|>", NULL};
+    static const char *const pre_names[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
+    static const char *const suf_names[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
+    static const char *const mid_names[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "<|code_middle|>", "<|middle|>", NULL};
+    static const char *const pad_names[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL};
+    static const char *const rep_names[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL};
+    static const char *const sep_names[] = {"<|file_sep|>", NULL};
+    static const char *const eog_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+                                            "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
+                                            "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+                                            "<turn|>", "<|tool_response>", NULL};
+    struct {
+        int32_t *id;
+        const char *const *names;
+    } finds[] = {{&v->eot, eot_names},     {&v->eom, eom_names},     {&v->fim_pre, pre_names},
+                 {&v->fim_suf, suf_names}, {&v->fim_mid, mid_names}, {&v->fim_pad, pad_names},
+                 {&v->fim_rep, rep_names}, {&v->fim_sep, sep_names}};
+    /* llama.cpp walks an unordered map here; we take the lowest id, the
+     * only sane deterministic choice when a vocab has two candidates */
+    for (size_t f = 0; f < sizeof finds / sizeof finds[0]; f++) {
+        if (*finds[f].id >= 0) continue;
+        for (int32_t id = 0; id < v->n_tokens; id++) {
+            if (text_to_token(v, v->toks[id].text, v->toks[id].len) != id) continue;
+            if (text_in(v->toks[id].text, finds[f].names)) {
+                *finds[f].id = id;
+                set_control(v, id);
+                break;
+            }
+        }
+    }
+    for (int32_t id = 0; id < v->n_tokens; id++) /* control tokens named "unused" */
+        if ((v->toks[id].attr & ATTR_CONTROL) && strstr(v->toks[id].text, "unused")) v->toks[id].attr |= ATTR_UNUSED;
+    int32_t eogs[] = {v->fim_pad, v->fim_rep, v->fim_sep, v->eos, v->eot, v->eom};
+    for (size_t i = 0; i < sizeof eogs / sizeof eogs[0]; i++)
+        if (eogs[i] >= 0) v->is_eog[eogs[i]] = 1;
+    for (int32_t id = 0; id < v->n_tokens; id++) {
+        if (text_to_token(v, v->toks[id].text, v->toks[id].len) != id) continue;
+        if (text_in(v->toks[id].text, eog_names)) {
+            v->is_eog[id] = 1;
+            set_control(v, id);
+        }
+    }
+    static const char *const always_render[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+    for (int i = 0; i < 4; i++) {
+        int32_t id = id_of(v, always_render[i]);
+        if (id >= 0) v->toks[id].attr = ATTR_USER_DEFINED;
+    }
+    /* harmony / solar-open: "<|end|>" is not EOG there; gemma4: "</s>" is text */
+    int32_t ret = id_of(v, "<|return|>"), call = id_of(v, "<|call|>"), calls = id_of(v, "<|calls|>");
+    int32_t flush = id_of(v, "<|flush|>"), end = id_of(v, "<|end|>");
+    bool has_call = (call >= 0 && v->is_eog[call]) || (calls >= 0 && v->is_eog[calls]);
+    if (end >= 0 && v->is_eog[end] && has_call && ((ret >= 0 && v->is_eog[ret]) || (flush >= 0 && v->is_eog[flush]))) {
+        v->is_eog[end] = 0;
+        v->toks[end].attr = ATTR_USER_DEFINED;
+    }
+    int32_t tool = id_of(v, "<|tool_response>"), s_end = id_of(v, "</s>");
+    if (tool >= 0 && v->is_eog[tool] && s_end >= 0 && v->is_eog[s_end]) {
+        v->is_eog[s_end] = 0;
+        v->toks[s_end].attr = ATTR_NORMAL;
+    }
+
+    v->special = malloc(((size_t)v->n_tokens + 1) * sizeof *v->special);
+    if (!v->special) WGLLM_ABORT("out of memory");
+    for (int32_t id = 0; id < v->n_tokens; id++)
+        if (v->toks[id].attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)) v->special[v->n_special++] = id;
+    /* llama.cpp uses an unstable std::sort by length; ties here go by id */
+    qsort_r(v->special, (size_t)v->n_special, sizeof *v->special, cmp_special, v);
+
+    /* per-model attribute fixes (llama.cpp: "set attributes by model/tokenizer name") */
+    char name[256] = "";
+    const struct wgllm_gguf_value *nv = wgllm_gguf_find(g, "general.name");
+    if (nv && nv->type == WGLLM_GGUF_TYPE_STRING) {
+        size_t n = nv->v.str.len < sizeof name - 1 ? (size_t)nv->v.str.len : sizeof name - 1;
+        for (size_t i = 0; i < n; i++) name[i] = (char)tolower((unsigned char)nv->v.str.data[i]);
+        name[n] = 0;
+    }
+    const struct wgllm_gguf_value *pv = wgllm_gguf_find(g, "tokenizer.ggml.pre");
+    bool jina = false;
+    if (pv && pv->type == WGLLM_GGUF_TYPE_STRING) {
+        static const char *const j[] = {"jina-v2-de", "jina-v2-es", "jina-v2-code"};
+        for (int i = 0; i < 3; i++)
+            if (memmem(pv->v.str.data, pv->v.str.len, j[i], strlen(j[i]))) jina = true;
+    }
+    if (jina) {
+        int32_t id = text_to_token(v, "<mask>", 6);
+        if (id >= 0) v->toks[id].attr |= ATTR_LSTRIP;
+    } else if (strstr(name, "phi-3") || strstr(name, "phi3")) {
+        for (int32_t i = 0; i < v->n_special; i++) v->toks[v->special[i]].attr |= ATTR_RSTRIP;
+        int32_t id = text_to_token(v, "</s>", 4);
+        if (id >= 0) v->toks[id].attr |= ATTR_RSTRIP;
+        static const char *const off[] = {"<unk>", "<s>", "<|endoftext|>"};
+        for (int i = 0; i < 3; i++) {
+            id = text_to_token(v, off[i], strlen(off[i]));
+            if (id >= 0) v->toks[id].attr &= ~(uint32_t)ATTR_RSTRIP;
+        }
+    }
+}
+
+static enum wgllm_status load_merges(struct wgllm_vocab *v, const struct wgllm_gguf *g,
+                                     struct wgllm_error *err) {
+    const struct wgllm_gguf_value *mv = wgllm_gguf_find(g, "tokenizer.ggml.merges");
+    if (!mv) return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.merges: missing (needed by gpt2 tokenizer)");
+    if (mv->type != WGLLM_GGUF_TYPE_ARRAY || mv->v.arr.type != WGLLM_GGUF_TYPE_STRING)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.merges: not an array of strings");
+    if (mv->v.arr.n > INT32_MAX / 4)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.merges: %llu entries", (unsigned long long)mv->v.arr.n);
+    int32_t n = (int32_t)mv->v.arr.n;
+    uint64_t total = 0;
+    for (int32_t i = 0; i < n; i++) total += mv->v.arr.items[i].v.str.len + 1;
+    v->merges = calloc((size_t)n + 1, sizeof *v->merges);
+    v->merge_arena = malloc(total + 1);
+    uint32_t cap = pow2_at_least((uint64_t)n);
+    v->merge_hash = malloc((size_t)cap * sizeof *v->merge_hash);
+    if (!v->merges || !v->merge_arena || !v->merge_hash)
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "tokenizer.ggml.merges: out of memory");
+    memset(v->merge_hash, 0xFF, (size_t)cap * sizeof *v->merge_hash);
+    v->merge_hash_mask = cap - 1;
+    char *a = v->merge_arena;
+    for (int32_t i = 0; i < n; i++) {
+        struct wgllm_gguf_str s = mv->v.arr.items[i].v.str;
+        memcpy(a, s.data, s.len);
+        a[s.len] = 0;
+        /* llama.cpp splits at the first space after index 0; no space -> ("", "") */
+        const char *sp = s.len > 1 ? memchr(a + 1, ' ', s.len - 1) : NULL;
+        struct merge *m = &v->merges[i];
+        if (sp) {
+            m->first = a;
+            m->first_len = (uint32_t)(sp - a);
+            m->second = sp + 1;
+            m->second_len = (uint32_t)(s.len - m->first_len - 1);
+        } else {
+            m->first = m->second = a + s.len;
+        }
+        a += s.len + 1;
+        if (find_rank(v, m->first, m->first_len, m->second, m->second_len) >= 0) continue;
+        uint64_t h = hash_bytes(m->second, m->second_len, hash_bytes(m->first, m->first_len, HASH_SEED) * 31 + 7);
+        uint32_t k = (uint32_t)h & v->merge_hash_mask;
+        while (v->merge_hash[k] >= 0) k = (k + 1) & v->merge_hash_mask;
+        v->merge_hash[k] = i;
+    }
+    v->n_merges = n;
+    return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_vocab **out,
+                                   struct wgllm_error *err) {
+    *out = NULL;
+    struct wgllm_gguf_str model;
+    enum wgllm_status st = wgllm_gguf_get_str(g, "tokenizer.ggml.model", &model, err);
+    if (st != WGLLM_STATUS_OK) return st;
+
+    struct wgllm_vocab *v = calloc(1, sizeof *v);
+    if (!v) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "vocab: out of memory");
+    v->bos = v->eos = v->eot = v->eom = v->unk = v->pad = v->sep = -1;
+    v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
+
+    if (str_is(model, "no_vocab") || str_is(model, "none")) {
+        v->type = WGLLM_VOCAB_TYPE_NONE;
+        *out = v;
+        return WGLLM_STATUS_OK;
+    }
+    if (str_is(model, "llama")) {
+        v->type = WGLLM_VOCAB_TYPE_SPM;
+        v->bos = 1; v->eos = 2; v->unk = 0;
+        v->add_space_prefix = true;
+        v->add_bos = true;
+    } else if (str_is(model, "gpt2")) {
+        v->type = WGLLM_VOCAB_TYPE_BPE;
+        v->bos = 11; v->eos = 11;
+    } else {
+        free(v);
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tokenizer.ggml.model '%.*s' is not supported (llama, gpt2)",
+                               (int)WGLLM_MIN(model.len, 64), model.data);
+    }
+
+    /* tokens, scores, types */
+    const struct wgllm_gguf_value *tv = wgllm_gguf_find(g, "tokenizer.ggml.tokens");
+    if (!tv || tv->type != WGLLM_GGUF_TYPE_ARRAY || tv->v.arr.type != WGLLM_GGUF_TYPE_STRING || tv->v.arr.n == 0 ||
+        tv->v.arr.n > INT32_MAX / 4) {
+        st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.tokens: %s",
+                             tv ? "not a non-empty array of strings" : "missing");
+        goto fail;
+    }
+    v->n_tokens = (int32_t)tv->v.arr.n;
+    const struct wgllm_gguf_value *sv = wgllm_gguf_find(g, "tokenizer.ggml.scores");
+    const struct wgllm_gguf_value *yv = wgllm_gguf_find(g, "tokenizer.ggml.token_type");
+    if (sv && (sv->type != WGLLM_GGUF_TYPE_ARRAY || sv->v.arr.n != tv->v.arr.n ||
+               (sv->v.arr.type != WGLLM_GGUF_TYPE_FLOAT32 && sv->v.arr.type != WGLLM_GGUF_TYPE_FLOAT64))) {
+        st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.scores: not a float array of %d entries", v->n_tokens);
+        goto fail;
+    }
+    if (yv && (yv->type != WGLLM_GGUF_TYPE_ARRAY || yv->v.arr.n != tv->v.arr.n || yv->v.arr.type == WGLLM_GGUF_TYPE_STRING ||
+               yv->v.arr.type == WGLLM_GGUF_TYPE_ARRAY)) {
+        st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.token_type: not an integer array of %d entries", v->n_tokens);
+        goto fail;
+    }
+    uint64_t total = 0;
+    for (int32_t i = 0; i < v->n_tokens; i++) total += tv->v.arr.items[i].v.str.len + 24;
+    v->toks = calloc((size_t)v->n_tokens, sizeof *v->toks);
+    v->text_arena = malloc(total);
+    v->is_eog = calloc((size_t)v->n_tokens, 1);
+    uint32_t cap = pow2_at_least((uint64_t)v->n_tokens);
+    v->tok_hash = malloc((size_t)cap * sizeof *v->tok_hash);
+    if (!v->toks || !v->text_arena || !v->is_eog || !v->tok_hash) {
+        st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "vocab: out of memory for %d tokens", v->n_tokens);
+        goto fail;
+    }
+    memset(v->tok_hash, 0xFF, (size_t)cap * sizeof *v->tok_hash);
+    v->tok_hash_mask = cap - 1;
+    char *a = v->text_arena;
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        struct wgllm_gguf_str s = tv->v.arr.items[i].v.str;
+        struct tok *t = &v->toks[i];
+        t->text = a;
+        if (s.len == 0) { /* llama.cpp renames empty tokens */
+            t->len = (uint32_t)sprintf(a, "[EMPTY_%d]", i);
+        } else {
+            memcpy(a, s.data, s.len);
+            a[s.len] = 0;
+            t->len = (uint32_t)s.len;
+        }
+        a += t->len + 1;
+        t->score = sv ? (float)wgllm_gguf_arr_float(sv, (uint64_t)i) : 0.0f;
+        t->attr = ATTR_NORMAL;
+        if (yv) {
+            switch (wgllm_gguf_arr_int(yv, (uint64_t)i)) {
+            case WGLLM_TOKEN_TYPE_UNKNOWN: t->attr = ATTR_UNKNOWN; break;
+            case WGLLM_TOKEN_TYPE_UNUSED: t->attr = ATTR_UNUSED; break;
+            case WGLLM_TOKEN_TYPE_NORMAL: t->attr = ATTR_NORMAL; break;
+            case WGLLM_TOKEN_TYPE_CONTROL: t->attr = ATTR_CONTROL; break;
+            case WGLLM_TOKEN_TYPE_USER_DEFINED: t->attr = ATTR_USER_DEFINED; break;
+            case WGLLM_TOKEN_TYPE_BYTE: t->attr = ATTR_BYTE; break;
+            default: t->attr = ATTR_UNDEFINED; break;
+            }
+        }
+        /* insert or overwrite: token_to_id[word] = i */
+        uint32_t k = (uint32_t)hash_bytes(t->text, t->len, HASH_SEED) & v->tok_hash_mask;
+        for (;; k = (k + 1) & v->tok_hash_mask) {
+            int32_t id = v->tok_hash[k];
+            if (id < 0 || (v->toks[id].len == t->len && memcmp(v->toks[id].text, t->text, t->len) == 0)) {
+                v->tok_hash[k] = i;
+                break;
+            }
+        }
+    }
+
+    if (v->type == WGLLM_VOCAB_TYPE_BPE) {
+        if ((st = load_merges(v, g, err)) != WGLLM_STATUS_OK) goto fail;
+        struct wgllm_gguf_str pre = {"default", 7};
+        const struct wgllm_gguf_value *pv = wgllm_gguf_find(g, "tokenizer.ggml.pre");
+        if (pv) {
+            if ((st = wgllm_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err)) != WGLLM_STATUS_OK) goto fail;
+        }
+        int def = -1;
+        for (size_t i = 0; i < sizeof k_pre_defs / sizeof k_pre_defs[0] && def < 0; i++)
+            if (name_in(k_pre_defs[i].names, pre)) def = (int)i;
+        if (def < 0) {
+            st = wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tokenizer.ggml.pre '%.*s' is not a supported pre-tokenizer",
+                                 (int)WGLLM_MIN(pre.len, 64), pre.data);
+            goto fail;
+        }
+        v->ignore_merges = k_pre_defs[def].ignore_merges;
+        v->add_bos = k_pre_defs[def].add_bos;
+        const char *exprs[MAX_RE];
+        int n = pre_exprs(def, exprs);
+        if ((st = wgllm_pretok_init(exprs, n, &v->pretok, err)) != WGLLM_STATUS_OK) goto fail;
+    }
+
+    if ((st = opt_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err)) != WGLLM_STATUS_OK) goto fail;
+    if ((st = opt_bool(g, "tokenizer.ggml.remove_extra_whitespaces", &v->remove_extra_whitespaces, err)) != WGLLM_STATUS_OK) goto fail;
+    static const struct {
+        const char *key;
+        size_t off;
+    } ids[] = {
+        {"tokenizer.ggml.bos_token_id", offsetof(struct wgllm_vocab, bos)},
+        {"tokenizer.ggml.eos_token_id", offsetof(struct wgllm_vocab, eos)},
+        {"tokenizer.ggml.eot_token_id", offsetof(struct wgllm_vocab, eot)},
+        {"tokenizer.ggml.eom_token_id", offsetof(struct wgllm_vocab, eom)},
+        {"tokenizer.ggml.unknown_token_id", offsetof(struct wgllm_vocab, unk)},
+        {"tokenizer.ggml.seperator_token_id", offsetof(struct wgllm_vocab, sep)},
+        {"tokenizer.ggml.padding_token_id", offsetof(struct wgllm_vocab, pad)},
+        {"tokenizer.ggml.fim_pre_token_id", offsetof(struct wgllm_vocab, fim_pre)},
+        {"tokenizer.ggml.fim_suf_token_id", offsetof(struct wgllm_vocab, fim_suf)},
+        {"tokenizer.ggml.fim_mid_token_id", offsetof(struct wgllm_vocab, fim_mid)},
+        {"tokenizer.ggml.fim_pad_token_id", offsetof(struct wgllm_vocab, fim_pad)},
+        {"tokenizer.ggml.fim_rep_token_id", offsetof(struct wgllm_vocab, fim_rep)},
+        {"tokenizer.ggml.fim_sep_token_id", offsetof(struct wgllm_vocab, fim_sep)},
+        {"tokenizer.ggml.prefix_token_id", offsetof(struct wgllm_vocab, fim_pre)},
+        {"tokenizer.ggml.suffix_token_id", offsetof(struct wgllm_vocab, fim_suf)},
+        {"tokenizer.ggml.middle_token_id", offsetof(struct wgllm_vocab, fim_mid)},
+    };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        int32_t *p = (int32_t *)((char *)v + ids[i].off);
+        if ((st = opt_id(g, ids[i].key, v->n_tokens, p, err)) != WGLLM_STATUS_OK) goto fail;
+    }
+    if ((st = opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err)) != WGLLM_STATUS_OK) goto fail;
+    if ((st = opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err)) != WGLLM_STATUS_OK) goto fail;
+
+    /* type defaults (bos = 11 for gpt2, ...) may not exist in a small vocab */
+    int32_t *all_ids[] = {&v->bos, &v->eos, &v->eot, &v->eom, &v->unk, &v->pad, &v->sep, &v->fim_pre,
+                          &v->fim_suf, &v->fim_mid, &v->fim_pad, &v->fim_rep, &v->fim_sep};
+    for (size_t i = 0; i < sizeof all_ids / sizeof all_ids[0]; i++)
+        if (*all_ids[i] >= v->n_tokens) *all_ids[i] = -1;
+
+    finish_specials(v, g);
+    *out = v;
+    return WGLLM_STATUS_OK;
+fail:
+    wgllm_vocab_free(v);
+    return st;
+}
+
+void wgllm_vocab_free(struct wgllm_vocab *v) {
+    if (!v) return;
+    free(v->toks);
+    free(v->text_arena);
+    free(v->tok_hash);
+    free(v->merges);
+    free(v->merge_arena);
+    free(v->merge_hash);
+    free(v->special);
+    free(v->is_eog);
+    wgllm_pretok_free(v->pretok);
+    free(v);
+}
+
+enum wgllm_vocab_type wgllm_vocab_type(const struct wgllm_vocab *v) { return v->type; }
+int32_t wgllm_vocab_n_tokens(const struct wgllm_vocab *v) { return v->n_tokens; }
+int32_t wgllm_vocab_bos(const struct wgllm_vocab *v) { return v->bos; }
+int32_t wgllm_vocab_eos(const struct wgllm_vocab *v) { return v->eos; }
+int32_t wgllm_vocab_eot(const struct wgllm_vocab *v) { return v->eot; }
+bool wgllm_vocab_add_bos(const struct wgllm_vocab *v) { return v->add_bos; }
+bool wgllm_vocab_add_eos(const struct wgllm_vocab *v) { return v->add_eos; }
+
+bool wgllm_vocab_is_eog(const struct wgllm_vocab *v, int32_t token) {
+    return token >= 0 && token < v->n_tokens && v->is_eog[token];
+}
+
+const char *wgllm_vocab_token_text(const struct wgllm_vocab *v, int32_t token) {
+    if (token < 0 || token >= v->n_tokens) return NULL;
+    return v->toks[token].text;
+}
+
+bool wgllm_vocab_is_control(const struct wgllm_vocab *v, int32_t token) {
+    return token >= 0 && token < v->n_tokens && (v->toks[token].attr & ATTR_CONTROL);
+}
+
+/* ------------------------------------------------------------------------
+ * growable output buffer
+ * ---------------------------------------------------------------------- */
+
+struct ids {
+    int32_t *v;
+    size_t n, cap;
+    bool oom;
+};
+
+static void ids_push(struct ids *o, int32_t id) {
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 64;
+        int32_t *p = realloc(o->v, cap * sizeof *p);
+        if (!p) { o->oom = true; return; }
+        o->v = p;
+        o->cap = cap;
+    }
+    o->v[o->n++] = id;
+}
+
+/* ------------------------------------------------------------------------
+ * special-token partition (llama.cpp's tokenizer_st_partition)
+ * ---------------------------------------------------------------------- */
+
+struct frag {
+    int32_t token; /* -1: raw text [off, off+len) */
+    size_t off, len;
+};
+
+struct frags {
+    struct frag *v;
+    size_t n, cap;
+    bool oom;
+};
+
+static void frags_push(struct frags *f, struct frag x) {
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 16;
+        struct frag *p = realloc(f->v, cap * sizeof *p);
+        if (!p) { f->oom = true; return; }
+        f->v = p;
+        f->cap = cap;
+    }
+    f->v[f->n++] = x;
+}
+
+static bool c_isspace(char c) { return (unsigned char)c < 0x80 && isspace((unsigned char)c); }
+
+static bool partition(const struct wgllm_vocab *v, const char *text, size_t len, bool parse_special,
+                      struct frags *out) {
+    struct frags cur = {0};
+    frags_push(&cur, (struct frag){-1, 0, len});
+    for (int32_t s = 0; s < v->n_special && !cur.oom; s++) {
+        int32_t sid = v->special[s];
+        const struct tok *t = &v->toks[sid];
+        if (!parse_special && (t->attr & (ATTR_CONTROL | ATTR_UNKNOWN))) continue;
+        struct frags next = {0};
+        for (size_t i = 0; i < cur.n; i++) {
+            struct frag f = cur.v[i];
+            if (f.token >= 0) { frags_push(&next, f); continue; }
+            size_t off = f.off, flen = f.len;
+            for (;;) {
+                const char *m = memmem(text + off, flen, t->text, t->len);
+                if (!m) {
+                    if (flen > 0) frags_push(&next, (struct frag){-1, off, flen});
+                    break;
+                }
+                size_t mpos = (size_t)(m - text);
+                if (mpos > off) {
+                    size_t llen = mpos - off;
+                    if (t->attr & ATTR_LSTRIP)
+                        while (llen > 0 && c_isspace(text[off + llen - 1])) llen--;
+                    if (llen > 0) frags_push(&next, (struct frag){-1, off, llen});
+                }
+                frags_push(&next, (struct frag){sid, 0, 0});
+                size_t roff = mpos + t->len, rlen = off + flen - roff;
+                if (t->attr & ATTR_RSTRIP)
+                    while (rlen > 0 && c_isspace(text[roff])) { roff++; rlen--; }
+                if (rlen == 0) break;
+                off = roff;
+                flen = rlen;
+            }
+        }
+        if (next.oom) cur.oom = true;
+        free(cur.v);
+        cur = next;
+    }
+    *out = cur;
+    return !cur.oom;
+}
+
+/* ------------------------------------------------------------------------
+ * SentencePiece (llama.cpp's llm_tokenizer_spm_session)
+ * ---------------------------------------------------------------------- */
+
+struct sym {
+    const char *text;
+    size_t n;
+    int prev, next;
+};
+
+struct bigram {
+    float score; /* SPM */
+    int32_t rank; /* BPE */
+    int left, right;
+    size_t size;
+};
+
+/* A binary max-heap; `better(a, b)` says a comes out before b. */
+struct heap {
+    struct bigram *v;
+    size_t n, cap;
+    bool (*better)(const struct bigram *, const struct bigram *);
+    bool oom;
+};
+
+static void heap_push(struct heap *h, struct bigram b) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        struct bigram *p = realloc(h->v, cap * sizeof *p);
+        if (!p) { h->oom = true; return; }
+        h->v = p;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!h->better(&b, &h->v[parent])) break;
+        h->v[i] = h->v[parent];
+        i = parent;
+    }
+    h->v[i] = b;
+}
+
+static struct bigram heap_pop(struct heap *h) {
+    struct bigram top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, best = i;
+        const struct bigram *bv = &last;
+        if (l < h->n && h->better(&h->v[l], bv)) { best = l; bv = &h->v[l]; }
+        if (r < h->n && h->better(&h->v[r], bv)) { best = r; }
+        if (best == i) break;
+        h->v[i] = h->v[best];
+        i = best;
+    }
+    if (h->n > 0) h->v[i] = last;
+    return top;
+}
+
+static bool spm_better(const struct bigram *a, const struct bigram *b) {
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+static bool bpe_better(const struct bigram *a, const struct bigram *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+/* rev_merge: merged text -> (left, right), the last bigram pushed for a text wins */
+struct revmap {
+    struct { const char *s; size_t n; int left, right; } *slot;
+    uint32_t mask;
+    bool oom;
+};
+
+static void rev_put(struct revmap *m, const char *s, size_t n, int left, int right) {
+    uint32_t k = (uint32_t)hash_bytes(s, n, HASH_SEED) & m->mask;
+    while (m->slot[k].s && !(m->slot[k].n == n && memcmp(m->slot[k].s, s, n) == 0)) k = (k + 1) & m->mask;
+    m->slot[k].s = s;
+    m->slot[k].n = n;
+    m->slot[k].left = left;
+    m->slot[k].right = right;
+}
+
+static bool rev_get(const struct revmap *m, const char *s, size_t n, int *left, int *right) {
+    uint32_t k = (uint32_t)hash_bytes(s, n, HASH_SEED) & m->mask;
+    for (; m->slot[k].s; k = (k + 1) & m->mask) {
+        if (m->slot[k].n == n && memcmp(m->slot[k].s, s, n) == 0) {
+            *left = m->slot[k].left;
+            *right = m->slot[k].right;
+            return true;
+        }
+    }
+    return false;
+}
+
+struct spm {
+    const struct wgllm_vocab *v;
+    struct sym *syms;
+    struct heap q;
+    struct revmap rev;
+};
+
+static void spm_try_bigram(struct spm *s, int left, int right) {
+    if (left == -1 || right == -1) return;
+    const char *t = s->syms[left].text;
+    size_t n = s->syms[left].n + s->syms[right].n;
+    int32_t id = text_to_token(s->v, t, n);
+    if (id < 0) return;
+    heap_push(&s->q, (struct bigram){.score = s->v->toks[id].score, .left = left, .right = right, .size = n});
+    rev_put(&s->rev, t, n, left, right);
+}
+
+static int32_t spm_byte_to_token(const struct wgllm_vocab *v, uint8_t ch) {
+    static const char hex[] = "0123456789ABCDEF";
+    char buf[7] = {'<', '0', 'x', hex[ch >> 4], hex[ch & 15], '>', 0};
+    int32_t id = text_to_token(v, buf, 6);
+    if (id >= 0) return id;
+    char c = (char)ch;
+    id = text_to_token(v, &c, 1);
+    return id >= 0 ? id : v->unk; /* llama.cpp throws here; unk is the gentle choice */
+}
+
+static void spm_resegment(struct spm *s, const struct sym *sym, struct ids *out, int depth) {
+    int32_t id = text_to_token(s->v, sym->text, sym->n);
+    if (id >= 0) { ids_push(out, id); return; }
+    int l, r;
+    if (depth > 10000 || !rev_get(&s->rev, sym->text, sym->n, &l, &r)) {
+        for (size_t j = 0; j < sym->n; j++) {
+            int32_t b = spm_byte_to_token(s->v, (uint8_t)sym->text[j]);
+            if (b >= 0) ids_push(out, b);
+        }
+        return;
+    }
+    spm_resegment(s, &s->syms[l], out, depth + 1);
+    spm_resegment(s, &s->syms[r], out, depth + 1);
+}
+
+static bool spm_tokenize(const struct wgllm_vocab *v, const char *text, size_t len, struct ids *out) {
+    if (len == 0) return true;
+    struct spm s = {.v = v, .q = {.better = spm_better}};
+    s.syms = malloc(len * sizeof *s.syms);
+    uint32_t cap = pow2_at_least(len * 2 + 8);
+    s.rev.slot = calloc(cap, sizeof *s.rev.slot);
+    s.rev.mask = cap - 1;
+    bool ok = s.syms && s.rev.slot;
+    int nsym = 0;
+    for (size_t off = 0; ok && off < len;) {
+        size_t n = WGLLM_MIN(wgllm_unicode_len_utf8(text[off]), len - off);
+        s.syms[nsym] = (struct sym){text + off, n, nsym - 1, off + n == len ? -1 : nsym + 1};
+        off += n;
+        nsym++;
+    }
+    for (int i = 1; ok && i < nsym; i++) spm_try_bigram(&s, i - 1, i);
+    while (ok && s.q.n > 0 && !s.q.oom) {
+        struct bigram b = heap_pop(&s.q);
+        struct sym *l = &s.syms[b.left], *r = &s.syms[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s.syms[r->next].prev = b.left;
+        spm_try_bigram(&s, l->prev, b.left);
+        spm_try_bigram(&s, b.left, l->next);
+    }
+    ok = ok && !s.q.oom;
+    for (int i = 0; ok && i != -1; i = s.syms[i].next) spm_resegment(&s, &s.syms[i], out, 0);
+    free(s.syms);
+    free(s.rev.slot);
+    free(s.q.v);
+    return ok;
+}
+
+/* ------------------------------------------------------------------------
+ * byte-level BPE (llama.cpp's llm_tokenizer_bpe_session)
+ * ---------------------------------------------------------------------- */
+
+static void bpe_add_bigram(const struct wgllm_vocab *v, struct sym *syms, struct heap *q, int left, int right) {
+    if (left == -1 || right == -1) return;
+    int32_t rank = find_rank(v, syms[left].text, syms[left].n, syms[right].text, syms[right].n);
+    if (rank < 0) return;
+    heap_push(q, (struct bigram){.rank = rank, .left = left, .right = right, .size = syms[left].n + syms[right].n});
+}
+
+/* Merges one byte-encoded word and appends its tokens. */
+static void bpe_word(const struct wgllm_vocab *v, const char *w, size_t wlen, struct sym *syms,
+                     struct heap *q, struct ids *out) {
+    int nsym = 0;
+    size_t off = 0;
+    if (v->ignore_merges && text_to_token(v, w, wlen) >= 0) {
+        syms[nsym++] = (struct sym){w, wlen, -1, -1};
+        off = wlen;
+    }
+    while (off < wlen) {
+        size_t n = WGLLM_MIN(wgllm_unicode_len_utf8(w[off]), wlen - off);
+        syms[nsym] = (struct sym){w + off, n, nsym - 1, off + n == wlen ? -1 : nsym + 1};
+        off += n;
+        nsym++;
+    }
+    q->n = 0;
+    for (int i = 1; i < nsym; i++) bpe_add_bigram(v, syms, q, i - 1, i);
+    while (q->n > 0 && !q->oom) {
+        struct bigram b = heap_pop(q);
+        struct sym *l = &syms[b.left], *r = &syms[b.right];
+        /* llama.cpp compares texts; left and right stay adjacent, so sizes suffice */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) syms[r->next].prev = b.left;
+        bpe_add_bigram(v, syms, q, l->prev, b.left);
+        bpe_add_bigram(v, syms, q, b.left, l->next);
+    }
+    for (int i = 0; i < nsym; i++) {
+        if (syms[i].n == 0) continue;
+        int32_t id = text_to_token(v, syms[i].text, syms[i].n);
+        if (id >= 0) {
+            ids_push(out, id);
+            continue;
+        }
+        for (size_t j = 0; j < syms[i].n; j++) {
+            int32_t b = text_to_token(v, syms[i].text + j, 1);
+            if (b >= 0) ids_push(out, b);
+        }
+    }
+}
+
+static bool bpe_tokenize(const struct wgllm_vocab *v, const char *text, size_t len, struct ids *out) {
+    if (len == 0) return true;
+    uint32_t *cpts = malloc(len * sizeof *cpts);
+    char *word = malloc(len * 8 + 8);    /* each codepoint re-encoded: <= 4 bytes -> <= 4 mapped chars of 2 bytes */
+    struct sym *syms = malloc((len * 8 + 8) * sizeof *syms);
+    size_t *lens = NULL;
+    struct heap q = {.better = bpe_better};
+    bool ok = cpts && word && syms;
+    size_t n = ok ? wgllm_unicode_decode(text, len, cpts) : 0;
+    size_t nw = ok ? wgllm_pretok_split(v->pretok, cpts, n, &lens) : 0;
+    if (nw == (size_t)-1) ok = false;
+    size_t start = 0;
+    for (size_t w = 0; ok && w < nw; w++) {
+        size_t wl = 0;
+        for (size_t i = start; i < start + lens[w]; i++) {
+            char u[4];
+            int k = wgllm_unicode_encode(cpts[i], u);
+            for (int j = 0; j < k; j++) wl += (size_t)wgllm_unicode_encode(wgllm_unicode_byte_to_cpt((uint8_t)u[j]), word + wl);
+        }
+        start += lens[w];
+        bpe_word(v, word, wl, syms, &q, out);
+        if (q.oom) ok = false;
+    }
+    free(cpts);
+    free(word);
+    free(syms);
+    free(lens);
+    free(q.v);
+    return ok;
+}
+
+/* ------------------------------------------------------------------------
+ * tokenize
+ * ---------------------------------------------------------------------- */
+
+int32_t wgllm_vocab_tokenize(const struct wgllm_vocab *v, const char *text, size_t len,
+                             int32_t *tokens, int32_t max_tokens, bool add_special,
+                             bool parse_special) {
+    if (v->type != WGLLM_VOCAB_TYPE_SPM && v->type != WGLLM_VOCAB_TYPE_BPE) return INT32_MIN;
+    if ((!text && len > 0) || max_tokens < 0 || len > INT32_MAX) return INT32_MIN;
+    struct ids out = {0};
+    struct frags fr = {0};
+    bool ok = len == 0 || partition(v, text, len, parse_special, &fr);
+    char *buf = NULL;
+
+    if (ok && v->type == WGLLM_VOCAB_TYPE_SPM) {
+        bool prev_special = true; /* so the first text gets the space prefix */
+        if (add_special && v->add_bos && v->bos >= 0) ids_push(&out, v->bos);
+        buf = malloc(len * 3 + 4);
+        ok = buf != NULL;
+        for (size_t i = 0; ok && i < fr.n; i++) {
+            if (fr.v[i].token >= 0) {
+                ids_push(&out, fr.v[i].token);
+                prev_special = true;
+                continue;
+            }
+            /* escape whitespace: ' ' -> U+2581 */
+            size_t bl = 0;
+            if (v->add_space_prefix && prev_special) { memcpy(buf, "\xe2\x96\x81", 3); bl = 3; }
+            for (size_t j = 0; j < fr.v[i].len; j++) {
+                char c = text[fr.v[i].off + j];
+                if (c == ' ') { memcpy(buf + bl, "\xe2\x96\x81", 3); bl += 3; }
+                else buf[bl++] = c;
+            }
+            ok = spm_tokenize(v, buf, bl, &out);
+            prev_special = false;
+        }
+        if (ok && add_special && v->add_eos && v->eos >= 0) ids_push(&out, v->eos);
+    } else if (ok) {
+        if (add_special && v->add_bos && v->bos >= 0) ids_push(&out, v->bos);
+        for (size_t i = 0; ok && i < fr.n; i++) {
+            if (fr.v[i].token >= 0) ids_push(&out, fr.v[i].token);
+            else ok = bpe_tokenize(v, text + fr.v[i].off, fr.v[i].len, &out);
+        }
+        if (ok && add_special && v->add_eos && v->eos >= 0) ids_push(&out, v->eos);
+    }
+    free(buf);
+    free(fr.v);
+    int32_t ret;
+    if (!ok || out.oom || out.n > INT32_MAX) ret = INT32_MIN;
+    else if (out.n > (size_t)max_tokens) ret = -(int32_t)out.n;
+    else {
+        if (out.n) memcpy(tokens, out.v, out.n * sizeof *tokens);
+        ret = (int32_t)out.n;
+    }
+    free(out.v);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * token_to_piece
+ * ---------------------------------------------------------------------- */
+
+static int32_t copy_piece(const char *s, size_t n, char *buf, int32_t size) {
+    if (n > (size_t)INT32_MAX) return INT32_MIN;
+    if ((size_t)size < n || size < 0) return -(int32_t)n;
+    if (n) memcpy(buf, s, n);
+    return (int32_t)n;
+}
+
+int32_t wgllm_vocab_token_to_piece(const struct wgllm_vocab *v, int32_t token, char *buf,
+                                   int32_t size, bool special) {
+    if (token < 0 || token >= v->n_tokens) return 0;
+    const struct tok *t = &v->toks[token];
+    if (!special && (t->attr & (ATTR_UNKNOWN | ATTR_CONTROL))) return 0;
+    if (t->attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED)) return copy_piece(t->text, t->len, buf, size);
+    if (v->type == WGLLM_VOCAB_TYPE_SPM) {
+        if (t->attr & ATTR_NORMAL) {
+            /* unescape U+2581 -> ' ' */
+            size_t n = 0;
+            for (size_t i = 0; i < t->len; i++) {
+                if (i + 2 < t->len && memcmp(t->text + i, "\xe2\x96\x81", 3) == 0) i += 2;
+                n++;
+            }
+            if (n > (size_t)size) return -(int32_t)n;
+            size_t o = 0;
+            for (size_t i = 0; i < t->len; i++) {
+                if (i + 2 < t->len && memcmp(t->text + i, "\xe2\x96\x81", 3) == 0) {
+                    buf[o++] = ' ';
+                    i += 2;
+                } else {
+                    buf[o++] = t->text[i];
+                }
+            }
+            return (int32_t)o;
+        }
+        if (t->attr & ATTR_BYTE) {
+            /* "<0xXX>": strtol of the text after "<0x" */
+            char b = (char)strtol(t->text + (t->len > 3 ? 3 : t->len), NULL, 16);
+            return copy_piece(&b, 1, buf, size);
+        }
+        return 0;
+    }
+    if (v->type == WGLLM_VOCAB_TYPE_BPE && (t->attr & ATTR_NORMAL)) {
+        /* map each codepoint back to its byte; llama.cpp writes unknown ones as a marker */
+        uint32_t cpts[256];
+        uint32_t *cp = t->len <= 256 ? cpts : malloc(t->len * sizeof *cp);
+        if (!cp) return INT32_MIN;
+        size_t nc = wgllm_unicode_decode(t->text, t->len, cp);
+        size_t need = 0;
+        char tmp[4];
+        for (int pass = 0; pass < 2; pass++) {
+            size_t o = 0;
+            for (size_t i = 0; i < nc; i++) {
+                int b = wgllm_unicode_cpt_to_byte(cp[i]);
+                if (b >= 0) {
+                    if (pass) buf[o] = (char)b;
+                    o++;
+                } else {
+                    char mark[64 + 16];
+                    int k = wgllm_unicode_encode(cp[i], tmp);
+                    int m = snprintf(mark, sizeof mark, "[UNK_BYTE_0x");
+                    for (int j = 0; j < k; j++) m += snprintf(mark + m, sizeof mark - (size_t)m, "%02x", (uint8_t)tmp[j]);
+                    size_t ml = (size_t)m + t->len + 1;
+                    if (pass) {
+                        memcpy(buf + o, mark, (size_t)m);
+                        memcpy(buf + o + m, t->text, t->len);
+                        buf[o + ml - 1] = ']';
+                    }
+                    o += ml;
+                }
+            }
+            if (!pass) {
+                need = o;
+                if (need > (size_t)size) break;
+            }
+        }
+        if (cp != cpts) free(cp);
+        if (need > (size_t)INT32_MAX) return INT32_MIN;
+        return need > (size_t)size ? -(int32_t)need : (int32_t)need;
+    }
+    return 0;
+}

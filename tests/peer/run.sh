@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Agreement tests against llama.cpp (node-llama-cpp, CPU build): tokenizer ids,
+# teacher-forced distributions, greedy generation, damaged-file handling.
+# Usage: bash tests/peer/run.sh   (from anywhere; ~10 minutes on 2 cores)
+# Extra arguments go to `node --test` (e.g. --test-name-pattern=tiny-f32).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ ! -d tools/peer/node_modules/node-llama-cpp ]; then
+  echo "peer: installing node-llama-cpp (CPU build only)" >&2
+  (cd tools/peer && npm ci --omit=optional --no-audit --no-fund)
+fi
+if [ ! -x build/release/wgllm ]; then
+  echo "peer: building wgllm" >&2
+  make -j2
+fi
+
+mkdir -p build/models
+for shape in tiny tiny-qwen2 tiny-qwen3; do
+  for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1; do
+    out="build/models/${shape}-${type}.gguf"
+    if [ ! -s "$out" ]; then
+      echo "peer: synthesizing $out" >&2
+      build/release/wgllm synth --shape "$shape" --type "$type" --seed 1 -o "$out.tmp"
+      mv "$out.tmp" "$out"
+    fi
+  done
+done
+
+exec node --test "$@" tests/peer/

@@ -1,0 +1,42 @@
+/* test.c - the harness behind test.h. */
+#include "test.h"
+
+#include <unistd.h>
+
+int test_checks_failed_in_current;
+int test_passed, test_failed;
+
+void test_run(const char *name, void (*fn)(void)) {
+    test_checks_failed_in_current = 0;
+    fn();
+    if (test_checks_failed_in_current == 0) {
+        test_passed++;
+        fprintf(stderr, "ok   %s\n", name);
+    } else {
+        test_failed++;
+        fprintf(stderr, "FAIL %s (%d checks)\n", name, test_checks_failed_in_current);
+    }
+}
+
+int test_summary(const char *suite) {
+    printf("%s: %d passed, %d failed\n", suite, test_passed, test_failed);
+    return test_failed == 0 ? 0 : 1;
+}
+
+const char *test_shared_path(const char *rel) {
+    static char buf[8][1024];
+    static int next;
+    char *b = buf[next++ % 8];
+    const char *root = getenv("WGLLM_SHARED");
+    snprintf(b, 1024, "%s/%s", root ? root : "../shared", rel);
+    return b;
+}
+
+const char *test_tmp_path(const char *suffix) {
+    static char buf[8][512];
+    static int next, counter;
+    char *b = buf[next++ % 8];
+    const char *dir = getenv("TMPDIR");
+    snprintf(b, 512, "%s/wgllm-test-%d-%d%s", dir ? dir : "/tmp", (int)getpid(), counter++, suffix);
+    return b;
+}

@@ -1,0 +1,72 @@
+/*
+ * test.h - the small harness every C test executable uses.
+ *
+ *   TEST(name) { CHECK(x == 1); CHECK_EQ_INT(a, b); ... }
+ *   int main(void) { RUN(name); ...; return test_summary("test_foo"); }
+ *
+ * Each executable ends with one line "test_foo: N passed, N failed"; a check
+ * that fails prints its file, line and the values, and the test goes on so
+ * one run shows every failure.
+ */
+#ifndef WGLLM_TEST_H
+#define WGLLM_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern int test_checks_failed_in_current;
+extern int test_passed, test_failed;
+
+#define TEST(name) static void name(void)
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "  %s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            test_checks_failed_in_current++;                                          \
+        }                                                                             \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                            \
+    do {                                                                              \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                         \
+        if (va_ != vb_) {                                                             \
+            fprintf(stderr, "  %s:%d: %s == %s failed: %lld != %lld\n", __FILE__,      \
+                    __LINE__, #a, #b, va_, vb_);                                      \
+            test_checks_failed_in_current++;                                          \
+        }                                                                             \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                         \
+    do {                                                                              \
+        double va_ = (double)(a), vb_ = (double)(b);                                  \
+        if (!(fabs(va_ - vb_) <= (tol))) {                                            \
+            fprintf(stderr, "  %s:%d: |%s - %s| <= %g failed: %.9g vs %.9g\n",         \
+                    __FILE__, __LINE__, #a, #b, (double)(tol), va_, vb_);             \
+            test_checks_failed_in_current++;                                          \
+        }                                                                             \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                               \
+    do {                                                                              \
+        const char *va_ = (a), *vb_ = (b);                                            \
+        if (strcmp(va_, vb_) != 0) {                                                  \
+            fprintf(stderr, "  %s:%d: %s == %s failed: \"%s\" != \"%s\"\n", __FILE__,  \
+                    __LINE__, #a, #b, va_, vb_);                                      \
+            test_checks_failed_in_current++;                                          \
+        }                                                                             \
+    } while (0)
+
+#define RUN(name) test_run(#name, name)
+
+void test_run(const char *name, void (*fn)(void));
+/* Prints the closing line and returns the process exit code. */
+int test_summary(const char *suite);
+/* Path of a file under the shared data folder (../shared, or $WGLLM_SHARED). */
+const char *test_shared_path(const char *rel);
+/* A fresh temporary file path (removed by the OS's tmp cleaning, not by us). */
+const char *test_tmp_path(const char *suffix);
+
+#endif

@@ -1,0 +1,383 @@
+/*
+ * test_vocab.c - tokenizer conformance against llama.cpp's own test pairs
+ * (../shared/vocab/ggml-vocab-*.gguf + .inp/.out, produced by llama.cpp's
+ * test-tokenizer-0 with add_special=false, parse_special=false), plus
+ * detokenization round trips, the buffer contract, special tokens and the
+ * regex pre-tokenizer engine.
+ */
+#include "test.h"
+#include "vocab/unicode.h"
+#include "vocab/vocab.h"
+
+#include <limits.h>
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); fclose(f); return NULL; }
+    b[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static struct wgllm_vocab *open_vocab(const char *name, struct wgllm_gguf **gout) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", name);
+    struct wgllm_error err = {0};
+    struct wgllm_gguf *g = NULL;
+    if (wgllm_gguf_open(test_shared_path(rel), &g, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  cannot open %s: %s\n", rel, err.message);
+        return NULL;
+    }
+    struct wgllm_vocab *v = NULL;
+    if (wgllm_vocab_init(g, &v, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  vocab_init %s: %s\n", rel, err.message);
+        v = NULL;
+    }
+    if (gout) *gout = g;
+    else wgllm_gguf_free(g);
+    return v;
+}
+
+/* Detokenizes ids[0..n) into a malloc'ed string (pieces concatenated). */
+static char *detok(const struct wgllm_vocab *v, const int32_t *ids, int n, size_t *len) {
+    size_t cap = 64, o = 0;
+    char *s = malloc(cap);
+    for (int i = 0; i < n; i++) {
+        int32_t k = wgllm_vocab_token_to_piece(v, ids[i], s + o, (int32_t)(cap - o), false);
+        if (k < 0) {
+            cap = (cap + (size_t)-k) * 2;
+            s = realloc(s, cap);
+            k = wgllm_vocab_token_to_piece(v, ids[i], s + o, (int32_t)(cap - o), false);
+        }
+        o += (size_t)k;
+    }
+    *len = o;
+    return s;
+}
+
+/* Runs one vocab's .inp/.out pairs; returns the number of mismatching cases. */
+static int conformance(const char *name, bool spm) {
+    struct wgllm_vocab *v = open_vocab(name, NULL);
+    CHECK(v != NULL);
+    if (!v) return -1;
+    char rel[256];
+    size_t ilen = 0, olen = 0;
+    snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf.inp", name);
+    char *inp = read_file(test_shared_path(rel), &ilen);
+    snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf.out", name);
+    char *outp = read_file(test_shared_path(rel), &olen);
+    CHECK(inp && outp);
+    if (!inp || !outp) { free(inp); free(outp); wgllm_vocab_free(v); return -1; }
+
+    /* test-tokenizer-0: cases end with "\n__ggml_vocab_test__\n" */
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    char *p = inp, *o = outp;
+    int cases = 0, bad = 0, roundtrip_bad = 0;
+    int32_t ids[4096], want[4096];
+    for (;;) {
+        char *e = memmem(p, ilen - (size_t)(p - inp), sep, sizeof sep - 1);
+        if (!e) break;
+        size_t tl = (size_t)(e - p);
+        char *nl = strchr(o, '\n');
+        if (!nl) { CHECK(nl != NULL); break; }
+        int nw = 0;
+        for (char *q = o; q < nl;) {
+            char *end;
+            long x = strtol(q, &end, 10);
+            if (end == q) break;
+            want[nw++] = (int32_t)x;
+            q = end;
+        }
+        int32_t n = wgllm_vocab_tokenize(v, p, tl, ids, 4096, false, false);
+        bool same = n == nw && memcmp(ids, want, (size_t)nw * sizeof *ids) == 0;
+        if (!same) {
+            bad++;
+            fprintf(stderr, "  %s case %d '%.*s': got %d tokens:", name, cases, (int)WGLLM_MIN(tl, 60), p, n);
+            for (int i = 0; i < n && i < 24; i++) fprintf(stderr, " %d", ids[i]);
+            fprintf(stderr, "\n      want %d:", nw);
+            for (int i = 0; i < nw && i < 24; i++) fprintf(stderr, " %d", want[i]);
+            fprintf(stderr, "\n");
+        } else if (n > 0) {
+            /* round trip: the pieces give the text back (SPM: after the added space) */
+            size_t dl;
+            char *d = detok(v, ids, n, &dl);
+            const char *dd = d;
+            if (spm && dl > 0 && d[0] == ' ') { dd++; dl--; }
+            if (!(dl == tl && memcmp(dd, p, tl) == 0)) {
+                /* invalid UTF-8 or unknown chars cannot round-trip; only flag valid text */
+                bool ascii_or_valid = true;
+                for (size_t i = 0; i < tl; i++) ascii_or_valid &= (uint8_t)p[i] < 0x80;
+                if (ascii_or_valid) {
+                    roundtrip_bad++;
+                    fprintf(stderr, "  %s case %d: round trip '%.*s' != '%.*s'\n", name, cases, (int)dl, dd, (int)tl, p);
+                }
+            }
+            free(d);
+        }
+        cases++;
+        p = e + sizeof sep - 1;
+        o = nl + 1;
+    }
+    CHECK(cases > 30);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(roundtrip_bad, 0);
+    fprintf(stderr, "  %s: %d cases, %d mismatches\n", name, cases, bad);
+    free(inp);
+    free(outp);
+    wgllm_vocab_free(v);
+    return bad;
+}
+
+TEST(conformance_llama_spm) { conformance("llama-spm", true); }
+TEST(conformance_phi3) { conformance("phi-3", true); }
+TEST(conformance_gpt2) { conformance("gpt-2", false); }
+TEST(conformance_deepseek_coder) { conformance("deepseek-coder", false); }
+
+TEST(buffer_contract) {
+    struct wgllm_vocab *v = open_vocab("llama-spm", NULL);
+    CHECK(v != NULL);
+    if (!v) return;
+    const char *t = "Hello world, this is a test";
+    int32_t all[64];
+    int32_t n = wgllm_vocab_tokenize(v, t, strlen(t), all, 64, true, false);
+    CHECK(n > 3);
+    CHECK_EQ_INT(all[0], wgllm_vocab_bos(v)); /* add_bos for SPM */
+    int32_t small[64];
+    for (int i = 0; i < 64; i++) small[i] = 12345;
+    int32_t m = wgllm_vocab_tokenize(v, t, strlen(t), small, 2, true, false);
+    CHECK_EQ_INT(m, -n);
+    CHECK_EQ_INT(small[2], 12345); /* nothing written past max_tokens */
+    CHECK_EQ_INT(wgllm_vocab_tokenize(v, t, strlen(t), small, n, true, false), n);
+    CHECK(memcmp(small, all, (size_t)n * sizeof *all) == 0);
+    CHECK_EQ_INT(wgllm_vocab_tokenize(v, "", 0, small, 0, false, false), 0);
+    CHECK_EQ_INT(wgllm_vocab_tokenize(v, "", 0, small, 4, true, false), 1); /* just BOS */
+    /* piece buffer */
+    char buf[4];
+    int32_t id = all[1];
+    int32_t need = wgllm_vocab_token_to_piece(v, id, buf, 0, false);
+    CHECK(need < 0);
+    char big[64];
+    CHECK_EQ_INT(wgllm_vocab_token_to_piece(v, id, big, 64, false), -need);
+    wgllm_vocab_free(v);
+}
+
+TEST(spm_special_tokens) {
+    struct wgllm_vocab *v = open_vocab("llama-spm", NULL);
+    CHECK(v != NULL);
+    if (!v) return;
+    CHECK_EQ_INT(wgllm_vocab_bos(v), 1);
+    CHECK_EQ_INT(wgllm_vocab_eos(v), 2);
+    CHECK(wgllm_vocab_is_eog(v, 2));
+    CHECK(!wgllm_vocab_is_eog(v, 1));
+    CHECK_STR(wgllm_vocab_token_text(v, 1), "<s>");
+    int32_t ids[32];
+    /* parse_special: "<s>" is the control token; otherwise it is plain text */
+    int32_t n = wgllm_vocab_tokenize(v, "<s>hi", 5, ids, 32, false, true);
+    CHECK(n >= 2);
+    CHECK_EQ_INT(ids[0], 1);
+    n = wgllm_vocab_tokenize(v, "<s>hi", 5, ids, 32, false, false);
+    CHECK(n >= 2);
+    for (int i = 0; i < n; i++) CHECK(ids[i] != 1);
+    /* control tokens render empty unless special */
+    char buf[16];
+    CHECK_EQ_INT(wgllm_vocab_token_to_piece(v, 1, buf, 16, false), 0);
+    CHECK_EQ_INT(wgllm_vocab_token_to_piece(v, 1, buf, 16, true), 3);
+    CHECK(memcmp(buf, "<s>", 3) == 0);
+    /* byte tokens: <0x0A> is a newline */
+    n = wgllm_vocab_tokenize(v, "\n", 1, ids, 32, false, false);
+    CHECK(n >= 1);
+    int32_t k = wgllm_vocab_token_to_piece(v, ids[n - 1], buf, 16, false);
+    CHECK_EQ_INT(k, 1);
+    CHECK_EQ_INT(buf[0], '\n');
+    wgllm_vocab_free(v);
+}
+
+TEST(bpe_special_and_eog) {
+    struct wgllm_vocab *v = open_vocab("gpt-2", NULL);
+    CHECK(v != NULL);
+    if (!v) return;
+    int32_t eot = -1;
+    for (int32_t i = 0; i < wgllm_vocab_n_tokens(v); i++)
+        if (strcmp(wgllm_vocab_token_text(v, i), "<|endoftext|>") == 0) eot = i;
+    CHECK(eot >= 0);
+    CHECK(wgllm_vocab_is_eog(v, eot));
+    int32_t ids[32];
+    const char *t = "a<|endoftext|>b";
+    int32_t n = wgllm_vocab_tokenize(v, t, strlen(t), ids, 32, false, true);
+    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(ids[1], eot);
+    n = wgllm_vocab_tokenize(v, t, strlen(t), ids, 32, false, false);
+    CHECK(n > 3);
+    /* BPE piece: "Ġworld" -> " world" */
+    n = wgllm_vocab_tokenize(v, " world", 6, ids, 32, false, false);
+    CHECK_EQ_INT(n, 1);
+    char buf[16];
+    CHECK_EQ_INT(wgllm_vocab_token_to_piece(v, ids[0], buf, 16, false), 6);
+    CHECK(memcmp(buf, " world", 6) == 0);
+    wgllm_vocab_free(v);
+}
+
+static int split_words(const char *expr, const char *text, char out[][64], int max) {
+    struct wgllm_pretok *p = NULL;
+    struct wgllm_error err = {0};
+    if (wgllm_pretok_init(&expr, 1, &p, &err) != WGLLM_STATUS_OK) return -1;
+    size_t len = strlen(text);
+    uint32_t *cp = malloc((len + 1) * sizeof *cp);
+    size_t n = wgllm_unicode_decode(text, len, cp);
+    size_t *lens = NULL;
+    size_t nw = wgllm_pretok_split(p, cp, n, &lens);
+    size_t start = 0;
+    int k = 0;
+    for (size_t w = 0; w < nw && k < max; w++, k++) {
+        size_t o = 0;
+        for (size_t i = start; i < start + lens[w] && o < 56; i++) o += (size_t)wgllm_unicode_encode(cp[i], out[k] + o);
+        out[k][o] = 0;
+        start += lens[w];
+    }
+    free(lens);
+    free(cp);
+    wgllm_pretok_free(p);
+    return k;
+}
+
+TEST(regex_engine) {
+    char w[16][64];
+    /* qwen2's regex runs on the general engine: digits one by one, (?!\S) backtracking */
+    const char *qwen2 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    int n = split_words(qwen2, "I'M 123  héllo!!\n", w, 16);
+    CHECK_EQ_INT(n, 9);
+    if (n == 9) {
+        CHECK_STR(w[0], "I");
+        CHECK_STR(w[1], "'M");
+        CHECK_STR(w[2], " ");
+        CHECK_STR(w[3], "1");
+        CHECK_STR(w[5], "3");
+        CHECK_STR(w[6], " ");
+        CHECK_STR(w[7], " héllo");
+        CHECK_STR(w[8], "!!\n");
+    }
+    /* unmatched text between matches stays a word of its own */
+    n = split_words("[0-9][0-9][0-9]", "ab12345c", w, 16);
+    CHECK_EQ_INT(n, 3);
+    if (n == 3) {
+        CHECK_STR(w[0], "ab");
+        CHECK_STR(w[1], "123");
+        CHECK_STR(w[2], "45c");
+    }
+    n = split_words("\\s+$", "a  b  ", w, 16);
+    CHECK_EQ_INT(n, 2);
+    if (n == 2) CHECK_STR(w[1], "  ");
+    /* bad regexes fail cleanly */
+    struct wgllm_pretok *p = NULL;
+    const char *badre = "(abc";
+    CHECK(wgllm_pretok_init(&badre, 1, &p, NULL) != WGLLM_STATUS_OK);
+    CHECK(p == NULL);
+}
+
+TEST(unicode_tables) {
+    CHECK(wgllm_unicode_flags('a') & WGLLM_UCF_LETTER);
+    CHECK(wgllm_unicode_flags(0x00E9) & WGLLM_UCF_LETTER);
+    CHECK(wgllm_unicode_flags('7') & WGLLM_UCF_NUMBER);
+    CHECK(wgllm_unicode_flags(0x3000) & WGLLM_UCF_WHITESPACE);
+    CHECK(wgllm_unicode_flags(' ') & WGLLM_UCF_WHITESPACE);
+    CHECK(!(wgllm_unicode_flags(0x1C) & WGLLM_UCF_WHITESPACE));
+    CHECK(wgllm_unicode_flags('!') & WGLLM_UCF_PUNCTUATION);
+    CHECK_EQ_INT(wgllm_unicode_flags(0x0378), WGLLM_UCF_UNDEFINED);
+    CHECK_EQ_INT(wgllm_unicode_tolower('K'), 'k');
+    CHECK_EQ_INT(wgllm_unicode_tolower(0x212A), 'k');
+    CHECK_EQ_INT(wgllm_unicode_byte_to_cpt(' '), 0x120); /* 'Ġ' */
+    for (int b = 0; b < 256; b++) CHECK_EQ_INT(wgllm_unicode_cpt_to_byte(wgllm_unicode_byte_to_cpt((uint8_t)b)), b);
+    uint32_t cp[8];
+    CHECK_EQ_INT(wgllm_unicode_decode("a\xff\xc3", 3, cp), 3);
+    CHECK_EQ_INT(cp[1], 0xFFFD);
+    CHECK_EQ_INT(cp[2], 0xFFFD);
+}
+
+TEST(unsupported_and_hostile) {
+    struct wgllm_gguf *g = NULL;
+    struct wgllm_vocab *v = open_vocab("bert-bge", &g);
+    CHECK(v == NULL); /* WordPiece is not implemented: UNSUPPORTED, no crash */
+    wgllm_vocab_free(v);
+    wgllm_gguf_free(g);
+    /* unknown pre-tokenizer names itself */
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    const char *toks[] = {"a", "b", "ab"};
+    wgllm_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    wgllm_gguf_writer_set_str(w, "tokenizer.ggml.pre", "no-such-pre");
+    wgllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    const char *merges[] = {"a b"};
+    wgllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    const char *path = test_tmp_path(".gguf");
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_gguf_writer_write(w, path, NULL, NULL, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_gguf_open(path, &g, &err), WGLLM_STATUS_OK);
+    if (g) {
+        CHECK_EQ_INT(wgllm_vocab_init(g, &v, &err), WGLLM_STATUS_UNSUPPORTED);
+        CHECK(strstr(err.message, "no-such-pre") != NULL);
+        wgllm_gguf_free(g);
+        g = NULL;
+    }
+    /* the same with a known pre-tokenizer works, and merges apply */
+    wgllm_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    CHECK_EQ_INT(wgllm_gguf_writer_write(w, path, NULL, NULL, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_gguf_open(path, &g, &err), WGLLM_STATUS_OK);
+    if (g) {
+        v = NULL;
+        CHECK_EQ_INT(wgllm_vocab_init(g, &v, &err), WGLLM_STATUS_OK);
+        if (v) {
+            int32_t ids[8];
+            /* one word "abab" -> merge "a b" twice -> "ab" "ab" */
+            CHECK_EQ_INT(wgllm_vocab_tokenize(v, "abab", 4, ids, 8, false, false), 2);
+            CHECK_EQ_INT(ids[0], 2);
+            CHECK_EQ_INT(ids[1], 2);
+            /* invalid UTF-8 and unmapped bytes do not crash */
+            CHECK(wgllm_vocab_tokenize(v, "\xff\x00z", 3, ids, 8, true, true) >= 0);
+            wgllm_vocab_free(v);
+        }
+        wgllm_gguf_free(g);
+    }
+    wgllm_gguf_writer_free(w);
+}
+
+/* Cases checked against the node-llama-cpp peer: phi-3's "</s>" is user-defined
+ * in the file but llama.cpp makes it control (EOG list), and phi-3's special
+ * tokens strip the spaces after them (RSTRIP). */
+TEST(phi3_special_rules) {
+    struct wgllm_vocab *v = open_vocab("phi-3", NULL);
+    CHECK(v != NULL);
+    if (!v) return;
+    const char *t = "Hello <s> world</s>  ok";
+    int32_t ids[64];
+    static const int32_t plain[] = {15043, 529, 29879, 29958, 3186, 829, 29879, 29958, 29871, 3431};
+    static const int32_t special[] = {15043, 29871, 1, 29871, 3186, 2, 3431};
+    int32_t n = wgllm_vocab_tokenize(v, t, strlen(t), ids, 64, false, false);
+    CHECK_EQ_INT(n, 10);
+    if (n == 10) CHECK(memcmp(ids, plain, sizeof plain) == 0);
+    n = wgllm_vocab_tokenize(v, t, strlen(t), ids, 64, false, true);
+    CHECK_EQ_INT(n, 7);
+    if (n == 7) CHECK(memcmp(ids, special, sizeof special) == 0);
+    CHECK(wgllm_vocab_is_eog(v, 32007)); /* <|end|> */
+    CHECK(wgllm_vocab_is_eog(v, 32000)); /* <|endoftext|> */
+    wgllm_vocab_free(v);
+}
+
+int main(void) {
+    RUN(unicode_tables);
+    RUN(regex_engine);
+    RUN(conformance_llama_spm);
+    RUN(conformance_phi3);
+    RUN(conformance_gpt2);
+    RUN(conformance_deepseek_coder);
+    RUN(buffer_contract);
+    RUN(spm_special_tokens);
+    RUN(bpe_special_and_eog);
+    RUN(phi3_special_rules);
+    RUN(unsupported_and_hostile);
+    return test_summary("test_vocab");
+}

@@ -1,0 +1,129 @@
+// Helpers shared by the peer tests and the benchmark: where things live, how to run
+// the `wgllm` command, and the comparison math (softmax, KL, argmax) in float64.
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+export const WGLLM = process.env.WGLLM_BIN || join(ROOT, 'build/release/wgllm');
+export const MODELS = process.env.WGLLM_MODELS || join(ROOT, 'build/models');
+export const VOCAB_DIR = resolve(ROOT, '../shared/vocab');
+
+export const modelPath = (shape, type) => join(MODELS, `${shape}-${type}.gguf`);
+
+/* Runs wgllm with argv (no shell), from the repo root. Returns spawnSync's result
+ * with stdout/stderr as strings. */
+export function runWgllm(args, { timeoutMs = 120000, input } = {}) {
+  if (!existsSync(WGLLM)) throw new Error(`${WGLLM} missing: run make -j2 first`);
+  return spawnSync(WGLLM, args, { cwd: ROOT, encoding: 'utf8', timeout: timeoutMs, maxBuffer: 256 << 20, input });
+}
+
+function mustSucceed(args, r) {
+  if (r.error) throw r.error;
+  if (r.status !== 0)
+    throw new Error(`wgllm ${args.join(' ')} failed (status ${r.status}, signal ${r.signal}): ${r.stderr.slice(-2000)}`);
+  return r;
+}
+
+/* Last non-empty stdout line parsed as JSON (wgllm prints progress on stderr). */
+function lastJson(args, r) {
+  const lines = r.stdout.split('\n').map((l) => l.trim()).filter(Boolean);
+  if (!lines.length) throw new Error(`wgllm ${args.join(' ')} printed nothing on stdout`);
+  try { return JSON.parse(lines[lines.length - 1]); }
+  catch (e) { throw new Error(`wgllm ${args.join(' ')}: stdout is not JSON: ${lines[lines.length - 1].slice(0, 300)}`); }
+}
+
+/* `wgllm tokenize`: text is a string or a byte buffer. Text that is not safe as one
+ * argv element (invalid UTF-8, leading '-', empty, NUL) goes through --file. */
+let tmpDir = null;
+export function wgllmTokenize(model, text, opts = {}) {
+  const { args, r } = wgllmTokenizeRun(model, text, opts);
+  return lastJson(args, mustSucceed(args, r));
+}
+
+/* The same, returning the raw process result (for inputs without a reference). */
+export function wgllmTokenizeRaw(model, text, opts = {}) {
+  return wgllmTokenizeRun(model, text, opts).r;
+}
+
+function wgllmTokenizeRun(model, text, { addSpecial = true, parseSpecial = false } = {}) {
+  const args = ['tokenize', '-m', model];
+  const isStr = typeof text === 'string';
+  if (isStr && text.length > 0 && !text.startsWith('-') && !text.includes('\0')) {
+    args.push('-p', text);
+  } else {
+    tmpDir ??= mkdtempSync(join(tmpdir(), 'wgllm-peer-'));
+    const f = join(tmpDir, 'text.bin');
+    writeFileSync(f, isStr ? Buffer.from(text, 'utf8') : Buffer.from(text));
+    args.push('--file', f);
+  }
+  if (!addSpecial) args.push('--no-special');
+  if (parseSpecial) args.push('--parse-special');
+  args.push('--ids');
+  return { args, r: runWgllm(args) };
+}
+process.on('exit', () => { if (tmpDir) rmSync(tmpDir, { recursive: true, force: true }); });
+
+/* `wgllm logits`: returns an array of Float32Array rows (n_tokens x n_vocab). */
+export function wgllmLogits(model, tokens, nVocab, { threads = 2 } = {}) {
+  tmpDir ??= mkdtempSync(join(tmpdir(), 'wgllm-peer-'));
+  const out = join(tmpDir, 'logits.f32');
+  const args = ['logits', '-m', model, '--tokens', tokens.join(','), '-o', out, '-t', String(threads)];
+  mustSucceed(args, runWgllm(args));
+  const buf = readFileSync(out);
+  if (buf.length !== tokens.length * nVocab * 4)
+    throw new Error(`wgllm logits wrote ${buf.length} bytes, expected ${tokens.length} x ${nVocab} x 4`);
+  const all = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
+  const rows = [];
+  for (let i = 0; i < tokens.length; i++) rows.push(all.slice(i * nVocab, (i + 1) * nVocab));
+  return rows;
+}
+
+export function wgllmGreedy(model, promptIds, n) {
+  const args = ['run', '-m', model, '--prompt-ids', promptIds.join(','), '-n', String(n), '--ids'];
+  return lastJson(args, mustSucceed(args, runWgllm(args)));
+}
+
+export function wgllmBench(model, { pp = 128, tg = 32, reps = 3, threads = 2 } = {}) {
+  const args = ['bench', '-m', model, '-p', String(pp), '-n', String(tg), '-r', String(reps), '-t', String(threads), '--json'];
+  return lastJson(args, mustSucceed(args, runWgllm(args, { timeoutMs: 1800000 })));
+}
+
+// ---- comparison math (float64) ----
+
+/* log-softmax of raw logits, in float64. */
+export function logSoftmax(logits) {
+  let m = -Infinity;
+  for (let i = 0; i < logits.length; i++) if (logits[i] > m) m = logits[i];
+  let s = 0;
+  for (let i = 0; i < logits.length; i++) s += Math.exp(logits[i] - m);
+  const lse = m + Math.log(s);
+  const out = new Float64Array(logits.length);
+  for (let i = 0; i < logits.length; i++) out[i] = logits[i] - lse;
+  return out;
+}
+
+/* KL(p || q) = sum p (log p - log q) with both given as log-probabilities; terms with
+ * p == 0 contribute 0. A q of -Infinity where p > 0 gives Infinity (a real bug). */
+export function klLog(logP, logQ) {
+  let kl = 0;
+  for (let i = 0; i < logP.length; i++) {
+    const lp = logP[i];
+    if (lp === -Infinity) continue;
+    kl += Math.exp(lp) * (lp - logQ[i]);
+  }
+  return Math.max(kl, 0);
+}
+
+export function argmax(row) {
+  let m = 0;
+  for (let i = 1; i < row.length; i++) if (row[i] > row[m]) m = i;
+  return m;
+}
+
+export function hasNonFinite(row) {
+  for (let i = 0; i < row.length; i++) if (!Number.isFinite(row[i])) return true;
+  return false;
+}
