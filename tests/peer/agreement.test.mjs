@@ -2,19 +2,22 @@
 // teacher-forced next-token distributions (KL, top-1) for every architecture x
 // weight type, greedy generation for f32/f16/q8_0, and clean failure on damaged files.
 //
-// Tolerances (mean over the 64 positions of KL(llama.cpp || wgllm), nats):
-//   f32                  1e-4  both sides compute in f32; only summation order and
-//                              llama.cpp's own f16 rounding of softmax-free parts
-//                              differ. A few ulps in the logits give KL ~1e-10.
-//   f16, bf16, q8_0      1e-3  llama.cpp's CPU matmul rounds the activations to the
-//                              weight's dot type (f16, bf16, q8_0) before the dot
-//                              product; wgllm may keep them in f32. That rounding
-//                              (2^-11, 2^-8, 1/254 relative) moves logits by ~1e-3
-//                              of their spread: KL ~1e-5..1e-4.
-//   q4_0 q4_1 q5_0 q5_1  5e-3  same activation rounding (q8_0 / q8_1) against
-//                              coarser weights, plus scale-rounding differences.
-// These are provisional upper bounds written before wgllm existed; the table printed
-// below shows the measured values: tighten when they are known.
+// Tolerances (mean over the 64 positions of KL(llama.cpp || wgllm), nats). Measured
+// reference point: on such synthetic models (peaked: KL to uniform ~6 nats) merely
+// switching llama.cpp's own KV cache from F32 to F16 (2^-11 relative rounding of K
+// and V only) gives mean KL 1e-5..2.5e-5, max 1.7e-4; the peer's self-agreement
+// (same file, F32 KV, two runs) is 3e-17. KL grows with the square of the logit error.
+//   f32                  1e-4  both sides compute in f32; allows wgllm an F16 KV cache
+//                              (~2e-5 above) with 4x margin, nothing more.
+//   f16                  1e-3  llama.cpp's CPU matmul rounds activations to f16
+//                              (2^-11) before the dot; wgllm may keep f32.
+//   bf16, q8_0           3e-3  activations rounded to bf16 (2^-8) or q8_0 (~1/254 of
+//                              the block max) by llama.cpp: ~8x the f16 error, so up
+//                              to ~60x its KL if wgllm does not round the same way.
+//   q4_0 q4_1 q5_0 q5_1  1e-2  as q8_0 (activations as q8_0/q8_1) plus accumulation
+//                              of coarser weights in a different order.
+// These were set before wgllm existed; the table printed below shows measured values:
+// tighten them to ~5x the measured means once known.
 // A bound only means something if a real bug would exceed it by far. Each model's
 // "shift KL" column is the mean KL(p_i || p_(i-1)): what wgllm would score if it
 // were off by one position (a RoPE/KV-cache bug shows about as much). The test fails
@@ -37,7 +40,7 @@ const TYPES = (process.env.PEER_TYPES || 'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1'
 const GREEDY_TYPES = ['f32', 'f16', 'q8_0'];
 const N_POS = 64;
 const N_PROMPT = 16, N_GEN = 32;
-const BOUND = { f32: 1e-4, f16: 1e-3, bf16: 1e-3, q8_0: 1e-3, q4_0: 5e-3, q4_1: 5e-3, q5_0: 5e-3, q5_1: 5e-3 };
+const BOUND = { f32: 1e-4, f16: 1e-3, bf16: 3e-3, q8_0: 3e-3, q4_0: 1e-2, q4_1: 1e-2, q5_0: 1e-2, q5_1: 1e-2 };
 // greedy: a divergence is accepted only at a near-tie, where llama.cpp itself ranks
 // wgllm's token within this many nats of its own choice (then only the prefix counts)
 const TIE_NATS = 1e-3;

@@ -1,0 +1,365 @@
+/*
+ * test_model.c - the CPU forward pass against an independent, naive
+ * double-precision transformer written here from the architecture's
+ * definition; plus batching, threading, KV-cache and error behaviour of the
+ * public API on synthetic models (llama, qwen2, qwen3 shapes).
+ */
+#include "test.h"
+
+#include "model/model.h"
+#include "model/synth.h"
+#include "quant/quant.h"
+
+#include <math.h>
+
+static const char *make_model(const char *shape, uint32_t type) {
+    static char paths[16][512];
+    static int next;
+    char *p = paths[next++ % 16];
+    snprintf(p, 512, "%s", test_tmp_path(".gguf"));
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = shape;
+    sp.type = type;
+    sp.seed = 3;
+    struct wgllm_error err;
+    enum wgllm_status st = wgllm_synth_write(&sp, p, &err);
+    if (st != WGLLM_STATUS_OK) {
+        fprintf(stderr, "synth %s: %s\n", shape, err.message);
+        return NULL;
+    }
+    return p;
+}
+
+static struct wgllm_model *load(const char *path, int threads) {
+    struct wgllm_model_params mp = wgllm_model_default_params();
+    mp.n_threads = threads;
+    struct wgllm_model *m = NULL;
+    struct wgllm_error err;
+    if (wgllm_model_load(path, &mp, &m, &err) != WGLLM_STATUS_OK) fprintf(stderr, "load: %s\n", err.message);
+    return m;
+}
+
+/* ---- naive reference ---------------------------------------------------- */
+
+static double *deq(const struct wgllm_weight *w) {
+    int64_t n = w->ne0 * w->ne1;
+    float *f = malloc((size_t)n * sizeof(float));
+    const struct wgllm_type_traits *tr = wgllm_type_traits(w->type);
+    for (int64_t r = 0; r < w->ne1; r++) tr->to_float((const char *)w->data + r * w->row_size, f + r * w->ne0, w->ne0);
+    double *d = malloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) d[i] = f[i];
+    free(f);
+    return d;
+}
+
+/* y[r] = sum_i W[r][i] x[i] (+ b[r]) */
+static void mv(const double *W, const double *x, double *y, int64_t in, int64_t out, const float *b) {
+    for (int64_t r = 0; r < out; r++) {
+        double s = 0;
+        for (int64_t i = 0; i < in; i++) s += W[r * in + i] * x[i];
+        y[r] = s + (b ? b[r] : 0.0);
+    }
+}
+
+static void rmsn(const double *x, const float *w, double *y, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double sc = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * sc * (w ? w[i] : 1.0);
+}
+
+static void rope(double *x, int pos, const struct wgllm_hparams *hp, const float *ff) {
+    int half = hp->n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        double freq = pow(hp->rope_freq_base, -2.0 * i / hp->n_rot) / (ff ? ff[i] : 1.0);
+        double th = pos * freq * hp->rope_freq_scale, c = cos(th), s = sin(th);
+        int a = hp->rope_type == WGLLM_ROPE_NEOX ? i : 2 * i, b = hp->rope_type == WGLLM_ROPE_NEOX ? i + half : 2 * i + 1;
+        double x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+/* logits[t][V] for tokens[0..n) by the textbook definition, in double. */
+static double *reference_forward(const struct wgllm_model *m, const int32_t *tokens, int n) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const int E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab, dk = hp->head_dim_k, dv = hp->head_dim_v;
+    const int QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv;
+    double *emb = deq(&m->tok_embd), *out = deq(&m->output);
+    double *x = calloc((size_t)n * E, sizeof(double)), *h = malloc(sizeof(double) * (size_t)E);
+    double *q = malloc(sizeof(double) * (size_t)QD), *att = malloc(sizeof(double) * (size_t)QD);
+    double *K = malloc(sizeof(double) * (size_t)n * KD), *Vc = malloc(sizeof(double) * (size_t)n * VD);
+    double *g = malloc(sizeof(double) * (size_t)F), *u = malloc(sizeof(double) * (size_t)F), *o = malloc(sizeof(double) * (size_t)E);
+    double *logits = malloc(sizeof(double) * (size_t)n * V), *sc = malloc(sizeof(double) * (size_t)n);
+    for (int t = 0; t < n; t++) memcpy(x + (size_t)t * E, emb + (size_t)tokens[t] * E, sizeof(double) * (size_t)E);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct wgllm_layer *L = &m->layers[il];
+        double *wq = deq(&L->wq), *wk = deq(&L->wk), *wv = deq(&L->wv), *wo = deq(&L->wo);
+        double *wg = deq(&L->w_gate), *wu = deq(&L->w_up), *wd = deq(&L->w_down);
+        for (int t = 0; t < n; t++) { /* causal: position t sees 0..t, K/V filled as we go */
+            double *xt = x + (size_t)t * E;
+            rmsn(xt, L->attn_norm, h, E, hp->rms_eps);
+            mv(wq, h, q, E, QD, L->bq);
+            mv(wk, h, K + (size_t)t * KD, E, KD, L->bk);
+            mv(wv, h, Vc + (size_t)t * VD, E, VD, L->bv);
+            for (int hh = 0; hh < hp->n_head; hh++) {
+                if (L->q_norm) rmsn(q + hh * dk, L->q_norm, q + hh * dk, dk, hp->rms_eps);
+                rope(q + hh * dk, t, hp, m->rope_freqs);
+            }
+            for (int hh = 0; hh < hp->n_head_kv; hh++) {
+                double *kh = K + (size_t)t * KD + hh * dk;
+                if (L->k_norm) rmsn(kh, L->k_norm, kh, dk, hp->rms_eps);
+                rope(kh, t, hp, m->rope_freqs);
+            }
+            for (int hh = 0; hh < hp->n_head; hh++) {
+                int kvh = hh / (hp->n_head / hp->n_head_kv);
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double s = 0;
+                    for (int d = 0; d < dk; d++) s += q[hh * dk + d] * K[(size_t)j * KD + kvh * dk + d];
+                    sc[j] = s / sqrt((double)dk);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int d = 0; d < dv; d++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += sc[j] / sum * Vc[(size_t)j * VD + kvh * dv + d];
+                    att[hh * dv + d] = a;
+                }
+            }
+            mv(wo, att, o, QD, E, NULL);
+            for (int i = 0; i < E; i++) xt[i] += o[i];
+            rmsn(xt, L->ffn_norm, h, E, hp->rms_eps);
+            mv(wg, h, g, E, F, NULL);
+            mv(wu, h, u, E, F, NULL);
+            for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+            mv(wd, g, o, F, E, NULL);
+            for (int i = 0; i < E; i++) xt[i] += o[i];
+        }
+        free(wq), free(wk), free(wv), free(wo), free(wg), free(wu), free(wd);
+    }
+    for (int t = 0; t < n; t++) {
+        rmsn(x + (size_t)t * E, m->output_norm, h, E, hp->rms_eps);
+        mv(out, h, logits + (size_t)t * V, E, V, NULL);
+    }
+    free(emb), free(out), free(x), free(h), free(q), free(att), free(K), free(Vc), free(g), free(u), free(o), free(sc);
+    return logits;
+}
+
+static void test_reference(const char *shape) {
+    const char *path = make_model(shape, WGLLM_TYPE_F32);
+    CHECK(path != NULL);
+    if (!path) return;
+    struct wgllm_model *m = load(path, 2);
+    CHECK(m != NULL);
+    if (!m) return;
+    struct wgllm_context *c;
+    CHECK_EQ_INT(wgllm_context_init(m, NULL, &c, NULL), WGLLM_STATUS_OK);
+    enum { N = 24 };
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (int32_t)((i * 7919 + 13) % m->hp.n_vocab);
+    CHECK_EQ_INT(wgllm_decode(c, toks, N, true, NULL), WGLLM_STATUS_OK);
+    double *ref = reference_forward(m, toks, N);
+    const int V = m->hp.n_vocab;
+    double max_diff = 0, sq = 0;
+    int top1 = 0;
+    for (int t = 0; t < N; t++) {
+        const float *l = wgllm_get_logits_ith(c, t);
+        int best_ref = 0;
+        for (int j = 0; j < V; j++) {
+            max_diff = fmax(max_diff, fabs(l[j] - ref[(size_t)t * V + j]));
+            sq += ref[(size_t)t * V + j] * ref[(size_t)t * V + j];
+            if (ref[(size_t)t * V + j] > ref[(size_t)t * V + best_ref]) best_ref = j;
+        }
+        top1 += wgllm_argmax(l, V) == best_ref;
+    }
+    double rms = sqrt(sq / ((double)N * V));
+    fprintf(stderr, "  %s: logits rms %.2f, max |wgllm - reference| %.4f, top-1 %d/%d\n", shape, rms, max_diff, top1, N);
+    /* wgllm rounds q, K, V and attention weights to f16 as llama.cpp does, so
+     * it is not exact; a wrong RoPE, mask, bias or norm gives differences of
+     * the order of the logits themselves. */
+    CHECK(max_diff < 0.02 * rms);
+    CHECK(top1 >= N - 1);
+    free(ref);
+    wgllm_context_free(c);
+    wgllm_model_free(m);
+    remove(path);
+}
+
+TEST(llama_matches_reference) { test_reference("tiny"); }
+TEST(qwen2_matches_reference) { test_reference("tiny-qwen2"); }
+TEST(qwen3_matches_reference) { test_reference("tiny-qwen3"); }
+
+/* ---- API behaviour ------------------------------------------------------ */
+
+static const char *q8_path;
+
+TEST(batch_sequential_and_threads_agree) {
+    enum { N = 20 };
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = 100 + i * 37;
+    float *ref = NULL;
+    for (int threads = 1; threads <= 2; threads++) {
+        struct wgllm_model *m = load(q8_path, threads);
+        CHECK(m != NULL);
+        if (!m) return;
+        const int V = wgllm_model_n_vocab(m);
+        struct wgllm_context *c;
+        CHECK_EQ_INT(wgllm_context_init(m, NULL, &c, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_decode(c, toks, N, true, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_n_past(c), N);
+        if (!ref) {
+            ref = malloc(sizeof(float) * (size_t)N * V);
+            for (int t = 0; t < N; t++) memcpy(ref + (size_t)t * V, wgllm_get_logits_ith(c, t), sizeof(float) * (size_t)V);
+        } else { /* threads split rows, never a sum: results are identical */
+            for (int t = 0; t < N; t++) CHECK(memcmp(ref + (size_t)t * V, wgllm_get_logits_ith(c, t), sizeof(float) * (size_t)V) == 0);
+        }
+        /* one token at a time gives the same last-position logits */
+        wgllm_context_truncate(c, 0);
+        CHECK_EQ_INT(wgllm_context_n_past(c), 0);
+        double md = 0;
+        for (int t = 0; t < N; t++) {
+            CHECK_EQ_INT(wgllm_decode(c, &toks[t], 1, false, NULL), WGLLM_STATUS_OK);
+            const float *l = wgllm_get_logits(c);
+            for (int j = 0; j < V; j++) md = fmax(md, fabs(l[j] - ref[(size_t)t * V + j]));
+        }
+        CHECK(md < 1e-3);
+        /* truncate and redo the tail: same logits as the first time */
+        wgllm_context_truncate(c, 12);
+        CHECK_EQ_INT(wgllm_decode(c, toks + 12, N - 12, false, NULL), WGLLM_STATUS_OK);
+        md = 0;
+        for (int j = 0; j < V; j++) md = fmax(md, fabs(wgllm_get_logits(c)[j] - ref[(size_t)(N - 1) * V + j]));
+        CHECK(md < 1e-3);
+        /* a prompt longer than n_batch is split into chunks */
+        struct wgllm_context_params cp = wgllm_context_default_params();
+        cp.n_batch = 7;
+        struct wgllm_context *c2;
+        CHECK_EQ_INT(wgllm_context_init(m, &cp, &c2, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_decode(c2, toks, N, true, NULL), WGLLM_STATUS_OK);
+        md = 0;
+        for (int t = 0; t < N; t++)
+            for (int j = 0; j < V; j++) md = fmax(md, fabs(wgllm_get_logits_ith(c2, t)[j] - ref[(size_t)t * V + j]));
+        CHECK(md < 1e-3);
+        wgllm_context_free(c2);
+        wgllm_context_free(c);
+        wgllm_model_free(m);
+    }
+    free(ref);
+}
+
+TEST(errors_leave_the_context_usable) {
+    struct wgllm_model *m = load(q8_path, 2);
+    CHECK(m != NULL);
+    if (!m) return;
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = 8;
+    struct wgllm_context *c;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_context_init(m, &cp, &c, &err), WGLLM_STATUS_OK);
+    int32_t toks[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    CHECK_EQ_INT(wgllm_decode(c, toks, 6, false, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_decode(c, toks, 3, false, &err), WGLLM_STATUS_CONTEXT_FULL);
+    CHECK(strstr(err.message, "do not fit") != NULL);
+    CHECK_EQ_INT(wgllm_context_n_past(c), 6);
+    int32_t bad = wgllm_model_n_vocab(m);
+    CHECK_EQ_INT(wgllm_decode(c, &bad, 1, false, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "outside the vocabulary") != NULL);
+    CHECK_EQ_INT(wgllm_decode(c, toks, 2, false, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_n_past(c), 8);
+    wgllm_context_free(c);
+    wgllm_model_free(m);
+}
+
+TEST(bad_files_give_named_errors) {
+    struct wgllm_model *m = (struct wgllm_model *)1;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_model_load("/nonexistent/x.gguf", NULL, &m, &err), WGLLM_STATUS_IO);
+    CHECK(m == NULL);
+    CHECK(strstr(err.message, "/nonexistent/x.gguf") != NULL);
+    /* truncated copy of a real model */
+    FILE *f = fopen(q8_path, "rb");
+    CHECK(f != NULL);
+    if (!f) return;
+    char *buf = malloc(1 << 20);
+    size_t n = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    const char *tp = test_tmp_path(".gguf");
+    f = fopen(tp, "wb");
+    fwrite(buf, 1, n / 2, f);
+    fclose(f);
+    CHECK_EQ_INT(wgllm_model_load(tp, NULL, &m, &err), WGLLM_STATUS_BAD_FORMAT);
+    CHECK(m == NULL);
+    CHECK(strstr(err.message, tp) != NULL);
+    remove(tp);
+    free(buf);
+    /* a vocabulary-only file loads, tokenizes, and refuses a context */
+    CHECK_EQ_INT(wgllm_model_load(test_shared_path("vocab/ggml-vocab-llama-spm.gguf"), NULL, &m, &err), WGLLM_STATUS_OK);
+    if (m) {
+        int32_t t[8];
+        CHECK_EQ_INT(wgllm_tokenize(m, "Hello world", 11, t, 8, true, false, &err), 3);
+        CHECK_EQ_INT(t[0], 1);
+        CHECK_EQ_INT(t[1], 15043);
+        CHECK_EQ_INT(t[2], 3186);
+        struct wgllm_context *c = (struct wgllm_context *)1;
+        CHECK_EQ_INT(wgllm_context_init(m, NULL, &c, &err), WGLLM_STATUS_UNSUPPORTED);
+        CHECK(c == NULL);
+        wgllm_model_free(m);
+    }
+}
+
+TEST(detokenizer_never_splits_utf8) {
+    struct wgllm_model *m = load(q8_path, 1);
+    CHECK(m != NULL);
+    if (!m) return;
+    const char *text = "naïve café — 東京 🙂 ok";
+    int32_t toks[64];
+    int n = wgllm_tokenize(m, text, strlen(text), toks, 64, false, false, NULL);
+    CHECK(n > 0);
+    struct wgllm_detokenizer *d = wgllm_detokenizer_init(m);
+    char out[256] = {0};
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        size_t k;
+        const char *s = wgllm_detokenizer_push(d, toks[i], &k);
+        /* every chunk is complete UTF-8: it never ends inside a sequence */
+        if (k) {
+            unsigned char last = (unsigned char)s[k - 1];
+            CHECK(last < 0x80 || (last & 0xc0) == 0x80);
+            int back = 0;
+            while (back < (int)k && ((unsigned char)s[k - 1 - back] & 0xc0) == 0x80) back++;
+            if (back < (int)k && ((unsigned char)s[k - 1 - back] & 0x80)) {
+                unsigned char lead = (unsigned char)s[k - 1 - back];
+                int need = (lead & 0xe0) == 0xc0 ? 1 : (lead & 0xf0) == 0xe0 ? 2 : 3;
+                CHECK_EQ_INT(back, need);
+            }
+        }
+        memcpy(out + len, s, k);
+        len += k;
+    }
+    size_t k;
+    wgllm_detokenizer_flush(d, &k);
+    CHECK_EQ_INT(k, 0);
+    /* SentencePiece adds a leading space */
+    CHECK_STR(out[0] == ' ' ? out + 1 : out, text);
+    wgllm_detokenizer_free(d);
+    wgllm_model_free(m);
+}
+
+int main(void) {
+    wgllm_base_init();
+    wgllm_quant_init();
+    q8_path = make_model("tiny", WGLLM_TYPE_Q8_0);
+    RUN(llama_matches_reference);
+    RUN(qwen2_matches_reference);
+    RUN(qwen3_matches_reference);
+    if (q8_path) {
+        RUN(batch_sequential_and_threads_agree);
+        RUN(errors_leave_the_context_usable);
+        RUN(bad_files_give_named_errors);
+        RUN(detokenizer_never_splits_utf8);
+        remove(q8_path);
+    } else {
+        test_failed++;
+    }
+    return test_summary("test_model");
+}
