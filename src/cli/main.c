@@ -100,8 +100,8 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         if (FLAG("-m") || FLAG("--model")) { NEED_VALUE(); o->model = v; }
         else if (FLAG("-p") || FLAG("--prompt")) {
             NEED_VALUE();
-            o->prompt = v;
-            if (parse_int(v, &o->n_prompt)) o->prompt = NULL; /* bench: -p 128 */
+            o->prompt = v;               /* run/tokenize: the text */
+            parse_int(v, &o->n_prompt);  /* bench: a prompt length */
         }
         else if (FLAG("--file") || FLAG("-f")) { NEED_VALUE(); o->file = v; }
         else if (FLAG("-o") || FLAG("--output")) { NEED_VALUE(); o->out = v; }

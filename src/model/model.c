@@ -7,6 +7,10 @@
 #include "model/model.h"
 
 #include "quant/quant.h"
+#include "quant/repack.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 struct arch_info {
     const char *name;
@@ -230,7 +234,35 @@ static enum wgllm_status bind_tensors(struct wgllm_model *m, const struct arch_i
     return WGLLM_STATUS_OK;
 }
 
+static void free_repacked(struct wgllm_weight *w) {
+    if (w->rp) {
+        wgllm_repacked_free(w->rp);
+        free(w->rp);
+        w->rp = NULL;
+    }
+}
+
+/* Every matrix the forward pass multiplies with, once (output may be token_embd). */
+static int model_matrices(struct wgllm_model *m, struct wgllm_weight **out, int cap) {
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        struct wgllm_layer *L = &m->layers[il];
+        struct wgllm_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && n < cap; i++) out[n++] = ws[i];
+    }
+    if (n < cap) out[n++] = &m->output;
+    return n;
+}
+
 static void model_release(struct wgllm_model *m) {
+    if (m->layers) {
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            struct wgllm_layer *L = &m->layers[il];
+            struct wgllm_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) free_repacked(ws[i]);
+        }
+    }
+    free_repacked(&m->output);
     free(m->vectors);
     free(m->layers);
     wgllm_vocab_free(m->vocab);
@@ -281,6 +313,54 @@ enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_
     return st;
 }
 
+/* ---- weight preparation -------------------------------------------------- */
+
+/* Tells the kernel that this process is done with a range of the mapping, so
+ * those file pages leave our resident memory (they stay in the page cache). */
+static void release_mapped(const void *data, size_t size) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)data + page - 1) & ~(page - 1), hi = ((uintptr_t)data + size) & ~(page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Reads every weight in (so loading shows progress and the first token does
+ * not pay for page faults) and copies the matrices that have a faster kernel
+ * into the repacked layout. WGLLM_NO_REPACK=1 keeps the GGUF layout. */
+static enum wgllm_status prepare_weights(struct wgllm_model *m, const struct wgllm_model_params *p,
+                                         struct wgllm_error *err) {
+    const bool repack = !getenv("WGLLM_NO_REPACK") || !strcmp(getenv("WGLLM_NO_REPACK"), "0");
+    enum { CAP = 4096 };
+    struct wgllm_weight **mats = malloc(CAP * sizeof(*mats));
+    if (!mats) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    const int n = model_matrices(m, mats, CAP);
+    enum wgllm_status st = WGLLM_STATUS_OK;
+    volatile unsigned char sink = 0;
+    for (int i = 0; i < n && !st; i++) {
+        struct wgllm_weight *w = mats[i];
+        const size_t bytes = w->row_size * (size_t)w->ne1;
+        if (repack && wgllm_repack_supported(w->type, w->ne0, w->ne1)) {
+            w->rp = calloc(1, sizeof(*w->rp));
+            if (!w->rp) {
+                st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
+                break;
+            }
+            st = wgllm_repack(w->data, w->type, w->ne0, w->ne1, w->rp, err);
+            if (st) break;
+            m->repacked_bytes += w->rp->size;
+            /* token_embd's rows are still read when it doubles as the output */
+            if (w->data != m->tok_embd.data) release_mapped(w->data, bytes);
+        } else {
+            const unsigned char *d = w->data;
+            for (size_t off = 0; off < bytes; off += 4096) sink ^= d[off];
+        }
+        if (p->progress && !p->progress(0.99f * (float)(i + 1) / (float)n, p->progress_user_data))
+            st = wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "load cancelled");
+    }
+    (void)sink;
+    free(mats);
+    return st;
+}
+
 /* ---- public API ------------------------------------------------------- */
 
 struct wgllm_model_params wgllm_model_default_params(void) {
@@ -316,20 +396,14 @@ enum wgllm_status wgllm_model_load(const char *path, const struct wgllm_model_pa
         return st;
     }
     m->n_threads = p.n_threads > 0 ? p.n_threads : wgllm_n_cores();
-    /* Read the weights in now (one byte per page faults the mapping in), so
-     * that loading shows progress and the first token does not pay for it. */
-    const int64_t nt = wgllm_gguf_n_tensors(m->gguf);
-    volatile unsigned char sink = 0;
-    for (int64_t i = 0; i < nt; i++) {
-        const struct wgllm_gguf_tensor *t = wgllm_gguf_tensor_at(m->gguf, i);
-        const unsigned char *d = t->data;
-        for (uint64_t off = 0; off < t->size; off += 4096) sink ^= d[off];
-        if (p.progress && !p.progress((float)(i + 1) / (float)nt, p.progress_user_data)) {
+    if (!m->vocab_only) {
+        st = prepare_weights(m, &p, err);
+        if (st) {
             wgllm_model_free(m);
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "load cancelled");
+            wgllm_error_prefix(err, "%s: ", path);
+            return st;
         }
     }
-    (void)sink;
     if (p.progress) p.progress(1.0f, p.progress_user_data);
     *out = m;
     return WGLLM_STATUS_OK;

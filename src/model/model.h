@@ -11,6 +11,8 @@
 #include "gguf/gguf.h"
 #include "vocab/vocab.h"
 
+struct wgllm_repacked;
+
 enum wgllm_arch {
     WGLLM_ARCH_LLAMA, /* also Mistral, TinyLlama, SmolLM, Llama 2/3 */
     WGLLM_ARCH_QWEN2, /* q/k/v biases, neox RoPE */
@@ -46,6 +48,9 @@ struct wgllm_weight {
     size_t row_size; /* bytes per row */
     const void *data;
     const char *name; /* for messages; points into the gguf mapping's copy */
+    /* The same matrix in the row-interleaved layout of quant/repack.h when this
+     * CPU has a kernel for it (Q4_0/Q8_0), else NULL; owned by the model. */
+    struct wgllm_repacked *rp;
 };
 
 /* Vectors (norm weights, biases) are converted to f32 at load, whatever
@@ -72,6 +77,7 @@ struct wgllm_model {
     uint64_t weight_bytes;
     int n_threads;
     bool vocab_only; /* a tokenizer-only GGUF: tokenize works, decode does not */
+    uint64_t repacked_bytes; /* memory of the repacked copies */
 };
 
 /* Reads hparams and binds tensors, checking every shape and type; the model

@@ -64,6 +64,9 @@ static bool decode_one(const uint8_t *s, size_t len, size_t *off, uint32_t *cpt)
         if (!CONT(1) || !CONT(2) || !CONT(3)) return false;
         *cpt = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(s[o + 1] & 0x3F) << 12) |
                ((uint32_t)(s[o + 2] & 0x3F) << 6) | (s[o + 3] & 0x3F);
+        /* beyond Unicode (F4 90.. to F7): llama.cpp aborts on these; we treat
+         * the lead byte as invalid like any other bad sequence */
+        if (*cpt > 0x10FFFF) return false;
         *off = o + 4;
         return true;
     }

@@ -13,6 +13,7 @@
 #include "base/threadpool.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#include "quant/repack.h"
 
 #include <math.h>
 
@@ -29,7 +30,8 @@ struct wgllm_context {
     struct wgllm_threadpool *tp;
     int n_past;
 
-    wgllm_fp16 *k_cache, *v_cache; /* [layer][pos][n_head_kv * head_dim] */
+    wgllm_fp16 *k_cache; /* [layer][pos][n_head_kv * head_dim_k] */
+    wgllm_fp16 *v_cache; /* [layer][n_head_kv * head_dim_v][pos]: transposed */
     size_t kv_layer_k, kv_layer_v; /* elements per layer */
 
     /* scratch, n_batch rows each */
@@ -100,11 +102,26 @@ static void matmul_rows(const struct wgllm_weight *w, struct act x, int n, float
     }
 }
 
+/* Rows r0..r1 (multiples of 16 except at the end) through the repacked
+ * kernel when the weight has one, else row by row. */
+static void matmul_range(const struct wgllm_weight *w, struct act x, int n, float *y, int ldy, int64_t r0,
+                         int64_t r1, bool accumulate, const float *bias) {
+    if (r1 <= r0) return;
+    if (!w->rp) {
+        matmul_rows(w, x, n, y, ldy, r0, r1, accumulate, bias);
+        return;
+    }
+    wgllm_repacked_matmul(w->rp, r0, r1, x.data, x.stride, n, y, ldy, accumulate);
+    if (bias)
+        for (int t = 0; t < n; t++)
+            for (int64_t r = r0; r < r1; r++) y[(size_t)t * ldy + r] += bias[r];
+}
+
 static void matmul(const struct wgllm_weight *w, struct act x, int n, float *y, int ldy, int ith, int nth,
                    bool accumulate, const float *bias) {
     int64_t r0, r1;
     wgllm_split_range(w->ne1, ith, nth, 16, &r0, &r1);
-    matmul_rows(w, x, n, y, ldy, r0, r1, accumulate, bias);
+    matmul_range(w, x, n, y, ldy, r0, r1, accumulate, bias);
 }
 
 static uint32_t vdt(const struct wgllm_weight *w) { return wgllm_type_traits(w->type)->vec_dot_type; }
@@ -118,11 +135,14 @@ static void attend_head(struct wgllm_context *c, int il, int pos, int h, const f
     const struct wgllm_hparams *hp = &c->model->hp;
     const int dk = hp->head_dim_k, dv = hp->head_dim_v;
     const int kvh = h / (hp->n_head / hp->n_head_kv);
-    const size_t krow = (size_t)hp->n_head_kv * dk, vrow = (size_t)hp->n_head_kv * dv;
+    const size_t krow = (size_t)hp->n_head_kv * dk;
     const wgllm_fp16 *K = c->k_cache + il * c->kv_layer_k + (size_t)kvh * dk;
-    const wgllm_fp16 *V = c->v_cache + il * c->kv_layer_v + (size_t)kvh * dv;
+    /* V is stored transposed ([dim][position]) as ggml does without flash
+     * attention, so that each output dimension is one f16 dot product over
+     * positions, summed in the same order as llama.cpp. */
+    const wgllm_fp16 *Vt = c->v_cache + il * c->kv_layer_v + (size_t)kvh * dv * c->n_ctx;
     float *s = c->scores + (size_t)ith * c->n_ctx;
-    wgllm_fp16 *tmp = c->tmp16 + (size_t)ith * (c->n_ctx + dk);
+    wgllm_fp16 *tmp = c->tmp16 + (size_t)ith * (c->n_ctx + dk); /* q, then the probabilities */
     const wgllm_vec_dot_fn dot16 = wgllm_type_traits(WGLLM_TYPE_F16)->vec_dot;
     wgllm_fp32_to_fp16_row(q, tmp, dk);
     const float scale = 1.0f / sqrtf((float)dk);
@@ -133,12 +153,8 @@ static void attend_head(struct wgllm_context *c, int il, int pos, int h, const f
         s[j] = d * scale;
     }
     wgllm_op_softmax(s, n);
-    for (int d = 0; d < dv; d++) out[d] = 0.0f;
-    for (int j = 0; j < n; j++) {
-        const float p = wgllm_fp16_lookup(wgllm_fp32_to_fp16(s[j]));
-        const wgllm_fp16 *vj = V + (size_t)j * vrow;
-        for (int d = 0; d < dv; d++) out[d] += p * wgllm_fp16_lookup(vj[d]);
-    }
+    wgllm_fp32_to_fp16_row(s, tmp, n);
+    for (int d = 0; d < dv; d++) dot16(n, &out[d], Vt + (size_t)d * c->n_ctx, tmp);
 }
 
 /* ---- the forward pass ------------------------------------------------- */
@@ -204,8 +220,9 @@ static void forward_worker(void *arg, int ith, int nth) {
                 wgllm_op_rope(kh, cs, hp->n_rot, neox);
                 const size_t pos = (size_t)(c->pos0 + t);
                 wgllm_fp32_to_fp16_row(kh, c->k_cache + il * c->kv_layer_k + pos * KD + (size_t)h * dk, dk);
-                wgllm_fp32_to_fp16_row(c->v + (size_t)t * VD + (size_t)h * dv,
-                                       c->v_cache + il * c->kv_layer_v + pos * VD + (size_t)h * dv, dv);
+                const float *vh = c->v + (size_t)t * VD + (size_t)h * dv;
+                wgllm_fp16 *vt = c->v_cache + il * c->kv_layer_v + (size_t)h * dv * c->n_ctx + pos;
+                for (int d = 0; d < dv; d++) vt[(size_t)d * c->n_ctx] = wgllm_fp32_to_fp16(vh[d]);
             }
         }
         wgllm_threadpool_barrier(tp);
@@ -238,8 +255,8 @@ static void forward_worker(void *arg, int ith, int nth) {
         {
             int64_t f0, f1;
             wgllm_split_range(F, ith, nth, 16, &f0, &f1);
-            matmul_rows(&L->w_gate, ag, nr, c->gate, F, f0, f1, false, NULL);
-            matmul_rows(&L->w_up, au, nr, c->up, F, f0, f1, false, NULL);
+            matmul_range(&L->w_gate, ag, nr, c->gate, F, f0, f1, false, NULL);
+            matmul_range(&L->w_up, au, nr, c->up, F, f0, f1, false, NULL);
             for (int t = 0; t < nr; t++)
                 wgllm_op_swiglu(c->gate + (size_t)t * F + f0, c->up + (size_t)t * F + f0, c->gate + (size_t)t * F + f0,
                                 (int)(f1 - f0));

@@ -11,7 +11,8 @@
 void wgllm_op_rms_norm(const float *x, const float *w, float *y, int n, float eps) {
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-    const float scale = 1.0f / sqrtf((float)(sum / n + eps));
+    const float mean = (float)(sum / n); /* rounded to float before eps is added, as ggml does */
+    const float scale = 1.0f / sqrtf(mean + eps);
     if (w)
         for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
     else

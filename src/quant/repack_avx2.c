@@ -1,0 +1,178 @@
+/*
+ * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q8_0
+ * layout (repack.h), for CPUs without AVX-512 VNNI. A 64-byte weight vector
+ * is read as two 8-row halves, each panel in two passes (rows 0-7, 8-15).
+ * Without vpdpbusd, bytes are multiplied with vpmaddubsw:
+ *   Q4_0: nibbles (0..15) x activation bytes; the int16 pair sums of a whole
+ *         block fit (8 x 2 x 15 x 128 < 32768), so they add up in int16 and
+ *         widen once per block; then -8*sum(x) is added;
+ *   Q8_0: |w| x (x with w's sign) (the stored w+128 is flipped back to w), a
+ *         pair sum fits int16 (2 x 128 x 127) and is widened at once; this
+ *         relies on activations in [-127, 127], which the Q8_0 quantizer gives.
+ */
+#include "quant/repack.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TILE 4
+#define PF 2048 /* software prefetch distance (bytes), as in repack_avx512.c */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+struct tile_pre {
+    int32_t corr[WGLLM_REPACK_MAX_BLOCKS][TILE]; /* -8*sum(x) (Q4_0 only) */
+    float dx[WGLLM_REPACK_MAX_BLOCKS][TILE];
+};
+
+static ALWAYS_INLINE __m256i bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof(v));
+    return _mm256_set1_epi32(v);
+}
+
+static void tile_prepare(const char *x, size_t xs, int T, int64_t nb, bool q4, struct tile_pre *pre) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int t = 0; t < T; t++) {
+        const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)(x + (size_t)t * xs);
+        for (int64_t b = 0; b < nb; b++) {
+            pre->dx[b][t] = wgllm_fp16_lookup(xb[b].d);
+            if (!q4) continue;
+            const __m256i q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)xb[b].qs), flip);
+            const __m256i s = _mm256_sad_epu8(q, _mm256_setzero_si256());
+            __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s2 = _mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2));
+            pre->corr[b][t] = -8 * (_mm_cvtsi128_si32(s2) - 32 * 128);
+        }
+    }
+}
+
+static ALWAYS_INLINE void store_half(const __m256 *acc, int T, float *y, int ldy, bool accumulate) {
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        float *d = y + (size_t)t * ldy;
+        _mm256_storeu_ps(d, accumulate ? _mm256_add_ps(_mm256_loadu_ps(d), acc[t]) : acc[t]);
+    }
+}
+
+/* Rows 8h..8h+7 of one panel times T tokens. */
+static ALWAYS_INLINE void half_q4_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
+                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[TILE];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 ws = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pd + b * 32 + h * 16)));
+        const uint8_t *q = pd + sb + b * 256 + h * 32;
+        const int8_t *a[TILE];
+        __m256i s16[TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[t] = ((const wgllm_block_q8_0 *)(x + (size_t)t * xs))[b].qs;
+            s16[t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * m));
+            _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
+            const __m256i lo = _mm256_and_si256(v, mask);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 4 * m)));
+                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 16 + 4 * m)));
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const __m256i i32 = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(pre->corr[b][t]));
+            const __m256 d = _mm256_mul_ps(ws, _mm256_set1_ps(pre->dx[b][t]));
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i32), acc[t]);
+        }
+    }
+    store_half(acc, T, y + h * 8, ldy, accumulate);
+}
+
+static ALWAYS_INLINE void half_q8_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
+                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256 acc[TILE];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 ws = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pd + b * 32 + h * 16)));
+        const uint8_t *q = pd + sb + b * 512 + h * 32;
+        const int8_t *a[TILE];
+        __m256i i32[TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[t] = ((const wgllm_block_q8_0 *)(x + (size_t)t * xs))[b].qs;
+            i32[t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m256i sw = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(q + 64 * g)), flip);
+            _mm_prefetch((const char *)(q + 64 * g + PF), _MM_HINT_T0);
+            const __m256i aw = _mm256_abs_epi8(sw);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(a[t] + 4 * g), sw));
+                i32[t] = _mm256_add_epi32(i32[t], _mm256_madd_epi16(p, ones));
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const __m256 d = _mm256_mul_ps(ws, _mm256_set1_ps(pre->dx[b][t]));
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i32[t]), acc[t]);
+        }
+    }
+    store_half(acc, T, y + h * 8, ldy, accumulate);
+}
+
+typedef void (*panel_fn)(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
+                         const struct tile_pre *pre, float *y, int ldy, bool accumulate);
+
+#define PANEL_T(fmt, T)                                                                                     \
+    static void panel_##fmt##_t##T(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,     \
+                                   const struct tile_pre *pre, float *y, int ldy, bool accumulate) {       \
+        half_##fmt(pd, sb, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                      \
+        half_##fmt(pd, sb, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                      \
+    }
+PANEL_T(q4_0, 1)
+PANEL_T(q4_0, 2)
+PANEL_T(q4_0, 3)
+PANEL_T(q4_0, 4)
+PANEL_T(q8_0, 1)
+PANEL_T(q8_0, 2)
+PANEL_T(q8_0, 3)
+PANEL_T(q8_0, 4)
+
+static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t2, panel_q4_0_t3, panel_q4_0_t4};
+static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
+
+void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
+                                size_t x_stride, int n, float *y, int ldy, bool accumulate) {
+    WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
+    WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);
+    const int64_t nb = w->ne0 / 32;
+    WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_BLOCKS);
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), sb = wgllm_repack_scale_bytes(w->ne0);
+    const bool q4 = w->type == WGLLM_TYPE_Q4_0;
+    const panel_fn *fns = q4 ? panels_q4_0 : panels_q8_0;
+    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
+    const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
+    struct tile_pre pre;
+    for (int64_t g0 = p0; g0 < p1; g0 += group) {
+        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
+        for (int t0 = 0; t0 < n; t0 += TILE) {
+            const int T = WGLLM_MIN(TILE, n - t0);
+            const char *xt = (const char *)x + (size_t)t0 * x_stride;
+            tile_prepare(xt, x_stride, T, nb, q4, &pre);
+            for (int64_t p = g0; p < g1; p++)
+                fns[T]((const uint8_t *)w->data + (size_t)p * panel, sb, nb, xt, x_stride, &pre,
+                       y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,379 @@
+/*
+ * test_repack.c - the interleaved Q4_0/Q8_0 layout (quant/repack.h): the
+ * dispatched product against the per-row vec_dot over random matrices
+ * (within 1e-5 of the sum of |terms|, from dequantized values), sub-ranges
+ * of rows, accumulate on and off, strides; every SIMD kernel of this CPU
+ * bit-identical to the scalar reference of the layout; the layout's bytes
+ * at known places; unsupported shapes refused. The process re-runs itself
+ * with WGLLM_CPU=avx2 (dispatch to the AVX2 kernel) and WGLLM_CPU=scalar (no
+ * kernel: supported() false, the reference stands in), on smaller shapes.
+ *
+ * WGLLM_BENCH=1 also prints mat-vec GB/s and 64-token mat-mat speed on one
+ * thread, repacked vs the per-row vec_dot loop (not asserted).
+ */
+#include "test.h"
+
+#include "quant/repack.h"
+
+#include <stdint.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rng_uniform(void) { return (float)(rng_u32() & 0xFFFFFF) / (float)0x1000000 * 2.0f - 1.0f; }
+
+/* Values with a different magnitude per 32-element block, as real rows have. */
+static void fill(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 32) {
+        const float amp = 0.05f + 3.0f * (float)(rng_u32() % 1000) / 1000.0f;
+        for (int k = 0; k < 32; k++) x[i + k] = amp * rng_uniform();
+    }
+}
+
+/* A random ne1 x ne0 matrix of `type` in the GGUF layout (caller frees). */
+static uint8_t *make_matrix(uint32_t type, int64_t ne0, int64_t ne1) {
+    const size_t row = wgllm_row_size(type, ne0);
+    uint8_t *w = malloc(row * (size_t)ne1);
+    float *f = malloc(sizeof(float) * (size_t)ne0);
+    for (int64_t r = 0; r < ne1; r++) {
+        fill(f, ne0);
+        wgllm_type_traits_ref(type)->from_float_ref(f, w + (size_t)r * row, ne0);
+    }
+    free(f);
+    return w;
+}
+
+/* n activation rows of Q8_0, `stride` bytes apart (stride >= row size). */
+static uint8_t *make_acts(int64_t ne0, int n, size_t stride) {
+    uint8_t *x = calloc((size_t)n, stride);
+    float *f = malloc(sizeof(float) * (size_t)ne0);
+    for (int t = 0; t < n; t++) {
+        fill(f, ne0);
+        wgllm_type_traits(WGLLM_TYPE_Q8_0)->from_float(f, x + (size_t)t * stride, ne0);
+    }
+    free(f);
+    return x;
+}
+
+static const uint32_t types[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0};
+static const int64_t ne0s[] = {64, 2048, 5632};
+static const int64_t ne1s[] = {16, 48, 256};
+static const int ns[] = {1, 3, 4, 7, 64};
+/* The capped re-runs check dispatch, not new arithmetic (kernels_equal_reference
+ * already compares every kernel): they skip the largest shapes to stay fast. */
+static bool light;
+
+/* ---- tests ------------------------------------------------------------- */
+
+TEST(matches_vec_dot) {
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t i0 = 0; i0 < 3; i0++)
+            for (size_t i1 = 0; i1 < 3; i1++) {
+                const uint32_t type = types[ti];
+                const int64_t ne0 = ne0s[i0], ne1 = ne1s[i1];
+                if (light && (i0 == 2 || i1 == 2)) continue;
+                const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+                const size_t row = wgllm_row_size(type, ne0);
+                uint8_t *wq = make_matrix(type, ne0, ne1);
+                struct wgllm_repacked rp;
+                struct wgllm_error err;
+                CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &rp, &err), WGLLM_STATUS_OK);
+                CHECK(rp.data && ((uintptr_t)rp.data & 63) == 0 && rp.type == type && rp.ne0 == ne0 && rp.ne1 == ne1);
+                CHECK_EQ_INT(rp.size, (size_t)(ne1 / 16) * wgllm_repack_panel_bytes(type, ne0));
+                /* |w| dequantized, for the error bound */
+                float *wa = malloc(sizeof(float) * (size_t)(ne0 * ne1));
+                for (int64_t r = 0; r < ne1; r++) tr->to_float(wq + (size_t)r * row, wa + r * ne0, ne0);
+                for (int64_t k = 0; k < ne0 * ne1; k++) wa[k] = fabsf(wa[k]);
+                for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
+                    const int n = ns[in];
+                    const size_t xs = wgllm_row_size(WGLLM_TYPE_Q8_0, ne0) + 6; /* odd stride on purpose */
+                    const int ldy = (int)ne1 + 5;
+                    uint8_t *x = make_acts(ne0, n, xs);
+                    float *ref = malloc(sizeof(float) * (size_t)ldy * n);
+                    float *bound = malloc(sizeof(float) * (size_t)ldy * n);
+                    float *y = malloc(sizeof(float) * (size_t)ldy * n);
+                    float *xa = malloc(sizeof(float) * (size_t)ne0);
+                    for (int t = 0; t < n; t++) {
+                        wgllm_type_traits(WGLLM_TYPE_Q8_0)->to_float(x + (size_t)t * xs, xa, ne0);
+                        for (int64_t r = 0; r < ne1; r++) {
+                            tr->vec_dot(ne0, &ref[t * ldy + r], wq + (size_t)r * row, x + (size_t)t * xs);
+                            double b = 0;
+                            for (int64_t k = 0; k < ne0; k++) b += (double)wa[r * ne0 + k] * fabsf(xa[k]);
+                            bound[t * ldy + r] = (float)(1e-5 * b) + 1e-30f;
+                        }
+                    }
+                    /* full range and a sub-range, accumulate off and on */
+                    const int64_t ranges[2][2] = {{0, ne1}, {ne1 > 16 ? 16 : 0, ne1 > 32 ? ne1 - 16 : 16}};
+                    for (int ri = 0; ri < 2; ri++)
+                        for (int acc = 0; acc < 2; acc++) {
+                            const int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
+                            for (int k = 0; k < ldy * n; k++) y[k] = (float)(k % 7) - 3.0f;
+                            wgllm_repacked_matmul(&rp, r0, r1, x, xs, n, y, ldy, acc != 0);
+                            int bad = 0;
+                            for (int t = 0; t < n; t++)
+                                for (int r = 0; r < ldy; r++) {
+                                    const float init = (float)((t * ldy + r) % 7) - 3.0f;
+                                    const float v = y[t * ldy + r];
+                                    if (r < r0 || r >= r1) {
+                                        bad += v != init; /* untouched */
+                                    } else {
+                                        const float want = ref[t * ldy + r] + (acc ? init : 0.0f);
+                                        const float tol = bound[t * ldy + r] + (acc ? 1e-6f * fabsf(init) : 0.0f);
+                                        if (!(fabsf(v - want) <= tol)) {
+                                            if (bad < 3)
+                                                fprintf(stderr, "  %s %lldx%lld n=%d rows %lld..%lld acc=%d: "
+                                                        "y[%d][%d] = %.9g, vec_dot %.9g (tol %g)\n",
+                                                        wgllm_type_name(type), (long long)ne1, (long long)ne0, n,
+                                                        (long long)r0, (long long)r1, acc, t, r, v, want, tol);
+                                            bad++;
+                                        }
+                                    }
+                                }
+                            CHECK_EQ_INT(bad, 0);
+                        }
+                    free(x), free(ref), free(bound), free(y), free(xa);
+                }
+                free(wa);
+                free(wq);
+                wgllm_repacked_free(&rp);
+                CHECK(rp.data == NULL);
+            }
+}
+
+/* Every SIMD kernel this CPU runs gives exactly the scalar reference's floats. */
+TEST(kernels_equal_reference) {
+    const struct wgllm_cpu_caps *caps = wgllm_cpu_caps();
+    struct kern { const char *name; wgllm_repacked_matmul_fn fn; } ks[2];
+    int nk = 0;
+#if defined(__x86_64__)
+    if (caps->avx2 && caps->fma && caps->f16c) ks[nk++] = (struct kern){"avx2", wgllm_repacked_matmul_avx2};
+    if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni)
+        ks[nk++] = (struct kern){"avx512", wgllm_repacked_matmul_avx512};
+#endif
+    (void)caps;
+    if (nk == 0) fprintf(stderr, "  (no SIMD kernel on this CPU)\n");
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t i0 = 0; i0 < 2; i0++) {
+            const uint32_t type = types[ti];
+            const int64_t ne0 = ne0s[i0], ne1 = 48;
+            uint8_t *wq = make_matrix(type, ne0, ne1);
+            struct wgllm_repacked rp;
+            CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &rp, NULL), WGLLM_STATUS_OK);
+            for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
+                const int n = ns[in];
+                const size_t xs = wgllm_row_size(WGLLM_TYPE_Q8_0, ne0);
+                uint8_t *x = make_acts(ne0, n, xs);
+                float *want = malloc(sizeof(float) * (size_t)ne1 * n), *got = malloc(sizeof(float) * (size_t)ne1 * n);
+                for (int acc = 0; acc < 2; acc++) {
+                    for (int k = 0; k < ne1 * n; k++) want[k] = (float)k * 0.25f;
+                    wgllm_repacked_matmul_ref(&rp, 16, ne1, x, xs, n, want, (int)ne1, acc);
+                    for (int kk = 0; kk < nk; kk++) {
+                        for (int k = 0; k < ne1 * n; k++) got[k] = (float)k * 0.25f;
+                        ks[kk].fn(&rp, 16, ne1, x, xs, n, got, (int)ne1, acc);
+                        const bool same = memcmp(want, got, sizeof(float) * (size_t)ne1 * n) == 0;
+                        if (!same)
+                            fprintf(stderr, "  %s kernel %s %lldx%lld n=%d acc=%d differs from the reference\n",
+                                    ks[kk].name, wgllm_type_name(type), (long long)ne1, (long long)ne0, n, acc);
+                        CHECK(same);
+                    }
+                }
+                free(x), free(want), free(got);
+            }
+            free(wq);
+            wgllm_repacked_free(&rp);
+        }
+}
+
+/* Bytes at known places, derived by hand from the layout in repack.h. */
+TEST(layout_bytes) {
+    enum { NE0 = 64, NE1 = 32 };
+    for (size_t ti = 0; ti < 2; ti++) {
+        const uint32_t type = types[ti];
+        const size_t row = wgllm_row_size(type, NE0), bs = wgllm_type_traits(type)->type_size;
+        uint8_t *wq = make_matrix(type, NE0, NE1);
+        struct wgllm_repacked rp;
+        CHECK_EQ_INT(wgllm_repack(wq, type, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+        const size_t sb = 64, qb = type == WGLLM_TYPE_Q4_0 ? 256 : 512, panel = sb + 2 * qb;
+        CHECK_EQ_INT(wgllm_repack_panel_bytes(type, NE0), panel);
+        const uint8_t *d = rp.data;
+        /* row 21 = panel 1, lane 5; block 1 */
+        const uint8_t *src = wq + 21 * row + bs; /* block 1 of row 21 */
+        CHECK(!memcmp(d + panel + (1 * 16 + 5) * 2, src, 2)); /* its scale */
+        const uint8_t *q = d + panel + sb + qb; /* block 1's quants */
+        if (type == WGLLM_TYPE_Q4_0) {
+            /* qs[9] sits in vector 2, lane 5, byte 1 */
+            CHECK_EQ_INT(q[2 * 64 + 5 * 4 + 1], src[2 + 9]);
+        } else {
+            /* qs[30] sits in vector 7, lane 5, byte 2, flipped */
+            CHECK_EQ_INT(q[7 * 64 + 5 * 4 + 2], src[2 + 30] ^ 0x80);
+        }
+        free(wq);
+        wgllm_repacked_free(&rp);
+    }
+}
+
+TEST(unsupported_shapes) {
+    const bool simd = wgllm_repack_kernel(NULL) != NULL;
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 5632), simd);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q8_0, 64, 16), simd);
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_1, 2048, 5632));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_F16, 2048, 5632));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 5630));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 8));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 0));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_0, 48, 16));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q8_0, 0, 16));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q8_0, (WGLLM_REPACK_MAX_BLOCKS + 1) * 32, 16));
+    CHECK(!wgllm_repack_supported(999, 64, 16));
+    CHECK_EQ_INT(wgllm_repack_row_group(), 16);
+    struct wgllm_repacked rp;
+    struct wgllm_error err;
+    uint8_t dummy[64] = {0};
+    CHECK_EQ_INT(wgllm_repack(dummy, WGLLM_TYPE_Q4_0, 64, 8, &rp, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(rp.data == NULL && strstr(err.message, "64 x 8") != NULL);
+    CHECK_EQ_INT(wgllm_repack(dummy, WGLLM_TYPE_Q4_1, 64, 16, &rp, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "q4_1") != NULL);
+    wgllm_repacked_free(&rp); /* a zeroed struct is fine */
+}
+
+TEST(dispatch_follows_cpu) {
+    const char *name = NULL;
+    const wgllm_repacked_matmul_fn k = wgllm_repack_kernel(&name);
+    const char *cap = getenv("WGLLM_CPU");
+    if (cap && !strcmp(cap, "scalar")) CHECK(k == NULL);
+#if defined(__x86_64__)
+    if (cap && !strcmp(cap, "avx2") && wgllm_cpu_caps()->avx2) CHECK(k == wgllm_repacked_matmul_avx2);
+    if (!cap && wgllm_cpu_caps()->avx512vnni) CHECK(k == wgllm_repacked_matmul_avx512);
+#endif
+    fprintf(stderr, "  kernel: %s\n", name);
+}
+
+/* ---- benchmark (WGLLM_BENCH=1) ----------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void bench_one(uint32_t type, int64_t ne0, int64_t ne1) {
+    const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+    const size_t row = wgllm_row_size(type, ne0), mat = row * (size_t)ne1;
+    /* mat-vec over copies totalling >= 256 MiB, so it runs from DRAM, not L3 */
+    const int copies = (int)((256u << 20) / mat) + 1;
+    uint8_t *wq = make_matrix(type, ne0, ne1);
+    uint8_t *wqs = malloc(mat * (size_t)copies);
+    struct wgllm_repacked rp;
+    WGLLM_ASSERT(wgllm_repack(wq, type, ne0, ne1, &rp, NULL) == WGLLM_STATUS_OK);
+    uint8_t *rps = wgllm_alloc_aligned(rp.size * (size_t)copies);
+    for (int c = 0; c < copies; c++) {
+        memcpy(wqs + (size_t)c * mat, wq, mat);
+        memcpy(rps + (size_t)c * rp.size, rp.data, rp.size);
+    }
+    enum { NT = 64 };
+    const size_t xs = wgllm_row_size(WGLLM_TYPE_Q8_0, ne0);
+    uint8_t *x = make_acts(ne0, NT, xs);
+    float *y = malloc(sizeof(float) * (size_t)ne1 * NT);
+    double t_row = 1e9, t_nr = 1e9, t_rp = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        for (int c = 0; c < copies; c++)
+            for (int64_t r = 0; r < ne1; r++) tr->vec_dot(ne0, y + r, wqs + (size_t)c * mat + (size_t)r * row, x);
+        double t1 = now_s();
+        for (int c = 0; c < copies; c++)
+            for (int64_t r = 0; r < ne1; r += 16)
+                tr->vec_dot_nr(ne0, y + r, wqs + (size_t)c * mat + (size_t)r * row, row, x, 16);
+        double t2 = now_s();
+        for (int c = 0; c < copies; c++) {
+            struct wgllm_repacked v = rp;
+            v.data = rps + (size_t)c * rp.size;
+            wgllm_repacked_matmul(&v, 0, ne1, x, xs, 1, y, (int)ne1, false);
+        }
+        double t3 = now_s();
+        t_row = fmin(t_row, (t1 - t0) / copies), t_nr = fmin(t_nr, (t2 - t1) / copies);
+        t_rp = fmin(t_rp, (t3 - t2) / copies);
+    }
+    printf("bench %s %lldx%lld n=1:  vec_dot %6.2f GB/s  vec_dot_nr %6.2f GB/s  repacked %6.2f GB/s\n",
+           tr->name, (long long)ne1, (long long)ne0, mat / t_row / 1e9, mat / t_nr / 1e9, mat / t_rp / 1e9);
+    /* mat-mat, one matrix (cache-resident: compute speed), loop as forward.c's matmul_rows */
+    double g_row = 1e9, g_rp = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        for (int64_t rb = 0; rb < ne1; rb += 16)
+            for (int t = 0; t < NT; t++)
+                for (int64_t r = rb; r < rb + 16; r++)
+                    tr->vec_dot(ne0, y + (size_t)t * ne1 + r, wq + (size_t)r * row, x + (size_t)t * xs);
+        double t1 = now_s();
+        wgllm_repacked_matmul(&rp, 0, ne1, x, xs, NT, y, (int)ne1, false);
+        double t2 = now_s();
+        g_row = fmin(g_row, t1 - t0), g_rp = fmin(g_rp, t2 - t1);
+    }
+    const double flop = 2.0 * (double)ne0 * (double)ne1 * NT;
+    printf("bench %s %lldx%lld n=%d: vec_dot %6.1f GFLOP/s (%7.0f tok/s)  repacked %6.1f GFLOP/s (%7.0f tok/s)\n",
+           tr->name, (long long)ne1, (long long)ne0, NT, flop / g_row / 1e9, NT / g_row, flop / g_rp / 1e9,
+           NT / g_rp);
+    free(wq), free(wqs), free(x), free(y);
+    wgllm_free_aligned(rps);
+    wgllm_repacked_free(&rp);
+}
+
+static void bench(void) {
+    const char *name;
+    wgllm_repack_kernel(&name);
+    printf("bench: repacked kernel %s, 1 thread\n", name);
+    for (size_t ti = 0; ti < 2; ti++) {
+        bench_one(types[ti], 2048, 5632);
+        bench_one(types[ti], 5632, 2048);
+    }
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+/* Re-runs this executable with the CPU capped, so dispatch to each level is checked. */
+static void run_capped_child(const char *cap) {
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len <= 0) return;
+    self[len] = 0;
+    fprintf(stderr, "-- again with WGLLM_CPU=%s\n", cap);
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv("WGLLM_CPU", cap, 1);
+        unsetenv("WGLLM_BENCH");
+        execl(self, self, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        fprintf(stderr, "FAIL the WGLLM_CPU=%s run\n", cap);
+        test_failed++;
+    }
+}
+
+int main(void) {
+    wgllm_quant_init();
+    light = getenv("WGLLM_CPU") != NULL;
+    RUN(dispatch_follows_cpu);
+    RUN(layout_bytes);
+    RUN(unsupported_shapes);
+    RUN(kernels_equal_reference);
+    RUN(matches_vec_dot);
+    const char *b = getenv("WGLLM_BENCH");
+    if (b && !strcmp(b, "1")) bench();
+    if (!getenv("WGLLM_CPU")) {
+        if (wgllm_cpu_caps()->avx512vnni && wgllm_cpu_caps()->avx2) run_capped_child("avx2");
+        run_capped_child("scalar");
+    }
+    return test_summary(getenv("WGLLM_CPU") ? "test_repack (WGLLM_CPU capped)" : "test_repack");
+}
