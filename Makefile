@@ -6,10 +6,11 @@
 # no edit here. Files named *_avx2.c / *_avx512.c hold x86-64 SIMD kernels and
 # get their instruction-set flags here; the rest of the code is portable and
 # picks those kernels at run time (quant/quant.c), so one binary runs on any
-# x86-64 CPU.
+# x86-64 CPU. Cross builds: `make CC=aarch64-linux-gnu-gcc OUT=build/arm64`
+# (the target architecture comes from the compiler).
 
 CC      ?= cc
-ARCH    := $(shell uname -m)
+ARCH    := $(shell $(CC) -dumpmachine | cut -d- -f1)
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(WARN) -pthread -g -MMD -MP
 LDLIBS  := -lm -pthread -ldl
@@ -22,7 +23,7 @@ ifeq ($(MODE),asan)
   OPT := -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
   LDFLAGS_MODE := -fsanitize=address,undefined
 endif
-OUT := build/$(MODE)
+OUT ?= build/$(MODE)
 
 ifeq ($(ARCH),x86_64)
   FLAGS_avx2   := -mavx2 -mfma -mf16c

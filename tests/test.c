@@ -40,3 +40,23 @@ const char *test_tmp_path(const char *suffix) {
     snprintf(b, 512, "%s/wgllm-test-%d-%d%s", dir ? dir : "/tmp", (int)getpid(), counter++, suffix);
     return b;
 }
+
+char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, r;
+    char *b = malloc(cap + 1);
+    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *q = realloc(b, (cap *= 2) + 1);
+            if (!q) free(b);
+            b = q;
+        }
+    }
+    fclose(f);
+    if (!b) return NULL;
+    b[n] = 0;
+    *len = n;
+    return b;
+}

@@ -42,22 +42,6 @@ static bool value_eq(const struct wgllm_gguf_value *a, const struct wgllm_gguf_v
     }
 }
 
-static uint8_t *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
-    if (fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return p;
-}
-
 /* Tensor bytes are a function of (tensor index, byte index). */
 static uint8_t pattern(int64_t t, uint64_t i) { return (uint8_t)(t * 31 + i * 7 + (i >> 8)); }
 
@@ -446,7 +430,7 @@ static uint8_t *small_file(size_t *size) {
     enum wgllm_status st = wgllm_gguf_writer_write(w, path, fill_pattern, NULL, &err);
     wgllm_gguf_writer_free(w);
     if (st != WGLLM_STATUS_OK) return NULL;
-    uint8_t *p = read_file(path, size);
+    uint8_t *p = (uint8_t *)test_read_file(path, size);
     unlink(path);
     return p;
 }
@@ -818,7 +802,7 @@ TEST(test_split_roundtrip) {
     /* shard 2 alone holds no metadata but the split keys */
     struct wgllm_gguf *g = NULL;
     size_t n2;
-    uint8_t *b2 = read_file(p2, &n2);
+    uint8_t *b2 = (uint8_t *)test_read_file(p2, &n2);
     CHECK(b2 != NULL);
     if (b2) {
         CHECK_EQ_INT(wgllm_gguf_open_memory(b2, n2, &g, &err), WGLLM_STATUS_OK);
@@ -841,7 +825,7 @@ TEST(test_split_roundtrip) {
     CHECK_EQ_INT(wgllm_gguf_open(p1, &g, &err), WGLLM_STATUS_IO);
     wgllm_gguf_split_path(p2, sizeof(p2), prefix, 2, 3);
     size_t n1;
-    uint8_t *b1 = read_file(p1, &n1);
+    uint8_t *b1 = (uint8_t *)test_read_file(p1, &n1);
     FILE *f = fopen(p2, "wb");
     fwrite(b1, 1, n1, f);
     fclose(f);

@@ -29,22 +29,6 @@ static bool value_eq(const struct wgllm_gguf_value *a, const struct wgllm_gguf_v
     }
 }
 
-static uint8_t *read_all(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n);
-    if (fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return p;
-}
-
 static uint32_t u32_key(const struct wgllm_gguf *g, const char *key) {
     uint32_t v = 0xffffffffu;
     struct wgllm_error err;
@@ -203,7 +187,7 @@ TEST(test_determinism_and_q8_0) {
     snprintf(p2, sizeof(p2), "%s", write_model("tiny", WGLLM_TYPE_Q8_0, 7));
     snprintf(p3, sizeof(p3), "%s", write_model("tiny", WGLLM_TYPE_Q8_0, 8));
     size_t n1 = 0, n2 = 0, n3 = 0;
-    uint8_t *b1 = read_all(p1, &n1), *b2 = read_all(p2, &n2), *b3 = read_all(p3, &n3);
+    uint8_t *b1 = (uint8_t *)test_read_file(p1, &n1), *b2 = (uint8_t *)test_read_file(p2, &n2), *b3 = (uint8_t *)test_read_file(p3, &n3);
     CHECK(b1 && b2 && b3);
     CHECK(n1 == n2 && n1 > 0 && memcmp(b1, b2, n1) == 0);
     CHECK(n1 == n3 && memcmp(b1, b3, n1) != 0);

@@ -11,20 +11,6 @@
 
 #include <limits.h>
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); fclose(f); return NULL; }
-    b[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 static struct wgllm_vocab *open_vocab(const char *name, struct wgllm_gguf **gout) {
     char rel[256];
     snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", name);
@@ -69,9 +55,9 @@ static int conformance(const char *name, bool spm) {
     char rel[256];
     size_t ilen = 0, olen = 0;
     snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf.inp", name);
-    char *inp = read_file(test_shared_path(rel), &ilen);
+    char *inp = test_read_file(test_shared_path(rel), &ilen);
     snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf.out", name);
-    char *outp = read_file(test_shared_path(rel), &olen);
+    char *outp = test_read_file(test_shared_path(rel), &olen);
     CHECK(inp && outp);
     if (!inp || !outp) { free(inp); free(outp); wgllm_vocab_free(v); return -1; }
 

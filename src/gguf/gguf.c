@@ -37,8 +37,7 @@ const char *wgllm_gguf_type_name(enum wgllm_gguf_type t) {
     return names[t];
 }
 
-/* Bytes of one element of a fixed-size type; 0 for STRING/ARRAY/unknown. */
-static size_t gguf_type_size(uint32_t t) {
+size_t wgllm_gguf_type_size(uint32_t t) {
     switch (t) {
     case WGLLM_GGUF_TYPE_UINT8: case WGLLM_GGUF_TYPE_INT8: case WGLLM_GGUF_TYPE_BOOL: return 1;
     case WGLLM_GGUF_TYPE_UINT16: case WGLLM_GGUF_TYPE_INT16: return 2;
@@ -275,7 +274,7 @@ static enum wgllm_status gguf_parse_array(struct gguf_reader *r, int depth,
     out->v.arr.data = NULL;
     out->v.arr.items = NULL;
     uint64_t left = r->size - r->pos;
-    size_t es = gguf_type_size(et);
+    size_t es = wgllm_gguf_type_size(et);
     /* Smallest encoding of one element bounds the count before any allocation. */
     uint64_t min_elem = es ? es : (et == WGLLM_GGUF_TYPE_STRING ? 8 : 12);
     if (n > left / min_elem)

@@ -37,6 +37,8 @@ enum wgllm_gguf_type {
 };
 
 const char *wgllm_gguf_type_name(enum wgllm_gguf_type t);
+/* Bytes of one element of a fixed-size value type; 0 for STRING, ARRAY and unknown ids. */
+size_t wgllm_gguf_type_size(uint32_t t);
 
 /* A string inside the mapped file: NOT NUL-terminated. */
 struct wgllm_gguf_str {

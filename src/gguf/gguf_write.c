@@ -149,16 +149,6 @@ void wgllm_gguf_writer_set_str(struct wgllm_gguf_writer *w, const char *key, con
     wbuf_str(b, v, strlen(v));
 }
 
-static size_t gguf_wtype_size(enum wgllm_gguf_type t) {
-    switch (t) {
-    case WGLLM_GGUF_TYPE_UINT8: case WGLLM_GGUF_TYPE_INT8: case WGLLM_GGUF_TYPE_BOOL: return 1;
-    case WGLLM_GGUF_TYPE_UINT16: case WGLLM_GGUF_TYPE_INT16: return 2;
-    case WGLLM_GGUF_TYPE_UINT32: case WGLLM_GGUF_TYPE_INT32: case WGLLM_GGUF_TYPE_FLOAT32: return 4;
-    case WGLLM_GGUF_TYPE_UINT64: case WGLLM_GGUF_TYPE_INT64: case WGLLM_GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* Payload of a parsed value (no type tag), as the reader laid it out. */
 static void gguf_put_payload(struct gguf_wbuf *b, const struct wgllm_gguf_value *v) {
     switch (v->type) {
@@ -177,7 +167,7 @@ static void gguf_put_payload(struct gguf_wbuf *b, const struct wgllm_gguf_value 
         enum wgllm_gguf_type et = v->v.arr.type;
         wbuf_u32(b, et);
         wbuf_u64(b, v->v.arr.n);
-        size_t es = gguf_wtype_size(et);
+        size_t es = wgllm_gguf_type_size(et);
         if (es) {
             WGLLM_ASSERT(v->v.arr.n == 0 || v->v.arr.data != NULL);
             wbuf_put(b, v->v.arr.data, (size_t)(v->v.arr.n * es));
@@ -203,7 +193,7 @@ void wgllm_gguf_writer_set_value(struct wgllm_gguf_writer *w, const char *key,
 
 void wgllm_gguf_writer_set_arr(struct wgllm_gguf_writer *w, const char *key,
                                enum wgllm_gguf_type type, const void *data, uint64_t n) {
-    size_t es = gguf_wtype_size(type);
+    size_t es = wgllm_gguf_type_size(type);
     WGLLM_ASSERT(es != 0);
     struct gguf_wbuf *b = gguf_wkv_slot(w, key);
     wbuf_u32(b, WGLLM_GGUF_TYPE_ARRAY);

@@ -486,6 +486,8 @@ static void quant_init_once(void) {
     traits_ref[WGLLM_TYPE_Q5_1].vec_dot_nr = nr_ref_Q5_1;
     traits_ref[WGLLM_TYPE_Q8_0].vec_dot_nr = nr_ref_Q8_0;
 
+    /* HOOK(ref): more formats install their reference kernels here */
+
     memcpy(traits_fast, traits_ref, sizeof(traits_fast));
     traits_fast[WGLLM_TYPE_F32].vec_dot_nr = nr_fast_F32;
     traits_fast[WGLLM_TYPE_F16].vec_dot_nr = nr_fast_F16;
@@ -509,8 +511,10 @@ static void quant_init_once(void) {
             fp16_to_fp32_row_fn = wgllm_fp16_to_fp32_row_avx512;
             fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_avx512;
         }
+        /* HOOK(x86): more formats install their x86 kernels here */
     }
 #endif
+    /* HOOK(arm64): NEON kernels install here */
 }
 
 static pthread_once_t quant_once = PTHREAD_ONCE_INIT;
