@@ -189,6 +189,8 @@ static void test_reference(const char *shape) {
 TEST(llama_matches_reference) { test_reference("tiny"); }
 TEST(qwen2_matches_reference) { test_reference("tiny-qwen2"); }
 TEST(qwen3_matches_reference) { test_reference("tiny-qwen3"); }
+TEST(rope_frequency_factors_match_reference) { test_reference("tiny-ropefreqs"); }
+TEST(rope_linear_scaling_matches_reference) { test_reference("tiny-ropescale"); }
 
 /* ---- API behaviour ------------------------------------------------------ */
 
@@ -352,6 +354,8 @@ int main(void) {
     RUN(llama_matches_reference);
     RUN(qwen2_matches_reference);
     RUN(qwen3_matches_reference);
+    RUN(rope_frequency_factors_match_reference);
+    RUN(rope_linear_scaling_matches_reference);
     if (q8_path) {
         RUN(batch_sequential_and_threads_agree);
         RUN(errors_leave_the_context_usable);

@@ -19,12 +19,14 @@
  * shapes use GPT-2's byte-level BPE vocabulary instead, which is tokenized by
  * the same kind of tokenizer. */
 static const struct wgllm_synth_shape synth_shapes[] = {
-    /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied */
-    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false},
-    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true},
-    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true},
-    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false},
-    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true},
+    /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied   rope variant */
+    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0},
+    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0},
+    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0},
+    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1},
+    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2},
+    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0},
+    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0},
 };
 #define SYNTH_N_SHAPES (sizeof(synth_shapes) / sizeof(synth_shapes[0]))
 
@@ -212,6 +214,7 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
 #undef BLK
     }
     synth_add(c, "output_norm.weight", F32, E, 0, out_gain, out_gain * SYNTH_SCALES.norm_noise, seed);
+    if (s->rope_variant == 1) synth_add(c, "rope_freqs.weight", F32, (uint64_t)s->head_dim / 2, 0, 2.5f, 0.5f, seed);
     if (!s->tied_output) synth_add(c, "output.weight", wt, E, n_vocab, 0.0f, logit, seed);
 }
 
@@ -317,6 +320,12 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     wgllm_gguf_writer_set_f32(w, k, s->rope_freq_base);
     synth_key_name(k, sizeof(k), A, "rope.dimension_count");
     wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->head_dim);
+    if (s->rope_variant == 2) {
+        synth_key_name(k, sizeof(k), A, "rope.scaling.type");
+        wgllm_gguf_writer_set_str(w, k, "linear");
+        synth_key_name(k, sizeof(k), A, "rope.scaling.factor");
+        wgllm_gguf_writer_set_f32(w, k, 4.0f);
+    }
     if (s->head_dim * s->n_head != s->n_embd) {
         /* llama.cpp assumes n_embd / n_head unless these say otherwise */
         synth_key_name(k, sizeof(k), A, "attention.key_length");

@@ -40,6 +40,12 @@ struct wgllm_synth_shape {
     bool qkv_bias;          /* qwen2: attn_{q,k,v}.bias */
     bool qk_norm;           /* qwen3: attn_{q,k}_norm.weight */
     bool tied_output;       /* no output.weight: the output projection is token_embd */
+    /* RoPE variants that real files carry: 0 plain; 1 a `rope_freqs.weight`
+     * tensor of per-pair frequency divisors (Llama 3.1 style; random values in
+     * about [0.8, 4.2] here so that every pair, not only the slow ones, shows
+     * whether they are applied); 2 linear scaling (`rope.scaling.type` linear,
+     * factor 4). */
+    int rope_variant;
 };
 /* NULL when the name is unknown. */
 const struct wgllm_synth_shape *wgllm_synth_shape(const char *name);

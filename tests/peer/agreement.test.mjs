@@ -38,6 +38,10 @@ import { modelPath, wgllmLogits, wgllmGreedy, runWgllm, logSoftmax, klLog, argma
 const SHAPES = (process.env.PEER_SHAPES || 'tiny,tiny-qwen2,tiny-qwen3').split(',');
 const TYPES = (process.env.PEER_TYPES || 'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1').split(',');
 const GREEDY_TYPES = ['f32', 'f16', 'q8_0'];
+// RoPE variants real files carry (Llama 3.1 frequency factors, linear scaling), in
+// two types each: llama.cpp must read the metadata the same way wgllm does.
+const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']], ['tiny-ropescale', ['f32', 'q8_0']]];
+const MATRIX = [...SHAPES.map((s) => [s, TYPES]), ...EXTRA];
 const N_POS = 64;
 const N_PROMPT = 16, N_GEN = 32;
 const BOUND = { f32: 1e-4, f16: 1e-3, bf16: 3e-3, q8_0: 3e-3, q4_0: 1e-2, q4_1: 1e-2, q5_0: 1e-2, q5_1: 1e-2 };
@@ -78,8 +82,8 @@ after(() => {
   console.log(lines.join('\n'));
 });
 
-for (const shape of SHAPES) {
-  for (const type of TYPES) {
+for (const [shape, types] of MATRIX) {
+  for (const type of types) {
     const file = modelPath(shape, type);
     const name = `${shape}-${type}`;
     test(`logits agree with llama.cpp: ${name}`, async () => {

@@ -16,15 +16,23 @@ if [ ! -x build/release/wgllm ]; then
 fi
 
 mkdir -p build/models
+models=()
 for shape in tiny tiny-qwen2 tiny-qwen3; do
-  for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1; do
+  for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1; do models+=("$shape $type"); done
+done
+for shape in tiny-ropefreqs tiny-ropescale; do
+  for type in f32 q8_0; do models+=("$shape $type"); done
+done
+for m in "${models[@]}"; do
+  read -r shape type <<<"$m"
+  {
     out="build/models/${shape}-${type}.gguf"
     if [ ! -s "$out" ]; then
       echo "peer: synthesizing $out" >&2
       build/release/wgllm synth --shape "$shape" --type "$type" --seed 1 -o "$out.tmp"
       mv "$out.tmp" "$out"
     fi
-  done
+  }
 done
 
 exec node --test "$@" tests/peer/
