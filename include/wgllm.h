@@ -145,9 +145,11 @@ bool wgllm_token_is_eog(const struct wgllm_model *model, int32_t token);
 struct wgllm_context;
 
 struct wgllm_context_params {
-    int n_ctx;     /* KV-cache length in tokens; 0 = the model's training context, capped at 4096 */
+    int n_ctx;     /* KV-cache length in tokens, per sequence; 0 = the model's training context, capped at 4096 */
     int n_batch;   /* most tokens one forward pass processes; longer inputs are split */
     int n_threads; /* 0 = the model's n_threads */
+    int n_seq;     /* sequence slots sharing the weights (the engine's parallel streams); the
+                      single-sequence calls below use slot 0; default 1 */
 };
 
 struct wgllm_context_params wgllm_context_default_params(void);
@@ -183,23 +185,85 @@ const float *wgllm_get_logits_ith(const struct wgllm_context *ctx, int i);
 
 /* ---------------------------------------------------------------------------
  * Sampling
+ *
+ * The chain follows llama.cpp's order: logit bias -> repetition / presence /
+ * frequency penalties over the last `penalty_last_n` accepted tokens -> top-k
+ * -> typical-p -> top-p -> min-p -> temperature -> a draw from the sampler's
+ * own seeded generator (same seed and same inputs => same tokens). With
+ * temperature <= 0 the result is the argmax after bias and penalties.
+ * A sampler allocates everything at init; sampling never allocates.
  * ------------------------------------------------------------------------- */
 
 struct wgllm_sampler;
 
+struct wgllm_logit_bias {
+    int32_t token;
+    float bias; /* added to the logit; -INFINITY bans the token */
+};
+
+struct wgllm_token_logprob {
+    int32_t token;
+    float logprob; /* log-softmax of the raw logits (before bias, penalties, temperature) */
+};
+
 struct wgllm_sampler_params {
-    float temperature; /* <= 0: greedy (argmax) */
+    float temperature; /* <= 0: greedy (argmax after bias and penalties) */
     int top_k;         /* <= 0: off */
     float top_p;       /* >= 1: off */
     float min_p;       /* <= 0: off */
     uint64_t seed;     /* seed of the sampler's own random generator */
+    float typical_p;   /* >= 1: off */
+    float repeat_penalty;    /* 1: off; divides positive logits, multiplies negative ones */
+    int penalty_last_n;      /* window of accepted tokens the penalties see; 0: off, -1: all */
+    float presence_penalty;  /* subtracted once from every token seen in the window; 0: off */
+    float frequency_penalty; /* subtracted count times; 0: off */
+    const struct wgllm_logit_bias *logit_bias; /* copied at init; out-of-range tokens ignored */
+    int n_logit_bias;
+    int n_probs; /* how many top alternatives sample_ex reports; 0: none */
 };
 
+/* temperature 0, top_k 40, top_p 0.95, min_p 0.05, typical_p 1,
+ * repeat_penalty 1, penalty_last_n 64, presence/frequency 0, no bias, n_probs 0 */
 struct wgllm_sampler_params wgllm_sampler_default_params(void);
+/* NULL when n_vocab <= 0 or out of memory. */
 struct wgllm_sampler *wgllm_sampler_init(const struct wgllm_sampler_params *params, int n_vocab);
 void wgllm_sampler_free(struct wgllm_sampler *s);
+/* Adds a token to the penalty history (prompt tokens too, if they should count). */
+void wgllm_sampler_accept(struct wgllm_sampler *s, int32_t token);
+/* Clears the penalty history and re-seeds the generator with params.seed. */
+void wgllm_sampler_reset(struct wgllm_sampler *s);
 int32_t wgllm_sampler_sample(struct wgllm_sampler *s, const float *logits);
+/* As wgllm_sampler_sample (and, like it, does not accept the token). Each of
+ * top, n_top and logprob may be NULL. top has room for params.n_probs entries:
+ * it receives the min(n_probs, n_vocab) most likely tokens under the raw
+ * logits, sorted by descending logprob, *n_top their count. *logprob is the
+ * raw log-softmax at the chosen token. */
+int32_t wgllm_sampler_sample_ex(struct wgllm_sampler *s, const float *logits, struct wgllm_token_logprob *top,
+                                int *n_top, float *logprob);
 int32_t wgllm_argmax(const float *logits, int n);
+
+/* ---------------------------------------------------------------------------
+ * Stop strings: a streaming matcher that holds back text that could still
+ * become a stop string, so no partial stop ever reaches the stream, and never
+ * splits a UTF-8 character when it holds back.
+ * ------------------------------------------------------------------------- */
+
+struct wgllm_stop_matcher;
+
+/* Copies the strings; stops may be NULL (n_stops 0), NULL and empty entries
+ * are ignored. NULL when out of memory. */
+struct wgllm_stop_matcher *wgllm_stop_matcher_init(const char *const *stops, int n_stops);
+void wgllm_stop_matcher_free(struct wgllm_stop_matcher *m);
+/* Feeds text; returns the text now safe to emit (valid until the next call)
+ * and its length in *out_len. When a stop string completes, *stopped = true,
+ * the text returned ends right before the earliest stop string, and later
+ * calls return nothing (with *stopped true again). Never returns NULL. */
+const char *wgllm_stop_matcher_push(struct wgllm_stop_matcher *m, const char *text, size_t len, size_t *out_len,
+                                    bool *stopped);
+/* End of generation without a stop: releases what was held back. */
+const char *wgllm_stop_matcher_flush(struct wgllm_stop_matcher *m, size_t *out_len);
+/* Forgets held text and the stopped state, for the next request. */
+void wgllm_stop_matcher_reset(struct wgllm_stop_matcher *m);
 
 /* ---------------------------------------------------------------------------
  * Streaming detokenizer: turns tokens into text that never splits a UTF-8
@@ -215,6 +279,164 @@ void wgllm_detokenizer_free(struct wgllm_detokenizer *d);
 const char *wgllm_detokenizer_push(struct wgllm_detokenizer *d, int32_t token, size_t *len);
 /* Whatever bytes remain (an invalid trailing sequence), flushed. */
 const char *wgllm_detokenizer_flush(struct wgllm_detokenizer *d, size_t *len);
+
+/* ---------------------------------------------------------------------------
+ * Engine: many requests served concurrently from one loaded model
+ *
+ * One engine thread advances every request by scheduler ticks. Each tick a
+ * planner builds one batch: first one token for every stream that is
+ * generating (so streams never wait behind a long prompt), then prompt chunks
+ * up to the prefill budget. Requests name an optional `context_key`: the
+ * sequence slot that served the key keeps its KV cache when the request ends,
+ * and a later request with the same key computes only the tokens after the
+ * longest common prefix. More keys than slots: idle slots are evicted least
+ * recently used (saved as prefix snapshots in host memory when there is room,
+ * so a returning conversation, or a shared system prompt, is restored rather
+ * than recomputed).
+ *
+ *     struct wgllm_engine *eng;
+ *     struct wgllm_engine_params ep = wgllm_engine_default_params();
+ *     wgllm_engine_init(model, &ep, &eng, &err);
+ *     struct wgllm_request_params rp = wgllm_request_default_params();
+ *     rp.max_tokens = 64;
+ *     struct wgllm_result res;
+ *     wgllm_query(eng, "Once upon a time", &rp, &res, &err);   // blocking
+ *     printf("%s\n", res.text);
+ *     wgllm_result_free(&res);
+ *     wgllm_engine_free(eng);
+ *
+ * wgllm_engine_submit_* return at once with a request handle; wait for it
+ * with wgllm_request_wait (which frees the handle), cancel it from any thread
+ * with wgllm_request_cancel.
+ * ------------------------------------------------------------------------- */
+
+struct wgllm_engine;
+struct wgllm_request;
+
+struct wgllm_engine_params {
+    int n_slots;           /* sequence slots = streams generating at once (default 4) */
+    int n_ctx;             /* KV positions per slot; 0 = the model's training context, capped at 4096 */
+    int n_batch;           /* tokens per tick, decode and prefill together (default 512) */
+    int prefill_budget;    /* prompt tokens per tick at most; 0 = n_batch */
+    int n_threads;         /* 0 = the model's */
+    int max_queue;         /* requests waiting for a slot before submit refuses (default 256) */
+    size_t snapshot_bytes; /* host memory for prefix snapshots; 0 = none (default 256 MiB) */
+    int max_snapshots;     /* (default 16) */
+    int min_snapshot_tokens; /* shorter prefixes are not worth saving (default 32) */
+    const char *chat_template; /* Jinja text used by chat instead of the model's; NULL = the model's */
+};
+
+struct wgllm_engine_params wgllm_engine_default_params(void);
+enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgllm_engine_params *params,
+                                    struct wgllm_engine **out, struct wgllm_error *err);
+/* Cancels what is still running, joins the engine thread, frees the engine.
+ * Wait for every submitted request before: a handle not waited for leaks. */
+void wgllm_engine_free(struct wgllm_engine *eng);
+
+/* Called on the engine thread for each piece of generated text (never a
+ * partial UTF-8 character or a partial stop string). `logprob` is the model's
+ * log-probability of the token. Return false to cancel the request. */
+typedef bool (*wgllm_token_fn)(const char *text, size_t len, int32_t token, float logprob, void *user_data);
+
+struct wgllm_request_params {
+    int max_tokens;                       /* generated tokens at most (default 256); 0 = until EOS or context end */
+    struct wgllm_sampler_params sampling; /* wgllm_sampler_default_params() */
+    const char *const *stop;              /* stop strings (copied); the text ends before the first match */
+    int n_stop;
+    const char *context_key;              /* NULL = no reuse across requests (copied) */
+    bool ignore_eos;                      /* keep generating past end-of-generation tokens */
+    bool add_special;                     /* query: add BOS as the model asks (default true) */
+    wgllm_token_fn on_token;              /* NULL = no streaming */
+    void *user_data;                      /* passed to on_token */
+};
+
+struct wgllm_request_params wgllm_request_default_params(void);
+
+enum wgllm_finish_reason {
+    WGLLM_FINISH_STOP,      /* an end-of-generation token or a stop string */
+    WGLLM_FINISH_LENGTH,    /* max_tokens or the end of the context */
+    WGLLM_FINISH_CANCELLED, /* wgllm_request_cancel, on_token returned false, or engine freed */
+    WGLLM_FINISH_ERROR,     /* see status and message */
+};
+
+struct wgllm_usage {
+    int prompt_tokens;     /* tokens of the rendered prompt */
+    int cached_tokens;     /* of those, reused from the KV cache or a snapshot (not computed) */
+    int completion_tokens; /* generated */
+};
+
+struct wgllm_timings {
+    double queued_ms;     /* from submit to a slot */
+    double ttft_ms;       /* from submit to the first generated token */
+    double prefill_tok_s; /* computed prompt tokens per second of prefill */
+    double decode_tok_s;  /* generated tokens per second after the first */
+    double total_ms;
+};
+
+struct wgllm_result {
+    enum wgllm_status status;  /* OK unless finish == ERROR */
+    char message[256];         /* the error, when there is one */
+    enum wgllm_finish_reason finish;
+    char *text;                /* generated text, NUL-terminated (malloc'd; wgllm_result_free) */
+    size_t text_len;
+    int32_t *tokens;           /* generated token ids (malloc'd) */
+    float *logprobs;           /* log-probability of each generated token (malloc'd) */
+    int n_tokens;
+    struct wgllm_usage usage;
+    struct wgllm_timings timings;
+};
+
+void wgllm_result_free(struct wgllm_result *r);
+
+/* Raw prompt, no template. */
+enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *eng, const char *prompt, size_t len,
+                                            const struct wgllm_request_params *params,
+                                            struct wgllm_request **out, struct wgllm_error *err);
+
+struct wgllm_message {
+    const char *role;    /* "system", "user", "assistant", ... */
+    const char *content;
+};
+
+/* Messages rendered with the model's chat template (or the engine's
+ * chat_template); UNSUPPORTED when there is none. */
+enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *eng, const struct wgllm_message *msgs, int n_msgs,
+                                           const struct wgllm_request_params *params,
+                                           struct wgllm_request **out, struct wgllm_error *err);
+/* Blocks until the request ends, fills *result, frees the handle. */
+void wgllm_request_wait(struct wgllm_request *req, struct wgllm_result *result);
+/* Asks the request to stop (takes effect at the next tick). Safe from any thread
+ * until wgllm_request_wait returns. */
+void wgllm_request_cancel(struct wgllm_request *req);
+
+/* Blocking forms: submit + wait. The status is the submit's, or the result's. */
+enum wgllm_status wgllm_query(struct wgllm_engine *eng, const char *prompt, const struct wgllm_request_params *params,
+                              struct wgllm_result *result, struct wgllm_error *err);
+enum wgllm_status wgllm_chat(struct wgllm_engine *eng, const struct wgllm_message *msgs, int n_msgs,
+                             const struct wgllm_request_params *params, struct wgllm_result *result,
+                             struct wgllm_error *err);
+
+enum wgllm_pooling { WGLLM_POOLING_MODEL = -1, WGLLM_POOLING_NONE = 0, WGLLM_POOLING_MEAN = 1,
+                     WGLLM_POOLING_CLS = 2, WGLLM_POOLING_LAST = 3 };
+
+/* Embeds text into out[0..n_embd): the final normalized hidden states pooled
+ * as `pooling` says (WGLLM_POOLING_MODEL: the GGUF's `<arch>.pooling_type`;
+ * UNSUPPORTED when the model has none and no pooling is given), optionally
+ * L2-normalized. Returns the vector length in *n_out. */
+enum wgllm_status wgllm_embed(struct wgllm_engine *eng, const char *text, size_t len, enum wgllm_pooling pooling,
+                              bool normalize, float *out, int max_out, int *n_out, struct wgllm_error *err);
+
+struct wgllm_engine_metrics {
+    uint64_t requests_submitted, requests_finished, requests_cancelled, requests_failed, requests_refused;
+    uint64_t prompt_tokens, prompt_tokens_cached, generated_tokens;
+    uint64_t cache_hits;        /* requests that reused a cached prefix */
+    uint64_t evictions, snapshots_saved, snapshots_restored;
+    uint64_t ticks;
+    int queue_depth, active_slots, idle_slots;
+    uint64_t snapshot_bytes_used;
+};
+
+void wgllm_engine_metrics(struct wgllm_engine *eng, struct wgllm_engine_metrics *out);
 
 /* ---------------------------------------------------------------------------
  * Misc

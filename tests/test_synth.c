@@ -85,11 +85,11 @@ TEST(test_shape_names) {
     const char *const *names = wgllm_synth_shape_names();
     int n = 0;
     for (; names[n]; n++) CHECK(wgllm_synth_shape(names[n]) != NULL);
-    CHECK_EQ_INT(n, 5);
+    CHECK_EQ_INT(n, 7);
     CHECK(wgllm_synth_shape("nope") == NULL);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_Q8_0), 7);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_BF16), 32);
-    CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_Q4_K), -1);
+    CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_TQ1_0), -1); /* a type synth cannot write */
 }
 
 TEST(test_tiny_f32) {
@@ -341,7 +341,7 @@ TEST(test_split_and_errors) {
     CHECK_EQ_INT(wgllm_synth_write(&p, test_tmp_path(".gguf"), &err), WGLLM_STATUS_INVALID_ARGUMENT);
     CHECK(strstr(err.message, "huge") != NULL);
     p.shape = "tiny";
-    p.type = WGLLM_TYPE_Q4_K;
+    p.type = WGLLM_TYPE_TQ1_0; /* no reference quantizer */
     CHECK_EQ_INT(wgllm_synth_write(&p, test_tmp_path(".gguf"), &err), WGLLM_STATUS_INVALID_ARGUMENT);
     p.type = WGLLM_TYPE_F32;
     p.vocab_path = "/nonexistent/vocab.gguf";

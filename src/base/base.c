@@ -197,11 +197,23 @@ static void detect_cpu(void) {
     }
 }
 #elif defined(__aarch64__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20) /* Linux arm64 uapi hwcap bit of SDOT/UDOT */
+#endif
+/* NEON is part of the arm64 baseline; SDOT is optional (absent on Cortex-A53,
+ * A72, ...), so the kernel's hwcaps decide rather than the compile flags. */
 static void detect_cpu(void) {
     cpu_caps.neon = true;
-#if defined(__ARM_FEATURE_DOTPROD)
+#if defined(__linux__)
+    cpu_caps.dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__ARM_FEATURE_DOTPROD)
     cpu_caps.dotprod = true;
 #endif
+    /* WGLLM_CPU=neon|scalar caps the kernels, to test and compare paths. */
+    const char *cap = getenv("WGLLM_CPU");
+    if (cap && (!strcmp(cap, "neon") || !strcmp(cap, "scalar"))) cpu_caps.dotprod = false;
+    if (cap && !strcmp(cap, "scalar")) cpu_caps.neon = false;
 }
 #else
 static void detect_cpu(void) {}

@@ -54,6 +54,14 @@ int wgllm_synth_file_type(uint32_t type) {
     case WGLLM_TYPE_Q5_0: return 8;  /* LLAMA_FTYPE_MOSTLY_Q5_0 */
     case WGLLM_TYPE_Q5_1: return 9;  /* LLAMA_FTYPE_MOSTLY_Q5_1 */
     case WGLLM_TYPE_BF16: return 32; /* LLAMA_FTYPE_MOSTLY_BF16 */
+    /* a file all in one K-quant is llama.cpp's "_S" variant of that size */
+    case WGLLM_TYPE_Q2_K: return 10;   /* LLAMA_FTYPE_MOSTLY_Q2_K */
+    case WGLLM_TYPE_Q3_K: return 11;   /* LLAMA_FTYPE_MOSTLY_Q3_K_S */
+    case WGLLM_TYPE_Q4_K: return 14;   /* LLAMA_FTYPE_MOSTLY_Q4_K_S */
+    case WGLLM_TYPE_Q5_K: return 16;   /* LLAMA_FTYPE_MOSTLY_Q5_K_S */
+    case WGLLM_TYPE_Q6_K: return 18;   /* LLAMA_FTYPE_MOSTLY_Q6_K */
+    case WGLLM_TYPE_IQ4_NL: return 25; /* LLAMA_FTYPE_MOSTLY_IQ4_NL */
+    case WGLLM_TYPE_IQ4_XS: return 30; /* LLAMA_FTYPE_MOSTLY_IQ4_XS */
     default: return -1;
     }
 }
@@ -259,7 +267,7 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     if (ftype < 0 || !tt->name || (p->type != WGLLM_TYPE_F32 && !tt->from_float_ref))
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                "synth: weight type %s is not one of f32, f16, bf16, q8_0, q4_0, "
-                               "q4_1, q5_0, q5_1",
+                               "q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs",
                                wgllm_type_name(p->type));
     if (s->n_embd % tt->blck_size != 0 || s->n_ff % tt->blck_size != 0 ||
         (s->head_dim * s->n_head) % tt->blck_size != 0)

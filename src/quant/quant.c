@@ -486,6 +486,7 @@ static void quant_init_once(void) {
     traits_ref[WGLLM_TYPE_Q5_1].vec_dot_nr = nr_ref_Q5_1;
     traits_ref[WGLLM_TYPE_Q8_0].vec_dot_nr = nr_ref_Q8_0;
 
+    wgllm_kquants_install_ref(traits_ref);
     /* HOOK(ref): more formats install their reference kernels here */
 
     memcpy(traits_fast, traits_ref, sizeof(traits_fast));
@@ -511,10 +512,19 @@ static void quant_init_once(void) {
             fp16_to_fp32_row_fn = wgllm_fp16_to_fp32_row_avx512;
             fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_avx512;
         }
+        wgllm_kquants_install_avx2(traits_fast);
         /* HOOK(x86): more formats install their x86 kernels here */
     }
 #endif
     /* HOOK(arm64): NEON kernels install here */
+#if defined(__aarch64__)
+    const struct wgllm_cpu_caps *arm = wgllm_cpu_caps();
+    if (arm->neon) {
+        wgllm_quant_install_neon(traits_fast, arm->dotprod);
+        fp16_to_fp32_row_fn = wgllm_fp16_to_fp32_row_neon;
+        fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_neon;
+    }
+#endif
 }
 
 static pthread_once_t quant_once = PTHREAD_ONCE_INIT;

@@ -123,6 +123,11 @@ void wgllm_fp16_to_fp32_row(const wgllm_fp16 *x, float *y, int64_t n);
 void wgllm_fp32_to_fp16_row(const float *x, wgllm_fp16 *y, int64_t n);
 
 /* ---- internal: installed by wgllm_quant_init, defined in quant_<isa>.c ---- */
+/* K-quants and IQ4_NL/IQ4_XS (kquants.c, kquants_avx2.c). */
+void wgllm_kquants_install_ref(struct wgllm_type_traits *t);
+#if defined(__x86_64__)
+void wgllm_kquants_install_avx2(struct wgllm_type_traits *t);
+#endif
 #if defined(__x86_64__)
 /* Replace entries of t (indexed by type id) with the kernels of that ISA. */
 void wgllm_quant_install_avx2(struct wgllm_type_traits *t);
@@ -131,6 +136,12 @@ void wgllm_fp16_to_fp32_row_avx2(const wgllm_fp16 *x, float *y, int64_t n);
 void wgllm_fp32_to_fp16_row_avx2(const float *x, wgllm_fp16 *y, int64_t n);
 void wgllm_fp16_to_fp32_row_avx512(const wgllm_fp16 *x, float *y, int64_t n);
 void wgllm_fp32_to_fp16_row_avx512(const float *x, wgllm_fp16 *y, int64_t n);
+#endif
+#if defined(__aarch64__)
+/* NEON kernels; the integer dots use SDOT when has_dotprod (quant_neon.c). */
+void wgllm_quant_install_neon(struct wgllm_type_traits *t, bool has_dotprod);
+void wgllm_fp16_to_fp32_row_neon(const wgllm_fp16 *x, float *y, int64_t n);
+void wgllm_fp32_to_fp16_row_neon(const float *x, wgllm_fp16 *y, int64_t n);
 #endif
 
 #endif

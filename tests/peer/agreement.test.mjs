@@ -16,6 +16,12 @@
 //                              to ~60x its KL if wgllm does not round the same way.
 //   q4_0 q4_1 q5_0 q5_1  1e-2  as q8_0 (activations as q8_0/q8_1) plus accumulation
 //                              of coarser weights in a different order.
+//   q2_k..q6_k iq4_nl    1e-2  as q4_0 (activations as q8_K, q8_0 for iq4_nl); the
+//   iq4_xs                     weight bytes equal llama.cpp's (test_kquants checks them
+//                              against its libggml-base). Measured means on the three
+//                              tiny shapes: 3e-14..3.4e-3 (q6_k/iq4_xs often bit-exact,
+//                              ~1e-3 where one activation quant rounds differently and
+//                              the difference grows through the layers, as for q5_0/q4_1).
 // These were set before wgllm existed; the table printed below shows measured values:
 // tighten them to ~5x the measured means once known.
 // A bound only means something if a real bug would exceed it by far. Each model's
@@ -36,7 +42,8 @@ import { loadVocab, tokenizeWith, loadModelContext, nextTokenLogProbs, greedyGen
 import { modelPath, wgllmLogits, wgllmGreedy, runWgllm, logSoftmax, klLog, argmax, hasNonFinite } from '../../tools/peer/wgllm.mjs';
 
 const SHAPES = (process.env.PEER_SHAPES || 'tiny,tiny-qwen2,tiny-qwen3').split(',');
-const TYPES = (process.env.PEER_TYPES || 'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1').split(',');
+const TYPES = (process.env.PEER_TYPES ||
+  'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs').split(',');
 const GREEDY_TYPES = ['f32', 'f16', 'q8_0'];
 // RoPE variants real files carry (Llama 3.1 frequency factors, linear scaling), in
 // two types each: llama.cpp must read the metadata the same way wgllm does.
@@ -44,7 +51,8 @@ const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']
 const MATRIX = [...SHAPES.map((s) => [s, TYPES]), ...EXTRA];
 const N_POS = 64;
 const N_PROMPT = 16, N_GEN = 32;
-const BOUND = { f32: 1e-4, f16: 1e-3, bf16: 3e-3, q8_0: 3e-3, q4_0: 1e-2, q4_1: 1e-2, q5_0: 1e-2, q5_1: 1e-2 };
+const BOUND = { f32: 1e-4, f16: 1e-3, bf16: 3e-3, q8_0: 3e-3, q4_0: 1e-2, q4_1: 1e-2, q5_0: 1e-2, q5_1: 1e-2,
+  q2_k: 1e-2, q3_k: 1e-2, q4_k: 1e-2, q5_k: 1e-2, q6_k: 1e-2, iq4_nl: 1e-2, iq4_xs: 1e-2 };
 // greedy: a divergence is accepted only at a near-tie, where llama.cpp itself ranks
 // wgllm's token within this many nats of its own choice (then only the prefix counts)
 const TIE_NATS = 1e-3;

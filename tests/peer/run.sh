@@ -18,7 +18,9 @@ fi
 mkdir -p build/models
 models=()
 for shape in tiny tiny-qwen2 tiny-qwen3; do
-  for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1; do models+=("$shape $type"); done
+  for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs; do
+    models+=("$shape $type")
+  done
 done
 for shape in tiny-ropefreqs tiny-ropescale; do
   for type in f32 q8_0; do models+=("$shape $type"); done

@@ -1,6 +1,7 @@
 /*
- * forward.c - the CPU backend: a wgllm_context (KV cache + scratch, planned
- * and allocated once) and the decoder forward pass over a batch of tokens.
+ * forward.c - the CPU backend: a wgllm_context (KV cache for n_seq sequences
+ * + scratch, planned and allocated once) and the decoder forward pass over a
+ * batch of tokens that may belong to different sequences (backend.h).
  *
  * The whole pass is one fork-join job: every thread walks the same list of
  * steps, does its share of each (rows of a matrix product, heads of
@@ -9,6 +10,7 @@
  * weight type's vec_dot_type (Q8_0 for Q4_0/Q8_0, ...) as llama.cpp does.
  * Nothing is allocated per token.
  */
+#include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "base/threadpool.h"
 #include "model/model.h"
@@ -26,32 +28,39 @@ struct act {
 
 struct wgllm_context {
     struct wgllm_model *model;
-    int n_ctx, n_batch, n_threads;
+    int n_ctx, n_seq, n_batch, n_threads;
     struct wgllm_threadpool *tp;
-    int n_past;
+    int n_past; /* of sequence 0, for the single-sequence API */
 
-    wgllm_fp16 *k_cache; /* [layer][pos][n_head_kv * head_dim_k] */
-    wgllm_fp16 *v_cache; /* [layer][n_head_kv * head_dim_v][pos]: transposed */
-    size_t kv_layer_k, kv_layer_v; /* elements per layer */
+    /* K: [layer][seq][pos][n_head_kv * head_dim_k]
+     * V: [layer][seq][n_head_kv * head_dim_v][pos] (transposed, see attend_head) */
+    wgllm_fp16 *k_cache, *v_cache;
+    size_t seq_k, seq_v;     /* elements per sequence and layer */
+    size_t layer_k, layer_v; /* elements per layer */
 
     /* scratch, n_batch rows each */
     float *x, *xn, *q, *k, *v, *att, *gate, *up;
     void *act_buf[N_ACT_SLOTS];
     size_t act_slot_bytes;
-    float *scores;  /* n_threads x n_ctx */
+    float *scores;     /* n_threads x n_ctx */
     wgllm_fp16 *tmp16; /* n_threads x (n_ctx + head_dim) */
-    float *rope_cs; /* n_batch x n_rot */
+    float *rope_cs;    /* n_batch x n_rot */
+    int32_t *b_tok, *b_pos, *b_seq, *b_out; /* n_batch each: the single-sequence API's batch, output rows */
 
-    float *logits;     /* logits_cap rows of n_vocab */
-    int logits_cap;    /* rows allocated */
-    int n_logits;      /* rows valid after the last decode */
+    float *logits;  /* logits_cap rows of n_vocab */
+    int logits_cap; /* rows allocated */
+    float *embd;    /* n_batch rows of n_embd */
+    int n_outputs;  /* rows valid after the last decode */
+    int n_logits;   /* the single-sequence API's rows */
 
     /* the chunk being computed (read by all threads) */
-    const int32_t *tokens;
-    int n_tok, pos0;
-    int out_first; /* first row whose logits are kept (n_tok-1 unless all) */
-    float *out_logits;
-    uint64_t bytes; /* allocated, for wgllm_context_memory */
+    const int32_t *tok, *pos, *seq;
+    int n_tok;
+    const int32_t *out_idx; /* ascending token indices whose outputs are kept */
+    int n_out;
+    float *out_logits; /* NULL when computing embeddings */
+    float *out_embd;   /* NULL when computing logits */
+    uint64_t bytes;    /* allocated, for wgllm_context_memory */
 };
 
 /* ---- matrix products ---------------------------------------------------- */
@@ -131,16 +140,17 @@ static uint32_t vdt(const struct wgllm_weight *w) { return wgllm_type_traits(w->
 /* One head of one token: softmax(q.K^T * scale) . V over positions 0..pos.
  * q and the probabilities are rounded to f16 first because ggml multiplies
  * them with the f16 cache in f16 (its vec_dot_type). */
-static void attend_head(struct wgllm_context *c, int il, int pos, int h, const float *q, float *out, int ith) {
+static void attend_head(struct wgllm_context *c, int il, int seq, int pos, int h, const float *q, float *out,
+                        int ith) {
     const struct wgllm_hparams *hp = &c->model->hp;
     const int dk = hp->head_dim_k, dv = hp->head_dim_v;
     const int kvh = h / (hp->n_head / hp->n_head_kv);
     const size_t krow = (size_t)hp->n_head_kv * dk;
-    const wgllm_fp16 *K = c->k_cache + il * c->kv_layer_k + (size_t)kvh * dk;
+    const wgllm_fp16 *K = c->k_cache + il * c->layer_k + (size_t)seq * c->seq_k + (size_t)kvh * dk;
     /* V is stored transposed ([dim][position]) as ggml does without flash
      * attention, so that each output dimension is one f16 dot product over
      * positions, summed in the same order as llama.cpp. */
-    const wgllm_fp16 *Vt = c->v_cache + il * c->kv_layer_v + (size_t)kvh * dv * c->n_ctx;
+    const wgllm_fp16 *Vt = c->v_cache + il * c->layer_v + (size_t)seq * c->seq_v + (size_t)kvh * dv * c->n_ctx;
     float *s = c->scores + (size_t)ith * c->n_ctx;
     wgllm_fp16 *tmp = c->tmp16 + (size_t)ith * (c->n_ctx + dk); /* q, then the probabilities */
     const wgllm_vec_dot_fn dot16 = wgllm_type_traits(WGLLM_TYPE_F16)->vec_dot;
@@ -170,25 +180,26 @@ static void forward_worker(void *arg, int ith, int nth) {
     const bool neox = hp->rope_type == WGLLM_ROPE_NEOX;
     int64_t lo, hi;
 
-    /* embeddings + rope angles of the chunk's positions */
+    /* embeddings + rope angles of each token's position */
     const struct wgllm_type_traits *et = wgllm_type_traits(m->tok_embd.type);
     wgllm_split_range(n, ith, nth, 1, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
-        et->to_float((const char *)m->tok_embd.data + (size_t)c->tokens[t] * m->tok_embd.row_size,
-                     c->x + t * E, E);
-        wgllm_op_rope_cache(c->rope_cs + t * hp->n_rot, c->pos0 + (int)t, hp->n_rot, hp->rope_freq_base,
+        et->to_float((const char *)m->tok_embd.data + (size_t)c->tok[t] * m->tok_embd.row_size, c->x + t * E, E);
+        wgllm_op_rope_cache(c->rope_cs + t * hp->n_rot, c->pos[t], hp->n_rot, hp->rope_freq_base,
                             hp->rope_freq_scale, m->rope_freqs);
     }
     wgllm_threadpool_barrier(tp);
 
     for (int il = 0; il < hp->n_layer; il++) {
         const struct wgllm_layer *L = &m->layers[il];
-        /* In the last layer only the rows whose logits are wanted go on
-         * after attention (the others only had to fill the KV cache). */
+        /* In the last layer only the rows whose outputs are wanted go on
+         * after attention (the others only had to fill the KV cache); they
+         * are compacted to rows 0..n_out. */
         const bool last = il == hp->n_layer - 1;
-        const int r0 = last ? c->out_first : 0, nr = n - r0;
+        const int nr = last ? c->n_out : n;
 
         /* attention norm, then q/k/v */
+        wgllm_split_range(n, ith, nth, 1, &lo, &hi);
         for (int64_t t = lo; t < hi; t++) wgllm_op_rms_norm(c->x + t * E, L->attn_norm, c->xn + t * E, E, hp->rms_eps);
         wgllm_threadpool_barrier(tp);
         struct act aq = act_prepare(c, ith, nth, 0, c->xn, E, n, E, vdt(&L->wq));
@@ -218,39 +229,42 @@ static void forward_worker(void *arg, int ith, int nth) {
                 float *kh = c->k + (size_t)t * KD + (size_t)h * dk;
                 if (L->k_norm) wgllm_op_rms_norm(kh, L->k_norm, kh, dk, hp->rms_eps);
                 wgllm_op_rope(kh, cs, hp->n_rot, neox);
-                const size_t pos = (size_t)(c->pos0 + t);
-                wgllm_fp32_to_fp16_row(kh, c->k_cache + il * c->kv_layer_k + pos * KD + (size_t)h * dk, dk);
+                const size_t pos = (size_t)c->pos[t];
+                const size_t sq = (size_t)c->seq[t];
+                wgllm_fp32_to_fp16_row(kh, c->k_cache + il * c->layer_k + sq * c->seq_k + pos * KD + (size_t)h * dk, dk);
                 const float *vh = c->v + (size_t)t * VD + (size_t)h * dv;
-                wgllm_fp16 *vt = c->v_cache + il * c->kv_layer_v + (size_t)h * dv * c->n_ctx + pos;
+                wgllm_fp16 *vt = c->v_cache + il * c->layer_v + sq * c->seq_v + (size_t)h * dv * c->n_ctx + pos;
                 for (int d = 0; d < dv; d++) vt[(size_t)d * c->n_ctx] = wgllm_fp32_to_fp16(vh[d]);
             }
         }
         wgllm_threadpool_barrier(tp);
 
-        /* attention, rows r0.. only */
+        /* attention: row r of att belongs to token t (t = r, or the r-th output in the last layer) */
         wgllm_split_range((int64_t)nr * hp->n_head, ith, nth, 1, &lo, &hi);
         for (int64_t it = lo; it < hi; it++) {
-            const int t = r0 + (int)(it / hp->n_head), h = (int)(it % hp->n_head);
-            attend_head(c, il, c->pos0 + t, h, c->q + (size_t)t * QD + (size_t)h * dk,
-                        c->att + (size_t)t * OD + (size_t)h * dv, ith);
+            const int r = (int)(it / hp->n_head), h = (int)(it % hp->n_head);
+            const int t = last ? c->out_idx[r] : r;
+            attend_head(c, il, c->seq[t], c->pos[t], h, c->q + (size_t)t * QD + (size_t)h * dk,
+                        c->att + (size_t)r * OD + (size_t)h * dv, ith);
         }
+        if (last && ith == 0) /* ascending indices: compacting in place is safe */
+            for (int r = 0; r < nr; r++)
+                if (c->out_idx[r] != r) memcpy(c->x + (size_t)r * E, c->x + (size_t)c->out_idx[r] * E, sizeof(float) * (size_t)E);
         wgllm_threadpool_barrier(tp);
+        if (nr == 0) continue;
 
         /* output projection into the residual stream */
-        struct act ao = act_prepare(c, ith, nth, 0, c->att + (size_t)r0 * OD, OD, nr, OD, vdt(&L->wo));
+        struct act ao = act_prepare(c, ith, nth, 0, c->att, OD, nr, OD, vdt(&L->wo));
         wgllm_threadpool_barrier(tp);
-        matmul(&L->wo, ao, nr, c->x + (size_t)r0 * E, E, ith, nth, true, NULL);
+        matmul(&L->wo, ao, nr, c->x, E, ith, nth, true, NULL);
         wgllm_threadpool_barrier(tp);
 
         /* feed-forward: SwiGLU */
         wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
-        for (int64_t t = r0 + lo; t < r0 + hi; t++)
-            wgllm_op_rms_norm(c->x + t * E, L->ffn_norm, c->xn + t * E, E, hp->rms_eps);
+        for (int64_t t = lo; t < hi; t++) wgllm_op_rms_norm(c->x + t * E, L->ffn_norm, c->xn + t * E, E, hp->rms_eps);
         wgllm_threadpool_barrier(tp);
-        struct act ag = act_prepare(c, ith, nth, 0, c->xn + (size_t)r0 * E, E, nr, E, vdt(&L->w_gate));
-        struct act au = vdt(&L->w_up) == vdt(&L->w_gate)
-                            ? ag
-                            : act_prepare(c, ith, nth, 1, c->xn + (size_t)r0 * E, E, nr, E, vdt(&L->w_up));
+        struct act ag = act_prepare(c, ith, nth, 0, c->xn, E, nr, E, vdt(&L->w_gate));
+        struct act au = vdt(&L->w_up) == vdt(&L->w_gate) ? ag : act_prepare(c, ith, nth, 1, c->xn, E, nr, E, vdt(&L->w_up));
         wgllm_threadpool_barrier(tp);
         {
             int64_t f0, f1;
@@ -264,17 +278,19 @@ static void forward_worker(void *arg, int ith, int nth) {
         wgllm_threadpool_barrier(tp);
         struct act ad = act_prepare(c, ith, nth, 0, c->gate, F, nr, F, vdt(&L->w_down));
         wgllm_threadpool_barrier(tp);
-        matmul(&L->w_down, ad, nr, c->x + (size_t)r0 * E, E, ith, nth, true, NULL);
+        matmul(&L->w_down, ad, nr, c->x, E, ith, nth, true, NULL);
         wgllm_threadpool_barrier(tp);
-        wgllm_split_range(n, ith, nth, 1, &lo, &hi); /* rows for the next layer's norm */
     }
 
-    /* final norm and logits of rows out_first.. */
-    const int r0 = c->out_first, nr = n - r0;
+    /* final norm of the output rows, then logits or embeddings */
+    const int nr = c->n_out;
+    if (nr == 0) return;
     wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
-    for (int64_t t = r0 + lo; t < r0 + hi; t++) wgllm_op_rms_norm(c->x + t * E, m->output_norm, c->xn + t * E, E, hp->rms_eps);
+    float *dst = c->out_embd ? c->out_embd : c->xn;
+    for (int64_t t = lo; t < hi; t++) wgllm_op_rms_norm(c->x + t * E, m->output_norm, dst + t * E, E, hp->rms_eps);
+    if (c->out_embd) return;
     wgllm_threadpool_barrier(tp);
-    struct act a = act_prepare(c, ith, nth, 0, c->xn + (size_t)r0 * E, E, nr, E, vdt(&m->output));
+    struct act a = act_prepare(c, ith, nth, 0, c->xn, E, nr, E, vdt(&m->output));
     wgllm_threadpool_barrier(tp);
     matmul(&m->output, a, nr, c->out_logits, hp->n_vocab, ith, nth, false, NULL);
 }
@@ -282,15 +298,17 @@ static void forward_worker(void *arg, int ith, int nth) {
 /* ---- context ---------------------------------------------------------- */
 
 struct wgllm_context_params wgllm_context_default_params(void) {
-    struct wgllm_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0};
+    struct wgllm_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .n_seq = 1};
     return p;
 }
 
 void wgllm_context_free(struct wgllm_context *c) {
     if (!c) return;
     wgllm_threadpool_free(c->tp);
-    void *bufs[] = {c->k_cache, c->v_cache, c->x, c->xn, c->q, c->k, c->v, c->att, c->gate, c->up,
-                    c->scores, c->tmp16, c->rope_cs, c->logits, c->act_buf[0], c->act_buf[1], c->act_buf[2]};
+    void *bufs[] = {c->k_cache, c->v_cache, c->x,      c->xn,    c->q,         c->k,         c->v,
+                    c->att,     c->gate,    c->up,     c->scores, c->tmp16,    c->rope_cs,   c->logits,
+                    c->embd,    c->b_tok,   c->b_pos,  c->b_seq,  c->b_out,    c->act_buf[0], c->act_buf[1],
+                    c->act_buf[2]};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) wgllm_free_aligned(bufs[i]);
     free(c);
 }
@@ -317,25 +335,30 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "the model file holds only a vocabulary (no weights)");
     struct wgllm_context_params p = params ? *params : wgllm_context_default_params();
     const struct wgllm_hparams *hp = &model->hp;
-    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "negative n_ctx, n_batch or n_threads");
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0 || p.n_seq < 0)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "negative n_ctx, n_batch, n_threads or n_seq");
     if (p.n_ctx == 0) p.n_ctx = WGLLM_MIN(hp->n_ctx_train, 4096);
     if (p.n_batch == 0) p.n_batch = 512;
-    p.n_batch = WGLLM_MIN(p.n_batch, p.n_ctx);
+    if (p.n_seq == 0) p.n_seq = 1;
+    if (p.n_seq > 256) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "n_seq %d is more than 256", p.n_seq);
+    p.n_batch = WGLLM_MIN(p.n_batch, p.n_ctx * p.n_seq);
     struct wgllm_context *c = calloc(1, sizeof(*c));
     if (!c) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     c->model = model;
     c->n_ctx = p.n_ctx;
+    c->n_seq = p.n_seq;
     c->n_batch = p.n_batch;
     c->n_threads = p.n_threads ? p.n_threads : model->n_threads;
     c->tp = wgllm_threadpool_init(c->n_threads);
     const size_t B = (size_t)c->n_batch, E = hp->n_embd, F = hp->n_ff;
     const size_t QD = (size_t)hp->n_head * hp->head_dim_k, KD = (size_t)hp->n_head_kv * hp->head_dim_k,
                  VD = (size_t)hp->n_head_kv * hp->head_dim_v, OD = (size_t)hp->n_head * hp->head_dim_v;
-    c->kv_layer_k = (size_t)c->n_ctx * KD;
-    c->kv_layer_v = (size_t)c->n_ctx * VD;
-    c->k_cache = ctx_alloc(c, hp->n_layer * c->kv_layer_k * sizeof(wgllm_fp16));
-    c->v_cache = ctx_alloc(c, hp->n_layer * c->kv_layer_v * sizeof(wgllm_fp16));
+    c->seq_k = (size_t)c->n_ctx * KD;
+    c->seq_v = (size_t)c->n_ctx * VD;
+    c->layer_k = c->seq_k * (size_t)c->n_seq;
+    c->layer_v = c->seq_v * (size_t)c->n_seq;
+    c->k_cache = ctx_alloc(c, hp->n_layer * c->layer_k * sizeof(wgllm_fp16));
+    c->v_cache = ctx_alloc(c, hp->n_layer * c->layer_v * sizeof(wgllm_fp16));
     c->x = ctx_alloc(c, B * E * sizeof(float));
     c->xn = ctx_alloc(c, B * E * sizeof(float));
     c->q = ctx_alloc(c, B * QD * sizeof(float));
@@ -350,20 +373,29 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     c->scores = ctx_alloc(c, (size_t)c->n_threads * c->n_ctx * sizeof(float));
     c->tmp16 = ctx_alloc(c, (size_t)c->n_threads * (c->n_ctx + hp->head_dim_k) * sizeof(wgllm_fp16));
     c->rope_cs = ctx_alloc(c, B * hp->n_rot * sizeof(float));
+    c->embd = ctx_alloc(c, B * E * sizeof(float));
+    c->b_tok = ctx_alloc(c, B * sizeof(int32_t));
+    c->b_pos = ctx_alloc(c, B * sizeof(int32_t));
+    c->b_seq = ctx_alloc(c, B * sizeof(int32_t));
+    c->b_out = ctx_alloc(c, B * sizeof(int32_t));
     bool ok = c->tp && c->k_cache && c->v_cache && c->x && c->xn && c->q && c->k && c->v && c->att && c->gate &&
-              c->up && c->scores && c->tmp16 && c->rope_cs && grow_logits(c, 1);
+              c->up && c->scores && c->tmp16 && c->rope_cs && c->embd && c->b_tok && c->b_pos && c->b_seq &&
+              c->b_out && grow_logits(c, 1);
     for (int i = 0; i < N_ACT_SLOTS; i++) ok = ok && c->act_buf[i];
     if (!ok) {
+        double kv = 2.0 * hp->n_layer * (double)(c->layer_k + c->layer_v) / 1048576.0;
         wgllm_context_free(c);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY,
-                               "out of memory allocating a context of %d tokens (KV cache %.1f MiB)", p.n_ctx,
-                               2.0 * hp->n_layer * (c->kv_layer_k + c->kv_layer_v) / 1048576.0);
+                               "out of memory allocating a context of %d x %d tokens (KV cache %.1f MiB)", p.n_seq,
+                               p.n_ctx, kv);
     }
     *out = c;
     return WGLLM_STATUS_OK;
 }
 
 int wgllm_context_n_ctx(const struct wgllm_context *c) { return c->n_ctx; }
+int wgllm_context_n_seq(const struct wgllm_context *c) { return c->n_seq; }
+int wgllm_context_n_batch(const struct wgllm_context *c) { return c->n_batch; }
 uint64_t wgllm_context_memory(const struct wgllm_context *c) {
     return c->bytes + (uint64_t)c->logits_cap * c->model->hp.n_vocab * sizeof(float);
 }
@@ -374,6 +406,30 @@ void wgllm_context_truncate(struct wgllm_context *c, int n_past) {
     if (n_past < c->n_past) c->n_past = n_past;
 }
 
+/* Runs one chunk already validated: n <= n_batch, outputs in out_idx. */
+static void run_chunk(struct wgllm_context *c, const int32_t *tok, const int32_t *pos, const int32_t *seq, int n,
+                      const int32_t *out_idx, int n_out, float *logits, float *embd) {
+    c->tok = tok;
+    c->pos = pos;
+    c->seq = seq;
+    c->n_tok = n;
+    c->out_idx = out_idx;
+    c->n_out = n_out;
+    c->out_logits = logits;
+    c->out_embd = embd;
+    wgllm_threadpool_run(c->tp, forward_worker, c);
+}
+
+static enum wgllm_status check_tokens(const struct wgllm_context *c, const int32_t *tokens, int n,
+                                      struct wgllm_error *err) {
+    const int n_vocab = c->model->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "token %d at index %d is outside the vocabulary (%d)", tokens[i], i, n_vocab);
+    return WGLLM_STATUS_OK;
+}
+
 enum wgllm_status wgllm_decode(struct wgllm_context *c, const int32_t *tokens, int n, bool all_logits,
                                struct wgllm_error *err) {
     const int n_vocab = c->model->hp.n_vocab;
@@ -382,25 +438,24 @@ enum wgllm_status wgllm_decode(struct wgllm_context *c, const int32_t *tokens, i
         return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL,
                                "%d tokens do not fit: %d of the context's %d positions are used", n, c->n_past,
                                c->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= n_vocab)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "token %d at index %d is outside the vocabulary (%d)",
-                                   tokens[i], i, n_vocab);
+    enum wgllm_status st = check_tokens(c, tokens, n, err);
+    if (st) return st;
     if (all_logits && !grow_logits(c, n))
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d rows of logits", n);
     for (int done = 0; done < n; done += c->n_batch) {
         const int nt = WGLLM_MIN(c->n_batch, n - done);
-        c->tokens = tokens + done;
-        c->n_tok = nt;
-        c->pos0 = c->n_past;
-        /* rows of this chunk whose logits are kept: all, only the very last, or none
-         * (an earlier chunk without all_logits still computes its last row: cheap) */
-        c->out_first = all_logits ? 0 : nt - 1;
-        c->out_logits = all_logits ? c->logits + (size_t)done * n_vocab : c->logits;
-        wgllm_threadpool_run(c->tp, forward_worker, c);
+        for (int i = 0; i < nt; i++) {
+            c->b_pos[i] = c->n_past + i;
+            c->b_seq[i] = 0;
+            c->b_out[i] = all_logits ? i : nt - 1;
+        }
+        /* rows kept: all of them, or the last (an earlier chunk without
+         * all_logits still computes its last row: cheap, then overwritten) */
+        run_chunk(c, tokens + done, c->b_pos, c->b_seq, nt, all_logits ? c->b_out : c->b_out + nt - 1,
+                  all_logits ? nt : 1, all_logits ? c->logits + (size_t)done * n_vocab : c->logits, NULL);
         c->n_past += nt;
     }
-    c->n_logits = all_logits ? n : 1;
+    c->n_logits = c->n_outputs = all_logits ? n : 1;
     return WGLLM_STATUS_OK;
 }
 
@@ -411,4 +466,91 @@ const float *wgllm_get_logits(const struct wgllm_context *c) {
 const float *wgllm_get_logits_ith(const struct wgllm_context *c, int i) {
     if (i < 0 || i >= c->n_logits) return NULL;
     return c->logits + (size_t)i * c->model->hp.n_vocab;
+}
+
+/* ---- multi-sequence batches (backend.h) -------------------------------- */
+
+enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *c, const struct wgllm_batch *b, bool embeddings,
+                                             struct wgllm_error *err) {
+    if (b->n <= 0 || b->n > c->n_batch)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch of %d tokens (1..%d allowed)", b->n,
+                               c->n_batch);
+    enum wgllm_status st = check_tokens(c, b->token, b->n, err);
+    if (st) return st;
+    int n_out = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (b->seq[i] < 0 || b->seq[i] >= c->n_seq)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch token %d: sequence %d of %d", i,
+                                   b->seq[i], c->n_seq);
+        if (b->pos[i] < 0 || b->pos[i] >= c->n_ctx)
+            return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL, "batch token %d: position %d outside the context (%d)",
+                                   i, b->pos[i], c->n_ctx);
+        if (b->output ? b->output[i] : i == b->n - 1) c->b_out[n_out++] = i;
+    }
+    if (!embeddings && !grow_logits(c, WGLLM_MAX(n_out, 1)))
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d rows of logits", n_out);
+    run_chunk(c, b->token, b->pos, b->seq, b->n, c->b_out, n_out, embeddings ? NULL : c->logits,
+              embeddings ? c->embd : NULL);
+    c->n_outputs = n_out;
+    c->n_logits = 0; /* the single-sequence getters no longer apply */
+    return WGLLM_STATUS_OK;
+}
+
+int wgllm_context_n_outputs(const struct wgllm_context *c) { return c->n_outputs; }
+
+const float *wgllm_context_output_logits(const struct wgllm_context *c, int j) {
+    WGLLM_ASSERT(j >= 0 && j < c->n_outputs);
+    return c->logits + (size_t)j * c->model->hp.n_vocab;
+}
+
+const float *wgllm_context_output_embd(const struct wgllm_context *c, int j) {
+    WGLLM_ASSERT(j >= 0 && j < c->n_outputs);
+    return c->embd + (size_t)j * c->model->hp.n_embd;
+}
+
+void wgllm_context_seq_copy(struct wgllm_context *c, int src, int dst, int n) {
+    WGLLM_ASSERT(src >= 0 && src < c->n_seq && dst >= 0 && dst < c->n_seq && n >= 0 && n <= c->n_ctx);
+    if (src == dst || n == 0) return;
+    const struct wgllm_hparams *hp = &c->model->hp;
+    const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
+    for (int il = 0; il < hp->n_layer; il++) {
+        wgllm_fp16 *k = c->k_cache + il * c->layer_k;
+        memcpy(k + (size_t)dst * c->seq_k, k + (size_t)src * c->seq_k, (size_t)n * KD * sizeof(wgllm_fp16));
+        wgllm_fp16 *v = c->v_cache + il * c->layer_v;
+        for (size_t d = 0; d < VD; d++)
+            memcpy(v + (size_t)dst * c->seq_v + d * c->n_ctx, v + (size_t)src * c->seq_v + d * c->n_ctx,
+                   (size_t)n * sizeof(wgllm_fp16));
+    }
+}
+
+size_t wgllm_context_seq_state_size(const struct wgllm_context *c, int n) {
+    const struct wgllm_hparams *hp = &c->model->hp;
+    return (size_t)hp->n_layer * (size_t)n * (size_t)hp->n_head_kv * (size_t)(hp->head_dim_k + hp->head_dim_v) *
+           sizeof(wgllm_fp16);
+}
+
+/* Snapshots hold, per layer, the n keys then the n values of every V row. */
+static void seq_state_io(struct wgllm_context *c, int seq, int n, char *buf, bool save) {
+    WGLLM_ASSERT(seq >= 0 && seq < c->n_seq && n >= 0 && n <= c->n_ctx);
+    const struct wgllm_hparams *hp = &c->model->hp;
+    const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
+    for (int il = 0; il < hp->n_layer; il++) {
+        wgllm_fp16 *k = c->k_cache + il * c->layer_k + (size_t)seq * c->seq_k;
+        const size_t kb = (size_t)n * KD * sizeof(wgllm_fp16);
+        if (save) memcpy(buf, k, kb); else memcpy(k, buf, kb);
+        buf += kb;
+        for (size_t d = 0; d < VD; d++) {
+            wgllm_fp16 *v = c->v_cache + il * c->layer_v + (size_t)seq * c->seq_v + d * c->n_ctx;
+            if (save) memcpy(buf, v, (size_t)n * sizeof(wgllm_fp16)); else memcpy(v, buf, (size_t)n * sizeof(wgllm_fp16));
+            buf += (size_t)n * sizeof(wgllm_fp16);
+        }
+    }
+}
+
+void wgllm_context_seq_save(const struct wgllm_context *c, int seq, int n, void *dst) {
+    seq_state_io((struct wgllm_context *)c, seq, n, dst, true);
+}
+
+void wgllm_context_seq_load(struct wgllm_context *c, int seq, int n, const void *src) {
+    seq_state_io(c, seq, n, (char *)src, false);
 }

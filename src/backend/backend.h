@@ -1,0 +1,46 @@
+/*
+ * backend.h - what the engine needs from a backend beyond the public
+ * single-sequence API of wgllm.h: batches that mix tokens of several
+ * sequences (continuous batching), per-sequence KV-cache operations, and
+ * hidden states for embeddings. The CPU backend implements it in
+ * backend/cpu/forward.c; a GPU backend will implement the same calls.
+ */
+#ifndef WGLLM_BACKEND_H
+#define WGLLM_BACKEND_H
+
+#include "base/base.h"
+
+/* One forward pass over tokens of any sequences. Tokens of the same sequence
+ * must come in increasing positions, and every earlier position of that
+ * sequence must already be in the cache (or earlier in this batch). */
+struct wgllm_batch {
+    int n;                /* tokens, at most the context's n_batch */
+    const int32_t *token; /* token ids */
+    const int32_t *pos;   /* position of each token within its sequence */
+    const int32_t *seq;   /* sequence slot of each token, < n_seq */
+    const bool *output;   /* keep this token's logits (or embedding); NULL = only the last token */
+};
+
+/* Number of sequence slots of the context (wgllm_context_params.n_seq). */
+int wgllm_context_n_seq(const struct wgllm_context *ctx);
+int wgllm_context_n_batch(const struct wgllm_context *ctx);
+
+/* Runs the batch. Outputs are numbered in batch order of the tokens whose
+ * `output` is set; read them with wgllm_context_output_logits/_embd. With
+ * `embeddings`, the final normalized hidden states are kept instead of logits
+ * (the vocabulary projection is skipped). Nothing changes on failure. */
+enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *ctx, const struct wgllm_batch *b,
+                                             bool embeddings, struct wgllm_error *err);
+int wgllm_context_n_outputs(const struct wgllm_context *ctx);
+const float *wgllm_context_output_logits(const struct wgllm_context *ctx, int j); /* n_vocab floats */
+const float *wgllm_context_output_embd(const struct wgllm_context *ctx, int j);   /* n_embd floats */
+
+/* Copies positions [0, n) of sequence src into sequence dst (prefix sharing). */
+void wgllm_context_seq_copy(struct wgllm_context *ctx, int src, int dst, int n);
+/* Bytes that positions [0, n) of one sequence occupy in a snapshot. */
+size_t wgllm_context_seq_state_size(const struct wgllm_context *ctx, int n);
+/* Saves / restores positions [0, n) of a sequence to / from host memory. */
+void wgllm_context_seq_save(const struct wgllm_context *ctx, int seq, int n, void *dst);
+void wgllm_context_seq_load(struct wgllm_context *ctx, int seq, int n, const void *src);
+
+#endif

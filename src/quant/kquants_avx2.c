@@ -1,0 +1,354 @@
+/*
+ * kquants_avx2.c - AVX2 kernels of the super-block formats: the Q8_K
+ * activation quantizer (byte-identical to ggml's quantize_row_q8_K_ref,
+ * which llama.cpp's x86 build uses) and the dots of Q2_K..Q6_K/IQ4_XS with
+ * Q8_K and IQ4_NL with Q8_0.
+ *
+ * Each dot computes the same per-super-block integer sums as the scalar
+ * reference in kquants.c and scales them with the same float expression, so
+ * results are bit-identical to it (tests check this).
+ */
+#include "quant/kquants.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <math.h>
+
+#define FP16(h) wgllm_fp16_table[h]
+#define QK_K WGLLM_QK_K
+
+static inline int hsum_i32(__m256i a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float hsum_ps(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* Unsigned bytes x (small) times signed bytes y, scaled per int16 pair sum. */
+static inline __m256i dot_us(__m256i x, __m256i y, __m256i scale16) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), scale16);
+}
+
+/* int16 lanes 0..7 = a, 8..15 = b (scales of two 16-element sub-blocks). */
+static inline __m256i scale_pair(int a, int b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)), _mm_set1_epi16((short)b), 1);
+}
+
+/* ---- Q8_K quantizer ---------------------------------------------------- */
+
+static void q8_K_from_float_avx2(const float *x, void *vy, int64_t k) {
+    wgllm_block_q8_K *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        __m256 vmax = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(vmax, 1), _mm256_castps256_ps128(vmax));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (!amax) {
+            memset(&y[i], 0, sizeof(y[i]));
+            continue;
+        }
+        /* the reference takes the sign of the first element of largest magnitude */
+        float max = 0;
+        for (int j = 0; j < QK_K; j++)
+            if (fabsf(x[j]) == amax) {
+                max = x[j];
+                break;
+            }
+        const float iscale = -127.f / max;
+        const __m256 mul = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4];
+            for (int t = 0; t < 4; t++) {
+                const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * t), mul);
+                q[t] = _mm256_min_epi32(
+                    _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), lim);
+            }
+            const __m256i a = _mm256_packs_epi32(q[0], q[1]);
+            const __m256i b = _mm256_packs_epi32(q[2], q[3]);
+            const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), perm);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), p);
+            /* two 16-element sums: widen to int16 and add pairs down */
+            const __m256i ones8 = _mm256_set1_epi8(1);
+            const __m256i s16 = _mm256_maddubs_epi16(ones8, p); /* 16 sums of 2 */
+            const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); /* 8 sums of 4 */
+            const __m128i lo = _mm256_castsi256_si128(s32), hi = _mm256_extracti128_si256(s32, 1);
+            __m128i t = _mm_hadd_epi32(lo, hi); /* sums of 8: [0..7],[8..15],[16..23],[24..31] */
+            t = _mm_hadd_epi32(t, t);
+            y[i].bsums[j / 16] = (int16_t)_mm_cvtsi128_si32(t);
+            y[i].bsums[j / 16 + 1] = (int16_t)_mm_extract_epi32(t, 1);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+/* ---- Q4_K / Q5_K ------------------------------------------------------- */
+
+/* Q4_K/Q5_K packed scales -> 8 scales (bytes 0..7) and 8 mins (bytes 8..15). */
+static inline void k4_unpack_scales(const uint8_t *s, uint8_t out[16]) {
+    uint32_t w[3], u[4];
+    memcpy(w, s, 12);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    u[0] = w[0] & k1;
+    u[1] = (w[2] & k2) | (((w[0] >> 6) & k3) << 4);
+    u[2] = w[1] & k1;
+    u[3] = ((w[2] >> 4) & k2) | (((w[1] >> 6) & k3) << 4);
+    memcpy(out, u, 16);
+}
+
+/* sum_j mins[j] * (bsums[2j] + bsums[2j+1]) for the 8 mins in bytes 8..15 of sm. */
+static inline int k4_min_term(const uint8_t sm[16], const int16_t *bsums) {
+    const __m128i m8 = _mm_loadl_epi64((const __m128i *)(sm + 8));
+    const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* m0 m0 m1 m1 ... */
+    const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
+    return hsum_i32(_mm256_madd_epi16(m16, b));
+}
+
+/* Float accumulation across super-blocks (like llama.cpp): within a block the
+ * integer sum is exact, so this differs from the scalar reference only by the
+ * rounding of the final additions. */
+static void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q4_K *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 accf = _mm256_setzero_ps();
+    float summf = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sm[16];
+        k4_unpack_scales(x[i].scales, sm);
+        const float dy = y[i].d;
+        summf += FP16(x[i].dmin) * dy * (float)k4_min_term(sm, y[i].bsums);
+        __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
+            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
+            acc0 = _mm256_add_epi32(acc0, dot_us(_mm256_and_si256(q, m4), y0, _mm256_set1_epi16(sm[2 * j])));
+            acc1 = _mm256_add_epi32(acc1, dot_us(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), y1,
+                                                 _mm256_set1_epi16(sm[2 * j + 1])));
+        }
+        const __m256 d = _mm256_set1_ps(FP16(x[i].d) * dy);
+        accf = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(acc0, acc1)), accf);
+    }
+    *s = hsum_ps(accf) - summf;
+}
+
+static void vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q5_K *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i one = _mm256_set1_epi8(1);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        int summ = 0;
+        for (int j = 0; j < 8; j++) {
+            wgllm_kq_scale_min_k4(j, x[i].scales, &sc[j], &m[j]);
+            summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
+            const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
+            const __m256i v0 = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h0, 4));
+            const __m256i v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_slli_epi16(h1, 4));
+            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
+            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
+            acc = _mm256_add_epi32(acc, dot_us(v0, y0, _mm256_set1_epi16(sc[2 * j])));
+            acc = _mm256_add_epi32(acc, dot_us(v1, y1, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        const int sumi = hsum_i32(acc);
+        const float d = FP16(x[i].d) * y[i].d, dm = FP16(x[i].dmin) * y[i].d;
+        sumf += d * (float)sumi - dm * (float)summ;
+    }
+    *s = sumf;
+}
+
+/* ---- Q6_K -------------------------------------------------------------- */
+
+static void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q6_K *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *sc = x[i].scales;
+        int offs = 0; /* quants are stored +32: subtract 32 * sum(scale * bsum) */
+        for (int j = 0; j < 16; j++) offs += sc[j] * y[i].bsums[j];
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            __m256i v[4];
+            v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+            for (int g = 0; g < 4; g++) {
+                const __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * g));
+                const int sb = 8 * h + 2 * g;
+                acc = _mm256_add_epi32(acc, dot_us(v[g], yy, scale_pair(sc[sb], sc[sb + 1])));
+            }
+        }
+        const int sumi = hsum_i32(acc) - 32 * offs;
+        sumf += FP16(x[i].d) * y[i].d * (float)sumi;
+    }
+    *s = sumf;
+}
+
+/* ---- Q2_K / Q3_K ------------------------------------------------------- */
+
+static void vec_dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q2_K *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    const __m256i m2 = _mm256_set1_epi8(3);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *sc = x[i].scales;
+        int summ = 0;
+        for (int j = 0; j < 16; j++) summ += (sc[j] >> 4) * y[i].bsums[j];
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int g = 0; g < 4; g++) {
+                const __m256i v = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * g)), m2);
+                const __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * g));
+                const int sb = 8 * h + 2 * g;
+                acc = _mm256_add_epi32(acc, dot_us(v, yy, scale_pair(sc[sb] & 0xF, sc[sb + 1] & 0xF)));
+            }
+        }
+        const int sumi = hsum_i32(acc);
+        const float d = FP16(x[i].d) * y[i].d, dm = FP16(x[i].dmin) * y[i].d;
+        sumf += d * (float)sumi - dm * (float)summ;
+    }
+    *s = sumf;
+}
+
+static void vec_dot_q3_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q3_K *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m256i one = _mm256_set1_epi8(1);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int sc[16];
+        int offs = 0; /* values are stored +4: subtract 4 * sum(scale * bsum) */
+        for (int j = 0; j < 16; j++) {
+            sc[j] = wgllm_kq_scale_q3_K(j, x[i].scales);
+            offs += sc[j] * y[i].bsums[j];
+        }
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int g = 0; g < 4; g++) {
+                const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * g)), m2);
+                const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + g)), one);
+                const __m256i v = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+                const __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * g));
+                const int sb = 8 * h + 2 * g;
+                acc = _mm256_add_epi32(acc, dot_us(v, yy, scale_pair(sc[sb], sc[sb + 1])));
+            }
+        }
+        const int sumi = hsum_i32(acc) - 4 * offs;
+        sumf += FP16(x[i].d) * y[i].d * (float)sumi;
+    }
+    *s = sumf;
+}
+
+/* ---- IQ4_NL / IQ4_XS --------------------------------------------------- */
+
+/* 16 packed bytes -> 32 signed table values in element order. */
+static inline __m256i iq4_values(const uint8_t *p, __m256i table) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)p);
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_shuffle_epi8(table, _mm256_and_si256(v, _mm256_set1_epi8(0x0F)));
+}
+
+/* x, y signed bytes with |x| <= 127: int16 pair sums of x*y (fit: 2*127*127). */
+static inline __m256i dot_ss16(__m256i x, __m256i y) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+static void vec_dot_iq4_xs_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_iq4_xs *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = (((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((x[i].scales_h >> 2 * ib) & 3) << 4)) - 32;
+            const __m256i v = iq4_values(x[i].qs + 16 * ib, table);
+            const __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(dot_ss16(v, yy), _mm256_set1_epi16((short)ls)));
+        }
+        const int sumi = hsum_i32(acc);
+        sumf += FP16(x[i].d) * y[i].d * (float)sumi;
+    }
+    *s = sumf;
+}
+
+static void vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_iq4_nl *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
+    const __m256i ones = _mm256_set1_epi16(1);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / WGLLM_QK4_NL; i++) {
+        const __m256i v = iq4_values(x[i].qs, table);
+        const __m256i yy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const int sumi = hsum_i32(_mm256_madd_epi16(dot_ss16(v, yy), ones));
+        sumf += (FP16(x[i].d) * FP16(y[i].d)) * (float)sumi;
+    }
+    *s = sumf;
+}
+
+/* ---- install ----------------------------------------------------------- */
+
+#define KQ_NR(name, dot)                                                                          \
+    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
+        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
+    }
+KQ_NR(nr_q2_K_avx2, vec_dot_q2_K_q8_K_avx2)
+KQ_NR(nr_q3_K_avx2, vec_dot_q3_K_q8_K_avx2)
+KQ_NR(nr_q4_K_avx2, vec_dot_q4_K_q8_K_avx2)
+KQ_NR(nr_q5_K_avx2, vec_dot_q5_K_q8_K_avx2)
+KQ_NR(nr_q6_K_avx2, vec_dot_q6_K_q8_K_avx2)
+KQ_NR(nr_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2)
+KQ_NR(nr_iq4_xs_avx2, vec_dot_iq4_xs_q8_K_avx2)
+
+void wgllm_kquants_install_avx2(struct wgllm_type_traits *t) {
+    t[WGLLM_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
+#define SET(T, f, nr)                      \
+    t[WGLLM_TYPE_##T].vec_dot = f;         \
+    t[WGLLM_TYPE_##T].vec_dot_nr = nr;
+    SET(Q2_K, vec_dot_q2_K_q8_K_avx2, nr_q2_K_avx2)
+    SET(Q3_K, vec_dot_q3_K_q8_K_avx2, nr_q3_K_avx2)
+    SET(Q4_K, vec_dot_q4_K_q8_K_avx2, nr_q4_K_avx2)
+    SET(Q5_K, vec_dot_q5_K_q8_K_avx2, nr_q5_K_avx2)
+    SET(Q6_K, vec_dot_q6_K_q8_K_avx2, nr_q6_K_avx2)
+    SET(IQ4_NL, vec_dot_iq4_nl_q8_0_avx2, nr_iq4_nl_avx2)
+    SET(IQ4_XS, vec_dot_iq4_xs_q8_K_avx2, nr_iq4_xs_avx2)
+#undef SET
+}
+
+#endif

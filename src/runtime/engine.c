@@ -1,0 +1,958 @@
+/*
+ * engine.c - the local engine: one thread serves every request of one model
+ * by scheduler ticks (see the Engine section of wgllm.h).
+ *
+ * Ownership: submitters touch only the queue and a request's cancel flag
+ * (under `mu`); everything else -- slots, snapshots, the batch, the state of
+ * admitted requests -- belongs to the engine thread, so a tick runs without
+ * holding the lock. A request is freed by wgllm_request_wait, after the
+ * engine thread has marked it done.
+ *
+ * Memory: slots, snapshots store and the batch arrays are sized at init; a
+ * request allocates its sampler, detokenizer and output arrays when it is
+ * admitted, never per token (the output arrays are sized for max_tokens, or
+ * grow geometrically when max_tokens is 0).
+ */
+#include "backend/backend.h"
+#include "chat/chat.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+enum req_kind { REQ_GENERATE, REQ_EMBED };
+enum req_phase { PHASE_QUEUED, PHASE_PREFILL, PHASE_DECODE, PHASE_DONE };
+enum slot_state { SLOT_FREE, SLOT_IDLE, SLOT_ACTIVE };
+
+struct wgllm_request {
+    struct wgllm_engine *eng;
+    enum req_kind kind;
+    enum req_phase phase;
+    struct wgllm_request_params p;
+    char *key;         /* copy of p.context_key */
+    char **stops;      /* copies of p.stop */
+    int32_t *prompt;
+    int n_prompt;
+    atomic_bool cancel;
+    struct wgllm_request *next; /* queue link */
+
+    /* embedding */
+    enum wgllm_pooling pooling;
+    bool normalize;
+    double *embd_acc;
+    int embd_count;
+
+    /* engine-thread state */
+    int slot;
+    int n_done_prompt; /* prompt tokens in the KV cache (cached or computed) */
+    int n_cached;
+    int32_t pending;   /* sampled, to be decoded next tick */
+    struct wgllm_sampler *sampler;
+    struct wgllm_detokenizer *detok;
+    struct wgllm_stop_matcher *stop;
+    char *text;
+    size_t text_len, text_cap;
+    int32_t *tokens;
+    float *logprobs;
+    int n_gen, gen_cap;
+    int64_t t_submit, t_admit, t_prefill_end, t_first, t_end;
+
+    bool done; /* under mu */
+    pthread_cond_t done_cv;
+    struct wgllm_result result;
+};
+
+struct slot {
+    enum slot_state state;
+    char *key;       /* the context_key of the conversation it holds, or NULL */
+    int32_t *tokens; /* what the KV cache of this slot holds, n_ctx capacity */
+    int n_tokens;
+    uint64_t last_used;
+    struct wgllm_request *req;
+};
+
+struct snapshot {
+    int32_t *tokens;
+    int n;
+    void *state;
+    size_t bytes;
+    uint64_t last_used;
+};
+
+struct wgllm_engine {
+    struct wgllm_model *model;
+    struct wgllm_context *ctx;
+    struct wgllm_engine_params p;
+    int n_ctx, n_batch;
+    struct wgllm_chat_template *tmpl;
+    char tmpl_error[320];
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stopping;
+    struct wgllm_request *q_head, *q_tail;
+    int n_queue;
+
+    struct slot *slots;
+    struct snapshot *snaps;
+    int n_snaps;
+    size_t snap_bytes;
+    uint64_t clock;
+
+    /* the batch of one tick */
+    int32_t *b_tok, *b_pos, *b_seq;
+    bool *b_out;
+    struct wgllm_request **b_owner;   /* owner of each token */
+    struct wgllm_request **out_owner; /* owner of each output row */
+
+    struct wgllm_engine_metrics m; /* counters under mu */
+};
+
+/* ---- small helpers --------------------------------------------------------- */
+
+static char *dup_str(const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
+    int n = 0, lim = WGLLM_MIN(na, nb);
+    while (n < lim && a[n] == b[n]) n++;
+    return n;
+}
+
+static bool text_append(struct wgllm_request *r, const char *s, size_t n) {
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t cap = r->text_cap ? r->text_cap : 256;
+        while (cap < r->text_len + n + 1) cap *= 2;
+        char *t = realloc(r->text, cap);
+        if (!t) return false;
+        r->text = t;
+        r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, s, n);
+    r->text_len += n;
+    r->text[r->text_len] = 0;
+    return true;
+}
+
+static void request_destroy(struct wgllm_request *r) {
+    if (!r) return;
+    free(r->key);
+    if (r->stops)
+        for (int i = 0; i < r->p.n_stop; i++) free(r->stops[i]);
+    free(r->stops);
+    free(r->prompt);
+    free(r->embd_acc);
+    wgllm_sampler_free(r->sampler);
+    wgllm_detokenizer_free(r->detok);
+    wgllm_stop_matcher_free(r->stop);
+    free(r->text);
+    free(r->tokens);
+    free(r->logprobs);
+    pthread_cond_destroy(&r->done_cv);
+    free(r);
+}
+
+/* ---- finishing ------------------------------------------------------------ */
+
+/* Engine thread: ends r, frees its slot for reuse, wakes the waiter. */
+static void finish(struct wgllm_engine *e, struct wgllm_request *r, enum wgllm_finish_reason why,
+                   enum wgllm_status st, const char *msg) {
+    if (r->phase == PHASE_DONE) return;
+    if (why != WGLLM_FINISH_ERROR && why != WGLLM_FINISH_CANCELLED && r->kind == REQ_GENERATE && r->stop) {
+        size_t n;
+        const char *rest = wgllm_stop_matcher_flush(r->stop, &n);
+        if (n && r->p.on_token) r->p.on_token(rest, n, -1, 0.0f, r->p.user_data);
+        text_append(r, rest, n);
+    }
+    r->t_end = wgllm_time_us();
+    struct wgllm_result *res = &r->result;
+    memset(res, 0, sizeof(*res));
+    res->status = st;
+    if (msg) snprintf(res->message, sizeof(res->message), "%s", msg);
+    res->finish = why;
+    res->text = r->text ? r->text : dup_str("");
+    res->text_len = r->text_len;
+    r->text = NULL;
+    res->tokens = r->tokens;
+    res->logprobs = r->logprobs;
+    res->n_tokens = r->n_gen;
+    r->tokens = NULL;
+    r->logprobs = NULL;
+    res->usage.prompt_tokens = r->n_prompt;
+    res->usage.cached_tokens = r->n_cached;
+    res->usage.completion_tokens = r->n_gen;
+    struct wgllm_timings *t = &res->timings;
+    if (r->t_admit) t->queued_ms = (r->t_admit - r->t_submit) / 1e3;
+    if (r->t_first) t->ttft_ms = (r->t_first - r->t_submit) / 1e3;
+    if (r->t_prefill_end > r->t_admit && r->t_admit)
+        t->prefill_tok_s = (r->n_prompt - r->n_cached) / ((r->t_prefill_end - r->t_admit) / 1e6);
+    if (r->n_gen > 1 && r->t_end > r->t_first) t->decode_tok_s = (r->n_gen - 1) / ((r->t_end - r->t_first) / 1e6);
+    t->total_ms = (r->t_end - r->t_submit) / 1e3;
+    r->phase = PHASE_DONE;
+    pthread_mutex_lock(&e->mu);
+    if (r->slot >= 0) {
+        struct slot *s = &e->slots[r->slot];
+        s->state = SLOT_IDLE;
+        s->req = NULL;
+        s->last_used = ++e->clock;
+        e->m.active_slots--;
+        e->m.idle_slots++;
+    }
+    e->m.requests_finished++;
+    if (why == WGLLM_FINISH_CANCELLED) e->m.requests_cancelled++;
+    if (why == WGLLM_FINISH_ERROR) e->m.requests_failed++;
+    e->m.generated_tokens += (uint64_t)r->n_gen;
+    r->done = true;
+    pthread_cond_broadcast(&r->done_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- snapshots ------------------------------------------------------------ */
+
+static void snapshot_drop(struct wgllm_engine *e, int i) {
+    e->snap_bytes -= e->snaps[i].bytes;
+    e->m.snapshot_bytes_used = e->snap_bytes; /* engine thread or free(): no reader races a gauge */
+    free(e->snaps[i].tokens);
+    free(e->snaps[i].state);
+    e->snaps[i] = e->snaps[--e->n_snaps];
+}
+
+/* Saves what slot s holds before it is reused, when worth it and not already saved. */
+static void snapshot_save(struct wgllm_engine *e, int s) {
+    struct slot *sl = &e->slots[s];
+    const int n = sl->n_tokens;
+    if (e->p.snapshot_bytes == 0 || e->p.max_snapshots <= 0 || n < e->p.min_snapshot_tokens) return;
+    for (int i = 0; i < e->n_snaps; i++) /* an existing snapshot covering it is enough */
+        if (e->snaps[i].n >= n && common_prefix(e->snaps[i].tokens, e->snaps[i].n, sl->tokens, n) == n) return;
+    size_t bytes = wgllm_context_seq_state_size(e->ctx, n);
+    if (bytes > e->p.snapshot_bytes) return;
+    while (e->n_snaps > 0 && (e->n_snaps >= e->p.max_snapshots || e->snap_bytes + bytes > e->p.snapshot_bytes)) {
+        int lru = 0;
+        for (int i = 1; i < e->n_snaps; i++)
+            if (e->snaps[i].last_used < e->snaps[lru].last_used) lru = i;
+        snapshot_drop(e, lru);
+    }
+    struct snapshot sn = {.n = n, .bytes = bytes, .last_used = ++e->clock};
+    sn.tokens = malloc(sizeof(int32_t) * (size_t)n);
+    sn.state = malloc(bytes);
+    if (!sn.tokens || !sn.state) {
+        free(sn.tokens);
+        free(sn.state);
+        return;
+    }
+    memcpy(sn.tokens, sl->tokens, sizeof(int32_t) * (size_t)n);
+    wgllm_context_seq_save(e->ctx, s, n, sn.state);
+    e->snaps[e->n_snaps++] = sn;
+    e->snap_bytes += bytes;
+    pthread_mutex_lock(&e->mu);
+    e->m.snapshots_saved++;
+    e->m.snapshot_bytes_used = e->snap_bytes;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- admission: slots and KV reuse ---------------------------------------- */
+
+/* Picks a slot for r (engine thread): the idle slot of its context_key, else
+ * a free one, else the least recently used idle one. -1 when all are busy. */
+static int pick_slot(struct wgllm_engine *e, const struct wgllm_request *r) {
+    int best = -1;
+    if (r->key)
+        for (int i = 0; i < e->p.n_slots; i++)
+            if (e->slots[i].state == SLOT_IDLE && e->slots[i].key && !strcmp(e->slots[i].key, r->key)) return i;
+    for (int i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state == SLOT_FREE) return i;
+    for (int i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state == SLOT_IDLE && (best < 0 || e->slots[i].last_used < e->slots[best].last_used)) best = i;
+    return best;
+}
+
+/* Sets up slot s for r: evicts what it held (snapshotting it), then brings
+ * in the longest cached prefix of r's prompt from the slot itself, another
+ * slot, or a snapshot. */
+static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
+    struct slot *sl = &e->slots[s];
+    const bool same_key = r->key && sl->key && !strcmp(sl->key, r->key);
+    if (sl->state == SLOT_IDLE && !same_key && sl->n_tokens > 0) {
+        snapshot_save(e, s);
+        pthread_mutex_lock(&e->mu);
+        e->m.evictions++;
+        pthread_mutex_unlock(&e->mu);
+    }
+    /* at least one prompt token is always computed: its logits start generation */
+    const int limit = r->kind == REQ_EMBED ? 0 : r->n_prompt - 1;
+    int cached = WGLLM_MIN(common_prefix(sl->tokens, sl->n_tokens, r->prompt, r->n_prompt), limit);
+    int src_slot = -1, src_snap = -1;
+    for (int i = 0; i < e->p.n_slots && limit > 0; i++) {
+        if (i == s || e->slots[i].n_tokens <= cached) continue;
+        int c = WGLLM_MIN(common_prefix(e->slots[i].tokens, e->slots[i].n_tokens, r->prompt, r->n_prompt), limit);
+        /* an active slot's cache only grows past its prompt, so its prefix is stable */
+        if (c > cached) cached = c, src_slot = i, src_snap = -1;
+    }
+    for (int i = 0; i < e->n_snaps && limit > 0; i++) {
+        int c = WGLLM_MIN(common_prefix(e->snaps[i].tokens, e->snaps[i].n, r->prompt, r->n_prompt), limit);
+        if (c > cached) cached = c, src_snap = i, src_slot = -1;
+    }
+    if (src_slot >= 0) {
+        wgllm_context_seq_copy(e->ctx, src_slot, s, cached);
+        memcpy(sl->tokens, e->slots[src_slot].tokens, sizeof(int32_t) * (size_t)cached);
+    } else if (src_snap >= 0) {
+        struct snapshot *sn = &e->snaps[src_snap];
+        /* a snapshot restores whole; positions past `cached` are overwritten */
+        wgllm_context_seq_load(e->ctx, s, sn->n, sn->state);
+        memcpy(sl->tokens, sn->tokens, sizeof(int32_t) * (size_t)cached);
+        sn->last_used = ++e->clock;
+    }
+    sl->n_tokens = cached;
+    free(sl->key);
+    sl->key = dup_str(r->key);
+    pthread_mutex_lock(&e->mu);
+    if (sl->state == SLOT_IDLE) e->m.idle_slots--;
+    e->m.active_slots++;
+    sl->state = SLOT_ACTIVE;
+    pthread_mutex_unlock(&e->mu);
+    sl->req = r;
+    sl->last_used = ++e->clock;
+    r->slot = s;
+    r->n_cached = cached;
+    r->n_done_prompt = cached;
+    r->phase = PHASE_PREFILL;
+    r->t_admit = wgllm_time_us();
+    pthread_mutex_lock(&e->mu);
+    e->m.prompt_tokens += (uint64_t)r->n_prompt;
+    e->m.prompt_tokens_cached += (uint64_t)cached;
+    if (cached > 0) e->m.cache_hits++;
+    if (src_snap >= 0) e->m.snapshots_restored++;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Allocations a generation request needs, at admission. */
+static bool prepare_generation(struct wgllm_engine *e, struct wgllm_request *r) {
+    r->sampler = wgllm_sampler_init(&r->p.sampling, wgllm_model_n_vocab(e->model));
+    r->detok = wgllm_detokenizer_init(e->model);
+    r->stop = wgllm_stop_matcher_init((const char *const *)r->stops, r->p.n_stop);
+    r->gen_cap = r->p.max_tokens > 0 ? r->p.max_tokens : 256;
+    r->tokens = malloc(sizeof(int32_t) * (size_t)r->gen_cap);
+    r->logprobs = malloc(sizeof(float) * (size_t)r->gen_cap);
+    if (!r->sampler || !r->detok || !r->stop || !r->tokens || !r->logprobs) return false;
+    /* the prompt counts for the repetition penalties, as in llama.cpp */
+    for (int i = 0; i < r->n_prompt; i++) wgllm_sampler_accept(r->sampler, r->prompt[i]);
+    return true;
+}
+
+/* ---- one tick ------------------------------------------------------------- */
+
+/* Handles the logits of r's latest output: sample, stream, decide whether it goes on. */
+static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const float *logits) {
+    const int64_t now = wgllm_time_us();
+    if (r->phase == PHASE_PREFILL) {
+        r->phase = PHASE_DECODE;
+        r->t_prefill_end = now;
+    }
+    float lp = 0.0f;
+    const int32_t tok = wgllm_sampler_sample_ex(r->sampler, logits, NULL, NULL, &lp);
+    wgllm_sampler_accept(r->sampler, tok);
+    if (!r->t_first) r->t_first = now;
+    if (!r->p.ignore_eos && wgllm_token_is_eog(e->model, tok)) {
+        finish(e, r, WGLLM_FINISH_STOP, WGLLM_STATUS_OK, NULL);
+        return;
+    }
+    if (r->n_gen == r->gen_cap) {
+        int cap = r->gen_cap * 2;
+        int32_t *t = realloc(r->tokens, sizeof(int32_t) * (size_t)cap);
+        if (t) r->tokens = t;
+        float *l = realloc(r->logprobs, sizeof(float) * (size_t)cap);
+        if (l) r->logprobs = l;
+        if (!t || !l) {
+            finish(e, r, WGLLM_FINISH_ERROR, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for generated tokens");
+            return;
+        }
+        r->gen_cap = cap;
+    }
+    r->tokens[r->n_gen] = tok;
+    r->logprobs[r->n_gen] = lp;
+    r->n_gen++;
+    size_t n;
+    const char *piece = wgllm_detokenizer_push(r->detok, tok, &n);
+    bool stopped = false;
+    const char *out = wgllm_stop_matcher_push(r->stop, piece, n, &n, &stopped);
+    if (n || r->p.on_token) {
+        text_append(r, out, n);
+        if (r->p.on_token && !r->p.on_token(out, n, tok, lp, r->p.user_data)) {
+            finish(e, r, WGLLM_FINISH_CANCELLED, WGLLM_STATUS_OK, NULL);
+            return;
+        }
+    }
+    if (stopped) {
+        finish(e, r, WGLLM_FINISH_STOP, WGLLM_STATUS_OK, NULL);
+        return;
+    }
+    if (r->p.max_tokens > 0 && r->n_gen >= r->p.max_tokens) {
+        finish(e, r, WGLLM_FINISH_LENGTH, WGLLM_STATUS_OK, NULL);
+        return;
+    }
+    if (e->slots[r->slot].n_tokens >= e->n_ctx) { /* no room to decode it: the context is full */
+        finish(e, r, WGLLM_FINISH_LENGTH, WGLLM_STATUS_OK, NULL);
+        return;
+    }
+    r->pending = tok;
+}
+
+static void embed_output(struct wgllm_engine *e, struct wgllm_request *r, const float *h) {
+    const int E = wgllm_model_n_embd(e->model);
+    if (r->pooling == WGLLM_POOLING_MEAN) {
+        for (int i = 0; i < E; i++) r->embd_acc[i] += h[i];
+        r->embd_count++;
+    } else { /* CLS: the first token's, LAST/NONE: the last token's */
+        for (int i = 0; i < E; i++) r->embd_acc[i] = h[i];
+        r->embd_count = 1;
+    }
+}
+
+static bool embed_wants_output(const struct wgllm_request *r, int i) {
+    if (r->pooling == WGLLM_POOLING_MEAN) return true;
+    if (r->pooling == WGLLM_POOLING_CLS) return i == 0;
+    return i == r->n_prompt - 1;
+}
+
+/* Builds and runs one batch of one kind; returns tokens placed. */
+static int run_batch(struct wgllm_engine *e, bool embeddings) {
+    int nb = 0;
+    const int S = e->p.n_slots;
+    /* 1. one token for every generating stream */
+    if (!embeddings)
+        for (int s = 0; s < S && nb < e->n_batch; s++) {
+            struct wgllm_request *r = e->slots[s].req;
+            if (!r || r->phase != PHASE_DECODE) continue;
+            e->b_tok[nb] = r->pending;
+            e->b_pos[nb] = e->slots[s].n_tokens;
+            e->b_seq[nb] = s;
+            e->b_out[nb] = true;
+            e->b_owner[nb++] = r;
+        }
+    /* 2. prompt chunks, oldest admission first, within the prefill budget */
+    int budget = WGLLM_MIN(e->p.prefill_budget, e->n_batch - nb);
+    for (;;) {
+        struct wgllm_request *pick = NULL;
+        for (int s = 0; s < S; s++) {
+            struct wgllm_request *r = e->slots[s].req;
+            if (!r || r->phase != PHASE_PREFILL || (r->kind == REQ_EMBED) != embeddings) continue;
+            bool placed = false;
+            for (int i = 0; i < nb; i++) placed |= e->b_owner[i] == r;
+            if (!placed && (!pick || r->t_admit < pick->t_admit)) pick = r;
+        }
+        if (!pick || budget <= 0) break;
+        const int k = WGLLM_MIN(budget, pick->n_prompt - pick->n_done_prompt);
+        for (int i = 0; i < k; i++) {
+            const int idx = pick->n_done_prompt + i;
+            e->b_tok[nb] = pick->prompt[idx];
+            e->b_pos[nb] = idx;
+            e->b_seq[nb] = pick->slot;
+            e->b_out[nb] = embeddings ? embed_wants_output(pick, idx) : idx == pick->n_prompt - 1;
+            e->b_owner[nb++] = pick;
+        }
+        budget -= k;
+    }
+    if (nb == 0) return 0;
+    struct wgllm_batch b = {.n = nb, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .output = e->b_out};
+    struct wgllm_error err;
+    if (wgllm_context_decode_batch(e->ctx, &b, embeddings, &err) != WGLLM_STATUS_OK) {
+        for (int i = 0; i < nb; i++) finish(e, e->b_owner[i], WGLLM_FINISH_ERROR, err.status, err.message);
+        return nb;
+    }
+    /* the cache now holds these tokens */
+    int n_out = 0;
+    for (int i = 0; i < nb; i++) {
+        struct wgllm_request *r = e->b_owner[i];
+        struct slot *sl = &e->slots[e->b_seq[i]];
+        sl->tokens[e->b_pos[i]] = e->b_tok[i];
+        sl->n_tokens = e->b_pos[i] + 1;
+        if (r->phase == PHASE_PREFILL) r->n_done_prompt = e->b_pos[i] + 1;
+        if (e->b_out[i]) e->out_owner[n_out++] = r;
+    }
+    for (int j = 0; j < n_out; j++) {
+        struct wgllm_request *r = e->out_owner[j];
+        if (r->phase == PHASE_DONE) continue;
+        if (embeddings)
+            embed_output(e, r, wgllm_context_output_embd(e->ctx, j));
+        else
+            on_logits(e, r, wgllm_context_output_logits(e->ctx, j));
+    }
+    /* embeddings complete when the whole text went through */
+    if (embeddings)
+        for (int s = 0; s < S; s++) {
+            struct wgllm_request *r = e->slots[s].req;
+            if (!r || r->kind != REQ_EMBED || r->n_done_prompt < r->n_prompt) continue;
+            r->t_prefill_end = wgllm_time_us();
+            finish(e, r, WGLLM_FINISH_STOP, WGLLM_STATUS_OK, NULL);
+        }
+    return nb;
+}
+
+/* ---- the engine thread ---------------------------------------------------- */
+
+static bool any_active(const struct wgllm_engine *e) {
+    for (int s = 0; s < e->p.n_slots; s++)
+        if (e->slots[s].state == SLOT_ACTIVE) return true;
+    return false;
+}
+
+static void *engine_main(void *arg) {
+    struct wgllm_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        /* queued requests that were cancelled never get a slot */
+        struct wgllm_request **pp = &e->q_head, *last = NULL;
+        while (*pp) {
+            struct wgllm_request *r = *pp;
+            if (atomic_load(&r->cancel) || e->stopping) {
+                *pp = r->next;
+                e->n_queue--;
+                pthread_mutex_unlock(&e->mu);
+                finish(e, r, WGLLM_FINISH_CANCELLED, WGLLM_STATUS_OK, NULL);
+                pthread_mutex_lock(&e->mu);
+                continue;
+            }
+            last = r;
+            pp = &r->next;
+        }
+        e->q_tail = last;
+        if (e->stopping && !any_active(e)) break;
+        /* admission in arrival order while slots are available */
+        while (e->q_head && !e->stopping) {
+            struct wgllm_request *r = e->q_head;
+            int s = pick_slot(e, r);
+            if (s < 0) break;
+            e->q_head = r->next;
+            if (!e->q_head) e->q_tail = NULL;
+            e->n_queue--;
+            pthread_mutex_unlock(&e->mu);
+            if (r->kind == REQ_GENERATE && !prepare_generation(e, r)) {
+                r->slot = -1;
+                finish(e, r, WGLLM_FINISH_ERROR, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory admitting a request");
+            } else {
+                admit(e, r, s);
+            }
+            pthread_mutex_lock(&e->mu);
+        }
+        if (!any_active(e)) {
+            if (e->stopping) break;
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        e->m.ticks++;
+        pthread_mutex_unlock(&e->mu);
+
+        /* cancellations take effect at the tick boundary */
+        for (int s = 0; s < e->p.n_slots; s++) {
+            struct wgllm_request *r = e->slots[s].req;
+            if (r && (atomic_load(&r->cancel) || e->stopping))
+                finish(e, r, WGLLM_FINISH_CANCELLED, WGLLM_STATUS_OK, NULL);
+        }
+        run_batch(e, false);
+        run_batch(e, true);
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- public API ----------------------------------------------------------- */
+
+struct wgllm_engine_params wgllm_engine_default_params(void) {
+    struct wgllm_engine_params p = {
+        .n_slots = 4,
+        .n_ctx = 0,
+        .n_batch = 512,
+        .prefill_budget = 0,
+        .n_threads = 0,
+        .max_queue = 256,
+        .snapshot_bytes = (size_t)256 << 20,
+        .max_snapshots = 16,
+        .min_snapshot_tokens = 32,
+        .chat_template = NULL,
+    };
+    return p;
+}
+
+struct wgllm_request_params wgllm_request_default_params(void) {
+    struct wgllm_request_params p = {.max_tokens = 256, .add_special = true};
+    p.sampling = wgllm_sampler_default_params();
+    return p;
+}
+
+void wgllm_engine_free(struct wgllm_engine *e) {
+    if (!e) return;
+    if (e->thread) {
+        pthread_mutex_lock(&e->mu);
+        e->stopping = true;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    if (e->slots)
+        for (int i = 0; i < e->p.n_slots; i++) {
+            free(e->slots[i].key);
+            free(e->slots[i].tokens);
+        }
+    while (e->n_snaps > 0) snapshot_drop(e, e->n_snaps - 1);
+    free(e->snaps);
+    free(e->slots);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_out);
+    free(e->b_owner);
+    free(e->out_owner);
+    wgllm_chat_template_free(e->tmpl);
+    wgllm_context_free(e->ctx);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+/* The chat template: the engine's override or the GGUF's; a parse failure
+ * is kept as the message chat requests get. */
+static void load_template(struct wgllm_engine *e) {
+    const char *src = e->p.chat_template;
+    size_t len = src ? strlen(src) : 0;
+    if (!src) {
+        struct wgllm_gguf_str t;
+        if (!wgllm_gguf_find(e->model->gguf, "tokenizer.chat_template") ||
+            wgllm_gguf_get_str(e->model->gguf, "tokenizer.chat_template", &t, NULL) != WGLLM_STATUS_OK) {
+            snprintf(e->tmpl_error, sizeof(e->tmpl_error),
+                     "the model has no chat template (tokenizer.chat_template) and none was given");
+            return;
+        }
+        src = t.data;
+        len = (size_t)t.len;
+    }
+    struct wgllm_error err;
+    if (wgllm_chat_template_parse(src, len, &e->tmpl, &err) != WGLLM_STATUS_OK)
+        snprintf(e->tmpl_error, sizeof(e->tmpl_error), "the chat template does not parse: %.200s", err.message);
+}
+
+enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgllm_engine_params *params,
+                                    struct wgllm_engine **out, struct wgllm_error *err) {
+    *out = NULL;
+    struct wgllm_engine_params p = params ? *params : wgllm_engine_default_params();
+    if (p.n_slots <= 0 || p.n_slots > 256 || p.n_batch < 0 || p.prefill_budget < 0 || p.max_queue < 0 ||
+        p.max_snapshots < 0 || p.min_snapshot_tokens < 0)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "engine parameters out of range (n_slots %d must be 1..256; others >= 0)", p.n_slots);
+    struct wgllm_engine *e = calloc(1, sizeof(*e));
+    if (!e) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    e->model = model;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = p.n_ctx;
+    cp.n_batch = p.n_batch ? p.n_batch : 512;
+    cp.n_threads = p.n_threads;
+    cp.n_seq = p.n_slots;
+    enum wgllm_status st = wgllm_context_init(model, &cp, &e->ctx, err);
+    if (st) {
+        e->p.n_slots = 0;
+        wgllm_engine_free(e);
+        return st;
+    }
+    e->n_ctx = wgllm_context_n_ctx(e->ctx);
+    e->n_batch = wgllm_context_n_batch(e->ctx);
+    if (p.prefill_budget == 0 || p.prefill_budget > e->n_batch) p.prefill_budget = e->n_batch;
+    e->p = p;
+    e->slots = calloc((size_t)p.n_slots, sizeof(*e->slots));
+    e->snaps = calloc((size_t)WGLLM_MAX(p.max_snapshots, 1), sizeof(*e->snaps));
+    e->b_tok = malloc(sizeof(int32_t) * (size_t)e->n_batch);
+    e->b_pos = malloc(sizeof(int32_t) * (size_t)e->n_batch);
+    e->b_seq = malloc(sizeof(int32_t) * (size_t)e->n_batch);
+    e->b_out = malloc(sizeof(bool) * (size_t)e->n_batch);
+    e->b_owner = malloc(sizeof(*e->b_owner) * (size_t)e->n_batch);
+    e->out_owner = malloc(sizeof(*e->out_owner) * (size_t)e->n_batch);
+    bool ok = e->slots && e->snaps && e->b_tok && e->b_pos && e->b_seq && e->b_out && e->b_owner && e->out_owner;
+    for (int i = 0; ok && i < p.n_slots; i++) ok = (e->slots[i].tokens = malloc(sizeof(int32_t) * (size_t)e->n_ctx));
+    if (!ok) {
+        wgllm_engine_free(e);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the engine's slots");
+    }
+    load_template(e);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        e->thread = 0;
+        wgllm_engine_free(e);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "cannot start the engine thread");
+    }
+    *out = e;
+    return WGLLM_STATUS_OK;
+}
+
+/* Common part of every submit: validation, copies, queueing. Takes ownership of prompt. */
+struct embed_cfg {
+    enum wgllm_pooling pooling;
+    bool normalize;
+    double *acc; /* n_embd, ownership passes to the request */
+};
+
+static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int32_t *prompt, int n_prompt,
+                                const struct wgllm_request_params *params, const struct embed_cfg *ec,
+                                struct wgllm_request **out, struct wgllm_error *err) {
+    *out = NULL;
+    struct wgllm_request_params p = params ? *params : wgllm_request_default_params();
+    if (n_prompt <= 0) {
+        free(prompt);
+        if (ec) free(ec->acc);
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "the prompt is empty");
+    }
+    if (n_prompt >= e->n_ctx + (kind == REQ_EMBED)) {
+        free(prompt);
+        if (ec) free(ec->acc);
+        return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL,
+                               "the prompt has %d tokens; the context holds %d per slot%s", n_prompt, e->n_ctx,
+                               kind == REQ_EMBED ? "" : " (and at least one more is needed to generate)");
+    }
+    if (p.max_tokens < 0 || p.n_stop < 0 || (p.n_stop > 0 && !p.stop)) {
+        free(prompt);
+        if (ec) free(ec->acc);
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "max_tokens %d or n_stop %d is invalid",
+                               p.max_tokens, p.n_stop);
+    }
+    struct wgllm_request *r = calloc(1, sizeof(*r));
+    if (!r) {
+        free(prompt);
+        if (ec) free(ec->acc);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    r->eng = e;
+    r->kind = kind;
+    r->p = p;
+    r->prompt = prompt;
+    r->n_prompt = n_prompt;
+    r->slot = -1;
+    r->phase = PHASE_QUEUED;
+    atomic_init(&r->cancel, false);
+    pthread_cond_init(&r->done_cv, NULL);
+    r->key = dup_str(p.context_key);
+    r->p.context_key = NULL;
+    if (p.n_stop > 0) {
+        r->stops = calloc((size_t)p.n_stop, sizeof(char *));
+        for (int i = 0; r->stops && i < p.n_stop; i++) r->stops[i] = dup_str(p.stop[i]);
+    }
+    r->p.stop = NULL;
+    if (ec) {
+        r->pooling = ec->pooling;
+        r->normalize = ec->normalize;
+        r->embd_acc = ec->acc;
+    }
+    r->t_submit = wgllm_time_us();
+    pthread_mutex_lock(&e->mu);
+    if (e->n_queue >= e->p.max_queue || e->stopping) {
+        e->m.requests_refused++;
+        pthread_mutex_unlock(&e->mu);
+        request_destroy(r);
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "the engine's queue is full (%d requests waiting)",
+                               e->p.max_queue);
+    }
+    e->m.requests_submitted++;
+    if (e->q_tail) e->q_tail->next = r; else e->q_head = r;
+    e->q_tail = r;
+    e->n_queue++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    *out = r;
+    return WGLLM_STATUS_OK;
+}
+
+static int tokenize_alloc(const struct wgllm_model *m, const char *text, size_t len, bool add_special,
+                          bool parse_special, int32_t **out, struct wgllm_error *err) {
+    int32_t n = wgllm_tokenize(m, text, len, NULL, 0, add_special, parse_special, err);
+    if (n == INT32_MIN) return -1;
+    int cap = n < 0 ? -n : n;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(cap + 1));
+    if (!ids) {
+        wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+        return -1;
+    }
+    n = wgllm_tokenize(m, text, len, ids, cap, add_special, parse_special, err);
+    if (n < 0) {
+        free(ids);
+        if (n != INT32_MIN) wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "tokenization failed");
+        return -1;
+    }
+    *out = ids;
+    return n;
+}
+
+enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *e, const char *prompt, size_t len,
+                                            const struct wgllm_request_params *params, struct wgllm_request **out,
+                                            struct wgllm_error *err) {
+    *out = NULL;
+    if (!prompt) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "query: NULL prompt");
+    const bool add_special = params ? params->add_special : true;
+    int32_t *ids = NULL;
+    int n = tokenize_alloc(e->model, prompt, len, add_special, false, &ids, err);
+    if (n < 0) return err ? err->status : WGLLM_STATUS_INVALID_ARGUMENT;
+    return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
+}
+
+enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct wgllm_message *msgs, int n_msgs,
+                                           const struct wgllm_request_params *params, struct wgllm_request **out,
+                                           struct wgllm_error *err) {
+    *out = NULL;
+    if (!e->tmpl) return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "chat: %s", e->tmpl_error);
+    if (n_msgs <= 0 || !msgs) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat: no messages");
+    struct wgllm_chat_message *cm = malloc(sizeof(*cm) * (size_t)n_msgs);
+    if (!cm) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < n_msgs; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            free(cm);
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat: message %d has no role or content", i);
+        }
+        cm[i].role = msgs[i].role;
+        cm[i].content = msgs[i].content;
+    }
+    const struct wgllm_vocab *v = e->model->vocab;
+    const int32_t bos = wgllm_vocab_bos(v), eos = wgllm_vocab_eos(v);
+    const char *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
+    const char *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
+    char *text = NULL;
+    enum wgllm_status st =
+        wgllm_chat_template_render(e->tmpl, cm, (size_t)n_msgs, true, bos_text, eos_text, &text, err);
+    free(cm);
+    if (st) return st;
+    /* Templates usually write the BOS text themselves: add it only when they
+     * did not. Control tokens in the rendered text are parsed as such. */
+    const size_t bl = strlen(bos_text);
+    const bool has_bos = bl > 0 && strncmp(text, bos_text, bl) == 0;
+    int32_t *ids = NULL;
+    int n = tokenize_alloc(e->model, text, strlen(text), !has_bos, true, &ids, err);
+    free(text);
+    if (n < 0) return err ? err->status : WGLLM_STATUS_INVALID_ARGUMENT;
+    return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
+}
+
+void wgllm_request_cancel(struct wgllm_request *r) {
+    if (!r) return;
+    struct wgllm_engine *e = r->eng;
+    pthread_mutex_lock(&e->mu);
+    atomic_store(&r->cancel, true);
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void wgllm_request_wait(struct wgllm_request *r, struct wgllm_result *result) {
+    struct wgllm_engine *e = r->eng;
+    pthread_mutex_lock(&e->mu);
+    while (!r->done) pthread_cond_wait(&r->done_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    if (result) {
+        *result = r->result;
+    } else {
+        wgllm_result_free(&r->result);
+    }
+    request_destroy(r);
+}
+
+void wgllm_result_free(struct wgllm_result *r) {
+    if (!r) return;
+    free(r->text);
+    free(r->tokens);
+    free(r->logprobs);
+    r->text = NULL;
+    r->tokens = NULL;
+    r->logprobs = NULL;
+}
+
+static enum wgllm_status wait_result(struct wgllm_request *req, struct wgllm_result *result,
+                                     struct wgllm_error *err) {
+    wgllm_request_wait(req, result);
+    if (result->status != WGLLM_STATUS_OK) return wgllm_error_set(err, result->status, "%s", result->message);
+    return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_query(struct wgllm_engine *e, const char *prompt, const struct wgllm_request_params *params,
+                              struct wgllm_result *result, struct wgllm_error *err) {
+    memset(result, 0, sizeof(*result));
+    struct wgllm_request *req;
+    enum wgllm_status st = wgllm_engine_submit_query(e, prompt, prompt ? strlen(prompt) : 0, params, &req, err);
+    if (st) return result->status = st;
+    return wait_result(req, result, err);
+}
+
+enum wgllm_status wgllm_chat(struct wgllm_engine *e, const struct wgllm_message *msgs, int n_msgs,
+                             const struct wgllm_request_params *params, struct wgllm_result *result,
+                             struct wgllm_error *err) {
+    memset(result, 0, sizeof(*result));
+    struct wgllm_request *req;
+    enum wgllm_status st = wgllm_engine_submit_chat(e, msgs, n_msgs, params, &req, err);
+    if (st) return result->status = st;
+    return wait_result(req, result, err);
+}
+
+enum wgllm_status wgllm_embed(struct wgllm_engine *e, const char *text, size_t len, enum wgllm_pooling pooling,
+                              bool normalize, float *out, int max_out, int *n_out, struct wgllm_error *err) {
+    *n_out = 0;
+    const int E = wgllm_model_n_embd(e->model);
+    if (pooling == WGLLM_POOLING_MODEL) {
+        char key[64];
+        snprintf(key, sizeof(key), "%s.pooling_type", e->model->arch_name);
+        uint32_t pt;
+        if (!wgllm_gguf_find(e->model->gguf, key) || wgllm_gguf_get_u32(e->model->gguf, key, &pt, NULL))
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "embed: the model declares no pooling ('%s'): it is a generation model; "
+                                   "pass a pooling explicitly to embed with it anyway", key);
+        if (pt > WGLLM_POOLING_LAST)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "embed: pooling type %u of '%s' is not supported", pt,
+                                   key);
+        pooling = (enum wgllm_pooling)pt;
+    }
+    if (pooling < WGLLM_POOLING_NONE || pooling > WGLLM_POOLING_LAST)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "embed: unknown pooling %d", (int)pooling);
+    if (max_out < E)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "embed: output has room for %d of %d values",
+                               max_out, E);
+    if (!text) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "embed: NULL text");
+    int32_t *ids = NULL;
+    int n = tokenize_alloc(e->model, text, len, true, false, &ids, err);
+    if (n < 0) return err ? err->status : WGLLM_STATUS_INVALID_ARGUMENT;
+    double *acc = calloc((size_t)E, sizeof(double));
+    if (!acc) {
+        free(ids);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    struct wgllm_request_params p = wgllm_request_default_params();
+    struct wgllm_request *req;
+    const struct embed_cfg ec = {pooling, normalize, acc};
+    enum wgllm_status st = submit(e, REQ_EMBED, ids, n, &p, &ec, &req, err);
+    if (st) return st;
+    pthread_mutex_lock(&e->mu);
+    while (!req->done) pthread_cond_wait(&req->done_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    struct wgllm_result res = req->result;
+    if (res.status == WGLLM_STATUS_OK && res.finish != WGLLM_FINISH_STOP)
+        wgllm_error_set(err, res.status = WGLLM_STATUS_INVALID_ARGUMENT, "embed: the request was cancelled");
+    else if (res.status != WGLLM_STATUS_OK)
+        wgllm_error_set(err, res.status, "%s", res.message);
+    if (res.status == WGLLM_STATUS_OK) {
+        double norm = 0.0;
+        const double div = req->embd_count > 0 ? (double)req->embd_count : 1.0;
+        for (int i = 0; i < E; i++) norm += (acc[i] / div) * (acc[i] / div);
+        norm = normalize && norm > 0.0 ? 1.0 / sqrt(norm) : 1.0;
+        for (int i = 0; i < E; i++) out[i] = (float)(acc[i] / div * norm);
+        *n_out = E;
+    }
+    st = res.status;
+    wgllm_result_free(&res);
+    request_destroy(req);
+    return st;
+}
+
+void wgllm_engine_metrics(struct wgllm_engine *e, struct wgllm_engine_metrics *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->m;
+    out->queue_depth = e->n_queue;
+    pthread_mutex_unlock(&e->mu);
+}

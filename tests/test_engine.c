@@ -1,0 +1,384 @@
+/*
+ * test_engine.c - the local engine on a synthetic model: batching does not
+ * change results, context_key reuse computes only the suffix and gives the
+ * same output as a cold run, eviction and snapshot restore, cancellation,
+ * many concurrent requests on few slots, stop strings, streaming, limits,
+ * embeddings and chat.
+ */
+#include "test.h"
+
+#include "backend/backend.h"
+#include "model/synth.h"
+#include "quant/quant.h"
+
+#include <math.h>
+#include <pthread.h>
+
+static struct wgllm_model *model;
+static const char *model_path;
+
+static struct wgllm_engine *new_engine(int n_slots, int n_ctx, size_t snapshot_bytes) {
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_slots = n_slots;
+    ep.n_ctx = n_ctx;
+    ep.n_batch = 64;
+    ep.snapshot_bytes = snapshot_bytes;
+    ep.min_snapshot_tokens = 8;
+    struct wgllm_engine *e = NULL;
+    struct wgllm_error err;
+    if (wgllm_engine_init(model, &ep, &e, &err) != WGLLM_STATUS_OK) fprintf(stderr, "engine: %s\n", err.message);
+    return e;
+}
+
+static struct wgllm_request_params greedy(int max_tokens) {
+    struct wgllm_request_params p = wgllm_request_default_params();
+    p.max_tokens = max_tokens;
+    p.sampling.temperature = 0.0f;
+    p.ignore_eos = true;
+    return p;
+}
+
+static const char *prompts[8] = {
+    "Once upon a time", "The lighthouse keeper climbed", "In winter the wind", "Nobody ever read",
+    "A small brass lamp", "Fishermen talking a mile away", "The number of gulls", "Every evening at dusk",
+};
+
+/* The same greedy tokens as a plain single-sequence decode loop. */
+static void reference_tokens(const char *prompt, int n, int32_t *out) {
+    struct wgllm_context *c;
+    CHECK_EQ_INT(wgllm_context_init(model, NULL, &c, NULL), WGLLM_STATUS_OK);
+    int32_t toks[128];
+    int nt = wgllm_tokenize(model, prompt, strlen(prompt), toks, 128, true, false, NULL);
+    CHECK_EQ_INT(wgllm_decode(c, toks, nt, false, NULL), WGLLM_STATUS_OK);
+    for (int i = 0; i < n; i++) {
+        out[i] = wgllm_argmax(wgllm_get_logits(c), wgllm_model_n_vocab(model));
+        CHECK_EQ_INT(wgllm_decode(c, &out[i], 1, false, NULL), WGLLM_STATUS_OK);
+    }
+    wgllm_context_free(c);
+}
+
+TEST(batched_results_equal_alone_and_plain_decode) {
+    enum { N = 12 };
+    int32_t ref[8][N];
+    for (int i = 0; i < 8; i++) reference_tokens(prompts[i], N, ref[i]);
+    struct wgllm_engine *e = new_engine(8, 128, 0);
+    CHECK(e != NULL);
+    if (!e) return;
+    struct wgllm_request_params p = greedy(N);
+    /* alone */
+    for (int i = 0; i < 8; i++) {
+        struct wgllm_result r;
+        CHECK_EQ_INT(wgllm_query(e, prompts[i], &p, &r, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(r.n_tokens, N);
+        CHECK_EQ_INT(r.finish, WGLLM_FINISH_LENGTH);
+        CHECK(r.n_tokens == N && memcmp(r.tokens, ref[i], sizeof(ref[i])) == 0);
+        wgllm_result_free(&r);
+    }
+    /* all eight at once: prefill and decode rows of different slots share batches */
+    struct wgllm_request *req[8];
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[i], strlen(prompts[i]), &p, &req[i], NULL), WGLLM_STATUS_OK);
+    for (int i = 0; i < 8; i++) {
+        struct wgllm_result r;
+        wgllm_request_wait(req[i], &r);
+        CHECK(r.n_tokens == N && memcmp(r.tokens, ref[i], sizeof(ref[i])) == 0);
+        CHECK_EQ_INT(r.usage.completion_tokens, N);
+        wgllm_result_free(&r);
+    }
+    wgllm_engine_free(e);
+}
+
+TEST(context_key_reuses_the_prefix) {
+    struct wgllm_engine *e = new_engine(2, 256, 0);
+    if (!e) return;
+    struct wgllm_request_params p = greedy(8);
+    const char *turn1 = "The lighthouse keeper climbed the spiral stairs every evening at dusk";
+    const char *turn2 = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a lamp";
+    struct wgllm_result cold, warm1, warm2;
+    /* cold run of turn 2 with no key */
+    CHECK_EQ_INT(wgllm_query(e, turn2, &p, &cold, NULL), WGLLM_STATUS_OK);
+    wgllm_engine_free(e);
+    e = new_engine(2, 256, 0);
+    p.context_key = "conversation-1";
+    CHECK_EQ_INT(wgllm_query(e, turn1, &p, &warm1, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(warm1.usage.cached_tokens, 0);
+    CHECK_EQ_INT(wgllm_query(e, turn2, &p, &warm2, NULL), WGLLM_STATUS_OK);
+    int32_t t1[128], t2[128];
+    int n1 = wgllm_tokenize(model, turn1, strlen(turn1), t1, 128, true, false, NULL);
+    int n2 = wgllm_tokenize(model, turn2, strlen(turn2), t2, 128, true, false, NULL);
+    int lcp = 0;
+    while (lcp < n1 && lcp < n2 && t1[lcp] == t2[lcp]) lcp++;
+    /* only the suffix after the common prefix was computed */
+    CHECK_EQ_INT(warm2.usage.cached_tokens, lcp);
+    CHECK_EQ_INT(warm2.usage.prompt_tokens, n2);
+    CHECK(lcp > 10);
+    /* and the result is the cold one, logprobs included (same logits) */
+    CHECK_EQ_INT(warm2.n_tokens, cold.n_tokens);
+    CHECK(memcmp(warm2.tokens, cold.tokens, sizeof(int32_t) * (size_t)cold.n_tokens) == 0);
+    for (int i = 0; i < cold.n_tokens; i++) CHECK_NEAR(warm2.logprobs[i], cold.logprobs[i], 1e-4);
+    CHECK_STR(warm2.text, cold.text);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK_EQ_INT(m.cache_hits, 1);
+    CHECK_EQ_INT(m.prompt_tokens_cached, lcp);
+    wgllm_result_free(&cold);
+    wgllm_result_free(&warm1);
+    wgllm_result_free(&warm2);
+    wgllm_engine_free(e);
+}
+
+TEST(eviction_and_snapshot_restore) {
+    struct wgllm_engine *e = new_engine(1, 256, 64 << 20);
+    if (!e) return;
+    struct wgllm_request_params p = greedy(6);
+    const char *a = "In winter the wind rattled the windows so hard that he wrote with gloves on";
+    const char *b = "In summer the sea was so calm that he could hear fishermen talking a mile away";
+    struct wgllm_result ra1, rb, ra2;
+    p.context_key = "a";
+    CHECK_EQ_INT(wgllm_query(e, a, &p, &ra1, NULL), WGLLM_STATUS_OK);
+    p.context_key = "b"; /* one slot: evicts a, which is saved as a snapshot */
+    CHECK_EQ_INT(wgllm_query(e, b, &p, &rb, NULL), WGLLM_STATUS_OK);
+    p.context_key = "a"; /* evicts b; a comes back from its snapshot */
+    CHECK_EQ_INT(wgllm_query(e, a, &p, &ra2, NULL), WGLLM_STATUS_OK);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK(m.evictions >= 2);
+    CHECK(m.snapshots_saved >= 1);
+    CHECK_EQ_INT(m.snapshots_restored, 1);
+    CHECK_EQ_INT(ra2.usage.cached_tokens, ra2.usage.prompt_tokens - 1);
+    CHECK(ra2.n_tokens == ra1.n_tokens && memcmp(ra2.tokens, ra1.tokens, sizeof(int32_t) * (size_t)ra1.n_tokens) == 0);
+    CHECK(m.snapshot_bytes_used > 0);
+    wgllm_result_free(&ra1);
+    wgllm_result_free(&rb);
+    wgllm_result_free(&ra2);
+    wgllm_engine_free(e);
+}
+
+static bool stop_after_three(const char *text, size_t len, int32_t token, float lp, void *ud) {
+    int *count = ud;
+    return ++*count < 3;
+}
+
+TEST(cancellation_frees_the_slot) {
+    struct wgllm_engine *e = new_engine(1, 256, 0);
+    if (!e) return;
+    struct wgllm_request_params p = greedy(0); /* until the context ends */
+    struct wgllm_request *long_req;
+    CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[0], strlen(prompts[0]), &p, &long_req, NULL), WGLLM_STATUS_OK);
+    struct wgllm_request_params q = greedy(4);
+    struct wgllm_request *queued;
+    CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[1], strlen(prompts[1]), &q, &queued, NULL), WGLLM_STATUS_OK);
+    wgllm_request_cancel(long_req);
+    struct wgllm_result r1, r2;
+    wgllm_request_wait(long_req, &r1);
+    CHECK_EQ_INT(r1.finish, WGLLM_FINISH_CANCELLED);
+    wgllm_request_wait(queued, &r2); /* got the slot the cancelled one freed */
+    CHECK_EQ_INT(r2.finish, WGLLM_FINISH_LENGTH);
+    CHECK_EQ_INT(r2.n_tokens, 4);
+    /* on_token returning false cancels too */
+    int count = 0;
+    q.on_token = stop_after_three;
+    q.user_data = &count;
+    q.max_tokens = 50;
+    struct wgllm_result r3;
+    CHECK_EQ_INT(wgllm_query(e, prompts[2], &q, &r3, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r3.finish, WGLLM_FINISH_CANCELLED);
+    CHECK_EQ_INT(r3.n_tokens, 3);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK_EQ_INT(m.requests_cancelled, 2);
+    CHECK_EQ_INT(m.active_slots, 0);
+    wgllm_result_free(&r1);
+    wgllm_result_free(&r2);
+    wgllm_result_free(&r3);
+    wgllm_engine_free(e);
+}
+
+TEST(sixty_four_requests_on_four_slots) {
+    struct wgllm_engine *e = new_engine(4, 128, 0);
+    if (!e) return;
+    enum { N = 64 };
+    struct wgllm_request *req[N];
+    struct wgllm_request_params p = greedy(5);
+    char keys[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "k%d", i % 10);
+        p.context_key = (i % 3) ? keys[i] : NULL;
+        CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[i % 8], strlen(prompts[i % 8]), &p, &req[i], NULL),
+                     WGLLM_STATUS_OK);
+    }
+    int32_t ref[8][5];
+    for (int i = 0; i < 8; i++) reference_tokens(prompts[i], 5, ref[i]);
+    int ok = 0;
+    for (int i = 0; i < N; i++) {
+        struct wgllm_result r;
+        wgllm_request_wait(req[i], &r);
+        ok += r.finish == WGLLM_FINISH_LENGTH && r.n_tokens == 5 && memcmp(r.tokens, ref[i % 8], sizeof(ref[0])) == 0;
+        wgllm_result_free(&r);
+    }
+    CHECK_EQ_INT(ok, N);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK_EQ_INT(m.requests_finished, N);
+    CHECK_EQ_INT(m.queue_depth, 0);
+    wgllm_engine_free(e);
+}
+
+struct stream_capture {
+    char buf[4096];
+    size_t len;
+};
+
+static bool capture(const char *text, size_t len, int32_t token, float lp, void *ud) {
+    struct stream_capture *c = ud;
+    if (c->len + len < sizeof(c->buf)) memcpy(c->buf + c->len, text, len), c->len += len;
+    return true;
+}
+
+TEST(stop_strings_and_streaming) {
+    struct wgllm_engine *e = new_engine(2, 256, 0);
+    if (!e) return;
+    struct wgllm_request_params p = greedy(24);
+    struct stream_capture cap = {0};
+    p.on_token = capture;
+    p.user_data = &cap;
+    struct wgllm_result full;
+    CHECK_EQ_INT(wgllm_query(e, prompts[3], &p, &full, NULL), WGLLM_STATUS_OK);
+    /* the stream is the text, piece by piece */
+    CHECK_EQ_INT(cap.len, full.text_len);
+    CHECK(memcmp(cap.buf, full.text, full.text_len) == 0);
+    CHECK(full.text_len > 12);
+    /* stop at a string taken from the middle of that output */
+    char stop[8] = {0};
+    size_t at = full.text_len / 2;
+    memcpy(stop, full.text + at, 4);
+    const char *stops[1] = {stop};
+    p.stop = stops;
+    p.n_stop = 1;
+    memset(&cap, 0, sizeof(cap));
+    struct wgllm_result cut;
+    CHECK_EQ_INT(wgllm_query(e, prompts[3], &p, &cut, NULL), WGLLM_STATUS_OK);
+    const char *first = strstr(full.text, stop);
+    CHECK(first != NULL);
+    CHECK_EQ_INT(cut.finish, WGLLM_FINISH_STOP);
+    CHECK_EQ_INT(cut.text_len, (size_t)(first - full.text));
+    CHECK(strncmp(cut.text, full.text, cut.text_len) == 0);
+    CHECK_EQ_INT(cap.len, cut.text_len); /* nothing of the stop string leaked into the stream */
+    wgllm_result_free(&full);
+    wgllm_result_free(&cut);
+    wgllm_engine_free(e);
+}
+
+TEST(limits_give_clear_errors) {
+    struct wgllm_engine *e = new_engine(1, 32, 0);
+    if (!e) return;
+    struct wgllm_request_params p = greedy(0);
+    struct wgllm_result r;
+    struct wgllm_error err;
+    char longp[1024];
+    memset(longp, 0, sizeof(longp));
+    for (int i = 0; i < 40; i++) strcat(longp, "word ");
+    CHECK_EQ_INT(wgllm_query(e, longp, &p, &r, &err), WGLLM_STATUS_CONTEXT_FULL);
+    CHECK(strstr(err.message, "context") != NULL);
+    /* generation that reaches the end of the context stops there, cleanly */
+    CHECK_EQ_INT(wgllm_query(e, prompts[0], &p, &r, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.finish, WGLLM_FINISH_LENGTH);
+    CHECK_EQ_INT(r.usage.prompt_tokens + r.n_tokens, 32 + 1);
+    wgllm_result_free(&r);
+    /* no chat template in the synthetic model */
+    struct wgllm_message msg = {"user", "hi"};
+    CHECK_EQ_INT(wgllm_chat(e, &msg, 1, &p, &r, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "chat template") != NULL);
+    wgllm_engine_free(e);
+}
+
+TEST(embeddings) {
+    struct wgllm_engine *e = new_engine(2, 128, 0);
+    if (!e) return;
+    const int E = wgllm_model_n_embd(model);
+    float *a = malloc(sizeof(float) * (size_t)E), *b = malloc(sizeof(float) * (size_t)E), *c = malloc(sizeof(float) * (size_t)E);
+    int n = 0;
+    struct wgllm_error err;
+    /* a generation model declares no pooling */
+    CHECK_EQ_INT(wgllm_embed(e, "hello", 5, WGLLM_POOLING_MODEL, true, a, E, &n, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "pooling") != NULL);
+    CHECK_EQ_INT(wgllm_embed(e, prompts[1], strlen(prompts[1]), WGLLM_POOLING_MEAN, true, a, E, &n, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(n, E);
+    double norm = 0;
+    for (int i = 0; i < E; i++) norm += (double)a[i] * a[i];
+    CHECK_NEAR(norm, 1.0, 1e-4);
+    CHECK_EQ_INT(wgllm_embed(e, prompts[1], strlen(prompts[1]), WGLLM_POOLING_MEAN, true, b, E, &n, &err), WGLLM_STATUS_OK);
+    CHECK(memcmp(a, b, sizeof(float) * (size_t)E) == 0);
+    CHECK_EQ_INT(wgllm_embed(e, prompts[2], strlen(prompts[2]), WGLLM_POOLING_LAST, false, c, E, &n, &err), WGLLM_STATUS_OK);
+    /* last-token pooling without normalisation equals the backend's last hidden state */
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    struct wgllm_context *ctx;
+    CHECK_EQ_INT(wgllm_context_init(model, &cp, &ctx, NULL), WGLLM_STATUS_OK);
+    int32_t toks[64];
+    int nt = wgllm_tokenize(model, prompts[2], strlen(prompts[2]), toks, 64, true, false, NULL);
+    int32_t pos[64], seq[64];
+    for (int i = 0; i < nt; i++) pos[i] = i, seq[i] = 0;
+    struct wgllm_batch batch = {.n = nt, .token = toks, .pos = pos, .seq = seq, .output = NULL};
+    CHECK_EQ_INT(wgllm_context_decode_batch(ctx, &batch, true, NULL), WGLLM_STATUS_OK);
+    const float *h = wgllm_context_output_embd(ctx, 0);
+    double md = 0;
+    for (int i = 0; i < E; i++) md = fmax(md, fabs(h[i] - c[i]));
+    CHECK(md < 1e-5);
+    wgllm_context_free(ctx);
+    free(a), free(b), free(c);
+    wgllm_engine_free(e);
+}
+
+TEST(chat_renders_the_template) {
+    size_t len;
+    char *tmpl = test_read_file(test_shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"), &len);
+    CHECK(tmpl != NULL);
+    if (!tmpl) return;
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_slots = 1;
+    ep.n_ctx = 256;
+    ep.chat_template = tmpl;
+    struct wgllm_engine *e;
+    CHECK_EQ_INT(wgllm_engine_init(model, &ep, &e, NULL), WGLLM_STATUS_OK);
+    struct wgllm_message msgs[2] = {{"system", "You are terse."}, {"user", "Name a color."}};
+    struct wgllm_request_params p = greedy(4);
+    struct wgllm_result r;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_chat(e, msgs, 2, &p, &r, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.n_tokens, 4);
+    /* the prompt is the template's rendering: longer than the two contents */
+    int32_t t[128];
+    int n_plain = wgllm_tokenize(model, "You are terse. Name a color.", 28, t, 128, true, false, NULL);
+    CHECK(r.usage.prompt_tokens > n_plain + 4);
+    wgllm_result_free(&r);
+    wgllm_engine_free(e);
+    free(tmpl);
+}
+
+int main(void) {
+    wgllm_base_init();
+    wgllm_quant_init();
+    model_path = test_tmp_path(".gguf");
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = "tiny";
+    sp.type = WGLLM_TYPE_Q8_0;
+    struct wgllm_error err;
+    if (wgllm_synth_write(&sp, model_path, &err) != WGLLM_STATUS_OK ||
+        wgllm_model_load(model_path, NULL, &model, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "setup: %s\n", err.message);
+        test_failed++;
+        return test_summary("test_engine");
+    }
+    RUN(batched_results_equal_alone_and_plain_decode);
+    RUN(context_key_reuses_the_prefix);
+    RUN(eviction_and_snapshot_restore);
+    RUN(cancellation_frees_the_slot);
+    RUN(sixty_four_requests_on_four_slots);
+    RUN(stop_strings_and_streaming);
+    RUN(limits_give_clear_errors);
+    RUN(embeddings);
+    RUN(chat_renders_the_template);
+    wgllm_model_free(model);
+    remove(model_path);
+    return test_summary("test_engine");
+}
