@@ -29,6 +29,7 @@ static const char *usage_text =
     "  tokenize -m MODEL (-p TEXT | --file PATH) [--ids] [--no-special] [--parse-special]\n"
     "  logits   -m MODEL --tokens 1,2,3 -o OUT.f32   raw float32 logits of every position\n"
     "  bench    -m MODEL [-p 128] [-n 32] [-r 3] [--json]   prompt and generation tokens/s\n"
+    "           [--parallel 1,4,8] [--prefix-reuse 1000]   the engine: concurrent streams, cache reuse\n"
     "  synth    --shape NAME [--type q8_0] [--seed 1] [-o OUT.gguf]   write a synthetic model\n"
     "\n"
     "common options: -t/--threads N (default: all cores)\n";
@@ -42,13 +43,7 @@ static int usage_error(const char *fmt, const char *arg) {
 
 /* ---- option parsing ---------------------------------------------------- */
 
-struct opts {
-    const char *model, *prompt, *file, *out, *shape, *type, *tokens, *prompt_ids;
-    int n_predict, n_prompt, reps, threads, ctx, top_k;
-    float temp, top_p, min_p;
-    uint64_t seed;
-    bool ids, no_special, parse_special, json, ignore_eos, seed_set;
-};
+#include "cli/cli.h"
 
 static bool parse_int(const char *s, int *out) {
     char *end;
@@ -125,6 +120,8 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
             if (errno || *end || end == v) return usage_error("bad seed '%s'", v);
             o->seed_set = true;
         }
+        else if (FLAG("--parallel")) { NEED_VALUE(); o->parallel = v; }
+        else if (FLAG("--prefix-reuse")) INT_VALUE(o->prefix_reuse);
         else if (FLAG("--ids")) o->ids = true;
         else if (FLAG("--no-special")) o->no_special = true;
         else if (FLAG("--parse-special")) o->parse_special = true;
@@ -454,6 +451,13 @@ static struct stats summarize(double *v, int n) {
 /* Like llama-bench: pp = one batch of n_prompt tokens into an empty cache;
  * tg = n_gen single-token decodes from an empty cache; a warm-up run first. */
 static int cmd_bench(const struct opts *o) {
+    if (o->parallel || o->prefix_reuse > 0) {
+        struct wgllm_model *m = load_model(o);
+        if (!m) return 1;
+        int rc = wgllm_cli_bench_engine(m, o);
+        wgllm_model_free(m);
+        return rc;
+    }
     if (o->n_prompt <= 0 || o->n_predict <= 0 || o->reps <= 0) return usage_error("bench needs -p, -n and -r > 0%s", "");
     struct wgllm_model *m = load_model(o);
     if (!m) return 1;

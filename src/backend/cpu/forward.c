@@ -239,9 +239,10 @@ static void forward_worker(void *arg, int ith, int nth) {
         }
         wgllm_threadpool_barrier(tp);
 
-        /* attention: row r of att belongs to token t (t = r, or the r-th output in the last layer) */
-        wgllm_split_range((int64_t)nr * hp->n_head, ith, nth, 1, &lo, &hi);
-        for (int64_t it = lo; it < hi; it++) {
+        /* attention: row r of att belongs to token t (t = r, or the r-th output in the last
+         * layer). Items are dealt out round-robin: a later token attends to more positions,
+         * so contiguous shares would leave the thread with the early tokens idle. */
+        for (int64_t it = ith; it < (int64_t)nr * hp->n_head; it += nth) {
             const int r = (int)(it / hp->n_head), h = (int)(it % hp->n_head);
             const int t = last ? c->out_idx[r] : r;
             attend_head(c, il, c->seq[t], c->pos[t], h, c->q + (size_t)t * QD + (size_t)h * dk,

@@ -1,0 +1,22 @@
+/*
+ * cli.h - what the files of the `wgllm` command share: the parsed options.
+ */
+#ifndef WGLLM_CLI_H
+#define WGLLM_CLI_H
+
+#include "wgllm.h"
+
+struct opts {
+    const char *model, *prompt, *file, *out, *shape, *type, *tokens, *prompt_ids;
+    int n_predict, n_prompt, reps, threads, ctx, top_k;
+    float temp, top_p, min_p;
+    uint64_t seed;
+    bool ids, no_special, parse_special, json, ignore_eos, seed_set;
+    const char *parallel; /* bench: "1,4,8" concurrent streams through the engine */
+    int prefix_reuse;     /* bench: shared-prefix length for the cache-reuse timing */
+};
+
+/* `wgllm bench --parallel ... --prefix-reuse N` (bench_engine.c). */
+int wgllm_cli_bench_engine(struct wgllm_model *m, const struct opts *o);
+
+#endif
