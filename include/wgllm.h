@@ -382,6 +382,10 @@ struct wgllm_result {
     int32_t *tokens;           /* generated token ids (malloc'd) */
     float *logprobs;           /* log-probability of each generated token (malloc'd) */
     int n_tokens;
+    /* With sampling.n_probs > 0: for generated token i, its n_top most likely
+     * alternatives at top_logprobs[i * n_top ...] (malloc'd), else NULL. */
+    struct wgllm_token_logprob *top_logprobs;
+    int n_top;
     struct wgllm_usage usage;
     struct wgllm_timings timings;
 };

@@ -269,6 +269,26 @@ TEST(stop_strings_and_streaming) {
     wgllm_engine_free(e);
 }
 
+TEST(logprobs_and_alternatives) {
+    struct wgllm_engine *e = new_engine(1, 128, 0);
+    if (!e) return;
+    struct wgllm_request_params p = greedy(6);
+    p.sampling.n_probs = 3;
+    struct wgllm_result r;
+    CHECK_EQ_INT(wgllm_query(e, prompts[5], &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.n_top, 3);
+    CHECK(r.top_logprobs != NULL);
+    for (int i = 0; r.top_logprobs && i < r.n_tokens; i++) {
+        const struct wgllm_token_logprob *t = r.top_logprobs + (size_t)i * 3;
+        CHECK_EQ_INT(t[0].token, r.tokens[i]); /* greedy takes the most likely */
+        CHECK_NEAR(t[0].logprob, r.logprobs[i], 1e-6);
+        CHECK(t[0].logprob >= t[1].logprob && t[1].logprob >= t[2].logprob);
+        CHECK(r.logprobs[i] <= 0.0f);
+    }
+    wgllm_result_free(&r);
+    wgllm_engine_free(e);
+}
+
 TEST(limits_give_clear_errors) {
     struct wgllm_engine *e = new_engine(1, 32, 0);
     if (!e) return;
@@ -375,6 +395,7 @@ int main(void) {
     RUN(cancellation_frees_the_slot);
     RUN(sixty_four_requests_on_four_slots);
     RUN(stop_strings_and_streaming);
+    RUN(logprobs_and_alternatives);
     RUN(limits_give_clear_errors);
     RUN(embeddings);
     RUN(chat_renders_the_template);

@@ -55,6 +55,8 @@ struct wgllm_request {
     size_t text_len, text_cap;
     int32_t *tokens;
     float *logprobs;
+    struct wgllm_token_logprob *top; /* gen_cap x n_top, when n_probs > 0 */
+    int n_top;
     int n_gen, gen_cap;
     int64_t t_submit, t_admit, t_prefill_end, t_first, t_end;
 
@@ -155,6 +157,7 @@ static void request_destroy(struct wgllm_request *r) {
     free(r->text);
     free(r->tokens);
     free(r->logprobs);
+    free(r->top);
     pthread_cond_destroy(&r->done_cv);
     free(r);
 }
@@ -183,8 +186,11 @@ static void finish(struct wgllm_engine *e, struct wgllm_request *r, enum wgllm_f
     res->tokens = r->tokens;
     res->logprobs = r->logprobs;
     res->n_tokens = r->n_gen;
+    res->top_logprobs = r->top;
+    res->n_top = r->top ? r->n_top : 0;
     r->tokens = NULL;
     r->logprobs = NULL;
+    r->top = NULL;
     res->usage.prompt_tokens = r->n_prompt;
     res->usage.cached_tokens = r->n_cached;
     res->usage.completion_tokens = r->n_gen;
@@ -341,6 +347,11 @@ static bool prepare_generation(struct wgllm_engine *e, struct wgllm_request *r) 
     r->tokens = malloc(sizeof(int32_t) * (size_t)r->gen_cap);
     r->logprobs = malloc(sizeof(float) * (size_t)r->gen_cap);
     if (!r->sampler || !r->detok || !r->stop || !r->tokens || !r->logprobs) return false;
+    if (r->p.sampling.n_probs > 0) {
+        r->n_top = WGLLM_MIN(r->p.sampling.n_probs, wgllm_model_n_vocab(e->model));
+        r->top = malloc(sizeof(*r->top) * (size_t)r->gen_cap * (size_t)r->n_top);
+        if (!r->top) return false;
+    }
     /* the prompt counts for the repetition penalties, as in llama.cpp */
     for (int i = 0; i < r->n_prompt; i++) wgllm_sampler_accept(r->sampler, r->prompt[i]);
     return true;
@@ -356,7 +367,18 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
         r->t_prefill_end = now;
     }
     float lp = 0.0f;
-    const int32_t tok = wgllm_sampler_sample_ex(r->sampler, logits, NULL, NULL, &lp);
+    int n_top = 0;
+    /* top alternatives land in the slot of the next generated token (grown below if needed) */
+    if (r->top && r->n_gen == r->gen_cap) {
+        struct wgllm_token_logprob *t = realloc(r->top, sizeof(*t) * (size_t)r->gen_cap * 2 * (size_t)r->n_top);
+        if (!t) {
+            finish(e, r, WGLLM_FINISH_ERROR, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for logprobs");
+            return;
+        }
+        r->top = t;
+    }
+    const int32_t tok = wgllm_sampler_sample_ex(r->sampler, logits, r->top ? r->top + (size_t)r->n_gen * r->n_top : NULL,
+                                                &n_top, &lp);
     wgllm_sampler_accept(r->sampler, tok);
     if (!r->t_first) r->t_first = now;
     if (!r->p.ignore_eos && wgllm_token_is_eog(e->model, tok)) {
@@ -861,9 +883,11 @@ void wgllm_result_free(struct wgllm_result *r) {
     free(r->text);
     free(r->tokens);
     free(r->logprobs);
+    free(r->top_logprobs);
     r->text = NULL;
     r->tokens = NULL;
     r->logprobs = NULL;
+    r->top_logprobs = NULL;
 }
 
 static enum wgllm_status wait_result(struct wgllm_request *req, struct wgllm_result *result,
