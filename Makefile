@@ -31,8 +31,10 @@ ifeq ($(ARCH),x86_64)
 endif
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c src/backend/*/*.c))
-LIB_SRC  := $(filter-out src/cli/%,$(LIB_SRC))
-CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+LIB_SRC  := $(filter-out src/cli/% src/server/%,$(LIB_SRC))
+# the command adds the native-only HTTP server (libmicrohttpd, cJSON)
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
+CLI_LIBS := -lmicrohttpd -lcjson
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_COMMON := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 
@@ -56,7 +58,7 @@ $(OUT)/libwgllm.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(OUT)/wgllm: $(CLI_OBJ) $(OUT)/libwgllm.a
-	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $(CLI_OBJ) $(OUT)/libwgllm.a $(LDLIBS)
+	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $(CLI_OBJ) $(OUT)/libwgllm.a $(CLI_LIBS) $(LDLIBS)
 
 $(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_COMMON_OBJ) $(OUT)/libwgllm.a
 	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_COMMON_OBJ) $(OUT)/libwgllm.a $(LDLIBS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing wgllm needs on Debian 12, only when it is
-# missing: a C compiler and make (build), Node.js >= 20 and npm (the llama.cpp
-# peer of the tests and benchmarks). Runs apt-get as root or through sudo.
+# missing: a C compiler and make (build), libmicrohttpd and cJSON (the server),
+# Node.js >= 20 and npm (the llama.cpp peer of the tests and benchmarks). Runs
+# apt-get as root or through sudo.
 set -u
 missing=()
 command -v cc >/dev/null || missing+=(gcc libc6-dev)
@@ -10,11 +11,28 @@ if ! command -v node >/dev/null || [ "$(node -e 'console.log(process.versions.no
     missing+=(nodejs)
 fi
 command -v npm >/dev/null || missing+=(npm)
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "installing: ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO=sudo
-$SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null || {
-    echo "wgllm: could not install ${missing[*]} with apt-get" >&2
-    exit 1
-}
+# `wgllm serve` (native only): HTTP and JSON libraries
+[ -f /usr/include/microhttpd.h ] || missing+=(libmicrohttpd-dev)
+[ -f /usr/include/cjson/cJSON.h ] || missing+=(libcjson-dev)
+# WebGPU tests without a GPU: SwiftShader's Vulkan ICD (from Chromium) and the Vulkan loader
+[ -f /usr/lib/chromium/vk_swiftshader_icd.json ] || missing+=(chromium-common)
+ls /usr/lib/*/libvulkan.so.1 >/dev/null 2>&1 || missing+=(libvulkan1)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO=sudo
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null || {
+        echo "wgllm: could not install ${missing[*]} with apt-get" >&2
+        exit 1
+    }
+fi
+# Dawn (webgpu.h C library, dlopen'ed by the WebGPU backend), pinned in tools/dawn
+dawn_dir="$(cd "$(dirname "$0")/.." && pwd)/tools/dawn"
+if [ ! -d "$dawn_dir/node_modules" ]; then
+    echo "installing: Dawn (npm bun-webgpu-linux-x64) into tools/dawn"
+    (cd "$dawn_dir" && npm ci --no-audit --no-fund >/dev/null) || {
+        echo "wgllm: could not install Dawn with npm in $dawn_dir" >&2
+        exit 1
+    }
+fi
+exit 0

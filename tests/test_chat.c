@@ -7,11 +7,14 @@
  *   test_chat --render TEMPLATE MESSAGES.json [--tools TOOLS.json]
  *             [--add-generation-prompt] [--bos S] [--eos S]
  * prints the rendering (no trailing newline) so the peer test can compare it
- * byte for byte with @huggingface/jinja.
+ * byte for byte with @huggingface/jinja; `test_chat --builtin NAME` prints a
+ * built-in template's source.
  */
 #include "test.h"
 
 #include "chat/chat.h"
+#include "gguf/gguf.h"
+#include "vocab/vocab.h"
 
 #include <dirent.h>
 
@@ -185,6 +188,76 @@ TEST(truncation_fuzz) {
     CHECK(files >= 7);
 }
 
+/* Each built-in template with system + 3 turns (user, assistant, user), against
+ * the prompt its model family expects, written out by hand. */
+TEST(builtin_templates) {
+    static const char conv[] =
+        "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+        "{\"role\":\"assistant\",\"content\":\"Hello!\"},{\"role\":\"user\",\"content\":\"2+2?\"}]";
+    static const struct {
+        const char *name, *want;
+    } cases[] = {
+        {"chatml", "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                   "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"},
+        {"llama2", "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] 2+2? [/INST]"},
+        {"llama3", "<s><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                   "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                   "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {"gemma", "<s><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+                  "<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n"},
+        {"phi3", "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
+                 "<|user|>\n2+2?<|end|>\n<|assistant|>\n"},
+        {"mistral", "<s>[INST] Be brief.\n\nHi [/INST] Hello!</s>[INST] 2+2? [/INST]"},
+    };
+    size_t n = 0;
+    while (wgllm_chat_template_builtin_name(n)) n++;
+    CHECK_EQ_INT((int)n, 6);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *src = wgllm_chat_template_builtin(cases[i].name);
+        CHECK(src != NULL);
+        if (!src) continue;
+        check_render(src, conv, cases[i].want, __LINE__);
+    }
+    CHECK(wgllm_chat_template_builtin("no-such") == NULL);
+    CHECK(wgllm_chat_template_builtin(NULL) == NULL);
+    /* llama2 insists on alternating roles, and says so */
+    enum wgllm_status st;
+    struct wgllm_error err = {0};
+    char *out = render_src(wgllm_chat_template_builtin("llama2"),
+                           "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}]", NULL,
+                           false, &st, &err);
+    CHECK(out == NULL && st != WGLLM_STATUS_OK && strstr(err.message, "alternate") != NULL);
+    free(out);
+}
+
+/* Template choice by special tokens on real vocabularies: phi-3 has <|user|>
+ * and <|end|>; LLaMA SPM and GPT-2 have none of the markers. */
+static const char *detect_for(const char *name) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", name);
+    struct wgllm_gguf *g = NULL;
+    struct wgllm_vocab *v = NULL;
+    struct wgllm_error err = {0};
+    const char *r = "(open failed)";
+    if (wgllm_gguf_open(test_shared_path(rel), &g, &err) == WGLLM_STATUS_OK &&
+        wgllm_vocab_init(g, &v, &err) == WGLLM_STATUS_OK) {
+        r = wgllm_chat_template_detect(v);
+        if (!r) r = "(none)";
+    }
+    wgllm_vocab_free(v);
+    wgllm_gguf_free(g);
+    return r;
+}
+
+TEST(builtin_detection) {
+    CHECK_STR(detect_for("phi-3"), "phi3");
+    CHECK_STR(detect_for("llama-spm"), "(none)");
+    CHECK_STR(detect_for("gpt-2"), "(none)");
+    CHECK(wgllm_chat_template_detect(NULL) == NULL);
+}
+
 static int render_main(int argc, char **argv) {
     const char *tools_file = NULL, *bos = "", *eos = "";
     bool agp = false;
@@ -216,10 +289,17 @@ static int render_main(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "--render")) return render_main(argc, argv);
+    if (argc == 3 && !strcmp(argv[1], "--builtin")) { /* for the peer test */
+        const char *src = wgllm_chat_template_builtin(argv[2]);
+        if (src) fputs(src, stdout);
+        return src ? 0 : 1;
+    }
     RUN(small_templates);
     RUN(errors_are_reported);
     RUN(plain_message_api);
     RUN(shared_templates);
     RUN(truncation_fuzz);
+    RUN(builtin_templates);
+    RUN(builtin_detection);
     return test_summary("test_chat");
 }

@@ -45,4 +45,20 @@ enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_templa
                                                   const char *bos_token, const char *eos_token,
                                                   char **out, struct wgllm_error *err);
 
+/* ---- built-in templates (templates.c) ---------------------------------- */
+
+/* The Jinja source of a built-in template by name: "chatml", "llama2",
+ * "llama3", "gemma", "phi3", "mistral"; NULL for any other name. The string
+ * is static. */
+const char *wgllm_chat_template_builtin(const char *name);
+/* The i-th built-in name (0-based), NULL past the end: for listings and tests. */
+const char *wgllm_chat_template_builtin_name(size_t i);
+
+/* A built-in template name chosen by the vocabulary's special tokens, for a
+ * model whose GGUF has no tokenizer.chat_template: <|im_start|> -> chatml,
+ * <|start_header_id|> -> llama3, <start_of_turn> -> gemma, <|user|> and
+ * <|end|> -> phi3, [INST] -> mistral; NULL when none fits. */
+struct wgllm_vocab;
+const char *wgllm_chat_template_detect(const struct wgllm_vocab *v);
+
 #endif

@@ -14,9 +14,16 @@ struct opts {
     bool ids, no_special, parse_special, json, ignore_eos, seed_set;
     const char *parallel; /* bench: "1,4,8" concurrent streams through the engine */
     int prefix_reuse;     /* bench: shared-prefix length for the cache-reuse timing */
+    const char *template_file, *messages, *tools; /* template: Jinja source, JSON arrays */
+    bool add_generation_prompt;                    /* template */
 };
 
 /* `wgllm bench --parallel ... --prefix-reuse N` (bench_engine.c). */
 int wgllm_cli_bench_engine(struct wgllm_model *m, const struct opts *o);
+/* `wgllm devices`: the WebGPU adapter, its limits and features (devices_cmd.c). */
+int wgllm_cli_devices(const struct opts *o);
+
+/* `wgllm template -m MODEL --messages F.json ...`: print the rendered prompt (template_cmd.c). */
+int wgllm_cli_template(const struct opts *o);
 
 #endif

@@ -7,6 +7,7 @@
 #include "wgllm.h"
 
 #include "model/synth.h"
+#include "server/server.h"
 #include "quant/quant.h"
 
 #include <errno.h>
@@ -27,10 +28,15 @@ static const char *usage_text =
     "           [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--ctx N] [--ignore-eos]\n"
     "           [--prompt-ids 1,2,3] [--ids]  token ids in / generated ids out (JSON)\n"
     "  tokenize -m MODEL (-p TEXT | --file PATH) [--ids] [--no-special] [--parse-special]\n"
+    "  template -m MODEL --messages F.json [--tools F.json] [--template-file F] [--add-generation-prompt]\n"
+    "           print the chat prompt (the model's template, or a built-in one by its special tokens)\n"
     "  logits   -m MODEL --tokens 1,2,3 -o OUT.f32   raw float32 logits of every position\n"
     "  bench    -m MODEL [-p 128] [-n 32] [-r 3] [--json]   prompt and generation tokens/s\n"
     "           [--parallel 1,4,8] [--prefix-reuse 1000]   the engine: concurrent streams, cache reuse\n"
+    "  devices                            list the compute devices (WebGPU adapter, limits, features)\n"
     "  synth    --shape NAME [--type q8_0] [--seed 1] [-o OUT.gguf]   write a synthetic model\n"
+    "  serve    -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size N] [--api-key KEY]\n"
+    "           [--chat-template FILE]   OpenAI-compatible HTTP server (`wgllm serve --help`)\n"
     "\n"
     "common options: -t/--threads N (default: all cores)\n";
 
@@ -104,6 +110,10 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         else if (FLAG("--type")) { NEED_VALUE(); o->type = v; }
         else if (FLAG("--tokens")) { NEED_VALUE(); o->tokens = v; }
         else if (FLAG("--prompt-ids")) { NEED_VALUE(); o->prompt_ids = v; }
+        else if (FLAG("--template-file")) { NEED_VALUE(); o->template_file = v; }
+        else if (FLAG("--messages")) { NEED_VALUE(); o->messages = v; }
+        else if (FLAG("--tools")) { NEED_VALUE(); o->tools = v; }
+        else if (FLAG("--add-generation-prompt")) o->add_generation_prompt = true;
         else if (FLAG("-n") || FLAG("--n-predict")) INT_VALUE(o->n_predict);
         else if (FLAG("-r") || FLAG("--repetitions")) INT_VALUE(o->reps);
         else if (FLAG("-t") || FLAG("--threads")) INT_VALUE(o->threads);
@@ -566,6 +576,7 @@ int main(int argc, char **argv) {
         fputs(usage_text, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (!strcmp(argv[1], "serve")) return wgllm_serve_main(argc - 2, argv + 2); /* own flags: src/server */
     struct opts o;
     int rc = parse_opts(argc - 2, argv + 2, &o);
     if (rc) return rc;
@@ -573,8 +584,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(&o);
     if (!strcmp(cmd, "run")) return cmd_run(&o);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&o);
+    if (!strcmp(cmd, "template")) return wgllm_cli_template(&o);
     if (!strcmp(cmd, "logits")) return cmd_logits(&o);
     if (!strcmp(cmd, "bench")) return cmd_bench(&o);
     if (!strcmp(cmd, "synth")) return cmd_synth(&o);
+    if (!strcmp(cmd, "devices")) return wgllm_cli_devices(&o);
     return usage_error("unknown command '%s'", cmd);
 }

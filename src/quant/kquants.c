@@ -8,8 +8,8 @@
  * IQ4 grid search) operation for operation in float arithmetic, with the
  * same rounding helper (nearest_int: round half to even through the 1.5*2^23
  * trick), so the bytes of a file written by wgllm equal llama.cpp's. This
- * file must be compiled without FMA contraction (the Makefile's -std=c11
- * gives -ffp-contract=off and this file gets no -mfma anyway).
+ * needs no FMA contraction: GCC's -std=c11 implies -ffp-contract=off, clang
+ * gets the pragma below (ggml-base is built for baseline x86-64, no FMA).
  *
  * IQ4_NL/IQ4_XS: llama-quantize writes them with quantize_iq4_nl/_xs (a
  * search over 15 scales, ntry = 7); ggml's quantize_row_iq4_nl_ref uses no
@@ -23,6 +23,10 @@
 #include "quant/kquants.h"
 
 #include <math.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 #define FP16(h) wgllm_fp16_lookup(h)
 #define TO_FP16(f) wgllm_fp32_to_fp16(f)

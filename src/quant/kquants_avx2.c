@@ -5,8 +5,10 @@
  * Q8_K and IQ4_NL with Q8_0.
  *
  * Each dot computes the same per-super-block integer sums as the scalar
- * reference in kquants.c and scales them with the same float expression, so
- * results are bit-identical to it (tests check this).
+ * reference in kquants.c (exact); Q4_K/Q5_K/Q6_K/IQ4 then accumulate the
+ * scaled sums in float vectors as llama.cpp does, which differs from the
+ * scalar reference only by float rounding of those additions (tests bound
+ * it).
  */
 #include "quant/kquants.h"
 
@@ -29,6 +31,13 @@ static inline float hsum_ps(__m256 x) {
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     r = _mm_add_ss(r, _mm_movehdup_ps(r));
     return _mm_cvtss_f32(r);
+}
+
+/* Weights usually stream from a mapped file, where the hardware prefetcher
+ * stops at each 4 KiB page: fetch a few blocks ahead (past the row's end is
+ * harmless, a prefetch never faults). */
+static inline void kq_prefetch(const void *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
 /* Unsigned bytes x (small) times signed bytes y, scaled per int16 pair sum. */
@@ -125,6 +134,7 @@ static void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx, const vo
     __m256 accf = _mm256_setzero_ps();
     float summf = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(x + i + 4, sizeof(*x));
         uint8_t sm[16];
         k4_unpack_scales(x[i].scales, sm);
         const float dy = y[i].d;
@@ -149,14 +159,14 @@ static void vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const vo
     const wgllm_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i one = _mm256_set1_epi8(1);
-    float sumf = 0;
+    __m256 accf = _mm256_setzero_ps();
+    float summf = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        int summ = 0;
-        for (int j = 0; j < 8; j++) {
-            wgllm_kq_scale_min_k4(j, x[i].scales, &sc[j], &m[j]);
-            summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
+        kq_prefetch(x + i + 4, sizeof(*x));
+        uint8_t sc[16];
+        k4_unpack_scales(x[i].scales, sc);
+        const float dy = y[i].d;
+        summf += FP16(x[i].dmin) * dy * (float)k4_min_term(sc, y[i].bsums);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i acc = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
@@ -170,11 +180,9 @@ static void vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const vo
             acc = _mm256_add_epi32(acc, dot_us(v0, y0, _mm256_set1_epi16(sc[2 * j])));
             acc = _mm256_add_epi32(acc, dot_us(v1, y1, _mm256_set1_epi16(sc[2 * j + 1])));
         }
-        const int sumi = hsum_i32(acc);
-        const float d = FP16(x[i].d) * y[i].d, dm = FP16(x[i].dmin) * y[i].d;
-        sumf += d * (float)sumi - dm * (float)summ;
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d) * dy), _mm256_cvtepi32_ps(acc), accf);
     }
-    *s = sumf;
+    *s = hsum_ps(accf) - summf;
 }
 
 /* ---- Q6_K -------------------------------------------------------------- */
@@ -184,11 +192,13 @@ static void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const vo
     const wgllm_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i m2 = _mm256_set1_epi8(3);
-    float sumf = 0;
+    __m256 accf = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(x + i + 4, sizeof(*x));
         const int8_t *sc = x[i].scales;
-        int offs = 0; /* quants are stored +32: subtract 32 * sum(scale * bsum) */
-        for (int j = 0; j < 16; j++) offs += sc[j] * y[i].bsums[j];
+        /* quants are stored +32: subtract 32 * sum(scale * bsum) */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const int offs = hsum_i32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
         __m256i acc = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
@@ -208,10 +218,10 @@ static void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const vo
                 acc = _mm256_add_epi32(acc, dot_us(v[g], yy, scale_pair(sc[sb], sc[sb + 1])));
             }
         }
-        const int sumi = hsum_i32(acc) - 32 * offs;
-        sumf += FP16(x[i].d) * y[i].d * (float)sumi;
+        acc = _mm256_sub_epi32(acc, _mm256_setr_epi32(32 * offs, 0, 0, 0, 0, 0, 0, 0));
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(acc), accf);
     }
-    *s = sumf;
+    *s = hsum_ps(accf);
 }
 
 /* ---- Q2_K / Q3_K ------------------------------------------------------- */
@@ -220,58 +230,86 @@ static void vec_dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *vx, const vo
     const wgllm_block_q2_K *x = vx;
     const wgllm_block_q8_K *y = vy;
     const __m256i m2 = _mm256_set1_epi8(3);
-    float sumf = 0;
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    __m256 accf = _mm256_setzero_ps();
+    float summf = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *sc = x[i].scales;
-        int summ = 0;
-        for (int j = 0; j < 16; j++) summ += (sc[j] >> 4) * y[i].bsums[j];
+        kq_prefetch(x + i + 4, sizeof(*x));
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        const __m256i scl = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4));
+        int16_t sc[16];
+        _mm256_storeu_si256((__m256i *)sc, scl);
+        const int summ = hsum_i32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
+        summf += FP16(x[i].dmin) * y[i].d * (float)summ;
         __m256i acc = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            for (int g = 0; g < 4; g++) {
-                const __m256i v = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * g)), m2);
-                const __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * g));
-                const int sb = 8 * h + 2 * g;
-                acc = _mm256_add_epi32(acc, dot_us(v, yy, scale_pair(sc[sb] & 0xF, sc[sb + 1] & 0xF)));
-            }
+            const int8_t *yq = y[i].qs + 128 * h;
+            const int16_t *sh = sc + 8 * h;
+#define Q2_STEP(g, v)                                                                                        \
+    acc = _mm256_add_epi32(acc, dot_us(_mm256_and_si256(v, m2), _mm256_loadu_si256((const __m256i *)(yq + 32 * g)), \
+                                       scale_pair(sh[2 * g], sh[2 * g + 1])))
+            Q2_STEP(0, q);
+            Q2_STEP(1, _mm256_srli_epi16(q, 2));
+            Q2_STEP(2, _mm256_srli_epi16(q, 4));
+            Q2_STEP(3, _mm256_srli_epi16(q, 6));
+#undef Q2_STEP
         }
-        const int sumi = hsum_i32(acc);
-        const float d = FP16(x[i].d) * y[i].d, dm = FP16(x[i].dmin) * y[i].d;
-        sumf += d * (float)sumi - dm * (float)summ;
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(acc), accf);
     }
-    *s = sumf;
+    *s = hsum_ps(accf) - summf;
+}
+
+/* Q3_K's 16 six-bit scales (stored +32) as bytes 0..15 in sub-block order. */
+static inline void q3_unpack_scales(const uint8_t *s, uint8_t out[16]) {
+    uint32_t a[3], u[4];
+    memcpy(a, s, 12);
+    const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f;
+    u[0] = (a[0] & k2) | (((a[2] >> 0) & k1) << 4);
+    u[1] = (a[1] & k2) | (((a[2] >> 2) & k1) << 4);
+    u[2] = ((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4);
+    u[3] = ((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4);
+    memcpy(out, u, 16);
 }
 
 static void vec_dot_q3_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const wgllm_block_q3_K *x = vx;
     const wgllm_block_q8_K *y = vy;
     const __m256i m2 = _mm256_set1_epi8(3);
-    const __m256i one = _mm256_set1_epi8(1);
-    float sumf = 0;
+    const __m256i m4 = _mm256_set1_epi8(4);
+    __m256 accf = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        int sc[16];
-        int offs = 0; /* values are stored +4: subtract 4 * sum(scale * bsum) */
-        for (int j = 0; j < 16; j++) {
-            sc[j] = wgllm_kq_scale_q3_K(j, x[i].scales);
-            offs += sc[j] * y[i].bsums[j];
-        }
+        kq_prefetch(x + i + 4, sizeof(*x));
+        uint8_t u[16];
+        q3_unpack_scales(x[i].scales, u);
+        const __m256i scl = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)u)),
+                                             _mm256_set1_epi16(32));
+        int16_t sc[16];
+        _mm256_storeu_si256((__m256i *)sc, scl);
+        /* values are stored +4: subtract 4 * sum(scale * bsum) */
+        const int offs = hsum_i32(_mm256_madd_epi16(scl, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
-        __m256i acc = _mm256_setzero_si256();
+        __m256i acc = _mm256_setr_epi32(-4 * offs, 0, 0, 0, 0, 0, 0, 0);
         for (int h = 0; h < 2; h++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            for (int g = 0; g < 4; g++) {
-                const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * g)), m2);
-                const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + g)), one);
-                const __m256i v = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
-                const __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * g));
-                const int sb = 8 * h + 2 * g;
-                acc = _mm256_add_epi32(acc, dot_us(v, yy, scale_pair(sc[sb], sc[sb + 1])));
-            }
+            const __m256i hh = h ? _mm256_srli_epi16(hm, 4) : hm;
+            const int8_t *yq = y[i].qs + 128 * h;
+            const int16_t *sh = sc + 8 * h;
+            /* high bit g of hmask byte -> 4 */
+#define Q3_STEP(g, v, hb)                                                                                     \
+    acc = _mm256_add_epi32(acc, dot_us(_mm256_or_si256(_mm256_and_si256(v, m2), _mm256_and_si256(hb, m4)),    \
+                                       _mm256_loadu_si256((const __m256i *)(yq + 32 * g)),                     \
+                                       scale_pair(sh[2 * g], sh[2 * g + 1])))
+            Q3_STEP(0, q, _mm256_slli_epi16(hh, 2));
+            Q3_STEP(1, _mm256_srli_epi16(q, 2), _mm256_slli_epi16(hh, 1));
+            Q3_STEP(2, _mm256_srli_epi16(q, 4), hh);
+            Q3_STEP(3, _mm256_srli_epi16(q, 6), _mm256_srli_epi16(hh, 1));
+#undef Q3_STEP
         }
-        const int sumi = hsum_i32(acc) - 4 * offs;
-        sumf += FP16(x[i].d) * y[i].d * (float)sumi;
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(acc), accf);
     }
-    *s = sumf;
+    *s = hsum_ps(accf);
 }
 
 /* ---- IQ4_NL / IQ4_XS --------------------------------------------------- */
@@ -292,19 +330,31 @@ static void vec_dot_iq4_xs_q8_K_avx2(int64_t n, float *s, const void *vx, const 
     const wgllm_block_iq4_xs *x = vx;
     const wgllm_block_q8_K *y = vy;
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
-    float sumf = 0;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 accf = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i acc = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ib++) {
-            const int ls = (((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((x[i].scales_h >> 2 * ib) & 3) << 4)) - 32;
-            const __m256i v = iq4_values(x[i].qs + 16 * ib, table);
-            const __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(dot_ss16(v, yy), _mm256_set1_epi16((short)ls)));
+        kq_prefetch(x + i + 4, sizeof(*x));
+        uint32_t sl;
+        memcpy(&sl, x[i].scales_l, 4);
+        const uint32_t sh = x[i].scales_h;
+        __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            /* sub-blocks 2k (bytes 0..15) and 2k+1 (bytes 16..31) */
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * k));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i va = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+            const __m256i vb = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+            const int la = (int)(((sl >> (8 * k)) & 0xf) | (((sh >> (4 * k)) & 3) << 4)) - 32;
+            const int lb = (int)(((sl >> (8 * k + 4)) & 0xf) | (((sh >> (4 * k + 2)) & 3) << 4)) - 32;
+            const __m256i ya = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * k));
+            const __m256i yb = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * k + 32));
+            acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(dot_ss16(va, ya), _mm256_set1_epi16((short)la)));
+            acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(dot_ss16(vb, yb), _mm256_set1_epi16((short)lb)));
         }
-        const int sumi = hsum_i32(acc);
-        sumf += FP16(x[i].d) * y[i].d * (float)sumi;
+        const __m256 d = _mm256_set1_ps(FP16(x[i].d) * y[i].d);
+        accf = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(acc0, acc1)), accf);
     }
-    *s = sumf;
+    *s = hsum_ps(accf);
 }
 
 static void vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
@@ -312,14 +362,15 @@ static void vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *vx, const 
     const wgllm_block_q8_0 *y = vy;
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
     const __m256i ones = _mm256_set1_epi16(1);
-    float sumf = 0;
+    __m256 accf = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / WGLLM_QK4_NL; i++) {
+        _mm_prefetch((const char *)(x + i) + 576, _MM_HINT_T0);
         const __m256i v = iq4_values(x[i].qs, table);
         const __m256i yy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        const int sumi = hsum_i32(_mm256_madd_epi16(dot_ss16(v, yy), ones));
-        sumf += (FP16(x[i].d) * FP16(y[i].d)) * (float)sumi;
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot_ss16(v, yy), ones));
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d) * FP16(y[i].d)), p, accf);
     }
-    *s = sumf;
+    *s = hsum_ps(accf);
 }
 
 /* ---- install ----------------------------------------------------------- */

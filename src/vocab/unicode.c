@@ -35,6 +35,18 @@ uint32_t wgllm_unicode_tolower(uint32_t cpt) {
     return cpt;
 }
 
+uint32_t wgllm_unicode_nfd_first(uint32_t cpt) {
+    if (cpt >= 0xAC00 && cpt <= 0xD7A3) return 0x1100 + (cpt - 0xAC00) / 588; /* Hangul: leading jamo */
+    size_t lo = 0, hi = wgllm_unicode_n_nfd;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (wgllm_unicode_nfd_map[mid][0] < cpt) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < wgllm_unicode_n_nfd && wgllm_unicode_nfd_map[lo][0] == cpt) return wgllm_unicode_nfd_map[lo][1];
+    return cpt;
+}
+
 size_t wgllm_unicode_len_utf8(char c) {
     static const uint8_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
     return lookup[(uint8_t)c >> 4];

@@ -32,10 +32,16 @@ extern const uint32_t wgllm_unicode_flag_runs[][2]; /* {first codepoint, flags},
 extern const size_t wgllm_unicode_n_flag_runs;
 extern const uint32_t wgllm_unicode_lower_map[][2]; /* {codepoint, lowercase}, ascending */
 extern const size_t wgllm_unicode_n_lower;
+extern const uint32_t wgllm_unicode_nfd_map[][2]; /* {codepoint, first of its NFD}, ascending */
+extern const size_t wgllm_unicode_n_nfd;
 
 /* Flags of a codepoint; 0 for "no codepoint" (past the end of a chunk). */
 uint32_t wgllm_unicode_flags(uint32_t cpt);
 uint32_t wgllm_unicode_tolower(uint32_t cpt);
+/* The first codepoint of cpt's canonical decomposition (cpt itself when it
+ * has none): llama.cpp's unicode_cpts_normalize_nfd, which drops the rest,
+ * so "é" becomes "e" (WordPiece relies on that to strip accents). */
+uint32_t wgllm_unicode_nfd_first(uint32_t cpt);
 
 /* Byte length of the UTF-8 sequence that starts with byte c (1 for stray bytes). */
 size_t wgllm_unicode_len_utf8(char c);

@@ -1,7 +1,8 @@
 /*
  * vocab.c - tokenizers built from a GGUF's `tokenizer.ggml.*` metadata:
- * SentencePiece (bigram merges by score, byte fallback) and byte-level BPE
- * (pre-tokenizer regexes + merge ranks), special-token partitioning, EOG set
+ * SentencePiece (bigram merges by score, byte fallback), byte-level BPE
+ * (pre-tokenizer regexes + merge ranks), WordPiece (BERT: first-codepoint
+ * NFD, lowercase, greedy longest match), special-token partitioning, EOG set
  * and token_to_piece. Every rule follows llama.cpp's llama-vocab.cpp so that
  * token ids agree with it exactly; where llama.cpp has a quirk, so do we.
  */
@@ -57,7 +58,8 @@ struct wgllm_vocab {
 
     int32_t bos, eos, eot, eom, unk, pad, sep;
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
-    bool add_bos, add_eos, add_space_prefix, remove_extra_whitespaces, ignore_merges;
+    bool add_bos, add_eos, add_sep, add_space_prefix, remove_extra_whitespaces, ignore_merges;
+    uint32_t max_token_len; /* bytes; WordPiece's longest-match window */
 
     int32_t *special; /* control/user-defined/unknown ids, longest text first */
     int32_t n_special;
@@ -399,9 +401,15 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
     } else if (str_is(model, "gpt2")) {
         v->type = WGLLM_VOCAB_TYPE_BPE;
         v->bos = 11; v->eos = 11;
+    } else if (str_is(model, "bert")) {
+        /* llama.cpp's defaults: [CLS] = 101 as BOS, [SEP] = 102 appended, [UNK] = 100 */
+        v->type = WGLLM_VOCAB_TYPE_WPM;
+        v->bos = 101; v->unk = 100; v->sep = 102; v->pad = 0;
+        v->add_bos = true;
+        v->add_sep = true;
     } else {
         free(v);
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tokenizer.ggml.model '%.*s' is not supported (llama, gpt2)",
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tokenizer.ggml.model '%.*s' is not supported (llama, gpt2, bert)",
                                (int)WGLLM_MIN(model.len, 64), model.data);
     }
 
@@ -452,6 +460,7 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
             t->len = (uint32_t)s.len;
         }
         a += t->len + 1;
+        if (t->len > v->max_token_len) v->max_token_len = t->len;
         t->score = sv ? (float)wgllm_gguf_arr_float(sv, (uint64_t)i) : 0.0f;
         t->attr = ATTR_NORMAL;
         if (yv) {
@@ -510,6 +519,7 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
         {"tokenizer.ggml.eom_token_id", offsetof(struct wgllm_vocab, eom)},
         {"tokenizer.ggml.unknown_token_id", offsetof(struct wgllm_vocab, unk)},
         {"tokenizer.ggml.seperator_token_id", offsetof(struct wgllm_vocab, sep)},
+        {"tokenizer.ggml.cls_token_id", offsetof(struct wgllm_vocab, bos)},
         {"tokenizer.ggml.padding_token_id", offsetof(struct wgllm_vocab, pad)},
         {"tokenizer.ggml.fim_pre_token_id", offsetof(struct wgllm_vocab, fim_pre)},
         {"tokenizer.ggml.fim_suf_token_id", offsetof(struct wgllm_vocab, fim_suf)},
@@ -527,6 +537,7 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
     }
     if ((st = opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err)) != WGLLM_STATUS_OK) goto fail;
     if ((st = opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err)) != WGLLM_STATUS_OK) goto fail;
+    if ((st = opt_bool(g, "tokenizer.ggml.add_sep_token", &v->add_sep, err)) != WGLLM_STATUS_OK) goto fail;
 
     /* type defaults (bos = 11 for gpt2, ...) may not exist in a small vocab */
     int32_t *all_ids[] = {&v->bos, &v->eos, &v->eot, &v->eom, &v->unk, &v->pad, &v->sep, &v->fim_pre,
@@ -926,13 +937,73 @@ static bool bpe_tokenize(const struct wgllm_vocab *v, const char *text, size_t l
 }
 
 /* ------------------------------------------------------------------------
+ * WordPiece (llama.cpp's llm_tokenizer_wpm_session)
+ * ---------------------------------------------------------------------- */
+
+/* BERT's "Chinese character" blocks (with the HF quirk 0x2B920, not 0x2B820) */
+static bool wpm_is_chinese(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* Greedy longest-match of one word (already prefixed with U+2581, the GGUF
+ * form of a word start; "##" continuations are stored without prefix). A
+ * word with any unmatched position becomes a single [UNK]. */
+static void wpm_word(const struct wgllm_vocab *v, const char *w, size_t n, struct ids *out) {
+    size_t start = out->n;
+    for (size_t i = 0; i < n;) {
+        size_t j = WGLLM_MIN(n, i + v->max_token_len + 1);
+        int32_t id = -1;
+        for (; j > i; j--)
+            if ((id = text_to_token(v, w + i, j - i)) >= 0) break;
+        if (id < 0) { out->n = start; break; }
+        ids_push(out, id);
+        i = j;
+    }
+    if (out->n == start && v->unk >= 0) ids_push(out, v->unk);
+}
+
+/* Splits on whitespace; punctuation, ASCII symbols and CJK ideographs are
+ * words of their own; NUL, U+FFFD and controls vanish; all else is
+ * first-codepoint-NFD'd and lowercased. */
+static bool wpm_tokenize(const struct wgllm_vocab *v, const char *text, size_t len, struct ids *out) {
+    if (len == 0) return true;
+    uint32_t *cpts = malloc(len * sizeof *cpts);
+    char *word = malloc(len * 4 + 8);
+    if (!cpts || !word) { free(cpts); free(word); return false; }
+    size_t n = wgllm_unicode_decode(text, len, cpts);
+    size_t wl = 3;
+    memcpy(word, "\xe2\x96\x81", 3);
+    for (size_t i = 0; i <= n; i++) {
+        uint32_t c = i < n ? wgllm_unicode_nfd_first(cpts[i]) : ' ';
+        uint32_t f = wgllm_unicode_flags(c);
+        bool alone = (f & WGLLM_UCF_PUNCTUATION) || (c < 0x7F && (f & WGLLM_UCF_SYMBOL)) || wpm_is_chinese(c);
+        if ((f & WGLLM_UCF_WHITESPACE) || alone) {
+            if (wl > 3) wpm_word(v, word, wl, out);
+            wl = 3;
+        }
+        if (f & WGLLM_UCF_WHITESPACE) continue;
+        if (c == 0 || c == 0xFFFD || (f & WGLLM_UCF_CONTROL)) continue;
+        wl += (size_t)wgllm_unicode_encode(wgllm_unicode_tolower(c), word + wl);
+        if (alone) {
+            wpm_word(v, word, wl, out);
+            wl = 3;
+        }
+    }
+    free(cpts);
+    free(word);
+    return !out->oom;
+}
+
+/* ------------------------------------------------------------------------
  * tokenize
  * ---------------------------------------------------------------------- */
 
 int32_t wgllm_vocab_tokenize(const struct wgllm_vocab *v, const char *text, size_t len,
                              int32_t *tokens, int32_t max_tokens, bool add_special,
                              bool parse_special) {
-    if (v->type != WGLLM_VOCAB_TYPE_SPM && v->type != WGLLM_VOCAB_TYPE_BPE) return INT32_MIN;
+    if (v->type == WGLLM_VOCAB_TYPE_NONE) return INT32_MIN;
     if ((!text && len > 0) || max_tokens < 0 || len > INT32_MAX) return INT32_MIN;
     struct ids out = {0};
     struct frags fr = {0};
@@ -962,6 +1033,13 @@ int32_t wgllm_vocab_tokenize(const struct wgllm_vocab *v, const char *text, size
             prev_special = false;
         }
         if (ok && add_special && v->add_eos && v->eos >= 0) ids_push(&out, v->eos);
+    } else if (ok && v->type == WGLLM_VOCAB_TYPE_WPM) {
+        if (add_special && v->add_bos && v->bos >= 0) ids_push(&out, v->bos);
+        for (size_t i = 0; ok && i < fr.n; i++) {
+            if (fr.v[i].token >= 0) ids_push(&out, fr.v[i].token);
+            else ok = wpm_tokenize(v, text + fr.v[i].off, fr.v[i].len, &out);
+        }
+        if (ok && add_special && v->add_sep && v->sep >= 0) ids_push(&out, v->sep);
     } else if (ok) {
         if (add_special && v->add_bos && v->bos >= 0) ids_push(&out, v->bos);
         for (size_t i = 0; ok && i < fr.n; i++) {
@@ -1000,7 +1078,7 @@ int32_t wgllm_vocab_token_to_piece(const struct wgllm_vocab *v, int32_t token, c
     const struct tok *t = &v->toks[token];
     if (!special && (t->attr & (ATTR_UNKNOWN | ATTR_CONTROL))) return 0;
     if (t->attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED)) return copy_piece(t->text, t->len, buf, size);
-    if (v->type == WGLLM_VOCAB_TYPE_SPM) {
+    if (v->type == WGLLM_VOCAB_TYPE_SPM || v->type == WGLLM_VOCAB_TYPE_WPM) {
         if (t->attr & ATTR_NORMAL) {
             /* unescape U+2581 -> ' ' */
             size_t n = 0;

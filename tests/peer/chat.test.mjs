@@ -99,3 +99,33 @@ for (const file of files) {
     assert.ok(compared >= 4, `${file}: only ${compared} renderings compared`);
   });
 }
+
+// The built-in fallback templates (src/chat/templates.c), through the same comparison.
+for (const name of ['chatml', 'llama2', 'llama3', 'gemma', 'phi3', 'mistral']) {
+  test(`builtin template ${name}`, (t) => {
+    const r = spawnSync(BIN, ['--builtin', name], { encoding: 'utf8' });
+    assert.equal(r.status, 0, `test_chat --builtin ${name} failed`);
+    const file = join(tmp, `builtin-${name}.jinja`);
+    writeFileSync(file, r.stdout);
+    let compared = 0, rejected = 0;
+    for (const [cname, conv] of Object.entries(CONVERSATIONS)) {
+      const messages = Array.isArray(conv) ? conv : conv.messages;
+      const tools = Array.isArray(conv) ? undefined : conv.tools;
+      for (const agp of [false, true]) {
+        const ref = reference(r.stdout, messages, tools, agp);
+        const got = wgllm(file, messages, tools, agp);
+        const what = `builtin ${name} / ${cname} / add_generation_prompt=${agp}`;
+        if (!ref.ok) {
+          assert.equal(got.ok, false, `${what}: the reference fails (${ref.text}) but wgllm rendered ${JSON.stringify(got.text)}`);
+          rejected++;
+          continue;
+        }
+        assert.equal(got.ok, true, `${what}: wgllm failed: ${got.text}`);
+        assert.equal(got.text, ref.text, what);
+        compared++;
+      }
+    }
+    t.diagnostic(`${compared} renderings identical, ${rejected} rejected by both`);
+    assert.ok(compared >= 8, `builtin ${name}: only ${compared} renderings compared`);
+  });
+}

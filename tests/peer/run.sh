@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-if [ ! -d tools/peer/node_modules/node-llama-cpp ]; then
+if [ ! -d tools/peer/node_modules/node-llama-cpp ] || [ ! -d tools/peer/node_modules/openai ]; then
   echo "peer: installing node-llama-cpp (CPU build only)" >&2
   (cd tools/peer && npm ci --omit=optional --no-audit --no-fund)
 fi

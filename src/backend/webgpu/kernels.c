@@ -1,0 +1,424 @@
+/*
+ * kernels.c - WGSL generation for the WebGPU backend (see kernels.h). Each
+ * kernel is a template in C; the weight format is injected as three WGSL
+ * functions (row_base, wget: one element, rdot: this thread's share of a
+ * row's dot product with dequantisation in registers), the tunables as
+ * constants. The generated text is the pipeline cache's key.
+ */
+#include "backend/webgpu/kernels.h"
+#include "quant/quant.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct wgllm_wgsl_tune default_tune = {
+    .wg_matvec = 64,
+    .rows_matvec = 4,
+    .wg_row = 128,
+    .wg_elem = 64,
+    .wg_attn = 64,
+    .attn_max_dims = 4,
+};
+
+const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void) { return &default_tune; }
+
+struct sb {
+    char *s;
+    size_t n, cap;
+    bool oom;
+};
+
+static void sb_add(struct sb *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->s && b->n + (size_t)w < b->cap) {
+            b->n += (size_t)w;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap <= b->n + (size_t)w) cap *= 2;
+        char *ns = realloc(b->s, cap);
+        if (!ns) {
+            b->oom = true;
+            return;
+        }
+        b->s = ns;
+        b->cap = cap;
+    }
+}
+
+static const char *params_wgsl =
+    "struct P { n: u32, m: u32, k: u32, a: u32, b: u32, c: u32, d: u32, e: u32,\n"
+    "           g: u32, h: u32, i: u32, j: u32, f0: f32, f1: f32, f2: f32, f3: f32 };\n"
+    "@group(0) @binding(0) var<uniform> p: P;\n";
+
+/* Byte access to a flat array<u32> named W (little-endian). Offsets of the
+ * 16-bit fields of Q8_0/Q4_0 blocks are always even. */
+static const char *bytes_wgsl =
+    "fn ld8(o: u32) -> u32 { return (W[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu; }\n"
+    "fn ld16(o: u32) -> u32 { return (W[o >> 2u] >> ((o & 2u) * 8u)) & 0xffffu; }\n"
+    "fn ld32(o: u32) -> u32 {\n"
+    "  let i = o >> 2u;\n"
+    "  if ((o & 2u) == 0u) { return W[i]; }\n"
+    "  return (W[i] >> 16u) | (W[i + 1u] << 16u);\n"
+    "}\n"
+    "fn f16at(o: u32) -> f32 { return unpack2x16float(ld16(o)).x; }\n"
+    "fn sx8(v: u32) -> f32 { return f32(bitcast<i32>(v << 24u) >> 24u); }\n";
+
+/* The format functions over W (binding 1) and x (binding 2, MATVEC only).
+ * row_base: where row r starts (elements for F32, words for F16, bytes for
+ * the block formats); wget: element e of the row at rb; rdot: this thread's
+ * partial dot of the row with x[xb..], threads striding by WGM. */
+static bool emit_format(struct sb *b, uint32_t type, bool with_dot) {
+    switch (type) {
+    case WGLLM_TYPE_F32:
+        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<f32>;\n"
+                  "fn row_base(r: u32) -> u32 { return p.a + r * p.k; }\n"
+                  "fn wget(rb: u32, e: u32) -> f32 { return W[rb + e]; }\n");
+        if (with_dot)
+            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+                      "  var acc = 0.0;\n"
+                      "  for (var i = tid; i < p.k; i += WGM) { acc += W[rb + i] * X[xb + i]; }\n"
+                      "  return acc;\n"
+                      "}\n");
+        return true;
+    case WGLLM_TYPE_F16:
+        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n"
+                  "fn row_base(r: u32) -> u32 { return p.a + r * (p.k / 2u); }\n"
+                  "fn wget(rb: u32, e: u32) -> f32 { let v = unpack2x16float(W[rb + e / 2u]); return select(v.x, v.y, (e & 1u) == 1u); }\n");
+        if (with_dot)
+            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+                      "  var acc = 0.0;\n"
+                      "  for (var i = tid; i < p.k / 2u; i += WGM) {\n"
+                      "    let v = unpack2x16float(W[rb + i]);\n"
+                      "    acc += v.x * X[xb + 2u * i] + v.y * X[xb + 2u * i + 1u];\n"
+                      "  }\n"
+                      "  return acc;\n"
+                      "}\n");
+        return true;
+    case WGLLM_TYPE_Q8_0:
+        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
+        sb_add(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / 32u) * 34u; }\n"
+                  "fn wget(rb: u32, e: u32) -> f32 {\n"
+                  "  let o = rb + (e / 32u) * 34u;\n"
+                  "  return f16at(o) * sx8(ld8(o + 2u + (e %% 32u)));\n"
+                  "}\n");
+        if (with_dot)
+            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+                      "  var acc = 0.0;\n"
+                      "  for (var blk = tid; blk < p.k / 32u; blk += WGM) {\n"
+                      "    let o = rb + blk * 34u;\n"
+                      "    let xo = xb + blk * 32u;\n"
+                      "    var s = 0.0;\n"
+                      "    for (var j = 0u; j < 8u; j++) {\n"
+                      "      let q = ld32(o + 2u + 4u * j);\n"
+                      "      let xi = xo + 4u * j;\n"
+                      "      s += sx8(q) * X[xi] + sx8(q >> 8u) * X[xi + 1u] + sx8(q >> 16u) * X[xi + 2u] + sx8(q >> 24u) * X[xi + 3u];\n"
+                      "    }\n"
+                      "    acc += f16at(o) * s;\n"
+                      "  }\n"
+                      "  return acc;\n"
+                      "}\n");
+        return true;
+    case WGLLM_TYPE_Q4_0:
+        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
+        sb_add(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / 32u) * 18u; }\n"
+                  "fn wget(rb: u32, e: u32) -> f32 {\n"
+                  "  let o = rb + (e / 32u) * 18u;\n"
+                  "  let i = e %% 32u;\n"
+                  "  let q = ld8(o + 2u + (i %% 16u));\n"
+                  "  let v = select(q & 15u, q >> 4u, i >= 16u);\n"
+                  "  return f16at(o) * (f32(v) - 8.0);\n"
+                  "}\n");
+        if (with_dot)
+            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+                      "  var acc = 0.0;\n"
+                      "  for (var blk = tid; blk < p.k / 32u; blk += WGM) {\n"
+                      "    let o = rb + blk * 18u;\n"
+                      "    let xo = xb + blk * 32u;\n"
+                      "    var s = 0.0;\n"
+                      "    for (var j = 0u; j < 4u; j++) {\n"
+                      "      let q = ld32(o + 2u + 4u * j);\n"
+                      "      for (var t = 0u; t < 4u; t++) {\n"
+                      "        let bt = (q >> (8u * t)) & 0xffu;\n"
+                      "        let i = 4u * j + t;\n"
+                      "        s += (f32(bt & 15u) - 8.0) * X[xo + i] + (f32(bt >> 4u) - 8.0) * X[xo + i + 16u];\n"
+                      "      }\n"
+                      "    }\n"
+                      "    acc += f16at(o) * s;\n"
+                      "  }\n"
+                      "  return acc;\n"
+                      "}\n");
+        return true;
+    default: return false;
+    }
+}
+
+static bool weight_type_ok(uint32_t t) {
+    return t == WGLLM_TYPE_F32 || t == WGLLM_TYPE_F16 || t == WGLLM_TYPE_Q8_0 || t == WGLLM_TYPE_Q4_0;
+}
+
+bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
+    switch (k) {
+    case WGLLM_KERNEL_MATVEC:
+    case WGLLM_KERNEL_GET_ROWS: return weight_type_ok(type);
+    case WGLLM_KERNEL_ATTN: return type == WGLLM_TYPE_F32 || type == WGLLM_TYPE_F16;
+    default: return true;
+    }
+}
+
+const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
+    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax"};
+    return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
+}
+
+static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGM: u32 = %uu;\nconst ROWS: u32 = %uu;\n", t->wg_matvec, t->rows_matvec);
+    sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
+    emit_format(b, key->type, true);
+    sb_add(b, "var<workgroup> red: array<f32, WGM>;\n"
+              "@compute @workgroup_size(WGM)\n"
+              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
+              "  let tid = lid.x;\n"
+              "  let tok = wid.y;\n"
+              "  let xb = p.b + tok * p.k;\n"
+              "  for (var rr = 0u; rr < ROWS; rr++) {\n"
+              "    let row = wid.x * ROWS + rr;\n"
+              "    var acc = 0.0;\n"
+              "    if (row < p.n) { acc = rdot(row_base(row), xb, tid); }\n"
+              "    red[tid] = acc;\n"
+              "    workgroupBarrier();\n"
+              "    for (var s = WGM / 2u; s > 0u; s >>= 1u) {\n"
+              "      if (tid < s) { red[tid] += red[tid + s]; }\n"
+              "      workgroupBarrier();\n"
+              "    }\n"
+              "    if (tid == 0u && row < p.n) { Y[p.c + tok * p.n + row] = red[0]; }\n"
+              "    workgroupBarrier();\n"
+              "  }\n"
+              "}\n");
+}
+
+static void gen_get_rows(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    sb_add(b, "@group(0) @binding(2) var<storage, read> IDS: array<u32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
+    emit_format(b, key->type, false);
+    sb_add(b, "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "  let e = gid.x;\n"
+              "  let tok = gid.y;\n"
+              "  if (e >= p.k) { return; }\n"
+              "  Y[p.c + tok * p.k + e] = wget(row_base(IDS[p.b + tok]), e);\n"
+              "}\n");
+}
+
+static void gen_rms_norm(struct sb *b, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGR: u32 = %uu;\n", t->wg_row);
+    sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read> NW: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
+              "var<workgroup> red: array<f32, WGR>;\n"
+              "@compute @workgroup_size(WGR)\n"
+              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
+              "  let tid = lid.x;\n"
+              "  let xb = p.a + wid.x * p.n;\n"
+              "  let yb = p.c + wid.x * p.n;\n"
+              "  var acc = 0.0;\n"
+              "  for (var i = tid; i < p.n; i += WGR) { let v = X[xb + i]; acc += v * v; }\n"
+              "  red[tid] = acc;\n"
+              "  workgroupBarrier();\n"
+              "  for (var s = WGR / 2u; s > 0u; s >>= 1u) {\n"
+              "    if (tid < s) { red[tid] += red[tid + s]; }\n"
+              "    workgroupBarrier();\n"
+              "  }\n"
+              "  let scale = 1.0 / sqrt(red[0] / f32(p.n) + p.f0);\n"
+              "  for (var i = tid; i < p.n; i += WGR) { Y[yb + i] = (X[xb + i] * scale) * NW[p.b + i]; }\n"
+              "}\n");
+}
+
+static void gen_rope(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGE: u32 = %uu;\nconst NEOX: bool = %s;\n", t->wg_elem, key->neox ? "true" : "false");
+    sb_add(b, "@group(0) @binding(1) var<storage, read_write> X: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read> POS: array<u32>;\n"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "  let hf = p.m / 2u;\n"
+              "  if (gid.x >= p.n * hf) { return; }\n"
+              "  let hd = gid.x / hf;\n"
+              "  let i = gid.x %% hf;\n"
+              "  let tok = gid.y;\n"
+              /* the angle by repeated multiplication, as the CPU backend and ggml do */
+              "  var theta = f32(POS[p.c + tok]);\n"
+              "  for (var j = 0u; j < i; j++) { theta *= p.f1; }\n"
+              "  let ang = p.f0 * theta;\n"
+              "  let c = cos(ang);\n"
+              "  let s = sin(ang);\n"
+              "  let base = p.a + tok * p.b + hd * p.k;\n"
+              "  var ia = base + 2u * i;\n"
+              "  var ib = ia + 1u;\n"
+              "  if (NEOX) { ia = base + i; ib = base + i + hf; }\n"
+              "  let x0 = X[ia];\n"
+              "  let x1 = X[ib];\n"
+              "  X[ia] = x0 * c - x1 * s;\n"
+              "  X[ib] = x0 * s + x1 * c;\n"
+              "}\n");
+}
+
+static void gen_swiglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    sb_add(b, "@group(0) @binding(1) var<storage, read> G: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read> U: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "  let i = gid.x;\n"
+              "  if (i >= p.n) { return; }\n"
+              "  let g = G[p.a + i];\n"
+              "  Y[p.c + i] = (g / (1.0 + exp(-g))) * U[p.b + i];\n"
+              "}\n");
+}
+
+static void gen_add(struct sb *b, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    sb_add(b, "@group(0) @binding(1) var<storage, read_write> X: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read> B: array<f32>;\n"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "  let i = gid.x;\n"
+              "  if (i >= p.n) { return; }\n"
+              "  X[p.a + i] = X[p.a + i] + B[p.b + i];\n"
+              "}\n");
+}
+
+static void gen_attn(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    const bool f16 = key->type == WGLLM_TYPE_F16;
+    sb_add(b, "const WGA: u32 = %uu;\nconst MAXD: u32 = %uu;\n", t->wg_attn, t->attn_max_dims);
+    sb_add(b, "@group(0) @binding(1) var<storage, read> Q: array<f32>;\n");
+    if (f16)
+        sb_add(b, "@group(0) @binding(2) var<storage, read> K: array<u32>;\n"
+                  "@group(0) @binding(3) var<storage, read> V: array<u32>;\n"
+                  "fn kget(i: u32) -> f32 { let v = unpack2x16float(K[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n"
+                  "fn vget(i: u32) -> f32 { let v = unpack2x16float(V[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n");
+    else
+        sb_add(b, "@group(0) @binding(2) var<storage, read> K: array<f32>;\n"
+                  "@group(0) @binding(3) var<storage, read> V: array<f32>;\n"
+                  "fn kget(i: u32) -> f32 { return K[i]; }\n"
+                  "fn vget(i: u32) -> f32 { return V[i]; }\n");
+    /* Online softmax over tiles of WGA positions: each thread scores one
+     * position of the tile, then every thread rescales and accumulates the
+     * output dims it owns (d = tid + WGA*r). */
+    sb_add(b, "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n"
+              "var<workgroup> qs: array<f32, WGA * MAXD>;\n"
+              "var<workgroup> sc: array<f32, WGA>;\n"
+              "@compute @workgroup_size(WGA)\n"
+              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
+              "  let tid = lid.x;\n"
+              "  let h = wid.x;\n"
+              "  let kvh = h / p.g;\n"
+              "  for (var i = tid; i < p.k; i += WGA) { qs[i] = Q[p.a + h * p.k + i]; }\n"
+              "  workgroupBarrier();\n"
+              "  var m = -3.0e38;\n"
+              "  var l = 0.0;\n"
+              "  var acc: array<f32, MAXD>;\n"
+              "  for (var r = 0u; r < MAXD; r++) { acc[r] = 0.0; }\n"
+              "  for (var t0 = 0u; t0 < p.n; t0 += WGA) {\n"
+              "    let j = t0 + tid;\n"
+              "    var s = -3.0e38;\n"
+              "    if (j < p.n) {\n"
+              "      let kb = p.b + j * p.e + kvh * p.k;\n"
+              "      var d = 0.0;\n"
+              "      for (var i = 0u; i < p.k; i++) { d += qs[i] * kget(kb + i); }\n"
+              "      s = d * p.f0;\n"
+              "    }\n"
+              "    sc[tid] = s;\n"
+              "    workgroupBarrier();\n"
+              "    let cnt = min(WGA, p.n - t0);\n"
+              "    var tmax = m;\n"
+              "    for (var u = 0u; u < cnt; u++) { tmax = max(tmax, sc[u]); }\n"
+              "    let corr = exp(m - tmax);\n"
+              "    l *= corr;\n"
+              "    for (var r = 0u; r < MAXD; r++) { acc[r] *= corr; }\n"
+              "    for (var u = 0u; u < cnt; u++) {\n"
+              "      let pu = exp(sc[u] - tmax);\n"
+              "      l += pu;\n"
+              "      let vb = p.c + (t0 + u) * p.i + kvh * p.m;\n"
+              "      for (var r = 0u; r < MAXD; r++) {\n"
+              "        let dd = tid + r * WGA;\n"
+              "        if (dd < p.m) { acc[r] += pu * vget(vb + dd); }\n"
+              "      }\n"
+              "    }\n"
+              "    m = tmax;\n"
+              "    workgroupBarrier();\n"
+              "  }\n"
+              "  for (var r = 0u; r < MAXD; r++) {\n"
+              "    let dd = tid + r * WGA;\n"
+              "    if (dd < p.m) { O[p.d + h * p.m + dd] = acc[r] / l; }\n"
+              "  }\n"
+              "}\n");
+}
+
+static void gen_argmax(struct sb *b, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGR: u32 = %uu;\n", t->wg_row);
+    sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read_write> OUT: array<u32>;\n"
+              "var<workgroup> bv: array<f32, WGR>;\n"
+              "var<workgroup> bi: array<u32, WGR>;\n"
+              "@compute @workgroup_size(WGR)\n"
+              "fn main(@builtin(local_invocation_id) lid: vec3<u32>) {\n"
+              "  let tid = lid.x;\n"
+              "  var v = -3.4e38;\n"
+              "  var idx = 0xffffffffu;\n"
+              "  for (var i = tid; i < p.n; i += WGR) {\n"
+              "    let x = X[p.a + i];\n"
+              "    if (idx == 0xffffffffu || x > v) { v = x; idx = i; }\n"
+              "  }\n"
+              "  bv[tid] = v;\n"
+              "  bi[tid] = idx;\n"
+              "  workgroupBarrier();\n"
+              "  for (var s = WGR / 2u; s > 0u; s >>= 1u) {\n"
+              "    if (tid < s) {\n"
+              "      let ov = bv[tid + s];\n"
+              "      let oi = bi[tid + s];\n"
+              "      if (oi != 0xffffffffu && (bi[tid] == 0xffffffffu || ov > bv[tid] || (ov == bv[tid] && oi < bi[tid]))) {\n"
+              "        bv[tid] = ov;\n"
+              "        bi[tid] = oi;\n"
+              "      }\n"
+              "    }\n"
+              "    workgroupBarrier();\n"
+              "  }\n"
+              "  if (tid == 0u) { OUT[p.b] = bi[0]; }\n"
+              "}\n");
+}
+
+char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune) {
+    if (!tune) tune = &default_tune;
+    if (!wgllm_wgsl_supports(key->kernel, key->type)) return NULL;
+    struct sb b = {0};
+    sb_add(&b, "// wgllm %s (%s)\n%s", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type), params_wgsl);
+    switch (key->kernel) {
+    case WGLLM_KERNEL_MATVEC: gen_matvec(&b, key, tune); break;
+    case WGLLM_KERNEL_GET_ROWS: gen_get_rows(&b, key, tune); break;
+    case WGLLM_KERNEL_RMS_NORM: gen_rms_norm(&b, tune); break;
+    case WGLLM_KERNEL_ROPE: gen_rope(&b, key, tune); break;
+    case WGLLM_KERNEL_SWIGLU: gen_swiglu(&b, tune); break;
+    case WGLLM_KERNEL_ADD: gen_add(&b, tune); break;
+    case WGLLM_KERNEL_ATTN: gen_attn(&b, key, tune); break;
+    case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
+    }
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

@@ -1,0 +1,80 @@
+/*
+ * kernels.h - the WGSL kernel generator of the WebGPU backend: WGSL text
+ * made in C per kernel, per weight (or KV-cache) format and per tunable.
+ * Weights stay in their GGUF block layout in flat array<u32> buffers (Q8_0
+ * blocks are 34 bytes, Q4_0 18: not word aligned, so kernels unpack bytes
+ * from u32 words); F16 is read as u32 pairs with unpack2x16float. All
+ * arithmetic is f32 (an f16 path needs shader-f16, which SwiftShader lacks).
+ *
+ * Every kernel reads its parameters from binding 0, a uniform block laid out
+ * as struct wgllm_kparams; the other bindings are listed per kernel below.
+ */
+#ifndef WGLLM_WEBGPU_KERNELS_H
+#define WGLLM_WEBGPU_KERNELS_H
+
+#include "base/base.h"
+
+/* The tunables, in one table (defaults: wgllm_wgsl_default_tune). */
+struct wgllm_wgsl_tune {
+    uint32_t wg_matvec;   /* threads per mat-vec workgroup (power of two) */
+    uint32_t rows_matvec; /* rows per mat-vec workgroup */
+    uint32_t wg_row;      /* threads per row kernel (RMSNorm, argmax) (power of two) */
+    uint32_t wg_elem;     /* threads per element-wise workgroup */
+    uint32_t wg_attn;     /* threads per attention workgroup = positions per tile (power of two) */
+    uint32_t attn_max_dims; /* head dims an attention thread accumulates: head_dim <= wg_attn * this */
+};
+const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void);
+
+/* The uniform block of every kernel (64 bytes; fields named by use below). */
+struct wgllm_kparams {
+    uint32_t n, m, k, a, b, c, d, e, g, h, i, j;
+    float f0, f1, f2, f3;
+};
+
+enum wgllm_kernel {
+    /* y[c + t*n + r] = dot(W row r, x[b + t*k ..]) for r < n rows, K = k; W
+     * starts at u32 word a (element a for F32). Bindings 1 W, 2 x, 3 y.
+     * Dispatch (ceil(n / rows_matvec), tokens, 1). */
+    WGLLM_KERNEL_MATVEC,
+    /* y[c + t*k + e] = W row ids[b + t], element e < k. Bindings 1 W, 2 ids
+     * (u32), 3 y. Dispatch (ceil(k / wg_elem), tokens, 1). */
+    WGLLM_KERNEL_GET_ROWS,
+    /* y[c + r*n ..] = x[a + r*n ..] / sqrt(mean(x^2) + f0) * w[b ..]. Bindings
+     * 1 x, 2 w, 3 y. Dispatch (rows, 1, 1). */
+    WGLLM_KERNEL_RMS_NORM,
+    /* In place on x: token t's head hd at a + t*b + hd*k, n heads, head_dim k,
+     * n_rot m; angle pos * theta_scale^i * freq_scale with f1 = theta_scale,
+     * f0 = freq_scale; positions in binding 2 (u32) at c + t. Bindings 1 x,
+     * 2 pos. Dispatch (ceil(n * m/2 / wg_elem), tokens, 1). */
+    WGLLM_KERNEL_ROPE,
+    /* y[c+i] = silu(g[a+i]) * u[b+i], i < n. Bindings 1 g, 2 u, 3 y.
+     * Dispatch (ceil(n / wg_elem), 1, 1). */
+    WGLLM_KERNEL_SWIGLU,
+    /* x[a+i] += y[b+i], i < n. Bindings 1 x, 2 y. Dispatch (ceil(n / wg_elem), 1, 1). */
+    WGLLM_KERNEL_ADD,
+    /* One query over n cached positions, per head h (workgroup x): out[d + h*m
+     * ..] = softmax(q.K^T * f0) V, q at a + h*k, K row j of kv head h/g at
+     * b + j*e + (h/g)*k, V at c + j*e2 + (h/g)*m with e2 = i. Head dims k
+     * (keys), m (values). Bindings 1 q, 2 K, 3 V, 4 out; K/V f32 or f16.
+     * Dispatch (heads, 1, 1). */
+    WGLLM_KERNEL_ATTN,
+    /* out[b] = index of the largest x[a + i], i < n (first on ties). Bindings
+     * 1 x, 2 out (u32). Dispatch (1, 1, 1). */
+    WGLLM_KERNEL_ARGMAX,
+};
+
+struct wgllm_kernel_key {
+    enum wgllm_kernel kernel;
+    uint32_t type; /* weight type (MATVEC, GET_ROWS) or cache type (ATTN) */
+    bool neox;     /* ROPE */
+};
+
+/* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 for
+ * weights, F32/F16 for the cache). */
+bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type);
+/* The WGSL source (malloc'd, free with free), NULL when unsupported. */
+char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
+/* Short label for messages ("matvec_q4_0"). */
+const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k);
+
+#endif

@@ -1,0 +1,134 @@
+/*
+ * jinja_internal.h - what the two halves of the Jinja interpreter share:
+ * jinja_parse.c (arena, values, string builder, JSON input, lexer, parser,
+ * the parse API) and jinja.c (the tree-walking interpreter and rendering).
+ * Internal to src/chat; the short names used inside the two files map to
+ * prefixed symbols below.
+ */
+#ifndef WGLLM_CHAT_JINJA_INTERNAL_H
+#define WGLLM_CHAT_JINJA_INTERNAL_H
+
+#include "chat/chat.h"
+
+#include "base/base.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+
+#define arena_free wgllm_jinja_arena_free
+#define arr_push wgllm_jinja_arr_push
+#define dict_find wgllm_jinja_dict_find
+#define dict_set wgllm_jinja_dict_set
+#define dict_setz wgllm_jinja_dict_setz
+#define jalloc wgllm_jinja_alloc
+#define jfail wgllm_jinja_fail
+#define json_value wgllm_jinja_json_value
+#define jstrdup wgllm_jinja_strdup
+#define jt_name wgllm_jinja_type_name
+#define jv_arr_new wgllm_jinja_arr_new
+#define jv_dict_new wgllm_jinja_dict_new
+#define jv_truthy wgllm_jinja_truthy
+#define sb_put wgllm_jinja_sb_put
+#define sb_to_value wgllm_jinja_sb_to_value
+#define to_concat wgllm_jinja_to_concat
+#define to_json wgllm_jinja_to_json
+#define to_text wgllm_jinja_to_text
+
+struct arena_block {
+    struct arena_block *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+struct jarena {
+    struct arena_block *head;
+};
+
+struct jctx {
+    struct jarena *arena;
+    jmp_buf jb;
+    struct wgllm_error *err;
+    enum wgllm_status status;
+};
+
+enum jt { J_UNDEF, J_NONE, J_BOOL, J_INT, J_FLOAT, J_STR, J_ARR, J_DICT, J_NS, J_MACRO, J_FUNC };
+
+struct jarr;
+struct jdict;
+struct node;
+
+typedef struct jv {
+    enum jt t;
+    union {
+        bool b;
+        int64_t i;
+        double f;
+        struct { const char *p; size_t n; } s;
+        struct jarr *a;
+        struct jdict *d;   /* J_DICT and J_NS */
+        const struct node *m;
+        int fn;
+    } u;
+} jv;
+
+struct jarr { size_t n, cap; jv *v; };
+struct jdict { size_t n, cap; const char **kp; size_t *kn; jv *v; };
+
+static inline jv jv_undef(void) { jv v = {.t = J_UNDEF}; return v; }
+static inline jv jv_none(void) { jv v = {.t = J_NONE}; return v; }
+static inline jv jv_bool(bool b) { jv v = {.t = J_BOOL}; v.u.b = b; return v; }
+static inline jv jv_int(int64_t i) { jv v = {.t = J_INT}; v.u.i = i; return v; }
+static inline jv jv_float(double f) { jv v = {.t = J_FLOAT}; v.u.f = f; return v; }
+static inline jv jv_str(const char *p, size_t n) { jv v = {.t = J_STR}; v.u.s.p = p; v.u.s.n = n; return v; }
+
+struct sbuf { char *p; size_t n, cap; struct jctx *c; };
+struct jsonp { struct jctx *c; const char *p, *end, *start; int depth; };
+
+enum nk {
+    N_TEXT, N_OUTPUT, N_IF, N_FOR, N_SET, N_MACRO, N_BREAK, N_CONTINUE, N_CALLBLOCK,
+    N_LIT, N_NAME, N_LIST, N_DICT, N_MEMBER, N_INDEX, N_SLICE, N_CALL, N_FILTER, N_TEST,
+    N_UNARY, N_BIN, N_COND, N_KWARG,
+};
+
+struct nlist { struct node **v; size_t n, cap; };
+
+struct node {
+    enum nk k;
+    int line, col;
+    const char *s;   /* names, op text, text */
+    size_t sn;
+    jv lit;
+    bool neg;        /* `is not` */
+    struct node *a, *b, *c, *d;
+    struct nlist l1, l2;
+};
+
+struct wgllm_chat_template {
+    struct jarena arena;
+    struct nlist body;
+};
+
+_Noreturn void jfail(struct jctx *c, enum wgllm_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void *jalloc(struct jctx *c, size_t n);
+void arena_free(struct jarena *a);
+char *jstrdup(struct jctx *c, const char *s, size_t n);
+jv jv_arr_new(struct jctx *c);
+void arr_push(struct jctx *c, struct jarr *a, jv x);
+jv jv_dict_new(struct jctx *c, enum jt t);
+jv *dict_find(const struct jdict *d, const char *k, size_t kn);
+void dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x);
+void dict_setz(struct jctx *c, struct jdict *d, const char *k, jv x);
+const char *jt_name(enum jt t);
+bool jv_truthy(jv v);
+void sb_put(struct sbuf *b, const char *s, size_t n);
+void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool undef_null);
+void to_text(struct jctx *c, struct sbuf *b, jv v);
+void to_concat(struct jctx *c, struct sbuf *b, jv v);
+jv sb_to_value(struct jctx *c, struct sbuf *b);
+jv json_value(struct jsonp *j);
+
+static inline bool is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v'; }
+static inline void sb_putc(struct sbuf *b, char ch) { sb_put(b, &ch, 1); }
+
+#endif

@@ -1,0 +1,39 @@
+/*
+ * devices_cmd.c - `wgllm devices`: the WebGPU adapter wgllm would use, with
+ * the limits and features the kernel generator specialises on, or why there
+ * is none (no library, no adapter).
+ */
+#include "backend/webgpu/hal.h"
+#include "cli/cli.h"
+
+#include <stdio.h>
+
+int wgllm_cli_devices(const struct opts *o) {
+    printf("cpu: available (always)\n");
+    struct wgllm_error err = {0};
+    struct wgllm_gpu *g = NULL;
+    if (wgllm_gpu_open(&g, &err)) {
+        printf("webgpu: not available: %s\n", err.message);
+        return 0;
+    }
+    const struct wgllm_gpu_info *in = wgllm_gpu_get_info(g);
+    printf("webgpu: %s\n", in->name);
+    printf("  library:        %s\n", in->library);
+    printf("  backend:        %s\n", in->backend);
+    printf("  type:           %s%s\n", in->type, in->is_cpu ? " (software adapter: --backend auto keeps the CPU backend)" : "");
+    if (in->vendor[0] || in->architecture[0]) printf("  vendor:         %s %s (0x%04x:0x%04x)\n", in->vendor, in->architecture, in->vendor_id, in->device_id);
+    if (in->description[0]) printf("  driver:         %s\n", in->description);
+    printf("  limits:         max storage binding %llu MiB, max buffer %llu MiB\n",
+           (unsigned long long)(in->max_storage_binding_size >> 20), (unsigned long long)(in->max_buffer_size >> 20));
+    printf("                  workgroup storage %u KiB, invocations per workgroup %u, workgroup size x %u, workgroups per dim %u\n",
+           in->max_workgroup_storage >> 10, in->max_invocations, in->max_workgroup_size_x, in->max_workgroups_per_dim);
+    printf("                  storage buffers per stage %u, storage offset alignment %u\n", in->max_storage_buffers_per_stage,
+           in->min_storage_offset_align);
+    printf("  features:       shader-f16 %s, subgroups %s", in->shader_f16 ? "yes" : "no", in->subgroups ? "yes" : "no");
+    if (in->subgroups && in->subgroup_max_size) printf(" (size %u..%u)", in->subgroup_min_size, in->subgroup_max_size);
+    printf("\n  feature ids:   ");
+    for (int i = 0; i < in->n_feature_ids; i++) printf(" 0x%x", in->feature_ids[i]);
+    printf("\n");
+    wgllm_gpu_close(g);
+    return 0;
+}
