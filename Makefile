@@ -31,17 +31,23 @@ ifeq ($(ARCH),x86_64)
 endif
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c src/backend/*/*.c))
-LIB_SRC  := $(filter-out src/cli/% src/server/%,$(LIB_SRC))
-# the command adds the native-only HTTP server (libmicrohttpd, cJSON)
-CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
-CLI_LIBS := -lmicrohttpd -lcjson
+LIB_SRC  := $(filter-out src/cli/% src/server/% src/client/%,$(LIB_SRC))
+# the command adds the native-only HTTP server (libmicrohttpd, cJSON) and the
+# endpoint client (libcurl, cJSON)
+CLIENT_SRC := $(sort $(wildcard src/client/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c)) $(CLIENT_SRC)
+CLI_LIBS := -lmicrohttpd -lcurl -lcjson
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
+# tests/test_client*.c also link the client and its libraries (rule below)
+CLIENT_TEST_SRC := $(filter tests/test_client%,$(TEST_SRC))
 TEST_COMMON := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(OUT)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(OUT)/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(OUT)/tests/%)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(OUT)/%.o)
+CLIENT_OBJ := $(CLIENT_SRC:%.c=$(OUT)/%.o)
+CLIENT_TEST_BIN := $(CLIENT_TEST_SRC:tests/%.c=$(OUT)/tests/%)
 
 .PHONY: all asan test clean bench
 all: $(OUT)/libwgllm.a $(OUT)/wgllm $(TEST_BIN)
@@ -62,6 +68,9 @@ $(OUT)/wgllm: $(CLI_OBJ) $(OUT)/libwgllm.a
 
 $(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_COMMON_OBJ) $(OUT)/libwgllm.a
 	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_COMMON_OBJ) $(OUT)/libwgllm.a $(LDLIBS)
+
+$(CLIENT_TEST_BIN): $(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_COMMON_OBJ) $(CLIENT_OBJ) $(OUT)/libwgllm.a
+	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_COMMON_OBJ) $(CLIENT_OBJ) $(OUT)/libwgllm.a -lcurl -lcjson $(LDLIBS)
 
 test:
 	bash tests/run.sh

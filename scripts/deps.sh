@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing wgllm needs on Debian 12, only when it is
-# missing: a C compiler and make (build), libmicrohttpd and cJSON (the server),
+# missing: a C compiler and make (build), libmicrohttpd, cJSON and libcurl (the server and client),
 # Node.js >= 20 and npm (the llama.cpp peer of the tests and benchmarks). Runs
 # apt-get as root or through sudo.
 set -u
@@ -14,6 +14,9 @@ command -v npm >/dev/null || missing+=(npm)
 # `wgllm serve` (native only): HTTP and JSON libraries
 [ -f /usr/include/microhttpd.h ] || missing+=(libmicrohttpd-dev)
 [ -f /usr/include/cjson/cJSON.h ] || missing+=(libcjson-dev)
+# endpoints in the client (gateways, providers): libcurl
+[ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || \
+    [ -n "$(find /usr/include -maxdepth 2 -path '*curl/curl.h' -print -quit 2>/dev/null)" ] || missing+=(libcurl4-openssl-dev)
 # WebGPU tests without a GPU: SwiftShader's Vulkan ICD (from Chromium) and the Vulkan loader
 [ -f /usr/lib/chromium/vk_swiftshader_icd.json ] || missing+=(chromium-common)
 ls /usr/lib/*/libvulkan.so.1 >/dev/null 2>&1 || missing+=(libvulkan1)

@@ -7,6 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh || { echo "total: 0 passed, 1 failed"; exit 1; }
+export WGLLM_REQUIRE_WEBGPU="${WGLLM_REQUIRE_WEBGPU:-1}"  # deps.sh installed Dawn + SwiftShader
 export WGLLM_SHARED="${WGLLM_SHARED:-$(cd .. && pwd)/shared}"
 jobs=$(nproc 2>/dev/null || echo 2)
 

@@ -14,7 +14,7 @@ struct opts {
     bool ids, no_special, parse_special, json, ignore_eos, seed_set;
     const char *parallel; /* bench: "1,4,8" concurrent streams through the engine */
     int prefix_reuse;     /* bench: shared-prefix length for the cache-reuse timing */
-    const char *template_file, *messages, *tools; /* template: Jinja source, JSON arrays */
+    const char *template_file, *messages, *tools; /* template, chat: Jinja source; template: JSON arrays */
     bool add_generation_prompt;                    /* template */
 };
 
@@ -25,5 +25,12 @@ int wgllm_cli_devices(const struct opts *o);
 
 /* `wgllm template -m MODEL --messages F.json ...`: print the rendered prompt (template_cmd.c). */
 int wgllm_cli_template(const struct opts *o);
+
+/* `wgllm chat -m MODEL`: interactive chat over the engine (chat_cmd.c). */
+int wgllm_cli_chat(const struct opts *o);
+/* The model with progress on a terminal, or NULL after printing why (main.c). */
+struct wgllm_model *wgllm_cli_load_model(const struct opts *o);
+/* A whole file, NUL-terminated, or NULL after printing why (main.c). */
+char *wgllm_cli_read_file(const char *path, size_t *len);
 
 #endif

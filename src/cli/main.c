@@ -33,6 +33,8 @@ static const char *usage_text =
     "  logits   -m MODEL --tokens 1,2,3 -o OUT.f32   raw float32 logits of every position\n"
     "  bench    -m MODEL [-p 128] [-n 32] [-r 3] [--json]   prompt and generation tokens/s\n"
     "           [--parallel 1,4,8] [--prefix-reuse 1000]   the engine: concurrent streams, cache reuse\n"
+    "  chat     -m MODEL [--template-file F] [-n N] [--temp T]   interactive chat; /reset starts over,\n"
+    "           Ctrl-C stops a reply, Ctrl-D exits; earlier turns stay in the KV cache\n"
     "  devices                            list the compute devices (WebGPU adapter, limits, features)\n"
     "  synth    --shape NAME [--type q8_0] [--seed 1] [-o OUT.gguf]   write a synthetic model\n"
     "  serve    -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size N] [--api-key KEY]\n"
@@ -192,7 +194,7 @@ static bool progress_cb(float p, void *ud) {
     return true;
 }
 
-static struct wgllm_model *load_model(const struct opts *o) {
+struct wgllm_model *wgllm_cli_load_model(const struct opts *o) {
     if (!o->model) {
         fprintf(stderr, "wgllm: no model given (use -m MODEL.gguf)\n");
         return NULL;
@@ -223,27 +225,28 @@ static struct wgllm_context *new_context(struct wgllm_model *m, const struct opt
 }
 
 /* Reads a whole file; NULL with a message on failure. */
-static char *read_file(const char *path, size_t *len) {
+char *wgllm_cli_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "wgllm: cannot open '%s': %s\n", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
+    size_t cap = 4096, n = 0, r;
+    char *buf = malloc(cap + 1);
     while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
         n += r;
         if (n == cap) {
-            char *q = realloc(buf, cap *= 2);
-            if (!q) {
-                free(buf);
-                buf = NULL;
-            }
+            char *q = realloc(buf, (cap *= 2) + 1);
+            if (!q) free(buf);
             buf = q;
         }
     }
     fclose(f);
+    if (!buf) {
+        fprintf(stderr, "wgllm: out of memory reading '%s'\n", path);
+        return NULL;
+    }
+    buf[n] = 0;
     *len = n;
     return buf;
 }
@@ -273,7 +276,7 @@ static int tokenize_text(struct wgllm_model *m, const char *text, size_t len, bo
 /* ---- commands -------------------------------------------------------- */
 
 static int cmd_info(const struct opts *o) {
-    struct wgllm_model *m = load_model(o);
+    struct wgllm_model *m = wgllm_cli_load_model(o);
     if (!m) return 1;
     int need = wgllm_model_describe(m, NULL, 0);
     char *buf = malloc((size_t)need + 1);
@@ -296,10 +299,10 @@ static int cmd_info(const struct opts *o) {
 
 static int cmd_tokenize(const struct opts *o) {
     if (!o->prompt && !o->file) return usage_error("tokenize needs -p TEXT or --file PATH%s", "");
-    struct wgllm_model *m = load_model(o);
+    struct wgllm_model *m = wgllm_cli_load_model(o);
     if (!m) return 1;
     size_t len;
-    char *text = o->file ? read_file(o->file, &len) : strdup(o->prompt);
+    char *text = o->file ? wgllm_cli_read_file(o->file, &len) : strdup(o->prompt);
     if (!text) {
         wgllm_model_free(m);
         return 1;
@@ -312,8 +315,9 @@ static int cmd_tokenize(const struct opts *o) {
         wgllm_model_free(m);
         return 1;
     }
-    if (o->ids) {
-        print_ids_json(stdout, ids, n);
+    if (o->ids) { /* as llama-tokenize --ids: one line, space-separated */
+        for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+        putchar('\n');
     } else {
         for (int i = 0; i < n; i++) {
             char piece[256];
@@ -334,7 +338,7 @@ static int cmd_logits(const struct opts *o) {
         if (n == 0) fprintf(stderr, "wgllm: --tokens is empty\n");
         return 1;
     }
-    struct wgllm_model *m = load_model(o);
+    struct wgllm_model *m = wgllm_cli_load_model(o);
     struct wgllm_context *c = m ? new_context(m, o, n) : NULL;
     int rc = 1;
     struct wgllm_error err;
@@ -362,7 +366,7 @@ static int cmd_logits(const struct opts *o) {
 static int cmd_run(const struct opts *o) {
     if (!o->prompt && !o->prompt_ids && !o->file) return usage_error("run needs -p PROMPT or --prompt-ids IDS%s", "");
     if (o->n_predict < 0) return usage_error("-n must be >= 0%s", "");
-    struct wgllm_model *m = load_model(o);
+    struct wgllm_model *m = wgllm_cli_load_model(o);
     if (!m) return 1;
     int32_t *ids = NULL;
     int n;
@@ -370,7 +374,7 @@ static int cmd_run(const struct opts *o) {
         n = parse_ids(o->prompt_ids, &ids);
     } else {
         size_t len;
-        char *text = o->file ? read_file(o->file, &len) : strdup(o->prompt);
+        char *text = o->file ? wgllm_cli_read_file(o->file, &len) : strdup(o->prompt);
         if (text && !o->file) len = strlen(text);
         n = text ? tokenize_text(m, text, len, true, o->parse_special, &ids) : -1;
         free(text);
@@ -462,14 +466,14 @@ static struct stats summarize(double *v, int n) {
  * tg = n_gen single-token decodes from an empty cache; a warm-up run first. */
 static int cmd_bench(const struct opts *o) {
     if (o->parallel || o->prefix_reuse > 0) {
-        struct wgllm_model *m = load_model(o);
+        struct wgllm_model *m = wgllm_cli_load_model(o);
         if (!m) return 1;
         int rc = wgllm_cli_bench_engine(m, o);
         wgllm_model_free(m);
         return rc;
     }
     if (o->n_prompt <= 0 || o->n_predict <= 0 || o->reps <= 0) return usage_error("bench needs -p, -n and -r > 0%s", "");
-    struct wgllm_model *m = load_model(o);
+    struct wgllm_model *m = wgllm_cli_load_model(o);
     if (!m) return 1;
     struct wgllm_context *c = new_context(m, o, WGLLM_MAX(o->n_prompt, o->n_predict));
     if (!c) {
@@ -585,6 +589,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(&o);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&o);
     if (!strcmp(cmd, "template")) return wgllm_cli_template(&o);
+    if (!strcmp(cmd, "chat")) return wgllm_cli_chat(&o);
     if (!strcmp(cmd, "logits")) return cmd_logits(&o);
     if (!strcmp(cmd, "bench")) return cmd_bench(&o);
     if (!strcmp(cmd, "synth")) return cmd_synth(&o);

@@ -16,32 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whole file as a NUL-terminated string (caller frees), NULL with a message on stderr. */
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "wgllm template: cannot open '%s'\n", path);
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        if (r == 0) break;
-        n += r;
-    }
-    fclose(f);
-    if (!buf) { fprintf(stderr, "wgllm template: out of memory reading '%s'\n", path); return NULL; }
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
 int wgllm_cli_template(const struct opts *o) {
     if (!o->model || !o->messages) {
         fprintf(stderr, "wgllm template: needs -m MODEL and --messages FILE.json\n(run `wgllm help` for usage)\n");
@@ -62,7 +36,7 @@ int wgllm_cli_template(const struct opts *o) {
     size_t len = 0;
     struct wgllm_gguf_str s;
     if (o->template_file) {
-        if (!(file_src = read_all(o->template_file, &len))) goto done;
+        if (!(file_src = wgllm_cli_read_file(o->template_file, &len))) goto done;
         src = file_src;
     } else if (wgllm_gguf_find(g, "tokenizer.chat_template") &&
                wgllm_gguf_get_str(g, "tokenizer.chat_template", &s, NULL) == WGLLM_STATUS_OK) {
@@ -79,8 +53,8 @@ int wgllm_cli_template(const struct opts *o) {
         fprintf(stderr, "wgllm template: no tokenizer.chat_template; using the built-in '%s'\n", name);
         len = strlen(src);
     }
-    if (!(msgs = read_all(o->messages, NULL))) goto done;
-    if (o->tools && !(tools = read_all(o->tools, NULL))) goto done;
+    if (!(msgs = wgllm_cli_read_file(o->messages, &len))) goto done;
+    if (o->tools && !(tools = wgllm_cli_read_file(o->tools, &len))) goto done;
     int32_t bos = wgllm_vocab_bos(v), eos = wgllm_vocab_eos(v);
     const char *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
     const char *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";

@@ -374,6 +374,8 @@ bool srv_gen_parse(struct srv *s, const cJSON *body, bool chat, struct srv_gen *
     if (chat) {
         if (!get_bool(body, "logprobs", &g->logprobs, e)) return false;
         if (!get_int(body, "top_logprobs", 0, 20, &g->top_logprobs, NULL, e)) return false;
+        if (g->top_logprobs > 0 && !g->logprobs)
+            return bad(e, "top_logprobs", "'%s' needs 'logprobs': true%s", "");
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
         if (tools && !cJSON_IsNull(tools) && !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0))
             return bad(e, "tools", "'%s' is not supported by this server yet%s", "");
@@ -394,6 +396,7 @@ bool srv_gen_parse(struct srv *s, const cJSON *body, bool chat, struct srv_gen *
         int best_of = 1;
         if (!get_int(body, "best_of", 1, 1, &best_of, NULL, e)) return false;
     }
+    if (g->logprobs) sp->n_probs = g->top_logprobs;
     if (!parse_stop(body, g, e) || !parse_bias(s, body, g, e)) return false;
     return true;
 }
@@ -433,7 +436,7 @@ static cJSON *head(struct srv *s, const struct srv_gen *g, const char *id, bool 
     cJSON_AddStringToObject(o, "object", g->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
                                                  : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)time(NULL));
-    cJSON_AddStringToObject(o, "model", s->model_id);
+    cJSON_AddStringToObject(o, "model", g->model_name ? g->model_name : s->model_id);
     cJSON_AddStringToObject(o, "system_fingerprint", "wgllm");
     return o;
 }
@@ -446,28 +449,48 @@ static char *token_text(struct srv *s, int32_t tok) {
     return utf8_clean(buf, (size_t)n);
 }
 
-/* Logprobs of chosen tokens; top alternatives are not reported by the engine. */
-static void add_logprob_entry(struct srv *s, const struct srv_gen *g, cJSON *lp, int32_t tok, float logprob,
-                              size_t *offset) {
+static cJSON *token_json(struct srv *s, int32_t tok, float logprob) {
     char *t = token_text(s, tok);
-    if (g->chat) {
-        cJSON *arr = cJSON_GetObjectItemCaseSensitive(lp, "content");
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "token", t);
-        cJSON_AddNumberToObject(e, "logprob", logprob);
-        cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
-        for (const unsigned char *p = (const unsigned char *)t; *p; p++)
-            cJSON_AddItemToArray(bytes, cJSON_CreateNumber(*p));
-        cJSON_AddArrayToObject(e, "top_logprobs");
-        cJSON_AddItemToArray(arr, e);
-    } else {
-        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "tokens"), cJSON_CreateString(t));
-        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs"), cJSON_CreateNumber(logprob));
-        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), cJSON_CreateNull());
-        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "text_offset"), cJSON_CreateNumber((double)*offset));
-        *offset += strlen(t);
-    }
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "token", t ? t : "");
+    cJSON_AddNumberToObject(e, "logprob", logprob);
+    cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
+    for (const unsigned char *p = (const unsigned char *)t; p && *p; p++)
+        cJSON_AddItemToArray(bytes, cJSON_CreateNumber(*p));
     free(t);
+    return e;
+}
+
+/* One generated token's logprobs in the chat (content[]) or completions
+ * (parallel arrays) shape; `top` holds its n_top alternatives or is NULL. */
+static void add_logprob_entry(struct srv *s, const struct srv_gen *g, cJSON *lp, int32_t tok, float logprob,
+                              const struct wgllm_token_logprob *top, int n_top, size_t *offset) {
+    if (n_top > g->top_logprobs) n_top = g->top_logprobs;
+    if (g->chat) {
+        cJSON *e = token_json(s, tok, logprob);
+        cJSON *alts = cJSON_AddArrayToObject(e, "top_logprobs");
+        for (int k = 0; top && k < n_top; k++) cJSON_AddItemToArray(alts, token_json(s, top[k].token, top[k].logprob));
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "content"), e);
+    } else {
+        char *t = token_text(s, tok);
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "tokens"), cJSON_CreateString(t ? t : ""));
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs"), cJSON_CreateNumber(logprob));
+        cJSON *alts = cJSON_CreateNull();
+        if (top && n_top > 0) {
+            /* the legacy shape: token text -> logprob (equal texts keep the first, likelier one) */
+            cJSON_Delete(alts);
+            alts = cJSON_CreateObject();
+            for (int k = 0; k < n_top; k++) {
+                char *a = token_text(s, top[k].token);
+                if (a && !cJSON_GetObjectItemCaseSensitive(alts, a)) cJSON_AddNumberToObject(alts, a, top[k].logprob);
+                free(a);
+            }
+        }
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), alts);
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(lp, "text_offset"), cJSON_CreateNumber((double)*offset));
+        *offset += t ? strlen(t) : 0;
+        free(t);
+    }
 }
 
 static cJSON *new_logprobs(const struct srv_gen *g) {
@@ -499,7 +522,9 @@ char *srv_gen_response(struct srv *s, const struct srv_gen *g, const char *id, c
     if (g->logprobs) {
         cJSON *lp = new_logprobs(g);
         size_t off = 0;
-        for (int i = 0; i < r->n_tokens; i++) add_logprob_entry(s, g, lp, r->tokens[i], r->logprobs[i], &off);
+        for (int i = 0; i < r->n_tokens; i++)
+            add_logprob_entry(s, g, lp, r->tokens[i], r->logprobs[i],
+                              r->top_logprobs ? r->top_logprobs + (size_t)i * r->n_top : NULL, r->n_top, &off);
         cJSON_AddItemToObject(c, "logprobs", lp);
     } else {
         cJSON_AddNullToObject(c, "logprobs");
@@ -541,10 +566,10 @@ char *srv_gen_chunk(struct srv *s, const struct srv_gen *g, const char *id, cons
     } else {
         add_text(c, "text", text, len);
     }
-    if (g->logprobs && token >= 0) {
+    if (g->logprobs && g->top_logprobs == 0 && token >= 0) {
         cJSON *lp = new_logprobs(g);
         size_t off = 0;
-        add_logprob_entry(s, g, lp, token, logprob, &off);
+        add_logprob_entry(s, g, lp, token, logprob, NULL, 0, &off);
         cJSON_AddItemToObject(c, "logprobs", lp);
     } else {
         cJSON_AddNullToObject(c, "logprobs");
@@ -552,6 +577,24 @@ char *srv_gen_chunk(struct srv *s, const struct srv_gen *g, const char *id, cons
     if (finish_reason) cJSON_AddStringToObject(c, "finish_reason", finish_reason);
     else cJSON_AddNullToObject(c, "finish_reason");
     cJSON_AddItemToArray(choices, c);
+    if (g->include_usage) cJSON_AddNullToObject(o, "usage");
+    return sse(o);
+}
+
+char *srv_gen_logprobs_chunk(struct srv *s, const struct srv_gen *g, const char *id, const struct wgllm_result *r) {
+    cJSON *o = head(s, g, id, true);
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (g->chat) cJSON_AddObjectToObject(c, "delta");
+    else cJSON_AddStringToObject(c, "text", "");
+    cJSON *lp = new_logprobs(g);
+    size_t off = 0;
+    for (int i = 0; i < r->n_tokens; i++)
+        add_logprob_entry(s, g, lp, r->tokens[i], r->logprobs[i],
+                          r->top_logprobs ? r->top_logprobs + (size_t)i * r->n_top : NULL, r->n_top, &off);
+    cJSON_AddItemToObject(c, "logprobs", lp);
+    cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
     if (g->include_usage) cJSON_AddNullToObject(o, "usage");
     return sse(o);
 }

@@ -123,7 +123,7 @@ static void stream_push_locked(struct stream *st, char *chunk) {
 static bool stream_on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
     struct stream *st = ud;
     char *chunk = NULL;
-    if (len > 0 || (st->gen.logprobs && token >= 0))
+    if (len > 0 || (st->gen.logprobs && st->gen.top_logprobs == 0 && token >= 0))
         chunk = srv_gen_chunk(&g_srv, &st->gen, st->id, text, len, token, logprob, false, NULL);
     pthread_mutex_lock(&st->mu);
     const bool keep = !st->gone && !atomic_load(&g_srv.stopping);
@@ -149,6 +149,12 @@ static void *stream_waiter(void *arg) {
             free(j);
         }
     } else {
+        if (st->gen.logprobs && st->gen.top_logprobs > 0) {
+            char *lp = srv_gen_logprobs_chunk(&g_srv, &st->gen, st->id, &res);
+            pthread_mutex_lock(&st->mu);
+            stream_push_locked(st, lp);
+            pthread_mutex_unlock(&st->mu);
+        }
         tail = srv_gen_chunk(&g_srv, &st->gen, st->id, NULL, 0, -1, 0, false, srv_finish_name(res.finish));
         if (st->gen.include_usage) usage = srv_gen_usage_chunk(&g_srv, &st->gen, st->id, &res.usage);
     }

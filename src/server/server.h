@@ -54,6 +54,7 @@ struct srv_gen {
     struct wgllm_logit_bias *bias;
     char **stops;
     char *context_key;
+    const char *model_name; /* the `model` responses show; NULL = the served model's id */
 };
 
 /* Parses and validates the body; false with *err set (the status and the field). */
@@ -69,6 +70,10 @@ char *srv_gen_response(struct srv *s, const struct srv_gen *g, const char *id, c
  * chunk when first, else a finish chunk with finish_reason). token < 0: no logprobs. */
 char *srv_gen_chunk(struct srv *s, const struct srv_gen *g, const char *id, const char *text, size_t len,
                     int32_t token, float logprob, bool first, const char *finish_reason);
+/* With top_logprobs > 0 the engine hands the alternatives over only in the
+ * result, so a stream carries every token's logprobs in this one chunk
+ * (empty text) just before the finish chunk. */
+char *srv_gen_logprobs_chunk(struct srv *s, const struct srv_gen *g, const char *id, const struct wgllm_result *r);
 /* The include_usage chunk. */
 char *srv_gen_usage_chunk(struct srv *s, const struct srv_gen *g, const char *id, const struct wgllm_usage *u);
 const char *srv_finish_name(enum wgllm_finish_reason f);

@@ -40,7 +40,18 @@ function lastJson(args, r) {
 let tmpDir = null;
 export function wgllmTokenize(model, text, opts = {}) {
   const { args, r } = wgllmTokenizeRun(model, text, opts);
-  return lastJson(args, mustSucceed(args, r));
+  return lastIds(args, mustSucceed(args, r));
+}
+
+/* `tokenize --ids` prints the ids space-separated on one line (empty for no tokens). */
+function lastIds(args, r) {
+  const lines = r.stdout.split('\n');
+  if (lines.length < 2 || lines[lines.length - 1] !== '')
+    throw new Error(`wgllm ${args.join(' ')}: expected one line of ids, got ${JSON.stringify(r.stdout)}`);
+  const line = lines[lines.length - 2].trim();
+  if (line === '') return [];
+  if (!/^[0-9]+( [0-9]+)*$/.test(line)) throw new Error(`wgllm ${args.join(' ')}: not a line of ids: ${JSON.stringify(line)}`);
+  return line.split(' ').map(Number);
 }
 
 /* The same, returning the raw process result (for inputs without a reference). */

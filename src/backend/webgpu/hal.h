@@ -95,7 +95,9 @@ void wgllm_gpu_dispatch(struct wgllm_gpu *g, struct wgllm_gpu_pipeline *p, struc
 void wgllm_gpu_copy(struct wgllm_gpu *g, struct wgllm_gpu_buffer *src, uint64_t src_off, struct wgllm_gpu_buffer *dst,
                     uint64_t dst_off, uint64_t size);
 enum wgllm_status wgllm_gpu_batch_submit(struct wgllm_gpu *g, struct wgllm_error *err);
-/* Waits until all submitted work is done; reports a device error raised meanwhile. */
+/* Waits until all submitted work is done; reports a device error raised
+ * meanwhile. Tests and tools only (it makes a staging buffer); the forward
+ * path waits by reading back its own READBACK buffer. */
 enum wgllm_status wgllm_gpu_finish(struct wgllm_gpu *g, struct wgllm_error *err);
 
 /* Telemetry: buffers alive and their bytes (constant after load). */

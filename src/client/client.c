@@ -1,0 +1,482 @@
+/*
+ * client.c - the endpoint table and the three calls (query, chat, embed):
+ * local endpoints go straight to the engine; gateways and providers get an
+ * OpenAI request body built from the typed parameters (local-only fields
+ * refused, per-endpoint options merged under them) and their answer, whole or
+ * streamed, mapped back onto struct wgllm_result.
+ */
+#include "client/client.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+struct endpoint {
+    struct wgllm_endpoint_desc d; /* strings below owned */
+    char *key;                    /* the API key read at add time */
+    cJSON *options;               /* parsed options_json, or NULL */
+};
+
+struct wgllm_client {
+    struct endpoint *eps;
+    int n, cap;
+};
+
+static char *sdup(const char *s) { return s ? strdup(s) : NULL; }
+
+enum wgllm_status wgllm_client_init(struct wgllm_client **out, struct wgllm_error *err) {
+    *out = calloc(1, sizeof(**out));
+    return *out ? WGLLM_STATUS_OK : wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+}
+
+void wgllm_client_free(struct wgllm_client *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) {
+        struct endpoint *e = &c->eps[i];
+        free((char *)e->d.name);
+        free((char *)e->d.base_url);
+        free((char *)e->d.model);
+        free((char *)e->d.api_key_env);
+        free((char *)e->d.options_json);
+        free(e->key);
+        cJSON_Delete(e->options);
+    }
+    free(c->eps);
+    free(c);
+}
+
+static const char *const TYPED_FIELDS[] = {"model", "prompt", "messages", "input", "stream", "stream_options", NULL};
+
+enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_endpoint_desc *d,
+                                   struct wgllm_error *err) {
+    if (!d->name || !*d->name) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: endpoint name is empty");
+    if (wgllm_client_find(c, d->name))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: endpoint '%s' already exists", d->name);
+    const bool remote = d->kind == WGLLM_ENDPOINT_GATEWAY || d->kind == WGLLM_ENDPOINT_PROVIDER;
+    if (d->kind == WGLLM_ENDPOINT_LOCAL && !d->engine)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: local endpoint '%s' has no engine", d->name);
+    if (!remote && d->kind != WGLLM_ENDPOINT_LOCAL)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: endpoint '%s' has unknown kind %d", d->name,
+                               (int)d->kind);
+    if (remote && (!d->base_url || (strncmp(d->base_url, "http://", 7) && strncmp(d->base_url, "https://", 8))))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "client: endpoint '%s' needs base_url starting with http:// or https:// (got '%s')",
+                               d->name, d->base_url ? d->base_url : "");
+    if (d->ops & ~(unsigned)WGLLM_OP_ALL)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: endpoint '%s' has unknown ops bits 0x%x",
+                               d->name, d->ops);
+    char *key = NULL;
+    if (d->kind == WGLLM_ENDPOINT_PROVIDER && (!d->api_key_env || !*d->api_key_env))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "client: provider '%s' needs api_key_env (the variable holding its key)", d->name);
+    if (remote && d->api_key_env && *d->api_key_env) {
+        const char *v = getenv(d->api_key_env);
+        if (!v || !*v)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "client: endpoint '%s': environment variable %s (its API key) is not set", d->name,
+                                   d->api_key_env);
+        key = strdup(v);
+    }
+    cJSON *opts = NULL;
+    if (d->options_json) {
+        if (!remote) {
+            free(key);
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "client: endpoint '%s': options_json is for gateways and providers", d->name);
+        }
+        opts = cJSON_Parse(d->options_json);
+        if (!cJSON_IsObject(opts)) {
+            cJSON_Delete(opts);
+            free(key);
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "client: endpoint '%s': options_json is not a JSON object", d->name);
+        }
+        for (int i = 0; TYPED_FIELDS[i]; i++)
+            if (cJSON_GetObjectItemCaseSensitive(opts, TYPED_FIELDS[i])) {
+                cJSON_Delete(opts);
+                free(key);
+                return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                       "client: endpoint '%s': options_json may not set the typed field '%s'", d->name,
+                                       TYPED_FIELDS[i]);
+            }
+    }
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 4;
+        struct endpoint *p = realloc(c->eps, sizeof(*p) * (size_t)cap);
+        if (!p) {
+            cJSON_Delete(opts);
+            free(key);
+            return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+        }
+        c->eps = p;
+        c->cap = cap;
+    }
+    struct endpoint *e = &c->eps[c->n++];
+    memset(e, 0, sizeof(*e));
+    e->d = *d;
+    e->d.name = sdup(d->name);
+    e->d.base_url = sdup(d->base_url);
+    e->d.model = sdup(d->model);
+    e->d.api_key_env = sdup(d->api_key_env);
+    e->d.options_json = sdup(d->options_json);
+    if (!e->d.ops) e->d.ops = WGLLM_OP_ALL;
+    e->key = key;
+    e->options = opts;
+    return WGLLM_STATUS_OK;
+}
+
+const struct wgllm_endpoint_desc *wgllm_client_find(const struct wgllm_client *c, const char *name) {
+    for (int i = 0; c && name && i < c->n; i++)
+        if (!strcmp(c->eps[i].d.name, name)) return &c->eps[i].d;
+    return NULL;
+}
+
+int wgllm_client_count(const struct wgllm_client *c) { return c ? c->n : 0; }
+
+const struct wgllm_endpoint_desc *wgllm_client_at(const struct wgllm_client *c, int i) {
+    return c && i >= 0 && i < c->n ? &c->eps[i].d : NULL;
+}
+
+static const char *op_name(unsigned op) { return op == WGLLM_OP_QUERY ? "query" : op == WGLLM_OP_CHAT ? "chat" : "embed"; }
+
+static enum wgllm_status resolve(struct wgllm_client *c, const char *name, unsigned op, struct endpoint **out,
+                                 struct wgllm_error *err) {
+    *out = NULL;
+    for (int i = 0; c && name && i < c->n; i++)
+        if (!strcmp(c->eps[i].d.name, name)) *out = &c->eps[i];
+    if (!*out)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: no endpoint named '%s'", name ? name : "(null)");
+    if (!((*out)->d.ops & op))
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "client: endpoint '%s' does not support %s", name,
+                               op_name(op));
+    return WGLLM_STATUS_OK;
+}
+
+/* ---- remote generation ---------------------------------------------------- */
+
+/* Local-only knobs a remote endpoint cannot honour: refused, never dropped. */
+static enum wgllm_status check_remote_params(const struct endpoint *ep, const struct wgllm_request_params *p,
+                                             struct wgllm_error *err) {
+    const struct wgllm_sampler_params def = wgllm_sampler_default_params();
+    const struct wgllm_sampler_params *s = &p->sampling;
+    const char *field = p->context_key ? "context_key"
+                        : p->ignore_eos ? "ignore_eos"
+                        : !p->add_special ? "add_special"
+                        : s->top_k != def.top_k ? "top_k"
+                        : s->min_p != def.min_p ? "min_p"
+                        : s->typical_p != def.typical_p ? "typical_p"
+                        : s->repeat_penalty != def.repeat_penalty ? "repeat_penalty"
+                        : s->penalty_last_n != def.penalty_last_n ? "penalty_last_n"
+                        : s->n_probs > 0 ? "n_probs"
+                        : NULL;
+    if (!field) return WGLLM_STATUS_OK;
+    return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                           "client: '%s' is local-only and endpoint '%s' is remote; leave it at its default (or put "
+                           "the server's own field in the endpoint's options_json)",
+                           field, ep->d.name);
+}
+
+static cJSON *remote_body(const struct endpoint *ep, const struct wgllm_request_params *p, bool stream) {
+    cJSON *b = cJSON_CreateObject();
+    if (ep->d.model) cJSON_AddStringToObject(b, "model", ep->d.model);
+    if (p->max_tokens > 0) cJSON_AddNumberToObject(b, "max_tokens", p->max_tokens);
+    const struct wgllm_sampler_params *s = &p->sampling;
+    cJSON_AddNumberToObject(b, "temperature", s->temperature > 0 ? s->temperature : 0);
+    cJSON_AddNumberToObject(b, "top_p", s->top_p < 1 ? s->top_p : 1);
+    cJSON_AddNumberToObject(b, "seed", (double)(s->seed & ((1ull << 53) - 1)));
+    if (s->presence_penalty != 0) cJSON_AddNumberToObject(b, "presence_penalty", s->presence_penalty);
+    if (s->frequency_penalty != 0) cJSON_AddNumberToObject(b, "frequency_penalty", s->frequency_penalty);
+    if (s->n_logit_bias > 0) {
+        cJSON *lb = cJSON_AddObjectToObject(b, "logit_bias");
+        for (int i = 0; i < s->n_logit_bias; i++) {
+            char k[16];
+            snprintf(k, sizeof(k), "%d", (int)s->logit_bias[i].token);
+            float v = s->logit_bias[i].bias;
+            cJSON_DeleteItemFromObjectCaseSensitive(lb, k);
+            cJSON_AddNumberToObject(lb, k, isinf(v) && v < 0 ? -100 : v > 100 ? 100 : v < -100 ? -100 : v);
+        }
+    }
+    if (p->n_stop > 0) {
+        cJSON *st = cJSON_AddArrayToObject(b, "stop");
+        for (int i = 0; i < p->n_stop; i++) cJSON_AddItemToArray(st, cJSON_CreateString(p->stop[i]));
+    }
+    if (stream) {
+        cJSON_AddTrueToObject(b, "stream");
+        cJSON_AddTrueToObject(cJSON_AddObjectToObject(b, "stream_options"), "include_usage");
+    }
+    /* the endpoint's options fill in only what the typed parameters left unset */
+    const cJSON *o;
+    cJSON_ArrayForEach(o, ep->options) {
+        if (!cJSON_GetObjectItemCaseSensitive(b, o->string))
+            cJSON_AddItemToObject(b, o->string, cJSON_Duplicate(o, true));
+    }
+    return b;
+}
+
+struct gen_state {
+    const struct endpoint *ep;
+    const struct wgllm_request_params *p;
+    bool chat;
+    char *text;
+    size_t len, cap;
+    enum wgllm_finish_reason finish;
+    bool have_finish;
+    struct wgllm_usage usage;
+    char error[256];
+    int64_t t0, t_first;
+    bool oom;
+};
+
+static void text_add(struct gen_state *g, const char *s, size_t n) {
+    if (g->len + n + 1 > g->cap) {
+        size_t cap = (g->cap ? g->cap * 2 : 256) + n;
+        char *p = realloc(g->text, cap);
+        if (!p) {
+            g->oom = true;
+            return;
+        }
+        g->text = p;
+        g->cap = cap;
+    }
+    memcpy(g->text + g->len, s, n);
+    g->len += n;
+    g->text[g->len] = 0;
+}
+
+static void read_usage(struct gen_state *g, const cJSON *u) {
+    if (!cJSON_IsObject(u)) return;
+    const cJSON *v;
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"))) g->usage.prompt_tokens = v->valueint;
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens")))
+        g->usage.completion_tokens = v->valueint;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details");
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(d, "cached_tokens"))) g->usage.cached_tokens = v->valueint;
+}
+
+static void read_error(struct gen_state *g, const cJSON *o) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
+    const cJSON *m = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "message") : e;
+    snprintf(g->error, sizeof(g->error), "%s", cJSON_IsString(m) ? m->valuestring : "(no message)");
+}
+
+/* One choice object (whole answer or stream chunk): text, finish reason. Returns false to cancel. */
+static bool read_choice(struct gen_state *g, const cJSON *root, bool stream) {
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0);
+    if (!cJSON_IsObject(ch)) return true;
+    const cJSON *t;
+    if (g->chat) t = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(ch, stream ? "delta" : "message"), "content");
+    else t = cJSON_GetObjectItemCaseSensitive(ch, "text");
+    bool keep = true;
+    if (cJSON_IsString(t) && *t->valuestring) {
+        size_t n = strlen(t->valuestring);
+        if (!g->t_first) g->t_first = wgllm_time_us();
+        text_add(g, t->valuestring, n);
+        if (stream && g->p->on_token) keep = g->p->on_token(t->valuestring, n, -1, 0.0f, g->p->user_data);
+    }
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(ch, "finish_reason");
+    if (cJSON_IsString(f)) {
+        g->have_finish = true;
+        g->finish = !strcmp(f->valuestring, "length") ? WGLLM_FINISH_LENGTH : WGLLM_FINISH_STOP;
+    }
+    return keep;
+}
+
+static bool on_event(const char *data, size_t len, void *user) {
+    struct gen_state *g = user;
+    if (!strcmp(data, "[DONE]")) return true;
+    cJSON *o = cJSON_ParseWithLength(data, len);
+    if (!o) return true; /* not JSON (a comment-like event): skip */
+    bool keep = true;
+    if (cJSON_GetObjectItemCaseSensitive(o, "error")) {
+        read_error(g, o);
+    } else {
+        read_usage(g, cJSON_GetObjectItemCaseSensitive(o, "usage"));
+        keep = read_choice(g, o, true);
+    }
+    cJSON_Delete(o);
+    return keep;
+}
+
+/* An error answer (status >= 400) mapped to a status: the message says which endpoint and what it said. */
+static enum wgllm_status http_error(const struct endpoint *ep, const struct wgllm_http_reply *r, struct wgllm_error *err) {
+    cJSON *o = r->body ? cJSON_Parse(r->body) : NULL;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
+    const cJSON *m = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "message") : e;
+    const cJSON *code = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "code") : NULL;
+    enum wgllm_status st = r->status >= 500 ? WGLLM_STATUS_IO : WGLLM_STATUS_INVALID_ARGUMENT;
+    if (cJSON_IsString(code) && !strcmp(code->valuestring, "context_length_exceeded")) st = WGLLM_STATUS_CONTEXT_FULL;
+    wgllm_error_set(err, st, "endpoint '%s' answered HTTP %ld: %.300s", ep->d.name, r->status,
+                    cJSON_IsString(m) ? m->valuestring : (r->body ? r->body : ""));
+    cJSON_Delete(o);
+    return st;
+}
+
+static enum wgllm_status remote_generate(const struct endpoint *ep, const char *route, cJSON *body,
+                                         const struct wgllm_request_params *p, bool chat,
+                                         struct wgllm_result *res, struct wgllm_error *err) {
+    char url[2048];
+    size_t bl = strlen(ep->d.base_url);
+    snprintf(url, sizeof(url), "%.*s%s", (int)(bl && ep->d.base_url[bl - 1] == '/' ? bl - 1 : bl), ep->d.base_url, route);
+    char *json = cJSON_PrintUnformatted(body);
+    cJSON_Delete(body);
+    if (!json) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory for the request");
+    struct gen_state g = {.ep = ep, .p = p, .chat = chat, .t0 = wgllm_time_us()};
+    struct wgllm_http_reply r;
+    const bool stream = p->on_token != NULL;
+    enum wgllm_status st = wgllm_http_post(url, ep->key, json, ep->d.timeout_s, stream ? on_event : NULL, &g, &r, err);
+    free(json);
+    if (st == WGLLM_STATUS_OK && r.status >= 400) st = http_error(ep, &r, err);
+    if (st == WGLLM_STATUS_OK && !stream) {
+        cJSON *o = cJSON_Parse(r.body);
+        if (!o) {
+            st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "endpoint '%s' answered something that is not JSON",
+                                 ep->d.name);
+        } else {
+            read_usage(&g, cJSON_GetObjectItemCaseSensitive(o, "usage"));
+            read_choice(&g, o, false);
+            cJSON_Delete(o);
+        }
+    }
+    if (st == WGLLM_STATUS_OK && g.error[0])
+        st = wgllm_error_set(err, WGLLM_STATUS_IO, "endpoint '%s' failed mid-stream: %s", ep->d.name, g.error);
+    if (st == WGLLM_STATUS_OK && g.oom) st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    if (st == WGLLM_STATUS_OK && !r.aborted && !g.have_finish)
+        st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "endpoint '%s' ended its answer without a finish_reason",
+                             ep->d.name);
+    memset(res, 0, sizeof(*res));
+    res->status = st;
+    res->finish = r.aborted ? WGLLM_FINISH_CANCELLED : st != WGLLM_STATUS_OK ? WGLLM_FINISH_ERROR : g.finish;
+    if (st != WGLLM_STATUS_OK && err) snprintf(res->message, sizeof(res->message), "%s", err->message);
+    res->text = g.text ? g.text : calloc(1, 1);
+    res->text_len = g.len;
+    res->usage = g.usage;
+    res->n_tokens = g.usage.completion_tokens;
+    const int64_t now = wgllm_time_us();
+    res->timings.total_ms = (double)(now - g.t0) / 1e3;
+    if (g.t_first) res->timings.ttft_ms = (double)(g.t_first - g.t0) / 1e3;
+    if (g.t_first && now > g.t_first && g.usage.completion_tokens > 1)
+        res->timings.decode_tok_s = (g.usage.completion_tokens - 1) / ((double)(now - g.t_first) / 1e6);
+    wgllm_http_reply_free(&r);
+    return st;
+}
+
+/* ---- the calls ------------------------------------------------------------ */
+
+static enum wgllm_status empty_result(struct wgllm_result *res, enum wgllm_status st, const struct wgllm_error *err) {
+    memset(res, 0, sizeof(*res));
+    res->status = st;
+    res->finish = WGLLM_FINISH_ERROR;
+    if (err) snprintf(res->message, sizeof(res->message), "%s", err->message);
+    res->text = calloc(1, 1);
+    return st;
+}
+
+enum wgllm_status wgllm_client_query(struct wgllm_client *c, const char *endpoint, const char *prompt,
+                                     const struct wgllm_request_params *params, struct wgllm_result *result,
+                                     struct wgllm_error *err) {
+    struct endpoint *ep;
+    enum wgllm_status st = resolve(c, endpoint, WGLLM_OP_QUERY, &ep, err);
+    if (st != WGLLM_STATUS_OK) return empty_result(result, st, err);
+    if (ep->d.kind == WGLLM_ENDPOINT_LOCAL) return wgllm_query(ep->d.engine, prompt, params, result, err);
+    if ((st = check_remote_params(ep, params, err)) != WGLLM_STATUS_OK) return empty_result(result, st, err);
+    cJSON *b = remote_body(ep, params, params->on_token != NULL);
+    cJSON_AddStringToObject(b, "prompt", prompt);
+    return remote_generate(ep, "/completions", b, params, false, result, err);
+}
+
+enum wgllm_status wgllm_client_chat(struct wgllm_client *c, const char *endpoint, const struct wgllm_message *msgs,
+                                    int n_msgs, const struct wgllm_request_params *params,
+                                    struct wgllm_result *result, struct wgllm_error *err) {
+    struct endpoint *ep;
+    enum wgllm_status st = resolve(c, endpoint, WGLLM_OP_CHAT, &ep, err);
+    if (st != WGLLM_STATUS_OK) return empty_result(result, st, err);
+    if (ep->d.kind == WGLLM_ENDPOINT_LOCAL) return wgllm_chat(ep->d.engine, msgs, n_msgs, params, result, err);
+    if ((st = check_remote_params(ep, params, err)) != WGLLM_STATUS_OK) return empty_result(result, st, err);
+    cJSON *b = remote_body(ep, params, params->on_token != NULL);
+    cJSON *m = cJSON_AddArrayToObject(b, "messages");
+    for (int i = 0; i < n_msgs; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "role", msgs[i].role ? msgs[i].role : "user");
+        cJSON_AddStringToObject(o, "content", msgs[i].content ? msgs[i].content : "");
+        cJSON_AddItemToArray(m, o);
+    }
+    return remote_generate(ep, "/chat/completions", b, params, true, result, err);
+}
+
+enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoint, const char *text, size_t len,
+                                     enum wgllm_pooling pooling, bool normalize, float *out, int max_out, int *n_out,
+                                     struct wgllm_error *err) {
+    struct endpoint *ep;
+    *n_out = 0;
+    enum wgllm_status st = resolve(c, endpoint, WGLLM_OP_EMBED, &ep, err);
+    if (st != WGLLM_STATUS_OK) return st;
+    if (ep->d.kind == WGLLM_ENDPOINT_LOCAL)
+        return wgllm_embed(ep->d.engine, text, len, pooling, normalize, out, max_out, n_out, err);
+    if (pooling != WGLLM_POOLING_MODEL)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "client: 'pooling' is local-only and endpoint '%s' is remote; use "
+                               "WGLLM_POOLING_MODEL (or the server's field in options_json)",
+                               ep->d.name);
+    cJSON *b = cJSON_CreateObject();
+    if (ep->d.model) cJSON_AddStringToObject(b, "model", ep->d.model);
+    cJSON_AddItemToObject(b, "input", cJSON_CreateStringReference("")); /* replaced below */
+    char *t = malloc(len + 1);
+    if (!t) {
+        cJSON_Delete(b);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    }
+    memcpy(t, text, len);
+    t[len] = 0;
+    cJSON_ReplaceItemInObjectCaseSensitive(b, "input", cJSON_CreateString(t));
+    free(t);
+    cJSON_AddStringToObject(b, "encoding_format", "float");
+    const cJSON *o;
+    cJSON_ArrayForEach(o, ep->options) {
+        if (!cJSON_GetObjectItemCaseSensitive(b, o->string))
+            cJSON_AddItemToObject(b, o->string, cJSON_Duplicate(o, true));
+    }
+    char url[2048];
+    size_t bl = strlen(ep->d.base_url);
+    snprintf(url, sizeof(url), "%.*s/embeddings", (int)(bl && ep->d.base_url[bl - 1] == '/' ? bl - 1 : bl),
+             ep->d.base_url);
+    char *json = cJSON_PrintUnformatted(b);
+    cJSON_Delete(b);
+    if (!json) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    struct wgllm_http_reply r;
+    st = wgllm_http_post(url, ep->key, json, ep->d.timeout_s, NULL, NULL, &r, err);
+    free(json);
+    if (st == WGLLM_STATUS_OK && r.status >= 400) st = http_error(ep, &r, err);
+    if (st == WGLLM_STATUS_OK) {
+        cJSON *root = cJSON_Parse(r.body);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "data"), 0), "embedding");
+        if (!cJSON_IsArray(v)) {
+            st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "endpoint '%s': no data[0].embedding array in the answer",
+                                 ep->d.name);
+        } else if (cJSON_GetArraySize(v) > max_out) {
+            st = wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                 "endpoint '%s' returned %d dimensions; the output has room for %d", ep->d.name,
+                                 cJSON_GetArraySize(v), max_out);
+        } else {
+            int n = 0;
+            double ss = 0;
+            const cJSON *x;
+            cJSON_ArrayForEach(x, v) {
+                out[n] = cJSON_IsNumber(x) ? (float)x->valuedouble : 0.0f;
+                ss += (double)out[n] * out[n];
+                n++;
+            }
+            if (normalize && ss > 0)
+                for (int i = 0; i < n; i++) out[i] = (float)(out[i] / sqrt(ss));
+            *n_out = n;
+        }
+        cJSON_Delete(root);
+    }
+    wgllm_http_reply_free(&r);
+    return st;
+}

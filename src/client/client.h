@@ -1,0 +1,111 @@
+/*
+ * client.h - endpoints: one call (query, chat, embed) routed by name to a
+ * local engine or to a remote OpenAI-compatible server, with the same result
+ * and streaming types everywhere.
+ *
+ * Native only (libcurl + cJSON): linked into the `wgllm` command, never into
+ * libwgllm.a. client.c owns the endpoint table, validation and the mapping of
+ * wgllm parameters to OpenAI request bodies; http.c owns libcurl and SSE.
+ *
+ *     struct wgllm_client *c;
+ *     wgllm_client_init(&c, &err);
+ *     struct wgllm_endpoint_desc d = { .name = "big", .kind = WGLLM_ENDPOINT_PROVIDER,
+ *         .base_url = "https://api.example.com/v1", .model = "big-model",
+ *         .api_key_env = "EXAMPLE_API_KEY" };
+ *     wgllm_client_add(c, &d, &err);
+ *     wgllm_client_chat(c, "big", msgs, 2, &rp, &res, &err);
+ *
+ * Remote endpoints and local-only parameters: a gateway or provider refuses
+ * (INVALID_ARGUMENT, naming the field) a request that sets context_key,
+ * ignore_eos, add_special = false, or a sampler field OpenAI does not have
+ * set away from wgllm_sampler_default_params(): top_k, min_p, typical_p,
+ * repeat_penalty, penalty_last_n. Such knobs, when the remote server has
+ * them, go into the descriptor's options_json instead. Remote results carry
+ * text, finish reason, usage and timings; token ids are not known
+ * (tokens/logprobs NULL, n_tokens = the reported completion_tokens) and
+ * on_token receives token -1, logprob 0.
+ */
+#ifndef WGLLM_CLIENT_H
+#define WGLLM_CLIENT_H
+
+#include "wgllm.h"
+
+enum wgllm_endpoint_kind {
+    WGLLM_ENDPOINT_LOCAL,    /* a wgllm_engine in this process */
+    WGLLM_ENDPOINT_GATEWAY,  /* an OpenAI-compatible base URL (wgllm serve, llama.cpp server, vLLM) */
+    WGLLM_ENDPOINT_PROVIDER, /* the same with an API key read from the environment */
+};
+
+/* Operations an endpoint offers (bit mask). */
+enum {
+    WGLLM_OP_QUERY = 1, /* raw prompt: /completions */
+    WGLLM_OP_CHAT = 2,  /* messages: /chat/completions */
+    WGLLM_OP_EMBED = 4, /* /embeddings */
+    WGLLM_OP_ALL = 7,
+};
+
+struct wgllm_endpoint_desc {
+    const char *name;              /* what calls name it by (copied) */
+    enum wgllm_endpoint_kind kind;
+    struct wgllm_engine *engine;   /* LOCAL: not owned, must outlive the client */
+    const char *base_url;          /* GATEWAY/PROVIDER: ".../v1" (routes are appended) */
+    const char *model;             /* remote model name sent as `model`; NULL = the field is left out */
+    const char *api_key_env;       /* PROVIDER (required) / GATEWAY (optional): the variable holding the key */
+    const char *options_json;      /* remote: a JSON object merged into every request body; may not
+                                    * name model, prompt, messages, input, stream or stream_options */
+    unsigned ops;                  /* WGLLM_OP_* offered; 0 = all */
+    int timeout_s;                 /* remote: whole-request limit; 0 = 600 */
+};
+
+struct wgllm_client;
+
+enum wgllm_status wgllm_client_init(struct wgllm_client **out, struct wgllm_error *err);
+void wgllm_client_free(struct wgllm_client *c);
+/* Adds an endpoint (the descriptor is copied). INVALID_ARGUMENT for a
+ * duplicate or empty name, a missing engine/base URL, an unset key variable,
+ * or options that are not a JSON object or name a typed field. */
+enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_endpoint_desc *desc,
+                                   struct wgllm_error *err);
+/* NULL when there is none; the descriptor as stored (strings owned by c). */
+const struct wgllm_endpoint_desc *wgllm_client_find(const struct wgllm_client *c, const char *name);
+int wgllm_client_count(const struct wgllm_client *c);
+const struct wgllm_endpoint_desc *wgllm_client_at(const struct wgllm_client *c, int i);
+
+/* The calls: resolve the endpoint (NOT_FOUND-like INVALID_ARGUMENT "no
+ * endpoint named ..."), check that it offers the operation (UNSUPPORTED),
+ * then run it. Blocking; streaming through params->on_token (return false to
+ * cancel: a remote transfer is aborted). The status is the call's; a
+ * generation that fails after starting also sets result->finish = ERROR. */
+enum wgllm_status wgllm_client_query(struct wgllm_client *c, const char *endpoint, const char *prompt,
+                                     const struct wgllm_request_params *params, struct wgllm_result *result,
+                                     struct wgllm_error *err);
+enum wgllm_status wgllm_client_chat(struct wgllm_client *c, const char *endpoint, const struct wgllm_message *msgs,
+                                    int n_msgs, const struct wgllm_request_params *params,
+                                    struct wgllm_result *result, struct wgllm_error *err);
+/* Remote: pooling must be WGLLM_POOLING_MODEL (the server decides; put a
+ * server's own pooling field in options_json); normalize L2-normalizes here. */
+enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoint, const char *text, size_t len,
+                                     enum wgllm_pooling pooling, bool normalize, float *out, int max_out, int *n_out,
+                                     struct wgllm_error *err);
+
+/* ---- http.c: one OpenAI-style POST (internal to the client) -------------- */
+
+struct wgllm_http_reply {
+    long status;      /* HTTP status, 0 when no response came */
+    char *body;       /* non-streaming (or error) body, NUL-terminated, malloc'd */
+    size_t body_len;
+    bool aborted;     /* on_event returned false */
+};
+
+/* Called for each SSE event's data (without "data: "), NUL-terminated. Return false to abort. */
+typedef bool (*wgllm_http_event_fn)(const char *data, size_t len, void *user);
+
+/* POSTs json to url. With on_event the 2xx answer is read as SSE and handed
+ * over event by event; otherwise (and for error statuses) it is collected in
+ * reply->body. IO with a message on transport failure. */
+enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const char *json, int timeout_s,
+                                  wgllm_http_event_fn on_event, void *user, struct wgllm_http_reply *reply,
+                                  struct wgllm_error *err);
+void wgllm_http_reply_free(struct wgllm_http_reply *r);
+
+#endif
