@@ -78,6 +78,9 @@ test:
 bench:
 	bash bench/run.sh
 
+# `make wasm`: the browser build (web/wasm.mk)
+include web/wasm.mk
+
 clean:
 	rm -rf build
 

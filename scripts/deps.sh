@@ -20,6 +20,12 @@ command -v npm >/dev/null || missing+=(npm)
 # WebGPU tests without a GPU: SwiftShader's Vulkan ICD (from Chromium) and the Vulkan loader
 [ -f /usr/lib/chromium/vk_swiftshader_icd.json ] || missing+=(chromium-common)
 ls /usr/lib/*/libvulkan.so.1 >/dev/null 2>&1 || missing+=(libvulkan1)
+# browser package (`make wasm`, tests/web), only with WGLLM_DEPS_WEB=1: emscripten
+# (Debian's 3.1.6) and Chromium for the headless browser tests
+if [ "${WGLLM_DEPS_WEB:-0}" = 1 ]; then
+    command -v emcc >/dev/null || missing+=(emscripten)
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"
     SUDO=""
@@ -37,5 +43,16 @@ if [ ! -d "$dawn_dir/node_modules" ]; then
         echo "wgllm: could not install Dawn with npm in $dawn_dir" >&2
         exit 1
     }
+fi
+# playwright-core (pinned in web/package.json) drives /usr/bin/chromium; it never downloads a browser
+if [ "${WGLLM_DEPS_WEB:-0}" = 1 ]; then
+    web_dir="$(cd "$(dirname "$0")/.." && pwd)/web"
+    if [ ! -d "$web_dir/node_modules/playwright-core" ]; then
+        echo "installing: playwright-core (npm) into web/node_modules"
+        (cd "$web_dir" && npm ci --no-audit --no-fund >/dev/null) || {
+            echo "wgllm: could not install playwright-core with npm in $web_dir" >&2
+            exit 1
+        }
+    fi
 fi
 exit 0

@@ -2,7 +2,9 @@
 # The whole test suite (README's second command). Builds wgllm twice -- release
 # and AddressSanitizer+UndefinedBehaviorSanitizer -- runs every C test
 # executable under the sanitizers, then the agreement tests against llama.cpp
-# (tests/peer/run.sh: node-llama-cpp from npm on the same synthetic models).
+# (tests/peer/run.sh: node-llama-cpp from npm on the same synthetic models, the
+# server with the official openai client, chat templates with @huggingface/jinja)
+# and the browser package in headless Chromium (tests/web/run.sh).
 # Ends with one line "total: N passed, N failed"; exits non-zero on any failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -44,15 +46,21 @@ for t in build/asan/tests/test_*; do
     note_result "$line"
 done
 
-echo "== agreement with llama.cpp (node-llama-cpp)"
-peer_out=$(bash tests/peer/run.sh 2>&1)
-peer_rc=$?
-echo "$peer_out" | grep -vE '^\s*$' | tail -60
-p=$(grep -E '^# pass [0-9]+' <<<"$peer_out" | tail -1 | awk '{print $3}')
-f=$(grep -E '^# fail [0-9]+' <<<"$peer_out" | tail -1 | awk '{print $3}')
-if [ -z "$p" ]; then p=0; f=1; fi
-[ $peer_rc -ne 0 ] && [ "${f:-0}" = 0 ] && f=1
-note_result "peer: $p passed, ${f:-0} failed"
+# node --test suites: their closing lines "# pass N" / "# fail N"
+node_suite() { # $1 = title, $2 = script
+    echo "== $1"
+    local out rc p f
+    out=$(bash "$2" 2>&1)
+    rc=$?
+    echo "$out" | grep -vE '^\s*$' | tail -60
+    p=$(grep -E '^# pass [0-9]+' <<<"$out" | tail -1 | awk '{print $3}')
+    f=$(grep -E '^# fail [0-9]+' <<<"$out" | tail -1 | awk '{print $3}')
+    if [ -z "$p" ]; then p=0; f=1; fi
+    [ $rc -ne 0 ] && [ "${f:-0}" = 0 ] && f=1
+    note_result "$1: $p passed, ${f:-0} failed"
+}
+node_suite "agreement with llama.cpp, server, chat templates (tests/peer)" tests/peer/run.sh
+node_suite "the browser package in headless Chromium (tests/web)" tests/web/run.sh
 
 echo "total: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -351,7 +351,7 @@ static enum wgllm_status remote_generate(const struct endpoint *ep, const char *
     memset(res, 0, sizeof(*res));
     res->status = st;
     res->finish = r.aborted ? WGLLM_FINISH_CANCELLED : st != WGLLM_STATUS_OK ? WGLLM_FINISH_ERROR : g.finish;
-    if (st != WGLLM_STATUS_OK && err) snprintf(res->message, sizeof(res->message), "%s", err->message);
+    if (st != WGLLM_STATUS_OK && err) snprintf(res->message, sizeof(res->message), "%.255s", err->message);
     res->text = g.text ? g.text : calloc(1, 1);
     res->text_len = g.len;
     res->usage = g.usage;
@@ -371,7 +371,7 @@ static enum wgllm_status empty_result(struct wgllm_result *res, enum wgllm_statu
     memset(res, 0, sizeof(*res));
     res->status = st;
     res->finish = WGLLM_FINISH_ERROR;
-    if (err) snprintf(res->message, sizeof(res->message), "%s", err->message);
+    if (err) snprintf(res->message, sizeof(res->message), "%.255s", err->message);
     res->text = calloc(1, 1);
     return st;
 }

@@ -108,8 +108,7 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud) {
         long status = 0;
         curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &status);
         x->sse = status >= 200 && status < 300;
-        if (x->sse) x->on_event = x->on_event; /* stays set */
-        else x->on_event = NULL;
+        if (!x->sse) x->on_event = NULL; /* an error answer is collected whole */
     }
     if (!buf_add(x, p, bytes)) return 0;
     if (x->sse && !sse_drain(x)) return 0;
@@ -153,10 +152,10 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     if (x.aborted) {
         reply->aborted = true;
     } else if (x.too_big) {
-        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: the answer from %s is larger than %u MiB", url,
+        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: the answer from %.200s is larger than %u MiB", url,
                              HTTP_BODY_LIMIT >> 20);
     } else if (rc != CURLE_OK) {
-        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: POST %s failed: %s", url,
+        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: POST %.200s failed: %.200s", url,
                              cerr[0] ? cerr : curl_easy_strerror(rc));
     }
     if (st == WGLLM_STATUS_OK && !x.sse) {

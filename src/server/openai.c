@@ -273,13 +273,14 @@ static bool parse_stop(const cJSON *body, struct srv_gen *g, struct srv_err *e) 
 }
 
 static bool parse_bias(struct srv *s, const cJSON *body, struct srv_gen *g, struct srv_err *e) {
+    const bool local = !g->model_name;
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(body, "logit_bias");
     if (!b || cJSON_IsNull(b)) return true;
     if (!cJSON_IsObject(b)) return bad(e, "logit_bias", "'%s' must be an object of token id -> bias%s", "");
     int n = cJSON_GetArraySize(b);
     g->bias = calloc((size_t)(n ? n : 1), sizeof(*g->bias));
     if (!g->bias) return bad(e, "logit_bias", "out of memory for '%s'%s", "");
-    const int n_vocab = wgllm_model_n_vocab(s->model);
+    const long n_vocab = local ? (long)wgllm_model_n_vocab(s->model) : 2147483647L;
     const cJSON *it;
     int i = 0;
     cJSON_ArrayForEach(it, b) {
@@ -299,9 +300,26 @@ static bool parse_bias(struct srv *s, const cJSON *body, struct srv_gen *g, stru
     return true;
 }
 
+static bool gen_parse(struct srv *s, const cJSON *body, bool chat, const char *upstream, struct srv_gen *g,
+                      struct srv_err *e);
+
 bool srv_gen_parse(struct srv *s, const cJSON *body, bool chat, struct srv_gen *g, struct srv_err *e) {
+    return gen_parse(s, body, chat, NULL, g, e);
+}
+
+bool srv_gen_parse_upstream(struct srv *s, const cJSON *body, bool chat, const char *upstream, struct srv_gen *g,
+                            struct srv_err *e) {
+    if (!gen_parse(s, body, chat, upstream, g, e)) return false;
+    if (g->logprobs)
+        return bad(e, "logprobs", "'%s' is not forwarded to upstream '%s'", upstream);
+    return true;
+}
+
+static bool gen_parse(struct srv *s, const cJSON *body, bool chat, const char *upstream, struct srv_gen *g,
+                      struct srv_err *e) {
     memset(g, 0, sizeof(*g));
     g->chat = chat;
+    g->model_name = upstream;
     g->rp = wgllm_request_default_params();
     g->rp.max_tokens = 0; /* OpenAI: until the end of generation or of the context */
     g->rp.sampling.temperature = 0.8f; /* llama.cpp server's defaults; the rest are the sampler's */
@@ -315,7 +333,7 @@ bool srv_gen_parse(struct srv *s, const cJSON *body, bool chat, struct srv_gen *
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(body, "model");
     if (model && !cJSON_IsNull(model)) {
         if (!cJSON_IsString(model)) return bad(e, "model", "'%s' must be a string%s", "");
-        if (!srv_model_matches(s, model->valuestring)) {
+        if (!upstream && !srv_model_matches(s, model->valuestring)) {
             srv_err_set(e, 404, "invalid_request_error", "model", "model_not_found",
                         "the model '%s' does not exist; this server serves '%s'", model->valuestring, s->model_id);
             return false;
@@ -756,7 +774,20 @@ char *srv_models(struct srv *s) {
     cJSON_AddNumberToObject(meta, "n_ctx_train", wgllm_model_n_ctx_train(s->model));
     cJSON_AddNumberToObject(meta, "n_embd", wgllm_model_n_embd(s->model));
     cJSON_AddNumberToObject(meta, "size", (double)wgllm_model_size(s->model));
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddItemToArray(data, m);
+    for (int i = 0; i < wgllm_client_count(s->client); i++) {
+        const struct wgllm_endpoint_desc *d = wgllm_client_at(s->client, i);
+        cJSON *u = cJSON_CreateObject();
+        cJSON_AddStringToObject(u, "id", d->name);
+        cJSON_AddStringToObject(u, "object", "model");
+        cJSON_AddNumberToObject(u, "created", (double)s->created);
+        cJSON_AddStringToObject(u, "owned_by", "upstream");
+        cJSON *um = cJSON_AddObjectToObject(u, "meta");
+        cJSON_AddStringToObject(um, "upstream", d->base_url ? d->base_url : "");
+        if (d->model) cJSON_AddStringToObject(um, "upstream_model", d->model);
+        cJSON_AddItemToArray(data, u);
+    }
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return out;

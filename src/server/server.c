@@ -84,6 +84,7 @@ struct stream {
     int refs; /* the response and the waiter thread */
     struct wgllm_request *req;
     struct srv_gen gen;
+    const char *upstream; /* forwarded through the client instead of the engine */
     char id[48];
 };
 
@@ -133,14 +134,41 @@ static bool stream_on_token(const char *text, size_t len, int32_t token, float l
     return keep;
 }
 
+/* A client (upstream) failure as an HTTP error: the upstream's own status when
+ * it answered one, 502 when it could not be reached. */
+static void upstream_err(struct srv_err *e, enum wgllm_status st, const char *msg) {
+    srv_err_from_engine(e, st, msg);
+    const char *h = strstr(msg, "answered HTTP ");
+    long code = h ? strtol(h + 14, NULL, 10) : 0;
+    if (code >= 400 && code < 600) e->status = (int)code;
+    else if (st == WGLLM_STATUS_IO || st == WGLLM_STATUS_BAD_FORMAT) e->status = 502;
+    if (e->status == 404) e->code = "model_not_found";
+    /* "client: 'top_k' is local-only ...": the request field to blame */
+    const char *q = strncmp(msg, "client: '", 9) ? NULL : msg + 9, *qe = q ? strchr(q, '\'') : NULL;
+    if (qe && strstr(qe, "is local-only") == qe + 2) snprintf(e->param, sizeof(e->param), "%.*s", (int)(qe - q), q);
+}
+
+static enum wgllm_status upstream_call(struct srv_gen *g, const char *upstream, struct wgllm_result *res,
+                                       struct wgllm_error *werr) {
+    if (g->chat) return wgllm_client_chat(g_srv.client, upstream, g->msgs, g->n_msgs, &g->rp, res, werr);
+    return wgllm_client_query(g_srv.client, upstream, g->prompt, &g->rp, res, werr);
+}
+
 static void *stream_waiter(void *arg) {
     struct stream *st = arg;
     struct wgllm_result res;
-    wgllm_request_wait(st->req, &res);
+    if (st->upstream) {
+        struct wgllm_error werr = {0};
+        upstream_call(&st->gen, st->upstream, &res, &werr);
+        if (res.finish == WGLLM_FINISH_ERROR) snprintf(res.message, sizeof(res.message), "%.255s", werr.message);
+    } else {
+        wgllm_request_wait(st->req, &res);
+    }
     char *tail = NULL, *usage = NULL;
     if (res.finish == WGLLM_FINISH_ERROR) {
         struct srv_err e;
-        srv_err_from_engine(&e, res.status, res.message);
+        if (st->upstream) upstream_err(&e, res.status, res.message);
+        else srv_err_from_engine(&e, res.status, res.message);
         char *j = srv_err_json(&e);
         if (j) {
             size_t n = strlen(j) + 9;
@@ -223,11 +251,14 @@ static enum wgllm_status submit(struct srv_gen *g, struct wgllm_request **req, s
     return wgllm_engine_submit_query(g_srv.engine, g->prompt, strlen(g->prompt), &g->rp, req, werr);
 }
 
-static enum MHD_Result handle_generate(struct MHD_Connection *c, const cJSON *body, bool chat) {
+static enum MHD_Result handle_generate(struct MHD_Connection *c, const cJSON *body, bool chat,
+                                       const char *upstream) {
     struct srv_err e;
     struct stream *st = calloc(1, sizeof(*st));
     if (!st) return send_errf(c, 500, "server_error", NULL, NULL, "out of memory");
-    if (!srv_gen_parse(&g_srv, body, chat, &st->gen, &e)) {
+    st->upstream = upstream;
+    if (upstream ? !srv_gen_parse_upstream(&g_srv, body, chat, upstream, &st->gen, &e)
+                 : !srv_gen_parse(&g_srv, body, chat, &st->gen, &e)) {
         srv_gen_free(&st->gen);
         free(st);
         return send_err(c, &e);
@@ -236,6 +267,21 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, const cJSON *bo
     make_id(st->id, sizeof(st->id), chat ? "chatcmpl" : "cmpl");
     struct wgllm_error werr = {0};
     struct wgllm_request *req = NULL;
+    if (upstream && !g->stream) {
+        struct wgllm_result res;
+        enum wgllm_status rc = upstream_call(g, upstream, &res, &werr);
+        enum MHD_Result ret;
+        if (rc != WGLLM_STATUS_OK || res.finish == WGLLM_FINISH_ERROR) {
+            upstream_err(&e, rc != WGLLM_STATUS_OK ? rc : res.status, werr.message);
+            ret = send_err(c, &e);
+        } else {
+            ret = send_text(c, 200, "application/json", srv_gen_response(&g_srv, g, st->id, &res));
+        }
+        wgllm_result_free(&res);
+        srv_gen_free(g);
+        free(st);
+        return ret;
+    }
     if (!g->stream) {
         enum wgllm_status rc = submit(g, &req, &werr);
         if (rc != WGLLM_STATUS_OK) {
@@ -265,7 +311,8 @@ static enum MHD_Result handle_generate(struct MHD_Connection *c, const cJSON *bo
     g->rp.on_token = stream_on_token;
     g->rp.user_data = st;
     if (chat) stream_push_locked(st, srv_gen_chunk(&g_srv, g, st->id, NULL, 0, -1, 0, true, NULL));
-    enum wgllm_status rc = submit(g, &req, &werr);
+    /* an upstream starts in the waiter thread; its failures arrive as an error event */
+    enum wgllm_status rc = upstream ? WGLLM_STATUS_OK : submit(g, &req, &werr);
     if (rc != WGLLM_STATUS_OK) {
         srv_err_from_engine(&e, rc, werr.message);
         if (e.code && !strcmp(e.code, "context_length_exceeded"))
@@ -363,12 +410,21 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *url, const ch
         return send_errf(c, 400, "invalid_request_error", NULL, "invalid_json", msg);
     }
     enum MHD_Result ret;
-    if (is_embd) {
+    const cJSON *em = is_embd && cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
+    if (cJSON_IsString(em) && !srv_model_matches(&g_srv, em->valuestring) && wgllm_client_find(g_srv.client, em->valuestring)) {
+        ret = send_errf(c, 400, "invalid_request_error", "model", NULL,
+                        "embeddings are not forwarded to upstreams; ask the upstream directly");
+    } else if (is_embd) {
         struct srv_err e;
         char *out = srv_embeddings(&g_srv, body, &e);
         ret = out ? send_text(c, 200, "application/json", out) : send_err(c, &e);
     } else {
-        ret = handle_generate(c, body, is_chat);
+        /* a `model` naming an upstream goes there, through the client */
+        const cJSON *m = cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
+        const struct wgllm_endpoint_desc *up =
+            cJSON_IsString(m) && !srv_model_matches(&g_srv, m->valuestring) ? wgllm_client_find(g_srv.client, m->valuestring)
+                                                                             : NULL;
+        ret = handle_generate(c, body, is_chat, up ? up->name : NULL);
     }
     cJSON_Delete(body);
     return ret;
@@ -434,9 +490,12 @@ static void on_signal(int sig) { g_signal = sig; }
 static const char *serve_usage =
     "usage: wgllm serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size N]\n"
     "                   [--threads N] [--backend cpu] [--api-key KEY] [--chat-template FILE]\n"
-    "                   [--alias NAME] [--max-queue N] [--timeout SECONDS]\n"
+    "                   [--alias NAME] [--max-queue N] [--timeout SECONDS] [--upstream NAME=URL[#MODEL]]...\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
-    "  /v1/models, /health, /metrics. --port 0 picks a free port (printed on stderr).\n";
+    "  /v1/models, /health, /metrics. --port 0 picks a free port (printed on stderr).\n"
+    "  --upstream (repeatable): requests whose `model` is NAME are forwarded to the\n"
+    "  OpenAI-compatible base URL (e.g. http://host:8080/v1), as MODEL when given\n"
+    "  (else without a `model` field); chat and completions, streaming included.\n";
 
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -473,6 +532,9 @@ int wgllm_serve_main(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *tmpl_path = NULL, *alias = NULL;
     const char *backend = "cpu";
     int port = 8080, parallel = 4, ctx = 0, threads = 0, max_queue = 256, timeout = 600;
+    enum { MAX_UPSTREAMS = 16 };
+    const char *upstreams[MAX_UPSTREAMS];
+    int n_up = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -496,6 +558,10 @@ int wgllm_serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--chat-template")) tmpl_path = v;
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--upstream")) {
+            ok = n_up < MAX_UPSTREAMS && strchr(v, '=') && strchr(v, '=') != v;
+            if (ok) upstreams[n_up++] = v;
+        }
         else {
             fprintf(stderr, "wgllm serve: unknown option '%s'\n%s", a, serve_usage);
             return 2;
@@ -521,11 +587,35 @@ int wgllm_serve_main(int argc, char **argv) {
         return 1;
     }
     struct wgllm_error err;
+    struct wgllm_client *client = NULL;
+    if (n_up > 0 && wgllm_client_init(&client, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "wgllm serve: error: %s\n", err.message);
+        free(tmpl);
+        return 1;
+    }
+    for (int i = 0; i < n_up; i++) {
+        /* NAME=URL[#MODEL] */
+        char spec[1024];
+        snprintf(spec, sizeof(spec), "%s", upstreams[i]);
+        char *eq = strchr(spec, '='), *hash = strchr(eq + 1, '#');
+        *eq = 0;
+        if (hash) *hash = 0;
+        struct wgllm_endpoint_desc d = {.name = spec, .kind = WGLLM_ENDPOINT_GATEWAY, .base_url = eq + 1,
+                                        .model = hash && hash[1] ? hash + 1 : NULL,
+                                        .ops = WGLLM_OP_QUERY | WGLLM_OP_CHAT, .timeout_s = timeout};
+        if (wgllm_client_add(client, &d, &err) != WGLLM_STATUS_OK) {
+            fprintf(stderr, "wgllm serve: --upstream %s: %s\n", upstreams[i], err.message);
+            wgllm_client_free(client);
+            free(tmpl);
+            return 2;
+        }
+    }
     struct wgllm_model_params mp = wgllm_model_default_params();
     mp.n_threads = threads;
     struct wgllm_model *model = NULL;
     if (wgllm_model_load(model_path, &mp, &model, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
+        wgllm_client_free(client);
         free(tmpl);
         return 1;
     }
@@ -539,6 +629,7 @@ int wgllm_serve_main(int argc, char **argv) {
     if (wgllm_engine_init(model, &ep, &eng, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
         wgllm_model_free(model);
+        wgllm_client_free(client);
         free(tmpl);
         return 1;
     }
@@ -550,6 +641,7 @@ int wgllm_serve_main(int argc, char **argv) {
     g_srv.model_path = model_path;
     g_srv.api_key = api_key;
     g_srv.created = (long)time(NULL);
+    g_srv.client = client;
 
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -562,6 +654,7 @@ int wgllm_serve_main(int argc, char **argv) {
         fprintf(stderr, "wgllm serve: cannot resolve host '%s': %s\n", host, gai_strerror(gai));
         wgllm_engine_free(eng);
         wgllm_model_free(model);
+        wgllm_client_free(client);
         free(tmpl);
         return 1;
     }
@@ -578,6 +671,7 @@ int wgllm_serve_main(int argc, char **argv) {
         fprintf(stderr, "wgllm serve: cannot listen on %s:%d: %s\n", host, port, strerror(errno));
         wgllm_engine_free(eng);
         wgllm_model_free(model);
+        wgllm_client_free(client);
         free(tmpl);
         return 1;
     }
@@ -595,6 +689,7 @@ int wgllm_serve_main(int argc, char **argv) {
     MHD_stop_daemon(d);
     wgllm_engine_free(eng);
     wgllm_model_free(model);
+    wgllm_client_free(client);
     free(tmpl);
     return 0;
 }

@@ -10,6 +10,7 @@
 #define WGLLM_SERVER_H
 
 #include "wgllm.h"
+#include "client/client.h"
 
 #include <cjson/cJSON.h>
 #include <stdatomic.h>
@@ -27,6 +28,7 @@ struct srv {
     long created;
     atomic_bool stopping;
     atomic_ullong http_requests, http_errors;
+    struct wgllm_client *client; /* --upstream endpoints (gateways), NULL = none */
 };
 
 /* An OpenAI error: HTTP status plus the error object's fields. */
@@ -59,6 +61,11 @@ struct srv_gen {
 
 /* Parses and validates the body; false with *err set (the status and the field). */
 bool srv_gen_parse(struct srv *s, const cJSON *body, bool chat, struct srv_gen *g, struct srv_err *err);
+/* The same for a request forwarded to the upstream `upstream` (a client
+ * endpoint): no model match, no local vocabulary checks, no logprobs (the
+ * upstream's tokens are not known here). */
+bool srv_gen_parse_upstream(struct srv *s, const cJSON *body, bool chat, const char *upstream, struct srv_gen *g,
+                            struct srv_err *err);
 void srv_gen_free(struct srv_gen *g);
 
 /* Maps an engine submit/result failure to an HTTP error. */

@@ -181,6 +181,48 @@ test('sampling fields are accepted and seeded sampling is reproducible', async (
   for (const e of lp) assert.ok(e.logprob <= 0 && Number.isFinite(e.logprob));
 });
 
+test('top_logprobs: chat and completions, streaming and not; top-1 is the greedy choice', async () => {
+  const chatReq = { model: MODEL_ID, messages: MSGS, max_tokens: 4, temperature: 0, ignore_eos: true,
+    logprobs: true, top_logprobs: 3 };
+  const full = await client.chat.completions.create(chatReq);
+  const content = full.choices[0].logprobs.content;
+  assert.equal(content.length, 4);
+  for (const e of content) {
+    assert.equal(e.top_logprobs.length, 3);
+    assert.equal(e.top_logprobs[0].token, e.token);
+    assert.equal(e.top_logprobs[0].logprob, e.logprob);
+    for (let k = 1; k < 3; k++) assert.ok(e.top_logprobs[k].logprob <= e.top_logprobs[k - 1].logprob);
+  }
+  let streamedLp = [], text = '';
+  for await (const chunk of await client.chat.completions.create({ ...chatReq, stream: true })) {
+    const c = chunk.choices[0];
+    if (c?.delta?.content) text += c.delta.content;
+    if (c?.logprobs?.content) streamedLp.push(...c.logprobs.content);
+  }
+  assert.equal(text, full.choices[0].message.content);
+  assert.deepEqual(streamedLp, content);
+  assertError(await post('/v1/chat/completions', { messages: MSGS, top_logprobs: 2 }), 400, 'top_logprobs');
+
+  const cmplReq = { model: MODEL_ID, prompt: 'Once upon a time', max_tokens: 4, temperature: 0, ignore_eos: true,
+    logprobs: 2 };
+  const r = await client.completions.create(cmplReq);
+  const lp = r.choices[0].logprobs;
+  assert.equal(lp.top_logprobs.length, 4);
+  for (let i = 0; i < 4; i++) {
+    const alts = Object.entries(lp.top_logprobs[i]);
+    assert.ok(alts.length >= 1 && alts.length <= 2);
+    assert.equal(alts[0][0], lp.tokens[i]);
+    assert.equal(alts[0][1], lp.token_logprobs[i]);
+  }
+  let sTop = [], sText = '';
+  for await (const chunk of await client.completions.create({ ...cmplReq, stream: true })) {
+    sText += chunk.choices[0]?.text ?? '';
+    if (chunk.choices[0]?.logprobs) sTop.push(...chunk.choices[0].logprobs.top_logprobs);
+  }
+  assert.equal(sText, r.choices[0].text);
+  assert.deepEqual(sTop, lp.top_logprobs);
+});
+
 test('logit_bias steers the choice', async () => {
   const req = { model: MODEL_ID, prompt: 'Once upon a time', max_tokens: 1, temperature: 0, ignore_eos: true };
   const plain = await post('/v1/completions', req);

@@ -1,0 +1,115 @@
+// Load benchmark for `wgllm serve`: 1, 8 and 32 concurrent streaming chat
+// clients, each phase a bounded time, on loopback. Reports requests/s,
+// generated tokens/s, p50/p99 time to first token and errors (must be 0).
+//   node bench/load.mjs [--model build/models/tinyllama-1.1b-q4_0.gguf] [--seconds 20]
+//        [--parallel 8] [--threads 2] [--max-tokens 32] [--clients 1,8,32]
+// The model is synthesized once if missing. Exits 1 when any request failed.
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { loadavg } from 'node:os';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const arg = (name, def) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1] : def;
+};
+const BIN = process.env.WGLLM_BIN || join(ROOT, 'build', 'release', 'wgllm');
+const MODEL = arg('model', join(ROOT, 'build', 'models', 'tinyllama-1.1b-q4_0.gguf'));
+const SECONDS = Number(arg('seconds', 20));
+const PARALLEL = Number(arg('parallel', 8));
+const THREADS = Number(arg('threads', 2));
+const MAX_TOKENS = Number(arg('max-tokens', 32));
+const CLIENTS = arg('clients', '1,8,32').split(',').map(Number);
+const TEMPLATE = join(ROOT, '..', 'shared', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja');
+
+if (!existsSync(MODEL)) {
+  mkdirSync(dirname(MODEL), { recursive: true });
+  const r = spawnSync(BIN, ['synth', '--shape', 'tinyllama-1.1b', '--type', 'q4_0', '--seed', '1', '-o', MODEL],
+    { stdio: 'inherit' });
+  if (r.status !== 0) process.exit(1);
+}
+
+const srvArgs = ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--parallel', String(PARALLEL),
+  '--threads', String(THREADS), '--ctx-size', '1024', '--max-queue', '1024'];
+if (existsSync(TEMPLATE)) srvArgs.push('--chat-template', TEMPLATE);
+const srv = spawn(BIN, srvArgs, { stdio: ['ignore', 'ignore', 'pipe'] });
+const base = await new Promise((resolve, reject) => {
+  let log = '';
+  const t = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 120000);
+  srv.stderr.on('data', (d) => {
+    log += d;
+    const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
+    if (m) { clearTimeout(t); resolve(m[1]); }
+  });
+  srv.on('exit', (c) => { clearTimeout(t); reject(new Error(`server exited ${c}: ${log}`)); });
+});
+process.on('exit', () => srv.kill('SIGKILL'));
+
+const TOPICS = ['a dragon', 'the sea', 'a robot', 'winter', 'a city', 'music', 'a garden', 'the moon'];
+
+// One streaming request; resolves with its time to first token and token count.
+async function one(i) {
+  const t0 = performance.now();
+  const r = await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: `Write about ${TOPICS[i % TOPICS.length]} (#${i}).` }],
+      max_tokens: MAX_TOKENS, temperature: 0.7, seed: i, ignore_eos: true, stream: true,
+      stream_options: { include_usage: true } }),
+  });
+  if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
+  let ttft = null, tokens = 0, buf = '', done = false;
+  const dec = new TextDecoder();
+  for await (const part of r.body) {
+    buf += dec.decode(part, { stream: true });
+    let k;
+    while ((k = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, k);
+      buf = buf.slice(k + 2);
+      if (!ev.startsWith('data: ')) continue;
+      const data = ev.slice(6);
+      if (data === '[DONE]') { done = true; continue; }
+      const j = JSON.parse(data);
+      if (j.error) throw new Error(j.error.message);
+      if (ttft === null && j.choices?.[0]?.delta?.content) ttft = performance.now() - t0;
+      if (j.usage) tokens = j.usage.completion_tokens;
+    }
+  }
+  if (!done) throw new Error('stream ended without [DONE]');
+  return { ttft: ttft ?? performance.now() - t0, tokens };
+}
+
+const pct = (a, p) => (a.length ? a[Math.min(a.length - 1, Math.floor(p / 100 * a.length))] : NaN);
+
+const rows = [];
+for (const n of CLIENTS) {
+  const end = performance.now() + SECONDS * 1000;
+  const ttfts = [];
+  let reqs = 0, tokens = 0, errors = 0, seq = 0, firstErr = null;
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: n }, async () => {
+    while (performance.now() < end) {
+      try {
+        const r = await one(seq++);
+        reqs++;
+        tokens += r.tokens;
+        ttfts.push(r.ttft);
+      } catch (e) {
+        errors++;
+        firstErr ??= e;
+      }
+    }
+  }));
+  const secs = (performance.now() - t0) / 1000;
+  ttfts.sort((a, b) => a - b);
+  rows.push({ clients: n, seconds: secs.toFixed(1), requests: reqs, 'req/s': (reqs / secs).toFixed(2),
+    'tok/s': (tokens / secs).toFixed(1), 'ttft p50 ms': pct(ttfts, 50).toFixed(0),
+    'ttft p99 ms': pct(ttfts, 99).toFixed(0), errors });
+  if (firstErr) console.error(`clients=${n}: first error: ${firstErr.message}`);
+}
+console.log(`wgllm serve ${MODEL.split('/').pop()} --parallel ${PARALLEL} --threads ${THREADS}, ` +
+  `${MAX_TOKENS} tokens per request, ${SECONDS} s per phase, load average ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+console.table(rows);
+srv.kill('SIGKILL');
+process.exit(rows.some((r) => r.errors > 0) ? 1 : 0);

@@ -1,0 +1,248 @@
+// browser.test.mjs - the browser package (web/dist, `make wasm`) in a real
+// headless Chromium (Debian's /usr/bin/chromium driven by playwright-core):
+// the worker engine loads a synthetic model over HTTP with progress, greedy
+// text equals the native `wgllm run` on the same file, streaming chunks add
+// up to the same text, interrupt() stops a long generation, the page keeps
+// painting frames meanwhile, embeddings, a corrupt file's error, and the
+// on-page engine. Loopback only; the browser and the server close at the end.
+// Run through tests/web/run.sh (which builds and installs what is missing).
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const require = createRequire(path.join(root, 'web', 'package.json'));
+const { chromium } = require('playwright-core');
+const { startServer } = await import(path.join(root, 'web', 'serve.mjs'));
+
+const WGLLM = path.join(root, 'build', 'release', 'wgllm');
+const MODELS = path.join(root, 'build', 'models');
+const MODEL = 'tiny-q8_0.gguf';
+const PROMPT = 'Once upon a time';
+const FLAGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
+  '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'];
+
+let server, browser, page;
+const pageErrors = [];
+
+// The generated text of the native greedy run (stdout is prompt + text + "\n").
+// kernels 'scalar' (WGLLM_CPU) runs the portable kernels that the wasm build
+// has: bit-identical logits. The x86 SIMD kernels sum in another order, and on
+// random synthetic weights a near-tie flips the argmax after ~14 tokens.
+function nativeText(prompt, n, kernels) {
+  const env = { ...process.env };
+  if (kernels) env.WGLLM_CPU = kernels; else delete env.WGLLM_CPU;
+  const out = execFileSync(WGLLM, ['run', '-m', path.join(MODELS, MODEL), '-p', prompt, '-n', String(n), '-t', '1', '--ignore-eos'],
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 30000, env });
+  assert.ok(out.startsWith(prompt), `native output starts with the prompt: ${JSON.stringify(out)}`);
+  return out.slice(prompt.length).replace(/\n$/, '');
+}
+
+before(async () => {
+  assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'wgllm.js')), 'web/dist is built (make wasm)');
+  if (!fs.existsSync(path.join(MODELS, MODEL))) {
+    fs.mkdirSync(MODELS, { recursive: true });
+    execFileSync(WGLLM, ['synth', '--shape', 'tiny', '--type', 'q8_0', '-o', path.join(MODELS, MODEL)]);
+  }
+  server = await startServer({ models: MODELS });
+  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
+  page = await browser.newPage();
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  page.on('console', (m) => { if (process.env.WGLLM_WEB_VERBOSE) console.log('[page]', m.text()); });
+  await page.goto(`${server.url}/blank.html`);
+  assert.equal(await page.evaluate(() => crossOriginIsolated), true, 'the page is cross-origin isolated');
+  await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (server) await server.close();
+});
+
+test('the worker engine loads the model over HTTP with progress', { timeout: 60000 }, async () => {
+  const r = await page.evaluate(async (url) => {
+    const events = [];
+    window.engine = await wgllm.createWorkerEngine({ model: url, chatTemplate: wgllm.CHATML,
+      onProgress: (p) => events.push(p) });
+    return { events, info: engine.info };
+  }, `/models/${MODEL}`);
+  assert.ok(r.events.length >= 2, `progress events: ${r.events.length}`);
+  const ps = r.events.map((e) => e.progress);
+  for (let i = 1; i < ps.length; i++) assert.ok(ps[i] >= ps[i - 1], `progress is monotone: ${ps}`);
+  assert.equal(ps.at(-1), 1);
+  assert.ok(r.events.some((e) => e.stage === 'download' && e.total === fs.statSync(path.join(MODELS, MODEL)).size));
+  assert.ok(r.events.some((e) => e.stage === 'load'));
+  assert.equal(r.info.backend, 'cpu');
+  assert.equal(r.info.worker, true);
+  assert.equal(r.info.arch, 'llama');
+  assert.equal(r.info.n_embd, 256);
+});
+
+test('greedy completion equals the native wgllm run', { timeout: 60000 }, async () => {
+  const want = nativeText(PROMPT, 8);
+  assert.equal(nativeText(PROMPT, 8, 'scalar'), want, 'native SIMD and portable kernels agree on 8 tokens');
+  const r = await page.evaluate((prompt) => engine.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true }), PROMPT);
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.choices[0].text, want);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 8);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 8);
+});
+
+test('streamed completion chunks concatenate to the same text', { timeout: 60000 }, async () => {
+  const want = nativeText(PROMPT, 48, 'scalar');
+  const r = await page.evaluate(async (prompt) => {
+    const parts = [];
+    let last;
+    for await (const c of await engine.completions.create({ prompt, max_tokens: 48, temperature: 0, stream: true, ignore_eos: true })) {
+      parts.push(c.choices[0].text);
+      last = c;
+    }
+    return { parts, last };
+  }, PROMPT);
+  assert.ok(r.parts.length > 2, `several chunks: ${r.parts.length}`);
+  assert.equal(r.parts.join(''), want);
+  assert.equal(r.last.choices[0].finish_reason, 'length');
+});
+
+test('chat completions: OpenAI shape, streaming equals non-streaming', { timeout: 60000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Say hello.' }];
+    const full = await engine.chat.completions.create({ messages, max_tokens: 16, temperature: 0 });
+    let text = '';
+    let role = null;
+    let finish = null;
+    let usage = null;
+    const stream = await engine.chat.completions.create({ messages, max_tokens: 16, temperature: 0, stream: true,
+      stream_options: { include_usage: true } });
+    for await (const c of stream) {
+      if (c.usage) usage = c.usage;
+      const ch = c.choices[0];
+      if (!ch) continue;
+      if (ch.delta.role) role = ch.delta.role;
+      text += ch.delta.content ?? '';
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+    return { full, text, role, finish, usage };
+  });
+  assert.equal(r.full.object, 'chat.completion');
+  assert.equal(r.full.choices[0].message.role, 'assistant');
+  assert.ok(r.full.choices[0].message.content.length > 0);
+  assert.ok(r.full.usage.prompt_tokens > 10, 'the template wrapped the messages');
+  assert.equal(r.text, r.full.choices[0].message.content);
+  assert.equal(r.role, 'assistant');
+  assert.equal(r.finish, r.full.choices[0].finish_reason);
+  assert.equal(r.usage.completion_tokens, r.full.usage.completion_tokens);
+});
+
+test('interrupt() stops a long generation; the page keeps painting', { timeout: 90000 }, async () => {
+  const r = await page.evaluate(async (prompt) => {
+    let frames = 0;
+    let running = true;
+    const tick = () => { frames++; if (running) requestAnimationFrame(tick); };
+    requestAnimationFrame(tick);
+    const t0 = performance.now();
+    let chunks = 0;
+    let finish = null;
+    const stream = await engine.completions.create({ prompt, max_tokens: 1500, temperature: 0, ignore_eos: true,
+      stream: true });
+    for await (const c of stream) {
+      chunks++;
+      if (chunks === 40) engine.interrupt();
+      if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+    }
+    const ms = performance.now() - t0;
+    running = false;
+    const after = await engine.completions.create({ prompt, max_tokens: 4, temperature: 0 });
+    return { chunks, finish, ms, frames, after: after.choices[0].finish_reason };
+  }, PROMPT);
+  assert.equal(r.finish, 'abort');
+  assert.ok(r.chunks >= 40 && r.chunks < 1000, `stopped early: ${r.chunks} chunks`);
+  assert.ok(r.frames >= Math.max(3, (r.ms / 1000) * 10), `${r.frames} frames in ${r.ms.toFixed(0)} ms`);
+  assert.equal(r.after, 'length', 'the engine serves requests after an interrupt');
+});
+
+test('tokens per second in the browser (worker, 1 thread)', { timeout: 60000 }, async () => {
+  const r = await page.evaluate((prompt) => engine.completions.create({ prompt, max_tokens: 128, temperature: 0,
+    ignore_eos: true }), PROMPT);
+  const x = r.usage.extra;
+  console.log(`# browser tok/s (tiny q8_0, wasm CPU, 1 thread): prefill ${x.prefill_tokens_per_s.toFixed(1)}, ` +
+              `decode ${x.decode_tokens_per_s.toFixed(1)}`);
+  assert.equal(r.usage.completion_tokens, 128);
+  assert.ok(x.decode_tokens_per_s > 1);
+});
+
+test('embeddings: normalized vectors of n_embd floats', { timeout: 60000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const e = await engine.embeddings.create({ input: ['hello world', 'hello world', 'a different text'] });
+    return e;
+  });
+  assert.equal(r.object, 'list');
+  assert.equal(r.data.length, 3);
+  const [a, b, c] = r.data.map((d) => d.embedding);
+  assert.equal(a.length, 256);
+  const norm = Math.hypot(...a);
+  assert.ok(Math.abs(norm - 1) < 1e-3, `norm ${norm}`);
+  assert.deepEqual(a, b);
+  assert.notDeepEqual(a, c);
+});
+
+test('unload() ends the worker engine', { timeout: 30000 }, async () => {
+  const msg = await page.evaluate(async () => {
+    await engine.unload();
+    try { await engine.completions.create({ prompt: 'x', max_tokens: 1 }); return null; } catch (e) { return e.message; }
+  });
+  assert.ok(msg && /worker|unload/i.test(msg), `after unload: ${msg}`);
+});
+
+test('a corrupt model file gives a clear error', { timeout: 60000 }, async () => {
+  const msg = await page.evaluate(async () => {
+    const bytes = new Uint8Array(4096);
+    bytes.set([0x47, 0x47, 0x55, 0x46, 3, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]); // GGUF v3, absurd tensor count
+    try { await wgllm.createWorkerEngine({ model: bytes.buffer }); return null; } catch (e) { return e.message; }
+  });
+  assert.ok(msg, 'loading failed');
+  assert.match(msg, /loading the model failed: .*gguf/i);
+});
+
+test('createEngine (on the page) gives the same greedy text', { timeout: 60000 }, async () => {
+  const want = nativeText(PROMPT, 8);
+  const r = await page.evaluate(async ({ url, prompt }) => {
+    const e = await wgllm.createEngine({ model: url });
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    await e.unload();
+    return { text: c.choices[0].text, worker: !!e.info.worker };
+  }, { url: `/models/${MODEL}`, prompt: PROMPT });
+  assert.equal(r.worker, false);
+  assert.equal(r.text, want);
+  assert.deepEqual(pageErrors, []);
+});
+
+test('the demo page loads a model by URL and streams a chat reply', { timeout: 60000 }, async () => {
+  const demo = await browser.newPage();
+  const errors = [];
+  demo.on('pageerror', (e) => errors.push(e.message));
+  try {
+    await demo.goto(`${server.url}/demo/`);
+    await demo.fill('#url', `/models/${MODEL}`);
+    await demo.fill('#maxTokens', '16');
+    await demo.click('#loadUrl');
+    await demo.waitForFunction(() => !document.getElementById('msg').disabled, null, { timeout: 30000 });
+    assert.equal(await demo.$eval('#bar', (b) => b.value), 1);
+    await demo.fill('#msg', 'Hello there');
+    await demo.click('#send');
+    await demo.waitForFunction(() => /decode [\d.]+ tok\/s/.test(document.getElementById('status').textContent),
+      null, { timeout: 30000 });
+    const reply = await demo.$eval('#log .assistant', (d) => d.textContent);
+    assert.ok(reply.length > 0, 'a reply was streamed into the log');
+    assert.deepEqual(errors, []);
+  } finally {
+    await demo.close();
+  }
+});

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# tests/web/run.sh - the browser tests: installs what is missing (emscripten,
+# chromium, playwright-core via scripts/deps.sh), builds the native tool (the
+# reference) and the wasm package, then runs node --test tests/web/.
+set -eu
+cd "$(dirname "$0")/../.."
+WGLLM_DEPS_WEB=1 bash scripts/deps.sh
+make -j2 build/release/wgllm >/dev/null || [ -x build/release/wgllm ]  # a broken neighbour file need not stop us
+make wasm >/dev/null
+exec node --test --test-concurrency=1 tests/web/

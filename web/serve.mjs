@@ -1,0 +1,77 @@
+// serve.mjs - a small static HTTP server for the browser package: the demo
+// (/demo/), the build (/dist/) and local GGUF files (/models/, from
+// build/models by default), with the cross-origin isolation headers that the
+// threaded wasm build needs (SharedArrayBuffer). Loopback only.
+//
+//   make wasm && node web/serve.mjs [--port 8000] [--models DIR]
+//   then open http://127.0.0.1:8000/demo/
+//
+// Also imported by tests/web/browser.test.mjs (startServer).
+
+import http from 'node:http';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+const TYPES = {
+  '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.mjs': 'text/javascript; charset=utf-8',
+  '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css', '.ts': 'text/plain; charset=utf-8',
+  '.gguf': 'application/octet-stream',
+};
+
+const BLANK = '<!doctype html><html><head><meta charset="utf-8"><title>wgllm test</title></head><body></body></html>';
+
+/** Starts the server; resolves to {url, port, close()}. mounts: {'/prefix/': dir}. */
+export function startServer({ port = 0, host = '127.0.0.1', models = path.join(here, '..', 'build', 'models'), mounts = {} } = {}) {
+  const table = {
+    '/dist/': path.join(here, 'dist'),
+    '/demo/': path.join(here, 'demo'),
+    '/models/': models,
+    ...mounts,
+  };
+  const server = http.createServer((req, res) => {
+    const headers = {
+      'Cross-Origin-Opener-Policy': 'same-origin',
+      'Cross-Origin-Embedder-Policy': 'require-corp',
+      'Cross-Origin-Resource-Policy': 'same-origin',
+      'Cache-Control': 'no-store',
+    };
+    const url = new URL(req.url, 'http://localhost');
+    let pathname;
+    try { pathname = decodeURIComponent(url.pathname); } catch { pathname = ''; }
+    if (pathname === '/' || pathname === '/blank.html') {
+      if (pathname === '/') { res.writeHead(302, { ...headers, Location: '/demo/' }); res.end(); return; }
+      res.writeHead(200, { ...headers, 'Content-Type': TYPES['.html'] });
+      res.end(BLANK);
+      return;
+    }
+    const prefix = Object.keys(table).find((p) => pathname.startsWith(p) || pathname + '/' === p);
+    if (!prefix) { res.writeHead(404, headers); res.end('not found'); return; }
+    const root = table[prefix];
+    let file = path.join(root, pathname.slice(prefix.length));
+    if (!file.startsWith(root)) { res.writeHead(403, headers); res.end('forbidden'); return; }
+    fs.stat(file, (err, st) => {
+      if (!err && st.isDirectory()) { file = path.join(file, 'index.html'); st = fs.existsSync(file) ? fs.statSync(file) : null; }
+      if (err || !st) { res.writeHead(404, headers); res.end('not found'); return; }
+      res.writeHead(200, { ...headers, 'Content-Type': TYPES[path.extname(file)] || 'application/octet-stream',
+                           'Content-Length': st.size });
+      if (req.method === 'HEAD') { res.end(); return; }
+      fs.createReadStream(file).pipe(res);
+    });
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      const p = server.address().port;
+      resolve({ url: `http://${host}:${p}`, port: p, close: () => new Promise((r) => { server.closeAllConnections?.(); server.close(() => r()); }) });
+    });
+  });
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const arg = (name, def) => { const i = process.argv.indexOf(name); return i > 0 ? process.argv[i + 1] : def; };
+  const s = await startServer({ port: Number(arg('--port', 8000)), models: arg('--models', undefined) ?? undefined });
+  console.log(`wgllm demo: ${s.url}/demo/  (models from /models/, Ctrl-C stops)`);
+}

@@ -1,0 +1,283 @@
+// core.js - the JS host of the wasm core (wgllm-core.js/.wasm): loads the
+// module, puts the model into its file system, and runs requests through the
+// flat C functions of web/src/wgllm_web.c. Used on the page (createEngine) and
+// inside the worker (worker.js); the OpenAI-shaped API is in wgllm.js.
+//
+// Nothing here blocks: the engine runs on its own pthread; streamed text is
+// collected in C and JS waits for it with Atomics.waitAsync on a counter in
+// the shared heap (falling back to short timers where waitAsync is missing).
+//
+// For now the model file is copied into the wasm heap (the in-memory file
+// system, then the core's mmap of it); streaming weights straight into GPU
+// buffers arrives with the browser GPU HAL.
+
+import createWgllmCore from './wgllm-core.js';
+
+const FINISH = ['stop', 'length', 'abort', 'error'];
+
+function toError(message, code) {
+  const e = new Error(message);
+  if (code) e.code = code;
+  return e;
+}
+
+// Reads a model given as a URL, Blob/File, ArrayBuffer or typed array into
+// the module's file system at `path`, calling progress(loaded, total).
+async function writeModelFile(M, model, path, progress) {
+  const FS = M.FS;
+  if (typeof model === 'string' || model instanceof URL) {
+    const res = await fetch(model);
+    if (!res.ok) throw toError(`wgllm: fetching the model ${model} failed: HTTP ${res.status}`, 'fetch');
+    const total = Number(res.headers.get('content-length')) || 0;
+    const stream = FS.open(path, 'w+');
+    try {
+      if (total) FS.truncate(path, total); // one allocation of the final size
+      const reader = res.body.getReader();
+      let loaded = 0;
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        FS.write(stream, value, 0, value.length, loaded);
+        loaded += value.length;
+        progress(loaded, total || loaded);
+      }
+      if (total && loaded !== total)
+        throw toError(`wgllm: the model download ended at ${loaded} of ${total} bytes`, 'fetch');
+      progress(loaded, loaded);
+    } finally {
+      FS.close(stream);
+    }
+    return;
+  }
+  if (typeof Blob !== 'undefined' && model instanceof Blob) {
+    const total = model.size;
+    const stream = FS.open(path, 'w+');
+    try {
+      FS.truncate(path, total);
+      const step = 16 << 20; // read a File in bounded slices
+      for (let off = 0; off < total; off += step) {
+        const buf = new Uint8Array(await model.slice(off, Math.min(total, off + step)).arrayBuffer());
+        FS.write(stream, buf, 0, buf.length, off);
+        progress(off + buf.length, total);
+      }
+    } finally {
+      FS.close(stream);
+    }
+    return;
+  }
+  let bytes;
+  if (model instanceof ArrayBuffer) bytes = new Uint8Array(model);
+  else if (ArrayBuffer.isView(model)) bytes = new Uint8Array(model.buffer, model.byteOffset, model.byteLength);
+  else throw toError('wgllm: `model` must be a URL, a File/Blob, an ArrayBuffer or a typed array', 'argument');
+  FS.writeFile(path, bytes);
+  progress(bytes.length, bytes.length);
+}
+
+let loadCount = 0;
+
+/**
+ * Starts the wasm core and loads a model. Options: model, onProgress({stage,
+ * progress, loaded, total}), chatTemplate (Jinja text, e.g. chatml), nThreads,
+ * nCtx, nSlots. Resolves to a core engine (generate/embed/interrupt/unload).
+ */
+export async function loadCore(opts = {}) {
+  if (typeof crossOriginIsolated !== 'undefined' && !crossOriginIsolated)
+    throw toError('wgllm: the page is not cross-origin isolated; serve it with the headers ' +
+                  '"Cross-Origin-Opener-Policy: same-origin" and "Cross-Origin-Embedder-Policy: require-corp" ' +
+                  '(the wasm build uses threads, which need SharedArrayBuffer)', 'isolation');
+  if (opts.model == null) throw toError('wgllm: no model given (options.model)', 'argument');
+  const onProgress = typeof opts.onProgress === 'function' ? opts.onProgress : () => {};
+  // One compute thread unless asked: the core's thread pool spins between
+  // jobs, and in wasm on a 2-core machine two threads ran 20x slower than
+  // one (5.9 vs 122 tok/s on the tiny model); see web/README.md.
+  const nThreads = Math.max(1, Math.min(opts.nThreads || 1, 4));
+  // the download is the first half of the bar, parsing/validating the second
+  const report = (stage, frac, loaded, total) => {
+    const progress = stage === 'download' ? frac * 0.5 : 0.5 + frac * 0.5;
+    try { onProgress({ stage, progress, loaded, total }); } catch { /* the caller's bug, not ours */ }
+  };
+  const M = await createWgllmCore({
+    print: (t) => console.log(t),
+    printErr: (t) => console.warn(t),
+  });
+  M.onLoadProgress = (p) => report('load', p);
+  const path = `/model-${++loadCount}.gguf`;
+  await writeModelFile(M, opts.model, path, (loaded, total) => report('download', total ? loaded / total : 1, loaded, total));
+
+  const enc = new TextEncoder();
+  const mem = () => M.wasmMemory.buffer;
+  const cstr = (s) => { // malloc'd NUL-terminated UTF-8 (caller frees)
+    const b = enc.encode(s);
+    const p = M._malloc(b.length + 1);
+    const h = new Uint8Array(mem());
+    h.set(b, p);
+    h[p + b.length] = 0;
+    return p;
+  };
+  const cpacked = (strings) => { // "a\0b\0..." (caller frees)
+    const parts = strings.map((s) => enc.encode(String(s)));
+    const n = parts.reduce((a, b) => a + b.length + 1, 0);
+    const p = M._malloc(Math.max(1, n));
+    const h = new Uint8Array(mem());
+    let o = p;
+    for (const b of parts) { h.set(b, o); o += b.length; h[o++] = 0; }
+    return p;
+  };
+  const readBytes = (p, n) => new Uint8Array(mem(), p, n).slice(); // copy out of the shared heap
+  const lastError = () => M.UTF8ToString(M._wgllm_web_last_error());
+
+  const tmplPtr = opts.chatTemplate ? cstr(opts.chatTemplate) : 0;
+  const pathPtr = cstr(path);
+  const st = M._wgllm_web_load(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr);
+  M._free(pathPtr);
+  if (tmplPtr) M._free(tmplPtr);
+  try { M.FS.unlink(path); } catch { /* the core holds its own copy now */ }
+  if (!st) throw toError(`wgllm: loading the model failed: ${lastError()}`, 'load');
+  report('load', 1);
+
+  const info = {
+    backend: 'cpu',
+    threads: nThreads,
+    arch: M.UTF8ToString(M._wgllm_web_model_arch(st)),
+    n_vocab: M._wgllm_web_model_info(st, 0),
+    n_ctx_train: M._wgllm_web_model_info(st, 1),
+    n_embd: M._wgllm_web_model_info(st, 2),
+    n_layer: M._wgllm_web_model_info(st, 3),
+    weight_bytes: M._wgllm_web_model_info(st, 4),
+    simd128: true,
+    crossOriginIsolated: typeof crossOriginIsolated !== 'undefined' ? crossOriginIsolated : false,
+  };
+
+  const lenPtr = M._malloc(4);
+  const active = new Set(); // jobs in flight, for interrupt() and unload()
+  let unloaded = false;
+
+  const waitSeq = async (idx, seen) => {
+    const h = new Int32Array(mem());
+    if (typeof Atomics.waitAsync === 'function') {
+      const r = Atomics.waitAsync(h, idx, seen, 200);
+      if (r.async) await r.value;
+    } else if (Atomics.load(h, idx) === seen) {
+      await new Promise((res) => setTimeout(res, 2));
+    }
+  };
+
+  // Drives one job to its end: streams text to onText, resolves the job's numbers.
+  const drive = async (job, onText) => {
+    const idx = M._wgllm_web_job_seq(job) >> 2;
+    const dec = new TextDecoder();
+    for (;;) {
+      const seen = Atomics.load(new Int32Array(mem()), idx);
+      const done = M._wgllm_web_job_done(job);
+      const p = M._wgllm_web_job_take(job, lenPtr);
+      const n = new Int32Array(mem())[lenPtr >> 2];
+      if (n > 0 && onText) onText(dec.decode(readBytes(p, n), { stream: true }));
+      if (done) break;
+      await waitSeq(idx, seen);
+    }
+    const num = (k) => M._wgllm_web_job_num(job, k);
+    const status = num(0);
+    const finish = FINISH[num(1)] || 'error';
+    if (status !== 0 || finish === 'error') {
+      const msg = M.UTF8ToString(M._wgllm_web_job_message(job));
+      throw toError(`wgllm: ${msg || 'the request failed'}`, 'request');
+    }
+    return {
+      text: new TextDecoder().decode(readBytes(M._wgllm_web_job_text(job), num(9))),
+      finish,
+      usage: { prompt_tokens: num(2), cached_tokens: num(3), completion_tokens: num(4) },
+      timings: { ttft_ms: num(5), prefill_tok_s: num(6), decode_tok_s: num(7), total_ms: num(8) },
+    };
+  };
+
+  const checkLoaded = () => { if (unloaded) throw toError('wgllm: the engine was unloaded', 'unloaded'); };
+
+  /**
+   * req: {kind: 'completion'|'chat', prompt | messages, max_tokens, temperature,
+   * top_k, top_p, min_p, seed, repetition_penalty, presence_penalty,
+   * frequency_penalty, stop, ignore_eos}. Returns {result: Promise, cancel()}.
+   */
+  function generate(req, onText) {
+    checkLoaded();
+    const chat = req.kind === 'chat';
+    let textPtr;
+    let nMsgs = 0;
+    if (chat) {
+      if (!Array.isArray(req.messages) || req.messages.length === 0)
+        throw toError('wgllm: messages must be a non-empty array', 'argument');
+      const flat = [];
+      for (const m of req.messages) {
+        let content = m.content;
+        if (Array.isArray(content)) content = content.filter((c) => c.type === 'text').map((c) => c.text).join('');
+        flat.push(String(m.role), String(content ?? ''));
+      }
+      nMsgs = req.messages.length;
+      textPtr = cpacked(flat);
+    } else {
+      if (typeof req.prompt !== 'string') throw toError('wgllm: prompt must be a string', 'argument');
+      textPtr = cstr(req.prompt);
+    }
+    const stops = req.stop == null ? [] : Array.isArray(req.stop) ? req.stop : [req.stop];
+    const stopPtr = cpacked(stops);
+    const temperature = req.temperature ?? 1.0; // OpenAI's default
+    const job = M._wgllm_web_submit(st, chat ? 1 : 0, textPtr, nMsgs,
+      req.max_tokens ?? 256, temperature, req.top_k ?? 0, req.top_p ?? 1, req.min_p ?? 0,
+      req.seed ?? Math.floor(Math.random() * 2 ** 31), req.repetition_penalty ?? 1,
+      req.presence_penalty ?? 0, req.frequency_penalty ?? 0, stopPtr, stops.length, req.ignore_eos ? 1 : 0);
+    M._free(textPtr);
+    M._free(stopPtr);
+    if (!job) throw toError(`wgllm: ${lastError()}`, 'request');
+    const entry = { job, cancel: () => M._wgllm_web_job_cancel(job) };
+    active.add(entry);
+    const result = drive(job, onText).finally(() => {
+      active.delete(entry);
+      M._wgllm_web_job_free(job);
+    });
+    return { result, cancel: entry.cancel };
+  }
+
+  /** Embeds one text: pooling 'mean'|'cls'|'last'|'model'; resolves to a Float32Array. */
+  async function embed(text, { pooling = 'mean', normalize = true } = {}) {
+    checkLoaded();
+    const pool = { model: -1, none: 0, mean: 1, cls: 2, last: 3 }[pooling];
+    if (pool === undefined) throw toError(`wgllm: unknown pooling '${pooling}'`, 'argument');
+    const p = cstr(String(text));
+    const job = M._wgllm_web_embed(st, p, pool, normalize ? 1 : 0);
+    M._free(p);
+    if (!job) throw toError(`wgllm: ${lastError()}`, 'request');
+    const entry = { job, cancel: () => {} };
+    active.add(entry);
+    try {
+      const idx = M._wgllm_web_job_seq(job) >> 2;
+      for (;;) {
+        const seen = Atomics.load(new Int32Array(mem()), idx);
+        if (M._wgllm_web_job_done(job)) break;
+        await waitSeq(idx, seen);
+      }
+      if (M._wgllm_web_job_num(job, 0) !== 0)
+        throw toError(`wgllm: ${M.UTF8ToString(M._wgllm_web_job_message(job))}`, 'request');
+      const n = M._wgllm_web_job_num(job, 10);
+      const vp = M._wgllm_web_job_vec(job);
+      return new Float32Array(new Float32Array(mem(), vp, n)); // a copy, off the shared heap
+    } finally {
+      active.delete(entry);
+      M._wgllm_web_job_free(job);
+    }
+  }
+
+  function interrupt() {
+    for (const e of active) e.cancel();
+  }
+
+  async function unload() {
+    if (unloaded) return;
+    interrupt();
+    while (active.size) await new Promise((res) => setTimeout(res, 5));
+    unloaded = true;
+    M._wgllm_web_unload(st);
+    M._free(lenPtr);
+    if (M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
+  }
+
+  return { info, generate, embed, interrupt, unload };
+}

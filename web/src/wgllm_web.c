@@ -1,0 +1,383 @@
+/*
+ * wgllm_web.c - the C side of the browser package: a handful of flat
+ * functions that the JS host (web/src/core.js) calls through the wasm exports.
+ *
+ * Why a layer at all: the engine's streaming callback runs on the engine
+ * thread (a pthread = another Web Worker), which cannot talk to the JS that
+ * owns the request. So each request gets a text buffer that the engine thread
+ * appends to, plus a counter in shared memory that it bumps and notifies;
+ * JS waits on that counter with Atomics.waitAsync (never blocking its event
+ * loop), takes the text, and at the end reads the result. The blocking
+ * wgllm_request_wait / wgllm_embed run on a detached helper pthread per job.
+ *
+ * Ownership: wgllm_web_load returns a state (model + engine) freed by
+ * wgllm_web_unload; every job returned by a submit is freed by
+ * wgllm_web_job_free once JS has seen done != 0.
+ */
+#include <emscripten.h>
+#include <emscripten/threading.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wgllm.h"
+
+/* Progress of wgllm_model_load, forwarded to the JS host on the calling thread. */
+EM_JS(void, web_progress_js, (float p), {
+    if (Module["onLoadProgress"]) Module["onLoadProgress"](p);
+});
+
+struct web_state {
+    struct wgllm_model *model;
+    struct wgllm_engine *eng;
+    char *chat_template;
+};
+
+enum job_kind { JOB_QUERY = 0, JOB_CHAT = 1, JOB_EMBED = 2 };
+
+struct web_job {
+    /* first field, 4-aligned: JS waits on it with Atomics.waitAsync */
+    _Atomic int32_t seq;  /* bumped each time text arrives and at the end */
+    _Atomic int32_t done; /* 1 once result (or the embedding) is final */
+    _Atomic int32_t cancel;
+    enum job_kind kind;
+    struct web_state *st;
+    pthread_mutex_t mu;
+    char *pending; /* text not yet taken by JS */
+    size_t pending_len, pending_cap;
+    char *taken; /* what the last take returned (JS copies it out at once) */
+    size_t taken_cap;
+    struct wgllm_request *req;
+    struct wgllm_result res;
+    /* chat: owned copies of the messages */
+    struct wgllm_message *msgs;
+    char **strs;
+    int n_msgs;
+    /* embed */
+    char *text;
+    int pooling, normalize;
+    float *vec;
+    int n_vec;
+    enum wgllm_status status;
+    char message[512];
+};
+
+static char g_error[512];
+
+EMSCRIPTEN_KEEPALIVE const char *wgllm_web_last_error(void) { return g_error; }
+
+static void bump(struct web_job *j) {
+    atomic_fetch_add(&j->seq, 1);
+    emscripten_futex_wake((void *)&j->seq, INT_MAX);
+}
+
+static bool on_progress(float p, void *ud) {
+    (void)ud;
+    web_progress_js(p);
+    return true;
+}
+
+/*
+ * Loads the GGUF at `path` (a file of the in-memory file system) and starts an
+ * engine on it. chat_template may be NULL or "" (the model's). Returns NULL on
+ * failure with the message in wgllm_web_last_error().
+ */
+EMSCRIPTEN_KEEPALIVE struct web_state *wgllm_web_load(const char *path, int n_threads, int n_ctx, int n_slots,
+                                                      const char *chat_template) {
+    struct web_state *st = calloc(1, sizeof(*st));
+    if (!st) {
+        snprintf(g_error, sizeof(g_error), "out of memory");
+        return NULL;
+    }
+    struct wgllm_error err = {0};
+    struct wgllm_model_params mp = wgllm_model_default_params();
+    mp.n_threads = n_threads > 0 ? n_threads : 1;
+    mp.progress = on_progress;
+    if (wgllm_model_load(path, &mp, &st->model, &err) != WGLLM_STATUS_OK) {
+        snprintf(g_error, sizeof(g_error), "%s", err.message);
+        free(st);
+        return NULL;
+    }
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_threads = mp.n_threads;
+    ep.n_ctx = n_ctx;
+    ep.n_slots = n_slots > 0 ? n_slots : 1;
+    ep.snapshot_bytes = (size_t)32 << 20; /* the wasm heap only grows: keep snapshots small */
+    if (chat_template && chat_template[0]) {
+        st->chat_template = strdup(chat_template);
+        ep.chat_template = st->chat_template;
+    }
+    if (wgllm_engine_init(st->model, &ep, &st->eng, &err) != WGLLM_STATUS_OK) {
+        snprintf(g_error, sizeof(g_error), "%s", err.message);
+        wgllm_model_free(st->model);
+        free(st->chat_template);
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+EMSCRIPTEN_KEEPALIVE void wgllm_web_unload(struct web_state *st) {
+    if (!st) return;
+    wgllm_engine_free(st->eng);
+    wgllm_model_free(st->model);
+    free(st->chat_template);
+    free(st);
+}
+
+/* Model facts for the JS side: 0 vocab, 1 context of training, 2 embedding
+ * width, 3 layers, 4 weight bytes (MiB, rounded up). */
+EMSCRIPTEN_KEEPALIVE double wgllm_web_model_info(struct web_state *st, int what) {
+    switch (what) {
+    case 0: return wgllm_model_n_vocab(st->model);
+    case 1: return wgllm_model_n_ctx_train(st->model);
+    case 2: return wgllm_model_n_embd(st->model);
+    case 3: return wgllm_model_n_layer(st->model);
+    case 4: return (double)wgllm_model_size(st->model);
+    default: return -1;
+    }
+}
+
+EMSCRIPTEN_KEEPALIVE const char *wgllm_web_model_arch(struct web_state *st) { return wgllm_model_arch(st->model); }
+
+static bool on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
+    (void)token;
+    (void)logprob;
+    struct web_job *j = ud;
+    pthread_mutex_lock(&j->mu);
+    if (j->pending_len + len + 1 > j->pending_cap) {
+        size_t cap = j->pending_cap ? j->pending_cap : 256;
+        while (cap < j->pending_len + len + 1) cap *= 2;
+        char *p = realloc(j->pending, cap);
+        if (p) {
+            j->pending = p;
+            j->pending_cap = cap;
+        }
+    }
+    if (j->pending_len + len + 1 <= j->pending_cap) {
+        memcpy(j->pending + j->pending_len, text, len);
+        j->pending_len += len;
+    }
+    pthread_mutex_unlock(&j->mu);
+    bump(j);
+    return !atomic_load(&j->cancel);
+}
+
+static void *job_main(void *p) {
+    struct web_job *j = p;
+    if (j->kind == JOB_EMBED) {
+        struct wgllm_error err = {0};
+        int n_embd = wgllm_model_n_embd(j->st->model);
+        j->vec = malloc(sizeof(float) * (size_t)n_embd);
+        if (!j->vec) {
+            j->status = WGLLM_STATUS_OUT_OF_MEMORY;
+            snprintf(j->message, sizeof(j->message), "out of memory");
+        } else {
+            j->status = wgllm_embed(j->st->eng, j->text, strlen(j->text), (enum wgllm_pooling)j->pooling,
+                                    j->normalize != 0, j->vec, n_embd, &j->n_vec, &err);
+            if (j->status) snprintf(j->message, sizeof(j->message), "%s", err.message);
+        }
+    } else {
+        wgllm_request_wait(j->req, &j->res);
+        j->req = NULL;
+        j->status = j->res.status;
+        snprintf(j->message, sizeof(j->message), "%s", j->res.message);
+    }
+    atomic_store(&j->done, 1);
+    bump(j);
+    return NULL;
+}
+
+static struct web_job *job_new(struct web_state *st, enum job_kind kind) {
+    struct web_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        snprintf(g_error, sizeof(g_error), "out of memory");
+        return NULL;
+    }
+    j->st = st;
+    j->kind = kind;
+    pthread_mutex_init(&j->mu, NULL);
+    return j;
+}
+
+static bool job_start(struct web_job *j) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, job_main, j) != 0) {
+        snprintf(g_error, sizeof(g_error), "cannot start a helper thread");
+        return false;
+    }
+    pthread_detach(t);
+    return true;
+}
+
+EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j);
+
+/*
+ * Starts a generation. kind 0: `text` is the raw prompt; kind 1: `text` holds
+ * n_msgs (role, content) pairs, each string NUL-terminated, one after the
+ * other. `stops` holds n_stop NUL-terminated strings the same way. The
+ * sampling numbers follow struct wgllm_sampler_params (seed as a double so
+ * that JS numbers pass unchanged). Returns NULL with wgllm_web_last_error().
+ */
+EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int kind, const char *text, int n_msgs,
+                                                      int max_tokens, float temperature, int top_k, float top_p,
+                                                      float min_p, double seed, float repeat_penalty,
+                                                      float presence_penalty, float frequency_penalty,
+                                                      const char *stops, int n_stop, int ignore_eos) {
+    struct web_job *j = job_new(st, kind == 1 ? JOB_CHAT : JOB_QUERY);
+    if (!j) return NULL;
+    struct wgllm_request_params rp = wgllm_request_default_params();
+    rp.max_tokens = max_tokens;
+    rp.sampling.temperature = temperature;
+    rp.sampling.top_k = top_k;
+    rp.sampling.top_p = top_p;
+    rp.sampling.min_p = min_p;
+    rp.sampling.seed = (uint64_t)seed;
+    rp.sampling.repeat_penalty = repeat_penalty;
+    rp.sampling.presence_penalty = presence_penalty;
+    rp.sampling.frequency_penalty = frequency_penalty;
+    rp.ignore_eos = ignore_eos != 0;
+    rp.on_token = on_token;
+    rp.user_data = j;
+    const char *stop_ptrs[16];
+    if (n_stop < 0 || n_stop > 16) {
+        snprintf(g_error, sizeof(g_error), "n_stop %d: at most 16 stop strings", n_stop);
+        wgllm_web_job_free(j);
+        return NULL;
+    }
+    for (int i = 0; i < n_stop; i++) {
+        stop_ptrs[i] = stops;
+        stops += strlen(stops) + 1;
+    }
+    rp.stop = stop_ptrs;
+    rp.n_stop = n_stop;
+    struct wgllm_error err = {0};
+    enum wgllm_status s;
+    if (j->kind == JOB_CHAT) {
+        if (n_msgs <= 0) {
+            snprintf(g_error, sizeof(g_error), "messages is empty");
+            wgllm_web_job_free(j);
+            return NULL;
+        }
+        j->msgs = calloc((size_t)n_msgs, sizeof(*j->msgs));
+        if (!j->msgs) {
+            snprintf(g_error, sizeof(g_error), "out of memory");
+            wgllm_web_job_free(j);
+            return NULL;
+        }
+        j->n_msgs = n_msgs;
+        const char *p = text;
+        for (int i = 0; i < n_msgs; i++) {
+            j->msgs[i].role = p;
+            p += strlen(p) + 1;
+            j->msgs[i].content = p;
+            p += strlen(p) + 1;
+        }
+        s = wgllm_engine_submit_chat(st->eng, j->msgs, n_msgs, &rp, &j->req, &err);
+    } else {
+        s = wgllm_engine_submit_query(st->eng, text, strlen(text), &rp, &j->req, &err);
+    }
+    if (s != WGLLM_STATUS_OK) {
+        snprintf(g_error, sizeof(g_error), "%s", err.message);
+        wgllm_web_job_free(j);
+        return NULL;
+    }
+    if (!job_start(j)) {
+        wgllm_request_cancel(j->req);
+        wgllm_request_wait(j->req, &j->res);
+        j->req = NULL;
+        wgllm_web_job_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* Embeds `text` on a helper thread (the engine computes it); pooling as enum wgllm_pooling. */
+EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_embed(struct web_state *st, const char *text, int pooling,
+                                                     int normalize) {
+    struct web_job *j = job_new(st, JOB_EMBED);
+    if (!j) return NULL;
+    j->text = strdup(text);
+    j->pooling = pooling;
+    j->normalize = normalize;
+    if (!j->text || !job_start(j)) {
+        if (!j->text) snprintf(g_error, sizeof(g_error), "out of memory");
+        wgllm_web_job_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* Address of the counter JS waits on (seq), as an int32 index base. */
+EMSCRIPTEN_KEEPALIVE int32_t *wgllm_web_job_seq(struct web_job *j) { return (int32_t *)&j->seq; }
+EMSCRIPTEN_KEEPALIVE int wgllm_web_job_done(struct web_job *j) { return atomic_load(&j->done); }
+
+/* Cancels at the next tick (and makes on_token ask to stop). */
+EMSCRIPTEN_KEEPALIVE void wgllm_web_job_cancel(struct web_job *j) {
+    atomic_store(&j->cancel, 1);
+    struct wgllm_request *r = j->req;
+    if (r && !atomic_load(&j->done)) wgllm_request_cancel(r);
+}
+
+/* Moves the text streamed so far out of the job: returns it (valid until the
+ * next take) with its byte length in *len. */
+EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_take(struct web_job *j, int *len) {
+    pthread_mutex_lock(&j->mu);
+    if (j->taken_cap < j->pending_len + 1) {
+        char *p = realloc(j->taken, j->pending_len + 1);
+        if (!p) {
+            pthread_mutex_unlock(&j->mu);
+            *len = 0;
+            return "";
+        }
+        j->taken = p;
+        j->taken_cap = j->pending_len + 1;
+    }
+    if (j->pending_len) memcpy(j->taken, j->pending, j->pending_len);
+    *len = (int)j->pending_len;
+    j->pending_len = 0;
+    pthread_mutex_unlock(&j->mu);
+    return j->taken ? j->taken : "";
+}
+
+/* Results once done: 0 status, 1 finish reason, 2 prompt tokens, 3 cached
+ * tokens, 4 completion tokens, 5 ttft ms, 6 prefill tok/s, 7 decode tok/s,
+ * 8 total ms, 9 text length, 10 embedding length. */
+EMSCRIPTEN_KEEPALIVE double wgllm_web_job_num(struct web_job *j, int what) {
+    const struct wgllm_result *r = &j->res;
+    switch (what) {
+    case 0: return j->status;
+    case 1: return r->finish;
+    case 2: return r->usage.prompt_tokens;
+    case 3: return r->usage.cached_tokens;
+    case 4: return r->usage.completion_tokens;
+    case 5: return r->timings.ttft_ms;
+    case 6: return r->timings.prefill_tok_s;
+    case 7: return r->timings.decode_tok_s;
+    case 8: return r->timings.total_ms;
+    case 9: return (double)r->text_len;
+    case 10: return j->n_vec;
+    default: return -1;
+    }
+}
+
+EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_text(struct web_job *j) { return j->res.text ? j->res.text : ""; }
+EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_message(struct web_job *j) { return j->message; }
+EMSCRIPTEN_KEEPALIVE const float *wgllm_web_job_vec(struct web_job *j) { return j->vec; }
+
+/* Frees a job that is done (or was never started). */
+EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j) {
+    if (!j) return;
+    wgllm_result_free(&j->res);
+    pthread_mutex_destroy(&j->mu);
+    free(j->pending);
+    free(j->taken);
+    free(j->msgs);
+    free(j->strs);
+    free(j->text);
+    free(j->vec);
+    free(j);
+}

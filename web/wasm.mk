@@ -1,0 +1,49 @@
+# web/wasm.mk - `make wasm`: the core compiled to WebAssembly for browsers,
+# with Debian's emscripten (3.1.6; it needs NODE_PATH to find acorn), into
+# web/dist/ next to the JS host (web/src/*.js, copied) and its types.
+#
+# What goes in: every library source except the native GPU HAL (it dlopens
+# Dawn; web/src/hal_none.c stands in: no device, so `auto` picks the CPU,
+# until the browser HAL over navigator.gpu exists) and the x86/ARM SIMD
+# kernel files (the portable kernels run, auto-vectorised to SIMD128), plus
+# the JS-facing glue web/src/wgllm_web.c and a libc gap (web/src/compat.c).
+# Threads: -pthread (the engine has its own thread, the CPU backend a pool),
+# so pages must be cross-origin isolated (COOP/COEP headers) for
+# SharedArrayBuffer. Memory grows up to 4 GiB; the model file is copied into
+# the wasm heap for now (streaming weights to the GPU comes with the JS HAL).
+
+EMCC      ?= emcc
+EMCC_ENV  := NODE_PATH=/usr/share/nodejs
+WASM_OUT  := build/wasm
+WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/compat.c web/src/hal_none.c
+WASM_OBJ  := $(WASM_SRC:%.c=$(WASM_OUT)/%.o)
+WASM_CFLAGS := -std=c11 -D_GNU_SOURCE -include web/src/compat.h -Iinclude -Isrc $(WARN) -O2 -msimd128 -pthread -MMD -MP
+WASM_FUNCS := malloc free wgllm_web_load wgllm_web_unload wgllm_web_last_error wgllm_web_model_info \
+  wgllm_web_model_arch wgllm_web_submit wgllm_web_embed wgllm_web_job_seq wgllm_web_job_done \
+  wgllm_web_job_cancel wgllm_web_job_take wgllm_web_job_num wgllm_web_job_text wgllm_web_job_message \
+  wgllm_web_job_vec wgllm_web_job_free
+WASM_COMMA := ,
+WASM_EXPORTS := $(subst $() ,$(WASM_COMMA),$(strip $(addprefix _,$(WASM_FUNCS))))
+# PTHREAD_POOL_SIZE: workers started with the module, so that no
+# pthread_create has to wait for a new Worker to load: up to 4 compute
+# threads, the engine thread and a helper per request in flight.
+WASM_LDFLAGS := -pthread -O2 -msimd128 -sMODULARIZE=1 -sEXPORT_ES6=1 -sEXPORT_NAME=createWgllmCore \
+  -sENVIRONMENT=web,worker -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=64MB -sMAXIMUM_MEMORY=4GB \
+  -sPTHREAD_POOL_SIZE=8 -sEXPORTED_FUNCTIONS=$(WASM_EXPORTS) -sEXIT_RUNTIME=0 -Wno-pthreads-mem-growth \
+  -sEXPORTED_RUNTIME_METHODS=FS,UTF8ToString,stringToUTF8,lengthBytesUTF8 -sFORCE_FILESYSTEM=1
+WEB_JS := $(wildcard web/src/*.js web/src/*.d.ts)
+
+.PHONY: wasm
+wasm: web/dist/wgllm-core.js $(WEB_JS:web/src/%=web/dist/%)
+
+$(WASM_OUT)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(EMCC_ENV) $(EMCC) $(WASM_CFLAGS) -c $< -o $@
+
+web/dist/wgllm-core.js: $(WASM_OBJ)
+	@mkdir -p web/dist
+	$(EMCC_ENV) $(EMCC) $(WASM_LDFLAGS) -o $@ $(WASM_OBJ) -lm
+
+web/dist/%: web/src/%
+	@mkdir -p web/dist
+	cp $< $@
