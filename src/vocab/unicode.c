@@ -436,6 +436,7 @@ static bool cls_category(struct cls *c, char cat) {
         cls_range(c, 0xD5, 0xD5);
         cls_range(c, 0x24, 0x24); cls_range(c, 0x2B, 0x2B); cls_range(c, 0x3C, 0x3E);
         cls_range(c, 0x5E, 0x5E); cls_range(c, 0x60, 0x60); cls_range(c, 0x7C, 0x7C);
+        cls_range(c, 0x7E, 0x7E);
         return true;
     }
     return false;
@@ -455,6 +456,8 @@ static uint32_t hexval(struct parser *ps, int digits) {
     }
     return v;
 }
+
+static bool is_letter_subcat(uint32_t c) { return c == 'u' || c == 'l' || c == 't' || c == 'm' || c == 'o'; }
 
 /* Parses the escape after '\'. Returns a literal char, or -1 when it added
  * to class `c` (\s, \d, \p{..}, ...). */
@@ -477,9 +480,17 @@ static int64_t parse_escape(struct parser *ps, struct cls *c) {
     case 'w': c->word = true; return -1;
     case 'W': c->nonword = true; return -1;
     case 'p':
+        /* \p{X}; the letter subcategories \p{Lu} \p{Ll} \p{Lt} \p{Lm} \p{Lo}
+         * collapse to \p{L}, as llama.cpp's k_ucat_enum maps them */
         if (ps->i + 2 < ps->n && ps->p[ps->i] == '{' && ps->p[ps->i + 2] == '}' && ps->collapsed &&
             cls_category(c, (char)ps->p[ps->i + 1])) {
             ps->i += 3;
+            return -1;
+        }
+        if (ps->i + 3 < ps->n && ps->p[ps->i] == '{' && ps->p[ps->i + 1] == 'L' && ps->p[ps->i + 3] == '}' &&
+            ps->collapsed && is_letter_subcat(ps->p[ps->i + 2])) {
+            cls_category(c, 'L');
+            ps->i += 4;
             return -1;
         }
         ps->bad = true;
@@ -823,8 +834,9 @@ static const char *const k_llama3_expr_b =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 static bool uses_category(const char *e) {
-    static const char *const cats[] = {"\\p{N}", "\\p{L}", "\\p{P}", "\\p{M}", "\\p{S}"};
-    for (int i = 0; i < 5; i++)
+    static const char *const cats[] = {"\\p{N}", "\\p{L}", "\\p{P}", "\\p{M}", "\\p{S}",
+                                       "\\p{Lu}", "\\p{Ll}", "\\p{Lt}", "\\p{Lm}", "\\p{Lo}"};
+    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
         if (strstr(e, cats[i])) return true;
     return false;
 }

@@ -143,10 +143,24 @@ static const char *const k_re_llama3 =
 static const char *const k_re_qwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char *const k_re_deepseek_llm_letters =
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-"
-    "ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-"
-    "ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
-static const char *const k_re_cjk = "[一-龥ࠀ-一가-퟿]+";
+    "\\s?[A-Za-z\u00B5\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u01BA\u01BC-\u01BF\u01C4-\u0293\u0295-\u02AF"
+    "\u0370-\u0373\u0376\u0377\u037B-\u037D\u037F\u0386\u0388-\u038A\u038C\u038E-\u03A1\u03A3-\u03F5"
+    "\u03F7-\u0481\u048A-\u052F\u0531-\u0556\u10A0-\u10C5\u13A0-\u13F5\u13F8-\u13FD\u1C90-\u1CBA"
+    "\u1CBD-\u1CBF\u1D00-\u1D2B\u1D6B-\u1D77\u1D79-\u1D9A\u1E00-\u1F15\u1F18-\u1F1D\u1F20-\u1F45"
+    "\u1F48-\u1F4D\u1F50-\u1F57\u1F59\u1F5B\u1F5D\u1F5F-\u1F7D\u1F80-\u1FB4\u1FB6-\u1FBC\u1FBE\u1FC2-"
+    "\u1FC4\u1FC6-\u1FCC\u1FD0-\u1FD3\u1FD6-\u1FDB\u1FE0-\u1FEC\u1FF2-\u1FF4\u1FF6-\u1FFC\u2102\u2107"
+    "\u210A-\u2113\u2115\u2119-\u211D\u2124\u2126\u2128\u212A-\u212D\u212F-\u2134\u2139\u213C-\u213F"
+    "\u2145-\u2149\u214E\u2183\u2184\u2C00-\u2C7B\u2C7E-\u2CE4\u2CEB-\u2CEE\u2CF2\u2CF3\uA640-\uA66D"
+    "\uA680-\uA69B\uA722-\uA76F\uA771-\uA787\uA78B-\uA78E\uAB70-\uABBF\uFB00-\uFB06\uFB13-\uFB17"
+    "\uFF21-\uFF3A\uFF41-\uFF5A\U00010400-\U0001044F\U000104B0-\U000104D3\U000104D8-\U000104FB"
+    "\U00010C80-\U00010CB2\U00010CC0-\U00010CF2\U000118A0-\U000118DF\U0001E900-\U0001E943]+";
+static const char *const k_re_cjk = "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+";
+/* tekken and gpt-4o as llama.cpp rewrote them: \p{Lu}.. would collapse to \p{L},
+ * so upper/lower case is told apart by ASCII only, via lookaheads. */
+static const char *const k_re_tekken =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char *const k_re_gpt4o =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 #define MAX_RE 6
 struct pre_def {
@@ -157,16 +171,19 @@ struct pre_def {
 
 /* Pre-tokenizers chosen by tokenizer.ggml.pre, as llama.cpp's llm_tokenizer_bpe. */
 static const struct pre_def k_pre_defs[] = {
-    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", NULL, "\\p{N}+", "[0-9][0-9][0-9]"}, false, false},
-    {"llama3|llama-v3|llama-bpe|falcon3", {NULL}, true, true},
+    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", NULL, "\\p{N}+", "[0-9][0-9][0-9]"}, false, false},
+    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano", {NULL}, true, true},
     {"dbrx|smaug-bpe", {NULL}, false, false},
-    {"deepseek-llm", {"[\r\n]", NULL, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", NULL, "\\p{N}+"}, false, false},
+    {"deepseek-llm", {"[\r\n]", NULL, "\\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+", "\\s+$", NULL, "\\p{N}+"}, false, false},
     {"deepseek-coder", {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", NULL, "\\p{N}"}, false, false},
     {"falcon", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", NULL, "[0-9][0-9][0-9]"}, false, false},
-    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b", {"\\p{N}", NULL}, false, false},
-    {"gpt-2|phi-2|jina-es|jina-de|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|mpt|olmo|jais|gigachat",
+    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", {"\\p{N}", NULL}, false, false},
+    {"gpt-2|phi-2|jina-es|jina-de|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|mpt|olmo|jais|gigachat|"
+     "a.x-4.0|mellum|modern-bert|roberta-bpe|exaone4|trillion|granite-docling",
      {NULL}, false, false},
-    {"qwen2|deepseek-r1-qwen|stablelm2|megrez", {NULL}, false, false},
+    {"qwen2|deepseek-r1-qwen|stablelm2|megrez|kormo|f2llmv2|hunyuan|solar-open|grok-2", {NULL}, false, false},
+    {"tekken", {NULL}, true, true},
+    {"gpt-4o|llama4|kanana2|talkie|minimax-m2", {NULL}, false, false},
 };
 
 static bool name_in(const char *names, struct wgllm_gguf_str s) {
@@ -198,6 +215,8 @@ static int pre_exprs(int def, const char **out) {
         return n;
     case 7: out[0] = k_re_gpt2; return 1;
     case 8: out[0] = k_re_qwen2; return 1;
+    case 9: out[0] = k_re_tekken; return 1;
+    case 10: out[0] = k_re_gpt4o; return 1;
     }
     return 0;
 }
