@@ -6,7 +6,7 @@
 #   bash scripts/demo.sh [MODEL.gguf] [PROMPT]
 set -eu
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
+bash scripts/deps.sh build
 make -j"$(nproc 2>/dev/null || echo 2)" build/release/wgllm >/dev/null
 export WGLLM_SHARED="${WGLLM_SHARED:-$(cd .. && pwd)/shared}"
 model="${1:-}"

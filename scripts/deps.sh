@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
-# Installs what building and testing wgllm needs on Debian 12, only when it is
-# missing: a C compiler and make (build), libmicrohttpd, cJSON and libcurl (the server and client),
-# Node.js >= 20 and npm (the llama.cpp peer of the tests and benchmarks). Runs
-# apt-get as root or through sudo.
+# Installs, on Debian 12, only what is missing:
+#   bash scripts/deps.sh build   a C compiler, make, and the native-only libraries of
+#                                the wgllm command (libmicrohttpd, cJSON, libcurl)
+#   bash scripts/deps.sh test    the above, plus what the tests run against: Node.js >= 20
+#                                and npm (llama.cpp's npm package, the openai client),
+#                                Dawn (npm, tools/dawn) with SwiftShader's Vulkan ICD from
+#                                chromium-common and libvulkan1 (WebGPU without a GPU), and
+#                                emscripten + Chromium + playwright-core (the browser tests)
+# apt-get runs as root or through sudo. WGLLM_DEPS_WEB=1 is the same as `test`.
 set -u
+mode="${1:-build}"
+[ "${WGLLM_DEPS_WEB:-0}" = 1 ] && mode=test
+case "$mode" in build|test) ;; *) echo "usage: scripts/deps.sh [build|test]" >&2; exit 2 ;; esac
+root="$(cd "$(dirname "$0")/.." && pwd)"
+
 missing=()
 command -v cc >/dev/null || missing+=(gcc libc6-dev)
 command -v make >/dev/null || missing+=(make)
-if ! command -v node >/dev/null || [ "$(node -e 'console.log(process.versions.node.split(".")[0])' 2>/dev/null || echo 0)" -lt 20 ]; then
-    missing+=(nodejs)
-fi
-command -v npm >/dev/null || missing+=(npm)
-# `wgllm serve` (native only): HTTP and JSON libraries
+# `wgllm serve` and the client's remote endpoints (native only)
 [ -f /usr/include/microhttpd.h ] || missing+=(libmicrohttpd-dev)
 [ -f /usr/include/cjson/cJSON.h ] || missing+=(libcjson-dev)
-# endpoints in the client (gateways, providers): libcurl
-[ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || \
-    [ -n "$(find /usr/include -maxdepth 2 -path '*curl/curl.h' -print -quit 2>/dev/null)" ] || missing+=(libcurl4-openssl-dev)
-# WebGPU tests without a GPU: SwiftShader's Vulkan ICD (from Chromium) and the Vulkan loader
-[ -f /usr/lib/chromium/vk_swiftshader_icd.json ] || missing+=(chromium-common)
-ls /usr/lib/*/libvulkan.so.1 >/dev/null 2>&1 || missing+=(libvulkan1)
-# browser package (`make wasm`, tests/web), only with WGLLM_DEPS_WEB=1: emscripten
-# (Debian's 3.1.6) and Chromium for the headless browser tests
-if [ "${WGLLM_DEPS_WEB:-0}" = 1 ]; then
+[ -n "$(find /usr/include -maxdepth 3 -path '*curl/curl.h' -print -quit 2>/dev/null)" ] || missing+=(libcurl4-openssl-dev)
+if [ "$mode" = test ]; then
+    if ! command -v node >/dev/null || [ "$(node -e 'console.log(process.versions.node.split(".")[0])' 2>/dev/null || echo 0)" -lt 20 ]; then
+        missing+=(nodejs)
+    fi
+    command -v npm >/dev/null || missing+=(npm)
+    [ -f /usr/lib/chromium/vk_swiftshader_icd.json ] || missing+=(chromium-common)
+    ls /usr/lib/*/libvulkan.so.1 >/dev/null 2>&1 || missing+=(libvulkan1)
     command -v emcc >/dev/null || missing+=(emscripten)
     [ -x /usr/bin/chromium ] || missing+=(chromium)
 fi
@@ -35,24 +40,19 @@ if [ ${#missing[@]} -gt 0 ]; then
         exit 1
     }
 fi
-# Dawn (webgpu.h C library, dlopen'ed by the WebGPU backend), pinned in tools/dawn
-dawn_dir="$(cd "$(dirname "$0")/.." && pwd)/tools/dawn"
-if [ ! -d "$dawn_dir/node_modules" ]; then
-    echo "installing: Dawn (npm bun-webgpu-linux-x64) into tools/dawn"
-    (cd "$dawn_dir" && npm ci --no-audit --no-fund >/dev/null) || {
-        echo "wgllm: could not install Dawn with npm in $dawn_dir" >&2
+[ "$mode" = test ] || exit 0
+
+# npm packages, each pinned with its package-lock.json
+npm_ci() { # $1 = folder, $2 = a package that shows it is installed
+    [ -d "$root/$1/node_modules/$2" ] && return 0
+    echo "installing: npm packages of $1"
+    (cd "$root/$1" && npm ci --omit=optional --no-audit --no-fund >/dev/null) || {
+        echo "wgllm: npm ci failed in $1" >&2
         exit 1
     }
-fi
-# playwright-core (pinned in web/package.json) drives /usr/bin/chromium; it never downloads a browser
-if [ "${WGLLM_DEPS_WEB:-0}" = 1 ]; then
-    web_dir="$(cd "$(dirname "$0")/.." && pwd)/web"
-    if [ ! -d "$web_dir/node_modules/playwright-core" ]; then
-        echo "installing: playwright-core (npm) into web/node_modules"
-        (cd "$web_dir" && npm ci --no-audit --no-fund >/dev/null) || {
-            echo "wgllm: could not install playwright-core with npm in $web_dir" >&2
-            exit 1
-        }
-    fi
-fi
+}
+npm_ci tools/peer node-llama-cpp
+npm_ci tools/peer openai
+npm_ci tools/dawn bun-webgpu-linux-x64
+npm_ci web playwright-core
 exit 0

@@ -8,7 +8,7 @@
 # Ends with one line "total: N passed, N failed"; exits non-zero on any failure.
 set -u
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh || { echo "total: 0 passed, 1 failed"; exit 1; }
+bash scripts/deps.sh test || { echo "total: 0 passed, 1 failed"; exit 1; }
 export WGLLM_REQUIRE_WEBGPU="${WGLLM_REQUIRE_WEBGPU:-1}"  # deps.sh installed Dawn + SwiftShader
 export WGLLM_SHARED="${WGLLM_SHARED:-$(cd .. && pwd)/shared}"
 jobs=$(nproc 2>/dev/null || echo 2)
