@@ -144,12 +144,20 @@ bool wgllm_token_is_eog(const struct wgllm_model *model, int32_t token);
 
 struct wgllm_context;
 
+/* Where a context runs its forward pass. */
+enum wgllm_backend {
+    WGLLM_BACKEND_CPU,    /* the CPU backend (every feature) */
+    WGLLM_BACKEND_WEBGPU, /* WebGPU (Dawn's webgpu.h): single-sequence wgllm_decode; fails when no adapter */
+    WGLLM_BACKEND_AUTO,   /* WebGPU on a hardware GPU adapter, else the CPU (wgllm_context_backend says why) */
+};
+
 struct wgllm_context_params {
     int n_ctx;     /* KV-cache length in tokens, per sequence; 0 = the model's training context, capped at 4096 */
     int n_batch;   /* most tokens one forward pass processes; longer inputs are split */
     int n_threads; /* 0 = the model's n_threads */
     int n_seq;     /* sequence slots sharing the weights (the engine's parallel streams); the
                       single-sequence calls below use slot 0; default 1 */
+    enum wgllm_backend backend; /* default WGLLM_BACKEND_CPU */
 };
 
 struct wgllm_context_params wgllm_context_default_params(void);
@@ -164,6 +172,13 @@ int wgllm_context_n_ctx(const struct wgllm_context *ctx);
 /* Bytes the context allocated (KV cache + scratch + logits); constant after init
  * except that the logits buffer grows once to the largest all_logits decode. */
 uint64_t wgllm_context_memory(const struct wgllm_context *ctx);
+/* The backend the context runs on and, for WEBGPU/AUTO, the adapter or why
+ * the CPU was chosen, e.g. "webgpu: NVIDIA ... (vulkan, discrete GPU)" or
+ * "cpu (auto: the only WebGPU adapter, SwiftShader ..., is a CPU adapter)". */
+const char *wgllm_context_backend(const struct wgllm_context *ctx);
+/* GPU memory the context allocated (weights, KV cache, activations, kernel
+ * parameters): fixed at init, never grows while decoding; 0 on the CPU. */
+uint64_t wgllm_context_gpu_memory(const struct wgllm_context *ctx);
 /* Number of tokens currently in the KV cache (the next token's position). */
 int wgllm_context_n_past(const struct wgllm_context *ctx);
 /* Forgets every cached position >= n_past (0 clears the cache). */

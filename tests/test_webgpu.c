@@ -354,45 +354,107 @@ TEST(rms_norm) {
         struct wgllm_kparams kp = {.n = (uint32_t)n, .f0 = 1e-5f};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_RMS_NORM, WGLLM_TYPE_F32, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, R, 1, 1) && read_f32(bufs[2], y, (size_t)R * n));
+        /* the sum of squares is lossless on both sides: the same scale, the same bits,
+         * up to the device's sqrt/division (exact on SwiftShader; Vulkan allows ulps) */
         double worst = 0;
+        int differ = 0;
         for (int r = 0; r < R; r++) {
             wgllm_op_rms_norm(x + (size_t)r * n, w, ref, n, 1e-5f);
-            for (int i = 0; i < n; i++) worst = fmax(worst, fabs(y[(size_t)r * n + i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+            for (int i = 0; i < n; i++) {
+                worst = fmax(worst, fabs(y[(size_t)r * n + i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+                differ += y[(size_t)r * n + i] != ref[i];
+            }
         }
-        CHECK(worst < 1e-5);
+        printf("  rms_norm n=%d: %d of %d differ from the CPU's bits, max rel %.1e\n", n, differ, R * n, worst);
+        CHECK(worst < 1e-6);
         for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
         free(x), free(w), free(y), free(ref);
     }
 }
 
+/* The kernel rotates by the host's cos/sin table (wgllm_op_rope_cache), so
+ * it must reproduce wgllm_op_rope to the last bit (a device that fuses
+ * x0*c - x1*s into an fma could differ by an ulp: allowed, reported). */
 TEST(rope_modes) {
     const int n_head = 4, head_dim = 64, T = 3;
-    const uint32_t pos[3] = {0, 7, 1000};
+    const int pos[3] = {0, 7, 1000};
     static const int rots[] = {64, 32};
     for (int neox = 0; neox < 2; neox++)
         for (int ri = 0; ri < 2; ri++) {
             const int n_rot = rots[ri];
             const int row = n_head * head_dim;
-            float x[3 * 256], ref[3 * 256], y[3 * 256], cs[64];
+            float x[3 * 256], ref[3 * 256], y[3 * 256], cs[3 * 64];
             fill(x, (size_t)T * row, 2.0f);
             memcpy(ref, x, sizeof x);
             const float base = 10000.0f, fscale = 1.0f;
             for (int t = 0; t < T; t++) {
-                wgllm_op_rope_cache(cs, (int)pos[t], n_rot, base, fscale, NULL);
-                for (int h = 0; h < n_head; h++) wgllm_op_rope(ref + t * row + h * head_dim, cs, n_rot, neox);
+                wgllm_op_rope_cache(cs + t * n_rot, pos[t], n_rot, base, fscale, NULL);
+                for (int h = 0; h < n_head; h++) wgllm_op_rope(ref + t * row + h * head_dim, cs + t * n_rot, n_rot, neox);
             }
-            struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(pos, sizeof pos)};
-            struct wgllm_kparams kp = {.n = n_head, .k = head_dim, .m = (uint32_t)n_rot, .b = (uint32_t)row,
-                                       .f0 = fscale, .f1 = powf(base, -2.0f / (float)n_rot)};
+            struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(cs, sizeof(float) * (size_t)T * n_rot)};
+            struct wgllm_kparams kp = {.n = n_head, .k = head_dim, .m = (uint32_t)n_rot, .b = (uint32_t)row};
             struct wgllm_kernel_key key = {WGLLM_KERNEL_ROPE, WGLLM_TYPE_F32, neox};
             CHECK(run_kernel(&key, &kp, 2, bufs, cdiv(n_head * n_rot / 2, wgllm_wgsl_default_tune()->wg_elem), T, 1) &&
                   read_f32(bufs[0], y, (size_t)T * row));
             double worst = 0;
-            for (int i = 0; i < T * row; i++) worst = fmax(worst, fabs(y[i] - ref[i]));
-            /* GPU sin/cos of angles up to 1000 rad differ from libm by ~1e-4 */
-            CHECK(worst < 2e-3);
+            int differ = 0;
+            for (int i = 0; i < T * row; i++) {
+                worst = fmax(worst, fabs(y[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+                differ += y[i] != ref[i];
+            }
+            if (differ) printf("  rope neox=%d n_rot=%d: %d values differ by up to %.1e (rel)\n", neox, n_rot, differ, worst);
+            CHECK(worst < 1e-6);
             for (int i = 0; i < 2; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
         }
+}
+
+/* to_f16 in WGSL (pack2x16float) must round as the CPU backend's
+ * wgllm_fp32_to_fp16 does, to nearest even: exact halfway cases, values
+ * next to them, f16 subnormals, the overflow edge; ROUND_ACT F16 applies it
+ * to every element. Q8_0 rounding (round() is half to even) is checked
+ * against the CPU's activation quantizer on values with exact .5 ties. */
+TEST(round_act_like_cpu) {
+    enum { N = 4096 };
+    static float x[N], y[N];
+    int n = 0;
+    const float ulp = 1.0f / 1024; /* f16 ulp at 1.0 */
+    for (int k = 0; k < 256 && n + 8 <= N; k++) {
+        const float base = 1.0f + k * ulp;
+        const float mid = base + ulp / 2; /* an exact tie: even neighbour wins */
+        x[n++] = mid, x[n++] = -mid, x[n++] = nextafterf(mid, 0), x[n++] = nextafterf(mid, 10);
+        x[n++] = ldexpf(mid, -20), x[n++] = ldexpf(mid, -15), x[n++] = ldexpf(mid, 10), x[n++] = ldexpf(-mid, 5);
+    }
+    x[n++] = 65504.0f, x[n++] = 65519.0f, x[n++] = 65520.0f, x[n++] = 1e-8f, x[n++] = ldexpf(1.0f, -25),
+    x[n++] = ldexpf(3.0f, -26), x[n++] = 0.0f, x[n++] = -0.0f;
+    srand(3);
+    while (n < N) x[n++] = ((float)rand() / RAND_MAX - 0.5f) * 8.0f;
+    struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(NULL, sizeof y)};
+    struct wgllm_kparams kp = {.n = N};
+    struct wgllm_kernel_key key = {WGLLM_KERNEL_ROUND_ACT, WGLLM_TYPE_F16, false};
+    CHECK(run_kernel(&key, &kp, 2, bufs, cdiv(N / 32, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[1], y, N));
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        const float want = wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(x[i]));
+        if (memcmp(&want, &y[i], 4)) {
+            if (bad < 5) printf("  to_f16(%.9g): gpu %.9g, cpu %.9g\n", x[i], y[i], want);
+            bad++;
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* Q8_0: blocks whose amax is 127 make id = 1, so x = k + 0.5 are ties */
+    for (int i = 0; i < N; i++) x[i] = (i % 32 == 0) ? 127.0f : (float)((i * 7) % 250 - 125) + ((i & 1) ? 0.5f : 0.25f);
+    wgllm_gpu_buffer_write(G, bufs[0], 0, x, sizeof x);
+    struct wgllm_kernel_key kq = {WGLLM_KERNEL_ROUND_ACT, WGLLM_TYPE_Q8_0, false};
+    CHECK(run_kernel(&kq, &kp, 2, bufs, cdiv(N / 32, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[1], y, N));
+    void *qb = malloc(wgllm_row_size(WGLLM_TYPE_Q8_0, N));
+    float *deq = malloc(sizeof(float) * N);
+    wgllm_type_traits(WGLLM_TYPE_Q8_0)->from_float(x, qb, N);
+    wgllm_type_traits(WGLLM_TYPE_Q8_0)->to_float(qb, deq, N);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += memcmp(&deq[i], &y[i], 4) != 0;
+    CHECK_EQ_INT(bad, 0);
+    free(qb), free(deq);
+    for (int i = 0; i < 2; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
 }
 
 TEST(swiglu_add) {
@@ -418,6 +480,11 @@ TEST(swiglu_add) {
     for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
 }
 
+/* Against a reference that rounds as the CPU backend's attend_head: q and
+ * the probabilities to f16, sums in double. What remains is the order of
+ * f32 sums on the GPU and the device's exp: ~1e-7 relative, except where
+ * that flips an f16 rounding of a probability (one f16 ulp, 2^-11 relative
+ * to it, times |V|): rare, and bounded below. */
 TEST(attention_one_query) {
     const int n_head = 4, n_head_kv = 2, dk = 64, dv = 64;
     static const int lens[] = {1, 37, 200};
@@ -426,7 +493,7 @@ TEST(attention_one_query) {
         for (int li = 0; li < 3; li++) {
             const int n = lens[li], row = n_head_kv * dk;
             float *q = malloc((size_t)n_head * dk * 4), *K = malloc((size_t)n * row * 4), *V = malloc((size_t)n * row * 4);
-            float *o = malloc((size_t)n_head * dv * 4), *s = malloc((size_t)n * 4);
+            float *o = malloc((size_t)n_head * dv * 4), *s = malloc((size_t)n * 4), *qr = malloc((size_t)dk * 4);
             fill(q, (size_t)n_head * dk, 1.0f);
             fill(K, (size_t)n * row, 1.0f);
             fill(V, (size_t)n * row, 1.0f);
@@ -438,33 +505,42 @@ TEST(attention_one_query) {
                 wgllm_fp16_to_fp32_row(V16, V, (int64_t)n * row);
             }
             const float scale = 1.0f / sqrtf((float)dk);
-            struct wgllm_gpu_buffer *bufs[4] = {upload(q, (size_t)n_head * dk * 4),
+            const int stride = n + 3; /* the scratch row of a head may be longer than n */
+            struct wgllm_gpu_buffer *bufs[5] = {upload(q, (size_t)n_head * dk * 4),
                                                 ci ? upload(K16, (size_t)n * row * 2) : upload(K, (size_t)n * row * 4),
                                                 ci ? upload(V16, (size_t)n * row * 2) : upload(V, (size_t)n * row * 4),
-                                                upload(NULL, (size_t)n_head * dv * 4)};
+                                                upload(NULL, (size_t)n_head * dv * 4),
+                                                upload(NULL, (size_t)n_head * stride * 4)};
             struct wgllm_kparams kp = {.n = (uint32_t)n, .k = dk, .m = dv, .e = (uint32_t)row, .i = (uint32_t)row,
-                                       .g = n_head / n_head_kv, .f0 = scale};
+                                       .g = n_head / n_head_kv, .j = (uint32_t)stride, .f0 = scale};
             struct wgllm_kernel_key key = {WGLLM_KERNEL_ATTN, ctype, false};
-            CHECK(run_kernel(&key, &kp, 4, bufs, n_head, 1, 1) && read_f32(bufs[3], o, (size_t)n_head * dv));
+            CHECK(run_kernel(&key, &kp, 5, bufs, n_head, 1, 1) && read_f32(bufs[3], o, (size_t)n_head * dv));
             double worst = 0;
+            int over = 0;
             for (int h = 0; h < n_head; h++) {
                 const int kvh = h / (n_head / n_head_kv);
+                for (int i = 0; i < dk; i++) qr[i] = wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(q[h * dk + i]));
                 for (int j = 0; j < n; j++) {
                     double d = 0;
-                    for (int i = 0; i < dk; i++) d += (double)q[h * dk + i] * K[(size_t)j * row + kvh * dk + i];
-                    s[j] = (float)(d * scale);
+                    for (int i = 0; i < dk; i++) d += (double)qr[i] * K[(size_t)j * row + kvh * dk + i];
+                    s[j] = (float)d * scale;
                 }
                 wgllm_op_softmax(s, n);
+                for (int j = 0; j < n; j++) s[j] = wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(s[j]));
                 for (int dd = 0; dd < dv; dd++) {
                     double r = 0;
                     for (int j = 0; j < n; j++) r += (double)s[j] * V[(size_t)j * row + kvh * dv + dd];
-                    worst = fmax(worst, fabs(o[h * dv + dd] - r));
+                    const double e = fabs(o[h * dv + dd] - r);
+                    worst = fmax(worst, e);
+                    over += e > 1e-6;
                 }
             }
-            if (worst >= 1e-5) printf("  attention %s n=%d: max abs err %.2e\n", wgllm_type_name(ctype), n, worst);
-            CHECK(worst < 1e-5);
-            for (int i = 0; i < 4; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
-            free(q), free(K), free(V), free(o), free(s), free(K16), free(V16);
+            printf("  attention %s n=%d: max abs err %.2e, %d of %d over 1e-6\n", wgllm_type_name(ctype), n, worst,
+                   over, n_head * dv);
+            CHECK(worst < 2e-4);
+            CHECK(over <= n_head * dv / 8);
+            for (int i = 0; i < 5; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
+            free(q), free(K), free(V), free(o), free(s), free(qr), free(K16), free(V16);
         }
     }
 }
@@ -543,6 +619,7 @@ int main(void) {
     RUN(get_rows_formats);
     RUN(rms_norm);
     RUN(rope_modes);
+    RUN(round_act_like_cpu);
     RUN(swiglu_add);
     RUN(attention_one_query);
     RUN(argmax);

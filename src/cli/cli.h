@@ -16,6 +16,8 @@ struct opts {
     int prefix_reuse;     /* bench: shared-prefix length for the cache-reuse timing */
     const char *template_file, *messages, *tools; /* template, chat: Jinja source; template: JSON arrays */
     bool add_generation_prompt;                    /* template */
+    enum wgllm_backend backend;                    /* run, bench, logits, info: -b cpu|webgpu|auto */
+    bool plan;                                     /* info --plan: the WebGPU memory plan */
 };
 
 /* `wgllm bench --parallel ... --prefix-reuse N` (bench_engine.c). */

@@ -6,6 +6,7 @@
  */
 #include "wgllm.h"
 
+#include "backend/webgpu/forward_webgpu.h"
 #include "model/synth.h"
 #include "server/server.h"
 #include "quant/quant.h"
@@ -37,10 +38,14 @@ static const char *usage_text =
     "           Ctrl-C stops a reply, Ctrl-D exits; earlier turns stay in the KV cache\n"
     "  devices                            list the compute devices (WebGPU adapter, limits, features)\n"
     "  synth    --shape NAME [--type q8_0] [--seed 1] [-o OUT.gguf]   write a synthetic model\n"
+    "  quantize IN.gguf OUT.gguf TYPE [--allow-requantize] [--pure] [-t N]   convert the weights\n"
+    "           (TYPE: Q4_K_M, Q5_K_M, Q3_K_M, Q6_K, Q8_0, Q4_0, IQ4_XS, F16, ... as llama.cpp)\n"
     "  serve    -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size N] [--api-key KEY]\n"
     "           [--chat-template FILE]   OpenAI-compatible HTTP server (`wgllm serve --help`)\n"
     "\n"
-    "common options: -t/--threads N (default: all cores)\n";
+    "common options: -t/--threads N (default: all cores)\n"
+    "                -b/--backend cpu|webgpu|auto (run, bench, logits, info; default cpu; auto = WebGPU\n"
+    "                on a hardware GPU adapter, else the CPU; info --plan prints the WebGPU memory plan)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "wgllm: ");
@@ -134,6 +139,14 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         }
         else if (FLAG("--parallel")) { NEED_VALUE(); o->parallel = v; }
         else if (FLAG("--prefix-reuse")) INT_VALUE(o->prefix_reuse);
+        else if (FLAG("-b") || FLAG("--backend")) {
+            NEED_VALUE();
+            if (!strcmp(v, "cpu")) o->backend = WGLLM_BACKEND_CPU;
+            else if (!strcmp(v, "webgpu")) o->backend = WGLLM_BACKEND_WEBGPU;
+            else if (!strcmp(v, "auto")) o->backend = WGLLM_BACKEND_AUTO;
+            else return usage_error("unknown backend '%s' (cpu, webgpu or auto)", v);
+        }
+        else if (FLAG("--plan")) o->plan = true;
         else if (FLAG("--ids")) o->ids = true;
         else if (FLAG("--no-special")) o->no_special = true;
         else if (FLAG("--parse-special")) o->parse_special = true;
@@ -215,12 +228,16 @@ static struct wgllm_context *new_context(struct wgllm_model *m, const struct opt
     struct wgllm_context_params cp = wgllm_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = o->threads;
+    cp.backend = o->backend;
     struct wgllm_context *c;
     struct wgllm_error err;
     if (wgllm_context_init(m, &cp, &c, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm: error: %s\n", err.message);
         return NULL;
     }
+    if (o->backend != WGLLM_BACKEND_CPU)
+        fprintf(stderr, "backend: %s; GPU memory %.1f MiB\n", wgllm_context_backend(c),
+                wgllm_context_gpu_memory(c) / 1048576.0);
     return c;
 }
 
@@ -293,8 +310,32 @@ static int cmd_info(const struct opts *o) {
         }
     }
     printf("cpu:           %s\n", wgllm_cpu_features());
+    int rc = 0;
+    if (o->plan && wgllm_model_n_layer(m) > 0) { /* the WebGPU memory plan, allocated for real */
+        int n_ctx = o->ctx > 0 ? o->ctx : (wgllm_model_n_ctx_train(m) < 4096 ? wgllm_model_n_ctx_train(m) : 4096);
+        struct wgllm_webgpu_ctx *g = NULL;
+        char why[320] = "";
+        struct wgllm_error err;
+        if (wgllm_webgpu_ctx_create(m, WGLLM_BACKEND_WEBGPU, n_ctx, &g, why, sizeof why, &err) != WGLLM_STATUS_OK) {
+            fprintf(stderr, "wgllm: error: %s\n", err.message);
+            rc = 1;
+        } else {
+            struct wgllm_webgpu_plan pl;
+            wgllm_webgpu_get_plan(g, &pl);
+            printf("webgpu plan:   %s, %d positions\n", why, pl.n_ctx);
+            printf("  weights      %10.2f MiB (%d tensors split by rows)\n", pl.weights / 1048576.0, pl.n_split_tensors);
+            printf("  vectors      %10.2f MiB\n", pl.vectors / 1048576.0);
+            printf("  kv cache     %10.2f MiB (f16)\n", pl.kv_cache / 1048576.0);
+            printf("  activations  %10.2f MiB\n", pl.activations / 1048576.0);
+            printf("  logits       %10.2f MiB (with readback)\n", pl.logits / 1048576.0);
+            printf("  params       %10.2f MiB (%d arena slots)\n", pl.params / 1048576.0, pl.n_param_slots);
+            printf("  total        %10.2f MiB in %d buffers; %d pipelines, %d dispatches per token\n",
+                   pl.total / 1048576.0, pl.n_buffers, pl.n_pipelines, pl.n_dispatches);
+            wgllm_webgpu_ctx_free(g);
+        }
+    }
     wgllm_model_free(m);
-    return 0;
+    return rc;
 }
 
 static int cmd_tokenize(const struct opts *o) {
@@ -436,8 +477,11 @@ static int cmd_run(const struct opts *o) {
         fwrite(txt, 1, len, stdout);
         fputc('\n', stdout);
     }
-    fprintf(stderr, "\nprompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s\n", n,
+    fprintf(stderr, "\nprompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s", n,
             n / ((t1 - t0) / 1e6), n_gen, n_gen > 1 ? (n_gen - 1) / ((t2 - t1) / 1e6) : 0.0);
+    if (wgllm_context_gpu_memory(c)) /* constant after load: the plan allocated everything */
+        fprintf(stderr, " | GPU memory %.1f MiB", wgllm_context_gpu_memory(c) / 1048576.0);
+    fprintf(stderr, " | %s\n", wgllm_context_backend(c));
     free(gen);
     wgllm_detokenizer_free(d);
     wgllm_sampler_free(s);
@@ -575,12 +619,15 @@ static int cmd_synth(const struct opts *o) {
     return 0;
 }
 
+int wgllm_cli_quantize(int argc, char **argv); /* quantize_cmd.c */
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(usage_text, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "serve")) return wgllm_serve_main(argc - 2, argv + 2); /* own flags: src/server */
+    if (!strcmp(argv[1], "quantize")) return wgllm_cli_quantize(argc - 2, argv + 2); /* positional args: quantize_cmd.c */
     struct opts o;
     int rc = parse_opts(argc - 2, argv + 2, &o);
     if (rc) return rc;

@@ -12,6 +12,7 @@
  */
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/webgpu/forward_webgpu.h"
 #include "base/threadpool.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -61,6 +62,11 @@ struct wgllm_context {
     float *out_logits; /* NULL when computing embeddings */
     float *out_embd;   /* NULL when computing logits */
     uint64_t bytes;    /* allocated, for wgllm_context_memory */
+
+    /* Set when the context runs on WebGPU: the public calls below go there
+     * (backend/webgpu/forward_webgpu.c) and nothing above is allocated. */
+    struct wgllm_webgpu_ctx *gpu;
+    char backend_desc[320]; /* wgllm_context_backend */
 };
 
 /* ---- matrix products ---------------------------------------------------- */
@@ -299,12 +305,14 @@ static void forward_worker(void *arg, int ith, int nth) {
 /* ---- context ---------------------------------------------------------- */
 
 struct wgllm_context_params wgllm_context_default_params(void) {
-    struct wgllm_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .n_seq = 1};
+    struct wgllm_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .n_seq = 1,
+                                     .backend = WGLLM_BACKEND_CPU};
     return p;
 }
 
 void wgllm_context_free(struct wgllm_context *c) {
     if (!c) return;
+    wgllm_webgpu_ctx_free(c->gpu);
     wgllm_threadpool_free(c->tp);
     void *bufs[] = {c->k_cache, c->v_cache, c->x,      c->xn,    c->q,         c->k,         c->v,
                     c->att,     c->gate,    c->up,     c->scores, c->tmp16,    c->rope_cs,   c->logits,
@@ -343,9 +351,36 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     if (p.n_seq == 0) p.n_seq = 1;
     if (p.n_seq > 256) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "n_seq %d is more than 256", p.n_seq);
     p.n_batch = WGLLM_MIN(p.n_batch, p.n_ctx * p.n_seq);
+    if ((unsigned)p.backend > WGLLM_BACKEND_AUTO)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "unknown backend %d", (int)p.backend);
+    char desc[sizeof(((struct wgllm_context *)0)->backend_desc)] = "cpu";
+    struct wgllm_webgpu_ctx *gpu = NULL;
+    if (p.backend != WGLLM_BACKEND_CPU) {
+        if (p.n_seq > 1 && p.backend == WGLLM_BACKEND_WEBGPU)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "the WebGPU backend runs one sequence (n_seq %d)",
+                                   p.n_seq);
+        if (p.n_seq > 1)
+            snprintf(desc, sizeof desc, "cpu (auto: %d sequences; the WebGPU backend runs one)", p.n_seq);
+        else {
+            enum wgllm_status st = wgllm_webgpu_ctx_create(model, p.backend, p.n_ctx, &gpu, desc, sizeof desc, err);
+            if (st) return st;
+        }
+    }
     struct wgllm_context *c = calloc(1, sizeof(*c));
-    if (!c) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    if (!c) {
+        wgllm_webgpu_ctx_free(gpu);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    memcpy(c->backend_desc, desc, sizeof desc);
     c->model = model;
+    if (gpu) {
+        c->gpu = gpu;
+        c->n_ctx = wgllm_webgpu_n_ctx(gpu);
+        c->n_seq = 1;
+        c->n_batch = p.n_batch;
+        *out = c;
+        return WGLLM_STATUS_OK;
+    }
     c->n_ctx = p.n_ctx;
     c->n_seq = p.n_seq;
     c->n_batch = p.n_batch;
@@ -398,11 +433,15 @@ int wgllm_context_n_ctx(const struct wgllm_context *c) { return c->n_ctx; }
 int wgllm_context_n_seq(const struct wgllm_context *c) { return c->n_seq; }
 int wgllm_context_n_batch(const struct wgllm_context *c) { return c->n_batch; }
 uint64_t wgllm_context_memory(const struct wgllm_context *c) {
+    if (c->gpu) return wgllm_webgpu_host_memory(c->gpu);
     return c->bytes + (uint64_t)c->logits_cap * c->model->hp.n_vocab * sizeof(float);
 }
-int wgllm_context_n_past(const struct wgllm_context *c) { return c->n_past; }
+int wgllm_context_n_past(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_n_past(c->gpu) : c->n_past; }
+const char *wgllm_context_backend(const struct wgllm_context *c) { return c->backend_desc; }
+uint64_t wgllm_context_gpu_memory(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_gpu_bytes(c->gpu) : 0; }
 
 void wgllm_context_truncate(struct wgllm_context *c, int n_past) {
+    if (c->gpu) return wgllm_webgpu_truncate(c->gpu, n_past);
     if (n_past < 0) n_past = 0;
     if (n_past < c->n_past) c->n_past = n_past;
 }
@@ -433,6 +472,7 @@ static enum wgllm_status check_tokens(const struct wgllm_context *c, const int32
 
 enum wgllm_status wgllm_decode(struct wgllm_context *c, const int32_t *tokens, int n, bool all_logits,
                                struct wgllm_error *err) {
+    if (c->gpu) return wgllm_webgpu_decode(c->gpu, tokens, n, all_logits, err);
     const int n_vocab = c->model->hp.n_vocab;
     if (n <= 0) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "decode of %d tokens", n);
     if (c->n_past + n > c->n_ctx)
@@ -461,10 +501,12 @@ enum wgllm_status wgllm_decode(struct wgllm_context *c, const int32_t *tokens, i
 }
 
 const float *wgllm_get_logits(const struct wgllm_context *c) {
+    if (c->gpu) return wgllm_webgpu_logits(c->gpu, -1);
     return c->logits + (size_t)(c->n_logits - 1) * c->model->hp.n_vocab;
 }
 
 const float *wgllm_get_logits_ith(const struct wgllm_context *c, int i) {
+    if (c->gpu) return wgllm_webgpu_logits(c->gpu, i);
     if (i < 0 || i >= c->n_logits) return NULL;
     return c->logits + (size_t)i * c->model->hp.n_vocab;
 }
@@ -473,6 +515,9 @@ const float *wgllm_get_logits_ith(const struct wgllm_context *c, int i) {
 
 enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *c, const struct wgllm_batch *b, bool embeddings,
                                              struct wgllm_error *err) {
+    if (c->gpu)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "multi-sequence batches run on the CPU backend only "
+                               "(this context runs on %s)", c->backend_desc);
     if (b->n <= 0 || b->n > c->n_batch)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch of %d tokens (1..%d allowed)", b->n,
                                c->n_batch);
@@ -510,6 +555,7 @@ const float *wgllm_context_output_embd(const struct wgllm_context *c, int j) {
 }
 
 void wgllm_context_seq_copy(struct wgllm_context *c, int src, int dst, int n) {
+    WGLLM_ASSERT(!c->gpu); /* the engine's calls: CPU contexts only (decode_batch refuses WebGPU ones) */
     WGLLM_ASSERT(src >= 0 && src < c->n_seq && dst >= 0 && dst < c->n_seq && n >= 0 && n <= c->n_ctx);
     if (src == dst || n == 0) return;
     const struct wgllm_hparams *hp = &c->model->hp;
@@ -532,6 +578,7 @@ size_t wgllm_context_seq_state_size(const struct wgllm_context *c, int n) {
 
 /* Snapshots hold, per layer, the n keys then the n values of every V row. */
 static void seq_state_io(struct wgllm_context *c, int seq, int n, char *buf, bool save) {
+    WGLLM_ASSERT(!c->gpu);
     WGLLM_ASSERT(seq >= 0 && seq < c->n_seq && n >= 0 && n <= c->n_ctx);
     const struct wgllm_hparams *hp = &c->model->hp;
     const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;

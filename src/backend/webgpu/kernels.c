@@ -24,6 +24,18 @@ static const struct wgllm_wgsl_tune default_tune = {
 
 const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void) { return &default_tune; }
 
+static const struct wgllm_wgsl_tune cpu_adapter_tune = {
+    .wg_matvec = 1,
+    .rows_matvec = 64,
+    .wg_row = 64,
+    .wg_elem = 64,
+    .wg_attn = 32,
+    .attn_max_dims = 8,
+    .matvec_thread_rows = true,
+};
+
+const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void) { return &cpu_adapter_tune; }
+
 struct sb {
     char *s;
     size_t n, cap;
@@ -61,6 +73,29 @@ static const char *params_wgsl =
     "struct P { n: u32, m: u32, k: u32, a: u32, b: u32, c: u32, d: u32, e: u32,\n"
     "           g: u32, h: u32, i: u32, j: u32, f0: f32, f1: f32, f2: f32, f3: f32 };\n"
     "@group(0) @binding(0) var<uniform> p: P;\n";
+
+/* f16 rounding (pack2x16float rounds to nearest even, as F16C and the CPU
+ * backend's wgllm_fp32_to_fp16 do: test_webgpu checks it on ties), and an
+ * error-free sum: with it a sum kept as hi + lo is exact to ~2^-48, which
+ * stands in for the CPU backend's sums in double. */
+static const char *round_wgsl =
+    "fn to_f16(v: f32) -> f32 { return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x; }\n"
+    "fn two_sum(a: f32, b: f32) -> vec2<f32> {\n"
+    "  let s = a + b;\n"
+    "  let bb = s - a;\n"
+    "  return vec2<f32>(s, (a - (s - bb)) + (b - bb));\n"
+    "}\n"
+    /* (hi + lo) / n rounded once, as (float)(double sum / n): q = hi / n,
+     * then the exact remainder hi - q*n (Dekker's product: no fma needed). */
+    "fn split(a: f32) -> vec2<f32> { let c = 4097.0 * a; let h = c - (c - a); return vec2<f32>(h, a - h); }\n"
+    "fn div_exact(hi: f32, lo: f32, n: f32) -> f32 {\n"
+    "  let q = hi / n;\n"
+    "  let pr = q * n;\n"
+    "  let a = split(q);\n"
+    "  let b = split(n);\n"
+    "  let pe = ((a.x * b.x - pr) + a.x * b.y + a.y * b.x) + a.y * b.y;\n"
+    "  return q + (((hi - pr) - pe) + lo) / n;\n"
+    "}\n";
 
 /* Byte access to a flat array<u32> named W (little-endian). Offsets of the
  * 16-bit fields of Q8_0/Q4_0 blocks are always even. */
@@ -173,16 +208,31 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     case WGLLM_KERNEL_MATVEC:
     case WGLLM_KERNEL_GET_ROWS: return weight_type_ok(type);
     case WGLLM_KERNEL_ATTN: return type == WGLLM_TYPE_F32 || type == WGLLM_TYPE_F16;
+    case WGLLM_KERNEL_ROUND_ACT: return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_F16;
     default: return true;
     }
 }
 
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
-    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax"};
+    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax", "store_f16", "round_act"};
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
 }
 
 static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    if (t->matvec_thread_rows) { /* rdot's stride WGM is 1: a thread walks its whole row */
+        sb_add(b, "const WGM: u32 = 1u;\nconst ROWS: u32 = %uu;\n", t->rows_matvec);
+        sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+                  "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
+        emit_format(b, key->type, true);
+        sb_add(b, "@compute @workgroup_size(ROWS)\n"
+                  "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+                  "  let row = gid.x;\n"
+                  "  let tok = gid.y;\n"
+                  "  if (row >= p.n) { return; }\n"
+                  "  Y[p.c + tok * p.n + row] = rdot(row_base(row), p.b + tok * p.k, 0u);\n"
+                  "}\n");
+        return;
+    }
     sb_add(b, "const WGM: u32 = %uu;\nconst ROWS: u32 = %uu;\n", t->wg_matvec, t->rows_matvec);
     sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
@@ -219,38 +269,61 @@ static void gen_get_rows(struct sb *b, const struct wgllm_kernel_key *key, const
               "  let e = gid.x;\n"
               "  let tok = gid.y;\n"
               "  if (e >= p.k) { return; }\n"
-              "  Y[p.c + tok * p.k + e] = wget(row_base(IDS[p.b + tok]), e);\n"
+              "  var id = IDS[p.b + tok];\n"
+              "  if (p.e != 0u) {\n"
+              "    if (id < p.d || id >= p.d + p.e) { return; }\n"
+              "    id = id - p.d;\n"
+              "  }\n"
+              "  Y[p.c + tok * p.k + e] = wget(row_base(id), e);\n"
               "}\n");
 }
 
+/* As wgllm_op_rms_norm: the squares (rounded to f32) summed without loss
+ * (hi + lo pairs), the mean rounded to f32, then 1/sqrt(mean + eps). */
 static void gen_rms_norm(struct sb *b, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGR: u32 = %uu;\n", t->wg_row);
+    sb_add(b, "const WGR: u32 = %uu;\n%s", t->wg_row, round_wgsl);
     sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read> NW: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
-              "var<workgroup> red: array<f32, WGR>;\n"
+              "var<workgroup> rh: array<f32, WGR>;\n"
+              "var<workgroup> rl: array<f32, WGR>;\n"
               "@compute @workgroup_size(WGR)\n"
               "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
               "  let tid = lid.x;\n"
               "  let xb = p.a + wid.x * p.n;\n"
               "  let yb = p.c + wid.x * p.n;\n"
-              "  var acc = 0.0;\n"
-              "  for (var i = tid; i < p.n; i += WGR) { let v = X[xb + i]; acc += v * v; }\n"
-              "  red[tid] = acc;\n"
+              "  var hi = 0.0;\n"
+              "  var lo = 0.0;\n"
+              "  for (var i = tid; i < p.n; i += WGR) {\n"
+              "    let v = X[xb + i];\n"
+              "    let t = two_sum(hi, v * v);\n"
+              "    hi = t.x;\n"
+              "    lo += t.y;\n"
+              "  }\n"
+              "  rh[tid] = hi;\n"
+              "  rl[tid] = lo;\n"
               "  workgroupBarrier();\n"
               "  for (var s = WGR / 2u; s > 0u; s >>= 1u) {\n"
-              "    if (tid < s) { red[tid] += red[tid + s]; }\n"
+              "    if (tid < s) {\n"
+              "      let t = two_sum(rh[tid], rh[tid + s]);\n"
+              "      rh[tid] = t.x;\n"
+              "      rl[tid] = rl[tid] + rl[tid + s] + t.y;\n"
+              "    }\n"
               "    workgroupBarrier();\n"
               "  }\n"
-              "  let scale = 1.0 / sqrt(red[0] / f32(p.n) + p.f0);\n"
+              "  let mean = div_exact(rh[0], rl[0], f32(p.n));\n"
+              "  let scale = 1.0 / sqrt(mean + p.f0);\n"
               "  for (var i = tid; i < p.n; i += WGR) { Y[yb + i] = (X[xb + i] * scale) * NW[p.b + i]; }\n"
               "}\n");
 }
 
+/* The cos/sin pairs come from the host (the CPU backend's table), so both
+ * backends rotate by the same libm values: a device's sin/cos may be far
+ * less precise (SwiftShader's differ from libm by ~1e-4 at 1000 rad). */
 static void gen_rope(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     sb_add(b, "const WGE: u32 = %uu;\nconst NEOX: bool = %s;\n", t->wg_elem, key->neox ? "true" : "false");
     sb_add(b, "@group(0) @binding(1) var<storage, read_write> X: array<f32>;\n"
-              "@group(0) @binding(2) var<storage, read> POS: array<u32>;\n"
+              "@group(0) @binding(2) var<storage, read> CS: array<f32>;\n"
               "@compute @workgroup_size(WGE)\n"
               "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
               "  let hf = p.m / 2u;\n"
@@ -258,12 +331,8 @@ static void gen_rope(struct sb *b, const struct wgllm_kernel_key *key, const str
               "  let hd = gid.x / hf;\n"
               "  let i = gid.x %% hf;\n"
               "  let tok = gid.y;\n"
-              /* the angle by repeated multiplication, as the CPU backend and ggml do */
-              "  var theta = f32(POS[p.c + tok]);\n"
-              "  for (var j = 0u; j < i; j++) { theta *= p.f1; }\n"
-              "  let ang = p.f0 * theta;\n"
-              "  let c = cos(ang);\n"
-              "  let s = sin(ang);\n"
+              "  let c = CS[p.c + tok * p.m + 2u * i];\n"
+              "  let s = CS[p.c + tok * p.m + 2u * i + 1u];\n"
               "  let base = p.a + tok * p.b + hd * p.k;\n"
               "  var ia = base + 2u * i;\n"
               "  var ib = ia + 1u;\n"
@@ -301,9 +370,14 @@ static void gen_add(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "}\n");
 }
 
+/* As the CPU backend's attend_head: q rounded to f16; scores q.K * scale;
+ * softmax as wgllm_op_softmax (max, exp, a lossless sum, times 1/sum);
+ * probabilities rounded to f16; each output dim one dot product over the
+ * positions. Scores and probabilities go through S (one row of p.j floats
+ * per head), so the length is not bounded by workgroup memory. */
 static void gen_attn(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     const bool f16 = key->type == WGLLM_TYPE_F16;
-    sb_add(b, "const WGA: u32 = %uu;\nconst MAXD: u32 = %uu;\n", t->wg_attn, t->attn_max_dims);
+    sb_add(b, "const WGA: u32 = %uu;\nconst MAXD: u32 = %uu;\n%s", t->wg_attn, t->attn_max_dims, round_wgsl);
     sb_add(b, "@group(0) @binding(1) var<storage, read> Q: array<f32>;\n");
     if (f16)
         sb_add(b, "@group(0) @binding(2) var<storage, read> K: array<u32>;\n"
@@ -315,55 +389,68 @@ static void gen_attn(struct sb *b, const struct wgllm_kernel_key *key, const str
                   "@group(0) @binding(3) var<storage, read> V: array<f32>;\n"
                   "fn kget(i: u32) -> f32 { return K[i]; }\n"
                   "fn vget(i: u32) -> f32 { return V[i]; }\n");
-    /* Online softmax over tiles of WGA positions: each thread scores one
-     * position of the tile, then every thread rescales and accumulates the
-     * output dims it owns (d = tid + WGA*r). */
     sb_add(b, "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n"
+              "@group(0) @binding(5) var<storage, read_write> S: array<f32>;\n"
               "var<workgroup> qs: array<f32, WGA * MAXD>;\n"
-              "var<workgroup> sc: array<f32, WGA>;\n"
+              "var<workgroup> rh: array<f32, WGA>;\n"
+              "var<workgroup> rl: array<f32, WGA>;\n"
               "@compute @workgroup_size(WGA)\n"
               "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
               "  let tid = lid.x;\n"
               "  let h = wid.x;\n"
               "  let kvh = h / p.g;\n"
-              "  for (var i = tid; i < p.k; i += WGA) { qs[i] = Q[p.a + h * p.k + i]; }\n"
+              "  let sb = h * p.j;\n"
+              "  for (var i = tid; i < p.k; i += WGA) { qs[i] = to_f16(Q[p.a + h * p.k + i]); }\n"
               "  workgroupBarrier();\n"
-              "  var m = -3.0e38;\n"
-              "  var l = 0.0;\n"
-              "  var acc: array<f32, MAXD>;\n"
-              "  for (var r = 0u; r < MAXD; r++) { acc[r] = 0.0; }\n"
-              "  for (var t0 = 0u; t0 < p.n; t0 += WGA) {\n"
-              "    let j = t0 + tid;\n"
-              "    var s = -3.0e38;\n"
-              "    if (j < p.n) {\n"
-              "      let kb = p.b + j * p.e + kvh * p.k;\n"
-              "      var d = 0.0;\n"
-              "      for (var i = 0u; i < p.k; i++) { d += qs[i] * kget(kb + i); }\n"
-              "      s = d * p.f0;\n"
-              "    }\n"
-              "    sc[tid] = s;\n"
-              "    workgroupBarrier();\n"
-              "    let cnt = min(WGA, p.n - t0);\n"
-              "    var tmax = m;\n"
-              "    for (var u = 0u; u < cnt; u++) { tmax = max(tmax, sc[u]); }\n"
-              "    let corr = exp(m - tmax);\n"
-              "    l *= corr;\n"
-              "    for (var r = 0u; r < MAXD; r++) { acc[r] *= corr; }\n"
-              "    for (var u = 0u; u < cnt; u++) {\n"
-              "      let pu = exp(sc[u] - tmax);\n"
-              "      l += pu;\n"
-              "      let vb = p.c + (t0 + u) * p.i + kvh * p.m;\n"
-              "      for (var r = 0u; r < MAXD; r++) {\n"
-              "        let dd = tid + r * WGA;\n"
-              "        if (dd < p.m) { acc[r] += pu * vget(vb + dd); }\n"
-              "      }\n"
-              "    }\n"
-              "    m = tmax;\n"
+              "  var mx = -3.4e38;\n"
+              "  for (var j = tid; j < p.n; j += WGA) {\n"
+              "    let kb = p.b + j * p.e + kvh * p.k;\n"
+              "    var d = 0.0;\n"
+              "    for (var i = 0u; i < p.k; i++) { d += qs[i] * kget(kb + i); }\n"
+              "    let s = d * p.f0;\n"
+              "    S[sb + j] = s;\n"
+              "    mx = max(mx, s);\n"
+              "  }\n"
+              "  rh[tid] = mx;\n"
+              "  workgroupBarrier();\n"
+              "  for (var s = WGA / 2u; s > 0u; s >>= 1u) {\n"
+              "    if (tid < s) { rh[tid] = max(rh[tid], rh[tid + s]); }\n"
               "    workgroupBarrier();\n"
               "  }\n"
+              "  let gmax = rh[0];\n"
+              "  workgroupBarrier();\n"
+              /* each thread revisits the positions it scored: no barrier on S needed */
+              "  var hi = 0.0;\n"
+              "  var lo = 0.0;\n"
+              "  for (var j = tid; j < p.n; j += WGA) {\n"
+              "    let e = exp(S[sb + j] - gmax);\n"
+              "    S[sb + j] = e;\n"
+              "    let t = two_sum(hi, e);\n"
+              "    hi = t.x;\n"
+              "    lo += t.y;\n"
+              "  }\n"
+              "  rh[tid] = hi;\n"
+              "  rl[tid] = lo;\n"
+              "  workgroupBarrier();\n"
+              "  for (var s = WGA / 2u; s > 0u; s >>= 1u) {\n"
+              "    if (tid < s) {\n"
+              "      let t = two_sum(rh[tid], rh[tid + s]);\n"
+              "      rh[tid] = t.x;\n"
+              "      rl[tid] = rl[tid] + rl[tid + s] + t.y;\n"
+              "    }\n"
+              "    workgroupBarrier();\n"
+              "  }\n"
+              "  let inv = 1.0 / (rh[0] + rl[0]);\n"
+              "  for (var j = tid; j < p.n; j += WGA) { S[sb + j] = to_f16(S[sb + j] * inv); }\n"
+              "  storageBarrier();\n"
               "  for (var r = 0u; r < MAXD; r++) {\n"
               "    let dd = tid + r * WGA;\n"
-              "    if (dd < p.m) { O[p.d + h * p.m + dd] = acc[r] / l; }\n"
+              "    if (dd < p.m) {\n"
+              "      let vb = p.c + kvh * p.m + dd;\n"
+              "      var acc = 0.0;\n"
+              "      for (var j = 0u; j < p.n; j++) { acc += S[sb + j] * vget(vb + j * p.i); }\n"
+              "      O[p.d + h * p.m + dd] = acc;\n"
+              "    }\n"
               "  }\n"
               "}\n");
 }
@@ -401,6 +488,40 @@ static void gen_argmax(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "}\n");
 }
 
+static void gen_store_f16(struct sb *b, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read> POS: array<u32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<u32>;\n"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "  let i = gid.x;\n"
+              "  if (i >= p.n) { return; }\n"
+              "  Y[p.c + POS[p.b] * p.e + i] = pack2x16float(vec2<f32>(X[p.a + 2u * i], X[p.a + 2u * i + 1u]));\n"
+              "}\n");
+}
+
+static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read_write> Y: array<f32>;\n%s"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "  let i0 = gid.x * 32u;\n"
+              "  if (i0 >= p.n) { return; }\n", round_wgsl);
+    if (key->type == WGLLM_TYPE_Q8_0) /* WGSL's round() is half-to-even, like the CPU's quantizer */
+        sb_add(b, "  var amax = 0.0;\n"
+                  "  for (var j = 0u; j < 32u; j++) { amax = max(amax, abs(X[p.a + i0 + j])); }\n"
+                  "  let d = to_f16(amax / 127.0);\n"
+                  "  var id = 0.0;\n"
+                  "  if (amax != 0.0) { id = 127.0 / amax; }\n"
+                  "  for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = round(X[p.a + i0 + j] * id) * d; }\n"
+                  "}\n");
+    else
+        sb_add(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) { Y[p.c + i0 + j] = to_f16(X[p.a + i0 + j]); }\n"
+                  "}\n");
+}
+
 char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune) {
     if (!tune) tune = &default_tune;
     if (!wgllm_wgsl_supports(key->kernel, key->type)) return NULL;
@@ -415,6 +536,8 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_ADD: gen_add(&b, tune); break;
     case WGLLM_KERNEL_ATTN: gen_attn(&b, key, tune); break;
     case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
+    case WGLLM_KERNEL_STORE_F16: gen_store_f16(&b, tune); break;
+    case WGLLM_KERNEL_ROUND_ACT: gen_round_act(&b, key, tune); break;
     }
     if (b.oom) {
         free(b.s);

@@ -22,8 +22,12 @@ struct wgllm_wgsl_tune {
     uint32_t wg_elem;     /* threads per element-wise workgroup */
     uint32_t wg_attn;     /* threads per attention workgroup = positions per tile (power of two) */
     uint32_t attn_max_dims; /* head dims an attention thread accumulates: head_dim <= wg_attn * this */
+    bool matvec_thread_rows; /* mat-vec: one row per thread, no workgroup reduction (rows_matvec threads) */
 };
 const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void);
+/* Defaults for software (CPU) adapters such as SwiftShader, where workgroup
+ * barriers are expensive: mat-vec rows per thread instead of reductions. */
+const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void);
 
 /* The uniform block of every kernel (64 bytes; fields named by use below). */
 struct wgllm_kparams {
@@ -37,15 +41,17 @@ enum wgllm_kernel {
      * Dispatch (ceil(n / rows_matvec), tokens, 1). */
     WGLLM_KERNEL_MATVEC,
     /* y[c + t*k + e] = W row ids[b + t], element e < k. Bindings 1 W, 2 ids
-     * (u32), 3 y. Dispatch (ceil(k / wg_elem), tokens, 1). */
+     * (u32), 3 y. When e != 0, W holds only rows [d, d+e) of the table (one
+     * piece of a table split across buffers): other ids are skipped and row
+     * id is read at id - d. Dispatch (ceil(k / wg_elem), tokens, 1). */
     WGLLM_KERNEL_GET_ROWS,
     /* y[c + r*n ..] = x[a + r*n ..] / sqrt(mean(x^2) + f0) * w[b ..]. Bindings
      * 1 x, 2 w, 3 y. Dispatch (rows, 1, 1). */
     WGLLM_KERNEL_RMS_NORM,
-    /* In place on x: token t's head hd at a + t*b + hd*k, n heads, head_dim k,
-     * n_rot m; angle pos * theta_scale^i * freq_scale with f1 = theta_scale,
-     * f0 = freq_scale; positions in binding 2 (u32) at c + t. Bindings 1 x,
-     * 2 pos. Dispatch (ceil(n * m/2 / wg_elem), tokens, 1). */
+    /* In place on x: token t's head hd at a + t*b + hd*k, n heads, n_rot m;
+     * pair i turns by cos CS[c + t*m + 2i], sin CS[c + t*m + 2i + 1] (the
+     * table of wgllm_op_rope_cache, made on the host). Bindings 1 x, 2 CS
+     * (f32). Dispatch (ceil(n * m/2 / wg_elem), tokens, 1). */
     WGLLM_KERNEL_ROPE,
     /* y[c+i] = silu(g[a+i]) * u[b+i], i < n. Bindings 1 g, 2 u, 3 y.
      * Dispatch (ceil(n / wg_elem), 1, 1). */
@@ -55,12 +61,24 @@ enum wgllm_kernel {
     /* One query over n cached positions, per head h (workgroup x): out[d + h*m
      * ..] = softmax(q.K^T * f0) V, q at a + h*k, K row j of kv head h/g at
      * b + j*e + (h/g)*k, V at c + j*e2 + (h/g)*m with e2 = i. Head dims k
-     * (keys), m (values). Bindings 1 q, 2 K, 3 V, 4 out; K/V f32 or f16.
+     * (keys), m (values). Rounds as the CPU backend's attend_head: q and the
+     * probabilities to f16. Bindings 1 q, 2 K, 3 V, 4 out, 5 S (f32 scratch,
+     * n floats from h*j per head, j >= n); K/V f32 or f16.
      * Dispatch (heads, 1, 1). */
     WGLLM_KERNEL_ATTN,
     /* out[b] = index of the largest x[a + i], i < n (first on ties). Bindings
      * 1 x, 2 out (u32). Dispatch (1, 1, 1). */
     WGLLM_KERNEL_ARGMAX,
+    /* Stores n f32 pairs as f16 into the cache: Y word c + POS[b]*e + i =
+     * pack2x16float(x[a + 2i], x[a + 2i + 1]), i < n. Bindings 1 x, 2 pos
+     * (u32), 3 Y (u32). Dispatch (ceil(n / wg_elem), 1, 1). */
+    WGLLM_KERNEL_STORE_F16,
+    /* y[c+i] = x[a+i] rounded as the CPU backend rounds a mat-vec's input
+     * for weights whose vec_dot_type is key.type: Q8_0 (blocks of 32 with
+     * an f16 scale, as llama.cpp's activation quantizer) or F16. i < n, n a
+     * multiple of 32 for Q8_0. Bindings 1 x, 2 y. Dispatch (ceil(n/32 /
+     * wg_elem), 1, 1). */
+    WGLLM_KERNEL_ROUND_ACT,
 };
 
 struct wgllm_kernel_key {
