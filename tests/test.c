@@ -1,6 +1,7 @@
 /* test.c - the harness behind test.h. */
 #include "test.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 int test_checks_failed_in_current;
@@ -59,4 +60,26 @@ char *test_read_file(const char *path, size_t *len) {
     b[n] = 0;
     *len = n;
     return b;
+}
+
+void test_rerun_with_cpu_cap(const char *cap) {
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len <= 0) return;
+    self[len] = 0;
+    fprintf(stderr, "-- again with WGLLM_CPU=%s\n", cap);
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv("WGLLM_CPU", cap, 1);
+        unsetenv("WGLLM_BENCH");
+        execl(self, self, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        fprintf(stderr, "FAIL the WGLLM_CPU=%s run\n", cap);
+        test_failed++;
+    }
 }

@@ -66,6 +66,10 @@ void test_run(const char *name, void (*fn)(void));
 int test_summary(const char *suite);
 /* Path of a file under the shared data folder (../shared, or $WGLLM_SHARED). */
 const char *test_shared_path(const char *rel);
+/* Runs this executable again with WGLLM_CPU=cap (WGLLM_BENCH unset), so the
+ * kernels of a lower dispatch level are checked too; a failing child counts
+ * as one failed test. */
+void test_rerun_with_cpu_cap(const char *cap);
 /* A whole file, malloc'd and NUL-terminated (not counted in *len); NULL when unreadable. */
 char *test_read_file(const char *path, size_t *len);
 /* A fresh temporary file path (removed by the OS's tmp cleaning, not by us). */

@@ -460,25 +460,7 @@ static void run_avx2_child(void) {
     const char *cap = "avx2";
     if (getenv("WGLLM_CPU") || !caps->avx512vnni || !caps->avx2) return;
 #endif
-    char self[4096];
-    const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (len <= 0) return;
-    self[len] = 0;
-    fprintf(stderr, "-- again with WGLLM_CPU=%s\n", cap);
-    fflush(NULL);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        setenv("WGLLM_CPU", cap, 1);
-        unsetenv("WGLLM_BENCH");
-        execl(self, self, (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        fprintf(stderr, "FAIL the WGLLM_CPU=%s run\n", cap);
-        test_failed++;
-    }
+    test_rerun_with_cpu_cap(cap);
 }
 
 int main(void) {

@@ -338,29 +338,6 @@ static void bench(void) {
 
 /* ---- main -------------------------------------------------------------- */
 
-/* Re-runs this executable with the CPU capped, so dispatch to each level is checked. */
-static void run_capped_child(const char *cap) {
-    char self[4096];
-    const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (len <= 0) return;
-    self[len] = 0;
-    fprintf(stderr, "-- again with WGLLM_CPU=%s\n", cap);
-    fflush(NULL);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        setenv("WGLLM_CPU", cap, 1);
-        unsetenv("WGLLM_BENCH");
-        execl(self, self, (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        fprintf(stderr, "FAIL the WGLLM_CPU=%s run\n", cap);
-        test_failed++;
-    }
-}
-
 int main(void) {
     wgllm_quant_init();
     light = getenv("WGLLM_CPU") != NULL;
@@ -372,8 +349,8 @@ int main(void) {
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();
     if (!getenv("WGLLM_CPU")) {
-        if (wgllm_cpu_caps()->avx512vnni && wgllm_cpu_caps()->avx2) run_capped_child("avx2");
-        run_capped_child("scalar");
+        if (wgllm_cpu_caps()->avx512vnni && wgllm_cpu_caps()->avx2) test_rerun_with_cpu_cap("avx2");
+        test_rerun_with_cpu_cap("scalar");
     }
     return test_summary(getenv("WGLLM_CPU") ? "test_repack (WGLLM_CPU capped)" : "test_repack");
 }
