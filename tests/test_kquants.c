@@ -3,8 +3,9 @@
  * IQ4_XS: hand-built blocks that must dequantize to values worked out from
  * ggml's layout, round-trip error bounds of the reference quantizers, each
  * dot against the float dot of the dequantized rows, every dispatched (SIMD)
- * kernel against the scalar reference, and the fast Q8_K quantizer against
- * the reference bytes.
+ * kernel against the scalar reference, the multi-token kernels against the
+ * single-token ones (bit for bit), and the fast Q8_K quantizer against the
+ * reference bytes.
  */
 #include "test.h"
 
@@ -294,6 +295,56 @@ TEST(dots_match) {
     free(aq2);
 }
 
+/* The multi-token kernels must give, for every (row, token), the very bits
+ * of vec_dot: the model's agreement with llama.cpp depends on the order of
+ * the float additions, and prompt processing must equal token-by-token. */
+TEST(dot_mt_bit_identical) {
+    static const int64_t ne0s[] = {256, 256 * 3, 256 * 8};
+    const int max_tok = 9;
+    int n_checked = 0;
+    for (size_t t = 0; t < N_KTYPES; t++) {
+        const struct wgllm_type_traits *fast = wgllm_type_traits(ktypes[t]);
+        if (ktypes[t] == WGLLM_TYPE_Q4_K || ktypes[t] == WGLLM_TYPE_Q6_K)
+            CHECK(fast->vec_dot_mt != NULL || !wgllm_cpu_caps()->avx2);
+        CHECK(wgllm_type_traits_ref(ktypes[t])->vec_dot_mt == NULL);
+        if (!fast->vec_dot_mt) continue;
+        const struct wgllm_type_traits *vfast = wgllm_type_traits(fast->vec_dot_type);
+        for (size_t e = 0; e < sizeof(ne0s) / sizeof(ne0s[0]); e++) {
+            const int64_t n = ne0s[e];
+            const size_t rs = wgllm_row_size(ktypes[t], n), ys = wgllm_row_size(fast->vec_dot_type, n);
+            float *f = malloc(sizeof(float) * n);
+            uint8_t *wq = malloc(rs), *aq = malloc(ys * max_tok);
+            for (int64_t i = 0; i < n; i++) f[i] = rng_normal();
+            fast->from_float_ref(f, wq, n);
+            for (int k = 0; k < max_tok; k++) {
+                const float scale = k == 3 ? 100.0f : 1.0f;
+                for (int64_t i = 0; i < n; i++) f[i] = rng_normal() * scale;
+                if (k == 5) memset(f, 0, sizeof(float) * 256); /* an all-zero block */
+                vfast->from_float(f, aq + (size_t)k * ys, n);
+            }
+            float want[16], got[2 * 16];
+            for (int k = 0; k < max_tok; k++) fast->vec_dot(n, &want[k], wq, aq + (size_t)k * ys);
+            for (int nt = 1; nt <= max_tok; nt++) {
+                /* tiles of at most WGLLM_VEC_DOT_MT_MAX, results two floats apart */
+                for (int k = 0; k < 2 * 16; k++) got[k] = -1.0f;
+                for (int k0 = 0; k0 < nt; k0 += WGLLM_VEC_DOT_MT_MAX) {
+                    const int m = WGLLM_MIN(WGLLM_VEC_DOT_MT_MAX, nt - k0);
+                    fast->vec_dot_mt(n, got + 2 * k0, 2, wq, aq + (size_t)k0 * ys, ys, m);
+                }
+                for (int k = 0; k < nt; k++) {
+                    CHECK(memcmp(&got[2 * k], &want[k], sizeof(float)) == 0);
+                    CHECK(got[2 * k + 1] == -1.0f); /* nothing written between the results */
+                    n_checked++;
+                }
+            }
+            free(f);
+            free(wq);
+            free(aq);
+        }
+    }
+    CHECK(n_checked > 0 || !wgllm_cpu_caps()->avx2);
+}
+
 TEST(q8_K_fast_equals_ref) {
     const int64_t n = 256 * 16;
     float *x = malloc(sizeof(float) * n);
@@ -386,6 +437,7 @@ int main(void) {
     RUN(known_q8_K);
     RUN(round_trip_error);
     RUN(dots_match);
+    RUN(dot_mt_bit_identical);
     RUN(q8_K_fast_equals_ref);
     RUN(bytes_equal_llama_cpp);
     return test_summary("test_kquants");

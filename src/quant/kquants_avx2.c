@@ -8,7 +8,8 @@
  * reference in kquants.c (exact); Q4_K/Q5_K/Q6_K/IQ4 then accumulate the
  * scaled sums in float vectors as llama.cpp does, which differs from the
  * scalar reference only by float rounding of those additions (tests bound
- * it).
+ * it). The multi-token variants (vec_dot_mt, prompt processing) unpack each
+ * weight block once for a tile of tokens and are bit-identical to vec_dot.
  */
 #include "quant/kquants.h"
 
@@ -373,6 +374,189 @@ static void vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *vx, const 
     *s = hsum_ps(accf);
 }
 
+/* ---- several tokens per weight row -------------------------------------- */
+
+/* Each kernel below repeats, per token, exactly the float operations of the
+ * per-row kernel above (same products, same fmadd into the same lanes, same
+ * final reduction), so its results are bit-identical to vec_dot's; only the
+ * weight unpacking (nibbles, scales) is done once per block for all tokens.
+ * The integer sums are grouped differently: they are exact. The bodies are
+ * always inlined so that the common full tile gets a constant token count
+ * (the token loops then unroll and the accumulators stay in registers).
+ * The integer accumulators are zeroed for all WGLLM_VEC_DOT_MT_MAX tokens:
+ * otherwise GCC's unrolled generic path warns they may be read unset. */
+#define KQ_INLINE static inline __attribute__((always_inline))
+#define KQ_UNROLL _Pragma("GCC unroll 8")
+#define KQ_YQ(vy, ys, t, i) (((const wgllm_block_q8_K *)((const char *)(vy) + (size_t)(t) * (ys)) + (i))->qs)
+#define KQ_YB(vy, ys, t, i) ((const wgllm_block_q8_K *)((const char *)(vy) + (size_t)(t) * (ys)) + (i))
+
+KQ_INLINE void q4_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
+    const wgllm_block_q4_K *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 accf[WGLLM_VEC_DOT_MT_MAX];
+    float summf[WGLLM_VEC_DOT_MT_MAX];
+    KQ_UNROLL for (int t = 0; t < nt; t++) {
+        accf[t] = _mm256_setzero_ps();
+        summf[t] = 0;
+    }
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(x + i + 4, sizeof(*x));
+        uint8_t sm[16];
+        k4_unpack_scales(x[i].scales, sm);
+        __m256i acc[WGLLM_VEC_DOT_MT_MAX];
+        KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
+        KQ_UNROLL for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i s0 = _mm256_set1_epi16(sm[2 * j]), s1 = _mm256_set1_epi16(sm[2 * j + 1]);
+            KQ_UNROLL for (int t = 0; t < nt; t++) {
+                const int8_t *yq = KQ_YQ(vy, ys, t, i) + 64 * j;
+                acc[t] = _mm256_add_epi32(acc[t], dot_us(lo, _mm256_loadu_si256((const __m256i *)yq), s0));
+                acc[t] = _mm256_add_epi32(acc[t], dot_us(hi, _mm256_loadu_si256((const __m256i *)(yq + 32)), s1));
+            }
+        }
+        const float xd = FP16(x[i].d), xdmin = FP16(x[i].dmin);
+        KQ_UNROLL for (int t = 0; t < nt; t++) {
+            const wgllm_block_q8_K *y = KQ_YB(vy, ys, t, i);
+            const float dy = y->d;
+            summf[t] += xdmin * dy * (float)k4_min_term(sm, y->bsums);
+            accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * dy), _mm256_cvtepi32_ps(acc[t]), accf[t]);
+        }
+    }
+    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]) - summf[t];
+}
+
+KQ_INLINE void q5_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
+    const wgllm_block_q5_K *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256 accf[WGLLM_VEC_DOT_MT_MAX];
+    float summf[WGLLM_VEC_DOT_MT_MAX];
+    KQ_UNROLL for (int t = 0; t < nt; t++) {
+        accf[t] = _mm256_setzero_ps();
+        summf[t] = 0;
+    }
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(x + i + 4, sizeof(*x));
+        uint8_t sc[16];
+        k4_unpack_scales(x[i].scales, sc);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i acc[WGLLM_VEC_DOT_MT_MAX];
+        KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
+        KQ_UNROLL for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
+            const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
+            const __m256i v0 = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h0, 4));
+            const __m256i v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_slli_epi16(h1, 4));
+            const __m256i s0 = _mm256_set1_epi16(sc[2 * j]), s1 = _mm256_set1_epi16(sc[2 * j + 1]);
+            KQ_UNROLL for (int t = 0; t < nt; t++) {
+                const int8_t *yq = KQ_YQ(vy, ys, t, i) + 64 * j;
+                acc[t] = _mm256_add_epi32(acc[t], dot_us(v0, _mm256_loadu_si256((const __m256i *)yq), s0));
+                acc[t] = _mm256_add_epi32(acc[t], dot_us(v1, _mm256_loadu_si256((const __m256i *)(yq + 32)), s1));
+            }
+        }
+        const float xd = FP16(x[i].d), xdmin = FP16(x[i].dmin);
+        KQ_UNROLL for (int t = 0; t < nt; t++) {
+            const wgllm_block_q8_K *y = KQ_YB(vy, ys, t, i);
+            const float dy = y->d;
+            summf[t] += xdmin * dy * (float)k4_min_term(sc, y->bsums);
+            accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * dy), _mm256_cvtepi32_ps(acc[t]), accf[t]);
+        }
+    }
+    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]) - summf[t];
+}
+
+KQ_INLINE void q6_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
+    const wgllm_block_q6_K *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    __m256 accf[WGLLM_VEC_DOT_MT_MAX];
+    KQ_UNROLL for (int t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(x + i + 4, sizeof(*x));
+        const int8_t *sc = x[i].scales;
+        __m256i acc[WGLLM_VEC_DOT_MT_MAX];
+        KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
+        KQ_UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            KQ_UNROLL for (int g = 0; g < 4; g++) {
+                const __m256i l = (g & 1) ? l1 : l0;
+                const __m256i lq = g < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+                const __m256i hq = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m2);
+                const __m256i v = _mm256_or_si256(lq, _mm256_slli_epi16(hq, 4));
+                const int sb = 8 * h + 2 * g;
+                const __m256i sp = scale_pair(sc[sb], sc[sb + 1]);
+                KQ_UNROLL for (int t = 0; t < nt; t++) {
+                    const int8_t *yq = KQ_YQ(vy, ys, t, i) + 128 * h + 32 * g;
+                    acc[t] = _mm256_add_epi32(acc[t], dot_us(v, _mm256_loadu_si256((const __m256i *)yq), sp));
+                }
+            }
+        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const float xd = FP16(x[i].d);
+        KQ_UNROLL for (int t = 0; t < nt; t++) {
+            const wgllm_block_q8_K *y = KQ_YB(vy, ys, t, i);
+            const int offs = hsum_i32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)));
+            const __m256i a = _mm256_sub_epi32(acc[t], _mm256_setr_epi32(32 * offs, 0, 0, 0, 0, 0, 0, 0));
+            accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * y->d), _mm256_cvtepi32_ps(a), accf[t]);
+        }
+    }
+    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]);
+}
+
+KQ_INLINE void iq4_xs_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
+    const wgllm_block_iq4_xs *x = vx;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 accf[WGLLM_VEC_DOT_MT_MAX];
+    KQ_UNROLL for (int t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(x + i + 4, sizeof(*x));
+        uint32_t sl;
+        memcpy(&sl, x[i].scales_l, 4);
+        const uint32_t sh = x[i].scales_h;
+        __m256i acc[WGLLM_VEC_DOT_MT_MAX];
+        KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
+        KQ_UNROLL for (int k = 0; k < 4; k++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * k));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i va = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+            const __m256i vb = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+            const int la = (int)(((sl >> (8 * k)) & 0xf) | (((sh >> (4 * k)) & 3) << 4)) - 32;
+            const int lb = (int)(((sl >> (8 * k + 4)) & 0xf) | (((sh >> (4 * k + 2)) & 3) << 4)) - 32;
+            const __m256i sa = _mm256_set1_epi16((short)la), sb = _mm256_set1_epi16((short)lb);
+            KQ_UNROLL for (int t = 0; t < nt; t++) {
+                const int8_t *yq = KQ_YQ(vy, ys, t, i) + 64 * k;
+                acc[t] = _mm256_add_epi32(
+                    acc[t], _mm256_madd_epi16(dot_ss16(va, _mm256_loadu_si256((const __m256i *)yq)), sa));
+                acc[t] = _mm256_add_epi32(
+                    acc[t], _mm256_madd_epi16(dot_ss16(vb, _mm256_loadu_si256((const __m256i *)(yq + 32))), sb));
+            }
+        }
+        const float xd = FP16(x[i].d);
+        KQ_UNROLL for (int t = 0; t < nt; t++) {
+            const __m256 d = _mm256_set1_ps(xd * KQ_YB(vy, ys, t, i)->d);
+            accf[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(acc[t]), accf[t]);
+        }
+    }
+    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]);
+}
+
+#define KQ_MT(name, body)                                                                                      \
+    static void name(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nt) {        \
+        WGLLM_ASSERT(nt >= 1 && nt <= WGLLM_VEC_DOT_MT_MAX);                                                    \
+        if (nt == 8) body(n, s, ss, x, y, ys, 8);  \
+        else if (nt == 4) body(n, s, ss, x, y, ys, 4);                                                            \
+        else body(n, s, ss, x, y, ys, nt);                                                                     \
+    }
+KQ_MT(mt_q4_K_avx2, q4_K_mt_body)
+KQ_MT(mt_q5_K_avx2, q5_K_mt_body)
+KQ_MT(mt_q6_K_avx2, q6_K_mt_body)
+KQ_MT(mt_iq4_xs_avx2, iq4_xs_mt_body)
+
 /* ---- install ----------------------------------------------------------- */
 
 #define KQ_NR(name, dot)                                                                          \
@@ -400,6 +584,10 @@ void wgllm_kquants_install_avx2(struct wgllm_type_traits *t) {
     SET(IQ4_NL, vec_dot_iq4_nl_q8_0_avx2, nr_iq4_nl_avx2)
     SET(IQ4_XS, vec_dot_iq4_xs_q8_K_avx2, nr_iq4_xs_avx2)
 #undef SET
+    t[WGLLM_TYPE_Q4_K].vec_dot_mt = mt_q4_K_avx2;
+    t[WGLLM_TYPE_Q5_K].vec_dot_mt = mt_q5_K_avx2;
+    t[WGLLM_TYPE_Q6_K].vec_dot_mt = mt_q6_K_avx2;
+    t[WGLLM_TYPE_IQ4_XS].vec_dot_mt = mt_iq4_xs_avx2;
 }
 
 #endif

@@ -90,6 +90,15 @@ typedef void (*wgllm_vec_dot_fn)(int64_t n, float *s, const void *x, const void 
 typedef void (*wgllm_vec_dot_nr_fn)(int64_t n, float *s, const void *x, size_t x_stride,
                                     const void *y, int nrows);
 
+/* s[t * s_stride] = dot(x, token row t of y) for t in [0, n_tokens), with
+ * n_tokens <= WGLLM_VEC_DOT_MT_MAX: the token rows (vec_dot_type) lie
+ * y_stride bytes apart. Each result is bit-identical to vec_dot(n, ., x,
+ * row t) of the same table; the kernel unpacks each weight block once for
+ * all tokens, which is what makes prompt processing fast. */
+#define WGLLM_VEC_DOT_MT_MAX 8
+typedef void (*wgllm_vec_dot_mt_fn)(int64_t n, float *s, size_t s_stride, const void *x, const void *y,
+                                    size_t y_stride, int n_tokens);
+
 struct wgllm_type_traits {
     const char *name;          /* "q4_0"; NULL for an id that names no type */
     int64_t blck_size;         /* elements per block */
@@ -101,6 +110,7 @@ struct wgllm_type_traits {
     enum wgllm_type vec_dot_type;
     wgllm_vec_dot_fn vec_dot;           /* NULL when not a weight type wgllm multiplies */
     wgllm_vec_dot_nr_fn vec_dot_nr;     /* several rows at once; non-NULL whenever vec_dot is */
+    wgllm_vec_dot_mt_fn vec_dot_mt;     /* several tokens at once; NULL where no kernel has one */
 };
 
 /* Detects the CPU and installs the fastest kernels. Idempotent, thread-safe. */

@@ -99,9 +99,31 @@ static struct act act_prepare(struct wgllm_context *c, int ith, int nth, int slo
 /* y[t*ldy + r] (+)= W[r] . x[t] for this thread's share of the rows r0..r1. */
 static void matmul_rows(const struct wgllm_weight *w, struct act x, int n, float *y, int ldy, int64_t r0,
                         int64_t r1, bool accumulate, const float *bias) {
-    const wgllm_vec_dot_fn dot = wgllm_type_traits(w->type)->vec_dot;
+    const struct wgllm_type_traits *tt = wgllm_type_traits(w->type);
+    const wgllm_vec_dot_fn dot = tt->vec_dot;
     const char *wd = w->data;
-    enum { RB = 16 };
+    enum { RB = 16, TB = 8 };
+    /* Several tokens: each weight block is unpacked once per tile of TB
+     * tokens (bit-identical to vec_dot, so prompt == token by token). */
+    if (tt->vec_dot_mt && n >= 2) {
+        for (int64_t rb = r0; rb < r1; rb += RB) {
+            const int64_t re = WGLLM_MIN(r1, rb + RB);
+            for (int t0 = 0; t0 < n; t0 += TB) {
+                const int nt = WGLLM_MIN(TB, n - t0);
+                const char *xt = (const char *)x.data + (size_t)t0 * x.stride;
+                for (int64_t r = rb; r < re; r++) {
+                    float s[TB];
+                    tt->vec_dot_mt(w->ne0, s, 1, wd + (size_t)r * w->row_size, xt, x.stride, nt);
+                    for (int k = 0; k < nt; k++) {
+                        float *yr = y + (size_t)(t0 + k) * ldy + r;
+                        const float v = bias ? s[k] + bias[r] : s[k];
+                        *yr = accumulate ? *yr + v : v;
+                    }
+                }
+            }
+        }
+        return;
+    }
     for (int64_t rb = r0; rb < r1; rb += RB) {
         const int64_t re = WGLLM_MIN(r1, rb + RB);
         for (int t = 0; t < n; t++) {
