@@ -9,7 +9,9 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 export const WGLLM = process.env.WGLLM_BIN || join(ROOT, 'build/release/wgllm');
 export const MODELS = process.env.WGLLM_MODELS || join(ROOT, 'build/models');
-export const VOCAB_DIR = resolve(ROOT, '../shared/vocab');
+/* ../shared beside the checkout (as CI lays it out), or $WGLLM_SHARED */
+export const SHARED = process.env.WGLLM_SHARED || resolve(ROOT, '../shared');
+export const VOCAB_DIR = join(SHARED, 'vocab');
 
 export const modelPath = (shape, type) => join(MODELS, `${shape}-${type}.gguf`);
 
