@@ -5,45 +5,7 @@
 // serving). Loopback only; both servers pick free ports and are killed at the end.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { createRequire } from 'node:module';
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const requirePeer = createRequire(join(ROOT, 'tools', 'peer', 'package.json'));
-const { default: OpenAI } = await import(requirePeer.resolve('openai'));
-
-const BIN = process.env.WGLLM_BIN || join(ROOT, 'build', 'release', 'wgllm');
-const SHARED = process.env.WGLLM_SHARED || join(ROOT, '..', 'shared');
-const TEMPLATE = join(SHARED, 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja');
-const MODEL = join(ROOT, 'build', 'models', 'tiny-q8_0.gguf');
-const MODEL_ID = 'tiny-q8_0.gguf';
-
-if (!existsSync(MODEL)) {
-  mkdirSync(dirname(MODEL), { recursive: true });
-  const r = spawnSync(BIN, ['synth', '--shape', 'tiny', '--type', 'q8_0', '--seed', '1', '-o', MODEL]);
-  assert.equal(r.status, 0, String(r.stderr));
-}
-
-const servers = [];
-function startServer(extra = []) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--parallel', '2',
-      '--ctx-size', '256', '--threads', '1', '--chat-template', TEMPLATE, ...extra],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
-    servers.push(p);
-    let log = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 30000);
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
-      if (m) { clearTimeout(timer); resolve({ url: m[1], proc: p }); }
-    });
-    p.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}: ${log}`)); });
-  });
-}
+import { MODEL, MODEL_ID, CTX, OpenAI, startServer, stopServers } from '../../tools/peer/serve.mjs';
 
 let s1, s2, c1, c2;
 before(async () => {
@@ -55,7 +17,7 @@ before(async () => {
   c1 = new OpenAI({ baseURL: `${s1.url}/v1`, ...opts });
   c2 = new OpenAI({ baseURL: `${s2.url}/v1`, ...opts });
 });
-after(() => { for (const p of servers) p.kill('SIGKILL'); });
+after(stopServers);
 
 const MSGS = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Tell me a story.' }];
 
