@@ -123,6 +123,10 @@ int wgllm_model_describe(const struct wgllm_model *model, char *buf, size_t size
 int32_t wgllm_tokenize(const struct wgllm_model *model, const char *text, size_t len,
                        int32_t *tokens, int32_t max_tokens, bool add_special,
                        bool parse_special, struct wgllm_error *err);
+/* The same into a buffer it allocates (*out, free() it): returns the number
+ * of tokens, or -1 with err filled. */
+int32_t wgllm_tokenize_alloc(const struct wgllm_model *model, const char *text, size_t len, bool add_special,
+                             bool parse_special, int32_t **out, struct wgllm_error *err);
 
 /*
  * Writes the text of one token into buf (not NUL-terminated) and returns its

@@ -268,25 +268,12 @@ char *wgllm_cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-/* Tokenizes text; returns count (ids malloc'd) or -1. */
+/* Tokenizes text; returns count (ids malloc'd) or -1 after printing why. */
 static int tokenize_text(struct wgllm_model *m, const char *text, size_t len, bool add_special, bool parse_special,
                          int32_t **out) {
     struct wgllm_error err;
-    int32_t n = wgllm_tokenize(m, text, len, NULL, 0, add_special, parse_special, &err);
-    if (n == INT32_MIN) {
-        fprintf(stderr, "wgllm: error: %s\n", err.message);
-        return -1;
-    }
-    int32_t cap = n < 0 ? -n : n;
-    int32_t *ids = malloc(((size_t)cap + 1) * sizeof(int32_t));
-    if (!ids) return -1;
-    n = wgllm_tokenize(m, text, len, ids, cap, add_special, parse_special, &err);
-    if (n < 0) {
-        fprintf(stderr, "wgllm: error: tokenization failed\n");
-        free(ids);
-        return -1;
-    }
-    *out = ids;
+    int32_t n = wgllm_tokenize_alloc(m, text, len, add_special, parse_special, out, &err);
+    if (n < 0) fprintf(stderr, "wgllm: error: %s\n", err.message);
     return n;
 }
 

@@ -796,26 +796,6 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
     return WGLLM_STATUS_OK;
 }
 
-static int tokenize_alloc(const struct wgllm_model *m, const char *text, size_t len, bool add_special,
-                          bool parse_special, int32_t **out, struct wgllm_error *err) {
-    int32_t n = wgllm_tokenize(m, text, len, NULL, 0, add_special, parse_special, err);
-    if (n == INT32_MIN) return -1;
-    int cap = n < 0 ? -n : n;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(cap + 1));
-    if (!ids) {
-        wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-        return -1;
-    }
-    n = wgllm_tokenize(m, text, len, ids, cap, add_special, parse_special, err);
-    if (n < 0) {
-        free(ids);
-        if (n != INT32_MIN) wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "tokenization failed");
-        return -1;
-    }
-    *out = ids;
-    return n;
-}
-
 enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *e, const char *prompt, size_t len,
                                             const struct wgllm_request_params *params, struct wgllm_request **out,
                                             struct wgllm_error *err) {
@@ -823,7 +803,7 @@ enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *e, const char *
     if (!prompt) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "query: NULL prompt");
     const bool add_special = params ? params->add_special : true;
     int32_t *ids = NULL;
-    int n = tokenize_alloc(e->model, prompt, len, add_special, false, &ids, err);
+    int n = wgllm_tokenize_alloc(e->model, prompt, len, add_special, false, &ids, err);
     if (n < 0) return err ? err->status : WGLLM_STATUS_INVALID_ARGUMENT;
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
 }
@@ -858,7 +838,7 @@ enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct 
     const size_t bl = strlen(bos_text);
     const bool has_bos = bl > 0 && strncmp(text, bos_text, bl) == 0;
     int32_t *ids = NULL;
-    int n = tokenize_alloc(e->model, text, strlen(text), !has_bos, true, &ids, err);
+    int n = wgllm_tokenize_alloc(e->model, text, strlen(text), !has_bos, true, &ids, err);
     free(text);
     if (n < 0) return err ? err->status : WGLLM_STATUS_INVALID_ARGUMENT;
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
@@ -948,7 +928,7 @@ enum wgllm_status wgllm_embed(struct wgllm_engine *e, const char *text, size_t l
                                max_out, E);
     if (!text) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "embed: NULL text");
     int32_t *ids = NULL;
-    int n = tokenize_alloc(e->model, text, len, true, false, &ids, err);
+    int n = wgllm_tokenize_alloc(e->model, text, len, true, false, &ids, err);
     if (n < 0) return err ? err->status : WGLLM_STATUS_INVALID_ARGUMENT;
     double *acc = calloc((size_t)E, sizeof(double));
     if (!acc) {

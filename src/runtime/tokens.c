@@ -17,6 +17,27 @@ int32_t wgllm_tokenize(const struct wgllm_model *model, const char *text, size_t
     return wgllm_vocab_tokenize(model->vocab, text ? text : "", len, tokens, max_tokens, add_special, parse_special);
 }
 
+int32_t wgllm_tokenize_alloc(const struct wgllm_model *model, const char *text, size_t len, bool add_special,
+                             bool parse_special, int32_t **out, struct wgllm_error *err) {
+    *out = NULL;
+    int32_t n = wgllm_tokenize(model, text, len, NULL, 0, add_special, parse_special, err);
+    if (n == INT32_MIN) return -1;
+    const int32_t cap = n < 0 ? -n : n;
+    int32_t *ids = malloc(sizeof(int32_t) * ((size_t)cap + 1));
+    if (!ids) {
+        wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d tokens", cap);
+        return -1;
+    }
+    n = wgllm_tokenize(model, text, len, ids, cap, add_special, parse_special, err);
+    if (n < 0) { /* the count cannot change between the two calls */
+        free(ids);
+        wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "tokenization failed");
+        return -1;
+    }
+    *out = ids;
+    return n;
+}
+
 int32_t wgllm_token_to_piece(const struct wgllm_model *model, int32_t token, char *buf, int32_t size, bool special) {
     if (token < 0 || token >= wgllm_vocab_n_tokens(model->vocab)) return 0;
     return wgllm_vocab_token_to_piece(model->vocab, token, buf, size, special);
