@@ -79,7 +79,18 @@ static const char *params_wgsl =
  * error-free sum: with it a sum kept as hi + lo is exact to ~2^-48, which
  * stands in for the CPU backend's sums in double. */
 static const char *round_wgsl =
-    "fn to_f16(v: f32) -> f32 { return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x; }\n"
+    /* Integer rounding rather than unpack2x16float(pack2x16float(v)): a
+     * compiler may fold that pair into v (NVIDIA's Vulkan driver does), and
+     * then nothing is rounded. Normal range: round the mantissa to 10 bits,
+     * half to even; below 2^-14 the f16 spacing is 2^-24; above 65504, inf. */
+    "fn to_f16(v: f32) -> f32 {\n"
+    "  if (abs(v) < 6.103515625e-05) { return round(v * 16777216.0) * 5.9604644775390625e-08; }\n"
+    "  let u = bitcast<u32>(v);\n"
+    "  if ((u & 0x7f800000u) == 0x7f800000u) { return v; }\n"
+    "  let r = bitcast<f32>((u + 0xfffu + ((u >> 13u) & 1u)) & 0xffffe000u);\n"
+    "  if (abs(r) > 65504.0) { return bitcast<f32>((u & 0x80000000u) | 0x7f800000u); }\n"
+    "  return r;\n"
+    "}\n"
     "fn two_sum(a: f32, b: f32) -> vec2<f32> {\n"
     "  let s = a + b;\n"
     "  let bb = s - a;\n"
