@@ -34,6 +34,7 @@ const FIRST = `/m/${SHARDS[0]}`;
 
 let server, browser, page;
 const pageErrors = [];
+const pageWarnings = [];
 const requests = new Map(); // file name -> GET count
 let dropOnce = null; // file name whose next GET is cut half-way
 let wantNative = '';
@@ -69,7 +70,10 @@ function nativeText(model, n) {
 async function freshPage() {
   page = await browser.newPage();
   page.on('pageerror', (e) => pageErrors.push(e.message));
-  page.on('console', (m) => { if (process.env.WGLLM_WEB_VERBOSE) console.log('[page]', m.text()); });
+  page.on('console', (m) => {
+    if (m.type() === 'warning') pageWarnings.push(m.text());
+    if (process.env.WGLLM_WEB_VERBOSE) console.log('[page]', m.text());
+  });
   await page.goto(`${server.url}/blank.html`);
   assert.equal(await page.evaluate(() => crossOriginIsolated), true, 'the page is cross-origin isolated');
   await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
@@ -189,6 +193,18 @@ test('picked Files (the shards, in any order) load on the page', { timeout: 9000
   }, PROMPT);
   assert.deepEqual(r, { text: wantNative, source: 'file' });
   assert.deepEqual(SHARDS.map(count), before, 'no requests');
+  // the core's mmap took the heap blocks as they were: no second copy was made
+  assert.deepEqual(pageWarnings.filter((w) => /copied/.test(w)), []);
+  // without the store: straight from the network into memory, nothing kept
+  const net = await page.evaluate(async ({ url, prompt }) => {
+    const e = await wgllm.createEngine({ model: url, store: false });
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, source: info.source, store: info.store };
+  }, { url: `${server.url}${FIRST}`, prompt: PROMPT });
+  assert.deepEqual(net, { text: wantNative, source: 'network', store: null });
+  assert.deepEqual(SHARDS.map(count), before.map((n) => n + 1), 'each shard fetched once more');
   await page.goto(`${server.url}/blank.html`);
   await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
 });
@@ -214,4 +230,26 @@ test('a corrupt file gives a clear error naming the stored copy', { timeout: 600
   assert.equal(await page.evaluate(() => wgllm.deleteModel('cut')), false);
   assert.deepEqual((await page.evaluate(() => wgllm.listModels())).map((m) => m.name), ['tiny']);
   assert.deepEqual(pageErrors, []);
+});
+
+test('the demo page loads a split model by URL, lists it as stored and deletes it', { timeout: 90000 }, async () => {
+  const demo = await browser.newPage(); // a fresh context: an empty store
+  const errors = [];
+  demo.on('pageerror', (e) => errors.push(e.message));
+  try {
+    await demo.goto(`${server.url}/demo/`);
+    await demo.waitForFunction(() => document.getElementById('loadStored').disabled, null, { timeout: 10000 });
+    await demo.fill('#url', FIRST);
+    await demo.click('#loadUrl');
+    await demo.waitForFunction(() => !document.getElementById('msg').disabled, null, { timeout: 60000 });
+    assert.equal(await demo.$eval('#bar', (b) => b.value), 1);
+    assert.match(await demo.$eval('#status', (d) => d.textContent), /from the browser's store \('tiny'\)/);
+    await demo.waitForFunction(() => document.getElementById('stored').options.length === 1, null, { timeout: 10000 });
+    assert.match(await demo.$eval('#stored', (s) => s.options[0].textContent), /^tiny \(.* MiB, 3 shards\)$/);
+    await demo.click('#deleteStored');
+    await demo.waitForFunction(() => document.getElementById('stored').options.length === 0, null, { timeout: 10000 });
+    assert.deepEqual(errors, []);
+  } finally {
+    await demo.close();
+  }
 });

@@ -412,6 +412,7 @@ export async function mountInHeap(M, files, dirPath, progress) {
             return { ptr: block.ptr, allocated: true };
           }
           // another mapping of the same file: a copy, as MEMFS would make
+          console.warn(`wgllm: a second mapping of ${f.name} (${mib(length)}) was copied in the wasm memory`);
           const p = alloc(length);
           new Uint8Array(M.wasmMemory.buffer).set(new Uint8Array(M.wasmMemory.buffer, block.ptr + position, Math.min(length, size - position)), p);
           return { ptr: p, allocated: true };
