@@ -220,7 +220,12 @@ async function download(urls, root, progress) {
             'load the model again to resume from the first missing shard', 'fetch');
         }
         if (chunk.done) break;
-        await w.write(chunk.value);
+        try {
+          await w.write(chunk.value);
+        } catch (e) {
+          throw storeError(`storing ${what} in the browser (OPFS) failed at ${got} bytes: ${e.name === 'QuotaExceededError'
+            ? 'the storage quota is used up (free space with deleteModel, or load with store: false)' : e.message}`);
+        }
         got += chunk.value.length;
         loaded += chunk.value.length;
         if (!total) sizes[i] = got;
