@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__linux__) && !defined(__EMSCRIPTEN__)
+#include <sys/mman.h>
+#endif
 
 struct wgllm_gguf_split_params wgllm_gguf_split_default_params(void) {
     struct wgllm_gguf_split_params p = {0};
@@ -93,6 +96,15 @@ static bool split_fill_cb(int64_t index, void *buf, uint64_t size, void *user) {
     const struct wgllm_gguf_tensor *t = wgllm_gguf_tensor_at(f->g, f->first + index);
     WGLLM_ASSERT(t->size == size);
     memcpy(buf, t->data, (size_t)size);
+#if defined(__linux__) && !defined(__EMSCRIPTEN__)
+    /* The input is read once, in order: drop its pages from this process
+     * (they stay in the page cache) so that the resident memory of a split
+     * stays at about one tensor instead of growing to the whole model. The
+     * mapping is private and never written, so a later touch re-reads the file. */
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)t->data & ~(pg - 1), b = ((uintptr_t)t->data + (uintptr_t)size) & ~(pg - 1);
+    if (b > a) (void)madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
+#endif
     f->done += size;
     if (f->p->progress && !f->p->progress(f->total ? (float)f->done / (float)f->total : 1.0f, f->p->user)) {
         f->cancelled = true;
