@@ -107,6 +107,7 @@ export async function loadCore(opts = {}) {
     simd128: true,
     source: src.origin, // where the bytes came from: 'opfs', 'network', 'file' or 'memory'
     store: src.storeName ?? null,
+    wasm_memory_bytes: M.wasmMemory.buffer.byteLength, // the heap right after the load (it never shrinks)
     crossOriginIsolated: typeof crossOriginIsolated !== 'undefined' ? crossOriginIsolated : false,
   };
 

@@ -251,16 +251,17 @@ async function download(urls, root, progress) {
 async function storedSources(dir, name, shards) {
   const out = [];
   for (const s of shards) {
-    let file;
+    let file, handle;
     try {
-      file = await (await dir.getFileHandle(s.file)).getFile();
+      handle = await dir.getFileHandle(s.file);
+      file = await handle.getFile();
     } catch {
       throw storeError(`the stored model '${name}' misses its file ${s.file}; delete it (deleteModel) and load it again`);
     }
     if (s.size >= 0 && file.size !== s.size)
       throw storeError(`the stored model '${name}': ${s.file} holds ${file.size} bytes, its manifest says ${s.size}; ` +
         'delete it (deleteModel) and load it again');
-    out.push({ name: s.file, size: file.size, blob: file });
+    out.push({ name: s.file, size: file.size, blob: file, handle });
   }
   return out;
 }
@@ -321,6 +322,47 @@ export async function resolveModel(model, progress, opts = {}) {
 
 // ---- into the wasm heap ------------------------------------------------------------
 
+/* An OPFS file read through a sync access handle (dedicated workers only):
+ * straight into the heap when the browser accepts a view of the shared
+ * memory, else through one SLICE-sized buffer. False when not possible (the
+ * caller reads the File in slices). */
+async function readSync(f, size, alloc, heap, step) {
+  if (!f.handle || typeof f.handle.createSyncAccessHandle !== 'function') return false;
+  let h;
+  try {
+    h = await f.handle.createSyncAccessHandle();
+  } catch {
+    return false; // e.g. another tab holds it
+  }
+  try {
+    if (h.getSize() !== size) throw storeError(`${f.name} changed while it was being read`);
+    const ptr = alloc(size);
+    let direct = true;
+    let bounce = null;
+    for (let off = 0; off < size; off += SLICE) {
+      const n = Math.min(SLICE, size - off);
+      let got;
+      if (direct) {
+        try {
+          got = h.read(new Uint8Array(heap().buffer, ptr + off, n), { at: off });
+        } catch {
+          direct = false; // no shared views: bounce through a private buffer
+        }
+      }
+      if (!direct) {
+        bounce ??= new Uint8Array(SLICE);
+        got = h.read(bounce.subarray(0, n), { at: off });
+        heap().set(bounce.subarray(0, got), ptr + off);
+      }
+      if (got !== n) throw storeError(`reading ${f.name} gave ${got} bytes at offset ${off} instead of ${n}`);
+      step(n);
+    }
+    return true;
+  } finally {
+    h.close();
+  }
+}
+
 /**
  * Copies the files into malloc'd blocks of the core's heap and makes them
  * files of its file system (in a fresh folder) whose mmap returns the block.
@@ -340,10 +382,17 @@ export async function mountInHeap(M, files, dirPath, progress) {
     for (const f of files) {
       let size = f.size;
       let ptr = 0;
+      let block = null;
       const heap = () => new Uint8Array(M.wasmMemory.buffer); // a fresh view: the memory may have grown
-      const alloc = (n) => {
+      const malloc = (n) => {
         const p = M._malloc(Math.max(1, n)) >>> 0;
         if (!p) throw storeError(`no room in the wasm memory for ${f.name} (${mib(n)}; the limit is 4 GiB)`, 'memory');
+        return p;
+      };
+      const alloc = (n) => { // the file's block: registered at once, so a failure part-way frees it
+        const p = malloc(n);
+        block = { ptr: p, size: n, taken: false };
+        blocks.push(block);
         return p;
       };
       if (f.bytes) {
@@ -351,8 +400,10 @@ export async function mountInHeap(M, files, dirPath, progress) {
         heap().set(f.bytes, ptr);
         loaded += size;
         progress(loaded, total);
+      } else if (f.blob && await readSync(f, size, (n) => { ptr = alloc(n); return ptr; }, heap, (n) => { loaded += n; progress(loaded, total); })) {
+        // read in place through a sync access handle (workers)
       } else if (f.blob) {
-        ptr = alloc(size);
+        if (!ptr) ptr = alloc(size);
         for (let off = 0; off < size; off += SLICE) {
           const part = new Uint8Array(await f.blob.slice(off, Math.min(size, off + SLICE)).arrayBuffer());
           if (part.length !== Math.min(SLICE, size - off))
@@ -397,8 +448,7 @@ export async function mountInHeap(M, files, dirPath, progress) {
           for (const p of parts) { heap().set(p, ptr + off); off += p.length; }
         }
       }
-      const block = { ptr, size, taken: false };
-      blocks.push(block);
+      block.size = size;
       const path = `${dirPath}/${f.name}`;
       FS.writeFile(path, new Uint8Array(0));
       const node = FS.lookupPath(path).node;
@@ -418,7 +468,7 @@ export async function mountInHeap(M, files, dirPath, progress) {
           }
           // another mapping of the same file: a copy, as MEMFS would make
           console.warn(`wgllm: a second mapping of ${f.name} (${mib(length)}) was copied in the wasm memory`);
-          const p = alloc(length);
+          const p = malloc(length); // owned by that mapping (munmap frees it)
           new Uint8Array(M.wasmMemory.buffer).set(new Uint8Array(M.wasmMemory.buffer, block.ptr + position, Math.min(length, size - position)), p);
           return { ptr: p, allocated: true };
         },

@@ -63,6 +63,8 @@ export interface EngineInfo {
   source: 'opfs' | 'network' | 'file' | 'memory';
   /** Its name in the store when it came from OPFS, else null. */
   store: string | null;
+  /** Size of the wasm memory right after the load (it only grows). */
+  wasm_memory_bytes: number;
   worker?: boolean;
 }
 
