@@ -179,6 +179,22 @@ test('a download cut on shard 2 resumes at shard 2 without fetching shard 1 agai
   assert.ok(r2.events.filter((e) => e.stage === 'download').every((e) => !e.shard || e.shard >= 2));
 });
 
+test('a damaged stored shard is named; loading by URL fetches only that shard again', { timeout: 90000 }, async () => {
+  const cut = await page.evaluate(async (file) => {
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('wgllm-models');
+    const w = await (await (await dir.getDirectoryHandle('tiny')).getFileHandle(file)).createWritable({ keepExistingData: true });
+    await w.truncate(1000);
+    await w.close();
+    try { await wgllm.createEngine({ model: 'opfs:tiny' }); return null; } catch (e) { return e.message; }
+  }, SHARDS[1]);
+  assert.match(cut, new RegExp(`stored model 'tiny': ${SHARDS[1]} holds 1000 bytes, its manifest says \\d+; delete it`));
+  const before = SHARDS.map(count);
+  const r = await loadAndRun(FIRST);
+  assert.equal(r.error, undefined);
+  assert.equal(r.text, wantNative);
+  assert.deepEqual(SHARDS.map(count), [before[0], before[1] + 1, before[2]], 'only the damaged shard was fetched');
+});
+
 test('picked Files (the shards, in any order) load on the page', { timeout: 90000 }, async () => {
   await page.setContent('<input type="file" id="f" multiple>');
   await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });

@@ -245,6 +245,8 @@ async function download(urls, root, progress) {
     await writeManifest(dir, m); // the shard counts as stored only from here on
   }
   progress(loaded, loaded, 1, undefined, urls.length);
+  // best effort: ask that the browser not evict the store under storage pressure (pages only)
+  try { if (navigator.storage.persist) navigator.storage.persist().catch(() => {}); } catch { /* not offered here */ }
   return { dir, name, shards: m.shards };
 }
 
