@@ -213,13 +213,20 @@ test('picked Files (the shards, in any order) load on the page', { timeout: 9000
   assert.deepEqual(pageWarnings.filter((w) => /copied/.test(w)), []);
   // without the store: straight from the network into memory, nothing kept
   const net = await page.evaluate(async ({ url, prompt }) => {
-    const e = await wgllm.createEngine({ model: url, store: false });
+    const events = [];
+    const e = await wgllm.createEngine({ model: url, store: false, onProgress: (p) => events.push(p) });
     const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
     const info = e.info;
     await e.unload();
-    return { text: c.choices[0].text, source: info.source, store: info.store };
+    return { text: c.choices[0].text, source: info.source, store: info.store, events };
   }, { url: `${server.url}${FIRST}`, prompt: PROMPT });
-  assert.deepEqual(net, { text: wantNative, source: 'network', store: null });
+  const { events, ...rest } = net;
+  assert.deepEqual(rest, { text: wantNative, source: 'network', store: null });
+  const ps = events.map((e) => e.progress);
+  for (let i = 1; i < ps.length; i++) assert.ok(ps[i] >= ps[i - 1], `progress is monotone: ${ps}`);
+  const dl = events.filter((e) => e.stage === 'download');
+  assert.equal(dl.at(-1).loaded, SHARDS.reduce((a, x) => a + fs.statSync(path.join(dir, x)).size, 0));
+  assert.equal(dl.at(-1).progress, 0.4);
   assert.deepEqual(SHARDS.map(count), before.map((n) => n + 1), 'each shard fetched once more');
   await page.goto(`${server.url}/blank.html`);
   await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });

@@ -54,8 +54,8 @@ export async function loadCore(opts = {}) {
   });
   M.onLoadProgress = (p) => report('load', p);
   const dir = `/model-${++loadCount}`;
-  const mounted = await mountInHeap(M, src.files, dir, (loaded, total) =>
-    report(src.origin === 'network' ? 'download' : 'read', total ? loaded / total : 1, loaded, total));
+  const mounted = await mountInHeap(M, src.files, dir, (loaded, total, frac) =>
+    report(src.origin === 'network' ? 'download' : 'read', frac, loaded, total));
   const path = mounted.path;
 
   const enc = new TextEncoder();

@@ -185,7 +185,9 @@ async function download(urls, root, progress) {
   const same = m && m.urls && m.urls.length === urls.length && m.urls.every((u, i) => u === urls[i]);
   if (!same) {
     // another model under this name (or none): start over
-    for await (const [entry] of dir.entries()) await dir.removeEntry(entry, { recursive: true });
+    const old = [];
+    for await (const [entry] of dir.entries()) old.push(entry);
+    for (const entry of old) await dir.removeEntry(entry, { recursive: true });
     m = { name, urls, shards: urls.map((u, i) => ({ file: shardFileNames(urls.map(baseName), urls.length)[i], size: -1, done: false })) };
     await writeManifest(dir, m);
   }
@@ -272,7 +274,7 @@ async function storedSources(dir, name, shards) {
 
 /**
  * Resolves a `model` option to the files the core will read:
- * {files: [{name, size, blob | bytes | stream}], origin, storeName?}.
+ * {files: [{name, size, blob | bytes | fetch}], origin, storeName?}.
  * progress(stage, fraction, loaded, total, extra) reports the download.
  * opts: {base: URL for relative URLs, store: false to bypass OPFS}.
  */
@@ -297,13 +299,10 @@ export async function resolveModel(model, progress, opts = {}) {
       const { dir, name, shards } = await download(urls, root, report);
       return { files: await storedSources(dir, name, shards), origin: 'opfs', storeName: name };
     }
-    // no OPFS: stream each shard straight into the heap (no resume)
+    // no OPFS: each shard is fetched when its turn comes and streamed straight into the heap (no resume)
     const names = shardFileNames(urls.map(baseName), urls.length);
-    const files = [];
-    for (let i = 0; i < urls.length; i++) {
-      const res = await fetchOk(urls[i], urls.length > 1 ? `shard ${i + 1} of ${urls.length}` : 'the model');
-      files.push({ name: names[i], size: Number(res.headers.get('content-length')) || -1, stream: res.body, url: urls[i] });
-    }
+    const files = urls.map((url, i) => ({ name: names[i], size: -1, url,
+      fetch: () => fetchOk(url, urls.length > 1 ? `shard ${i + 1} of ${urls.length}` : 'the model') }));
     return { files, origin: 'network' };
   }
   const isBlob = (x) => typeof Blob !== 'undefined' && x instanceof Blob;
@@ -368,12 +367,16 @@ async function readSync(f, size, alloc, heap, step) {
 /**
  * Copies the files into malloc'd blocks of the core's heap and makes them
  * files of its file system (in a fresh folder) whose mmap returns the block.
- * progress(loaded, total) in bytes. Returns {path (the first file), release()}:
+ * progress(loaded, total, fraction): bytes (total: of the sizes known so
+ * far); the fraction goes by bytes when every size is known in advance, else
+ * by files, so it never moves backwards. Returns {path (the first file), release()}:
  * release() frees the blocks that no mmap took (call it after the load).
  */
 export async function mountInHeap(M, files, dirPath, progress) {
   const FS = M.FS;
   const total = files.reduce((a, f) => a + Math.max(0, f.size), 0);
+  const sized = files.every((f) => f.size >= 0);
+  let known = total;
   let loaded = 0;
   const blocks = [];
   const release = () => {
@@ -381,10 +384,17 @@ export async function mountInHeap(M, files, dirPath, progress) {
   };
   try {
     FS.mkdir(dirPath);
-    for (const f of files) {
+    for (const [idx, f] of files.entries()) {
       let size = f.size;
       let ptr = 0;
       let block = null;
+      let fileDone = 0;
+      const step = (n) => {
+        loaded += n;
+        fileDone += n;
+        const frac = sized ? (total ? loaded / total : 1) : (idx + (size > 0 ? Math.min(1, fileDone / size) : 0)) / files.length;
+        progress(loaded, Math.max(known, loaded), frac);
+      };
       const heap = () => new Uint8Array(M.wasmMemory.buffer); // a fresh view: the memory may have grown
       const malloc = (n) => {
         const p = M._malloc(Math.max(1, n)) >>> 0;
@@ -400,9 +410,8 @@ export async function mountInHeap(M, files, dirPath, progress) {
       if (f.bytes) {
         ptr = alloc(size);
         heap().set(f.bytes, ptr);
-        loaded += size;
-        progress(loaded, total);
-      } else if (f.blob && await readSync(f, size, (n) => { ptr = alloc(n); return ptr; }, heap, (n) => { loaded += n; progress(loaded, total); })) {
+        step(size);
+      } else if (f.blob && await readSync(f, size, (n) => { ptr = alloc(n); return ptr; }, heap, step)) {
         // read in place through a sync access handle (workers)
       } else if (f.blob) {
         if (!ptr) ptr = alloc(size);
@@ -411,11 +420,13 @@ export async function mountInHeap(M, files, dirPath, progress) {
           if (part.length !== Math.min(SLICE, size - off))
             throw storeError(`reading ${f.name} gave ${part.length} bytes at offset ${off}; the file changed or is unreadable`);
           heap().set(part, ptr + off);
-          loaded += part.length;
-          progress(loaded, total);
+          step(part.length);
         }
-      } else if (f.stream) {
-        const reader = f.stream.getReader();
+      } else if (f.fetch) {
+        const res = await f.fetch();
+        size = Number(res.headers.get('content-length')) || -1;
+        if (size > 0) known += size;
+        const reader = res.body.getReader();
         if (size >= 0) {
           ptr = alloc(size);
           let off = 0;
@@ -428,8 +439,7 @@ export async function mountInHeap(M, files, dirPath, progress) {
             if (off + chunk.value.length > size) throw storeError(`${f.url} sent more bytes than its Content-Length (${size})`, 'fetch');
             heap().set(chunk.value, ptr + off);
             off += chunk.value.length;
-            loaded += chunk.value.length;
-            progress(loaded, Math.max(total, loaded));
+            step(chunk.value.length);
           }
           if (off !== size) throw storeError(`the download of ${f.url} ended at ${off} of ${size} bytes`, 'fetch');
         } else {
@@ -441,8 +451,7 @@ export async function mountInHeap(M, files, dirPath, progress) {
             if (chunk.done) break;
             parts.push(chunk.value);
             n += chunk.value.length;
-            loaded += chunk.value.length;
-            progress(loaded, loaded);
+            step(chunk.value.length);
           }
           size = n;
           ptr = alloc(size);
