@@ -208,6 +208,15 @@ test('picked Files (the shards, in any order) load on the page', { timeout: 9000
     return { text: c.choices[0].text, source: info.source };
   }, PROMPT);
   assert.deepEqual(r, { text: wantNative, source: 'file' });
+  // the same Files posted to a worker engine
+  const w = await page.evaluate(async (prompt) => {
+    const e = await wgllm.createWorkerEngine({ model: [...document.getElementById('f').files] });
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, source: info.source };
+  }, PROMPT);
+  assert.deepEqual(w, { text: wantNative, source: 'file' });
   assert.deepEqual(SHARDS.map(count), before, 'no requests');
   // the core's mmap took the heap blocks as they were: no second copy was made
   assert.deepEqual(pageWarnings.filter((w) => /copied/.test(w)), []);
