@@ -23,8 +23,9 @@ const TYPES = {
 
 const BLANK = '<!doctype html><html><head><meta charset="utf-8"><title>wgllm test</title></head><body></body></html>';
 
-/** Starts the server; resolves to {url, port, close()}. mounts: {'/prefix/': dir}. */
-export function startServer({ port = 0, host = '127.0.0.1', models = path.join(here, '..', 'build', 'models'), mounts = {} } = {}) {
+/** Starts the server; resolves to {url, port, close()}. mounts: {'/prefix/': dir};
+ * hook(req, res, headers): tests answer a request themselves by returning true. */
+export function startServer({ port = 0, host = '127.0.0.1', models = path.join(here, '..', 'build', 'models'), mounts = {}, hook } = {}) {
   const table = {
     '/dist/': path.join(here, 'dist'),
     '/demo/': path.join(here, 'demo'),
@@ -38,6 +39,7 @@ export function startServer({ port = 0, host = '127.0.0.1', models = path.join(h
       'Cross-Origin-Resource-Policy': 'same-origin',
       'Cache-Control': 'no-store',
     };
+    if (hook && hook(req, res, headers)) return;
     const url = new URL(req.url, 'http://localhost');
     let pathname;
     try { pathname = decodeURIComponent(url.pathname); } catch { pathname = ''; }

@@ -9,8 +9,9 @@
 # the JS-facing glue web/src/wgllm_web.c and a libc gap (web/src/compat.c).
 # Threads: -pthread (the engine has its own thread, the CPU backend a pool),
 # so pages must be cross-origin isolated (COOP/COEP headers) for
-# SharedArrayBuffer. Memory grows up to 4 GiB; the model file is copied into
-# the wasm heap for now (streaming weights to the GPU comes with the JS HAL).
+# SharedArrayBuffer. Memory grows up to 4 GiB; the model is copied once into
+# the wasm heap by web/src/store.js, whose files' mmap hands that block to the
+# core (streaming weights to the GPU comes with the JS HAL).
 
 EMCC      ?= emcc
 EMCC_ENV  := NODE_PATH=/usr/share/nodejs

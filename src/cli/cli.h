@@ -28,6 +28,9 @@ int wgllm_cli_devices(const struct opts *o);
 /* `wgllm template -m MODEL --messages F.json ...`: print the rendered prompt (template_cmd.c). */
 int wgllm_cli_template(const struct opts *o);
 
+/* `wgllm split IN.gguf OUT_PREFIX [...]`: argv after "split" (split_cmd.c). */
+int wgllm_cli_split(int argc, char **argv);
+
 /* `wgllm chat -m MODEL`: interactive chat over the engine (chat_cmd.c). */
 int wgllm_cli_chat(const struct opts *o);
 /* The model with progress on a terminal, or NULL after printing why (main.c). */

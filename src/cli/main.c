@@ -40,6 +40,8 @@ static const char *usage_text =
     "  synth    --shape NAME [--type q8_0] [--seed 1] [-o OUT.gguf]   write a synthetic model\n"
     "  quantize IN.gguf OUT.gguf TYPE [--allow-requantize] [--pure] [-t N]   convert the weights\n"
     "           (TYPE: Q4_K_M, Q5_K_M, Q3_K_M, Q6_K, Q8_0, Q4_0, IQ4_XS, F16, ... as llama.cpp)\n"
+    "  split    IN.gguf OUT_PREFIX [--split-max-size 512M] [--split-max-tensors N]   write shards\n"
+    "           OUT_PREFIX-00001-of-0000N.gguf (llama.cpp's gguf-split layout; load the first)\n"
     "  serve    -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size N] [--api-key KEY]\n"
     "           [--chat-template FILE]   OpenAI-compatible HTTP server (`wgllm serve --help`)\n"
     "\n"
@@ -615,6 +617,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "serve")) return wgllm_serve_main(argc - 2, argv + 2); /* own flags: src/server */
     if (!strcmp(argv[1], "quantize")) return wgllm_cli_quantize(argc - 2, argv + 2); /* positional args: quantize_cmd.c */
+    if (!strcmp(argv[1], "split")) return wgllm_cli_split(argc - 2, argv + 2); /* positional args: split_cmd.c */
     struct opts o;
     int rc = parse_opts(argc - 2, argv + 2, &o);
     if (rc) return rc;

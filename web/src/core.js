@@ -7,11 +7,13 @@
 // collected in C and JS waits for it with Atomics.waitAsync on a counter in
 // the shared heap (falling back to short timers where waitAsync is missing).
 //
-// For now the model file is copied into the wasm heap (the in-memory file
-// system, then the core's mmap of it); streaming weights straight into GPU
+// The model's bytes come through the model store (store.js: URL via OPFS,
+// File, stored name, bytes) and are copied once, in slices, into the wasm
+// heap, where the core's mmap finds them; streaming weights straight into GPU
 // buffers arrives with the browser GPU HAL.
 
 import createWgllmCore from './wgllm-core.js';
+import { resolveModel, mountInHeap } from './store.js';
 
 const FINISH = ['stop', 'length', 'abort', 'error'];
 
@@ -21,64 +23,13 @@ function toError(message, code) {
   return e;
 }
 
-// Reads a model given as a URL, Blob/File, ArrayBuffer or typed array into
-// the module's file system at `path`, calling progress(loaded, total).
-async function writeModelFile(M, model, path, progress) {
-  const FS = M.FS;
-  if (typeof model === 'string' || model instanceof URL) {
-    const res = await fetch(model);
-    if (!res.ok) throw toError(`wgllm: fetching the model ${model} failed: HTTP ${res.status}`, 'fetch');
-    const total = Number(res.headers.get('content-length')) || 0;
-    const stream = FS.open(path, 'w+');
-    try {
-      if (total) FS.truncate(path, total); // one allocation of the final size
-      const reader = res.body.getReader();
-      let loaded = 0;
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        FS.write(stream, value, 0, value.length, loaded);
-        loaded += value.length;
-        progress(loaded, total || loaded);
-      }
-      if (total && loaded !== total)
-        throw toError(`wgllm: the model download ended at ${loaded} of ${total} bytes`, 'fetch');
-      progress(loaded, loaded);
-    } finally {
-      FS.close(stream);
-    }
-    return;
-  }
-  if (typeof Blob !== 'undefined' && model instanceof Blob) {
-    const total = model.size;
-    const stream = FS.open(path, 'w+');
-    try {
-      FS.truncate(path, total);
-      const step = 16 << 20; // read a File in bounded slices
-      for (let off = 0; off < total; off += step) {
-        const buf = new Uint8Array(await model.slice(off, Math.min(total, off + step)).arrayBuffer());
-        FS.write(stream, buf, 0, buf.length, off);
-        progress(off + buf.length, total);
-      }
-    } finally {
-      FS.close(stream);
-    }
-    return;
-  }
-  let bytes;
-  if (model instanceof ArrayBuffer) bytes = new Uint8Array(model);
-  else if (ArrayBuffer.isView(model)) bytes = new Uint8Array(model.buffer, model.byteOffset, model.byteLength);
-  else throw toError('wgllm: `model` must be a URL, a File/Blob, an ArrayBuffer or a typed array', 'argument');
-  FS.writeFile(path, bytes);
-  progress(bytes.length, bytes.length);
-}
-
 let loadCount = 0;
 
 /**
- * Starts the wasm core and loads a model. Options: model, onProgress({stage,
- * progress, loaded, total}), chatTemplate (Jinja text, e.g. chatml), nThreads,
- * nCtx, nSlots. Resolves to a core engine (generate/embed/interrupt/unload).
+ * Starts the wasm core and loads a model. Options: model (see store.js),
+ * onProgress({stage, progress, loaded, total, shard?, shards?}), store (false:
+ * URLs bypass OPFS), chatTemplate (Jinja text, e.g. chatml), nThreads, nCtx,
+ * nSlots. Resolves to a core engine (generate/embed/interrupt/unload).
  */
 export async function loadCore(opts = {}) {
   if (typeof crossOriginIsolated !== 'undefined' && !crossOriginIsolated)
@@ -91,18 +42,21 @@ export async function loadCore(opts = {}) {
   // jobs, and in wasm on a 2-core machine two threads ran 20x slower than
   // one (5.9 vs 122 tok/s on the tiny model); see web/README.md.
   const nThreads = Math.max(1, Math.min(opts.nThreads || 1, 4));
-  // the download is the first half of the bar, parsing/validating the second
-  const report = (stage, frac, loaded, total) => {
-    const progress = stage === 'download' ? frac * 0.5 : 0.5 + frac * 0.5;
-    try { onProgress({ stage, progress, loaded, total }); } catch { /* the caller's bug, not ours */ }
+  // the bar: download 0-0.4, reading into the wasm memory 0.4-0.5, parsing/validating the rest
+  const report = (stage, frac, loaded, total, extra) => {
+    const progress = stage === 'download' ? frac * 0.4 : stage === 'read' ? 0.4 + frac * 0.1 : 0.5 + frac * 0.5;
+    try { onProgress({ stage, progress, loaded, total, ...extra }); } catch { /* the caller's bug, not ours */ }
   };
+  const src = await resolveModel(opts.model, report, { store: opts.store });
   const M = await createWgllmCore({
     print: (t) => console.log(t),
     printErr: (t) => console.warn(t),
   });
   M.onLoadProgress = (p) => report('load', p);
-  const path = `/model-${++loadCount}.gguf`;
-  await writeModelFile(M, opts.model, path, (loaded, total) => report('download', total ? loaded / total : 1, loaded, total));
+  const dir = `/model-${++loadCount}`;
+  const mounted = await mountInHeap(M, src.files, dir, (loaded, total, frac) =>
+    report(src.origin === 'network' ? 'download' : 'read', frac, loaded, total));
+  const path = mounted.path;
 
   const enc = new TextEncoder();
   const mem = () => M.wasmMemory.buffer;
@@ -131,8 +85,14 @@ export async function loadCore(opts = {}) {
   const st = M._wgllm_web_load(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr);
   M._free(pathPtr);
   if (tmplPtr) M._free(tmplPtr);
-  try { M.FS.unlink(path); } catch { /* the core holds its own copy now */ }
-  if (!st) throw toError(`wgllm: loading the model failed: ${lastError()}`, 'load');
+  mounted.release(); // blocks that no mmap took (a failed load)
+  for (const f of src.files) try { M.FS.unlink(`${dir}/${f.name}`); } catch { /* the mapping keeps the bytes */ }
+  if (!st) {
+    const where = src.storeName ? ` (the copy stored in the browser as '${src.storeName}'; deleteModel('${src.storeName}') removes it)` : '';
+    if (M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
+    const msg = lastError().split(`${dir}/`).join(''); // the core's file system path means nothing to the caller
+    throw toError(`wgllm: loading the model failed: ${msg}${where}`, 'load');
+  }
   report('load', 1);
 
   const info = {
@@ -145,6 +105,9 @@ export async function loadCore(opts = {}) {
     n_layer: M._wgllm_web_model_info(st, 3),
     weight_bytes: M._wgllm_web_model_info(st, 4),
     simd128: true,
+    source: src.origin, // where the bytes came from: 'opfs', 'network', 'file' or 'memory'
+    store: src.storeName ?? null,
+    wasm_memory_bytes: M.wasmMemory.buffer.byteLength, // the heap right after the load (it never shrinks)
     crossOriginIsolated: typeof crossOriginIsolated !== 'undefined' ? crossOriginIsolated : false,
   };
 

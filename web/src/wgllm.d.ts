@@ -1,17 +1,38 @@
 // wgllm.d.ts - types of the browser package (web/src/wgllm.js).
 
 export interface Progress {
-  /** 'download' while the file is read (URL or File), then 'load' while the core parses and validates it. */
-  stage: 'download' | 'load';
-  /** Overall fraction in [0, 1]; the download is the first half. */
+  /** 'download' while a URL is fetched (into OPFS), 'read' while the bytes are copied into the wasm
+   *  memory (from OPFS or a File), then 'load' while the core parses and validates the model. */
+  stage: 'download' | 'read' | 'load';
+  /** Overall fraction in [0, 1]: download up to 0.4, read up to 0.5, load the rest. */
   progress: number;
+  /** Bytes so far and in all (download: of the shards whose size is known yet). */
   loaded?: number;
   total?: number;
+  /** download: the shard being fetched (1-based; absent on summary events) and the shard count. */
+  shard?: number;
+  shards?: number;
+}
+
+/** A model in the browser's store (OPFS), as listModels() reports it. */
+export interface StoredModel {
+  /** Load it with `model: 'opfs:' + name`. */
+  name: string;
+  shards: number;
+  /** Bytes of the shards stored completely. */
+  bytes: number;
+  /** False for a download that stopped part-way (loading its URL again resumes it). */
+  complete: boolean;
+  urls: string[];
 }
 
 export interface EngineOptions {
-  /** A URL (string or URL), a File/Blob, or the bytes of a GGUF file. */
-  model: string | URL | Blob | ArrayBuffer | ArrayBufferView;
+  /** A URL (string or URL; a split model by any shard's URL, or the list of its shard URLs),
+   *  'opfs:NAME' (a model stored before), a File/Blob (or the list of a split model's shards),
+   *  or the bytes of a GGUF file. URLs are downloaded into OPFS first (see `store`). */
+  model: string | URL | (string | URL)[] | Blob | Blob[] | ArrayBuffer | ArrayBufferView;
+  /** false: fetch URLs straight into memory, without keeping them in OPFS (default true where OPFS exists). */
+  store?: boolean;
   onProgress?: (p: Progress) => void;
   /** Only 'cpu' (wasm) exists in this build; 'auto' picks it. */
   backend?: 'auto' | 'cpu' | 'webgpu';
@@ -38,6 +59,12 @@ export interface EngineInfo {
   weight_bytes: number;
   simd128: boolean;
   crossOriginIsolated: boolean;
+  /** Where the model's bytes came from. */
+  source: 'opfs' | 'network' | 'file' | 'memory';
+  /** Its name in the store when it came from OPFS, else null. */
+  store: string | null;
+  /** Size of the wasm memory right after the load (it only grows). */
+  wasm_memory_bytes: number;
   worker?: boolean;
 }
 
@@ -136,3 +163,7 @@ export const CHATML: string;
 export function createEngine(options: EngineOptions): Promise<Engine>;
 /** The engine in a Web Worker (web/dist/worker.js). */
 export function createWorkerEngine(options: EngineOptions): Promise<Engine>;
+/** The models kept in the browser's store (OPFS); [] where OPFS is missing. */
+export function listModels(): Promise<StoredModel[]>;
+/** Removes a stored model; false when there was none of that name. */
+export function deleteModel(name: string): Promise<boolean>;

@@ -167,14 +167,20 @@ function openaiApi(backend, modelName) {
   };
 }
 
+// the model store's helpers (OPFS): listModels() and deleteModel(name)
+export { listModels, deleteModel } from './store.js';
+
 function modelNameOf(model) {
+  if (Array.isArray(model) && model.length) model = model[0];
+  if (typeof model === 'string' && model.startsWith('opfs:')) return model.slice(5);
   if (typeof model === 'string' || model instanceof URL) return String(model).split('/').pop().split('?')[0];
   if (model && typeof model.name === 'string') return model.name;
   return 'model.gguf';
 }
 
 function coreOptions(o) {
-  return { chatTemplate: o.chatTemplate ?? o.chat_template, nThreads: o.nThreads, nCtx: o.nCtx, nSlots: o.nSlots };
+  return { chatTemplate: o.chatTemplate ?? o.chat_template, nThreads: o.nThreads, nCtx: o.nCtx, nSlots: o.nSlots,
+           store: o.store };
 }
 
 /**
@@ -220,8 +226,9 @@ export async function createWorkerEngine(options = {}) {
     return { id, promise };
   };
   let model = options.model;
-  if (typeof model === 'string') model = new URL(model, location.href).href; // the worker's base differs
-  else if (model instanceof URL) model = model.href;
+  const abs = (u) => (typeof u === 'string' && !u.startsWith('opfs:') ? new URL(u, location.href).href : u instanceof URL ? u.href : u);
+  if (typeof model === 'string' || model instanceof URL) model = abs(model); // the worker's base differs
+  else if (Array.isArray(model)) model = model.map(abs);
   const info = await call('load', { ...coreOptions(options), model }).promise;
   onProgress = null;
   let unloaded = false;

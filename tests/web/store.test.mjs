@@ -1,0 +1,287 @@
+// store.test.mjs - the browser model store (web/src/store.js) in headless
+// Chromium: a synthetic model split by `wgllm split` into 3 shards loads over
+// HTTP with progress into OPFS and generates the same greedy text as native
+// `wgllm run` on the same file; after a reload it loads from OPFS with no new
+// request for its shards; a download cut on the 2nd shard resumes without
+// fetching shard 1 again; picked Files (the shards) load on the page; a
+// corrupt file gives a clear error; listModels/deleteModel. The server counts
+// every shard request. Run through tests/web/run.sh (builds what is missing).
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const require = createRequire(path.join(root, 'web', 'package.json'));
+const { chromium } = require('playwright-core');
+const { startServer } = await import(path.join(root, 'web', 'serve.mjs'));
+
+const WGLLM = path.join(root, 'build', 'release', 'wgllm');
+const PROMPT = 'Once upon a time';
+const FLAGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
+  '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'];
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wgllm-store-'));
+const whole = path.join(dir, 'whole.gguf');
+const SHARDS = ['tiny-00001-of-00003.gguf', 'tiny-00002-of-00003.gguf', 'tiny-00003-of-00003.gguf'];
+const FIRST = `/m/${SHARDS[0]}`;
+
+let server, browser, page;
+const pageErrors = [];
+const pageWarnings = [];
+const requests = new Map(); // file name -> GET count
+let dropOnce = null; // file name whose next GET is cut half-way
+let wantNative = '';
+
+const count = (name) => requests.get(name) || 0;
+
+// Serves dir under /m/ (counting GETs; cutting one response when asked); the rest is web/serve.mjs's.
+function hook(req, res, headers) {
+  const u = new URL(req.url, 'http://x');
+  if (!u.pathname.startsWith('/m/')) return false;
+  const name = path.basename(decodeURIComponent(u.pathname));
+  const file = path.join(dir, name);
+  if (!fs.existsSync(file)) { res.writeHead(404, headers); res.end('not found'); return true; }
+  requests.set(name, count(name) + 1);
+  const data = fs.readFileSync(file);
+  res.writeHead(200, { ...headers, 'Content-Type': 'application/octet-stream', 'Content-Length': data.length });
+  if (dropOnce === name) {
+    dropOnce = null;
+    res.write(data.subarray(0, data.length >> 1), () => setTimeout(() => res.socket.destroy(), 50));
+    return true;
+  }
+  res.end(data);
+  return true;
+}
+
+function nativeText(model, n) {
+  const out = execFileSync(WGLLM, ['run', '-m', model, '-p', PROMPT, '-n', String(n), '-t', '1', '--ignore-eos'],
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 30000 });
+  assert.ok(out.startsWith(PROMPT), `native output starts with the prompt: ${JSON.stringify(out)}`);
+  return out.slice(PROMPT.length).replace(/\n$/, '');
+}
+
+async function freshPage() {
+  page = await browser.newPage();
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  page.on('console', (m) => {
+    if (m.type() === 'warning') pageWarnings.push(m.text());
+    if (process.env.WGLLM_WEB_VERBOSE) console.log('[page]', m.text());
+  });
+  await page.goto(`${server.url}/blank.html`);
+  assert.equal(await page.evaluate(() => crossOriginIsolated), true, 'the page is cross-origin isolated');
+  await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
+}
+
+// Loads `model` in a worker engine, generates 8 greedy tokens, unloads.
+// Resolves to {events, info, text} or {error}.
+const loadAndRun = (model) => page.evaluate(async ({ model, prompt }) => {
+  const events = [];
+  try {
+    const e = await wgllm.createWorkerEngine({ model, onProgress: (p) => events.push(p) });
+    const r = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { events, info, text: r.choices[0].text };
+  } catch (e) {
+    return { events, error: e.message };
+  }
+}, { model, prompt: PROMPT });
+
+before(async () => {
+  assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'store.js')), 'web/dist is built (make wasm)');
+  execFileSync(WGLLM, ['synth', '--shape', 'tiny', '--type', 'q8_0', '-o', whole], { stdio: 'ignore' });
+  execFileSync(WGLLM, ['split', whole, path.join(dir, 'tiny'), '--split-max-size', '4M'], { stdio: 'ignore' });
+  for (const s of SHARDS) assert.ok(fs.existsSync(path.join(dir, s)), `wgllm split wrote ${s}`);
+  assert.ok(!fs.existsSync(path.join(dir, 'tiny-00001-of-00004.gguf')));
+  wantNative = nativeText(path.join(dir, SHARDS[0]), 8);
+  assert.equal(nativeText(whole, 8), wantNative, 'native: the shards generate what the unsplit file does');
+  server = await startServer({ models: dir, hook });
+  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
+  await freshPage();
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (server) await server.close();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test('a split model loads over HTTP into OPFS with progress; greedy text equals native wgllm run', { timeout: 90000 }, async () => {
+  const r = await loadAndRun(FIRST);
+  assert.equal(r.error, undefined);
+  assert.equal(r.text, wantNative);
+  for (const s of SHARDS) assert.equal(count(s), 1, `${s} fetched once`);
+  assert.equal(r.info.source, 'opfs');
+  assert.equal(r.info.store, 'tiny');
+  const dl = r.events.filter((e) => e.stage === 'download');
+  assert.ok(dl.length >= 3, `download events: ${dl.length}`);
+  assert.deepEqual([...new Set(dl.map((e) => e.shard))].filter(Boolean), [1, 2, 3], 'events name the shard being fetched');
+  assert.ok(dl.every((e) => e.shards === 3));
+  const bytes = SHARDS.reduce((a, s) => a + fs.statSync(path.join(dir, s)).size, 0);
+  assert.equal(dl.at(-1).loaded, bytes);
+  assert.equal(dl.at(-1).total, bytes);
+  assert.ok(r.events.some((e) => e.stage === 'read') && r.events.some((e) => e.stage === 'load'));
+  const ps = r.events.map((e) => e.progress);
+  for (let i = 1; i < ps.length; i++) assert.ok(ps[i] >= ps[i - 1], `progress is monotone: ${ps}`);
+  assert.equal(ps.at(-1), 1);
+  const list = await page.evaluate(() => wgllm.listModels());
+  assert.deepEqual(list.map(({ name, shards, bytes: b, complete }) => ({ name, shards, bytes: b, complete })),
+    [{ name: 'tiny', shards: 3, bytes, complete: true }]);
+});
+
+test('after a reload the model loads from OPFS without fetching its shards', { timeout: 90000 }, async () => {
+  await page.reload();
+  await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
+  const r = await loadAndRun(FIRST);
+  assert.equal(r.error, undefined);
+  assert.equal(r.text, wantNative);
+  for (const s of SHARDS) assert.equal(count(s), 1, `${s} not fetched again`);
+  assert.ok(!r.events.some((e) => e.stage === 'download' && e.shard > 0), 'nothing was downloaded');
+  // by its store name, and from the page (createEngine) too
+  const byName = await page.evaluate(async (prompt) => {
+    const e = await wgllm.createEngine({ model: 'opfs:tiny' });
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, source: info.source };
+  }, PROMPT);
+  assert.deepEqual(byName, { text: wantNative, source: 'opfs' });
+  for (const s of SHARDS) assert.equal(count(s), 1);
+});
+
+test('a download cut on shard 2 resumes at shard 2 without fetching shard 1 again', { timeout: 90000 }, async () => {
+  assert.equal(await page.evaluate(() => wgllm.deleteModel('tiny')), true);
+  assert.deepEqual(await page.evaluate(() => wgllm.listModels()), []);
+  requests.clear();
+  dropOnce = SHARDS[1];
+  const r1 = await loadAndRun(FIRST);
+  assert.ok(r1.error, 'the first load fails');
+  assert.match(r1.error, /shard 2 of 3 .*interrupted.*1 of 3 shards are stored.*resume/);
+  assert.deepEqual([count(SHARDS[0]), count(SHARDS[1]), count(SHARDS[2])], [1, 1, 0]);
+  const list = await page.evaluate(() => wgllm.listModels());
+  assert.equal(list.length, 1);
+  assert.equal(list[0].complete, false);
+  assert.equal(list[0].bytes, fs.statSync(path.join(dir, SHARDS[0])).size, 'only shard 1 counts as stored');
+  const stored = await page.evaluate(async () => { try { await wgllm.createWorkerEngine({ model: 'opfs:tiny' }); return null; } catch (e) { return e.message; } });
+  assert.match(stored, /'tiny' is incomplete/);
+
+  const r2 = await loadAndRun(FIRST);
+  assert.equal(r2.error, undefined);
+  assert.equal(r2.text, wantNative);
+  assert.deepEqual([count(SHARDS[0]), count(SHARDS[1]), count(SHARDS[2])], [1, 2, 1], 'shard 1 was not fetched again');
+  assert.ok(r2.events.filter((e) => e.stage === 'download').every((e) => !e.shard || e.shard >= 2));
+});
+
+test('a damaged stored shard is named; loading by URL fetches only that shard again', { timeout: 90000 }, async () => {
+  const cut = await page.evaluate(async (file) => {
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('wgllm-models');
+    const w = await (await (await dir.getDirectoryHandle('tiny')).getFileHandle(file)).createWritable({ keepExistingData: true });
+    await w.truncate(1000);
+    await w.close();
+    try { await wgllm.createEngine({ model: 'opfs:tiny' }); return null; } catch (e) { return e.message; }
+  }, SHARDS[1]);
+  assert.match(cut, new RegExp(`stored model 'tiny': ${SHARDS[1]} holds 1000 bytes, its manifest says \\d+; delete it`));
+  const before = SHARDS.map(count);
+  const r = await loadAndRun(FIRST);
+  assert.equal(r.error, undefined);
+  assert.equal(r.text, wantNative);
+  assert.deepEqual(SHARDS.map(count), [before[0], before[1] + 1, before[2]], 'only the damaged shard was fetched');
+});
+
+test('picked Files (the shards, in any order) load on the page', { timeout: 90000 }, async () => {
+  await page.setContent('<input type="file" id="f" multiple>');
+  await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
+  await page.setInputFiles('#f', [SHARDS[2], SHARDS[0], SHARDS[1]].map((s) => path.join(dir, s)));
+  const before = SHARDS.map(count);
+  const r = await page.evaluate(async (prompt) => {
+    const e = await wgllm.createEngine({ model: [...document.getElementById('f').files] });
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, source: info.source };
+  }, PROMPT);
+  assert.deepEqual(r, { text: wantNative, source: 'file' });
+  // the same Files posted to a worker engine
+  const w = await page.evaluate(async (prompt) => {
+    const e = await wgllm.createWorkerEngine({ model: [...document.getElementById('f').files] });
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, source: info.source };
+  }, PROMPT);
+  assert.deepEqual(w, { text: wantNative, source: 'file' });
+  assert.deepEqual(SHARDS.map(count), before, 'no requests');
+  // the core's mmap took the heap blocks as they were: no second copy was made
+  assert.deepEqual(pageWarnings.filter((w) => /copied/.test(w)), []);
+  // without the store: straight from the network into memory, nothing kept
+  const net = await page.evaluate(async ({ url, prompt }) => {
+    const events = [];
+    const e = await wgllm.createEngine({ model: url, store: false, onProgress: (p) => events.push(p) });
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, source: info.source, store: info.store, events };
+  }, { url: `${server.url}${FIRST}`, prompt: PROMPT });
+  const { events, ...rest } = net;
+  assert.deepEqual(rest, { text: wantNative, source: 'network', store: null });
+  const ps = events.map((e) => e.progress);
+  for (let i = 1; i < ps.length; i++) assert.ok(ps[i] >= ps[i - 1], `progress is monotone: ${ps}`);
+  const dl = events.filter((e) => e.stage === 'download');
+  assert.equal(dl.at(-1).loaded, SHARDS.reduce((a, x) => a + fs.statSync(path.join(dir, x)).size, 0));
+  assert.equal(dl.at(-1).progress, 0.4);
+  assert.deepEqual(SHARDS.map(count), before.map((n) => n + 1), 'each shard fetched once more');
+  await page.goto(`${server.url}/blank.html`);
+  await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
+});
+
+test('a corrupt file gives a clear error naming the stored copy', { timeout: 60000 }, async () => {
+  const good = fs.readFileSync(whole);
+  const bad = Buffer.from(good.subarray(0, good.length >> 1)); // cut in the middle of the tensor data
+  fs.writeFileSync(path.join(dir, 'cut.gguf'), bad);
+  const r = await loadAndRun('/m/cut.gguf');
+  assert.ok(r.error, 'loading failed');
+  assert.match(r.error, /loading the model failed: cut\.gguf: .*gguf: tensor '[^']+': data .* extends past end of file/);
+  assert.ok(!r.error.includes('/model-'), 'no internal paths in the message');
+  assert.match(r.error, /stored in the browser as 'cut'; deleteModel\('cut'\)/);
+  // a file that is not GGUF at all, loaded from a picked File on the page
+  const msg = await page.evaluate(async () => {
+    try {
+      await wgllm.createEngine({ model: new File([new Uint8Array(1000).fill(7)], 'junk.gguf') });
+      return null;
+    } catch (e) { return e.message; }
+  });
+  assert.match(msg, /loading the model failed: junk\.gguf: .*gguf: magic at offset 0 .*not a GGUF file/);
+  assert.equal(await page.evaluate(() => wgllm.deleteModel('cut')), true);
+  assert.equal(await page.evaluate(() => wgllm.deleteModel('cut')), false);
+  assert.deepEqual((await page.evaluate(() => wgllm.listModels())).map((m) => m.name), ['tiny']);
+  assert.deepEqual(pageErrors, []);
+});
+
+test('the demo page loads a split model by URL, lists it as stored and deletes it', { timeout: 90000 }, async () => {
+  const demo = await browser.newPage(); // a fresh context: an empty store
+  const errors = [];
+  demo.on('pageerror', (e) => errors.push(e.message));
+  try {
+    await demo.goto(`${server.url}/demo/`);
+    await demo.waitForFunction(() => document.getElementById('loadStored').disabled, null, { timeout: 10000 });
+    await demo.fill('#url', FIRST);
+    await demo.click('#loadUrl');
+    await demo.waitForFunction(() => !document.getElementById('msg').disabled, null, { timeout: 60000 });
+    assert.equal(await demo.$eval('#bar', (b) => b.value), 1);
+    assert.match(await demo.$eval('#status', (d) => d.textContent), /from the browser's store \('tiny'\)/);
+    await demo.waitForFunction(() => document.getElementById('stored').options.length === 1, null, { timeout: 10000 });
+    assert.match(await demo.$eval('#stored', (s) => s.options[0].textContent), /^tiny \(.* MiB, 3 shards\)$/);
+    await demo.click('#deleteStored');
+    await demo.waitForFunction(() => document.getElementById('stored').options.length === 0, null, { timeout: 10000 });
+    assert.deepEqual(errors, []);
+  } finally {
+    await demo.close();
+  }
+});
