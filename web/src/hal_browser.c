@@ -45,15 +45,15 @@ struct hal_wait {
 
 /* JS library (hal_webgpu.lib.js); ids are small integers, 0 = none. */
 extern int wgllm_hal_js_open(struct hal_wait *w, double *nums, char *strs);
-extern void wgllm_hal_js_close(void);
-extern int wgllm_hal_js_buffer_create(double size, int usage, const char *label);
+extern void wgllm_hal_js_close(int dev);
+extern int wgllm_hal_js_buffer_create(int dev, double size, int usage, const char *label);
 extern void wgllm_hal_js_release(int id);
-extern int wgllm_hal_js_run(const double *rec, int n, const uint8_t *data, int submit);
-extern void wgllm_hal_js_write(int id, double off, const void *ptr, double size);
-extern void wgllm_hal_js_readback(struct hal_wait *w, int id, double off, double msize, void *dst, double size);
-extern int wgllm_hal_js_pipeline(struct hal_wait *w, const char *src, const char *label);
-extern int wgllm_hal_js_bindgroup(struct hal_wait *w, int pipeline, int n, const double *entries);
-extern int wgllm_hal_js_take_error(char *msg, int cap);
+extern int wgllm_hal_js_run(int dev, const double *rec, int n, const uint8_t *data, int submit);
+extern void wgllm_hal_js_write(int dev, int id, double off, const void *ptr, double size);
+extern void wgllm_hal_js_readback(struct hal_wait *w, int dev, int id, double off, double msize, void *dst, double size);
+extern int wgllm_hal_js_pipeline(struct hal_wait *w, int dev, const char *src, const char *label);
+extern int wgllm_hal_js_bindgroup(struct hal_wait *w, int dev, int pipeline, int n, const double *entries);
+extern int wgllm_hal_js_take_error(int dev, char *msg, int cap);
 
 struct wgllm_gpu_buffer {
     int id;
@@ -72,6 +72,7 @@ struct wgllm_gpu_bindgroup {
 };
 
 struct wgllm_gpu {
+    int dev; /* the device's id in the JS table */
     struct wgllm_gpu_info info;
     struct wgllm_gpu_pipeline **pipes;
     int n_pipes, cap_pipes;
@@ -104,9 +105,9 @@ static bool wait_done(struct hal_wait *w) {
     return true;
 }
 
-static enum wgllm_status take_error(struct wgllm_error *err, const char *what) {
+static enum wgllm_status take_error(struct wgllm_gpu *g, struct wgllm_error *err, const char *what) {
     char msg[HAL_MSG];
-    if (!wgllm_hal_js_take_error(msg, sizeof msg)) return WGLLM_STATUS_OK;
+    if (!wgllm_hal_js_take_error(g->dev, msg, sizeof msg)) return WGLLM_STATUS_OK;
     return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "%s: %s", what, msg);
 }
 
@@ -140,6 +141,7 @@ enum wgllm_status wgllm_gpu_open(struct wgllm_gpu **out, struct wgllm_error *err
         return WGLLM_STATUS_UNSUPPORTED;
     }
     free(w);
+    g->dev = (int)nums[15];
     struct wgllm_gpu_info *in = &g->info;
     snprintf(in->name, sizeof in->name, "%s", strs);
     snprintf(in->vendor, sizeof in->vendor, "%s", strs + 256);
@@ -175,7 +177,7 @@ void wgllm_gpu_close(struct wgllm_gpu *g) {
     free(g->pipes);
     free(g->rec);
     free(g->data);
-    wgllm_hal_js_close(); /* destroys the device and every object */
+    wgllm_hal_js_close(g->dev); /* destroys the device and its objects */
     free(g);
 }
 
@@ -202,7 +204,7 @@ static bool rec_push(struct wgllm_gpu *g, double op, double a, double b, double 
 /* Hands the deferred writes (and, when submit, the batch) to JS. */
 static int flush(struct wgllm_gpu *g, int submit) {
     int rc = 0;
-    if (g->n_rec || submit) rc = wgllm_hal_js_run(g->rec, g->n_rec, g->data, submit);
+    if (g->n_rec || submit) rc = wgllm_hal_js_run(g->dev, g->rec, g->n_rec, g->data, submit);
     g->n_rec = 0;
     g->n_data = 0;
     return rc;
@@ -220,11 +222,11 @@ struct wgllm_gpu_buffer *wgllm_gpu_buffer_create(struct wgllm_gpu *g, uint64_t s
         return NULL;
     }
     struct wgllm_gpu_buffer *b = calloc(1, sizeof *b);
-    int id = b ? wgllm_hal_js_buffer_create((double)size, usage, label) : 0;
+    int id = b ? wgllm_hal_js_buffer_create(g->dev, (double)size, usage, label) : 0;
     if (!id) {
         free(b);
         char msg[HAL_MSG] = "";
-        wgllm_hal_js_take_error(msg, sizeof msg);
+        wgllm_hal_js_take_error(g->dev, msg, sizeof msg);
         wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "could not create GPU buffer '%s' of %llu bytes%s%s",
                         label ? label : "", (unsigned long long)size, msg[0] ? ": " : "", msg);
         return NULL;
@@ -275,12 +277,12 @@ void wgllm_gpu_buffer_write(struct wgllm_gpu *g, struct wgllm_gpu_buffer *b, uin
     size_t main_part = size & ~(size_t)3;
     for (size_t o = 0; o < main_part; o += WRITE_CHUNK) {
         size_t n = WGLLM_MIN(WRITE_CHUNK, main_part - o);
-        wgllm_hal_js_write(b->id, (double)(offset + o), s + o, (double)n);
+        wgllm_hal_js_write(g->dev, b->id, (double)(offset + o), s + o, (double)n);
     }
     if (size > main_part) {
         uint8_t tail[4] = {0};
         memcpy(tail, s + main_part, size - main_part);
-        wgllm_hal_js_write(b->id, (double)(offset + main_part), tail, 4);
+        wgllm_hal_js_write(g->dev, b->id, (double)(offset + main_part), tail, 4);
     }
 }
 
@@ -293,17 +295,17 @@ enum wgllm_status wgllm_gpu_readback(struct wgllm_gpu *g, struct wgllm_gpu_buffe
     size_t msize = (size + 3) & ~(size_t)3;
     struct hal_wait *w = wait_new();
     if (!w) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for a readback");
-    wgllm_hal_js_readback(w, rb->id, (double)offset, (double)msize, dst, (double)size);
+    wgllm_hal_js_readback(w, g->dev, rb->id, (double)offset, (double)msize, dst, (double)size);
     if (!wait_done(w))
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "GPU readback: no answer within %.0f s", WAIT_MS / 1000);
     enum wgllm_status st = WGLLM_STATUS_OK;
     if (w->status) {
-        st = take_error(err, "GPU readback");
+        st = take_error(g, err, "GPU readback");
         if (!st) st = wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "%s", w->msg);
     }
     free(w);
     if (st) return st;
-    return take_error(err, "GPU work before the readback");
+    return take_error(g, err, "GPU work before the readback");
 }
 
 enum wgllm_status wgllm_gpu_buffer_read(struct wgllm_gpu *g, struct wgllm_gpu_buffer *b, uint64_t offset, void *dst,
@@ -338,7 +340,7 @@ struct wgllm_gpu_pipeline *wgllm_gpu_pipeline_get(struct wgllm_gpu *g, const cha
         wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for a pipeline");
         return NULL;
     }
-    int id = wgllm_hal_js_pipeline(w, wgsl, label);
+    int id = wgllm_hal_js_pipeline(w, g->dev, wgsl, label);
     if (!wait_done(w)) {
         wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "compiling WGSL kernel '%s': no answer within %.0f s",
                         label ? label : "", WAIT_MS / 1000);
@@ -395,8 +397,7 @@ struct wgllm_gpu_bindgroup *wgllm_gpu_bindgroup_create(struct wgllm_gpu *g, stru
         wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for a bind group");
         return NULL;
     }
-    (void)g;
-    int id = wgllm_hal_js_bindgroup(w, p->id, n, ent);
+    int id = wgllm_hal_js_bindgroup(w, g->dev, p->id, n, ent);
     if (!wait_done(w)) {
         free(r);
         wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "creating a bind group: no answer within %.0f s", WAIT_MS / 1000);
@@ -451,7 +452,7 @@ enum wgllm_status wgllm_gpu_batch_submit(struct wgllm_gpu *g, struct wgllm_error
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory recording a GPU batch");
     }
     flush(g, 1);
-    return take_error(err, "GPU batch");
+    return take_error(g, err, "GPU batch");
 }
 
 enum wgllm_status wgllm_gpu_finish(struct wgllm_gpu *g, struct wgllm_error *err) {

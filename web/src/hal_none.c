@@ -10,7 +10,7 @@
 enum wgllm_status wgllm_gpu_open(struct wgllm_gpu **out, struct wgllm_error *err) {
     *out = NULL;
     return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                           "this wasm build has no WebGPU HAL yet (the browser one is a later step); use the CPU");
+                           "this wasm build has no WebGPU HAL (built with WASM_HAL=none); use the CPU");
 }
 
 #define NO_DEVICE() WGLLM_ABORT("wgllm_gpu_*: no GPU device exists in this build")

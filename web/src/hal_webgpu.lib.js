@@ -4,7 +4,10 @@
 //
 // Threading: every GPU object lives on the module's main runtime thread
 // (the page for createEngine, the Worker for createWorkerEngine) in the
-// table WGHAL.objs; C holds integer ids. Each function below is marked
+// table WGHAL.objs; C holds integer ids. A device is an entry of the table
+// too ({adapter, device, queue, error}), passed first to the calls that need
+// it; every object remembers its device, so closing one device frees its
+// objects and no other's. Each function below is marked
 // __proxy: 'sync', so when the engine's pthread calls it, emscripten runs it
 // on the main thread while the pthread blocks (a pthread may block). The
 // functions themselves never block and never spin: the asynchronous WebGPU
@@ -20,21 +23,26 @@
 var LibraryWgllmHal = {
   $WGHAL: {
     objs: [null],
+    owner: [0], // the device id of each object
     free: [],
-    adapter: null,
-    device: null,
-    queue: null,
-    error: null, // the first uncaptured device error (or loss) not yet reported
-    add: function(o) {
+    add: function(o, dev) {
       var id = WGHAL.free.length ? WGHAL.free.pop() : WGHAL.objs.length;
       WGHAL.objs[id] = o;
+      WGHAL.owner[id] = dev;
       return id;
     },
     del: function(id) {
       if (id > 0 && WGHAL.objs[id]) {
+        var o = WGHAL.objs[id];
+        if (o instanceof GPUBuffer) o.destroy();
         WGHAL.objs[id] = null;
+        WGHAL.owner[id] = 0;
         WGHAL.free.push(id);
       }
+    },
+    // records the first uncaptured error of a device (later ones are usually its consequences)
+    fault: function(d, msg) {
+      if (!d.error) d.error = msg;
     },
     // completes a struct hal_wait and wakes the pthread waiting on it
     done: function(w, status, msg) {
@@ -48,8 +56,7 @@ var LibraryWgllmHal = {
     },
     // a view of the shared heap; writeBuffer takes AllowSharedBufferSource,
     // but a browser that refuses shared views gets a bounded non-shared copy
-    write: function(buf, off, ptr, size) {
-      var q = WGHAL.queue;
+    write: function(q, buf, off, ptr, size) {
       try {
         q.writeBuffer(buf, off, HEAPU8, ptr, size);
       } catch (e) {
@@ -66,8 +73,9 @@ var LibraryWgllmHal = {
   },
 
   // Starts adapter + device creation; completes `w` when done. nums: 16
-  // doubles out (limits and features, see hal_browser.c); strs: name[256],
-  // vendor[128], architecture[128], description[256] one after the other.
+  // doubles out (limits and features, see hal_browser.c; the new device's id
+  // at nums[15]); strs: name[256], vendor[128], architecture[128],
+  // description[256] one after the other.
   wgllm_hal_js_open__deps: ['$WGHAL'],
   wgllm_hal_js_open__proxy: 'sync',
   wgllm_hal_js_open: function(w, nums, strs) {
@@ -96,22 +104,19 @@ var LibraryWgllmHal = {
       if (adapter.features.has('shader-f16')) feats.push('shader-f16');
       if (adapter.features.has('subgroups')) feats.push('subgroups');
       var device = await adapter.requestDevice({ label: 'wgllm', requiredFeatures: feats, requiredLimits: req });
-      WGHAL.adapter = adapter;
-      WGHAL.device = device;
-      WGHAL.queue = device.queue;
-      WGHAL.error = null;
-      device.onuncapturederror = function(ev) {
-        if (!WGHAL.error) WGHAL.error = 'WebGPU error: ' + WGHAL.msgOf(ev.error);
-      };
+      var d = { adapter: adapter, device: device, queue: device.queue, error: null };
+      var dev = WGHAL.add(d, 0);
+      device.onuncapturederror = function(ev) { WGHAL.fault(d, 'WebGPU error: ' + WGHAL.msgOf(ev.error)); };
       device.lost.then(function(li) {
-        if (li.reason !== 'destroyed' && !WGHAL.error) WGHAL.error = 'WebGPU device lost: ' + (li.message || li.reason);
+        if (li.reason !== 'destroyed') WGHAL.fault(d, 'WebGPU device lost: ' + (li.message || li.reason));
       });
       var D = device.limits;
       var v = [D.maxStorageBufferBindingSize, D.maxBufferSize, D.maxComputeWorkgroupStorageSize,
                D.maxComputeInvocationsPerWorkgroup, D.maxComputeWorkgroupSizeX, D.maxComputeWorkgroupsPerDimension,
                D.minStorageBufferOffsetAlignment, D.minUniformBufferOffsetAlignment, D.maxStorageBuffersPerShaderStage,
                info.subgroupMinSize || 0, info.subgroupMaxSize || 0,
-               device.features.has('shader-f16') ? 1 : 0, device.features.has('subgroups') ? 1 : 0, isCpu ? 1 : 0];
+               device.features.has('shader-f16') ? 1 : 0, device.features.has('subgroups') ? 1 : 0, isCpu ? 1 : 0,
+               0, dev];
       for (var i = 0; i < v.length; i++) HEAPF64[(nums >> 3) + i] = v[i] || 0;
       var name = info.device || info.description || [info.vendor, info.architecture].filter(Boolean).join(' ') || 'WebGPU adapter';
       stringToUTF8(name, strs, 256);
@@ -125,30 +130,26 @@ var LibraryWgllmHal = {
 
   wgllm_hal_js_close__deps: ['$WGHAL'],
   wgllm_hal_js_close__proxy: 'sync',
-  wgllm_hal_js_close: function() {
-    for (var i = 1; i < WGHAL.objs.length; i++) {
-      var o = WGHAL.objs[i];
-      if (o && o.destroy && o instanceof GPUBuffer) o.destroy();
-    }
-    WGHAL.objs = [null];
-    WGHAL.free = [];
-    if (WGHAL.device) WGHAL.device.destroy();
-    WGHAL.device = WGHAL.queue = WGHAL.adapter = null;
-    WGHAL.error = null;
+  wgllm_hal_js_close: function(dev) {
+    for (var i = 1; i < WGHAL.objs.length; i++) if (WGHAL.owner[i] === dev) WGHAL.del(i);
+    var d = WGHAL.objs[dev];
+    WGHAL.del(dev);
+    if (d) d.device.destroy();
   },
 
   // usage: 1 storage, 2 uniform, 4 readback (enum wgllm_gpu_usage). Returns an id, 0 on failure.
   wgllm_hal_js_buffer_create__deps: ['$WGHAL'],
   wgllm_hal_js_buffer_create__proxy: 'sync',
-  wgllm_hal_js_buffer_create: function(size, usage, label) {
+  wgllm_hal_js_buffer_create: function(dev, size, usage, label) {
+    var d = WGHAL.objs[dev];
     var U = GPUBufferUsage, u = 0;
     if (usage & 1) u |= U.STORAGE | U.COPY_SRC | U.COPY_DST;
     if (usage & 2) u |= U.UNIFORM | U.COPY_DST;
     if (usage & 4) u |= U.MAP_READ | U.COPY_DST;
     try {
-      return WGHAL.add(WGHAL.device.createBuffer({ label: label ? UTF8ToString(label) : undefined, size: size, usage: u }));
+      return WGHAL.add(d.device.createBuffer({ label: label ? UTF8ToString(label) : undefined, size: size, usage: u }), dev);
     } catch (e) {
-      if (!WGHAL.error) WGHAL.error = 'createBuffer: ' + WGHAL.msgOf(e);
+      WGHAL.fault(d, 'createBuffer: ' + WGHAL.msgOf(e));
       return 0;
     }
   },
@@ -156,8 +157,6 @@ var LibraryWgllmHal = {
   wgllm_hal_js_release__deps: ['$WGHAL'],
   wgllm_hal_js_release__proxy: 'sync',
   wgllm_hal_js_release: function(id) {
-    var o = WGHAL.objs[id];
-    if (o && o instanceof GPUBuffer) o.destroy();
     WGHAL.del(id);
   },
 
@@ -170,10 +169,10 @@ var LibraryWgllmHal = {
   // and copies go into one command encoder and one submit (submit = 1).
   wgllm_hal_js_run__deps: ['$WGHAL'],
   wgllm_hal_js_run__proxy: 'sync',
-  wgllm_hal_js_run: function(rec, n, data, submit) {
-    var O = WGHAL.objs, enc = null, pass = null;
+  wgllm_hal_js_run: function(dev, rec, n, data, submit) {
+    var O = WGHAL.objs, d = O[dev], enc = null, pass = null;
     try {
-      if (submit) enc = WGHAL.device.createCommandEncoder();
+      if (submit) enc = d.device.createCommandEncoder();
       for (var i = 0; i < n; i++) {
         var r = (rec >> 3) + 7 * i;
         var op = HEAPF64[r];
@@ -186,13 +185,13 @@ var LibraryWgllmHal = {
           if (pass) { pass.end(); pass = null; }
           enc.copyBufferToBuffer(O[HEAPF64[r + 1]], HEAPF64[r + 2], O[HEAPF64[r + 3]], HEAPF64[r + 4], HEAPF64[r + 6]);
         } else if (op === 3) {
-          WGHAL.write(O[HEAPF64[r + 1]], HEAPF64[r + 2], data + HEAPF64[r + 3], HEAPF64[r + 4]);
+          WGHAL.write(d.queue, O[HEAPF64[r + 1]], HEAPF64[r + 2], data + HEAPF64[r + 3], HEAPF64[r + 4]);
         }
       }
       if (pass) pass.end();
-      if (enc) WGHAL.queue.submit([enc.finish()]);
+      if (enc) d.queue.submit([enc.finish()]);
     } catch (e) {
-      if (!WGHAL.error) WGHAL.error = 'GPU batch: ' + WGHAL.msgOf(e);
+      WGHAL.fault(d, 'GPU batch: ' + WGHAL.msgOf(e));
       return 1;
     }
     return 0;
@@ -201,11 +200,12 @@ var LibraryWgllmHal = {
   // A direct queue write (large uploads; the C side bounds the size).
   wgllm_hal_js_write__deps: ['$WGHAL'],
   wgllm_hal_js_write__proxy: 'sync',
-  wgllm_hal_js_write: function(id, off, ptr, size) {
+  wgllm_hal_js_write: function(dev, id, off, ptr, size) {
+    var d = WGHAL.objs[dev];
     try {
-      WGHAL.write(WGHAL.objs[id], off, ptr, size);
+      WGHAL.write(d.queue, WGHAL.objs[id], off, ptr, size);
     } catch (e) {
-      if (!WGHAL.error) WGHAL.error = 'writeBuffer: ' + WGHAL.msgOf(e);
+      WGHAL.fault(d, 'writeBuffer: ' + WGHAL.msgOf(e));
     }
   },
 
@@ -213,15 +213,15 @@ var LibraryWgllmHal = {
   // `dst` in the heap, unmaps, and completes `w`.
   wgllm_hal_js_readback__deps: ['$WGHAL'],
   wgllm_hal_js_readback__proxy: 'sync',
-  wgllm_hal_js_readback: function(w, id, off, msize, dst, size) {
-    var b = WGHAL.objs[id];
+  wgllm_hal_js_readback: function(w, dev, id, off, msize, dst, size) {
+    var b = WGHAL.objs[id], d = WGHAL.objs[dev];
     b.mapAsync(GPUMapMode.READ, off, msize).then(function() {
       HEAPU8.set(new Uint8Array(b.getMappedRange(off, msize), 0, size), dst);
       b.unmap();
       WGHAL.done(w, 0, '');
     }, function(e) {
       WGHAL.done(w, 1, 'mapping a GPU buffer for readback failed: ' + WGHAL.msgOf(e) +
-                 (WGHAL.error ? ' (' + WGHAL.error + ')' : ''));
+                 (d.error ? ' (' + d.error + ')' : ''));
     });
   },
 
@@ -231,13 +231,13 @@ var LibraryWgllmHal = {
   // then releases the id).
   wgllm_hal_js_pipeline__deps: ['$WGHAL'],
   wgllm_hal_js_pipeline__proxy: 'sync',
-  wgllm_hal_js_pipeline: function(w, src, label) {
-    var dev = WGHAL.device;
+  wgllm_hal_js_pipeline: function(w, devId, src, label) {
+    var dev = WGHAL.objs[devId].device;
     var lab = label ? UTF8ToString(label) : undefined;
     dev.pushErrorScope('validation');
     var mod = dev.createShaderModule({ label: lab, code: UTF8ToString(src) });
     var pipe = dev.createComputePipeline({ label: lab, layout: 'auto', compute: { module: mod, entryPoint: 'main' } });
-    var id = WGHAL.add({ pipe: pipe, layout: pipe.getBindGroupLayout(0) });
+    var id = WGHAL.add({ pipe: pipe, layout: pipe.getBindGroupLayout(0) }, devId);
     dev.popErrorScope().then(async function(err) {
       if (!err) { WGHAL.done(w, 0, ''); return; }
       var msg = WGHAL.msgOf(err);
@@ -257,8 +257,8 @@ var LibraryWgllmHal = {
   // validation scope pops.
   wgllm_hal_js_bindgroup__deps: ['$WGHAL'],
   wgllm_hal_js_bindgroup__proxy: 'sync',
-  wgllm_hal_js_bindgroup: function(w, pid, n, ent) {
-    var dev = WGHAL.device, entries = [];
+  wgllm_hal_js_bindgroup: function(w, devId, pid, n, ent) {
+    var dev = WGHAL.objs[devId].device, entries = [];
     for (var i = 0; i < n; i++) {
       var e = (ent >> 3) + 3 * i;
       entries.push({ binding: i, resource: { buffer: WGHAL.objs[HEAPF64[e]], offset: HEAPF64[e + 1], size: HEAPF64[e + 2] } });
@@ -266,7 +266,7 @@ var LibraryWgllmHal = {
     dev.pushErrorScope('validation');
     var id = 0;
     try {
-      id = WGHAL.add(dev.createBindGroup({ layout: WGHAL.objs[pid].layout, entries: entries }));
+      id = WGHAL.add(dev.createBindGroup({ layout: WGHAL.objs[pid].layout, entries: entries }), devId);
     } catch (e) {
       dev.popErrorScope();
       WGHAL.done(w, 1, WGHAL.msgOf(e));
@@ -281,10 +281,11 @@ var LibraryWgllmHal = {
   // returns 1 when there was one.
   wgllm_hal_js_take_error__deps: ['$WGHAL'],
   wgllm_hal_js_take_error__proxy: 'sync',
-  wgllm_hal_js_take_error: function(msg, cap) {
-    if (!WGHAL.error) return 0;
-    stringToUTF8(WGHAL.error, msg, cap);
-    WGHAL.error = null;
+  wgllm_hal_js_take_error: function(dev, msg, cap) {
+    var d = WGHAL.objs[dev];
+    if (!d || !d.error) return 0;
+    stringToUTF8(d.error, msg, cap);
+    d.error = null;
     return 1;
   },
 };
