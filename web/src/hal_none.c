@@ -1,6 +1,7 @@
 /*
- * hal_none.c - the GPU HAL (src/backend/webgpu/hal.h) of the wasm build until
- * the browser's JS HAL over navigator.gpu exists: there is no device, so
+ * hal_none.c - a GPU HAL (src/backend/webgpu/hal.h) for wasm builds without
+ * WebGPU (`make wasm WASM_HAL=none`; the default is hal_browser.c over
+ * navigator.gpu): there is no device, so
  * wgllm_gpu_open fails with UNSUPPORTED and the backend's `auto` choice falls
  * back to the CPU. Every other call needs a device that cannot exist here,
  * so reaching one is a programmer error.
