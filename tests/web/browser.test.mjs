@@ -393,3 +393,40 @@ test('without navigator.gpu: webgpu is refused clearly, auto falls back to the C
     await p.close();
   }
 });
+
+test('the browser GPU HAL call by call (web/src/hal_selftest.c on navigator.gpu)', { timeout: 60000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const { default: createWgllmCore } = await import('/dist/wgllm-core.js');
+    const M = await createWgllmCore({ print: () => {}, printErr: () => {} });
+    const src = 'fn main() { let x: f32 = undefined_thing; }';
+    const b = new TextEncoder().encode(src);
+    const p = M._malloc(b.length + 1);
+    new Uint8Array(M.wasmMemory.buffer).set([...b, 0], p);
+    const t = M._wgllm_web_hal_selftest_start(p);
+    M._free(p);
+    while (!M._wgllm_web_hal_selftest_done(t)) {
+      const r = Atomics.waitAsync(new Int32Array(M.wasmMemory.buffer), t >> 2, Atomics.load(new Int32Array(M.wasmMemory.buffer), t >> 2), 200);
+      if (r.async) await r.value;
+    }
+    const report = JSON.parse(M.UTF8ToString(M._wgllm_web_hal_selftest_report(t)));
+    M._wgllm_web_hal_selftest_free(t);
+    M.PThread.terminateAllThreads();
+    return report;
+  });
+  if (process.env.WGLLM_WEB_VERBOSE) console.log(r);
+  assert.equal(r.ok, true, r.error || r.open_error);
+  assert.equal(r.is_cpu, true, 'SwiftShader is a software adapter');
+  assert.ok(r.max_binding >= 128 << 20 && r.max_invocations >= 256, `limits ${r.max_binding} ${r.max_invocations}`);
+  assert.equal(r.subgroups, true);
+  assert.equal(r.shader_f16, false);
+  assert.equal(r.mismatches, 0, 'dispatch + copy + buffer_read round trip (direct and deferred writes)');
+  assert.equal(r.readback, 37, 'readback at an offset');
+  assert.equal(r.cached, true, 'the same WGSL gives the cached pipeline');
+  assert.equal(r.pipelines, 1, 'the failed compile is not cached');
+  assert.match(r.compile_error, /compiling WGSL kernel 'bad' failed: .*undefined_thing/);
+  assert.match(r.bindgroup_error, /creating a bind group failed: ./);
+  assert.equal(r.buffers, 3);
+  assert.equal(r.bytes, 2 * 16384 + 64);
+  assert.equal(r.buffers_after, 0);
+  assert.equal(r.bytes_after, 0);
+});
