@@ -143,10 +143,10 @@ export async function loadCore(opts = {}) {
   if (!ld) throw toError(`wgllm: loading the model failed: ${lastError()}`, 'load');
   while (!M._wgllm_web_load_done(ld)) {
     const h = new Int32Array(mem());
-    const seen = Atomics.load(h, ld >> 2);
+    const seen = Atomics.load(h, ld >>> 2);
     if (M._wgllm_web_load_done(ld)) break;
     if (typeof Atomics.waitAsync === 'function') {
-      const r = Atomics.waitAsync(h, ld >> 2, seen, 200);
+      const r = Atomics.waitAsync(h, ld >>> 2, seen, 200);
       if (r.async) await r.value;
     } else {
       await new Promise((res) => setTimeout(res, 5));

@@ -19,6 +19,10 @@
 //
 // struct hal_wait (hal_browser.c): int32 state (0 pending, 1 done), int32
 // status (0 ok), char msg[HAL_MSG] at +8.
+//
+// Pointers arrive as signed 32-bit numbers (negative above 2 GiB, and the
+// heap may grow to 4 GiB): each function makes them unsigned (p >>>= 0)
+// before any arithmetic on them.
 
 var LibraryWgllmHal = {
   $WGHAL: {
@@ -46,10 +50,11 @@ var LibraryWgllmHal = {
     },
     // completes a struct hal_wait and wakes the pthread waiting on it
     done: function(w, status, msg) {
+      w >>>= 0;
       if (msg) stringToUTF8(String(msg), w + 8, 1024);
-      HEAP32[(w + 4) >> 2] = status;
-      Atomics.store(HEAP32, w >> 2, 1);
-      Atomics.notify(HEAP32, w >> 2);
+      HEAP32[(w + 4) >>> 2] = status;
+      Atomics.store(HEAP32, w >>> 2, 1);
+      Atomics.notify(HEAP32, w >>> 2);
     },
     msgOf: function(e) {
       return e && e.message ? e.message : String(e);
@@ -57,6 +62,7 @@ var LibraryWgllmHal = {
     // a view of the shared heap; writeBuffer takes AllowSharedBufferSource,
     // but a browser that refuses shared views gets a bounded non-shared copy
     write: function(q, buf, off, ptr, size) {
+      ptr >>>= 0;
       try {
         q.writeBuffer(buf, off, HEAPU8, ptr, size);
       } catch (e) {
@@ -79,6 +85,7 @@ var LibraryWgllmHal = {
   wgllm_hal_js_open__deps: ['$WGHAL'],
   wgllm_hal_js_open__proxy: 'sync',
   wgllm_hal_js_open: function(w, nums, strs) {
+    w >>>= 0; nums >>>= 0; strs >>>= 0;
     var gpu = typeof navigator !== 'undefined' ? navigator.gpu : undefined;
     if (!gpu) {
       WGHAL.done(w, 1, 'this browser has no WebGPU (navigator.gpu is missing' +
@@ -117,7 +124,7 @@ var LibraryWgllmHal = {
                info.subgroupMinSize || 0, info.subgroupMaxSize || 0,
                device.features.has('shader-f16') ? 1 : 0, device.features.has('subgroups') ? 1 : 0, isCpu ? 1 : 0,
                0, dev];
-      for (var i = 0; i < v.length; i++) HEAPF64[(nums >> 3) + i] = v[i] || 0;
+      for (var i = 0; i < v.length; i++) HEAPF64[(nums >>> 3) + i] = v[i] || 0;
       var name = info.device || info.description || [info.vendor, info.architecture].filter(Boolean).join(' ') || 'WebGPU adapter';
       stringToUTF8(name, strs, 256);
       stringToUTF8(info.vendor || '', strs + 256, 128);
@@ -170,11 +177,12 @@ var LibraryWgllmHal = {
   wgllm_hal_js_run__deps: ['$WGHAL'],
   wgllm_hal_js_run__proxy: 'sync',
   wgllm_hal_js_run: function(dev, rec, n, data, submit) {
+    rec >>>= 0; data >>>= 0;
     var O = WGHAL.objs, d = O[dev], enc = null, pass = null;
     try {
       if (submit) enc = d.device.createCommandEncoder();
       for (var i = 0; i < n; i++) {
-        var r = (rec >> 3) + 7 * i;
+        var r = (rec >>> 3) + 7 * i;
         var op = HEAPF64[r];
         if (op === 1) {
           if (!pass) pass = enc.beginComputePass();
@@ -214,6 +222,7 @@ var LibraryWgllmHal = {
   wgllm_hal_js_readback__deps: ['$WGHAL'],
   wgllm_hal_js_readback__proxy: 'sync',
   wgllm_hal_js_readback: function(w, dev, id, off, msize, dst, size) {
+    w >>>= 0; dst >>>= 0;
     var b = WGHAL.objs[id], d = WGHAL.objs[dev];
     b.mapAsync(GPUMapMode.READ, off, msize).then(function() {
       HEAPU8.set(new Uint8Array(b.getMappedRange(off, msize), 0, size), dst);
@@ -232,6 +241,7 @@ var LibraryWgllmHal = {
   wgllm_hal_js_pipeline__deps: ['$WGHAL'],
   wgllm_hal_js_pipeline__proxy: 'sync',
   wgllm_hal_js_pipeline: function(w, devId, src, label) {
+    w >>>= 0;
     var dev = WGHAL.objs[devId].device;
     var lab = label ? UTF8ToString(label) : undefined;
     dev.pushErrorScope('validation');
@@ -258,9 +268,10 @@ var LibraryWgllmHal = {
   wgllm_hal_js_bindgroup__deps: ['$WGHAL'],
   wgllm_hal_js_bindgroup__proxy: 'sync',
   wgllm_hal_js_bindgroup: function(w, devId, pid, n, ent) {
+    w >>>= 0; ent >>>= 0;
     var dev = WGHAL.objs[devId].device, entries = [];
     for (var i = 0; i < n; i++) {
-      var e = (ent >> 3) + 3 * i;
+      var e = (ent >>> 3) + 3 * i;
       entries.push({ binding: i, resource: { buffer: WGHAL.objs[HEAPF64[e]], offset: HEAPF64[e + 1], size: HEAPF64[e + 2] } });
     }
     dev.pushErrorScope('validation');
