@@ -140,7 +140,10 @@ export async function loadCore(opts = {}) {
   const ld = M._wgllm_web_load_start(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr, BACKENDS[backend]);
   M._free(pathPtr);
   if (tmplPtr) M._free(tmplPtr);
-  if (!ld) throw toError(`wgllm: loading the model failed: ${lastError()}`, 'load');
+  if (!ld) {
+    try { M.FS.unlink(path); } catch { /* already gone */ }
+    throw toError(`wgllm: loading the model failed: ${lastError()}`, 'load');
+  }
   while (!M._wgllm_web_load_done(ld)) {
     const h = new Int32Array(mem());
     const seen = Atomics.load(h, ld >>> 2);
