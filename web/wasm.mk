@@ -3,9 +3,10 @@
 # web/dist/ next to the JS host (web/src/*.js, copied) and its types.
 #
 # What goes in: every library source except the native GPU HAL (it dlopens
-# Dawn; web/src/hal_none.c stands in: no device, so `auto` picks the CPU,
-# until the browser HAL over navigator.gpu exists) and the x86/ARM SIMD
-# kernel files (the portable kernels run, auto-vectorised to SIMD128), plus
+# Dawn; the browser's is web/src/hal_browser.c + the JS library
+# web/src/hal_webgpu.lib.js over navigator.gpu; `make wasm WASM_HAL=none`
+# links web/src/hal_none.c instead: no device, `auto` picks the CPU) and the
+# x86/ARM SIMD kernel files (the portable kernels run, auto-vectorised to SIMD128), plus
 # the JS-facing glue web/src/wgllm_web.c and a libc gap (web/src/compat.c).
 # Threads: -pthread (the engine has its own thread, the CPU backend a pool),
 # so pages must be cross-origin isolated (COOP/COEP headers) for
@@ -16,13 +17,17 @@
 EMCC      ?= emcc
 EMCC_ENV  := NODE_PATH=/usr/share/nodejs
 WASM_OUT  := build/wasm
-WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/compat.c web/src/hal_none.c
+WASM_HAL  ?= browser
+WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/gpu_gen.c web/src/hal_selftest.c web/src/compat.c web/src/hal_$(WASM_HAL).c
+WASM_JSLIB := web/src/wgllm_web.lib.js $(if $(filter browser,$(WASM_HAL)),web/src/hal_webgpu.lib.js)
 WASM_OBJ  := $(WASM_SRC:%.c=$(WASM_OUT)/%.o)
 WASM_CFLAGS := -std=c11 -D_GNU_SOURCE -include web/src/compat.h -Iinclude -Isrc $(WARN) -O2 -msimd128 -pthread -MMD -MP
 WASM_FUNCS := malloc free wgllm_web_load wgllm_web_unload wgllm_web_last_error wgllm_web_model_info \
   wgllm_web_model_arch wgllm_web_submit wgllm_web_embed wgllm_web_job_seq wgllm_web_job_done \
   wgllm_web_job_cancel wgllm_web_job_take wgllm_web_job_num wgllm_web_job_text wgllm_web_job_message \
-  wgllm_web_job_vec wgllm_web_job_free
+  wgllm_web_job_vec wgllm_web_job_free wgllm_web_load_start wgllm_web_load_done \
+  wgllm_web_load_finish wgllm_web_backend wgllm_web_hal_selftest_start wgllm_web_hal_selftest_done \
+  wgllm_web_hal_selftest_report wgllm_web_hal_selftest_free
 WASM_COMMA := ,
 WASM_EXPORTS := $(subst $() ,$(WASM_COMMA),$(strip $(addprefix _,$(WASM_FUNCS))))
 # PTHREAD_POOL_SIZE: workers started with the module, so that no
@@ -31,8 +36,9 @@ WASM_EXPORTS := $(subst $() ,$(WASM_COMMA),$(strip $(addprefix _,$(WASM_FUNCS)))
 WASM_LDFLAGS := -pthread -O2 -msimd128 -sMODULARIZE=1 -sEXPORT_ES6=1 -sEXPORT_NAME=createWgllmCore \
   -sENVIRONMENT=web,worker -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=64MB -sMAXIMUM_MEMORY=4GB \
   -sPTHREAD_POOL_SIZE=8 -sEXPORTED_FUNCTIONS=$(WASM_EXPORTS) -sEXIT_RUNTIME=0 -Wno-pthreads-mem-growth \
-  -sEXPORTED_RUNTIME_METHODS=FS,UTF8ToString,stringToUTF8,lengthBytesUTF8 -sFORCE_FILESYSTEM=1
-WEB_JS := $(wildcard web/src/*.js web/src/*.d.ts)
+  -sEXPORTED_RUNTIME_METHODS=FS,UTF8ToString,stringToUTF8,lengthBytesUTF8 -sFORCE_FILESYSTEM=1 \
+  $(addprefix --js-library ,$(WASM_JSLIB))
+WEB_JS := $(filter-out %.lib.js,$(wildcard web/src/*.js web/src/*.d.ts))
 
 .PHONY: wasm
 wasm: web/dist/wgllm-core.js $(WEB_JS:web/src/%=web/dist/%)
@@ -41,7 +47,7 @@ $(WASM_OUT)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(EMCC_ENV) $(EMCC) $(WASM_CFLAGS) -c $< -o $@
 
-web/dist/wgllm-core.js: $(WASM_OBJ)
+web/dist/wgllm-core.js: $(WASM_OBJ) $(WASM_JSLIB)
 	@mkdir -p web/dist
 	$(EMCC_ENV) $(EMCC) $(WASM_LDFLAGS) -o $@ $(WASM_OBJ) -lm
 

@@ -4,12 +4,16 @@
 // text equals the native `wgllm run` on the same file, streaming chunks add
 // up to the same text, interrupt() stops a long generation, the page keeps
 // painting frames meanwhile, embeddings, a corrupt file's error, and the
-// on-page engine. Loopback only; the browser and the server close at the end.
+// on-page engine; then the WebGPU backend over navigator.gpu (SwiftShader):
+// same tokens as native `wgllm run` on CPU and Dawn, the capability report,
+// `auto` choosing the CPU on a software adapter, no page stalls, and the
+// fallback without navigator.gpu. Loopback only; the browser and the server
+// close at the end.
 // Run through tests/web/run.sh (which builds and installs what is missing).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -245,4 +249,184 @@ test('the demo page loads a model by URL and streams a chat reply', { timeout: 6
   } finally {
     await demo.close();
   }
+});
+
+// ---- the WebGPU backend in the browser (web/src/hal_browser.c over navigator.gpu) ----
+
+// Native `wgllm run` on a backend: the generated text and its generation tok/s.
+function nativeRun(prompt, n, backend) {
+  const env = { VK_ICD_FILENAMES: '/usr/lib/chromium/vk_swiftshader_icd.json', XDG_RUNTIME_DIR: '/tmp', ...process.env };
+  delete env.WGLLM_CPU;
+  const r = spawnSync(WGLLM, ['run', '-m', path.join(MODELS, MODEL), '-p', prompt, '-n', String(n), '-t', '1',
+    '--ignore-eos', '--backend', backend], { encoding: 'utf8', timeout: 60000, env });
+  assert.equal(r.status, 0, `native run --backend ${backend}: ${r.stderr}`);
+  assert.ok(r.stdout.startsWith(prompt));
+  const m = r.stderr.match(/generation: \d+ tokens, ([\d.]+) tok\/s/);
+  return { text: r.stdout.slice(prompt.length).replace(/\n$/, ''), tokS: m ? Number(m[1]) : 0, stderr: r.stderr };
+}
+
+test('backend webgpu: greedy tokens equal native wgllm run (cpu and webgpu); capability report', { timeout: 120000 }, async () => {
+  const gpu = nativeRun(PROMPT, 32, 'webgpu');
+  assert.match(gpu.stderr, /webgpu: SwiftShader/, 'the native reference ran on WebGPU');
+  const cpu8 = nativeText(PROMPT, 8);
+  const r = await page.evaluate(async (url) => {
+    window.gpuEngine = await wgllm.createWorkerEngine({ model: url, backend: 'webgpu', chatTemplate: wgllm.CHATML });
+    const c = await gpuEngine.completions.create({ prompt: 'Once upon a time', max_tokens: 32, temperature: 0, ignore_eos: true });
+    return { text: c.choices[0].text, usage: c.usage, caps: gpuEngine.capabilities, info: gpuEngine.info };
+  }, `/models/${MODEL}`);
+  assert.equal(r.caps.backend, 'webgpu');
+  assert.equal(r.info.backend, 'webgpu');
+  assert.match(r.caps.reason, /^webgpu: .+ \(browser, CPU\)$/);
+  assert.ok(r.caps.adapter && r.caps.adapter.length > 0, `adapter: ${r.caps.adapter}`);
+  assert.ok(r.caps.gpu_memory > 1e6, `GPU memory ${r.caps.gpu_memory}`);
+  assert.equal(r.caps.webgpu, true);
+  assert.equal(r.usage.completion_tokens, 32);
+  assert.equal(r.text, gpu.text, 'browser WebGPU = native WebGPU (Dawn) over 32 tokens');
+  assert.ok(r.text.startsWith(cpu8), 'the first 8 tokens equal the native CPU backend');
+  const b = r.usage.extra.decode_tokens_per_s;
+  console.log(`# WebGPU on SwiftShader, tiny q8_0 decode: browser ${b.toFixed(2)} tok/s, native (Dawn) ${gpu.tokS.toFixed(2)} tok/s`);
+  assert.ok(b > 0.5, `decode ${b} tok/s`);
+});
+
+test('backend webgpu: streaming, stop strings and chat agree with the CPU engine', { timeout: 120000 }, async () => {
+  const r = await page.evaluate(async (url) => {
+    const cpu = await wgllm.createWorkerEngine({ model: url, backend: 'cpu', chatTemplate: wgllm.CHATML });
+    const messages = [{ role: 'user', content: 'Say hello.' }];
+    const req = { messages, max_tokens: 12, temperature: 0 };
+    const want = (await cpu.chat.completions.create(req)).choices[0].message.content;
+    await cpu.unload();
+    const full = (await gpuEngine.chat.completions.create(req)).choices[0].message.content;
+    let streamed = '';
+    let chunks = 0;
+    for await (const c of await gpuEngine.chat.completions.create({ ...req, stream: true })) {
+      streamed += c.choices[0]?.delta?.content ?? '';
+      chunks++;
+    }
+    const plain = (await gpuEngine.completions.create({ prompt: 'Once upon a time', max_tokens: 16, temperature: 0, ignore_eos: true })).choices[0].text;
+    const stop = plain.slice(4, 7);
+    const stopped = await gpuEngine.completions.create({ prompt: 'Once upon a time', max_tokens: 16, temperature: 0,
+      ignore_eos: true, stop: [stop] });
+    return { want, full, streamed, chunks, plain, stop, stopped: stopped.choices[0] };
+  }, `/models/${MODEL}`);
+  assert.equal(r.full, r.want, 'chat on WebGPU = chat on the CPU engine');
+  assert.equal(r.streamed, r.full);
+  assert.ok(r.chunks > 2, `chunks: ${r.chunks}`);
+  assert.equal(r.stopped.finish_reason, 'stop');
+  assert.equal(r.stopped.text, r.plain.slice(0, r.plain.indexOf(r.stop)), `stop ${JSON.stringify(r.stop)}`);
+});
+
+test('backend webgpu: interrupt(), clear errors for embeddings and unknown backends', { timeout: 120000 }, async () => {
+  const r = await page.evaluate(async () => {
+    let chunks = 0;
+    let finish = null;
+    for await (const c of await gpuEngine.completions.create({ prompt: 'Once', max_tokens: 500, temperature: 0, ignore_eos: true, stream: true })) {
+      if (++chunks === 5) gpuEngine.interrupt();
+      if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+    }
+    let embedError = null;
+    try { await gpuEngine.embeddings.create({ input: 'x' }); } catch (e) { embedError = e.message; }
+    await gpuEngine.unload();
+    let backendError = null;
+    try { await wgllm.createEngine({ model: '/models/none.gguf', backend: 'metal' }); } catch (e) { backendError = e.message; }
+    return { chunks, finish, embedError, backendError };
+  });
+  assert.equal(r.finish, 'abort');
+  assert.ok(r.chunks >= 5 && r.chunks < 100, `stopped early: ${r.chunks} chunks`);
+  assert.match(r.embedError, /embeddings run on the CPU backend.*webgpu/);
+  assert.match(r.backendError, /unknown backend 'metal'/);
+});
+
+test("backend 'auto' on SwiftShader chooses the CPU and says why", { timeout: 60000 }, async () => {
+  const r = await page.evaluate(async (url) => {
+    const e = await wgllm.createWorkerEngine({ model: url, backend: 'auto' });
+    const caps = e.capabilities;
+    await e.unload();
+    return caps;
+  }, `/models/${MODEL}`);
+  assert.equal(r.backend, 'cpu');
+  assert.match(r.reason, /^cpu \(auto: the WebGPU adapter '.+' is a software\/CPU adapter\)$/);
+  assert.equal(r.adapter, null);
+  assert.equal(r.gpu_memory, 0);
+});
+
+test('on the page, WebGPU generation keeps the page painting (the HAL never blocks the main thread)', { timeout: 120000 }, async () => {
+  const r = await page.evaluate(async (url) => {
+    const e = await wgllm.createEngine({ model: url, backend: 'webgpu' });
+    let frames = 0;
+    let running = true;
+    const tick = () => { frames++; if (running) requestAnimationFrame(tick); };
+    requestAnimationFrame(tick);
+    const t0 = performance.now();
+    const c = await e.completions.create({ prompt: 'Once upon a time', max_tokens: 24, temperature: 0, ignore_eos: true });
+    const ms = performance.now() - t0;
+    running = false;
+    const caps = e.capabilities;
+    await e.unload();
+    return { frames, ms, text: c.choices[0].text, caps };
+  }, `/models/${MODEL}`);
+  assert.equal(r.caps.backend, 'webgpu');
+  assert.equal(r.text, nativeRun(PROMPT, 24, 'webgpu').text);
+  assert.ok(r.frames >= Math.max(3, (r.ms / 1000) * 10), `${r.frames} frames in ${r.ms.toFixed(0)} ms`);
+});
+
+test('without navigator.gpu: webgpu is refused clearly, auto falls back to the CPU', { timeout: 60000 }, async () => {
+  const p = await browser.newPage();
+  try {
+    await p.goto(`${server.url}/blank.html`);
+    const r = await p.evaluate(async (url) => {
+      Object.defineProperty(Navigator.prototype, 'gpu', { get: () => undefined, configurable: true });
+      const wgllm = await import('/dist/wgllm.js');
+      let error = null;
+      try { await wgllm.createEngine({ model: url, backend: 'webgpu' }); } catch (e) { error = e.message; }
+      const e = await wgllm.createEngine({ model: url, backend: 'auto' });
+      const caps = e.capabilities;
+      const c = await e.completions.create({ prompt: 'Once upon a time', max_tokens: 4, temperature: 0, ignore_eos: true });
+      await e.unload();
+      return { error, caps, n: c.usage.completion_tokens };
+    }, `/models/${MODEL}`);
+    assert.match(r.error, /loading the model failed: no WebGPU device: this browser has no WebGPU \(navigator.gpu is missing/);
+    assert.equal(r.caps.backend, 'cpu');
+    assert.match(r.caps.reason, /^cpu \(auto: no WebGPU device: .*navigator.gpu is missing/);
+    assert.equal(r.caps.webgpu, false);
+    assert.equal(r.n, 4);
+  } finally {
+    await p.close();
+  }
+});
+
+test('the browser GPU HAL call by call (web/src/hal_selftest.c on navigator.gpu)', { timeout: 60000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const { default: createWgllmCore } = await import('/dist/wgllm-core.js');
+    const M = await createWgllmCore({ print: () => {}, printErr: () => {} });
+    const src = 'fn main() { let x: f32 = undefined_thing; }';
+    const b = new TextEncoder().encode(src);
+    const p = M._malloc(b.length + 1);
+    new Uint8Array(M.wasmMemory.buffer).set([...b, 0], p);
+    const t = M._wgllm_web_hal_selftest_start(p);
+    M._free(p);
+    while (!M._wgllm_web_hal_selftest_done(t)) {
+      const r = Atomics.waitAsync(new Int32Array(M.wasmMemory.buffer), t >> 2, Atomics.load(new Int32Array(M.wasmMemory.buffer), t >> 2), 200);
+      if (r.async) await r.value;
+    }
+    const report = JSON.parse(M.UTF8ToString(M._wgllm_web_hal_selftest_report(t)));
+    M._wgllm_web_hal_selftest_free(t);
+    M.PThread.terminateAllThreads();
+    return report;
+  });
+  if (process.env.WGLLM_WEB_VERBOSE) console.log(r);
+  assert.equal(r.ok, true, r.error || r.open_error);
+  assert.equal(r.is_cpu, true, 'SwiftShader is a software adapter');
+  assert.ok(r.max_binding >= 128 << 20 && r.max_invocations >= 256, `limits ${r.max_binding} ${r.max_invocations}`);
+  assert.equal(r.subgroups, true);
+  assert.equal(r.shader_f16, false);
+  assert.equal(r.mismatches, 0, 'dispatch + copy + buffer_read round trip (direct and deferred writes)');
+  assert.equal(r.readback, 37, 'readback at an offset');
+  assert.equal(r.cached, true, 'the same WGSL gives the cached pipeline');
+  assert.equal(r.pipelines, 1, 'the failed compile is not cached');
+  assert.match(r.compile_error, /compiling WGSL kernel 'bad' failed: .*undefined_thing/);
+  assert.match(r.bindgroup_error, /creating a bind group failed: ./);
+  assert.equal(r.buffers, 3);
+  assert.equal(r.bytes, 2 * 16384 + 64);
+  assert.equal(r.buffers_after, 0);
+  assert.equal(r.bytes_after, 0);
 });

@@ -28,8 +28,9 @@ let loadCount = 0;
 /**
  * Starts the wasm core and loads a model. Options: model (see store.js),
  * onProgress({stage, progress, loaded, total, shard?, shards?}), store (false:
- * URLs bypass OPFS), chatTemplate (Jinja text, e.g. chatml), nThreads, nCtx,
- * nSlots. Resolves to a core engine (generate/embed/interrupt/unload).
+ * URLs bypass OPFS), backend ('auto' default | 'webgpu' | 'cpu'), chatTemplate
+ * (Jinja text, e.g. chatml), nThreads, nCtx, nSlots. Resolves to a core engine
+ * (generate/embed/interrupt/unload; info says the backend).
  */
 export async function loadCore(opts = {}) {
   if (typeof crossOriginIsolated !== 'undefined' && !crossOriginIsolated)
@@ -38,13 +39,20 @@ export async function loadCore(opts = {}) {
                   '(the wasm build uses threads, which need SharedArrayBuffer)', 'isolation');
   if (opts.model == null) throw toError('wgllm: no model given (options.model)', 'argument');
   const onProgress = typeof opts.onProgress === 'function' ? opts.onProgress : () => {};
+  const BACKENDS = { cpu: 0, webgpu: 1, auto: 2 }; // enum wgllm_backend
+  const backend = opts.backend ?? 'auto';
+  if (!(backend in BACKENDS))
+    throw toError(`wgllm: unknown backend '${backend}' (use 'auto', 'webgpu' or 'cpu')`, 'argument');
   // One compute thread unless asked: the core's thread pool spins between
   // jobs, and in wasm on a 2-core machine two threads ran 20x slower than
   // one (5.9 vs 122 tok/s on the tiny model); see web/README.md.
   const nThreads = Math.max(1, Math.min(opts.nThreads || 1, 4));
   // the bar: download 0-0.4, reading into the wasm memory 0.4-0.5, parsing/validating the rest
+  let lastProgress = 0; // load progress arrives asynchronously from the loading thread: keep it monotone
   const report = (stage, frac, loaded, total, extra) => {
-    const progress = stage === 'download' ? frac * 0.4 : stage === 'read' ? 0.4 + frac * 0.1 : 0.5 + frac * 0.5;
+    const progress = Math.max(lastProgress,
+      stage === 'download' ? frac * 0.4 : stage === 'read' ? 0.4 + frac * 0.1 : 0.5 + frac * 0.5);
+    lastProgress = progress;
     try { onProgress({ stage, progress, loaded, total, ...extra }); } catch { /* the caller's bug, not ours */ }
   };
   const src = await resolveModel(opts.model, report, { store: opts.store });
@@ -82,22 +90,47 @@ export async function loadCore(opts = {}) {
 
   const tmplPtr = opts.chatTemplate ? cstr(opts.chatTemplate) : 0;
   const pathPtr = cstr(path);
-  const st = M._wgllm_web_load(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr);
+  // The load runs on a pthread (WebGPU's HAL waits there for this thread's
+  // promises); this thread only waits asynchronously for it to finish.
+  const ld = M._wgllm_web_load_start(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr, BACKENDS[backend]);
   M._free(pathPtr);
   if (tmplPtr) M._free(tmplPtr);
-  mounted.release(); // blocks that no mmap took (a failed load)
-  for (const f of src.files) try { M.FS.unlink(`${dir}/${f.name}`); } catch { /* the mapping keeps the bytes */ }
-  if (!st) {
+  const failed = () => {
     const where = src.storeName ? ` (the copy stored in the browser as '${src.storeName}'; deleteModel('${src.storeName}') removes it)` : '';
     if (M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
     const msg = lastError().split(`${dir}/`).join(''); // the core's file system path means nothing to the caller
-    throw toError(`wgllm: loading the model failed: ${msg}${where}`, 'load');
+    return toError(`wgllm: loading the model failed: ${msg}${where}`, 'load');
+  };
+  let st = 0;
+  if (ld) {
+    while (!M._wgllm_web_load_done(ld)) {
+      const h = new Int32Array(mem());
+      const seen = Atomics.load(h, ld >>> 2);
+      if (M._wgllm_web_load_done(ld)) break;
+      if (typeof Atomics.waitAsync === 'function') {
+        const r = Atomics.waitAsync(h, ld >>> 2, seen, 200);
+        if (r.async) await r.value;
+      } else {
+        await new Promise((res) => setTimeout(res, 5));
+      }
+    }
+    st = M._wgllm_web_load_finish(ld);
   }
+  M.onLoadProgress = null;
+  mounted.release(); // blocks that no mmap took (a failed load)
+  for (const f of src.files) try { M.FS.unlink(`${dir}/${f.name}`); } catch { /* the mapping keeps the bytes */ }
+  if (!st) throw failed();
   report('load', 1);
+  const detail = M.UTF8ToString(M._wgllm_web_backend(st));
+  const onGpu = detail.startsWith('webgpu');
 
   const info = {
-    backend: 'cpu',
-    threads: nThreads,
+    backend: onGpu ? 'webgpu' : 'cpu',
+    // what it runs on and why, e.g. "cpu (auto: the WebGPU adapter 'google swiftshader' is a software/CPU adapter)"
+    backend_detail: detail,
+    adapter: onGpu ? detail.replace(/^webgpu: (.*) \(browser, [^)]*\).*$/, '$1') : null,
+    gpu_memory: M._wgllm_web_model_info(st, 5), // bytes, fixed at load
+    threads: onGpu ? 1 : nThreads,
     arch: M.UTF8ToString(M._wgllm_web_model_arch(st)),
     n_vocab: M._wgllm_web_model_info(st, 0),
     n_ctx_train: M._wgllm_web_model_info(st, 1),

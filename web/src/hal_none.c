@@ -1,6 +1,7 @@
 /*
- * hal_none.c - the GPU HAL (src/backend/webgpu/hal.h) of the wasm build until
- * the browser's JS HAL over navigator.gpu exists: there is no device, so
+ * hal_none.c - a GPU HAL (src/backend/webgpu/hal.h) for wasm builds without
+ * WebGPU (`make wasm WASM_HAL=none`; the default is hal_browser.c over
+ * navigator.gpu): there is no device, so
  * wgllm_gpu_open fails with UNSUPPORTED and the backend's `auto` choice falls
  * back to the CPU. Every other call needs a device that cannot exist here,
  * so reaching one is a programmer error.
@@ -10,7 +11,7 @@
 enum wgllm_status wgllm_gpu_open(struct wgllm_gpu **out, struct wgllm_error *err) {
     *out = NULL;
     return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                           "this wasm build has no WebGPU HAL yet (the browser one is a later step); use the CPU");
+                           "this wasm build has no WebGPU HAL (built with WASM_HAL=none); use the CPU");
 }
 
 #define NO_DEVICE() WGLLM_ABORT("wgllm_gpu_*: no GPU device exists in this build")

@@ -34,7 +34,9 @@ export interface EngineOptions {
   /** false: fetch URLs straight into memory, without keeping them in OPFS (default true where OPFS exists). */
   store?: boolean;
   onProgress?: (p: Progress) => void;
-  /** Only 'cpu' (wasm) exists in this build; 'auto' picks it. */
+  /** 'auto' (default): WebGPU on a hardware adapter, else the wasm CPU backend (a software adapter such
+   *  as SwiftShader counts as none); 'webgpu': navigator.gpu on any adapter, or fail; 'cpu': wasm only.
+   *  On WebGPU, requests run one at a time and embeddings are refused (they need 'cpu'). */
   backend?: 'auto' | 'cpu' | 'webgpu';
   /** Jinja chat template used instead of the model's (e.g. CHATML). */
   chatTemplate?: string;
@@ -49,7 +51,14 @@ export interface EngineOptions {
 }
 
 export interface EngineInfo {
-  backend: 'cpu';
+  backend: 'cpu' | 'webgpu';
+  /** What it runs on and why, e.g. "webgpu: google swiftshader (browser, CPU)" or
+   *  "cpu (auto: the WebGPU adapter 'google swiftshader' is a software/CPU adapter)". */
+  backend_detail: string;
+  /** The WebGPU adapter's name when backend is 'webgpu', else null. */
+  adapter: string | null;
+  /** GPU memory allocated at load (bytes; constant while generating); 0 on the CPU. */
+  gpu_memory: number;
   threads: number;
   arch: string;
   n_vocab: number;
@@ -155,6 +164,21 @@ export interface Engine {
   /** Frees the model (and ends the worker). */
   unload(): Promise<void>;
   readonly info: EngineInfo;
+  /** The capability report: the backend chosen and why, the adapter, GPU memory. */
+  readonly capabilities: Capabilities;
+}
+
+export interface Capabilities {
+  backend: 'cpu' | 'webgpu';
+  /** Same text as EngineInfo.backend_detail. */
+  reason: string;
+  adapter: string | null;
+  /** Bytes. */
+  gpu_memory: number;
+  /** Whether this thread has navigator.gpu. */
+  webgpu: boolean;
+  threads: number;
+  crossOriginIsolated: boolean;
 }
 
 /** ChatML, for models whose GGUF has no chat template. */

@@ -164,6 +164,13 @@ function openaiApi(backend, modelName) {
     interrupt: () => backend.interrupt(),
     unload: () => backend.unload(),
     get info() { return backend.info; },
+    // the capability report: backend chosen and why, adapter, GPU memory
+    get capabilities() {
+      const i = backend.info;
+      return { backend: i.backend, reason: i.backend_detail, adapter: i.adapter, gpu_memory: i.gpu_memory,
+               webgpu: typeof navigator !== 'undefined' && !!navigator.gpu, threads: i.threads,
+               crossOriginIsolated: i.crossOriginIsolated };
+    },
   };
 }
 
@@ -180,7 +187,12 @@ function modelNameOf(model) {
 
 function coreOptions(o) {
   return { chatTemplate: o.chatTemplate ?? o.chat_template, nThreads: o.nThreads, nCtx: o.nCtx, nSlots: o.nSlots,
-           store: o.store };
+           store: o.store, backend: o.backend };
+}
+
+function checkBackend(b) {
+  if (b != null && !['auto', 'webgpu', 'cpu'].includes(b))
+    throw new Error(`wgllm: unknown backend '${b}' (use 'auto', 'webgpu' or 'cpu')`);
 }
 
 /**
@@ -188,8 +200,7 @@ function coreOptions(o) {
  * the core's own threads, but loading blocks the page: prefer createWorkerEngine).
  */
 export async function createEngine(options = {}) {
-  if (options.backend && !['auto', 'cpu'].includes(options.backend))
-    throw new Error(`wgllm: backend '${options.backend}' is not available in this build (only 'cpu')`);
+  checkBackend(options.backend);
   const { loadCore } = await import('./core.js');
   const core = await loadCore({ ...coreOptions(options), model: options.model, onProgress: options.onProgress });
   return openaiApi(core, modelNameOf(options.model));
@@ -197,8 +208,7 @@ export async function createEngine(options = {}) {
 
 /** The same engine, running in a Web Worker (web/dist/worker.js). */
 export async function createWorkerEngine(options = {}) {
-  if (options.backend && !['auto', 'cpu'].includes(options.backend))
-    throw new Error(`wgllm: backend '${options.backend}' is not available in this build (only 'cpu')`);
+  checkBackend(options.backend);
   const worker = options.worker ?? new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
   const pending = new Map(); // id -> {resolve, reject, onText}
   let nextId = 1;

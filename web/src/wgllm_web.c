@@ -10,9 +10,15 @@
  * loop), takes the text, and at the end reads the result. The blocking
  * wgllm_request_wait / wgllm_embed run on a detached helper pthread per job.
  *
- * Ownership: wgllm_web_load returns a state (model + engine) freed by
- * wgllm_web_unload; every job returned by a submit is freed by
- * wgllm_web_job_free once JS has seen done != 0.
+ * Backends: the CPU runs the engine; WebGPU (navigator.gpu through
+ * hal_browser.c) runs gpu_gen.c's single-sequence generator until the engine
+ * runs on WebGPU. Loading with a GPU must happen on a pthread (the HAL waits
+ * for JS promises that the main thread resolves), so JS starts it with
+ * wgllm_web_load_start and waits on its counter like on a job's.
+ *
+ * Ownership: wgllm_web_load / wgllm_web_load_finish return a state (model +
+ * engine or GPU generator) freed by wgllm_web_unload; every job returned by
+ * a submit is freed by wgllm_web_job_free once JS has seen done != 0.
  */
 #include <emscripten.h>
 #include <emscripten/threading.h>
@@ -23,17 +29,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_gen.h"
 #include "wgllm.h"
 
-/* Progress of wgllm_model_load, forwarded to the JS host on the calling thread. */
-EM_JS(void, web_progress_js, (float p), {
-    if (Module["onLoadProgress"]) Module["onLoadProgress"](p);
-});
+/* Progress of wgllm_model_load, forwarded to the JS host on the main thread
+ * (wgllm_web.lib.js; asynchronous: the loading pthread never waits). */
+extern void wgllm_web_js_progress(double p);
 
 struct web_state {
     struct wgllm_model *model;
-    struct wgllm_engine *eng;
+    struct wgllm_engine *eng;    /* the CPU path */
+    struct web_gpu_gen *gen;     /* the WebGPU path (then eng is NULL) */
     char *chat_template;
+    char backend[320];           /* "cpu", "cpu (auto: ...)", "webgpu: ADAPTER (...)" */
 };
 
 enum job_kind { JOB_QUERY = 0, JOB_CHAT = 1, JOB_EMBED = 2 };
@@ -56,6 +64,11 @@ struct web_job {
     struct wgllm_message *msgs;
     char **strs;
     int n_msgs;
+    /* owned copies for the WebGPU path (the JS side frees its strings at once) */
+    char *packed;
+    char **stops;
+    int n_stops;
+    struct wgllm_request_params rp;
     /* embed */
     char *text;
     int pooling, normalize;
@@ -76,42 +89,49 @@ static void bump(struct web_job *j) {
 
 static bool on_progress(float p, void *ud) {
     (void)ud;
-    web_progress_js(p);
+    wgllm_web_js_progress(p);
     return true;
 }
 
-/*
- * Loads the GGUF at `path` (a file of the in-memory file system) and starts an
- * engine on it. chat_template may be NULL or "" (the model's). Returns NULL on
- * failure with the message in wgllm_web_last_error().
- */
-EMSCRIPTEN_KEEPALIVE struct web_state *wgllm_web_load(const char *path, int n_threads, int n_ctx, int n_slots,
-                                                      const char *chat_template) {
+/* Loads the model and starts the engine (CPU) or the GPU generator;
+ * backend as enum wgllm_backend. NULL with the message in `error`. */
+static struct web_state *load_state(const char *path, int n_threads, int n_ctx, int n_slots, const char *chat_template,
+                                    int backend, char *error, size_t error_cap) {
     struct web_state *st = calloc(1, sizeof(*st));
     if (!st) {
-        snprintf(g_error, sizeof(g_error), "out of memory");
+        snprintf(error, error_cap, "out of memory");
         return NULL;
     }
+    snprintf(st->backend, sizeof st->backend, "cpu");
     struct wgllm_error err = {0};
     struct wgllm_model_params mp = wgllm_model_default_params();
     mp.n_threads = n_threads > 0 ? n_threads : 1;
     mp.progress = on_progress;
     if (wgllm_model_load(path, &mp, &st->model, &err) != WGLLM_STATUS_OK) {
-        snprintf(g_error, sizeof(g_error), "%s", err.message);
+        snprintf(error, error_cap, "%s", err.message);
         free(st);
         return NULL;
+    }
+    if (chat_template && chat_template[0]) st->chat_template = strdup(chat_template);
+    if (backend == WGLLM_BACKEND_WEBGPU || backend == WGLLM_BACKEND_AUTO) {
+        if (web_gpu_gen_init(st->model, (enum wgllm_backend)backend, n_ctx, st->chat_template, &st->gen, st->backend,
+                             sizeof st->backend, &err) != WGLLM_STATUS_OK) {
+            snprintf(error, error_cap, "%s", err.message);
+            wgllm_model_free(st->model);
+            free(st->chat_template);
+            free(st);
+            return NULL;
+        }
+        if (st->gen) return st;
     }
     struct wgllm_engine_params ep = wgllm_engine_default_params();
     ep.n_threads = mp.n_threads;
     ep.n_ctx = n_ctx;
     ep.n_slots = n_slots > 0 ? n_slots : 1;
     ep.snapshot_bytes = (size_t)32 << 20; /* the wasm heap only grows: keep snapshots small */
-    if (chat_template && chat_template[0]) {
-        st->chat_template = strdup(chat_template);
-        ep.chat_template = st->chat_template;
-    }
+    ep.chat_template = st->chat_template;
     if (wgllm_engine_init(st->model, &ep, &st->eng, &err) != WGLLM_STATUS_OK) {
-        snprintf(g_error, sizeof(g_error), "%s", err.message);
+        snprintf(error, error_cap, "%s", err.message);
         wgllm_model_free(st->model);
         free(st->chat_template);
         free(st);
@@ -120,16 +140,97 @@ EMSCRIPTEN_KEEPALIVE struct web_state *wgllm_web_load(const char *path, int n_th
     return st;
 }
 
+/*
+ * Loads the GGUF at `path` (a file of the in-memory file system) and starts an
+ * engine on it (CPU), on the calling thread. chat_template may be NULL or ""
+ * (the model's). Returns NULL on failure with the message in
+ * wgllm_web_last_error().
+ */
+EMSCRIPTEN_KEEPALIVE struct web_state *wgllm_web_load(const char *path, int n_threads, int n_ctx, int n_slots,
+                                                      const char *chat_template) {
+    return load_state(path, n_threads, n_ctx, n_slots, chat_template, WGLLM_BACKEND_CPU, g_error, sizeof g_error);
+}
+
+/* A load running on its own pthread (needed for WebGPU): JS waits on `seq`. */
+struct web_load {
+    _Atomic int32_t seq; /* first field: JS waits on it with Atomics.waitAsync */
+    _Atomic int32_t done;
+    char *path, *chat_template;
+    int n_threads, n_ctx, n_slots, backend;
+    struct web_state *st;
+    char error[512];
+};
+
+static void *load_main(void *p) {
+    struct web_load *l = p;
+    l->st = load_state(l->path, l->n_threads, l->n_ctx, l->n_slots, l->chat_template, l->backend, l->error,
+                       sizeof l->error);
+    atomic_store(&l->done, 1);
+    atomic_fetch_add(&l->seq, 1);
+    emscripten_futex_wake((void *)&l->seq, INT_MAX);
+    return NULL;
+}
+
+/* Starts loading on a pthread; backend 0 cpu, 1 webgpu, 2 auto (enum
+ * wgllm_backend). Poll wgllm_web_load_done, then take the result with
+ * wgllm_web_load_finish. NULL (message in wgllm_web_last_error) if it
+ * could not start. */
+EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_start(const char *path, int n_threads, int n_ctx, int n_slots,
+                                                           const char *chat_template, int backend) {
+    if (backend < WGLLM_BACKEND_CPU || backend > WGLLM_BACKEND_AUTO) {
+        snprintf(g_error, sizeof(g_error), "unknown backend %d", backend);
+        return NULL;
+    }
+    struct web_load *l = calloc(1, sizeof(*l));
+    if (l) {
+        l->path = strdup(path);
+        l->chat_template = chat_template && chat_template[0] ? strdup(chat_template) : NULL;
+    }
+    if (!l || !l->path) {
+        if (l) free(l->chat_template);
+        free(l);
+        snprintf(g_error, sizeof(g_error), "out of memory");
+        return NULL;
+    }
+    l->n_threads = n_threads, l->n_ctx = n_ctx, l->n_slots = n_slots, l->backend = backend;
+    pthread_t t;
+    if (pthread_create(&t, NULL, load_main, l) != 0) {
+        free(l->path);
+        free(l->chat_template);
+        free(l);
+        snprintf(g_error, sizeof(g_error), "cannot start the loading thread");
+        return NULL;
+    }
+    pthread_detach(t);
+    return l;
+}
+
+EMSCRIPTEN_KEEPALIVE int wgllm_web_load_done(struct web_load *l) { return atomic_load(&l->done); }
+
+/* The loaded state (NULL with wgllm_web_last_error on failure); frees `l`. */
+EMSCRIPTEN_KEEPALIVE struct web_state *wgllm_web_load_finish(struct web_load *l) {
+    struct web_state *st = l->st;
+    if (!st) snprintf(g_error, sizeof(g_error), "%s", l->error);
+    free(l->path);
+    free(l->chat_template);
+    free(l);
+    return st;
+}
+
+/* What the state runs on and why (wgllm_context_backend's wording). */
+EMSCRIPTEN_KEEPALIVE const char *wgllm_web_backend(struct web_state *st) { return st->backend; }
+
 EMSCRIPTEN_KEEPALIVE void wgllm_web_unload(struct web_state *st) {
     if (!st) return;
-    wgllm_engine_free(st->eng);
+    web_gpu_gen_free(st->gen);
+    if (st->eng) wgllm_engine_free(st->eng);
     wgllm_model_free(st->model);
     free(st->chat_template);
     free(st);
 }
 
 /* Model facts for the JS side: 0 vocab, 1 context of training, 2 embedding
- * width, 3 layers, 4 weight bytes (MiB, rounded up). */
+ * width, 3 layers, 4 weight bytes, 5 GPU bytes allocated (0 on the CPU). */
 EMSCRIPTEN_KEEPALIVE double wgllm_web_model_info(struct web_state *st, int what) {
     switch (what) {
     case 0: return wgllm_model_n_vocab(st->model);
@@ -137,6 +238,7 @@ EMSCRIPTEN_KEEPALIVE double wgllm_web_model_info(struct web_state *st, int what)
     case 2: return wgllm_model_n_embd(st->model);
     case 3: return wgllm_model_n_layer(st->model);
     case 4: return (double)wgllm_model_size(st->model);
+    case 5: return st->gen ? (double)web_gpu_gen_gpu_bytes(st->gen) : 0;
     default: return -1;
     }
 }
@@ -180,6 +282,10 @@ static void *job_main(void *p) {
                                     j->normalize != 0, j->vec, n_embd, &j->n_vec, &err);
             if (j->status) snprintf(j->message, sizeof(j->message), "%s", err.message);
         }
+    } else if (j->st->gen) {
+        web_gpu_gen_run(j->st->gen, j->kind == JOB_CHAT, j->packed, j->msgs, j->n_msgs, &j->rp, &j->cancel, &j->res);
+        j->status = j->res.status;
+        snprintf(j->message, sizeof(j->message), "%s", j->res.message);
     } else {
         wgllm_request_wait(j->req, &j->res);
         j->req = NULL;
@@ -214,6 +320,50 @@ static bool job_start(struct web_job *j) {
 }
 
 EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j);
+
+/* The WebGPU path of wgllm_web_submit: copies what JS frees at once (the
+ * text or the packed messages, the stop strings) into the job and starts its
+ * thread, which runs gpu_gen.c. Frees j and returns NULL on failure. */
+static struct web_job *submit_gpu(struct web_job *j, const char *text, int n_msgs,
+                                  const struct wgllm_request_params *rp) {
+    size_t len = 0;
+    const int n_strings = j->kind == JOB_CHAT ? 2 * n_msgs : 1;
+    if (j->kind == JOB_CHAT && n_msgs <= 0) {
+        snprintf(g_error, sizeof(g_error), "messages is empty");
+        wgllm_web_job_free(j);
+        return NULL;
+    }
+    for (int i = 0; i < n_strings; i++) len += strlen(text + len) + 1;
+    j->packed = malloc(len);
+    j->stops = calloc((size_t)rp->n_stop + 1, sizeof(char *));
+    j->msgs = j->kind == JOB_CHAT ? calloc((size_t)n_msgs, sizeof(*j->msgs)) : NULL;
+    bool ok = j->packed && j->stops && (j->kind != JOB_CHAT || j->msgs);
+    for (int i = 0; ok && i < rp->n_stop; i++) ok = (j->stops[i] = strdup(rp->stop[i])) != NULL;
+    if (!ok) {
+        snprintf(g_error, sizeof(g_error), "out of memory");
+        wgllm_web_job_free(j);
+        return NULL;
+    }
+    j->n_stops = rp->n_stop;
+    memcpy(j->packed, text, len);
+    if (j->kind == JOB_CHAT) {
+        j->n_msgs = n_msgs;
+        const char *p = j->packed;
+        for (int i = 0; i < n_msgs; i++) {
+            j->msgs[i].role = p;
+            p += strlen(p) + 1;
+            j->msgs[i].content = p;
+            p += strlen(p) + 1;
+        }
+    }
+    j->rp = *rp;
+    j->rp.stop = (const char *const *)j->stops;
+    if (!job_start(j)) {
+        wgllm_web_job_free(j);
+        return NULL;
+    }
+    return j;
+}
 
 /*
  * Starts a generation. kind 0: `text` is the raw prompt; kind 1: `text` holds
@@ -254,6 +404,7 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int 
     }
     rp.stop = stop_ptrs;
     rp.n_stop = n_stop;
+    if (st->gen) return submit_gpu(j, text, n_msgs, &rp);
     struct wgllm_error err = {0};
     enum wgllm_status s;
     if (j->kind == JOB_CHAT) {
@@ -298,6 +449,11 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int 
 /* Embeds `text` on a helper thread (the engine computes it); pooling as enum wgllm_pooling. */
 EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_embed(struct web_state *st, const char *text, int pooling,
                                                      int normalize) {
+    if (st->gen) {
+        snprintf(g_error, sizeof(g_error), "embeddings run on the CPU backend only in the browser for now "
+                 "(this engine runs on %s); load the model with backend 'cpu'", st->backend);
+        return NULL;
+    }
     struct web_job *j = job_new(st, JOB_EMBED);
     if (!j) return NULL;
     j->text = strdup(text);
@@ -377,6 +533,10 @@ EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j) {
     free(j->taken);
     free(j->msgs);
     free(j->strs);
+    free(j->packed);
+    if (j->stops)
+        for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    free(j->stops);
     free(j->text);
     free(j->vec);
     free(j);
