@@ -93,6 +93,8 @@ int wgllm_cli_chat(const struct opts *o) {
     ep.n_ctx = o->ctx;
     ep.n_threads = o->threads;
     ep.chat_template = tmpl;
+    ep.context_shift = o->context_shift;
+    ep.context_keep = o->keep;
     struct wgllm_engine *e;
     struct wgllm_error err;
     if (wgllm_engine_init(m, &ep, &e, &err) != WGLLM_STATUS_OK) {

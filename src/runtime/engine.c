@@ -382,7 +382,7 @@ static bool make_room(struct wgllm_engine *e, struct wgllm_request *r) {
     if (!e->p.context_shift) {
         snprintf(msg, sizeof(msg),
                  "the context is full: all %d positions of the slot are used (prompt %d tokens, %d generated) "
-                 "and context shifting is off (engine parameter context_shift)", n, r->n_prompt, r->n_gen);
+                 "and context shifting is off (engine parameter context_shift; --context-shift for wgllm serve and chat)", n, r->n_prompt, r->n_gen);
         finish(e, r, WGLLM_FINISH_ERROR, WGLLM_STATUS_CONTEXT_FULL, msg);
         return false;
     }
