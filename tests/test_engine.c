@@ -3,11 +3,14 @@
  * change results, context_key reuse computes only the suffix and gives the
  * same output as a cold run, eviction and snapshot restore, cancellation,
  * many concurrent requests on few slots, stop strings, streaming, limits,
- * embeddings and chat.
+ * embeddings and chat; a full context: the clear failure (default), and the
+ * context shift (backend K re-rotation against fresh evaluations, generation
+ * past the context, no reuse of shifted KV through context_key).
  */
 #include "test.h"
 
 #include "backend/backend.h"
+#include "backend/cpu/ops.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "quant/quant.h"
@@ -493,6 +496,63 @@ TEST(seq_shift_equals_fresh_evaluation_one_layer) {
     }
 }
 
+/* Every layer of a deeper model: the kept positions are untouched, the
+ * values of the others moved down as they were, and their keys are the old
+ * ones re-rotated: un-rotating each key by its absolute position (old, new)
+ * gives the same pre-RoPE key up to f16 rounding. */
+TEST(seq_shift_moves_every_layer) {
+    enum { N = 50, KEEP = 3, DISCARD = 20, NS = N - DISCARD };
+    const struct wgllm_hparams *hp = &model->hp;
+    const int nv = wgllm_model_n_vocab(model), dk = hp->head_dim_k, KD = hp->n_head_kv * dk;
+    const int VD = hp->n_head_kv * hp->head_dim_v;
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = 64;
+    struct wgllm_context *c;
+    CHECK_EQ_INT(wgllm_context_init(model, &cp, &c, NULL), WGLLM_STATUS_OK);
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 104729 + 7) % nv);
+    CHECK_EQ_INT(wgllm_decode(c, tok, N, false, NULL), WGLLM_STATUS_OK);
+    wgllm_fp16 *before = malloc(wgllm_context_seq_state_size(c, N)), *after = malloc(wgllm_context_seq_state_size(c, NS));
+    wgllm_context_seq_save(c, 0, N, before);
+    CHECK_EQ_INT(wgllm_context_shift(c, KEEP, DISCARD, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_n_past(c), NS);
+    wgllm_context_seq_save(c, 0, NS, after);
+    const bool neox = hp->rope_type == WGLLM_ROPE_NEOX;
+    float cs[512], a[512], b[512];
+    int v_moved = 0, k_kept = 0, n_k = 0;
+    double kd = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const wgllm_fp16 *kb = before + (size_t)il * N * (KD + VD), *ka = after + (size_t)il * NS * (KD + VD);
+        const wgllm_fp16 *vb = kb + (size_t)N * KD, *va = ka + (size_t)NS * KD;
+        for (int d = 0; d < VD; d++)
+            v_moved += memcmp(va + (size_t)d * NS, vb + (size_t)d * N, KEEP * sizeof(wgllm_fp16)) == 0 &&
+                       memcmp(va + (size_t)d * NS + KEEP, vb + (size_t)d * N + KEEP + DISCARD,
+                              (NS - KEEP) * sizeof(wgllm_fp16)) == 0;
+        k_kept += memcmp(ka, kb, (size_t)KEEP * KD * sizeof(wgllm_fp16)) == 0;
+        for (int p = KEEP; p < NS; p++)
+            for (int h = 0; h < hp->n_head_kv; h++) {
+                for (int i = 0; i < dk; i++) {
+                    a[i] = wgllm_fp16_to_fp32(ka[(size_t)p * KD + h * dk + i]);
+                    b[i] = wgllm_fp16_to_fp32(kb[(size_t)(p + DISCARD) * KD + h * dk + i]);
+                }
+                wgllm_op_rope_cache(cs, -p, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, model->rope_freqs);
+                wgllm_op_rope(a, cs, hp->n_rot, neox);
+                wgllm_op_rope_cache(cs, -(p + DISCARD), hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
+                                    model->rope_freqs);
+                wgllm_op_rope(b, cs, hp->n_rot, neox);
+                for (int i = 0; i < dk; i++) kd = fmax(kd, fabs(a[i] - b[i]) / fmax(1.0, fabs(b[i])));
+                n_k++;
+            }
+    }
+    CHECK_EQ_INT(v_moved, hp->n_layer * VD);
+    CHECK_EQ_INT(k_kept, hp->n_layer);
+    CHECK(n_k == hp->n_layer * (NS - KEEP) * hp->n_head_kv);
+    if (kd >= 4e-3) fprintf(stderr, "  pre-RoPE keys differ by %.3g\n", kd);
+    CHECK(kd < 4e-3); /* two f16 roundings (2^-11 each) plus float rotations: 9e-4 measured */
+    free(before), free(after);
+    wgllm_context_free(c);
+}
+
 /* The single-sequence call moves n_past; bad arguments are refused. */
 TEST(context_shift_single_sequence_api) {
     struct wgllm_context_params cp = wgllm_context_default_params();
@@ -751,6 +811,7 @@ int main(void) {
     RUN(embeddings);
     RUN(chat_renders_the_template);
     RUN(seq_shift_equals_fresh_evaluation_one_layer);
+    RUN(seq_shift_moves_every_layer);
     RUN(context_shift_single_sequence_api);
     RUN(engine_shift_continues_like_a_fresh_evaluation);
     RUN(context_full_fails_clearly_and_frees_the_slot);

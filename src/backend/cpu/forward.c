@@ -653,7 +653,7 @@ static void shift_worker(void *arg, int ith, int nth) {
         wgllm_fp16 *k = c->k_cache + il * c->layer_k + (size_t)j->seq * c->seq_k + (size_t)h * dk;
         for (int p = 0; p < j->n_move; p++) { /* ascending: each source is read before it is overwritten */
             const wgllm_fp16 *src = k + (size_t)(j->keep + j->discard + p) * KD;
-            for (int d = 0; d < dk; d++) row[d] = wgllm_fp16_to_fp32(src[d]);
+            wgllm_fp16_to_fp32_row(src, row, dk);
             wgllm_op_rope(row, j->cs, hp->n_rot, neox);
             wgllm_fp32_to_fp16_row(row, k + (size_t)(j->keep + p) * KD, dk);
         }
