@@ -157,7 +157,8 @@ int wgllm_cli_chat(const struct opts *o) {
         fputc('\n', stdout);
         fflush(stdout);
         fprintf(stderr, "[%s; prompt %d tokens, %d cached; reply %d tokens, %.1f tok/s]\n",
-                res.finish == WGLLM_FINISH_CANCELLED ? "stopped" : res.finish == WGLLM_FINISH_LENGTH ? "length" : "done",
+                res.finish == WGLLM_FINISH_CANCELLED ? "stopped" : res.finish == WGLLM_FINISH_LENGTH ? "length"
+                : res.finish == WGLLM_FINISH_ERROR ? "error" : "done",
                 res.usage.prompt_tokens, res.usage.cached_tokens, res.n_tokens, res.timings.decode_tok_s);
         if (res.status != WGLLM_STATUS_OK) fprintf(stderr, "wgllm: error: %s\n", res.message);
         history_add(&h, "assistant", res.text ? res.text : "");
