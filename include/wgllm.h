@@ -187,6 +187,16 @@ uint64_t wgllm_context_gpu_memory(const struct wgllm_context *ctx);
 int wgllm_context_n_past(const struct wgllm_context *ctx);
 /* Forgets every cached position >= n_past (0 clears the cache). */
 void wgllm_context_truncate(struct wgllm_context *ctx, int n_past);
+/*
+ * Makes room in a full context as llama.cpp's context shift does: keeps the
+ * first `keep` cached tokens, forgets the `discard` after them (discard <= 0:
+ * half of those after `keep`) and moves the rest down, re-rotating their keys
+ * for their new positions; n_past drops by the number discarded. The moved
+ * tokens keep what they attended to before, so what follows is an
+ * approximation of a run without the discarded tokens (exact for the kept
+ * ones). UNSUPPORTED on the WebGPU backend (for now).
+ */
+enum wgllm_status wgllm_context_shift(struct wgllm_context *ctx, int keep, int discard, struct wgllm_error *err);
 
 /*
  * Runs the model over `n` tokens placed after the cached ones. When
@@ -343,6 +353,16 @@ struct wgllm_engine_params {
     int max_snapshots;     /* (default 16) */
     int min_snapshot_tokens; /* shorter prefixes are not worth saving (default 32) */
     const char *chat_template; /* Jinja text used by chat instead of the model's; NULL = the model's */
+    /* When a generating request's slot is full: false (default) ends the
+     * request with WGLLM_STATUS_CONTEXT_FULL (finish ERROR; what it generated
+     * so far is in the result); true shifts the context as llama.cpp does --
+     * keeps the first context_keep tokens, drops half of the others (the
+     * oldest) and goes on. A shifted slot's cache is reused by a later request
+     * (context_key) only up to its kept tokens. Prompts longer than the
+     * context fail at submit either way. */
+    bool context_shift;
+    int context_keep; /* tokens a shift keeps after the BOS (llama.cpp's n_keep); -1 = the whole
+                         prompt (default); capped at half the context */
 };
 
 struct wgllm_engine_params wgllm_engine_default_params(void);
@@ -358,7 +378,8 @@ void wgllm_engine_free(struct wgllm_engine *eng);
 typedef bool (*wgllm_token_fn)(const char *text, size_t len, int32_t token, float logprob, void *user_data);
 
 struct wgllm_request_params {
-    int max_tokens;                       /* generated tokens at most (default 256); 0 = until EOS or context end */
+    int max_tokens;                       /* generated tokens at most (default 256); 0 = until EOS (or a full
+                                             context: see wgllm_engine_params.context_shift) */
     struct wgllm_sampler_params sampling; /* wgllm_sampler_default_params() */
     const char *const *stop;              /* stop strings (copied); the text ends before the first match */
     int n_stop;
@@ -373,9 +394,9 @@ struct wgllm_request_params wgllm_request_default_params(void);
 
 enum wgllm_finish_reason {
     WGLLM_FINISH_STOP,      /* an end-of-generation token or a stop string */
-    WGLLM_FINISH_LENGTH,    /* max_tokens or the end of the context */
+    WGLLM_FINISH_LENGTH,    /* max_tokens */
     WGLLM_FINISH_CANCELLED, /* wgllm_request_cancel, on_token returned false, or engine freed */
-    WGLLM_FINISH_ERROR,     /* see status and message */
+    WGLLM_FINISH_ERROR,     /* see status and message (CONTEXT_FULL: the context filled up, shifting off) */
 };
 
 struct wgllm_usage {
@@ -457,6 +478,7 @@ struct wgllm_engine_metrics {
     uint64_t ticks;
     int queue_depth, active_slots, idle_slots;
     uint64_t snapshot_bytes_used;
+    uint64_t context_shifts; /* slots shifted because they were full (context_shift) */
 };
 
 void wgllm_engine_metrics(struct wgllm_engine *eng, struct wgllm_engine_metrics *out);

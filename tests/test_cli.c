@@ -136,6 +136,33 @@ TEST(chat_keeps_earlier_turns_cached) {
     run_free(&r);
 }
 
+/* run --ctx smaller than prompt + -n: fails clearly at the full context, or
+ * with --context-shift goes on; the tokens before the first shift are the
+ * same either way. */
+TEST(run_context_full_or_shift) {
+    char args[1024];
+    snprintf(args, sizeof(args), "run -m '%s' -p 'Once upon a time' -n 40 --ctx 16 --ids --ignore-eos -t 1", model_path);
+    struct run full = run_cli(args, NULL);
+    CHECK_EQ_INT(full.status, 1);
+    CHECK(strstr(full.err, "16 of the context's 16 positions") != NULL);
+    CHECK(strstr(full.err, "--context-shift") != NULL);
+    snprintf(args, sizeof(args), "run -m '%s' -p 'Once upon a time' -n 40 --ctx 16 --ids --ignore-eos -t 1 "
+             "--context-shift --keep 2", model_path);
+    struct run shifted = run_cli(args, NULL);
+    CHECK_EQ_INT(shifted.status, 0);
+    int n = 0;
+    for (const char *p = shifted.out; *p; p++) n += *p == ',';
+    CHECK_EQ_INT(n + 1, 40);
+    const char *end = strrchr(full.out, ']');
+    CHECK(end && strncmp(shifted.out, full.out, (size_t)(end - full.out)) == 0); /* same first tokens */
+    run_free(&full);
+    run_free(&shifted);
+    struct run bad = run_cli("run -m x -p hi --keep -2", NULL);
+    CHECK_EQ_INT(bad.status, 2);
+    CHECK(strstr(bad.err, "--keep") != NULL);
+    run_free(&bad);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char self[PATH_MAX];
@@ -163,6 +190,7 @@ int main(int argc, char **argv) {
     RUN(info_and_run);
     RUN(bad_input_gives_named_errors);
     RUN(chat_keeps_earlier_turns_cached);
+    RUN(run_context_full_or_shift);
     remove(model_path);
     return test_summary("test_cli");
 }

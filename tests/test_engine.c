@@ -3,11 +3,15 @@
  * change results, context_key reuse computes only the suffix and gives the
  * same output as a cold run, eviction and snapshot restore, cancellation,
  * many concurrent requests on few slots, stop strings, streaming, limits,
- * embeddings and chat.
+ * embeddings and chat; a full context: the clear failure (default), and the
+ * context shift (backend K re-rotation against fresh evaluations, generation
+ * past the context, no reuse of shifted KV through context_key).
  */
 #include "test.h"
 
 #include "backend/backend.h"
+#include "backend/cpu/ops.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 
@@ -300,10 +304,13 @@ TEST(limits_give_clear_errors) {
     for (int i = 0; i < 40; i++) strcat(longp, "word ");
     CHECK_EQ_INT(wgllm_query(e, longp, &p, &r, &err), WGLLM_STATUS_CONTEXT_FULL);
     CHECK(strstr(err.message, "context") != NULL);
-    /* generation that reaches the end of the context stops there, cleanly */
+    /* max_tokens that just fits: prompt + max_tokens - 1 positions are decoded */
+    int32_t t[64];
+    const int np = wgllm_tokenize(model, prompts[0], strlen(prompts[0]), t, 64, true, false, NULL);
+    p.max_tokens = 32 + 1 - np;
     CHECK_EQ_INT(wgllm_query(e, prompts[0], &p, &r, &err), WGLLM_STATUS_OK);
     CHECK_EQ_INT(r.finish, WGLLM_FINISH_LENGTH);
-    CHECK_EQ_INT(r.usage.prompt_tokens + r.n_tokens, 32 + 1);
+    CHECK_EQ_INT(r.n_tokens, 32 + 1 - np);
     wgllm_result_free(&r);
     /* no chat template in the synthetic model */
     struct wgllm_message msg = {"user", "hi"};
@@ -375,6 +382,410 @@ TEST(chat_renders_the_template) {
     free(tmpl);
 }
 
+/* ---- context full: fail or shift ---------------------------------------- */
+
+/* A synthetic model of `shape` with n_layer layers (Q8_0), loaded; NULL on failure. */
+static struct wgllm_model *shape_model(const char *shape, int n_layer, uint32_t type) {
+    const char *path = test_tmp_path(".gguf");
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = shape;
+    sp.type = type;
+    sp.n_layer = n_layer;
+    struct wgllm_model *m = NULL;
+    struct wgllm_error err;
+    if (wgllm_synth_write(&sp, path, &err) != WGLLM_STATUS_OK || wgllm_model_load(path, NULL, &m, &err) != WGLLM_STATUS_OK)
+        fprintf(stderr, "%s: %s\n", shape, err.message);
+    remove(path); /* mapped: the data stays until wgllm_model_free */
+    return m;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double md = 0;
+    for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
+    return md;
+}
+
+/* With one layer a token's K and V depend only on the token and its
+ * position, so after a shift the cache must equal a fresh evaluation of the
+ * kept + surviving tokens at their new positions: V exactly (it only moved),
+ * K up to f16 rounding (re-rotated from its f16 value), hence the logits of
+ * what follows too. Every RoPE variant: normal (llama), neox (qwen2, qwen3
+ * with q/k norm), frequency factors, linear scaling. */
+TEST(seq_shift_equals_fresh_evaluation_one_layer) {
+    static const char *shapes[] = {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-ropefreqs", "tiny-ropescale"};
+    enum { N = 40, KEEP = 5, DISCARD = 13, M = 6, NS = N - DISCARD };
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        struct wgllm_model *m = shape_model(shapes[si], 1, WGLLM_TYPE_F16);
+        CHECK(m != NULL);
+        if (!m) continue;
+        const int nv = wgllm_model_n_vocab(m);
+        int32_t tok[N + M], pos[N], seq[N];
+        for (int i = 0; i < N + M; i++) tok[i] = (int32_t)((i * 7919 + 101) % nv);
+        struct wgllm_context_params cp = wgllm_context_default_params();
+        cp.n_ctx = 64;
+        cp.n_seq = 2;
+        cp.n_threads = 2;
+        struct wgllm_context *a, *b;
+        CHECK_EQ_INT(wgllm_context_init(m, &cp, &a, NULL), WGLLM_STATUS_OK);
+        cp.n_seq = 1;
+        CHECK_EQ_INT(wgllm_context_init(m, &cp, &b, NULL), WGLLM_STATUS_OK);
+        /* the same N tokens in sequences 0 and 1 of a; sequence 1 is shifted */
+        for (int s = 0; s < 2; s++) {
+            for (int i = 0; i < N; i++) pos[i] = i, seq[i] = s;
+            struct wgllm_batch bt = {.n = N, .token = tok, .pos = pos, .seq = seq};
+            CHECK_EQ_INT(wgllm_context_decode_batch(a, &bt, false, NULL), WGLLM_STATUS_OK);
+        }
+        const size_t sz0 = wgllm_context_seq_state_size(a, N);
+        char *before = malloc(sz0), *after = malloc(sz0);
+        wgllm_context_seq_save(a, 0, N, before);
+        struct wgllm_error err;
+        CHECK_EQ_INT(wgllm_context_seq_shift(a, 1, N, KEEP, DISCARD, &err), WGLLM_STATUS_OK);
+        wgllm_context_seq_save(a, 0, N, after);
+        CHECK(memcmp(before, after, sz0) == 0); /* the other sequence is untouched */
+        /* M more tokens after the survivors, all logits */
+        int32_t cpos[M], cseq[M];
+        bool out[M];
+        for (int i = 0; i < M; i++) cpos[i] = NS + i, cseq[i] = 1, out[i] = true;
+        struct wgllm_batch ct = {.n = M, .token = tok + N, .pos = cpos, .seq = cseq, .output = out};
+        CHECK_EQ_INT(wgllm_context_decode_batch(a, &ct, false, NULL), WGLLM_STATUS_OK);
+        /* reference: kept + survivors + the M tokens, from scratch */
+        int32_t ref[NS + M];
+        memcpy(ref, tok, sizeof(int32_t) * KEEP);
+        memcpy(ref + KEEP, tok + KEEP + DISCARD, sizeof(int32_t) * (N - KEEP - DISCARD + M));
+        CHECK_EQ_INT(wgllm_decode(b, ref, NS, false, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_decode(b, ref + NS, M, true, NULL), WGLLM_STATUS_OK);
+        double md = 0;
+        int same_argmax = 0;
+        for (int i = 0; i < M; i++) {
+            const float *la = wgllm_context_output_logits(a, i), *lb = wgllm_get_logits_ith(b, i);
+            md = fmax(md, max_abs_diff(la, lb, (size_t)nv));
+            same_argmax += wgllm_argmax(la, nv) == wgllm_argmax(lb, nv);
+        }
+        /* Tolerance: K differs from the fresh one by at most one f16 ulp
+         * (checked below), which moves the logits of these random models by
+         * 1e-3..4e-3 of their rms (measured, F16 weights; Q8_0 weights would
+         * amplify it through the activation grid). Rotating by one position
+         * too few moves them by 5e-2 (linear scaling) to 1 (qwen2). */
+        double ss = 0;
+        for (int i = 0; i < nv; i++) ss += (double)wgllm_get_logits_ith(b, 0)[i] * wgllm_get_logits_ith(b, 0)[i];
+        const double rel = md / sqrt(ss / nv);
+        if (rel >= 1e-2) fprintf(stderr, "  %s: logits differ by %.3g of their rms\n", shapes[si], rel);
+        CHECK(rel < 1e-2);
+        CHECK_EQ_INT(same_argmax, M);
+        /* the caches: V bit for bit, K within f16 rounding of values up to ~10 */
+        const size_t sz = wgllm_context_seq_state_size(a, NS + M);
+        const struct wgllm_hparams *hp = &m->hp;
+        const size_t nk = (size_t)(NS + M) * hp->n_head_kv * hp->head_dim_k;
+        wgllm_fp16 *ka = malloc(sz), *kb = malloc(sz);
+        wgllm_context_seq_save(a, 1, NS + M, ka);
+        wgllm_context_seq_save(b, 0, NS + M, kb);
+        CHECK(memcmp(ka + nk, kb + nk, sz - nk * sizeof(wgllm_fp16)) == 0);
+        double kd = 0, kmax = 0;
+        for (size_t i = 0; i < nk; i++) {
+            kd = fmax(kd, fabs(wgllm_fp16_to_fp32(ka[i]) - wgllm_fp16_to_fp32(kb[i])));
+            kmax = fmax(kmax, fabs(wgllm_fp16_to_fp32(kb[i])));
+        }
+        CHECK(kd <= kmax / 1024); /* one f16 ulp of the largest value */
+        /* the kept keys were not touched at all */
+        const size_t kept = (size_t)KEEP * hp->n_head_kv * hp->head_dim_k;
+        CHECK(memcmp(ka, kb, kept * sizeof(wgllm_fp16)) == 0);
+        free(ka), free(kb), free(before), free(after);
+        wgllm_context_free(a);
+        wgllm_context_free(b);
+        wgllm_model_free(m);
+    }
+}
+
+/* Every layer of a deeper model: the kept positions are untouched, the
+ * values of the others moved down as they were, and their keys are the old
+ * ones re-rotated: un-rotating each key by its absolute position (old, new)
+ * gives the same pre-RoPE key up to f16 rounding. */
+TEST(seq_shift_moves_every_layer) {
+    enum { N = 50, KEEP = 3, DISCARD = 20, NS = N - DISCARD };
+    const struct wgllm_hparams *hp = &model->hp;
+    const int nv = wgllm_model_n_vocab(model), dk = hp->head_dim_k, KD = hp->n_head_kv * dk;
+    const int VD = hp->n_head_kv * hp->head_dim_v;
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = 64;
+    struct wgllm_context *c;
+    CHECK_EQ_INT(wgllm_context_init(model, &cp, &c, NULL), WGLLM_STATUS_OK);
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 104729 + 7) % nv);
+    CHECK_EQ_INT(wgllm_decode(c, tok, N, false, NULL), WGLLM_STATUS_OK);
+    wgllm_fp16 *before = malloc(wgllm_context_seq_state_size(c, N)), *after = malloc(wgllm_context_seq_state_size(c, NS));
+    wgllm_context_seq_save(c, 0, N, before);
+    CHECK_EQ_INT(wgllm_context_shift(c, KEEP, DISCARD, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_n_past(c), NS);
+    wgllm_context_seq_save(c, 0, NS, after);
+    const bool neox = hp->rope_type == WGLLM_ROPE_NEOX;
+    float cs[512], a[512], b[512];
+    int v_moved = 0, k_kept = 0, n_k = 0;
+    double kd = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const wgllm_fp16 *kb = before + (size_t)il * N * (KD + VD), *ka = after + (size_t)il * NS * (KD + VD);
+        const wgllm_fp16 *vb = kb + (size_t)N * KD, *va = ka + (size_t)NS * KD;
+        for (int d = 0; d < VD; d++)
+            v_moved += memcmp(va + (size_t)d * NS, vb + (size_t)d * N, KEEP * sizeof(wgllm_fp16)) == 0 &&
+                       memcmp(va + (size_t)d * NS + KEEP, vb + (size_t)d * N + KEEP + DISCARD,
+                              (NS - KEEP) * sizeof(wgllm_fp16)) == 0;
+        k_kept += memcmp(ka, kb, (size_t)KEEP * KD * sizeof(wgllm_fp16)) == 0;
+        for (int p = KEEP; p < NS; p++)
+            for (int h = 0; h < hp->n_head_kv; h++) {
+                for (int i = 0; i < dk; i++) {
+                    a[i] = wgllm_fp16_to_fp32(ka[(size_t)p * KD + h * dk + i]);
+                    b[i] = wgllm_fp16_to_fp32(kb[(size_t)(p + DISCARD) * KD + h * dk + i]);
+                }
+                wgllm_op_rope_cache(cs, -p, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, model->rope_freqs);
+                wgllm_op_rope(a, cs, hp->n_rot, neox);
+                wgllm_op_rope_cache(cs, -(p + DISCARD), hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
+                                    model->rope_freqs);
+                wgllm_op_rope(b, cs, hp->n_rot, neox);
+                for (int i = 0; i < dk; i++) kd = fmax(kd, fabs(a[i] - b[i]) / fmax(1.0, fabs(b[i])));
+                n_k++;
+            }
+    }
+    CHECK_EQ_INT(v_moved, hp->n_layer * VD);
+    CHECK_EQ_INT(k_kept, hp->n_layer);
+    CHECK(n_k == hp->n_layer * (NS - KEEP) * hp->n_head_kv);
+    if (kd >= 4e-3) fprintf(stderr, "  pre-RoPE keys differ by %.3g\n", kd);
+    CHECK(kd < 4e-3); /* two f16 roundings (2^-11 each) plus float rotations: 9e-4 measured */
+    free(before), free(after);
+    wgllm_context_free(c);
+}
+
+/* The single-sequence call moves n_past; bad arguments are refused. */
+TEST(context_shift_single_sequence_api) {
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = 32;
+    struct wgllm_context *c;
+    CHECK_EQ_INT(wgllm_context_init(model, &cp, &c, NULL), WGLLM_STATUS_OK);
+    int32_t t[32];
+    for (int i = 0; i < 32; i++) t[i] = 100 + i;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_decode(c, t, 32, false, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_decode(c, t, 1, false, &err), WGLLM_STATUS_CONTEXT_FULL);
+    CHECK_EQ_INT(wgllm_context_shift(c, 4, 0, &err), WGLLM_STATUS_OK); /* discards (32 - 4) / 2 */
+    CHECK_EQ_INT(wgllm_context_n_past(c), 32 - 14);
+    CHECK_EQ_INT(wgllm_decode(c, t, 1, false, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_shift(c, 19, 0, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "keep") != NULL);
+    CHECK_EQ_INT(wgllm_context_seq_shift(c, 0, 19, 10, 10, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ_INT(wgllm_context_seq_shift(c, 1, 19, 1, 1, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ_INT(wgllm_context_n_past(c), 19);
+    wgllm_context_free(c);
+}
+
+/* llama.cpp's rule, on a token list: keep BOS + n_keep (-1: the prompt), at
+ * most half, drop half of the rest. Returns the new length. */
+static int shift_list(int32_t *seq, int n, int n_keep, int n_prompt, int32_t bos) {
+    int keep = n_keep < 0 ? n_prompt : n_keep + (seq[0] == bos);
+    keep = WGLLM_MIN(keep, n / 2);
+    const int discard = (n - keep) / 2;
+    memmove(seq + keep, seq + keep + discard, sizeof(int32_t) * (size_t)(n - keep - discard));
+    return n - discard;
+}
+
+static float logprob_of(const float *l, int n, int tok) {
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < n; i++) mx = fmax(mx, l[i]);
+    for (int i = 0; i < n; i++) sum += exp(l[i] - mx);
+    return (float)(l[tok] - mx - log(sum));
+}
+
+/* Generation past the context with shifting on: with one layer the engine's
+ * tokens equal a reference that re-evaluates, from scratch after each shift,
+ * the kept tokens + the survivors at their new positions. */
+TEST(engine_shift_continues_like_a_fresh_evaluation) {
+    struct wgllm_model *m = shape_model("tiny", 1, WGLLM_TYPE_F16);
+    CHECK(m != NULL);
+    if (!m) return;
+    enum { CTX = 32, KEEP = 3, GEN = 45 };
+    const int nv = wgllm_model_n_vocab(m);
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_slots = 2;
+    ep.n_ctx = CTX;
+    ep.n_batch = 64;
+    ep.context_shift = true;
+    ep.context_keep = KEEP;
+    struct wgllm_engine *e;
+    CHECK_EQ_INT(wgllm_engine_init(m, &ep, &e, NULL), WGLLM_STATUS_OK);
+    struct wgllm_request_params p = greedy(GEN);
+    struct wgllm_result r;
+    CHECK_EQ_INT(wgllm_query(e, prompts[1], &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.finish, WGLLM_FINISH_LENGTH);
+    CHECK_EQ_INT(r.n_tokens, GEN);
+    struct wgllm_engine_metrics mt;
+    wgllm_engine_metrics(e, &mt);
+    CHECK(mt.context_shifts >= 2);
+    /* the reference */
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = CTX;
+    struct wgllm_context *c;
+    CHECK_EQ_INT(wgllm_context_init(m, &cp, &c, NULL), WGLLM_STATUS_OK);
+    int32_t seq[CTX + 1], ref[GEN];
+    float ref_lp[GEN];
+    const int np = wgllm_tokenize(m, prompts[1], strlen(prompts[1]), seq, CTX, true, false, NULL);
+    int n = np, shifts = 0;
+    CHECK_EQ_INT(wgllm_decode(c, seq, n, false, NULL), WGLLM_STATUS_OK);
+    for (int i = 0; i < GEN; i++) {
+        const float *l = wgllm_get_logits(c);
+        ref[i] = wgllm_argmax(l, nv);
+        ref_lp[i] = logprob_of(l, nv, ref[i]);
+        if (i == GEN - 1) break;
+        if (n == CTX) {
+            n = shift_list(seq, n, KEEP, np, wgllm_token_bos(m));
+            wgllm_context_truncate(c, 0);
+            CHECK_EQ_INT(wgllm_decode(c, seq, n, false, NULL), WGLLM_STATUS_OK);
+            shifts++;
+        }
+        seq[n++] = ref[i];
+        CHECK_EQ_INT(wgllm_decode(c, &ref[i], 1, false, NULL), WGLLM_STATUS_OK);
+    }
+    CHECK_EQ_INT(mt.context_shifts, shifts);
+    int same = 0;
+    double md = 0;
+    for (int i = 0; r.n_tokens == GEN && i < GEN; i++) {
+        same += r.tokens[i] == ref[i];
+        md = fmax(md, fabs(r.logprobs[i] - ref_lp[i]));
+    }
+    CHECK_EQ_INT(same, GEN);
+    if (md >= 1e-2) fprintf(stderr, "  logprobs differ by %.3g\n", md);
+    CHECK(md < 1e-2);
+    wgllm_result_free(&r);
+    wgllm_context_free(c);
+    wgllm_engine_free(e);
+    wgllm_model_free(m);
+}
+
+/* Shifting off (the default): the request fails clearly at the full context,
+ * keeping what it generated, and the slot serves the next request. */
+TEST(context_full_fails_clearly_and_frees_the_slot) {
+    struct wgllm_engine *e = new_engine(1, 32, 0);
+    if (!e) return;
+    struct wgllm_request_params p = greedy(0);
+    p.context_key = "full";
+    struct wgllm_result r, r2;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_query(e, prompts[0], &p, &r, &err), WGLLM_STATUS_CONTEXT_FULL);
+    CHECK_EQ_INT(r.finish, WGLLM_FINISH_ERROR);
+    CHECK_EQ_INT(r.status, WGLLM_STATUS_CONTEXT_FULL);
+    CHECK(strstr(r.message, "32 positions") != NULL);
+    CHECK(strstr(r.message, "shifting is off") != NULL);
+    CHECK_STR(err.message, r.message);
+    CHECK_EQ_INT(r.usage.prompt_tokens + r.n_tokens, 32 + 1); /* every position, plus the token that did not fit */
+    int32_t ref[32];
+    reference_tokens(prompts[0], r.n_tokens, ref);
+    CHECK(r.n_tokens <= 32 && memcmp(r.tokens, ref, sizeof(int32_t) * (size_t)r.n_tokens) == 0);
+    /* the slot is free again: a request with another prompt runs as on a fresh engine */
+    p = greedy(6);
+    CHECK_EQ_INT(wgllm_query(e, prompts[2], &p, &r2, &err), WGLLM_STATUS_OK);
+    reference_tokens(prompts[2], 6, ref);
+    CHECK(r2.n_tokens == 6 && memcmp(r2.tokens, ref, sizeof(int32_t) * 6) == 0);
+    struct wgllm_engine_metrics mt;
+    wgllm_engine_metrics(e, &mt);
+    CHECK_EQ_INT(mt.requests_failed, 1);
+    CHECK_EQ_INT(mt.active_slots, 0);
+    CHECK_EQ_INT(mt.context_shifts, 0);
+    wgllm_result_free(&r);
+    wgllm_result_free(&r2);
+    wgllm_engine_free(e);
+}
+
+/* After a shift the slot's tokens no longer match what their KV was computed
+ * from (the survivors attended to the discarded tokens): a follow-up with the
+ * same context_key reuses only the kept tokens, and its output is the cold
+ * one. The conversation is "the the the ..." (a logit bias keeps generating
+ * " the") so that the shifted tokens are a prefix of the follow-up's prompt:
+ * wrong reuse would show. The 2-layer model makes wrong reuse change logits. */
+TEST(context_key_after_a_shift_reuses_only_kept_tokens) {
+    int32_t the[8];
+    CHECK_EQ_INT(wgllm_tokenize(model, "the the", 7, the, 8, false, false, NULL), 2);
+    CHECK_EQ_INT(the[0], the[1]);
+    char p1[256] = "", p2[512] = "";
+    for (int i = 0; i < 10; i++) strcat(p1, i ? " the" : "the");
+    for (int i = 0; i < 30; i++) strcat(p2, i ? " the" : "the");
+    int32_t t2[64];
+    const int n2 = wgllm_tokenize(model, p2, strlen(p2), t2, 64, true, false, NULL);
+    CHECK_EQ_INT(n2, 31);
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_slots = 1;
+    ep.n_ctx = 40;
+    ep.n_batch = 64;
+    ep.snapshot_bytes = 0;
+    ep.context_shift = true;
+    ep.context_keep = 4;
+    struct wgllm_engine *e, *cold_e;
+    CHECK_EQ_INT(wgllm_engine_init(model, &ep, &e, NULL), WGLLM_STATUS_OK);
+    struct wgllm_request_params p = greedy(40);
+    const struct wgllm_logit_bias bias = {the[0], 100.0f};
+    p.sampling.logit_bias = &bias;
+    p.sampling.n_logit_bias = 1;
+    p.context_key = "conv";
+    struct wgllm_result r1, r2, cold;
+    CHECK_EQ_INT(wgllm_query(e, p1, &p, &r1, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r1.n_tokens, 40);
+    int all_the = 0;
+    for (int i = 0; i < r1.n_tokens; i++) all_the += r1.tokens[i] == the[0];
+    CHECK_EQ_INT(all_the, 40);
+    struct wgllm_engine_metrics mt;
+    wgllm_engine_metrics(e, &mt);
+    CHECK(mt.context_shifts >= 1);
+    /* follow-up: BOS + 30 x "the"; the slot holds BOS + >= 22 x "the" (40 - (40 - 5) / 2) */
+    struct wgllm_request_params q = greedy(5);
+    q.context_key = "conv";
+    CHECK_EQ_INT(wgllm_query(e, p2, &q, &r2, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r2.usage.cached_tokens, 1 + 4); /* BOS + context_keep */
+    q.context_key = NULL;
+    CHECK_EQ_INT(wgllm_engine_init(model, &ep, &cold_e, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_query(cold_e, p2, &q, &cold, NULL), WGLLM_STATUS_OK);
+    CHECK(r2.n_tokens == cold.n_tokens && memcmp(r2.tokens, cold.tokens, sizeof(int32_t) * (size_t)cold.n_tokens) == 0);
+    for (int i = 0; i < cold.n_tokens && i < r2.n_tokens; i++) CHECK_NEAR(r2.logprobs[i], cold.logprobs[i], 1e-4);
+    /* and a third turn, after a cache that is exact again, reuses the whole prompt */
+    struct wgllm_result r3;
+    q.context_key = "conv";
+    CHECK_EQ_INT(wgllm_query(e, p2, &q, &r3, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r3.usage.cached_tokens, n2 - 1);
+    wgllm_result_free(&r1);
+    wgllm_result_free(&r2);
+    wgllm_result_free(&r3);
+    wgllm_result_free(&cold);
+    wgllm_engine_free(cold_e);
+    wgllm_engine_free(e);
+}
+
+/* A prompt longer than the context fails with shifting on too; a prompt that
+ * fits generates past the context with the default keep (the prompt). */
+TEST(shift_on_prompt_limits_and_default_keep) {
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_slots = 1;
+    ep.n_ctx = 32;
+    ep.n_batch = 64;
+    ep.context_shift = true;
+    struct wgllm_engine *e;
+    CHECK_EQ_INT(wgllm_engine_init(model, &ep, &e, NULL), WGLLM_STATUS_OK);
+    char longp[512] = "";
+    for (int i = 0; i < 40; i++) strcat(longp, "word ");
+    struct wgllm_request_params p = greedy(40);
+    struct wgllm_result r;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_query(e, longp, &p, &r, &err), WGLLM_STATUS_CONTEXT_FULL);
+    CHECK(strstr(err.message, "not prompts") != NULL);
+    CHECK_EQ_INT(wgllm_query(e, prompts[4], &p, &r, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.finish, WGLLM_FINISH_LENGTH);
+    CHECK_EQ_INT(r.n_tokens, 40);
+    /* until the first shift, the tokens are the plain ones */
+    int32_t ref[32];
+    const int before = 32 + 1 - r.usage.prompt_tokens;
+    reference_tokens(prompts[4], before, ref);
+    CHECK(memcmp(r.tokens, ref, sizeof(int32_t) * (size_t)before) == 0);
+    wgllm_result_free(&r);
+    ep.context_keep = -2;
+    struct wgllm_engine *bad = NULL;
+    CHECK_EQ_INT(wgllm_engine_init(model, &ep, &bad, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "context_keep") != NULL);
+    wgllm_engine_free(e);
+}
+
 int main(void) {
     wgllm_base_init();
     wgllm_quant_init();
@@ -399,6 +810,13 @@ int main(void) {
     RUN(limits_give_clear_errors);
     RUN(embeddings);
     RUN(chat_renders_the_template);
+    RUN(seq_shift_equals_fresh_evaluation_one_layer);
+    RUN(seq_shift_moves_every_layer);
+    RUN(context_shift_single_sequence_api);
+    RUN(engine_shift_continues_like_a_fresh_evaluation);
+    RUN(context_full_fails_clearly_and_frees_the_slot);
+    RUN(context_key_after_a_shift_reuses_only_kept_tokens);
+    RUN(shift_on_prompt_limits_and_default_keep);
     wgllm_model_free(model);
     remove(model_path);
     return test_summary("test_engine");

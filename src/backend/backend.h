@@ -42,5 +42,15 @@ size_t wgllm_context_seq_state_size(const struct wgllm_context *ctx, int n);
 /* Saves / restores positions [0, n) of a sequence to / from host memory. */
 void wgllm_context_seq_save(const struct wgllm_context *ctx, int seq, int n, void *dst);
 void wgllm_context_seq_load(struct wgllm_context *ctx, int seq, int n, const void *src);
+/* Context shift of one sequence holding n positions, as llama.cpp's: keeps
+ * positions [0, keep), drops [keep, keep + discard) and moves the rest down
+ * by `discard`, re-rotating their keys for the new positions (RoPE of the
+ * delta, with the model's frequency scale and factors); the sequence then
+ * holds n - discard positions. The moved tokens keep what they attended to
+ * before (an approximation, as in llama.cpp), so only [0, keep) stays equal to
+ * a fresh evaluation. INVALID_ARGUMENT when keep + discard > n; UNSUPPORTED
+ * on WebGPU (for now). Does not change the single-sequence n_past. */
+enum wgllm_status wgllm_context_seq_shift(struct wgllm_context *ctx, int seq, int n, int keep, int discard,
+                                          struct wgllm_error *err);
 
 #endif

@@ -93,6 +93,8 @@ int wgllm_cli_chat(const struct opts *o) {
     ep.n_ctx = o->ctx;
     ep.n_threads = o->threads;
     ep.chat_template = tmpl;
+    ep.context_shift = o->context_shift;
+    ep.context_keep = o->keep;
     struct wgllm_engine *e;
     struct wgllm_error err;
     if (wgllm_engine_init(m, &ep, &e, &err) != WGLLM_STATUS_OK) {
@@ -155,7 +157,8 @@ int wgllm_cli_chat(const struct opts *o) {
         fputc('\n', stdout);
         fflush(stdout);
         fprintf(stderr, "[%s; prompt %d tokens, %d cached; reply %d tokens, %.1f tok/s]\n",
-                res.finish == WGLLM_FINISH_CANCELLED ? "stopped" : res.finish == WGLLM_FINISH_LENGTH ? "length" : "done",
+                res.finish == WGLLM_FINISH_CANCELLED ? "stopped" : res.finish == WGLLM_FINISH_LENGTH ? "length"
+                : res.finish == WGLLM_FINISH_ERROR ? "error" : "done",
                 res.usage.prompt_tokens, res.usage.cached_tokens, res.n_tokens, res.timings.decode_tok_s);
         if (res.status != WGLLM_STATUS_OK) fprintf(stderr, "wgllm: error: %s\n", res.message);
         history_add(&h, "assistant", res.text ? res.text : "");

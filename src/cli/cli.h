@@ -18,6 +18,8 @@ struct opts {
     bool add_generation_prompt;                    /* template */
     enum wgllm_backend backend;                    /* run, bench, logits, info: -b cpu|webgpu|auto */
     bool plan;                                     /* info --plan: the WebGPU memory plan */
+    bool context_shift;                            /* run, chat: shift a full context instead of failing */
+    int keep;                                      /* run, chat: tokens a shift keeps after the BOS; -1 = the prompt */
 };
 
 /* `wgllm bench --parallel ... --prefix-reuse N` (bench_engine.c). */

@@ -28,6 +28,8 @@ static const char *usage_text =
     "  run      -m MODEL -p PROMPT [-n N] generate text (greedy unless --temp > 0)\n"
     "           [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--ctx N] [--ignore-eos]\n"
     "           [--prompt-ids 1,2,3] [--ids]  token ids in / generated ids out (JSON)\n"
+    "           [--context-shift [--keep N]]  when the context (--ctx) fills up, drop the oldest half\n"
+    "           of the tokens after the first N (default: the prompt) and go on, instead of failing\n"
     "  tokenize -m MODEL (-p TEXT | --file PATH) [--ids] [--no-special] [--parse-special]\n"
     "  template -m MODEL --messages F.json [--tools F.json] [--template-file F] [--add-generation-prompt]\n"
     "           print the chat prompt (the model's template, or a built-in one by its special tokens)\n"
@@ -36,6 +38,7 @@ static const char *usage_text =
     "           [--parallel 1,4,8] [--prefix-reuse 1000]   the engine: concurrent streams, cache reuse\n"
     "  chat     -m MODEL [--template-file F] [-n N] [--temp T]   interactive chat; /reset starts over,\n"
     "           Ctrl-C stops a reply, Ctrl-D exits; earlier turns stay in the KV cache\n"
+    "           [--ctx N] [--context-shift [--keep N]]   a reply that fills the context shifts it (as run)\n"
     "  devices                            list the compute devices (WebGPU adapter, limits, features)\n"
     "  synth    --shape NAME [--type q8_0] [--seed 1] [-o OUT.gguf]   write a synthetic model\n"
     "  quantize IN.gguf OUT.gguf TYPE [--allow-requantize] [--pure] [-t N]   convert the weights\n"
@@ -88,6 +91,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
     o->top_p = 0.95f;
     o->min_p = 0.05f;
     o->seed = 1;
+    o->keep = -1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -154,9 +158,12 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         else if (FLAG("--parse-special")) o->parse_special = true;
         else if (FLAG("--json")) o->json = true;
         else if (FLAG("--ignore-eos")) o->ignore_eos = true;
+        else if (FLAG("--context-shift")) o->context_shift = true;
+        else if (FLAG("--keep")) INT_VALUE(o->keep);
         else return usage_error("unknown option '%s'", a);
     }
     if (o->threads < 0) return usage_error("--threads must be >= 0, got %s", "a negative number");
+    if (o->keep < -1) return usage_error("--keep must be >= -1 (-1: the whole prompt)%s", "");
     return 0;
 }
 
@@ -451,11 +458,18 @@ static int cmd_run(const struct opts *o) {
             fflush(stdout);
         }
         if (n_gen == o->n_predict) break;
+        const int n_past = wgllm_context_n_past(c);
+        if (o->context_shift && n_past >= wgllm_context_n_ctx(c)) { /* llama.cpp's rule: keep, drop half the rest */
+            int keep = o->keep < 0 ? n : o->keep + (ids[0] == wgllm_token_bos(m));
+            st = wgllm_context_shift(c, keep < n_past / 2 ? keep : n_past / 2, 0, &err);
+            if (st != WGLLM_STATUS_OK) break;
+        }
         st = wgllm_decode(c, &tok, 1, false, &err);
     }
     int64_t t2 = wgllm_time_us();
     if (st != WGLLM_STATUS_OK) {
-        fprintf(stderr, "\nwgllm: error: %s\n", err.message);
+        fprintf(stderr, "\nwgllm: error: %s%s\n", err.message,
+                st == WGLLM_STATUS_CONTEXT_FULL && n_gen > 0 ? " (--context-shift goes on past a full context)" : "");
         rc = 1;
     }
     if (o->ids) {

@@ -12,6 +12,10 @@
  * request allocates its sampler, detokenizer and output arrays when it is
  * admitted, never per token (the output arrays are sized for max_tokens, or
  * grow geometrically when max_tokens is 0).
+ *
+ * A full slot (context_shift on) is shifted as llama.cpp does; from then on
+ * its cache equals a fresh evaluation of its tokens only up to the kept ones
+ * (the moved tokens attended to the dropped ones), so reuse stops there.
  */
 #include "backend/backend.h"
 #include "chat/chat.h"
@@ -70,6 +74,8 @@ struct slot {
     char *key;       /* the context_key of the conversation it holds, or NULL */
     int32_t *tokens; /* what the KV cache of this slot holds, n_ctx capacity */
     int n_tokens;
+    bool shifted;    /* a context shift moved tokens since the slot was admitted */
+    int n_exact;     /* when shifted: the leading tokens still equal to a fresh evaluation */
     uint64_t last_used;
     struct wgllm_request *req;
 };
@@ -127,6 +133,9 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     while (n < lim && a[n] == b[n]) n++;
     return n;
 }
+
+/* Leading tokens of a slot whose KV another request may reuse. */
+static int slot_reusable(const struct slot *sl) { return sl->shifted ? sl->n_exact : sl->n_tokens; }
 
 static bool text_append(struct wgllm_request *r, const char *s, size_t n) {
     if (r->text_len + n + 1 > r->text_cap) {
@@ -233,7 +242,7 @@ static void snapshot_drop(struct wgllm_engine *e, int i) {
 /* Saves what slot s holds before it is reused, when worth it and not already saved. */
 static void snapshot_save(struct wgllm_engine *e, int s) {
     struct slot *sl = &e->slots[s];
-    const int n = sl->n_tokens;
+    const int n = slot_reusable(sl);
     if (e->p.snapshot_bytes == 0 || e->p.max_snapshots <= 0 || n < e->p.min_snapshot_tokens) return;
     for (int i = 0; i < e->n_snaps; i++) /* an existing snapshot covering it is enough */
         if (e->snaps[i].n >= n && common_prefix(e->snaps[i].tokens, e->snaps[i].n, sl->tokens, n) == n) return;
@@ -293,12 +302,14 @@ static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
     }
     /* at least one prompt token is always computed: its logits start generation */
     const int limit = r->kind == REQ_EMBED ? 0 : r->n_prompt - 1;
-    int cached = WGLLM_MIN(common_prefix(sl->tokens, sl->n_tokens, r->prompt, r->n_prompt), limit);
+    int cached = WGLLM_MIN(common_prefix(sl->tokens, slot_reusable(sl), r->prompt, r->n_prompt), limit);
     int src_slot = -1, src_snap = -1;
     for (int i = 0; i < e->p.n_slots && limit > 0; i++) {
-        if (i == s || e->slots[i].n_tokens <= cached) continue;
-        int c = WGLLM_MIN(common_prefix(e->slots[i].tokens, e->slots[i].n_tokens, r->prompt, r->n_prompt), limit);
-        /* an active slot's cache only grows past its prompt, so its prefix is stable */
+        if (i == s || slot_reusable(&e->slots[i]) <= cached) continue;
+        int c = WGLLM_MIN(common_prefix(e->slots[i].tokens, slot_reusable(&e->slots[i]), r->prompt, r->n_prompt),
+                          limit);
+        /* an active slot's cache only grows past its prompt (or shifts past its kept
+         * tokens), and the copy is made now, so the prefix copied is stable */
         if (c > cached) cached = c, src_slot = i, src_snap = -1;
     }
     for (int i = 0; i < e->n_snaps && limit > 0; i++) {
@@ -316,6 +327,7 @@ static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
         sn->last_used = ++e->clock;
     }
     sl->n_tokens = cached;
+    sl->shifted = false; /* what it keeps is an exact prefix */
     free(sl->key);
     sl->key = dup_str(r->key);
     pthread_mutex_lock(&e->mu);
@@ -358,6 +370,41 @@ static bool prepare_generation(struct wgllm_engine *e, struct wgllm_request *r) 
 }
 
 /* ---- one tick ------------------------------------------------------------- */
+
+/* r's slot is full and r has a token to decode: shift the slot's context
+ * (llama.cpp's rule: keep n_keep tokens -- plus the BOS --, drop half of the
+ * rest, the oldest) or, with shifting off, end r with CONTEXT_FULL. Returns
+ * whether r goes on. */
+static bool make_room(struct wgllm_engine *e, struct wgllm_request *r) {
+    struct slot *sl = &e->slots[r->slot];
+    const int n = sl->n_tokens;
+    char msg[256];
+    if (!e->p.context_shift) {
+        snprintf(msg, sizeof(msg),
+                 "the context is full: all %d positions of the slot are used (prompt %d tokens, %d generated) "
+                 "and context shifting is off (engine parameter context_shift; --context-shift for wgllm serve and chat)", n, r->n_prompt, r->n_gen);
+        finish(e, r, WGLLM_FINISH_ERROR, WGLLM_STATUS_CONTEXT_FULL, msg);
+        return false;
+    }
+    const bool bos = n > 0 && sl->tokens[0] == wgllm_token_bos(e->model);
+    int keep = e->p.context_keep < 0 ? r->n_prompt : e->p.context_keep + bos;
+    keep = WGLLM_MIN(keep, n / 2); /* each shift frees at least a quarter of the context */
+    const int discard = (n - keep) / 2;
+    struct wgllm_error err;
+    if (wgllm_context_seq_shift(e->ctx, r->slot, n, keep, discard, &err) != WGLLM_STATUS_OK) {
+        finish(e, r, WGLLM_FINISH_ERROR, err.status, err.message);
+        return false;
+    }
+    memmove(sl->tokens + keep, sl->tokens + keep + discard, sizeof(int32_t) * (size_t)(n - keep - discard));
+    sl->n_exact = WGLLM_MIN(slot_reusable(sl), keep);
+    sl->shifted = true;
+    sl->n_tokens = n - discard;
+    wgllm_log(WGLLM_LOG_DEBUG, "engine: slot %d full (%d positions): kept %d, discarded %d", r->slot, n, keep, discard);
+    pthread_mutex_lock(&e->mu);
+    e->m.context_shifts++;
+    pthread_mutex_unlock(&e->mu);
+    return true;
+}
 
 /* Handles the logits of r's latest output: sample, stream, decide whether it goes on. */
 static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const float *logits) {
@@ -419,10 +466,7 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
         finish(e, r, WGLLM_FINISH_LENGTH, WGLLM_STATUS_OK, NULL);
         return;
     }
-    if (e->slots[r->slot].n_tokens >= e->n_ctx) { /* no room to decode it: the context is full */
-        finish(e, r, WGLLM_FINISH_LENGTH, WGLLM_STATUS_OK, NULL);
-        return;
-    }
+    if (e->slots[r->slot].n_tokens >= e->n_ctx && !make_room(e, r)) return; /* no room to decode it */
     r->pending = tok;
 }
 
@@ -599,6 +643,8 @@ struct wgllm_engine_params wgllm_engine_default_params(void) {
         .max_snapshots = 16,
         .min_snapshot_tokens = 32,
         .chat_template = NULL,
+        .context_shift = false,
+        .context_keep = -1,
     };
     return p;
 }
@@ -673,9 +719,10 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
     *out = NULL;
     struct wgllm_engine_params p = params ? *params : wgllm_engine_default_params();
     if (p.n_slots <= 0 || p.n_slots > 256 || p.n_batch < 0 || p.prefill_budget < 0 || p.max_queue < 0 ||
-        p.max_snapshots < 0 || p.min_snapshot_tokens < 0)
+        p.max_snapshots < 0 || p.min_snapshot_tokens < 0 || p.context_keep < -1)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                               "engine parameters out of range (n_slots %d must be 1..256; others >= 0)", p.n_slots);
+                               "engine parameters out of range (n_slots %d must be 1..256; context_keep %d >= -1; "
+                               "others >= 0)", p.n_slots, p.context_keep);
     struct wgllm_engine *e = calloc(1, sizeof(*e));
     if (!e) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     e->model = model;
@@ -741,8 +788,9 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
         free(prompt);
         if (ec) free(ec->acc);
         return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL,
-                               "the prompt has %d tokens; the context holds %d per slot%s", n_prompt, e->n_ctx,
-                               kind == REQ_EMBED ? "" : " (and at least one more is needed to generate)");
+                               "the prompt has %d tokens; the context holds %d per slot%s%s", n_prompt, e->n_ctx,
+                               kind == REQ_EMBED ? "" : " (and at least one more is needed to generate)",
+                               e->p.context_shift ? "; context shifting applies to generated tokens, not prompts" : "");
     }
     if (p.max_tokens < 0 || p.n_stop < 0 || (p.n_stop > 0 && !p.stop)) {
         free(prompt);

@@ -844,6 +844,7 @@ char *srv_metrics(struct srv *s) {
     metric(&b, "snapshots_saved_total", "counter", "Prefix snapshots saved.", (double)m.snapshots_saved);
     metric(&b, "snapshots_restored_total", "counter", "Prefix snapshots restored.", (double)m.snapshots_restored);
     metric(&b, "ticks_total", "counter", "Engine scheduler ticks.", (double)m.ticks);
+    metric(&b, "context_shifts_total", "counter", "Full slots shifted (--context-shift).", (double)m.context_shifts);
     metric(&b, "queue_depth", "gauge", "Requests waiting for a slot.", m.queue_depth);
     metric(&b, "active_slots", "gauge", "Slots serving a request.", m.active_slots);
     metric(&b, "idle_slots", "gauge", "Slots holding a reusable cache.", m.idle_slots);

@@ -491,11 +491,15 @@ static const char *serve_usage =
     "usage: wgllm serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size N]\n"
     "                   [--threads N] [--backend cpu] [--api-key KEY] [--chat-template FILE]\n"
     "                   [--alias NAME] [--max-queue N] [--timeout SECONDS] [--upstream NAME=URL[#MODEL]]...\n"
+    "                   [--context-shift [--keep N]]\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
     "  /v1/models, /health, /metrics. --port 0 picks a free port (printed on stderr).\n"
     "  --upstream (repeatable): requests whose `model` is NAME are forwarded to the\n"
     "  OpenAI-compatible base URL (e.g. http://host:8080/v1), as MODEL when given\n"
-    "  (else without a `model` field); chat and completions, streaming included.\n";
+    "  (else without a `model` field); chat and completions, streaming included.\n"
+    "  A generation that fills its slot's context (--ctx-size) fails with context_length_exceeded,\n"
+    "  or with --context-shift drops the oldest half of the tokens after the first N (--keep;\n"
+    "  default -1: the whole prompt) and goes on, as llama.cpp's context shift.\n";
 
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -531,7 +535,8 @@ static bool parse_num(const char *v, int lo, int hi, int *out) {
 int wgllm_serve_main(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *tmpl_path = NULL, *alias = NULL;
     const char *backend = "cpu";
-    int port = 8080, parallel = 4, ctx = 0, threads = 0, max_queue = 256, timeout = 600;
+    int port = 8080, parallel = 4, ctx = 0, threads = 0, max_queue = 256, timeout = 600, keep = -1;
+    bool context_shift = false;
     enum { MAX_UPSTREAMS = 16 };
     const char *upstreams[MAX_UPSTREAMS];
     int n_up = 0;
@@ -541,6 +546,10 @@ int wgllm_serve_main(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(serve_usage, stdout);
             return 0;
+        }
+        if (!strcmp(a, "--context-shift")) { /* the one option without a value */
+            context_shift = true;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "wgllm serve: option %s needs a value\n%s", a, serve_usage);
@@ -554,6 +563,7 @@ int wgllm_serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) ok = parse_num(v, 0, 4096, &threads);
         else if (!strcmp(a, "--max-queue")) ok = parse_num(v, 0, 1 << 20, &max_queue);
         else if (!strcmp(a, "--timeout")) ok = parse_num(v, 1, 1 << 20, &timeout);
+        else if (!strcmp(a, "--keep")) ok = parse_num(v, -1, 1 << 24, &keep);
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--chat-template")) tmpl_path = v;
         else if (!strcmp(a, "--alias")) alias = v;
@@ -625,6 +635,8 @@ int wgllm_serve_main(int argc, char **argv) {
     ep.n_threads = threads;
     ep.max_queue = max_queue;
     ep.chat_template = tmpl;
+    ep.context_shift = context_shift;
+    ep.context_keep = keep;
     struct wgllm_engine *eng = NULL;
     if (wgllm_engine_init(model, &ep, &eng, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);

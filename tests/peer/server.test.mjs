@@ -318,3 +318,20 @@ test('a full queue answers 503 in the error shape', async () => {
   assert.equal(j.error.code, 'queue_full');
   assert.equal((await fetch(`${url}/health`)).status, 200);
 });
+
+test('a full context: context_length_exceeded by default, --context-shift goes on', async () => {
+  const req = { model: MODEL_ID, prompt: 'Once upon a time', max_tokens: 60, temperature: 0, ignore_eos: true };
+  const { url: plain } = await startServer(['--ctx-size', '32']);
+  const r = await fetch(`${plain}/v1/completions`, { method: 'POST', body: JSON.stringify(req) });
+  assert.equal(r.status, 400);
+  const j = await r.json();
+  assert.equal(j.error.code, 'context_length_exceeded');
+  assert.match(j.error.message, /32 positions.*shifting is off/);
+  const { url } = await startServer(['--ctx-size', '32', '--context-shift', '--keep', '2']);
+  const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+  const done = await c.completions.create(req);
+  assert.equal(done.choices[0].finish_reason, 'length');
+  assert.equal(done.usage.completion_tokens, 60);
+  const shifts = /^wgllm_context_shifts_total (\S+)$/m.exec(await (await fetch(`${url}/metrics`)).text());
+  assert.ok(Number(shifts[1]) >= 2);
+});

@@ -624,3 +624,72 @@ void wgllm_context_seq_save(const struct wgllm_context *c, int seq, int n, void 
 void wgllm_context_seq_load(struct wgllm_context *c, int seq, int n, const void *src) {
     seq_state_io(c, seq, n, (char *)src, false);
 }
+
+/* ---- context shift (backend.h) ------------------------------------------ */
+
+/* The keys were stored rotated for their old position p; RoPE angles are
+ * linear in the position (frequency scale and factors included), so
+ * rotating by the position delta gives the key of p + delta, as llama.cpp's
+ * K-shift does. Values carry no position: they only move. */
+struct shift_job {
+    struct wgllm_context *c;
+    int seq, keep, discard, n_move;
+    const float *cs; /* the rotation of the delta (-discard) */
+};
+
+static void shift_worker(void *arg, int ith, int nth) {
+    const struct shift_job *j = arg;
+    struct wgllm_context *c = j->c;
+    const struct wgllm_hparams *hp = &c->model->hp;
+    const int dk = hp->head_dim_k, dv = hp->head_dim_v;
+    const size_t KD = (size_t)hp->n_head_kv * dk;
+    const bool neox = hp->rope_type == WGLLM_ROPE_NEOX;
+    float row[1024];
+    WGLLM_ASSERT(dk <= 1024);
+    int64_t lo, hi; /* items: (layer, kv head) */
+    wgllm_split_range((int64_t)hp->n_layer * hp->n_head_kv, ith, nth, 1, &lo, &hi);
+    for (int64_t it = lo; it < hi; it++) {
+        const int il = (int)(it / hp->n_head_kv), h = (int)(it % hp->n_head_kv);
+        wgllm_fp16 *k = c->k_cache + il * c->layer_k + (size_t)j->seq * c->seq_k + (size_t)h * dk;
+        for (int p = 0; p < j->n_move; p++) { /* ascending: each source is read before it is overwritten */
+            const wgllm_fp16 *src = k + (size_t)(j->keep + j->discard + p) * KD;
+            wgllm_fp16_to_fp32_row(src, row, dk);
+            wgllm_op_rope(row, j->cs, hp->n_rot, neox);
+            wgllm_fp32_to_fp16_row(row, k + (size_t)(j->keep + p) * KD, dk);
+        }
+        wgllm_fp16 *v = c->v_cache + il * c->layer_v + (size_t)j->seq * c->seq_v + (size_t)h * dv * c->n_ctx;
+        for (int d = 0; d < dv; d++)
+            memmove(v + (size_t)d * c->n_ctx + j->keep, v + (size_t)d * c->n_ctx + j->keep + j->discard,
+                    (size_t)j->n_move * sizeof(wgllm_fp16));
+    }
+}
+
+enum wgllm_status wgllm_context_seq_shift(struct wgllm_context *c, int seq, int n, int keep, int discard,
+                                          struct wgllm_error *err) {
+    if (c->gpu)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "context shift is not implemented on the WebGPU backend yet (this context runs on %s)",
+                               c->backend_desc);
+    if (seq < 0 || seq >= c->n_seq || n < 0 || n > c->n_ctx || keep < 0 || discard < 0 || keep + discard > n)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "context shift of sequence %d (of %d): keep %d + discard %d must fit in its %d "
+                               "positions (context %d)", seq, c->n_seq, keep, discard, n, c->n_ctx);
+    if (discard == 0) return WGLLM_STATUS_OK;
+    const struct wgllm_hparams *hp = &c->model->hp;
+    wgllm_op_rope_cache(c->rope_cs, -discard, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
+                        c->model->rope_freqs);
+    struct shift_job j = {c, seq, keep, discard, n - keep - discard, c->rope_cs};
+    if (j.n_move > 0) wgllm_threadpool_run(c->tp, shift_worker, &j);
+    return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_context_shift(struct wgllm_context *c, int keep, int discard, struct wgllm_error *err) {
+    const int n = wgllm_context_n_past(c);
+    if (keep < 0 || keep >= n)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "context shift: keep %d must be in [0, %d) (the "
+                               "cached tokens)", keep, n);
+    if (discard <= 0) discard = (n - keep) / 2;
+    enum wgllm_status st = wgllm_context_seq_shift(c, 0, n, keep, discard, err);
+    if (st == WGLLM_STATUS_OK) c->n_past = n - discard;
+    return st;
+}
