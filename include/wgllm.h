@@ -378,8 +378,10 @@ void wgllm_engine_free(struct wgllm_engine *eng);
 typedef bool (*wgllm_token_fn)(const char *text, size_t len, int32_t token, float logprob, void *user_data);
 
 struct wgllm_request_params {
-    int max_tokens;                       /* generated tokens at most (default 256); 0 = until EOS (or a full
-                                             context: see wgllm_engine_params.context_shift) */
+    int max_tokens;                       /* generated tokens at most (default 256); 0 = until EOS or a full
+                                             context (then LENGTH, unless context_shift goes on); a
+                                             max_tokens that does not fit fails with CONTEXT_FULL
+                                             when context_shift is off */
     struct wgllm_sampler_params sampling; /* wgllm_sampler_default_params() */
     const char *const *stop;              /* stop strings (copied); the text ends before the first match */
     int n_stop;

@@ -657,12 +657,14 @@ TEST(engine_shift_continues_like_a_fresh_evaluation) {
     wgllm_model_free(m);
 }
 
-/* Shifting off (the default): the request fails clearly at the full context,
- * keeping what it generated, and the slot serves the next request. */
+/* Shifting off (the default): a request whose max_tokens does not fit fails
+ * clearly at the full context, keeping what it generated, and the slot serves
+ * the next request; one with max_tokens 0 ("until the end") ends with LENGTH
+ * there, as llama.cpp's server does. */
 TEST(context_full_fails_clearly_and_frees_the_slot) {
     struct wgllm_engine *e = new_engine(1, 32, 0);
     if (!e) return;
-    struct wgllm_request_params p = greedy(0);
+    struct wgllm_request_params p = greedy(40);
     p.context_key = "full";
     struct wgllm_result r, r2;
     struct wgllm_error err;
@@ -681,6 +683,12 @@ TEST(context_full_fails_clearly_and_frees_the_slot) {
     CHECK_EQ_INT(wgllm_query(e, prompts[2], &p, &r2, &err), WGLLM_STATUS_OK);
     reference_tokens(prompts[2], 6, ref);
     CHECK(r2.n_tokens == 6 && memcmp(r2.tokens, ref, sizeof(int32_t) * 6) == 0);
+    struct wgllm_result r3;
+    p = greedy(0);
+    CHECK_EQ_INT(wgllm_query(e, prompts[1], &p, &r3, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r3.finish, WGLLM_FINISH_LENGTH);
+    CHECK_EQ_INT(r3.usage.prompt_tokens + r3.n_tokens, 32 + 1);
+    wgllm_result_free(&r3);
     struct wgllm_engine_metrics mt;
     wgllm_engine_metrics(e, &mt);
     CHECK_EQ_INT(mt.requests_failed, 1);

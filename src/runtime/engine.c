@@ -379,6 +379,11 @@ static bool make_room(struct wgllm_engine *e, struct wgllm_request *r) {
     struct slot *sl = &e->slots[r->slot];
     const int n = sl->n_tokens;
     char msg[256];
+    if (!e->p.context_shift && r->p.max_tokens == 0) {
+        /* "until the end": a full context ends it as max_tokens would (llama.cpp's server, OpenAI) */
+        finish(e, r, WGLLM_FINISH_LENGTH, WGLLM_STATUS_OK, NULL);
+        return false;
+    }
     if (!e->p.context_shift) {
         snprintf(msg, sizeof(msg),
                  "the context is full: all %d positions of the slot are used (prompt %d tokens, %d generated) "
