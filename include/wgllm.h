@@ -151,7 +151,7 @@ struct wgllm_context;
 /* Where a context runs its forward pass. */
 enum wgllm_backend {
     WGLLM_BACKEND_CPU,    /* the CPU backend (every feature) */
-    WGLLM_BACKEND_WEBGPU, /* WebGPU (Dawn's webgpu.h): single-sequence wgllm_decode; fails when no adapter */
+    WGLLM_BACKEND_WEBGPU, /* WebGPU (Dawn's webgpu.h); fails when no adapter */
     WGLLM_BACKEND_AUTO,   /* WebGPU on a hardware GPU adapter, else the CPU (wgllm_context_backend says why) */
 };
 
@@ -162,6 +162,8 @@ struct wgllm_context_params {
     int n_seq;     /* sequence slots sharing the weights (the engine's parallel streams); the
                       single-sequence calls below use slot 0; default 1 */
     enum wgllm_backend backend; /* default WGLLM_BACKEND_CPU */
+    uint64_t gpu_mem;  /* WebGPU: bytes the context may allocate on the GPU (0 = the device's limits only);
+                          a plan that does not fit shrinks n_ctx, with a warning, instead of failing later */
 };
 
 struct wgllm_context_params wgllm_context_default_params(void);
@@ -343,6 +345,8 @@ struct wgllm_engine_params {
     int max_snapshots;     /* (default 16) */
     int min_snapshot_tokens; /* shorter prefixes are not worth saving (default 32) */
     const char *chat_template; /* Jinja text used by chat instead of the model's; NULL = the model's */
+    enum wgllm_backend backend; /* where the forward pass runs (default WGLLM_BACKEND_CPU) */
+    uint64_t gpu_mem;           /* WebGPU memory budget (wgllm_context_params.gpu_mem) */
 };
 
 struct wgllm_engine_params wgllm_engine_default_params(void);

@@ -6,8 +6,12 @@
  * must agree (|diff| relative to the CPU logits' rms within stated
  * tolerances, worst and median step; the same top-1 at every step). Also:
  * no GPU buffer is created after init, truncate + re-decode reproduces the
- * logits exactly, the engine's batch call is refused, auto selection on a
- * software adapter picks the CPU and says why.
+ * logits exactly, auto selection on a software adapter picks the CPU and
+ * says why. Batches (backend.h): tokens of several sequences in one pass
+ * agree with the CPU backend's batch, a prompt as one batch gives the same
+ * logits bit for bit as token by token (and in another sequence slot),
+ * sequence copy / save / load carry the cache exactly, and a memory budget
+ * shrinks the context instead of failing.
  *
  * Runs on Dawn + SwiftShader without a GPU; without a WebGPU library or
  * adapter it prints SKIP and passes, unless WGLLM_REQUIRE_WEBGPU is set.
@@ -223,10 +227,17 @@ TEST(api_behaviour) {
         int32_t many[6] = {1, 2, 3, 4, 5, 6};
         CHECK_EQ_INT(wgllm_decode(gc, many, 6, false, &err), WGLLM_STATUS_CONTEXT_FULL);
         CHECK_EQ_INT(wgllm_context_n_past(gc), 3);
+        /* the batch call runs on WebGPU too, and checks its arguments */
         int32_t pos = 3, seq = 0;
         struct wgllm_batch b = {1, toks, &pos, &seq, NULL};
-        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_UNSUPPORTED);
-        CHECK(strstr(err.message, "CPU backend only") != NULL);
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_n_outputs(gc), 1);
+        CHECK(wgllm_get_logits(gc) == NULL); /* the single-sequence getters no longer apply */
+        seq = 1;
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+        CHECK(strstr(err.message, "sequence 1 of 1") != NULL);
+        seq = 0, pos = 8;
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_CONTEXT_FULL);
         CHECK_EQ_INT(wgllm_context_gpu_memory(gc), bytes0);
     }
     wgllm_context_free(gc);

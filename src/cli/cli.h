@@ -18,6 +18,7 @@ struct opts {
     bool add_generation_prompt;                    /* template */
     enum wgllm_backend backend;                    /* run, bench, logits, info: -b cpu|webgpu|auto */
     bool plan;                                     /* info --plan: the WebGPU memory plan */
+    uint64_t gpu_mem;                              /* --gpu-mem: WebGPU memory budget in bytes (0 = none) */
 };
 
 /* `wgllm bench --parallel ... --prefix-reuse N` (bench_engine.c). */

@@ -45,7 +45,8 @@ static const char *usage_text =
     "\n"
     "common options: -t/--threads N (default: all cores)\n"
     "                -b/--backend cpu|webgpu|auto (run, bench, logits, info; default cpu; auto = WebGPU\n"
-    "                on a hardware GPU adapter, else the CPU; info --plan prints the WebGPU memory plan)\n";
+    "                on a hardware GPU adapter, else the CPU; info --plan prints the WebGPU memory plan)\n"
+    "                --gpu-mem SIZE (WebGPU memory budget, e.g. 512M or 2G: the context shrinks to fit)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "wgllm: ");
@@ -147,6 +148,17 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
             else return usage_error("unknown backend '%s' (cpu, webgpu or auto)", v);
         }
         else if (FLAG("--plan")) o->plan = true;
+        else if (FLAG("--gpu-mem")) {
+            NEED_VALUE();
+            char *end;
+            errno = 0;
+            double x = strtod(v, &end);
+            const double mul = *end == 'G' || *end == 'g' ? 1073741824.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                               : *end == 'K' || *end == 'k' ? 1024.0 : 1.0;
+            if (mul > 1.0) end++;
+            if (errno || *end || end == v || !(x > 0) || x * mul > 1e18) return usage_error("bad --gpu-mem '%s' (bytes, or a number with K, M or G)", v);
+            o->gpu_mem = (uint64_t)(x * mul);
+        }
         else if (FLAG("--ids")) o->ids = true;
         else if (FLAG("--no-special")) o->no_special = true;
         else if (FLAG("--parse-special")) o->parse_special = true;
@@ -229,6 +241,7 @@ static struct wgllm_context *new_context(struct wgllm_model *m, const struct opt
     cp.n_ctx = n_ctx;
     cp.n_threads = o->threads;
     cp.backend = o->backend;
+    cp.gpu_mem = o->gpu_mem;
     struct wgllm_context *c;
     struct wgllm_error err;
     if (wgllm_context_init(m, &cp, &c, &err) != WGLLM_STATUS_OK) {
@@ -303,18 +316,23 @@ static int cmd_info(const struct opts *o) {
         struct wgllm_webgpu_ctx *g = NULL;
         char why[320] = "";
         struct wgllm_error err;
-        if (wgllm_webgpu_ctx_create(m, WGLLM_BACKEND_WEBGPU, n_ctx, &g, why, sizeof why, &err) != WGLLM_STATUS_OK) {
+        struct wgllm_context_params cp = wgllm_context_default_params();
+        cp.n_ctx = n_ctx, cp.backend = WGLLM_BACKEND_WEBGPU, cp.gpu_mem = o->gpu_mem;
+        if (wgllm_webgpu_ctx_create(m, &cp, &g, why, sizeof why, &err) != WGLLM_STATUS_OK) {
             fprintf(stderr, "wgllm: error: %s\n", err.message);
             rc = 1;
         } else {
             struct wgllm_webgpu_plan pl;
             wgllm_webgpu_get_plan(g, &pl);
-            printf("webgpu plan:   %s, %d positions\n", why, pl.n_ctx);
+            printf("webgpu plan:   %s, %d sequence(s) x %d positions, batches of %d tokens\n", why, pl.n_seq, pl.n_ctx,
+                   pl.n_batch);
+            if (pl.budget) printf("  budget       %10.2f MiB (--gpu-mem)\n", pl.budget / 1048576.0);
+            if (pl.note[0]) printf("  shrunk:      %s\n", pl.note);
             printf("  weights      %10.2f MiB (%d tensors split by rows)\n", pl.weights / 1048576.0, pl.n_split_tensors);
             printf("  vectors      %10.2f MiB\n", pl.vectors / 1048576.0);
             printf("  kv cache     %10.2f MiB (f16)\n", pl.kv_cache / 1048576.0);
             printf("  activations  %10.2f MiB\n", pl.activations / 1048576.0);
-            printf("  logits       %10.2f MiB (with readback)\n", pl.logits / 1048576.0);
+            printf("  logits       %10.2f MiB (%d rows per pass, with readback)\n", pl.logits / 1048576.0, pl.out_rows);
             printf("  params       %10.2f MiB (%d arena slots)\n", pl.params / 1048576.0, pl.n_param_slots);
             printf("  total        %10.2f MiB in %d buffers; %d pipelines, %d dispatches per token\n",
                    pl.total / 1048576.0, pl.n_buffers, pl.n_pipelines, pl.n_dispatches);
