@@ -937,11 +937,22 @@ void wgllm_webgpu_seq_copy(struct wgllm_webgpu_ctx *g, int src, int dst, int n) 
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint64_t kr = (uint64_t)hp->n_head_kv * hp->head_dim_k * 2, vr = (uint64_t)hp->n_head_kv * hp->head_dim_v * 2;
     const uint64_t ss = (uint64_t)g->n_ctx;
+    /* WebGPU copies never have one buffer as both source and target: go
+     * through a scratch activation buffer (free between passes), in pieces */
+    struct wgllm_gpu_buffer *via = g->gate;
+    const uint64_t cap = wgllm_gpu_buffer_size(via);
     wgllm_gpu_batch_begin(g->gpu);
-    for (int il = 0; il < hp->n_layer; il++) {
-        wgllm_gpu_copy(g->gpu, g->kc[il], src * ss * kr, g->kc[il], dst * ss * kr, (uint64_t)n * kr);
-        wgllm_gpu_copy(g->gpu, g->vc[il], src * ss * vr, g->vc[il], dst * ss * vr, (uint64_t)n * vr);
-    }
+    for (int il = 0; il < hp->n_layer; il++)
+        for (int kv = 0; kv < 2; kv++) {
+            struct wgllm_gpu_buffer *c = kv ? g->vc[il] : g->kc[il];
+            const uint64_t row = kv ? vr : kr, piece = cap / row * row, bytes = (uint64_t)n * row;
+            WGLLM_ASSERT(piece > 0);
+            for (uint64_t o = 0; o < bytes; o += piece) {
+                const uint64_t sz = WGLLM_MIN(piece, bytes - o);
+                wgllm_gpu_copy(g->gpu, c, src * ss * row + o, via, 0, sz);
+                wgllm_gpu_copy(g->gpu, via, 0, c, dst * ss * row + o, sz);
+            }
+        }
     struct wgllm_error err = {0};
     if (wgllm_gpu_batch_submit(g->gpu, &err)) wgllm_log(WGLLM_LOG_ERROR, "webgpu: sequence copy: %s", err.message);
 }
