@@ -11,9 +11,10 @@
  * per layer RMSNorm -> Q/K/V mat-vecs (+ qwen2 biases; qwen3 per-head q/k
  * RMSNorm) -> RoPE -> K,V stored as f16 at (sequence, position) ->
  * attention of each token over its own sequence -> output projection ->
- * residual add -> RMSNorm -> gate/up -> SwiGLU -> down -> residual add; then
- * the rows with outputs are gathered, RMSNorm'd and (unless embeddings are
- * wanted) projected to logits. Rounding mirrors the CPU backend (kernels.c):
+ * residual add -> RMSNorm -> gate/up -> SwiGLU -> down -> residual add; in
+ * the last layer only the rows with outputs go on after attention (gathered
+ * into xo), then the final RMSNorm and (unless embeddings are wanted) the
+ * logits; a pass without outputs stops after the last attention. Rounding mirrors the CPU backend (kernels.c):
  * mat-vec inputs to the weight's vec_dot_type, q and attention
  * probabilities to f16, lossless sums where the CPU sums in double, and the
  * RoPE cos/sin table made on the host by the CPU's own wgllm_op_rope_cache.
@@ -93,7 +94,7 @@ struct wgllm_webgpu_ctx {
     struct wgllm_gpu_buffer *vecs;                 /* every f32 vector */
     struct wgllm_gpu_buffer **kc, **vc;            /* per layer, [n_seq][n_ctx] rows */
     /* activations, n_batch rows each (xo and logits: out_cap rows) */
-    struct wgllm_gpu_buffer *x, *xn, *q, *k, *v, *qr, *kr, *att, *tmp, *gate, *up, *ffh, *xo, *logits;
+    struct wgllm_gpu_buffer *x, *xn, *q, *k, *v, *qr, *kr, *att, *tmp, *gate, *up, *ffh, *xo, *att_o, *logits;
     struct wgllm_gpu_buffer *xr;      /* a mat-vec input rounded as the CPU rounds it (ROUND_ACT) */
     struct wgllm_gpu_buffer *rope_cs; /* cos/sin pairs of each token's position (n_batch x n_rot floats) */
     struct wgllm_gpu_buffer *step;    /* u32 [4][n_batch]: token ids, cache rows, attention lengths, output rows */
@@ -105,7 +106,8 @@ struct wgllm_webgpu_ctx {
 
     struct gop *ops;
     int n_ops, cap_ops;
-    int n_ops_layers, n_ops_norm; /* [0, layers) fill the KV cache; [layers, norm) gather + final norm; the rest logits */
+    int n_ops_layers, n_ops_norm; /* [0, layers): up to the last attention (all tokens); [layers, norm): the rest
+                                     of the last layer and the final norm (output rows only); then the logits */
     struct wgllm_kparams *slots;  /* host copy of the arena */
     int n_slots, cap_slots;
 
@@ -414,22 +416,31 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
                                    .a = QD, .d = OD, .b = B, .c = 2 * B, .f0 = 1.0f / sqrtf((float)dk)};
         struct gop *o = add_op(bd, pattn, &ak, GROW_Y, (uint32_t)hp->n_head, 4, g->q, g->kc[il], g->vc[il], g->att);
         if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){g->step, 0, 0};
-        add_matvec(bd, &W[3], g->att, g->tmp, g->n_batch);
-        add_rows(bd, g->x, g->tmp, 0, E, E);
-        add_rms(bd, g->x, g->xn, vo->ffn_norm[il], E, 1);
-        add_matvec(bd, &W[4], g->xn, g->gate, g->n_batch);
-        add_matvec(bd, &W[5], g->xn, g->up, g->n_batch);
-        struct wgllm_kparams sw = {.n = F * B};
+        /* In the last layer only the rows whose outputs are wanted go on after
+         * attention (the others only had to fill the KV cache), as on the CPU:
+         * they are gathered (x and att as F32 tables, the step's output rows
+         * as ids) into xo / att_o, and the ops from here on run per output. */
+        struct wgllm_gpu_buffer *xa = g->x, *aa = g->att;
+        int cap = g->n_batch;
+        if (il == hp->n_layer - 1) {
+            g->n_ops_layers = g->n_ops;
+            struct wgllm_gpu_pipeline *pgf = pipe_of(g, WGLLM_KERNEL_GET_ROWS, WGLLM_TYPE_F32, false, bd->err);
+            struct wgllm_kparams gx = {.k = E, .b = 3 * B}, ga = {.k = OD, .b = 3 * B};
+            add_op(bd, pgf, &gx, GROW_Y, ceil_div(E, t->wg_elem), 3, g->x, g->step, g->xo, NULL);
+            add_op(bd, pgf, &ga, GROW_Y, ceil_div(OD, t->wg_elem), 3, g->att, g->step, g->att_o, NULL);
+            xa = g->xo, aa = g->att_o, cap = g->out_cap;
+        }
+        add_matvec(bd, &W[3], aa, g->tmp, cap);
+        add_rows(bd, xa, g->tmp, 0, E, E);
+        add_rms(bd, xa, g->xn, vo->ffn_norm[il], E, 1);
+        add_matvec(bd, &W[4], g->xn, g->gate, cap);
+        add_matvec(bd, &W[5], g->xn, g->up, cap);
+        struct wgllm_kparams sw = {.n = F * (uint32_t)cap};
         add_elems(bd, pswi, &sw, F, t->wg_elem, 3, g->gate, g->up, g->ffh);
-        add_matvec(bd, &W[6], g->ffh, g->tmp, g->n_batch);
-        add_rows(bd, g->x, g->tmp, 0, E, E);
+        add_matvec(bd, &W[6], g->ffh, g->tmp, cap);
+        add_rows(bd, xa, g->tmp, 0, E, E);
     }
-    g->n_ops_layers = g->n_ops;
-    /* the rows with outputs: gathered (x as an F32 table, the step's output
-     * rows as ids), normalized, then the logits */
-    struct wgllm_kparams gk = {.k = E, .b = 3 * B};
-    add_op(bd, pipe_of(g, WGLLM_KERNEL_GET_ROWS, WGLLM_TYPE_F32, false, bd->err), &gk, GROW_Y, ceil_div(E, t->wg_elem),
-           3, g->x, g->step, g->xo, NULL);
+    /* the final norm of the output rows, then the logits */
     add_rms(bd, g->xo, g->xn, vo->output_norm, E, 1);
     g->n_ops_norm = g->n_ops;
     add_matvec(bd, &g->w[7 * hp->n_layer + 1], g->xn, g->logits, g->out_cap);
@@ -450,7 +461,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         for (int il = 0; g->vc && il < g->model->hp.n_layer; il++) wgllm_gpu_buffer_destroy(g->gpu, g->vc[il]);
         struct wgllm_gpu_buffer *bs[] = {g->vecs, g->x,   g->xn,  g->q,      g->k,    g->v,        g->qr,    g->kr,
                                          g->att,  g->tmp, g->gate, g->up,    g->ffh,  g->logits,   g->step,  g->arena,
-                                         g->readback, g->xr, g->rope_cs, g->xo};
+                                         g->readback, g->xr, g->rope_cs, g->xo, g->att_o};
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) wgllm_gpu_buffer_destroy(g->gpu, bs[i]);
         wgllm_gpu_close(g->gpu);
     }
@@ -517,7 +528,7 @@ static enum wgllm_status fit_plan(struct wgllm_webgpu_ctx *g, struct wgllm_error
     const uint64_t B = (uint64_t)g->n_batch, OC = (uint64_t)g->out_cap;
     fixed += B * (2 * E + QD + KD + VD + OD + E + 3 * F + (m->layers[0].q_norm ? QD + KD : 0) +
                   WGLLM_MAX(WGLLM_MAX(E, F), OD) + hp->n_rot + 4) * 4;
-    fixed += OC * (E + V) * 4 + OC * WGLLM_MAX(V, E) * 4 + 64 * 1024; /* outputs, readback, parameter arena */
+    fixed += OC * (2 * E + OD + V) * 4 + OC * WGLLM_MAX(V, E) * 4 + 64 * 1024; /* outputs, readback, parameter arena */
     const uint64_t kv_pos = (uint64_t)hp->n_layer * g->n_seq * (KD + VD) * 2; /* bytes per position of every slot */
     g->plan.budget = g->gpu_mem;
     if (g->gpu_mem && fixed + kv_pos * (uint64_t)g->n_ctx > g->gpu_mem) {
@@ -644,7 +655,7 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
                 {&g->v, B * VD, "v"},      {&g->att, B * OD, "att"}, {&g->tmp, B * E, "tmp"}, {&g->gate, B * F, "gate"},
                 {&g->up, B * F, "up"},     {&g->ffh, B * F, "ffh"},  {&g->qr, qk_norm ? B * QD : 0, "qr"},
                 {&g->kr, qk_norm ? B * KD : 0, "kr"}, {&g->xr, B * WGLLM_MAX(WGLLM_MAX(E, F), OD), "xr"},
-                {&g->xo, OC * E, "xo"}};
+                {&g->xo, OC * E, "xo"},   {&g->att_o, OC * OD, "att_o"}};
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) {
         if (!acts[i].n) continue;
         *acts[i].b = gbuf(g, acts[i].n * 4, WGLLM_GPU_STORAGE, acts[i].name, &g->plan.activations, err);
