@@ -407,34 +407,46 @@ done:
     wgllm_model_free(m);
 }
 
-/* A budget that cannot hold n_seq x n_ctx shrinks the context (and stays
- * within the budget); one that cannot even hold the weights is refused. */
+/* A budget that cannot hold n_seq x n_ctx shrinks the context (and the
+ * plan stays within the budget); a tighter one shrinks the batch and the
+ * output rows first; one that cannot even hold the weights is refused. */
+static void check_budget(struct wgllm_model *m, uint64_t budget, int *n_ctx, int *n_batch) {
+    struct wgllm_context *c = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 2048, 4, budget);
+    CHECK(c != NULL);
+    *n_ctx = *n_batch = 0;
+    if (!c) return;
+    *n_ctx = wgllm_context_n_ctx(c), *n_batch = wgllm_context_n_batch(c);
+    printf("  budget %.2f MiB: context %d positions, batches of %d, GPU %.2f MiB\n", budget / 1048576.0, *n_ctx,
+           *n_batch, wgllm_context_gpu_memory(c) / 1048576.0);
+    CHECK(wgllm_context_gpu_memory(c) <= budget);
+    /* the last position of the last slot works, the next is refused */
+    int32_t t = 5, p = *n_ctx - 1, s = 3;
+    struct wgllm_batch b = {1, &t, &p, &s, NULL};
+    CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, NULL), WGLLM_STATUS_OK);
+    p++;
+    CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, NULL), WGLLM_STATUS_CONTEXT_FULL);
+    wgllm_context_free(c);
+}
+
 TEST(memory_budget_shrinks_the_context) {
     struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q8_0);
     CHECK(m != NULL);
     if (!m) return;
-    struct wgllm_context *full = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 512, 4, 0);
+    struct wgllm_context *full = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 2048, 4, 0);
     CHECK(full != NULL);
     if (full) {
         const uint64_t total = wgllm_context_gpu_memory(full);
-        CHECK_EQ_INT(wgllm_context_n_ctx(full), 512);
+        CHECK_EQ_INT(wgllm_context_n_ctx(full), 2048);
+        CHECK_EQ_INT(wgllm_context_n_batch(full), 512);
         wgllm_context_free(full);
-        /* the tiny shape's KV cache: 2 layers x 4 slots x 512 positions x 2 x 128 halves = 2 MiB */
-        const uint64_t budget = total - (1u << 20);
-        struct wgllm_context *c = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 512, 4, budget);
-        CHECK(c != NULL);
-        if (c) {
-            printf("  budget %.2f MiB: context 512 -> %d positions, GPU %.2f MiB\n", budget / 1048576.0,
-                   wgllm_context_n_ctx(c), wgllm_context_gpu_memory(c) / 1048576.0);
-            CHECK(wgllm_context_n_ctx(c) < 512 && wgllm_context_n_ctx(c) >= 128);
-            CHECK(wgllm_context_gpu_memory(c) <= budget);
-            int32_t t = 5, p = wgllm_context_n_ctx(c) - 1, s = 3;
-            struct wgllm_batch b = {1, &t, &p, &s, NULL};
-            CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, NULL), WGLLM_STATUS_OK);
-            p++;
-            CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, NULL), WGLLM_STATUS_CONTEXT_FULL);
-        }
-        wgllm_context_free(c);
+        /* the tiny shape's KV cache: 2 layers x 4 slots x 2048 positions x 2 x 128 halves = 8 MiB */
+        int n_ctx, n_batch;
+        check_budget(m, total - (4u << 20), &n_ctx, &n_batch);
+        CHECK(n_ctx < 2048 && n_ctx >= 512);
+        CHECK_EQ_INT(n_batch, 512);
+        check_budget(m, wgllm_model_size(m) + (4u << 20), &n_ctx, &n_batch);
+        CHECK(n_batch < 512 && n_batch >= 32);
+        CHECK(n_ctx >= 64);
     }
     struct wgllm_context_params cp = wgllm_context_default_params();
     cp.backend = WGLLM_BACKEND_WEBGPU, cp.n_ctx = 64, cp.gpu_mem = 1u << 20;

@@ -488,34 +488,14 @@ static bool weight_ok(const struct wgllm_weight *w, enum wgllm_kernel k, char *w
 
 static uint64_t round16(uint64_t b) { return (b + 15) & ~(uint64_t)15; }
 
-/* Fits the plan to the device and the budget before anything is allocated:
- * n_ctx shrinks so that a layer's K or V cache of all sequences fits one
- * binding and the whole plan fits gpu_mem; n_batch shrinks so that an
- * activation of the batch fits one binding. Says what changed and why. */
-static enum wgllm_status fit_plan(struct wgllm_webgpu_ctx *g, struct wgllm_error *err) {
+/* GPU bytes of everything but the KV cache, as create() allocates it, for
+ * batches of B tokens and OC output rows (an upper bound: the vectors and
+ * the parameter arena are counted generously). */
+static uint64_t plan_fixed(const struct wgllm_webgpu_ctx *g, uint64_t B, uint64_t OC) {
     const struct wgllm_model *m = g->model;
     const struct wgllm_hparams *hp = &m->hp;
-    const struct wgllm_gpu_info *info = wgllm_gpu_get_info(g->gpu);
     const uint64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab, dk = hp->head_dim_k, dv = hp->head_dim_v;
     const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
-    const uint64_t max_bind = WGLLM_MIN(info->max_storage_binding_size, info->max_buffer_size);
-    const int n_ctx0 = g->n_ctx, n_batch0 = g->n_batch;
-    char *note = g->plan.note;
-    const size_t note_cap = sizeof g->plan.note;
-
-    const uint64_t row_max = WGLLM_MAX(WGLLM_MAX(E, F), WGLLM_MAX(QD, OD)) * 4;
-    if ((uint64_t)g->n_batch * row_max > max_bind) {
-        g->n_batch = (int)(max_bind / row_max);
-        snprintf(note, note_cap, "n_batch %d -> %d: a batch's activations must fit the device's %llu-byte binding",
-                 n_batch0, g->n_batch, (unsigned long long)max_bind);
-    }
-    const uint64_t kv_row = WGLLM_MAX(KD, VD) * 2;
-    if ((uint64_t)g->n_seq * g->n_ctx * kv_row > max_bind) {
-        g->n_ctx = (int)(max_bind / (kv_row * (uint64_t)g->n_seq));
-        snprintf(note, note_cap, "context %d -> %d positions: a layer's K/V cache of %d sequences must fit the "
-                 "device's %llu-byte binding", n_ctx0, g->n_ctx, g->n_seq, (unsigned long long)max_bind);
-    }
-    /* everything but the KV cache, as create() allocates it */
     uint64_t fixed = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const struct wgllm_layer *L = &m->layers[il];
@@ -525,29 +505,78 @@ static enum wgllm_status fit_plan(struct wgllm_webgpu_ctx *g, struct wgllm_error
     }
     fixed += round16((uint64_t)m->tok_embd.row_size * m->tok_embd.ne1);
     if (m->output.data != m->tok_embd.data) fixed += round16((uint64_t)m->output.row_size * m->output.ne1);
-    const uint64_t B = (uint64_t)g->n_batch, OC = (uint64_t)g->out_cap;
     fixed += B * (2 * E + QD + KD + VD + OD + E + 3 * F + (m->layers[0].q_norm ? QD + KD : 0) +
                   WGLLM_MAX(WGLLM_MAX(E, F), OD) + hp->n_rot + 4) * 4;
     fixed += OC * (2 * E + OD + V) * 4 + OC * WGLLM_MAX(V, E) * 4 + 64 * 1024; /* outputs, readback, parameter arena */
+    return fixed;
+}
+
+/* Fits the plan to the device and the budget before anything is allocated:
+ * n_batch shrinks so that an activation of the batch fits one binding;
+ * n_ctx so that a layer's K or V cache of all sequences fits one binding.
+ * With a budget (gpu_mem), the output rows per pass and then n_batch shrink
+ * first (down to n_seq rows and 32 tokens: they cost speed, not results)
+ * while the budget cannot hold min(n_ctx, 256) positions, then n_ctx
+ * shrinks to what the budget holds. Says what changed and why (plan.note
+ * and a warning). */
+static enum wgllm_status fit_plan(struct wgllm_webgpu_ctx *g, struct wgllm_error *err) {
+    const struct wgllm_model *m = g->model;
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct wgllm_gpu_info *info = wgllm_gpu_get_info(g->gpu);
+    const uint64_t E = hp->n_embd, F = hp->n_ff, dk = hp->head_dim_k, dv = hp->head_dim_v;
+    const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
+    const uint64_t max_bind = WGLLM_MIN(info->max_storage_binding_size, info->max_buffer_size);
+    const int n_ctx0 = g->n_ctx, n_batch0 = g->n_batch, out0 = g->out_cap;
+    char why[160] = "";
+
+    const uint64_t row_max = WGLLM_MAX(WGLLM_MAX(E, F), WGLLM_MAX(QD, OD)) * 4;
+    if ((uint64_t)g->n_batch * row_max > max_bind) {
+        g->n_batch = (int)(max_bind / row_max);
+        snprintf(why, sizeof why, "a batch's activations must fit the device's %llu-byte binding",
+                 (unsigned long long)max_bind);
+    }
+    const uint64_t kv_row = WGLLM_MAX(KD, VD) * 2;
+    if ((uint64_t)g->n_seq * g->n_ctx * kv_row > max_bind) {
+        g->n_ctx = (int)(max_bind / (kv_row * (uint64_t)g->n_seq));
+        snprintf(why, sizeof why, "a layer's K/V cache of %d sequences must fit the device's %llu-byte binding",
+                 g->n_seq, (unsigned long long)max_bind);
+    }
+    g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
     const uint64_t kv_pos = (uint64_t)hp->n_layer * g->n_seq * (KD + VD) * 2; /* bytes per position of every slot */
+    uint64_t fixed = plan_fixed(g, (uint64_t)g->n_batch, (uint64_t)g->out_cap);
     g->plan.budget = g->gpu_mem;
     if (g->gpu_mem && fixed + kv_pos * (uint64_t)g->n_ctx > g->gpu_mem) {
+        const uint64_t want = fixed + kv_pos * (uint64_t)g->n_ctx;
+        const int min_ctx = WGLLM_MIN(g->n_ctx, 256);
+        while (fixed + kv_pos * (uint64_t)min_ctx > g->gpu_mem && (g->out_cap > g->n_seq || g->n_batch > 32)) {
+            if (g->out_cap > g->n_seq) g->out_cap = WGLLM_MAX(g->n_seq, g->out_cap / 2);
+            else g->n_batch = WGLLM_MAX(32, g->n_batch / 2), g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
+            fixed = plan_fixed(g, (uint64_t)g->n_batch, (uint64_t)g->out_cap);
+        }
         if (fixed + kv_pos > g->gpu_mem)
             return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "the GPU memory budget of %.1f MiB is too small: "
-                                   "weights and scratch need %.1f MiB before any KV cache (%d sequences)",
-                                   g->gpu_mem / 1048576.0, fixed / 1048576.0, g->n_seq);
-        const int n = (int)((g->gpu_mem - fixed) / kv_pos);
-        snprintf(note, note_cap, "context %d -> %d positions: %d sequences x %d positions need %.1f MiB, more than "
-                 "the GPU memory budget of %.1f MiB (weights and scratch take %.1f MiB)", g->n_ctx, n, g->n_seq,
-                 g->n_ctx, (fixed + kv_pos * (uint64_t)g->n_ctx) / 1048576.0, g->gpu_mem / 1048576.0,
-                 fixed / 1048576.0);
-        g->n_ctx = n;
+                                   "weights and scratch need %.1f MiB before any KV cache (%d sequences, batches of "
+                                   "%d tokens)", g->gpu_mem / 1048576.0, fixed / 1048576.0, g->n_seq, g->n_batch);
+        if (fixed + kv_pos * (uint64_t)g->n_ctx > g->gpu_mem) g->n_ctx = (int)((g->gpu_mem - fixed) / kv_pos);
+        snprintf(why, sizeof why, "%d sequences x %d positions need %.1f MiB, more than the GPU memory budget of "
+                 "%.1f MiB", g->n_seq, n_ctx0, want / 1048576.0, g->gpu_mem / 1048576.0);
     }
     if (g->n_ctx < 1)
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "no room for a KV cache of %d sequences", g->n_seq);
     g->n_batch = WGLLM_MIN(g->n_batch, g->n_ctx * g->n_seq);
     g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
-    if (note[0]) wgllm_log(WGLLM_LOG_WARN, "webgpu: %s", note);
+    if (why[0]) {
+        char *note = g->plan.note;
+        const size_t cap = sizeof g->plan.note;
+        int k = 0;
+        if (g->n_ctx != n_ctx0) k += snprintf(note + k, cap - k, "context %d -> %d positions, ", n_ctx0, g->n_ctx);
+        if (g->n_batch != n_batch0 && k < (int)cap)
+            k += snprintf(note + k, cap - k, "batches %d -> %d tokens, ", n_batch0, g->n_batch);
+        if (g->out_cap != WGLLM_MIN(out0, n_batch0) && k < (int)cap)
+            k += snprintf(note + k, cap - k, "output rows per pass %d -> %d, ", WGLLM_MIN(out0, n_batch0), g->out_cap);
+        if (k < (int)cap) snprintf(note + k, cap - k, "because %s", why);
+        wgllm_log(WGLLM_LOG_WARN, "webgpu: %s", note);
+    }
     g->plan.n_ctx = g->n_ctx;
     g->plan.n_ctx_requested = n_ctx0;
     g->plan.n_seq = g->n_seq;
