@@ -11,7 +11,8 @@
  * agree with the CPU backend's batch, a prompt as one batch gives the same
  * logits bit for bit as token by token (and in another sequence slot),
  * sequence copy / save / load carry the cache exactly, and a memory budget
- * shrinks the context instead of failing.
+ * shrinks the context instead of failing. Greedy sampling on the GPU gives
+ * the host loop's tokens.
  *
  * Runs on Dawn + SwiftShader without a GPU; without a WebGPU library or
  * adapter it prints SKIP and passes, unless WGLLM_REQUIRE_WEBGPU is set.
@@ -19,6 +20,7 @@
  * layer "tiny" shapes and the runs short.
  */
 #include "backend/backend.h"
+#include "backend/webgpu/forward_webgpu.h"
 #include "backend/webgpu/hal.h"
 #include "model/synth.h"
 #include "quant/quant.h"
@@ -457,6 +459,63 @@ TEST(memory_budget_shrinks_the_context) {
     wgllm_model_free(m);
 }
 
+struct collect {
+    int32_t tok[32];
+    int n, stop_at;
+};
+static bool collect_token(int32_t t, void *ud) {
+    struct collect *c = ud;
+    c->tok[c->n++] = t;
+    return c->n != c->stop_at;
+}
+
+/* Greedy on the GPU (only ids read back, one step queued ahead) gives the
+ * host loop's tokens and leaves the cache where the host loop leaves it. */
+TEST(greedy_on_the_gpu) {
+    struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q4_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = wgllm_model_n_vocab(m);
+    struct wgllm_context *gc = new_ctx(m, WGLLM_BACKEND_WEBGPU, 64);
+    CHECK(gc != NULL);
+    struct wgllm_webgpu_ctx *g = gc ? wgllm_context_webgpu(gc) : NULL;
+    CHECK(g != NULL);
+    if (!g) goto done;
+    const int32_t prompt[4] = {1, 450, 4996, 17354 % V};
+    int32_t host[12];
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_decode(gc, prompt, 4, false, &err), WGLLM_STATUS_OK);
+    for (int i = 0; i < 12; i++) {
+        host[i] = wgllm_argmax(wgllm_get_logits(gc), V);
+        if (i < 11) CHECK_EQ_INT(wgllm_decode(gc, &host[i], 1, false, &err), WGLLM_STATUS_OK);
+    }
+    const int host_past = wgllm_context_n_past(gc);
+    const uint64_t created = wgllm_gpu_buffers_created();
+    wgllm_context_truncate(gc, 0);
+    CHECK_EQ_INT(wgllm_decode(gc, prompt, 4, false, &err), WGLLM_STATUS_OK);
+    struct collect c = {.stop_at = -1};
+    int n_out = 0;
+    CHECK_EQ_INT(wgllm_webgpu_generate_greedy(g, 12, collect_token, &c, &n_out, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(n_out, 12);
+    CHECK(c.n == 12 && !memcmp(c.tok, host, sizeof host));
+    CHECK_EQ_INT(wgllm_context_n_past(gc), host_past);
+    CHECK(wgllm_get_logits(gc) == NULL);
+    /* stopped by the callback at the 5th token: 5 given, 4 of them in the cache, and decoding goes on from there */
+    wgllm_context_truncate(gc, 0);
+    CHECK_EQ_INT(wgllm_decode(gc, prompt, 4, false, &err), WGLLM_STATUS_OK);
+    struct collect c2 = {.stop_at = 5};
+    CHECK_EQ_INT(wgllm_webgpu_generate_greedy(g, 12, collect_token, &c2, &n_out, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(n_out, 5);
+    CHECK(c2.n == 5 && !memcmp(c2.tok, host, 5 * sizeof(int32_t)));
+    CHECK_EQ_INT(wgllm_context_n_past(gc), 4 + 4);
+    CHECK_EQ_INT(wgllm_decode(gc, &host[4], 1, false, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_argmax(wgllm_get_logits(gc), V), host[5]);
+    CHECK_EQ_INT(wgllm_gpu_buffers_created(), created);
+done:
+    wgllm_context_free(gc);
+    wgllm_model_free(m);
+}
+
 int main(void) {
     wgllm_quant_init();
     const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
@@ -490,5 +549,6 @@ int main(void) {
     RUN(batch_of_three_sequences);
     RUN(batch_equals_token_by_token_and_sequence_ops);
     RUN(memory_budget_shrinks_the_context);
+    RUN(greedy_on_the_gpu);
     return test_summary("test_webgpu_model");
 }

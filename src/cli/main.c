@@ -409,6 +409,27 @@ static int cmd_logits(const struct opts *o) {
     return rc;
 }
 
+/* The CLI's output of one generated token (greedy on the GPU); false stops. */
+struct run_emit {
+    const struct opts *o;
+    struct wgllm_model *m;
+    struct wgllm_detokenizer *d;
+    int32_t *gen;
+    int n_gen;
+};
+static bool run_emit_token(int32_t tok, void *ud) {
+    struct run_emit *r = ud;
+    if (!r->o->ignore_eos && wgllm_token_is_eog(r->m, tok)) return false;
+    r->gen[r->n_gen++] = tok;
+    if (!r->o->ids) {
+        size_t len;
+        const char *txt = wgllm_detokenizer_push(r->d, tok, &len);
+        fwrite(txt, 1, len, stdout);
+        fflush(stdout);
+    }
+    return r->n_gen < r->o->n_predict;
+}
+
 static int cmd_run(const struct opts *o) {
     if (!o->prompt && !o->prompt_ids && !o->file) return usage_error("run needs -p PROMPT or --prompt-ids IDS%s", "");
     if (o->n_predict < 0) return usage_error("-n must be >= 0%s", "");
@@ -456,6 +477,14 @@ static int cmd_run(const struct opts *o) {
         fwrite(o->file ? "" : o->prompt, 1, o->file ? 0 : strlen(o->prompt), stdout);
         fflush(stdout);
     }
+    /* greedy on WebGPU: sampled on the GPU, step N+1 queued before token N is read */
+    struct wgllm_webgpu_ctx *gw = sp.temperature <= 0.0f ? wgllm_context_webgpu(c) : NULL;
+    if (st == WGLLM_STATUS_OK && gw && o->n_predict > 0) {
+        struct run_emit re = {o, m, d, gen, 0};
+        int n_out;
+        st = wgllm_webgpu_generate_greedy(gw, o->n_predict, run_emit_token, &re, &n_out, &err);
+        n_gen = re.n_gen;
+    } else
     while (st == WGLLM_STATUS_OK && n_gen < o->n_predict) {
         int32_t tok = wgllm_sampler_sample(s, wgllm_get_logits(c));
         if (!o->ignore_eos && wgllm_token_is_eog(m, tok)) break;

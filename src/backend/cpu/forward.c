@@ -454,6 +454,7 @@ uint64_t wgllm_context_memory(const struct wgllm_context *c) {
 int wgllm_context_n_past(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_n_past(c->gpu) : c->n_past; }
 const char *wgllm_context_backend(const struct wgllm_context *c) { return c->backend_desc; }
 uint64_t wgllm_context_gpu_memory(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_gpu_bytes(c->gpu) : 0; }
+struct wgllm_webgpu_ctx *wgllm_context_webgpu(struct wgllm_context *c) { return c->gpu; }
 
 void wgllm_context_truncate(struct wgllm_context *c, int n_past) {
     if (c->gpu) return wgllm_webgpu_truncate(c->gpu, n_past);

@@ -99,6 +99,7 @@ struct wgllm_webgpu_ctx {
     struct wgllm_gpu_buffer *rope_cs; /* cos/sin pairs of each token's position (n_batch x n_rot floats) */
     struct wgllm_gpu_buffer *step;    /* u32 [4][n_batch]: token ids, cache rows, attention lengths, output rows */
     struct wgllm_gpu_buffer *arena, *readback;
+    struct wgllm_gpu_buffer *id_rb[2]; /* greedy on the GPU: the sampled ids, read back alternately */
     float *rope_host;
     uint32_t *step_host;
     int32_t *b_pos, *b_seq; /* the single-sequence API's batch */
@@ -108,6 +109,8 @@ struct wgllm_webgpu_ctx {
     int n_ops, cap_ops;
     int n_ops_layers, n_ops_norm; /* [0, layers): up to the last attention (all tokens); [layers, norm): the rest
                                      of the last layer and the final norm (output rows only); then the logits */
+    int n_ops_logits;             /* [norm, logits): the logits; [logits, n_ops): argmax of logits row 0 into the
+                                     step's token 0 (greedy on the GPU) */
     struct wgllm_kparams *slots;  /* host copy of the arena */
     int n_slots, cap_slots;
 
@@ -444,6 +447,11 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
     add_rms(bd, g->xo, g->xn, vo->output_norm, E, 1);
     g->n_ops_norm = g->n_ops;
     add_matvec(bd, &g->w[7 * hp->n_layer + 1], g->xn, g->logits, g->out_cap);
+    g->n_ops_logits = g->n_ops;
+    struct wgllm_kparams am = {.n = (uint32_t)hp->n_vocab};
+    struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_ARGMAX, 0, false, bd->err), &am, GROW_Y, 1, 2, g->logits, g->step,
+                           NULL, NULL);
+    if (o) o->div = 1u << 30; /* one row: y = 1 */
 }
 
 /* ---- create / free ------------------------------------------------------ */
@@ -461,7 +469,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         for (int il = 0; g->vc && il < g->model->hp.n_layer; il++) wgllm_gpu_buffer_destroy(g->gpu, g->vc[il]);
         struct wgllm_gpu_buffer *bs[] = {g->vecs, g->x,   g->xn,  g->q,      g->k,    g->v,        g->qr,    g->kr,
                                          g->att,  g->tmp, g->gate, g->up,    g->ffh,  g->logits,   g->step,  g->arena,
-                                         g->readback, g->xr, g->rope_cs, g->xo, g->att_o};
+                                         g->readback, g->xr, g->rope_cs, g->xo, g->att_o, g->id_rb[0], g->id_rb[1]};
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) wgllm_gpu_buffer_destroy(g->gpu, bs[i]);
         wgllm_gpu_close(g->gpu);
     }
@@ -605,6 +613,8 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     /* small buffers first: the step buffer and readback are needed by the upload's waits */
     g->step = gbuf(g, 4 * B * 4, WGLLM_GPU_STORAGE, "step", &g->plan.params, err);
     g->readback = g->step ? gbuf(g, OC * WGLLM_MAX(V, E) * 4, WGLLM_GPU_READBACK, "output readback", &g->plan.logits, err) : NULL;
+    for (int i = 0; i < 2 && g->readback; i++)
+        if (!(g->id_rb[i] = gbuf(g, 16, WGLLM_GPU_READBACK, "id readback", &g->plan.params, err))) g->readback = NULL;
     if (!g->readback) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     g->step_host = calloc(4 * B, sizeof(uint32_t));
     g->rope_host = malloc(B * (size_t)hp->n_rot * sizeof(float));
@@ -723,7 +733,7 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     g->plan.total = wgllm_gpu_bytes_allocated(g->gpu);
     g->plan.n_buffers = wgllm_gpu_buffer_count(g->gpu);
     g->plan.n_pipelines = wgllm_gpu_pipeline_count(g->gpu);
-    for (int i = 0; i < g->n_ops; i++) g->plan.n_dispatches += g->ops[i].tok <= 0;
+    for (int i = 0; i < g->n_ops_logits; i++) g->plan.n_dispatches += g->ops[i].tok <= 0;
     g->plan.n_param_slots = g->n_slots;
     g->plan.out_rows = g->out_cap;
     g->out_floats = V;
@@ -845,7 +855,7 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
     record(g, 0, g->n_ops_layers, n);
     const uint64_t width = embeddings ? (uint64_t)hp->n_embd : (uint64_t)hp->n_vocab;
     if (n_out) {
-        record(g, g->n_ops_layers, embeddings ? g->n_ops_norm : g->n_ops, n_out);
+        record(g, g->n_ops_layers, embeddings ? g->n_ops_norm : g->n_ops_logits, n_out);
         wgllm_gpu_copy(g->gpu, embeddings ? g->xn : g->logits, 0, g->readback, 0, (uint64_t)n_out * width * 4);
     }
     enum wgllm_status s = wgllm_gpu_batch_submit(g->gpu, err);
@@ -967,6 +977,74 @@ int wgllm_webgpu_n_outputs(const struct wgllm_webgpu_ctx *g) { return g->n_outpu
 const float *wgllm_webgpu_output(const struct wgllm_webgpu_ctx *g, int j, bool embd) {
     WGLLM_ASSERT(j >= 0 && j < g->n_outputs && embd == g->out_embd);
     return g->out_host + (size_t)j * (embd ? g->model->hp.n_embd : g->model->hp.n_vocab);
+}
+
+/* ---- greedy decoding on the GPU -------------------------------------------- */
+
+/* Queues one decode step of sequence 0 at `pos`: its token is `tok`, or
+ * (tok < 0) the id the previous step's argmax left in the step buffer;
+ * the step's own argmax goes there too and is copied to id_rb[rb]. */
+static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, int32_t tok, int pos, int rb,
+                                           struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &g->model->hp;
+    const uint64_t B = (uint64_t)g->n_batch;
+    const uint32_t v[3] = {(uint32_t)pos, (uint32_t)pos + 1, 0}; /* cache row (sequence 0), length, output row */
+    if (tok >= 0) {
+        const uint32_t t = (uint32_t)tok;
+        wgllm_gpu_buffer_write(g->gpu, g->step, 0, &t, 4);
+    }
+    for (int a = 0; a < 3; a++) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)(a + 1) * B * 4, &v[a], 4);
+    wgllm_op_rope_cache(g->rope_host, pos, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, g->model->rope_freqs);
+    wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
+    wgllm_gpu_batch_begin(g->gpu);
+    record(g, 0, g->n_ops_layers, 1);
+    record(g, g->n_ops_layers, g->n_ops, 1);
+    wgllm_gpu_copy(g->gpu, g->step, 0, g->id_rb[rb], 0, 16);
+    return wgllm_gpu_batch_submit(g->gpu, err);
+}
+
+enum wgllm_status wgllm_webgpu_generate_greedy(struct wgllm_webgpu_ctx *g, int n, bool (*on_token)(int32_t, void *),
+                                               void *user, int *n_out, struct wgllm_error *err) {
+    *n_out = 0;
+    const int V = g->model->hp.n_vocab;
+    if (g->n_logits < 1)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "greedy generation needs the logits of a decode first");
+    if (n <= 0) return WGLLM_STATUS_OK;
+    /* the first token from the logits already on the host */
+    int32_t tok = -1;
+    const float *l = g->out_host + (size_t)(g->n_logits - 1) * V;
+    for (int i = 0; i < V; i++)
+        if (tok < 0 || l[i] > l[tok]) tok = i;
+    const int p0 = g->n_past;
+    enum wgllm_status s = WGLLM_STATUS_OK;
+    int queued = 0; /* steps queued: step k consumes token k-1 at position p0 + k - 1 and makes token k */
+    for (int k = 0; k < n; k++) {
+        /* keep one step ahead: step k+1 is queued before token k is read */
+        while (!s && queued < WGLLM_MIN(k + 1, n - 1) && p0 + queued < g->n_ctx) {
+            s = queue_greedy_step(g, queued == 0 ? tok : -1, p0 + queued, (queued + 1) % 2, err);
+            queued++;
+        }
+        if (s) break;
+        if (k > 0) {
+            uint32_t id[4];
+            s = wgllm_gpu_readback(g->gpu, g->id_rb[k % 2], 0, id, 16, err);
+            if (s) break;
+            tok = (int32_t)id[0];
+        }
+        (*n_out)++;
+        g->n_past = p0 + k; /* tokens before this one are in the cache */
+        if (!on_token(tok, user)) break;
+        if (k + 1 < n && p0 + k >= g->n_ctx) {
+            s = wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL, "the context's %d positions are used", g->n_ctx);
+            break;
+        }
+    }
+    if (!s && queued > *n_out - 1 && *n_out > 0) { /* a step queued past the end: wait for it, drop its token */
+        uint32_t id[4];
+        s = wgllm_gpu_readback(g->gpu, g->id_rb[(queued) % 2], 0, id, 16, err);
+    }
+    g->n_logits = 0; /* the host logits are those of the prompt, not of the last step */
+    return s;
 }
 
 /* ---- sequences ------------------------------------------------------------ */

@@ -75,6 +75,22 @@ const float *wgllm_webgpu_output(const struct wgllm_webgpu_ctx *g, int j, bool e
 void wgllm_webgpu_seq_copy(struct wgllm_webgpu_ctx *g, int src, int dst, int n);
 void wgllm_webgpu_seq_save(struct wgllm_webgpu_ctx *g, int seq, int n, void *dst);
 void wgllm_webgpu_seq_load(struct wgllm_webgpu_ctx *g, int seq, int n, const void *src);
+/*
+ * Greedy generation on the device, after a wgllm_webgpu_decode (sequence 0):
+ * up to n tokens, the first the argmax of the decode's last logits, each
+ * next one the argmax of the previous step's logits computed on the GPU.
+ * Only the token id comes back; the next step's embedding lookup reads it
+ * from the GPU buffer, so step k+1 is queued before token k is read back.
+ * on_token gets each token and returns false to stop. *n_out counts the
+ * tokens given; n_past then counts the tokens before the last one given (as
+ * a host loop that does not decode its last token). The host logits are
+ * stale afterwards (wgllm_webgpu_logits returns NULL).
+ */
+enum wgllm_status wgllm_webgpu_generate_greedy(struct wgllm_webgpu_ctx *g, int n, bool (*on_token)(int32_t, void *),
+                                               void *user, int *n_out, struct wgllm_error *err);
+/* The WebGPU part of a context, NULL when it runs on the CPU (backend/cpu/forward.c). */
+struct wgllm_context;
+struct wgllm_webgpu_ctx *wgllm_context_webgpu(struct wgllm_context *ctx);
 /* Host memory of the context (output rows, per-batch tables). */
 uint64_t wgllm_webgpu_host_memory(const struct wgllm_webgpu_ctx *g);
 /* GPU bytes allocated now (constant after init). */
