@@ -543,6 +543,16 @@ static enum wgllm_status fit_plan(struct wgllm_webgpu_ctx *g, struct wgllm_error
         snprintf(why, sizeof why, "a batch's activations must fit the device's %llu-byte binding",
                  (unsigned long long)max_bind);
     }
+    /* grids that grow with the batch along x: element-wise ops over all rows
+     * (SwiGLU, the activation rounding) and one workgroup per head row */
+    const uint64_t max_wg = info->max_workgroups_per_dim;
+    const uint64_t per_tok = WGLLM_MAX(WGLLM_MAX(ceil_div(F, g->tune->wg_elem), ceil_div(WGLLM_MAX(E, OD), 32ull * g->tune->wg_elem)),
+                                       (uint64_t)hp->n_head);
+    if ((uint64_t)g->n_batch * per_tok > max_wg) {
+        g->n_batch = (int)(max_wg / per_tok);
+        snprintf(why, sizeof why, "a batch's element-wise grids must fit the device's %llu workgroups per dimension",
+                 (unsigned long long)max_wg);
+    }
     const uint64_t kv_row = WGLLM_MAX(KD, VD) * 2;
     if ((uint64_t)g->n_seq * g->n_ctx * kv_row > max_bind) {
         g->n_ctx = (int)(max_bind / (kv_row * (uint64_t)g->n_seq));
