@@ -516,6 +516,44 @@ done:
     wgllm_model_free(m);
 }
 
+/* Weights split by rows across buffers (as a 151k-token vocabulary is in a
+ * browser): forced here with a 1 MiB piece size, so the embedding table and
+ * the output matrix come in 9 pieces and the output rows of a batch each
+ * get their own dispatches. Same results as the CPU backend. */
+TEST(split_weights_in_batches) {
+    struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q8_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = wgllm_model_n_vocab(m);
+    setenv("WGLLM_WEBGPU_MAX_WEIGHT_BYTES", "1048576", 1);
+    struct wgllm_context *gc = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 16, 2, 0);
+    unsetenv("WGLLM_WEBGPU_MAX_WEIGHT_BYTES");
+    struct wgllm_context *cc = new_ctx_seq(m, WGLLM_BACKEND_CPU, 16, 2, 0);
+    CHECK(gc && cc);
+    if (gc && cc) {
+        struct wgllm_webgpu_plan pl;
+        wgllm_webgpu_get_plan(wgllm_context_webgpu(gc), &pl);
+        CHECK_EQ_INT(pl.n_split_tensors, 2);
+        int32_t tok[6] = {1, 450, 4996, 1, 31999, 7}, pos[6] = {0, 1, 2, 0, 1, 2}, seq[6] = {0, 0, 0, 1, 1, 1};
+        bool out[6] = {false, true, true, false, false, true};
+        struct wgllm_batch b = {6, tok, pos, seq, out};
+        struct wgllm_error err = {0};
+        CHECK_EQ_INT(wgllm_context_decode_batch(cc, &b, false, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_n_outputs(gc), 3);
+        for (int j = 0; j < 3 && wgllm_context_n_outputs(gc) == 3; j++) {
+            const float *a = wgllm_context_output_logits(gc, j), *c = wgllm_context_output_logits(cc, j);
+            const double d = rel_diff(a, c, V);
+            printf("  split weights, output %d: rel |diff| %.2e\n", j, d);
+            CHECK(d <= tolerance(WGLLM_TYPE_Q8_0).max);
+            CHECK_EQ_INT(wgllm_argmax(a, V), wgllm_argmax(c, V));
+        }
+    }
+    wgllm_context_free(gc);
+    wgllm_context_free(cc);
+    wgllm_model_free(m);
+}
+
 int main(void) {
     wgllm_quant_init();
     const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
@@ -550,5 +588,6 @@ int main(void) {
     RUN(batch_equals_token_by_token_and_sequence_ops);
     RUN(memory_budget_shrinks_the_context);
     RUN(greedy_on_the_gpu);
+    RUN(split_weights_in_batches);
     return test_summary("test_webgpu_model");
 }

@@ -167,6 +167,10 @@ static enum wgllm_status plan_weight(struct wgllm_webgpu_ctx *g, const struct wg
     const struct wgllm_gpu_info *info = wgllm_gpu_get_info(g->gpu);
     gw->type = w->type, gw->ne0 = w->ne0, gw->ne1 = w->ne1, gw->row_size = w->row_size;
     uint64_t max_bytes = WGLLM_MIN(info->max_storage_binding_size, info->max_buffer_size);
+    /* WGLLM_WEBGPU_MAX_WEIGHT_BYTES: a smaller piece size, so that the split
+     * path runs (tests) or a browser's 128 MiB limit is mimicked natively */
+    const char *cap = getenv("WGLLM_WEBGPU_MAX_WEIGHT_BYTES");
+    if (cap && strtoull(cap, NULL, 10) > 0) max_bytes = WGLLM_MIN(max_bytes, strtoull(cap, NULL, 10));
     int64_t max_rows = (int64_t)(max_bytes / w->row_size);
     int64_t disp_rows = (int64_t)info->max_workgroups_per_dim * g->tune->rows_matvec;
     if (disp_rows < max_rows) max_rows = disp_rows;
