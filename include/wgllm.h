@@ -163,7 +163,8 @@ struct wgllm_context_params {
                       single-sequence calls below use slot 0; default 1 */
     enum wgllm_backend backend; /* default WGLLM_BACKEND_CPU */
     uint64_t gpu_mem;  /* WebGPU: bytes the context may allocate on the GPU (0 = the device's limits only);
-                          a plan that does not fit shrinks n_ctx, with a warning, instead of failing later */
+                          a plan that does not fit shrinks the batch and then n_ctx (wgllm_context_n_ctx),
+                          with a warning saying from what to what, instead of failing later */
 };
 
 struct wgllm_context_params wgllm_context_default_params(void);
