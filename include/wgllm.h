@@ -151,7 +151,7 @@ struct wgllm_context;
 /* Where a context runs its forward pass. */
 enum wgllm_backend {
     WGLLM_BACKEND_CPU,    /* the CPU backend (every feature) */
-    WGLLM_BACKEND_WEBGPU, /* WebGPU (Dawn's webgpu.h): single-sequence wgllm_decode; fails when no adapter */
+    WGLLM_BACKEND_WEBGPU, /* WebGPU (Dawn's webgpu.h); fails when no adapter */
     WGLLM_BACKEND_AUTO,   /* WebGPU on a hardware GPU adapter, else the CPU (wgllm_context_backend says why) */
 };
 
@@ -162,6 +162,9 @@ struct wgllm_context_params {
     int n_seq;     /* sequence slots sharing the weights (the engine's parallel streams); the
                       single-sequence calls below use slot 0; default 1 */
     enum wgllm_backend backend; /* default WGLLM_BACKEND_CPU */
+    uint64_t gpu_mem;  /* WebGPU: bytes the context may allocate on the GPU (0 = the device's limits only);
+                          a plan that does not fit shrinks the batch and then n_ctx (wgllm_context_n_ctx),
+                          with a warning saying from what to what, instead of failing later */
 };
 
 struct wgllm_context_params wgllm_context_default_params(void);
@@ -355,7 +358,8 @@ struct wgllm_engine_params {
     const char *chat_template; /* Jinja text used by chat instead of the model's; NULL = the model's */
     /* When a generating request's slot is full: false (default) ends the
      * request with WGLLM_STATUS_CONTEXT_FULL (finish ERROR; what it generated
-     * so far is in the result); true shifts the context as llama.cpp does --
+     * so far is in the result), or with finish LENGTH when its max_tokens is
+     * 0 ("until the end"); true shifts the context as llama.cpp does --
      * keeps the first context_keep tokens, drops half of the others (the
      * oldest) and goes on. A shifted slot's cache is reused by a later request
      * (context_key) only up to its kept tokens. Prompts longer than the
@@ -363,6 +367,8 @@ struct wgllm_engine_params {
     bool context_shift;
     int context_keep; /* tokens a shift keeps after the BOS (llama.cpp's n_keep); -1 = the whole
                          prompt (default); capped at half the context */
+    enum wgllm_backend backend; /* where the forward pass runs (default WGLLM_BACKEND_CPU) */
+    uint64_t gpu_mem;           /* WebGPU memory budget (wgllm_context_params.gpu_mem) */
 };
 
 struct wgllm_engine_params wgllm_engine_default_params(void);

@@ -6,8 +6,13 @@
  * must agree (|diff| relative to the CPU logits' rms within stated
  * tolerances, worst and median step; the same top-1 at every step). Also:
  * no GPU buffer is created after init, truncate + re-decode reproduces the
- * logits exactly, the engine's batch call is refused, auto selection on a
- * software adapter picks the CPU and says why.
+ * logits exactly, auto selection on a software adapter picks the CPU and
+ * says why. Batches (backend.h): tokens of several sequences in one pass
+ * agree with the CPU backend's batch, a prompt as one batch gives the same
+ * logits bit for bit as token by token (and in another sequence slot),
+ * sequence copy / save / load carry the cache exactly, and a memory budget
+ * shrinks the context instead of failing. Greedy sampling on the GPU gives
+ * the host loop's tokens.
  *
  * Runs on Dawn + SwiftShader without a GPU; without a WebGPU library or
  * adapter it prints SKIP and passes, unless WGLLM_REQUIRE_WEBGPU is set.
@@ -15,6 +20,7 @@
  * layer "tiny" shapes and the runs short.
  */
 #include "backend/backend.h"
+#include "backend/webgpu/forward_webgpu.h"
 #include "backend/webgpu/hal.h"
 #include "model/synth.h"
 #include "quant/quant.h"
@@ -223,10 +229,17 @@ TEST(api_behaviour) {
         int32_t many[6] = {1, 2, 3, 4, 5, 6};
         CHECK_EQ_INT(wgllm_decode(gc, many, 6, false, &err), WGLLM_STATUS_CONTEXT_FULL);
         CHECK_EQ_INT(wgllm_context_n_past(gc), 3);
+        /* the batch call runs on WebGPU too, and checks its arguments */
         int32_t pos = 3, seq = 0;
         struct wgllm_batch b = {1, toks, &pos, &seq, NULL};
-        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_UNSUPPORTED);
-        CHECK(strstr(err.message, "CPU backend only") != NULL);
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_n_outputs(gc), 1);
+        CHECK(wgllm_get_logits(gc) == NULL); /* the single-sequence getters no longer apply */
+        seq = 1;
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+        CHECK(strstr(err.message, "sequence 1 of 1") != NULL);
+        seq = 0, pos = 8;
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_CONTEXT_FULL);
         CHECK_EQ_INT(wgllm_context_gpu_memory(gc), bytes0);
     }
     wgllm_context_free(gc);
@@ -248,6 +261,296 @@ TEST(api_behaviour) {
         }
     }
     wgllm_context_free(ac);
+    wgllm_model_free(m);
+}
+
+static struct wgllm_context *new_ctx_seq(struct wgllm_model *m, enum wgllm_backend b, int n_ctx, int n_seq,
+                                         uint64_t gpu_mem) {
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_seq = n_seq;
+    cp.backend = b;
+    cp.gpu_mem = gpu_mem;
+    struct wgllm_context *c = NULL;
+    struct wgllm_error err = {0};
+    if (wgllm_context_init(m, &cp, &c, &err)) fprintf(stderr, "  context (backend %d): %s\n", (int)b, err.message);
+    return c;
+}
+
+/* Tokens of three sequences interleaved in one batch, on both backends:
+ * every output row (logits, then embeddings) agrees within the tolerance of
+ * the single-sequence comparison above, with the same top-1. */
+TEST(batch_of_three_sequences) {
+    struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q8_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = wgllm_model_n_vocab(m), E = wgllm_model_n_embd(m);
+    struct wgllm_context *cc = new_ctx_seq(m, WGLLM_BACKEND_CPU, 32, 3, 0);
+    struct wgllm_context *gc = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 32, 3, 0);
+    CHECK(cc && gc);
+    if (!cc || !gc) goto done;
+    CHECK_EQ_INT(wgllm_context_n_seq(gc), 3);
+    const uint64_t bytes0 = wgllm_context_gpu_memory(gc);
+    /* seq 0: 5 tokens, seq 1: 3, seq 2: 7, round robin; outputs: each sequence's last and token 4 */
+    int32_t tok[15], pos[15], seq[15];
+    bool out[15] = {0};
+    const int len[3] = {5, 3, 7};
+    int n = 0, next[3] = {0};
+    for (int r = 0; r < 7; r++)
+        for (int q = 0; q < 3; q++)
+            if (next[q] < len[q]) {
+                tok[n] = (int32_t)((1 + 977 * n + 31 * q) % V), pos[n] = next[q]++, seq[n] = q;
+                out[n] = next[q] == len[q] || n == 4;
+                n++;
+            }
+    struct wgllm_batch b = {n, tok, pos, seq, out};
+    for (int embd = 0; embd < 2; embd++) {
+        struct wgllm_error err = {0};
+        CHECK_EQ_INT(wgllm_context_decode_batch(cc, &b, embd, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, embd, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_n_outputs(gc), 4);
+        CHECK_EQ_INT(wgllm_context_n_outputs(cc), 4);
+        double worst = 0, best = 1;
+        for (int j = 0; j < 4 && wgllm_context_n_outputs(gc) == 4; j++) {
+            const float *a = embd ? wgllm_context_output_embd(gc, j) : wgllm_context_output_logits(gc, j);
+            const float *c = embd ? wgllm_context_output_embd(cc, j) : wgllm_context_output_logits(cc, j);
+            const double d = rel_diff(a, c, embd ? E : V);
+            worst = d > worst || d != d ? d : worst;
+            best = d < best ? d : best;
+            if (!embd) CHECK_EQ_INT(wgllm_argmax(a, V), wgllm_argmax(c, V));
+        }
+        printf("  3-sequence batch of %d tokens, %s: rel |diff| worst %.2e, best %.2e\n", n, embd ? "embeddings" : "logits",
+               worst, best);
+        CHECK(worst <= tolerance(WGLLM_TYPE_Q8_0).max);
+        CHECK(best <= tolerance(WGLLM_TYPE_Q8_0).typical);
+    }
+    /* then one decode token per sequence, in one batch */
+    int32_t t2[3] = {11, 22, 33}, p2[3] = {5, 3, 7}, s2[3] = {0, 1, 2};
+    struct wgllm_batch b2 = {3, t2, p2, s2, (bool[3]){true, true, true}};
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_context_decode_batch(cc, &b2, false, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b2, false, &err), WGLLM_STATUS_OK);
+    for (int j = 0; j < 3; j++) {
+        const float *a = wgllm_context_output_logits(gc, j), *c = wgllm_context_output_logits(cc, j);
+        CHECK(rel_diff(a, c, V) <= tolerance(WGLLM_TYPE_Q8_0).max);
+        CHECK_EQ_INT(wgllm_argmax(a, V), wgllm_argmax(c, V));
+    }
+    CHECK_EQ_INT(wgllm_context_gpu_memory(gc), bytes0);
+done:
+    wgllm_context_free(gc);
+    wgllm_context_free(cc);
+    wgllm_model_free(m);
+}
+
+/* Runs one token of one sequence and copies its logits out. */
+static bool one_token(struct wgllm_context *c, int32_t t, int32_t p, int32_t s, float *out, int V) {
+    struct wgllm_batch b = {1, &t, &p, &s, NULL};
+    struct wgllm_error err = {0};
+    if (wgllm_context_decode_batch(c, &b, false, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  one_token: %s\n", err.message);
+        return false;
+    }
+    memcpy(out, wgllm_context_output_logits(c, 0), sizeof(float) * (size_t)V);
+    return true;
+}
+
+/* The GPU's own consistency, bit for bit: a prompt as one batch = token by
+ * token in another slot; seq_copy and seq_save/seq_load carry the cache. */
+TEST(batch_equals_token_by_token_and_sequence_ops) {
+    struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q4_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = wgllm_model_n_vocab(m);
+    struct wgllm_context *gc = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 40, 4, 0);
+    CHECK(gc != NULL);
+    float *a = malloc(sizeof(float) * V * 4);
+    if (!gc || !a) goto done;
+    const uint64_t bytes0 = wgllm_context_gpu_memory(gc);
+    int32_t tok[9], pos[9], seq[9] = {0};
+    for (int i = 0; i < 9; i++) tok[i] = (int32_t)((7 + 1013 * i) % V), pos[i] = i;
+    struct wgllm_batch b = {9, tok, pos, seq, NULL};
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_OK);
+    memcpy(a, wgllm_context_output_logits(gc, 0), sizeof(float) * (size_t)V);
+    bool ok = true;
+    for (int i = 0; i < 9 && ok; i++) ok = one_token(gc, tok[i], i, 1, a + V, V);
+    CHECK(ok);
+    CHECK(!memcmp(a, a + V, sizeof(float) * (size_t)V));
+
+    /* copy 8 positions of slot 0 into slot 2, save slot 0's into host memory and load them into slot 3;
+     * then position 8 in each slot gives the logits above */
+    wgllm_context_seq_copy(gc, 0, 2, 8);
+    const size_t sz = wgllm_context_seq_state_size(gc, 8);
+    unsigned char *state = malloc(sz + 16);
+    CHECK(state != NULL);
+    if (state) {
+        memset(state, 0xab, sz + 16);
+        wgllm_context_seq_save(gc, 0, 8, state);
+        bool canary = true;
+        for (int i = 0; i < 16; i++) canary = canary && state[sz + i] == 0xab;
+        CHECK(canary); /* wrote exactly the size it announced */
+        int zeros = 0;
+        for (size_t i = 0; i < sz; i++) zeros += state[i] == 0xab;
+        CHECK(zeros < (int)(sz / 16)); /* and did write it */
+        wgllm_context_seq_load(gc, 3, 8, state);
+        free(state);
+    }
+    CHECK(one_token(gc, tok[8], 8, 2, a + 2 * V, V));
+    CHECK(!memcmp(a, a + 2 * V, sizeof(float) * (size_t)V));
+    CHECK(one_token(gc, tok[8], 8, 3, a + 3 * V, V));
+    CHECK(!memcmp(a, a + 3 * V, sizeof(float) * (size_t)V));
+    /* and a slot that does not hold that prefix gives other logits */
+    CHECK(one_token(gc, tok[8], 0, 2, a + 2 * V, V));
+    CHECK(memcmp(a, a + 2 * V, sizeof(float) * (size_t)V) != 0);
+    CHECK_EQ_INT(wgllm_context_gpu_memory(gc), bytes0);
+done:
+    free(a);
+    wgllm_context_free(gc);
+    wgllm_model_free(m);
+}
+
+/* A budget that cannot hold n_seq x n_ctx shrinks the context (and the
+ * plan stays within the budget); a tighter one shrinks the batch and the
+ * output rows first; one that cannot even hold the weights is refused. */
+static void check_budget(struct wgllm_model *m, uint64_t budget, int *n_ctx, int *n_batch) {
+    struct wgllm_context *c = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 2048, 4, budget);
+    CHECK(c != NULL);
+    *n_ctx = *n_batch = 0;
+    if (!c) return;
+    *n_ctx = wgllm_context_n_ctx(c), *n_batch = wgllm_context_n_batch(c);
+    printf("  budget %.2f MiB: context %d positions, batches of %d, GPU %.2f MiB\n", budget / 1048576.0, *n_ctx,
+           *n_batch, wgllm_context_gpu_memory(c) / 1048576.0);
+    CHECK(wgllm_context_gpu_memory(c) <= budget);
+    /* the last position of the last slot works, the next is refused */
+    int32_t t = 5, p = *n_ctx - 1, s = 3;
+    struct wgllm_batch b = {1, &t, &p, &s, NULL};
+    CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, NULL), WGLLM_STATUS_OK);
+    p++;
+    CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, NULL), WGLLM_STATUS_CONTEXT_FULL);
+    wgllm_context_free(c);
+}
+
+TEST(memory_budget_shrinks_the_context) {
+    struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q8_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    struct wgllm_context *full = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 2048, 4, 0);
+    CHECK(full != NULL);
+    if (full) {
+        const uint64_t total = wgllm_context_gpu_memory(full);
+        CHECK_EQ_INT(wgllm_context_n_ctx(full), 2048);
+        CHECK_EQ_INT(wgllm_context_n_batch(full), 512);
+        wgllm_context_free(full);
+        /* the tiny shape's KV cache: 2 layers x 4 slots x 2048 positions x 2 x 128 halves = 8 MiB */
+        int n_ctx, n_batch;
+        check_budget(m, total - (4u << 20), &n_ctx, &n_batch);
+        CHECK(n_ctx < 2048 && n_ctx >= 512);
+        CHECK_EQ_INT(n_batch, 512);
+        check_budget(m, wgllm_model_size(m) + (4u << 20), &n_ctx, &n_batch);
+        CHECK(n_batch < 512 && n_batch >= 32);
+        CHECK(n_ctx >= 64);
+    }
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.backend = WGLLM_BACKEND_WEBGPU, cp.n_ctx = 64, cp.gpu_mem = 1u << 20;
+    struct wgllm_context *c = NULL;
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_context_init(m, &cp, &c, &err), WGLLM_STATUS_OUT_OF_MEMORY);
+    CHECK(c == NULL && strstr(err.message, "budget") != NULL);
+    wgllm_model_free(m);
+}
+
+struct collect {
+    int32_t tok[32];
+    int n, stop_at;
+};
+static bool collect_token(int32_t t, void *ud) {
+    struct collect *c = ud;
+    c->tok[c->n++] = t;
+    return c->n != c->stop_at;
+}
+
+/* Greedy on the GPU (only ids read back, one step queued ahead) gives the
+ * host loop's tokens and leaves the cache where the host loop leaves it. */
+TEST(greedy_on_the_gpu) {
+    struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q4_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = wgllm_model_n_vocab(m);
+    struct wgllm_context *gc = new_ctx(m, WGLLM_BACKEND_WEBGPU, 64);
+    CHECK(gc != NULL);
+    struct wgllm_webgpu_ctx *g = gc ? wgllm_context_webgpu(gc) : NULL;
+    CHECK(g != NULL);
+    if (!g) goto done;
+    const int32_t prompt[4] = {1, 450, 4996, 17354 % V};
+    int32_t host[12];
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_decode(gc, prompt, 4, false, &err), WGLLM_STATUS_OK);
+    for (int i = 0; i < 12; i++) {
+        host[i] = wgllm_argmax(wgllm_get_logits(gc), V);
+        if (i < 11) CHECK_EQ_INT(wgllm_decode(gc, &host[i], 1, false, &err), WGLLM_STATUS_OK);
+    }
+    const int host_past = wgllm_context_n_past(gc);
+    const uint64_t created = wgllm_gpu_buffers_created();
+    wgllm_context_truncate(gc, 0);
+    CHECK_EQ_INT(wgllm_decode(gc, prompt, 4, false, &err), WGLLM_STATUS_OK);
+    struct collect c = {.stop_at = -1};
+    int n_out = 0;
+    CHECK_EQ_INT(wgllm_webgpu_generate_greedy(g, 12, collect_token, &c, &n_out, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(n_out, 12);
+    CHECK(c.n == 12 && !memcmp(c.tok, host, sizeof host));
+    CHECK_EQ_INT(wgllm_context_n_past(gc), host_past);
+    CHECK(wgllm_get_logits(gc) == NULL);
+    /* stopped by the callback at the 5th token: 5 given, 4 of them in the cache, and decoding goes on from there */
+    wgllm_context_truncate(gc, 0);
+    CHECK_EQ_INT(wgllm_decode(gc, prompt, 4, false, &err), WGLLM_STATUS_OK);
+    struct collect c2 = {.stop_at = 5};
+    CHECK_EQ_INT(wgllm_webgpu_generate_greedy(g, 12, collect_token, &c2, &n_out, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(n_out, 5);
+    CHECK(c2.n == 5 && !memcmp(c2.tok, host, 5 * sizeof(int32_t)));
+    CHECK_EQ_INT(wgllm_context_n_past(gc), 4 + 4);
+    CHECK_EQ_INT(wgllm_decode(gc, &host[4], 1, false, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_argmax(wgllm_get_logits(gc), V), host[5]);
+    CHECK_EQ_INT(wgllm_gpu_buffers_created(), created);
+done:
+    wgllm_context_free(gc);
+    wgllm_model_free(m);
+}
+
+/* Weights split by rows across buffers (as a 151k-token vocabulary is in a
+ * browser): forced here with a 1 MiB piece size, so the embedding table and
+ * the output matrix come in 9 pieces and the output rows of a batch each
+ * get their own dispatches. Same results as the CPU backend. */
+TEST(split_weights_in_batches) {
+    struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q8_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = wgllm_model_n_vocab(m);
+    setenv("WGLLM_WEBGPU_MAX_WEIGHT_BYTES", "1048576", 1);
+    struct wgllm_context *gc = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 16, 2, 0);
+    unsetenv("WGLLM_WEBGPU_MAX_WEIGHT_BYTES");
+    struct wgllm_context *cc = new_ctx_seq(m, WGLLM_BACKEND_CPU, 16, 2, 0);
+    CHECK(gc && cc);
+    if (gc && cc) {
+        struct wgllm_webgpu_plan pl;
+        wgllm_webgpu_get_plan(wgllm_context_webgpu(gc), &pl);
+        CHECK_EQ_INT(pl.n_split_tensors, 2);
+        int32_t tok[6] = {1, 450, 4996, 1, 31999, 7}, pos[6] = {0, 1, 2, 0, 1, 2}, seq[6] = {0, 0, 0, 1, 1, 1};
+        bool out[6] = {false, true, true, false, false, true};
+        struct wgllm_batch b = {6, tok, pos, seq, out};
+        struct wgllm_error err = {0};
+        CHECK_EQ_INT(wgllm_context_decode_batch(cc, &b, false, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_n_outputs(gc), 3);
+        for (int j = 0; j < 3 && wgllm_context_n_outputs(gc) == 3; j++) {
+            const float *a = wgllm_context_output_logits(gc, j), *c = wgllm_context_output_logits(cc, j);
+            const double d = rel_diff(a, c, V);
+            printf("  split weights, output %d: rel |diff| %.2e\n", j, d);
+            CHECK(d <= tolerance(WGLLM_TYPE_Q8_0).max);
+            CHECK_EQ_INT(wgllm_argmax(a, V), wgllm_argmax(c, V));
+        }
+    }
+    wgllm_context_free(gc);
+    wgllm_context_free(cc);
     wgllm_model_free(m);
 }
 
@@ -281,5 +584,10 @@ int main(void) {
     RUN(qwen3_f32);
     RUN(ropefreqs_q8_0);
     RUN(api_behaviour);
+    RUN(batch_of_three_sequences);
+    RUN(batch_equals_token_by_token_and_sequence_ops);
+    RUN(memory_budget_shrinks_the_context);
+    RUN(greedy_on_the_gpu);
+    RUN(split_weights_in_batches);
     return test_summary("test_webgpu_model");
 }

@@ -20,6 +20,7 @@ static struct wgllm_engine *bench_engine(struct wgllm_model *m, const struct opt
     ep.n_slots = slots;
     ep.n_ctx = n_ctx;
     ep.n_threads = o->threads;
+    ep.backend = o->backend, ep.gpu_mem = o->gpu_mem;
     ep.snapshot_bytes = (size_t)1 << 30;
     struct wgllm_engine *e = NULL;
     struct wgllm_error err;

@@ -90,6 +90,7 @@ int wgllm_cli_chat(const struct opts *o) {
     }
     struct wgllm_engine_params ep = wgllm_engine_default_params();
     ep.n_slots = 1;
+    ep.backend = o->backend, ep.gpu_mem = o->gpu_mem;
     ep.n_ctx = o->ctx;
     ep.n_threads = o->threads;
     ep.chat_template = tmpl;

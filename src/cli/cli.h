@@ -20,6 +20,7 @@ struct opts {
     bool plan;                                     /* info --plan: the WebGPU memory plan */
     bool context_shift;                            /* run, chat: shift a full context instead of failing */
     int keep;                                      /* run, chat: tokens a shift keeps after the BOS; -1 = the prompt */
+    uint64_t gpu_mem;                              /* --gpu-mem: WebGPU memory budget in bytes (0 = none) */
 };
 
 /* `wgllm bench --parallel ... --prefix-reuse N` (bench_engine.c). */

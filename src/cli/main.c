@@ -50,7 +50,8 @@ static const char *usage_text =
     "\n"
     "common options: -t/--threads N (default: all cores)\n"
     "                -b/--backend cpu|webgpu|auto (run, bench, logits, info; default cpu; auto = WebGPU\n"
-    "                on a hardware GPU adapter, else the CPU; info --plan prints the WebGPU memory plan)\n";
+    "                on a hardware GPU adapter, else the CPU; info --plan prints the WebGPU memory plan)\n"
+    "                --gpu-mem SIZE (WebGPU memory budget, e.g. 512M or 2G: the context shrinks to fit)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "wgllm: ");
@@ -153,6 +154,17 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
             else return usage_error("unknown backend '%s' (cpu, webgpu or auto)", v);
         }
         else if (FLAG("--plan")) o->plan = true;
+        else if (FLAG("--gpu-mem")) {
+            NEED_VALUE();
+            char *end;
+            errno = 0;
+            double x = strtod(v, &end);
+            const double mul = *end == 'G' || *end == 'g' ? 1073741824.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                               : *end == 'K' || *end == 'k' ? 1024.0 : 1.0;
+            if (mul > 1.0) end++;
+            if (errno || *end || end == v || !(x > 0) || x * mul > 1e18) return usage_error("bad --gpu-mem '%s' (bytes, or a number with K, M or G)", v);
+            o->gpu_mem = (uint64_t)(x * mul);
+        }
         else if (FLAG("--ids")) o->ids = true;
         else if (FLAG("--no-special")) o->no_special = true;
         else if (FLAG("--parse-special")) o->parse_special = true;
@@ -238,6 +250,7 @@ static struct wgllm_context *new_context(struct wgllm_model *m, const struct opt
     cp.n_ctx = n_ctx;
     cp.n_threads = o->threads;
     cp.backend = o->backend;
+    cp.gpu_mem = o->gpu_mem;
     struct wgllm_context *c;
     struct wgllm_error err;
     if (wgllm_context_init(m, &cp, &c, &err) != WGLLM_STATUS_OK) {
@@ -312,18 +325,23 @@ static int cmd_info(const struct opts *o) {
         struct wgllm_webgpu_ctx *g = NULL;
         char why[320] = "";
         struct wgllm_error err;
-        if (wgllm_webgpu_ctx_create(m, WGLLM_BACKEND_WEBGPU, n_ctx, &g, why, sizeof why, &err) != WGLLM_STATUS_OK) {
+        struct wgllm_context_params cp = wgllm_context_default_params();
+        cp.n_ctx = n_ctx, cp.backend = WGLLM_BACKEND_WEBGPU, cp.gpu_mem = o->gpu_mem;
+        if (wgllm_webgpu_ctx_create(m, &cp, &g, why, sizeof why, &err) != WGLLM_STATUS_OK) {
             fprintf(stderr, "wgllm: error: %s\n", err.message);
             rc = 1;
         } else {
             struct wgllm_webgpu_plan pl;
             wgllm_webgpu_get_plan(g, &pl);
-            printf("webgpu plan:   %s, %d positions\n", why, pl.n_ctx);
+            printf("webgpu plan:   %s, %d sequence(s) x %d positions, batches of %d tokens\n", why, pl.n_seq, pl.n_ctx,
+                   pl.n_batch);
+            if (pl.budget) printf("  budget       %10.2f MiB (--gpu-mem)\n", pl.budget / 1048576.0);
+            if (pl.note[0]) printf("  shrunk:      %s\n", pl.note);
             printf("  weights      %10.2f MiB (%d tensors split by rows)\n", pl.weights / 1048576.0, pl.n_split_tensors);
             printf("  vectors      %10.2f MiB\n", pl.vectors / 1048576.0);
             printf("  kv cache     %10.2f MiB (f16)\n", pl.kv_cache / 1048576.0);
             printf("  activations  %10.2f MiB\n", pl.activations / 1048576.0);
-            printf("  logits       %10.2f MiB (with readback)\n", pl.logits / 1048576.0);
+            printf("  logits       %10.2f MiB (%d rows per pass, with readback)\n", pl.logits / 1048576.0, pl.out_rows);
             printf("  params       %10.2f MiB (%d arena slots)\n", pl.params / 1048576.0, pl.n_param_slots);
             printf("  total        %10.2f MiB in %d buffers; %d pipelines, %d dispatches per token\n",
                    pl.total / 1048576.0, pl.n_buffers, pl.n_pipelines, pl.n_dispatches);
@@ -400,6 +418,27 @@ static int cmd_logits(const struct opts *o) {
     return rc;
 }
 
+/* The CLI's output of one generated token (greedy on the GPU); false stops. */
+struct run_emit {
+    const struct opts *o;
+    struct wgllm_model *m;
+    struct wgllm_detokenizer *d;
+    int32_t *gen;
+    int n_gen;
+};
+static bool run_emit_token(int32_t tok, void *ud) {
+    struct run_emit *r = ud;
+    if (!r->o->ignore_eos && wgllm_token_is_eog(r->m, tok)) return false;
+    r->gen[r->n_gen++] = tok;
+    if (!r->o->ids) {
+        size_t len;
+        const char *txt = wgllm_detokenizer_push(r->d, tok, &len);
+        fwrite(txt, 1, len, stdout);
+        fflush(stdout);
+    }
+    return r->n_gen < r->o->n_predict;
+}
+
 static int cmd_run(const struct opts *o) {
     if (!o->prompt && !o->prompt_ids && !o->file) return usage_error("run needs -p PROMPT or --prompt-ids IDS%s", "");
     if (o->n_predict < 0) return usage_error("-n must be >= 0%s", "");
@@ -447,6 +486,14 @@ static int cmd_run(const struct opts *o) {
         fwrite(o->file ? "" : o->prompt, 1, o->file ? 0 : strlen(o->prompt), stdout);
         fflush(stdout);
     }
+    /* greedy on WebGPU: sampled on the GPU, step N+1 queued before token N is read */
+    struct wgllm_webgpu_ctx *gw = sp.temperature <= 0.0f ? wgllm_context_webgpu(c) : NULL;
+    if (st == WGLLM_STATUS_OK && gw && o->n_predict > 0) {
+        struct run_emit re = {o, m, d, gen, 0};
+        int n_out;
+        st = wgllm_webgpu_generate_greedy(gw, o->n_predict, run_emit_token, &re, &n_out, &err);
+        n_gen = re.n_gen;
+    } else
     while (st == WGLLM_STATUS_OK && n_gen < o->n_predict) {
         int32_t tok = wgllm_sampler_sample(s, wgllm_get_logits(c));
         if (!o->ignore_eos && wgllm_token_is_eog(m, tok)) break;

@@ -738,6 +738,7 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
     cp.n_batch = p.n_batch ? p.n_batch : 512;
     cp.n_threads = p.n_threads;
     cp.n_seq = p.n_slots;
+    cp.backend = p.backend, cp.gpu_mem = p.gpu_mem;
     enum wgllm_status st = wgllm_context_init(model, &cp, &e->ctx, err);
     if (st) {
         e->p.n_slots = 0;

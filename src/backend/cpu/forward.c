@@ -378,15 +378,8 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     char desc[sizeof(((struct wgllm_context *)0)->backend_desc)] = "cpu";
     struct wgllm_webgpu_ctx *gpu = NULL;
     if (p.backend != WGLLM_BACKEND_CPU) {
-        if (p.n_seq > 1 && p.backend == WGLLM_BACKEND_WEBGPU)
-            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "the WebGPU backend runs one sequence (n_seq %d)",
-                                   p.n_seq);
-        if (p.n_seq > 1)
-            snprintf(desc, sizeof desc, "cpu (auto: %d sequences; the WebGPU backend runs one)", p.n_seq);
-        else {
-            enum wgllm_status st = wgllm_webgpu_ctx_create(model, p.backend, p.n_ctx, &gpu, desc, sizeof desc, err);
-            if (st) return st;
-        }
+        enum wgllm_status st = wgllm_webgpu_ctx_create(model, &p, &gpu, desc, sizeof desc, err);
+        if (st) return st;
     }
     struct wgllm_context *c = calloc(1, sizeof(*c));
     if (!c) {
@@ -398,8 +391,8 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     if (gpu) {
         c->gpu = gpu;
         c->n_ctx = wgllm_webgpu_n_ctx(gpu);
-        c->n_seq = 1;
-        c->n_batch = p.n_batch;
+        c->n_seq = p.n_seq;
+        c->n_batch = wgllm_webgpu_n_batch(gpu);
         *out = c;
         return WGLLM_STATUS_OK;
     }
@@ -461,6 +454,7 @@ uint64_t wgllm_context_memory(const struct wgllm_context *c) {
 int wgllm_context_n_past(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_n_past(c->gpu) : c->n_past; }
 const char *wgllm_context_backend(const struct wgllm_context *c) { return c->backend_desc; }
 uint64_t wgllm_context_gpu_memory(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_gpu_bytes(c->gpu) : 0; }
+struct wgllm_webgpu_ctx *wgllm_context_webgpu(struct wgllm_context *c) { return c->gpu; }
 
 void wgllm_context_truncate(struct wgllm_context *c, int n_past) {
     if (c->gpu) return wgllm_webgpu_truncate(c->gpu, n_past);
@@ -537,9 +531,7 @@ const float *wgllm_get_logits_ith(const struct wgllm_context *c, int i) {
 
 enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *c, const struct wgllm_batch *b, bool embeddings,
                                              struct wgllm_error *err) {
-    if (c->gpu)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "multi-sequence batches run on the CPU backend only "
-                               "(this context runs on %s)", c->backend_desc);
+    if (c->gpu) return wgllm_webgpu_decode_batch(c->gpu, b, embeddings, err);
     if (b->n <= 0 || b->n > c->n_batch)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch of %d tokens (1..%d allowed)", b->n,
                                c->n_batch);
@@ -564,20 +556,25 @@ enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *c, const stru
     return WGLLM_STATUS_OK;
 }
 
-int wgllm_context_n_outputs(const struct wgllm_context *c) { return c->n_outputs; }
+int wgllm_context_n_outputs(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_n_outputs(c->gpu) : c->n_outputs; }
 
 const float *wgllm_context_output_logits(const struct wgllm_context *c, int j) {
+    if (c->gpu) return wgllm_webgpu_output(c->gpu, j, false);
     WGLLM_ASSERT(j >= 0 && j < c->n_outputs);
     return c->logits + (size_t)j * c->model->hp.n_vocab;
 }
 
 const float *wgllm_context_output_embd(const struct wgllm_context *c, int j) {
+    if (c->gpu) return wgllm_webgpu_output(c->gpu, j, true);
     WGLLM_ASSERT(j >= 0 && j < c->n_outputs);
     return c->embd + (size_t)j * c->model->hp.n_embd;
 }
 
 void wgllm_context_seq_copy(struct wgllm_context *c, int src, int dst, int n) {
-    WGLLM_ASSERT(!c->gpu); /* the engine's calls: CPU contexts only (decode_batch refuses WebGPU ones) */
+    if (c->gpu) {
+        wgllm_webgpu_seq_copy(c->gpu, src, dst, n);
+        return;
+    }
     WGLLM_ASSERT(src >= 0 && src < c->n_seq && dst >= 0 && dst < c->n_seq && n >= 0 && n <= c->n_ctx);
     if (src == dst || n == 0) return;
     const struct wgllm_hparams *hp = &c->model->hp;
@@ -618,10 +615,18 @@ static void seq_state_io(struct wgllm_context *c, int seq, int n, char *buf, boo
 }
 
 void wgllm_context_seq_save(const struct wgllm_context *c, int seq, int n, void *dst) {
+    if (c->gpu) {
+        wgllm_webgpu_seq_save(c->gpu, seq, n, dst);
+        return;
+    }
     seq_state_io((struct wgllm_context *)c, seq, n, dst, true);
 }
 
 void wgllm_context_seq_load(struct wgllm_context *c, int seq, int n, const void *src) {
+    if (c->gpu) {
+        wgllm_webgpu_seq_load(c->gpu, seq, n, src);
+        return;
+    }
     seq_state_io(c, seq, n, (char *)src, false);
 }
 

@@ -1,28 +1,38 @@
 /*
  * forward_webgpu.c - the decoder forward pass on WebGPU (see
- * forward_webgpu.h): the memory plan, weight streaming, the list of
- * dispatches of one token (built once: pipelines, parameter slots and bind
- * groups), and decode = write the step's token/position + attention length,
- * record the list into one batch, submit, read the logits back.
+ * forward_webgpu.h): the memory plan (fitted to the device's limits and the
+ * caller's budget), weight streaming, the list of dispatches of one batch
+ * (built once: pipelines, parameter slots and bind groups), and the batch
+ * call: write the batch's per-token data, record the list into one command
+ * batch sized for the batch's tokens, submit once, read back only the rows
+ * whose outputs are wanted.
  *
  * Step order follows the CPU backend (backend/cpu/forward.c): get_rows ->
  * per layer RMSNorm -> Q/K/V mat-vecs (+ qwen2 biases; qwen3 per-head q/k
- * RMSNorm) -> RoPE -> K,V stored as f16 -> attention -> output projection ->
- * residual add -> RMSNorm -> gate/up -> SwiGLU -> down -> residual add; final
- * RMSNorm -> logits. Rounding mirrors the CPU backend too (kernels.c): mat-vec
- * inputs to the weight's vec_dot_type, q and attention probabilities to
- * f16, lossless sums where the CPU sums in double, and the RoPE cos/sin
- * table made on the host each step by the CPU's own wgllm_op_rope_cache.
+ * RMSNorm) -> RoPE -> K,V stored as f16 at (sequence, position) ->
+ * attention of each token over its own sequence -> output projection ->
+ * residual add -> RMSNorm -> gate/up -> SwiGLU -> down -> residual add; in
+ * the last layer only the rows with outputs go on after attention (gathered
+ * into xo), then the final RMSNorm and (unless embeddings are wanted) the
+ * logits; a pass without outputs stops after the last attention. Rounding mirrors the CPU backend (kernels.c):
+ * mat-vec inputs to the weight's vec_dot_type, q and attention
+ * probabilities to f16, lossless sums where the CPU sums in double, and the
+ * RoPE cos/sin table made on the host by the CPU's own wgllm_op_rope_cache.
  *
- * Parameters: one uniform buffer of 256-byte slots (the arena). Slots are
- * deduplicated at build time (the layers share most of them) and written
- * once at init, except the attention slot, which holds the number of cached
- * positions and is rewritten before every submit. Queue writes are ordered
- * with submits on the queue timeline, so rewriting a slot after submitting
- * the batch that reads it never changes what that batch sees: the arena
- * needs no fences, and prompt tokens are queued back to back.
+ * Every dispatch is recorded once with its grid for one token and how the
+ * grid grows with the batch (struct gop): the kernels take the token index
+ * from the grid (gid.y / wid.y, or rows for the row kernels), so parameter
+ * slots never change and are written once at init (no per-step parameter
+ * writes at all). The per-token data (token id, cache row, attention length,
+ * output rows) go through one "step" buffer, the cos/sin table through
+ * another; queue writes are ordered with submits, so a batch is queued
+ * without waiting for the previous one unless its outputs are read back.
+ *
+ * KV cache: per layer one f16 K buffer and one V buffer, each [n_seq][n_ctx]
+ * rows of n_head_kv * head_dim; sequence operations are buffer copies.
  */
 #include "backend/webgpu/forward_webgpu.h"
+#include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "backend/webgpu/hal.h"
 #include "backend/webgpu/kernels.h"
@@ -39,6 +49,7 @@
 #define SLOT_BYTES 256
 #define UPLOAD_CHUNK ((size_t)16 << 20)       /* bytes per queue write */
 #define UPLOAD_SYNC_BYTES ((uint64_t)64 << 20) /* queued bytes before waiting: bounds Dawn's staging */
+#define OUT_BYTES ((uint64_t)16 << 20)         /* logits rows one pass keeps on the GPU (at least n_seq rows) */
 
 /* A matrix on the GPU: rows split across buffers when needed. */
 struct gweight {
@@ -52,10 +63,20 @@ struct gweight {
     } piece[MAX_PIECES];
 };
 
+/* How a dispatch's grid grows with the count (tokens of the chunk, or its
+ * outputs for the ops after the layers). */
+enum grow {
+    GROW_Y,  /* y = ceil(count / div): kernels that take the token from the grid's y */
+    GROW_X,  /* x = x * count: row kernels (one workgroup per row) */
+    GROW_XE, /* x = ceil(per * count / div): element-wise over all rows at once */
+};
+
 struct gop {
     struct wgllm_gpu_pipeline *pipe;
     struct wgllm_gpu_bindgroup *bg;
-    uint32_t x, y, z;
+    uint32_t x, per, div;
+    uint8_t grow;
+    int tok; /* >= 0: an op of that one token (row-split weights), run when tok < count */
     /* until the bind group exists */
     int slot, nb;
     struct wgllm_gpu_binding b[6];
@@ -65,28 +86,39 @@ struct wgllm_webgpu_ctx {
     struct wgllm_model *model;
     struct wgllm_gpu *gpu;
     const struct wgllm_wgsl_tune *tune;
-    int n_ctx, n_past;
+    int n_ctx, n_seq, n_batch, out_cap, n_past;
+    uint64_t gpu_mem;
 
     struct gweight *w;  /* 7 per layer, then tok_embd, output */
     int n_w;
     struct wgllm_gpu_buffer *vecs;                 /* every f32 vector */
-    struct wgllm_gpu_buffer **kc, **vc;            /* per layer */
-    struct wgllm_gpu_buffer *x, *xn, *q, *k, *v, *qr, *kr, *att, *tmp, *gate, *up, *ffh, *logits;
-    struct wgllm_gpu_buffer *xr; /* a mat-vec input rounded as the CPU rounds it (ROUND_ACT) */
-    struct wgllm_gpu_buffer *rope_cs; /* the step's RoPE cos/sin pairs, made on the host (n_rot floats) */
-    struct wgllm_gpu_buffer *scores;  /* attention scores/probabilities: n_ctx floats per head */
-    float *rope_host;                 /* host copy of rope_cs */
-    struct wgllm_gpu_buffer *step;                 /* u32: [0] token, [1] position */
+    struct wgllm_gpu_buffer **kc, **vc;            /* per layer, [n_seq][n_ctx] rows */
+    /* activations, n_batch rows each (xo and logits: out_cap rows) */
+    struct wgllm_gpu_buffer *x, *xn, *q, *k, *v, *qr, *kr, *att, *tmp, *gate, *up, *ffh, *xo, *att_o, *logits;
+    struct wgllm_gpu_buffer *xr;      /* a mat-vec input rounded as the CPU rounds it (ROUND_ACT) */
+    struct wgllm_gpu_buffer *rope_cs; /* cos/sin pairs of each token's position (n_batch x n_rot floats) */
+    struct wgllm_gpu_buffer *step;    /* u32 [4][n_batch]: token ids, cache rows, attention lengths, output rows */
     struct wgllm_gpu_buffer *arena, *readback;
+    struct wgllm_gpu_buffer *id_rb[2]; /* greedy on the GPU: the sampled ids, read back alternately */
+    float *rope_host;
+    uint32_t *step_host;
+    int32_t *b_pos, *b_seq; /* the single-sequence API's batch */
+    bool *b_want;           /* output flags of a batch (n_batch) */
 
     struct gop *ops;
-    int n_ops, cap_ops, n_ops_layers; /* ops [0, n_ops_layers) fill the KV cache; the rest make logits */
-    struct wgllm_kparams *slots;      /* host copy of the arena */
+    int n_ops, cap_ops;
+    int n_ops_layers, n_ops_norm; /* [0, layers): up to the last attention (all tokens); [layers, norm): the rest
+                                     of the last layer and the final norm (output rows only); then the logits */
+    int n_ops_logits;             /* [norm, logits): the logits; [logits, n_ops): argmax of logits row 0 into the
+                                     step's token 0 (greedy on the GPU) */
+    struct wgllm_kparams *slots;  /* host copy of the arena */
     int n_slots, cap_slots;
-    struct wgllm_kparams attn_kp;     /* slot 0 */
 
-    float *logits_host; /* logits_cap rows */
-    int logits_cap, n_logits;
+    float *out_host;   /* outputs of the last call: rows of n_vocab (logits) or n_embd floats */
+    size_t out_floats; /* allocated */
+    int n_outputs;     /* rows of the last decode_batch (or decode) */
+    bool out_embd;     /* they are embeddings */
+    int n_logits;      /* rows of the single-sequence API (0 after decode_batch) */
     struct wgllm_webgpu_plan plan;
 };
 
@@ -135,6 +167,10 @@ static enum wgllm_status plan_weight(struct wgllm_webgpu_ctx *g, const struct wg
     const struct wgllm_gpu_info *info = wgllm_gpu_get_info(g->gpu);
     gw->type = w->type, gw->ne0 = w->ne0, gw->ne1 = w->ne1, gw->row_size = w->row_size;
     uint64_t max_bytes = WGLLM_MIN(info->max_storage_binding_size, info->max_buffer_size);
+    /* WGLLM_WEBGPU_MAX_WEIGHT_BYTES: a smaller piece size, so that the split
+     * path runs (tests) or a browser's 128 MiB limit is mimicked natively */
+    const char *cap = getenv("WGLLM_WEBGPU_MAX_WEIGHT_BYTES");
+    if (cap && strtoull(cap, NULL, 10) > 0) max_bytes = WGLLM_MIN(max_bytes, strtoull(cap, NULL, 10));
     int64_t max_rows = (int64_t)(max_bytes / w->row_size);
     int64_t disp_rows = (int64_t)info->max_workgroups_per_dim * g->tune->rows_matvec;
     if (disp_rows < max_rows) max_rows = disp_rows;
@@ -178,9 +214,11 @@ static struct wgllm_gpu_pipeline *pipe_of(struct wgllm_webgpu_ctx *g, enum wgllm
     return p;
 }
 
+/* ---- the list of dispatches -------------------------------------------- */
+
 /* The arena slot holding kp (shared with an equal earlier one). */
 static int slot_of(struct wgllm_webgpu_ctx *g, const struct wgllm_kparams *kp) {
-    for (int i = 1; i < g->n_slots; i++)
+    for (int i = 0; i < g->n_slots; i++)
         if (!memcmp(&g->slots[i], kp, sizeof *kp)) return i;
     if (g->n_slots == g->cap_slots) {
         int cap = g->cap_slots ? 2 * g->cap_slots : 64;
@@ -203,16 +241,18 @@ struct builder {
     bool keep_round; /* the op being added does not write rsrc */
 };
 
-/* Adds a dispatch; bindings 1.. are whole buffers. slot -1: by value of kp. */
-static void add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const struct wgllm_kparams *kp, int slot,
-                   uint32_t x, int nb, struct wgllm_gpu_buffer *b1, struct wgllm_gpu_buffer *b2,
-                   struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4) {
+/* Adds a dispatch with grid x for one token growing as `grow` says (per and
+ * div for GROW_XE / GROW_Y); bindings 1.. are whole buffers. Returns it (NULL
+ * after a failure). */
+static struct gop *add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const struct wgllm_kparams *kp,
+                          enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1,
+                          struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4) {
     struct wgllm_webgpu_ctx *g = bd->g;
     if (!bd->keep_round) bd->rsrc = NULL;
-    if (bd->failed) return;
+    if (bd->failed) return NULL;
     if (!p) {
         bd->failed = true;
-        return;
+        return NULL;
     }
     if (g->n_ops == g->cap_ops) {
         int cap = g->cap_ops ? 2 * g->cap_ops : 128;
@@ -220,7 +260,7 @@ static void add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const struc
         if (!np) {
             wgllm_error_set(bd->err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the dispatch list");
             bd->failed = true;
-            return;
+            return NULL;
         }
         g->ops = np;
         g->cap_ops = cap;
@@ -228,58 +268,104 @@ static void add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const struc
     struct gop *o = &g->ops[g->n_ops++];
     memset(o, 0, sizeof *o);
     o->pipe = p;
-    o->x = x ? x : 1, o->y = 1, o->z = 1;
-    o->slot = slot >= 0 ? slot : slot_of(g, kp);
+    o->x = x ? x : 1;
+    o->grow = (uint8_t)grow;
+    o->per = 1, o->div = 1;
+    o->tok = -1;
+    o->slot = slot_of(g, kp);
     if (o->slot < 0) {
         wgllm_error_set(bd->err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for kernel parameters");
         bd->failed = true;
-        return;
+        return NULL;
     }
     struct wgllm_gpu_buffer *bs[4] = {b1, b2, b3, b4};
     o->nb = nb + 1;
     for (int i = 0; i < nb; i++) o->b[i + 1] = (struct wgllm_gpu_binding){bs[i], 0, 0};
+    return o;
 }
 
 static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
 
-/* y = W x. The input is first rounded as the CPU backend rounds it (to the
- * weight's vec_dot_type: Q8_0 blocks for Q8_0/Q4_0, f16 for F16), so that
- * both backends compute the same products and greedy decoding agrees even
- * on near-ties; consecutive mat-vecs of one input share the rounding. */
+/* An element-wise op over `per` elements of each row, all rows in one grid. */
+static void add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const struct wgllm_kparams *kp, uint32_t per,
+                      uint32_t div, int nb, struct wgllm_gpu_buffer *b1, struct wgllm_gpu_buffer *b2,
+                      struct wgllm_gpu_buffer *b3) {
+    struct gop *o = add_op(bd, p, kp, GROW_XE, 1, nb, b1, b2, b3, NULL);
+    if (o) o->per = per, o->div = div;
+}
+
+/* The kernel of the mat-vecs over a batch of tokens, in one place: MATVEC
+ * loops tokens over the grid's y. When kernels.c has the tiled MATMUL (same
+ * bindings and meaning, p.h = rows of tokens, grid (ceil(rows / TILE_N),
+ * ceil(tokens / TILE_M))), return it here for types it supports, with its
+ * TILE_N / TILE_M as rows_per_wg / tok_per_wg; add_matvec sets p.h to the
+ * destination's row capacity (the kernel bounds-checks tokens against it). */
+struct mm_choice {
+    enum wgllm_kernel kernel;
+    uint32_t rows_per_wg, tok_per_wg;
+    bool sets_h;
+};
+static struct mm_choice batch_matmul(const struct wgllm_webgpu_ctx *g, uint32_t type) {
+    (void)type;
+    return (struct mm_choice){WGLLM_KERNEL_MATVEC, g->tune->rows_matvec, 1, false};
+}
+
+/* y[t] = W x[t] for the rows of the batch. The input is first rounded as
+ * the CPU backend rounds it (to the weight's vec_dot_type: Q8_0 blocks for
+ * Q8_0/Q4_0, f16 for F16), so that both backends compute the same products
+ * and greedy decoding agrees even on near-ties; consecutive mat-vecs of one
+ * input share the rounding. `cap` is the row capacity of y (n_batch or
+ * out_cap), for per-token ops of row-split weights. */
 static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
-                       struct wgllm_gpu_buffer *y) {
+                       struct wgllm_gpu_buffer *y, int cap) {
     struct wgllm_webgpu_ctx *g = bd->g;
     const uint32_t vt = wgllm_type_traits(w->type)->vec_dot_type;
     if (vt != WGLLM_TYPE_F32 && wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vt)) {
         if (bd->rsrc != x || bd->rtype != vt) {
-            struct wgllm_kparams kp = {.n = (uint32_t)w->ne0};
-            add_op(bd, pipe_of(g, WGLLM_KERNEL_ROUND_ACT, vt, false, bd->err), &kp, -1,
-                   ceil_div(ceil_div(kp.n, 32), g->tune->wg_elem), 2, x, g->xr, NULL, NULL);
+            struct wgllm_kparams kp = {.n = (uint32_t)w->ne0 * (uint32_t)cap};
+            add_elems(bd, pipe_of(g, WGLLM_KERNEL_ROUND_ACT, vt, false, bd->err), &kp, (uint32_t)w->ne0,
+                      32 * g->tune->wg_elem, 2, x, g->xr, NULL);
             bd->rsrc = x, bd->rtype = vt;
         }
         x = g->xr;
     }
     bd->keep_round = true;
-    struct wgllm_gpu_pipeline *p = pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err);
-    for (int i = 0; i < w->n_pieces; i++) {
-        struct wgllm_kparams kp = {.n = (uint32_t)w->piece[i].rows, .k = (uint32_t)w->ne0, .c = (uint32_t)w->piece[i].row0};
-        add_op(bd, p, &kp, -1, ceil_div(kp.n, g->tune->rows_matvec), 3, w->piece[i].buf, x, y, NULL);
+    const struct mm_choice mm = batch_matmul(g, w->type);
+    struct wgllm_gpu_pipeline *p = pipe_of(g, mm.kernel, w->type, false, bd->err);
+    if (w->n_pieces == 1) {
+        struct wgllm_kparams kp = {.n = (uint32_t)w->ne1, .k = (uint32_t)w->ne0};
+        if (mm.sets_h) kp.h = (uint32_t)cap;
+        struct gop *o = add_op(bd, p, &kp, GROW_Y, ceil_div(kp.n, mm.rows_per_wg), 3, w->piece[0].buf, x, y, NULL);
+        if (o) o->div = mm.tok_per_wg;
+    } else {
+        /* MATVEC writes token t's rows at c + t * (rows of the piece): with
+         * several pieces each token gets its own dispatches */
+        for (int t = 0; t < cap; t++)
+            for (int i = 0; i < w->n_pieces; i++) {
+                struct wgllm_kparams kp = {.n = (uint32_t)w->piece[i].rows, .k = (uint32_t)w->ne0,
+                                           .b = (uint32_t)(t * w->ne0),
+                                           .c = (uint32_t)(t * w->ne1 + w->piece[i].row0)};
+                struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err), &kp, GROW_Y,
+                                       ceil_div(kp.n, g->tune->rows_matvec), 3, w->piece[i].buf, x, y, NULL);
+                if (o) o->tok = t, o->div = 1u << 30; /* y = 1 */
+            }
     }
     bd->keep_round = false;
 }
 
 static void add_rms(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t w_off,
-                    uint32_t n, uint32_t rows) {
+                    uint32_t n, uint32_t rows_per_tok) {
     struct wgllm_webgpu_ctx *g = bd->g;
     struct wgllm_kparams kp = {.n = n, .b = w_off, .f0 = g->model->hp.rms_eps};
-    add_op(bd, pipe_of(g, WGLLM_KERNEL_RMS_NORM, 0, false, bd->err), &kp, -1, rows, 3, x, g->vecs, y, NULL);
+    add_op(bd, pipe_of(g, WGLLM_KERNEL_RMS_NORM, 0, false, bd->err), &kp, GROW_X, rows_per_tok, 3, x, g->vecs, y, NULL);
 }
 
-static void add_add(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
-                    uint32_t n) {
+/* x[t] += y[t] (y_stride n), or x[t] += y (y_stride 0: a bias at y_off). */
+static void add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
+                     uint32_t n, uint32_t y_stride) {
     struct wgllm_webgpu_ctx *g = bd->g;
-    struct wgllm_kparams kp = {.n = n, .b = y_off};
-    add_op(bd, pipe_of(g, WGLLM_KERNEL_ADD, 0, false, bd->err), &kp, -1, ceil_div(n, g->tune->wg_elem), 2, x,
+    struct wgllm_kparams kp = {.n = n, .b = y_off, .m = y_stride};
+    add_op(bd, pipe_of(g, WGLLM_KERNEL_ADD_ROWS, 0, false, bd->err), &kp, GROW_Y, ceil_div(n, g->tune->wg_elem), 2, x,
            y, NULL, NULL);
 }
 
@@ -295,71 +381,81 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
     const struct wgllm_hparams *hp = &m->hp;
     const struct wgllm_wgsl_tune *t = g->tune;
     const uint32_t E = (uint32_t)hp->n_embd, F = (uint32_t)hp->n_ff, dk = (uint32_t)hp->head_dim_k,
-                   dv = (uint32_t)hp->head_dim_v;
+                   dv = (uint32_t)hp->head_dim_v, B = (uint32_t)g->n_batch;
     const uint32_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
     const bool neox = hp->rope_type == WGLLM_ROPE_NEOX;
-
-    /* slot 0: attention, rewritten every step */
-    g->attn_kp = (struct wgllm_kparams){.n = 1, .k = dk, .m = dv, .e = KD, .i = VD,
-                                        .g = (uint32_t)(hp->n_head / hp->n_head_kv), .j = (uint32_t)g->n_ctx,
-                                        .f0 = 1.0f / sqrtf((float)dk)};
-    if (slot_of(g, &g->attn_kp) != 0) {
-        bd->failed = true;
-        return;
-    }
 
     const struct gweight *emb = &g->w[7 * hp->n_layer];
     struct wgllm_gpu_pipeline *pg = pipe_of(g, WGLLM_KERNEL_GET_ROWS, emb->type, false, bd->err);
     for (int i = 0; i < emb->n_pieces; i++) {
         struct wgllm_kparams kp = {.k = E, .b = 0, .c = 0};
         if (emb->n_pieces > 1) kp.d = (uint32_t)emb->piece[i].row0, kp.e = (uint32_t)emb->piece[i].rows;
-        add_op(bd, pg, &kp, -1, ceil_div(E, t->wg_elem), 3, emb->piece[i].buf, g->step, g->x, NULL);
+        add_op(bd, pg, &kp, GROW_Y, ceil_div(E, t->wg_elem), 3, emb->piece[i].buf, g->step, g->x, NULL);
     }
 
     struct wgllm_gpu_pipeline *prope = pipe_of(g, WGLLM_KERNEL_ROPE, 0, neox, bd->err);
-    struct wgllm_gpu_pipeline *pstore = pipe_of(g, WGLLM_KERNEL_STORE_F16, 0, false, bd->err);
-    struct wgllm_gpu_pipeline *pattn = pipe_of(g, WGLLM_KERNEL_ATTN, WGLLM_TYPE_F16, false, bd->err);
+    struct wgllm_gpu_pipeline *pstore = pipe_of(g, WGLLM_KERNEL_STORE_KV, 0, false, bd->err);
+    struct wgllm_gpu_pipeline *pattn = pipe_of(g, WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false, bd->err);
     struct wgllm_gpu_pipeline *pswi = pipe_of(g, WGLLM_KERNEL_SWIGLU, 0, false, bd->err);
     for (int il = 0; il < hp->n_layer && !bd->failed; il++) {
         const struct gweight *W = &g->w[7 * il];
         const struct wgllm_layer *L = &m->layers[il];
         add_rms(bd, g->x, g->xn, vo->attn_norm[il], E, 1);
         /* q and k: straight into q/k, or through qr/kr and the per-head norm */
-        add_matvec(bd, &W[0], g->xn, L->q_norm ? g->qr : g->q);
-        add_matvec(bd, &W[1], g->xn, L->k_norm ? g->kr : g->k);
-        add_matvec(bd, &W[2], g->xn, g->v);
-        if (L->bq) add_add(bd, g->q, g->vecs, vo->bq[il], QD);
-        if (L->bk) add_add(bd, g->k, g->vecs, vo->bk[il], KD);
-        if (L->bv) add_add(bd, g->v, g->vecs, vo->bv[il], VD);
+        add_matvec(bd, &W[0], g->xn, L->q_norm ? g->qr : g->q, g->n_batch);
+        add_matvec(bd, &W[1], g->xn, L->k_norm ? g->kr : g->k, g->n_batch);
+        add_matvec(bd, &W[2], g->xn, g->v, g->n_batch);
+        if (L->bq) add_rows(bd, g->q, g->vecs, vo->bq[il], QD, 0);
+        if (L->bk) add_rows(bd, g->k, g->vecs, vo->bk[il], KD, 0);
+        if (L->bv) add_rows(bd, g->v, g->vecs, vo->bv[il], VD, 0);
         if (L->q_norm) add_rms(bd, g->qr, g->q, vo->q_norm[il], dk, (uint32_t)hp->n_head);
         if (L->k_norm) add_rms(bd, g->kr, g->k, vo->k_norm[il], dk, (uint32_t)hp->n_head_kv);
         struct wgllm_kparams rq = {.n = (uint32_t)hp->n_head, .m = (uint32_t)hp->n_rot, .k = dk, .b = QD};
         struct wgllm_kparams rk = rq;
         rk.n = (uint32_t)hp->n_head_kv, rk.b = KD;
-        add_op(bd, prope, &rq, -1, ceil_div((uint64_t)rq.n * (rq.m / 2), t->wg_elem), 2, g->q, g->rope_cs, NULL, NULL);
-        add_op(bd, prope, &rk, -1, ceil_div((uint64_t)rk.n * (rk.m / 2), t->wg_elem), 2, g->k, g->rope_cs, NULL, NULL);
-        struct wgllm_kparams sk = {.n = KD / 2, .b = 1, .e = KD / 2}, sv = {.n = VD / 2, .b = 1, .e = VD / 2};
-        add_op(bd, pstore, &sk, -1, ceil_div(sk.n, t->wg_elem), 3, g->k, g->step, g->kc[il], NULL);
-        add_op(bd, pstore, &sv, -1, ceil_div(sv.n, t->wg_elem), 3, g->v, g->step, g->vc[il], NULL);
-        add_op(bd, pattn, NULL, 0, (uint32_t)hp->n_head, 4, g->q, g->kc[il], g->vc[il], g->att);
-        if (!bd->failed) { /* the fifth buffer: the scores scratch */
-            struct gop *o = &g->ops[g->n_ops - 1];
-            o->b[o->nb++] = (struct wgllm_gpu_binding){g->scores, 0, 0};
+        add_op(bd, prope, &rq, GROW_Y, ceil_div((uint64_t)rq.n * (rq.m / 2), t->wg_elem), 2, g->q, g->rope_cs, NULL, NULL);
+        add_op(bd, prope, &rk, GROW_Y, ceil_div((uint64_t)rk.n * (rk.m / 2), t->wg_elem), 2, g->k, g->rope_cs, NULL, NULL);
+        struct wgllm_kparams sk = {.n = KD / 2, .k = KD, .b = B, .e = KD / 2};
+        struct wgllm_kparams sv = {.n = VD / 2, .k = VD, .b = B, .e = VD / 2};
+        add_op(bd, pstore, &sk, GROW_Y, ceil_div(sk.n, t->wg_elem), 3, g->k, g->step, g->kc[il], NULL);
+        add_op(bd, pstore, &sv, GROW_Y, ceil_div(sv.n, t->wg_elem), 3, g->v, g->step, g->vc[il], NULL);
+        struct wgllm_kparams ak = {.k = dk, .m = dv, .e = KD, .i = VD, .g = (uint32_t)(hp->n_head / hp->n_head_kv),
+                                   .a = QD, .d = OD, .b = B, .c = 2 * B, .f0 = 1.0f / sqrtf((float)dk)};
+        struct gop *o = add_op(bd, pattn, &ak, GROW_Y, (uint32_t)hp->n_head, 4, g->q, g->kc[il], g->vc[il], g->att);
+        if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){g->step, 0, 0};
+        /* In the last layer only the rows whose outputs are wanted go on after
+         * attention (the others only had to fill the KV cache), as on the CPU:
+         * they are gathered (x and att as F32 tables, the step's output rows
+         * as ids) into xo / att_o, and the ops from here on run per output. */
+        struct wgllm_gpu_buffer *xa = g->x, *aa = g->att;
+        int cap = g->n_batch;
+        if (il == hp->n_layer - 1) {
+            g->n_ops_layers = g->n_ops;
+            struct wgllm_gpu_pipeline *pgf = pipe_of(g, WGLLM_KERNEL_GET_ROWS, WGLLM_TYPE_F32, false, bd->err);
+            struct wgllm_kparams gx = {.k = E, .b = 3 * B}, ga = {.k = OD, .b = 3 * B};
+            add_op(bd, pgf, &gx, GROW_Y, ceil_div(E, t->wg_elem), 3, g->x, g->step, g->xo, NULL);
+            add_op(bd, pgf, &ga, GROW_Y, ceil_div(OD, t->wg_elem), 3, g->att, g->step, g->att_o, NULL);
+            xa = g->xo, aa = g->att_o, cap = g->out_cap;
         }
-        add_matvec(bd, &W[3], g->att, g->tmp);
-        add_add(bd, g->x, g->tmp, 0, E);
-        add_rms(bd, g->x, g->xn, vo->ffn_norm[il], E, 1);
-        add_matvec(bd, &W[4], g->xn, g->gate);
-        add_matvec(bd, &W[5], g->xn, g->up);
-        struct wgllm_kparams sw = {.n = F};
-        add_op(bd, pswi, &sw, -1, ceil_div(F, t->wg_elem), 3, g->gate, g->up, g->ffh, NULL);
-        add_matvec(bd, &W[6], g->ffh, g->tmp);
-        add_add(bd, g->x, g->tmp, 0, E);
+        add_matvec(bd, &W[3], aa, g->tmp, cap);
+        add_rows(bd, xa, g->tmp, 0, E, E);
+        add_rms(bd, xa, g->xn, vo->ffn_norm[il], E, 1);
+        add_matvec(bd, &W[4], g->xn, g->gate, cap);
+        add_matvec(bd, &W[5], g->xn, g->up, cap);
+        struct wgllm_kparams sw = {.n = F * (uint32_t)cap};
+        add_elems(bd, pswi, &sw, F, t->wg_elem, 3, g->gate, g->up, g->ffh);
+        add_matvec(bd, &W[6], g->ffh, g->tmp, cap);
+        add_rows(bd, xa, g->tmp, 0, E, E);
     }
-    (void)OD;
-    g->n_ops_layers = g->n_ops;
-    add_rms(bd, g->x, g->xn, vo->output_norm, E, 1);
-    add_matvec(bd, &g->w[7 * hp->n_layer + 1], g->xn, g->logits);
+    /* the final norm of the output rows, then the logits */
+    add_rms(bd, g->xo, g->xn, vo->output_norm, E, 1);
+    g->n_ops_norm = g->n_ops;
+    add_matvec(bd, &g->w[7 * hp->n_layer + 1], g->xn, g->logits, g->out_cap);
+    g->n_ops_logits = g->n_ops;
+    struct wgllm_kparams am = {.n = (uint32_t)hp->n_vocab};
+    struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_ARGMAX, 0, false, bd->err), &am, GROW_Y, 1, 2, g->logits, g->step,
+                           NULL, NULL);
+    if (o) o->div = 1u << 30; /* one row: y = 1 */
 }
 
 /* ---- create / free ------------------------------------------------------ */
@@ -369,7 +465,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
     if (g->gpu) {
         for (int i = 0; i < g->n_ops; i++) wgllm_gpu_bindgroup_destroy(g->gpu, g->ops[i].bg);
         /* buffers go with the device; destroying them first keeps the counters honest */
-        for (int i = 0; i < g->n_w; i++)
+        for (int i = 0; g->w && i < g->n_w; i++)
             for (int p = 0; p < g->w[i].n_pieces; p++)
                 if (i != 7 * g->model->hp.n_layer + 1 || g->w[i].piece[p].buf != g->w[i - 1].piece[p].buf)
                     wgllm_gpu_buffer_destroy(g->gpu, g->w[i].piece[p].buf);
@@ -377,7 +473,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         for (int il = 0; g->vc && il < g->model->hp.n_layer; il++) wgllm_gpu_buffer_destroy(g->gpu, g->vc[il]);
         struct wgllm_gpu_buffer *bs[] = {g->vecs, g->x,   g->xn,  g->q,      g->k,    g->v,        g->qr,    g->kr,
                                          g->att,  g->tmp, g->gate, g->up,    g->ffh,  g->logits,   g->step,  g->arena,
-                                         g->readback, g->xr, g->rope_cs, g->scores};
+                                         g->readback, g->xr, g->rope_cs, g->xo, g->att_o, g->id_rb[0], g->id_rb[1]};
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) wgllm_gpu_buffer_destroy(g->gpu, bs[i]);
         wgllm_gpu_close(g->gpu);
     }
@@ -386,8 +482,12 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
     free(g->vc);
     free(g->ops);
     free(g->slots);
-    free(g->logits_host);
+    free(g->out_host);
     free(g->rope_host);
+    free(g->step_host);
+    free(g->b_pos);
+    free(g->b_seq);
+    free(g->b_want);
     free(g);
 }
 
@@ -398,10 +498,118 @@ static bool weight_ok(const struct wgllm_weight *w, enum wgllm_kernel k, char *w
     return false;
 }
 
+static uint64_t round16(uint64_t b) { return (b + 15) & ~(uint64_t)15; }
+
+/* GPU bytes of everything but the KV cache, as create() allocates it, for
+ * batches of B tokens and OC output rows (an upper bound: the vectors and
+ * the parameter arena are counted generously). */
+static uint64_t plan_fixed(const struct wgllm_webgpu_ctx *g, uint64_t B, uint64_t OC) {
+    const struct wgllm_model *m = g->model;
+    const struct wgllm_hparams *hp = &m->hp;
+    const uint64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab, dk = hp->head_dim_k, dv = hp->head_dim_v;
+    const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
+    uint64_t fixed = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct wgllm_layer *L = &m->layers[il];
+        const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int j = 0; j < 7; j++) fixed += round16((uint64_t)ws[j]->row_size * ws[j]->ne1);
+        fixed += (2 * E + QD + KD + VD + 2 * dk) * 4; /* vectors, at most */
+    }
+    fixed += round16((uint64_t)m->tok_embd.row_size * m->tok_embd.ne1);
+    if (m->output.data != m->tok_embd.data) fixed += round16((uint64_t)m->output.row_size * m->output.ne1);
+    fixed += B * (2 * E + QD + KD + VD + OD + E + 3 * F + (m->layers[0].q_norm ? QD + KD : 0) +
+                  WGLLM_MAX(WGLLM_MAX(E, F), OD) + hp->n_rot + 4) * 4;
+    fixed += OC * (2 * E + OD + V) * 4 + OC * WGLLM_MAX(V, E) * 4 + 64 * 1024; /* outputs, readback, parameter arena */
+    return fixed;
+}
+
+/* Fits the plan to the device and the budget before anything is allocated:
+ * n_batch shrinks so that an activation of the batch fits one binding;
+ * n_ctx so that a layer's K or V cache of all sequences fits one binding.
+ * With a budget (gpu_mem), the output rows per pass and then n_batch shrink
+ * first (down to n_seq rows and 32 tokens: they cost speed, not results)
+ * while the budget cannot hold min(n_ctx, 256) positions, then n_ctx
+ * shrinks to what the budget holds. Says what changed and why (plan.note
+ * and a warning). */
+static enum wgllm_status fit_plan(struct wgllm_webgpu_ctx *g, struct wgllm_error *err) {
+    const struct wgllm_model *m = g->model;
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct wgllm_gpu_info *info = wgllm_gpu_get_info(g->gpu);
+    const uint64_t E = hp->n_embd, F = hp->n_ff, dk = hp->head_dim_k, dv = hp->head_dim_v;
+    const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
+    const uint64_t max_bind = WGLLM_MIN(info->max_storage_binding_size, info->max_buffer_size);
+    const int n_ctx0 = g->n_ctx, n_batch0 = g->n_batch, out0 = g->out_cap;
+    char why[160] = "";
+
+    const uint64_t row_max = WGLLM_MAX(WGLLM_MAX(E, F), WGLLM_MAX(QD, OD)) * 4;
+    if ((uint64_t)g->n_batch * row_max > max_bind) {
+        g->n_batch = (int)(max_bind / row_max);
+        snprintf(why, sizeof why, "a batch's activations must fit the device's %llu-byte binding",
+                 (unsigned long long)max_bind);
+    }
+    /* grids that grow with the batch along x: element-wise ops over all rows
+     * (SwiGLU, the activation rounding) and one workgroup per head row */
+    const uint64_t max_wg = info->max_workgroups_per_dim;
+    const uint64_t per_tok = WGLLM_MAX(WGLLM_MAX(ceil_div(F, g->tune->wg_elem), ceil_div(WGLLM_MAX(E, OD), 32ull * g->tune->wg_elem)),
+                                       (uint64_t)hp->n_head);
+    if ((uint64_t)g->n_batch * per_tok > max_wg) {
+        g->n_batch = (int)(max_wg / per_tok);
+        snprintf(why, sizeof why, "a batch's element-wise grids must fit the device's %llu workgroups per dimension",
+                 (unsigned long long)max_wg);
+    }
+    const uint64_t kv_row = WGLLM_MAX(KD, VD) * 2;
+    if ((uint64_t)g->n_seq * g->n_ctx * kv_row > max_bind) {
+        g->n_ctx = (int)(max_bind / (kv_row * (uint64_t)g->n_seq));
+        snprintf(why, sizeof why, "a layer's K/V cache of %d sequences must fit the device's %llu-byte binding",
+                 g->n_seq, (unsigned long long)max_bind);
+    }
+    g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
+    const uint64_t kv_pos = (uint64_t)hp->n_layer * g->n_seq * (KD + VD) * 2; /* bytes per position of every slot */
+    uint64_t fixed = plan_fixed(g, (uint64_t)g->n_batch, (uint64_t)g->out_cap);
+    g->plan.budget = g->gpu_mem;
+    if (g->gpu_mem && fixed + kv_pos * (uint64_t)g->n_ctx > g->gpu_mem) {
+        const uint64_t want = fixed + kv_pos * (uint64_t)g->n_ctx;
+        const int min_ctx = WGLLM_MIN(g->n_ctx, 256);
+        while (fixed + kv_pos * (uint64_t)min_ctx > g->gpu_mem && (g->out_cap > g->n_seq || g->n_batch > 32)) {
+            if (g->out_cap > g->n_seq) g->out_cap = WGLLM_MAX(g->n_seq, g->out_cap / 2);
+            else g->n_batch = WGLLM_MAX(32, g->n_batch / 2), g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
+            fixed = plan_fixed(g, (uint64_t)g->n_batch, (uint64_t)g->out_cap);
+        }
+        if (fixed + kv_pos > g->gpu_mem)
+            return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "the GPU memory budget of %.1f MiB is too small: "
+                                   "weights and scratch need %.1f MiB before any KV cache (%d sequences, batches of "
+                                   "%d tokens)", g->gpu_mem / 1048576.0, fixed / 1048576.0, g->n_seq, g->n_batch);
+        if (fixed + kv_pos * (uint64_t)g->n_ctx > g->gpu_mem) g->n_ctx = (int)((g->gpu_mem - fixed) / kv_pos);
+        snprintf(why, sizeof why, "%d sequences x %d positions need %.1f MiB, more than the GPU memory budget of "
+                 "%.1f MiB", g->n_seq, n_ctx0, want / 1048576.0, g->gpu_mem / 1048576.0);
+    }
+    if (g->n_ctx < 1)
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "no room for a KV cache of %d sequences", g->n_seq);
+    g->n_batch = WGLLM_MIN(g->n_batch, g->n_ctx * g->n_seq);
+    g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
+    if (why[0]) {
+        char *note = g->plan.note;
+        const size_t cap = sizeof g->plan.note;
+        int k = 0;
+        if (g->n_ctx != n_ctx0) k += snprintf(note + k, cap - k, "context %d -> %d positions, ", n_ctx0, g->n_ctx);
+        if (g->n_batch != n_batch0 && k < (int)cap)
+            k += snprintf(note + k, cap - k, "batches %d -> %d tokens, ", n_batch0, g->n_batch);
+        if (g->out_cap != WGLLM_MIN(out0, n_batch0) && k < (int)cap)
+            k += snprintf(note + k, cap - k, "output rows per pass %d -> %d, ", WGLLM_MIN(out0, n_batch0), g->out_cap);
+        if (k < (int)cap) snprintf(note + k, cap - k, "because %s", why);
+        wgllm_log(WGLLM_LOG_WARN, "webgpu: %s", note);
+    }
+    g->plan.n_ctx = g->n_ctx;
+    g->plan.n_ctx_requested = n_ctx0;
+    g->plan.n_seq = g->n_seq;
+    g->plan.n_batch = g->n_batch;
+    g->plan.estimate = fixed + kv_pos * (uint64_t)g->n_ctx;
+    return WGLLM_STATUS_OK;
+}
+
 static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *err) {
     struct wgllm_model *m = g->model;
     const struct wgllm_hparams *hp = &m->hp;
-    const struct wgllm_gpu_info *info = wgllm_gpu_get_info(g->gpu);
     const uint64_t E = hp->n_embd, F = hp->n_ff, dk = hp->head_dim_k, dv = hp->head_dim_v;
     const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
     if (KD % 2 || VD % 2 || dk % 2)
@@ -410,23 +618,26 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     if (dk > (uint64_t)g->tune->wg_attn * g->tune->attn_max_dims || dv > (uint64_t)g->tune->wg_attn * g->tune->attn_max_dims)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: head dims %llu/%llu exceed the attention kernel's %u",
                                (unsigned long long)dk, (unsigned long long)dv, g->tune->wg_attn * g->tune->attn_max_dims);
-    /* the KV cache of a layer must fit one binding: shrink the context, and say so */
-    uint64_t per_pos = WGLLM_MAX(KD, VD) * 2, max_bind = WGLLM_MIN(info->max_storage_binding_size, info->max_buffer_size);
-    if ((uint64_t)g->n_ctx * per_pos > max_bind) {
-        int n = (int)(max_bind / per_pos);
-        wgllm_log(WGLLM_LOG_WARN, "webgpu: context shrunk from %d to %d positions (a layer's KV cache must fit the "
-                  "device's %llu-byte binding)", g->n_ctx, n, (unsigned long long)max_bind);
-        g->n_ctx = n;
-    }
-    g->plan.n_ctx = g->n_ctx;
+    const uint64_t V = hp->n_vocab;
+    g->out_cap = (int)WGLLM_MAX((uint64_t)g->n_seq, OUT_BYTES / (V * 4));
+    enum wgllm_status st = fit_plan(g, err);
+    if (st) return st;
+    const uint64_t B = (uint64_t)g->n_batch, OC = (uint64_t)g->out_cap;
 
     /* small buffers first: the step buffer and readback are needed by the upload's waits */
-    const uint64_t V = hp->n_vocab;
-    g->step = gbuf(g, 16, WGLLM_GPU_STORAGE, "step", &g->plan.params, err);
-    g->readback = g->step ? gbuf(g, V * 4, WGLLM_GPU_READBACK, "logits readback", &g->plan.logits, err) : NULL;
+    g->step = gbuf(g, 4 * B * 4, WGLLM_GPU_STORAGE, "step", &g->plan.params, err);
+    g->readback = g->step ? gbuf(g, OC * WGLLM_MAX(V, E) * 4, WGLLM_GPU_READBACK, "output readback", &g->plan.logits, err) : NULL;
+    for (int i = 0; i < 2 && g->readback; i++)
+        if (!(g->id_rb[i] = gbuf(g, 16, WGLLM_GPU_READBACK, "id readback", &g->plan.params, err))) g->readback = NULL;
     if (!g->readback) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-    uint32_t zero[4] = {0};
-    wgllm_gpu_buffer_write(g->gpu, g->step, 0, zero, sizeof zero);
+    g->step_host = calloc(4 * B, sizeof(uint32_t));
+    g->rope_host = malloc(B * (size_t)hp->n_rot * sizeof(float));
+    g->b_pos = malloc(B * sizeof(int32_t));
+    g->b_seq = calloc(B, sizeof(int32_t));
+    g->b_want = calloc(B, sizeof(bool));
+    if (!g->step_host || !g->rope_host || !g->b_pos || !g->b_seq || !g->b_want)
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    wgllm_gpu_buffer_write(g->gpu, g->step, 0, g->step_host, 4 * B * 4);
 
     /* weights */
     uint64_t pending = 0;
@@ -435,7 +646,6 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     g->kc = calloc((size_t)hp->n_layer, sizeof *g->kc);
     g->vc = calloc((size_t)hp->n_layer, sizeof *g->vc);
     if (!g->w || !g->kc || !g->vc) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-    enum wgllm_status st = WGLLM_STATUS_OK;
     for (int il = 0; il < hp->n_layer && !st; il++) {
         const struct wgllm_layer *L = &m->layers[il];
         const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
@@ -449,6 +659,7 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
         return st;
 
     /* vectors: one buffer, offsets in floats */
+    if (hp->n_layer > 512) return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: %d layers (at most 512)", hp->n_layer);
     uint32_t *offs = calloc((size_t)hp->n_layer * 7, sizeof(uint32_t));
     if (!offs) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     struct vec_offsets vo = {offs, offs + hp->n_layer, offs + 2 * hp->n_layer, offs + 3 * hp->n_layer,
@@ -460,10 +671,6 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     } vl[7 * 512 + 1];
     int nv = 0;
     uint64_t total = 0;
-    if (hp->n_layer > 512) {
-        free(offs);
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: %d layers (at most 512)", hp->n_layer);
-    }
     for (int il = 0; il < hp->n_layer; il++) {
         const struct wgllm_layer *L = &m->layers[il];
         const float *d[7] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
@@ -483,9 +690,10 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     }
 
     /* KV cache and activations */
+    const uint64_t rows = (uint64_t)g->n_seq * g->n_ctx;
     for (int il = 0; il < hp->n_layer; il++) {
-        g->kc[il] = gbuf(g, (uint64_t)g->n_ctx * KD * 2, WGLLM_GPU_STORAGE, "k cache", &g->plan.kv_cache, err);
-        g->vc[il] = g->kc[il] ? gbuf(g, (uint64_t)g->n_ctx * VD * 2, WGLLM_GPU_STORAGE, "v cache", &g->plan.kv_cache, err) : NULL;
+        g->kc[il] = gbuf(g, rows * KD * 2, WGLLM_GPU_STORAGE, "k cache", &g->plan.kv_cache, err);
+        g->vc[il] = g->kc[il] ? gbuf(g, rows * VD * 2, WGLLM_GPU_STORAGE, "v cache", &g->plan.kv_cache, err) : NULL;
         if (!g->vc[il]) {
             free(offs);
             return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
@@ -496,10 +704,11 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
         struct wgllm_gpu_buffer **b;
         uint64_t n;
         const char *name;
-    } acts[] = {{&g->x, E, "x"},       {&g->xn, E, "xn"},   {&g->q, QD, "q"},          {&g->k, KD, "k"},
-                {&g->v, VD, "v"},      {&g->att, OD, "att"}, {&g->tmp, E, "tmp"},       {&g->gate, F, "gate"},
-                {&g->up, F, "up"},     {&g->ffh, F, "ffh"},  {&g->qr, qk_norm ? QD : 0, "qr"},
-                {&g->kr, qk_norm ? KD : 0, "kr"}, {&g->xr, WGLLM_MAX(WGLLM_MAX(E, F), OD), "xr"}};
+    } acts[] = {{&g->x, B * E, "x"},       {&g->xn, B * E, "xn"},   {&g->q, B * QD, "q"},   {&g->k, B * KD, "k"},
+                {&g->v, B * VD, "v"},      {&g->att, B * OD, "att"}, {&g->tmp, B * E, "tmp"}, {&g->gate, B * F, "gate"},
+                {&g->up, B * F, "up"},     {&g->ffh, B * F, "ffh"},  {&g->qr, qk_norm ? B * QD : 0, "qr"},
+                {&g->kr, qk_norm ? B * KD : 0, "kr"}, {&g->xr, B * WGLLM_MAX(WGLLM_MAX(E, F), OD), "xr"},
+                {&g->xo, OC * E, "xo"},   {&g->att_o, OC * OD, "att_o"}};
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) {
         if (!acts[i].n) continue;
         *acts[i].b = gbuf(g, acts[i].n * 4, WGLLM_GPU_STORAGE, acts[i].name, &g->plan.activations, err);
@@ -508,15 +717,11 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
             return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
         }
     }
-    g->logits = gbuf(g, V * 4, WGLLM_GPU_STORAGE, "logits", &g->plan.logits, err);
-    g->rope_cs = g->logits ? gbuf(g, (uint64_t)hp->n_rot * 4, WGLLM_GPU_STORAGE, "rope cos/sin", &g->plan.params, err) : NULL;
-    g->scores = g->rope_cs ? gbuf(g, (uint64_t)hp->n_head * g->n_ctx * 4, WGLLM_GPU_STORAGE, "attention scores",
-                                  &g->plan.activations, err) : NULL;
-    g->rope_host = malloc((size_t)hp->n_rot * sizeof(float));
-    if (!g->scores || !g->rope_host) {
+    g->logits = gbuf(g, OC * V * 4, WGLLM_GPU_STORAGE, "logits", &g->plan.logits, err);
+    g->rope_cs = g->logits ? gbuf(g, B * hp->n_rot * 4, WGLLM_GPU_STORAGE, "rope cos/sin", &g->plan.params, err) : NULL;
+    if (!g->rope_cs) {
         free(offs);
-        if (!g->scores) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the RoPE table");
+        return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     }
 
     /* dispatches, then the arena they index, then their bind groups */
@@ -542,19 +747,20 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     g->plan.total = wgllm_gpu_bytes_allocated(g->gpu);
     g->plan.n_buffers = wgllm_gpu_buffer_count(g->gpu);
     g->plan.n_pipelines = wgllm_gpu_pipeline_count(g->gpu);
-    g->plan.n_dispatches = g->n_ops;
+    for (int i = 0; i < g->n_ops_logits; i++) g->plan.n_dispatches += g->ops[i].tok <= 0;
     g->plan.n_param_slots = g->n_slots;
-    g->logits_host = malloc(V * sizeof(float));
-    if (!g->logits_host) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for logits");
-    g->logits_cap = 1;
+    g->plan.out_rows = g->out_cap;
+    g->out_floats = V;
+    g->out_host = malloc(V * sizeof(float));
+    if (!g->out_host) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for logits");
     return WGLLM_STATUS_OK;
 }
 
-enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, int backend, int n_ctx,
+enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struct wgllm_context_params *params,
                                           struct wgllm_webgpu_ctx **out, char *why, size_t why_cap,
                                           struct wgllm_error *err) {
     *out = NULL;
-    const bool autosel = backend == WGLLM_BACKEND_AUTO;
+    const bool autosel = params->backend == WGLLM_BACKEND_AUTO;
     /* formats first: no need to open a device for a model the kernels cannot run */
     char reason[300] = "";
     bool ok = weight_ok(&model->tok_embd, WGLLM_KERNEL_GET_ROWS, reason, sizeof reason) &&
@@ -593,7 +799,11 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, int backend
     g->model = model;
     g->gpu = gpu;
     g->tune = info->is_cpu && !getenv("WGLLM_WEBGPU_GPU_TUNE") ? wgllm_wgsl_cpu_adapter_tune() : wgllm_wgsl_default_tune();
-    g->n_ctx = n_ctx;
+    g->n_ctx = params->n_ctx > 0 ? params->n_ctx : WGLLM_MIN(model->hp.n_ctx_train, 4096);
+    g->n_seq = params->n_seq > 0 ? params->n_seq : 1;
+    g->n_batch = params->n_batch > 0 ? params->n_batch : 512;
+    g->n_batch = WGLLM_MIN(g->n_batch, g->n_ctx * g->n_seq);
+    g->gpu_mem = params->gpu_mem;
     enum wgllm_status st = create(g, err);
     if (st) {
         wgllm_error_prefix(err, "WebGPU backend on %s: ", info->name);
@@ -606,13 +816,107 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, int backend
     return WGLLM_STATUS_OK;
 }
 
-/* ---- decode ------------------------------------------------------------- */
+/* ---- batches ------------------------------------------------------------ */
 
 int wgllm_webgpu_n_ctx(const struct wgllm_webgpu_ctx *g) { return g->n_ctx; }
+int wgllm_webgpu_n_batch(const struct wgllm_webgpu_ctx *g) { return g->n_batch; }
 int wgllm_webgpu_n_past(const struct wgllm_webgpu_ctx *g) { return g->n_past; }
 void wgllm_webgpu_truncate(struct wgllm_webgpu_ctx *g, int n_past) {
     if (n_past < 0) n_past = 0;
     if (n_past < g->n_past) g->n_past = n_past;
+}
+
+static void record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count) {
+    for (int i = i0; i < i1; i++) {
+        const struct gop *o = &g->ops[i];
+        if (o->tok >= count) continue;
+        uint32_t x = o->x, y = 1;
+        switch (o->grow) {
+        case GROW_Y: y = ceil_div((uint64_t)count, o->div); break;
+        case GROW_X: x = o->x * (uint32_t)count; break;
+        case GROW_XE: x = ceil_div((uint64_t)o->per * (uint64_t)count, o->div); break;
+        }
+        wgllm_gpu_dispatch(g->gpu, o->pipe, o->bg, x, y, 1);
+    }
+}
+
+/* One pass over tokens [0, n) of the arrays (n <= n_batch; n_out <= out_cap
+ * of them with `want` set): one command batch, one submit; the output rows
+ * are read back into out_host from row `row0`. */
+static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok, const int32_t *pos,
+                                  const int32_t *seq, const bool *want, int n, bool embeddings, int row0,
+                                  struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &g->model->hp;
+    const uint32_t B = (uint32_t)g->n_batch;
+    uint32_t *st = g->step_host;
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        st[i] = (uint32_t)tok[i];
+        st[B + i] = (uint32_t)(seq[i] * g->n_ctx + pos[i]);
+        st[2 * B + i] = (uint32_t)pos[i] + 1;
+        if (want[i]) st[3 * B + n_out++] = (uint32_t)i;
+        /* the CPU backend's own table: both backends rotate by libm's cos/sin */
+        float *cs = g->rope_host + (size_t)i * hp->n_rot;
+        if (i > 0 && pos[i] == pos[i - 1])
+            memcpy(cs, cs - hp->n_rot, sizeof(float) * (size_t)hp->n_rot);
+        else
+            wgllm_op_rope_cache(cs, pos[i], hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, g->model->rope_freqs);
+    }
+    for (int a = 0; a < 4; a++)
+        if (a < 3 || n_out) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)a * B * 4, st + a * B, (size_t)(a < 3 ? n : n_out) * 4);
+    wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)n * hp->n_rot * sizeof(float));
+    wgllm_gpu_batch_begin(g->gpu);
+    record(g, 0, g->n_ops_layers, n);
+    const uint64_t width = embeddings ? (uint64_t)hp->n_embd : (uint64_t)hp->n_vocab;
+    if (n_out) {
+        record(g, g->n_ops_layers, embeddings ? g->n_ops_norm : g->n_ops_logits, n_out);
+        wgllm_gpu_copy(g->gpu, embeddings ? g->xn : g->logits, 0, g->readback, 0, (uint64_t)n_out * width * 4);
+    }
+    enum wgllm_status s = wgllm_gpu_batch_submit(g->gpu, err);
+    if (!s && n_out)
+        s = wgllm_gpu_readback(g->gpu, g->readback, 0, g->out_host + (size_t)row0 * width, (size_t)n_out * width * 4, err);
+    return s;
+}
+
+static bool out_reserve(struct wgllm_webgpu_ctx *g, size_t floats) {
+    if (floats <= g->out_floats) return true;
+    float *p = realloc(g->out_host, floats * sizeof(float));
+    if (!p) return false;
+    g->out_host = p;
+    g->out_floats = floats;
+    return true;
+}
+
+/* Runs tokens [0, n) as passes of at most out_cap outputs each (a pass per
+ * group is equivalent: a sequence's tokens come in increasing positions, so
+ * a later pass finds the earlier ones' keys and values in the cache). */
+static enum wgllm_status run_tokens(struct wgllm_webgpu_ctx *g, const int32_t *tok, const int32_t *pos,
+                                    const int32_t *seq, const bool *want, int n, bool embeddings, int row0,
+                                    struct wgllm_error *err) {
+    int i0 = 0;
+    while (i0 < n) {
+        int i1 = i0, no = 0;
+        for (; i1 < n; i1++)
+            if (want[i1]) {
+                if (no == g->out_cap) break;
+                no++;
+            }
+        enum wgllm_status s = run_pass(g, tok + i0, pos + i0, seq + i0, want + i0, i1 - i0, embeddings, row0, err);
+        if (s) return s;
+        row0 += no;
+        i0 = i1;
+    }
+    return WGLLM_STATUS_OK;
+}
+
+static enum wgllm_status check_tokens(const struct wgllm_webgpu_ctx *g, const int32_t *tokens, int n,
+                                      struct wgllm_error *err) {
+    const int V = g->model->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "token %d at index %d is outside the vocabulary (%d)", tokens[i], i, V);
+    return WGLLM_STATUS_OK;
 }
 
 enum wgllm_status wgllm_webgpu_decode(struct wgllm_webgpu_ctx *g, const int32_t *tokens, int n, bool all_logits,
@@ -622,54 +926,206 @@ enum wgllm_status wgllm_webgpu_decode(struct wgllm_webgpu_ctx *g, const int32_t 
     if (g->n_past + n > g->n_ctx)
         return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL,
                                "%d tokens do not fit: %d of the context's %d positions are used", n, g->n_past, g->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                                   "token %d at index %d is outside the vocabulary (%d)", tokens[i], i, V);
+    enum wgllm_status s = check_tokens(g, tokens, n, err);
+    if (s) return s;
     const int rows = all_logits ? n : 1;
-    if (rows > g->logits_cap) { /* host memory only: all_logits of a longer input */
-        float *p = realloc(g->logits_host, (size_t)rows * V * sizeof(float));
-        if (!p) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d rows of logits", rows);
-        g->logits_host = p;
-        g->logits_cap = rows;
-    }
-    for (int i = 0; i < n; i++) {
-        const bool want = all_logits || i == n - 1;
-        const uint32_t step[2] = {(uint32_t)tokens[i], (uint32_t)(g->n_past + i)};
-        wgllm_gpu_buffer_write(g->gpu, g->step, 0, step, sizeof step);
-        /* the CPU backend's own table: both backends rotate by libm's cos/sin */
-        const struct wgllm_hparams *hp = &g->model->hp;
-        wgllm_op_rope_cache(g->rope_host, (int)step[1], hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
-                            g->model->rope_freqs);
-        wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
-        g->attn_kp.n = step[1] + 1;
-        wgllm_gpu_buffer_write(g->gpu, g->arena, 0, &g->attn_kp, sizeof g->attn_kp);
-        wgllm_gpu_batch_begin(g->gpu);
-        const int n_ops = want ? g->n_ops : g->n_ops_layers;
-        for (int j = 0; j < n_ops; j++) {
-            const struct gop *o = &g->ops[j];
-            wgllm_gpu_dispatch(g->gpu, o->pipe, o->bg, o->x, o->y, o->z);
+    if (!out_reserve(g, (size_t)rows * V))
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d rows of logits", rows);
+    for (int done = 0; done < n;) {
+        const int nt = WGLLM_MIN(g->n_batch, n - done);
+        for (int i = 0; i < nt; i++) {
+            g->b_pos[i] = g->n_past + i;
+            g->b_want[i] = all_logits || done + i == n - 1;
         }
-        if (want) wgllm_gpu_copy(g->gpu, g->logits, 0, g->readback, 0, (uint64_t)V * 4);
-        enum wgllm_status st = wgllm_gpu_batch_submit(g->gpu, err);
-        if (!st && want)
-            st = wgllm_gpu_readback(g->gpu, g->readback, 0, g->logits_host + (size_t)(all_logits ? i : 0) * V,
-                                    (size_t)V * 4, err);
-        if (st) return st;
+        s = run_tokens(g, tokens + done, g->b_pos, g->b_seq, g->b_want, nt, false, all_logits ? done : 0, err);
+        if (s) return s;
+        g->n_past += nt;
+        done += nt;
     }
-    g->n_past += n;
-    g->n_logits = rows;
+    g->n_logits = g->n_outputs = rows;
+    g->out_embd = false;
     return WGLLM_STATUS_OK;
 }
 
 const float *wgllm_webgpu_logits(const struct wgllm_webgpu_ctx *g, int i) {
     if (i == -1) i = g->n_logits - 1;
     if (i < 0 || i >= g->n_logits) return NULL;
-    return g->logits_host + (size_t)i * g->model->hp.n_vocab;
+    return g->out_host + (size_t)i * g->model->hp.n_vocab;
+}
+
+enum wgllm_status wgllm_webgpu_decode_batch(struct wgllm_webgpu_ctx *g, const struct wgllm_batch *b, bool embeddings,
+                                            struct wgllm_error *err) {
+    if (b->n <= 0 || b->n > g->n_batch)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch of %d tokens (1..%d allowed)", b->n,
+                               g->n_batch);
+    enum wgllm_status s = check_tokens(g, b->token, b->n, err);
+    if (s) return s;
+    int n_out = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (b->seq[i] < 0 || b->seq[i] >= g->n_seq)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch token %d: sequence %d of %d", i,
+                                   b->seq[i], g->n_seq);
+        if (b->pos[i] < 0 || b->pos[i] >= g->n_ctx)
+            return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL, "batch token %d: position %d outside the context (%d)",
+                                   i, b->pos[i], g->n_ctx);
+        n_out += b->output ? b->output[i] : i == b->n - 1;
+    }
+    const int width = embeddings ? g->model->hp.n_embd : g->model->hp.n_vocab;
+    if (!out_reserve(g, (size_t)WGLLM_MAX(n_out, 1) * width))
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d output rows", n_out);
+    const bool *want = b->output;
+    if (!want) { /* only the last token */
+        for (int i = 0; i < b->n; i++) g->b_want[i] = i == b->n - 1;
+        want = g->b_want;
+    }
+    s = run_tokens(g, b->token, b->pos, b->seq, want, b->n, embeddings, 0, err);
+    if (s) return s;
+    g->n_outputs = n_out;
+    g->out_embd = embeddings;
+    g->n_logits = 0; /* the single-sequence getters no longer apply */
+    return WGLLM_STATUS_OK;
+}
+
+int wgllm_webgpu_n_outputs(const struct wgllm_webgpu_ctx *g) { return g->n_outputs; }
+
+const float *wgllm_webgpu_output(const struct wgllm_webgpu_ctx *g, int j, bool embd) {
+    WGLLM_ASSERT(j >= 0 && j < g->n_outputs && embd == g->out_embd);
+    return g->out_host + (size_t)j * (embd ? g->model->hp.n_embd : g->model->hp.n_vocab);
+}
+
+/* ---- greedy decoding on the GPU -------------------------------------------- */
+
+/* Queues one decode step of sequence 0 at `pos`: its token is `tok`, or
+ * (tok < 0) the id the previous step's argmax left in the step buffer;
+ * the step's own argmax goes there too and is copied to id_rb[rb]. */
+static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, int32_t tok, int pos, int rb,
+                                           struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &g->model->hp;
+    const uint64_t B = (uint64_t)g->n_batch;
+    const uint32_t v[3] = {(uint32_t)pos, (uint32_t)pos + 1, 0}; /* cache row (sequence 0), length, output row */
+    if (tok >= 0) {
+        const uint32_t t = (uint32_t)tok;
+        wgllm_gpu_buffer_write(g->gpu, g->step, 0, &t, 4);
+    }
+    for (int a = 0; a < 3; a++) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)(a + 1) * B * 4, &v[a], 4);
+    wgllm_op_rope_cache(g->rope_host, pos, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, g->model->rope_freqs);
+    wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
+    wgllm_gpu_batch_begin(g->gpu);
+    record(g, 0, g->n_ops_layers, 1);
+    record(g, g->n_ops_layers, g->n_ops, 1);
+    wgllm_gpu_copy(g->gpu, g->step, 0, g->id_rb[rb], 0, 16);
+    return wgllm_gpu_batch_submit(g->gpu, err);
+}
+
+enum wgllm_status wgllm_webgpu_generate_greedy(struct wgllm_webgpu_ctx *g, int n, bool (*on_token)(int32_t, void *),
+                                               void *user, int *n_out, struct wgllm_error *err) {
+    *n_out = 0;
+    const int V = g->model->hp.n_vocab;
+    if (g->n_logits < 1)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "greedy generation needs the logits of a decode first");
+    if (n <= 0) return WGLLM_STATUS_OK;
+    /* the first token from the logits already on the host */
+    int32_t tok = -1;
+    const float *l = g->out_host + (size_t)(g->n_logits - 1) * V;
+    for (int i = 0; i < V; i++)
+        if (tok < 0 || l[i] > l[tok]) tok = i;
+    const int p0 = g->n_past;
+    enum wgllm_status s = WGLLM_STATUS_OK;
+    int queued = 0; /* steps queued: step k consumes token k-1 at position p0 + k - 1 and makes token k */
+    for (int k = 0; k < n; k++) {
+        /* keep one step ahead: step k+1 is queued before token k is read */
+        while (!s && queued < WGLLM_MIN(k + 1, n - 1) && p0 + queued < g->n_ctx) {
+            s = queue_greedy_step(g, queued == 0 ? tok : -1, p0 + queued, (queued + 1) % 2, err);
+            queued++;
+        }
+        if (s) break;
+        if (k > 0) {
+            uint32_t id[4];
+            s = wgllm_gpu_readback(g->gpu, g->id_rb[k % 2], 0, id, 16, err);
+            if (s) break;
+            tok = (int32_t)id[0];
+        }
+        (*n_out)++;
+        g->n_past = p0 + k; /* tokens before this one are in the cache */
+        if (!on_token(tok, user)) break;
+        if (k + 1 < n && p0 + k >= g->n_ctx) {
+            s = wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL, "the context's %d positions are used", g->n_ctx);
+            break;
+        }
+    }
+    if (!s && queued > *n_out - 1 && *n_out > 0) { /* a step queued past the end: wait for it, drop its token */
+        uint32_t id[4];
+        s = wgllm_gpu_readback(g->gpu, g->id_rb[(queued) % 2], 0, id, 16, err);
+    }
+    g->n_logits = 0; /* the host logits are those of the prompt, not of the last step */
+    return s;
+}
+
+/* ---- sequences ------------------------------------------------------------ */
+
+void wgllm_webgpu_seq_copy(struct wgllm_webgpu_ctx *g, int src, int dst, int n) {
+    WGLLM_ASSERT(src >= 0 && src < g->n_seq && dst >= 0 && dst < g->n_seq && n >= 0 && n <= g->n_ctx);
+    if (src == dst || n == 0) return;
+    const struct wgllm_hparams *hp = &g->model->hp;
+    const uint64_t kr = (uint64_t)hp->n_head_kv * hp->head_dim_k * 2, vr = (uint64_t)hp->n_head_kv * hp->head_dim_v * 2;
+    const uint64_t ss = (uint64_t)g->n_ctx;
+    /* WebGPU copies never have one buffer as both source and target: go
+     * through a scratch activation buffer (free between passes), in pieces */
+    struct wgllm_gpu_buffer *via = g->gate;
+    const uint64_t cap = wgllm_gpu_buffer_size(via);
+    wgllm_gpu_batch_begin(g->gpu);
+    for (int il = 0; il < hp->n_layer; il++)
+        for (int kv = 0; kv < 2; kv++) {
+            struct wgllm_gpu_buffer *c = kv ? g->vc[il] : g->kc[il];
+            const uint64_t row = kv ? vr : kr, piece = cap / row * row, bytes = (uint64_t)n * row;
+            WGLLM_ASSERT(piece > 0);
+            for (uint64_t o = 0; o < bytes; o += piece) {
+                const uint64_t sz = WGLLM_MIN(piece, bytes - o);
+                wgllm_gpu_copy(g->gpu, c, src * ss * row + o, via, 0, sz);
+                wgllm_gpu_copy(g->gpu, via, 0, c, dst * ss * row + o, sz);
+            }
+        }
+    struct wgllm_error err = {0};
+    if (wgllm_gpu_batch_submit(g->gpu, &err)) wgllm_log(WGLLM_LOG_ERROR, "webgpu: sequence copy: %s", err.message);
+}
+
+/* Snapshots hold, per layer, the n keys then the n values (rows as the cache
+ * holds them). Saving goes through the readback buffer in pieces. */
+static void seq_io(struct wgllm_webgpu_ctx *g, int seq, int n, char *buf, bool save) {
+    WGLLM_ASSERT(seq >= 0 && seq < g->n_seq && n >= 0 && n <= g->n_ctx);
+    const struct wgllm_hparams *hp = &g->model->hp;
+    const uint64_t rb = wgllm_gpu_buffer_size(g->readback);
+    for (int il = 0; il < hp->n_layer; il++)
+        for (int kv = 0; kv < 2; kv++) {
+            struct wgllm_gpu_buffer *c = kv ? g->vc[il] : g->kc[il];
+            const uint64_t row = (uint64_t)hp->n_head_kv * (kv ? hp->head_dim_v : hp->head_dim_k) * 2;
+            const uint64_t off = (uint64_t)seq * g->n_ctx * row, bytes = (uint64_t)n * row;
+            if (!save) {
+                wgllm_gpu_buffer_write(g->gpu, c, off, buf, bytes);
+                buf += bytes;
+                continue;
+            }
+            const uint64_t piece = rb / row * row;
+            for (uint64_t o = 0; o < bytes; o += piece) {
+                const uint64_t sz = WGLLM_MIN(piece, bytes - o);
+                struct wgllm_error err = {0};
+                wgllm_gpu_batch_begin(g->gpu);
+                wgllm_gpu_copy(g->gpu, c, off + o, g->readback, 0, sz);
+                if (wgllm_gpu_batch_submit(g->gpu, &err) || wgllm_gpu_readback(g->gpu, g->readback, 0, buf + o, sz, &err))
+                    wgllm_log(WGLLM_LOG_ERROR, "webgpu: sequence save: %s", err.message);
+            }
+            buf += bytes;
+        }
+}
+
+void wgllm_webgpu_seq_save(struct wgllm_webgpu_ctx *g, int seq, int n, void *dst) { seq_io(g, seq, n, dst, true); }
+void wgllm_webgpu_seq_load(struct wgllm_webgpu_ctx *g, int seq, int n, const void *src) {
+    seq_io(g, seq, n, (char *)src, false);
 }
 
 uint64_t wgllm_webgpu_host_memory(const struct wgllm_webgpu_ctx *g) {
-    return (uint64_t)g->logits_cap * g->model->hp.n_vocab * sizeof(float);
+    const uint64_t B = (uint64_t)g->n_batch;
+    return g->out_floats * sizeof(float) + B * (4 * 4 + g->model->hp.n_rot * 4 + 8);
 }
 
 uint64_t wgllm_webgpu_gpu_bytes(const struct wgllm_webgpu_ctx *g) { return wgllm_gpu_bytes_allocated(g->gpu); }

@@ -103,5 +103,8 @@ enum wgllm_status wgllm_gpu_finish(struct wgllm_gpu *g, struct wgllm_error *err)
 /* Telemetry: buffers alive and their bytes (constant after load). */
 uint64_t wgllm_gpu_bytes_allocated(const struct wgllm_gpu *g);
 int wgllm_gpu_buffer_count(const struct wgllm_gpu *g);
+/* Buffers ever created by every device of the process: tests check that a
+ * component which hides its device (the engine) creates none after load. */
+uint64_t wgllm_gpu_buffers_created(void);
 
 #endif

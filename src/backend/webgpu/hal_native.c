@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,9 @@ struct wgpu_fns {
     WGLLM_WGPU_FUNCS(X)
 #undef X
 };
+
+/* buffers created by any device of the process (wgllm_gpu_buffers_created) */
+static _Atomic uint64_t buffers_created;
 
 struct wgllm_gpu_buffer {
     WGPUBuffer buf;
@@ -430,8 +434,11 @@ struct wgllm_gpu_buffer *wgllm_gpu_buffer_create(struct wgllm_gpu *g, uint64_t s
     gb->usage = usage;
     g->bytes += size;
     g->n_buffers++;
+    atomic_fetch_add(&buffers_created, 1);
     return gb;
 }
+
+uint64_t wgllm_gpu_buffers_created(void) { return atomic_load(&buffers_created); }
 
 void wgllm_gpu_buffer_destroy(struct wgllm_gpu *g, struct wgllm_gpu_buffer *b) {
     if (!b) return;

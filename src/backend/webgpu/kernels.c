@@ -226,6 +226,7 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
 
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
     static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax", "store_f16", "round_act"};
+    if (k >= WGLLM_KERNEL_ATTN_BATCH) return wgllm_wgsl_batch_kernel_name(k);
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
 }
 
@@ -549,6 +550,7 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
     case WGLLM_KERNEL_STORE_F16: gen_store_f16(&b, tune); break;
     case WGLLM_KERNEL_ROUND_ACT: gen_round_act(&b, key, tune); break;
+    default: { char *body = wgllm_wgsl_batch_body(key, tune); if (body) sb_add(&b, "%s", body); else b.oom = true; free(body); } break;
     }
     if (b.oom) {
         free(b.s);

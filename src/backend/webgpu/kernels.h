@@ -79,6 +79,17 @@ enum wgllm_kernel {
      * multiple of 32 for Q8_0. Bindings 1 x, 2 y. Dispatch (ceil(n/32 /
      * wg_elem), 1, 1). */
     WGLLM_KERNEL_ROUND_ACT,
+    /* Batched kernels (kernels_attn.c; numbered apart so kernels above can be added freely).
+     * ST is the step buffer: ROW[t] = ST[b + t] = seq * n_ctx + pos, LEN[t] = ST[c + t] = pos + 1.
+     * ATTN_BATCH: token t = wid.y, head h = wid.x: O[t*d + h*m ..] = softmax(q.K^T * f0) V over
+     * the cache rows ROW[t]+1-LEN[t] .. ROW[t]; q at t*a + h*k; K row r of kv head h/g at r*e +
+     * (h/g)*k, V at r*i + (h/g)*m (f16 caches); head dims k, m. Bindings 1 Q, 2 K, 3 V, 4 O, 5 ST.
+     * Dispatch (heads, tokens, 1).
+     * STORE_KV: Y word c + ROW[t]*e + i = pack2x16float(x[a + t*k + 2i], x[.. + 1]), i < n.
+     * Bindings 1 x, 2 ST, 3 Y. Dispatch (ceil(n / wg_elem), tokens, 1).
+     * ADD_ROWS: x[a + t*n + i] += y[b + t*m + i], i < n (m = 0: a broadcast bias). Bindings 1 x,
+     * 2 y. Dispatch (ceil(n / wg_elem), tokens, 1). */
+    WGLLM_KERNEL_ATTN_BATCH = 64, WGLLM_KERNEL_STORE_KV, WGLLM_KERNEL_ADD_ROWS,
 };
 
 struct wgllm_kernel_key {
@@ -86,6 +97,10 @@ struct wgllm_kernel_key {
     uint32_t type; /* weight type (MATVEC, GET_ROWS) or cache type (ATTN) */
     bool neox;     /* ROPE */
 };
+
+/* The WGSL after the parameter block of the batched kernels (malloc'd; kernels_attn.c). */
+char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
+const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k);
 
 /* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 for
  * weights, F32/F16 for the cache). */

@@ -1,0 +1,224 @@
+/*
+ * test_engine_webgpu.c - the local engine on the WebGPU backend (Dawn +
+ * SwiftShader without a GPU), on the two-layer `tiny` synthetic model:
+ * greedy results equal the CPU engine's on the same requests, a request
+ * alone equals the same request batched with 7 others, a context_key
+ * follow-up computes only its suffix and matches a cold run, a snapshot
+ * restore matches the first run, embeddings agree with the CPU's, and no
+ * GPU buffer is created after the engine has loaded.
+ *
+ * Without a WebGPU library or adapter it prints SKIP and passes, unless
+ * WGLLM_REQUIRE_WEBGPU is set.
+ */
+#include "test.h"
+
+#include "backend/webgpu/hal.h"
+#include "model/synth.h"
+#include "quant/quant.h"
+
+#include <math.h>
+
+static struct wgllm_model *model;
+static struct wgllm_engine *gpu8; /* WebGPU, 8 slots: shared by the tests (pipelines compile once per engine) */
+static const char *turn1 = "The lighthouse keeper climbed the spiral stairs every evening at dusk";
+static const char *turn2 = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a lamp";
+
+static struct wgllm_engine *new_engine(enum wgllm_backend backend, int n_slots, int n_ctx, size_t snapshot_bytes) {
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.backend = backend;
+    ep.n_slots = n_slots;
+    ep.n_ctx = n_ctx;
+    ep.n_batch = 64;
+    ep.snapshot_bytes = snapshot_bytes;
+    ep.min_snapshot_tokens = 8;
+    struct wgllm_engine *e = NULL;
+    struct wgllm_error err = {0};
+    if (wgllm_engine_init(model, &ep, &e, &err) != WGLLM_STATUS_OK) fprintf(stderr, "  engine: %s\n", err.message);
+    return e;
+}
+
+static struct wgllm_request_params greedy(int max_tokens) {
+    struct wgllm_request_params p = wgllm_request_default_params();
+    p.max_tokens = max_tokens;
+    p.sampling.temperature = 0.0f;
+    p.ignore_eos = true;
+    return p;
+}
+
+static const char *prompts[8] = {
+    "Once upon a time", "The lighthouse keeper climbed", "In winter the wind", "Nobody ever read",
+    "A small brass lamp", "Fishermen talking a mile away", "The number of gulls", "Every evening at dusk",
+};
+
+enum { N = 8 };
+
+/* Greedy tokens of the first n_alone prompts alone (one after the other),
+ * then of all 8 at once. */
+static void run_prompts(struct wgllm_engine *e, int n_alone, int32_t alone[8][N], int32_t together[8][N]) {
+    struct wgllm_request_params p = greedy(N);
+    for (int i = 0; i < n_alone; i++) {
+        struct wgllm_result r;
+        CHECK_EQ_INT(wgllm_query(e, prompts[i], &p, &r, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(r.n_tokens, N);
+        if (r.n_tokens == N) memcpy(alone[i], r.tokens, sizeof(alone[i]));
+        wgllm_result_free(&r);
+    }
+    struct wgllm_request *req[8];
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[i], strlen(prompts[i]), &p, &req[i], NULL), WGLLM_STATUS_OK);
+    for (int i = 0; i < 8; i++) {
+        struct wgllm_result r;
+        wgllm_request_wait(req[i], &r);
+        CHECK_EQ_INT(r.n_tokens, N);
+        if (r.n_tokens == N) memcpy(together[i], r.tokens, sizeof(together[i]));
+        wgllm_result_free(&r);
+    }
+}
+
+TEST(same_tokens_as_the_cpu_engine_alone_and_batched) {
+    int32_t ca[8][N] = {{0}}, cb[8][N] = {{0}}, ga[8][N] = {{0}}, gb[8][N] = {{0}};
+    struct wgllm_engine *ce = new_engine(WGLLM_BACKEND_CPU, 8, 128, 0);
+    CHECK(ce != NULL);
+    if (!ce) return;
+    run_prompts(ce, 8, ca, cb);
+    wgllm_engine_free(ce);
+    struct wgllm_engine *ge = gpu8;
+    const uint64_t loaded = wgllm_gpu_buffers_created();
+    const int64_t t0 = wgllm_time_us();
+    run_prompts(ge, 2, ga, gb); /* SwiftShader is slow: two alone, the CPU's alone stand for the rest */
+    const double s = (wgllm_time_us() - t0) / 1e6;
+    CHECK_EQ_INT(wgllm_gpu_buffers_created(), loaded); /* nothing created while serving */
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(ge, &m);
+    printf("  webgpu engine: 10 requests, %llu prompt + %llu generated tokens in %llu ticks, %.1f s\n",
+           (unsigned long long)m.prompt_tokens, (unsigned long long)m.generated_tokens, (unsigned long long)m.ticks, s);
+    int same_cpu = 0, same_batched = 0, cpu_batched = 0;
+    for (int i = 0; i < 8; i++) {
+        same_cpu += !memcmp(gb[i], ca[i], sizeof(ca[i]));
+        same_batched += i < 2 && !memcmp(ga[i], gb[i], sizeof(ga[i]));
+        cpu_batched += !memcmp(ca[i], cb[i], sizeof(ca[i]));
+    }
+    CHECK_EQ_INT(cpu_batched, 8);
+    CHECK_EQ_INT(same_cpu, 8);     /* WebGPU batched = CPU alone */
+    CHECK_EQ_INT(same_batched, 2); /* WebGPU alone = WebGPU batched with 7 others */
+}
+
+TEST(context_key_suffix_and_snapshot_restore) {
+    struct wgllm_request_params p = greedy(6);
+    const char *other = "In summer the sea was so calm that he could hear fishermen talking a mile away";
+    struct wgllm_result cold, w1, w2, o, back;
+    CHECK_EQ_INT(wgllm_query(gpu8, turn2, &p, &cold, NULL), WGLLM_STATUS_OK); /* cold, in another engine */
+    const uint64_t before = wgllm_gpu_buffers_created();
+    struct wgllm_engine *e = new_engine(WGLLM_BACKEND_WEBGPU, 1, 128, 16 << 20);
+    CHECK(e != NULL);
+    if (!e) return;
+    p.context_key = "conversation";
+    const uint64_t loaded = wgllm_gpu_buffers_created();
+    CHECK(loaded > before);
+    CHECK_EQ_INT(wgllm_query(e, turn1, &p, &w1, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_query(e, turn2, &p, &w2, NULL), WGLLM_STATUS_OK);
+    int32_t t1[128], t2[128];
+    const int n1 = wgllm_tokenize(model, turn1, strlen(turn1), t1, 128, true, false, NULL);
+    const int n2 = wgllm_tokenize(model, turn2, strlen(turn2), t2, 128, true, false, NULL);
+    int lcp = 0;
+    while (lcp < n1 && lcp < n2 && t1[lcp] == t2[lcp]) lcp++;
+    CHECK(lcp > 10);
+    CHECK_EQ_INT(w2.usage.prompt_tokens, n2);
+    CHECK_EQ_INT(w2.usage.cached_tokens, lcp); /* only the suffix was computed */
+    CHECK(w2.n_tokens == cold.n_tokens && !memcmp(w2.tokens, cold.tokens, sizeof(int32_t) * (size_t)cold.n_tokens));
+    for (int i = 0; i < cold.n_tokens && i < w2.n_tokens; i++) CHECK_NEAR(w2.logprobs[i], cold.logprobs[i], 1e-4);
+    /* another key takes the only slot (the conversation is saved as a snapshot),
+     * then the conversation comes back from its snapshot */
+    p.context_key = "other";
+    CHECK_EQ_INT(wgllm_query(e, other, &p, &o, NULL), WGLLM_STATUS_OK);
+    p.context_key = "conversation";
+    CHECK_EQ_INT(wgllm_query(e, turn2, &p, &back, NULL), WGLLM_STATUS_OK);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK(m.snapshots_saved >= 1);
+    CHECK_EQ_INT(m.snapshots_restored, 1);
+    CHECK_EQ_INT(back.usage.cached_tokens, n2 - 1);
+    CHECK(back.n_tokens == cold.n_tokens && !memcmp(back.tokens, cold.tokens, sizeof(int32_t) * (size_t)cold.n_tokens));
+    for (int i = 0; i < cold.n_tokens && i < back.n_tokens; i++) CHECK_NEAR(back.logprobs[i], cold.logprobs[i], 1e-4);
+    CHECK_EQ_INT(wgllm_gpu_buffers_created(), loaded);
+    wgllm_result_free(&cold);
+    wgllm_result_free(&w1);
+    wgllm_result_free(&w2);
+    wgllm_result_free(&o);
+    wgllm_result_free(&back);
+    wgllm_engine_free(e);
+}
+
+TEST(embeddings_agree_with_the_cpu) {
+    struct wgllm_engine *ce = new_engine(WGLLM_BACKEND_CPU, 2, 128, 0);
+    struct wgllm_engine *ge = gpu8;
+    CHECK(ce && ge);
+    if (ce && ge) {
+        const int E = wgllm_model_n_embd(model);
+        float *a = calloc((size_t)E, sizeof(float)), *b = calloc((size_t)E, sizeof(float));
+        int na = 0, nb = 0;
+        const char *text = "A small brass lamp on the table by the window";
+        CHECK_EQ_INT(wgllm_embed(ce, text, strlen(text), WGLLM_POOLING_MEAN, true, a, E, &na, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_embed(ge, text, strlen(text), WGLLM_POOLING_MEAN, true, b, E, &nb, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(na, E);
+        CHECK_EQ_INT(nb, E);
+        double dot = 0, md = 0;
+        for (int i = 0; i < E; i++) dot += (double)a[i] * b[i], md = fmax(md, fabs((double)a[i] - b[i]));
+        printf("  embeddings: cosine %.9f, max |diff| %.2e\n", dot, md);
+        CHECK(dot > 0.99999);
+        CHECK(md < 1e-4);
+        free(a);
+        free(b);
+    }
+    wgllm_engine_free(ce);
+}
+
+int main(void) {
+    wgllm_quant_init();
+    const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
+    FILE *f = fopen(icd, "r");
+    if (f) {
+        fclose(f);
+        setenv("VK_ICD_FILENAMES", icd, 0); /* only when unset: a real GPU's ICD wins */
+    }
+    if (!getenv("XDG_RUNTIME_DIR")) setenv("XDG_RUNTIME_DIR", "/tmp", 0);
+    struct wgllm_gpu *g;
+    struct wgllm_error err = {0};
+    if (wgllm_gpu_open(&g, &err)) {
+        printf("SKIP test_engine_webgpu: %s\n", err.message);
+        if (getenv("WGLLM_REQUIRE_WEBGPU")) {
+            printf("test_engine_webgpu: WGLLM_REQUIRE_WEBGPU is set, so a missing WebGPU device is a failure\n");
+            return 1;
+        }
+        return test_summary("test_engine_webgpu");
+    }
+    wgllm_gpu_close(g);
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = "tiny";
+    sp.type = WGLLM_TYPE_Q8_0;
+    sp.seed = 11;
+    const char *path = test_tmp_path(".gguf");
+    if (wgllm_synth_write(&sp, path, &err) != WGLLM_STATUS_OK) {
+        printf("synth: %s\n", err.message);
+        return 1;
+    }
+    struct wgllm_model_params mp = wgllm_model_default_params();
+    mp.n_threads = 2;
+    if (wgllm_model_load(path, &mp, &model, &err) != WGLLM_STATUS_OK) {
+        printf("load: %s\n", err.message);
+        return 1;
+    }
+    remove(path);
+    const uint64_t before = wgllm_gpu_buffers_created();
+    gpu8 = new_engine(WGLLM_BACKEND_WEBGPU, 8, 128, 0);
+    CHECK(gpu8 != NULL);
+    CHECK(wgllm_gpu_buffers_created() > before);
+    if (gpu8) {
+        RUN(same_tokens_as_the_cpu_engine_alone_and_batched);
+        RUN(context_key_suffix_and_snapshot_restore);
+        RUN(embeddings_agree_with_the_cpu);
+    }
+    wgllm_engine_free(gpu8);
+    wgllm_model_free(model);
+    return test_summary("test_engine_webgpu");
+}
