@@ -20,6 +20,13 @@ static const struct wgllm_wgsl_tune default_tune = {
     .wg_elem = 64,
     .wg_attn = 64,
     .attn_max_dims = 4,
+    /* 256 threads, 4x4 outputs each, 16 KiB of workgroup memory (the
+     * WebGPU minimum every adapter has) */
+    .mm_tile_n = 64,
+    .mm_tile_m = 64,
+    .mm_tile_k = 32,
+    .mm_micro_n = 4,
+    .mm_micro_m = 4,
 };
 
 const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void) { return &default_tune; }
@@ -32,6 +39,13 @@ static const struct wgllm_wgsl_tune cpu_adapter_tune = {
     .wg_attn = 32,
     .attn_max_dims = 8,
     .matvec_thread_rows = true,
+    /* SwiftShader runs a workgroup's threads as SIMD lanes of one CPU
+     * thread: few, fat threads and few barriers per multiply-add */
+    .mm_tile_n = 32,
+    .mm_tile_m = 32,
+    .mm_tile_k = 64,
+    .mm_micro_n = 4,
+    .mm_micro_m = 4,
 };
 
 const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void) { return &cpu_adapter_tune; }
@@ -206,7 +220,8 @@ static bool weight_type_ok(uint32_t t) {
 bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     switch (k) {
     case WGLLM_KERNEL_MATVEC:
-    case WGLLM_KERNEL_GET_ROWS: return weight_type_ok(type);
+    case WGLLM_KERNEL_GET_ROWS:
+    case WGLLM_KERNEL_MATMUL: return weight_type_ok(type);
     case WGLLM_KERNEL_ATTN: return type == WGLLM_TYPE_F32 || type == WGLLM_TYPE_F16;
     case WGLLM_KERNEL_ROUND_ACT: return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_F16;
     default: return true;
@@ -214,7 +229,7 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
 }
 
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
-    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax", "store_f16", "round_act"};
+    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax", "store_f16", "round_act", "matmul"};
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
 }
 
@@ -522,6 +537,156 @@ static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, cons
                   "}\n");
 }
 
+/* ---- mat-mat (prefill) ------------------------------------------------------ */
+
+/* The dequantisation of one "unit" of a 32-element block into the weight
+ * tile WS, which is stored transposed (WS[kk * TN + row]) so that the
+ * threads of a row group read consecutive words in the inner loop. A unit
+ * is what one u32 of quants holds: Q8_0 4 elements, Q4_0 8 (4 low nibbles
+ * at i.., 4 high at i+16..); F32/F16 use units of 4 elements. UPB units per
+ * block. wunit(rb, blk, u, kk, row): block blk of the row at rb, unit u,
+ * the block's first element at tile column kk. */
+static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
+    switch (type) {
+    case WGLLM_TYPE_F32:
+    case WGLLM_TYPE_F16:
+        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+                  "  let e = blk * 32u + 4u * u;\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    var v = 0.0;\n"
+                  "    if (e + t < p.k) { v = wget(rb, e + t); }\n"
+                  "    WS[(kk + 4u * u + t) * TN + row] = v;\n"
+                  "  }\n"
+                  "}\n");
+        return 8;
+    case WGLLM_TYPE_Q8_0:
+        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+                  "  let o = rb + blk * 34u;\n"
+                  "  let d = f16at(o);\n"
+                  "  let q = ld32(o + 2u + 4u * u);\n"
+                  "  let c = kk + 4u * u;\n"
+                  "  WS[c * TN + row] = d * sx8(q);\n"
+                  "  WS[(c + 1u) * TN + row] = d * sx8(q >> 8u);\n"
+                  "  WS[(c + 2u) * TN + row] = d * sx8(q >> 16u);\n"
+                  "  WS[(c + 3u) * TN + row] = d * sx8(q >> 24u);\n"
+                  "}\n");
+        return 8;
+    case WGLLM_TYPE_Q4_0:
+        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+                  "  let o = rb + blk * 18u;\n"
+                  "  let d = f16at(o);\n"
+                  "  let q = ld32(o + 2u + 4u * u);\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    let bt = (q >> (8u * t)) & 0xffu;\n"
+                  "    let c = kk + 4u * u + t;\n"
+                  "    WS[c * TN + row] = d * (f32(bt & 15u) - 8.0);\n"
+                  "    WS[(c + 16u) * TN + row] = d * (f32(bt >> 4u) - 8.0);\n"
+                  "  }\n"
+                  "}\n");
+        return 4;
+    default: return 0;
+    }
+}
+
+/* Per K chunk: all threads dequantise the TN x TK weight tile (units spread
+ * over the threads) and load the TM x TK tile of X, zeros past the edges;
+ * barrier; each thread accumulates its RN x RM outputs from workgroup memory
+ * (rows tr + i*(TN/RN), tokens tt + j*(TM/RM): neighbouring threads take
+ * neighbouring rows); barrier. Rows past n and tokens past h are never
+ * written. */
+static void gen_matmul(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst TK: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n",
+           t->mm_tile_n, t->mm_tile_m, t->mm_tile_k, t->mm_micro_n, t->mm_micro_m);
+    sb_add(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\nconst NB: u32 = TK / 32u;\n");
+    sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
+              "var<workgroup> WS: array<f32, TN * TK>;\n"
+              "var<workgroup> XS: array<f32, TM * TK>;\n");
+    emit_format(b, key->type, false);
+    const uint32_t upb = emit_mm_unit(b, key->type);
+    sb_add(b, "const UPB: u32 = %uu;\n", upb);
+    sb_add(b, "@compute @workgroup_size(NT)\n"
+              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+              "  let r0 = wid.x * TN;\n"
+              "  let t0 = wid.y * TM;\n"
+              "  let tr = tid %% GN;\n"
+              "  let tt = tid / GN;\n"
+              "  var acc: array<f32, RN * RM>;\n"
+              "  for (var i = 0u; i < RN * RM; i++) { acc[i] = 0.0; }\n"
+              "  let nblk = (p.k + 31u) / 32u;\n"
+              "  for (var k0 = 0u; k0 < p.k; k0 += TK) {\n"
+              "    let b0 = k0 / 32u;\n"
+              "    for (var w = tid; w < TN * NB * UPB; w += NT) {\n"
+              "      let row = w / (NB * UPB);\n"
+              "      let bi = (w / UPB) %% NB;\n"
+              "      let u = w %% UPB;\n"
+              "      let r = r0 + row;\n"
+              "      if (r < p.n && b0 + bi < nblk) {\n"
+              "        wunit(row_base(r), b0 + bi, u, bi * 32u, row);\n"
+              "      } else {\n"
+              "        for (var e = 0u; e < 32u / UPB; e++) { WS[(bi * 32u + u * (32u / UPB) + e) * TN + row] = 0.0; }\n"
+              "      }\n"
+              "    }\n"
+              "    for (var x = tid; x < TM * TK; x += NT) {\n"
+              "      let tok = x / TK;\n"
+              "      let kk = x %% TK;\n"
+              "      var v = 0.0;\n"
+              "      if (t0 + tok < p.h && k0 + kk < p.k) { v = X[p.b + (t0 + tok) * p.k + k0 + kk]; }\n"
+              "      XS[kk * TM + tok] = v;\n"
+              "    }\n"
+              "    workgroupBarrier();\n"
+              "    for (var kk = 0u; kk < TK; kk++) {\n"
+              "      var wv: array<f32, RN>;\n"
+              "      for (var i = 0u; i < RN; i++) { wv[i] = WS[kk * TN + tr + i * GN]; }\n"
+              "      for (var j = 0u; j < RM; j++) {\n"
+              "        let xv = XS[kk * TM + tt + j * (TM / RM)];\n"
+              "        for (var i = 0u; i < RN; i++) { acc[j * RN + i] += wv[i] * xv; }\n"
+              "      }\n"
+              "    }\n"
+              "    workgroupBarrier();\n"
+              "  }\n"
+              "  for (var j = 0u; j < RM; j++) {\n"
+              "    let tok = t0 + tt + j * (TM / RM);\n"
+              "    if (tok >= p.h) { continue; }\n"
+              "    for (var i = 0u; i < RN; i++) {\n"
+              "      let r = r0 + tr + i * GN;\n"
+              "      if (r < p.n) { Y[p.c + tok * p.n + r] = acc[j * RN + i]; }\n"
+              "    }\n"
+              "  }\n"
+              "}\n");
+}
+
+static bool pow2(uint32_t v) { return v && !(v & (v - 1)); }
+
+bool wgllm_wgsl_tune_valid(const struct wgllm_wgsl_tune *t, uint32_t max_invocations, uint32_t max_wg_storage,
+                           char *why, size_t why_cap) {
+#define BAD(...)                                    \
+    do {                                            \
+        if (why) snprintf(why, why_cap, __VA_ARGS__); \
+        return false;                               \
+    } while (0)
+    if (!pow2(t->wg_matvec) || !pow2(t->wg_row) || !pow2(t->wg_attn)) BAD("wg_matvec, wg_row and wg_attn must be powers of two");
+    if (!t->rows_matvec || !t->wg_elem || !t->attn_max_dims) BAD("rows_matvec, wg_elem and attn_max_dims must be > 0");
+    const uint32_t mv_threads = t->matvec_thread_rows ? t->rows_matvec : t->wg_matvec;
+    if (mv_threads > max_invocations || t->wg_row > max_invocations || t->wg_elem > max_invocations ||
+        t->wg_attn > max_invocations)
+        BAD("a workgroup size is over the adapter's %u invocations", max_invocations);
+    if (!t->mm_micro_n || !t->mm_micro_m || !t->mm_tile_n || !t->mm_tile_m) BAD("mat-mat tiles must be > 0");
+    if (t->mm_tile_k == 0 || t->mm_tile_k % 32) BAD("mm_tile_k %u is not a multiple of 32", t->mm_tile_k);
+    if (t->mm_tile_n % t->mm_micro_n || t->mm_tile_m % t->mm_micro_m)
+        BAD("mat-mat tile %ux%u is not a multiple of the micro tile %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_micro_n,
+            t->mm_micro_m);
+    if (t->mm_micro_n * t->mm_micro_m > 64) BAD("mat-mat micro tile %ux%u is over 64 registers", t->mm_micro_n, t->mm_micro_m);
+    const uint64_t mm_threads = (uint64_t)(t->mm_tile_n / t->mm_micro_n) * (t->mm_tile_m / t->mm_micro_m);
+    if (mm_threads > max_invocations) BAD("mat-mat needs %llu threads, over %u", (unsigned long long)mm_threads, max_invocations);
+    const uint64_t mm_bytes = (uint64_t)(t->mm_tile_n + t->mm_tile_m) * t->mm_tile_k * 4;
+    if (mm_bytes > max_wg_storage) BAD("mat-mat needs %llu bytes of workgroup memory, over %u", (unsigned long long)mm_bytes, max_wg_storage);
+    const uint64_t attn_bytes = ((uint64_t)t->wg_attn * t->attn_max_dims + 2u * t->wg_attn) * 4;
+    if (attn_bytes > max_wg_storage) BAD("attention needs %llu bytes of workgroup memory, over %u", (unsigned long long)attn_bytes, max_wg_storage);
+    return true;
+#undef BAD
+}
+
 char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune) {
     if (!tune) tune = &default_tune;
     if (!wgllm_wgsl_supports(key->kernel, key->type)) return NULL;
@@ -538,6 +703,7 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
     case WGLLM_KERNEL_STORE_F16: gen_store_f16(&b, tune); break;
     case WGLLM_KERNEL_ROUND_ACT: gen_round_act(&b, key, tune); break;
+    case WGLLM_KERNEL_MATMUL: gen_matmul(&b, key, tune); break;
     }
     if (b.oom) {
         free(b.s);
