@@ -592,7 +592,7 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, int backend
     }
     g->model = model;
     g->gpu = gpu;
-    g->tune = info->is_cpu && !getenv("WGLLM_WEBGPU_GPU_TUNE") ? wgllm_wgsl_cpu_adapter_tune() : wgllm_wgsl_default_tune();
+    g->tune = wgllm_wgsl_tune_for(info);
     g->n_ctx = n_ctx;
     enum wgllm_status st = create(g, err);
     if (st) {

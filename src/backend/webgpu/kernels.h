@@ -34,6 +34,10 @@ const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void);
 /* Defaults for software (CPU) adapters such as SwiftShader, where workgroup
  * barriers are expensive: mat-vec rows per thread instead of reductions. */
 const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void);
+/* The tune to use on an adapter: what `wgllm tune` cached for it, else the
+ * defaults above (tune.c, tune.h). */
+struct wgllm_gpu_info;
+const struct wgllm_wgsl_tune *wgllm_wgsl_tune_for(const struct wgllm_gpu_info *info);
 
 /* The uniform block of every kernel (64 bytes; fields named by use below). */
 struct wgllm_kparams {
