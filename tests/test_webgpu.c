@@ -239,10 +239,27 @@ static void *make_weights(uint32_t type, int m, int k, float *deq, size_t *bytes
 
 static const uint32_t wtypes[] = {WGLLM_TYPE_F32, WGLLM_TYPE_F16, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_0};
 
+/* The mat-vec variants: workgroup reduction (the GPU default), one row per
+ * thread (the cpu-adapter default), subgroupAdd (when the adapter has
+ * subgroups; SwiftShader does, with 4-wide subgroups). */
+static int matvec_tunes(struct wgllm_wgsl_tune *t) {
+    t[0] = *wgllm_wgsl_default_tune();
+    t[1] = *wgllm_wgsl_cpu_adapter_tune();
+    if (!wgllm_gpu_get_info(G)->subgroups) return 2;
+    t[2] = t[0];
+    t[2].matvec_subgroups = true;
+    t[3] = t[2];
+    t[3].wg_matvec = 128, t[3].rows_matvec = 3;
+    return 4;
+}
+
 TEST(matvec_formats) {
     /* rows x cols x tokens: one block, odd block counts (unaligned Q8_0/Q4_0
      * rows), rows not a multiple of rows_matvec, two tokens */
     static const int shapes[][3] = {{1, 32, 1}, {67, 96, 1}, {130, 256, 2}, {256, 1024, 1}};
+    struct wgllm_wgsl_tune tunes[4];
+    const int n_tunes = matvec_tunes(tunes);
+    for (int tv = 0; tv < n_tunes; tv++)
     for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes; ti++) {
         const uint32_t type = wtypes[ti];
         const struct wgllm_type_traits *tr = wgllm_type_traits(type);
@@ -256,8 +273,11 @@ TEST(matvec_formats) {
             struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
             struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K};
             struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
-            const struct wgllm_wgsl_tune *tu = wgllm_wgsl_default_tune();
-            bool ok = run_kernel(&key, &kp, 3, bufs, cdiv(M, tu->rows_matvec), T, 1) && read_f32(bufs[2], y, (size_t)T * M);
+            const struct wgllm_wgsl_tune *tu = &tunes[tv];
+            for (int i = 0; i < T * M; i++) y[i] = -12345.0f;
+            wgllm_gpu_buffer_write(G, bufs[2], 0, y, (size_t)T * M * 4);
+            bool ok = run_kernel_tuned(&key, tu, &kp, 3, bufs, cdiv(M, tu->rows_matvec), T, 1) &&
+                      read_f32(bufs[2], y, (size_t)T * M);
             CHECK(ok);
             /* Reference: the CPU's dequantized weights . x in double; the
              * bound scales with sum |w x| (f32 accumulation in another order). */
@@ -289,7 +309,8 @@ TEST(matvec_formats) {
              * quantized formats, F16 for F16): within that rounding */
             CHECK(worst_dot <= (type == WGLLM_TYPE_F32 ? 2e-6 : 1e-2));
             if (worst > 2e-6 || si == 3)
-                printf("  matvec %-5s %4dx%-5d x%d: rel err vs dequant %.2e, vs CPU vec_dot %.2e\n", tr->name, M, K, T,
+                printf("  matvec %-5s %4dx%-5d x%d (%s): rel err vs dequant %.2e, vs CPU vec_dot %.2e\n", tr->name, M, K, T,
+                       tu->matvec_thread_rows ? "thread rows" : tu->matvec_subgroups ? "subgroups" : "workgroup reduction",
                        worst, worst_dot);
             for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
             free(w);

@@ -252,6 +252,36 @@ static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const s
     sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
     emit_format(b, key->type, true);
+    if (t->matvec_subgroups) {
+        /* subgroupAdd, then one partial per subgroup in workgroup memory and
+         * one barrier (instead of log2(WGM)). Subgroups are taken to be
+         * consecutive ranges of a 1-D workgroup, as Vulkan/Metal/D3D lay
+         * them out; the tuner checks every candidate's results anyway. */
+        sb_add(b, "var<workgroup> red: array<f32, WGM>;\n"
+                  "@compute @workgroup_size(WGM)\n"
+                  "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,\n"
+                  "        @builtin(subgroup_invocation_id) sli: u32, @builtin(subgroup_size) sgs: u32) {\n"
+                  "  let tid = lid.x;\n"
+                  "  let tok = wid.y;\n"
+                  "  let xb = p.b + tok * p.k;\n"
+                  "  let nsg = (WGM + sgs - 1u) / sgs;\n"
+                  "  for (var rr = 0u; rr < ROWS; rr++) {\n"
+                  "    let row = wid.x * ROWS + rr;\n"
+                  "    var acc = 0.0;\n"
+                  "    if (row < p.n) { acc = rdot(row_base(row), xb, tid); }\n"
+                  "    let s = subgroupAdd(acc);\n"
+                  "    if (sli == 0u) { red[tid / sgs] = s; }\n"
+                  "    workgroupBarrier();\n"
+                  "    if (tid == 0u && row < p.n) {\n"
+                  "      var tot = 0.0;\n"
+                  "      for (var i = 0u; i < nsg; i++) { tot += red[i]; }\n"
+                  "      Y[p.c + tok * p.n + row] = tot;\n"
+                  "    }\n"
+                  "    workgroupBarrier();\n"
+                  "  }\n"
+                  "}\n");
+        return;
+    }
     sb_add(b, "var<workgroup> red: array<f32, WGM>;\n"
               "@compute @workgroup_size(WGM)\n"
               "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
@@ -667,6 +697,7 @@ bool wgllm_wgsl_tune_valid(const struct wgllm_wgsl_tune *t, uint32_t max_invocat
     } while (0)
     if (!pow2(t->wg_matvec) || !pow2(t->wg_row) || !pow2(t->wg_attn)) BAD("wg_matvec, wg_row and wg_attn must be powers of two");
     if (!t->rows_matvec || !t->wg_elem || !t->attn_max_dims) BAD("rows_matvec, wg_elem and attn_max_dims must be > 0");
+    if (t->matvec_subgroups && t->matvec_thread_rows) BAD("matvec_subgroups and matvec_thread_rows exclude each other");
     const uint32_t mv_threads = t->matvec_thread_rows ? t->rows_matvec : t->wg_matvec;
     if (mv_threads > max_invocations || t->wg_row > max_invocations || t->wg_elem > max_invocations ||
         t->wg_attn > max_invocations)
@@ -691,7 +722,10 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     if (!tune) tune = &default_tune;
     if (!wgllm_wgsl_supports(key->kernel, key->type)) return NULL;
     struct sb b = {0};
-    sb_add(&b, "// wgllm %s (%s)\n%s", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type), params_wgsl);
+    sb_add(&b, "// wgllm %s (%s)\n", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type));
+    if (key->kernel == WGLLM_KERNEL_MATVEC && tune->matvec_subgroups && !tune->matvec_thread_rows)
+        sb_add(&b, "enable subgroups;\n"); /* directives come before every declaration */
+    sb_add(&b, "%s", params_wgsl);
     switch (key->kernel) {
     case WGLLM_KERNEL_MATVEC: gen_matvec(&b, key, tune); break;
     case WGLLM_KERNEL_GET_ROWS: gen_get_rows(&b, key, tune); break;

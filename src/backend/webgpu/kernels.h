@@ -23,6 +23,7 @@ struct wgllm_wgsl_tune {
     uint32_t wg_attn;     /* threads per attention workgroup = positions per tile (power of two) */
     uint32_t attn_max_dims; /* head dims an attention thread accumulates: head_dim <= wg_attn * this */
     bool matvec_thread_rows; /* mat-vec: one row per thread, no workgroup reduction (rows_matvec threads) */
+    bool matvec_subgroups;   /* mat-vec: reduce with subgroupAdd (needs the adapter's subgroups feature) */
     /* mat-mat (prefill): a workgroup computes mm_tile_n weight rows x
      * mm_tile_m tokens, walking K in chunks of mm_tile_k (a multiple of 32:
      * whole quant blocks); each thread a mm_micro_n x mm_micro_m register

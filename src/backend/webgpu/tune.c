@@ -30,6 +30,7 @@ static const struct {
     {"wg_matvec", offsetof(struct wgllm_wgsl_tune, wg_matvec), false},
     {"rows_matvec", offsetof(struct wgllm_wgsl_tune, rows_matvec), false},
     {"matvec_thread_rows", offsetof(struct wgllm_wgsl_tune, matvec_thread_rows), true},
+    {"matvec_subgroups", offsetof(struct wgllm_wgsl_tune, matvec_subgroups), true},
     {"wg_row", offsetof(struct wgllm_wgsl_tune, wg_row), false},
     {"wg_elem", offsetof(struct wgllm_wgsl_tune, wg_elem), false},
     {"wg_attn", offsetof(struct wgllm_wgsl_tune, wg_attn), false},
@@ -269,6 +270,11 @@ enum wgllm_status wgllm_tune_cache_load(const char *path, const struct wgllm_gpu
         if (!wgllm_wgsl_tune_valid(&sec[i].t, info->max_invocations, info->max_workgroup_storage, v, sizeof v)) {
             st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tune cache %s: the entry for %s is invalid: %s", path,
                                  info->name, v);
+            goto done;
+        }
+        if (sec[i].t.matvec_subgroups && !info->subgroups) {
+            st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tune cache %s: the entry for %s uses subgroups, which the device lacks",
+                                 path, info->name);
             goto done;
         }
         *t = sec[i].t;
@@ -619,7 +625,8 @@ static double measure(struct tuner *T, enum group gr, const struct wgllm_wgsl_tu
 }
 
 /* The candidates of a group: variations of the base tune. */
-static int candidates(enum group gr, const struct wgllm_wgsl_tune *base, bool quick, struct wgllm_wgsl_tune *out, int cap) {
+static int candidates(enum group gr, const struct wgllm_wgsl_tune *base, bool quick, bool subgroups,
+                      struct wgllm_wgsl_tune *out, int cap) {
     int n = 0;
 #define ADD(...)                                 \
     do {                                         \
@@ -634,8 +641,11 @@ static int candidates(enum group gr, const struct wgllm_wgsl_tune *base, bool qu
         static const uint32_t wq[][2] = {{64, 4}, {128, 2}, {256, 1}, {32, 8}, {64, 1}, {128, 4}, {32, 4}, {64, 8}, {256, 2}, {128, 1}, {32, 1}};
         static const uint32_t rq[] = {64, 32, 128, 16};
         const int nw = quick ? 3 : (int)(sizeof wq / sizeof *wq), nr = quick ? 2 : (int)(sizeof rq / sizeof *rq);
-        for (int r = 0; r < nr; r++) ADD(c->matvec_thread_rows = true; c->wg_matvec = 1; c->rows_matvec = rq[r]);
-        for (int w = 0; w < nw; w++) ADD(c->matvec_thread_rows = false; c->wg_matvec = wq[w][0]; c->rows_matvec = wq[w][1]);
+        for (int r = 0; r < nr; r++)
+            ADD(c->matvec_thread_rows = true; c->matvec_subgroups = false; c->wg_matvec = 1; c->rows_matvec = rq[r]);
+        for (int w = 0; w < nw; w++) ADD(c->matvec_thread_rows = false; c->matvec_subgroups = false; c->wg_matvec = wq[w][0]; c->rows_matvec = wq[w][1]);
+        for (int w = 0; subgroups && w < nw; w++)
+            ADD(c->matvec_thread_rows = false; c->matvec_subgroups = true; c->wg_matvec = wq[w][0]; c->rows_matvec = wq[w][1]);
     } else if (gr == G_MATMUL) {
         /* cheap ones to compile first (software adapters compile big tiles for seconds) */
         static const uint32_t mq[][5] = {
@@ -658,7 +668,8 @@ static int candidates(enum group gr, const struct wgllm_wgsl_tune *base, bool qu
 
 static void describe(enum group gr, const struct wgllm_wgsl_tune *t, char *s, size_t cap) {
     if (gr == G_MATVEC && t->matvec_thread_rows) snprintf(s, cap, "thread rows, %u rows/workgroup", t->rows_matvec);
-    else if (gr == G_MATVEC) snprintf(s, cap, "%u threads, %u rows/workgroup", t->wg_matvec, t->rows_matvec);
+    else if (gr == G_MATVEC)
+        snprintf(s, cap, "%u threads, %u rows/workgroup%s", t->wg_matvec, t->rows_matvec, t->matvec_subgroups ? ", subgroups" : "");
     else if (gr == G_MATMUL)
         snprintf(s, cap, "tile %ux%u k%u, micro %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_tile_k, t->mm_micro_n, t->mm_micro_m);
     else snprintf(s, cap, "%u threads", t->wg_elem);
@@ -773,8 +784,8 @@ enum wgllm_status wgllm_tune_run(struct wgllm_gpu *g, const struct wgllm_tune_sh
             break;
         }
         progress(T, "%s: default (%s): %.3f ms per pass over the shapes", group_names[gr], d, t_base);
-        struct wgllm_wgsl_tune cand[32];
-        int nc = candidates((enum group)gr, &base, p->quick, cand, 32);
+        struct wgllm_wgsl_tune cand[48];
+        int nc = candidates((enum group)gr, &base, p->quick, T->info->subgroups, cand, 48);
         double t_best = t_base;
         int tried = 0;
         for (int c = 0; c < nc; c++) {
