@@ -210,6 +210,41 @@ static void count_progress(void *ud, const char *line) {
     if (getenv("WGLLM_TEST_VERBOSE")) printf("    %s\n", line);
 }
 
+/* Breaks every candidate mat-mat kernel (its K loop skips a chunk: less
+ * work, so faster) and leaves the reference kernels alone. */
+static int n_mutated;
+static char *break_candidates(void *ud, bool is_default, char *src) {
+    (void)ud;
+    const char *from = "k0 += TK)", *to = "k0 += TK + 32u)";
+    char *at = strstr(src, from);
+    if (is_default || !at) return src;
+    char *m = malloc(strlen(src) + strlen(to) + 1);
+    memcpy(m, src, (size_t)(at - src));
+    strcpy(m + (at - src), to);
+    strcat(m, at + strlen(from));
+    free(src);
+    n_mutated++;
+    return m;
+}
+
+TEST(fast_wrong_candidate_never_wins) {
+    struct wgllm_tune_shape sh = {WGLLM_TYPE_Q8_0, 96, 512, 4};
+    struct wgllm_tune_params p = wgllm_tune_default_params();
+    p.quick = true;
+    p.tokens = 8, p.reps = 1, p.max_candidates = 2, p.budget_s = 120;
+    p.groups = 2; /* mat-mat only */
+    p.progress = count_progress;
+    p.wgsl_hook = break_candidates;
+    n_progress = n_rejected = 0;
+    struct wgllm_wgsl_tune best;
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_tune_run(G, &sh, 1, &p, &best, &err), WGLLM_STATUS_OK);
+    CHECK(n_mutated >= 1);
+    CHECK_EQ_INT(n_rejected, n_mutated);
+    const struct wgllm_wgsl_tune *d = wgllm_wgsl_tune_defaults_for(wgllm_gpu_get_info(G));
+    CHECK(wgllm_tune_equal(&best, d));
+}
+
 TEST(sweep_writes_the_cache) {
     struct wgllm_model *m = tiny_model(WGLLM_TYPE_Q4_0);
     CHECK(m != NULL);
@@ -326,6 +361,7 @@ int main(void) {
         return test_summary("test_webgpu_tune");
     }
     RUN(sweep_writes_the_cache);
+    RUN(fast_wrong_candidate_never_wins);
     RUN(tuned_forward_agrees_with_cpu);
     wgllm_gpu_close(G);
     return test_summary("test_webgpu_tune");

@@ -489,9 +489,10 @@ static void *random_weights(struct tuner *T, uint32_t type, uint32_t rows, uint3
 }
 
 static struct wgllm_gpu_pipeline *pipe_for(struct tuner *T, enum wgllm_kernel k, uint32_t type,
-                                           const struct wgllm_wgsl_tune *t, struct wgllm_error *err) {
+                                           const struct wgllm_wgsl_tune *t, bool is_default, struct wgllm_error *err) {
     struct wgllm_kernel_key key = {k, type, false};
     char *src = wgllm_wgsl_generate(&key, t);
+    if (src && T->p->wgsl_hook) src = T->p->wgsl_hook(T->p->ud, is_default, src);
     if (!src) {
         wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "no %s kernel for %s", wgllm_wgsl_kernel_name(k), wgllm_type_name(type));
         return NULL;
@@ -511,18 +512,18 @@ struct prepared {
     uint32_t gx, gy;
 };
 
-static enum wgllm_status prepare(struct tuner *T, enum group gr, int i, const struct wgllm_wgsl_tune *t,
+static enum wgllm_status prepare(struct tuner *T, enum group gr, int i, const struct wgllm_wgsl_tune *t, bool is_default,
                                  struct prepared *pr, struct wgllm_error *err) {
     memset(pr, 0, sizeof *pr);
     if (gr == G_ELEM) {
-        pr->pipe = pipe_for(T, WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, t, err);
+        pr->pipe = pipe_for(T, WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, t, is_default, err);
         if (!pr->pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
         struct wgllm_gpu_binding b[4] = {{T->eub, 0, 0}, {T->eg, 0, 0}, {T->eu, 0, 0}, {T->ey, 0, 0}};
         pr->bg = wgllm_gpu_bindgroup_create(T->g, pr->pipe, 4, b, err);
         pr->gx = cdiv(T->elem_n, t->wg_elem), pr->gy = 1;
     } else {
         const enum wgllm_kernel k = gr == G_MATVEC ? WGLLM_KERNEL_MATVEC : WGLLM_KERNEL_MATMUL;
-        pr->pipe = pipe_for(T, k, T->sh[i].type, t, err);
+        pr->pipe = pipe_for(T, k, T->sh[i].type, t, is_default, err);
         if (!pr->pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
         struct wgllm_gpu_binding b[4] = {{T->ub[i], 0, 0}, {T->w[i], 0, 0}, {T->x[i], 0, 0}, {T->y[i], 0, 0}};
         pr->bg = wgllm_gpu_bindgroup_create(T->g, pr->pipe, 4, b, err);
@@ -554,7 +555,7 @@ static double measure(struct tuner *T, enum group gr, const struct wgllm_wgsl_tu
         struct prepared pr;
         struct wgllm_gpu_buffer *yb = gr == G_ELEM ? T->ey : T->y[i];
         const size_t len = out_len(T, gr, i);
-        if (prepare(T, gr, i, t, &pr, &err)) {
+        if (prepare(T, gr, i, t, ref_pass, &pr, &err)) {
             snprintf(why, why_cap, "%.290s", err.message);
             if (pr.bg) wgllm_gpu_bindgroup_destroy(T->g, pr.bg);
             return -1;

@@ -49,6 +49,12 @@ struct wgllm_tune_params {
     uint32_t row_cap; /* rows timed per shape at most (a larger matrix costs proportionally) */
     int max_candidates; /* candidates timed per group besides the default, 0: all of the list */
     unsigned groups;    /* bit 0 mat-vec, 1 mat-mat, 2 element-wise; 0: all */
+    /* Sees every kernel source the sweep compiles (is_default: a reference
+     * kernel, else a candidate); takes the malloc'd src and returns the
+     * source to compile, malloc'd (src itself, or a replacement after
+     * freeing src). For tests (a wrong candidate must be rejected) and for
+     * debugging; NULL: none. */
+    char *(*wgsl_hook)(void *ud, bool is_default, char *src);
     /* progress lines ("matvec 3/12 ..."); NULL: silent */
     void (*progress)(void *ud, const char *line);
     void *ud;
