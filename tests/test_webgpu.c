@@ -438,9 +438,10 @@ static const struct mm_case mm_cases[] = {
     {0, 45, 256, 64, 4, 11}, {0, 70, 256, 130, 20, 1}, {0, 37, 2048, 17, 2, 7},
 };
 
-/* Every format with the cpu-adapter tune; the GPU default tune (256
- * threads: ~20 s to compile on a loaded SwiftShader) with Q4_0 only, whose
- * unpacking is the most involved: the tile code is the same for all. */
+/* Every format with the cpu-adapter tune (mm_direct: no workgroup memory);
+ * the GPU default tune (workgroup-memory tiles; 256 threads: up to ~20 s to
+ * compile on a loaded SwiftShader) with Q4_0 only, whose unpacking is the
+ * most involved: matmul_odd_tiles covers the other formats' tile loads. */
 TEST(matmul_formats) {
     const struct wgllm_wgsl_tune *tunes[2] = {wgllm_wgsl_default_tune(), wgllm_wgsl_cpu_adapter_tune()};
     for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes; ti++)
@@ -458,21 +459,26 @@ TEST(matmul_formats) {
 }
 
 /* Odd tiles: micro tiles of 1 and 8, a tile_k of 96 (three blocks, which
- * does not divide K = 256), fewer threads than weight units. */
+ * does not divide K = 256), fewer threads than weight units; the last two
+ * without workgroup memory; then F32 rows of K = 100 (a partial block). */
 TEST(matmul_odd_tiles) {
-    static const uint32_t odd[][5] = {{16, 8, 32, 1, 1}, {8, 32, 96, 2, 8}, {64, 4, 32, 8, 1}};
-    for (size_t oi = 0; oi < sizeof odd / sizeof *odd; oi++) {
+    static const uint32_t odd[][6] = {{16, 8, 32, 1, 1, 0}, {8, 32, 96, 2, 8, 0}, {64, 4, 32, 8, 1, 0},
+                                      {16, 8, 32, 2, 4, 1}, {8, 8, 32, 8, 1, 1}};
+    for (size_t oi = 0; oi < sizeof odd / sizeof *odd + 2; oi++) {
+        const bool tail = oi >= sizeof odd / sizeof *odd; /* F32, K = 100: shared, then direct */
+        const uint32_t *o = tail ? odd[oi - sizeof odd / sizeof *odd + 2] : odd[oi];
         struct wgllm_wgsl_tune t = *wgllm_wgsl_default_tune();
-        t.mm_tile_n = odd[oi][0], t.mm_tile_m = odd[oi][1], t.mm_tile_k = odd[oi][2];
-        t.mm_micro_n = odd[oi][3], t.mm_micro_m = odd[oi][4];
+        t.mm_tile_n = o[0], t.mm_tile_m = o[1], t.mm_tile_k = o[2], t.mm_micro_n = o[3], t.mm_micro_m = o[4];
+        t.mm_direct = o[5];
         char why[200];
         CHECK(wgllm_wgsl_tune_valid(&t, 256, 16384, why, sizeof why));
         /* one format per tile (each pipeline costs seconds to compile on SwiftShader) */
-        struct mm_case c = {wtypes[(oi + 1) % 4], 37, 256, 19, 8, 2};
+        struct mm_case c = {wtypes[oi % 4], 37, 256, 19, 8, 2};
+        if (tail) c = (struct mm_case){WGLLM_TYPE_F32, 33, 100, 5, 3, 1};
         struct mm_result r = mm_run(&c, &t, NULL);
         CHECK(mm_ok(&r));
-        printf("  matmul %-5s tile %ux%ux%u micro %ux%u: err %.2e / %.2e, stray %d\n", wgllm_type_name(c.type), odd[oi][0],
-               odd[oi][1], odd[oi][2], odd[oi][3], odd[oi][4], r.err_ref, r.err_mv, r.stray);
+        printf("  matmul %-5s K %d tile %ux%ux%u micro %ux%u%s: err %.2e / %.2e, stray %d\n", wgllm_type_name(c.type), c.K,
+               o[0], o[1], o[2], o[3], o[4], o[5] ? " direct" : "", r.err_ref, r.err_mv, r.stray);
     }
 }
 
@@ -484,11 +490,14 @@ TEST(matmul_mutants_fail) {
         {"if (r < p.n) { Y[", "if (r <= p.n) { Y["},
         {"k0 += TK)", "k0 += TK + 32u)"},
         {"let t0 = wid.y * TM;", "let t0 = wid.y * TM + 1u;"},
+        {"blk < nblk; blk++", "blk < nblk; blk += 2u"}, /* the direct kernel (below) */
+        {"let tok = t0 + tt + j * (TM / RM);\n        if (tok >= p.h)", "let tok = t0 + tt + j;\n        if (tok >= p.h)"},
     };
     struct wgllm_kernel_key key = {WGLLM_KERNEL_MATMUL, WGLLM_TYPE_Q4_0, false};
     struct wgllm_wgsl_tune t = *wgllm_wgsl_default_tune(); /* small tiles: quick to compile */
     t.mm_tile_n = t.mm_tile_m = t.mm_tile_k = 32, t.mm_micro_n = t.mm_micro_m = 2;
     for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) {
+        t.mm_direct = mi >= 3;
         char *src = wgllm_wgsl_generate(&key, &t);
         char *at = src ? strstr(src, mut[mi][0]) : NULL;
         CHECK(at != NULL);

@@ -210,13 +210,18 @@ static void count_progress(void *ud, const char *line) {
     if (getenv("WGLLM_TEST_VERBOSE")) printf("    %s\n", line);
 }
 
-/* Breaks every candidate mat-mat kernel (its K loop skips a chunk: less
- * work, so faster) and leaves the reference kernels alone. */
+/* Breaks every candidate mat-mat kernel (its K loop skips a chunk or every
+ * other block: less work, so faster) and leaves the reference kernels
+ * alone. */
 static int n_mutated;
 static char *break_candidates(void *ud, bool is_default, char *src) {
     (void)ud;
     const char *from = "k0 += TK)", *to = "k0 += TK + 32u)";
     char *at = strstr(src, from);
+    if (!at) {
+        from = "blk < nblk; blk++", to = "blk < nblk; blk += 2u"; /* mm_direct */
+        at = strstr(src, from);
+    }
     if (is_default || !at) return src;
     char *m = malloc(strlen(src) + strlen(to) + 1);
     memcpy(m, src, (size_t)(at - src));

@@ -30,6 +30,10 @@ struct wgllm_wgsl_tune {
      * tile, so (tile_n/micro_n) * (tile_m/micro_m) threads; workgroup memory
      * (tile_n + tile_m) * tile_k floats. */
     uint32_t mm_tile_n, mm_tile_m, mm_tile_k, mm_micro_n, mm_micro_m;
+    /* mat-mat without workgroup memory or barriers: each thread dequantises
+     * its rows' blocks in registers and reuses them for its mm_micro_m
+     * tokens (mm_tile_k unused). Software adapters, where barriers cost. */
+    bool mm_direct;
 };
 const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void);
 /* Defaults for software (CPU) adapters such as SwiftShader, where workgroup

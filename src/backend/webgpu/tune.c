@@ -40,6 +40,7 @@ static const struct {
     {"mm_tile_k", offsetof(struct wgllm_wgsl_tune, mm_tile_k), false},
     {"mm_micro_n", offsetof(struct wgllm_wgsl_tune, mm_micro_n), false},
     {"mm_micro_m", offsetof(struct wgllm_wgsl_tune, mm_micro_m), false},
+    {"mm_direct", offsetof(struct wgllm_wgsl_tune, mm_direct), true},
 };
 #define N_FIELDS (sizeof fields / sizeof *fields)
 
@@ -561,9 +562,9 @@ static double measure(struct tuner *T, enum group gr, const struct wgllm_wgsl_tu
             return -1;
         }
         /* the output is cleared first: a candidate that skips elements must not inherit the reference's */
-        static const float nan_bits = -1e30f;
+        static const float cleared = -1e30f;
         float *host = malloc(len * sizeof *host);
-        for (size_t j = 0; host && j < len; j++) host[j] = nan_bits;
+        for (size_t j = 0; host && j < len; j++) host[j] = cleared;
         if (host) wgllm_gpu_buffer_write(T->g, yb, 0, host, len * sizeof *host);
         wgllm_gpu_batch_begin(T->g);
         wgllm_gpu_dispatch(T->g, pr.pipe, pr.bg, pr.gx, pr.gy, 1);
@@ -654,10 +655,15 @@ static int candidates(enum group gr, const struct wgllm_wgsl_tune *base, bool qu
             {128, 64, 32, 8, 4}, {64, 64, 32, 8, 8}, {128, 32, 32, 8, 4}, {64, 16, 64, 4, 2}, {16, 64, 64, 2, 4},
             {64, 64, 64, 8, 8}, {32, 32, 32, 4, 4},
         };
-        const int nm = quick ? 3 : (int)(sizeof mq / sizeof *mq);
+        /* and without workgroup memory (mm_direct) */
+        static const uint32_t dq[][5] = {{64, 16, 32, 1, 16}, {64, 8, 32, 1, 8}, {32, 32, 32, 2, 8}, {64, 32, 32, 2, 16}};
+        const int nm = quick ? 3 : (int)(sizeof mq / sizeof *mq), nd = quick ? 1 : (int)(sizeof dq / sizeof *dq);
+        for (int i = 0; i < nd; i++)
+            ADD(c->mm_direct = true; c->mm_tile_n = dq[i][0]; c->mm_tile_m = dq[i][1]; c->mm_tile_k = dq[i][2];
+                c->mm_micro_n = dq[i][3]; c->mm_micro_m = dq[i][4]);
         for (int i = 0; i < nm; i++)
-            ADD(c->mm_tile_n = mq[i][0]; c->mm_tile_m = mq[i][1]; c->mm_tile_k = mq[i][2]; c->mm_micro_n = mq[i][3];
-                c->mm_micro_m = mq[i][4]);
+            ADD(c->mm_direct = false; c->mm_tile_n = mq[i][0]; c->mm_tile_m = mq[i][1]; c->mm_tile_k = mq[i][2];
+                c->mm_micro_n = mq[i][3]; c->mm_micro_m = mq[i][4]);
     } else {
         static const uint32_t eq[] = {64, 128, 256, 32};
         const int ne = quick ? 2 : 4;
@@ -671,6 +677,8 @@ static void describe(enum group gr, const struct wgllm_wgsl_tune *t, char *s, si
     if (gr == G_MATVEC && t->matvec_thread_rows) snprintf(s, cap, "thread rows, %u rows/workgroup", t->rows_matvec);
     else if (gr == G_MATVEC)
         snprintf(s, cap, "%u threads, %u rows/workgroup%s", t->wg_matvec, t->rows_matvec, t->matvec_subgroups ? ", subgroups" : "");
+    else if (gr == G_MATMUL && t->mm_direct)
+        snprintf(s, cap, "direct, tile %ux%u, micro %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_micro_n, t->mm_micro_m);
     else if (gr == G_MATMUL)
         snprintf(s, cap, "tile %ux%u k%u, micro %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_tile_k, t->mm_micro_n, t->mm_micro_m);
     else snprintf(s, cap, "%u threads", t->wg_elem);
@@ -718,6 +726,11 @@ static enum wgllm_status tuner_init(struct tuner *T, const struct wgllm_tune_sha
         for (size_t i = 0; i < nx; i++) x[i] = rndf(T);
         const int i = T->n;
         T->sh[i] = (struct wgllm_tune_shape){sh.type, rows, sh.k, (int)(count * scale + 0.5)};
+        if (rows < sh.rows)
+            progress(T, "shape %d: %s %u rows x K %u, %d per token (timed on %u rows, counted %.1fx)", i + 1,
+                     wgllm_type_name(sh.type), sh.rows, sh.k, count, rows, scale);
+        else
+            progress(T, "shape %d: %s %u rows x K %u, %d per token", i + 1, wgllm_type_name(sh.type), sh.rows, sh.k, count);
         T->w[i] = wgllm_gpu_buffer_create(T->g, wbytes, WGLLM_GPU_STORAGE, "tune_w", err);
         T->x[i] = T->w[i] ? wgllm_gpu_buffer_create(T->g, nx * 4, WGLLM_GPU_STORAGE, "tune_x", err) : NULL;
         T->y[i] = T->x[i] ? wgllm_gpu_buffer_create(T->g, ny * 4, WGLLM_GPU_STORAGE, "tune_y", err) : NULL;
@@ -769,9 +782,6 @@ enum wgllm_status wgllm_tune_run(struct wgllm_gpu *g, const struct wgllm_tune_sh
     const double t_start = now_s(), deadline = t_start + (p->budget_s > 0 ? p->budget_s : 1e9);
     struct wgllm_wgsl_tune best = *wgllm_wgsl_tune_defaults_for(T->info);
     enum wgllm_status st = tuner_init(T, shapes, n_shapes, err);
-    for (int i = 0; !st && i < T->n; i++)
-        progress(T, "shape %d: %s %u rows x K %u, weight %d", i + 1, wgllm_type_name(T->sh[i].type), T->sh[i].rows,
-                 T->sh[i].k, T->sh[i].count);
     bool out_of_time = false;
     for (int gr = 0; !st && gr < N_GROUPS; gr++) {
         if (p->groups && !(p->groups & (1u << gr))) continue;
