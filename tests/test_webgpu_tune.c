@@ -46,6 +46,25 @@ static struct wgllm_wgsl_tune other_tune(void) {
     return t;
 }
 
+/* The built-in tunes fit every WebGPU device: the spec's guaranteed
+ * minimums are 256 invocations and 16 KiB of workgroup memory. */
+TEST(defaults_fit_the_minimum_limits) {
+    char why[200] = "";
+    CHECK(wgllm_wgsl_tune_valid(wgllm_wgsl_default_tune(), 256, 16384, why, sizeof why));
+    CHECK(wgllm_wgsl_tune_valid(wgllm_wgsl_cpu_adapter_tune(), 256, 16384, why, sizeof why));
+    if (why[0]) printf("  %s\n", why);
+    struct wgllm_wgsl_tune t = *wgllm_wgsl_default_tune();
+    t.mm_tile_k = 64; /* (64 + 64) * 64 floats: 32 KiB */
+    CHECK(!wgllm_wgsl_tune_valid(&t, 256, 16384, why, sizeof why));
+    CHECK(strstr(why, "workgroup memory") != NULL);
+    CHECK(wgllm_wgsl_tune_valid(&t, 256, 32768, why, sizeof why));
+    t.mm_direct = true; /* no workgroup memory at all */
+    CHECK(wgllm_wgsl_tune_valid(&t, 256, 16384, why, sizeof why));
+    t = *wgllm_wgsl_default_tune();
+    t.matvec_subgroups = t.matvec_thread_rows = true;
+    CHECK(!wgllm_wgsl_tune_valid(&t, 256, 16384, why, sizeof why));
+}
+
 TEST(cache_round_trip_per_adapter) {
     const char *path = test_tmp_path("/sub/dir/tune.txt"); /* folders are created */
     struct wgllm_gpu_info a = fake_info("GPU A", 1), b = fake_info("GPU B", 2);
@@ -347,6 +366,7 @@ TEST(tuned_forward_agrees_with_cpu) {
 int main(void) {
     wgllm_quant_init();
     unsetenv("WGLLM_WEBGPU_GPU_TUNE");
+    RUN(defaults_fit_the_minimum_limits);
     RUN(cache_round_trip_per_adapter);
     RUN(corrupt_cache_ignored);
     RUN(tune_for_reads_the_cache);

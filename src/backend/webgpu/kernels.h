@@ -97,8 +97,9 @@ enum wgllm_kernel {
     /* Prefill mat-mat: as MATVEC (same bindings and offsets, K = k) for h
      * tokens: y[c + t*n + r] = dot(W row r, x[b + t*k ..]), r < n, t < h.
      * Weight tiles are dequantised once into workgroup memory and serve every
-     * token of the tile. k a multiple of 32 for the block formats, even for
-     * F16. Dispatch (ceil(n / mm_tile_n), ceil(h / mm_tile_m), 1). */
+     * token of the tile (with tune mm_direct: once per thread, in registers,
+     * for its mm_micro_m tokens). k a multiple of 32 for the block formats,
+     * even for F16. Dispatch (ceil(n / mm_tile_n), ceil(h / mm_tile_m), 1). */
     WGLLM_KERNEL_MATMUL,
 };
 
