@@ -176,6 +176,7 @@ TEST(tune_for_reads_the_cache) {
     const struct wgllm_wgsl_tune *t1 = wgllm_wgsl_tune_for(&a), *t2 = wgllm_wgsl_tune_for(&a);
     CHECK(t1 && wgllm_tune_equal(t1, &ot));
     CHECK(t1 == t2);
+    for (int i = 0; i < 20; i++) CHECK(wgllm_wgsl_tune_for(&a) == t1); /* remembered once, not per call */
     CHECK(wgllm_wgsl_tune_for(&cpu) == wgllm_wgsl_cpu_adapter_tune()); /* no entry for it */
     setenv("WGLLM_WEBGPU_GPU_TUNE", "1", 1); /* forces the built-in GPU defaults */
     CHECK(wgllm_wgsl_tune_for(&a) == wgllm_wgsl_default_tune());

@@ -208,13 +208,21 @@ static int parse_cache(const char *text, const struct wgllm_wgsl_tune *defaults,
     return n + 1;
 }
 
+static bool ident_same(const struct ident *a, const struct ident *b) {
+    for (int i = 0; i < 5; i++)
+        if (strcmp(a->v[i], b->v[i])) return false;
+    return true;
+}
+
 static bool ident_eq(const struct section *s, const struct ident *id) {
     for (int i = 0; i < 5; i++)
         if (!s->has[i] || strcmp(s->id.v[i], id->v[i])) return false;
     return true;
 }
 
-static char *read_text(const char *path) {
+/* The whole file, NUL-terminated; *binary set when it holds a NUL byte. */
+static char *read_text(const char *path, bool *binary) {
+    *binary = false;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 4096, n = 0;
@@ -238,7 +246,7 @@ static char *read_text(const char *path) {
     fclose(f);
     if (s) {
         s[n] = 0;
-        if (strlen(s) != n) s[0] = 0, s[1] = 1; /* a NUL byte inside: marked, rejected below */
+        *binary = strlen(s) != n;
     }
     return s;
 }
@@ -247,14 +255,13 @@ static char *read_text(const char *path) {
 
 enum wgllm_status wgllm_tune_cache_load(const char *path, const struct wgllm_gpu_info *info, struct wgllm_wgsl_tune *t,
                                         struct wgllm_error *err) {
-    char *text = read_text(path);
-    if (!text) return wgllm_error_set(err, WGLLM_STATUS_IO, "no tune cache %s", path);
+    bool binary;
+    char *text = read_text(path, &binary);
+    if (!text) return wgllm_error_set(err, WGLLM_STATUS_IO, "no tune cache %s (or unreadable)", path);
     enum wgllm_status st = WGLLM_STATUS_OK;
     struct section *sec = malloc(sizeof *sec * MAX_SECTIONS);
     char why[256] = "";
-    int n = sec && !(text[0] == 0 && text[1] == 1)
-                ? parse_cache(text, wgllm_wgsl_tune_defaults_for(info), sec, MAX_SECTIONS, why, sizeof why)
-                : -1;
+    int n = sec && !binary ? parse_cache(text, wgllm_wgsl_tune_defaults_for(info), sec, MAX_SECTIONS, why, sizeof why) : -1;
     if (n < 0) {
         st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tune cache %s: %s", path, why[0] ? why : "not a text file");
         goto done;
@@ -316,11 +323,12 @@ enum wgllm_status wgllm_tune_cache_store(const char *path, const struct wgllm_gp
     fprintf(f, "# wgllm WebGPU kernel tunables per adapter, written by `wgllm tune`\nversion=%d\n",
             WGLLM_TUNE_CACHE_VERSION);
     /* keep the other adapters' sections of a readable file, as they were */
-    char *old = read_text(path);
+    bool binary;
+    char *old = read_text(path, &binary);
     struct section *sec = old ? malloc(sizeof *sec * MAX_SECTIONS) : NULL;
     if (sec) {
-        char why[256];
-        int n = parse_cache(old, wgllm_wgsl_default_tune(), sec, MAX_SECTIONS, why, sizeof why);
+        char why[256] = "a NUL byte in it";
+        int n = binary ? -1 : parse_cache(old, wgllm_wgsl_default_tune(), sec, MAX_SECTIONS, why, sizeof why);
         struct ident id;
         ident_of(info, &id);
         if (n < 0) wgllm_log(WGLLM_LOG_WARN, "tune cache %s was unreadable (%s): rewritten", path, why);
@@ -368,7 +376,7 @@ const struct wgllm_wgsl_tune *wgllm_wgsl_tune_for(const struct wgllm_gpu_info *i
     pthread_mutex_lock(&mu);
     int i = 0;
     for (; i < n_loaded; i++)
-        if (!memcmp(&loaded[i].id, &id, sizeof id) && wgllm_tune_equal(&loaded[i].t, &t)) break;
+        if (ident_same(&loaded[i].id, &id) && wgllm_tune_equal(&loaded[i].t, &t)) break;
     if (i == n_loaded && n_loaded < (int)(sizeof loaded / sizeof *loaded)) {
         loaded[i].id = id;
         loaded[i].t = t;
