@@ -513,8 +513,8 @@ static struct wgllm_gpu_pipeline *pipe_for(struct tuner *T, enum wgllm_kernel k,
 
 static uint32_t cdiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
-/* Records the group's kernel for shape i (or the element-wise one) with
- * tune t into the open batch, reps times. */
+/* A candidate's kernel for shape i (or the element-wise one), ready to
+ * dispatch: pipeline, bind group, workgroup counts. */
 struct prepared {
     struct wgllm_gpu_pipeline *pipe;
     struct wgllm_gpu_bindgroup *bg;
