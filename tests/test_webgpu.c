@@ -495,7 +495,7 @@ TEST(matmul_mutants_fail) {
     };
     struct wgllm_kernel_key key = {WGLLM_KERNEL_MATMUL, WGLLM_TYPE_Q4_0, false};
     struct wgllm_wgsl_tune t = *wgllm_wgsl_default_tune(); /* small tiles: quick to compile */
-    t.mm_tile_n = t.mm_tile_m = t.mm_tile_k = 32, t.mm_micro_n = t.mm_micro_m = 2;
+    t.mm_tile_n = t.mm_tile_m = 16, t.mm_tile_k = 32, t.mm_micro_n = t.mm_micro_m = 2;
     for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) {
         t.mm_direct = mi >= 3;
         char *src = wgllm_wgsl_generate(&key, &t);
