@@ -312,14 +312,10 @@ TEST(sweep_writes_the_cache) {
     CHECK(strstr(err.message, "no matrix shape") != NULL);
 }
 
-/* A forward pass with a cached tune that differs from this adapter's
- * defaults in every kernel family it uses agrees with the CPU backend. */
-TEST(tuned_forward_agrees_with_cpu) {
+/* A forward pass with a cached tune agrees with the CPU backend. */
+static void tuned_forward(const struct wgllm_wgsl_tune *tp, int steps) {
     const struct wgllm_gpu_info *info = wgllm_gpu_get_info(G);
-    struct wgllm_wgsl_tune t = *wgllm_wgsl_tune_defaults_for(info);
-    t.rows_matvec = t.matvec_thread_rows ? 32 : 2; /* cheap on software adapters too */
-    t.wg_matvec = t.matvec_thread_rows ? 1 : 128;
-    t.wg_elem = 128, t.wg_row = 32, t.wg_attn = 64, t.attn_max_dims = 2;
+    const struct wgllm_wgsl_tune t = *tp;
     const char *path = test_tmp_path(".tune");
     struct wgllm_error err = {0};
     CHECK_EQ_INT(wgllm_tune_cache_store(path, info, &t, &err), WGLLM_STATUS_OK);
@@ -338,7 +334,7 @@ TEST(tuned_forward_agrees_with_cpu) {
     if (c[0] && c[1]) {
         const int V = wgllm_model_n_vocab(m);
         int32_t tok[3] = {1, 450, 4996 % V};
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; s < steps && s < 3; s++) {
             CHECK_EQ_INT(wgllm_decode(c[0], &tok[s], 1, false, &err), WGLLM_STATUS_OK);
             CHECK_EQ_INT(wgllm_decode(c[1], &tok[s], 1, false, &err), WGLLM_STATUS_OK);
             const float *a = wgllm_get_logits(c[0]), *g = wgllm_get_logits(c[1]);
@@ -351,8 +347,8 @@ TEST(tuned_forward_agrees_with_cpu) {
                 ss += (double)a[i] * a[i];
             }
             const double rel = md / sqrt(ss / V + 1e-30);
-            printf("  tuned forward step %d: rel |diff| %.2e, top-1 cpu %d gpu %d\n", s, rel, wgllm_argmax(a, V),
-                   wgllm_argmax(g, V));
+            printf("  tuned forward%s step %d: rel |diff| %.2e, top-1 cpu %d gpu %d\n", t.matvec_subgroups ? " (subgroups)" : "",
+                   s, rel, wgllm_argmax(a, V), wgllm_argmax(g, V));
             /* as test_webgpu_model's Q8_0 bound: activation-grid flips aside, rounding noise */
             CHECK(rel < 1e-1);
             CHECK_EQ_INT(wgllm_argmax(a, V), wgllm_argmax(g, V));
@@ -362,6 +358,21 @@ TEST(tuned_forward_agrees_with_cpu) {
     wgllm_model_free(m);
     unsetenv("WGLLM_TUNE_CACHE");
     remove(path);
+}
+
+/* A tune that differs from this adapter's defaults in every kernel family
+ * the forward pass uses; then the subgroupAdd mat-vec where the adapter has
+ * subgroups (its `enable subgroups;` needs the device feature). */
+TEST(tuned_forward_agrees_with_cpu) {
+    const struct wgllm_gpu_info *info = wgllm_gpu_get_info(G);
+    struct wgllm_wgsl_tune t = *wgllm_wgsl_tune_defaults_for(info);
+    t.rows_matvec = t.matvec_thread_rows ? 32 : 2; /* cheap on software adapters too */
+    t.wg_matvec = t.matvec_thread_rows ? 1 : 128;
+    t.wg_elem = 128, t.wg_row = 32, t.wg_attn = 64, t.attn_max_dims = 2;
+    tuned_forward(&t, 3);
+    if (!info->subgroups) return;
+    t.matvec_thread_rows = false, t.matvec_subgroups = true, t.wg_matvec = 64, t.rows_matvec = 4;
+    tuned_forward(&t, 2);
 }
 
 int main(void) {
