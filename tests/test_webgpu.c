@@ -51,16 +51,10 @@ static struct wgllm_gpu_buffer *upload(const void *data, size_t bytes) {
 
 /* Runs one kernel: params in a fresh uniform buffer, bindings 1.. = bufs.
  * Returns false (with the message printed) when anything fails. */
-static bool run_kernel(const struct wgllm_kernel_key *key, const struct wgllm_kparams *kp, int nbuf,
-                       struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y, int reps) {
+static bool run_wgsl(const char *src, const char *label, const struct wgllm_kparams *kp, int nbuf,
+                     struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y, int reps) {
     struct wgllm_error err = {0};
-    char *src = wgllm_wgsl_generate(key, NULL);
-    if (!src) {
-        fprintf(stderr, "  no WGSL for %s/%s\n", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type));
-        return false;
-    }
-    struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(G, src, wgllm_wgsl_kernel_name(key->kernel), &err);
-    free(src);
+    struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(G, src, label, &err);
     if (!p) {
         fprintf(stderr, "  %s\n", err.message);
         return false;
@@ -81,6 +75,25 @@ static bool run_kernel(const struct wgllm_kernel_key *key, const struct wgllm_kp
     if (!ok) fprintf(stderr, "  %s\n", err.message);
     wgllm_gpu_buffer_destroy(G, ub);
     return ok;
+}
+
+/* Runs one kernel as generated for `tune` (NULL: the defaults). */
+static bool run_kernel_tuned(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune,
+                             const struct wgllm_kparams *kp, int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x,
+                             uint32_t y, int reps) {
+    char *src = wgllm_wgsl_generate(key, tune);
+    if (!src) {
+        fprintf(stderr, "  no WGSL for %s/%s\n", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type));
+        return false;
+    }
+    bool ok = run_wgsl(src, wgllm_wgsl_kernel_name(key->kernel), kp, nbuf, bufs, x, y, reps);
+    free(src);
+    return ok;
+}
+
+static bool run_kernel(const struct wgllm_kernel_key *key, const struct wgllm_kparams *kp, int nbuf,
+                       struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y, int reps) {
+    return run_kernel_tuned(key, NULL, kp, nbuf, bufs, x, y, reps);
 }
 
 static bool read_f32(struct wgllm_gpu_buffer *b, float *dst, size_t n) {
@@ -226,10 +239,27 @@ static void *make_weights(uint32_t type, int m, int k, float *deq, size_t *bytes
 
 static const uint32_t wtypes[] = {WGLLM_TYPE_F32, WGLLM_TYPE_F16, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_0};
 
+/* The mat-vec variants: workgroup reduction (the GPU default), one row per
+ * thread (the cpu-adapter default), subgroupAdd (when the adapter has
+ * subgroups; SwiftShader does, with 4-wide subgroups). */
+static int matvec_tunes(struct wgllm_wgsl_tune *t) {
+    t[0] = *wgllm_wgsl_default_tune();
+    t[1] = *wgllm_wgsl_cpu_adapter_tune();
+    if (!wgllm_gpu_get_info(G)->subgroups) return 2;
+    t[2] = t[0];
+    t[2].matvec_subgroups = true;
+    t[3] = t[2];
+    t[3].wg_matvec = 128, t[3].rows_matvec = 3;
+    return 4;
+}
+
 TEST(matvec_formats) {
     /* rows x cols x tokens: one block, odd block counts (unaligned Q8_0/Q4_0
      * rows), rows not a multiple of rows_matvec, two tokens */
     static const int shapes[][3] = {{1, 32, 1}, {67, 96, 1}, {130, 256, 2}, {256, 1024, 1}};
+    struct wgllm_wgsl_tune tunes[4];
+    const int n_tunes = matvec_tunes(tunes);
+    for (int tv = 0; tv < n_tunes; tv++)
     for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes; ti++) {
         const uint32_t type = wtypes[ti];
         const struct wgllm_type_traits *tr = wgllm_type_traits(type);
@@ -243,8 +273,11 @@ TEST(matvec_formats) {
             struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
             struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K};
             struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
-            const struct wgllm_wgsl_tune *tu = wgllm_wgsl_default_tune();
-            bool ok = run_kernel(&key, &kp, 3, bufs, cdiv(M, tu->rows_matvec), T, 1) && read_f32(bufs[2], y, (size_t)T * M);
+            const struct wgllm_wgsl_tune *tu = &tunes[tv];
+            for (int i = 0; i < T * M; i++) y[i] = -12345.0f;
+            wgllm_gpu_buffer_write(G, bufs[2], 0, y, (size_t)T * M * 4);
+            bool ok = run_kernel_tuned(&key, tu, &kp, 3, bufs, cdiv(M, tu->rows_matvec), T, 1) &&
+                      read_f32(bufs[2], y, (size_t)T * M);
             CHECK(ok);
             /* Reference: the CPU's dequantized weights . x in double; the
              * bound scales with sum |w x| (f32 accumulation in another order). */
@@ -276,7 +309,8 @@ TEST(matvec_formats) {
              * quantized formats, F16 for F16): within that rounding */
             CHECK(worst_dot <= (type == WGLLM_TYPE_F32 ? 2e-6 : 1e-2));
             if (worst > 2e-6 || si == 3)
-                printf("  matvec %-5s %4dx%-5d x%d: rel err vs dequant %.2e, vs CPU vec_dot %.2e\n", tr->name, M, K, T,
+                printf("  matvec %-5s %4dx%-5d x%d (%s): rel err vs dequant %.2e, vs CPU vec_dot %.2e\n", tr->name, M, K, T,
+                       tu->matvec_thread_rows ? "thread rows" : tu->matvec_subgroups ? "subgroups" : "workgroup reduction",
                        worst, worst_dot);
             for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
             free(w);
@@ -315,6 +349,204 @@ TEST(matvec_offsets) {
     free(w);
     free(wb);
     free(deq);
+}
+
+/* ---- mat-mat (prefill) -------------------------------------------------------- */
+
+/* One MATMUL case: M rows x K, T tokens; W placed at word A_OFF of its
+ * buffer (after garbage bytes), x at float 7, y at float C_OFF of a buffer
+ * prefilled with a sentinel. */
+struct mm_case {
+    uint32_t type;
+    int M, K, T;
+    uint32_t a_off, c_off;
+};
+
+struct mm_result {
+    bool ran;
+    double err_ref; /* max |y - ref| / sum |w x|, ref = dequantized W . x in double */
+    double err_mv;  /* the same against MATVEC's output on the same buffers */
+    int stray;      /* sentinels overwritten outside y's range */
+};
+
+#define MM_SENTINEL -12345.0f
+#define MM_X_OFF 7
+
+/* Runs the case with `tune`'s MATMUL (or the WGSL `src` when given) and
+ * the default MATVEC, and measures both against the CPU reference. */
+static struct mm_result mm_run(const struct mm_case *c, const struct wgllm_wgsl_tune *tune, const char *src) {
+    struct mm_result res = {0};
+    const int M = c->M, K = c->K, T = c->T;
+    float *deq = malloc((size_t)M * K * sizeof *deq);
+    size_t wbytes;
+    void *w = make_weights(c->type, M, K, deq, &wbytes);
+    const size_t wall = c->a_off * 4u + wbytes;
+    unsigned char *wb = malloc(wall + 4);
+    for (size_t i = 0; i < wall + 4; i++) wb[i] = (unsigned char)(i * 37 + 11); /* garbage before and after W */
+    memcpy(wb + c->a_off * 4u, w, wbytes);
+    const size_t nx = MM_X_OFF + (size_t)T * K, ny = c->c_off + (size_t)T * M + 64;
+    float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y), *ymv = malloc(ny * sizeof *y);
+    fill(x, nx, 1.0f);
+    for (size_t i = 0; i < ny; i++) y[i] = MM_SENTINEL;
+    struct wgllm_gpu_buffer *bufs[3] = {upload(wb, wall), upload(x, nx * 4), upload(y, ny * 4)};
+    struct wgllm_gpu_buffer *bmv[3] = {bufs[0], bufs[1], upload(y, ny * 4)};
+    struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K, .a = c->a_off, .b = MM_X_OFF, .c = c->c_off,
+                               .h = (uint32_t)T};
+    const struct wgllm_wgsl_tune *tu = tune ? tune : wgllm_wgsl_default_tune();
+    const uint32_t gx = cdiv(M, tu->mm_tile_n), gy = cdiv(T, tu->mm_tile_m);
+    struct wgllm_kernel_key key = {WGLLM_KERNEL_MATMUL, c->type, false};
+    struct wgllm_kernel_key kmv = {WGLLM_KERNEL_MATVEC, c->type, false};
+    res.ran = bufs[0] && bufs[1] && bufs[2] && bmv[2] &&
+              (src ? run_wgsl(src, "matmul_mutant", &kp, 3, bufs, gx, gy, 1) : run_kernel_tuned(&key, tu, &kp, 3, bufs, gx, gy, 1)) &&
+              read_f32(bufs[2], y, ny) &&
+              run_kernel(&kmv, &kp, 3, bmv, cdiv(M, wgllm_wgsl_default_tune()->rows_matvec), T, 1) && read_f32(bmv[2], ymv, ny);
+    for (size_t i = 0; res.ran && i < ny; i++)
+        if ((i < c->c_off || i >= c->c_off + (size_t)T * M) && y[i] != MM_SENTINEL) res.stray++;
+    for (int t = 0; res.ran && t < T; t++)
+        for (int r = 0; r < M; r++) {
+            double ref = 0, mag = 0;
+            const float *xt = x + MM_X_OFF + (size_t)t * K, *wr = deq + (size_t)r * K;
+            for (int i = 0; i < K; i++) {
+                ref += (double)wr[i] * xt[i];
+                mag += fabs((double)wr[i] * xt[i]);
+            }
+            const size_t o = c->c_off + (size_t)t * M + r;
+            const double e = fabs(y[o] - ref) / (mag + 1e-6), emv = fabs(y[o] - ymv[o]) / (mag + 1e-6);
+            /* NaN (a never-written sentinel is not NaN, but garbage can be) counts as worst */
+            res.err_ref = e > res.err_ref || e != e ? (e != e ? 1e30 : e) : res.err_ref;
+            res.err_mv = emv > res.err_mv || emv != emv ? (emv != emv ? 1e30 : emv) : res.err_mv;
+        }
+    for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
+    wgllm_gpu_buffer_destroy(G, bmv[2]);
+    free(w), free(wb), free(deq), free(x), free(y), free(ymv);
+    return res;
+}
+
+/* f32 sums of K products in another order than the double reference: the
+ * error grows like sqrt(K) ulps of sum |w x|; 1e-5 of it holds for K=2048
+ * with room, while a skipped or doubled K chunk, a wrong row or token is
+ * off by O(1). Against MATVEC the same bound (both are f32 sums). */
+#define MM_TOL 1e-5
+
+static bool mm_ok(const struct mm_result *r) { return r->ran && r->err_ref <= MM_TOL && r->err_mv <= MM_TOL && r->stray == 0; }
+
+/* tokens 1..130 (1, under a tile, over one, several), rows not a multiple
+ * of any tile, K 256 and 2048, weights at a word offset, y at an offset
+ * (sizes kept small: SwiftShader runs ~0.05-0.2 GFLOP/s) */
+static const struct mm_case mm_cases[] = {
+    {0, 67, 256, 1, 12, 3}, {0, 67, 256, 3, 0, 0},    {0, 100, 256, 17, 36, 5},
+    {0, 45, 256, 64, 4, 11}, {0, 70, 256, 130, 20, 1}, {0, 37, 2048, 17, 2, 7},
+};
+
+/* Every format with the cpu-adapter tune (mm_direct: no workgroup memory);
+ * the GPU default tune (workgroup-memory tiles; 256 threads: up to ~20 s to
+ * compile on a loaded SwiftShader) with Q4_0 only, whose unpacking is the
+ * most involved: matmul_odd_tiles covers the other formats' tile loads. */
+TEST(matmul_formats) {
+    const struct wgllm_wgsl_tune *tunes[2] = {wgllm_wgsl_default_tune(), wgllm_wgsl_cpu_adapter_tune()};
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes; ti++)
+        for (size_t ci = 0; ci < sizeof mm_cases / sizeof *mm_cases; ci++)
+            for (int u = 0; u < 2; u++) {
+                if (u == 0 && wtypes[ti] != WGLLM_TYPE_Q4_0) continue;
+                struct mm_case c = mm_cases[ci];
+                c.type = wtypes[ti];
+                struct mm_result r = mm_run(&c, tunes[u], NULL);
+                CHECK(mm_ok(&r));
+                if (!mm_ok(&r) || ci >= 4)
+                    printf("  matmul %-5s %3dx%-4d x%-3d (%s tune): rel err vs dequant %.2e, vs matvec %.2e, stray %d\n",
+                           wgllm_type_name(c.type), c.M, c.K, c.T, u ? "cpu" : "gpu", r.err_ref, r.err_mv, r.stray);
+            }
+}
+
+/* Odd tiles: micro tiles of 1 and 8, a tile_k of 96 (three blocks, which
+ * does not divide K = 256), fewer threads than weight units; the last two
+ * without workgroup memory; then F32 rows of K = 100 (a partial block). */
+TEST(matmul_odd_tiles) {
+    static const uint32_t odd[][6] = {{16, 8, 32, 1, 1, 0}, {8, 32, 96, 2, 8, 0}, {64, 4, 32, 8, 1, 0},
+                                      {16, 8, 32, 2, 4, 1}, {8, 8, 32, 8, 1, 1}};
+    for (size_t oi = 0; oi < sizeof odd / sizeof *odd + 2; oi++) {
+        const bool tail = oi >= sizeof odd / sizeof *odd; /* F32, K = 100: shared, then direct */
+        const uint32_t *o = tail ? odd[oi - sizeof odd / sizeof *odd + 2] : odd[oi];
+        struct wgllm_wgsl_tune t = *wgllm_wgsl_default_tune();
+        t.mm_tile_n = o[0], t.mm_tile_m = o[1], t.mm_tile_k = o[2], t.mm_micro_n = o[3], t.mm_micro_m = o[4];
+        t.mm_direct = o[5];
+        char why[200];
+        CHECK(wgllm_wgsl_tune_valid(&t, 256, 16384, why, sizeof why));
+        /* one format per tile (each pipeline costs seconds to compile on SwiftShader) */
+        struct mm_case c = {wtypes[oi % 4], 37, 256, 19, 8, 2};
+        if (tail) c = (struct mm_case){WGLLM_TYPE_F32, 33, 100, 5, 3, 1};
+        struct mm_result r = mm_run(&c, &t, NULL);
+        CHECK(mm_ok(&r));
+        printf("  matmul %-5s K %d tile %ux%ux%u micro %ux%u%s: err %.2e / %.2e, stray %d\n", wgllm_type_name(c.type), c.K,
+               o[0], o[1], o[2], o[3], o[4], o[5] ? " direct" : "", r.err_ref, r.err_mv, r.stray);
+    }
+}
+
+/* The checks above must catch a wrong kernel: deliberate off-by-ones (a row
+ * edge that writes one row too many, a K loop that skips a chunk, a token
+ * tile shifted by one) run through the same comparison and must fail it. */
+TEST(matmul_mutants_fail) {
+    static const char *mut[][2] = {
+        {"if (r < p.n) { Y[", "if (r <= p.n) { Y["},
+        {"k0 += TK)", "k0 += TK + 32u)"},
+        {"let t0 = wid.y * TM;", "let t0 = wid.y * TM + 1u;"},
+        {"blk < nblk; blk++", "blk < nblk; blk += 2u"}, /* the direct kernel (below) */
+        {"let tok = t0 + tt + j * (TM / RM);\n        if (tok >= p.h)", "let tok = t0 + tt + j;\n        if (tok >= p.h)"},
+    };
+    struct wgllm_kernel_key key = {WGLLM_KERNEL_MATMUL, WGLLM_TYPE_Q4_0, false};
+    struct wgllm_wgsl_tune t = *wgllm_wgsl_default_tune(); /* small tiles: quick to compile */
+    t.mm_tile_n = t.mm_tile_m = 16, t.mm_tile_k = 32, t.mm_micro_n = t.mm_micro_m = 2;
+    for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) {
+        t.mm_direct = mi >= 3;
+        char *src = wgllm_wgsl_generate(&key, &t);
+        char *at = src ? strstr(src, mut[mi][0]) : NULL;
+        CHECK(at != NULL);
+        if (!at) {
+            free(src);
+            continue;
+        }
+        const size_t lo = strlen(mut[mi][0]), ln = strlen(mut[mi][1]);
+        char *m = malloc(strlen(src) + ln + 1);
+        memcpy(m, src, (size_t)(at - src));
+        strcpy(m + (at - src), mut[mi][1]);
+        strcat(m, at + lo);
+        struct mm_case c = {WGLLM_TYPE_Q4_0, 67, 256, 70, 4, 3};
+        struct mm_result r = mm_run(&c, &t, m);
+        CHECK(r.ran && !mm_ok(&r));
+        printf("  mutant '%s': err %.2e, stray %d (caught: %s)\n", mut[mi][1], r.err_ref, r.stray, mm_ok(&r) ? "no" : "yes");
+        free(m);
+        free(src);
+    }
+}
+
+/* Timings of the prefill mat-mat against T mat-vecs (informational). */
+TEST(matmul_timing) {
+    const int M = 512, K = 512, T = 32;
+    const struct wgllm_wgsl_tune *tu = wgllm_gpu_get_info(G)->is_cpu ? wgllm_wgsl_cpu_adapter_tune() : wgllm_wgsl_default_tune();
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes; ti++) {
+        const uint32_t type = wtypes[ti];
+        float *deq = malloc((size_t)M * K * sizeof *deq);
+        size_t wbytes;
+        void *w = make_weights(type, M, K, deq, &wbytes);
+        float *x = malloc((size_t)T * K * 4), y0;
+        fill(x, (size_t)T * K, 1.0f);
+        struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
+        struct wgllm_kparams kp = {.n = M, .k = K, .h = T};
+        struct wgllm_kernel_key kmm = {WGLLM_KERNEL_MATMUL, type, false}, kmv = {WGLLM_KERNEL_MATVEC, type, false};
+        double ms[2];
+        for (int v = 0; v < 2; v++) {
+            const struct wgllm_kernel_key *k = v ? &kmv : &kmm;
+            uint32_t gx = v ? cdiv(M, tu->rows_matvec) : cdiv(M, tu->mm_tile_n), gy = v ? T : cdiv(T, tu->mm_tile_m);
+            CHECK(run_kernel_tuned(k, tu, &kp, 3, bufs, gx, gy, 1) && read_f32(bufs[2], &y0, 1)); /* warm-up */
+            double t0 = now_ms();
+            CHECK(run_kernel_tuned(k, tu, &kp, 3, bufs, gx, gy, 1) && read_f32(bufs[2], &y0, 1));
+            ms[v] = now_ms() - t0;
+        }
+        printf("  timing: %-5s %dx%d x %d tokens: matmul %.1f ms (%.1f GFLOP/s), %d matvecs %.1f ms\n", wgllm_type_name(type),
+               M, K, T, ms[0], 2.0 * M * K * T / (ms[0] * 1e6), T, ms[1]);
+        for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
+        free(w), free(deq), free(x);
+    }
 }
 
 TEST(get_rows_formats) {
@@ -616,6 +848,9 @@ int main(void) {
     RUN(pipeline_errors_and_cache);
     RUN(matvec_formats);
     RUN(matvec_offsets);
+    RUN(matmul_formats);
+    RUN(matmul_odd_tiles);
+    RUN(matmul_mutants_fail);
     RUN(get_rows_formats);
     RUN(rms_norm);
     RUN(rope_modes);
@@ -624,6 +859,7 @@ int main(void) {
     RUN(attention_one_query);
     RUN(argmax);
     RUN(matvec_timing);
+    RUN(matmul_timing);
     wgllm_gpu_close(G);
     return test_summary("test_webgpu");
 }

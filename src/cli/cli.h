@@ -21,12 +21,17 @@ struct opts {
     bool context_shift;                            /* run, chat: shift a full context instead of failing */
     int keep;                                      /* run, chat: tokens a shift keeps after the BOS; -1 = the prompt */
     uint64_t gpu_mem;                              /* --gpu-mem: WebGPU memory budget in bytes (0 = none) */
+    bool quick;                                    /* tune: a few candidates per group */
+    const char *cache;                             /* tune: the cache file (default: tune.h's path) */
+    int budget;                                    /* tune: seconds for the whole sweep (0: default) */
 };
 
 /* `wgllm bench --parallel ... --prefix-reuse N` (bench_engine.c). */
 int wgllm_cli_bench_engine(struct wgllm_model *m, const struct opts *o);
 /* `wgllm devices`: the WebGPU adapter, its limits and features (devices_cmd.c). */
 int wgllm_cli_devices(const struct opts *o);
+/* `wgllm tune -m MODEL [--quick] [--cache FILE] [--budget S]`: autotune the WebGPU kernels (tune_cmd.c). */
+int wgllm_cli_tune(const struct opts *o);
 
 /* `wgllm template -m MODEL --messages F.json ...`: print the rendered prompt (template_cmd.c). */
 int wgllm_cli_template(const struct opts *o);

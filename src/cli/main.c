@@ -40,6 +40,8 @@ static const char *usage_text =
     "           Ctrl-C stops a reply, Ctrl-D exits; earlier turns stay in the KV cache\n"
     "           [--ctx N] [--context-shift [--keep N]]   a reply that fills the context shifts it (as run)\n"
     "  devices                            list the compute devices (WebGPU adapter, limits, features)\n"
+    "  tune     -m MODEL [--quick] [--cache FILE] [--budget S]   autotune the WebGPU kernels on this\n"
+    "           adapter with the model's matrix shapes; the best is cached per adapter\n"
     "  synth    --shape NAME [--type q8_0] [--seed 1] [-o OUT.gguf]   write a synthetic model\n"
     "  quantize IN.gguf OUT.gguf TYPE [--allow-requantize] [--pure] [-t N]   convert the weights\n"
     "           (TYPE: Q4_K_M, Q5_K_M, Q3_K_M, Q6_K, Q8_0, Q4_0, IQ4_XS, F16, ... as llama.cpp)\n"
@@ -165,6 +167,9 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
             if (errno || *end || end == v || !(x > 0) || x * mul > 1e18) return usage_error("bad --gpu-mem '%s' (bytes, or a number with K, M or G)", v);
             o->gpu_mem = (uint64_t)(x * mul);
         }
+        else if (FLAG("--quick")) o->quick = true;
+        else if (FLAG("--cache")) { NEED_VALUE(); o->cache = v; }
+        else if (FLAG("--budget")) INT_VALUE(o->budget);
         else if (FLAG("--ids")) o->ids = true;
         else if (FLAG("--no-special")) o->no_special = true;
         else if (FLAG("--parse-special")) o->parse_special = true;
@@ -692,5 +697,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(&o);
     if (!strcmp(cmd, "synth")) return cmd_synth(&o);
     if (!strcmp(cmd, "devices")) return wgllm_cli_devices(&o);
+    if (!strcmp(cmd, "tune")) return wgllm_cli_tune(&o);
     return usage_error("unknown command '%s'", cmd);
 }

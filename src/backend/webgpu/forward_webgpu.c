@@ -798,7 +798,7 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struc
     }
     g->model = model;
     g->gpu = gpu;
-    g->tune = info->is_cpu && !getenv("WGLLM_WEBGPU_GPU_TUNE") ? wgllm_wgsl_cpu_adapter_tune() : wgllm_wgsl_default_tune();
+    g->tune = wgllm_wgsl_tune_for(info);
     g->n_ctx = params->n_ctx > 0 ? params->n_ctx : WGLLM_MIN(model->hp.n_ctx_train, 4096);
     g->n_seq = params->n_seq > 0 ? params->n_seq : 1;
     g->n_batch = params->n_batch > 0 ? params->n_batch : 512;

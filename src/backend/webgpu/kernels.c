@@ -20,6 +20,13 @@ static const struct wgllm_wgsl_tune default_tune = {
     .wg_elem = 64,
     .wg_attn = 64,
     .attn_max_dims = 4,
+    /* 256 threads, 4x4 outputs each, 16 KiB of workgroup memory (the
+     * WebGPU minimum every adapter has) */
+    .mm_tile_n = 64,
+    .mm_tile_m = 64,
+    .mm_tile_k = 32,
+    .mm_micro_n = 4,
+    .mm_micro_m = 4,
 };
 
 const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void) { return &default_tune; }
@@ -32,6 +39,16 @@ static const struct wgllm_wgsl_tune cpu_adapter_tune = {
     .wg_attn = 32,
     .attn_max_dims = 8,
     .matvec_thread_rows = true,
+    /* SwiftShader runs a workgroup's threads as SIMD lanes of one CPU
+     * thread: no barriers, one row and 16 tokens per thread. As fast as the
+     * shared-memory tiles there (~0.2-0.3 GFLOP/s either way on 2 cores),
+     * and it compiles in ~50 ms instead of ~2 s. */
+    .mm_tile_n = 64,
+    .mm_tile_m = 16,
+    .mm_tile_k = 32,
+    .mm_micro_n = 1,
+    .mm_micro_m = 16,
+    .mm_direct = true,
 };
 
 const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void) { return &cpu_adapter_tune; }
@@ -217,7 +234,8 @@ static bool weight_type_ok(uint32_t t) {
 bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     switch (k) {
     case WGLLM_KERNEL_MATVEC:
-    case WGLLM_KERNEL_GET_ROWS: return weight_type_ok(type);
+    case WGLLM_KERNEL_GET_ROWS:
+    case WGLLM_KERNEL_MATMUL: return weight_type_ok(type);
     case WGLLM_KERNEL_ATTN: return type == WGLLM_TYPE_F32 || type == WGLLM_TYPE_F16;
     case WGLLM_KERNEL_ROUND_ACT: return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_F16;
     default: return true;
@@ -225,7 +243,7 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
 }
 
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
-    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax", "store_f16", "round_act"};
+    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax", "store_f16", "round_act", "matmul"};
     if (k >= WGLLM_KERNEL_ATTN_BATCH) return wgllm_wgsl_batch_kernel_name(k);
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
 }
@@ -249,6 +267,36 @@ static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const s
     sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
     emit_format(b, key->type, true);
+    if (t->matvec_subgroups) {
+        /* subgroupAdd, then one partial per subgroup in workgroup memory and
+         * one barrier (instead of log2(WGM)). Subgroups are taken to be
+         * consecutive ranges of a 1-D workgroup, as Vulkan/Metal/D3D lay
+         * them out; the tuner checks every candidate's results anyway. */
+        sb_add(b, "var<workgroup> red: array<f32, WGM>;\n"
+                  "@compute @workgroup_size(WGM)\n"
+                  "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,\n"
+                  "        @builtin(subgroup_invocation_id) sli: u32, @builtin(subgroup_size) sgs: u32) {\n"
+                  "  let tid = lid.x;\n"
+                  "  let tok = wid.y;\n"
+                  "  let xb = p.b + tok * p.k;\n"
+                  "  let nsg = (WGM + sgs - 1u) / sgs;\n"
+                  "  for (var rr = 0u; rr < ROWS; rr++) {\n"
+                  "    let row = wid.x * ROWS + rr;\n"
+                  "    var acc = 0.0;\n"
+                  "    if (row < p.n) { acc = rdot(row_base(row), xb, tid); }\n"
+                  "    let s = subgroupAdd(acc);\n"
+                  "    if (sli == 0u) { red[tid / sgs] = s; }\n"
+                  "    workgroupBarrier();\n"
+                  "    if (tid == 0u && row < p.n) {\n"
+                  "      var tot = 0.0;\n"
+                  "      for (var i = 0u; i < nsg; i++) { tot += red[i]; }\n"
+                  "      Y[p.c + tok * p.n + row] = tot;\n"
+                  "    }\n"
+                  "    workgroupBarrier();\n"
+                  "  }\n"
+                  "}\n");
+        return;
+    }
     sb_add(b, "var<workgroup> red: array<f32, WGM>;\n"
               "@compute @workgroup_size(WGM)\n"
               "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
@@ -534,11 +582,257 @@ static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, cons
                   "}\n");
 }
 
+/* ---- mat-mat (prefill) ------------------------------------------------------ */
+
+/* The dequantisation of one "unit" of a 32-element block into the weight
+ * tile WS, which is stored transposed (WS[kk * TN + row]) so that the
+ * threads of a row group read consecutive words in the inner loop. A unit
+ * is what one u32 of quants holds: Q8_0 4 elements, Q4_0 8 (4 low nibbles
+ * at i.., 4 high at i+16..); F32/F16 use units of 4 elements. UPB units per
+ * block. wunit(rb, blk, u, kk, row): block blk of the row at rb, unit u,
+ * the block's first element at tile column kk. */
+static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
+    switch (type) {
+    case WGLLM_TYPE_F32:
+    case WGLLM_TYPE_F16:
+        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+                  "  let e = blk * 32u + 4u * u;\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    var v = 0.0;\n"
+                  "    if (e + t < p.k) { v = wget(rb, e + t); }\n"
+                  "    WS[(kk + 4u * u + t) * TN + row] = v;\n"
+                  "  }\n"
+                  "}\n");
+        return 8;
+    case WGLLM_TYPE_Q8_0:
+        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+                  "  let o = rb + blk * 34u;\n"
+                  "  let d = f16at(o);\n"
+                  "  let q = ld32(o + 2u + 4u * u);\n"
+                  "  let c = kk + 4u * u;\n"
+                  "  WS[c * TN + row] = d * sx8(q);\n"
+                  "  WS[(c + 1u) * TN + row] = d * sx8(q >> 8u);\n"
+                  "  WS[(c + 2u) * TN + row] = d * sx8(q >> 16u);\n"
+                  "  WS[(c + 3u) * TN + row] = d * sx8(q >> 24u);\n"
+                  "}\n");
+        return 8;
+    case WGLLM_TYPE_Q4_0:
+        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+                  "  let o = rb + blk * 18u;\n"
+                  "  let d = f16at(o);\n"
+                  "  let q = ld32(o + 2u + 4u * u);\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    let bt = (q >> (8u * t)) & 0xffu;\n"
+                  "    let c = kk + 4u * u + t;\n"
+                  "    WS[c * TN + row] = d * (f32(bt & 15u) - 8.0);\n"
+                  "    WS[(c + 16u) * TN + row] = d * (f32(bt >> 4u) - 8.0);\n"
+                  "  }\n"
+                  "}\n");
+        return 4;
+    default: return 0;
+    }
+}
+
+/* Per K chunk: all threads dequantise the TN x TK weight tile (units spread
+ * over the threads) and load the TM x TK tile of X, zeros past the edges;
+ * barrier; each thread accumulates its RN x RM outputs from workgroup memory
+ * (rows tr + i*(TN/RN), tokens tt + j*(TM/RM): neighbouring threads take
+ * neighbouring rows); barrier. Rows past n and tokens past h are never
+ * written. */
+/* Block blk (32 elements) of the row at rb, dequantised into registers. */
+static void emit_mm_block(struct sb *b, uint32_t type) {
+    sb_add(b, "fn wblock(rb: u32, blk: u32) -> array<f32, 32> {\n"
+              "  var v: array<f32, 32>;\n");
+    switch (type) {
+    case WGLLM_TYPE_F32:
+    case WGLLM_TYPE_F16:
+        sb_add(b, "  for (var e = 0u; e < 32u; e++) {\n"
+                  "    v[e] = 0.0;\n"
+                  "    if (blk * 32u + e < p.k) { v[e] = wget(rb, blk * 32u + e); }\n"
+                  "  }\n");
+        break;
+    case WGLLM_TYPE_Q8_0:
+        sb_add(b, "  let o = rb + blk * 34u;\n"
+                  "  let d = f16at(o);\n"
+                  "  for (var j = 0u; j < 8u; j++) {\n"
+                  "    let q = ld32(o + 2u + 4u * j);\n"
+                  "    v[4u * j] = d * sx8(q);\n"
+                  "    v[4u * j + 1u] = d * sx8(q >> 8u);\n"
+                  "    v[4u * j + 2u] = d * sx8(q >> 16u);\n"
+                  "    v[4u * j + 3u] = d * sx8(q >> 24u);\n"
+                  "  }\n");
+        break;
+    case WGLLM_TYPE_Q4_0:
+        sb_add(b, "  let o = rb + blk * 18u;\n"
+                  "  let d = f16at(o);\n"
+                  "  for (var j = 0u; j < 4u; j++) {\n"
+                  "    let q = ld32(o + 2u + 4u * j);\n"
+                  "    for (var t = 0u; t < 4u; t++) {\n"
+                  "      let bt = (q >> (8u * t)) & 0xffu;\n"
+                  "      v[4u * j + t] = d * (f32(bt & 15u) - 8.0);\n"
+                  "      v[4u * j + t + 16u] = d * (f32(bt >> 4u) - 8.0);\n"
+                  "    }\n"
+                  "  }\n");
+        break;
+    default: break;
+    }
+    sb_add(b, "  return v;\n}\n");
+}
+
+/* The shared-memory-free mat-mat: the same thread -> (rows, tokens) map as
+ * below, each weight block dequantised once per thread and used for all of
+ * its RM tokens straight from storage. */
+static void gen_matmul_direct(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n", t->mm_tile_n,
+           t->mm_tile_m, t->mm_micro_n, t->mm_micro_m);
+    sb_add(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\n");
+    sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
+    emit_format(b, key->type, false);
+    emit_mm_block(b, key->type);
+    sb_add(b, "@compute @workgroup_size(NT)\n"
+              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+              "  let r0 = wid.x * TN;\n"
+              "  let t0 = wid.y * TM;\n"
+              "  let tr = tid %% GN;\n"
+              "  let tt = tid / GN;\n"
+              "  var acc: array<f32, RN * RM>;\n"
+              "  for (var i = 0u; i < RN * RM; i++) { acc[i] = 0.0; }\n"
+              "  let nblk = (p.k + 31u) / 32u;\n"
+              "  for (var i = 0u; i < RN; i++) {\n"
+              "    let r = r0 + tr + i * GN;\n"
+              "    if (r >= p.n) { continue; }\n"
+              "    let rb = row_base(r);\n"
+              "    for (var blk = 0u; blk < nblk; blk++) {\n"
+              "      let wv = wblock(rb, blk);\n"
+              "      for (var j = 0u; j < RM; j++) {\n"
+              "        let tok = t0 + tt + j * (TM / RM);\n"
+              "        if (tok >= p.h) { continue; }\n"
+              "        let xb = p.b + tok * p.k + blk * 32u;\n"
+              "        var s = 0.0;\n"
+              "        let ne = min(32u, p.k - blk * 32u);\n" /* a partial last block: F32/F16 rows only */
+              "        for (var e = 0u; e < ne; e++) { s += wv[e] * X[xb + e]; }\n"
+              "        acc[j * RN + i] += s;\n"
+              "      }\n"
+              "    }\n"
+              "  }\n"
+              "  for (var j = 0u; j < RM; j++) {\n"
+              "    let tok = t0 + tt + j * (TM / RM);\n"
+              "    if (tok >= p.h) { continue; }\n"
+              "    for (var i = 0u; i < RN; i++) {\n"
+              "      let r = r0 + tr + i * GN;\n"
+              "      if (r < p.n) { Y[p.c + tok * p.n + r] = acc[j * RN + i]; }\n"
+              "    }\n"
+              "  }\n"
+              "}\n");
+}
+
+static void gen_matmul(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    if (t->mm_direct) {
+        gen_matmul_direct(b, key, t);
+        return;
+    }
+    sb_add(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst TK: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n",
+           t->mm_tile_n, t->mm_tile_m, t->mm_tile_k, t->mm_micro_n, t->mm_micro_m);
+    sb_add(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\nconst NB: u32 = TK / 32u;\n");
+    sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
+              "var<workgroup> WS: array<f32, TN * TK>;\n"
+              "var<workgroup> XS: array<f32, TM * TK>;\n");
+    emit_format(b, key->type, false);
+    const uint32_t upb = emit_mm_unit(b, key->type);
+    sb_add(b, "const UPB: u32 = %uu;\n", upb);
+    sb_add(b, "@compute @workgroup_size(NT)\n"
+              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+              "  let r0 = wid.x * TN;\n"
+              "  let t0 = wid.y * TM;\n"
+              "  let tr = tid %% GN;\n"
+              "  let tt = tid / GN;\n"
+              "  var acc: array<f32, RN * RM>;\n"
+              "  for (var i = 0u; i < RN * RM; i++) { acc[i] = 0.0; }\n"
+              "  let nblk = (p.k + 31u) / 32u;\n"
+              "  for (var k0 = 0u; k0 < p.k; k0 += TK) {\n"
+              "    let b0 = k0 / 32u;\n"
+              "    for (var w = tid; w < TN * NB * UPB; w += NT) {\n"
+              "      let row = w / (NB * UPB);\n"
+              "      let bi = (w / UPB) %% NB;\n"
+              "      let u = w %% UPB;\n"
+              "      let r = r0 + row;\n"
+              "      if (r < p.n && b0 + bi < nblk) {\n"
+              "        wunit(row_base(r), b0 + bi, u, bi * 32u, row);\n"
+              "      } else {\n"
+              "        for (var e = 0u; e < 32u / UPB; e++) { WS[(bi * 32u + u * (32u / UPB) + e) * TN + row] = 0.0; }\n"
+              "      }\n"
+              "    }\n"
+              "    for (var x = tid; x < TM * TK; x += NT) {\n"
+              "      let tok = x / TK;\n"
+              "      let kk = x %% TK;\n"
+              "      var v = 0.0;\n"
+              "      if (t0 + tok < p.h && k0 + kk < p.k) { v = X[p.b + (t0 + tok) * p.k + k0 + kk]; }\n"
+              "      XS[kk * TM + tok] = v;\n"
+              "    }\n"
+              "    workgroupBarrier();\n"
+              "    for (var kk = 0u; kk < TK; kk++) {\n"
+              "      var wv: array<f32, RN>;\n"
+              "      for (var i = 0u; i < RN; i++) { wv[i] = WS[kk * TN + tr + i * GN]; }\n"
+              "      for (var j = 0u; j < RM; j++) {\n"
+              "        let xv = XS[kk * TM + tt + j * (TM / RM)];\n"
+              "        for (var i = 0u; i < RN; i++) { acc[j * RN + i] += wv[i] * xv; }\n"
+              "      }\n"
+              "    }\n"
+              "    workgroupBarrier();\n"
+              "  }\n"
+              "  for (var j = 0u; j < RM; j++) {\n"
+              "    let tok = t0 + tt + j * (TM / RM);\n"
+              "    if (tok >= p.h) { continue; }\n"
+              "    for (var i = 0u; i < RN; i++) {\n"
+              "      let r = r0 + tr + i * GN;\n"
+              "      if (r < p.n) { Y[p.c + tok * p.n + r] = acc[j * RN + i]; }\n"
+              "    }\n"
+              "  }\n"
+              "}\n");
+}
+
+static bool pow2(uint32_t v) { return v && !(v & (v - 1)); }
+
+bool wgllm_wgsl_tune_valid(const struct wgllm_wgsl_tune *t, uint32_t max_invocations, uint32_t max_wg_storage,
+                           char *why, size_t why_cap) {
+#define BAD(...)                                    \
+    do {                                            \
+        if (why) snprintf(why, why_cap, __VA_ARGS__); \
+        return false;                               \
+    } while (0)
+    if (!pow2(t->wg_matvec) || !pow2(t->wg_row) || !pow2(t->wg_attn)) BAD("wg_matvec, wg_row and wg_attn must be powers of two");
+    if (!t->rows_matvec || !t->wg_elem || !t->attn_max_dims) BAD("rows_matvec, wg_elem and attn_max_dims must be > 0");
+    if (t->matvec_subgroups && t->matvec_thread_rows) BAD("matvec_subgroups and matvec_thread_rows exclude each other");
+    const uint32_t mv_threads = t->matvec_thread_rows ? t->rows_matvec : t->wg_matvec;
+    if (mv_threads > max_invocations || t->wg_row > max_invocations || t->wg_elem > max_invocations ||
+        t->wg_attn > max_invocations)
+        BAD("a workgroup size is over the adapter's %u invocations", max_invocations);
+    if (!t->mm_micro_n || !t->mm_micro_m || !t->mm_tile_n || !t->mm_tile_m) BAD("mat-mat tiles must be > 0");
+    if (t->mm_tile_k == 0 || t->mm_tile_k % 32) BAD("mm_tile_k %u is not a multiple of 32", t->mm_tile_k);
+    if (t->mm_tile_n % t->mm_micro_n || t->mm_tile_m % t->mm_micro_m)
+        BAD("mat-mat tile %ux%u is not a multiple of the micro tile %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_micro_n,
+            t->mm_micro_m);
+    if (t->mm_micro_n * t->mm_micro_m > 64) BAD("mat-mat micro tile %ux%u is over 64 registers", t->mm_micro_n, t->mm_micro_m);
+    const uint64_t mm_threads = (uint64_t)(t->mm_tile_n / t->mm_micro_n) * (t->mm_tile_m / t->mm_micro_m);
+    if (mm_threads > max_invocations) BAD("mat-mat needs %llu threads, over %u", (unsigned long long)mm_threads, max_invocations);
+    const uint64_t mm_bytes = t->mm_direct ? 0 : (uint64_t)(t->mm_tile_n + t->mm_tile_m) * t->mm_tile_k * 4;
+    if (mm_bytes > max_wg_storage) BAD("mat-mat needs %llu bytes of workgroup memory, over %u", (unsigned long long)mm_bytes, max_wg_storage);
+    const uint64_t attn_bytes = ((uint64_t)t->wg_attn * t->attn_max_dims + 2u * t->wg_attn) * 4;
+    if (attn_bytes > max_wg_storage) BAD("attention needs %llu bytes of workgroup memory, over %u", (unsigned long long)attn_bytes, max_wg_storage);
+    return true;
+#undef BAD
+}
+
 char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune) {
     if (!tune) tune = &default_tune;
     if (!wgllm_wgsl_supports(key->kernel, key->type)) return NULL;
     struct sb b = {0};
-    sb_add(&b, "// wgllm %s (%s)\n%s", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type), params_wgsl);
+    sb_add(&b, "// wgllm %s (%s)\n", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type));
+    if (key->kernel == WGLLM_KERNEL_MATVEC && tune->matvec_subgroups && !tune->matvec_thread_rows)
+        sb_add(&b, "enable subgroups;\n"); /* directives come before every declaration */
+    sb_add(&b, "%s", params_wgsl);
     switch (key->kernel) {
     case WGLLM_KERNEL_MATVEC: gen_matvec(&b, key, tune); break;
     case WGLLM_KERNEL_GET_ROWS: gen_get_rows(&b, key, tune); break;
@@ -550,6 +844,7 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
     case WGLLM_KERNEL_STORE_F16: gen_store_f16(&b, tune); break;
     case WGLLM_KERNEL_ROUND_ACT: gen_round_act(&b, key, tune); break;
+    case WGLLM_KERNEL_MATMUL: gen_matmul(&b, key, tune); break;
     default: { char *body = wgllm_wgsl_batch_body(key, tune); if (body) sb_add(&b, "%s", body); else b.oom = true; free(body); } break;
     }
     if (b.oom) {

@@ -23,11 +23,26 @@ struct wgllm_wgsl_tune {
     uint32_t wg_attn;     /* threads per attention workgroup = positions per tile (power of two) */
     uint32_t attn_max_dims; /* head dims an attention thread accumulates: head_dim <= wg_attn * this */
     bool matvec_thread_rows; /* mat-vec: one row per thread, no workgroup reduction (rows_matvec threads) */
+    bool matvec_subgroups;   /* mat-vec: reduce with subgroupAdd (needs the adapter's subgroups feature) */
+    /* mat-mat (prefill): a workgroup computes mm_tile_n weight rows x
+     * mm_tile_m tokens, walking K in chunks of mm_tile_k (a multiple of 32:
+     * whole quant blocks); each thread a mm_micro_n x mm_micro_m register
+     * tile, so (tile_n/micro_n) * (tile_m/micro_m) threads; workgroup memory
+     * (tile_n + tile_m) * tile_k floats. */
+    uint32_t mm_tile_n, mm_tile_m, mm_tile_k, mm_micro_n, mm_micro_m;
+    /* mat-mat without workgroup memory or barriers: each thread dequantises
+     * its rows' blocks in registers and reuses them for its mm_micro_m
+     * tokens (mm_tile_k unused). Software adapters, where barriers cost. */
+    bool mm_direct;
 };
 const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void);
 /* Defaults for software (CPU) adapters such as SwiftShader, where workgroup
  * barriers are expensive: mat-vec rows per thread instead of reductions. */
 const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void);
+/* The tune to use on an adapter: what `wgllm tune` cached for it, else the
+ * defaults above (tune.c, tune.h). */
+struct wgllm_gpu_info;
+const struct wgllm_wgsl_tune *wgllm_wgsl_tune_for(const struct wgllm_gpu_info *info);
 
 /* The uniform block of every kernel (64 bytes; fields named by use below). */
 struct wgllm_kparams {
@@ -79,6 +94,13 @@ enum wgllm_kernel {
      * multiple of 32 for Q8_0. Bindings 1 x, 2 y. Dispatch (ceil(n/32 /
      * wg_elem), 1, 1). */
     WGLLM_KERNEL_ROUND_ACT,
+    /* Prefill mat-mat: as MATVEC (same bindings and offsets, K = k) for h
+     * tokens: y[c + t*n + r] = dot(W row r, x[b + t*k ..]), r < n, t < h.
+     * Weight tiles are dequantised once into workgroup memory and serve every
+     * token of the tile (with tune mm_direct: once per thread, in registers,
+     * for its mm_micro_m tokens). k a multiple of 32 for the block formats,
+     * even for F16. Dispatch (ceil(n / mm_tile_n), ceil(h / mm_tile_m), 1). */
+    WGLLM_KERNEL_MATMUL,
     /* Batched kernels (kernels_attn.c; numbered apart so kernels above can be added freely).
      * ST is the step buffer: ROW[t] = ST[b + t] = seq * n_ctx + pos, LEN[t] = ST[c + t] = pos + 1.
      * ATTN_BATCH: token t = wid.y, head h = wid.x: O[t*d + h*m ..] = softmax(q.K^T * f0) V over
@@ -109,5 +131,10 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type);
 char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 /* Short label for messages ("matvec_q4_0"). */
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k);
+/* Checks a tune against the kernels' own rules (powers of two, tiles that
+ * divide, at most max_invocations threads and max_wg_storage bytes of
+ * workgroup memory per kernel). False with the first problem in why. */
+bool wgllm_wgsl_tune_valid(const struct wgllm_wgsl_tune *t, uint32_t max_invocations, uint32_t max_wg_storage,
+                           char *why, size_t why_cap);
 
 #endif
