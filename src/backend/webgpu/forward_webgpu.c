@@ -71,11 +71,15 @@ enum grow {
     GROW_XE, /* x = ceil(per * count / div): element-wise over all rows at once */
 };
 
+/* Which passes a dispatch belongs to (mat-vec or mat-mat versions of one product). */
+enum { WHEN_ALWAYS, WHEN_FEW /* count < MM_MIN_TOKENS */, WHEN_MANY /* count >= MM_MIN_TOKENS */ };
+
 struct gop {
     struct wgllm_gpu_pipeline *pipe;
     struct wgllm_gpu_bindgroup *bg;
     uint32_t x, per, div;
     uint8_t grow;
+    uint8_t when; /* WHEN_*: the token counts it runs for */
     int tok; /* >= 0: an op of that one token (row-split weights), run when tok < count */
     /* until the bind group exists */
     int slot, nb;
@@ -294,21 +298,12 @@ static void add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const st
     if (o) o->per = per, o->div = div;
 }
 
-/* The kernel of the mat-vecs over a batch of tokens, in one place: MATVEC
- * loops tokens over the grid's y. When kernels.c has the tiled MATMUL (same
- * bindings and meaning, p.h = rows of tokens, grid (ceil(rows / TILE_N),
- * ceil(tokens / TILE_M))), return it here for types it supports, with its
- * TILE_N / TILE_M as rows_per_wg / tok_per_wg; add_matvec sets p.h to the
- * destination's row capacity (the kernel bounds-checks tokens against it). */
-struct mm_choice {
-    enum wgllm_kernel kernel;
-    uint32_t rows_per_wg, tok_per_wg;
-    bool sets_h;
-};
-static struct mm_choice batch_matmul(const struct wgllm_webgpu_ctx *g, uint32_t type) {
-    (void)type;
-    return (struct mm_choice){WGLLM_KERNEL_MATVEC, g->tune->rows_matvec, 1, false};
-}
+/* Passes of at least this many tokens run the mat-vecs as the tiled MATMUL
+ * (where the weight type has one): each dequantized weight then serves a
+ * tile of tokens. Below it MATVEC per token wastes no tile on absent tokens.
+ * Both versions are recorded at load (bind groups and parameters fixed);
+ * record() picks one by the pass's token count. */
+#define MM_MIN_TOKENS 8
 
 /* y[t] = W x[t] for the rows of the batch. The input is first rounded as
  * the CPU backend rounds it (to the weight's vec_dot_type: Q8_0 blocks for
@@ -330,13 +325,20 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
         x = g->xr;
     }
     bd->keep_round = true;
-    const struct mm_choice mm = batch_matmul(g, w->type);
-    struct wgllm_gpu_pipeline *p = pipe_of(g, mm.kernel, w->type, false, bd->err);
     if (w->n_pieces == 1) {
+        const bool mm = cap >= MM_MIN_TOKENS && wgllm_wgsl_supports(WGLLM_KERNEL_MATMUL, w->type);
         struct wgllm_kparams kp = {.n = (uint32_t)w->ne1, .k = (uint32_t)w->ne0};
-        if (mm.sets_h) kp.h = (uint32_t)cap;
-        struct gop *o = add_op(bd, p, &kp, GROW_Y, ceil_div(kp.n, mm.rows_per_wg), 3, w->piece[0].buf, x, y, NULL);
-        if (o) o->div = mm.tok_per_wg;
+        struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err), &kp, GROW_Y,
+                               ceil_div(kp.n, g->tune->rows_matvec), 3, w->piece[0].buf, x, y, NULL);
+        if (o && mm) o->when = WHEN_FEW;
+        if (mm) {
+            /* p.h = the row capacity of y: the last token tile may compute
+             * rows past the pass's tokens, into scratch rows of y */
+            kp.h = (uint32_t)cap;
+            o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATMUL, w->type, false, bd->err), &kp, GROW_Y,
+                       ceil_div(kp.n, g->tune->mm_tile_n), 3, w->piece[0].buf, x, y, NULL);
+            if (o) o->div = g->tune->mm_tile_m, o->when = WHEN_MANY;
+        }
     } else {
         /* MATVEC writes token t's rows at c + t * (rows of the piece): with
          * several pieces each token gets its own dispatches */
@@ -830,6 +832,7 @@ static void record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count) {
     for (int i = i0; i < i1; i++) {
         const struct gop *o = &g->ops[i];
         if (o->tok >= count) continue;
+        if (o->when == (count >= MM_MIN_TOKENS ? WHEN_FEW : WHEN_MANY)) continue;
         uint32_t x = o->x, y = 1;
         switch (o->grow) {
         case GROW_Y: y = ceil_div((uint64_t)count, o->div); break;
