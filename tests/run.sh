@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh test || { echo "total: 0 passed, 1 failed"; exit 1; }
 export WGLLM_REQUIRE_WEBGPU="${WGLLM_REQUIRE_WEBGPU:-1}"  # deps.sh installed Dawn + SwiftShader
 export WGLLM_SHARED="${WGLLM_SHARED:-$(cd .. && pwd)/shared}"
+export WGLLM_TUNE_CACHE="${WGLLM_TUNE_CACHE:-off}"  # the defaults, not a `wgllm tune` cache of this machine's user
 jobs=$(nproc 2>/dev/null || echo 2)
 
 passed=0; failed=0
