@@ -564,7 +564,7 @@ static void *engine_main(void *arg) {
             pthread_mutex_lock(&e->mu);
         }
         if (!any_active(e)) {
-            if (e->stopping) break;
+            if (e->stopping || e->p.no_thread) break;
             pthread_cond_wait(&e->cv, &e->mu);
             continue;
         }
@@ -580,9 +580,19 @@ static void *engine_main(void *arg) {
         run_batch(e, false);
         run_batch(e, true);
         pthread_mutex_lock(&e->mu);
+        if (e->p.no_thread) break; /* one tick per wgllm_engine_step */
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
+}
+
+bool wgllm_engine_step(struct wgllm_engine *e) {
+    WGLLM_ASSERT(e->p.no_thread);
+    engine_main(e);
+    pthread_mutex_lock(&e->mu);
+    const bool more = e->q_head || any_active(e);
+    pthread_mutex_unlock(&e->mu);
+    return more;
 }
 
 /* ---- public API ----------------------------------------------------------- */
@@ -617,6 +627,9 @@ void wgllm_engine_free(struct wgllm_engine *e) {
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
+    } else if (e->p.no_thread && e->slots) {
+        e->stopping = true; /* what is still queued or running ends as cancelled */
+        engine_main(e);
     }
     if (e->slots)
         for (int i = 0; i < e->p.n_slots; i++) {
@@ -711,7 +724,7 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the engine's slots");
     }
     load_template(e);
-    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+    if (!p.no_thread && pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         e->thread = 0;
         wgllm_engine_free(e);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "cannot start the engine thread");
@@ -853,10 +866,26 @@ void wgllm_request_cancel(struct wgllm_request *r) {
     pthread_mutex_unlock(&e->mu);
 }
 
+bool wgllm_request_done(struct wgllm_request *r) {
+    struct wgllm_engine *e = r->eng;
+    pthread_mutex_lock(&e->mu);
+    const bool done = r->done;
+    pthread_mutex_unlock(&e->mu);
+    return done;
+}
+
 void wgllm_request_wait(struct wgllm_request *r, struct wgllm_result *result) {
     struct wgllm_engine *e = r->eng;
     pthread_mutex_lock(&e->mu);
-    while (!r->done) pthread_cond_wait(&r->done_cv, &e->mu);
+    while (!r->done) {
+        if (!e->p.no_thread) {
+            pthread_cond_wait(&r->done_cv, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        wgllm_engine_step(e);
+        pthread_mutex_lock(&e->mu);
+    }
     pthread_mutex_unlock(&e->mu);
     if (result) {
         *result = r->result;
