@@ -2,7 +2,8 @@
  * test_engine_step.c - an engine without its thread (no_thread, as the
  * single-threaded wasm build runs it): the caller's wgllm_engine_step calls
  * give the same greedy tokens as the threaded engine, streaming happens on
- * the caller's thread, wgllm_request_wait drives the steps itself, several
+ * the caller's thread, wgllm_request_wait and wgllm_embed drive the steps
+ * themselves, several
  * requests share ticks, and a cancel ends a running or a queued request at
  * the next step.
  */
@@ -76,6 +77,12 @@ TEST(steps_give_the_threaded_engines_tokens) {
     CHECK(got.text && want.text && !strcmp(got.text, want.text));
     CHECK(s.calls > 0 && !s.other_thread);
     CHECK(!wgllm_engine_step(stepped)); /* idle */
+    /* embeddings: the blocking call steps the engine itself */
+    float va[256], vb[256];
+    int na = 0, nb = 0;
+    CHECK_EQ_INT(wgllm_embed(threaded, "hello world", 11, WGLLM_POOLING_MEAN, true, va, 256, &na, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_embed(stepped, "hello world", 11, WGLLM_POOLING_MEAN, true, vb, 256, &nb, NULL), WGLLM_STATUS_OK);
+    CHECK(na == 256 && nb == 256 && !memcmp(va, vb, sizeof(va)));
     wgllm_result_free(&got);
     wgllm_result_free(&want);
     wgllm_engine_free(threaded);

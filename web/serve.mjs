@@ -24,7 +24,8 @@ const TYPES = {
 const BLANK = '<!doctype html><html><head><meta charset="utf-8"><title>wgllm test</title></head><body></body></html>';
 
 /** Starts the server; resolves to {url, port, close()}. mounts: {'/prefix/': dir}. */
-export function startServer({ port = 0, host = '127.0.0.1', models = path.join(here, '..', 'build', 'models'), mounts = {} } = {}) {
+export function startServer({ port = 0, host = '127.0.0.1', models = path.join(here, '..', 'build', 'models'), mounts = {},
+  isolate = true } = {}) {
   const table = {
     '/dist/': path.join(here, 'dist'),
     '/demo/': path.join(here, 'demo'),
@@ -38,6 +39,10 @@ export function startServer({ port = 0, host = '127.0.0.1', models = path.join(h
       'Cross-Origin-Resource-Policy': 'same-origin',
       'Cache-Control': 'no-store',
     };
+    if (!isolate) { // isolate: false serves a page without cross-origin isolation (the single-threaded core)
+      delete headers['Cross-Origin-Opener-Policy'];
+      delete headers['Cross-Origin-Embedder-Policy'];
+    }
     const url = new URL(req.url, 'http://localhost');
     let pathname;
     try { pathname = decodeURIComponent(url.pathname); } catch { pathname = ''; }

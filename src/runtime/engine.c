@@ -595,6 +595,19 @@ bool wgllm_engine_step(struct wgllm_engine *e) {
     return more;
 }
 
+/* With e->mu held: until r is done, sleeping, or stepping the engine when it has no thread. */
+static void wait_done_locked(struct wgllm_engine *e, struct wgllm_request *r) {
+    while (!r->done) {
+        if (!e->p.no_thread) {
+            pthread_cond_wait(&r->done_cv, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        wgllm_engine_step(e);
+        pthread_mutex_lock(&e->mu);
+    }
+}
+
 /* ---- public API ----------------------------------------------------------- */
 
 struct wgllm_engine_params wgllm_engine_default_params(void) {
@@ -877,15 +890,7 @@ bool wgllm_request_done(struct wgllm_request *r) {
 void wgllm_request_wait(struct wgllm_request *r, struct wgllm_result *result) {
     struct wgllm_engine *e = r->eng;
     pthread_mutex_lock(&e->mu);
-    while (!r->done) {
-        if (!e->p.no_thread) {
-            pthread_cond_wait(&r->done_cv, &e->mu);
-            continue;
-        }
-        pthread_mutex_unlock(&e->mu);
-        wgllm_engine_step(e);
-        pthread_mutex_lock(&e->mu);
-    }
+    wait_done_locked(e, r);
     pthread_mutex_unlock(&e->mu);
     if (result) {
         *result = r->result;
@@ -970,7 +975,7 @@ enum wgllm_status wgllm_embed(struct wgllm_engine *e, const char *text, size_t l
     enum wgllm_status st = submit(e, REQ_EMBED, ids, n, &p, &ec, &req, err);
     if (st) return st;
     pthread_mutex_lock(&e->mu);
-    while (!req->done) pthread_cond_wait(&req->done_cv, &e->mu);
+    wait_done_locked(e, req);
     pthread_mutex_unlock(&e->mu);
     struct wgllm_result res = req->result;
     if (res.status == WGLLM_STATUS_OK && res.finish != WGLLM_FINISH_STOP)

@@ -6,12 +6,18 @@
 // Nothing here blocks: the engine runs on its own pthread; streamed text is
 // collected in C and JS waits for it with Atomics.waitAsync on a counter in
 // the shared heap (falling back to short timers where waitAsync is missing).
+// Pages that are not cross-origin isolated (no SharedArrayBuffer) get the
+// single-threaded core (wgllm-core-st.js): there JS drives the engine itself,
+// running ticks (wgllm_web_step) for a few milliseconds at a time and giving
+// the event loop a turn in between.
 //
 // For now the model file is copied into the wasm heap (the in-memory file
 // system, then the core's mmap of it); streaming weights straight into GPU
 // buffers arrives with the browser GPU HAL.
 
-import createWgllmCore from './wgllm-core.js';
+// The threaded core is imported only when it can run: its module needs
+// SharedArrayBuffer as soon as it is instantiated.
+const importCore = (threaded) => import(threaded ? './wgllm-core.js' : './wgllm-core-st.js').then((m) => m.default);
 
 const FINISH = ['stop', 'length', 'abort', 'error'];
 
@@ -81,21 +87,22 @@ let loadCount = 0;
  * nCtx, nSlots. Resolves to a core engine (generate/embed/interrupt/unload).
  */
 export async function loadCore(opts = {}) {
-  if (typeof crossOriginIsolated !== 'undefined' && !crossOriginIsolated)
-    throw toError('wgllm: the page is not cross-origin isolated; serve it with the headers ' +
-                  '"Cross-Origin-Opener-Policy: same-origin" and "Cross-Origin-Embedder-Policy: require-corp" ' +
-                  '(the wasm build uses threads, which need SharedArrayBuffer)', 'isolation');
+  // threads need SharedArrayBuffer, which only cross-origin isolated pages
+  // (COOP/COEP headers) have; opts.threaded: false forces the other build
+  const threaded = opts.threaded !== false && typeof SharedArrayBuffer !== 'undefined' &&
+    !(typeof crossOriginIsolated !== 'undefined' && !crossOriginIsolated);
   if (opts.model == null) throw toError('wgllm: no model given (options.model)', 'argument');
   const onProgress = typeof opts.onProgress === 'function' ? opts.onProgress : () => {};
   // One compute thread unless asked: the core's thread pool spins between
   // jobs, and in wasm on a 2-core machine two threads ran 20x slower than
   // one (5.9 vs 122 tok/s on the tiny model); see web/README.md.
-  const nThreads = Math.max(1, Math.min(opts.nThreads || 1, 4));
+  const nThreads = threaded ? Math.max(1, Math.min(opts.nThreads || 1, 4)) : 1;
   // the download is the first half of the bar, parsing/validating the second
   const report = (stage, frac, loaded, total) => {
     const progress = stage === 'download' ? frac * 0.5 : 0.5 + frac * 0.5;
     try { onProgress({ stage, progress, loaded, total }); } catch { /* the caller's bug, not ours */ }
   };
+  const createWgllmCore = await importCore(threaded);
   const M = await createWgllmCore({
     print: (t) => console.log(t),
     printErr: (t) => console.warn(t),
@@ -105,7 +112,7 @@ export async function loadCore(opts = {}) {
   await writeModelFile(M, opts.model, path, (loaded, total) => report('download', total ? loaded / total : 1, loaded, total));
 
   const enc = new TextEncoder();
-  const mem = () => M.wasmMemory.buffer;
+  const mem = () => (M.wasmMemory ? M.wasmMemory.buffer : M.HEAPU8.buffer);
   const cstr = (s) => { // malloc'd NUL-terminated UTF-8 (caller frees)
     const b = enc.encode(s);
     const p = M._malloc(b.length + 1);
@@ -138,6 +145,7 @@ export async function loadCore(opts = {}) {
   const info = {
     backend: 'cpu',
     threads: nThreads,
+    threaded, // false: the single-threaded core, driven from this event loop
     arch: M.UTF8ToString(M._wgllm_web_model_arch(st)),
     n_vocab: M._wgllm_web_model_info(st, 0),
     n_ctx_train: M._wgllm_web_model_info(st, 1),
@@ -162,6 +170,30 @@ export async function loadCore(opts = {}) {
     }
   };
 
+  // Single-threaded core: engine ticks for about SLICE_MS, then a turn of
+  // the event loop. Mostly a MessageChannel task (setTimeout(0) is clamped
+  // to 4 ms, which would cost a small model much of its speed), but at least
+  // every TIMER_MS a timer task: Chromium runs posted messages before timers,
+  // so with messages alone the page's own timers would starve.
+  const SLICE_MS = 8;
+  const TIMER_MS = 16;
+  const channel = threaded ? null : new MessageChannel();
+  let lastTimer = 0;
+  const yieldTurn = () => new Promise((res) => {
+    const now = performance.now();
+    if (now - lastTimer >= TIMER_MS) {
+      lastTimer = now;
+      setTimeout(res, 0);
+    } else {
+      channel.port1.onmessage = () => res();
+      channel.port2.postMessage(0);
+    }
+  });
+  const stepSlice = (job) => {
+    const t0 = performance.now();
+    while (!M._wgllm_web_job_done(job) && M._wgllm_web_step(st, job) && performance.now() - t0 < SLICE_MS) { /* ticks */ }
+  };
+
   // Drives one job to its end: streams text to onText, resolves the job's numbers.
   const drive = async (job, onText) => {
     const idx = M._wgllm_web_job_seq(job) >> 2;
@@ -173,7 +205,12 @@ export async function loadCore(opts = {}) {
       const n = new Int32Array(mem())[lenPtr >> 2];
       if (n > 0 && onText) onText(dec.decode(readBytes(p, n), { stream: true }));
       if (done) break;
-      await waitSeq(idx, seen);
+      if (threaded) {
+        await waitSeq(idx, seen);
+      } else {
+        stepSlice(job);
+        await yieldTurn();
+      }
     }
     const num = (k) => M._wgllm_web_job_num(job, k);
     const status = num(0);
@@ -249,7 +286,7 @@ export async function loadCore(opts = {}) {
     active.add(entry);
     try {
       const idx = M._wgllm_web_job_seq(job) >> 2;
-      for (;;) {
+      for (;;) { // (the single-threaded core finishes embeddings at once)
         const seen = Atomics.load(new Int32Array(mem()), idx);
         if (M._wgllm_web_job_done(job)) break;
         await waitSeq(idx, seen);

@@ -174,7 +174,8 @@ function modelNameOf(model) {
 }
 
 function coreOptions(o) {
-  return { chatTemplate: o.chatTemplate ?? o.chat_template, nThreads: o.nThreads, nCtx: o.nCtx, nSlots: o.nSlots };
+  return { chatTemplate: o.chatTemplate ?? o.chat_template, nThreads: o.nThreads, nCtx: o.nCtx, nSlots: o.nSlots,
+    threaded: o.threaded };
 }
 
 /**
