@@ -1,13 +1,15 @@
 /*
  * quant_wasm.c - WebAssembly SIMD128 kernels (the browser build, emcc
- * -msimd128): the Q4_0 x Q8_0 and Q8_0 x Q8_0 dots and the Q8_0 activation
- * quantizer (4-6x the scalar kernels under V8).
+ * -msimd128): the Q4_0 x Q8_0, Q8_0 x Q8_0, Q4_K x Q8_K and Q6_K x Q8_K
+ * dots and the Q8_0 activation quantizer (several times the scalar kernels
+ * under V8; `WGLLM_BENCH=1 make wasm-test` prints by how much).
  *
  * Bit-exactness: the browser is checked token for token against the native
  * portable kernels (tests/web), so these give the scalar reference's results
  * bit for bit, not just within tolerance. The quantized dots compute each
- * block's integer sum with SIMD (exact), then add the blocks up in the
- * reference's order with its float expression; wasm has no fused
+ * block's integer sum with SIMD (exact: for the K-quants the scaled
+ * sub-block sums too, integer addition being associative), then add the
+ * blocks up in the reference's order with its float expression; wasm has no fused
  * multiply-add, so the same C expression rounds the same way. The quantizer
  * rounds half to even with f32x4.nearest, as the scalar round_even does.
  *
@@ -18,6 +20,7 @@
  * Compiled only where __wasm_simd128__ is defined (web/wasm.mk excludes the
  * x86/ARM files; the native Makefile compiles this file to nothing).
  */
+#include "quant/kquants.h"
 #include "quant/quant.h"
 
 #if defined(__wasm_simd128__)
@@ -107,6 +110,80 @@ static void vec_dot_q8_0_q8_0_wasm(int64_t n, float *s, const void *vx, const vo
     *s = sumf;
 }
 
+/* ---- K-quants (super-blocks of 256, Q8_K activations) ------------------- */
+
+/* Q4_K: 8 sub-blocks of 32 with 6-bit scale and min; the quants of
+ * sub-blocks 2k and 2k+1 are the low and high nibbles of qs[32k..32k+32). */
+static void vec_dot_q4_K_q8_K_wasm(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q4_K *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    const v128_t mask = wasm_i8x16_splat(0x0F);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / WGLLM_QK_K; i++) {
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; j++) wgllm_kq_scale_min_k4(j, x[i].scales, &sc[j], &m[j]);
+        v128_t acc = wasm_i32x4_splat(0);
+        for (int k = 0; k < 4; k++) {
+            const uint8_t *q = x[i].qs + 32 * k;
+            const int8_t *a = y[i].qs + 64 * k;
+            const v128_t q0 = wasm_v128_load(q), q1 = wasm_v128_load(q + 16);
+            const v128_t lo = wasm_i32x4_add(dot_i8(wasm_v128_and(q0, mask), wasm_v128_load(a)),
+                                             dot_i8(wasm_v128_and(q1, mask), wasm_v128_load(a + 16)));
+            const v128_t hi = wasm_i32x4_add(dot_i8(wasm_u8x16_shr(q0, 4), wasm_v128_load(a + 32)),
+                                             dot_i8(wasm_u8x16_shr(q1, 4), wasm_v128_load(a + 48)));
+            acc = wasm_i32x4_add(acc, wasm_i32x4_mul(lo, wasm_i32x4_splat(sc[2 * k])));
+            acc = wasm_i32x4_add(acc, wasm_i32x4_mul(hi, wasm_i32x4_splat(sc[2 * k + 1])));
+        }
+        const int sumi = hsum_i32(acc);
+        int summ = 0;
+        for (int j = 0; j < 8; j++) summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        const float d = FP16(x[i].d) * y[i].d, dm = FP16(x[i].dmin) * y[i].d;
+        sumf += d * (float)sumi - dm * (float)summ;
+    }
+    *s = sumf;
+}
+
+/* Q6_K: 16 sub-blocks of 16 with int8 scales; in each half h of 128,
+ * element 32g + l is the low (g < 2) or high nibble of ql[64h + l +
+ * 32(g & 1)] with bits 2g, 2g+1 of qh[32h + l] above it, minus 32. */
+static void vec_dot_q6_K_q8_K_wasm(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q6_K *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    const v128_t m4 = wasm_i8x16_splat(0x0F), m2 = wasm_i8x16_splat(0x30), off = wasm_i8x16_splat(32);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / WGLLM_QK_K; i++) {
+        v128_t acc = wasm_i32x4_splat(0);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
+            const int8_t *a = y[i].qs + 128 * h;
+            const int8_t *sc = x[i].scales + 8 * h;
+            for (int half = 0; half < 2; half++) { /* l in [16 half, 16 half + 16) */
+                const v128_t l0 = wasm_v128_load(ql + 16 * half), l1 = wasm_v128_load(ql + 32 + 16 * half);
+                const v128_t hb = wasm_v128_load(qh + 16 * half);
+                const v128_t q[4] = {
+                    wasm_v128_or(wasm_v128_and(l0, m4), wasm_v128_and(wasm_i8x16_shl(hb, 4), m2)),
+                    wasm_v128_or(wasm_v128_and(l1, m4), wasm_v128_and(wasm_i8x16_shl(hb, 2), m2)),
+                    wasm_v128_or(wasm_u8x16_shr(l0, 4), wasm_v128_and(hb, m2)),
+                    wasm_v128_or(wasm_u8x16_shr(l1, 4), wasm_v128_and(wasm_u8x16_shr(hb, 2), m2)),
+                };
+                for (int g = 0; g < 4; g++) {
+                    const v128_t p = dot_i8(wasm_i8x16_sub(q[g], off), wasm_v128_load(a + 32 * g + 16 * half));
+                    acc = wasm_i32x4_add(acc, wasm_i32x4_mul(p, wasm_i32x4_splat(sc[2 * g + half])));
+                }
+            }
+        }
+        sumf += FP16(x[i].d) * y[i].d * (float)hsum_i32(acc);
+    }
+    *s = sumf;
+}
+
+#define NR_LOOP(name, dot)                                                                     \
+    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {  \
+        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);     \
+    }
+NR_LOOP(nr_q4_K_wasm, vec_dot_q4_K_q8_K_wasm)
+NR_LOOP(nr_q6_K_wasm, vec_dot_q6_K_q8_K_wasm)
+
 /* ---- Q8_0 activation quantizer ------------------------------------------ */
 
 /* quant.c's q8_0_from_float: d = amax/127 as fp16, q = x * (127/amax)
@@ -141,6 +218,10 @@ void wgllm_quant_install_wasm(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_Q8_0].from_float = q8_0_from_float_wasm;
     t[WGLLM_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0_wasm;
     t[WGLLM_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0_wasm;
+    t[WGLLM_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K_wasm;
+    t[WGLLM_TYPE_Q4_K].vec_dot_nr = nr_q4_K_wasm;
+    t[WGLLM_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_wasm;
+    t[WGLLM_TYPE_Q6_K].vec_dot_nr = nr_q6_K_wasm;
 }
 
 #endif

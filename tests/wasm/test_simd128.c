@@ -9,6 +9,7 @@
  */
 #include "../test.h"
 
+#include "quant/kquants.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -41,6 +42,8 @@ TEST(kernels_are_installed) {
     CHECK(wgllm_type_traits(WGLLM_TYPE_Q4_0)->vec_dot != wgllm_type_traits_ref(WGLLM_TYPE_Q4_0)->vec_dot);
     CHECK(wgllm_type_traits(WGLLM_TYPE_Q8_0)->vec_dot != wgllm_type_traits_ref(WGLLM_TYPE_Q8_0)->vec_dot);
     CHECK(wgllm_type_traits(WGLLM_TYPE_Q8_0)->from_float != wgllm_type_traits_ref(WGLLM_TYPE_Q8_0)->from_float);
+    CHECK(wgllm_type_traits(WGLLM_TYPE_Q4_K)->vec_dot != wgllm_type_traits_ref(WGLLM_TYPE_Q4_K)->vec_dot);
+    CHECK(wgllm_type_traits(WGLLM_TYPE_Q6_K)->vec_dot != wgllm_type_traits_ref(WGLLM_TYPE_Q6_K)->vec_dot);
 }
 #endif
 
@@ -77,6 +80,33 @@ TEST(quantized_dots_bit_identical) {
     CHECK(bad == 0);
 }
 
+TEST(k_quant_dots_bit_identical) {
+    static float x[8 * 256], y[8 * 256];
+    static uint8_t qx[8 * 256], qy[8 * 292];
+    const uint32_t types[] = {WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q6_K};
+    int bad = 0, checked = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const struct wgllm_type_traits *t = wgllm_type_traits(types[ti]), *r = wgllm_type_traits_ref(types[ti]);
+        for (int nb = 1; nb <= 8; nb++) {
+            const int n = 256 * nb;
+            for (int rep = 0; rep < 25; rep++) {
+                fill(x, n);
+                fill(y, n);
+                r->from_float_ref(x, qx, n);
+                wgllm_type_traits_ref(WGLLM_TYPE_Q8_K)->from_float(y, qy, n);
+                float a = NAN, b = NAN, m[2] = {0};
+                t->vec_dot(n, &a, qx, qy);
+                r->vec_dot(n, &b, qx, qy);
+                t->vec_dot_nr(n, m, qx, 0, qy, 2);
+                checked++;
+                if ((!same_bits(a, b) || !same_bits(m[1], b)) && bad++ < 5)
+                    fprintf(stderr, "  %s n=%d: %.9g (nr %.9g) vs reference %.9g\n", t->name, n, a, m[1], b);
+            }
+        }
+    }
+    CHECK(bad == 0 && checked == 400);
+}
+
 TEST(q8_0_quantizer_bytes_identical) {
     static float x[4096];
     static uint8_t a[4096 * 2], b[4096 * 2];
@@ -106,12 +136,12 @@ static double now_s(void) {
 static void bench(void) {
     enum { N = 4096, ROWS = 512 };
     static float x[N];
-    const uint32_t types[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0};
-    for (int ti = 0; ti < 2; ti++) {
+    const uint32_t types[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q6_K};
+    for (int ti = 0; ti < 4; ti++) {
         const uint32_t type = types[ti];
         const struct wgllm_type_traits *t = wgllm_type_traits(type), *r = wgllm_type_traits_ref(type);
         const size_t row = wgllm_row_size(type, N);
-        uint8_t *w = malloc(row * ROWS), *qy = malloc(N * 4);
+        uint8_t *w = malloc(row * ROWS), *qy = malloc(wgllm_row_size(WGLLM_TYPE_Q8_K, N) + N * 4);
         for (int k = 0; k < ROWS; k++) {
             fill(x, N);
             r->from_float_ref(x, w + (size_t)k * row, N);
@@ -141,6 +171,7 @@ int main(void) {
     RUN(kernels_are_installed);
 #endif
     RUN(quantized_dots_bit_identical);
+    RUN(k_quant_dots_bit_identical);
     RUN(q8_0_quantizer_bytes_identical);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();

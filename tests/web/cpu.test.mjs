@@ -3,7 +3,7 @@
 // SharedArrayBuffer) the package picks the single-threaded core, which the JS
 // drives tick by tick; it loads the model and its greedy tokens equal the
 // native `wgllm run` (portable kernels: the SIMD128 kernels are
-// bit-identical to them) for Q8_0 and Q4_0, on the page and in a worker,
+// bit-identical to them) for Q8_0, Q4_0, Q4_K and Q6_K, on the page and in a worker,
 // while the page keeps running timers. Then tokens per second of the
 // single-threaded core against the threaded one (isolated page, 1 and 2
 // threads) and native, printed for bench notes, not asserted.
@@ -51,8 +51,7 @@ function nativeText(model, prompt, n) {
 
 before(async () => {
   assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'wgllm-core-st.js')), 'web/dist is built (make wasm)');
-  ensureModel('q8_0');
-  ensureModel('q4_0');
+  for (const type of ['q8_0', 'q4_0', 'q4_K', 'q6_K']) ensureModel(type);
   plain = await startServer({ models: MODELS, isolate: false });
   isolated = await startServer({ models: MODELS });
   browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
@@ -84,7 +83,7 @@ test('a page without cross-origin isolation gets the single-threaded core', { ti
   assert.equal(r.info.arch, 'llama');
 });
 
-for (const type of ['q8_0', 'q4_0']) {
+for (const type of ['q8_0', 'q4_0', 'q4_K', 'q6_K']) {
   test(`single-threaded greedy text equals native (${type}), streamed, timers keep running`, { timeout: 90000 }, async () => {
     const model = ensureModel(type);
     const want = nativeText(model, PROMPT, 48);
@@ -156,7 +155,7 @@ test('tokens per second: single-threaded vs threaded vs native (printed)', { tim
     await iso.goto(`${isolated.url}/blank.html`);
     assert.equal(await iso.evaluate(() => crossOriginIsolated), true);
     await iso.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
-    for (const type of ['q4_0', 'q8_0']) {
+    for (const type of ['q4_0', 'q8_0', 'q4_K']) {
       const url = `/models/tiny-${type}.gguf`;
       const rows = [
         ['single-threaded', await speed(page, url, {})],
