@@ -93,9 +93,9 @@ export async function loadCore(opts = {}) {
     !(typeof crossOriginIsolated !== 'undefined' && !crossOriginIsolated);
   if (opts.model == null) throw toError('wgllm: no model given (options.model)', 'argument');
   const onProgress = typeof opts.onProgress === 'function' ? opts.onProgress : () => {};
-  // One compute thread unless asked: the core's thread pool spins between
-  // jobs, and in wasm on a 2-core machine two threads ran 20x slower than
-  // one (5.9 vs 122 tok/s on the tiny model); see web/README.md.
+  // One compute thread unless asked: on shared 2-core machines two threads
+  // still lose to one on small models (barriers wait for descheduled
+  // threads); see web/README.md.
   const nThreads = threaded ? Math.max(1, Math.min(opts.nThreads || 1, 4)) : 1;
   // the download is the first half of the bar, parsing/validating the second
   const report = (stage, frac, loaded, total) => {
