@@ -1,7 +1,7 @@
 /*
  * quant_wasm.c - WebAssembly SIMD128 kernels (the browser build, emcc
- * -msimd128): the Q4_0 x Q8_0, Q8_0 x Q8_0, Q4_K x Q8_K and Q6_K x Q8_K
- * dots and the Q8_0 activation quantizer (several times the scalar kernels
+ * -msimd128): the Q4_0 x Q8_0, Q8_0 x Q8_0 (one token and several), Q4_K x
+ * Q8_K and Q6_K x Q8_K dots and the Q8_0 activation quantizer (several times the scalar kernels
  * under V8; `WGLLM_BENCH=1 make wasm-test` prints by how much).
  *
  * Bit-exactness: the browser is checked token for token against the native
@@ -109,6 +109,84 @@ static void vec_dot_q8_0_q8_0_wasm(int64_t n, float *s, const void *vx, const vo
     for (; i < nb; i++) sumf += hsum_i32(block_q8_0(x + i, y + i)) * (FP16(x[i].d) * FP16(y[i].d));
     *s = sumf;
 }
+
+/* ---- several tokens at once (prompt processing) --------------------------- */
+
+/* A weight block widened to 4 x 8 int16 once, then dotted with each token's
+ * activation block. The integer sums are those of block_q4_0/block_q8_0 and
+ * the float expressions those of the single-token kernels, so every result
+ * is bit-identical to vec_dot (the contract of vec_dot_mt). */
+static inline void widen_q4_0(const wgllm_block_q4_0 *x, v128_t u[4]) {
+    const v128_t v = wasm_v128_load(x->qs);
+    const v128_t eight = wasm_i8x16_splat(8);
+    const v128_t lo = wasm_i8x16_sub(wasm_v128_and(v, wasm_i8x16_splat(0x0F)), eight);
+    const v128_t hi = wasm_i8x16_sub(wasm_u8x16_shr(v, 4), eight);
+    u[0] = wasm_i16x8_extend_low_i8x16(lo);
+    u[1] = wasm_i16x8_extend_high_i8x16(lo);
+    u[2] = wasm_i16x8_extend_low_i8x16(hi);
+    u[3] = wasm_i16x8_extend_high_i8x16(hi);
+}
+
+static inline void widen_q8_0(const wgllm_block_q8_0 *x, v128_t u[4]) {
+    const v128_t a = wasm_v128_load(x->qs), b = wasm_v128_load(x->qs + 16);
+    u[0] = wasm_i16x8_extend_low_i8x16(a);
+    u[1] = wasm_i16x8_extend_high_i8x16(a);
+    u[2] = wasm_i16x8_extend_low_i8x16(b);
+    u[3] = wasm_i16x8_extend_high_i8x16(b);
+}
+
+static inline v128_t dot_widened(const v128_t u[4], const int8_t *q) {
+    const v128_t a = wasm_v128_load(q), b = wasm_v128_load(q + 16);
+    const v128_t p = wasm_i32x4_add(wasm_i32x4_dot_i16x8(u[0], wasm_i16x8_extend_low_i8x16(a)),
+                                    wasm_i32x4_dot_i16x8(u[1], wasm_i16x8_extend_high_i8x16(a)));
+    const v128_t r = wasm_i32x4_add(wasm_i32x4_dot_i16x8(u[2], wasm_i16x8_extend_low_i8x16(b)),
+                                    wasm_i32x4_dot_i16x8(u[3], wasm_i16x8_extend_high_i8x16(b)));
+    return wasm_i32x4_add(p, r);
+}
+
+/* SCALE4(si, dx, dy) and SCALE1(sumi, dx, dy): the float expression of the
+ * single-token kernel, for 4 blocks and for one. */
+#define SCALE4_Q4_0(si, dx, dy) wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(si), dx), dy)
+#define SCALE1_Q4_0(si, dx, dy) ((si) * (dx) * (dy))
+#define SCALE4_Q8_0(si, dx, dy) wasm_f32x4_mul(wasm_f32x4_convert_i32x4(si), wasm_f32x4_mul(dx, dy))
+#define SCALE1_Q8_0(si, dx, dy) ((si) * ((dx) * (dy)))
+
+#define MT_KERNEL(name, XT, WIDEN, SCALE4, SCALE1)                                                        \
+    static void name(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {  \
+        const XT *x = vx;                                                                                \
+        const int64_t nb = n / WGLLM_QK8_0;                                                              \
+        float sumf[WGLLM_VEC_DOT_MT_MAX] = {0};                                                          \
+        int64_t i = 0;                                                                                   \
+        for (; i + 4 <= nb; i += 4) {                                                                    \
+            v128_t u[4][4];                                                                              \
+            for (int k = 0; k < 4; k++) WIDEN(x + i + k, u[k]);                                          \
+            const v128_t dx =                                                                            \
+                wasm_f32x4_make(FP16(x[i].d), FP16(x[i + 1].d), FP16(x[i + 2].d), FP16(x[i + 3].d));     \
+            for (int t = 0; t < nt; t++) {                                                               \
+                const wgllm_block_q8_0 *y = (const wgllm_block_q8_0 *)((const char *)vy + (size_t)t * ys); \
+                const v128_t si = hsum4_i32(dot_widened(u[0], y[i].qs), dot_widened(u[1], y[i + 1].qs),  \
+                                            dot_widened(u[2], y[i + 2].qs), dot_widened(u[3], y[i + 3].qs)); \
+                const v128_t dy =                                                                        \
+                    wasm_f32x4_make(FP16(y[i].d), FP16(y[i + 1].d), FP16(y[i + 2].d), FP16(y[i + 3].d)); \
+                const v128_t f = SCALE4(si, dx, dy);                                                     \
+                sumf[t] += wasm_f32x4_extract_lane(f, 0);                                                \
+                sumf[t] += wasm_f32x4_extract_lane(f, 1);                                                \
+                sumf[t] += wasm_f32x4_extract_lane(f, 2);                                                \
+                sumf[t] += wasm_f32x4_extract_lane(f, 3);                                                \
+            }                                                                                            \
+        }                                                                                                \
+        for (; i < nb; i++) {                                                                            \
+            v128_t u[4];                                                                                 \
+            WIDEN(x + i, u);                                                                             \
+            for (int t = 0; t < nt; t++) {                                                               \
+                const wgllm_block_q8_0 *y = (const wgllm_block_q8_0 *)((const char *)vy + (size_t)t * ys); \
+                sumf[t] += SCALE1(hsum_i32(dot_widened(u, y[i].qs)), FP16(x[i].d), FP16(y[i].d));        \
+            }                                                                                            \
+        }                                                                                                \
+        for (int t = 0; t < nt; t++) s[(size_t)t * ss] = sumf[t];                                        \
+    }
+MT_KERNEL(mt_q4_0_wasm, wgllm_block_q4_0, widen_q4_0, SCALE4_Q4_0, SCALE1_Q4_0)
+MT_KERNEL(mt_q8_0_wasm, wgllm_block_q8_0, widen_q8_0, SCALE4_Q8_0, SCALE1_Q8_0)
 
 /* ---- K-quants (super-blocks of 256, Q8_K activations) ------------------- */
 
@@ -218,6 +296,8 @@ void wgllm_quant_install_wasm(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_Q8_0].from_float = q8_0_from_float_wasm;
     t[WGLLM_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0_wasm;
     t[WGLLM_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0_wasm;
+    t[WGLLM_TYPE_Q4_0].vec_dot_mt = mt_q4_0_wasm;
+    t[WGLLM_TYPE_Q8_0].vec_dot_mt = mt_q8_0_wasm;
     t[WGLLM_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K_wasm;
     t[WGLLM_TYPE_Q4_K].vec_dot_nr = nr_q4_K_wasm;
     t[WGLLM_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_wasm;

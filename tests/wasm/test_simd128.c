@@ -80,6 +80,40 @@ TEST(quantized_dots_bit_identical) {
     CHECK(bad == 0);
 }
 
+/* vec_dot_mt: each token's result bit-identical to vec_dot (its contract). */
+TEST(multi_token_dots_equal_single) {
+    enum { N = 4128, T = WGLLM_VEC_DOT_MT_MAX };
+    static float x[N];
+    static uint8_t qx[N * 2], qy[T][N * 2];
+    const uint32_t types[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0};
+    int bad = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const struct wgllm_type_traits *t = wgllm_type_traits(types[ti]);
+        CHECK(t->vec_dot_mt != NULL);
+        if (!t->vec_dot_mt) continue;
+        for (int li = 0; li < N_LEN; li++) {
+            const int n = lengths[li];
+            fill(x, n);
+            wgllm_type_traits_ref(types[ti])->from_float_ref(x, qx, n);
+            for (int k = 0; k < T; k++) {
+                fill(x, n);
+                wgllm_type_traits(WGLLM_TYPE_Q8_0)->from_float(x, qy[k], n);
+            }
+            for (int nt = 1; nt <= T; nt++) {
+                float got[2 * T];
+                t->vec_dot_mt(n, got, 2, qx, qy, sizeof(qy[0]), nt);
+                for (int k = 0; k < nt; k++) {
+                    float want = NAN;
+                    t->vec_dot(n, &want, qx, qy[k]);
+                    if (!same_bits(got[2 * k], want) && bad++ < 5)
+                        fprintf(stderr, "  %s n=%d nt=%d token %d: %.9g vs %.9g\n", t->name, n, nt, k, got[2 * k], want);
+                }
+            }
+        }
+    }
+    CHECK(bad == 0);
+}
+
 TEST(k_quant_dots_bit_identical) {
     static float x[8 * 256], y[8 * 256];
     static uint8_t qx[8 * 256], qy[8 * 292];
@@ -160,6 +194,27 @@ static void bench(void) {
         const double gb = (double)row * ROWS / 1e9;
         printf("bench %-5s simd128 %6.2f GB/s   scalar %6.2f GB/s   (x%.1f)\n", t->name, gb / best[0], gb / best[1],
                best[1] / best[0]);
+        if (t->vec_dot_mt) { /* 8 tokens: one multi-token call vs 8 single ones, per row */
+            const size_t ys = wgllm_row_size(t->vec_dot_type, N);
+            uint8_t *y8 = malloc(ys * 8);
+            for (int k = 0; k < 8; k++) memcpy(y8 + (size_t)k * ys, qy, ys);
+            double b8[2] = {1e9, 1e9};
+            float o[8];
+            for (int rep = 0; rep < 3; rep++)
+                for (int v = 0; v < 2; v++) {
+                    const double t0 = now_s();
+                    for (int k = 0; k < ROWS; k++) {
+                        if (v) {
+                            for (int j = 0; j < 8; j++) t->vec_dot(N, &o[j], w + (size_t)k * row, y8 + (size_t)j * ys);
+                        } else {
+                            t->vec_dot_mt(N, o, 1, w + (size_t)k * row, y8, ys, 8);
+                        }
+                    }
+                    b8[v] = fmin(b8[v], now_s() - t0);
+                }
+            printf("bench %-5s 8 tokens: vec_dot_mt %.2f ms   8 x vec_dot %.2f ms\n", t->name, b8[0] * 1e3, b8[1] * 1e3);
+            free(y8);
+        }
         free(w);
         free(qy);
     }
@@ -171,6 +226,7 @@ int main(void) {
     RUN(kernels_are_installed);
 #endif
     RUN(quantized_dots_bit_identical);
+    RUN(multi_token_dots_equal_single);
     RUN(k_quant_dots_bit_identical);
     RUN(q8_0_quantizer_bytes_identical);
     const char *b = getenv("WGLLM_BENCH");
