@@ -51,11 +51,15 @@ web/dist/%: web/src/%
 # The single-threaded core (web/dist/wgllm-core-st.js): the same sources
 # without -pthread, for pages that are not cross-origin isolated (no
 # SharedArrayBuffer). core.js picks it when crossOriginIsolated is false; the
-# engine has no thread there: JS drives it with wgllm_web_step.
+# engine has no thread there: JS drives it with wgllm_web_step. CPU only: the
+# GPU HAL is hal_none.c whatever WASM_HAL says (the browser HAL blocks a
+# pthread on JS promises, which a single thread cannot do).
 WASM_ST_OUT := build/wasm-st
-WASM_ST_OBJ := $(WASM_SRC:%.c=$(WASM_ST_OUT)/%.o)
+WASM_ST_SRC := $(filter-out web/src/hal_browser.c web/src/hal_none.c,$(WASM_SRC)) web/src/hal_none.c
+WASM_ST_OBJ := $(WASM_ST_SRC:%.c=$(WASM_ST_OUT)/%.o)
 WASM_ST_CFLAGS := $(filter-out -pthread,$(WASM_CFLAGS))
-WASM_ST_LDFLAGS := $(filter-out -pthread -sPTHREAD_POOL_SIZE=8 -Wno-pthreads-mem-growth -sEXPORTED_FUNCTIONS=%,$(WASM_LDFLAGS)) \
+WASM_ST_LDFLAGS := $(filter-out -pthread -sPTHREAD_POOL_SIZE=8 -Wno-pthreads-mem-growth -sEXPORTED_FUNCTIONS=% \
+  --js-library %.lib.js,$(WASM_LDFLAGS)) $(addprefix --js-library ,$(filter-out %hal_webgpu.lib.js,$(WASM_JSLIB))) \
   -sEXPORTED_FUNCTIONS=$(WASM_EXPORTS),_wgllm_web_step
 wasm: web/dist/wgllm-core-st.js
 
@@ -63,7 +67,7 @@ $(WASM_ST_OUT)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(EMCC_ENV) $(EMCC) $(WASM_ST_CFLAGS) -c $< -o $@
 
-web/dist/wgllm-core-st.js: $(WASM_ST_OBJ)
+web/dist/wgllm-core-st.js: $(WASM_ST_OBJ) $(filter-out %hal_webgpu.lib.js,$(WASM_JSLIB))
 	@mkdir -p web/dist
 	$(EMCC_ENV) $(EMCC) $(WASM_ST_LDFLAGS) -o $@ $(WASM_ST_OBJ) -lm
 
