@@ -4,14 +4,14 @@
  * during a forward pass) and then sleep on a futex until the next one.
  *
  * Every wait in here (a worker for the next job, the caller for the workers
- * to finish, a thread at a barrier) is the same: spin for up to SPIN_NS
- * watching one 32-bit counter, then sleep on that counter's address (Linux
- * futex, emscripten_futex_wait in wasm, a condition variable elsewhere). The
- * thread that changes a counter wakes its sleepers only when some thread
- * has announced that it sleeps, so a busy pool makes no system calls.
- * Spinning without bound is what made 2 threads slower than 1 in the
- * browser and on an oversubscribed machine: the spinner holds the core that
- * the thread it waits for needs.
+ * to finish, a thread at a barrier) is the same, on one 32-bit counter:
+ * spin with pause a little, then spin yielding the core each round, then
+ * sleep on the counter's address (Linux futex, emscripten_futex_wait in
+ * wasm, a condition variable elsewhere). The thread that changes a counter
+ * wakes sleepers only when some thread has announced that it sleeps, so a
+ * busy pool makes no system calls. Spinning without yielding is what made 2
+ * threads 10-20x slower than 1 in the browser and on an oversubscribed
+ * machine: the spinner holds the core that the thread it waits for needs.
  */
 #include "base/threadpool.h"
 
@@ -39,11 +39,15 @@
 #define WAIT_FUTEX_LINUX 1
 #endif
 
-/* How long a waiter spins before it sleeps. Long enough to cover the gap
- * between two jobs of one forward pass (a few microseconds) and the gap
- * between tokens (sampling, a few tens), short enough that an idle or
- * descheduled peer does not cost a core for long. */
-#define SPIN_NS 100000
+/* How long a waiter spins before it sleeps. A worker waiting for the next
+ * job spins across the gap between two tokens (sampling, detokenizing: up
+ * to a few hundred microseconds; a futex wake-up per token cost 15% of the
+ * decode speed of a small model); waits inside a job (barriers, the join)
+ * are shorter. Past SPIN_PAUSES pause instructions the spin yields the core
+ * on each round, so a descheduled peer that shares it can run. */
+#define SPIN_NS_JOB 2000000
+#define SPIN_NS_SYNC 1000000
+#define SPIN_PAUSES 2000
 
 struct wgllm_threadpool {
     int n_threads;
@@ -115,6 +119,21 @@ static void notify(struct wgllm_threadpool *tp, atomic_uint *addr) {
     if (atomic_load(&tp->sleepers) > 0) wake_all(tp, addr);
 }
 
+/* One round of the spin's second phase: let another thread have this core.
+ * sched_yield does that natively; in wasm it does nothing, so the thread
+ * blocks on the counter for at most 50 us instead (counted as a sleeper, so
+ * a change wakes it at once). */
+static inline void yield_core(struct wgllm_threadpool *tp, atomic_uint *addr, unsigned seen) {
+#if defined(WAIT_FUTEX_WASM)
+    atomic_fetch_add(&tp->sleepers, 1);
+    if (atomic_load(addr) == seen) emscripten_futex_wait((void *)addr, seen, 0.05);
+    atomic_fetch_sub(&tp->sleepers, 1);
+#else
+    (void)tp, (void)addr, (void)seen;
+    sched_yield();
+#endif
+}
+
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -123,21 +142,25 @@ static uint64_t now_ns(void) {
 
 /* Waits until *addr != seen (or the pool stops, when watch_stop); returns
  * the new value. */
-static unsigned wait_change(struct wgllm_threadpool *tp, atomic_uint *addr, unsigned seen, bool watch_stop) {
+static unsigned wait_change(struct wgllm_threadpool *tp, atomic_uint *addr, unsigned seen, bool watch_stop,
+                            uint64_t spin_ns) {
     unsigned v;
     uint64_t t0 = 0;
     for (unsigned spins = 0;; spins++) {
         if ((v = atomic_load_explicit(addr, memory_order_acquire)) != seen) return v;
         if (watch_stop && atomic_load_explicit(&tp->stop, memory_order_acquire)) return v;
-        CPU_RELAX();
-        if ((spins & 63) != 63) continue;
+        if (spins < SPIN_PAUSES) {
+            CPU_RELAX();
+            continue;
+        }
+        yield_core(tp, addr, seen);
         const uint64_t t = now_ns();
         if (!t0) t0 = t;
-        if (t - t0 < SPIN_NS) continue;
+        if (t - t0 < spin_ns) continue;
         atomic_fetch_add(&tp->sleepers, 1);
         if ((v = atomic_load(addr)) == seen && !(watch_stop && atomic_load(&tp->stop))) sleep_on(tp, addr, seen);
         atomic_fetch_sub(&tp->sleepers, 1);
-        t0 = 0; /* woken: spin again before the next sleep */
+        t0 = 0, spins = 0; /* woken: spin again before the next sleep */
     }
 }
 
@@ -149,7 +172,7 @@ static void *worker_main(void *p) {
     struct wgllm_threadpool *tp = wa.tp;
     unsigned seen = 0; /* gen starts at 0 and no job can run before the pool is built */
     for (;;) {
-        const unsigned g = wait_change(tp, &tp->gen, seen, true);
+        const unsigned g = wait_change(tp, &tp->gen, seen, true, SPIN_NS_JOB);
         if (atomic_load_explicit(&tp->stop, memory_order_acquire)) break;
         seen = g;
         tp->fn(tp->arg, wa.ith, tp->n_threads);
@@ -221,7 +244,7 @@ void wgllm_threadpool_run(struct wgllm_threadpool *tp, wgllm_task_fn fn, void *a
     fn(arg, 0, tp->n_threads);
     const unsigned want = (unsigned)tp->n_threads - 1;
     for (unsigned d = atomic_load(&tp->n_done); d != want; d = atomic_load(&tp->n_done))
-        wait_change(tp, &tp->n_done, d, false);
+        wait_change(tp, &tp->n_done, d, false, SPIN_NS_SYNC);
 }
 
 void wgllm_threadpool_barrier(struct wgllm_threadpool *tp) {
@@ -232,6 +255,6 @@ void wgllm_threadpool_barrier(struct wgllm_threadpool *tp) {
         atomic_fetch_add(&tp->bar_phase, 1);
         notify(tp, &tp->bar_phase);
     } else {
-        wait_change(tp, &tp->bar_phase, phase, false);
+        wait_change(tp, &tp->bar_phase, phase, false, SPIN_NS_SYNC);
     }
 }
