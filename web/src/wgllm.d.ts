@@ -40,8 +40,10 @@ export interface EngineOptions {
   backend?: 'auto' | 'cpu' | 'webgpu';
   /** Jinja chat template used instead of the model's (e.g. CHATML). */
   chatTemplate?: string;
-  /** Compute threads (1..4, default 1). */
+  /** Compute threads (1..4, default 1; 1 in the single-threaded core). */
   nThreads?: number;
+  /** false: use the single-threaded core even on a cross-origin isolated page (default: threads when isolated). */
+  threaded?: boolean;
   /** KV-cache positions per slot (default 2048, capped by the model). */
   nCtx?: number;
   /** Requests generated at once (default 1). */
@@ -60,6 +62,8 @@ export interface EngineInfo {
   /** GPU memory allocated at load (bytes; constant while generating); 0 on the CPU. */
   gpu_memory: number;
   threads: number;
+  /** false: the single-threaded core (the page is not cross-origin isolated), driven from the JS event loop */
+  threaded: boolean;
   arch: string;
   n_vocab: number;
   n_ctx_train: number;
