@@ -6,11 +6,13 @@
 # Dawn; the browser's is web/src/hal_browser.c + the JS library
 # web/src/hal_webgpu.lib.js over navigator.gpu; `make wasm WASM_HAL=none`
 # links web/src/hal_none.c instead: no device, `auto` picks the CPU) and the
-# x86/ARM SIMD kernel files (the portable kernels run, auto-vectorised to SIMD128), plus
+# x86/ARM SIMD kernel files (src/quant/quant_wasm.c has SIMD128 kernels for the main
+# formats; the other portable kernels run auto-vectorised to SIMD128), plus
 # the JS-facing glue web/src/wgllm_web.c and a libc gap (web/src/compat.c).
 # Threads: -pthread (the engine has its own thread, the CPU backend a pool),
 # so pages must be cross-origin isolated (COOP/COEP headers) for
-# SharedArrayBuffer. Memory grows up to 4 GiB; the model is copied once into
+# SharedArrayBuffer (wgllm-core-st.js, below, serves the other pages). Memory
+# grows up to 4 GiB; the model is copied once into
 # the wasm heap by web/src/store.js, whose files' mmap hands that block to the
 # core (streaming weights to the GPU comes with the JS HAL).
 

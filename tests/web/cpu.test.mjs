@@ -4,7 +4,8 @@
 // drives tick by tick; it loads the model and its greedy tokens equal the
 // native `wgllm run` (portable kernels: the SIMD128 kernels are
 // bit-identical to them) for Q8_0, Q4_0, Q4_K and Q6_K, on the page and in a worker,
-// while the page keeps running timers. Then tokens per second of the
+// while the page keeps running timers; the model store (OPFS, File, bytes)
+// and the backend choice there. Then tokens per second of the
 // single-threaded core against the threaded one (isolated page, 1 and 2
 // threads) and native, printed for bench notes, not asserted.
 // Run through tests/web/run.sh (which builds web/dist and the native tool).
@@ -140,6 +141,56 @@ test('the worker engine on a non-isolated page: single-threaded, same text, inte
   assert.equal(r.dim, 256);
   assert.deepEqual(pageErrors, []);
 });
+
+// The model store and the backend choice in the single-threaded core (no
+// M.wasmMemory there: store.js and core.js read the heap through HEAPU8).
+test('single-threaded core: the model store (OPFS, File, bytes, worker) and the backend choice', { timeout: 120000 },
+  async () => {
+    const want = nativeText('tiny-q4_K.gguf', PROMPT, 8);
+    const r = await page.evaluate(async (prompt) => {
+      const fetches = () => performance.getEntriesByType('resource').filter((x) => x.name.includes('/models/tiny-q4_K')).length;
+      const run = async (opts) => {
+        performance.clearResourceTimings();
+        const e = await wgllm.createEngine(opts);
+        const fetched = fetches();
+        const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+        await e.unload();
+        const i = e.info;
+        return { text: c.choices[0].text, fetched, source: i.source, store: i.store, threaded: i.threaded, backend: i.backend,
+                 detail: i.backend_detail, mem: i.wasm_memory_bytes, weights: i.weight_bytes };
+      };
+      await wgllm.deleteModel('tiny-q4_K');
+      const first = await run({ model: '/models/tiny-q4_K.gguf' });
+      const again = await run({ model: '/models/tiny-q4_K.gguf' });
+      const stored = (await wgllm.listModels()).map((m) => m.name);
+      const bytes = await (await fetch('/models/tiny-q4_K.gguf')).arrayBuffer();
+      const file = await run({ model: new File([bytes], 'tiny.gguf'), backend: 'cpu' });
+      const mem = await run({ model: new Uint8Array(bytes) });
+      const w = await wgllm.createWorkerEngine({ model: 'opfs:tiny-q4_K' });
+      const wc = await w.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+      await w.unload();
+      let webgpu = null;
+      try { await wgllm.createEngine({ model: new Uint8Array(bytes), backend: 'webgpu' }); } catch (e) { webgpu = e.message; }
+      return { first, again, stored, file, mem, worker: { text: wc.choices[0].text, source: w.info.source,
+               threaded: w.info.threaded }, webgpu };
+    }, PROMPT);
+    // downloaded into OPFS, then read from there; the second load fetches nothing
+    assert.deepEqual([r.first.source, r.first.store, r.first.fetched > 0], ['opfs', 'tiny-q4_K', true]);
+    assert.deepEqual([r.again.source, r.again.store, r.again.fetched], ['opfs', 'tiny-q4_K', 0]);
+    assert.ok(r.stored.includes('tiny-q4_K'), `stored: ${r.stored}`);
+    assert.equal(r.file.source, 'file');
+    assert.equal(r.mem.source, 'memory');
+    for (const x of [r.first, r.again, r.file, r.mem]) {
+      assert.equal(x.text, want);
+      assert.equal(x.threaded, false);
+      assert.equal(x.backend, 'cpu');
+      assert.ok(x.mem > x.weights, `wasm memory ${x.mem} holds the weights (${x.weights})`);
+    }
+    assert.match(r.first.detail, /single-threaded core runs the CPU backend only/);
+    assert.equal(r.file.detail, 'cpu');
+    assert.deepEqual(r.worker, { text: want, source: 'opfs', threaded: false });
+    assert.match(r.webgpu, /backend 'webgpu' needs the threaded core/);
+  });
 
 // Decode tok/s over 128 tokens; prints one line per configuration, then native `wgllm bench`.
 test('tokens per second: single-threaded vs threaded vs native (printed)', { timeout: 180000 }, async () => {

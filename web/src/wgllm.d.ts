@@ -36,7 +36,9 @@ export interface EngineOptions {
   onProgress?: (p: Progress) => void;
   /** 'auto' (default): WebGPU on a hardware adapter, else the wasm CPU backend (a software adapter such
    *  as SwiftShader counts as none); 'webgpu': navigator.gpu on any adapter, or fail; 'cpu': wasm only.
-   *  On WebGPU, requests run one at a time and embeddings are refused (they need 'cpu'). */
+   *  On WebGPU, requests run one at a time and embeddings are refused (they need 'cpu').
+   *  The single-threaded core (page not cross-origin isolated) runs 'cpu' only: 'auto' picks it,
+   *  'webgpu' fails. */
   backend?: 'auto' | 'cpu' | 'webgpu';
   /** Jinja chat template used instead of the model's (e.g. CHATML). */
   chatTemplate?: string;
