@@ -369,6 +369,8 @@ struct wgllm_engine_params {
                          prompt (default); capped at half the context */
     enum wgllm_backend backend; /* where the forward pass runs (default WGLLM_BACKEND_CPU) */
     uint64_t gpu_mem;           /* WebGPU memory budget (wgllm_context_params.gpu_mem) */
+    bool no_thread;        /* no engine thread: the caller advances it with wgllm_engine_step
+                              (single-threaded wasm); wgllm_request_wait steps it too */
 };
 
 struct wgllm_engine_params wgllm_engine_default_params(void);
@@ -460,6 +462,11 @@ void wgllm_request_wait(struct wgllm_request *req, struct wgllm_result *result);
 /* Asks the request to stop (takes effect at the next tick). Safe from any thread
  * until wgllm_request_wait returns. */
 void wgllm_request_cancel(struct wgllm_request *req);
+/* True once the request has ended (wgllm_request_wait then returns at once). */
+bool wgllm_request_done(struct wgllm_request *req);
+/* Engines made with no_thread: admits queued requests and runs one tick on
+ * the calling thread; true while requests remain queued or running. */
+bool wgllm_engine_step(struct wgllm_engine *eng);
 
 /* Blocking forms: submit + wait. The status is the submit's, or the result's. */
 enum wgllm_status wgllm_query(struct wgllm_engine *eng, const char *prompt, const struct wgllm_request_params *params,

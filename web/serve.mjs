@@ -24,8 +24,10 @@ const TYPES = {
 const BLANK = '<!doctype html><html><head><meta charset="utf-8"><title>wgllm test</title></head><body></body></html>';
 
 /** Starts the server; resolves to {url, port, close()}. mounts: {'/prefix/': dir};
- * hook(req, res, headers): tests answer a request themselves by returning true. */
-export function startServer({ port = 0, host = '127.0.0.1', models = path.join(here, '..', 'build', 'models'), mounts = {}, hook } = {}) {
+ * hook(req, res, headers): tests answer a request themselves by returning true;
+ * isolate: false serves pages without cross-origin isolation (the single-threaded core). */
+export function startServer({ port = 0, host = '127.0.0.1', models = path.join(here, '..', 'build', 'models'), mounts = {}, hook,
+  isolate = true } = {}) {
   const table = {
     '/dist/': path.join(here, 'dist'),
     '/demo/': path.join(here, 'demo'),
@@ -39,6 +41,10 @@ export function startServer({ port = 0, host = '127.0.0.1', models = path.join(h
       'Cross-Origin-Resource-Policy': 'same-origin',
       'Cache-Control': 'no-store',
     };
+    if (!isolate) { // isolate: false serves a page without cross-origin isolation (the single-threaded core)
+      delete headers['Cross-Origin-Opener-Policy'];
+      delete headers['Cross-Origin-Embedder-Policy'];
+    }
     if (hook && hook(req, res, headers)) return;
     const url = new URL(req.url, 'http://localhost');
     let pathname;

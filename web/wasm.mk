@@ -6,11 +6,13 @@
 # Dawn; the browser's is web/src/hal_browser.c + the JS library
 # web/src/hal_webgpu.lib.js over navigator.gpu; `make wasm WASM_HAL=none`
 # links web/src/hal_none.c instead: no device, `auto` picks the CPU) and the
-# x86/ARM SIMD kernel files (the portable kernels run, auto-vectorised to SIMD128), plus
+# x86/ARM SIMD kernel files (src/quant/quant_wasm.c has SIMD128 kernels for the main
+# formats; the other portable kernels run auto-vectorised to SIMD128), plus
 # the JS-facing glue web/src/wgllm_web.c and a libc gap (web/src/compat.c).
 # Threads: -pthread (the engine has its own thread, the CPU backend a pool),
 # so pages must be cross-origin isolated (COOP/COEP headers) for
-# SharedArrayBuffer. Memory grows up to 4 GiB; the model is copied once into
+# SharedArrayBuffer (wgllm-core-st.js, below, serves the other pages). Memory
+# grows up to 4 GiB; the model is copied once into
 # the wasm heap by web/src/store.js, whose files' mmap hands that block to the
 # core (streaming weights to the GPU comes with the JS HAL).
 
@@ -54,3 +56,39 @@ web/dist/wgllm-core.js: $(WASM_OBJ) $(WASM_JSLIB)
 web/dist/%: web/src/%
 	@mkdir -p web/dist
 	cp $< $@
+
+# The single-threaded core (web/dist/wgllm-core-st.js): the same sources
+# without -pthread, for pages that are not cross-origin isolated (no
+# SharedArrayBuffer). core.js picks it when crossOriginIsolated is false; the
+# engine has no thread there: JS drives it with wgllm_web_step. CPU only: the
+# GPU HAL is hal_none.c whatever WASM_HAL says (the browser HAL blocks a
+# pthread on JS promises, which a single thread cannot do).
+WASM_ST_OUT := build/wasm-st
+WASM_ST_SRC := $(filter-out web/src/hal_browser.c web/src/hal_none.c,$(WASM_SRC)) web/src/hal_none.c
+WASM_ST_OBJ := $(WASM_ST_SRC:%.c=$(WASM_ST_OUT)/%.o)
+WASM_ST_CFLAGS := $(filter-out -pthread,$(WASM_CFLAGS))
+WASM_ST_LDFLAGS := $(filter-out -pthread -sPTHREAD_POOL_SIZE=8 -Wno-pthreads-mem-growth -sEXPORTED_FUNCTIONS=% \
+  --js-library %.lib.js,$(WASM_LDFLAGS)) $(addprefix --js-library ,$(filter-out %hal_webgpu.lib.js,$(WASM_JSLIB))) \
+  -sEXPORTED_FUNCTIONS=$(WASM_EXPORTS),_wgllm_web_step
+wasm: web/dist/wgllm-core-st.js
+
+$(WASM_ST_OUT)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(EMCC_ENV) $(EMCC) $(WASM_ST_CFLAGS) -c $< -o $@
+
+web/dist/wgllm-core-st.js: $(WASM_ST_OBJ) $(filter-out %hal_webgpu.lib.js,$(WASM_JSLIB))
+	@mkdir -p web/dist
+	$(EMCC_ENV) $(EMCC) $(WASM_ST_LDFLAGS) -o $@ $(WASM_ST_OBJ) -lm
+
+# `make wasm-test`: tests/test_quant.c and tests/wasm/*.c built with emcc
+# against the single-threaded objects and run under node: the SIMD128
+# kernels against the scalar reference.
+WASM_TEST_SRC := tests/test_quant.c $(wildcard tests/wasm/test_*.c)
+WASM_TEST_JS := $(patsubst %.c,$(WASM_ST_OUT)/%.js,$(WASM_TEST_SRC))
+WASM_LIB_ST_OBJ := $(filter-out $(WASM_ST_OUT)/web/%,$(WASM_ST_OBJ)) $(WASM_ST_OUT)/web/src/compat.o $(WASM_ST_OUT)/web/src/hal_none.o
+.PHONY: wasm-test
+wasm-test: $(WASM_TEST_JS)
+	@for t in $(WASM_TEST_JS); do echo "node $$t"; node $$t || exit 1; done
+
+$(WASM_ST_OUT)/tests/%.js: $(WASM_ST_OUT)/tests/%.o $(WASM_ST_OUT)/tests/test.o $(WASM_LIB_ST_OBJ) tests/wasm/env.js
+	$(EMCC_ENV) $(EMCC) -O2 -msimd128 -sENVIRONMENT=node -sALLOW_MEMORY_GROWTH=1 -sEXIT_RUNTIME=1 -sSINGLE_FILE=1 --pre-js tests/wasm/env.js -o $@ $(filter %.o,$^) -lm

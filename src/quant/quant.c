@@ -525,6 +525,9 @@ static void quant_init_once(void) {
         fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_neon;
     }
 #endif
+#if defined(__wasm_simd128__)
+    wgllm_quant_install_wasm(traits_fast);
+#endif
 }
 
 static pthread_once_t quant_once = PTHREAD_ONCE_INIT;

@@ -154,4 +154,9 @@ void wgllm_fp16_to_fp32_row_neon(const wgllm_fp16 *x, float *y, int64_t n);
 void wgllm_fp32_to_fp16_row_neon(const float *x, wgllm_fp16 *y, int64_t n);
 #endif
 
+#if defined(__wasm_simd128__)
+/* WebAssembly SIMD128 kernels, bit-identical to the reference (quant_wasm.c). */
+void wgllm_quant_install_wasm(struct wgllm_type_traits *t);
+#endif
+
 #endif

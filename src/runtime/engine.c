@@ -613,7 +613,7 @@ static void *engine_main(void *arg) {
             pthread_mutex_lock(&e->mu);
         }
         if (!any_active(e)) {
-            if (e->stopping) break;
+            if (e->stopping || e->p.no_thread) break;
             pthread_cond_wait(&e->cv, &e->mu);
             continue;
         }
@@ -629,9 +629,32 @@ static void *engine_main(void *arg) {
         run_batch(e, false);
         run_batch(e, true);
         pthread_mutex_lock(&e->mu);
+        if (e->p.no_thread) break; /* one tick per wgllm_engine_step */
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
+}
+
+bool wgllm_engine_step(struct wgllm_engine *e) {
+    WGLLM_ASSERT(e->p.no_thread);
+    engine_main(e);
+    pthread_mutex_lock(&e->mu);
+    const bool more = e->q_head || any_active(e);
+    pthread_mutex_unlock(&e->mu);
+    return more;
+}
+
+/* With e->mu held: until r is done, sleeping, or stepping the engine when it has no thread. */
+static void wait_done_locked(struct wgllm_engine *e, struct wgllm_request *r) {
+    while (!r->done) {
+        if (!e->p.no_thread) {
+            pthread_cond_wait(&r->done_cv, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        wgllm_engine_step(e);
+        pthread_mutex_lock(&e->mu);
+    }
 }
 
 /* ---- public API ----------------------------------------------------------- */
@@ -668,6 +691,9 @@ void wgllm_engine_free(struct wgllm_engine *e) {
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
+    } else if (e->p.no_thread && e->slots) {
+        e->stopping = true; /* what is still queued or running ends as cancelled */
+        engine_main(e);
     }
     if (e->slots)
         for (int i = 0; i < e->p.n_slots; i++) {
@@ -764,7 +790,7 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the engine's slots");
     }
     load_template(e);
-    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+    if (!p.no_thread && pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         e->thread = 0;
         wgllm_engine_free(e);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "cannot start the engine thread");
@@ -907,10 +933,18 @@ void wgllm_request_cancel(struct wgllm_request *r) {
     pthread_mutex_unlock(&e->mu);
 }
 
+bool wgllm_request_done(struct wgllm_request *r) {
+    struct wgllm_engine *e = r->eng;
+    pthread_mutex_lock(&e->mu);
+    const bool done = r->done;
+    pthread_mutex_unlock(&e->mu);
+    return done;
+}
+
 void wgllm_request_wait(struct wgllm_request *r, struct wgllm_result *result) {
     struct wgllm_engine *e = r->eng;
     pthread_mutex_lock(&e->mu);
-    while (!r->done) pthread_cond_wait(&r->done_cv, &e->mu);
+    wait_done_locked(e, r);
     pthread_mutex_unlock(&e->mu);
     if (result) {
         *result = r->result;
@@ -995,7 +1029,7 @@ enum wgllm_status wgllm_embed(struct wgllm_engine *e, const char *text, size_t l
     enum wgllm_status st = submit(e, REQ_EMBED, ids, n, &p, &ec, &req, err);
     if (st) return st;
     pthread_mutex_lock(&e->mu);
-    while (!req->done) pthread_cond_wait(&req->done_cv, &e->mu);
+    wait_done_locked(e, req);
     pthread_mutex_unlock(&e->mu);
     struct wgllm_result res = req->result;
     if (res.status == WGLLM_STATUS_OK && res.finish != WGLLM_FINISH_STOP)

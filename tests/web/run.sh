@@ -7,4 +7,5 @@ cd "$(dirname "$0")/../.."
 WGLLM_DEPS_WEB=1 bash scripts/deps.sh
 make -j2 build/release/wgllm >/dev/null || [ -x build/release/wgllm ]  # a broken neighbour file need not stop us
 make wasm >/dev/null
+make wasm-test  # the SIMD128 kernels against the scalar reference, under node
 exec node --test --test-concurrency=1 tests/web/

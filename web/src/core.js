@@ -6,14 +6,21 @@
 // Nothing here blocks: the engine runs on its own pthread; streamed text is
 // collected in C and JS waits for it with Atomics.waitAsync on a counter in
 // the shared heap (falling back to short timers where waitAsync is missing).
+// Pages that are not cross-origin isolated (no SharedArrayBuffer) get the
+// single-threaded core (wgllm-core-st.js): there JS drives the engine itself,
+// running ticks (wgllm_web_step) for a few milliseconds at a time and giving
+// the event loop a turn in between.
 //
 // The model's bytes come through the model store (store.js: URL via OPFS,
 // File, stored name, bytes) and are copied once, in slices, into the wasm
 // heap, where the core's mmap finds them; streaming weights straight into GPU
 // buffers arrives with the browser GPU HAL.
 
-import createWgllmCore from './wgllm-core.js';
-import { resolveModel, mountInHeap } from './store.js';
+import { resolveModel, mountInHeap, wasmBuffer } from './store.js';
+
+// The threaded core is imported only when it can run: its module needs
+// SharedArrayBuffer as soon as it is instantiated.
+const importCore = (threaded) => import(threaded ? './wgllm-core.js' : './wgllm-core-st.js').then((m) => m.default);
 
 const FINISH = ['stop', 'length', 'abort', 'error'];
 
@@ -33,20 +40,27 @@ let loadCount = 0;
  * (generate/embed/interrupt/unload; info says the backend).
  */
 export async function loadCore(opts = {}) {
-  if (typeof crossOriginIsolated !== 'undefined' && !crossOriginIsolated)
-    throw toError('wgllm: the page is not cross-origin isolated; serve it with the headers ' +
-                  '"Cross-Origin-Opener-Policy: same-origin" and "Cross-Origin-Embedder-Policy: require-corp" ' +
-                  '(the wasm build uses threads, which need SharedArrayBuffer)', 'isolation');
+  // threads need SharedArrayBuffer, which only cross-origin isolated pages
+  // (COOP/COEP headers) have; opts.threaded: false forces the other build
+  const threaded = opts.threaded !== false && typeof SharedArrayBuffer !== 'undefined' &&
+    !(typeof crossOriginIsolated !== 'undefined' && !crossOriginIsolated);
   if (opts.model == null) throw toError('wgllm: no model given (options.model)', 'argument');
   const onProgress = typeof opts.onProgress === 'function' ? opts.onProgress : () => {};
   const BACKENDS = { cpu: 0, webgpu: 1, auto: 2 }; // enum wgllm_backend
-  const backend = opts.backend ?? 'auto';
-  if (!(backend in BACKENDS))
-    throw toError(`wgllm: unknown backend '${backend}' (use 'auto', 'webgpu' or 'cpu')`, 'argument');
-  // One compute thread unless asked: the core's thread pool spins between
-  // jobs, and in wasm on a 2-core machine two threads ran 20x slower than
-  // one (5.9 vs 122 tok/s on the tiny model); see web/README.md.
-  const nThreads = Math.max(1, Math.min(opts.nThreads || 1, 4));
+  const asked = opts.backend ?? 'auto';
+  if (!(asked in BACKENDS))
+    throw toError(`wgllm: unknown backend '${asked}' (use 'auto', 'webgpu' or 'cpu')`, 'argument');
+  // The single-threaded core runs the CPU backend only: the browser GPU HAL
+  // blocks a pthread on this thread's promises, which needs threads.
+  if (!threaded && asked === 'webgpu')
+    throw toError('wgllm: backend \'webgpu\' needs the threaded core: serve the page cross-origin isolated ' +
+                  '("Cross-Origin-Opener-Policy: same-origin" and "Cross-Origin-Embedder-Policy: require-corp") ' +
+                  'or use backend \'cpu\'', 'argument');
+  const backend = threaded ? asked : 'cpu';
+  // One compute thread unless asked: on shared 2-core machines two threads
+  // still lose to one on small models (barriers wait for descheduled
+  // threads); see web/README.md.
+  const nThreads = threaded ? Math.max(1, Math.min(opts.nThreads || 1, 4)) : 1;
   // the bar: download 0-0.4, reading into the wasm memory 0.4-0.5, parsing/validating the rest
   let lastProgress = 0; // load progress arrives asynchronously from the loading thread: keep it monotone
   const report = (stage, frac, loaded, total, extra) => {
@@ -56,6 +70,7 @@ export async function loadCore(opts = {}) {
     try { onProgress({ stage, progress, loaded, total, ...extra }); } catch { /* the caller's bug, not ours */ }
   };
   const src = await resolveModel(opts.model, report, { store: opts.store });
+  const createWgllmCore = await importCore(threaded);
   const M = await createWgllmCore({
     print: (t) => console.log(t),
     printErr: (t) => console.warn(t),
@@ -67,7 +82,7 @@ export async function loadCore(opts = {}) {
   const path = mounted.path;
 
   const enc = new TextEncoder();
-  const mem = () => M.wasmMemory.buffer;
+  const mem = () => wasmBuffer(M);
   const cstr = (s) => { // malloc'd NUL-terminated UTF-8 (caller frees)
     const b = enc.encode(s);
     const p = M._malloc(b.length + 1);
@@ -91,8 +106,11 @@ export async function loadCore(opts = {}) {
   const tmplPtr = opts.chatTemplate ? cstr(opts.chatTemplate) : 0;
   const pathPtr = cstr(path);
   // The load runs on a pthread (WebGPU's HAL waits there for this thread's
-  // promises); this thread only waits asynchronously for it to finish.
-  const ld = M._wgllm_web_load_start(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr, BACKENDS[backend]);
+  // promises); this thread only waits asynchronously for it to finish. The
+  // single-threaded core (CPU only) loads synchronously here.
+  const ld = threaded ?
+    M._wgllm_web_load_start(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr, BACKENDS[backend]) : 0;
+  let st = threaded ? 0 : M._wgllm_web_load(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr);
   M._free(pathPtr);
   if (tmplPtr) M._free(tmplPtr);
   const failed = () => {
@@ -101,7 +119,6 @@ export async function loadCore(opts = {}) {
     const msg = lastError().split(`${dir}/`).join(''); // the core's file system path means nothing to the caller
     return toError(`wgllm: loading the model failed: ${msg}${where}`, 'load');
   };
-  let st = 0;
   if (ld) {
     while (!M._wgllm_web_load_done(ld)) {
       const h = new Int32Array(mem());
@@ -121,7 +138,8 @@ export async function loadCore(opts = {}) {
   for (const f of src.files) try { M.FS.unlink(`${dir}/${f.name}`); } catch { /* the mapping keeps the bytes */ }
   if (!st) throw failed();
   report('load', 1);
-  const detail = M.UTF8ToString(M._wgllm_web_backend(st));
+  const detail = threaded || asked === 'cpu' ? M.UTF8ToString(M._wgllm_web_backend(st)) :
+    `cpu (${asked}: the single-threaded core runs the CPU backend only; WebGPU needs a cross-origin isolated page)`;
   const onGpu = detail.startsWith('webgpu');
 
   const info = {
@@ -131,6 +149,7 @@ export async function loadCore(opts = {}) {
     adapter: onGpu ? detail.replace(/^webgpu: (.*) \(browser, [^)]*\).*$/, '$1') : null,
     gpu_memory: M._wgllm_web_model_info(st, 5), // bytes, fixed at load
     threads: onGpu ? 1 : nThreads,
+    threaded, // false: the single-threaded core, driven from this event loop
     arch: M.UTF8ToString(M._wgllm_web_model_arch(st)),
     n_vocab: M._wgllm_web_model_info(st, 0),
     n_ctx_train: M._wgllm_web_model_info(st, 1),
@@ -140,7 +159,7 @@ export async function loadCore(opts = {}) {
     simd128: true,
     source: src.origin, // where the bytes came from: 'opfs', 'network', 'file' or 'memory'
     store: src.storeName ?? null,
-    wasm_memory_bytes: M.wasmMemory.buffer.byteLength, // the heap right after the load (it never shrinks)
+    wasm_memory_bytes: mem().byteLength, // the heap right after the load (it never shrinks)
     crossOriginIsolated: typeof crossOriginIsolated !== 'undefined' ? crossOriginIsolated : false,
   };
 
@@ -158,6 +177,30 @@ export async function loadCore(opts = {}) {
     }
   };
 
+  // Single-threaded core: engine ticks for about SLICE_MS, then a turn of
+  // the event loop. Mostly a MessageChannel task (setTimeout(0) is clamped
+  // to 4 ms, which would cost a small model much of its speed), but at least
+  // every TIMER_MS a timer task: Chromium runs posted messages before timers,
+  // so with messages alone the page's own timers would starve.
+  const SLICE_MS = 8;
+  const TIMER_MS = 16;
+  const channel = threaded ? null : new MessageChannel();
+  let lastTimer = 0;
+  const yieldTurn = () => new Promise((res) => {
+    const now = performance.now();
+    if (now - lastTimer >= TIMER_MS) {
+      lastTimer = now;
+      setTimeout(res, 0);
+    } else {
+      channel.port1.onmessage = () => res();
+      channel.port2.postMessage(0);
+    }
+  });
+  const stepSlice = (job) => {
+    const t0 = performance.now();
+    while (!M._wgllm_web_job_done(job) && M._wgllm_web_step(st, job) && performance.now() - t0 < SLICE_MS) { /* ticks */ }
+  };
+
   // Drives one job to its end: streams text to onText, resolves the job's numbers.
   const drive = async (job, onText) => {
     const idx = M._wgllm_web_job_seq(job) >> 2;
@@ -169,7 +212,12 @@ export async function loadCore(opts = {}) {
       const n = new Int32Array(mem())[lenPtr >> 2];
       if (n > 0 && onText) onText(dec.decode(readBytes(p, n), { stream: true }));
       if (done) break;
-      await waitSeq(idx, seen);
+      if (threaded) {
+        await waitSeq(idx, seen);
+      } else {
+        stepSlice(job);
+        await yieldTurn();
+      }
     }
     const num = (k) => M._wgllm_web_job_num(job, k);
     const status = num(0);
@@ -245,7 +293,7 @@ export async function loadCore(opts = {}) {
     active.add(entry);
     try {
       const idx = M._wgllm_web_job_seq(job) >> 2;
-      for (;;) {
+      for (;;) { // (the single-threaded core finishes embeddings at once)
         const seen = Atomics.load(new Int32Array(mem()), idx);
         if (M._wgllm_web_job_done(job)) break;
         await waitSeq(idx, seen);

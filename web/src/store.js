@@ -32,6 +32,9 @@ function storeError(message, code = 'store') {
 }
 
 const mib = (n) => `${(n / 2 ** 20).toFixed(1)} MiB`;
+// The core's memory: wasmMemory in the threaded core; the single-threaded one
+// (no pthreads) has no M.wasmMemory, and HEAPU8 follows its growth.
+export const wasmBuffer = (M) => (M.wasmMemory ? M.wasmMemory.buffer : M.HEAPU8.buffer);
 
 /** The OPFS folder of the store, or null where OPFS is missing or refused. */
 async function storeRoot(create = true) {
@@ -395,7 +398,7 @@ export async function mountInHeap(M, files, dirPath, progress) {
         const frac = sized ? (total ? loaded / total : 1) : (idx + (size > 0 ? Math.min(1, fileDone / size) : 0)) / files.length;
         progress(loaded, Math.max(known, loaded), frac);
       };
-      const heap = () => new Uint8Array(M.wasmMemory.buffer); // a fresh view: the memory may have grown
+      const heap = () => new Uint8Array(wasmBuffer(M)); // a fresh view: the memory may have grown
       const malloc = (n) => {
         const p = M._malloc(Math.max(1, n)) >>> 0;
         if (!p) throw storeError(`no room in the wasm memory for ${f.name} (${mib(n)}; the limit is 4 GiB)`, 'memory');
@@ -468,7 +471,7 @@ export async function mountInHeap(M, files, dirPath, progress) {
         ...node.stream_ops,
         read(stream, buffer, offset, length, position) {
           const n = Math.max(0, Math.min(length, size - position));
-          if (n > 0) buffer.set(new Uint8Array(M.wasmMemory.buffer, block.ptr + position, n), offset);
+          if (n > 0) buffer.set(new Uint8Array(wasmBuffer(M), block.ptr + position, n), offset);
           return n;
         },
         write() { throw new FS.ErrnoError(63); }, // EPERM-like: these files are read-only
@@ -480,7 +483,7 @@ export async function mountInHeap(M, files, dirPath, progress) {
           // another mapping of the same file: a copy, as MEMFS would make
           console.warn(`wgllm: a second mapping of ${f.name} (${mib(length)}) was copied in the wasm memory`);
           const p = malloc(length); // owned by that mapping (munmap frees it)
-          new Uint8Array(M.wasmMemory.buffer).set(new Uint8Array(M.wasmMemory.buffer, block.ptr + position, Math.min(length, size - position)), p);
+          new Uint8Array(wasmBuffer(M)).set(new Uint8Array(wasmBuffer(M), block.ptr + position, Math.min(length, size - position)), p);
           return { ptr: p, allocated: true };
         },
       };

@@ -36,12 +36,16 @@ export interface EngineOptions {
   onProgress?: (p: Progress) => void;
   /** 'auto' (default): WebGPU on a hardware adapter, else the wasm CPU backend (a software adapter such
    *  as SwiftShader counts as none); 'webgpu': navigator.gpu on any adapter, or fail; 'cpu': wasm only.
-   *  On WebGPU, requests run one at a time and embeddings are refused (they need 'cpu'). */
+   *  On WebGPU, requests run one at a time and embeddings are refused (they need 'cpu').
+   *  The single-threaded core (page not cross-origin isolated) runs 'cpu' only: 'auto' picks it,
+   *  'webgpu' fails. */
   backend?: 'auto' | 'cpu' | 'webgpu';
   /** Jinja chat template used instead of the model's (e.g. CHATML). */
   chatTemplate?: string;
-  /** Compute threads (1..4, default 1). */
+  /** Compute threads (1..4, default 1; 1 in the single-threaded core). */
   nThreads?: number;
+  /** false: use the single-threaded core even on a cross-origin isolated page (default: threads when isolated). */
+  threaded?: boolean;
   /** KV-cache positions per slot (default 2048, capped by the model). */
   nCtx?: number;
   /** Requests generated at once (default 1). */
@@ -60,6 +64,8 @@ export interface EngineInfo {
   /** GPU memory allocated at load (bytes; constant while generating); 0 on the CPU. */
   gpu_memory: number;
   threads: number;
+  /** false: the single-threaded core (the page is not cross-origin isolated), driven from the JS event loop */
+  threaded: boolean;
   arch: string;
   n_vocab: number;
   n_ctx_train: number;

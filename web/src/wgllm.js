@@ -187,7 +187,7 @@ function modelNameOf(model) {
 
 function coreOptions(o) {
   return { chatTemplate: o.chatTemplate ?? o.chat_template, nThreads: o.nThreads, nCtx: o.nCtx, nSlots: o.nSlots,
-           store: o.store, backend: o.backend };
+           store: o.store, backend: o.backend, threaded: o.threaded };
 }
 
 function checkBackend(b) {

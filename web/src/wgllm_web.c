@@ -16,12 +16,21 @@
  * for JS promises that the main thread resolves), so JS starts it with
  * wgllm_web_load_start and waits on its counter like on a job's.
  *
+ * Single-threaded build (no __EMSCRIPTEN_PTHREADS__, for pages without
+ * cross-origin isolation): CPU only, loaded with wgllm_web_load; the engine
+ * has no thread (no_thread) and nothing runs on its own; JS calls
+ * wgllm_web_step between turns of its event loop, and a job is finished
+ * there once its request is done. Embeddings run to the end inside
+ * wgllm_web_embed.
+ *
  * Ownership: wgllm_web_load / wgllm_web_load_finish return a state (model +
  * engine or GPU generator) freed by wgllm_web_unload; every job returned by
  * a submit is freed by wgllm_web_job_free once JS has seen done != 0.
  */
 #include <emscripten.h>
+#ifdef __EMSCRIPTEN_PTHREADS__
 #include <emscripten/threading.h>
+#endif
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -84,7 +93,9 @@ EMSCRIPTEN_KEEPALIVE const char *wgllm_web_last_error(void) { return g_error; }
 
 static void bump(struct web_job *j) {
     atomic_fetch_add(&j->seq, 1);
+#ifdef __EMSCRIPTEN_PTHREADS__
     emscripten_futex_wake((void *)&j->seq, INT_MAX);
+#endif
 }
 
 static bool on_progress(float p, void *ud) {
@@ -106,6 +117,9 @@ static struct web_state *load_state(const char *path, int n_threads, int n_ctx, 
     struct wgllm_error err = {0};
     struct wgllm_model_params mp = wgllm_model_default_params();
     mp.n_threads = n_threads > 0 ? n_threads : 1;
+#ifndef __EMSCRIPTEN_PTHREADS__
+    mp.n_threads = 1;
+#endif
     mp.progress = on_progress;
     if (wgllm_model_load(path, &mp, &st->model, &err) != WGLLM_STATUS_OK) {
         snprintf(error, error_cap, "%s", err.message);
@@ -130,6 +144,9 @@ static struct web_state *load_state(const char *path, int n_threads, int n_ctx, 
     ep.n_slots = n_slots > 0 ? n_slots : 1;
     ep.snapshot_bytes = (size_t)32 << 20; /* the wasm heap only grows: keep snapshots small */
     ep.chat_template = st->chat_template;
+#ifndef __EMSCRIPTEN_PTHREADS__
+    ep.no_thread = true; /* driven by wgllm_web_step */
+#endif
     if (wgllm_engine_init(st->model, &ep, &st->eng, &err) != WGLLM_STATUS_OK) {
         snprintf(error, error_cap, "%s", err.message);
         wgllm_model_free(st->model);
@@ -167,7 +184,9 @@ static void *load_main(void *p) {
                        sizeof l->error);
     atomic_store(&l->done, 1);
     atomic_fetch_add(&l->seq, 1);
+#ifdef __EMSCRIPTEN_PTHREADS__
     emscripten_futex_wake((void *)&l->seq, INT_MAX);
+#endif
     return NULL;
 }
 
@@ -310,6 +329,12 @@ static struct web_job *job_new(struct web_state *st, enum job_kind kind) {
 }
 
 static bool job_start(struct web_job *j) {
+#ifndef __EMSCRIPTEN_PTHREADS__
+    /* generations finish in wgllm_web_step; an embedding runs here, its
+     * wait driving the engine */
+    if (j->kind == JOB_EMBED) job_main(j);
+    return true;
+#else
     pthread_t t;
     if (pthread_create(&t, NULL, job_main, j) != 0) {
         snprintf(g_error, sizeof(g_error), "cannot start a helper thread");
@@ -317,6 +342,7 @@ static bool job_start(struct web_job *j) {
     }
     pthread_detach(t);
     return true;
+#endif
 }
 
 EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j);
@@ -465,6 +491,24 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_embed(struct web_state *st, const
         return NULL;
     }
     return j;
+}
+
+/*
+ * Single-threaded build: runs one engine tick, and finishes job j (may be
+ * NULL) if its request has ended. Returns nonzero while the engine has work
+ * left. The threaded build's engine runs by itself: there it returns 0.
+ */
+EMSCRIPTEN_KEEPALIVE int wgllm_web_step(struct web_state *st, struct web_job *j) {
+#ifdef __EMSCRIPTEN_PTHREADS__
+    (void)st;
+    (void)j;
+    return 0;
+#else
+    if (j && atomic_load(&j->done)) return 0;
+    const bool more = wgllm_engine_step(st->eng);
+    if (j && j->req && wgllm_request_done(j->req)) job_main(j);
+    return more;
+#endif
 }
 
 /* Address of the counter JS waits on (seq), as an int32 index base. */
