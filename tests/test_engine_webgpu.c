@@ -4,15 +4,18 @@
  * greedy results equal the CPU engine's on the same requests, a request
  * alone equals the same request batched with 7 others, a context_key
  * follow-up computes only its suffix and matches a cold run, a snapshot
- * restore matches the first run, embeddings agree with the CPU's, and no
- * GPU buffer is created after the engine has loaded.
+ * restore matches the first run, embeddings agree with the CPU's, no
+ * GPU buffer is created after the engine has loaded, and a context shift
+ * leaves the same K/V cache as the CPU's and the same generated tokens.
  *
  * Without a WebGPU library or adapter it prints SKIP and passes, unless
  * WGLLM_REQUIRE_WEBGPU is set.
  */
 #include "test.h"
 
+#include "backend/backend.h"
 #include "backend/webgpu/hal.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 
@@ -178,6 +181,160 @@ TEST(embeddings_agree_with_the_cpu) {
     wgllm_engine_free(ce);
 }
 
+/* ---- context shift ------------------------------------------------------ */
+
+/* Snapshots hold per layer n keys (rows) then the values: the CPU's as VD
+ * rows of n positions, WebGPU's as n rows of VD (as each cache holds them).
+ * Converts between the two (to_gpu: CPU -> WebGPU). */
+static void snap_convert(const struct wgllm_hparams *hp, int n, const wgllm_fp16 *src, wgllm_fp16 *dst, bool to_gpu) {
+    const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const wgllm_fp16 *s = src + (size_t)il * n * (KD + VD);
+        wgllm_fp16 *d = dst + (size_t)il * n * (KD + VD);
+        memcpy(d, s, (size_t)n * KD * sizeof(wgllm_fp16));
+        for (int p = 0; p < n; p++)
+            for (size_t j = 0; j < VD; j++) {
+                const size_t rows = n * KD + (size_t)p * VD + j, cols = n * KD + j * n + p;
+                d[to_gpu ? rows : cols] = s[to_gpu ? cols : rows];
+            }
+    }
+}
+
+/* f16 bits as integers ordered like the values (adjacent values differ by 1). */
+static int f16_ordered(wgllm_fp16 h) { return h & 0x8000 ? -(int)(h & 0x7fff) : (int)h; }
+
+static struct wgllm_model *shape_model(const char *shape) {
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = shape;
+    sp.type = WGLLM_TYPE_Q8_0;
+    sp.seed = 5;
+    const char *path = test_tmp_path(".gguf");
+    struct wgllm_model *m = NULL;
+    struct wgllm_error err = {0};
+    if (wgllm_synth_write(&sp, path, &err) != WGLLM_STATUS_OK || wgllm_model_load(path, NULL, &m, &err) != WGLLM_STATUS_OK)
+        fprintf(stderr, "  %s: %s\n", shape, err.message);
+    remove(path); /* mapped: the data stays until wgllm_model_free */
+    return m;
+}
+
+/* The same cache state (the CPU's, loaded into WebGPU sequence 1) shifted
+ * on both backends: V rows equal bit for bit, K within one f16 ulp (only
+ * the final rounding may differ), the kept rows and the other sequence (which
+ * WebGPU decoded itself) untouched. Normal RoPE (tiny), NEOX (tiny-qwen2)
+ * and frequency factors (tiny-ropefreqs). A rotation by one position too
+ * few, or NEOX pairs taken as normal ones, moves thousands of keys. */
+TEST(seq_shift_leaves_the_cpu_cache) {
+    static const char *shapes[] = {"tiny", "tiny-qwen2", "tiny-ropefreqs"};
+    enum { NT = 44, KEEP = 4, DISCARD = 19, NS = NT - DISCARD };
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        struct wgllm_model *m = shape_model(shapes[si]);
+        CHECK(m != NULL);
+        if (!m) continue;
+        const struct wgllm_hparams *hp = &m->hp;
+        const int nv = wgllm_model_n_vocab(m);
+        int32_t tok[NT];
+        for (int i = 0; i < NT; i++) tok[i] = (int32_t)((i * 7919 + 101) % nv);
+        struct wgllm_context_params cp = wgllm_context_default_params();
+        cp.n_ctx = 64;
+        cp.n_threads = 2;
+        struct wgllm_context *cc = NULL, *gc = NULL;
+        struct wgllm_error err = {0};
+        CHECK_EQ_INT(wgllm_context_init(m, &cp, &cc, &err), WGLLM_STATUS_OK);
+        cp.backend = WGLLM_BACKEND_WEBGPU;
+        cp.n_seq = 2;
+        CHECK_EQ_INT(wgllm_context_init(m, &cp, &gc, &err), WGLLM_STATUS_OK);
+        if (!cc || !gc) {
+            fprintf(stderr, "  %s: %s\n", shapes[si], err.message);
+            wgllm_context_free(cc), wgllm_context_free(gc), wgllm_model_free(m);
+            continue;
+        }
+        CHECK_EQ_INT(wgllm_decode(cc, tok, NT, false, NULL), WGLLM_STATUS_OK);
+        int32_t pos[NT], seq[NT];
+        for (int i = 0; i < NT; i++) pos[i] = i, seq[i] = 0;
+        struct wgllm_batch bt = {.n = NT, .token = tok, .pos = pos, .seq = seq};
+        CHECK_EQ_INT(wgllm_context_decode_batch(gc, &bt, false, NULL), WGLLM_STATUS_OK);
+        const size_t sz = wgllm_context_seq_state_size(cc, NT), nel = sz / sizeof(wgllm_fp16);
+        CHECK_EQ_INT((int)wgllm_context_seq_state_size(gc, NT), (int)sz);
+        wgllm_fp16 *cpu = malloc(sz), *conv = malloc(sz), *gpu = malloc(sz), *other = malloc(sz), *other2 = malloc(sz);
+        wgllm_context_seq_save(cc, 0, NT, cpu);
+        snap_convert(hp, NT, cpu, conv, true);
+        wgllm_context_seq_load(gc, 1, NT, conv);
+        wgllm_context_seq_save(gc, 0, NT, other);
+
+        CHECK_EQ_INT(wgllm_context_shift(cc, KEEP, DISCARD, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_seq_shift(gc, 1, NT, KEEP, DISCARD, &err), WGLLM_STATUS_OK);
+        wgllm_context_seq_save(cc, 0, NS, cpu);
+        wgllm_context_seq_save(gc, 1, NS, gpu);
+        snap_convert(hp, NS, gpu, conv, false);
+        wgllm_context_seq_save(gc, 0, NT, other2);
+        CHECK(memcmp(other, other2, sz) == 0); /* sequence 0 untouched */
+
+        const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
+        int v_diff = 0, k_far = 0, k_ulp = 0, kept_diff = 0;
+        for (int il = 0; il < hp->n_layer; il++) {
+            const wgllm_fp16 *a = cpu + (size_t)il * NS * (KD + VD), *b = conv + (size_t)il * NS * (KD + VD);
+            for (size_t i = 0; i < (size_t)NS * VD; i++) v_diff += a[NS * KD + i] != b[NS * KD + i];
+            for (size_t i = 0; i < (size_t)NS * KD; i++) {
+                const int d = abs(f16_ordered(a[i]) - f16_ordered(b[i]));
+                k_far += d > 1;
+                k_ulp += d == 1;
+                kept_diff += i < KEEP * KD && d != 0;
+            }
+        }
+        printf("  %s: %d of %zu moved K values one f16 ulp from the CPU's, %d further; V: %d differ\n", shapes[si],
+               k_ulp, (size_t)hp->n_layer * (NS - KEEP) * KD, k_far, v_diff);
+        CHECK_EQ_INT(v_diff, 0);
+        CHECK_EQ_INT(k_far, 0);
+        CHECK_EQ_INT(kept_diff, 0);
+        (void)nel;
+        free(cpu), free(conv), free(gpu), free(other), free(other2);
+        /* bad ranges are refused on WebGPU as on the CPU */
+        CHECK_EQ_INT(wgllm_context_seq_shift(gc, 1, NT, 30, 20, NULL), WGLLM_STATUS_INVALID_ARGUMENT);
+        CHECK_EQ_INT(wgllm_context_seq_shift(gc, 2, NT, 1, 2, NULL), WGLLM_STATUS_INVALID_ARGUMENT);
+        wgllm_context_free(cc);
+        wgllm_context_free(gc);
+        wgllm_model_free(m);
+    }
+}
+
+/* Greedy generation past a small context with context_shift on: the
+ * WebGPU engine shifts as often as the CPU engine and gives its tokens. */
+TEST(context_shift_generation_matches_the_cpu_engine) {
+    enum { CTX = 32, GEN = 60 };
+    struct wgllm_engine *eng[2] = {NULL, NULL};
+    int32_t toks[2][GEN] = {{0}};
+    uint64_t shifts[2] = {0, 0};
+    for (int b = 0; b < 2; b++) {
+        struct wgllm_engine_params ep = wgllm_engine_default_params();
+        ep.backend = b ? WGLLM_BACKEND_WEBGPU : WGLLM_BACKEND_CPU;
+        ep.n_slots = 1;
+        ep.n_ctx = CTX;
+        ep.n_batch = 32;
+        ep.context_shift = true;
+        struct wgllm_error err = {0};
+        if (wgllm_engine_init(model, &ep, &eng[b], &err) != WGLLM_STATUS_OK) fprintf(stderr, "  engine: %s\n", err.message);
+        CHECK(eng[b] != NULL);
+        if (!eng[b]) continue;
+        struct wgllm_request_params p = greedy(GEN);
+        struct wgllm_result r;
+        CHECK_EQ_INT(wgllm_query(eng[b], "The lighthouse keeper", &p, &r, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(r.n_tokens, GEN);
+        if (r.n_tokens == GEN) memcpy(toks[b], r.tokens, sizeof toks[b]);
+        wgllm_result_free(&r);
+        struct wgllm_engine_metrics mt;
+        wgllm_engine_metrics(eng[b], &mt);
+        shifts[b] = mt.context_shifts;
+        wgllm_engine_free(eng[b]);
+    }
+    printf("  %llu shifts on the CPU, %llu on WebGPU\n", (unsigned long long)shifts[0], (unsigned long long)shifts[1]);
+    CHECK(shifts[0] >= 2);
+    CHECK(shifts[1] == shifts[0]);
+    int same = 0;
+    while (same < GEN && toks[0][same] == toks[1][same]) same++;
+    if (same < GEN) printf("  tokens differ from %d on\n", same);
+    CHECK_EQ_INT(same, GEN);
+}
+
 int main(void) {
     wgllm_quant_init();
     const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
@@ -222,6 +379,8 @@ int main(void) {
         RUN(same_tokens_as_the_cpu_engine_alone_and_batched);
         RUN(context_key_suffix_and_snapshot_restore);
         RUN(embeddings_agree_with_the_cpu);
+        RUN(seq_shift_leaves_the_cpu_cache);
+        RUN(context_shift_generation_matches_the_cpu_engine);
     }
     wgllm_engine_free(gpu8);
     wgllm_model_free(model);

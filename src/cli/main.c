@@ -497,6 +497,15 @@ static int cmd_run(const struct opts *o) {
         struct run_emit re = {o, m, d, gen, 0};
         int n_out;
         st = wgllm_webgpu_generate_greedy(gw, o->n_predict, run_emit_token, &re, &n_out, &err);
+        /* a full context: shift it (the rule of the loop below), decode the last token given, go on */
+        while (st == WGLLM_STATUS_CONTEXT_FULL && o->context_shift && re.n_gen > 0 && re.n_gen < o->n_predict) {
+            const int n_past = wgllm_context_n_past(c);
+            int keep = o->keep < 0 ? n : o->keep + (ids[0] == wgllm_token_bos(m));
+            st = wgllm_context_shift(c, keep < n_past / 2 ? keep : n_past / 2, 0, &err);
+            if (st == WGLLM_STATUS_OK) st = wgllm_decode(c, &gen[re.n_gen - 1], 1, false, &err);
+            if (st == WGLLM_STATUS_OK)
+                st = wgllm_webgpu_generate_greedy(gw, o->n_predict - re.n_gen, run_emit_token, &re, &n_out, &err);
+        }
         n_gen = re.n_gen;
     } else
     while (st == WGLLM_STATUS_OK && n_gen < o->n_predict) {

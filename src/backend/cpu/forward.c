@@ -671,10 +671,7 @@ static void shift_worker(void *arg, int ith, int nth) {
 
 enum wgllm_status wgllm_context_seq_shift(struct wgllm_context *c, int seq, int n, int keep, int discard,
                                           struct wgllm_error *err) {
-    if (c->gpu)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                               "context shift is not implemented on the WebGPU backend yet (this context runs on %s)",
-                               c->backend_desc);
+    if (c->gpu) return wgllm_webgpu_seq_shift(c->gpu, seq, n, keep, discard, err);
     if (seq < 0 || seq >= c->n_seq || n < 0 || n > c->n_ctx || keep < 0 || discard < 0 || keep + discard > n)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                "context shift of sequence %d (of %d): keep %d + discard %d must fit in its %d "
@@ -696,5 +693,6 @@ enum wgllm_status wgllm_context_shift(struct wgllm_context *c, int keep, int dis
     if (discard <= 0) discard = (n - keep) / 2;
     enum wgllm_status st = wgllm_context_seq_shift(c, 0, n, keep, discard, err);
     if (st == WGLLM_STATUS_OK) c->n_past = n - discard;
+    if (st == WGLLM_STATUS_OK && c->gpu) wgllm_webgpu_truncate(c->gpu, n - discard);
     return st;
 }

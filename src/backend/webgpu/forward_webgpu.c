@@ -29,7 +29,10 @@
  * without waiting for the previous one unless its outputs are read back.
  *
  * KV cache: per layer one f16 K buffer and one V buffer, each [n_seq][n_ctx]
- * rows of n_head_kv * head_dim; sequence operations are buffer copies.
+ * rows of n_head_kv * head_dim; sequence operations are buffer copies, a
+ * context shift copies and re-rotates through a scratch of one layer's
+ * n_ctx rows (WebGPU copies may not overlap within one buffer, and a kernel
+ * moving rows in place would race across workgroups).
  */
 #include "backend/webgpu/forward_webgpu.h"
 #include "backend/backend.h"
@@ -103,6 +106,12 @@ struct wgllm_webgpu_ctx {
     struct wgllm_gpu_buffer *rope_cs; /* cos/sin pairs of each token's position (n_batch x n_rot floats) */
     struct wgllm_gpu_buffer *step;    /* u32 [4][n_batch]: token ids, cache rows, attention lengths, output rows */
     struct wgllm_gpu_buffer *arena, *readback;
+    /* context shift: n_ctx rows of K or V of one layer; ROPE_SHIFT_F16 from it into each layer's K cache
+       (bind groups per layer, parameters in the arena's last slot, written per shift) */
+    struct wgllm_gpu_buffer *shift_tmp;
+    struct wgllm_gpu_pipeline *shift_pipe;
+    struct wgllm_gpu_bindgroup **shift_bg;
+    int shift_slot;
     struct wgllm_gpu_buffer *id_rb[2]; /* greedy on the GPU: the sampled ids, read back alternately */
     float *rope_host;
     uint32_t *step_host;
@@ -466,6 +475,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
     if (!g) return;
     if (g->gpu) {
         for (int i = 0; i < g->n_ops; i++) wgllm_gpu_bindgroup_destroy(g->gpu, g->ops[i].bg);
+        for (int il = 0; g->shift_bg && il < g->model->hp.n_layer; il++) wgllm_gpu_bindgroup_destroy(g->gpu, g->shift_bg[il]);
         /* buffers go with the device; destroying them first keeps the counters honest */
         for (int i = 0; g->w && i < g->n_w; i++)
             for (int p = 0; p < g->w[i].n_pieces; p++)
@@ -475,13 +485,15 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         for (int il = 0; g->vc && il < g->model->hp.n_layer; il++) wgllm_gpu_buffer_destroy(g->gpu, g->vc[il]);
         struct wgllm_gpu_buffer *bs[] = {g->vecs, g->x,   g->xn,  g->q,      g->k,    g->v,        g->qr,    g->kr,
                                          g->att,  g->tmp, g->gate, g->up,    g->ffh,  g->logits,   g->step,  g->arena,
-                                         g->readback, g->xr, g->rope_cs, g->xo, g->att_o, g->id_rb[0], g->id_rb[1]};
+                                         g->readback, g->xr, g->rope_cs, g->xo, g->att_o, g->id_rb[0], g->id_rb[1],
+                                         g->shift_tmp};
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) wgllm_gpu_buffer_destroy(g->gpu, bs[i]);
         wgllm_gpu_close(g->gpu);
     }
     free(g->w);
     free(g->kc);
     free(g->vc);
+    free(g->shift_bg);
     free(g->ops);
     free(g->slots);
     free(g->out_host);
@@ -566,7 +578,8 @@ static enum wgllm_status fit_plan(struct wgllm_webgpu_ctx *g, struct wgllm_error
                  g->n_seq, (unsigned long long)max_bind);
     }
     g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
-    const uint64_t kv_pos = (uint64_t)hp->n_layer * g->n_seq * (KD + VD) * 2; /* bytes per position of every slot */
+    /* bytes per position of every slot, and of the context shift's scratch */
+    const uint64_t kv_pos = (uint64_t)hp->n_layer * g->n_seq * (KD + VD) * 2 + WGLLM_MAX(KD, VD) * 2;
     uint64_t fixed = plan_fixed(g, (uint64_t)g->n_batch, (uint64_t)g->out_cap);
     g->plan.budget = g->gpu_mem;
     if (g->gpu_mem && fixed + kv_pos * (uint64_t)g->n_ctx > g->gpu_mem) {
@@ -701,6 +714,14 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
             return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
         }
     }
+    g->shift_tmp = gbuf(g, (uint64_t)g->n_ctx * WGLLM_MAX(KD, VD) * 2, WGLLM_GPU_STORAGE, "shift scratch",
+                        &g->plan.kv_cache, err);
+    g->shift_bg = calloc((size_t)hp->n_layer, sizeof *g->shift_bg);
+    if (!g->shift_tmp || !g->shift_bg) {
+        free(offs);
+        return g->shift_tmp ? wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory")
+                            : err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
+    }
     const bool qk_norm = m->layers[0].q_norm != NULL;
     struct {
         struct wgllm_gpu_buffer **b;
@@ -731,8 +752,18 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     build_ops(&bd, &vo);
     free(offs);
     if (bd.failed) return err && err->status ? err->status : WGLLM_STATUS_UNSUPPORTED;
-    g->arena = gbuf(g, (uint64_t)g->n_slots * SLOT_BYTES, WGLLM_GPU_UNIFORM, "param arena", &g->plan.params, err);
+    g->shift_slot = g->n_slots; /* one more slot: the context shift's, written per shift */
+    g->arena = gbuf(g, (uint64_t)(g->n_slots + 1) * SLOT_BYTES, WGLLM_GPU_UNIFORM, "param arena", &g->plan.params, err);
     if (!g->arena) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
+    g->shift_pipe = pipe_of(g, WGLLM_KERNEL_ROPE_SHIFT_F16, WGLLM_TYPE_F16, hp->rope_type == WGLLM_ROPE_NEOX, err);
+    if (!g->shift_pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct wgllm_gpu_binding sb[4] = {
+            {g->arena, (uint64_t)g->shift_slot * SLOT_BYTES, sizeof(struct wgllm_kparams)},
+            {g->shift_tmp, 0, 0}, {g->rope_cs, 0, 0}, {g->kc[il], 0, 0}};
+        if (!(g->shift_bg[il] = wgllm_gpu_bindgroup_create(g->gpu, g->shift_pipe, 4, sb, err)))
+            return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    }
     for (int i = 0; i < g->n_slots; i++)
         wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)i * SLOT_BYTES, &g->slots[i], sizeof g->slots[i]);
     for (int i = 0; i < g->n_ops; i++) {
@@ -1122,6 +1153,44 @@ static void seq_io(struct wgllm_webgpu_ctx *g, int seq, int n, char *buf, bool s
 }
 
 void wgllm_webgpu_seq_save(struct wgllm_webgpu_ctx *g, int seq, int n, void *dst) { seq_io(g, seq, n, dst, true); }
+
+/* As the CPU backend's shift (backend/cpu/forward.c): RoPE angles are linear
+ * in the position, so turning a cached key by the delta's rotation gives the
+ * key of its new position; the same host table (wgllm_op_rope_cache of
+ * -discard) makes both backends turn by the same angles. Per layer: the
+ * moved K rows go to the scratch and come back turned (ROPE_SHIFT_F16), the
+ * V rows go to the scratch and back; all layers in one submit. */
+enum wgllm_status wgllm_webgpu_seq_shift(struct wgllm_webgpu_ctx *g, int seq, int n, int keep, int discard,
+                                         struct wgllm_error *err) {
+    if (seq < 0 || seq >= g->n_seq || n < 0 || n > g->n_ctx || keep < 0 || discard < 0 || keep + discard > n)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "context shift of sequence %d (of %d): keep %d + discard %d must fit in its %d "
+                               "positions (context %d)", seq, g->n_seq, keep, discard, n, g->n_ctx);
+    const int n_move = n - keep - discard;
+    if (discard == 0 || n_move == 0) return WGLLM_STATUS_OK;
+    const struct wgllm_hparams *hp = &g->model->hp;
+    const uint64_t KD = (uint64_t)hp->n_head_kv * hp->head_dim_k, VD = (uint64_t)hp->n_head_kv * hp->head_dim_v;
+    wgllm_op_rope_cache(g->rope_host, -discard, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
+                        g->model->rope_freqs);
+    wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
+    const uint64_t row0 = (uint64_t)seq * g->n_ctx;
+    const struct wgllm_kparams kp = {.n = (uint32_t)((uint64_t)n_move * KD / 2), .e = (uint32_t)(KD / 2),
+                                     .k = (uint32_t)hp->head_dim_k, .m = (uint32_t)hp->n_rot,
+                                     .c = (uint32_t)((row0 + (uint64_t)keep) * KD / 2)};
+    wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)g->shift_slot * SLOT_BYTES, &kp, sizeof kp);
+    const uint32_t wg = ceil_div(kp.n, g->tune->wg_elem);
+    const uint32_t gx = WGLLM_MIN(wg, wgllm_gpu_get_info(g->gpu)->max_workgroups_per_dim), gy = ceil_div(wg, gx);
+    wgllm_gpu_batch_begin(g->gpu);
+    for (int il = 0; il < hp->n_layer; il++) {
+        wgllm_gpu_copy(g->gpu, g->kc[il], (row0 + keep + discard) * KD * 2, g->shift_tmp, 0, (uint64_t)n_move * KD * 2);
+        wgllm_gpu_dispatch(g->gpu, g->shift_pipe, g->shift_bg[il], gx, gy, 1);
+        wgllm_gpu_copy(g->gpu, g->vc[il], (row0 + keep + discard) * VD * 2, g->shift_tmp, 0, (uint64_t)n_move * VD * 2);
+        wgllm_gpu_copy(g->gpu, g->shift_tmp, 0, g->vc[il], (row0 + keep) * VD * 2, (uint64_t)n_move * VD * 2);
+    }
+    enum wgllm_status st = wgllm_gpu_batch_submit(g->gpu, err);
+    if (st) wgllm_error_prefix(err, "webgpu: context shift: ");
+    return st;
+}
 void wgllm_webgpu_seq_load(struct wgllm_webgpu_ctx *g, int seq, int n, const void *src) {
     seq_io(g, seq, n, (char *)src, false);
 }

@@ -75,6 +75,12 @@ const float *wgllm_webgpu_output(const struct wgllm_webgpu_ctx *g, int j, bool e
 void wgllm_webgpu_seq_copy(struct wgllm_webgpu_ctx *g, int src, int dst, int n);
 void wgllm_webgpu_seq_save(struct wgllm_webgpu_ctx *g, int seq, int n, void *dst);
 void wgllm_webgpu_seq_load(struct wgllm_webgpu_ctx *g, int seq, int n, const void *src);
+/* As wgllm_context_seq_shift (backend.h): positions [keep, keep + discard)
+ * of the sequence dropped, [keep + discard, n) moved down by discard, their
+ * keys re-rotated by RoPE of -discard as the CPU backend does (within an
+ * f16 rounding); one submit. INVALID_ARGUMENT when the ranges do not fit. */
+enum wgllm_status wgllm_webgpu_seq_shift(struct wgllm_webgpu_ctx *g, int seq, int n, int keep, int discard,
+                                         struct wgllm_error *err);
 /*
  * Greedy generation on the device, after a wgllm_webgpu_decode (sequence 0):
  * up to n tokens, the first the argmax of the decode's last logits, each

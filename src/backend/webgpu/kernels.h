@@ -112,6 +112,11 @@ enum wgllm_kernel {
      * ADD_ROWS: x[a + t*n + i] += y[b + t*m + i], i < n (m = 0: a broadcast bias). Bindings 1 x,
      * 2 y. Dispatch (ceil(n / wg_elem), tokens, 1). */
     WGLLM_KERNEL_ATTN_BATCH = 64, WGLLM_KERNEL_STORE_KV, WGLLM_KERNEL_ADD_ROWS,
+    /* Context shift of f16 keys: Y word p.c + w = the f16 pair of word w of S (rows of p.e words, heads
+     * of p.k dims), turned by RoPE with the cos/sin pairs CS[0 .. p.m) (n_rot p.m; key.neox: NEOX
+     * pairs), w < p.n. Bindings 1 S (u32), 2 CS (f32), 3 Y (u32). Dispatch (x, y, 1) with x * y >=
+     * ceil(n / wg_elem) workgroups (the word index is gid.x + gid.y * x * wg_elem). */
+    WGLLM_KERNEL_ROPE_SHIFT_F16,
 };
 
 struct wgllm_kernel_key {

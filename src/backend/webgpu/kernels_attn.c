@@ -3,7 +3,8 @@
  * beyond kernels.c (see the enum in kernels.h): attention of many tokens of
  * many sequences over their own cached positions (online softmax over
  * position tiles), the f16 K/V store at (sequence, position), and a row-wise
- * add (residuals and broadcast biases). kernels.c's generator calls
+ * add (residuals and broadcast biases), and the re-rotation of f16 keys
+ * moved by a context shift. kernels.c's generator calls
  * wgllm_wgsl_batch_body for these kernels and prepends the parameter block.
  *
  * The per-token data live in one u32 "step" buffer written by the host per
@@ -150,10 +151,61 @@ static char *dup_fmt(const char *fmt, unsigned wg) {
     return s;
 }
 
+/*
+ * Keys moved by a context shift: row r of S (f16 pairs, p.e words a row) is
+ * turned by the RoPE of the position delta (CS, the host's table) and
+ * stored at word p.c + r * p.e of Y. One thread per output word, reading
+ * the pair partners it needs from S, so no thread writes what another
+ * reads. Same f32 arithmetic as the CPU's wgllm_op_rope on the f16 -> f32
+ * row; only the final f16 rounding (pack2x16float) and a possible fused
+ * multiply-add may differ (a ulp at most).
+ */
+static void rope_shift(char **s, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    const char *fmt =
+        "const WGE: u32 = %uu;\nconst NEOX: bool = %s;\n"
+        "@group(0) @binding(1) var<storage, read> S: array<u32>;\n"
+        "@group(0) @binding(2) var<storage, read> CS: array<f32>;\n"
+        "@group(0) @binding(3) var<storage, read_write> Y: array<u32>;\n"
+        "fn sget(i: u32) -> f32 { let v = unpack2x16float(S[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n"
+        "fn rot(hb: u32, j: u32) -> f32 {\n"
+        "  if (j >= p.m) { return sget(hb + j); }\n"
+        "  let hf = p.m / 2u;\n"
+        "  var i = j / 2u;\n"
+        "  var ia = hb + 2u * i;\n"
+        "  var second = (j & 1u) == 1u;\n"
+        "  if (NEOX) {\n"
+        "    i = select(j, j - hf, j >= hf);\n"
+        "    ia = hb + i;\n"
+        "    second = j >= hf;\n"
+        "  }\n"
+        "  let ib = select(ia + 1u, ia + hf, NEOX);\n"
+        "  let c = CS[2u * i];\n"
+        "  let s = CS[2u * i + 1u];\n"
+        "  let x0 = sget(ia);\n"
+        "  let x1 = sget(ib);\n"
+        "  if (second) { return x0 * s + x1 * c; }\n"
+        "  return x0 * c - x1 * s;\n"
+        "}\n"
+        "@compute @workgroup_size(WGE)\n"
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {\n"
+        "  let w = gid.x + gid.y * nw.x * WGE;\n"
+        "  if (w >= p.n) { return; }\n"
+        "  let r = w / p.e;\n"
+        "  let d = 2u * (w %% p.e);\n"
+        "  let hb = 2u * r * p.e + (d / p.k) * p.k;\n"
+        "  let j = d %% p.k;\n"
+        "  Y[p.c + w] = pack2x16float(vec2<f32>(rot(hb, j), rot(hb, j + 1u)));\n"
+        "}\n";
+    size_t n = strlen(fmt) + 64;
+    *s = malloc(n);
+    if (*s) snprintf(*s, n, fmt, t->wg_elem, key->neox ? "true" : "false");
+}
+
 char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     char *s = NULL;
     switch (key->kernel) {
     case WGLLM_KERNEL_ATTN_BATCH: attn_batch(&s, t); return s;
+    case WGLLM_KERNEL_ROPE_SHIFT_F16: rope_shift(&s, key, t); return s;
     case WGLLM_KERNEL_STORE_KV:
         return dup_fmt("const WGE: u32 = %uu;\n"
                        "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
@@ -189,6 +241,7 @@ const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k) {
     case WGLLM_KERNEL_ATTN_BATCH: return "attn_batch";
     case WGLLM_KERNEL_STORE_KV: return "store_kv";
     case WGLLM_KERNEL_ADD_ROWS: return "add_rows";
+    case WGLLM_KERNEL_ROPE_SHIFT_F16: return "rope_shift_f16";
     default: return "unknown";
     }
 }
