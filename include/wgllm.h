@@ -105,6 +105,9 @@ int wgllm_model_n_layer(const struct wgllm_model *model);
 const char *wgllm_model_arch(const struct wgllm_model *model); /* "llama", "qwen2", ... */
 /* Bytes of weights (tensor data) in the model. */
 uint64_t wgllm_model_size(const struct wgllm_model *model);
+/* A 64-bit identity of the model's architecture, shapes and (sampled)
+ * weights: saved KV state is only ever restored into the model it came from. */
+uint64_t wgllm_model_fingerprint(const struct wgllm_model *model);
 /* Writes a multi-line human-readable description (info command). Returns
  * the number of characters that the full text needs, like snprintf. */
 int wgllm_model_describe(const struct wgllm_model *model, char *buf, size_t size);
@@ -497,6 +500,27 @@ struct wgllm_engine_metrics {
 };
 
 void wgllm_engine_metrics(struct wgllm_engine *eng, struct wgllm_engine_metrics *out);
+/* Where the engine's forward pass runs and why (wgllm_context_backend's
+ * wording), and the GPU bytes it holds (0 on the CPU). */
+const char *wgllm_engine_backend(const struct wgllm_engine *eng);
+uint64_t wgllm_engine_gpu_memory(const struct wgllm_engine *eng);
+
+/*
+ * Persisting prefix snapshots (a browser keeps them in OPFS, a server on
+ * disk): export writes the snapshots the engine holds -- first saving every
+ * idle slot's conversation into the store, within snapshot_bytes and
+ * max_snapshots -- into one malloc'd buffer (*data, *size; release with
+ * free()). The format is versioned and carries wgllm_model_fingerprint() and
+ * the backend's KV layout; import checks both and every length, then adds the
+ * snapshots to the store (least recently used ones make room), where later
+ * requests find them as if they had been evicted in this process. Both run
+ * on the engine's thread between ticks (they wait for it); safe to call
+ * while requests run.
+ */
+enum wgllm_status wgllm_engine_snapshots_export(struct wgllm_engine *eng, void **data, size_t *size,
+                                                struct wgllm_error *err);
+enum wgllm_status wgllm_engine_snapshots_import(struct wgllm_engine *eng, const void *data, size_t size,
+                                                struct wgllm_error *err);
 
 /* ---------------------------------------------------------------------------
  * Misc

@@ -794,6 +794,98 @@ TEST(shift_on_prompt_limits_and_default_keep) {
     wgllm_engine_free(e);
 }
 
+/* Snapshots exported by one engine and imported by another (a restarted
+ * process, a reloaded browser page) serve a follow-up like a cold run while
+ * computing only the suffix; a damaged or foreign file is refused with a
+ * message and changes nothing; the fingerprint tells models apart. */
+TEST(snapshots_export_and_import) {
+    const char *turn1 = "The lighthouse keeper climbed the spiral stairs every evening at dusk";
+    const char *turn2 = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a lamp";
+    struct wgllm_request_params p = greedy(6);
+    struct wgllm_result cold, r1, r2;
+    struct wgllm_engine *e = new_engine(2, 256, (size_t)64 << 20);
+    if (!e) return;
+    CHECK_EQ_INT(wgllm_query(e, turn2, &p, &cold, NULL), WGLLM_STATUS_OK); /* no key: nothing kept */
+    wgllm_engine_free(e);
+    e = new_engine(2, 256, (size_t)64 << 20);
+    p.context_key = "conversation";
+    CHECK_EQ_INT(wgllm_query(e, turn1, &p, &r1, NULL), WGLLM_STATUS_OK);
+    void *buf = NULL;
+    size_t size = 0;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_engine_snapshots_export(e, &buf, &size, &err), WGLLM_STATUS_OK);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK_EQ_INT(m.snapshots_saved, 1); /* the idle slot's conversation */
+    CHECK(size > 32 + 16 + (size_t)4 * 20);
+    wgllm_engine_free(e);
+
+    struct wgllm_engine *e2 = new_engine(2, 256, (size_t)64 << 20);
+    CHECK(e2 != NULL);
+    if (!e2) {
+        free(buf);
+        return;
+    }
+    /* damaged files: every truncation, a foreign fingerprint, a bad token; nothing changes */
+    unsigned char *bad = malloc(size);
+    const size_t cuts[] = {0, 7, 8, 31, 32, 40, 48, size / 2, size - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        memcpy(bad, buf, size);
+        CHECK_EQ_INT(wgllm_engine_snapshots_import(e2, bad, cuts[i], &err), WGLLM_STATUS_INVALID_ARGUMENT);
+        CHECK(err.message[0] != 0);
+    }
+    memcpy(bad, buf, size);
+    bad[16] ^= 1;
+    CHECK_EQ_INT(wgllm_engine_snapshots_import(e2, bad, size, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "another model") != NULL);
+    memcpy(bad, buf, size);
+    memset(bad + 48, 0x7f, 4); /* the first token */
+    CHECK_EQ_INT(wgllm_engine_snapshots_import(e2, bad, size, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "vocabulary") != NULL);
+    free(bad);
+    wgllm_engine_metrics(e2, &m);
+    CHECK_EQ_INT(m.snapshot_bytes_used, 0);
+
+    CHECK_EQ_INT(wgllm_engine_snapshots_import(e2, buf, size, &err), WGLLM_STATUS_OK);
+    wgllm_engine_metrics(e2, &m);
+    CHECK(m.snapshot_bytes_used > 0);
+    p.context_key = "conversation";
+    CHECK_EQ_INT(wgllm_query(e2, turn2, &p, &r2, NULL), WGLLM_STATUS_OK);
+    int32_t t1[128], t2[128];
+    const int n1 = wgllm_tokenize(model, turn1, strlen(turn1), t1, 128, true, false, NULL);
+    const int n2 = wgllm_tokenize(model, turn2, strlen(turn2), t2, 128, true, false, NULL);
+    int lcp = 0;
+    while (lcp < n1 && lcp < n2 && t1[lcp] == t2[lcp]) lcp++;
+    CHECK(lcp > 10);
+    CHECK_EQ_INT(r2.usage.cached_tokens, lcp);
+    CHECK(r2.n_tokens == cold.n_tokens && !memcmp(r2.tokens, cold.tokens, sizeof(int32_t) * (size_t)cold.n_tokens));
+    for (int i = 0; i < cold.n_tokens && i < r2.n_tokens; i++) CHECK_NEAR(r2.logprobs[i], cold.logprobs[i], 1e-4);
+    wgllm_engine_metrics(e2, &m);
+    CHECK_EQ_INT(m.snapshots_restored, 1);
+    wgllm_engine_free(e2);
+    free(buf);
+
+    /* the fingerprint: stable for a model, another for other weights */
+    const uint64_t fp = wgllm_model_fingerprint(model);
+    struct wgllm_model *again = NULL, *other = NULL;
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = "tiny";
+    sp.type = WGLLM_TYPE_Q8_0;
+    sp.seed = 99;
+    const char *op = test_tmp_path(".gguf");
+    CHECK_EQ_INT(wgllm_model_load(model_path, NULL, &again, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_synth_write(&sp, op, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_model_load(op, NULL, &other, NULL), WGLLM_STATUS_OK);
+    if (again) CHECK(wgllm_model_fingerprint(again) == fp);
+    if (other) CHECK(wgllm_model_fingerprint(other) != fp);
+    wgllm_model_free(again);
+    wgllm_model_free(other);
+    remove(op);
+    wgllm_result_free(&cold);
+    wgllm_result_free(&r1);
+    wgllm_result_free(&r2);
+}
+
 int main(void) {
     wgllm_base_init();
     wgllm_quant_init();
@@ -825,6 +917,7 @@ int main(void) {
     RUN(context_full_fails_clearly_and_frees_the_slot);
     RUN(context_key_after_a_shift_reuses_only_kept_tokens);
     RUN(shift_on_prompt_limits_and_default_keep);
+    RUN(snapshots_export_and_import);
     wgllm_model_free(model);
     remove(model_path);
     return test_summary("test_engine");

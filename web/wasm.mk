@@ -20,7 +20,7 @@ EMCC      ?= emcc
 EMCC_ENV  := NODE_PATH=/usr/share/nodejs
 WASM_OUT  := build/wasm
 WASM_HAL  ?= browser
-WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/gpu_gen.c web/src/hal_selftest.c web/src/compat.c web/src/hal_$(WASM_HAL).c
+WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/hal_selftest.c web/src/compat.c web/src/hal_$(WASM_HAL).c
 WASM_JSLIB := web/src/wgllm_web.lib.js $(if $(filter browser,$(WASM_HAL)),web/src/hal_webgpu.lib.js)
 WASM_OBJ  := $(WASM_SRC:%.c=$(WASM_OUT)/%.o)
 WASM_CFLAGS := -std=c11 -D_GNU_SOURCE -include web/src/compat.h -Iinclude -Isrc $(WARN) -O2 -msimd128 -pthread -MMD -MP
@@ -29,7 +29,7 @@ WASM_FUNCS := malloc free wgllm_web_load wgllm_web_unload wgllm_web_last_error w
   wgllm_web_job_cancel wgllm_web_job_take wgllm_web_job_num wgllm_web_job_text wgllm_web_job_message \
   wgllm_web_job_vec wgllm_web_job_free wgllm_web_load_start wgllm_web_load_done \
   wgllm_web_load_finish wgllm_web_backend wgllm_web_hal_selftest_start wgllm_web_hal_selftest_done \
-  wgllm_web_hal_selftest_report wgllm_web_hal_selftest_free
+  wgllm_web_hal_selftest_report wgllm_web_hal_selftest_free wgllm_web_snapshots wgllm_web_job_blob
 WASM_COMMA := ,
 WASM_EXPORTS := $(subst $() ,$(WASM_COMMA),$(strip $(addprefix _,$(WASM_FUNCS))))
 # PTHREAD_POOL_SIZE: workers started with the module, so that no

@@ -422,6 +422,46 @@ int wgllm_model_n_layer(const struct wgllm_model *m) { return m->hp.n_layer; }
 const char *wgllm_model_arch(const struct wgllm_model *m) { return m->arch_name; }
 uint64_t wgllm_model_size(const struct wgllm_model *m) { return m->weight_bytes; }
 
+static uint64_t fnv1a_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* A weight's identity: its shape and type, and bytes sampled at its start,
+ * middle and end (hashing every byte of a multi-GB model would cost seconds
+ * at each load; two different models that agree on every sample do not
+ * occur in practice). */
+static uint64_t fingerprint_weight(uint64_t h, const struct wgllm_weight *w) {
+    const uint64_t meta[4] = {w->type, (uint64_t)w->ne0, (uint64_t)w->ne1, w->row_size};
+    h = fnv1a_bytes(h, meta, sizeof meta);
+    const size_t total = (size_t)w->ne1 * w->row_size, n = WGLLM_MIN(total, (size_t)256);
+    const size_t at[3] = {0, total / 2 - WGLLM_MIN(total / 2, n / 2), total - n};
+    for (int i = 0; i < 3; i++) h = fnv1a_bytes(h, (const char *)w->data + at[i], n);
+    return h;
+}
+
+uint64_t wgllm_model_fingerprint(const struct wgllm_model *m) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv1a_bytes(h, m->arch_name, strlen(m->arch_name));
+    const struct wgllm_hparams *hp = &m->hp;
+    const int64_t dims[] = {hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->head_dim_v,
+                            hp->n_ff, hp->n_vocab, hp->n_rot, hp->rope_type};
+    h = fnv1a_bytes(h, dims, sizeof dims);
+    const float f[] = {hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps};
+    h = fnv1a_bytes(h, f, sizeof f);
+    if (m->vocab_only) return h;
+    h = fingerprint_weight(h, &m->tok_embd);
+    h = fingerprint_weight(h, &m->output);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct wgllm_layer *L = &m->layers[il];
+        const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int j = 0; j < 7; j++) h = fingerprint_weight(h, ws[j]);
+        h = fnv1a_bytes(h, L->attn_norm, sizeof(float) * (size_t)hp->n_embd);
+    }
+    return h;
+}
+
 #define APPEND(...)                                                                      \
     do {                                                                                 \
         int k_ = snprintf(buf + WGLLM_MIN((size_t)len, size), size > (size_t)len ? size - (size_t)len : 0, \

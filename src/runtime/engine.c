@@ -106,6 +106,8 @@ struct wgllm_engine {
     struct slot *slots;
     struct snapshot *snaps;
     int n_snaps;
+    struct ctl_op *ctl_head; /* under mu: operations for the engine thread */
+    pthread_cond_t ctl_cv;
     size_t snap_bytes;
     uint64_t clock;
 
@@ -239,36 +241,99 @@ static void snapshot_drop(struct wgllm_engine *e, int i) {
     e->snaps[i] = e->snaps[--e->n_snaps];
 }
 
-/* Saves what slot s holds before it is reused, when worth it and not already saved. */
-static void snapshot_save(struct wgllm_engine *e, int s) {
-    struct slot *sl = &e->slots[s];
-    const int n = slot_reusable(sl);
-    if (e->p.snapshot_bytes == 0 || e->p.max_snapshots <= 0 || n < e->p.min_snapshot_tokens) return;
-    for (int i = 0; i < e->n_snaps; i++) /* an existing snapshot covering it is enough */
-        if (e->snaps[i].n >= n && common_prefix(e->snaps[i].tokens, e->snaps[i].n, sl->tokens, n) == n) return;
-    size_t bytes = wgllm_context_seq_state_size(e->ctx, n);
-    if (bytes > e->p.snapshot_bytes) return;
+/* True when a snapshot already covers tokens[0, n). */
+static bool snapshot_covered(const struct wgllm_engine *e, const int32_t *tokens, int n) {
+    for (int i = 0; i < e->n_snaps; i++)
+        if (e->snaps[i].n >= n && common_prefix(e->snaps[i].tokens, e->snaps[i].n, tokens, n) == n) return true;
+    return false;
+}
+
+/* Drops least recently used snapshots until one of `bytes` fits; false when it never can. */
+static bool snapshot_make_room(struct wgllm_engine *e, size_t bytes) {
+    if (e->p.snapshot_bytes == 0 || e->p.max_snapshots <= 0 || bytes > e->p.snapshot_bytes) return false;
     while (e->n_snaps > 0 && (e->n_snaps >= e->p.max_snapshots || e->snap_bytes + bytes > e->p.snapshot_bytes)) {
         int lru = 0;
         for (int i = 1; i < e->n_snaps; i++)
             if (e->snaps[i].last_used < e->snaps[lru].last_used) lru = i;
         snapshot_drop(e, lru);
     }
-    struct snapshot sn = {.n = n, .bytes = bytes, .last_used = ++e->clock};
-    sn.tokens = malloc(sizeof(int32_t) * (size_t)n);
-    sn.state = malloc(bytes);
-    if (!sn.tokens || !sn.state) {
-        free(sn.tokens);
-        free(sn.state);
-        return;
-    }
-    memcpy(sn.tokens, sl->tokens, sizeof(int32_t) * (size_t)n);
-    wgllm_context_seq_save(e->ctx, s, n, sn.state);
-    e->snaps[e->n_snaps++] = sn;
+    return true;
+}
+
+/* Stores a snapshot (after snapshot_make_room); takes tokens and state. */
+static void snapshot_add(struct wgllm_engine *e, int32_t *tokens, int n, void *state, size_t bytes) {
+    e->snaps[e->n_snaps++] = (struct snapshot){.tokens = tokens, .n = n, .state = state, .bytes = bytes,
+                                               .last_used = ++e->clock};
     e->snap_bytes += bytes;
     pthread_mutex_lock(&e->mu);
-    e->m.snapshots_saved++;
     e->m.snapshot_bytes_used = e->snap_bytes;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Saves what slot s holds before it is reused, when worth it and not already saved. */
+static void snapshot_save(struct wgllm_engine *e, int s) {
+    struct slot *sl = &e->slots[s];
+    const int n = slot_reusable(sl);
+    if (n < e->p.min_snapshot_tokens || snapshot_covered(e, sl->tokens, n)) return;
+    size_t bytes = wgllm_context_seq_state_size(e->ctx, n);
+    if (!snapshot_make_room(e, bytes)) return;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n);
+    void *state = malloc(bytes);
+    if (!tokens || !state) {
+        free(tokens);
+        free(state);
+        return;
+    }
+    memcpy(tokens, sl->tokens, sizeof(int32_t) * (size_t)n);
+    wgllm_context_seq_save(e->ctx, s, n, state);
+    snapshot_add(e, tokens, n, state, bytes);
+    pthread_mutex_lock(&e->mu);
+    e->m.snapshots_saved++;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- work run on the engine thread for callers (snapshot export/import) --- */
+
+struct ctl_op {
+    void (*fn)(struct wgllm_engine *e, void *arg);
+    void *arg;
+    bool done;
+    struct ctl_op *next;
+};
+
+/* With e->mu held: runs the queued operations (unlocking around each). */
+static void run_control(struct wgllm_engine *e) {
+    while (e->ctl_head) {
+        struct ctl_op *c = e->ctl_head;
+        e->ctl_head = c->next;
+        pthread_mutex_unlock(&e->mu);
+        c->fn(e, c->arg);
+        pthread_mutex_lock(&e->mu);
+        c->done = true;
+        pthread_cond_broadcast(&e->ctl_cv);
+    }
+}
+
+static void engine_step_once(struct wgllm_engine *e);
+
+/* Runs fn(e, arg) on the engine thread between ticks and waits for it (or,
+ * without a thread, steps the engine until it ran). */
+static void run_on_engine(struct wgllm_engine *e, void (*fn)(struct wgllm_engine *, void *), void *arg) {
+    struct ctl_op c = {fn, arg, false, NULL};
+    pthread_mutex_lock(&e->mu);
+    struct ctl_op **pp = &e->ctl_head;
+    while (*pp) pp = &(*pp)->next;
+    *pp = &c;
+    pthread_cond_signal(&e->cv);
+    while (!c.done) {
+        if (!e->p.no_thread) {
+            pthread_cond_wait(&e->ctl_cv, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        engine_step_once(e);
+        pthread_mutex_lock(&e->mu);
+    }
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -594,6 +659,7 @@ static void *engine_main(void *arg) {
             pp = &r->next;
         }
         e->q_tail = last;
+        run_control(e);
         if (e->stopping && !any_active(e)) break;
         /* admission in arrival order while slots are available */
         while (e->q_head && !e->stopping) {
@@ -634,6 +700,8 @@ static void *engine_main(void *arg) {
     pthread_mutex_unlock(&e->mu);
     return NULL;
 }
+
+static void engine_step_once(struct wgllm_engine *e) { engine_main(e); }
 
 bool wgllm_engine_step(struct wgllm_engine *e) {
     WGLLM_ASSERT(e->p.no_thread);
@@ -683,6 +751,9 @@ struct wgllm_request_params wgllm_request_default_params(void) {
     return p;
 }
 
+const char *wgllm_engine_backend(const struct wgllm_engine *e) { return wgllm_context_backend(e->ctx); }
+uint64_t wgllm_engine_gpu_memory(const struct wgllm_engine *e) { return wgllm_context_gpu_memory(e->ctx); }
+
 void wgllm_engine_free(struct wgllm_engine *e) {
     if (!e) return;
     if (e->thread) {
@@ -713,6 +784,7 @@ void wgllm_engine_free(struct wgllm_engine *e) {
     wgllm_context_free(e->ctx);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    pthread_cond_destroy(&e->ctl_cv);
     free(e);
 }
 
@@ -759,6 +831,7 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
     e->model = model;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    pthread_cond_init(&e->ctl_cv, NULL);
     struct wgllm_context_params cp = wgllm_context_default_params();
     cp.n_ctx = p.n_ctx;
     cp.n_batch = p.n_batch ? p.n_batch : 512;
@@ -1055,4 +1128,176 @@ void wgllm_engine_metrics(struct wgllm_engine *e, struct wgllm_engine_metrics *o
     *out = e->m;
     out->queue_depth = e->n_queue;
     pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- persisted snapshots ---------------------------------------------------
+ * Little-endian: "WGLLMKV\0", u32 version 1, u32 KV layout (1 CPU: V rows per
+ * dim; 2 WebGPU: V rows per position), u64 model fingerprint, u32 count, u32
+ * 0; then per snapshot u32 tokens n, u32 0, u64 state bytes, n i32 tokens,
+ * the state (wgllm_context_seq_save of positions [0, n)). */
+
+#define SNAP_MAGIC "WGLLMKV"
+#define SNAP_VERSION 1u
+
+struct snap_io {
+    void *data;
+    const void *in;
+    size_t size;
+    struct wgllm_error *err;
+    enum wgllm_status st;
+};
+
+static uint32_t kv_layout(const struct wgllm_engine *e) {
+    return strncmp(wgllm_context_backend(e->ctx), "webgpu", 6) ? 1u : 2u;
+}
+
+static void put_bytes(unsigned char **p, const void *src, size_t n) {
+    memcpy(*p, src, n);
+    *p += n;
+}
+
+static void export_op(struct wgllm_engine *e, void *arg) {
+    struct snap_io *io = arg;
+    for (int s = 0; s < e->p.n_slots; s++) /* the conversations still in their slots */
+        if (e->slots[s].state == SLOT_IDLE) snapshot_save(e, s);
+    size_t size = 32;
+    for (int i = 0; i < e->n_snaps; i++) size += 16 + sizeof(int32_t) * (size_t)e->snaps[i].n + e->snaps[i].bytes;
+    unsigned char *buf = malloc(size), *p = buf;
+    if (!buf) {
+        io->st = wgllm_error_set(io->err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %zu bytes of snapshots", size);
+        return;
+    }
+    const uint32_t hdr[2] = {SNAP_VERSION, kv_layout(e)}, cnt[2] = {(uint32_t)e->n_snaps, 0};
+    const uint64_t fp = wgllm_model_fingerprint(e->model);
+    put_bytes(&p, SNAP_MAGIC, 8);
+    put_bytes(&p, hdr, 8);
+    put_bytes(&p, &fp, 8);
+    put_bytes(&p, cnt, 8);
+    for (int i = 0; i < e->n_snaps; i++) {
+        const struct snapshot *sn = &e->snaps[i];
+        const uint32_t n[2] = {(uint32_t)sn->n, 0};
+        const uint64_t bytes = sn->bytes;
+        put_bytes(&p, n, 8);
+        put_bytes(&p, &bytes, 8);
+        put_bytes(&p, sn->tokens, sizeof(int32_t) * (size_t)sn->n);
+        put_bytes(&p, sn->state, sn->bytes);
+    }
+    WGLLM_ASSERT((size_t)(p - buf) == size);
+    io->data = buf;
+    io->size = size;
+}
+
+enum wgllm_status wgllm_engine_snapshots_export(struct wgllm_engine *e, void **data, size_t *size,
+                                                struct wgllm_error *err) {
+    *data = NULL;
+    *size = 0;
+    struct snap_io io = {.err = err};
+    run_on_engine(e, export_op, &io);
+    if (io.st) return io.st;
+    *data = io.data;
+    *size = io.size;
+    return WGLLM_STATUS_OK;
+}
+
+/* Checks the whole buffer before anything changes; counts the snapshots. */
+static enum wgllm_status import_check(const struct wgllm_engine *e, const unsigned char *b, size_t size,
+                                      uint32_t *count, struct wgllm_error *err) {
+    if (size < 32 || memcmp(b, SNAP_MAGIC, 8))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "not a wgllm snapshot file (%zu bytes, no \"WGLLMKV\" header)", size);
+    uint32_t hdr[2], cnt[2];
+    uint64_t fp;
+    memcpy(hdr, b + 8, 8);
+    memcpy(&fp, b + 16, 8);
+    memcpy(cnt, b + 24, 8);
+    if (hdr[0] != SNAP_VERSION)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "snapshot file version %u (this wgllm reads %u)",
+                               hdr[0], SNAP_VERSION);
+    const uint64_t mine = wgllm_model_fingerprint(e->model);
+    if (fp != mine || hdr[1] != kv_layout(e))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "the snapshots belong to another model or backend (model fingerprint %016llx, KV "
+                               "layout %u; this engine: %016llx, %u)", (unsigned long long)fp, hdr[1],
+                               (unsigned long long)mine, kv_layout(e));
+    size_t off = 32;
+    for (uint32_t i = 0; i < cnt[0]; i++) {
+        uint32_t n[2];
+        uint64_t bytes;
+        if (size - off < 16)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "snapshot file truncated: snapshot %u of %u has no header at byte %zu", i + 1,
+                                   cnt[0], off);
+        memcpy(n, b + off, 8);
+        memcpy(&bytes, b + off + 8, 8);
+        if (n[0] == 0 || n[0] > (uint32_t)e->n_ctx)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "snapshot %u at byte %zu has %u tokens (the context holds %d)", i + 1, off, n[0],
+                                   e->n_ctx);
+        const size_t want = wgllm_context_seq_state_size(e->ctx, (int)n[0]);
+        if (bytes != want)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "snapshot %u at byte %zu: %llu bytes of KV state for %u tokens (expected %zu)",
+                                   i + 1, off, (unsigned long long)bytes, n[0], want);
+        const size_t body = sizeof(int32_t) * (size_t)n[0] + want;
+        if (size - off - 16 < body)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "snapshot file truncated: snapshot %u at byte %zu needs %zu bytes, %zu are left",
+                                   i + 1, off, body, size - off - 16);
+        const int32_t V = wgllm_model_n_vocab(e->model);
+        for (uint32_t t = 0; t < n[0]; t++) {
+            int32_t tok;
+            memcpy(&tok, b + off + 16 + 4 * (size_t)t, 4);
+            if (tok < 0 || tok >= V)
+                return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                       "snapshot %u: token %d at index %u is outside the vocabulary (%d)", i + 1,
+                                       tok, t, V);
+        }
+        off += 16 + body;
+    }
+    if (off != size)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "snapshot file has %zu bytes after its %u snapshots", size - off, cnt[0]);
+    *count = cnt[0];
+    return WGLLM_STATUS_OK;
+}
+
+static void import_op(struct wgllm_engine *e, void *arg) {
+    struct snap_io *io = arg;
+    const unsigned char *b = io->in;
+    uint32_t count = 0;
+    io->st = import_check(e, b, io->size, &count, io->err);
+    if (io->st) return;
+    size_t off = 32;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t n[2];
+        uint64_t bytes;
+        memcpy(n, b + off, 8);
+        memcpy(&bytes, b + off + 8, 8);
+        const unsigned char *tok = b + off + 16;
+        const unsigned char *state = b + off + 16 + sizeof(int32_t) * (size_t)n[0];
+        off += 16 + sizeof(int32_t) * (size_t)n[0] + bytes;
+        int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n[0]);
+        if (!tokens) continue;
+        memcpy(tokens, tok, sizeof(int32_t) * (size_t)n[0]);
+        if (snapshot_covered(e, tokens, (int)n[0]) || !snapshot_make_room(e, bytes)) {
+            free(tokens);
+            continue;
+        }
+        void *copy = malloc(bytes);
+        if (!copy) {
+            free(tokens);
+            continue;
+        }
+        memcpy(copy, state, bytes);
+        snapshot_add(e, tokens, (int)n[0], copy, bytes);
+    }
+}
+
+enum wgllm_status wgllm_engine_snapshots_import(struct wgllm_engine *e, const void *data, size_t size,
+                                                struct wgllm_error *err) {
+    if (!data && size)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "snapshot import: NULL data of %zu bytes", size);
+    struct snap_io io = {.in = data, .size = size, .err = err};
+    run_on_engine(e, import_op, &io);
+    return io.st;
 }

@@ -315,7 +315,7 @@ test('backend webgpu: streaming, stop strings and chat agree with the CPU engine
   assert.equal(r.stopped.text, r.plain.slice(0, r.plain.indexOf(r.stop)), `stop ${JSON.stringify(r.stop)}`);
 });
 
-test('backend webgpu: interrupt(), clear errors for embeddings and unknown backends', { timeout: 120000 }, async () => {
+test('backend webgpu: interrupt(), embeddings like the CPU engine, a clear error for unknown backends', { timeout: 120000 }, async () => {
   const r = await page.evaluate(async () => {
     let chunks = 0;
     let finish = null;
@@ -323,16 +323,20 @@ test('backend webgpu: interrupt(), clear errors for embeddings and unknown backe
       if (++chunks === 5) gpuEngine.interrupt();
       if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
     }
-    let embedError = null;
-    try { await gpuEngine.embeddings.create({ input: 'x' }); } catch (e) { embedError = e.message; }
+    const gv = (await gpuEngine.embeddings.create({ input: 'The lighthouse keeper' })).data[0].embedding;
+    const cpu = await wgllm.createWorkerEngine({ model: '/models/tiny-q8_0.gguf', backend: 'cpu' });
+    const cv = (await cpu.embeddings.create({ input: 'The lighthouse keeper' })).data[0].embedding;
+    await cpu.unload();
+    let cos = 0;
+    for (let i = 0; i < cv.length; i++) cos += gv[i] * cv[i];
     await gpuEngine.unload();
     let backendError = null;
     try { await wgllm.createEngine({ model: '/models/none.gguf', backend: 'metal' }); } catch (e) { backendError = e.message; }
-    return { chunks, finish, embedError, backendError };
+    return { chunks, finish, cos, n: gv.length, backendError };
   });
   assert.equal(r.finish, 'abort');
   assert.ok(r.chunks >= 5 && r.chunks < 100, `stopped early: ${r.chunks} chunks`);
-  assert.match(r.embedError, /embeddings run on the CPU backend.*webgpu/);
+  assert.ok(r.n > 0 && r.cos > 0.9999, `WebGPU vs CPU embedding: cosine ${r.cos} over ${r.n} dims`);
   assert.match(r.backendError, /unknown backend 'metal'/);
 });
 
@@ -429,4 +433,58 @@ test('the browser GPU HAL call by call (web/src/hal_selftest.c on navigator.gpu)
   assert.equal(r.bytes, 2 * 16384 + 64);
   assert.equal(r.buffers_after, 0);
   assert.equal(r.bytes_after, 0);
+});
+
+test('KV snapshots persist in OPFS: after a reload the same long prompt is not prefilled again', { timeout: 120000 }, async () => {
+  const p2 = await browser.newPage();
+  p2.on('pageerror', (e) => pageErrors.push(e.message));
+  const open = async () => {
+    await p2.goto(`${server.url}/blank.html`);
+    await p2.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
+  };
+  const system = 'You are the keeper of an old lighthouse on a rocky island. Every evening you climb the ' +
+    'spiral stairs, light the lamp, and write the weather, the ships and the gulls into a logbook.';
+  const req = { messages: [{ role: 'system', content: system }, { role: 'user', content: 'What did you see today?' }],
+                max_tokens: 8, temperature: 0 };
+  await open();
+  const first = await p2.evaluate(async ([url, req]) => {
+    await wgllm.deleteSnapshots('snaptest');
+    const e = await wgllm.createWorkerEngine({ model: url, backend: 'cpu', chatTemplate: wgllm.CHATML, persistSnapshots: 'snaptest' });
+    const r = await e.chat.completions.create(req);
+    await e.snapshots.flush();
+    const info = e.info.snapshots;
+    await e.unload();
+    return { text: r.choices[0].message.content, usage: r.usage, info };
+  }, [`/models/${MODEL}`, req]);
+  assert.equal(first.info.restored_bytes, 0, 'nothing stored before');
+  assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
+  await p2.reload();
+  await open();
+  const again = await p2.evaluate(async ([url, req]) => {
+    const e = await wgllm.createWorkerEngine({ model: url, backend: 'cpu', chatTemplate: wgllm.CHATML, persistSnapshots: 'snaptest' });
+    const r = await e.chat.completions.create(req);
+    let foreign = null;
+    try { await e.snapshots.restore(new TextEncoder().encode('not a snapshot file at all, just text')); } catch (x) { foreign = x.message; }
+    await e.unload();
+    // another backend's layout is refused: save on WebGPU, restore into a CPU engine
+    const g = await wgllm.createWorkerEngine({ model: url, backend: 'webgpu', chatTemplate: wgllm.CHATML });
+    await g.chat.completions.create(req);
+    const gpuFile = await g.snapshots.save();
+    await g.unload();
+    const c = await wgllm.createWorkerEngine({ model: url, backend: 'cpu', chatTemplate: wgllm.CHATML });
+    let other = null;
+    try { await c.snapshots.restore(gpuFile); } catch (x) { other = x.message; }
+    await c.unload();
+    await wgllm.deleteSnapshots('snaptest');
+    return { text: r.choices[0].message.content, usage: r.usage, info: e.info.snapshots, foreign, gpuBytes: gpuFile.length, other };
+  }, [`/models/${MODEL}`, req]);
+  await p2.close();
+  assert.ok(again.info.restored_bytes > 1000, `restored ${again.info.restored_bytes} bytes`);
+  const cached = again.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached >= again.usage.prompt_tokens - 12 && cached > 30,
+    `cached ${cached} of ${again.usage.prompt_tokens} prompt tokens after the reload`);
+  assert.equal(again.text, first.text, 'the restored KV gives the cold run\'s reply');
+  assert.match(again.foreign, /not a wgllm snapshot file/);
+  assert.ok(again.gpuBytes > 1000, `WebGPU snapshot file: ${again.gpuBytes} bytes`);
+  assert.match(again.other, /another model or backend/);
 });

@@ -16,7 +16,7 @@
 // heap, where the core's mmap finds them; streaming weights straight into GPU
 // buffers arrives with the browser GPU HAL.
 
-import { resolveModel, mountInHeap, wasmBuffer } from './store.js';
+import { readSnapshots, writeSnapshots, resolveModel, mountInHeap, wasmBuffer } from './store.js';
 
 // The threaded core is imported only when it can run: its module needs
 // SharedArrayBuffer as soon as it is instantiated.
@@ -276,9 +276,34 @@ export async function loadCore(opts = {}) {
     const result = drive(job, onText).finally(() => {
       active.delete(entry);
       M._wgllm_web_job_free(job);
+      persist();
     });
     return { result, cancel: entry.cancel };
   }
+
+  // Waits for a job without streamed text (embedding, snapshots); throws its message.
+  const finishJob = async (job) => {
+    const idx = M._wgllm_web_job_seq(job) >> 2;
+    for (;;) { // (the single-threaded core finishes these at once)
+      const seen = Atomics.load(new Int32Array(mem()), idx);
+      if (M._wgllm_web_job_done(job)) break;
+      await waitSeq(idx, seen);
+    }
+    if (M._wgllm_web_job_num(job, 0) !== 0)
+      throw toError(`wgllm: ${M.UTF8ToString(M._wgllm_web_job_message(job))}`, 'request');
+  };
+  const runJob = async (job, read) => {
+    if (!job) throw toError(`wgllm: ${lastError()}`, 'request');
+    const entry = { job, cancel: () => {} };
+    active.add(entry);
+    try {
+      await finishJob(job);
+      return read(job);
+    } finally {
+      active.delete(entry);
+      M._wgllm_web_job_free(job);
+    }
+  };
 
   /** Embeds one text: pooling 'mean'|'cls'|'last'|'model'; resolves to a Float32Array. */
   async function embed(text, { pooling = 'mean', normalize = true } = {}) {
@@ -288,24 +313,59 @@ export async function loadCore(opts = {}) {
     const p = cstr(String(text));
     const job = M._wgllm_web_embed(st, p, pool, normalize ? 1 : 0);
     M._free(p);
-    if (!job) throw toError(`wgllm: ${lastError()}`, 'request');
-    const entry = { job, cancel: () => {} };
-    active.add(entry);
+    return runJob(job, (j) => {
+      const n = M._wgllm_web_job_num(j, 10);
+      return new Float32Array(new Float32Array(mem(), M._wgllm_web_job_vec(j), n)); // a copy, off the shared heap
+    });
+  }
+
+  /** The engine's prefix snapshots (wgllm_engine_snapshots_export) as a Uint8Array. */
+  async function saveSnapshots() {
+    checkLoaded();
+    return runJob(M._wgllm_web_snapshots(st, 0, 0, 0), (j) => {
+      const p = M._wgllm_web_job_blob(j, lenPtr);
+      return readBytes(p, new Int32Array(mem())[lenPtr >> 2]);
+    });
+  }
+
+  /** Adds the snapshots of an exported file; a file of another model or backend is refused. */
+  async function restoreSnapshots(bytes) {
+    checkLoaded();
+    const b = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+    const p = M._malloc(Math.max(1, b.length));
+    new Uint8Array(mem()).set(b, p);
+    const job = M._wgllm_web_snapshots(st, 1, p, b.length);
+    M._free(p);
+    return runJob(job, () => b.length);
+  }
+
+  // persistSnapshots: restore the stored file now, store it again after each request
+  const snapKey = opts.persistSnapshots
+    ? (typeof opts.persistSnapshots === 'string' ? opts.persistSnapshots : src.storeName ?? src.files[0]?.name ?? 'model')
+    : null;
+  let saving = null, dirty = false;
+  const persist = () => {
+    if (!snapKey || unloaded) return;
+    if (saving) { dirty = true; return; }
+    saving = (async () => {
+      do {
+        dirty = false;
+        try { await writeSnapshots(snapKey, await saveSnapshots()); } catch (e) {
+          if (!unloaded) console.warn(`wgllm: storing KV snapshots failed: ${e.message}`);
+        }
+      } while (dirty && !unloaded);
+      saving = null;
+    })();
+  };
+  info.snapshots = null;
+  if (snapKey) {
+    info.snapshots = { key: snapKey, restored_bytes: 0 };
     try {
-      const idx = M._wgllm_web_job_seq(job) >> 2;
-      for (;;) { // (the single-threaded core finishes embeddings at once)
-        const seen = Atomics.load(new Int32Array(mem()), idx);
-        if (M._wgllm_web_job_done(job)) break;
-        await waitSeq(idx, seen);
-      }
-      if (M._wgllm_web_job_num(job, 0) !== 0)
-        throw toError(`wgllm: ${M.UTF8ToString(M._wgllm_web_job_message(job))}`, 'request');
-      const n = M._wgllm_web_job_num(job, 10);
-      const vp = M._wgllm_web_job_vec(job);
-      return new Float32Array(new Float32Array(mem(), vp, n)); // a copy, off the shared heap
-    } finally {
-      active.delete(entry);
-      M._wgllm_web_job_free(job);
+      const stored = await readSnapshots(snapKey);
+      if (stored) info.snapshots.restored_bytes = await restoreSnapshots(stored);
+    } catch (e) {
+      info.snapshots.error = e.message; // another model's or a damaged file: start cold, say why
+      console.warn(`wgllm: the stored KV snapshots were not restored: ${e.message}`);
     }
   }
 
@@ -316,6 +376,7 @@ export async function loadCore(opts = {}) {
   async function unload() {
     if (unloaded) return;
     interrupt();
+    if (saving) await saving;
     while (active.size) await new Promise((res) => setTimeout(res, 5));
     unloaded = true;
     M._wgllm_web_unload(st);
@@ -323,5 +384,8 @@ export async function loadCore(opts = {}) {
     if (M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
   }
 
-  return { info, generate, embed, interrupt, unload };
+  /** Waits until the snapshots of finished requests are stored (persistSnapshots). */
+  const flushSnapshots = async () => { while (saving) await saving; };
+
+  return { info, generate, embed, interrupt, unload, saveSnapshots, restoreSnapshots, flushSnapshots };
 }

@@ -114,6 +114,65 @@ export async function deleteModel(name) {
   }
 }
 
+// ---- persisted KV snapshots -------------------------------------------------
+// One file per key (by default the model's name) in OPFS folder
+// wgllm-snapshots/: what wgllm_engine_snapshots_export wrote, restored at the
+// next load so that a returning user's long prompt is not prefilled again.
+
+const SNAP_DIR = 'wgllm-snapshots';
+
+async function snapDir(create) {
+  try {
+    if (typeof navigator === 'undefined' || !navigator.storage || !navigator.storage.getDirectory) return null;
+    return await (await navigator.storage.getDirectory()).getDirectoryHandle(SNAP_DIR, { create });
+  } catch {
+    return null;
+  }
+}
+
+/** The stored snapshot file of `key` (a Uint8Array), or null when there is none (or no OPFS). */
+export async function readSnapshots(key) {
+  const dir = await snapDir(false);
+  if (!dir) return null;
+  try {
+    const f = await (await dir.getFileHandle(`${checkName(key)}.kv`)).getFile();
+    return new Uint8Array(await f.arrayBuffer());
+  } catch (e) {
+    if (e && e.name === 'NotFoundError') return null;
+    throw e;
+  }
+}
+
+/** Stores `bytes` as the snapshot file of `key`; false where OPFS is missing. */
+export async function writeSnapshots(key, bytes) {
+  const dir = await snapDir(true);
+  if (!dir) return false;
+  const w = await (await dir.getFileHandle(`${checkName(key)}.kv`, { create: true })).createWritable();
+  try {
+    await w.write(bytes);
+    await w.close();
+  } catch (e) {
+    try { await w.abort(); } catch { /* already closed */ }
+    if (e && e.name === 'QuotaExceededError')
+      throw storeError(`the browser's storage is full: ${mib(bytes.length)} of KV snapshots do not fit`, 'quota');
+    throw e;
+  }
+  return true;
+}
+
+/** Removes the snapshot file of `key`; false when there was none. */
+export async function deleteSnapshots(key) {
+  const dir = await snapDir(false);
+  if (!dir) return false;
+  try {
+    await dir.removeEntry(`${checkName(key)}.kv`);
+    return true;
+  } catch (e) {
+    if (e && e.name === 'NotFoundError') return false;
+    throw e;
+  }
+}
+
 function checkName(name) {
   if (typeof name !== 'string' || !name || name.length > 200 || /[/\\\0]/.test(name) || name === '.' || name === '..')
     throw storeError(`bad model name ${JSON.stringify(name)} (a file name without slashes)`, 'argument');

@@ -46,6 +46,11 @@ export interface EngineOptions {
   nThreads?: number;
   /** false: use the single-threaded core even on a cross-origin isolated page (default: threads when isolated). */
   threaded?: boolean;
+  /** Keep the engine's KV prefix snapshots in OPFS (folder wgllm-snapshots/): true (under the
+   *  model's name) or a key of your own. They are restored at load (info.snapshots says how many
+   *  bytes, or why not) and stored again after each finished request, so a returning user's long
+   *  system prompt or document is not prefilled again. */
+  persistSnapshots?: boolean | string;
   /** KV-cache positions per slot (default 2048, capped by the model). */
   nCtx?: number;
   /** Requests generated at once (default 1). */
@@ -169,6 +174,13 @@ export interface Engine {
   interrupt(): void;
   /** Frees the model (and ends the worker). */
   unload(): Promise<void>;
+  /** The engine's KV prefix snapshots: an exported file, restorable into an engine of the same model
+   *  and backend (others are refused); flush() waits for persistSnapshots' pending write. */
+  snapshots: {
+    save(): Promise<Uint8Array>;
+    restore(bytes: Uint8Array | ArrayBuffer): Promise<number>;
+    flush(): Promise<void>;
+  };
   readonly info: EngineInfo;
   /** The capability report: the backend chosen and why, the adapter, GPU memory. */
   readonly capabilities: Capabilities;
@@ -191,6 +203,8 @@ export interface Capabilities {
 export const CHATML: string;
 /** The engine on this thread (loading blocks the page; prefer createWorkerEngine). */
 export function createEngine(options: EngineOptions): Promise<Engine>;
+/** Removes the persisted snapshots of a key (persistSnapshots); false when there were none. */
+export function deleteSnapshots(key: string): Promise<boolean>;
 /** The engine in a Web Worker (web/dist/worker.js). */
 export function createWorkerEngine(options: EngineOptions): Promise<Engine>;
 /** The models kept in the browser's store (OPFS); [] where OPFS is missing. */

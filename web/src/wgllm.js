@@ -163,6 +163,13 @@ function openaiApi(backend, modelName) {
     embeddings: { create: embCreate },
     interrupt: () => backend.interrupt(),
     unload: () => backend.unload(),
+    // KV prefix snapshots: save() -> Uint8Array (the engine's file), restore(bytes),
+    // flush() waits until persistSnapshots has stored the finished requests' state
+    snapshots: {
+      save: () => backend.saveSnapshots(),
+      restore: (bytes) => backend.restoreSnapshots(bytes),
+      flush: () => backend.flushSnapshots(),
+    },
     get info() { return backend.info; },
     // the capability report: backend chosen and why, adapter, GPU memory
     get capabilities() {
@@ -175,7 +182,7 @@ function openaiApi(backend, modelName) {
 }
 
 // the model store's helpers (OPFS): listModels() and deleteModel(name)
-export { listModels, deleteModel } from './store.js';
+export { listModels, deleteModel, deleteSnapshots } from './store.js';
 
 function modelNameOf(model) {
   if (Array.isArray(model) && model.length) model = model[0];
@@ -187,7 +194,7 @@ function modelNameOf(model) {
 
 function coreOptions(o) {
   return { chatTemplate: o.chatTemplate ?? o.chat_template, nThreads: o.nThreads, nCtx: o.nCtx, nSlots: o.nSlots,
-           store: o.store, backend: o.backend, threaded: o.threaded };
+           store: o.store, backend: o.backend, threaded: o.threaded, persistSnapshots: o.persistSnapshots };
 }
 
 function checkBackend(b) {
@@ -249,6 +256,9 @@ export async function createWorkerEngine(options = {}) {
       return { result: c.promise, cancel: () => worker.postMessage({ op: 'cancel', args: { id: c.id } }) };
     },
     embed: (text, opts) => call('embed', { text, opts }).promise,
+    saveSnapshots: () => call('snapshots', { op: 'save' }).promise,
+    restoreSnapshots: (bytes) => call('snapshots', { op: 'restore', bytes }).promise,
+    flushSnapshots: () => call('snapshots', { op: 'flush' }).promise,
     interrupt: () => { worker.postMessage({ op: 'interrupt' }); },
     async unload() {
       if (unloaded) return;

@@ -10,11 +10,12 @@
  * loop), takes the text, and at the end reads the result. The blocking
  * wgllm_request_wait / wgllm_embed run on a detached helper pthread per job.
  *
- * Backends: the CPU runs the engine; WebGPU (navigator.gpu through
- * hal_browser.c) runs gpu_gen.c's single-sequence generator until the engine
- * runs on WebGPU. Loading with a GPU must happen on a pthread (the HAL waits
- * for JS promises that the main thread resolves), so JS starts it with
- * wgllm_web_load_start and waits on its counter like on a job's.
+ * Backends: the engine runs on the CPU or on WebGPU (navigator.gpu through
+ * hal_browser.c), as the engine parameters' backend says, with the same
+ * batching, KV reuse and embeddings on both. Loading with a GPU must happen
+ * on a pthread (the HAL waits for JS promises that the main thread resolves),
+ * so JS starts it with wgllm_web_load_start and waits on its counter like on
+ * a job's; the engine's own thread then calls the HAL the same way.
  *
  * Single-threaded build (no __EMSCRIPTEN_PTHREADS__, for pages without
  * cross-origin isolation): CPU only, loaded with wgllm_web_load; the engine
@@ -38,7 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_gen.h"
 #include "wgllm.h"
 
 /* Progress of wgllm_model_load, forwarded to the JS host on the main thread
@@ -47,13 +47,12 @@ extern void wgllm_web_js_progress(double p);
 
 struct web_state {
     struct wgllm_model *model;
-    struct wgllm_engine *eng;    /* the CPU path */
-    struct web_gpu_gen *gen;     /* the WebGPU path (then eng is NULL) */
+    struct wgllm_engine *eng;
     char *chat_template;
     char backend[320];           /* "cpu", "cpu (auto: ...)", "webgpu: ADAPTER (...)" */
 };
 
-enum job_kind { JOB_QUERY = 0, JOB_CHAT = 1, JOB_EMBED = 2 };
+enum job_kind { JOB_QUERY = 0, JOB_CHAT = 1, JOB_EMBED = 2, JOB_SNAP_EXPORT = 3, JOB_SNAP_IMPORT = 4 };
 
 struct web_job {
     /* first field, 4-aligned: JS waits on it with Atomics.waitAsync */
@@ -73,16 +72,14 @@ struct web_job {
     struct wgllm_message *msgs;
     char **strs;
     int n_msgs;
-    /* owned copies for the WebGPU path (the JS side frees its strings at once) */
-    char *packed;
-    char **stops;
-    int n_stops;
-    struct wgllm_request_params rp;
     /* embed */
     char *text;
     int pooling, normalize;
     float *vec;
     int n_vec;
+    /* snapshots: the exported file, or the copy of the one to import */
+    void *blob;
+    size_t blob_len;
     enum wgllm_status status;
     char message[512];
 };
@@ -127,24 +124,15 @@ static struct web_state *load_state(const char *path, int n_threads, int n_ctx, 
         return NULL;
     }
     if (chat_template && chat_template[0]) st->chat_template = strdup(chat_template);
-    if (backend == WGLLM_BACKEND_WEBGPU || backend == WGLLM_BACKEND_AUTO) {
-        if (web_gpu_gen_init(st->model, (enum wgllm_backend)backend, n_ctx, st->chat_template, &st->gen, st->backend,
-                             sizeof st->backend, &err) != WGLLM_STATUS_OK) {
-            snprintf(error, error_cap, "%s", err.message);
-            wgllm_model_free(st->model);
-            free(st->chat_template);
-            free(st);
-            return NULL;
-        }
-        if (st->gen) return st;
-    }
     struct wgllm_engine_params ep = wgllm_engine_default_params();
     ep.n_threads = mp.n_threads;
     ep.n_ctx = n_ctx;
     ep.n_slots = n_slots > 0 ? n_slots : 1;
     ep.snapshot_bytes = (size_t)32 << 20; /* the wasm heap only grows: keep snapshots small */
     ep.chat_template = st->chat_template;
+    ep.backend = (enum wgllm_backend)backend;
 #ifndef __EMSCRIPTEN_PTHREADS__
+    ep.backend = WGLLM_BACKEND_CPU; /* no thread to wait for the GPU's promises on */
     ep.no_thread = true; /* driven by wgllm_web_step */
 #endif
     if (wgllm_engine_init(st->model, &ep, &st->eng, &err) != WGLLM_STATUS_OK) {
@@ -154,6 +142,7 @@ static struct web_state *load_state(const char *path, int n_threads, int n_ctx, 
         free(st);
         return NULL;
     }
+    snprintf(st->backend, sizeof st->backend, "%s", wgllm_engine_backend(st->eng));
     return st;
 }
 
@@ -241,7 +230,6 @@ EMSCRIPTEN_KEEPALIVE const char *wgllm_web_backend(struct web_state *st) { retur
 
 EMSCRIPTEN_KEEPALIVE void wgllm_web_unload(struct web_state *st) {
     if (!st) return;
-    web_gpu_gen_free(st->gen);
     if (st->eng) wgllm_engine_free(st->eng);
     wgllm_model_free(st->model);
     free(st->chat_template);
@@ -257,7 +245,7 @@ EMSCRIPTEN_KEEPALIVE double wgllm_web_model_info(struct web_state *st, int what)
     case 2: return wgllm_model_n_embd(st->model);
     case 3: return wgllm_model_n_layer(st->model);
     case 4: return (double)wgllm_model_size(st->model);
-    case 5: return st->gen ? (double)web_gpu_gen_gpu_bytes(st->gen) : 0;
+    case 5: return (double)wgllm_engine_gpu_memory(st->eng);
     default: return -1;
     }
 }
@@ -289,7 +277,13 @@ static bool on_token(const char *text, size_t len, int32_t token, float logprob,
 
 static void *job_main(void *p) {
     struct web_job *j = p;
-    if (j->kind == JOB_EMBED) {
+    if (j->kind == JOB_SNAP_EXPORT || j->kind == JOB_SNAP_IMPORT) {
+        struct wgllm_error err = {0};
+        j->status = j->kind == JOB_SNAP_EXPORT
+                        ? wgllm_engine_snapshots_export(j->st->eng, &j->blob, &j->blob_len, &err)
+                        : wgllm_engine_snapshots_import(j->st->eng, j->blob, j->blob_len, &err);
+        if (j->status) snprintf(j->message, sizeof(j->message), "%s", err.message);
+    } else if (j->kind == JOB_EMBED) {
         struct wgllm_error err = {0};
         int n_embd = wgllm_model_n_embd(j->st->model);
         j->vec = malloc(sizeof(float) * (size_t)n_embd);
@@ -301,10 +295,6 @@ static void *job_main(void *p) {
                                     j->normalize != 0, j->vec, n_embd, &j->n_vec, &err);
             if (j->status) snprintf(j->message, sizeof(j->message), "%s", err.message);
         }
-    } else if (j->st->gen) {
-        web_gpu_gen_run(j->st->gen, j->kind == JOB_CHAT, j->packed, j->msgs, j->n_msgs, &j->rp, &j->cancel, &j->res);
-        j->status = j->res.status;
-        snprintf(j->message, sizeof(j->message), "%s", j->res.message);
     } else {
         wgllm_request_wait(j->req, &j->res);
         j->req = NULL;
@@ -332,7 +322,7 @@ static bool job_start(struct web_job *j) {
 #ifndef __EMSCRIPTEN_PTHREADS__
     /* generations finish in wgllm_web_step; an embedding runs here, its
      * wait driving the engine */
-    if (j->kind == JOB_EMBED) job_main(j);
+    if (j->kind >= JOB_EMBED) job_main(j);
     return true;
 #else
     pthread_t t;
@@ -346,50 +336,6 @@ static bool job_start(struct web_job *j) {
 }
 
 EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j);
-
-/* The WebGPU path of wgllm_web_submit: copies what JS frees at once (the
- * text or the packed messages, the stop strings) into the job and starts its
- * thread, which runs gpu_gen.c. Frees j and returns NULL on failure. */
-static struct web_job *submit_gpu(struct web_job *j, const char *text, int n_msgs,
-                                  const struct wgllm_request_params *rp) {
-    size_t len = 0;
-    const int n_strings = j->kind == JOB_CHAT ? 2 * n_msgs : 1;
-    if (j->kind == JOB_CHAT && n_msgs <= 0) {
-        snprintf(g_error, sizeof(g_error), "messages is empty");
-        wgllm_web_job_free(j);
-        return NULL;
-    }
-    for (int i = 0; i < n_strings; i++) len += strlen(text + len) + 1;
-    j->packed = malloc(len);
-    j->stops = calloc((size_t)rp->n_stop + 1, sizeof(char *));
-    j->msgs = j->kind == JOB_CHAT ? calloc((size_t)n_msgs, sizeof(*j->msgs)) : NULL;
-    bool ok = j->packed && j->stops && (j->kind != JOB_CHAT || j->msgs);
-    for (int i = 0; ok && i < rp->n_stop; i++) ok = (j->stops[i] = strdup(rp->stop[i])) != NULL;
-    if (!ok) {
-        snprintf(g_error, sizeof(g_error), "out of memory");
-        wgllm_web_job_free(j);
-        return NULL;
-    }
-    j->n_stops = rp->n_stop;
-    memcpy(j->packed, text, len);
-    if (j->kind == JOB_CHAT) {
-        j->n_msgs = n_msgs;
-        const char *p = j->packed;
-        for (int i = 0; i < n_msgs; i++) {
-            j->msgs[i].role = p;
-            p += strlen(p) + 1;
-            j->msgs[i].content = p;
-            p += strlen(p) + 1;
-        }
-    }
-    j->rp = *rp;
-    j->rp.stop = (const char *const *)j->stops;
-    if (!job_start(j)) {
-        wgllm_web_job_free(j);
-        return NULL;
-    }
-    return j;
-}
 
 /*
  * Starts a generation. kind 0: `text` is the raw prompt; kind 1: `text` holds
@@ -430,7 +376,6 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int 
     }
     rp.stop = stop_ptrs;
     rp.n_stop = n_stop;
-    if (st->gen) return submit_gpu(j, text, n_msgs, &rp);
     struct wgllm_error err = {0};
     enum wgllm_status s;
     if (j->kind == JOB_CHAT) {
@@ -475,11 +420,6 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int 
 /* Embeds `text` on a helper thread (the engine computes it); pooling as enum wgllm_pooling. */
 EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_embed(struct web_state *st, const char *text, int pooling,
                                                      int normalize) {
-    if (st->gen) {
-        snprintf(g_error, sizeof(g_error), "embeddings run on the CPU backend only in the browser for now "
-                 "(this engine runs on %s); load the model with backend 'cpu'", st->backend);
-        return NULL;
-    }
     struct web_job *j = job_new(st, JOB_EMBED);
     if (!j) return NULL;
     j->text = strdup(text);
@@ -568,6 +508,36 @@ EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_text(struct web_job *j) { return 
 EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_message(struct web_job *j) { return j->message; }
 EMSCRIPTEN_KEEPALIVE const float *wgllm_web_job_vec(struct web_job *j) { return j->vec; }
 
+/* The engine's prefix snapshots (import == 0: exported into the job, read
+ * them with wgllm_web_job_blob once done) or restores `len` bytes of an
+ * exported file (import != 0; copied at once). A job like the others: JS
+ * waits on its counter (the engine thread does the work between ticks). */
+EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_snapshots(struct web_state *st, int import, const void *data,
+                                                         int len) {
+    struct web_job *j = job_new(st, import ? JOB_SNAP_IMPORT : JOB_SNAP_EXPORT);
+    if (!j) return NULL;
+    if (import) {
+        j->blob = malloc(len > 0 ? (size_t)len : 1);
+        if (!j->blob) {
+            snprintf(g_error, sizeof(g_error), "out of memory for %d bytes of snapshots", len);
+            wgllm_web_job_free(j);
+            return NULL;
+        }
+        if (len > 0) memcpy(j->blob, data, (size_t)len);
+        j->blob_len = len > 0 ? (size_t)len : 0;
+    }
+    if (!job_start(j)) {
+        wgllm_web_job_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+EMSCRIPTEN_KEEPALIVE const void *wgllm_web_job_blob(struct web_job *j, int *len) {
+    *len = (int)j->blob_len;
+    return j->blob;
+}
+
 /* Frees a job that is done (or was never started). */
 EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j) {
     if (!j) return;
@@ -577,11 +547,8 @@ EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j) {
     free(j->taken);
     free(j->msgs);
     free(j->strs);
-    free(j->packed);
-    if (j->stops)
-        for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    free(j->stops);
     free(j->text);
     free(j->vec);
+    free(j->blob);
     free(j);
 }

@@ -1,7 +1,8 @@
 // worker.js - the Web Worker side of createWorkerEngine (wgllm.js): owns one
 // wasm core (core.js) and answers the page's messages {id, op, args}:
 // load -> progress events then {type:'result', value: info}; generate ->
-// {type:'text'} events then the result; embed; cancel; interrupt; unload.
+// {type:'text'} events then the result; embed; snapshots (save/restore/flush); cancel;
+// interrupt; unload.
 // Errors come back as {type:'error', message, code}: the page rejects with them.
 
 import { loadCore } from './core.js';
@@ -36,6 +37,13 @@ self.onmessage = async (ev) => {
     case 'embed': {
       if (!core) throw new Error('wgllm: no model loaded');
       reply(id, await core.embed(args.text, args.opts));
+      break;
+    }
+    case 'snapshots': {
+      if (!core) throw new Error('wgllm: no model loaded');
+      const { op: what, bytes } = args;
+      reply(id, what === 'save' ? await core.saveSnapshots() : what === 'restore' ? await core.restoreSnapshots(bytes)
+        : await core.flushSnapshots());
       break;
     }
     case 'cancel': {
