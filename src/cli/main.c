@@ -491,12 +491,18 @@ static int cmd_run(const struct opts *o) {
         fwrite(o->file ? "" : o->prompt, 1, o->file ? 0 : strlen(o->prompt), stdout);
         fflush(stdout);
     }
-    /* greedy on WebGPU: sampled on the GPU, step N+1 queued before token N is read */
-    struct wgllm_webgpu_ctx *gw = sp.temperature <= 0.0f ? wgllm_context_webgpu(c) : NULL;
+    /* on WebGPU, greedy or a plain sampler chain: tokens picked on the GPU,
+     * step N+1 queued before token N is read */
+    struct wgllm_webgpu_ctx *gw = wgllm_context_webgpu(c);
+    const bool gpu_sample = sp.temperature > 0.0f && wgllm_webgpu_can_sample(&sp);
+    if (sp.temperature > 0.0f && !gpu_sample) gw = NULL;
+#define GPU_GENERATE(n_)                                                                                  \
+    (gpu_sample ? wgllm_webgpu_generate_sampled(gw, &sp, (n_), run_emit_token, &re, &n_out, &err)        \
+                : wgllm_webgpu_generate_greedy(gw, (n_), run_emit_token, &re, &n_out, &err))
     if (st == WGLLM_STATUS_OK && gw && o->n_predict > 0) {
         struct run_emit re = {o, m, d, gen, 0};
         int n_out;
-        st = wgllm_webgpu_generate_greedy(gw, o->n_predict, run_emit_token, &re, &n_out, &err);
+        st = GPU_GENERATE(o->n_predict);
         /* a full context: shift it (the rule of the loop below), decode the last token given, go on */
         while (st == WGLLM_STATUS_CONTEXT_FULL && o->context_shift && re.n_gen > 0 && re.n_gen < o->n_predict) {
             const int n_past = wgllm_context_n_past(c);
@@ -504,7 +510,7 @@ static int cmd_run(const struct opts *o) {
             st = wgllm_context_shift(c, keep < n_past / 2 ? keep : n_past / 2, 0, &err);
             if (st == WGLLM_STATUS_OK) st = wgllm_decode(c, &gen[re.n_gen - 1], 1, false, &err);
             if (st == WGLLM_STATUS_OK)
-                st = wgllm_webgpu_generate_greedy(gw, o->n_predict - re.n_gen, run_emit_token, &re, &n_out, &err);
+                st = GPU_GENERATE(o->n_predict - re.n_gen);
         }
         n_gen = re.n_gen;
     } else

@@ -113,6 +113,7 @@ struct wgllm_webgpu_ctx {
     struct wgllm_gpu_bindgroup **shift_bg;
     int shift_slot;
     struct wgllm_gpu_buffer *id_rb[2]; /* greedy on the GPU: the sampled ids, read back alternately */
+    bool sampling;                     /* generate_sampled runs: the SAMPLE op instead of ARGMAX */
     float *rope_host;
     uint32_t *step_host;
     int32_t *b_pos, *b_seq; /* the single-sequence API's batch */
@@ -467,6 +468,13 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
     struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_ARGMAX, 0, false, bd->err), &am, GROW_Y, 1, 2, g->logits, g->step,
                            NULL, NULL);
     if (o) o->div = 1u << 30; /* one row: y = 1 */
+    /* [n_ops_logits + 1]: sampling instead of the argmax; its own slot (the
+     * marker keeps it from being shared), rewritten by generate_sampled */
+    struct wgllm_kparams sk = {.n = (uint32_t)hp->n_vocab, .d = 2 * (uint32_t)g->n_batch, .h = 0x53414d50u, .k = 1,
+                               .f0 = 1.0f, .f1 = 1.0f};
+    o = add_op(bd, pipe_of(g, WGLLM_KERNEL_SAMPLE, 0, false, bd->err), &sk, GROW_Y, 1, 2, g->logits, g->step, NULL,
+               NULL);
+    if (o) o->div = 1u << 30;
 }
 
 /* ---- create / free ------------------------------------------------------ */
@@ -1046,23 +1054,76 @@ static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, int32_t t
     wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
     wgllm_gpu_batch_begin(g->gpu);
     record(g, 0, g->n_ops_layers, 1);
-    record(g, g->n_ops_layers, g->n_ops, 1);
+    record(g, g->n_ops_layers, g->n_ops_logits, 1);
+    const int pick = g->n_ops_logits + (g->sampling ? 1 : 0); /* the argmax, or the sampler */
+    record(g, pick, pick + 1, 1);
     wgllm_gpu_copy(g->gpu, g->step, 0, g->id_rb[rb], 0, 16);
     return wgllm_gpu_batch_submit(g->gpu, err);
+}
+
+/* The first sampled token, from the logits row the prompt's pass left on
+ * the GPU (one output row): only the SAMPLE dispatch, seeded by position n_past. */
+static enum wgllm_status sample_first(struct wgllm_webgpu_ctx *g, int32_t *tok, struct wgllm_error *err) {
+    if (g->n_logits != 1)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "sampling on the GPU starts from a decode that kept one row of logits (it kept %d)",
+                               g->n_logits);
+    const uint32_t len = (uint32_t)g->n_past;
+    wgllm_gpu_buffer_write(g->gpu, g->step, 2 * (uint64_t)g->n_batch * 4, &len, 4);
+    wgllm_gpu_batch_begin(g->gpu);
+    record(g, g->n_ops_logits + 1, g->n_ops_logits + 2, 1);
+    wgllm_gpu_copy(g->gpu, g->step, 0, g->id_rb[0], 0, 16);
+    enum wgllm_status st = wgllm_gpu_batch_submit(g->gpu, err);
+    uint32_t id[4];
+    if (!st) st = wgllm_gpu_readback(g->gpu, g->id_rb[0], 0, id, 16, err);
+    if (!st) *tok = (int32_t)id[0];
+    return st;
+}
+
+bool wgllm_webgpu_can_sample(const struct wgllm_sampler_params *sp) {
+    return sp->temperature > 0.0f && sp->top_k > 0 && sp->top_k <= 64 && sp->typical_p >= 1.0f &&
+           (sp->repeat_penalty == 1.0f || sp->penalty_last_n == 0) && sp->presence_penalty == 0.0f &&
+           sp->frequency_penalty == 0.0f && sp->n_logit_bias == 0 && sp->n_probs == 0;
+}
+
+enum wgllm_status wgllm_webgpu_generate_sampled(struct wgllm_webgpu_ctx *g, const struct wgllm_sampler_params *sp,
+                                                int n, bool (*on_token)(int32_t, void *), void *user, int *n_out,
+                                                struct wgllm_error *err) {
+    *n_out = 0;
+    if (!wgllm_webgpu_can_sample(sp))
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "sampling on the GPU takes temperature > 0, top_k 1..64, "
+                               "top_p, min_p and a seed; no penalties, typical_p, logit bias or n_probs");
+    const struct gop *o = &g->ops[g->n_ops_logits + 1];
+    const struct wgllm_kparams sk = {.n = (uint32_t)g->model->hp.n_vocab, .d = 2 * (uint32_t)g->n_batch,
+                                     .h = 0x53414d50u, .k = (uint32_t)sp->top_k,
+                                     .c = (uint32_t)(sp->seed ^ (sp->seed >> 32)), .f0 = sp->temperature,
+                                     .f1 = sp->top_p, .f2 = sp->min_p};
+    wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)o->slot * SLOT_BYTES, &sk, sizeof sk);
+    g->sampling = true;
+    enum wgllm_status st = wgllm_webgpu_generate_greedy(g, n, on_token, user, n_out, err);
+    g->sampling = false;
+    return st;
 }
 
 enum wgllm_status wgllm_webgpu_generate_greedy(struct wgllm_webgpu_ctx *g, int n, bool (*on_token)(int32_t, void *),
                                                void *user, int *n_out, struct wgllm_error *err) {
     *n_out = 0;
     const int V = g->model->hp.n_vocab;
+    const bool sampled = g->sampling;
     if (g->n_logits < 1)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "greedy generation needs the logits of a decode first");
     if (n <= 0) return WGLLM_STATUS_OK;
-    /* the first token from the logits already on the host */
+    /* the first token: greedy from the logits already on the host; sampled,
+     * the GPU samples it too (re-running the last position's head on the
+     * logits row it left) */
     int32_t tok = -1;
     const float *l = g->out_host + (size_t)(g->n_logits - 1) * V;
     for (int i = 0; i < V; i++)
         if (tok < 0 || l[i] > l[tok]) tok = i;
+    if (sampled) {
+        enum wgllm_status s0 = sample_first(g, &tok, err);
+        if (s0) return s0;
+    }
     const int p0 = g->n_past;
     enum wgllm_status s = WGLLM_STATUS_OK;
     int queued = 0; /* steps queued: step k consumes token k-1 at position p0 + k - 1 and makes token k */

@@ -94,6 +94,18 @@ enum wgllm_status wgllm_webgpu_seq_shift(struct wgllm_webgpu_ctx *g, int seq, in
  */
 enum wgllm_status wgllm_webgpu_generate_greedy(struct wgllm_webgpu_ctx *g, int n, bool (*on_token)(int32_t, void *),
                                                void *user, int *n_out, struct wgllm_error *err);
+struct wgllm_sampler_params;
+/* True when the sampler settings can run on the GPU (wgllm_webgpu_generate_sampled):
+ * temperature > 0, top_k 1..64, top_p, min_p, seed; no penalties, typical_p,
+ * logit bias or n_probs. */
+bool wgllm_webgpu_can_sample(const struct wgllm_sampler_params *sp);
+/* As generate_greedy, with each token sampled on the GPU (top-k, top-p,
+ * min-p, temperature, as the CPU chain orders them) from a uniform that
+ * hashes the seed and the position: the same seed gives the same tokens, and
+ * only ids are read back. The draws differ from the CPU sampler's generator. */
+enum wgllm_status wgllm_webgpu_generate_sampled(struct wgllm_webgpu_ctx *g, const struct wgllm_sampler_params *sp,
+                                                int n, bool (*on_token)(int32_t, void *), void *user, int *n_out,
+                                                struct wgllm_error *err);
 /* The WebGPU part of a context, NULL when it runs on the CPU (backend/cpu/forward.c). */
 struct wgllm_context;
 struct wgllm_webgpu_ctx *wgllm_context_webgpu(struct wgllm_context *ctx);

@@ -853,3 +853,5 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     }
     return b.s;
 }
+
+const char *wgllm_wgsl_f16_helpers(void) { return round_wgsl; }

@@ -117,6 +117,12 @@ enum wgllm_kernel {
      * pairs), w < p.n. Bindings 1 S (u32), 2 CS (f32), 3 Y (u32). Dispatch (x, y, 1) with x * y >=
      * ceil(n / wg_elem) workgroups (the word index is gid.x + gid.y * x * wg_elem). */
     WGLLM_KERNEL_ROPE_SHIFT_F16,
+    /* Sampling on the GPU, as the CPU sampler chain without penalties or bias: the top min(p.k, 64)
+     * logits of X[p.a ..), p.n entries (largest first, lower index on ties), then top-p p.f1 (on
+     * the probabilities at temperature 1; >= 1 off), min-p p.f2 (<= 0 off), temperature p.f0, and a
+     * draw with u = a hash of the seed p.c and ST[p.d] (the token's attention length, so one per
+     * position). The id goes to ST[p.b]. Bindings 1 X, 2 ST (u32). Dispatch (1, 1, 1). */
+    WGLLM_KERNEL_SAMPLE,
 };
 
 struct wgllm_kernel_key {
@@ -128,6 +134,8 @@ struct wgllm_kernel_key {
 /* The WGSL after the parameter block of the batched kernels (malloc'd; kernels_attn.c). */
 char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k);
+/* kernels.c's WGSL helpers (to_f16 by integer rounding, two_sum, div_exact) for kernels_attn.c. */
+const char *wgllm_wgsl_f16_helpers(void);
 
 /* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 for
  * weights, F32/F16 for the cache). */

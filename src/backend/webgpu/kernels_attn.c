@@ -19,14 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* f16 rounding and an error-free sum (as kernels.c's, which are private there). */
-static const char *helpers_wgsl =
-    "fn to_f16(v: f32) -> f32 { return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x; }\n"
-    "fn two_sum(a: f32, b: f32) -> vec2<f32> {\n"
-    "  let s = a + b;\n"
-    "  let bb = s - a;\n"
-    "  return vec2<f32>(s, (a - (s - bb)) + (b - bb));\n"
-    "}\n";
+/* f16 rounding and an error-free sum: kernels.c's (to_f16 must not be
+ * written as unpack(pack(x)), which a driver may fold away). */
+#define helpers_wgsl wgllm_wgsl_f16_helpers()
 
 /*
  * Workgroup (head h = wid.x, token t = wid.y), wg_attn threads = positions
@@ -201,11 +196,92 @@ static void rope_shift(char **s, const struct wgllm_kernel_key *key, const struc
     if (*s) snprintf(*s, n, fmt, t->wg_elem, key->neox ? "true" : "false");
 }
 
+/* One workgroup: K rounds of a (value, index) arg-max over the entries after
+ * the previous round's, then thread 0 runs the chain on the K candidates. */
+static char *sample(const struct wgllm_wgsl_tune *t) {
+    return dup_fmt(
+        "const WGR: u32 = %uu;\n"
+        "const KMAX: u32 = 64u;\n"
+        "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
+        "@group(0) @binding(2) var<storage, read_write> ST: array<u32>;\n"
+        "var<workgroup> bv: array<f32, WGR>;\n"
+        "var<workgroup> bi: array<u32, WGR>;\n"
+        "var<workgroup> cv: array<f32, KMAX>;\n"
+        "var<workgroup> ci: array<u32, KMAX>;\n"
+        "fn pcg(v: u32) -> u32 {\n"
+        "  let s = v * 747796405u + 2891336453u;\n"
+        "  let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;\n"
+        "  return (w >> 22u) ^ w;\n"
+        "}\n"
+        "fn before(v: f32, i: u32, w: f32, j: u32) -> bool { return v > w || (v == w && i < j); }\n"
+        "@compute @workgroup_size(WGR)\n"
+        "fn main(@builtin(local_invocation_id) lid: vec3<u32>) {\n"
+        "  let tid = lid.x;\n"
+        "  let K = min(min(p.k, KMAX), p.n);\n"
+        "  var lastv = 0.0;\n"
+        "  var lasti = 0u;\n"
+        "  for (var r = 0u; r < K; r++) {\n"
+        "    var v = 0.0;\n"
+        "    var idx = 0xffffffffu;\n"
+        "    for (var i = tid; i < p.n; i += WGR) {\n"
+        "      let x = X[p.a + i];\n"
+        "      if ((r == 0u || before(lastv, lasti, x, i)) && (idx == 0xffffffffu || before(x, i, v, idx))) { v = x; idx = i; }\n"
+        "    }\n"
+        "    bv[tid] = v;\n"
+        "    bi[tid] = idx;\n"
+        "    workgroupBarrier();\n"
+        "    for (var s = WGR / 2u; s > 0u; s >>= 1u) {\n"
+        "      if (tid < s) {\n"
+        "        let ov = bv[tid + s];\n"
+        "        let oi = bi[tid + s];\n"
+        "        if (oi != 0xffffffffu && (bi[tid] == 0xffffffffu || before(ov, oi, bv[tid], bi[tid]))) { bv[tid] = ov; bi[tid] = oi; }\n"
+        "      }\n"
+        "      workgroupBarrier();\n"
+        "    }\n"
+        "    lastv = bv[0];\n"
+        "    lasti = bi[0];\n"
+        "    if (tid == 0u) { cv[r] = lastv; ci[r] = lasti; }\n"
+        "    workgroupBarrier();\n"
+        "  }\n"
+        "  if (tid != 0u) { return; }\n"
+        "  var n = K;\n"
+        "  let mx = cv[0];\n"
+        "  if (p.f1 < 1.0 && n > 1u) {\n"
+        "    var z = 0.0;\n"
+        "    for (var j = 0u; j < n; j++) { z += exp(cv[j] - mx); }\n"
+        "    var cum = 0.0;\n"
+        "    for (var j = 0u; j < n; j++) {\n"
+        "      cum += exp(cv[j] - mx) / z;\n"
+        "      if (cum >= p.f1) { n = j + 1u; break; }\n"
+        "    }\n"
+        "  }\n"
+        "  if (p.f2 > 0.0 && n > 1u) {\n"
+        "    let cut = mx + log(p.f2);\n"
+        "    var k = 1u;\n"
+        "    while (k < n && cv[k] >= cut) { k++; }\n"
+        "    n = k;\n"
+        "  }\n"
+        "  var total = 0.0;\n"
+        "  for (var j = 0u; j < n; j++) { total += exp((cv[j] - mx) / p.f0); }\n"
+        "  let u = f32(pcg(pcg(p.c) ^ (ST[p.d] * 2654435761u)) >> 8u) / 16777216.0;\n"
+        "  let r = u * total;\n"
+        "  var acc = 0.0;\n"
+        "  var pick = ci[n - 1u];\n"
+        "  for (var j = 0u; j < n; j++) {\n"
+        "    acc += exp((cv[j] - mx) / p.f0);\n"
+        "    if (r < acc) { pick = ci[j]; break; }\n"
+        "  }\n"
+        "  ST[p.b] = pick;\n"
+        "}\n",
+        t->wg_row);
+}
+
 char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     char *s = NULL;
     switch (key->kernel) {
     case WGLLM_KERNEL_ATTN_BATCH: attn_batch(&s, t); return s;
     case WGLLM_KERNEL_ROPE_SHIFT_F16: rope_shift(&s, key, t); return s;
+    case WGLLM_KERNEL_SAMPLE: return sample(t);
     case WGLLM_KERNEL_STORE_KV:
         return dup_fmt("const WGE: u32 = %uu;\n"
                        "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
@@ -242,6 +318,7 @@ const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k) {
     case WGLLM_KERNEL_STORE_KV: return "store_kv";
     case WGLLM_KERNEL_ADD_ROWS: return "add_rows";
     case WGLLM_KERNEL_ROPE_SHIFT_F16: return "rope_shift_f16";
+    case WGLLM_KERNEL_SAMPLE: return "sample";
     default: return "unknown";
     }
 }
