@@ -138,6 +138,117 @@ static const char *bytes_wgsl =
     "fn f16at(o: u32) -> f32 { return unpack2x16float(ld16(o)).x; }\n"
     "fn sx8(v: u32) -> f32 { return f32(bitcast<i32>(v << 24u) >> 24u); }\n";
 
+
+/* ---- formats read 8 elements at a time -------------------------------------
+ * The formats below define w8(rb, c, u): elements 8u..8u+7 (u < 4) of the
+ * row's 32-element chunk c, dequantised in f32 exactly as the CPU's
+ * to_float computes them (same products, same order). wget, rdot and the
+ * mat-mat tile loads are derived from it (generic_w8_*). Blocks of 256
+ * (K-quants) are addressed as 8 chunks of 32. */
+
+/* Q4_K/Q5_K: sub-block j's 6-bit scale and min from the 12 bytes at s
+ * (wgllm_kq_scale_min_k4). */
+static const char *k4_scales_wgsl =
+    "fn sc_k4(s: u32, j: u32) -> vec2<f32> {\n"
+    "  if (j < 4u) { return vec2<f32>(f32(ld8(s + j) & 63u), f32(ld8(s + j + 4u) & 63u)); }\n"
+    "  let a = ld8(s + j + 4u);\n"
+    "  return vec2<f32>(f32((a & 15u) | ((ld8(s + j - 4u) >> 6u) << 4u)), f32((a >> 4u) | ((ld8(s + j) >> 6u) << 4u)));\n"
+    "}\n";
+
+/* The block bytes per row (K elements) of a w8 format, 0 when not one. */
+static uint32_t w8_block(uint32_t type, uint32_t *bytes) {
+    switch (type) {
+    case WGLLM_TYPE_Q4_K: *bytes = 144; return 256;
+    case WGLLM_TYPE_Q5_K: *bytes = 176; return 256;
+    case WGLLM_TYPE_Q6_K: *bytes = 210; return 256;
+    default: return 0;
+    }
+}
+
+static bool emit_w8(struct sb *b, uint32_t type) {
+    uint32_t bs, qk = w8_block(type, &bs);
+    if (!qk) return false;
+    sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
+    sb_add(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / %uu) * %uu; }\n", qk, bs);
+    switch (type) {
+    case WGLLM_TYPE_Q4_K:
+    case WGLLM_TYPE_Q5_K: {
+        const bool q5 = type == WGLLM_TYPE_Q5_K;
+        /* d, dmin, scales[12], (Q5_K: qh[32]), qs[128]: element 32j + l is
+         * nibble j&1 of qs[32(j/2) + l] (+16 when bit j of qh[l]) */
+        sb_add(b, "%s", k4_scales_wgsl);
+        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 8u) * %uu;\n"
+                  "  let j = c %% 8u;\n"
+                  "  let sm = sc_k4(o + 4u, j);\n"
+                  "  let d = f16at(o) * sm.x;\n"
+                  "  let m = f16at(o + 2u) * sm.y;\n"
+                  "  let qo = o + %uu + 32u * (j / 2u) + 8u * u;\n"
+                  "  let sh = (j & 1u) * 4u;\n"
+                  "  let q0 = ld32(qo);\n"
+                  "  let q1 = ld32(qo + 4u);\n", bs, q5 ? 48u : 16u);
+        if (q5)
+            sb_add(b, "  let h0 = ld32(o + 16u + 8u * u);\n"
+                      "  let h1 = ld32(o + 20u + 8u * u);\n");
+        else
+            sb_add(b, "  let h0 = 0u;\n  let h1 = 0u;\n");
+        sb_add(b, "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    v[t] = d * f32(((q0 >> (8u * t + sh)) & 15u) | (((h0 >> (8u * t + j)) & 1u) << 4u)) - m;\n"
+                  "    v[t + 4u] = d * f32(((q1 >> (8u * t + sh)) & 15u) | (((h1 >> (8u * t + j)) & 1u) << 4u)) - m;\n"
+                  "  }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
+    }
+    case WGLLM_TYPE_Q6_K:
+        /* ql[128], qh[64], scales[16] (i8), d: element 128h + 32g + l takes
+         * nibble g/2 of ql[64h + 32(g&1) + l] and bits 2g of qh[32h + l],
+         * minus 32, times d * scales[(128h + 32g + l) / 16] */
+        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 8u) * 210u;\n"
+                  "  let h = (c %% 8u) / 4u;\n"
+                  "  let g = c %% 4u;\n"
+                  "  let d = f16at(o + 208u) * sx8(ld8(o + 192u + 8u * h + 2u * g + u / 2u));\n"
+                  "  let lo = o + 64u * h + 32u * (g & 1u) + 8u * u;\n"
+                  "  let ho = o + 128u + 32u * h + 8u * u;\n"
+                  "  let l0 = ld32(lo);\n"
+                  "  let l1 = ld32(lo + 4u);\n"
+                  "  let g0 = ld32(ho);\n"
+                  "  let g1 = ld32(ho + 4u);\n"
+                  "  let sh = select(0u, 4u, g >= 2u);\n"
+                  "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    v[t] = d * f32(i32(((l0 >> (8u * t + sh)) & 15u) | (((g0 >> (8u * t + 2u * g)) & 3u) << 4u)) - 32);\n"
+                  "    v[t + 4u] = d * f32(i32(((l1 >> (8u * t + sh)) & 15u) | (((g1 >> (8u * t + 2u * g)) & 3u) << 4u)) - 32);\n"
+                  "  }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
+    default: return false;
+    }
+}
+
+/* wget and rdot of a w8 format. */
+static void emit_w8_common(struct sb *b, bool with_dot) {
+    sb_add(b, "fn wget(rb: u32, e: u32) -> f32 { let v = w8(rb, e / 32u, (e / 8u) %% 4u); return v[e %% 8u]; }\n");
+    if (with_dot)
+        sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+                  "  var acc = 0.0;\n"
+                  "  for (var c = tid; c < p.k / 32u; c += WGM) {\n"
+                  "    let xo = xb + c * 32u;\n"
+                  "    var s = 0.0;\n"
+                  "    for (var u = 0u; u < 4u; u++) {\n"
+                  "      let v = w8(rb, c, u);\n"
+                  "      let xi = xo + 8u * u;\n"
+                  "      for (var t = 0u; t < 8u; t++) { s += v[t] * X[xi + t]; }\n"
+                  "    }\n"
+                  "    acc += s;\n"
+                  "  }\n"
+                  "  return acc;\n"
+                  "}\n");
+}
+
 /* The format functions over W (binding 1) and x (binding 2, MATVEC only).
  * row_base: where row r starts (elements for F32, words for F16, bytes for
  * the block formats); wget: element e of the row at rb; rdot: this thread's
@@ -223,12 +334,16 @@ static bool emit_format(struct sb *b, uint32_t type, bool with_dot) {
                       "  return acc;\n"
                       "}\n");
         return true;
-    default: return false;
+    default:
+        if (!emit_w8(b, type)) return false;
+        emit_w8_common(b, with_dot);
+        return true;
     }
 }
 
 static bool weight_type_ok(uint32_t t) {
-    return t == WGLLM_TYPE_F32 || t == WGLLM_TYPE_F16 || t == WGLLM_TYPE_Q8_0 || t == WGLLM_TYPE_Q4_0;
+    uint32_t bs;
+    return t == WGLLM_TYPE_F32 || t == WGLLM_TYPE_F16 || t == WGLLM_TYPE_Q8_0 || t == WGLLM_TYPE_Q4_0 || w8_block(t, &bs);
 }
 
 bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
@@ -237,7 +352,7 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     case WGLLM_KERNEL_GET_ROWS:
     case WGLLM_KERNEL_MATMUL: return weight_type_ok(type);
     case WGLLM_KERNEL_ATTN: return type == WGLLM_TYPE_F32 || type == WGLLM_TYPE_F16;
-    case WGLLM_KERNEL_ROUND_ACT: return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_F16;
+    case WGLLM_KERNEL_ROUND_ACT: return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_K || type == WGLLM_TYPE_F16;
     default: return true;
     }
 }
@@ -561,15 +676,54 @@ static void gen_store_f16(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "}\n");
 }
 
+/* a / b rounded to nearest as IEEE division is: WGSL's division may be off
+ * by 2.5 ulp (SwiftShader's is), which moves a quantizer's scale. One
+ * correction step, then the neighbour with the smallest exact remainder
+ * a - c*b (Dekker's product; a quotient is never exactly halfway). */
+static const char *div_rn_wgsl =
+    "fn prod_err(a: f32, b: f32, pr: f32) -> f32 { let x = split(a); let y = split(b); return ((x.x * y.x - pr) + x.x * y.y + x.y * y.x) + x.y * y.y; }\n"
+    "fn resid(a: f32, b: f32, c: f32) -> f32 { let pr = c * b; return (a - pr) - prod_err(c, b, pr); }\n"
+    "fn div_rn(a: f32, b: f32) -> f32 {\n"
+    "  let q0 = a / b;\n"
+    "  let q = q0 + resid(a, b, q0) / b;\n"
+    "  let qm = bitcast<f32>(bitcast<u32>(q) - 1u);\n"
+    "  let qp = bitcast<f32>(bitcast<u32>(q) + 1u);\n"
+    "  var best = q;\n"
+    "  var rb = abs(resid(a, b, q));\n"
+    "  let r1 = abs(resid(a, b, qm));\n"
+    "  if (r1 < rb) { best = qm; rb = r1; }\n"
+    "  if (abs(resid(a, b, qp)) < rb) { best = qp; }\n"
+    "  return best;\n"
+    "}\n";
+
 static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    if (key->type == WGLLM_TYPE_Q8_K) sb_add(b, "%s", div_rn_wgsl); /* after round_wgsl's split(): order is free in WGSL */
     sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read_write> Y: array<f32>;\n%s"
               "@compute @workgroup_size(WGE)\n"
               "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
               "  let i0 = gid.x * 32u;\n"
               "  if (i0 >= p.n) { return; }\n", round_wgsl);
-    if (key->type == WGLLM_TYPE_Q8_0) /* WGSL's round() is half-to-even, like the CPU's quantizer */
+    if (key->type == WGLLM_TYPE_Q8_K) /* q8_K_from_float_ref: 256-element blocks scaled by the signed
+                                          * value of largest magnitude (the first such), f32 scale */
+        sb_add(b, "  let b0 = p.a + (i0 / 256u) * 256u;\n"
+                  "  var amax = 0.0;\n"
+                  "  var mx = 0.0;\n"
+                  "  for (var j = 0u; j < 256u; j++) {\n"
+                  "    let v = X[b0 + j];\n"
+                  "    if (abs(v) > amax) { amax = abs(v); mx = v; }\n"
+                  "  }\n"
+                  "  if (amax == 0.0) {\n"
+                  "    for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = 0.0; }\n"
+                  "    return;\n"
+                  "  }\n"
+                  "  let iscale = div_rn(-127.0, mx);\n"
+                  "  let d = div_rn(1.0, iscale);\n"
+                  /* through i32: a quant of -0.0 is 0, and d * 0 keeps d's sign as the CPU's does */
+                  "  for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = d * f32(min(127, i32(round(iscale * X[p.a + i0 + j])))); }\n"
+                  "}\n");
+    else if (key->type == WGLLM_TYPE_Q8_0) /* WGSL's round() is half-to-even, like the CPU's quantizer */
         sb_add(b, "  var amax = 0.0;\n"
                   "  for (var j = 0u; j < 32u; j++) { amax = max(amax, abs(X[p.a + i0 + j])); }\n"
                   "  let d = to_f16(amax / 127.0);\n"
@@ -629,7 +783,12 @@ static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
                   "  }\n"
                   "}\n");
         return 4;
-    default: return 0;
+    default: /* a w8 format: units of 8 consecutive elements */
+        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+                  "  let v = w8(rb, blk, u);\n"
+                  "  for (var t = 0u; t < 8u; t++) { WS[(kk + 8u * u + t) * TN + row] = v[t]; }\n"
+                  "}\n");
+        return 4;
     }
 }
 
@@ -674,7 +833,12 @@ static void emit_mm_block(struct sb *b, uint32_t type) {
                   "    }\n"
                   "  }\n");
         break;
-    default: break;
+    default: /* a w8 format */
+        sb_add(b, "  for (var u = 0u; u < 4u; u++) {\n"
+                  "    let w = w8(rb, blk, u);\n"
+                  "    for (var t = 0u; t < 8u; t++) { v[8u * u + t] = w[t]; }\n"
+                  "  }\n");
+        break;
     }
     sb_add(b, "  return v;\n}\n");
 }
