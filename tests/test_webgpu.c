@@ -911,7 +911,10 @@ TEST(matvec_w8_formats) {
     }
 }
 
-/* GET_ROWS returns the CPU's dequantized values exactly. */
+/* GET_ROWS returns the CPU's dequantized values: exactly on SwiftShader; a
+ * driver that fuses d * q - m into an fma may differ in the last bit of the
+ * product, so the bound is 2^-22 of the row's largest value (a wrong nibble,
+ * bit or scale is off by a quant step, ~1/64 of it or more). */
 TEST(get_rows_w8_formats) {
     const int M = 9, K = 512;
     const uint32_t ids[4] = {3, 0, 8, 3};
@@ -924,10 +927,18 @@ TEST(get_rows_w8_formats) {
         struct wgllm_kparams kp = {.k = K};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * (size_t)K));
-        int bad = 0;
-        for (int t = 0; t < 4; t++)
-            for (int e = 0; e < K; e++) bad += memcmp(&y[t * K + e], &deq[ids[t] * K + e], 4) != 0;
-        if (bad) printf("  get_rows %s: %d of %d elements differ from the CPU's\n", wgllm_type_name(type), bad, 4 * K);
+        int bad = 0, inexact = 0;
+        for (int t = 0; t < 4; t++) {
+            const float *want = deq + (size_t)ids[t] * K;
+            float big = 0;
+            for (int e = 0; e < K; e++) big = fmaxf(big, fabsf(want[e]));
+            for (int e = 0; e < K; e++) {
+                inexact += memcmp(&y[t * K + e], &want[e], 4) != 0;
+                bad += !(fabsf(y[t * K + e] - want[e]) <= 0x1p-22f * big);
+            }
+        }
+        if (inexact) printf("  get_rows %s: %d of %d elements differ from the CPU's (%d beyond the bound)\n", wgllm_type_name(type),
+                            inexact, 4 * K, bad);
         CHECK_EQ_INT(bad, 0);
         for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
         free(w), free(deq), free(y);
