@@ -223,6 +223,12 @@ TEST(llama_q4_k_m) {
     compare("tiny", WGLLM_TYPE_Q4_K);
     quant_preset = NULL;
 }
+/* llama.cpp's Q2_K of tiny: Q2_K, Q3_K (attn_v, ffn_down) and Q6_K (output) */
+TEST(llama_q2_k_mix) {
+    quant_preset = "Q2_K";
+    compare("tiny", WGLLM_TYPE_Q2_K);
+    quant_preset = NULL;
+}
 TEST(qwen2_q8_0) { compare("tiny-qwen2", WGLLM_TYPE_Q8_0); }
 TEST(qwen3_q4_0) { compare("tiny-qwen3", WGLLM_TYPE_Q4_0); }
 TEST(qwen3_f32) { compare("tiny-qwen3", WGLLM_TYPE_F32); }
@@ -605,6 +611,7 @@ int main(void) {
     RUN(llama_q8_0);
     RUN(llama_q4_0);
     RUN(llama_q4_k_m);
+    RUN(llama_q2_k_mix);
     RUN(qwen2_q8_0);
     RUN(qwen3_q4_0);
     RUN(qwen3_f32);
