@@ -825,6 +825,190 @@ TEST(matvec_timing) {
     }
 }
 
+/* ---- formats in 8-element units (K-quants, ...) ------------------------------- */
+
+/* Beyond the four formats above (most read through their own w8() in
+ * kernels.c): each runs MATVEC (every mat-vec variant), GET_ROWS and MATMUL
+ * (registers and workgroup memory). Rows of K a multiple of 256. */
+static const uint32_t w8_types[] = {WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K, WGLLM_TYPE_Q6_K, WGLLM_TYPE_Q2_K,  WGLLM_TYPE_Q3_K,
+                                    WGLLM_TYPE_IQ4_XS, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1, WGLLM_TYPE_IQ4_NL,
+                                    WGLLM_TYPE_BF16};
+
+/* x rounded as the CPU rounds a mat-vec input for `type` (its vec_dot_type). */
+static void round_like_cpu(uint32_t type, const float *x, float *xr, void *xq, int k) {
+    const struct wgllm_type_traits *vt = wgllm_type_traits(wgllm_type_traits(type)->vec_dot_type);
+    vt->from_float(x, xq, k);
+    vt->to_float(xq, xr, k);
+}
+
+/* MATVEC against the CPU: on x already rounded to the weight's vec_dot_type
+ * (what the forward pass's ROUND_ACT feeds it), the result must be the
+ * dequantized W . x in double to f32 summation noise (2e-6 of sum |w x|),
+ * and the CPU's own vec_dot on the quantized x to 1e-5 (its block sums
+ * round d * sumi in f32). */
+TEST(matvec_w8_formats) {
+    /* one super-block; 3 per row (Q6_K rows of 630 bytes: rows start at odd
+     * half-words); rows not a multiple of rows_matvec, two tokens; K 1024 */
+    static const int shapes[][3] = {{1, 256, 1}, {67, 768, 1}, {130, 512, 2}, {64, 1024, 1}};
+    struct wgllm_wgsl_tune tunes[4];
+    const int n_tunes = matvec_tunes(tunes);
+    for (size_t ti = 0; ti < sizeof w8_types / sizeof *w8_types; ti++) {
+        const uint32_t type = w8_types[ti];
+        const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+        CHECK(wgllm_wgsl_supports(WGLLM_KERNEL_MATVEC, type) && wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, tr->vec_dot_type));
+        /* Q4_1/Q5_1 . Q8_1 on the CPU take the min term from Q8_1's block sum,
+         * stored as f16 (of d * sum with d before its own f16 rounding): up to
+         * 2^-11 of that term (observed 5e-5 of sum |w x|) */
+        const double dot_tol = tr->vec_dot_type == WGLLM_TYPE_Q8_1 ? 5e-4 : 1e-5;
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const int M = shapes[si][0], K = shapes[si][1], T = shapes[si][2];
+            float *deq = malloc((size_t)M * K * sizeof *deq);
+            size_t wbytes;
+            void *w = make_weights(type, M, K, deq, &wbytes);
+            float *x = malloc((size_t)T * K * sizeof *x), *y = malloc((size_t)T * M * sizeof *y);
+            void *xq = malloc((size_t)T * wgllm_row_size(tr->vec_dot_type, K));
+            const size_t xqs = wgllm_row_size(tr->vec_dot_type, K);
+            for (int t = 0; t < T; t++) {
+                float *xt = x + (size_t)t * K;
+                fill(xt, (size_t)K, 1.0f);
+                round_like_cpu(type, xt, xt, (char *)xq + t * xqs, K);
+            }
+            struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
+            for (int tv = 0; tv < n_tunes; tv++) {
+                const struct wgllm_wgsl_tune *tu = &tunes[tv];
+                struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K};
+                struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
+                for (int i = 0; i < T * M; i++) y[i] = -12345.0f;
+                wgllm_gpu_buffer_write(G, bufs[2], 0, y, (size_t)T * M * 4);
+                bool ok = run_kernel_tuned(&key, tu, &kp, 3, bufs, cdiv(M, tu->rows_matvec), T, 1) &&
+                          read_f32(bufs[2], y, (size_t)T * M);
+                CHECK(ok);
+                double worst = 0, worst_dot = 0;
+                for (int t = 0; ok && t < T; t++)
+                    for (int r = 0; r < M; r++) {
+                        double ref = 0, mag = 0;
+                        for (int i = 0; i < K; i++) {
+                            ref += (double)deq[(size_t)r * K + i] * x[(size_t)t * K + i];
+                            mag += fabs((double)deq[(size_t)r * K + i] * x[(size_t)t * K + i]);
+                        }
+                        const double got = y[(size_t)t * M + r];
+                        float cpu;
+                        tr->vec_dot(K, &cpu, (const char *)w + (size_t)r * wgllm_row_size(type, K), (char *)xq + t * xqs);
+                        const double e = fabs(got - ref) / (mag + 1e-6), ed = fabs(got - cpu) / (mag + 1e-6);
+                        worst = e > worst || e != e ? (e != e ? 1e30 : e) : worst;
+                        worst_dot = ed > worst_dot || ed != ed ? (ed != ed ? 1e30 : ed) : worst_dot;
+                    }
+                CHECK(worst <= 2e-6);
+                CHECK(worst_dot <= dot_tol);
+                if (worst > 2e-6 || worst_dot > dot_tol || si == 3)
+                    printf("  matvec %-5s %4dx%-5d x%d (%s): rel err vs dequant %.2e, vs CPU vec_dot %.2e\n", tr->name, M, K, T,
+                           tu->matvec_thread_rows ? "thread rows" : tu->matvec_subgroups ? "subgroups" : "workgroup reduction",
+                           worst, worst_dot);
+            }
+            for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
+            free(w), free(deq), free(x), free(y), free(xq);
+        }
+    }
+}
+
+/* GET_ROWS returns the CPU's dequantized values: exactly on SwiftShader; a
+ * driver that fuses d * q - m into an fma may differ in the last bit of the
+ * product, so the bound is 2^-22 of the row's largest value (a wrong nibble,
+ * bit or scale is off by a quant step, ~1/64 of it or more). */
+TEST(get_rows_w8_formats) {
+    const int M = 9, K = 512;
+    const uint32_t ids[4] = {3, 0, 8, 3};
+    for (size_t ti = 0; ti < sizeof w8_types / sizeof *w8_types; ti++) {
+        const uint32_t type = w8_types[ti];
+        float *deq = malloc((size_t)M * K * sizeof *deq), *y = malloc(4 * (size_t)K * sizeof *y);
+        size_t wbytes;
+        void *w = make_weights(type, M, K, deq, &wbytes);
+        struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(ids, sizeof ids), upload(NULL, 4 * (size_t)K * 4)};
+        struct wgllm_kparams kp = {.k = K};
+        struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
+        CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * (size_t)K));
+        int bad = 0, inexact = 0;
+        for (int t = 0; t < 4; t++) {
+            const float *want = deq + (size_t)ids[t] * K;
+            float big = 0;
+            for (int e = 0; e < K; e++) big = fmaxf(big, fabsf(want[e]));
+            for (int e = 0; e < K; e++) {
+                inexact += memcmp(&y[t * K + e], &want[e], 4) != 0;
+                bad += !(fabsf(y[t * K + e] - want[e]) <= 0x1p-22f * big);
+            }
+        }
+        if (inexact) printf("  get_rows %s: %d of %d elements differ from the CPU's (%d beyond the bound)\n", wgllm_type_name(type),
+                            inexact, 4 * K, bad);
+        CHECK_EQ_INT(bad, 0);
+        for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
+        free(w), free(deq), free(y);
+    }
+}
+
+/* MATMUL: every case of mm_cases with the cpu-adapter tune (registers), and
+ * workgroup-memory tiles (small ones, quick to compile on SwiftShader; a
+ * tile_k of 96 that does not divide the 256-element blocks) on two cases. */
+TEST(matmul_w8_formats) {
+    struct wgllm_wgsl_tune sh = *wgllm_wgsl_default_tune();
+    sh.mm_tile_n = 16, sh.mm_tile_m = 8, sh.mm_tile_k = 96, sh.mm_micro_n = 2, sh.mm_micro_m = 4;
+    char why[200];
+    CHECK(wgllm_wgsl_tune_valid(&sh, 256, 16384, why, sizeof why));
+    for (size_t ti = 0; ti < sizeof w8_types / sizeof *w8_types; ti++)
+        for (size_t ci = 0; ci < sizeof mm_cases / sizeof *mm_cases; ci++)
+            for (int u = 0; u < 2; u++) {
+                if (u == 0 && ci != 2 && ci != 5) continue;
+                struct mm_case c = mm_cases[ci];
+                c.type = w8_types[ti];
+                struct mm_result r = mm_run(&c, u ? wgllm_wgsl_cpu_adapter_tune() : &sh, NULL);
+                CHECK(mm_ok(&r));
+                if (!mm_ok(&r) || ci >= 4 || u == 0)
+                    printf("  matmul %-5s %3dx%-4d x%-3d (%s): rel err vs dequant %.2e, vs matvec %.2e, stray %d\n",
+                           wgllm_type_name(c.type), c.M, c.K, c.T, u ? "registers" : "workgroup tiles", r.err_ref, r.err_mv,
+                           r.stray);
+            }
+}
+
+/* ROUND_ACT Q8_K equals the CPU's activation quantizer (then dequantized)
+ * bit for bit: random blocks, blocks whose largest magnitude is -127 or
+ * +127 (scale -1 or 1: x = k + 0.5 are ties, half to even), a block whose
+ * largest magnitude appears with both signs (the first one sets the sign),
+ * a zero block. */
+TEST(round_act_q8_k_q8_1_bf16_like_cpu) {
+    enum { N = 4096 };
+    static float x[N], y[N], want[N];
+    srand(11);
+    for (int i = 0; i < N; i++) x[i] = ((float)rand() / RAND_MAX - 0.5f) * 6.0f;
+    for (int i = 256; i < 768; i++) x[i] = (float)((i * 7) % 250 - 125) + ((i & 1) ? 0.5f : 0.25f);
+    x[256] = -127.0f, x[512 + 17] = 127.0f;
+    x[768 + 3] = 9.0f, x[768 + 200] = -9.0f;
+    for (int i = 1024; i < 1280; i++) x[i] = 0.0f;
+    struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(NULL, sizeof y)};
+    struct wgllm_kparams kp = {.n = N};
+    /* Q8_1 (Q4_1/Q5_1's vec_dot_type) and BF16 on the same values: random
+     * 32-blocks test the scale 127/amax, ties and NaN-free bf16 rounding */
+    static const uint32_t types[] = {WGLLM_TYPE_Q8_K, WGLLM_TYPE_Q8_1, WGLLM_TYPE_BF16};
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        struct wgllm_kernel_key kq = {WGLLM_KERNEL_ROUND_ACT, types[ti], false};
+        CHECK(run_kernel(&kq, &kp, 2, bufs, cdiv(N / 32, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[1], y, N));
+        const struct wgllm_type_traits *tr = wgllm_type_traits(types[ti]);
+        void *qb = malloc(wgllm_row_size(types[ti], N));
+        for (int v = 0; v < 2; v++) { /* the runtime quantizer (SIMD where built) and the reference */
+            if (v && types[ti] == WGLLM_TYPE_Q8_1) continue; /* its reference rounds half away from zero */
+            (v ? tr->from_float_ref : tr->from_float)(x, qb, N);
+            tr->to_float(qb, want, N);
+            int bad = 0;
+            for (int i = 0; i < N; i++) {
+                if (!memcmp(&want[i], &y[i], 4)) continue;
+                if (bad < 5) printf("  %s(%.9g) at %d: gpu %.9g, cpu %.9g\n", tr->name, x[i], i, y[i], want[i]);
+                bad++;
+            }
+            CHECK_EQ_INT(bad, 0);
+        }
+        free(qb);
+    }
+    for (int i = 0; i < 2; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
+}
+
 int main(void) {
     wgllm_quant_init();
     const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
@@ -858,6 +1042,10 @@ int main(void) {
     RUN(swiglu_add);
     RUN(attention_one_query);
     RUN(argmax);
+    RUN(matvec_w8_formats);
+    RUN(get_rows_w8_formats);
+    RUN(matmul_w8_formats);
+    RUN(round_act_q8_k_q8_1_bf16_like_cpu);
     RUN(matvec_timing);
     RUN(matmul_timing);
     wgllm_gpu_close(G);

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "backend/webgpu/forward_webgpu.h"
 #include "backend/webgpu/hal.h"
+#include "model/quantize.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -75,16 +76,33 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* When set, synth_model writes an F16 model and quantizes it with this
+ * preset (wgllm_quantize_file: a mixture of types, as users' files are). */
+static const char *quant_preset;
+
 static struct wgllm_model *synth_model(const char *shape, uint32_t type) {
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.shape = shape;
-    sp.type = type;
+    sp.type = quant_preset ? WGLLM_TYPE_F16 : type;
     sp.seed = 7;
     const char *path = test_tmp_path(".gguf");
     struct wgllm_error err = {0};
     if (wgllm_synth_write(&sp, path, &err)) {
         fprintf(stderr, "  synth %s %s: %s\n", shape, wgllm_type_name(type), err.message);
         return NULL;
+    }
+    if (quant_preset) {
+        char src[512];
+        snprintf(src, sizeof src, "%s.f16", path);
+        struct wgllm_quantize_params qp = wgllm_quantize_default_params();
+        qp.preset = quant_preset;
+        qp.n_threads = 2;
+        const bool ok = !rename(path, src) && !wgllm_quantize_file(src, path, &qp, &err);
+        remove(src);
+        if (!ok) {
+            fprintf(stderr, "  quantize %s to %s: %s\n", shape, quant_preset, err.message);
+            return NULL;
+        }
     }
     struct wgllm_model_params mp = wgllm_model_default_params();
     mp.n_threads = 2;
@@ -213,6 +231,19 @@ TEST(llama_f32) { compare("tiny", WGLLM_TYPE_F32); }
 TEST(llama_f16) { compare("tiny", WGLLM_TYPE_F16); }
 TEST(llama_q8_0) { compare("tiny", WGLLM_TYPE_Q8_0); }
 TEST(llama_q4_0) { compare("tiny", WGLLM_TYPE_Q4_0); }
+/* llama.cpp's Q4_K_M of tiny: Q4_K matrices, Q6_K for output.weight and
+ * layer 1's attn_v/ffn_down, F32 norms (test_quantize checks the mixture) */
+TEST(llama_q4_k_m) {
+    quant_preset = "Q4_K_M";
+    compare("tiny", WGLLM_TYPE_Q4_K);
+    quant_preset = NULL;
+}
+/* llama.cpp's Q2_K of tiny: Q2_K, Q3_K (attn_v, ffn_down) and Q6_K (output) */
+TEST(llama_q2_k_mix) {
+    quant_preset = "Q2_K";
+    compare("tiny", WGLLM_TYPE_Q2_K);
+    quant_preset = NULL;
+}
 TEST(qwen2_q8_0) { compare("tiny-qwen2", WGLLM_TYPE_Q8_0); }
 TEST(qwen3_q4_0) { compare("tiny-qwen3", WGLLM_TYPE_Q4_0); }
 TEST(qwen3_f32) { compare("tiny-qwen3", WGLLM_TYPE_F32); }
@@ -594,6 +625,8 @@ int main(void) {
     RUN(llama_f16);
     RUN(llama_q8_0);
     RUN(llama_q4_0);
+    RUN(llama_q4_k_m);
+    RUN(llama_q2_k_mix);
     RUN(qwen2_q8_0);
     RUN(qwen3_q4_0);
     RUN(qwen3_f32);

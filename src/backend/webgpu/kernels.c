@@ -138,6 +138,208 @@ static const char *bytes_wgsl =
     "fn f16at(o: u32) -> f32 { return unpack2x16float(ld16(o)).x; }\n"
     "fn sx8(v: u32) -> f32 { return f32(bitcast<i32>(v << 24u) >> 24u); }\n";
 
+
+/* ---- formats read 8 elements at a time -------------------------------------
+ * The formats below define w8(rb, c, u): elements 8u..8u+7 (u < 4) of the
+ * row's 32-element chunk c, dequantised in f32 exactly as the CPU's
+ * to_float computes them (same products, same order). wget, rdot and the
+ * mat-mat tile loads are derived from it (generic_w8_*). Blocks of 256
+ * (K-quants) are addressed as 8 chunks of 32. */
+
+/* Q4_K/Q5_K: sub-block j's 6-bit scale and min from the 12 bytes at s
+ * (wgllm_kq_scale_min_k4). */
+static const char *k4_scales_wgsl =
+    "fn sc_k4(s: u32, j: u32) -> vec2<f32> {\n"
+    "  if (j < 4u) { return vec2<f32>(f32(ld8(s + j) & 63u), f32(ld8(s + j + 4u) & 63u)); }\n"
+    "  let a = ld8(s + j + 4u);\n"
+    "  return vec2<f32>(f32((a & 15u) | ((ld8(s + j - 4u) >> 6u) << 4u)), f32((a >> 4u) | ((ld8(s + j) >> 6u) << 4u)));\n"
+    "}\n";
+
+/* The block bytes per row (K elements) of a w8 format, 0 when not one. */
+static uint32_t w8_block(uint32_t type, uint32_t *bytes) {
+    switch (type) {
+    case WGLLM_TYPE_Q4_K: *bytes = 144; return 256;
+    case WGLLM_TYPE_Q5_K: *bytes = 176; return 256;
+    case WGLLM_TYPE_Q6_K: *bytes = 210; return 256;
+    case WGLLM_TYPE_Q2_K: *bytes = 84; return 256;
+    case WGLLM_TYPE_Q3_K: *bytes = 110; return 256;
+    case WGLLM_TYPE_IQ4_XS: *bytes = 136; return 256;
+    case WGLLM_TYPE_Q4_1: *bytes = 20; return 32;
+    case WGLLM_TYPE_Q5_0: *bytes = 22; return 32;
+    case WGLLM_TYPE_Q5_1: *bytes = 24; return 32;
+    case WGLLM_TYPE_IQ4_NL: *bytes = 18; return 32;
+    default: return 0;
+    }
+}
+
+static bool emit_w8(struct sb *b, uint32_t type) {
+    uint32_t bs, qk = w8_block(type, &bs);
+    if (!qk) return false;
+    sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
+    sb_add(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / %uu) * %uu; }\n", qk, bs);
+    switch (type) {
+    case WGLLM_TYPE_Q4_K:
+    case WGLLM_TYPE_Q5_K: {
+        const bool q5 = type == WGLLM_TYPE_Q5_K;
+        /* d, dmin, scales[12], (Q5_K: qh[32]), qs[128]: element 32j + l is
+         * nibble j&1 of qs[32(j/2) + l] (+16 when bit j of qh[l]) */
+        sb_add(b, "%s", k4_scales_wgsl);
+        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 8u) * %uu;\n"
+                  "  let j = c %% 8u;\n"
+                  "  let sm = sc_k4(o + 4u, j);\n"
+                  "  let d = f16at(o) * sm.x;\n"
+                  "  let m = f16at(o + 2u) * sm.y;\n"
+                  "  let qo = o + %uu + 32u * (j / 2u) + 8u * u;\n"
+                  "  let sh = (j & 1u) * 4u;\n"
+                  "  let q0 = ld32(qo);\n"
+                  "  let q1 = ld32(qo + 4u);\n", bs, q5 ? 48u : 16u);
+        if (q5)
+            sb_add(b, "  let h0 = ld32(o + 16u + 8u * u);\n"
+                      "  let h1 = ld32(o + 20u + 8u * u);\n");
+        else
+            sb_add(b, "  let h0 = 0u;\n  let h1 = 0u;\n");
+        sb_add(b, "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    v[t] = d * f32(((q0 >> (8u * t + sh)) & 15u) | (((h0 >> (8u * t + j)) & 1u) << 4u)) - m;\n"
+                  "    v[t + 4u] = d * f32(((q1 >> (8u * t + sh)) & 15u) | (((h1 >> (8u * t + j)) & 1u) << 4u)) - m;\n"
+                  "  }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
+    }
+    case WGLLM_TYPE_Q6_K:
+        /* ql[128], qh[64], scales[16] (i8), d: element 128h + 32g + l takes
+         * nibble g/2 of ql[64h + 32(g&1) + l] and bits 2g of qh[32h + l],
+         * minus 32, times d * scales[(128h + 32g + l) / 16] */
+        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 8u) * 210u;\n"
+                  "  let h = (c %% 8u) / 4u;\n"
+                  "  let g = c %% 4u;\n"
+                  "  let d = f16at(o + 208u) * sx8(ld8(o + 192u + 8u * h + 2u * g + u / 2u));\n"
+                  "  let lo = o + 64u * h + 32u * (g & 1u) + 8u * u;\n"
+                  "  let ho = o + 128u + 32u * h + 8u * u;\n"
+                  "  let l0 = ld32(lo);\n"
+                  "  let l1 = ld32(lo + 4u);\n"
+                  "  let g0 = ld32(ho);\n"
+                  "  let g1 = ld32(ho + 4u);\n"
+                  "  let sh = select(0u, 4u, g >= 2u);\n"
+                  "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    v[t] = d * f32(i32(((l0 >> (8u * t + sh)) & 15u) | (((g0 >> (8u * t + 2u * g)) & 3u) << 4u)) - 32);\n"
+                  "    v[t + 4u] = d * f32(i32(((l1 >> (8u * t + sh)) & 15u) | (((g1 >> (8u * t + 2u * g)) & 3u) << 4u)) - 32);\n"
+                  "  }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
+    case WGLLM_TYPE_Q2_K:
+    case WGLLM_TYPE_Q3_K: {
+        /* Q2_K: scales[16] (min << 4 | scale), qs[64], d, dmin. Q3_K: hmask[32],
+         * qs[64], scales[12] (6-bit, signed by -32), d. Element 128n + 32j + l
+         * has bits 2j..2j+1 of qs[32n + l]; Q3_K subtracts 4 unless bit
+         * (e / 32) of hmask[l] is set. Scale of 16 elements: e / 16. */
+        const bool q3 = type == WGLLM_TYPE_Q3_K;
+        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 8u) * %uu;\n"
+                  "  let cc = c %% 8u;\n"
+                  "  let qo = o + %uu + 32u * (cc / 4u) + 8u * u;\n"
+                  "  let sh = 2u * (cc %% 4u);\n"
+                  "  let q0 = ld32(qo);\n"
+                  "  let q1 = ld32(qo + 4u);\n"
+                  "  let j = 2u * cc + u / 2u;\n", bs, q3 ? 32u : 16u);
+        if (q3)
+            sb_add(b, "  let lo = select(ld8(o + 96u + j - 8u) >> 4u, ld8(o + 96u + j) & 15u, j < 8u);\n"
+                      "  let hi = (ld8(o + 104u + j %% 4u) >> (2u * (j / 4u))) & 3u;\n"
+                      "  let dl = f16at(o + 108u) * f32(i32(lo | (hi << 4u)) - 32);\n"
+                      "  let m0 = ld32(o + 8u * u);\n"
+                      "  let m1 = ld32(o + 8u * u + 4u);\n"
+                      "  var v: array<f32, 8>;\n"
+                      "  for (var t = 0u; t < 4u; t++) {\n"
+                      "    v[t] = dl * f32(i32((q0 >> (8u * t + sh)) & 3u) - select(4, 0, ((m0 >> (8u * t + cc)) & 1u) == 1u));\n"
+                      "    v[t + 4u] = dl * f32(i32((q1 >> (8u * t + sh)) & 3u) - select(4, 0, ((m1 >> (8u * t + cc)) & 1u) == 1u));\n"
+                      "  }\n");
+        else
+            sb_add(b, "  let sc = ld8(o + j);\n"
+                      "  let dl = f16at(o + 80u) * f32(sc & 15u);\n"
+                      "  let ml = f16at(o + 82u) * f32(sc >> 4u);\n"
+                      "  var v: array<f32, 8>;\n"
+                      "  for (var t = 0u; t < 4u; t++) {\n"
+                      "    v[t] = dl * f32((q0 >> (8u * t + sh)) & 3u) - ml;\n"
+                      "    v[t + 4u] = dl * f32((q1 >> (8u * t + sh)) & 3u) - ml;\n"
+                      "  }\n");
+        sb_add(b, "  return v;\n}\n");
+        return true;
+    }
+    default: break;
+    }
+    /* Blocks of 32 with 16 bytes of nibbles: element l < 16 is the low
+     * nibble of byte l, l + 16 the high one; units 0, 1 low, 2, 3 high. */
+    const bool iq4 = type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_IQ4_XS;
+    if (iq4)
+        sb_add(b, "var<private> KV: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,\n"
+                  "  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);\n");
+    sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n");
+    switch (type) {
+    case WGLLM_TYPE_IQ4_XS: /* d, scales_h (u16), scales_l[4], qs[128]: 8 sub-blocks of 32 as IQ4_NL */
+        sb_add(b, "  let o = rb + (c / 8u) * 136u;\n"
+                  "  let ib = c %% 8u;\n"
+                  "  let ls = ((ld8(o + 4u + ib / 2u) >> (4u * (ib %% 2u))) & 15u) | (((ld16(o + 2u) >> (2u * ib)) & 3u) << 4u);\n"
+                  "  let d = f16at(o) * f32(i32(ls) - 32);\n"
+                  "  let qo = o + 8u + 16u * ib + 8u * (u & 1u);\n");
+        break;
+    case WGLLM_TYPE_IQ4_NL: /* d, qs[16] */
+        sb_add(b, "  let o = rb + c * 18u;\n  let d = f16at(o);\n  let qo = o + 2u + 8u * (u & 1u);\n");
+        break;
+    case WGLLM_TYPE_Q4_1: /* d, m, qs[16] */
+        sb_add(b, "  let o = rb + c * 20u;\n  let d = f16at(o);\n  let m = f16at(o + 2u);\n  let qo = o + 4u + 8u * (u & 1u);\n");
+        break;
+    case WGLLM_TYPE_Q5_0: /* d, qh (u32: bit l is element l's fifth bit), qs[16] */
+        sb_add(b, "  let o = rb + c * 22u;\n  let d = f16at(o);\n  let qh = ld32(o + 2u) >> (8u * u);\n  let qo = o + 6u + 8u * (u & 1u);\n");
+        break;
+    case WGLLM_TYPE_Q5_1: /* d, m, qh, qs[16] */
+        sb_add(b, "  let o = rb + c * 24u;\n  let d = f16at(o);\n  let m = f16at(o + 2u);\n  let qh = ld32(o + 4u) >> (8u * u);\n"
+                  "  let qo = o + 8u + 8u * (u & 1u);\n");
+        break;
+    default: return false;
+    }
+    sb_add(b, "  let sh = 4u * (u / 2u);\n"
+              "  let q0 = ld32(qo);\n"
+              "  let q1 = ld32(qo + 4u);\n"
+              "  var v: array<f32, 8>;\n"
+              "  for (var t = 0u; t < 8u; t++) {\n"
+              "    let q = (select(q1, q0, t < 4u) >> (8u * (t %% 4u) + sh)) & 15u;\n");
+    switch (type) { /* as the CPU's to_float writes each */
+    case WGLLM_TYPE_IQ4_XS:
+    case WGLLM_TYPE_IQ4_NL: sb_add(b, "    v[t] = d * KV[q];\n"); break;
+    case WGLLM_TYPE_Q4_1: sb_add(b, "    v[t] = f32(q) * d + m;\n"); break;
+    case WGLLM_TYPE_Q5_0: sb_add(b, "    v[t] = f32(i32(q | (((qh >> t) & 1u) << 4u)) - 16) * d;\n"); break;
+    case WGLLM_TYPE_Q5_1: sb_add(b, "    v[t] = f32(q | (((qh >> t) & 1u) << 4u)) * d + m;\n"); break;
+    default: break;
+    }
+    sb_add(b, "  }\n  return v;\n}\n");
+    return true;
+}
+
+/* wget and rdot of a w8 format. */
+static void emit_w8_common(struct sb *b, bool with_dot) {
+    sb_add(b, "fn wget(rb: u32, e: u32) -> f32 { let v = w8(rb, e / 32u, (e / 8u) %% 4u); return v[e %% 8u]; }\n");
+    if (with_dot)
+        sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+                  "  var acc = 0.0;\n"
+                  "  for (var c = tid; c < p.k / 32u; c += WGM) {\n"
+                  "    let xo = xb + c * 32u;\n"
+                  "    var s = 0.0;\n"
+                  "    for (var u = 0u; u < 4u; u++) {\n"
+                  "      let v = w8(rb, c, u);\n"
+                  "      let xi = xo + 8u * u;\n"
+                  "      for (var t = 0u; t < 8u; t++) { s += v[t] * X[xi + t]; }\n"
+                  "    }\n"
+                  "    acc += s;\n"
+                  "  }\n"
+                  "  return acc;\n"
+                  "}\n");
+}
+
 /* The format functions over W (binding 1) and x (binding 2, MATVEC only).
  * row_base: where row r starts (elements for F32, words for F16, bytes for
  * the block formats); wget: element e of the row at rb; rdot: this thread's
@@ -165,6 +367,20 @@ static bool emit_format(struct sb *b, uint32_t type, bool with_dot) {
                       "  for (var i = tid; i < p.k / 2u; i += WGM) {\n"
                       "    let v = unpack2x16float(W[rb + i]);\n"
                       "    acc += v.x * X[xb + 2u * i] + v.y * X[xb + 2u * i + 1u];\n"
+                      "  }\n"
+                      "  return acc;\n"
+                      "}\n");
+        return true;
+    case WGLLM_TYPE_BF16: /* the high half of an f32: words hold elements 2i (low), 2i + 1 (high) */
+        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n"
+                  "fn row_base(r: u32) -> u32 { return p.a + r * (p.k / 2u); }\n"
+                  "fn wget(rb: u32, e: u32) -> f32 { let w = W[rb + e / 2u]; return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u)); }\n");
+        if (with_dot)
+            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+                      "  var acc = 0.0;\n"
+                      "  for (var i = tid; i < p.k / 2u; i += WGM) {\n"
+                      "    let w = W[rb + i];\n"
+                      "    acc += bitcast<f32>(w << 16u) * X[xb + 2u * i] + bitcast<f32>(w & 0xffff0000u) * X[xb + 2u * i + 1u];\n"
                       "  }\n"
                       "  return acc;\n"
                       "}\n");
@@ -223,12 +439,17 @@ static bool emit_format(struct sb *b, uint32_t type, bool with_dot) {
                       "  return acc;\n"
                       "}\n");
         return true;
-    default: return false;
+    default:
+        if (!emit_w8(b, type)) return false;
+        emit_w8_common(b, with_dot);
+        return true;
     }
 }
 
 static bool weight_type_ok(uint32_t t) {
-    return t == WGLLM_TYPE_F32 || t == WGLLM_TYPE_F16 || t == WGLLM_TYPE_Q8_0 || t == WGLLM_TYPE_Q4_0;
+    uint32_t bs;
+    return t == WGLLM_TYPE_F32 || t == WGLLM_TYPE_F16 || t == WGLLM_TYPE_BF16 || t == WGLLM_TYPE_Q8_0 ||
+           t == WGLLM_TYPE_Q4_0 || w8_block(t, &bs);
 }
 
 bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
@@ -237,7 +458,9 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     case WGLLM_KERNEL_GET_ROWS:
     case WGLLM_KERNEL_MATMUL: return weight_type_ok(type);
     case WGLLM_KERNEL_ATTN: return type == WGLLM_TYPE_F32 || type == WGLLM_TYPE_F16;
-    case WGLLM_KERNEL_ROUND_ACT: return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_F16;
+    case WGLLM_KERNEL_ROUND_ACT:
+        return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1 || type == WGLLM_TYPE_Q8_K || type == WGLLM_TYPE_F16 ||
+               type == WGLLM_TYPE_BF16;
     default: return true;
     }
 }
@@ -561,21 +784,71 @@ static void gen_store_f16(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "}\n");
 }
 
+/* a / b rounded to nearest as IEEE division is: WGSL's division may be off
+ * by 2.5 ulp (SwiftShader's is), which moves a quantizer's scale. One
+ * correction step, then the neighbour with the smallest exact remainder
+ * a - c*b (Dekker's product; a quotient is never exactly halfway). */
+static const char *div_rn_wgsl =
+    "fn prod_err(a: f32, b: f32, pr: f32) -> f32 { let x = split(a); let y = split(b); return ((x.x * y.x - pr) + x.x * y.y + x.y * y.x) + x.y * y.y; }\n"
+    "fn resid(a: f32, b: f32, c: f32) -> f32 { let pr = c * b; return (a - pr) - prod_err(c, b, pr); }\n"
+    "fn div_rn(a: f32, b: f32) -> f32 {\n"
+    "  let q0 = a / b;\n"
+    "  let q = q0 + resid(a, b, q0) / b;\n"
+    "  let qm = bitcast<f32>(bitcast<u32>(q) - 1u);\n"
+    "  let qp = bitcast<f32>(bitcast<u32>(q) + 1u);\n"
+    "  var best = q;\n"
+    "  var rb = abs(resid(a, b, q));\n"
+    "  let r1 = abs(resid(a, b, qm));\n"
+    "  if (r1 < rb) { best = qm; rb = r1; }\n"
+    "  if (abs(resid(a, b, qp)) < rb) { best = qp; }\n"
+    "  return best;\n"
+    "}\n";
+
 static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    if (key->type == WGLLM_TYPE_Q8_K || key->type == WGLLM_TYPE_Q8_0 || key->type == WGLLM_TYPE_Q8_1)
+        sb_add(b, "%s", div_rn_wgsl); /* uses round_wgsl's split(), which comes later: order is free in WGSL */
     sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read_write> Y: array<f32>;\n%s"
               "@compute @workgroup_size(WGE)\n"
               "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
               "  let i0 = gid.x * 32u;\n"
               "  if (i0 >= p.n) { return; }\n", round_wgsl);
-    if (key->type == WGLLM_TYPE_Q8_0) /* WGSL's round() is half-to-even, like the CPU's quantizer */
+    if (key->type == WGLLM_TYPE_Q8_K) /* q8_K_from_float_ref: 256-element blocks scaled by the signed
+                                          * value of largest magnitude (the first such), f32 scale */
+        sb_add(b, "  let b0 = p.a + (i0 / 256u) * 256u;\n"
+                  "  var amax = 0.0;\n"
+                  "  var mx = 0.0;\n"
+                  "  for (var j = 0u; j < 256u; j++) {\n"
+                  "    let v = X[b0 + j];\n"
+                  "    if (abs(v) > amax) { amax = abs(v); mx = v; }\n"
+                  "  }\n"
+                  "  if (amax == 0.0) {\n"
+                  "    for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = 0.0; }\n"
+                  "    return;\n"
+                  "  }\n"
+                  "  let iscale = div_rn(-127.0, mx);\n"
+                  "  let d = div_rn(1.0, iscale);\n"
+                  /* through i32: a quant of -0.0 is 0, and d * 0 keeps d's sign as the CPU's does */
+                  "  for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = d * f32(min(127, i32(round(iscale * X[p.a + i0 + j])))); }\n"
+                  "}\n");
+    else if (key->type == WGLLM_TYPE_Q8_0 || key->type == WGLLM_TYPE_Q8_1) /* WGSL's round() is half-to-even, like the CPU's
+        quantizer; Q8_1's values are Q8_0's (its sum field only enters the CPU's dot) */
         sb_add(b, "  var amax = 0.0;\n"
                   "  for (var j = 0u; j < 32u; j++) { amax = max(amax, abs(X[p.a + i0 + j])); }\n"
-                  "  let d = to_f16(amax / 127.0);\n"
+                  "  let d = to_f16(div_rn(amax, 127.0));\n"
                   "  var id = 0.0;\n"
-                  "  if (amax != 0.0) { id = 127.0 / amax; }\n"
-                  "  for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = round(X[p.a + i0 + j] * id) * d; }\n"
+                  "  if (amax != 0.0) { id = div_rn(127.0, amax); }\n"
+                  /* through i32 as the CPU's int8: no -0.0 */
+                  "  for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = f32(i32(round(X[p.a + i0 + j] * id))) * d; }\n"
+                  "}\n");
+    else if (key->type == WGLLM_TYPE_BF16) /* wgllm_fp32_to_bf16: half to even, NaN kept quiet */
+        sb_add(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) {\n"
+                  "    let u = bitcast<u32>(X[p.a + i0 + j]);\n"
+                  "    var r = ((u + 0x7fffu + ((u >> 16u) & 1u)) >> 16u) << 16u;\n"
+                  "    if ((u & 0x7fffffffu) > 0x7f800000u) { r = ((u >> 16u) | 64u) << 16u; }\n"
+                  "    Y[p.c + i0 + j] = bitcast<f32>(r);\n"
+                  "  }\n"
                   "}\n");
     else
         sb_add(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) { Y[p.c + i0 + j] = to_f16(X[p.a + i0 + j]); }\n"
@@ -595,6 +868,7 @@ static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
     switch (type) {
     case WGLLM_TYPE_F32:
     case WGLLM_TYPE_F16:
+    case WGLLM_TYPE_BF16:
         sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
                   "  let e = blk * 32u + 4u * u;\n"
                   "  for (var t = 0u; t < 4u; t++) {\n"
@@ -629,7 +903,12 @@ static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
                   "  }\n"
                   "}\n");
         return 4;
-    default: return 0;
+    default: /* a w8 format: units of 8 consecutive elements */
+        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+                  "  let v = w8(rb, blk, u);\n"
+                  "  for (var t = 0u; t < 8u; t++) { WS[(kk + 8u * u + t) * TN + row] = v[t]; }\n"
+                  "}\n");
+        return 4;
     }
 }
 
@@ -646,6 +925,7 @@ static void emit_mm_block(struct sb *b, uint32_t type) {
     switch (type) {
     case WGLLM_TYPE_F32:
     case WGLLM_TYPE_F16:
+    case WGLLM_TYPE_BF16:
         sb_add(b, "  for (var e = 0u; e < 32u; e++) {\n"
                   "    v[e] = 0.0;\n"
                   "    if (blk * 32u + e < p.k) { v[e] = wget(rb, blk * 32u + e); }\n"
@@ -674,7 +954,12 @@ static void emit_mm_block(struct sb *b, uint32_t type) {
                   "    }\n"
                   "  }\n");
         break;
-    default: break;
+    default: /* a w8 format */
+        sb_add(b, "  for (var u = 0u; u < 4u; u++) {\n"
+                  "    let w = w8(rb, blk, u);\n"
+                  "    for (var t = 0u; t < 8u; t++) { v[8u * u + t] = w[t]; }\n"
+                  "  }\n");
+        break;
     }
     sb_add(b, "  return v;\n}\n");
 }

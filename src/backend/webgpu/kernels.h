@@ -90,9 +90,10 @@ enum wgllm_kernel {
     WGLLM_KERNEL_STORE_F16,
     /* y[c+i] = x[a+i] rounded as the CPU backend rounds a mat-vec's input
      * for weights whose vec_dot_type is key.type: Q8_0 (blocks of 32 with
-     * an f16 scale, as llama.cpp's activation quantizer) or F16. i < n, n a
-     * multiple of 32 for Q8_0. Bindings 1 x, 2 y. Dispatch (ceil(n/32 /
-     * wg_elem), 1, 1). */
+     * an f16 scale, as llama.cpp's activation quantizer), Q8_K (blocks of
+     * 256 from a, an f32 scale: the K-quants' vec_dot_type) or F16. i < n, n
+     * a multiple of 32 (256 for Q8_K). Bindings 1 x, 2 y. Dispatch
+     * (ceil(n/32 / wg_elem), 1, 1): 32 elements per thread. */
     WGLLM_KERNEL_ROUND_ACT,
     /* Prefill mat-mat: as MATVEC (same bindings and offsets, K = k) for h
      * tokens: y[c + t*n + r] = dot(W row r, x[b + t*k ..]), r < n, t < h.
@@ -137,8 +138,9 @@ const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k);
 /* kernels.c's WGSL helpers (to_f16 by integer rounding, two_sum, div_exact) for kernels_attn.c. */
 const char *wgllm_wgsl_f16_helpers(void);
 
-/* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 for
- * weights, F32/F16 for the cache). */
+/* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 and
+ * the 8-element-unit formats of kernels.c's w8_block, Q4_K/Q5_K/Q6_K..., for
+ * weights; F32/F16 for the cache; Q8_0/Q8_K/F16 for ROUND_ACT). */
 bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type);
 /* The WGSL source (malloc'd, free with free), NULL when unsupported. */
 char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
