@@ -10,7 +10,7 @@
 // bench/browser.sh, which builds what is missing.
 //
 //   node bench/browser.mjs [--model build/models/tinyllama-1.1b-q4_0.gguf]
-//        [--prompt TEXT] [-n 16] [--gpu-n 4] [--gpu-timeout 300]
+//        [--prompt TEXT] [-n 16] [--gpu-prompt TEXT] [--gpu-n 4] [--gpu-timeout 300]
 //        [--only cpu1,cpu2,opfs,webgpu,native-cpu,native-webgpu]
 // Env: WGLLM_BIN (default build/release/wgllm); WGLLM_WEB_VERBOSE=1 echoes the page's console.
 import { spawn } from 'node:child_process';
@@ -32,6 +32,7 @@ const arg = (name, def) => {
 const BIN = process.env.WGLLM_BIN || path.join(root, 'build', 'release', 'wgllm');
 const MODEL = path.resolve(arg('--model', path.join(root, 'build', 'models', 'tinyllama-1.1b-q4_0.gguf')));
 const PROMPT = arg('--prompt', 'Once upon a time, in a small village at the edge of a forest, there lived');
+const GPU_PROMPT = arg('--gpu-prompt', 'Once upon a time');
 const N = Number(arg('-n', 16));
 const GPU_N = Number(arg('--gpu-n', 4));
 const GPU_TIMEOUT_S = Number(arg('--gpu-timeout', 300));
@@ -106,21 +107,24 @@ const fix = (x, d = 1) => (x == null || Number.isNaN(x) ? '-' : x.toFixed(d));
 
 // ---- native: /usr/bin/time -v wgllm run ----
 
-async function native(backend, n) {
+async function native(backend, prompt, n, timeoutS) {
   const env = { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
   if (backend === 'webgpu' && !env.VK_ICD_FILENAMES && fs.existsSync(SWIFTSHADER_ICD)) env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
-  const args = ['-v', BIN, 'run', '-m', MODEL, '-p', PROMPT, '-n', String(n), '-t', '1', '--ignore-eos', '--backend', backend];
+  const args = ['-v', BIN, 'run', '-m', MODEL, '-p', prompt, '-n', String(n), '-t', '1', '--ignore-eos', '--backend', backend];
   const s = sampler();
   const t0 = performance.now();
   const { code, stderr } = await new Promise((resolve) => {
-    const c = spawn('/usr/bin/time', args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    // its own process group, so that a timeout ends wgllm too, not only time(1)
+    const c = spawn('/usr/bin/time', args, { env, stdio: ['ignore', 'ignore', 'pipe'], detached: true });
     let err = '';
+    const timer = setTimeout(() => { err += `\nover ${timeoutS} s: skipped`; process.kill(-c.pid, 'SIGKILL'); }, timeoutS * 1000);
+    c.on('exit', () => clearTimeout(timer));
     c.stderr.on('data', (d) => { err += d; });
     c.on('close', (code) => resolve({ code, stderr: err }));
   });
   const wall = (performance.now() - t0) / 1000;
   const peak = s.stop();
-  if (code !== 0) throw new Error(`native ${backend} failed (${code}): ${stderr.slice(-600)}`);
+  if (code !== 0) throw new Error(`native ${backend} failed (${code}): ${stderr.trim().split('\n').at(-1)}`);
   const m = stderr.match(/prompt: (\d+) tokens, ([\d.]+) tok\/s \| generation: (\d+) tokens, ([\d.]+) tok\/s/);
   const maxRss = Number((stderr.match(/Maximum resident set size \(kbytes\): (\d+)/) || [0, 0])[1]) * 1024;
   const gpu = (stderr.match(/GPU memory ([\d.]+) MiB/) || [])[1];
@@ -133,32 +137,46 @@ async function native(backend, n) {
 
 // ---- the browser ----
 
-async function inBrowser(server, { backend, threads, n, opfs, timeoutS }) {
-  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
-  let timer;
-  try {
-    const page = await browser.newPage();
-    const errors = [];
-    page.on('pageerror', (e) => errors.push(e.message));
-    page.on('console', (m) => { if (process.env.WGLLM_WEB_VERBOSE) console.error('[page]', m.text()); });
-    await page.goto(`${server.url}/blank.html`);
-    await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
-    const url = `/models/${path.basename(MODEL)}`;
-    let model = url;
-    if (opfs) { // download into OPFS first (not measured), then load from there
-      const name = await page.evaluate(async (url) => {
+// A fresh browser on the blank page with the package imported; with a profile
+// folder (persistent: OPFS outlives the browser), else a throwaway one.
+async function openBrowser(server, profile) {
+  const opts = { executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 };
+  const ctx = profile ? await chromium.launchPersistentContext(profile, opts) : await (await chromium.launch(opts)).newContext();
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => { if (process.env.WGLLM_WEB_VERBOSE) console.error('[page]', m.text()); });
+  await page.goto(`${server.url}/blank.html`);
+  await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); });
+  const close = async () => { const b = ctx.browser(); await ctx.close(); if (b) await b.close(); };
+  return { page, errors, close };
+}
+
+async function inBrowser(server, { backend, threads, n, prompt, opfs, timeoutS }) {
+  const url = `/models/${path.basename(MODEL)}`;
+  let model = url;
+  let profile = null;
+  if (opfs) { // a first browser downloads the model into OPFS (not measured); a second one loads it from there
+    profile = fs.mkdtempSync(path.join(os.tmpdir(), 'wgllm-bench-profile-'));
+    const b = await openBrowser(server, profile);
+    try {
+      const name = await b.page.evaluate(async (url) => {
         const e = await wgllm.createWorkerEngine({ model: url, backend: 'cpu', store: true });
         await e.unload();
-        const ms = await wgllm.listModels();
-        return ms.find((m) => m.complete)?.name;
+        return (await wgllm.listModels()).find((m) => m.complete)?.name;
       }, url);
       if (!name) throw new Error('the model did not land in OPFS');
       model = `opfs:${name}`;
-      await new Promise((r) => setTimeout(r, 2000));
+    } finally {
+      await b.close();
     }
+  }
+  const { page, errors, close } = await openBrowser(server, profile);
+  let timer, s;
+  try {
     await new Promise((r) => setTimeout(r, 500));
     const idle = treeMemory();
-    const s = sampler();
+    s = sampler();
     const work = (async () => {
       const t0 = performance.now();
       const info = await page.evaluate(async ({ model, backend, threads }) => {
@@ -168,7 +186,7 @@ async function inBrowser(server, { backend, threads, n, opfs, timeoutS }) {
       const load = (performance.now() - t0) / 1000;
       const loadPeak = s.mark();
       const r = await page.evaluate(({ prompt, n }) => engine.completions.create({ prompt, max_tokens: n, temperature: 0,
-        ignore_eos: true }), { prompt: PROMPT, n });
+        ignore_eos: true }), { prompt, n });
       await new Promise((r) => setTimeout(r, 300));
       const genPeak = s.mark();
       const all = s.stop();
@@ -188,19 +206,21 @@ async function inBrowser(server, { backend, threads, n, opfs, timeoutS }) {
             (res.info.gpu_memory ? `; GPU memory ${(res.info.gpu_memory / MiB).toFixed(0)} MiB` : '') };
   } finally {
     clearTimeout(timer);
-    await browser.close();
+    if (s) s.stop();
+    await close();
+    if (profile) fs.rmSync(profile, { recursive: true, force: true });
   }
 }
 
 // ---- the run ----
 
 const CONFIGS = [
-  { id: 'native-cpu', label: 'native `wgllm run`, cpu, 1 thread', run: () => native('cpu', N) },
-  { id: 'native-webgpu', label: 'native `wgllm run`, webgpu (Dawn)', run: () => native('webgpu', GPU_N) },
-  { id: 'cpu1', label: 'browser worker, cpu (wasm), 1 thread, URL', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 1, n: N, timeoutS: 900 }) },
-  { id: 'cpu2', label: 'browser worker, cpu (wasm), 2 threads, URL', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 2, n: N, timeoutS: 900 }) },
-  { id: 'opfs', label: 'browser worker, cpu (wasm), 1 thread, OPFS', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 1, n: N, opfs: true, timeoutS: 900 }) },
-  { id: 'webgpu', label: 'browser worker, webgpu, URL', run: (sv) => inBrowser(sv, { backend: 'webgpu', threads: 1, n: GPU_N, timeoutS: GPU_TIMEOUT_S }) },
+  { id: 'native-cpu', label: 'native `wgllm run`, cpu, 1 thread', run: () => native('cpu', PROMPT, N, 900) },
+  { id: 'native-webgpu', label: 'native `wgllm run`, webgpu (Dawn)', run: () => native('webgpu', GPU_PROMPT, GPU_N, GPU_TIMEOUT_S) },
+  { id: 'cpu1', label: 'browser worker, cpu (wasm), 1 thread, URL', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 1, n: N, prompt: PROMPT, timeoutS: 900 }) },
+  { id: 'cpu2', label: 'browser worker, cpu (wasm), 2 threads, URL', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 2, n: N, prompt: PROMPT, timeoutS: 900 }) },
+  { id: 'opfs', label: 'browser worker, cpu (wasm), 1 thread, OPFS', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 1, n: N, prompt: PROMPT, opfs: true, timeoutS: 900 }) },
+  { id: 'webgpu', label: 'browser worker, webgpu, URL', run: (sv) => inBrowser(sv, { backend: 'webgpu', threads: 1, n: GPU_N, prompt: GPU_PROMPT, timeoutS: GPU_TIMEOUT_S }) },
 ];
 
 const size = fs.statSync(MODEL).size;
@@ -213,7 +233,7 @@ const adapter = await new Promise((resolve) => {
   c.on('close', () => resolve((out.match(/^webgpu: (.*)$/m) || [])[1] || 'none'));
 });
 console.log(`model: ${path.relative(root, MODEL)} (${mib(size)} MiB); prompt ${JSON.stringify(PROMPT)}; ` +
-            `${N} tokens generated on the CPU, ${GPU_N} on WebGPU; greedy`);
+            `${N} tokens generated on the CPU; on WebGPU prompt ${JSON.stringify(GPU_PROMPT)}, ${GPU_N} generated; greedy`);
 console.log(`cpu: ${os.cpus()[0].model}, ${os.cpus().length} cores; native WebGPU adapter: ${adapter}; ` +
             `load average at start ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 const rows = [];
