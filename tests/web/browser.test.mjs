@@ -245,6 +245,17 @@ test('the demo page loads a model by URL and streams a chat reply', { timeout: 6
       null, { timeout: 30000 });
     const reply = await demo.$eval('#log .assistant', (d) => d.textContent);
     assert.ok(reply.length > 0, 'a reply was streamed into the log');
+    // a GGUF file dropped on the page loads (on the CPU backend, chosen in the page)
+    await demo.selectOption('#backend', 'cpu');
+    await demo.evaluate(async (url) => {
+      const bytes = await (await fetch(url)).arrayBuffer();
+      const dt = new DataTransfer();
+      dt.items.add(new File([bytes], 'dropped.gguf'));
+      document.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+    }, `/models/${MODEL}`);
+    await demo.waitForFunction(() => /loaded in/.test(document.getElementById('status').textContent) &&
+      /backend cpu/.test(document.getElementById('status').textContent), null, { timeout: 30000 });
+    assert.match(await demo.$eval('#status', (d) => d.textContent), /from file/);
     assert.deepEqual(errors, []);
   } finally {
     await demo.close();

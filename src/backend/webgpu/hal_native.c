@@ -44,6 +44,7 @@ struct wgllm_gpu_bindgroup {
 };
 
 struct wgllm_gpu {
+    bool timed_out; /* a wait gave up with work in flight (wait_future) */
     void *lib;
     struct wgpu_fns f;
     WGPUInstance instance;
@@ -102,13 +103,25 @@ static enum wgllm_status take_error(struct wgllm_gpu *g, struct wgllm_error *err
 }
 
 /* Waits for one future, up to 60 s in 1 s steps. */
+/* Seconds a wait may take: a software adapter (SwiftShader) running a large
+ * model's prompt in one submit can need minutes; WGLLM_GPU_TIMEOUT overrides. */
+static int wait_limit_s(void) {
+    const char *e = getenv("WGLLM_GPU_TIMEOUT");
+    const int v = e ? atoi(e) : 0;
+    return v > 0 ? v : 600;
+}
+
 static bool wait_future(struct wgllm_gpu *g, WGPUFuture fut) {
-    for (int i = 0; i < 60; i++) {
+    const int limit = wait_limit_s();
+    for (int i = 0; i < limit; i++) {
         WGPUFutureWaitInfo wi = {fut, 0};
         uint32_t st = g->f.wgpuInstanceWaitAny(g->instance, 1, &wi, 1000000000ull);
         if (st == WGPUWaitStatus_Success && wi.completed) return true;
         if (st != WGPUWaitStatus_TimedOut) return false;
     }
+    /* work still in flight: releasing the device under it crashes Dawn at
+     * exit, so wgllm_gpu_close leaves this device to the process's end */
+    g->timed_out = true;
     return false;
 }
 
@@ -388,6 +401,11 @@ void wgllm_gpu_close(struct wgllm_gpu *g) {
         free(p);
     }
     free(g->pipes);
+    if (g->timed_out) {
+        wgllm_log(WGLLM_LOG_WARN, "webgpu: work on the device did not finish; leaving the device open");
+        free(g);
+        return;
+    }
     if (g->pass) g->f.wgpuComputePassEncoderRelease(g->pass);
     if (g->enc) g->f.wgpuCommandEncoderRelease(g->enc);
     if (g->queue) g->f.wgpuQueueRelease(g->queue);
@@ -487,6 +505,10 @@ enum wgllm_status wgllm_gpu_readback(struct wgllm_gpu *g, struct wgllm_gpu_buffe
     if (!wait_future(g, fut) || mr.status != WGPUMapAsyncStatus_Success) {
         enum wgllm_status st = take_error(g, err, "GPU readback");
         if (st) return st;
+        if (g->timed_out)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "GPU readback: the device did not finish within %d s (WGLLM_GPU_TIMEOUT=SECONDS "
+                                   "allows more; software adapters are slow on large models)", wait_limit_s());
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "mapping a GPU buffer for readback failed (status %u): %s",
                                mr.status, mr.msg);
     }
