@@ -1,6 +1,8 @@
 /* test.c - the harness behind test.h. */
 #include "test.h"
 
+#include "backend/webgpu/hal.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,4 +84,24 @@ void test_rerun_with_cpu_cap(const char *cap) {
         fprintf(stderr, "FAIL the WGLLM_CPU=%s run\n", cap);
         test_failed++;
     }
+}
+
+struct wgllm_gpu *test_webgpu_open(const char *test_name, int *required) {
+    const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
+    FILE *f = fopen(icd, "r");
+    if (f) {
+        fclose(f);
+        setenv("VK_ICD_FILENAMES", icd, 0);
+    }
+    if (!getenv("XDG_RUNTIME_DIR")) setenv("XDG_RUNTIME_DIR", "/tmp", 0);
+    struct wgllm_gpu *g = NULL;
+    struct wgllm_error err = {0};
+    *required = 0;
+    if (wgllm_gpu_open(&g, &err) == WGLLM_STATUS_OK) return g;
+    printf("SKIP %s: %s\n", test_name, err.message);
+    if (getenv("WGLLM_REQUIRE_WEBGPU")) {
+        printf("%s: WGLLM_REQUIRE_WEBGPU is set, so a missing WebGPU device is a failure\n", test_name);
+        *required = 1;
+    }
+    return NULL;
 }

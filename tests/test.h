@@ -75,4 +75,11 @@ char *test_read_file(const char *path, size_t *len);
 /* A fresh temporary file path (removed by the OS's tmp cleaning, not by us). */
 const char *test_tmp_path(const char *suffix);
 
+/* WebGPU tests: points Vulkan at SwiftShader unless VK_ICD_FILENAMES is set
+ * (a real GPU's ICD wins) and opens the device. NULL after printing why
+ * ("SKIP NAME: ..."), with *required set when WGLLM_REQUIRE_WEBGPU makes a
+ * missing device a failure. */
+struct wgllm_gpu;
+struct wgllm_gpu *test_webgpu_open(const char *test_name, int *required);
+
 #endif

@@ -337,23 +337,10 @@ TEST(context_shift_generation_matches_the_cpu_engine) {
 
 int main(void) {
     wgllm_quant_init();
-    const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
-    FILE *f = fopen(icd, "r");
-    if (f) {
-        fclose(f);
-        setenv("VK_ICD_FILENAMES", icd, 0); /* only when unset: a real GPU's ICD wins */
-    }
-    if (!getenv("XDG_RUNTIME_DIR")) setenv("XDG_RUNTIME_DIR", "/tmp", 0);
-    struct wgllm_gpu *g;
+    int required;
+    struct wgllm_gpu *g = test_webgpu_open("test_engine_webgpu", &required);
+    if (!g) return required ? 1 : test_summary("test_engine_webgpu");
     struct wgllm_error err = {0};
-    if (wgllm_gpu_open(&g, &err)) {
-        printf("SKIP test_engine_webgpu: %s\n", err.message);
-        if (getenv("WGLLM_REQUIRE_WEBGPU")) {
-            printf("test_engine_webgpu: WGLLM_REQUIRE_WEBGPU is set, so a missing WebGPU device is a failure\n");
-            return 1;
-        }
-        return test_summary("test_engine_webgpu");
-    }
     wgllm_gpu_close(g);
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.shape = "tiny";

@@ -1011,21 +1011,8 @@ TEST(round_act_q8_k_q8_1_bf16_like_cpu) {
 
 int main(void) {
     wgllm_quant_init();
-    const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
-    FILE *f = fopen(icd, "r");
-    if (f) {
-        fclose(f);
-        setenv("VK_ICD_FILENAMES", icd, 0); /* only when unset: a real GPU's ICD wins */
-    }
-    struct wgllm_error err = {0};
-    if (wgllm_gpu_open(&G, &err)) {
-        printf("SKIP test_webgpu: %s\n", err.message);
-        if (getenv("WGLLM_REQUIRE_WEBGPU")) {
-            printf("test_webgpu: WGLLM_REQUIRE_WEBGPU is set, so a missing WebGPU device is a failure\n");
-            return 1;
-        }
-        return test_summary("test_webgpu"); /* 0 passed, 0 failed: the line tests/run.sh reads */
-    }
+    int required;
+    if (!(G = test_webgpu_open("test_webgpu", &required))) return required ? 1 : test_summary("test_webgpu");
     RUN(hal_round_trip);
     RUN(abi_info_and_limits);
     RUN(abi_subgroups_feature);

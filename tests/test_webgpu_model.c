@@ -602,22 +602,9 @@ TEST(split_weights_in_batches) {
 
 int main(void) {
     wgllm_quant_init();
-    const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
-    FILE *f = fopen(icd, "r");
-    if (f) {
-        fclose(f);
-        setenv("VK_ICD_FILENAMES", icd, 0); /* only when unset: a real GPU's ICD wins */
-    }
-    struct wgllm_gpu *g;
-    struct wgllm_error err = {0};
-    if (wgllm_gpu_open(&g, &err)) {
-        printf("SKIP test_webgpu_model: %s\n", err.message);
-        if (getenv("WGLLM_REQUIRE_WEBGPU")) {
-            printf("test_webgpu_model: WGLLM_REQUIRE_WEBGPU is set, so a missing WebGPU device is a failure\n");
-            return 1;
-        }
-        return test_summary("test_webgpu_model");
-    }
+    int required;
+    struct wgllm_gpu *g = test_webgpu_open("test_webgpu_model", &required);
+    if (!g) return required ? 1 : test_summary("test_webgpu_model");
     printf("  adapter: %s (%s, %s)\n", wgllm_gpu_get_info(g)->name, wgllm_gpu_get_info(g)->backend,
            wgllm_gpu_get_info(g)->type);
     wgllm_gpu_close(g);

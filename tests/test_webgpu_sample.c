@@ -173,21 +173,8 @@ TEST(same_seed_same_tokens_and_ties_to_the_lower_index) {
 }
 
 int main(void) {
-    const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
-    FILE *f = fopen(icd, "r");
-    if (f) {
-        fclose(f);
-        setenv("VK_ICD_FILENAMES", icd, 0); /* only when unset: a real GPU's ICD wins */
-    }
-    struct wgllm_error err = {0};
-    if (wgllm_gpu_open(&G, &err)) {
-        printf("SKIP test_webgpu_sample: %s\n", err.message);
-        if (getenv("WGLLM_REQUIRE_WEBGPU")) {
-            printf("test_webgpu_sample: WGLLM_REQUIRE_WEBGPU is set, so a missing WebGPU device is a failure\n");
-            return 1;
-        }
-        return test_summary("test_webgpu_sample");
-    }
+    int required;
+    if (!(G = test_webgpu_open("test_webgpu_sample", &required))) return required ? 1 : test_summary("test_webgpu_sample");
     RUN(draws_follow_the_cpu_chain);
     RUN(same_seed_same_tokens_and_ties_to_the_lower_index);
     wgllm_gpu_close(G);

@@ -382,21 +382,8 @@ int main(void) {
     RUN(cache_round_trip_per_adapter);
     RUN(corrupt_cache_ignored);
     RUN(tune_for_reads_the_cache);
-    const char *icd = "/usr/lib/chromium/vk_swiftshader_icd.json";
-    FILE *f = fopen(icd, "r");
-    if (f) {
-        fclose(f);
-        setenv("VK_ICD_FILENAMES", icd, 0);
-    }
-    struct wgllm_error err = {0};
-    if (wgllm_gpu_open(&G, &err)) {
-        printf("SKIP (device part) test_webgpu_tune: %s\n", err.message);
-        if (getenv("WGLLM_REQUIRE_WEBGPU")) {
-            printf("test_webgpu_tune: WGLLM_REQUIRE_WEBGPU is set, so a missing WebGPU device is a failure\n");
-            return 1;
-        }
-        return test_summary("test_webgpu_tune");
-    }
+    int required;
+    if (!(G = test_webgpu_open("test_webgpu_tune (device part)", &required))) return required ? 1 : test_summary("test_webgpu_tune");
     RUN(sweep_writes_the_cache);
     RUN(fast_wrong_candidate_never_wins);
     RUN(tuned_forward_agrees_with_cpu);

@@ -26,8 +26,6 @@ void wgllm_gpu_buffer_write(struct wgllm_gpu *g, struct wgllm_gpu_buffer *b, uin
                             size_t size) { NO_DEVICE(); }
 enum wgllm_status wgllm_gpu_readback(struct wgllm_gpu *g, struct wgllm_gpu_buffer *rb, uint64_t offset, void *dst,
                                      size_t size, struct wgllm_error *err) { NO_DEVICE(); }
-enum wgllm_status wgllm_gpu_buffer_read(struct wgllm_gpu *g, struct wgllm_gpu_buffer *b, uint64_t offset, void *dst,
-                                        size_t size, struct wgllm_error *err) { NO_DEVICE(); }
 struct wgllm_gpu_pipeline *wgllm_gpu_pipeline_get(struct wgllm_gpu *g, const char *wgsl, const char *label,
                                                   struct wgllm_error *err) { NO_DEVICE(); }
 int wgllm_gpu_pipeline_count(const struct wgllm_gpu *g) { return 0; }

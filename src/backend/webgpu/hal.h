@@ -100,6 +100,9 @@ enum wgllm_status wgllm_gpu_batch_submit(struct wgllm_gpu *g, struct wgllm_error
  * path waits by reading back its own READBACK buffer. */
 enum wgllm_status wgllm_gpu_finish(struct wgllm_gpu *g, struct wgllm_error *err);
 
+/* For the HAL implementations: the hash of their pipeline caches (hal_common.c). */
+uint64_t wgllm_gpu_text_hash(const char *s);
+
 /* Telemetry: buffers alive and their bytes (constant after load). */
 uint64_t wgllm_gpu_bytes_allocated(const struct wgllm_gpu *g);
 int wgllm_gpu_buffer_count(const struct wgllm_gpu *g);

@@ -522,27 +522,7 @@ enum wgllm_status wgllm_gpu_readback(struct wgllm_gpu *g, struct wgllm_gpu_buffe
     return take_error(g, err, "GPU work before the readback");
 }
 
-enum wgllm_status wgllm_gpu_buffer_read(struct wgllm_gpu *g, struct wgllm_gpu_buffer *b, uint64_t offset, void *dst,
-                                        size_t size, struct wgllm_error *err) {
-    WGLLM_ASSERT(offset % 4 == 0);
-    uint64_t csize = (size + 3) & ~(uint64_t)3;
-    struct wgllm_gpu_buffer *rb = wgllm_gpu_buffer_create(g, csize, WGLLM_GPU_READBACK, "staging", err);
-    if (!rb) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-    wgllm_gpu_batch_begin(g);
-    wgllm_gpu_copy(g, b, offset, rb, 0, csize);
-    enum wgllm_status st = wgllm_gpu_batch_submit(g, err);
-    if (!st) st = wgllm_gpu_readback(g, rb, 0, dst, size, err);
-    wgllm_gpu_buffer_destroy(g, rb);
-    return st;
-}
-
 /* ---- pipelines ------------------------------------------------------------ */
-
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
 
 struct scope_res {
     uint32_t status, type;
@@ -561,7 +541,7 @@ static void on_pop_scope(uint32_t status, uint32_t type, WGPUStringView message,
 
 struct wgllm_gpu_pipeline *wgllm_gpu_pipeline_get(struct wgllm_gpu *g, const char *wgsl, const char *label,
                                                   struct wgllm_error *err) {
-    uint64_t h = fnv1a(wgsl);
+    uint64_t h = wgllm_gpu_text_hash(wgsl);
     for (int i = 0; i < g->n_pipes; i++)
         if (g->pipes[i]->hash == h && !strcmp(g->pipes[i]->src, wgsl)) return g->pipes[i];
 
