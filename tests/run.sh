@@ -54,6 +54,8 @@ node_suite() { # $1 = title, $2 = script
     out=$(bash "$2" 2>&1)
     rc=$?
     echo "$out" | grep -vE '^\s*$' | tail -60
+    # failures can sit far above the tail: show each with its details
+    echo "$out" | grep -A25 -E '^(\s*)not ok ' | head -200
     p=$(grep -E '^# pass [0-9]+' <<<"$out" | tail -1 | awk '{print $3}')
     f=$(grep -E '^# fail [0-9]+' <<<"$out" | tail -1 | awk '{print $3}')
     if [ -z "$p" ]; then p=0; f=1; fi
