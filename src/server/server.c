@@ -489,7 +489,7 @@ static void on_signal(int sig) { g_signal = sig; }
 
 static const char *serve_usage =
     "usage: wgllm serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size N]\n"
-    "                   [--threads N] [--backend cpu] [--api-key KEY] [--chat-template FILE]\n"
+    "                   [--threads N] [--backend cpu|webgpu|auto] [--api-key KEY] [--chat-template FILE]\n"
     "                   [--alias NAME] [--max-queue N] [--timeout SECONDS] [--upstream NAME=URL[#MODEL]]...\n"
     "                   [--context-shift [--keep N]]\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
@@ -586,8 +586,10 @@ int wgllm_serve_main(int argc, char **argv) {
         fprintf(stderr, "wgllm serve: -m MODEL is required\n%s", serve_usage);
         return 2;
     }
-    if (strcmp(backend, "cpu")) {
-        fprintf(stderr, "wgllm serve: backend '%s' is not available (only 'cpu')\n", backend);
+    enum wgllm_backend be = !strcmp(backend, "cpu") ? WGLLM_BACKEND_CPU : !strcmp(backend, "webgpu") ? WGLLM_BACKEND_WEBGPU
+                            : !strcmp(backend, "auto") ? WGLLM_BACKEND_AUTO : (enum wgllm_backend)-1;
+    if ((int)be < 0) {
+        fprintf(stderr, "wgllm serve: unknown backend '%s' (use cpu, webgpu or auto)\n", backend);
         return 2;
     }
     if (api_key && !*api_key) api_key = NULL;
@@ -637,6 +639,7 @@ int wgllm_serve_main(int argc, char **argv) {
     ep.chat_template = tmpl;
     ep.context_shift = context_shift;
     ep.context_keep = keep;
+    ep.backend = be;
     struct wgllm_engine *eng = NULL;
     if (wgllm_engine_init(model, &ep, &eng, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
@@ -688,6 +691,7 @@ int wgllm_serve_main(int argc, char **argv) {
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "wgllm serve: backend %s\n", wgllm_engine_backend(eng));
     fprintf(stderr, "wgllm serve: model %s, %d slots, listening on http://%s:%u\n", g_srv.model_id, parallel, host,
             info ? (unsigned)info->port : (unsigned)port);
     fflush(stderr);

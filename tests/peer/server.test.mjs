@@ -6,7 +6,8 @@
 // (--port 0) and are killed at the end.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { MODEL, MODEL_ID, CTX, OpenAI, startServer, stopServers } from '../../tools/peer/serve.mjs';
+import { spawn } from 'node:child_process';
+import { BIN, MODEL, MODEL_ID, CTX, OpenAI, startServer, stopServers } from '../../tools/peer/serve.mjs';
 
 let base, client;
 before(async () => {
@@ -334,4 +335,32 @@ test('a full context: context_length_exceeded by default, --context-shift goes o
   assert.equal(done.usage.completion_tokens, 60);
   const shifts = /^wgllm_context_shifts_total (\S+)$/m.exec(await (await fetch(`${url}/metrics`)).text());
   assert.ok(Number(shifts[1]) >= 2);
+});
+
+test('--backend webgpu serves the same greedy text as the CPU server (SwiftShader here)', { timeout: 120000 }, async () => {
+  const icd = '/usr/lib/chromium/vk_swiftshader_icd.json';
+  if (!process.env.VK_ICD_FILENAMES && (await import('node:fs')).existsSync(icd)) process.env.VK_ICD_FILENAMES = icd;
+  process.env.XDG_RUNTIME_DIR ??= '/tmp';
+  let gpu;
+  try {
+    gpu = await startServer(['--backend', 'webgpu']);
+  } catch (e) {
+    if (process.env.WGLLM_REQUIRE_WEBGPU) throw e;
+    return; // no WebGPU here and none required
+  }
+  const req = { prompt: 'Once upon a time', max_tokens: 8, temperature: 0, ignore_eos: true };
+  const want = (await post('/v1/completions', req)).json;
+  const r = await fetch(`${gpu.url}/v1/completions`, { method: 'POST', body: JSON.stringify(req) });
+  assert.equal(r.status, 200);
+  const got = await r.json();
+  assert.equal(got.choices[0].text, want.choices[0].text);
+  assert.equal(got.usage.completion_tokens, 8);
+  const bad = await new Promise((resolve) => {
+    const p = spawn(BIN, ['serve', '-m', MODEL, '--backend', 'metal'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    p.stderr.on('data', (d) => { err += d; });
+    p.on('exit', (code) => resolve({ code, err }));
+  });
+  assert.equal(bad.code, 2);
+  assert.match(bad.err, /unknown backend 'metal'/);
 });
