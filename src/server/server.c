@@ -567,7 +567,7 @@ int wgllm_serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--chat-template")) tmpl_path = v;
         else if (!strcmp(a, "--alias")) alias = v;
-        else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--backend") || !strcmp(a, "-b")) backend = v;
         else if (!strcmp(a, "--upstream")) {
             ok = n_up < MAX_UPSTREAMS && strchr(v, '=') && strchr(v, '=') != v;
             if (ok) upstreams[n_up++] = v;
