@@ -63,8 +63,6 @@ struct wgllm_gpu_buffer {
 
 struct wgllm_gpu_pipeline {
     int id;
-    uint64_t hash;
-    char *src;
 };
 
 struct wgllm_gpu_bindgroup {
@@ -74,8 +72,7 @@ struct wgllm_gpu_bindgroup {
 struct wgllm_gpu {
     int dev; /* the device's id in the JS table */
     struct wgllm_gpu_info info;
-    struct wgllm_gpu_pipeline **pipes;
-    int n_pipes, cap_pipes;
+    struct wgllm_gpu_pipe_cache pipes;
 
     /* the open batch and the deferred writes: records of 7 doubles (see
      * wgllm_hal_js_run) and the bytes of the writes */
@@ -170,11 +167,8 @@ enum wgllm_status wgllm_gpu_open(struct wgllm_gpu **out, struct wgllm_error *err
 
 void wgllm_gpu_close(struct wgllm_gpu *g) {
     if (!g) return;
-    for (int i = 0; i < g->n_pipes; i++) {
-        free(g->pipes[i]->src);
-        free(g->pipes[i]);
-    }
-    free(g->pipes);
+    for (int i = 0; i < g->pipes.n; i++) free(g->pipes.e[i].p);
+    wgllm_gpu_pipe_cache_free(&g->pipes);
     free(g->rec);
     free(g->data);
     wgllm_hal_js_close(g->dev); /* destroys the device and its objects */
@@ -312,9 +306,8 @@ enum wgllm_status wgllm_gpu_readback(struct wgllm_gpu *g, struct wgllm_gpu_buffe
 
 struct wgllm_gpu_pipeline *wgllm_gpu_pipeline_get(struct wgllm_gpu *g, const char *wgsl, const char *label,
                                                   struct wgllm_error *err) {
-    uint64_t h = wgllm_gpu_text_hash(wgsl);
-    for (int i = 0; i < g->n_pipes; i++)
-        if (g->pipes[i]->hash == h && !strcmp(g->pipes[i]->src, wgsl)) return g->pipes[i];
+    struct wgllm_gpu_pipeline *cached = wgllm_gpu_pipe_cache_find(&g->pipes, wgsl);
+    if (cached) return cached;
     struct hal_wait *w = wait_new();
     if (!w) {
         wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for a pipeline");
@@ -335,30 +328,17 @@ struct wgllm_gpu_pipeline *wgllm_gpu_pipeline_get(struct wgllm_gpu *g, const cha
     }
     free(w);
     struct wgllm_gpu_pipeline *p = calloc(1, sizeof *p);
-    char *copy = strdup(wgsl);
-    if (g->n_pipes == g->cap_pipes) {
-        int cap = g->cap_pipes ? 2 * g->cap_pipes : 16;
-        void *np = realloc(g->pipes, (size_t)cap * sizeof *g->pipes);
-        if (np) {
-            g->pipes = np;
-            g->cap_pipes = cap;
-        }
-    }
-    if (!p || !copy || g->n_pipes == g->cap_pipes) {
+    if (!p || !wgllm_gpu_pipe_cache_add(&g->pipes, wgsl, p)) {
         free(p);
-        free(copy);
         wgllm_hal_js_release(id);
         wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for a pipeline");
         return NULL;
     }
     p->id = id;
-    p->hash = h;
-    p->src = copy;
-    g->pipes[g->n_pipes++] = p;
     return p;
 }
 
-int wgllm_gpu_pipeline_count(const struct wgllm_gpu *g) { return g->n_pipes; }
+int wgllm_gpu_pipeline_count(const struct wgllm_gpu *g) { return g->pipes.n; }
 
 struct wgllm_gpu_bindgroup *wgllm_gpu_bindgroup_create(struct wgllm_gpu *g, struct wgllm_gpu_pipeline *p, int n,
                                                        const struct wgllm_gpu_binding *b, struct wgllm_error *err) {
@@ -433,15 +413,6 @@ enum wgllm_status wgllm_gpu_batch_submit(struct wgllm_gpu *g, struct wgllm_error
     }
     flush(g, 1);
     return take_error(g, err, "GPU batch");
-}
-
-enum wgllm_status wgllm_gpu_finish(struct wgllm_gpu *g, struct wgllm_error *err) {
-    struct wgllm_gpu_buffer *tmp = wgllm_gpu_buffer_create(g, 16, WGLLM_GPU_STORAGE, "finish", err);
-    if (!tmp) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-    uint32_t v;
-    enum wgllm_status st = wgllm_gpu_buffer_read(g, tmp, 0, &v, 4, err);
-    wgllm_gpu_buffer_destroy(g, tmp);
-    return st;
 }
 
 uint64_t wgllm_gpu_bytes_allocated(const struct wgllm_gpu *g) { return g->bytes; }

@@ -40,6 +40,5 @@ void wgllm_gpu_dispatch(struct wgllm_gpu *g, struct wgllm_gpu_pipeline *p, struc
 void wgllm_gpu_copy(struct wgllm_gpu *g, struct wgllm_gpu_buffer *src, uint64_t src_off, struct wgllm_gpu_buffer *dst,
                     uint64_t dst_off, uint64_t size) { NO_DEVICE(); }
 enum wgllm_status wgllm_gpu_batch_submit(struct wgllm_gpu *g, struct wgllm_error *err) { NO_DEVICE(); }
-enum wgllm_status wgllm_gpu_finish(struct wgllm_gpu *g, struct wgllm_error *err) { NO_DEVICE(); }
 uint64_t wgllm_gpu_bytes_allocated(const struct wgllm_gpu *g) { return 0; }
 int wgllm_gpu_buffer_count(const struct wgllm_gpu *g) { return 0; }

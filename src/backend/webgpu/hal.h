@@ -100,8 +100,21 @@ enum wgllm_status wgllm_gpu_batch_submit(struct wgllm_gpu *g, struct wgllm_error
  * path waits by reading back its own READBACK buffer. */
 enum wgllm_status wgllm_gpu_finish(struct wgllm_gpu *g, struct wgllm_error *err);
 
-/* For the HAL implementations: the hash of their pipeline caches (hal_common.c). */
-uint64_t wgllm_gpu_text_hash(const char *s);
+/* For the HAL implementations (hal_common.c): the cache of compiled
+ * pipelines keyed by their WGSL text, which both keep. It owns copies of the
+ * texts, not the pipelines. */
+struct wgllm_gpu_pipe_cache {
+    struct wgllm_gpu_pipe_entry {
+        uint64_t hash;
+        char *src;
+        struct wgllm_gpu_pipeline *p;
+    } *e;
+    int n, cap;
+};
+struct wgllm_gpu_pipeline *wgllm_gpu_pipe_cache_find(const struct wgllm_gpu_pipe_cache *c, const char *wgsl);
+/* false when out of memory (then nothing changed). */
+bool wgllm_gpu_pipe_cache_add(struct wgllm_gpu_pipe_cache *c, const char *wgsl, struct wgllm_gpu_pipeline *p);
+void wgllm_gpu_pipe_cache_free(struct wgllm_gpu_pipe_cache *c);
 
 /* Telemetry: buffers alive and their bytes (constant after load). */
 uint64_t wgllm_gpu_bytes_allocated(const struct wgllm_gpu *g);

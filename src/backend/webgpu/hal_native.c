@@ -35,8 +35,6 @@ struct wgllm_gpu_buffer {
 struct wgllm_gpu_pipeline {
     WGPUComputePipeline pipe;
     WGPUBindGroupLayout layout;
-    uint64_t hash;
-    char *src;
 };
 
 struct wgllm_gpu_bindgroup {
@@ -53,8 +51,7 @@ struct wgllm_gpu {
     WGPUQueue queue;
     struct wgllm_gpu_info info;
 
-    struct wgllm_gpu_pipeline **pipes;
-    int n_pipes, cap_pipes;
+    struct wgllm_gpu_pipe_cache pipes;
 
     WGPUCommandEncoder enc; /* the open batch */
     WGPUComputePassEncoder pass;
@@ -393,14 +390,13 @@ enum wgllm_status wgllm_gpu_open(struct wgllm_gpu **out, struct wgllm_error *err
 
 void wgllm_gpu_close(struct wgllm_gpu *g) {
     if (!g) return;
-    for (int i = 0; i < g->n_pipes; i++) {
-        struct wgllm_gpu_pipeline *p = g->pipes[i];
+    for (int i = 0; i < g->pipes.n; i++) {
+        struct wgllm_gpu_pipeline *p = g->pipes.e[i].p;
         if (p->layout) g->f.wgpuBindGroupLayoutRelease(p->layout);
         if (p->pipe) g->f.wgpuComputePipelineRelease(p->pipe);
-        free(p->src);
         free(p);
     }
-    free(g->pipes);
+    wgllm_gpu_pipe_cache_free(&g->pipes);
     if (g->timed_out) {
         wgllm_log(WGLLM_LOG_WARN, "webgpu: work on the device did not finish; leaving the device open");
         free(g);
@@ -541,9 +537,8 @@ static void on_pop_scope(uint32_t status, uint32_t type, WGPUStringView message,
 
 struct wgllm_gpu_pipeline *wgllm_gpu_pipeline_get(struct wgllm_gpu *g, const char *wgsl, const char *label,
                                                   struct wgllm_error *err) {
-    uint64_t h = wgllm_gpu_text_hash(wgsl);
-    for (int i = 0; i < g->n_pipes; i++)
-        if (g->pipes[i]->hash == h && !strcmp(g->pipes[i]->src, wgsl)) return g->pipes[i];
+    struct wgllm_gpu_pipeline *cached = wgllm_gpu_pipe_cache_find(&g->pipes, wgsl);
+    if (cached) return cached;
 
     g->f.wgpuDevicePushErrorScope(g->device, WGPUErrorFilter_Validation);
     WGPUShaderSourceWGSL src = {{NULL, WGPUSType_ShaderSourceWGSL}, sv(wgsl)};
@@ -567,31 +562,18 @@ struct wgllm_gpu_pipeline *wgllm_gpu_pipeline_get(struct wgllm_gpu *g, const cha
         return NULL;
     }
     struct wgllm_gpu_pipeline *p = calloc(1, sizeof *p);
-    char *copy = strdup(wgsl);
-    if (g->n_pipes == g->cap_pipes) {
-        int cap = g->cap_pipes ? 2 * g->cap_pipes : 16;
-        void *np = realloc(g->pipes, (size_t)cap * sizeof *g->pipes);
-        if (np) {
-            g->pipes = np;
-            g->cap_pipes = cap;
-        }
-    }
-    if (!p || !copy || g->n_pipes == g->cap_pipes) {
+    if (!p || !wgllm_gpu_pipe_cache_add(&g->pipes, wgsl, p)) {
         free(p);
-        free(copy);
         g->f.wgpuComputePipelineRelease(pipe);
         wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for a pipeline");
         return NULL;
     }
     p->pipe = pipe;
     p->layout = g->f.wgpuComputePipelineGetBindGroupLayout(pipe, 0);
-    p->hash = h;
-    p->src = copy;
-    g->pipes[g->n_pipes++] = p;
     return p;
 }
 
-int wgllm_gpu_pipeline_count(const struct wgllm_gpu *g) { return g->n_pipes; }
+int wgllm_gpu_pipeline_count(const struct wgllm_gpu *g) { return g->pipes.n; }
 
 struct wgllm_gpu_bindgroup *wgllm_gpu_bindgroup_create(struct wgllm_gpu *g, struct wgllm_gpu_pipeline *p, int n,
                                                        const struct wgllm_gpu_binding *b, struct wgllm_error *err) {
@@ -676,16 +658,6 @@ enum wgllm_status wgllm_gpu_batch_submit(struct wgllm_gpu *g, struct wgllm_error
     }
     g->f.wgpuInstanceProcessEvents(g->instance);
     return take_error(g, err, "GPU batch");
-}
-
-enum wgllm_status wgllm_gpu_finish(struct wgllm_gpu *g, struct wgllm_error *err) {
-    /* A 4-byte readback of a tiny buffer is the portable "wait for the queue". */
-    struct wgllm_gpu_buffer *tmp = wgllm_gpu_buffer_create(g, 16, WGLLM_GPU_STORAGE, "finish", err);
-    if (!tmp) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-    uint32_t v;
-    enum wgllm_status st = wgllm_gpu_buffer_read(g, tmp, 0, &v, 4, err);
-    wgllm_gpu_buffer_destroy(g, tmp);
-    return st;
 }
 
 uint64_t wgllm_gpu_bytes_allocated(const struct wgllm_gpu *g) { return g->bytes; }
