@@ -314,7 +314,7 @@ static void run_control(struct wgllm_engine *e) {
     }
 }
 
-static void engine_step_once(struct wgllm_engine *e);
+static void *engine_main(void *arg);
 
 /* Runs fn(e, arg) on the engine thread between ticks and waits for it (or,
  * without a thread, steps the engine until it ran). */
@@ -331,7 +331,7 @@ static void run_on_engine(struct wgllm_engine *e, void (*fn)(struct wgllm_engine
             continue;
         }
         pthread_mutex_unlock(&e->mu);
-        engine_step_once(e);
+        engine_main(e);
         pthread_mutex_lock(&e->mu);
     }
     pthread_mutex_unlock(&e->mu);
@@ -701,7 +701,6 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
-static void engine_step_once(struct wgllm_engine *e) { engine_main(e); }
 
 bool wgllm_engine_step(struct wgllm_engine *e) {
     WGLLM_ASSERT(e->p.no_thread);

@@ -113,7 +113,6 @@ struct wgllm_webgpu_ctx {
     struct wgllm_gpu_bindgroup **shift_bg;
     int shift_slot;
     struct wgllm_gpu_buffer *id_rb[2]; /* greedy on the GPU: the sampled ids, read back alternately */
-    bool sampling;                     /* generate_sampled runs: the SAMPLE op instead of ARGMAX */
     float *rope_host;
     uint32_t *step_host;
     int32_t *b_pos, *b_seq; /* the single-sequence API's batch */
@@ -1040,7 +1039,7 @@ const float *wgllm_webgpu_output(const struct wgllm_webgpu_ctx *g, int j, bool e
 /* Queues one decode step of sequence 0 at `pos`: its token is `tok`, or
  * (tok < 0) the id the previous step's argmax left in the step buffer;
  * the step's own argmax goes there too and is copied to id_rb[rb]. */
-static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, int32_t tok, int pos, int rb,
+static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, bool sampled, int32_t tok, int pos, int rb,
                                            struct wgllm_error *err) {
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint64_t B = (uint64_t)g->n_batch;
@@ -1055,11 +1054,15 @@ static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, int32_t t
     wgllm_gpu_batch_begin(g->gpu);
     record(g, 0, g->n_ops_layers, 1);
     record(g, g->n_ops_layers, g->n_ops_logits, 1);
-    const int pick = g->n_ops_logits + (g->sampling ? 1 : 0); /* the argmax, or the sampler */
+    const int pick = g->n_ops_logits + (sampled ? 1 : 0); /* the argmax, or the sampler */
     record(g, pick, pick + 1, 1);
     wgllm_gpu_copy(g->gpu, g->step, 0, g->id_rb[rb], 0, 16);
     return wgllm_gpu_batch_submit(g->gpu, err);
 }
+
+static enum wgllm_status generate_on_gpu(struct wgllm_webgpu_ctx *g, bool sampled, int n,
+                                         bool (*on_token)(int32_t, void *), void *user, int *n_out,
+                                         struct wgllm_error *err);
 
 /* The first sampled token, from the logits row the prompt's pass left on
  * the GPU (one output row): only the SAMPLE dispatch, seeded by position n_past. */
@@ -1099,17 +1102,21 @@ enum wgllm_status wgllm_webgpu_generate_sampled(struct wgllm_webgpu_ctx *g, cons
                                      .c = (uint32_t)(sp->seed ^ (sp->seed >> 32)), .f0 = sp->temperature,
                                      .f1 = sp->top_p, .f2 = sp->min_p};
     wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)o->slot * SLOT_BYTES, &sk, sizeof sk);
-    g->sampling = true;
-    enum wgllm_status st = wgllm_webgpu_generate_greedy(g, n, on_token, user, n_out, err);
-    g->sampling = false;
-    return st;
+    return generate_on_gpu(g, true, n, on_token, user, n_out, err);
 }
 
 enum wgllm_status wgllm_webgpu_generate_greedy(struct wgllm_webgpu_ctx *g, int n, bool (*on_token)(int32_t, void *),
                                                void *user, int *n_out, struct wgllm_error *err) {
+    return generate_on_gpu(g, false, n, on_token, user, n_out, err);
+}
+
+/* Both: each step's token picked on the GPU (the argmax, or the SAMPLE op
+ * whose parameter slot generate_sampled has written). */
+static enum wgllm_status generate_on_gpu(struct wgllm_webgpu_ctx *g, bool sampled, int n,
+                                         bool (*on_token)(int32_t, void *), void *user, int *n_out,
+                                         struct wgllm_error *err) {
     *n_out = 0;
     const int V = g->model->hp.n_vocab;
-    const bool sampled = g->sampling;
     if (g->n_logits < 1)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "greedy generation needs the logits of a decode first");
     if (n <= 0) return WGLLM_STATUS_OK;
@@ -1130,7 +1137,7 @@ enum wgllm_status wgllm_webgpu_generate_greedy(struct wgllm_webgpu_ctx *g, int n
     for (int k = 0; k < n; k++) {
         /* keep one step ahead: step k+1 is queued before token k is read */
         while (!s && queued < WGLLM_MIN(k + 1, n - 1) && p0 + queued < g->n_ctx) {
-            s = queue_greedy_step(g, queued == 0 ? tok : -1, p0 + queued, (queued + 1) % 2, err);
+            s = queue_greedy_step(g, sampled, queued == 0 ? tok : -1, p0 + queued, (queued + 1) % 2, err);
             queued++;
         }
         if (s) break;
