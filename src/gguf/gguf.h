@@ -77,7 +77,7 @@ struct wgllm_gguf_tensor {
     uint32_t type;                    /* ggml type id (see quant/quant.h) */
     uint64_t offset;                  /* from the start of its file's data section */
     uint64_t size;                    /* bytes */
-    const void *data;                 /* into the mapping */
+    const void *data;                 /* into the mapping; NULL when not mapped (open_source) */
     int split;                        /* which file of a split model (0-based) */
 };
 
@@ -87,6 +87,45 @@ struct wgllm_gguf;
  * On failure returns non-OK, *out = NULL, and err names the problem. */
 enum wgllm_status wgllm_gguf_open(const char *path, struct wgllm_gguf **out,
                                   struct wgllm_error *err);
+/* ---- reading without a mapping ---------------------------------------
+ * When a model's bytes are not in this process's address space -- a browser's
+ * OPFS file or user-picked File, read asynchronously by the host -- the
+ * reader pulls only the header (key/values and tensor infos) through `read`,
+ * growing its request until the header fits, and leaves tensor data where it
+ * is: every tensor's `data` is NULL and wgllm_gguf_read_tensor copies ranges
+ * of it on demand. So a multi-GB model never has to sit in memory whole,
+ * which is what lets the browser stream weights straight into GPU buffers.
+ * Validation and messages are the same as for a mapped file. */
+struct wgllm_gguf_source {
+    int n_files;                 /* 1, or every shard of a split model, in order (1..65535) */
+    const uint64_t *sizes;       /* bytes of each file (copied at open) */
+    const char *const *names;    /* each file's name for messages (copied); NULL: "file N" */
+    /* Copies n bytes at `offset` of file `file` into dst. Only called with
+     * ranges inside sizes[file]. Returns OK, or a status with err naming what
+     * failed (the reader adds which file and range). */
+    enum wgllm_status (*read)(void *user, int file, uint64_t offset, void *dst, size_t n,
+                              struct wgllm_error *err);
+    void *user;                  /* passed to read; must outlive the context */
+};
+
+/* Opens a model whose bytes come from `src` (see above). The split keys
+ * (split.no, split.count, split.tensors.count) are checked against the files
+ * given, as wgllm_gguf_open checks them against the shards it finds. */
+enum wgllm_status wgllm_gguf_open_source(const struct wgllm_gguf_source *src, struct wgllm_gguf **out,
+                                         struct wgllm_error *err);
+/* Like wgllm_gguf_open (split shards found by name), but nothing is mapped:
+ * the files stay open and tensor data is read with pread on demand. */
+enum wgllm_status wgllm_gguf_open_unmapped(const char *path, struct wgllm_gguf **out,
+                                           struct wgllm_error *err);
+/* True when tensor data is addressable (every tensor's `data` is set): files
+ * opened with wgllm_gguf_open or wgllm_gguf_open_memory. */
+bool wgllm_gguf_mapped(const struct wgllm_gguf *g);
+/* Copies bytes [offset, offset + n) of tensor t's data into dst, from the
+ * mapping or through the source; a range outside the tensor is
+ * INVALID_ARGUMENT. Errors name the tensor. */
+enum wgllm_status wgllm_gguf_read_tensor(const struct wgllm_gguf *g, const struct wgllm_gguf_tensor *t,
+                                         uint64_t offset, void *dst, size_t n, struct wgllm_error *err);
+
 /* Parses an in-memory buffer (not copied; must outlive the ctx). For tests/fuzzing. */
 enum wgllm_status wgllm_gguf_open_memory(const void *data, size_t size, struct wgllm_gguf **out,
                                          struct wgllm_error *err);
