@@ -446,6 +446,156 @@ static bool consistent(const struct wgllm_gguf *g, const uint8_t *buf, size_t si
     return true;
 }
 
+/* ---- reading through a source -------------------------------------------------- */
+
+/* An in-memory wgllm_gguf_source: each file an exact-size heap copy, so ASan
+ * sees a read outside it; counts calls and can fail a chosen range. */
+struct mem_src {
+    int n;
+    uint8_t *data[8];
+    uint64_t size[8];
+    const char *names[8];
+    int calls;
+    uint64_t max_end;  /* furthest byte read (any file) */
+    bool bad_range;    /* the reader asked for a range outside a file */
+    int fail_file;     /* -1: never fail */
+    uint64_t fail_at;  /* a read of fail_file covering this byte fails */
+};
+
+static enum wgllm_status mem_read(void *user, int file, uint64_t offset, void *dst, size_t n,
+                                  struct wgllm_error *err) {
+    struct mem_src *m = user;
+    m->calls++;
+    if (file < 0 || file >= m->n || n == 0 || offset > m->size[file] || n > m->size[file] - offset) {
+        m->bad_range = true;
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "range outside the file");
+    }
+    if (file == m->fail_file && offset <= m->fail_at && m->fail_at < offset + n)
+        return wgllm_error_set(err, WGLLM_STATUS_IO, "the disk is on fire");
+    memcpy(dst, m->data[file] + offset, n);
+    if (offset + n > m->max_end) m->max_end = offset + n;
+    return WGLLM_STATUS_OK;
+}
+
+static void mem_src_init(struct mem_src *m) {
+    memset(m, 0, sizeof(*m));
+    m->fail_file = -1;
+}
+
+/* Adds a copy of buf as the next file. */
+static void mem_src_add(struct mem_src *m, const void *buf, size_t size, const char *name) {
+    m->data[m->n] = malloc(size ? size : 1);
+    memcpy(m->data[m->n], buf, size);
+    m->size[m->n] = size;
+    m->names[m->n] = name;
+    m->n++;
+}
+
+static void mem_src_free(struct mem_src *m) {
+    for (int i = 0; i < m->n; i++) free(m->data[i]);
+    m->n = 0;
+}
+
+static enum wgllm_status mem_src_open(struct mem_src *m, bool named, struct wgllm_gguf **g,
+                                      struct wgllm_error *err) {
+    struct wgllm_gguf_source src = {
+        .n_files = m->n,
+        .sizes = m->size,
+        .names = named ? m->names : NULL,
+        .read = mem_read,
+        .user = m,
+    };
+    return wgllm_gguf_open_source(&src, g, err);
+}
+
+/* Everything the two contexts hand out is equal; b's tensor bytes are read
+ * with wgllm_gguf_read_tensor (whole and in pieces) and compared with a's. */
+static void check_same(const struct wgllm_gguf *a, const struct wgllm_gguf *b) {
+    CHECK_EQ_INT(wgllm_gguf_version(a), wgllm_gguf_version(b));
+    CHECK_EQ_INT(wgllm_gguf_alignment(a), wgllm_gguf_alignment(b));
+    CHECK_EQ_INT(wgllm_gguf_n_splits(a), wgllm_gguf_n_splits(b));
+    CHECK_EQ_INT(wgllm_gguf_file_size(a), wgllm_gguf_file_size(b));
+    for (int i = 0; i < wgllm_gguf_n_splits(a) && i < wgllm_gguf_n_splits(b); i++)
+        CHECK_EQ_INT(wgllm_gguf_data_offset(a, i), wgllm_gguf_data_offset(b, i));
+    CHECK_EQ_INT(wgllm_gguf_n_kv(a), wgllm_gguf_n_kv(b));
+    int bad = 0;
+    for (int64_t i = 0; i < wgllm_gguf_n_kv(a) && i < wgllm_gguf_n_kv(b); i++) {
+        const struct wgllm_gguf_kv *x = wgllm_gguf_kv_at(a, i), *y = wgllm_gguf_kv_at(b, i);
+        if (x->key.len != y->key.len || memcmp(x->key.data, y->key.data, x->key.len) != 0 ||
+            !value_eq(&x->value, &y->value))
+            bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(wgllm_gguf_n_tensors(a), wgllm_gguf_n_tensors(b));
+    CHECK(wgllm_gguf_mapped(a));
+    CHECK(!wgllm_gguf_mapped(b));
+    struct wgllm_error err;
+    for (int64_t i = 0; i < wgllm_gguf_n_tensors(a) && i < wgllm_gguf_n_tensors(b); i++) {
+        const struct wgllm_gguf_tensor *x = wgllm_gguf_tensor_at(a, i), *y = wgllm_gguf_tensor_at(b, i);
+        CHECK(x->name.len == y->name.len && memcmp(x->name.data, y->name.data, x->name.len) == 0);
+        CHECK(x->n_dims == y->n_dims && x->type == y->type && x->offset == y->offset &&
+              x->size == y->size && x->split == y->split);
+        CHECK(memcmp(x->ne, y->ne, sizeof(x->ne)) == 0);
+        CHECK(x->data != NULL && y->data == NULL);
+        if (x->size == 0) continue;
+        /* whole, the first and last byte, and a middle stretch */
+        uint64_t sz = x->size;
+        const uint64_t ranges[][2] = {{0, sz}, {0, 1}, {sz - 1, 1}, {sz / 3, sz / 2}, {sz, 0}};
+        uint8_t *buf = malloc(sz + 1), *buf2 = malloc(sz + 1);
+        for (size_t r = 0; r < sizeof(ranges) / sizeof(ranges[0]); r++) {
+            uint64_t off = ranges[r][0], n = ranges[r][1];
+            memset(buf, 0xa5, sz + 1);
+            CHECK_EQ_INT(wgllm_gguf_read_tensor(b, y, off, buf, n, &err), WGLLM_STATUS_OK);
+            CHECK(memcmp(buf, (const uint8_t *)x->data + off, n) == 0);
+            CHECK_EQ_INT(buf[n], 0xa5);
+            /* the mapped context reads the same way */
+            CHECK_EQ_INT(wgllm_gguf_read_tensor(a, x, off, buf2, n, &err), WGLLM_STATUS_OK);
+            CHECK(memcmp(buf, buf2, n) == 0);
+        }
+        /* outside the tensor, including offsets whose sum overflows */
+        const uint64_t outside[][2] = {{0, sz + 1}, {sz, 1}, {sz + 1, 0}, {1, sz}, {UINT64_MAX, 2},
+                                       {2, UINT64_MAX}};
+        for (size_t r = 0; r < sizeof(outside) / sizeof(outside[0]); r++) {
+            if (outside[r][1] > SIZE_MAX) continue;
+            err.message[0] = '\0';
+            CHECK_EQ_INT(wgllm_gguf_read_tensor(b, y, outside[r][0], buf, (size_t)outside[r][1], &err),
+                         WGLLM_STATUS_INVALID_ARGUMENT);
+            CHECK(strstr(err.message, "outside") != NULL);
+            CHECK_EQ_INT(wgllm_gguf_read_tensor(a, x, outside[r][0], buf, (size_t)outside[r][1], &err),
+                         WGLLM_STATUS_INVALID_ARGUMENT);
+        }
+        free(buf);
+        free(buf2);
+    }
+}
+
+/* Opens buf[0, n) with open_memory and through a source named `name`: same
+ * status, and the source's message is "name: " + open_memory's. */
+static bool same_as_memory(const uint8_t *buf, size_t n, const char *name, size_t at) {
+    uint8_t *p = malloc(n ? n : 1);
+    memcpy(p, buf, n);
+    struct wgllm_gguf *g = NULL, *h = NULL;
+    struct wgllm_error e1, e2;
+    e1.message[0] = e2.message[0] = '\0';
+    enum wgllm_status s1 = wgllm_gguf_open_memory(p, n, &g, &e1);
+    struct mem_src m;
+    mem_src_init(&m);
+    mem_src_add(&m, buf, n, name);
+    enum wgllm_status s2 = mem_src_open(&m, true, &h, &e2);
+    char want[1100];
+    snprintf(want, sizeof(want), "%s: %s", name, e1.message);
+    bool ok = s1 == s2 && (g == NULL) == (h == NULL) && !m.bad_range &&
+              (s1 == WGLLM_STATUS_OK || strcmp(want, e2.message) == 0);
+    if (!ok)
+        fprintf(stderr, "  at %zu: memory %d \"%s\"\n         source %d \"%s\"\n", at, (int)s1,
+                e1.message, (int)s2, e2.message);
+    wgllm_gguf_free(g);
+    wgllm_gguf_free(h);
+    mem_src_free(&m);
+    free(p);
+    return ok;
+}
+
 TEST(test_truncate_every_offset) {
     size_t size;
     uint8_t *full = small_file(&size);
@@ -470,6 +620,11 @@ TEST(test_truncate_every_offset) {
         free(p);
     }
     CHECK_EQ_INT(bad, 0);
+    /* through a source: the same status and message, behind the file's name */
+    bad = 0;
+    for (size_t n = 0; n <= size; n++)
+        if (!same_as_memory(full, n, "small.gguf", n) && bad++ > 5) break;
+    CHECK_EQ_INT(bad, 0);
     /* the same through a real (mmapped) file, at a few offsets */
     const char *path = test_tmp_path(".gguf");
     for (size_t n = 1; n < size; n += size / 7) {
@@ -479,6 +634,10 @@ TEST(test_truncate_every_offset) {
         g = NULL;
         CHECK(wgllm_gguf_open(path, &g, &err) != WGLLM_STATUS_OK);
         CHECK(g == NULL && strstr(err.message, path) != NULL);
+        struct wgllm_error err2;
+        CHECK(wgllm_gguf_open_unmapped(path, &g, &err2) == err.status);
+        CHECK(g == NULL);
+        CHECK_STR(err2.message, err.message);
     }
     unlink(path);
     free(full);
@@ -578,6 +737,8 @@ static void expect_fail(struct bb *b, enum wgllm_status want, const char *needle
                 (int)st, (int)want, err.message, needle);
         test_checks_failed_in_current++;
     }
+    /* and through a source, the same way */
+    if (!same_as_memory(b->p, b->n, "hostile.gguf", (size_t)line)) test_checks_failed_in_current++;
     wgllm_gguf_free(g);
     free(p);
 }
@@ -837,6 +998,332 @@ TEST(test_split_roundtrip) {
     unlink(p3);
 }
 
+#define BIG_TOKENS 40000
+
+/* A file whose header (~1.5 MB of tokens) is far larger than the reader's
+ * first read, with a 4 MiB tensor after it; written to `path`, returned read back. */
+static uint8_t *big_file(const char *path, size_t *size) {
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    wgllm_gguf_writer_set_str(w, "general.architecture", "llama");
+    char *chars = malloc((size_t)BIG_TOKENS * 32);
+    const char **toks = malloc(BIG_TOKENS * sizeof(*toks));
+    float *scores = malloc(BIG_TOKENS * sizeof(*scores));
+    uint8_t *flags = malloc(BIG_TOKENS);
+    for (int i = 0; i < BIG_TOKENS; i++) {
+        snprintf(chars + (size_t)i * 32, 32, "tok_%05d_%.*s", i % 100000, i % 20, "abcdefghijklmnopqrst");
+        toks[i] = chars + (size_t)i * 32;
+        scores[i] = (float)i * 0.25f;
+        flags[i] = (uint8_t)(i % 3 == 0);
+    }
+    wgllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, BIG_TOKENS);
+    wgllm_gguf_writer_set_arr(w, "tokenizer.ggml.scores", WGLLM_GGUF_TYPE_FLOAT32, scores, BIG_TOKENS);
+    wgllm_gguf_writer_set_arr(w, "flags", WGLLM_GGUF_TYPE_BOOL, flags, BIG_TOKENS);
+    wgllm_gguf_writer_set_u32(w, "after.the.arrays", 7);
+    uint64_t ne0[2] = {1024, 1024}, ne1[1] = {64}, ne2[1] = {7};
+    wgllm_gguf_writer_add_tensor(w, "big", WGLLM_TYPE_F32, 2, ne0);
+    wgllm_gguf_writer_add_tensor(w, "q", WGLLM_TYPE_Q8_0, 1, ne1);
+    wgllm_gguf_writer_add_tensor(w, "odd", WGLLM_TYPE_F32, 1, ne2);
+    struct wgllm_error err;
+    enum wgllm_status st = wgllm_gguf_writer_write(w, path, fill_pattern, NULL, &err);
+    wgllm_gguf_writer_free(w);
+    free(chars);
+    free(toks);
+    free(scores);
+    free(flags);
+    if (st != WGLLM_STATUS_OK) return NULL;
+    return (uint8_t *)test_read_file(path, size);
+}
+
+TEST(test_source_big_header) {
+    const char *path = test_tmp_path(".gguf");
+    size_t size;
+    uint8_t *full = big_file(path, &size);
+    unlink(path);
+    CHECK(full != NULL);
+    if (!full) return;
+    struct wgllm_gguf *a = NULL, *b = NULL;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_gguf_open_memory(full, size, &a, &err), WGLLM_STATUS_OK);
+    if (!a) return;
+    uint64_t header = wgllm_gguf_data_offset(a, 0);
+    CHECK(header > 1000000 && size > header + 4000000);
+
+    struct mem_src m;
+    mem_src_init(&m);
+    mem_src_add(&m, full, size, "big.gguf");
+    enum wgllm_status st = mem_src_open(&m, true, &b, &err);
+    if (st) fprintf(stderr, "  %s\n", err.message);
+    CHECK_EQ_INT(st, WGLLM_STATUS_OK);
+    /* the header took several reads, and the tensor data was left in place */
+    CHECK(m.calls > 1);
+    CHECK(m.max_end >= header && m.max_end < size);
+    CHECK(!m.bad_range);
+    if (b) {
+        const struct wgllm_gguf_value *v = wgllm_gguf_find(b, "tokenizer.ggml.tokens");
+        CHECK(v && v->v.arr.n == BIG_TOKENS && wgllm_gguf_str_eq(v->v.arr.items[12345].v.str, "tok_12345_abcde"));
+        uint32_t u;
+        CHECK_EQ_INT(wgllm_gguf_get_u32(b, "after.the.arrays", &u, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(u, 7);
+        int calls = m.calls;
+        check_same(a, b);
+        CHECK(m.calls > calls);
+        /* read_tensor asks the source for exactly the tensor's bytes */
+        const struct wgllm_gguf_tensor *t = wgllm_gguf_find_tensor(b, "odd");
+        uint8_t x[4];
+        m.max_end = 0;
+        CHECK(t && wgllm_gguf_read_tensor(b, t, 24, x, 4, &err) == WGLLM_STATUS_OK);
+        if (t) CHECK_EQ_INT(m.max_end, wgllm_gguf_data_offset(b, 0) + t->offset + 28);
+        CHECK(t && x[0] == pattern(2, 24) && x[3] == pattern(2, 27));
+        wgllm_gguf_free(b);
+    }
+    mem_src_free(&m);
+
+    /* Truncations past the first read: the parser must tell "not read yet"
+     * from "past the end of the file" and report exactly what open_memory does. */
+    const size_t cuts[] = {0, 100, 262143, 262144, 262145, 300001, 524288, 700003, 1048576,
+                           (size_t)header - 1, (size_t)header, (size_t)header + 4096, size - 1};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++)
+        if (!same_as_memory(full, cuts[i], "big.gguf", cuts[i])) bad++;
+    CHECK_EQ_INT(bad, 0);
+    /* a count that claims more than the file: same message too */
+    uint8_t *hostile = malloc(size);
+    memcpy(hostile, full, size);
+    const struct wgllm_gguf_value *sv = wgllm_gguf_find(a, "tokenizer.ggml.scores");
+    if (sv) {
+        uint64_t n_at = (uint64_t)((const uint8_t *)sv->v.arr.data - full) - 8, huge = size;
+        memcpy(hostile + n_at, &huge, 8);
+        CHECK(same_as_memory(hostile, size, "big.gguf", (size_t)n_at));
+        huge = (size - (n_at + 8)) / 4 - 1; /* fits the file, runs into the tensor data */
+        memcpy(hostile + n_at, &huge, 8);
+        CHECK(same_as_memory(hostile, size, "big.gguf", (size_t)n_at));
+    }
+    free(hostile);
+    wgllm_gguf_free(a);
+    free(full);
+}
+
+TEST(test_source_read_errors) {
+    size_t size;
+    const char *path = test_tmp_path(".gguf");
+    uint8_t *full = big_file(path, &size);
+    unlink(path);
+    CHECK(full != NULL);
+    if (!full) return;
+    struct wgllm_gguf *g = NULL;
+    struct wgllm_error err;
+    /* a read inside the header fails: the message names the file and the range */
+    struct mem_src m;
+    mem_src_init(&m);
+    mem_src_add(&m, full, size, "model-on-opfs.gguf");
+    m.fail_file = 0;
+    m.fail_at = 600000;
+    CHECK_EQ_INT(mem_src_open(&m, true, &g, &err), WGLLM_STATUS_IO);
+    CHECK(g == NULL);
+    CHECK(strstr(err.message, "model-on-opfs.gguf: ") == err.message);
+    CHECK(strstr(err.message, "[524288, 1048576)") != NULL);
+    CHECK(strstr(err.message, "the disk is on fire") != NULL);
+    /* the first read, and without names: "file 1" */
+    m.fail_at = 0;
+    CHECK_EQ_INT(mem_src_open(&m, false, &g, &err), WGLLM_STATUS_IO);
+    CHECK(strstr(err.message, "file 1: ") == err.message && strstr(err.message, "[0, 262144)") != NULL);
+    /* a read of tensor data fails: the tensor, file and range are named */
+    m.fail_file = -1;
+    CHECK_EQ_INT(mem_src_open(&m, true, &g, &err), WGLLM_STATUS_OK);
+    if (g) {
+        const struct wgllm_gguf_tensor *t = wgllm_gguf_find_tensor(g, "big");
+        m.fail_file = 0;
+        m.fail_at = wgllm_gguf_data_offset(g, 0) + t->offset + 1000;
+        uint8_t *buf = malloc(t->size);
+        CHECK_EQ_INT(wgllm_gguf_read_tensor(g, t, 0, buf, 999, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_gguf_read_tensor(g, t, 0, buf, t->size, &err), WGLLM_STATUS_IO);
+        CHECK(strstr(err.message, "tensor 'big'") != NULL);
+        CHECK(strstr(err.message, "model-on-opfs.gguf") != NULL);
+        char range[64];
+        snprintf(range, sizeof(range), "[%llu, %llu)", (unsigned long long)(m.fail_at - 1000),
+                 (unsigned long long)(m.fail_at - 1000 + t->size));
+        CHECK(strstr(err.message, range) != NULL);
+        CHECK(strstr(err.message, "the disk is on fire") != NULL);
+        free(buf);
+        wgllm_gguf_free(g);
+    }
+    mem_src_free(&m);
+    /* bad arguments */
+    struct wgllm_gguf_source src = {.n_files = 0, .sizes = NULL, .read = mem_read};
+    g = NULL;
+    CHECK_EQ_INT(wgllm_gguf_open_source(&src, &g, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(g == NULL && strstr(err.message, "source") != NULL);
+    CHECK_EQ_INT(wgllm_gguf_open_source(NULL, &g, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    free(full);
+}
+
+/* Opens `path` mapped and unmapped; they must agree in everything. */
+static void check_unmapped(const char *path) {
+    struct wgllm_gguf *a = NULL, *b = NULL;
+    struct wgllm_error err;
+    enum wgllm_status st = wgllm_gguf_open(path, &a, &err);
+    if (st) fprintf(stderr, "  open %s: %s\n", path, err.message);
+    CHECK_EQ_INT(st, WGLLM_STATUS_OK);
+    st = wgllm_gguf_open_unmapped(path, &b, &err);
+    if (st) fprintf(stderr, "  open_unmapped %s: %s\n", path, err.message);
+    CHECK_EQ_INT(st, WGLLM_STATUS_OK);
+    if (a && b) check_same(a, b);
+    wgllm_gguf_free(a);
+    wgllm_gguf_free(b);
+}
+
+/* open and open_unmapped fail the same way. */
+static void check_same_failure(const char *path, enum wgllm_status want, const char *needle) {
+    struct wgllm_gguf *a = NULL, *b = NULL;
+    struct wgllm_error e1, e2;
+    e1.message[0] = e2.message[0] = '\0';
+    CHECK_EQ_INT(wgllm_gguf_open(path, &a, &e1), want);
+    CHECK_EQ_INT(wgllm_gguf_open_unmapped(path, &b, &e2), want);
+    CHECK(a == NULL && b == NULL);
+    CHECK_STR(e1.message, e2.message);
+    CHECK(strstr(e2.message, needle) != NULL);
+}
+
+TEST(test_unmapped_files) {
+    const char *path = test_tmp_path(".gguf");
+    size_t size;
+    uint8_t *full = big_file(path, &size);
+    CHECK(full != NULL);
+    check_unmapped(path);
+    /* truncated: the same message as the mapped reader, naming the path */
+    FILE *f = fopen(path, "wb");
+    fwrite(full, 1, 700000, f);
+    fclose(f);
+    check_same_failure(path, WGLLM_STATUS_BAD_FORMAT, path);
+    f = fopen(path, "wb");
+    fclose(f);
+    check_same_failure(path, WGLLM_STATUS_BAD_FORMAT, "empty");
+    unlink(path);
+    check_same_failure(path, WGLLM_STATUS_IO, "cannot open");
+    free(full);
+
+    /* real vocabularies (headers of 0.6 to 1.8 MB) */
+    check_unmapped(test_shared_path("vocab/ggml-vocab-gpt-2.gguf"));
+    check_unmapped(test_shared_path("vocab/ggml-vocab-bert-bge.gguf"));
+
+    /* a split model, opened by its first and by its last shard */
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    wgllm_gguf_writer_set_str(w, "general.architecture", "llama");
+    char name[32];
+    for (int i = 0; i < 7; i++) {
+        uint64_t ne[2] = {64, 4 + (uint64_t)i};
+        snprintf(name, sizeof(name), "blk.%d.w", i);
+        wgllm_gguf_writer_add_tensor(w, name, WGLLM_TYPE_F32, 2, ne);
+    }
+    char prefix[512], p1[600], p2[600], p3[600];
+    snprintf(prefix, sizeof(prefix), "%s", test_tmp_path("-um"));
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_gguf_writer_write_split(w, prefix, 5000, fill_pattern, NULL, &err), WGLLM_STATUS_OK);
+    wgllm_gguf_writer_free(w);
+    wgllm_gguf_split_path(p1, sizeof(p1), prefix, 1, 3);
+    wgllm_gguf_split_path(p2, sizeof(p2), prefix, 2, 3);
+    wgllm_gguf_split_path(p3, sizeof(p3), prefix, 3, 3);
+    check_unmapped(p1);
+    check_unmapped(p3);
+    struct wgllm_gguf *g = NULL;
+    CHECK_EQ_INT(wgllm_gguf_open_unmapped(p1, &g, &err), WGLLM_STATUS_OK);
+    if (g) {
+        CHECK_EQ_INT(wgllm_gguf_n_splits(g), 3);
+        const struct wgllm_gguf_tensor *t = wgllm_gguf_find_tensor(g, "blk.6.w");
+        uint8_t buf[16];
+        CHECK(t && t->split == 2 && wgllm_gguf_read_tensor(g, t, 100, buf, 16, &err) == WGLLM_STATUS_OK);
+        CHECK(buf[0] == pattern(6, 100) && buf[15] == pattern(6, 115));
+        wgllm_gguf_free(g);
+    }
+    /* a wrong shard in the middle: split.no, named by that shard's path */
+    size_t n1;
+    uint8_t *b1 = (uint8_t *)test_read_file(p1, &n1);
+    size_t n2;
+    uint8_t *b2 = (uint8_t *)test_read_file(p2, &n2);
+    f = fopen(p2, "wb");
+    fwrite(b1, 1, n1, f);
+    fclose(f);
+    check_same_failure(p1, WGLLM_STATUS_BAD_FORMAT, "split.no");
+    struct wgllm_error e;
+    CHECK(wgllm_gguf_open_unmapped(p1, &g, &e) != WGLLM_STATUS_OK && strstr(e.message, p2) == e.message);
+    f = fopen(p2, "wb");
+    fwrite(b2, 1, n2, f);
+    fclose(f);
+    /* a missing shard is named */
+    unlink(p3);
+    check_same_failure(p1, WGLLM_STATUS_IO, "-00003-of-00003.gguf");
+    free(b1);
+    free(b2);
+    unlink(p1);
+    unlink(p2);
+}
+
+TEST(test_source_split) {
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    wgllm_gguf_writer_set_str(w, "general.architecture", "llama");
+    char name[32];
+    for (int i = 0; i < 7; i++) {
+        uint64_t ne[2] = {64, 4 + (uint64_t)i};
+        snprintf(name, sizeof(name), "blk.%d.w", i);
+        wgllm_gguf_writer_add_tensor(w, name, WGLLM_TYPE_F32, 2, ne);
+    }
+    char prefix[512], p[3][600];
+    snprintf(prefix, sizeof(prefix), "%s", test_tmp_path("-src"));
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_gguf_writer_write_split(w, prefix, 5000, fill_pattern, NULL, &err), WGLLM_STATUS_OK);
+    wgllm_gguf_writer_free(w);
+    uint8_t *bytes[3];
+    size_t sizes[3];
+    for (int i = 0; i < 3; i++) {
+        wgllm_gguf_split_path(p[i], sizeof(p[i]), prefix, i + 1, 3);
+        bytes[i] = (uint8_t *)test_read_file(p[i], &sizes[i]);
+        CHECK(bytes[i] != NULL);
+        if (!bytes[i]) return;
+    }
+    static const char *const names[3] = {"shard-a", "shard-b", "shard-c"};
+    struct wgllm_gguf *a = NULL, *b = NULL;
+    CHECK_EQ_INT(wgllm_gguf_open(p[0], &a, &err), WGLLM_STATUS_OK);
+    struct mem_src m;
+    mem_src_init(&m);
+    for (int i = 0; i < 3; i++) mem_src_add(&m, bytes[i], sizes[i], names[i]);
+    CHECK_EQ_INT(mem_src_open(&m, true, &b, &err), WGLLM_STATUS_OK);
+    if (a && b) check_same(a, b);
+    wgllm_gguf_free(b);
+    mem_src_free(&m);
+    wgllm_gguf_free(a);
+
+    /* too few and too many files for split.count */
+    for (int n = 1; n <= 4; n += 1) {
+        if (n == 3) continue;
+        mem_src_init(&m);
+        for (int i = 0; i < n; i++) mem_src_add(&m, bytes[i % 3], sizes[i % 3], names[i % 3]);
+        b = NULL;
+        CHECK_EQ_INT(mem_src_open(&m, true, &b, &err), WGLLM_STATUS_BAD_FORMAT);
+        char want[96];
+        snprintf(want, sizeof(want), "shard-a: gguf: split.count is 3 but the source gives %d file", n);
+        CHECK(b == NULL && strstr(err.message, want) == err.message);
+        mem_src_free(&m);
+    }
+    /* shards out of order: split.no, naming the shard */
+    mem_src_init(&m);
+    mem_src_add(&m, bytes[0], sizes[0], names[0]);
+    mem_src_add(&m, bytes[2], sizes[2], names[2]);
+    mem_src_add(&m, bytes[1], sizes[1], names[1]);
+    CHECK_EQ_INT(mem_src_open(&m, true, &b, &err), WGLLM_STATUS_BAD_FORMAT);
+    CHECK(strstr(err.message, "shard-c: gguf: key 'split.no' is 2, expected 1") == err.message);
+    mem_src_free(&m);
+    /* a single file that says it is one of 3 */
+    mem_src_init(&m);
+    mem_src_add(&m, bytes[0], sizes[0], names[0]);
+    CHECK_EQ_INT(mem_src_open(&m, true, &b, &err), WGLLM_STATUS_BAD_FORMAT);
+    CHECK(strstr(err.message, "split.count is 3") != NULL);
+    mem_src_free(&m);
+    for (int i = 0; i < 3; i++) {
+        free(bytes[i]);
+        unlink(p[i]);
+    }
+}
+
 int main(void) {
     wgllm_base_init();
     wgllm_quant_init();
@@ -848,5 +1335,9 @@ int main(void) {
     RUN(test_flip_every_offset);
     RUN(test_hostile_headers);
     RUN(test_split_roundtrip);
+    RUN(test_source_big_header);
+    RUN(test_source_read_errors);
+    RUN(test_unmapped_files);
+    RUN(test_source_split);
     return test_summary("test_gguf");
 }
