@@ -1,5 +1,7 @@
 /*
- * gguf.c - the GGUF reader: mapping, validation, lookup, split models.
+ * gguf.c - the GGUF reader: mapping, validation, lookup, split models, and
+ * reading through a source (header only, by growing prefixes; tensor data on
+ * demand) for bytes that cannot be mapped, such as a browser's OPFS file.
  *
  * Every count, length and offset read from a file is checked against the
  * bytes that remain before it is used (overflow-checked), so a truncated or
