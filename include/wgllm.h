@@ -84,6 +84,14 @@ struct wgllm_model_params {
     int n_threads;                  /* threads for CPU work; 0 = all cores */
     wgllm_progress_fn progress;     /* NULL = no progress reports */
     void *progress_user_data;       /* passed to `progress` */
+    /* false (default): the file is memory-mapped and the weights are read in
+     * at load. true: nothing is mapped; the weights stay in the file and are
+     * read in bounded chunks only when a backend copies them -- the WebGPU
+     * backend uploads them straight into GPU buffers -- so they never sit in
+     * this process's memory (what the browser does with OPFS files). Such a
+     * model runs only on the WebGPU backend (`auto` means WebGPU for it); a
+     * CPU context refuses it. */
+    bool stream_weights;
 };
 
 struct wgllm_model_params wgllm_model_default_params(void);

@@ -1103,6 +1103,51 @@ TEST(test_source_big_header) {
     free(full);
 }
 
+/* A file of `size` bytes whose first `n` are `head` and the rest zeros,
+ * without holding them: a hostile header's claims cost nothing to test. */
+struct zero_src {
+    const uint8_t *head;
+    size_t n;
+    uint64_t most; /* the largest single read asked for */
+};
+
+static enum wgllm_status zero_read(void *user, int file, uint64_t offset, void *dst, size_t n,
+                                   struct wgllm_error *err) {
+    struct zero_src *z = user;
+    (void)file, (void)err;
+    if (n > z->most) z->most = n;
+    memset(dst, 0, n);
+    if (offset < z->n) memcpy(dst, z->head + offset, WGLLM_MIN(n, (size_t)(z->n - offset)));
+    return WGLLM_STATUS_OK;
+}
+
+TEST(test_source_header_cap) {
+    /* GGUF v3, 0 tensors, 1 key "a" of type str whose length claims 600 MB of a 700 MB file */
+    uint8_t head[64] = {'G', 'G', 'U', 'F', 3};
+    size_t n = 8;
+    uint64_t v64 = 0;
+    memcpy(head + n, &v64, 8), n += 8; /* tensors */
+    v64 = 1;
+    memcpy(head + n, &v64, 8), n += 8; /* key/values */
+    memcpy(head + n, &v64, 8), n += 8; /* key length */
+    head[n++] = 'a';
+    uint32_t type = WGLLM_GGUF_TYPE_STRING;
+    memcpy(head + n, &type, 4), n += 4;
+    v64 = 600ull << 20;
+    memcpy(head + n, &v64, 8), n += 8;
+    struct zero_src z = {head, n, 0};
+    const uint64_t size = 700ull << 20;
+    const char *name = "huge.gguf";
+    struct wgllm_gguf_source src = {.n_files = 1, .sizes = &size, .names = &name, .read = zero_read, .user = &z};
+    struct wgllm_gguf *g = NULL;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_gguf_open_source(&src, &g, &err), WGLLM_STATUS_BAD_FORMAT);
+    CHECK(g == NULL);
+    CHECK(strstr(err.message, "huge.gguf: ") == err.message && strstr(err.message, "too large to read into memory"));
+    CHECK(z.most <= (512u << 20)); /* never asked for more than the cap */
+    wgllm_gguf_free(g);
+}
+
 TEST(test_source_read_errors) {
     size_t size;
     const char *path = test_tmp_path(".gguf");
@@ -1336,6 +1381,7 @@ int main(void) {
     RUN(test_hostile_headers);
     RUN(test_split_roundtrip);
     RUN(test_source_big_header);
+    RUN(test_source_header_cap);
     RUN(test_source_read_errors);
     RUN(test_unmapped_files);
     RUN(test_source_split);

@@ -21,6 +21,7 @@ struct opts {
     bool context_shift;                            /* run, chat: shift a full context instead of failing */
     int keep;                                      /* run, chat: tokens a shift keeps after the BOS; -1 = the prompt */
     uint64_t gpu_mem;                              /* --gpu-mem: WebGPU memory budget in bytes (0 = none) */
+    bool stream_weights;                           /* --stream-weights: weights stay in the file until uploaded */
     bool quick;                                    /* tune: a few candidates per group */
     const char *cache;                             /* tune: the cache file (default: tune.h's path) */
     int budget;                                    /* tune: seconds for the whole sweep (0: default) */

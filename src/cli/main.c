@@ -53,7 +53,9 @@ static const char *usage_text =
     "common options: -t/--threads N (default: all cores)\n"
     "                -b/--backend cpu|webgpu|auto (run, bench, logits, info; default cpu; auto = WebGPU\n"
     "                on a hardware GPU adapter, else the CPU; info --plan prints the WebGPU memory plan)\n"
-    "                --gpu-mem SIZE (WebGPU memory budget, e.g. 512M or 2G: the context shrinks to fit)\n";
+    "                --gpu-mem SIZE (WebGPU memory budget, e.g. 512M or 2G: the context shrinks to fit)\n"
+    "                --stream-weights (WebGPU only: map nothing; the weights go from the file to the GPU\n"
+    "                in bounded chunks and never sit in memory, as in the browser)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "wgllm: ");
@@ -167,6 +169,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
             if (errno || *end || end == v || !(x > 0) || x * mul > 1e18) return usage_error("bad --gpu-mem '%s' (bytes, or a number with K, M or G)", v);
             o->gpu_mem = (uint64_t)(x * mul);
         }
+        else if (FLAG("--stream-weights")) o->stream_weights = true;
         else if (FLAG("--quick")) o->quick = true;
         else if (FLAG("--cache")) { NEED_VALUE(); o->cache = v; }
         else if (FLAG("--budget")) INT_VALUE(o->budget);
@@ -241,6 +244,7 @@ struct wgllm_model *wgllm_cli_load_model(const struct opts *o) {
     struct wgllm_model_params mp = wgllm_model_default_params();
     mp.n_threads = o->threads;
     mp.progress = progress_cb;
+    mp.stream_weights = o->stream_weights;
     struct wgllm_model *m;
     struct wgllm_error err;
     if (wgllm_model_load(o->model, &mp, &m, &err) != WGLLM_STATUS_OK) {

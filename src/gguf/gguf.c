@@ -989,6 +989,11 @@ enum wgllm_status wgllm_gguf_open(const char *path, struct wgllm_gguf **out,
 
 /* The first read of a header; most fit (a 150k-token vocabulary does not). */
 #define GGUF_FIRST_READ ((uint64_t)256 << 10)
+/* The most a header may take when read into memory (the mapped reader copies
+ * nothing, so it has no such limit): real ones, vocabularies of 256k tokens
+ * included, are tens of MB; a hostile length must not make a browser tab
+ * allocate gigabytes. */
+#define GGUF_MAX_HEADER ((uint64_t)512 << 20)
 
 static const char *gguf_src_name(const struct wgllm_gguf *g, int i, char *buf, size_t cap) {
     if (g->src.names && g->src.names[i]) return g->src.names[i];
@@ -1063,8 +1068,16 @@ static enum wgllm_status gguf_source_load(struct wgllm_gguf *g, int i, void *ctx
         gguf_arena_free(arena);
         /* Counts and lengths were checked against the file size first. */
         WGLLM_ASSERT(more > have && more <= size);
+        if (more > GGUF_MAX_HEADER) {
+            free(buf);
+            return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                                   "gguf: the header (key/values and tensor infos) needs more than %llu "
+                                   "bytes (%llu so far): too large to read into memory",
+                                   (unsigned long long)GGUF_MAX_HEADER, (unsigned long long)more);
+        }
         want = have > size / 2 ? size : have * 2;
         if (want < more) want = more;
+        if (want > GGUF_MAX_HEADER) want = WGLLM_MAX(more, GGUF_MAX_HEADER);
     }
 }
 

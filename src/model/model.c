@@ -155,6 +155,7 @@ static enum wgllm_status bind_matrix(struct wgllm_model *m, const char *name, in
     w->row_size = wgllm_row_size(t->type, ne0);
     w->data = t->data;
     w->name = t->name.data;
+    w->tensor = t;
     m->weight_bytes += t->size;
     return WGLLM_STATUS_OK;
 }
@@ -176,7 +177,16 @@ static enum wgllm_status bind_vector(struct wgllm_model *m, const char *name, in
     if (!tr->to_float || n % tr->blck_size)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' has type %s, unsupported for a vector",
                                name, wgllm_type_name(t->type));
-    tr->to_float(t->data, *dst, n);
+    if (t->data) {
+        tr->to_float(t->data, *dst, n);
+    } else { /* streamed: vectors are small, read them whole */
+        void *tmp = malloc(t->size ? (size_t)t->size : 1);
+        if (!tmp) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory reading '%s'", name);
+        enum wgllm_status st = wgllm_gguf_read_tensor(m->gguf, t, 0, tmp, (size_t)t->size, err);
+        if (!st) tr->to_float(tmp, *dst, n);
+        free(tmp);
+        if (st) return st;
+    }
     *slot = *dst;
     *dst += n;
     m->weight_bytes += t->size;
@@ -202,7 +212,7 @@ static enum wgllm_status bind_tensors(struct wgllm_model *m, const struct arch_i
         (st = bind_matrix(m, "output.weight", E, V, false, &m->output, err)) ||
         (st = bind_vector(m, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, &dst, err)))
         return st;
-    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if (!m->output.tensor) m->output = m->tok_embd; /* tied embeddings */
     if (!wgllm_type_traits(m->tok_embd.type)->to_float)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "token_embd.weight type %s cannot be read",
                                wgllm_type_name(m->tok_embd.type));
@@ -368,45 +378,77 @@ struct wgllm_model_params wgllm_model_default_params(void) {
     return p;
 }
 
-enum wgllm_status wgllm_model_load(const char *path, const struct wgllm_model_params *params,
-                                   struct wgllm_model **out, struct wgllm_error *err) {
-    *out = NULL;
-    wgllm_error_clear(err);
-    if (!path) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "no model path given");
-    wgllm_base_init();
-    wgllm_quant_init();
-    struct wgllm_model_params p = params ? *params : wgllm_model_default_params();
-    if (p.progress && !p.progress(0.0f, p.progress_user_data))
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "load cancelled");
-    struct wgllm_gguf *g;
-    enum wgllm_status st = wgllm_gguf_open(path, &g, err);
-    if (st) {
-        wgllm_error_prefix(err, "%s: ", path);
-        return st;
-    }
+/* The part of loading after the file is open: takes g (freed on failure);
+ * `name` prefixes error messages. */
+static enum wgllm_status model_load_gguf(struct wgllm_gguf *g, const char *name, const struct wgllm_model_params *p,
+                                         struct wgllm_model **out, struct wgllm_error *err) {
     struct wgllm_model *m = calloc(1, sizeof(*m));
     if (!m) {
         wgllm_gguf_free(g);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     }
-    st = wgllm_model_init_from_gguf(g, m, err);
+    enum wgllm_status st = wgllm_model_init_from_gguf(g, m, err);
     if (st) {
         free(m);
-        wgllm_error_prefix(err, "%s: ", path);
+        wgllm_error_prefix(err, "%s: ", name);
         return st;
     }
-    m->n_threads = p.n_threads > 0 ? p.n_threads : wgllm_n_cores();
-    if (!m->vocab_only) {
-        st = prepare_weights(m, &p, err);
+    m->n_threads = p->n_threads > 0 ? p->n_threads : wgllm_n_cores();
+    m->streamed = !wgllm_gguf_mapped(g);
+    /* streamed weights are read when a backend uploads them, not here */
+    if (!m->vocab_only && !m->streamed) {
+        st = prepare_weights(m, p, err);
         if (st) {
             wgllm_model_free(m);
-            wgllm_error_prefix(err, "%s: ", path);
+            wgllm_error_prefix(err, "%s: ", name);
             return st;
         }
     }
-    if (p.progress) p.progress(1.0f, p.progress_user_data);
+    if (p->progress) p->progress(1.0f, p->progress_user_data);
     *out = m;
     return WGLLM_STATUS_OK;
+}
+
+static enum wgllm_status load_begin(const struct wgllm_model_params *params, struct wgllm_model_params *p,
+                                    struct wgllm_error *err) {
+    wgllm_base_init();
+    wgllm_quant_init();
+    *p = params ? *params : wgllm_model_default_params();
+    if (p->progress && !p->progress(0.0f, p->progress_user_data))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "load cancelled");
+    return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_model_load(const char *path, const struct wgllm_model_params *params,
+                                   struct wgllm_model **out, struct wgllm_error *err) {
+    *out = NULL;
+    wgllm_error_clear(err);
+    if (!path) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "no model path given");
+    struct wgllm_model_params p;
+    enum wgllm_status st = load_begin(params, &p, err);
+    if (st) return st;
+    struct wgllm_gguf *g;
+    st = p.stream_weights ? wgllm_gguf_open_unmapped(path, &g, err) : wgllm_gguf_open(path, &g, err);
+    if (st) return st; /* the reader's messages start with the file's path */
+    return model_load_gguf(g, path, &p, out, err);
+}
+
+enum wgllm_status wgllm_model_load_source(const struct wgllm_gguf_source *src, const char *name,
+                                          const struct wgllm_model_params *params, struct wgllm_model **out,
+                                          struct wgllm_error *err) {
+    *out = NULL;
+    wgllm_error_clear(err);
+    struct wgllm_model_params p;
+    enum wgllm_status st = load_begin(params, &p, err);
+    if (st) return st;
+    struct wgllm_gguf *g;
+    if ((st = wgllm_gguf_open_source(src, &g, err))) return st; /* messages name the file already */
+    return model_load_gguf(g, name ? name : "model", &p, out, err);
+}
+
+enum wgllm_status wgllm_weight_read(const struct wgllm_model *m, const struct wgllm_weight *w, uint64_t offset,
+                                    void *dst, size_t n, struct wgllm_error *err) {
+    return wgllm_gguf_read_tensor(m->gguf, w->tensor, offset, dst, n, err);
 }
 
 void wgllm_model_free(struct wgllm_model *m) {
@@ -432,12 +474,17 @@ static uint64_t fnv1a_bytes(uint64_t h, const void *p, size_t n) {
  * middle and end (hashing every byte of a multi-GB model would cost seconds
  * at each load; two different models that agree on every sample do not
  * occur in practice). */
-static uint64_t fingerprint_weight(uint64_t h, const struct wgllm_weight *w) {
+static uint64_t fingerprint_weight(uint64_t h, const struct wgllm_model *m, const struct wgllm_weight *w) {
     const uint64_t meta[4] = {w->type, (uint64_t)w->ne0, (uint64_t)w->ne1, w->row_size};
     h = fnv1a_bytes(h, meta, sizeof meta);
     const size_t total = (size_t)w->ne1 * w->row_size, n = WGLLM_MIN(total, (size_t)256);
     const size_t at[3] = {0, total / 2 - WGLLM_MIN(total / 2, n / 2), total - n};
-    for (int i = 0; i < 3; i++) h = fnv1a_bytes(h, (const char *)w->data + at[i], n);
+    unsigned char sample[256];
+    for (int i = 0; i < 3; i++) {
+        /* a streamed weight whose file cannot be read any more hashes as all-ones */
+        if (wgllm_weight_read(m, w, at[i], sample, n, NULL)) memset(sample, 0xff, n);
+        h = fnv1a_bytes(h, sample, n);
+    }
     return h;
 }
 
@@ -451,12 +498,12 @@ uint64_t wgllm_model_fingerprint(const struct wgllm_model *m) {
     const float f[] = {hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps};
     h = fnv1a_bytes(h, f, sizeof f);
     if (m->vocab_only) return h;
-    h = fingerprint_weight(h, &m->tok_embd);
-    h = fingerprint_weight(h, &m->output);
+    h = fingerprint_weight(h, m, &m->tok_embd);
+    h = fingerprint_weight(h, m, &m->output);
     for (int il = 0; il < hp->n_layer; il++) {
         const struct wgllm_layer *L = &m->layers[il];
         const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int j = 0; j < 7; j++) h = fingerprint_weight(h, ws[j]);
+        for (int j = 0; j < 7; j++) h = fingerprint_weight(h, m, ws[j]);
         h = fnv1a_bytes(h, L->attn_norm, sizeof(float) * (size_t)hp->n_embd);
     }
     return h;
@@ -492,7 +539,7 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
            hp->n_rot, (double)hp->rope_freq_base, (double)hp->rope_freq_scale,
            m->rope_freqs ? ", frequency factors" : "");
     APPEND("rms epsilon:   %g\n", (double)hp->rms_eps);
-    APPEND("output:        %s\n", m->output.data == m->tok_embd.data ? "tied to token_embd" : "separate");
+    APPEND("output:        %s\n", m->output.tensor == m->tok_embd.tensor ? "tied to token_embd" : "separate");
     /* bytes per tensor type */
     uint64_t by_type[WGLLM_TYPE_COUNT] = {0};
     int64_t cnt[WGLLM_TYPE_COUNT] = {0};
@@ -507,6 +554,7 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
     for (int t = 0; t < WGLLM_TYPE_COUNT; t++)
         if (cnt[t]) APPEND(" %s x%lld (%.1f MiB)", wgllm_type_name((uint32_t)t), (long long)cnt[t], by_type[t] / 1048576.0);
     APPEND("\n");
-    APPEND("weights:       %.1f MiB\n", m->weight_bytes / 1048576.0);
+    APPEND("weights:       %.1f MiB%s\n", m->weight_bytes / 1048576.0,
+           m->streamed ? " (streamed from the file: read when the WebGPU backend uploads them)" : "");
     return len;
 }

@@ -48,6 +48,7 @@ struct wgllm_weight {
     size_t row_size; /* bytes per row */
     const void *data;
     const char *name; /* for messages; points into the gguf mapping's copy */
+    const struct wgllm_gguf_tensor *tensor; /* where its bytes are in the file (data may be NULL: streamed) */
     /* The same matrix in the row-interleaved layout of quant/repack.h when this
      * CPU has a kernel for it (Q4_0/Q8_0), else NULL; owned by the model. */
     struct wgllm_repacked *rp;
@@ -78,6 +79,9 @@ struct wgllm_model {
     int n_threads;
     bool vocab_only; /* a tokenizer-only GGUF: tokenize works, decode does not */
     uint64_t repacked_bytes; /* memory of the repacked copies */
+    /* Weights not in memory (wgllm_model_params.stream_weights): matrices'
+     * `data` is NULL; read them with wgllm_weight_read. Vectors are in memory. */
+    bool streamed;
 };
 
 /* Reads hparams and binds tensors, checking every shape and type; the model
@@ -85,5 +89,14 @@ struct wgllm_model {
 enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_model *m,
                                              struct wgllm_error *err);
 const char *wgllm_arch_name(enum wgllm_arch arch);
+
+/* Loads a model whose bytes come from `src` (gguf.h): always streamed, as
+ * with stream_weights. `name` prefixes error messages. */
+enum wgllm_status wgllm_model_load_source(const struct wgllm_gguf_source *src, const char *name,
+                                          const struct wgllm_model_params *params, struct wgllm_model **out,
+                                          struct wgllm_error *err);
+/* Copies bytes [offset, offset + n) of w's data (mapped or streamed) into dst. */
+enum wgllm_status wgllm_weight_read(const struct wgllm_model *m, const struct wgllm_weight *w, uint64_t offset,
+                                    void *dst, size_t n, struct wgllm_error *err);
 
 #endif

@@ -265,10 +265,10 @@ test('the demo page loads a model by URL and streams a chat reply', { timeout: 6
 // ---- the WebGPU backend in the browser (web/src/hal_browser.c over navigator.gpu) ----
 
 // Native `wgllm run` on a backend: the generated text and its generation tok/s.
-function nativeRun(prompt, n, backend) {
+function nativeRun(prompt, n, backend, model = MODEL) {
   const env = { VK_ICD_FILENAMES: '/usr/lib/chromium/vk_swiftshader_icd.json', XDG_RUNTIME_DIR: '/tmp', ...process.env };
   delete env.WGLLM_CPU;
-  const r = spawnSync(WGLLM, ['run', '-m', path.join(MODELS, MODEL), '-p', prompt, '-n', String(n), '-t', '1',
+  const r = spawnSync(WGLLM, ['run', '-m', path.join(MODELS, model), '-p', prompt, '-n', String(n), '-t', '1',
     '--ignore-eos', '--backend', backend], { encoding: 'utf8', timeout: 60000, env });
   assert.equal(r.status, 0, `native run --backend ${backend}: ${r.stderr}`);
   assert.ok(r.stdout.startsWith(prompt));
@@ -349,6 +349,50 @@ test('backend webgpu: interrupt(), embeddings like the CPU engine, a clear error
   assert.ok(r.chunks >= 5 && r.chunks < 100, `stopped early: ${r.chunks} chunks`);
   assert.ok(r.n > 0 && r.cos > 0.9999, `WebGPU vs CPU embedding: cosine ${r.cos} over ${r.n} dims`);
   assert.match(r.backendError, /unknown backend 'metal'/);
+});
+
+test('backend webgpu streams the weights from OPFS / bytes into GPU buffers: the wasm memory stays small', { timeout: 180000 }, async () => {
+  // tiny f32: 71 MB, more than the wasm memory's initial 64 MB, so a copy in the heap shows
+  const F32 = 'tiny-f32.gguf';
+  if (!fs.existsSync(path.join(MODELS, F32)))
+    execFileSync(WGLLM, ['synth', '--shape', 'tiny', '--type', 'f32', '-o', path.join(MODELS, F32)]);
+  const size = fs.statSync(path.join(MODELS, F32)).size;
+  const ref = nativeRun(PROMPT, 3, 'webgpu', F32);
+  const r = await page.evaluate(async (url) => {
+    const gen = async (e) => (await e.completions.create({ prompt: 'Once upon a time', max_tokens: 3, temperature: 0, ignore_eos: true })).choices[0].text;
+    const events = [];
+    const a = await wgllm.createWorkerEngine({ model: url, backend: 'webgpu', onProgress: (p) => events.push(p) });
+    const out = { gpu: a.info, gpuText: await gen(a), events };
+    await a.unload();
+    const b = await wgllm.createWorkerEngine({ model: url, backend: 'cpu' }); // the same file from OPFS, into the heap
+    out.cpu = b.info;
+    await b.unload();
+    const bytes = await (await fetch(url)).arrayBuffer();
+    const c = await wgllm.createEngine({ model: bytes, backend: 'webgpu' }); // on the page, from an ArrayBuffer
+    out.bytes = c.info;
+    out.bytesText = await gen(c);
+    await c.unload();
+    return out;
+  }, `/models/${F32}`);
+  assert.equal(r.gpu.weights_streamed, true);
+  assert.equal(r.gpu.source, 'opfs');
+  assert.equal(r.cpu.weights_streamed, false);
+  assert.equal(r.bytes.weights_streamed, true);
+  assert.equal(r.gpuText, ref.text, 'streamed weights: the same tokens as native WebGPU on the mapped file');
+  assert.equal(r.bytesText, ref.text);
+  const mib = (n) => `${(n / 1048576).toFixed(0)} MiB`;
+  console.log(`# tiny f32 (${mib(size)}): wasm memory after load: WebGPU streamed ${mib(r.gpu.wasm_memory_bytes)}, ` +
+    `CPU ${mib(r.cpu.wasm_memory_bytes)}; from bytes ${mib(r.bytes.wasm_memory_bytes)}`);
+  // the wasm memory only grows: smaller than the model means the weights were never in it
+  assert.ok(r.cpu.wasm_memory_bytes >= size, 'the CPU backend holds the weights in the heap');
+  assert.ok(r.gpu.wasm_memory_bytes < size, `streamed: ${r.gpu.wasm_memory_bytes} bytes of wasm memory, model ${size}`);
+  assert.ok(r.bytes.wasm_memory_bytes < size, `from bytes: ${r.bytes.wasm_memory_bytes} bytes of wasm memory`);
+  // progress: the upload reports bytes read, up to the whole file, monotonically
+  const loads = r.events.filter((e) => e.stage === 'load' && e.total === size);
+  assert.ok(loads.length >= 3, `upload progress events: ${loads.length}`);
+  assert.ok(loads[loads.length - 1].loaded >= 0.99 * size);
+  const ps = r.events.map((e) => e.progress);
+  assert.deepEqual(ps, [...ps].sort((x, y) => x - y), 'progress never goes back');
 });
 
 test("backend 'auto' on SwiftShader chooses the CPU and says why", { timeout: 60000 }, async () => {

@@ -153,6 +153,18 @@ test('after a reload the model loads from OPFS without fetching its shards', { t
     return { text: c.choices[0].text, source: info.source };
   }, PROMPT);
   assert.deepEqual(byName, { text: wantNative, source: 'opfs' });
+  // on WebGPU the shards stream from OPFS into GPU buffers, and give native WebGPU's tokens
+  const env = { VK_ICD_FILENAMES: '/usr/lib/chromium/vk_swiftshader_icd.json', XDG_RUNTIME_DIR: '/tmp', ...process.env };
+  const gpuOut = execFileSync(WGLLM, ['run', '-m', path.join(dir, SHARDS[0]), '-p', PROMPT, '-n', '8', '-t', '1', '--ignore-eos',
+    '--backend', 'webgpu', '--stream-weights'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 60000, env });
+  const gpu = await page.evaluate(async (prompt) => {
+    const e = await wgllm.createWorkerEngine({ model: 'opfs:tiny', backend: 'webgpu' });
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, streamed: info.weights_streamed };
+  }, PROMPT);
+  assert.deepEqual(gpu, { text: gpuOut.slice(PROMPT.length).replace(/\n$/, ''), streamed: true });
   for (const s of SHARDS) assert.equal(count(s), 1);
 });
 

@@ -12,9 +12,13 @@
 // the event loop a turn in between.
 //
 // The model's bytes come through the model store (store.js: URL via OPFS,
-// File, stored name, bytes) and are copied once, in slices, into the wasm
-// heap, where the core's mmap finds them; streaming weights straight into GPU
-// buffers arrives with the browser GPU HAL.
+// File, stored name, bytes). On WebGPU they are streamed: the core reads the
+// header and then each weight, in chunks of at most 16 MiB, from the OPFS
+// file / File / bytes straight into GPU buffers (wgllm_web_js_read), so the
+// weights never sit in the wasm heap, which can only grow. The CPU backend
+// computes on the weights in the heap: there the files are copied once, in
+// slices, into the heap, where the core's mmap finds them (so are URLs
+// fetched without OPFS, which cannot be read at any offset).
 
 import { readSnapshots, writeSnapshots, resolveModel, mountInHeap, wasmBuffer } from './store.js';
 
@@ -31,6 +35,13 @@ function toError(message, code) {
 }
 
 let loadCount = 0;
+
+// The error of a failed load, naming the stored copy when there is one.
+function failedLoad(M, src, msg) {
+  const where = src.storeName ? ` (the copy stored in the browser as '${src.storeName}'; deleteModel('${src.storeName}') removes it)` : '';
+  if (M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
+  return toError(`wgllm: loading the model failed: ${msg}${where}`, 'load');
+}
 
 /**
  * Starts the wasm core and loads a model. Options: model (see store.js),
@@ -75,12 +86,6 @@ export async function loadCore(opts = {}) {
     print: (t) => console.log(t),
     printErr: (t) => console.warn(t),
   });
-  M.onLoadProgress = (p) => report('load', p);
-  const dir = `/model-${++loadCount}`;
-  const mounted = await mountInHeap(M, src.files, dir, (loaded, total, frac) =>
-    report(src.origin === 'network' ? 'download' : 'read', frac, loaded, total));
-  const path = mounted.path;
-
   const enc = new TextEncoder();
   const mem = () => wasmBuffer(M);
   const cstr = (s) => { // malloc'd NUL-terminated UTF-8 (caller frees)
@@ -102,24 +107,13 @@ export async function loadCore(opts = {}) {
   };
   const readBytes = (p, n) => new Uint8Array(mem(), p, n).slice(); // copy out of the shared heap
   const lastError = () => M.UTF8ToString(M._wgllm_web_last_error());
-
+  const nCtx = opts.nCtx || 2048;
+  const nSlots = opts.nSlots || 1;
   const tmplPtr = opts.chatTemplate ? cstr(opts.chatTemplate) : 0;
-  const pathPtr = cstr(path);
-  // The load runs on a pthread (WebGPU's HAL waits there for this thread's
-  // promises); this thread only waits asynchronously for it to finish. The
-  // single-threaded core (CPU only) loads synchronously here.
-  const ld = threaded ?
-    M._wgllm_web_load_start(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr, BACKENDS[backend]) : 0;
-  let st = threaded ? 0 : M._wgllm_web_load(pathPtr, nThreads, opts.nCtx || 2048, opts.nSlots || 1, tmplPtr);
-  M._free(pathPtr);
-  if (tmplPtr) M._free(tmplPtr);
-  const failed = () => {
-    const where = src.storeName ? ` (the copy stored in the browser as '${src.storeName}'; deleteModel('${src.storeName}') removes it)` : '';
-    if (M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
-    const msg = lastError().split(`${dir}/`).join(''); // the core's file system path means nothing to the caller
-    return toError(`wgllm: loading the model failed: ${msg}${where}`, 'load');
-  };
-  if (ld) {
+
+  // A load runs on a pthread (WebGPU's HAL waits there for this thread's
+  // promises); this thread only waits asynchronously for it to finish.
+  const awaitLoad = async (ld) => {
     while (!M._wgllm_web_load_done(ld)) {
       const h = new Int32Array(mem());
       const seen = Atomics.load(h, ld >>> 2);
@@ -131,12 +125,68 @@ export async function loadCore(opts = {}) {
         await new Promise((res) => setTimeout(res, 5));
       }
     }
-    st = M._wgllm_web_load_finish(ld);
+    const engineFailed = M._wgllm_web_load_engine_failed(ld) !== 0;
+    return { st: M._wgllm_web_load_finish(ld), engineFailed };
+  };
+
+  let st = 0;
+  let streamed = false;
+  let loadError = '';
+  // Streamed: the files stay here (Module.wgllmSources) and the core reads
+  // them in chunks. Only where WebGPU may run and every file can be read at
+  // any offset; `auto` falls back to the heap and the CPU when the model
+  // loaded but WebGPU could not start (no adapter, a software one, a format
+  // without kernels).
+  const srcId = ++loadCount;
+  const streamable = threaded && backend !== 'cpu' && opts.streamWeights !== false &&
+    typeof navigator !== 'undefined' && !!navigator.gpu && src.files.every((f) => f.blob || f.bytes);
+  if (streamable) {
+    M.wgllmSources = M.wgllmSources || {};
+    M.wgllmSources[srcId] = src.files;
+    const total = src.files.reduce((a, f) => a + f.size, 0);
+    let got = 0;
+    M.onStreamRead = (n) => { got += n; report('load', Math.min(1, got / total), got, total); };
+    const sizes = M._malloc(8 * src.files.length);
+    new Float64Array(mem(), sizes, src.files.length).set(src.files.map((f) => f.size));
+    const names = cpacked(src.files.map((f) => f.name));
+    const ld = M._wgllm_web_load_stream_start(srcId, src.files.length, sizes, names, nThreads, nCtx, nSlots, tmplPtr,
+      BACKENDS[backend]);
+    M._free(sizes);
+    M._free(names);
+    const r = ld ? await awaitLoad(ld) : { st: 0, engineFailed: false };
+    M.onStreamRead = null;
+    if (r.st) {
+      st = r.st;
+      streamed = true;
+    } else {
+      delete M.wgllmSources[srcId];
+      loadError = lastError();
+      if (backend !== 'auto' || !r.engineFailed) {
+        if (tmplPtr) M._free(tmplPtr);
+        throw failedLoad(M, src, loadError);
+      }
+    }
   }
-  M.onLoadProgress = null;
-  mounted.release(); // blocks that no mmap took (a failed load)
-  for (const f of src.files) try { M.FS.unlink(`${dir}/${f.name}`); } catch { /* the mapping keeps the bytes */ }
-  if (!st) throw failed();
+  if (!st) {
+    M.onLoadProgress = (p) => report('load', p);
+    const dir = `/model-${srcId}`;
+    const mounted = await mountInHeap(M, src.files, dir, (loaded, total, frac) =>
+      report(src.origin === 'network' ? 'download' : 'read', frac, loaded, total));
+    const pathPtr = cstr(mounted.path);
+    // the single-threaded core (CPU only) loads synchronously here
+    const ld = threaded ? M._wgllm_web_load_start(pathPtr, nThreads, nCtx, nSlots, tmplPtr, BACKENDS[backend]) : 0;
+    st = threaded ? 0 : M._wgllm_web_load(pathPtr, nThreads, nCtx, nSlots, tmplPtr);
+    M._free(pathPtr);
+    if (ld) st = (await awaitLoad(ld)).st;
+    M.onLoadProgress = null;
+    mounted.release(); // blocks that no mmap took (a failed load)
+    for (const f of src.files) try { M.FS.unlink(`${dir}/${f.name}`); } catch { /* the mapping keeps the bytes */ }
+    if (!st) {
+      if (tmplPtr) M._free(tmplPtr);
+      throw failedLoad(M, src, lastError().split(`${dir}/`).join('')); // the core's file system path means nothing to the caller
+    }
+  }
+  if (tmplPtr) M._free(tmplPtr);
   report('load', 1);
   const detail = threaded || asked === 'cpu' ? M.UTF8ToString(M._wgllm_web_backend(st)) :
     `cpu (${asked}: the single-threaded core runs the CPU backend only; WebGPU needs a cross-origin isolated page)`;
@@ -158,6 +208,8 @@ export async function loadCore(opts = {}) {
     weight_bytes: M._wgllm_web_model_info(st, 4),
     simd128: true,
     source: src.origin, // where the bytes came from: 'opfs', 'network', 'file' or 'memory'
+    // true: the weights went from the files straight into GPU buffers (never in the wasm heap)
+    weights_streamed: streamed,
     store: src.storeName ?? null,
     wasm_memory_bytes: mem().byteLength, // the heap right after the load (it never shrinks)
     crossOriginIsolated: typeof crossOriginIsolated !== 'undefined' ? crossOriginIsolated : false,
@@ -380,6 +432,7 @@ export async function loadCore(opts = {}) {
     while (active.size) await new Promise((res) => setTimeout(res, 5));
     unloaded = true;
     M._wgllm_web_unload(st);
+    if (M.wgllmSources) delete M.wgllmSources[srcId];
     M._free(lenPtr);
     if (M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
   }

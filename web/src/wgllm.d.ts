@@ -36,12 +36,16 @@ export interface EngineOptions {
   onProgress?: (p: Progress) => void;
   /** 'auto' (default): WebGPU on a hardware adapter, else the wasm CPU backend (a software adapter such
    *  as SwiftShader counts as none); 'webgpu': navigator.gpu on any adapter, or fail; 'cpu': wasm only.
-   *  On WebGPU, requests run one at a time and embeddings are refused (they need 'cpu').
+   *  On WebGPU the engine batches requests and computes embeddings as on the CPU.
    *  The single-threaded core (page not cross-origin isolated) runs 'cpu' only: 'auto' picks it,
    *  'webgpu' fails. */
   backend?: 'auto' | 'cpu' | 'webgpu';
   /** Jinja chat template used instead of the model's (e.g. CHATML). */
   chatTemplate?: string;
+  /** On WebGPU, read the weights from the OPFS file / File / bytes straight into GPU buffers in
+   *  chunks of at most 16 MiB, so they never sit in the wasm memory (default true). URLs fetched
+   *  without OPFS, and the CPU backend, copy the model into the wasm memory instead. */
+  streamWeights?: boolean;
   /** Compute threads (1..4, default 1; 1 in the single-threaded core). */
   nThreads?: number;
   /** false: use the single-threaded core even on a cross-origin isolated page (default: threads when isolated). */
@@ -81,6 +85,8 @@ export interface EngineInfo {
   crossOriginIsolated: boolean;
   /** Where the model's bytes came from. */
   source: 'opfs' | 'network' | 'file' | 'memory';
+  /** true: the weights went from the files straight into GPU buffers, never into the wasm memory. */
+  weights_streamed: boolean;
   /** Its name in the store when it came from OPFS, else null. */
   store: string | null;
   /** Size of the wasm memory right after the load (it only grows). */

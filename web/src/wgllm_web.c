@@ -24,6 +24,14 @@
  * there once its request is done. Embeddings run to the end inside
  * wgllm_web_embed.
  *
+ * Streamed weights (threaded build): wgllm_web_load_stream_start loads a
+ * model whose files stay on the JS side (an OPFS file, a user's File, an
+ * ArrayBuffer): the GGUF reader pulls the header and the WebGPU backend the
+ * weights through a read callback, in bounded chunks (wgllm_web_js_read:
+ * the main thread reads the range asynchronously and wakes the loading
+ * pthread), so the weights go from the file to GPU buffers and never sit in
+ * the wasm heap, which can only grow.
+ *
  * Ownership: wgllm_web_load / wgllm_web_load_finish return a state (model +
  * engine or GPU generator) freed by wgllm_web_unload; every job returned by
  * a submit is freed by wgllm_web_job_free once JS has seen done != 0.
@@ -39,6 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf/gguf.h"
+#include "model/model.h"
 #include "wgllm.h"
 
 /* Progress of wgllm_model_load, forwarded to the JS host on the main thread
@@ -101,10 +111,50 @@ static bool on_progress(float p, void *ud) {
     return true;
 }
 
-/* Loads the model and starts the engine (CPU) or the GPU generator;
- * backend as enum wgllm_backend. NULL with the message in `error`. */
-static struct web_state *load_state(const char *path, int n_threads, int n_ctx, int n_slots, const char *chat_template,
-                                    int backend, char *error, size_t error_cap) {
+#ifdef __EMSCRIPTEN_PTHREADS__
+/* One read of a streamed model, completed by the JS side
+ * (wgllm_web_js_read): state 0 pending -> 2 while JS writes into dst -> 1
+ * done (status, msg at +8); the C side moves 0 -> 3 when it gives up, after
+ * which JS must not touch dst. The two compare-exchanges make that race-free. */
+struct web_read_wait {
+    _Atomic int32_t state;
+    int32_t status;
+    char msg[512];
+};
+extern void wgllm_web_js_read(struct web_read_wait *w, int src, int file, double off, void *dst, double n);
+
+#define READ_WAIT_MS 300000.0 /* a read of at most 16 MiB from OPFS or a File takes far less */
+
+/* `user` is the files' id on the JS side (Module.wgllmSources), which lives
+ * as long as the model: no C object to keep alive. */
+static enum wgllm_status web_read(void *user, int file, uint64_t off, void *dst, size_t n, struct wgllm_error *err) {
+    struct web_read_wait *w = calloc(1, sizeof *w);
+    if (!w) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    wgllm_web_js_read(w, (int)(intptr_t)user, file, (double)off, dst, (double)n);
+    const double t0 = emscripten_get_now();
+    int32_t v;
+    while ((v = atomic_load(&w->state)) != 1) {
+        int32_t expect = 0;
+        if (emscripten_get_now() - t0 > READ_WAIT_MS && atomic_compare_exchange_strong(&w->state, &expect, 3))
+            /* w stays allocated: the read's promise still holds it */
+            return wgllm_error_set(err, WGLLM_STATUS_IO, "the browser did not answer a read of %zu bytes in %.0f s", n,
+                                   READ_WAIT_MS / 1000);
+        emscripten_futex_wait((void *)&w->state, (uint32_t)v, 1000.0);
+    }
+    enum wgllm_status st = WGLLM_STATUS_OK;
+    if (w->status) st = wgllm_error_set(err, WGLLM_STATUS_IO, "%s", w->msg);
+    free(w);
+    return st;
+}
+#endif
+
+/* Loads the model (from `path`, or streamed from `src` when it is not NULL)
+ * and starts the engine; backend as enum wgllm_backend. NULL with the
+ * message in `error`; *engine_failed says the model loaded but the engine
+ * (its backend) could not start. */
+static struct web_state *load_state(const char *path, const struct wgllm_gguf_source *src, int n_threads, int n_ctx,
+                                    int n_slots, const char *chat_template, int backend, char *error,
+                                    size_t error_cap, bool *engine_failed) {
     struct web_state *st = calloc(1, sizeof(*st));
     if (!st) {
         snprintf(error, error_cap, "out of memory");
@@ -118,7 +168,9 @@ static struct web_state *load_state(const char *path, int n_threads, int n_ctx, 
     mp.n_threads = 1;
 #endif
     mp.progress = on_progress;
-    if (wgllm_model_load(path, &mp, &st->model, &err) != WGLLM_STATUS_OK) {
+    enum wgllm_status lst = src ? wgllm_model_load_source(src, path, &mp, &st->model, &err)
+                                : wgllm_model_load(path, &mp, &st->model, &err);
+    if (lst != WGLLM_STATUS_OK) {
         snprintf(error, error_cap, "%s", err.message);
         free(st);
         return NULL;
@@ -137,6 +189,7 @@ static struct web_state *load_state(const char *path, int n_threads, int n_ctx, 
 #endif
     if (wgllm_engine_init(st->model, &ep, &st->eng, &err) != WGLLM_STATUS_OK) {
         snprintf(error, error_cap, "%s", err.message);
+        if (engine_failed) *engine_failed = true;
         wgllm_model_free(st->model);
         free(st->chat_template);
         free(st);
@@ -154,7 +207,8 @@ static struct web_state *load_state(const char *path, int n_threads, int n_ctx, 
  */
 EMSCRIPTEN_KEEPALIVE struct web_state *wgllm_web_load(const char *path, int n_threads, int n_ctx, int n_slots,
                                                       const char *chat_template) {
-    return load_state(path, n_threads, n_ctx, n_slots, chat_template, WGLLM_BACKEND_CPU, g_error, sizeof g_error);
+    return load_state(path, NULL, n_threads, n_ctx, n_slots, chat_template, WGLLM_BACKEND_CPU, g_error,
+                      sizeof g_error, NULL);
 }
 
 /* A load running on its own pthread (needed for WebGPU): JS waits on `seq`. */
@@ -165,12 +219,17 @@ struct web_load {
     int n_threads, n_ctx, n_slots, backend;
     struct web_state *st;
     char error[512];
+    bool engine_failed;
+    /* a streamed load: the source (sizes and names are copied by the reader) */
+    bool streamed;
+    struct wgllm_gguf_source src;
+    const char **names;
 };
 
 static void *load_main(void *p) {
     struct web_load *l = p;
-    l->st = load_state(l->path, l->n_threads, l->n_ctx, l->n_slots, l->chat_template, l->backend, l->error,
-                       sizeof l->error);
+    l->st = load_state(l->path, l->streamed ? &l->src : NULL, l->n_threads, l->n_ctx, l->n_slots, l->chat_template,
+                       l->backend, l->error, sizeof l->error, &l->engine_failed);
     atomic_store(&l->done, 1);
     atomic_fetch_add(&l->seq, 1);
 #ifdef __EMSCRIPTEN_PTHREADS__
@@ -183,8 +242,8 @@ static void *load_main(void *p) {
  * wgllm_backend). Poll wgllm_web_load_done, then take the result with
  * wgllm_web_load_finish. NULL (message in wgllm_web_last_error) if it
  * could not start. */
-EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_start(const char *path, int n_threads, int n_ctx, int n_slots,
-                                                           const char *chat_template, int backend) {
+static struct web_load *load_new(const char *path, int n_threads, int n_ctx, int n_slots, const char *chat_template,
+                                 int backend) {
     if (backend < WGLLM_BACKEND_CPU || backend > WGLLM_BACKEND_AUTO) {
         snprintf(g_error, sizeof(g_error), "unknown backend %d", backend);
         return NULL;
@@ -201,11 +260,21 @@ EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_start(const char *path, int
         return NULL;
     }
     l->n_threads = n_threads, l->n_ctx = n_ctx, l->n_slots = n_slots, l->backend = backend;
+    return l;
+}
+
+static void load_delete(struct web_load *l) {
+    free(l->path);
+    free(l->chat_template);
+    free((void *)l->src.sizes);
+    free(l->names);
+    free(l);
+}
+
+static struct web_load *load_run(struct web_load *l) {
     pthread_t t;
     if (pthread_create(&t, NULL, load_main, l) != 0) {
-        free(l->path);
-        free(l->chat_template);
-        free(l);
+        load_delete(l);
         snprintf(g_error, sizeof(g_error), "cannot start the loading thread");
         return NULL;
     }
@@ -213,15 +282,61 @@ EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_start(const char *path, int
     return l;
 }
 
+EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_start(const char *path, int n_threads, int n_ctx, int n_slots,
+                                                           const char *chat_template, int backend) {
+    struct web_load *l = load_new(path, n_threads, n_ctx, n_slots, chat_template, backend);
+    return l ? load_run(l) : NULL;
+}
+
+/* Starts a streamed load (threaded build only): the n_files files of JS
+ * source `src` (Module.wgllmSources[src]) with byte sizes `sizes` and names
+ * `names` ("a\0b\0...", for messages). Then as wgllm_web_load_start. */
+EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_stream_start(int src, int n_files, const double *sizes,
+                                                                  const char *names, int n_threads, int n_ctx,
+                                                                  int n_slots, const char *chat_template,
+                                                                  int backend) {
+#ifdef __EMSCRIPTEN_PTHREADS__
+    if (n_files < 1) {
+        snprintf(g_error, sizeof(g_error), "a streamed model needs at least one file");
+        return NULL;
+    }
+    struct web_load *l = load_new(names, n_threads, n_ctx, n_slots, chat_template, backend);
+    if (!l) return NULL;
+    size_t packed = 0; /* the names are copied: JS frees its block when this returns */
+    for (int i = 0; i < n_files; i++) packed += strlen(names + packed) + 1;
+    uint64_t *sz = malloc((size_t)n_files * sizeof *sz);
+    l->names = malloc((size_t)n_files * sizeof *l->names + packed);
+    if (!sz || !l->names) {
+        free(sz);
+        load_delete(l);
+        snprintf(g_error, sizeof(g_error), "out of memory");
+        return NULL;
+    }
+    char *copy = memcpy((char *)(l->names + n_files), names, packed);
+    for (int i = 0; i < n_files; i++, copy += strlen(copy) + 1) sz[i] = (uint64_t)sizes[i], l->names[i] = copy;
+    l->streamed = true;
+    l->src = (struct wgllm_gguf_source){.n_files = n_files, .sizes = sz, .names = l->names, .read = web_read,
+                                        .user = (void *)(intptr_t)src};
+    return load_run(l);
+#else
+    (void)src, (void)n_files, (void)sizes, (void)names, (void)n_threads, (void)n_ctx, (void)n_slots;
+    (void)chat_template, (void)backend;
+    snprintf(g_error, sizeof(g_error), "streamed weights need the threaded core");
+    return NULL;
+#endif
+}
+
+/* After a failed load (done != 0, before finish): 1 when the model itself
+ * loaded and only the engine's backend could not start. */
+EMSCRIPTEN_KEEPALIVE int wgllm_web_load_engine_failed(struct web_load *l) { return l->engine_failed; }
+
 EMSCRIPTEN_KEEPALIVE int wgllm_web_load_done(struct web_load *l) { return atomic_load(&l->done); }
 
 /* The loaded state (NULL with wgllm_web_last_error on failure); frees `l`. */
 EMSCRIPTEN_KEEPALIVE struct web_state *wgllm_web_load_finish(struct web_load *l) {
     struct web_state *st = l->st;
     if (!st) snprintf(g_error, sizeof(g_error), "%s", l->error);
-    free(l->path);
-    free(l->chat_template);
-    free(l);
+    load_delete(l);
     return st;
 }
 

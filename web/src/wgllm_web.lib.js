@@ -7,4 +7,40 @@ mergeInto(LibraryManager.library, {
   wgllm_web_js_progress: function(p) {
     if (Module['onLoadProgress']) Module['onLoadProgress'](p);
   },
+
+  // One read of a streamed model (wgllm_web.c, struct web_read_wait): n bytes
+  // at `off` of file `file` of Module.wgllmSources[src] (each {name, size,
+  // blob} or {name, size, bytes}) into the heap at dst. Runs on the main
+  // thread (proxied) and returns at once; the read's promise completes `w`.
+  // State 0 -> 2 (writing) -> 1 (done); if the C side gave up first (3),
+  // nothing is written. Module.onStreamRead(n) counts the bytes for progress.
+  wgllm_web_js_read__proxy: 'sync',
+  wgllm_web_js_read: function(w, src, file, off, dst, n) {
+    w >>>= 0;
+    dst >>>= 0;
+    var complete = function(status, msg, bytes) {
+      if (Atomics.compareExchange(HEAP32, w >>> 2, 0, 2) !== 0) return; // the C side stopped waiting
+      if (bytes) HEAPU8.set(bytes, dst);
+      if (msg) stringToUTF8(String(msg), w + 8, 512);
+      HEAP32[(w + 4) >>> 2] = status;
+      Atomics.store(HEAP32, w >>> 2, 1);
+      Atomics.notify(HEAP32, w >>> 2);
+      if (!status && Module['onStreamRead']) Module['onStreamRead'](n);
+    };
+    var files = Module['wgllmSources'] && Module['wgllmSources'][src];
+    var f = files && files[file];
+    if (!f) return complete(1, 'no file ' + file + ' in the streamed source ' + src);
+    var where = f.name + ' [' + off + ', +' + n + ')';
+    if (f.bytes) {
+      if (off + n > f.bytes.length) return complete(1, 'reading ' + where + ': past the end (' + f.bytes.length + ' bytes)');
+      return complete(0, '', f.bytes.subarray(off, off + n));
+    }
+    f.blob.slice(off, off + n).arrayBuffer().then(function(ab) {
+      if (ab.byteLength !== n)
+        complete(1, 'reading ' + where + ' gave ' + ab.byteLength + ' bytes: the file changed or is unreadable');
+      else complete(0, '', new Uint8Array(ab));
+    }, function(e) {
+      complete(1, 'reading ' + where + ' failed: ' + (e && e.message ? e.message : String(e)));
+    });
+  },
 });

@@ -91,6 +91,7 @@ struct gop {
 
 struct wgllm_webgpu_ctx {
     struct wgllm_model *model;
+    void *staging; /* a streamed model's upload block (UPLOAD_CHUNK bytes), freed after the upload */
     struct wgllm_gpu *gpu;
     const struct wgllm_wgsl_tune *tune;
     int n_ctx, n_seq, n_batch, out_cap, n_past;
@@ -173,6 +174,23 @@ static enum wgllm_status upload(struct wgllm_webgpu_ctx *g, struct wgllm_gpu_buf
     return WGLLM_STATUS_OK;
 }
 
+/* The same for a weight left in the file (a streamed model): read into one
+ * bounded staging block, chunk by chunk, so the weights never sit in memory. */
+static enum wgllm_status upload_streamed(struct wgllm_webgpu_ctx *g, const struct wgllm_weight *w,
+                                         struct wgllm_gpu_buffer *b, uint64_t src_off, size_t bytes, uint64_t *pending,
+                                         struct wgllm_error *err) {
+    if (!g->staging && !(g->staging = malloc(UPLOAD_CHUNK)))
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the upload staging block");
+    for (uint64_t off = 0; off < bytes;) {
+        size_t n = (size_t)WGLLM_MIN((uint64_t)bytes - off, (uint64_t)UPLOAD_CHUNK);
+        enum wgllm_status st = wgllm_weight_read(g->model, w, src_off + off, g->staging, n, err);
+        if (!st) st = upload(g, b, off, g->staging, n, pending, err);
+        if (st) return st;
+        off += n;
+    }
+    return WGLLM_STATUS_OK;
+}
+
 /* Rows per piece: within the binding size and the dispatch limit of the
  * mat-vec (rows_matvec rows per workgroup), and whole u32 words. */
 static enum wgllm_status plan_weight(struct wgllm_webgpu_ctx *g, const struct wgllm_weight *w, struct gweight *gw,
@@ -191,10 +209,11 @@ static enum wgllm_status plan_weight(struct wgllm_webgpu_ctx *g, const struct wg
     if (max_rows < 1)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor %s: a row of %zu bytes exceeds the device's "
                                "storage binding size %llu", w->name, w->row_size, (unsigned long long)max_bytes);
-    gw->n_pieces = (int)((w->ne1 + max_rows - 1) / max_rows);
-    if (gw->n_pieces > MAX_PIECES)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor %s needs %d pieces of at most %lld rows (limit %d)",
-                               w->name, gw->n_pieces, (long long)max_rows, MAX_PIECES);
+    const int64_t n_pieces = (w->ne1 + max_rows - 1) / max_rows;
+    if (n_pieces > MAX_PIECES) /* checked before it is stored: ctx_free walks n_pieces */
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor %s needs %lld pieces of at most %lld rows (limit %d)",
+                               w->name, (long long)n_pieces, (long long)max_rows, MAX_PIECES);
+    gw->n_pieces = (int)n_pieces;
     if (gw->n_pieces > 1) g->plan.n_split_tensors++;
     for (int p = 0; p < gw->n_pieces; p++) {
         int64_t r0 = p * max_rows, rows = WGLLM_MIN(max_rows, w->ne1 - r0);
@@ -202,8 +221,10 @@ static enum wgllm_status plan_weight(struct wgllm_webgpu_ctx *g, const struct wg
         gw->piece[p].row0 = r0, gw->piece[p].rows = rows;
         gw->piece[p].buf = gbuf(g, bytes, WGLLM_GPU_STORAGE, w->name, &g->plan.weights, err);
         if (!gw->piece[p].buf) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-        enum wgllm_status st =
-            upload(g, gw->piece[p].buf, 0, (const char *)w->data + (size_t)r0 * w->row_size, bytes, pending, err);
+        enum wgllm_status st = w->data ? upload(g, gw->piece[p].buf, 0, (const char *)w->data + (size_t)r0 * w->row_size,
+                                                bytes, pending, err)
+                                       : upload_streamed(g, w, gw->piece[p].buf, (uint64_t)r0 * w->row_size, bytes,
+                                                         pending, err);
         if (st) return st;
     }
     return WGLLM_STATUS_OK;
@@ -480,6 +501,7 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
 
 void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
     if (!g) return;
+    free(g->staging);
     if (g->gpu) {
         for (int i = 0; i < g->n_ops; i++) wgllm_gpu_bindgroup_destroy(g->gpu, g->ops[i].bg);
         for (int il = 0; g->shift_bg && il < g->model->hp.n_layer; il++) wgllm_gpu_bindgroup_destroy(g->gpu, g->shift_bg[il]);
@@ -537,7 +559,7 @@ static uint64_t plan_fixed(const struct wgllm_webgpu_ctx *g, uint64_t B, uint64_
         fixed += (2 * E + QD + KD + VD + 2 * dk) * 4; /* vectors, at most */
     }
     fixed += round16((uint64_t)m->tok_embd.row_size * m->tok_embd.ne1);
-    if (m->output.data != m->tok_embd.data) fixed += round16((uint64_t)m->output.row_size * m->output.ne1);
+    if (m->output.tensor != m->tok_embd.tensor) fixed += round16((uint64_t)m->output.row_size * m->output.ne1);
     fixed += B * (2 * E + QD + KD + VD + OD + E + 3 * F + (m->layers[0].q_norm ? QD + KD : 0) +
                   WGLLM_MAX(WGLLM_MAX(E, F), OD) + hp->n_rot + 4) * 4;
     fixed += OC * (2 * E + OD + V) * 4 + OC * WGLLM_MAX(V, E) * 4 + 64 * 1024; /* outputs, readback, parameter arena */
@@ -675,10 +697,12 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     }
     if (!st) st = plan_weight(g, &m->tok_embd, &g->w[7 * hp->n_layer], &pending, err);
     if (st) return st;
-    if (m->output.data == m->tok_embd.data && m->output.type == m->tok_embd.type)
+    if (m->output.tensor == m->tok_embd.tensor && m->output.type == m->tok_embd.type)
         g->w[7 * hp->n_layer + 1] = g->w[7 * hp->n_layer]; /* tied: the same buffers */
     else if ((st = plan_weight(g, &m->output, &g->w[7 * hp->n_layer + 1], &pending, err)))
         return st;
+    free(g->staging);
+    g->staging = NULL;
 
     /* vectors: one buffer, offsets in floats */
     if (hp->n_layer > 512) return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: %d layers (at most 512)", hp->n_layer);
