@@ -63,8 +63,24 @@ export function startServer({ port = 0, host = '127.0.0.1', models = path.join(h
     fs.stat(file, (err, st) => {
       if (!err && st.isDirectory()) { file = path.join(file, 'index.html'); st = fs.existsSync(file) ? fs.statSync(file) : null; }
       if (err || !st) { res.writeHead(404, headers); res.end('not found'); return; }
-      res.writeHead(200, { ...headers, 'Content-Type': TYPES[path.extname(file)] || 'application/octet-stream',
-                           'Content-Length': st.size });
+      const type = TYPES[path.extname(file)] || 'application/octet-stream';
+      // one byte range (what the browser package reads a model with when it is not stored in OPFS)
+      const m = /^bytes=(\d*)-(\d*)$/.exec(req.headers.range || '');
+      if (m && (m[1] !== '' || m[2] !== '')) {
+        let a = m[1] === '' ? Math.max(0, st.size - Number(m[2])) : Number(m[1]);
+        let b = m[1] === '' || m[2] === '' ? st.size - 1 : Math.min(Number(m[2]), st.size - 1);
+        if (a >= st.size || a > b) {
+          res.writeHead(416, { ...headers, 'Content-Range': `bytes */${st.size}` });
+          res.end();
+          return;
+        }
+        res.writeHead(206, { ...headers, 'Content-Type': type, 'Accept-Ranges': 'bytes', 'Content-Length': b - a + 1,
+                             'Content-Range': `bytes ${a}-${b}/${st.size}` });
+        if (req.method === 'HEAD') { res.end(); return; }
+        fs.createReadStream(file, { start: a, end: b }).pipe(res);
+        return;
+      }
+      res.writeHead(200, { ...headers, 'Content-Type': type, 'Accept-Ranges': 'bytes', 'Content-Length': st.size });
       if (req.method === 'HEAD') { res.end(); return; }
       fs.createReadStream(file).pipe(res);
     });

@@ -12,9 +12,10 @@
 # Threads: -pthread (the engine has its own thread, the CPU backend a pool),
 # so pages must be cross-origin isolated (COOP/COEP headers) for
 # SharedArrayBuffer (wgllm-core-st.js, below, serves the other pages). Memory
-# grows up to 4 GiB; the model is copied once into
-# the wasm heap by web/src/store.js, whose files' mmap hands that block to the
-# core (streaming weights to the GPU comes with the JS HAL).
+# grows up to 4 GiB. For the CPU the model is copied once into the wasm heap by
+# web/src/store.js, whose files' mmap hands that block to the core; on WebGPU
+# the core reads the files in chunks through wgllm_web.lib.js and uploads them
+# to GPU buffers (streamed weights: they never sit in the heap).
 
 EMCC      ?= emcc
 EMCC_ENV  := NODE_PATH=/usr/share/nodejs

@@ -351,7 +351,7 @@ test('backend webgpu: interrupt(), embeddings like the CPU engine, a clear error
   assert.match(r.backendError, /unknown backend 'metal'/);
 });
 
-test('backend webgpu streams the weights from OPFS / bytes into GPU buffers: the wasm memory stays small', { timeout: 180000 }, async () => {
+test('backend webgpu streams the weights from OPFS / bytes / range requests into GPU buffers: the wasm memory stays small', { timeout: 180000 }, async () => {
   // tiny f32: 71 MB, more than the wasm memory's initial 64 MB, so a copy in the heap shows
   const F32 = 'tiny-f32.gguf';
   if (!fs.existsSync(path.join(MODELS, F32)))
@@ -372,6 +372,10 @@ test('backend webgpu streams the weights from OPFS / bytes into GPU buffers: the
     out.bytes = c.info;
     out.bytesText = await gen(c);
     await c.unload();
+    const d = await wgllm.createWorkerEngine({ model: url, backend: 'webgpu', store: false }); // range requests
+    out.net = d.info;
+    out.netText = await gen(d);
+    await d.unload();
     return out;
   }, `/models/${F32}`);
   assert.equal(r.gpu.weights_streamed, true);
@@ -380,6 +384,10 @@ test('backend webgpu streams the weights from OPFS / bytes into GPU buffers: the
   assert.equal(r.bytes.weights_streamed, true);
   assert.equal(r.gpuText, ref.text, 'streamed weights: the same tokens as native WebGPU on the mapped file');
   assert.equal(r.bytesText, ref.text);
+  assert.equal(r.net.source, 'network');
+  assert.equal(r.net.weights_streamed, true, 'a URL not kept in OPFS streams through range requests');
+  assert.equal(r.netText, ref.text);
+  assert.ok(r.net.wasm_memory_bytes < size, `from the network: ${r.net.wasm_memory_bytes} bytes of wasm memory`);
   const mib = (n) => `${(n / 1048576).toFixed(0)} MiB`;
   console.log(`# tiny f32 (${mib(size)}): wasm memory after load: WebGPU streamed ${mib(r.gpu.wasm_memory_bytes)}, ` +
     `CPU ${mib(r.cpu.wasm_memory_bytes)}; from bytes ${mib(r.bytes.wasm_memory_bytes)}`);

@@ -20,7 +20,7 @@
 // slices, into the heap, where the core's mmap finds them (so are URLs
 // fetched without OPFS, which cannot be read at any offset).
 
-import { readSnapshots, writeSnapshots, resolveModel, mountInHeap, wasmBuffer } from './store.js';
+import { readSnapshots, writeSnapshots, resolveModel, mountInHeap, probeRanges, wasmBuffer } from './store.js';
 
 // The threaded core is imported only when it can run: its module needs
 // SharedArrayBuffer as soon as it is instantiated.
@@ -138,8 +138,10 @@ export async function loadCore(opts = {}) {
   // loaded but WebGPU could not start (no adapter, a software one, a format
   // without kernels).
   const srcId = ++loadCount;
-  const streamable = threaded && backend !== 'cpu' && opts.streamWeights !== false &&
-    typeof navigator !== 'undefined' && !!navigator.gpu && src.files.every((f) => f.blob || f.bytes);
+  let streamable = threaded && backend !== 'cpu' && opts.streamWeights !== false &&
+    typeof navigator !== 'undefined' && !!navigator.gpu && src.files.every((f) => f.blob || f.bytes || f.url);
+  // URLs not kept in OPFS: read with range requests where the server answers them
+  if (streamable && src.files.some((f) => f.url)) streamable = await probeRanges(src.files);
   if (streamable) {
     M.wgllmSources = M.wgllmSources || {};
     M.wgllmSources[srcId] = src.files;

@@ -19,6 +19,10 @@
 // mmap costs no second copy. The heap block is the only full copy of the
 // model (the CPU backend computes on the weights there). Without OPFS (e.g.
 // a private window) a URL streams straight into the heap, with no resume.
+// Streamed weights (WebGPU; core.js): the core reads parts of the files
+// itself (wgllm_web.lib.js) - slices of the File / OPFS file, or range
+// requests to a URL whose server answers them (probeRanges) - and nothing is
+// copied into the heap here.
 
 const STORE_DIR = 'wgllm-models';
 const MANIFEST = 'manifest.json';
@@ -222,6 +226,31 @@ function shardFileNames(names, n) {
 }
 
 // ---- downloading into OPFS -----------------------------------------------------
+
+/**
+ * For the URL files of a model that is not kept in OPFS: asks each for its
+ * first byte as a range request. When every server answers 206 with the
+ * file's size, sets each file's size and resolves to true: the core can then
+ * read any part of them (streamed weights) instead of copying them whole into
+ * the wasm memory. False when any server ignores ranges or fails.
+ */
+export async function probeRanges(files) {
+  const sizes = [];
+  for (const f of files) {
+    if (!f.url) { sizes.push(f.size); continue; }
+    try {
+      const res = await fetch(f.url, { headers: { Range: 'bytes=0-0' } });
+      const m = /\/(\d+)\s*$/.exec(res.headers.get('content-range') || '');
+      if (res.status !== 206 || !m) { try { await res.body?.cancel(); } catch { /* gone already */ } return false; }
+      await res.arrayBuffer();
+      sizes.push(Number(m[1]));
+    } catch {
+      return false; // the load that follows reports the failure
+    }
+  }
+  files.forEach((f, i) => { f.size = sizes[i]; f.ranged = !!f.url; });
+  return true;
+}
 
 async function fetchOk(url, what) {
   let res;

@@ -9,9 +9,10 @@ mergeInto(LibraryManager.library, {
   },
 
   // One read of a streamed model (wgllm_web.c, struct web_read_wait): n bytes
-  // at `off` of file `file` of Module.wgllmSources[src] (each {name, size,
-  // blob} or {name, size, bytes}) into the heap at dst. Runs on the main
-  // thread (proxied) and returns at once; the read's promise completes `w`.
+  // at `off` of file `file` of Module.wgllmSources[src] (each {name, size}
+  // and blob, bytes, or url: a server answering range requests) into the
+  // heap at dst. Runs on the main thread (proxied) and returns at once; the
+  // read's promise completes `w`.
   // State 0 -> 2 (writing) -> 1 (done); if the C side gave up first (3),
   // nothing is written. Module.onStreamRead(n) counts the bytes for progress.
   wgllm_web_js_read__proxy: 'sync',
@@ -35,7 +36,13 @@ mergeInto(LibraryManager.library, {
       if (off + n > f.bytes.length) return complete(1, 'reading ' + where + ': past the end (' + f.bytes.length + ' bytes)');
       return complete(0, '', f.bytes.subarray(off, off + n));
     }
-    f.blob.slice(off, off + n).arrayBuffer().then(function(ab) {
+    var part = f.url ?
+      fetch(f.url, { headers: { Range: 'bytes=' + off + '-' + (off + n - 1) } }).then(function(res) {
+        if (res.status !== 206) throw new Error('HTTP ' + res.status + ' to a range request');
+        return res.arrayBuffer();
+      }) :
+      f.blob.slice(off, off + n).arrayBuffer();
+    part.then(function(ab) {
       if (ab.byteLength !== n)
         complete(1, 'reading ' + where + ' gave ' + ab.byteLength + ' bytes: the file changed or is unreadable');
       else complete(0, '', new Uint8Array(ab));
