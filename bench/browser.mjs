@@ -11,7 +11,7 @@
 //
 //   node bench/browser.mjs [--model build/models/tinyllama-1.1b-q4_0.gguf]
 //        [--prompt TEXT] [-n 16] [--gpu-prompt TEXT] [--gpu-n 4] [--gpu-timeout 300]
-//        [--only cpu1,cpu2,opfs,webgpu,native-cpu,native-webgpu]
+//        [--only cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap,native-cpu,native-webgpu]
 // Env: WGLLM_BIN (default build/release/wgllm); WGLLM_WEB_VERBOSE=1 echoes the page's console.
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -36,7 +36,7 @@ const GPU_PROMPT = arg('--gpu-prompt', 'Once upon a time');
 const N = Number(arg('-n', 16));
 const GPU_N = Number(arg('--gpu-n', 4));
 const GPU_TIMEOUT_S = Number(arg('--gpu-timeout', 300));
-const ONLY = arg('--only', 'native-cpu,native-webgpu,cpu1,cpu2,opfs,webgpu').split(',');
+const ONLY = arg('--only', 'native-cpu,native-webgpu,cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap').split(',');
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 const FLAGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
   '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader', '--disable-background-networking',
@@ -152,7 +152,7 @@ async function openBrowser(server, profile) {
   return { page, errors, close };
 }
 
-async function inBrowser(server, { backend, threads, n, prompt, opfs, timeoutS }) {
+async function inBrowser(server, { backend, threads, n, prompt, opfs, timeoutS, streamWeights = true }) {
   const url = `/models/${path.basename(MODEL)}`;
   let model = url;
   let profile = null;
@@ -161,7 +161,7 @@ async function inBrowser(server, { backend, threads, n, prompt, opfs, timeoutS }
     const b = await openBrowser(server, profile);
     try {
       const name = await b.page.evaluate(async (url) => {
-        const e = await wgllm.createWorkerEngine({ model: url, backend: 'cpu', store: true });
+        const e = await wgllm.createWorkerEngine({ model: url, backend: 'cpu', store: true, streamWeights: false });
         await e.unload();
         return (await wgllm.listModels()).find((m) => m.complete)?.name;
       }, url);
@@ -179,10 +179,10 @@ async function inBrowser(server, { backend, threads, n, prompt, opfs, timeoutS }
     s = sampler();
     const work = (async () => {
       const t0 = performance.now();
-      const info = await page.evaluate(async ({ model, backend, threads }) => {
-        window.engine = await wgllm.createWorkerEngine({ model, backend, nThreads: threads, store: false });
+      const info = await page.evaluate(async ({ model, backend, threads, streamWeights }) => {
+        window.engine = await wgllm.createWorkerEngine({ model, backend, nThreads: threads, store: false, streamWeights });
         return engine.info;
-      }, { model, backend, threads });
+      }, { model, backend, threads, streamWeights });
       const load = (performance.now() - t0) / 1000;
       const loadPeak = s.mark();
       const r = await page.evaluate(({ prompt, n }) => engine.completions.create({ prompt, max_tokens: n, temperature: 0,
@@ -203,6 +203,7 @@ async function inBrowser(server, { backend, threads, n, prompt, opfs, timeoutS }
       procs: res.all.procs, heap: res.info.wasm_memory_bytes, load: res.load, pp: x.prefill_tokens_per_s,
       tg: x.decode_tokens_per_s, promptTokens: res.r.usage.prompt_tokens, genTokens: res.r.usage.completion_tokens,
       note: `${res.info.backend_detail}, ${res.info.threads} thread(s), source ${res.info.source}` +
+            (res.info.weights_streamed ? ', weights streamed to the GPU' : ', weights in the wasm heap') +
             (res.info.gpu_memory ? `; GPU memory ${(res.info.gpu_memory / MiB).toFixed(0)} MiB` : '') };
   } finally {
     clearTimeout(timer);
@@ -220,7 +221,9 @@ const CONFIGS = [
   { id: 'cpu1', label: 'browser worker, cpu (wasm), 1 thread, URL', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 1, n: N, prompt: PROMPT, timeoutS: 900 }) },
   { id: 'cpu2', label: 'browser worker, cpu (wasm), 2 threads, URL', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 2, n: N, prompt: PROMPT, timeoutS: 900 }) },
   { id: 'opfs', label: 'browser worker, cpu (wasm), 1 thread, OPFS', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 1, n: N, prompt: PROMPT, opfs: true, timeoutS: 900 }) },
-  { id: 'webgpu', label: 'browser worker, webgpu, URL', run: (sv) => inBrowser(sv, { backend: 'webgpu', threads: 1, n: GPU_N, prompt: GPU_PROMPT, timeoutS: GPU_TIMEOUT_S }) },
+  { id: 'webgpu', label: 'browser worker, webgpu, URL (range requests, streamed)', run: (sv) => inBrowser(sv, { backend: 'webgpu', threads: 1, n: GPU_N, prompt: GPU_PROMPT, timeoutS: GPU_TIMEOUT_S }) },
+  { id: 'webgpu-opfs', label: 'browser worker, webgpu, OPFS (streamed)', run: (sv) => inBrowser(sv, { backend: 'webgpu', threads: 1, n: GPU_N, prompt: GPU_PROMPT, opfs: true, timeoutS: GPU_TIMEOUT_S }) },
+  { id: 'webgpu-heap', label: 'browser worker, webgpu, URL, streamWeights false (via the heap)', run: (sv) => inBrowser(sv, { backend: 'webgpu', threads: 1, n: GPU_N, prompt: GPU_PROMPT, timeoutS: GPU_TIMEOUT_S, streamWeights: false }) },
 ];
 
 const size = fs.statSync(MODEL).size;

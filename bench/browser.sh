@@ -2,14 +2,15 @@
 # Peak memory and speed of the browser package against the native binary on a
 # TinyLlama-1.1B-shaped synthetic model (Q4_0): bench/browser.mjs loads it in
 # the worker engine of a fresh headless Chromium per configuration (wasm CPU
-# with 1 and 2 threads from a URL, 1 thread from OPFS, WebGPU over
-# navigator.gpu) and generates greedily, sampling the PSS/RSS of all the
+# with 1 and 2 threads from a URL, 1 thread from OPFS; WebGPU over
+# navigator.gpu with the weights streamed by range requests or from OPFS, and
+# through the heap) and generates greedily, sampling the PSS/RSS of all the
 # browser's processes every 100 ms; the native `wgllm run` (cpu and webgpu,
 # under /usr/bin/time -v) runs the same prompt. One markdown table: model size,
 # idle / load / peak memory, the wasm heap, load time, prefill and decode tok/s.
 #
 # Usage: bash bench/browser.sh [browser.mjs options: -n 16 --gpu-n 4
-#        --gpu-timeout 300 --only native-cpu,native-webgpu,cpu1,cpu2,opfs,webgpu
+#        --gpu-timeout 300 --only native-cpu,native-webgpu,cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap
 #        --prompt TEXT --model FILE]
 # Env:   WGLLM_BENCH_MODELS (where the model is made once, default build/models).
 # Builds what is missing (make -j2, make wasm, the model). Without a GPU both

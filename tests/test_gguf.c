@@ -1229,6 +1229,19 @@ static void check_same_failure(const char *path, enum wgllm_status want, const c
     CHECK(strstr(e2.message, needle) != NULL);
 }
 
+/* A writer declaring seven small F32 tensors of different shapes (split tests). */
+static struct wgllm_gguf_writer *seven_tensor_writer(void) {
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    wgllm_gguf_writer_set_str(w, "general.architecture", "llama");
+    char name[32];
+    for (int i = 0; i < 7; i++) {
+        uint64_t ne[2] = {64, 4 + (uint64_t)i};
+        snprintf(name, sizeof(name), "blk.%d.w", i);
+        wgllm_gguf_writer_add_tensor(w, name, WGLLM_TYPE_F32, 2, ne);
+    }
+    return w;
+}
+
 TEST(test_unmapped_files) {
     const char *path = test_tmp_path(".gguf");
     size_t size;
@@ -1252,14 +1265,7 @@ TEST(test_unmapped_files) {
     check_unmapped(test_shared_path("vocab/ggml-vocab-bert-bge.gguf"));
 
     /* a split model, opened by its first and by its last shard */
-    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
-    wgllm_gguf_writer_set_str(w, "general.architecture", "llama");
-    char name[32];
-    for (int i = 0; i < 7; i++) {
-        uint64_t ne[2] = {64, 4 + (uint64_t)i};
-        snprintf(name, sizeof(name), "blk.%d.w", i);
-        wgllm_gguf_writer_add_tensor(w, name, WGLLM_TYPE_F32, 2, ne);
-    }
+    struct wgllm_gguf_writer *w = seven_tensor_writer();
     char prefix[512], p1[600], p2[600], p3[600];
     snprintf(prefix, sizeof(prefix), "%s", test_tmp_path("-um"));
     struct wgllm_error err;
@@ -1304,14 +1310,7 @@ TEST(test_unmapped_files) {
 }
 
 TEST(test_source_split) {
-    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
-    wgllm_gguf_writer_set_str(w, "general.architecture", "llama");
-    char name[32];
-    for (int i = 0; i < 7; i++) {
-        uint64_t ne[2] = {64, 4 + (uint64_t)i};
-        snprintf(name, sizeof(name), "blk.%d.w", i);
-        wgllm_gguf_writer_add_tensor(w, name, WGLLM_TYPE_F32, 2, ne);
-    }
+    struct wgllm_gguf_writer *w = seven_tensor_writer();
     char prefix[512], p[3][600];
     snprintf(prefix, sizeof(prefix), "%s", test_tmp_path("-src"));
     struct wgllm_error err;
