@@ -11,7 +11,7 @@
 //
 //   node bench/browser.mjs [--model build/models/tinyllama-1.1b-q4_0.gguf]
 //        [--prompt TEXT] [-n 16] [--gpu-prompt TEXT] [--gpu-n 4] [--gpu-timeout 300]
-//        [--only cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap,native-cpu,native-webgpu]
+//        [--only cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap,native-cpu,native-webgpu,native-webgpu-stream]
 // Env: WGLLM_BIN (default build/release/wgllm); WGLLM_WEB_VERBOSE=1 echoes the page's console.
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -36,7 +36,7 @@ const GPU_PROMPT = arg('--gpu-prompt', 'Once upon a time');
 const N = Number(arg('-n', 16));
 const GPU_N = Number(arg('--gpu-n', 4));
 const GPU_TIMEOUT_S = Number(arg('--gpu-timeout', 300));
-const ONLY = arg('--only', 'native-cpu,native-webgpu,cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap').split(',');
+const ONLY = arg('--only', 'native-cpu,native-webgpu,native-webgpu-stream,cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap').split(',');
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 const FLAGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
   '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader', '--disable-background-networking',
@@ -107,10 +107,10 @@ const fix = (x, d = 1) => (x == null || Number.isNaN(x) ? '-' : x.toFixed(d));
 
 // ---- native: /usr/bin/time -v wgllm run ----
 
-async function native(backend, prompt, n, timeoutS) {
+async function native(backend, prompt, n, timeoutS, extra = []) {
   const env = { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR || '/tmp' };
   if (backend === 'webgpu' && !env.VK_ICD_FILENAMES && fs.existsSync(SWIFTSHADER_ICD)) env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
-  const args = ['-v', BIN, 'run', '-m', MODEL, '-p', prompt, '-n', String(n), '-t', '1', '--ignore-eos', '--backend', backend];
+  const args = ['-v', BIN, 'run', '-m', MODEL, '-p', prompt, '-n', String(n), '-t', '1', '--ignore-eos', '--backend', backend, ...extra];
   const s = sampler();
   const t0 = performance.now();
   const { code, stderr } = await new Promise((resolve) => {
@@ -218,6 +218,7 @@ async function inBrowser(server, { backend, threads, n, prompt, opfs, timeoutS, 
 const CONFIGS = [
   { id: 'native-cpu', label: 'native `wgllm run`, cpu, 1 thread', run: () => native('cpu', PROMPT, N, 900) },
   { id: 'native-webgpu', label: 'native `wgllm run`, webgpu (Dawn)', run: () => native('webgpu', GPU_PROMPT, GPU_N, GPU_TIMEOUT_S) },
+  { id: 'native-webgpu-stream', label: 'native `wgllm run`, webgpu (Dawn), --stream-weights', run: () => native('webgpu', GPU_PROMPT, GPU_N, GPU_TIMEOUT_S, ['--stream-weights']) },
   { id: 'cpu1', label: 'browser worker, cpu (wasm), 1 thread, URL', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 1, n: N, prompt: PROMPT, timeoutS: 900 }) },
   { id: 'cpu2', label: 'browser worker, cpu (wasm), 2 threads, URL', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 2, n: N, prompt: PROMPT, timeoutS: 900 }) },
   { id: 'opfs', label: 'browser worker, cpu (wasm), 1 thread, OPFS', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 1, n: N, prompt: PROMPT, opfs: true, timeoutS: 900 }) },

@@ -395,6 +395,10 @@ static enum wgllm_status model_load_gguf(struct wgllm_gguf *g, const char *name,
     }
     m->n_threads = p->n_threads > 0 ? p->n_threads : wgllm_n_cores();
     m->streamed = !wgllm_gguf_mapped(g);
+    if (m->streamed) {
+        m->fingerprint = wgllm_model_fingerprint(m);
+        m->has_fingerprint = true;
+    }
     /* streamed weights are read when a backend uploads them, not here */
     if (!m->vocab_only && !m->streamed) {
         st = prepare_weights(m, p, err);
@@ -489,6 +493,7 @@ static uint64_t fingerprint_weight(uint64_t h, const struct wgllm_model *m, cons
 }
 
 uint64_t wgllm_model_fingerprint(const struct wgllm_model *m) {
+    if (m->has_fingerprint) return m->fingerprint;
     uint64_t h = 0xcbf29ce484222325ull;
     h = fnv1a_bytes(h, m->arch_name, strlen(m->arch_name));
     const struct wgllm_hparams *hp = &m->hp;

@@ -82,6 +82,10 @@ struct wgllm_model {
     /* Weights not in memory (wgllm_model_params.stream_weights): matrices'
      * `data` is NULL; read them with wgllm_weight_read. Vectors are in memory. */
     bool streamed;
+    /* a streamed model's wgllm_model_fingerprint, computed once at load: its
+     * samples are reads through the source (a browser's async file reads) */
+    bool has_fingerprint;
+    uint64_t fingerprint;
 };
 
 /* Reads hparams and binds tensors, checking every shape and type; the model

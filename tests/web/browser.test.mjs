@@ -367,6 +367,10 @@ test('backend webgpu streams the weights from OPFS / bytes / range requests into
     const b = await wgllm.createWorkerEngine({ model: url, backend: 'cpu' }); // the same file from OPFS, into the heap
     out.cpu = b.info;
     await b.unload();
+    const h = await wgllm.createWorkerEngine({ model: url, backend: 'webgpu', streamWeights: false }); // uploaded from the heap
+    out.heap = h.info;
+    out.heapText = await gen(h);
+    await h.unload();
     const bytes = await (await fetch(url)).arrayBuffer();
     const c = await wgllm.createEngine({ model: bytes, backend: 'webgpu' }); // on the page, from an ArrayBuffer
     out.bytes = c.info;
@@ -381,6 +385,10 @@ test('backend webgpu streams the weights from OPFS / bytes / range requests into
   assert.equal(r.gpu.weights_streamed, true);
   assert.equal(r.gpu.source, 'opfs');
   assert.equal(r.cpu.weights_streamed, false);
+  assert.equal(r.heap.weights_streamed, false);
+  assert.equal(r.heap.backend, 'webgpu');
+  assert.equal(r.heapText, ref.text);
+  assert.ok(r.heap.wasm_memory_bytes >= size, 'streamWeights: false copies the file into the heap');
   assert.equal(r.bytes.weights_streamed, true);
   assert.equal(r.gpuText, ref.text, 'streamed weights: the same tokens as native WebGPU on the mapped file');
   assert.equal(r.bytesText, ref.text);

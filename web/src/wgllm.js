@@ -194,7 +194,8 @@ function modelNameOf(model) {
 
 function coreOptions(o) {
   return { chatTemplate: o.chatTemplate ?? o.chat_template, nThreads: o.nThreads, nCtx: o.nCtx, nSlots: o.nSlots,
-           store: o.store, backend: o.backend, threaded: o.threaded, persistSnapshots: o.persistSnapshots };
+           store: o.store, backend: o.backend, threaded: o.threaded, persistSnapshots: o.persistSnapshots,
+           streamWeights: o.streamWeights };
 }
 
 function checkBackend(b) {
