@@ -105,3 +105,16 @@ struct wgllm_gpu *test_webgpu_open(const char *test_name, int *required) {
     }
     return NULL;
 }
+
+struct wgllm_request_params test_greedy(int max_tokens) {
+    struct wgllm_request_params p = wgllm_request_default_params();
+    p.max_tokens = max_tokens;
+    p.sampling.temperature = 0.0f;
+    p.ignore_eos = true;
+    return p;
+}
+
+const char *const test_prompts[8] = {
+    "Once upon a time", "The lighthouse keeper climbed", "In winter the wind", "Nobody ever read",
+    "A small brass lamp", "Fishermen talking a mile away", "The number of gulls", "Every evening at dusk",
+};

@@ -82,4 +82,10 @@ const char *test_tmp_path(const char *suffix);
 struct wgllm_gpu;
 struct wgllm_gpu *test_webgpu_open(const char *test_name, int *required);
 
+/* Engine tests: request parameters for greedy decoding of max_tokens tokens
+ * (EOS ignored), and eight short prompts to run side by side. */
+#include "wgllm.h"
+struct wgllm_request_params test_greedy(int max_tokens);
+extern const char *const test_prompts[8];
+
 #endif

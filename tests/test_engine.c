@@ -34,19 +34,6 @@ static struct wgllm_engine *new_engine(int n_slots, int n_ctx, size_t snapshot_b
     return e;
 }
 
-static struct wgllm_request_params greedy(int max_tokens) {
-    struct wgllm_request_params p = wgllm_request_default_params();
-    p.max_tokens = max_tokens;
-    p.sampling.temperature = 0.0f;
-    p.ignore_eos = true;
-    return p;
-}
-
-static const char *prompts[8] = {
-    "Once upon a time", "The lighthouse keeper climbed", "In winter the wind", "Nobody ever read",
-    "A small brass lamp", "Fishermen talking a mile away", "The number of gulls", "Every evening at dusk",
-};
-
 /* The same greedy tokens as a plain single-sequence decode loop. */
 static void reference_tokens(const char *prompt, int n, int32_t *out) {
     struct wgllm_context *c;
@@ -64,15 +51,15 @@ static void reference_tokens(const char *prompt, int n, int32_t *out) {
 TEST(batched_results_equal_alone_and_plain_decode) {
     enum { N = 12 };
     int32_t ref[8][N];
-    for (int i = 0; i < 8; i++) reference_tokens(prompts[i], N, ref[i]);
+    for (int i = 0; i < 8; i++) reference_tokens(test_prompts[i], N, ref[i]);
     struct wgllm_engine *e = new_engine(8, 128, 0);
     CHECK(e != NULL);
     if (!e) return;
-    struct wgllm_request_params p = greedy(N);
+    struct wgllm_request_params p = test_greedy(N);
     /* alone */
     for (int i = 0; i < 8; i++) {
         struct wgllm_result r;
-        CHECK_EQ_INT(wgllm_query(e, prompts[i], &p, &r, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_query(e, test_prompts[i], &p, &r, NULL), WGLLM_STATUS_OK);
         CHECK_EQ_INT(r.n_tokens, N);
         CHECK_EQ_INT(r.finish, WGLLM_FINISH_LENGTH);
         CHECK(r.n_tokens == N && memcmp(r.tokens, ref[i], sizeof(ref[i])) == 0);
@@ -81,7 +68,7 @@ TEST(batched_results_equal_alone_and_plain_decode) {
     /* all eight at once: prefill and decode rows of different slots share batches */
     struct wgllm_request *req[8];
     for (int i = 0; i < 8; i++)
-        CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[i], strlen(prompts[i]), &p, &req[i], NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_engine_submit_query(e, test_prompts[i], strlen(test_prompts[i]), &p, &req[i], NULL), WGLLM_STATUS_OK);
     for (int i = 0; i < 8; i++) {
         struct wgllm_result r;
         wgllm_request_wait(req[i], &r);
@@ -95,7 +82,7 @@ TEST(batched_results_equal_alone_and_plain_decode) {
 TEST(context_key_reuses_the_prefix) {
     struct wgllm_engine *e = new_engine(2, 256, 0);
     if (!e) return;
-    struct wgllm_request_params p = greedy(8);
+    struct wgllm_request_params p = test_greedy(8);
     const char *turn1 = "The lighthouse keeper climbed the spiral stairs every evening at dusk";
     const char *turn2 = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a lamp";
     struct wgllm_result cold, warm1, warm2;
@@ -134,7 +121,7 @@ TEST(context_key_reuses_the_prefix) {
 TEST(eviction_and_snapshot_restore) {
     struct wgllm_engine *e = new_engine(1, 256, 64 << 20);
     if (!e) return;
-    struct wgllm_request_params p = greedy(6);
+    struct wgllm_request_params p = test_greedy(6);
     const char *a = "In winter the wind rattled the windows so hard that he wrote with gloves on";
     const char *b = "In summer the sea was so calm that he could hear fishermen talking a mile away";
     struct wgllm_result ra1, rb, ra2;
@@ -166,12 +153,12 @@ static bool stop_after_three(const char *text, size_t len, int32_t token, float 
 TEST(cancellation_frees_the_slot) {
     struct wgllm_engine *e = new_engine(1, 256, 0);
     if (!e) return;
-    struct wgllm_request_params p = greedy(0); /* until the context ends */
+    struct wgllm_request_params p = test_greedy(0); /* until the context ends */
     struct wgllm_request *long_req;
-    CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[0], strlen(prompts[0]), &p, &long_req, NULL), WGLLM_STATUS_OK);
-    struct wgllm_request_params q = greedy(4);
+    CHECK_EQ_INT(wgllm_engine_submit_query(e, test_prompts[0], strlen(test_prompts[0]), &p, &long_req, NULL), WGLLM_STATUS_OK);
+    struct wgllm_request_params q = test_greedy(4);
     struct wgllm_request *queued;
-    CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[1], strlen(prompts[1]), &q, &queued, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_engine_submit_query(e, test_prompts[1], strlen(test_prompts[1]), &q, &queued, NULL), WGLLM_STATUS_OK);
     wgllm_request_cancel(long_req);
     struct wgllm_result r1, r2;
     wgllm_request_wait(long_req, &r1);
@@ -185,7 +172,7 @@ TEST(cancellation_frees_the_slot) {
     q.user_data = &count;
     q.max_tokens = 50;
     struct wgllm_result r3;
-    CHECK_EQ_INT(wgllm_query(e, prompts[2], &q, &r3, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[2], &q, &r3, NULL), WGLLM_STATUS_OK);
     CHECK_EQ_INT(r3.finish, WGLLM_FINISH_CANCELLED);
     CHECK_EQ_INT(r3.n_tokens, 3);
     struct wgllm_engine_metrics m;
@@ -203,16 +190,16 @@ TEST(sixty_four_requests_on_four_slots) {
     if (!e) return;
     enum { N = 64 };
     struct wgllm_request *req[N];
-    struct wgllm_request_params p = greedy(5);
+    struct wgllm_request_params p = test_greedy(5);
     char keys[N][16];
     for (int i = 0; i < N; i++) {
         snprintf(keys[i], sizeof(keys[i]), "k%d", i % 10);
         p.context_key = (i % 3) ? keys[i] : NULL;
-        CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[i % 8], strlen(prompts[i % 8]), &p, &req[i], NULL),
+        CHECK_EQ_INT(wgllm_engine_submit_query(e, test_prompts[i % 8], strlen(test_prompts[i % 8]), &p, &req[i], NULL),
                      WGLLM_STATUS_OK);
     }
     int32_t ref[8][5];
-    for (int i = 0; i < 8; i++) reference_tokens(prompts[i], 5, ref[i]);
+    for (int i = 0; i < 8; i++) reference_tokens(test_prompts[i], 5, ref[i]);
     int ok = 0;
     for (int i = 0; i < N; i++) {
         struct wgllm_result r;
@@ -242,12 +229,12 @@ static bool capture(const char *text, size_t len, int32_t token, float lp, void 
 TEST(stop_strings_and_streaming) {
     struct wgllm_engine *e = new_engine(2, 256, 0);
     if (!e) return;
-    struct wgllm_request_params p = greedy(24);
+    struct wgllm_request_params p = test_greedy(24);
     struct stream_capture cap = {0};
     p.on_token = capture;
     p.user_data = &cap;
     struct wgllm_result full;
-    CHECK_EQ_INT(wgllm_query(e, prompts[3], &p, &full, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[3], &p, &full, NULL), WGLLM_STATUS_OK);
     /* the stream is the text, piece by piece */
     CHECK_EQ_INT(cap.len, full.text_len);
     CHECK(memcmp(cap.buf, full.text, full.text_len) == 0);
@@ -261,7 +248,7 @@ TEST(stop_strings_and_streaming) {
     p.n_stop = 1;
     memset(&cap, 0, sizeof(cap));
     struct wgllm_result cut;
-    CHECK_EQ_INT(wgllm_query(e, prompts[3], &p, &cut, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[3], &p, &cut, NULL), WGLLM_STATUS_OK);
     const char *first = strstr(full.text, stop);
     CHECK(first != NULL);
     CHECK_EQ_INT(cut.finish, WGLLM_FINISH_STOP);
@@ -276,10 +263,10 @@ TEST(stop_strings_and_streaming) {
 TEST(logprobs_and_alternatives) {
     struct wgllm_engine *e = new_engine(1, 128, 0);
     if (!e) return;
-    struct wgllm_request_params p = greedy(6);
+    struct wgllm_request_params p = test_greedy(6);
     p.sampling.n_probs = 3;
     struct wgllm_result r;
-    CHECK_EQ_INT(wgllm_query(e, prompts[5], &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[5], &p, &r, NULL), WGLLM_STATUS_OK);
     CHECK_EQ_INT(r.n_top, 3);
     CHECK(r.top_logprobs != NULL);
     for (int i = 0; r.top_logprobs && i < r.n_tokens; i++) {
@@ -296,7 +283,7 @@ TEST(logprobs_and_alternatives) {
 TEST(limits_give_clear_errors) {
     struct wgllm_engine *e = new_engine(1, 32, 0);
     if (!e) return;
-    struct wgllm_request_params p = greedy(0);
+    struct wgllm_request_params p = test_greedy(0);
     struct wgllm_result r;
     struct wgllm_error err;
     char longp[1024];
@@ -306,9 +293,9 @@ TEST(limits_give_clear_errors) {
     CHECK(strstr(err.message, "context") != NULL);
     /* max_tokens that just fits: prompt + max_tokens - 1 positions are decoded */
     int32_t t[64];
-    const int np = wgllm_tokenize(model, prompts[0], strlen(prompts[0]), t, 64, true, false, NULL);
+    const int np = wgllm_tokenize(model, test_prompts[0], strlen(test_prompts[0]), t, 64, true, false, NULL);
     p.max_tokens = 32 + 1 - np;
-    CHECK_EQ_INT(wgllm_query(e, prompts[0], &p, &r, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[0], &p, &r, &err), WGLLM_STATUS_OK);
     CHECK_EQ_INT(r.finish, WGLLM_FINISH_LENGTH);
     CHECK_EQ_INT(r.n_tokens, 32 + 1 - np);
     wgllm_result_free(&r);
@@ -329,20 +316,20 @@ TEST(embeddings) {
     /* a generation model declares no pooling */
     CHECK_EQ_INT(wgllm_embed(e, "hello", 5, WGLLM_POOLING_MODEL, true, a, E, &n, &err), WGLLM_STATUS_UNSUPPORTED);
     CHECK(strstr(err.message, "pooling") != NULL);
-    CHECK_EQ_INT(wgllm_embed(e, prompts[1], strlen(prompts[1]), WGLLM_POOLING_MEAN, true, a, E, &n, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_embed(e, test_prompts[1], strlen(test_prompts[1]), WGLLM_POOLING_MEAN, true, a, E, &n, &err), WGLLM_STATUS_OK);
     CHECK_EQ_INT(n, E);
     double norm = 0;
     for (int i = 0; i < E; i++) norm += (double)a[i] * a[i];
     CHECK_NEAR(norm, 1.0, 1e-4);
-    CHECK_EQ_INT(wgllm_embed(e, prompts[1], strlen(prompts[1]), WGLLM_POOLING_MEAN, true, b, E, &n, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_embed(e, test_prompts[1], strlen(test_prompts[1]), WGLLM_POOLING_MEAN, true, b, E, &n, &err), WGLLM_STATUS_OK);
     CHECK(memcmp(a, b, sizeof(float) * (size_t)E) == 0);
-    CHECK_EQ_INT(wgllm_embed(e, prompts[2], strlen(prompts[2]), WGLLM_POOLING_LAST, false, c, E, &n, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_embed(e, test_prompts[2], strlen(test_prompts[2]), WGLLM_POOLING_LAST, false, c, E, &n, &err), WGLLM_STATUS_OK);
     /* last-token pooling without normalisation equals the backend's last hidden state */
     struct wgllm_context_params cp = wgllm_context_default_params();
     struct wgllm_context *ctx;
     CHECK_EQ_INT(wgllm_context_init(model, &cp, &ctx, NULL), WGLLM_STATUS_OK);
     int32_t toks[64];
-    int nt = wgllm_tokenize(model, prompts[2], strlen(prompts[2]), toks, 64, true, false, NULL);
+    int nt = wgllm_tokenize(model, test_prompts[2], strlen(test_prompts[2]), toks, 64, true, false, NULL);
     int32_t pos[64], seq[64];
     for (int i = 0; i < nt; i++) pos[i] = i, seq[i] = 0;
     struct wgllm_batch batch = {.n = nt, .token = toks, .pos = pos, .seq = seq, .output = NULL};
@@ -368,7 +355,7 @@ TEST(chat_renders_the_template) {
     struct wgllm_engine *e;
     CHECK_EQ_INT(wgllm_engine_init(model, &ep, &e, NULL), WGLLM_STATUS_OK);
     struct wgllm_message msgs[2] = {{"system", "You are terse."}, {"user", "Name a color."}};
-    struct wgllm_request_params p = greedy(4);
+    struct wgllm_request_params p = test_greedy(4);
     struct wgllm_result r;
     struct wgllm_error err;
     CHECK_EQ_INT(wgllm_chat(e, msgs, 2, &p, &r, &err), WGLLM_STATUS_OK);
@@ -609,9 +596,9 @@ TEST(engine_shift_continues_like_a_fresh_evaluation) {
     ep.context_keep = KEEP;
     struct wgllm_engine *e;
     CHECK_EQ_INT(wgllm_engine_init(m, &ep, &e, NULL), WGLLM_STATUS_OK);
-    struct wgllm_request_params p = greedy(GEN);
+    struct wgllm_request_params p = test_greedy(GEN);
     struct wgllm_result r;
-    CHECK_EQ_INT(wgllm_query(e, prompts[1], &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[1], &p, &r, NULL), WGLLM_STATUS_OK);
     CHECK_EQ_INT(r.finish, WGLLM_FINISH_LENGTH);
     CHECK_EQ_INT(r.n_tokens, GEN);
     struct wgllm_engine_metrics mt;
@@ -624,7 +611,7 @@ TEST(engine_shift_continues_like_a_fresh_evaluation) {
     CHECK_EQ_INT(wgllm_context_init(m, &cp, &c, NULL), WGLLM_STATUS_OK);
     int32_t seq[CTX + 1], ref[GEN];
     float ref_lp[GEN];
-    const int np = wgllm_tokenize(m, prompts[1], strlen(prompts[1]), seq, CTX, true, false, NULL);
+    const int np = wgllm_tokenize(m, test_prompts[1], strlen(test_prompts[1]), seq, CTX, true, false, NULL);
     int n = np, shifts = 0;
     CHECK_EQ_INT(wgllm_decode(c, seq, n, false, NULL), WGLLM_STATUS_OK);
     for (int i = 0; i < GEN; i++) {
@@ -664,11 +651,11 @@ TEST(engine_shift_continues_like_a_fresh_evaluation) {
 TEST(context_full_fails_clearly_and_frees_the_slot) {
     struct wgllm_engine *e = new_engine(1, 32, 0);
     if (!e) return;
-    struct wgllm_request_params p = greedy(40);
+    struct wgllm_request_params p = test_greedy(40);
     p.context_key = "full";
     struct wgllm_result r, r2;
     struct wgllm_error err;
-    CHECK_EQ_INT(wgllm_query(e, prompts[0], &p, &r, &err), WGLLM_STATUS_CONTEXT_FULL);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[0], &p, &r, &err), WGLLM_STATUS_CONTEXT_FULL);
     CHECK_EQ_INT(r.finish, WGLLM_FINISH_ERROR);
     CHECK_EQ_INT(r.status, WGLLM_STATUS_CONTEXT_FULL);
     CHECK(strstr(r.message, "32 positions") != NULL);
@@ -676,16 +663,16 @@ TEST(context_full_fails_clearly_and_frees_the_slot) {
     CHECK_STR(err.message, r.message);
     CHECK_EQ_INT(r.usage.prompt_tokens + r.n_tokens, 32 + 1); /* every position, plus the token that did not fit */
     int32_t ref[32];
-    reference_tokens(prompts[0], r.n_tokens, ref);
+    reference_tokens(test_prompts[0], r.n_tokens, ref);
     CHECK(r.n_tokens <= 32 && memcmp(r.tokens, ref, sizeof(int32_t) * (size_t)r.n_tokens) == 0);
     /* the slot is free again: a request with another prompt runs as on a fresh engine */
-    p = greedy(6);
-    CHECK_EQ_INT(wgllm_query(e, prompts[2], &p, &r2, &err), WGLLM_STATUS_OK);
-    reference_tokens(prompts[2], 6, ref);
+    p = test_greedy(6);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[2], &p, &r2, &err), WGLLM_STATUS_OK);
+    reference_tokens(test_prompts[2], 6, ref);
     CHECK(r2.n_tokens == 6 && memcmp(r2.tokens, ref, sizeof(int32_t) * 6) == 0);
     struct wgllm_result r3;
-    p = greedy(0);
-    CHECK_EQ_INT(wgllm_query(e, prompts[1], &p, &r3, &err), WGLLM_STATUS_OK);
+    p = test_greedy(0);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[1], &p, &r3, &err), WGLLM_STATUS_OK);
     CHECK_EQ_INT(r3.finish, WGLLM_FINISH_LENGTH);
     CHECK_EQ_INT(r3.usage.prompt_tokens + r3.n_tokens, 32 + 1);
     wgllm_result_free(&r3);
@@ -724,7 +711,7 @@ TEST(context_key_after_a_shift_reuses_only_kept_tokens) {
     ep.context_keep = 4;
     struct wgllm_engine *e, *cold_e;
     CHECK_EQ_INT(wgllm_engine_init(model, &ep, &e, NULL), WGLLM_STATUS_OK);
-    struct wgllm_request_params p = greedy(40);
+    struct wgllm_request_params p = test_greedy(40);
     const struct wgllm_logit_bias bias = {the[0], 100.0f};
     p.sampling.logit_bias = &bias;
     p.sampling.n_logit_bias = 1;
@@ -739,7 +726,7 @@ TEST(context_key_after_a_shift_reuses_only_kept_tokens) {
     wgllm_engine_metrics(e, &mt);
     CHECK(mt.context_shifts >= 1);
     /* follow-up: BOS + 30 x "the"; the slot holds BOS + >= 22 x "the" (40 - (40 - 5) / 2) */
-    struct wgllm_request_params q = greedy(5);
+    struct wgllm_request_params q = test_greedy(5);
     q.context_key = "conv";
     CHECK_EQ_INT(wgllm_query(e, p2, &q, &r2, NULL), WGLLM_STATUS_OK);
     CHECK_EQ_INT(r2.usage.cached_tokens, 1 + 4); /* BOS + context_keep */
@@ -773,18 +760,18 @@ TEST(shift_on_prompt_limits_and_default_keep) {
     CHECK_EQ_INT(wgllm_engine_init(model, &ep, &e, NULL), WGLLM_STATUS_OK);
     char longp[512] = "";
     for (int i = 0; i < 40; i++) strcat(longp, "word ");
-    struct wgllm_request_params p = greedy(40);
+    struct wgllm_request_params p = test_greedy(40);
     struct wgllm_result r;
     struct wgllm_error err;
     CHECK_EQ_INT(wgllm_query(e, longp, &p, &r, &err), WGLLM_STATUS_CONTEXT_FULL);
     CHECK(strstr(err.message, "not prompts") != NULL);
-    CHECK_EQ_INT(wgllm_query(e, prompts[4], &p, &r, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[4], &p, &r, &err), WGLLM_STATUS_OK);
     CHECK_EQ_INT(r.finish, WGLLM_FINISH_LENGTH);
     CHECK_EQ_INT(r.n_tokens, 40);
     /* until the first shift, the tokens are the plain ones */
     int32_t ref[32];
     const int before = 32 + 1 - r.usage.prompt_tokens;
-    reference_tokens(prompts[4], before, ref);
+    reference_tokens(test_prompts[4], before, ref);
     CHECK(memcmp(r.tokens, ref, sizeof(int32_t) * (size_t)before) == 0);
     wgllm_result_free(&r);
     ep.context_keep = -2;
@@ -801,7 +788,7 @@ TEST(shift_on_prompt_limits_and_default_keep) {
 TEST(snapshots_export_and_import) {
     const char *turn1 = "The lighthouse keeper climbed the spiral stairs every evening at dusk";
     const char *turn2 = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a lamp";
-    struct wgllm_request_params p = greedy(6);
+    struct wgllm_request_params p = test_greedy(6);
     struct wgllm_result cold, r1, r2;
     struct wgllm_engine *e = new_engine(2, 256, (size_t)64 << 20);
     if (!e) return;

@@ -29,14 +29,6 @@ static struct wgllm_engine *new_engine(bool no_thread, int n_slots) {
     return e;
 }
 
-static struct wgllm_request_params greedy(int max_tokens) {
-    struct wgllm_request_params p = wgllm_request_default_params();
-    p.max_tokens = max_tokens;
-    p.sampling.temperature = 0.0f;
-    p.ignore_eos = true;
-    return p;
-}
-
 struct stream {
     pthread_t thread;
     int calls;
@@ -55,7 +47,7 @@ TEST(steps_give_the_threaded_engines_tokens) {
     struct wgllm_engine *threaded = new_engine(false, 1), *stepped = new_engine(true, 1);
     CHECK(threaded && stepped);
     if (!threaded || !stepped) return;
-    struct wgllm_request_params p = greedy(N);
+    struct wgllm_request_params p = test_greedy(N);
     struct wgllm_result want;
     CHECK_EQ_INT(wgllm_query(threaded, "Once upon a time", &p, &want, NULL), WGLLM_STATUS_OK);
 
@@ -93,14 +85,14 @@ TEST(wait_drives_the_steps_and_requests_share_ticks) {
     struct wgllm_engine *e = new_engine(true, 2);
     CHECK(e != NULL);
     if (!e) return;
-    struct wgllm_request_params p = greedy(8);
+    struct wgllm_request_params p = test_greedy(8);
     struct wgllm_result a;
     CHECK_EQ_INT(wgllm_query(e, "The lighthouse keeper", &p, &a, NULL), WGLLM_STATUS_OK); /* blocking form */
     CHECK_EQ_INT(a.n_tokens, 8);
     struct wgllm_request *r1 = NULL, *r2 = NULL, *r3 = NULL;
     CHECK_EQ_INT(wgllm_engine_submit_query(e, "The lighthouse keeper", 21, &p, &r1, NULL), WGLLM_STATUS_OK);
     CHECK_EQ_INT(wgllm_engine_submit_query(e, "In winter the wind", 18, &p, &r2, NULL), WGLLM_STATUS_OK);
-    struct wgllm_request_params long_p = greedy(100);
+    struct wgllm_request_params long_p = test_greedy(100);
     CHECK_EQ_INT(wgllm_engine_submit_query(e, "Nobody ever read", 16, &long_p, &r3, NULL), WGLLM_STATUS_OK);
     int steps = 0;
     while (!wgllm_request_done(r1) || !wgllm_request_done(r2)) {
@@ -134,7 +126,7 @@ TEST(cancel_ends_running_and_queued_requests) {
     struct wgllm_engine *e = new_engine(true, 1);
     CHECK(e != NULL);
     if (!e) return;
-    struct wgllm_request_params p = greedy(50);
+    struct wgllm_request_params p = test_greedy(50);
     struct stream s = {.thread = pthread_self()};
     p.on_token = on_token;
     p.user_data = &s;

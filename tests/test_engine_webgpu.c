@@ -40,35 +40,22 @@ static struct wgllm_engine *new_engine(enum wgllm_backend backend, int n_slots, 
     return e;
 }
 
-static struct wgllm_request_params greedy(int max_tokens) {
-    struct wgllm_request_params p = wgllm_request_default_params();
-    p.max_tokens = max_tokens;
-    p.sampling.temperature = 0.0f;
-    p.ignore_eos = true;
-    return p;
-}
-
-static const char *prompts[8] = {
-    "Once upon a time", "The lighthouse keeper climbed", "In winter the wind", "Nobody ever read",
-    "A small brass lamp", "Fishermen talking a mile away", "The number of gulls", "Every evening at dusk",
-};
-
 enum { N = 8 };
 
 /* Greedy tokens of the first n_alone prompts alone (one after the other),
  * then of all 8 at once. */
 static void run_prompts(struct wgllm_engine *e, int n_alone, int32_t alone[8][N], int32_t together[8][N]) {
-    struct wgllm_request_params p = greedy(N);
+    struct wgllm_request_params p = test_greedy(N);
     for (int i = 0; i < n_alone; i++) {
         struct wgllm_result r;
-        CHECK_EQ_INT(wgllm_query(e, prompts[i], &p, &r, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_query(e, test_prompts[i], &p, &r, NULL), WGLLM_STATUS_OK);
         CHECK_EQ_INT(r.n_tokens, N);
         if (r.n_tokens == N) memcpy(alone[i], r.tokens, sizeof(alone[i]));
         wgllm_result_free(&r);
     }
     struct wgllm_request *req[8];
     for (int i = 0; i < 8; i++)
-        CHECK_EQ_INT(wgllm_engine_submit_query(e, prompts[i], strlen(prompts[i]), &p, &req[i], NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_engine_submit_query(e, test_prompts[i], strlen(test_prompts[i]), &p, &req[i], NULL), WGLLM_STATUS_OK);
     for (int i = 0; i < 8; i++) {
         struct wgllm_result r;
         wgllm_request_wait(req[i], &r);
@@ -107,7 +94,7 @@ TEST(same_tokens_as_the_cpu_engine_alone_and_batched) {
 }
 
 TEST(context_key_suffix_and_snapshot_restore) {
-    struct wgllm_request_params p = greedy(6);
+    struct wgllm_request_params p = test_greedy(6);
     const char *other = "In summer the sea was so calm that he could hear fishermen talking a mile away";
     struct wgllm_result cold, w1, w2, o, back;
     CHECK_EQ_INT(wgllm_query(gpu8, turn2, &p, &cold, NULL), WGLLM_STATUS_OK); /* cold, in another engine */
@@ -315,7 +302,7 @@ TEST(context_shift_generation_matches_the_cpu_engine) {
         if (wgllm_engine_init(model, &ep, &eng[b], &err) != WGLLM_STATUS_OK) fprintf(stderr, "  engine: %s\n", err.message);
         CHECK(eng[b] != NULL);
         if (!eng[b]) continue;
-        struct wgllm_request_params p = greedy(GEN);
+        struct wgllm_request_params p = test_greedy(GEN);
         struct wgllm_result r;
         CHECK_EQ_INT(wgllm_query(eng[b], "The lighthouse keeper", &p, &r, NULL), WGLLM_STATUS_OK);
         CHECK_EQ_INT(r.n_tokens, GEN);
