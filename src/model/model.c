@@ -395,10 +395,6 @@ static enum wgllm_status model_load_gguf(struct wgllm_gguf *g, const char *name,
     }
     m->n_threads = p->n_threads > 0 ? p->n_threads : wgllm_n_cores();
     m->streamed = !wgllm_gguf_mapped(g);
-    if (m->streamed) {
-        m->fingerprint = wgllm_model_fingerprint(m);
-        m->has_fingerprint = true;
-    }
     /* streamed weights are read when a backend uploads them, not here */
     if (!m->vocab_only && !m->streamed) {
         st = prepare_weights(m, p, err);
@@ -492,8 +488,7 @@ static uint64_t fingerprint_weight(uint64_t h, const struct wgllm_model *m, cons
     return h;
 }
 
-uint64_t wgllm_model_fingerprint(const struct wgllm_model *m) {
-    if (m->has_fingerprint) return m->fingerprint;
+static uint64_t fingerprint_of(const struct wgllm_model *m) {
     uint64_t h = 0xcbf29ce484222325ull;
     h = fnv1a_bytes(h, m->arch_name, strlen(m->arch_name));
     const struct wgllm_hparams *hp = &m->hp;
@@ -511,6 +506,16 @@ uint64_t wgllm_model_fingerprint(const struct wgllm_model *m) {
         for (int j = 0; j < 7; j++) h = fingerprint_weight(h, m, ws[j]);
         h = fnv1a_bytes(h, L->attn_norm, sizeof(float) * (size_t)hp->n_embd);
     }
+    return h;
+}
+
+uint64_t wgllm_model_fingerprint(const struct wgllm_model *m) {
+    struct wgllm_model *mm = (struct wgllm_model *)m; /* a cache, not a change of the model */
+    uint64_t h = atomic_load(&mm->fingerprint);
+    if (h) return h;
+    h = fingerprint_of(m);
+    if (!h) h = 1; /* 0 means "not computed" */
+    atomic_store(&mm->fingerprint, h);
     return h;
 }
 

@@ -7,6 +7,8 @@
 #define WGLLM_MODEL_H
 
 #include "base/base.h"
+
+#include <stdatomic.h>
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
 #include "vocab/vocab.h"
@@ -82,10 +84,12 @@ struct wgllm_model {
     /* Weights not in memory (wgllm_model_params.stream_weights): matrices'
      * `data` is NULL; read them with wgllm_weight_read. Vectors are in memory. */
     bool streamed;
-    /* a streamed model's wgllm_model_fingerprint, computed once at load: its
-     * samples are reads through the source (a browser's async file reads) */
-    bool has_fingerprint;
-    uint64_t fingerprint;
+    /* wgllm_model_fingerprint, computed at its first use (0: not yet): for a
+     * streamed model its samples are reads through the source (in a browser,
+     * hundreds of async file reads or range requests), so a load that never
+     * saves or restores KV state must not pay for them, and later uses
+     * must not pay again. Two threads racing compute the same value. */
+    _Atomic uint64_t fingerprint;
 };
 
 /* Reads hparams and binds tensors, checking every shape and type; the model

@@ -541,13 +541,19 @@ test('KV snapshots persist in OPFS: after a reload the same long prompt is not p
     const g = await wgllm.createWorkerEngine({ model: url, backend: 'webgpu', chatTemplate: wgllm.CHATML });
     await g.chat.completions.create(req);
     const gpuFile = await g.snapshots.save();
+    const gStreamed = g.info.weights_streamed;
     await g.unload();
+    // a second streamed WebGPU engine of the same file takes it (the fingerprint read through the source agrees)
+    const g2 = await wgllm.createWorkerEngine({ model: url, backend: 'webgpu', chatTemplate: wgllm.CHATML });
+    const gpuRestored = await g2.snapshots.restore(gpuFile);
+    await g2.unload();
     const c = await wgllm.createWorkerEngine({ model: url, backend: 'cpu', chatTemplate: wgllm.CHATML });
     let other = null;
     try { await c.snapshots.restore(gpuFile); } catch (x) { other = x.message; }
     await c.unload();
     await wgllm.deleteSnapshots('snaptest');
-    return { text: r.choices[0].message.content, usage: r.usage, info: e.info.snapshots, foreign, gpuBytes: gpuFile.length, other };
+    return { text: r.choices[0].message.content, usage: r.usage, info: e.info.snapshots, foreign, gpuBytes: gpuFile.length, other,
+      gStreamed, gpuRestored };
   }, [`/models/${MODEL}`, req]);
   await p2.close();
   assert.ok(again.info.restored_bytes > 1000, `restored ${again.info.restored_bytes} bytes`);
@@ -558,4 +564,6 @@ test('KV snapshots persist in OPFS: after a reload the same long prompt is not p
   assert.match(again.foreign, /not a wgllm snapshot file/);
   assert.ok(again.gpuBytes > 1000, `WebGPU snapshot file: ${again.gpuBytes} bytes`);
   assert.match(again.other, /another model or backend/);
+  assert.equal(again.gStreamed, true);
+  assert.ok(again.gpuRestored > 0, `restored ${again.gpuRestored} snapshot(s) into a new streamed WebGPU engine`);
 });
