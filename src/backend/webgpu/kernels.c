@@ -964,6 +964,29 @@ static void emit_mm_block(struct sb *b, uint32_t type) {
     sb_add(b, "  return v;\n}\n");
 }
 
+/* The two mat-mat kernels' shared WGSL (sb_add formats: %% is %): the entry
+ * point with each thread's rows (tr + i*GN) and tokens (tt + j*TM/RM) of the
+ * TN x TM tile and its accumulators; and the store of the accumulators. */
+#define MM_MAIN_HEAD                                                                              \
+    "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n" \
+    "  let r0 = wid.x * TN;\n"                                                                     \
+    "  let t0 = wid.y * TM;\n"                                                                     \
+    "  let tr = tid %% GN;\n"                                                                      \
+    "  let tt = tid / GN;\n"                                                                       \
+    "  var acc: array<f32, RN * RM>;\n"                                                            \
+    "  for (var i = 0u; i < RN * RM; i++) { acc[i] = 0.0; }\n"                                     \
+    "  let nblk = (p.k + 31u) / 32u;\n"
+#define MM_STORE                                                                                  \
+    "  for (var j = 0u; j < RM; j++) {\n"                                                          \
+    "    let tok = t0 + tt + j * (TM / RM);\n"                                                     \
+    "    if (tok >= p.h) { continue; }\n"                                                          \
+    "    for (var i = 0u; i < RN; i++) {\n"                                                        \
+    "      let r = r0 + tr + i * GN;\n"                                                           \
+    "      if (r < p.n) { Y[p.c + tok * p.n + r] = acc[j * RN + i]; }\n"                          \
+    "    }\n"                                                                                      \
+    "  }\n"                                                                                        \
+    "}\n"
+
 /* The shared-memory-free mat-mat: the same thread -> (rows, tokens) map as
  * below, each weight block dequantised once per thread and used for all of
  * its RM tokens straight from storage. */
@@ -976,14 +999,7 @@ static void gen_matmul_direct(struct sb *b, const struct wgllm_kernel_key *key, 
     emit_format(b, key->type, false);
     emit_mm_block(b, key->type);
     sb_add(b, "@compute @workgroup_size(NT)\n"
-              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-              "  let r0 = wid.x * TN;\n"
-              "  let t0 = wid.y * TM;\n"
-              "  let tr = tid %% GN;\n"
-              "  let tt = tid / GN;\n"
-              "  var acc: array<f32, RN * RM>;\n"
-              "  for (var i = 0u; i < RN * RM; i++) { acc[i] = 0.0; }\n"
-              "  let nblk = (p.k + 31u) / 32u;\n"
+              MM_MAIN_HEAD
               "  for (var i = 0u; i < RN; i++) {\n"
               "    let r = r0 + tr + i * GN;\n"
               "    if (r >= p.n) { continue; }\n"
@@ -1001,15 +1017,7 @@ static void gen_matmul_direct(struct sb *b, const struct wgllm_kernel_key *key, 
               "      }\n"
               "    }\n"
               "  }\n"
-              "  for (var j = 0u; j < RM; j++) {\n"
-              "    let tok = t0 + tt + j * (TM / RM);\n"
-              "    if (tok >= p.h) { continue; }\n"
-              "    for (var i = 0u; i < RN; i++) {\n"
-              "      let r = r0 + tr + i * GN;\n"
-              "      if (r < p.n) { Y[p.c + tok * p.n + r] = acc[j * RN + i]; }\n"
-              "    }\n"
-              "  }\n"
-              "}\n");
+              MM_STORE);
 }
 
 static void gen_matmul(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
@@ -1028,14 +1036,7 @@ static void gen_matmul(struct sb *b, const struct wgllm_kernel_key *key, const s
     const uint32_t upb = emit_mm_unit(b, key->type);
     sb_add(b, "const UPB: u32 = %uu;\n", upb);
     sb_add(b, "@compute @workgroup_size(NT)\n"
-              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-              "  let r0 = wid.x * TN;\n"
-              "  let t0 = wid.y * TM;\n"
-              "  let tr = tid %% GN;\n"
-              "  let tt = tid / GN;\n"
-              "  var acc: array<f32, RN * RM>;\n"
-              "  for (var i = 0u; i < RN * RM; i++) { acc[i] = 0.0; }\n"
-              "  let nblk = (p.k + 31u) / 32u;\n"
+              MM_MAIN_HEAD
               "  for (var k0 = 0u; k0 < p.k; k0 += TK) {\n"
               "    let b0 = k0 / 32u;\n"
               "    for (var w = tid; w < TN * NB * UPB; w += NT) {\n"
@@ -1067,15 +1068,7 @@ static void gen_matmul(struct sb *b, const struct wgllm_kernel_key *key, const s
               "    }\n"
               "    workgroupBarrier();\n"
               "  }\n"
-              "  for (var j = 0u; j < RM; j++) {\n"
-              "    let tok = t0 + tt + j * (TM / RM);\n"
-              "    if (tok >= p.h) { continue; }\n"
-              "    for (var i = 0u; i < RN; i++) {\n"
-              "      let r = r0 + tr + i * GN;\n"
-              "      if (r < p.n) { Y[p.c + tok * p.n + r] = acc[j * RN + i]; }\n"
-              "    }\n"
-              "  }\n"
-              "}\n");
+              MM_STORE);
 }
 
 static bool pow2(uint32_t v) { return v && !(v & (v - 1)); }
