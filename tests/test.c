@@ -2,6 +2,7 @@
 #include "test.h"
 
 #include "backend/webgpu/hal.h"
+#include "model/synth.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -118,3 +119,25 @@ const char *const test_prompts[8] = {
     "Once upon a time", "The lighthouse keeper climbed", "In winter the wind", "Nobody ever read",
     "A small brass lamp", "Fishermen talking a mile away", "The number of gulls", "Every evening at dusk",
 };
+
+const char *test_synth_path(const struct wgllm_synth_params *sp) {
+    const char *path = test_tmp_path(sp->max_split_bytes ? "" : ".gguf");
+    struct wgllm_error err = {0};
+    if (wgllm_synth_write(sp, path, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  synth %s: %s\n", sp->shape ? sp->shape : "tiny", err.message);
+        return NULL;
+    }
+    return path;
+}
+
+struct wgllm_model *test_synth_model(const struct wgllm_synth_params *sp) {
+    const char *path = test_synth_path(sp);
+    if (!path) return NULL;
+    struct wgllm_model_params mp = wgllm_model_default_params();
+    mp.n_threads = 2;
+    struct wgllm_model *m = NULL;
+    struct wgllm_error err = {0};
+    if (wgllm_model_load(path, &mp, &m, &err) != WGLLM_STATUS_OK) fprintf(stderr, "  load %s: %s\n", path, err.message);
+    remove(path);
+    return m;
+}

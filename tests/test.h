@@ -86,6 +86,14 @@ struct wgllm_gpu *test_webgpu_open(const char *test_name, int *required);
  * (EOS ignored), and eight short prompts to run side by side. */
 #include "wgllm.h"
 struct wgllm_request_params test_greedy(int max_tokens);
+
+/* Synthetic models (model/synth.h): written to a fresh temporary path (a
+ * prefix when sp->max_split_bytes asks for shards); NULL after printing why. */
+struct wgllm_synth_params;
+const char *test_synth_path(const struct wgllm_synth_params *sp);
+/* The same, loaded (mapped; n_threads 2) and its file removed (the mapping
+ * keeps the data); NULL after printing why. */
+struct wgllm_model *test_synth_model(const struct wgllm_synth_params *sp);
 extern const char *const test_prompts[8];
 
 #endif

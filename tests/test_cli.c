@@ -177,15 +177,14 @@ int main(int argc, char **argv) {
     }
     wgllm_base_init();
     wgllm_quant_init();
-    snprintf(model_path, sizeof(model_path), "%s", test_tmp_path(".gguf"));
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.type = WGLLM_TYPE_Q8_0;
-    struct wgllm_error err;
-    if (wgllm_synth_write(&sp, model_path, &err) != WGLLM_STATUS_OK) {
-        fprintf(stderr, "synth: %s\n", err.message);
+    const char *path = test_synth_path(&sp);
+    if (!path) {
         test_failed++;
         return test_summary("test_cli");
     }
+    snprintf(model_path, sizeof(model_path), "%s", path);
     RUN(tokenize_prints_ids_on_one_line);
     RUN(info_and_run);
     RUN(bad_input_gives_named_errors);

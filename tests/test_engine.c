@@ -373,17 +373,11 @@ TEST(chat_renders_the_template) {
 
 /* A synthetic model of `shape` with n_layer layers (Q8_0), loaded; NULL on failure. */
 static struct wgllm_model *shape_model(const char *shape, int n_layer, uint32_t type) {
-    const char *path = test_tmp_path(".gguf");
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.shape = shape;
     sp.type = type;
     sp.n_layer = n_layer;
-    struct wgllm_model *m = NULL;
-    struct wgllm_error err;
-    if (wgllm_synth_write(&sp, path, &err) != WGLLM_STATUS_OK || wgllm_model_load(path, NULL, &m, &err) != WGLLM_STATUS_OK)
-        fprintf(stderr, "%s: %s\n", shape, err.message);
-    remove(path); /* mapped: the data stays until wgllm_model_free */
-    return m;
+    return test_synth_model(&sp);
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {
@@ -876,14 +870,12 @@ TEST(snapshots_export_and_import) {
 int main(void) {
     wgllm_base_init();
     wgllm_quant_init();
-    model_path = test_tmp_path(".gguf");
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.shape = "tiny";
     sp.type = WGLLM_TYPE_Q8_0;
     struct wgllm_error err;
-    if (wgllm_synth_write(&sp, model_path, &err) != WGLLM_STATUS_OK ||
-        wgllm_model_load(model_path, NULL, &model, &err) != WGLLM_STATUS_OK) {
-        fprintf(stderr, "setup: %s\n", err.message);
+    if (!(model_path = test_synth_path(&sp)) || wgllm_model_load(model_path, NULL, &model, &err) != WGLLM_STATUS_OK) {
+        if (model_path) fprintf(stderr, "setup: %s\n", err.message);
         test_failed++;
         return test_summary("test_engine");
     }

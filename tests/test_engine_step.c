@@ -150,14 +150,10 @@ TEST(cancel_ends_running_and_queued_requests) {
 
 int main(void) {
     wgllm_base_init();
-    const char *path = test_tmp_path(".gguf");
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.shape = "tiny";
     sp.type = WGLLM_TYPE_Q4_0;
-    struct wgllm_error err;
-    if (wgllm_synth_write(&sp, path, &err) != WGLLM_STATUS_OK ||
-        wgllm_model_load(path, NULL, &model, &err) != WGLLM_STATUS_OK) {
-        fprintf(stderr, "setup: %s\n", err.message);
+    if (!(model = test_synth_model(&sp))) {
         test_failed++;
         return test_summary("test_engine_step");
     }
@@ -165,6 +161,5 @@ int main(void) {
     RUN(wait_drives_the_steps_and_requests_share_ticks);
     RUN(cancel_ends_running_and_queued_requests);
     wgllm_model_free(model);
-    remove(path);
     return test_summary("test_engine_step");
 }

@@ -195,13 +195,7 @@ static struct wgllm_model *shape_model(const char *shape) {
     sp.shape = shape;
     sp.type = WGLLM_TYPE_Q8_0;
     sp.seed = 5;
-    const char *path = test_tmp_path(".gguf");
-    struct wgllm_model *m = NULL;
-    struct wgllm_error err = {0};
-    if (wgllm_synth_write(&sp, path, &err) != WGLLM_STATUS_OK || wgllm_model_load(path, NULL, &m, &err) != WGLLM_STATUS_OK)
-        fprintf(stderr, "  %s: %s\n", shape, err.message);
-    remove(path); /* mapped: the data stays until wgllm_model_free */
-    return m;
+    return test_synth_model(&sp);
 }
 
 /* The same cache state (the CPU's, loaded into WebGPU sequence 1) shifted
@@ -327,24 +321,12 @@ int main(void) {
     int required;
     struct wgllm_gpu *g = test_webgpu_open("test_engine_webgpu", &required);
     if (!g) return required ? 1 : test_summary("test_engine_webgpu");
-    struct wgllm_error err = {0};
     wgllm_gpu_close(g);
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.shape = "tiny";
     sp.type = WGLLM_TYPE_Q8_0;
     sp.seed = 11;
-    const char *path = test_tmp_path(".gguf");
-    if (wgllm_synth_write(&sp, path, &err) != WGLLM_STATUS_OK) {
-        printf("synth: %s\n", err.message);
-        return 1;
-    }
-    struct wgllm_model_params mp = wgllm_model_default_params();
-    mp.n_threads = 2;
-    if (wgllm_model_load(path, &mp, &model, &err) != WGLLM_STATUS_OK) {
-        printf("load: %s\n", err.message);
-        return 1;
-    }
-    remove(path);
+    if (!(model = test_synth_model(&sp))) return 1;
     const uint64_t before = wgllm_gpu_buffers_created();
     gpu8 = new_engine(WGLLM_BACKEND_WEBGPU, 8, 128, 0);
     CHECK(gpu8 != NULL);

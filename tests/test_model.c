@@ -16,17 +16,13 @@ static const char *make_model(const char *shape, uint32_t type) {
     static char paths[16][512];
     static int next;
     char *p = paths[next++ % 16];
-    snprintf(p, 512, "%s", test_tmp_path(".gguf"));
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.shape = shape;
     sp.type = type;
     sp.seed = 3;
-    struct wgllm_error err;
-    enum wgllm_status st = wgllm_synth_write(&sp, p, &err);
-    if (st != WGLLM_STATUS_OK) {
-        fprintf(stderr, "synth %s: %s\n", shape, err.message);
-        return NULL;
-    }
+    const char *path = test_synth_path(&sp);
+    if (!path) return NULL;
+    snprintf(p, 512, "%s", path);
     return p;
 }
 

@@ -381,15 +381,14 @@ int main(int argc, char **argv) {
     snprintf(wgllm_bin, sizeof(wgllm_bin), "%s/wgllm", dirname(dirname(self)));
     wgllm_base_init();
     wgllm_quant_init();
-    snprintf(model_path, sizeof(model_path), "%s", test_tmp_path(".gguf"));
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.type = WGLLM_TYPE_Q8_0;
-    struct wgllm_error err;
-    if (wgllm_synth_write(&sp, model_path, &err) != WGLLM_STATUS_OK) {
-        fprintf(stderr, "synth: %s\n", err.message);
+    const char *path = test_synth_path(&sp);
+    if (!path) {
         test_failed++;
         return test_summary("test_split");
     }
+    snprintf(model_path, sizeof(model_path), "%s", path);
     RUN(parse_size);
     RUN(shards_have_gguf_split_layout_and_same_logits);
     RUN(bad_arguments_give_clear_errors);

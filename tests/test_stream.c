@@ -31,13 +31,7 @@ static const char *synth(const char *shape, uint32_t type, uint64_t split_bytes)
     sp.type = type;
     sp.seed = 11;
     sp.max_split_bytes = split_bytes;
-    const char *path = test_tmp_path(split_bytes ? "" : ".gguf");
-    struct wgllm_error err = {0};
-    if (wgllm_synth_write(&sp, path, &err)) {
-        fprintf(stderr, "  synth %s: %s\n", shape, err.message);
-        return NULL;
-    }
-    return path;
+    return test_synth_path(&sp);
 }
 
 static struct wgllm_model *load(const char *path, bool stream) {

@@ -208,18 +208,7 @@ static struct wgllm_model *tiny_model(uint32_t type) {
     sp.shape = "tiny";
     sp.type = type;
     sp.seed = 3;
-    const char *path = test_tmp_path(".gguf");
-    struct wgllm_error err = {0};
-    struct wgllm_model *m = NULL;
-    if (wgllm_synth_write(&sp, path, &err)) {
-        fprintf(stderr, "  synth: %s\n", err.message);
-        return NULL;
-    }
-    struct wgllm_model_params mp = wgllm_model_default_params();
-    mp.n_threads = 2;
-    if (wgllm_model_load(path, &mp, &m, &err)) fprintf(stderr, "  load: %s\n", err.message);
-    remove(path);
-    return m;
+    return test_synth_model(&sp);
 }
 
 static int n_progress, n_rejected;
