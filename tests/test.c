@@ -141,3 +141,13 @@ struct wgllm_model *test_synth_model(const struct wgllm_synth_params *sp) {
     remove(path);
     return m;
 }
+
+int test_common_prefix(const struct wgllm_model *m, const char *a, const char *b, int *n_b) {
+    int32_t ta[512], tb[512];
+    const int na = wgllm_tokenize(m, a, strlen(a), ta, 512, true, false, NULL);
+    const int nb = wgllm_tokenize(m, b, strlen(b), tb, 512, true, false, NULL);
+    if (n_b) *n_b = nb;
+    int n = 0;
+    while (n < na && n < nb && ta[n] == tb[n]) n++;
+    return n;
+}

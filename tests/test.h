@@ -94,6 +94,9 @@ const char *test_synth_path(const struct wgllm_synth_params *sp);
 /* The same, loaded (mapped; n_threads 2) and its file removed (the mapping
  * keeps the data); NULL after printing why. */
 struct wgllm_model *test_synth_model(const struct wgllm_synth_params *sp);
+/* Prompt tokens (BOS added) that texts a and b share at the start: what the
+ * engine's prefix reuse may skip; *n_b (may be NULL) gets b's token count. */
+int test_common_prefix(const struct wgllm_model *m, const char *a, const char *b, int *n_b);
 extern const char *const test_prompts[8];
 
 #endif

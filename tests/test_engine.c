@@ -94,11 +94,8 @@ TEST(context_key_reuses_the_prefix) {
     CHECK_EQ_INT(wgllm_query(e, turn1, &p, &warm1, NULL), WGLLM_STATUS_OK);
     CHECK_EQ_INT(warm1.usage.cached_tokens, 0);
     CHECK_EQ_INT(wgllm_query(e, turn2, &p, &warm2, NULL), WGLLM_STATUS_OK);
-    int32_t t1[128], t2[128];
-    int n1 = wgllm_tokenize(model, turn1, strlen(turn1), t1, 128, true, false, NULL);
-    int n2 = wgllm_tokenize(model, turn2, strlen(turn2), t2, 128, true, false, NULL);
-    int lcp = 0;
-    while (lcp < n1 && lcp < n2 && t1[lcp] == t2[lcp]) lcp++;
+    int n2;
+    const int lcp = test_common_prefix(model, turn1, turn2, &n2);
     /* only the suffix after the common prefix was computed */
     CHECK_EQ_INT(warm2.usage.cached_tokens, lcp);
     CHECK_EQ_INT(warm2.usage.prompt_tokens, n2);
@@ -832,11 +829,7 @@ TEST(snapshots_export_and_import) {
     CHECK(m.snapshot_bytes_used > 0);
     p.context_key = "conversation";
     CHECK_EQ_INT(wgllm_query(e2, turn2, &p, &r2, NULL), WGLLM_STATUS_OK);
-    int32_t t1[128], t2[128];
-    const int n1 = wgllm_tokenize(model, turn1, strlen(turn1), t1, 128, true, false, NULL);
-    const int n2 = wgllm_tokenize(model, turn2, strlen(turn2), t2, 128, true, false, NULL);
-    int lcp = 0;
-    while (lcp < n1 && lcp < n2 && t1[lcp] == t2[lcp]) lcp++;
+    const int lcp = test_common_prefix(model, turn1, turn2, NULL);
     CHECK(lcp > 10);
     CHECK_EQ_INT(r2.usage.cached_tokens, lcp);
     CHECK(r2.n_tokens == cold.n_tokens && !memcmp(r2.tokens, cold.tokens, sizeof(int32_t) * (size_t)cold.n_tokens));

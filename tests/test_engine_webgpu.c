@@ -107,11 +107,8 @@ TEST(context_key_suffix_and_snapshot_restore) {
     CHECK(loaded > before);
     CHECK_EQ_INT(wgllm_query(e, turn1, &p, &w1, NULL), WGLLM_STATUS_OK);
     CHECK_EQ_INT(wgllm_query(e, turn2, &p, &w2, NULL), WGLLM_STATUS_OK);
-    int32_t t1[128], t2[128];
-    const int n1 = wgllm_tokenize(model, turn1, strlen(turn1), t1, 128, true, false, NULL);
-    const int n2 = wgllm_tokenize(model, turn2, strlen(turn2), t2, 128, true, false, NULL);
-    int lcp = 0;
-    while (lcp < n1 && lcp < n2 && t1[lcp] == t2[lcp]) lcp++;
+    int n2;
+    const int lcp = test_common_prefix(model, turn1, turn2, &n2);
     CHECK(lcp > 10);
     CHECK_EQ_INT(w2.usage.prompt_tokens, n2);
     CHECK_EQ_INT(w2.usage.cached_tokens, lcp); /* only the suffix was computed */
