@@ -81,7 +81,7 @@ static void same_as_mapped(const char *path) {
     struct wgllm_model *a = load(path, false), *b = load(path, true);
     CHECK(a && b);
     if (!a || !b) goto out;
-    CHECK(b->streamed && !a->streamed);
+    CHECK(wgllm_model_streamed(b) && !wgllm_model_streamed(a));
     CHECK(b->tok_embd.data == NULL && b->layers[0].wq.data == NULL);
     CHECK_EQ_INT(wgllm_model_size(a), wgllm_model_size(b));
     CHECK(wgllm_model_fingerprint(a) == wgllm_model_fingerprint(b));
@@ -183,7 +183,7 @@ TEST(a_read_failing_during_the_upload) {
     struct wgllm_model *m = NULL;
     struct wgllm_error err = {0};
     CHECK_EQ_INT(wgllm_model_load_source(&src, name, NULL, &m, &err), WGLLM_STATUS_OK);
-    CHECK(m && m->streamed);
+    CHECK(m && wgllm_model_streamed(m));
     /* the header and the vectors were read; the matrices were not */
     CHECK(f.done < f.size / 2);
     if (m && have_gpu) {

@@ -394,9 +394,8 @@ static enum wgllm_status model_load_gguf(struct wgllm_gguf *g, const char *name,
         return st;
     }
     m->n_threads = p->n_threads > 0 ? p->n_threads : wgllm_n_cores();
-    m->streamed = !wgllm_gguf_mapped(g);
     /* streamed weights are read when a backend uploads them, not here */
-    if (!m->vocab_only && !m->streamed) {
+    if (!m->vocab_only && !wgllm_model_streamed(m)) {
         st = prepare_weights(m, p, err);
         if (st) {
             wgllm_model_free(m);
@@ -565,6 +564,6 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
         if (cnt[t]) APPEND(" %s x%lld (%.1f MiB)", wgllm_type_name((uint32_t)t), (long long)cnt[t], by_type[t] / 1048576.0);
     APPEND("\n");
     APPEND("weights:       %.1f MiB%s\n", m->weight_bytes / 1048576.0,
-           m->streamed ? " (streamed from the file: read when the WebGPU backend uploads them)" : "");
+           wgllm_model_streamed(m) ? " (streamed from the file: read when the WebGPU backend uploads them)" : "");
     return len;
 }

@@ -81,9 +81,6 @@ struct wgllm_model {
     int n_threads;
     bool vocab_only; /* a tokenizer-only GGUF: tokenize works, decode does not */
     uint64_t repacked_bytes; /* memory of the repacked copies */
-    /* Weights not in memory (wgllm_model_params.stream_weights): matrices'
-     * `data` is NULL; read them with wgllm_weight_read. Vectors are in memory. */
-    bool streamed;
     /* wgllm_model_fingerprint, computed at its first use (0: not yet): for a
      * streamed model its samples are reads through the source (in a browser,
      * hundreds of async file reads or range requests), so a load that never
@@ -103,6 +100,10 @@ const char *wgllm_arch_name(enum wgllm_arch arch);
 enum wgllm_status wgllm_model_load_source(const struct wgllm_gguf_source *src, const char *name,
                                           const struct wgllm_model_params *params, struct wgllm_model **out,
                                           struct wgllm_error *err);
+/* True when the weights are not in memory (wgllm_model_params.stream_weights,
+ * wgllm_model_load_source): matrices' `data` is NULL, read them with
+ * wgllm_weight_read. Vectors are in memory either way. */
+static inline bool wgllm_model_streamed(const struct wgllm_model *m) { return m->gguf && !wgllm_gguf_mapped(m->gguf); }
 /* Copies bytes [offset, offset + n) of w's data (mapped or streamed) into dst. */
 enum wgllm_status wgllm_weight_read(const struct wgllm_model *m, const struct wgllm_weight *w, uint64_t offset,
                                     void *dst, size_t n, struct wgllm_error *err);

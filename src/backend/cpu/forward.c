@@ -377,14 +377,14 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "unknown backend %d", (int)p.backend);
     static const char streamed_msg[] = "the model was loaded with its weights left in the file (stream_weights), "
                                        "which only the WebGPU backend can use; load it without stream_weights for the CPU";
-    if (model->streamed && p.backend == WGLLM_BACKEND_CPU)
+    if (wgllm_model_streamed(model) && p.backend == WGLLM_BACKEND_CPU)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "%s", streamed_msg);
     char desc[sizeof(((struct wgllm_context *)0)->backend_desc)] = "cpu";
     struct wgllm_webgpu_ctx *gpu = NULL;
     if (p.backend != WGLLM_BACKEND_CPU) {
         enum wgllm_status st = wgllm_webgpu_ctx_create(model, &p, &gpu, desc, sizeof desc, err);
         if (st) return st;
-        if (!gpu && model->streamed) /* auto chose the CPU, which has no weights here */
+        if (!gpu && wgllm_model_streamed(model)) /* auto chose the CPU, which has no weights here */
             return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "backend %s; but %s", desc, streamed_msg);
     }
     struct wgllm_context *c = calloc(1, sizeof(*c));
