@@ -78,6 +78,31 @@ test:
 bench:
 	bash bench/run.sh
 
+# `make fuzz`: libFuzzer targets (fuzz/fuzz_*.c, one per parser of outside
+# input) built with clang under ASan+UBSan into build/fuzz/; each links the
+# library compiled the same way. `bash fuzz/run.sh [SECONDS|-runs=N]` runs them
+# (the default suite runs each briefly; see fuzz/README.md).
+FUZZ_CC  ?= clang
+FUZZ_OUT := build/fuzz
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_OUT)/%)
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_OUT)/%.o)
+.PHONY: fuzz
+fuzz: $(FUZZ_BIN)
+
+$(FUZZ_OUT)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_COMMON) -O1 $(FUZZ_SAN) -fsanitize=fuzzer-no-link $(FLAGS_$(lastword $(subst _, ,$(basename $(notdir $<))))) -c $< -o $@
+
+$(FUZZ_OUT)/libwgllm.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_OUT)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OUT)/libwgllm.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_COMMON) -O1 $(FUZZ_SAN) -fsanitize=fuzzer $< $(FUZZ_OUT)/libwgllm.a $(LDLIBS) -o $@
+
 # `make wasm`: the browser build (web/wasm.mk)
 include web/wasm.mk
 

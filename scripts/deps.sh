@@ -30,6 +30,10 @@ if [ "$mode" = test ]; then
     ls /usr/lib/*/libvulkan.so.1 >/dev/null 2>&1 || missing+=(libvulkan1)
     command -v emcc >/dev/null || missing+=(emscripten)
     [ -x /usr/bin/chromium ] || missing+=(chromium)
+    # the fuzz targets (fuzz/run.sh): clang with libFuzzer and the sanitizers' runtime
+    command -v clang >/dev/null || missing+=(clang)
+    ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 \
+        || [ "$(uname -m)" != x86_64 ] || missing+=(libclang-rt-14-dev)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target (fuzz/fuzz_*.c) on its seed corpus.
+#   bash fuzz/run.sh                 each target for 20 s (what the default suite runs)
+#   bash fuzz/run.sh 600             each target for 600 s
+#   bash fuzz/run.sh -runs=10000000  each target for 10 million executions (the long run)
+#   bash fuzz/run.sh 20 fuzz_jinja   only the named targets
+# New inputs that grow coverage go to build/fuzz/corpus/NAME (the seeds in
+# fuzz/corpus/NAME stay as committed); a crash is saved as build/fuzz/crash-NAME-*.
+# Prints one line per target and "fuzz: N passed, N failed" at the end.
+set -u
+cd "$(dirname "$0")/.."
+arg="${1:-20}"; shift || true
+case "$arg" in -runs=*) limit="$arg" ;; *) limit="-max_total_time=$arg" ;; esac
+command -v clang >/dev/null || { echo "fuzz: clang is missing (scripts/deps.sh test installs it)"; echo "fuzz: 0 passed, 1 failed"; exit 1; }
+if ! make -j"$(nproc 2>/dev/null || echo 2)" fuzz >/tmp/wgllm-fuzz-build.log 2>&1; then
+    tail -30 /tmp/wgllm-fuzz-build.log
+    echo "fuzz: 0 passed, 1 failed"; exit 1
+fi
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || for f in fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
+export WGLLM_SHARED="${WGLLM_SHARED:-$(cd .. && pwd)/shared}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:allocator_may_return_null=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+passed=0; failed=0
+for t in "${targets[@]}"; do
+    bin="build/fuzz/$t"
+    work="build/fuzz/corpus/$t"
+    mkdir -p "$work"
+    seeds=""; [ -d "fuzz/corpus/$t" ] && seeds="fuzz/corpus/$t"
+    log="build/fuzz/$t.log"
+    # -rss_limit_mb / -malloc_limit_mb: a parser that allocates without bound is a finding
+    "$bin" $limit -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 -print_final_stats=1 \
+        -artifact_prefix="build/fuzz/crash-$t-" "$work" $seeds >"$log" 2>&1
+    rc=$?
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    if [ $rc -eq 0 ]; then
+        echo "fuzz $t: ok, ${execs:-?} executions"
+        passed=$((passed + 1))
+    else
+        echo "fuzz $t: FAILED (exit $rc) after ${execs:-?} executions; log $log"
+        grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -8
+        failed=$((failed + 1))
+    fi
+done
+echo "fuzz: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
