@@ -13,6 +13,7 @@ model="${1:-}"
 prompt="${2:-Once upon a time, in a small village by the sea,}"
 if [ -z "$model" ]; then
     model=models/tinyllama-1.1b-q4_0.gguf
+    mkdir -p models
     [ -f "$model" ] || build/release/wgllm synth --shape tinyllama-1.1b --type q4_0 --seed 1 -o "$model"
 fi
 build/release/wgllm info -m "$model"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite (README's second command). Builds wgllm twice -- release
 # and AddressSanitizer+UndefinedBehaviorSanitizer -- runs every C test
-# executable under the sanitizers, then the agreement tests against llama.cpp
+# executable under the sanitizers, the README's first command in a fresh clone
+# of HEAD (tests/demo_test.sh), then the agreement tests against llama.cpp
 # (tests/peer/run.sh: node-llama-cpp from npm on the same synthetic models, the
 # server with the official openai client, chat templates with @huggingface/jinja)
 # and the browser package in headless Chromium (tests/web/run.sh).
@@ -10,6 +11,7 @@ set -u
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh test || { echo "total: 0 passed, 1 failed"; exit 1; }
 export WGLLM_REQUIRE_WEBGPU="${WGLLM_REQUIRE_WEBGPU:-1}"  # deps.sh installed Dawn + SwiftShader
+export WGLLM_REQUIRE_PEER="${WGLLM_REQUIRE_PEER:-1}"      # ... and node-llama-cpp: a test that needs it fails without it
 export WGLLM_SHARED="${WGLLM_SHARED:-$(cd .. && pwd)/shared}"
 export WGLLM_TUNE_CACHE="${WGLLM_TUNE_CACHE:-off}"  # the defaults, not a `wgllm tune` cache of this machine's user
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -46,6 +48,21 @@ for t in build/asan/tests/test_*; do
     echo "$line"
     note_result "$line"
 done
+
+# scripts that end with one line "x: N passed, N failed"
+script_suite() { # $1 = title, $2... = command
+    echo "== $1"
+    shift
+    local out line
+    out=$("$@" 2>&1)
+    local rc=$?
+    echo "$out" | tail -15
+    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -1)
+    [ -n "$line" ] || line="x: 0 passed, 1 failed"
+    [ $rc -ne 0 ] && ! grep -q ' [1-9][0-9]* failed' <<<"$line" && line="x: 0 passed, 1 failed"
+    note_result "$line"
+}
+script_suite "README's first command in a fresh clone of HEAD (tests/demo_test.sh)" bash tests/demo_test.sh
 
 # node --test suites: their closing lines "# pass N" / "# fail N"
 node_suite() { # $1 = title, $2 = script

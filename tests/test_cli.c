@@ -5,6 +5,7 @@
  */
 #include "test.h"
 
+#include "chat/chat.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 
@@ -136,6 +137,67 @@ TEST(chat_keeps_earlier_turns_cached) {
     run_free(&r);
 }
 
+/* `wgllm template --template-file`: the template, messages and tools files
+ * each keep their own length, whichever is longer (a real template far longer
+ * than the messages, and a one-line one far shorter), and the output is what
+ * the interpreter renders in-process. */
+static void check_template_file(const char *tmpl_path, const char *msgs_path, const char *tools_path) {
+    char args[2048];
+    snprintf(args, sizeof(args), "template -m '%s' --template-file '%s' --messages '%s'%s%s%s --add-generation-prompt",
+             model_path, tmpl_path, msgs_path, tools_path ? " --tools '" : "", tools_path ? tools_path : "",
+             tools_path ? "'" : "");
+    struct run r = run_cli(args, NULL);
+    CHECK_EQ_INT(r.status, 0);
+    if (r.status != 0) fprintf(stderr, "  %s: %s\n", tmpl_path, r.err);
+    size_t tl = 0, ml = 0, ol = 0;
+    char *src = test_read_file(tmpl_path, &tl), *msgs = test_read_file(msgs_path, &ml);
+    char *tools = tools_path ? test_read_file(tools_path, &ol) : NULL;
+    struct wgllm_chat_template *t = NULL;
+    struct wgllm_error err = {0};
+    char *want = NULL;
+    CHECK(src && msgs);
+    CHECK(src && wgllm_chat_template_parse(src, tl, &t, &err) == WGLLM_STATUS_OK);
+    CHECK(t && wgllm_chat_template_render_json(t, msgs, tools, true, "<s>", "</s>", &want, &err) == WGLLM_STATUS_OK);
+    CHECK(want && strcmp(r.out, want) == 0);
+    free(want);
+    wgllm_chat_template_free(t);
+    free(src), free(msgs), free(tools);
+    run_free(&r);
+}
+
+TEST(template_files_keep_their_lengths) {
+    char msgs[512], tools[512], shrt[512], tmpl[3][1024]; /* test_tmp_path / test_shared_path reuse one buffer */
+    snprintf(msgs, sizeof(msgs), "%s", test_tmp_path(".json"));
+    snprintf(tools, sizeof(tools), "%s", test_tmp_path(".json"));
+    snprintf(shrt, sizeof(shrt), "%s", test_tmp_path(".jinja"));
+    snprintf(tmpl[0], sizeof(tmpl[0]), "%s", test_shared_path("templates/meta-llama-Llama-3.1-8B-Instruct.jinja"));
+    snprintf(tmpl[1], sizeof(tmpl[1]), "%s", test_shared_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    snprintf(tmpl[2], sizeof(tmpl[2]), "%s", test_shared_path("templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"));
+    FILE *f = fopen(msgs, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("[{\"role\":\"system\",\"content\":\"You are helpful.\"},{\"role\":\"user\",\"content\":\"Hello! "
+          "This message is long enough that the messages file is longer than the short template below.\"}]", f);
+    fclose(f);
+    f = fopen(tools, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Get the weather.\","
+          "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]", f);
+    fclose(f);
+    f = fopen(shrt, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{% for m in messages %}{{ m.content }}{% endfor %}", f);
+    fclose(f);
+    check_template_file(tmpl[0], msgs, NULL);
+    check_template_file(tmpl[1], msgs, tools);
+    check_template_file(tmpl[2], msgs, NULL);
+    check_template_file(shrt, msgs, NULL);
+    check_template_file(shrt, msgs, tools);
+    remove(msgs), remove(tools), remove(shrt);
+}
+
 /* run --ctx smaller than prompt + -n: fails clearly at the full context, or
  * with --context-shift goes on; the tokens before the first shift are the
  * same either way. */
@@ -190,6 +252,7 @@ int main(int argc, char **argv) {
     RUN(bad_input_gives_named_errors);
     RUN(chat_keeps_earlier_turns_cached);
     RUN(run_context_full_or_shift);
+    RUN(template_files_keep_their_lengths);
     remove(model_path);
     return test_summary("test_cli");
 }

@@ -30,7 +30,11 @@ static struct wgllm_engine *new_engine(int n_slots, int n_ctx, size_t snapshot_b
     ep.min_snapshot_tokens = 8;
     struct wgllm_engine *e = NULL;
     struct wgllm_error err;
-    if (wgllm_engine_init(model, &ep, &e, &err) != WGLLM_STATUS_OK) fprintf(stderr, "engine: %s\n", err.message);
+    /* a test whose engine cannot be made has failed: callers then return early */
+    if (wgllm_engine_init(model, &ep, &e, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  engine: %s\n", err.message);
+        test_checks_failed_in_current++;
+    }
     return e;
 }
 

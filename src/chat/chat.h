@@ -61,4 +61,14 @@ const char *wgllm_chat_template_builtin_name(size_t i);
 struct wgllm_vocab;
 const char *wgllm_chat_template_detect(const struct wgllm_vocab *v);
 
+/* The one way a model's chat template is found (the engine and `wgllm
+ * template` both use it): the GGUF's tokenizer.chat_template, else the
+ * built-in one wgllm_chat_template_detect picks. *src / *len point into the
+ * file's mapping or a static string (not NUL-terminated in the first case);
+ * *builtin (may be NULL) gets the built-in's name, or NULL for the file's.
+ * false when the model has neither. */
+struct wgllm_gguf;
+bool wgllm_chat_template_find(const struct wgllm_gguf *g, const struct wgllm_vocab *v, const char **src,
+                              size_t *len, const char **builtin);
+
 #endif

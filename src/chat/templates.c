@@ -9,6 +9,7 @@
  */
 #include "chat/chat.h"
 
+#include "gguf/gguf.h"
 #include "vocab/vocab.h"
 
 #include <string.h>
@@ -138,4 +139,22 @@ const char *wgllm_chat_template_detect(const struct wgllm_vocab *v) {
     if (has_token(v, "<|user|>") && has_token(v, "<|end|>")) return "phi3";
     if (has_token(v, "[INST]")) return "mistral";
     return NULL;
+}
+
+bool wgllm_chat_template_find(const struct wgllm_gguf *g, const struct wgllm_vocab *v, const char **src,
+                              size_t *len, const char **builtin) {
+    *src = NULL, *len = 0;
+    if (builtin) *builtin = NULL;
+    struct wgllm_gguf_str t;
+    if (g && wgllm_gguf_find(g, "tokenizer.chat_template") &&
+        wgllm_gguf_get_str(g, "tokenizer.chat_template", &t, NULL) == WGLLM_STATUS_OK) {
+        *src = t.data, *len = (size_t)t.len;
+        return true;
+    }
+    const char *name = wgllm_chat_template_detect(v);
+    const char *b = name ? wgllm_chat_template_builtin(name) : NULL;
+    if (!b) return false;
+    *src = b, *len = strlen(b);
+    if (builtin) *builtin = name;
+    return true;
 }

@@ -33,32 +33,26 @@ int wgllm_cli_template(const struct opts *o) {
         goto done;
     }
     const char *src = NULL;
-    size_t len = 0;
-    struct wgllm_gguf_str s;
+    size_t src_len = 0, msgs_len = 0, tools_len = 0;
     if (o->template_file) {
-        if (!(file_src = wgllm_cli_read_file(o->template_file, &len))) goto done;
+        if (!(file_src = wgllm_cli_read_file(o->template_file, &src_len))) goto done;
         src = file_src;
-    } else if (wgllm_gguf_find(g, "tokenizer.chat_template") &&
-               wgllm_gguf_get_str(g, "tokenizer.chat_template", &s, NULL) == WGLLM_STATUS_OK) {
-        src = s.data;
-        len = (size_t)s.len;
     } else {
-        const char *name = wgllm_chat_template_detect(v);
-        src = name ? wgllm_chat_template_builtin(name) : NULL;
-        if (!src) {
+        const char *builtin;
+        if (!wgllm_chat_template_find(g, v, &src, &src_len, &builtin)) {
             fprintf(stderr, "wgllm template: %s has no tokenizer.chat_template and no built-in template fits; "
                             "give one with --template-file\n", o->model);
             goto done;
         }
-        fprintf(stderr, "wgllm template: no tokenizer.chat_template; using the built-in '%s'\n", name);
-        len = strlen(src);
+        if (builtin) fprintf(stderr, "wgllm template: no tokenizer.chat_template; using the built-in '%s'\n", builtin);
     }
-    if (!(msgs = wgllm_cli_read_file(o->messages, &len))) goto done;
-    if (o->tools && !(tools = wgllm_cli_read_file(o->tools, &len))) goto done;
+    /* each file keeps its own length: the template is parsed with src_len alone */
+    if (!(msgs = wgllm_cli_read_file(o->messages, &msgs_len))) goto done;
+    if (o->tools && !(tools = wgllm_cli_read_file(o->tools, &tools_len))) goto done;
     int32_t bos = wgllm_vocab_bos(v), eos = wgllm_vocab_eos(v);
     const char *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
     const char *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
-    if (wgllm_chat_template_parse(src, len, &t, &err) != WGLLM_STATUS_OK ||
+    if (wgllm_chat_template_parse(src, src_len, &t, &err) != WGLLM_STATUS_OK ||
         wgllm_chat_template_render_json(t, msgs, tools, o->add_generation_prompt, bos_text, eos_text, &out,
                                         &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm template: %s\n", err.message);

@@ -793,23 +793,14 @@ static void load_template(struct wgllm_engine *e) {
     const char *src = e->p.chat_template;
     size_t len = src ? strlen(src) : 0;
     if (!src) {
-        struct wgllm_gguf_str t;
-        if (!wgllm_gguf_find(e->model->gguf, "tokenizer.chat_template") ||
-            wgllm_gguf_get_str(e->model->gguf, "tokenizer.chat_template", &t, NULL) != WGLLM_STATUS_OK) {
-            /* no template in the file: a built-in one chosen by the special tokens */
-            const char *name = wgllm_chat_template_detect(e->model->vocab);
-            src = name ? wgllm_chat_template_builtin(name) : NULL;
-            if (!src) {
-                snprintf(e->tmpl_error, sizeof(e->tmpl_error),
-                         "the model has no chat template (tokenizer.chat_template) and none was given");
-                return;
-            }
-            wgllm_log(WGLLM_LOG_INFO, "engine: no tokenizer.chat_template; using the built-in '%s' template", name);
-            len = strlen(src);
-        } else {
-            src = t.data;
-            len = (size_t)t.len;
+        const char *builtin;
+        if (!wgllm_chat_template_find(e->model->gguf, e->model->vocab, &src, &len, &builtin)) {
+            snprintf(e->tmpl_error, sizeof(e->tmpl_error),
+                     "the model has no chat template (tokenizer.chat_template) and none was given");
+            return;
         }
+        if (builtin)
+            wgllm_log(WGLLM_LOG_INFO, "engine: no tokenizer.chat_template; using the built-in '%s' template", builtin);
     }
     struct wgllm_error err;
     if (wgllm_chat_template_parse(src, len, &e->tmpl, &err) != WGLLM_STATUS_OK)

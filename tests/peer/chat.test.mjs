@@ -47,8 +47,8 @@ const CONVERSATIONS = {
   'tools, plain chat': { tools: TOOLS, messages: [{ role: 'system', content: 'sys' }, { role: 'user', content: 'hi' }] },
 };
 
-function reference(src, messages, tools, agp) {
-  const vars = { messages, add_generation_prompt: agp, bos_token: '<BOS>', eos_token: '<EOS>' };
+function reference(src, messages, tools, agp, bos = '<BOS>', eos = '<EOS>') {
+  const vars = { messages, add_generation_prompt: agp, bos_token: bos, eos_token: eos };
   if (tools) vars.tools = tools;
   try {
     return { ok: true, text: new Template(src).render(vars) };
@@ -65,6 +65,20 @@ function wgllm(file, messages, tools, agp) {
   if (tools) { const tf = join(tmp, 'tools.json'); writeFileSync(tf, JSON.stringify(tools)); args.push('--tools', tf); }
   if (agp) args.push('--add-generation-prompt');
   const r = spawnSync(BIN, args, { encoding: 'utf8' });
+  return { ok: r.status === 0, text: r.status === 0 ? r.stdout : r.stderr };
+}
+
+// The same through the command a user runs: `wgllm template -m MODEL --template-file F`,
+// whose bos/eos texts are the model's (the synthetic tiny model: LLaMA's <s> and </s>).
+const WGLLM = process.env.WGLLM_BIN || join(ROOT, 'build', 'release', 'wgllm');
+const CLI_MODEL = join(process.env.WGLLM_MODELS || join(ROOT, 'build', 'models'), 'tiny-q8_0.gguf');
+function wgllmCli(file, messages, tools, agp) {
+  const mf = join(tmp, 'cli-messages.json');
+  writeFileSync(mf, JSON.stringify(messages));
+  const args = ['template', '-m', CLI_MODEL, '--template-file', file, '--messages', mf];
+  if (tools) { const tf = join(tmp, 'cli-tools.json'); writeFileSync(tf, JSON.stringify(tools)); args.push('--tools', tf); }
+  if (agp) args.push('--add-generation-prompt');
+  const r = spawnSync(WGLLM, args, { encoding: 'utf8' });
   return { ok: r.status === 0, text: r.status === 0 ? r.stdout : r.stderr };
 }
 
@@ -96,6 +110,29 @@ for (const file of files) {
       }
     }
     t.diagnostic(`${compared} renderings identical, ${rejected} rejected by both`);
+    assert.ok(compared >= 4, `${file}: only ${compared} renderings compared`);
+  });
+}
+
+for (const file of files) {
+  test(`wgllm template --template-file ${file}`, (t) => {
+    assert.ok(existsSync(CLI_MODEL), `${CLI_MODEL} missing: tests/peer/run.sh synthesizes it`);
+    const src = readFileSync(join(TEMPLATES, file), 'utf8');
+    let compared = 0;
+    for (const [name, conv] of Object.entries(CONVERSATIONS)) {
+      const messages = Array.isArray(conv) ? conv : conv.messages;
+      const tools = Array.isArray(conv) ? undefined : conv.tools;
+      for (const agp of [false, true]) {
+        const ref = reference(src, messages, tools, agp, '<s>', '</s>');
+        const got = wgllmCli(join(TEMPLATES, file), messages, tools, agp);
+        const what = `wgllm template ${file} / ${name} / add_generation_prompt=${agp}`;
+        if (!ref.ok) { assert.equal(got.ok, false, `${what}: the reference fails (${ref.text}) but wgllm rendered`); continue; }
+        assert.equal(got.ok, true, `${what}: wgllm failed: ${got.text}`);
+        assert.equal(got.text, ref.text, what);
+        compared++;
+      }
+    }
+    t.diagnostic(`${compared} renderings identical`);
     assert.ok(compared >= 4, `${file}: only ${compared} renderings compared`);
   });
 }

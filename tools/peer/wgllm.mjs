@@ -17,9 +17,41 @@ export const modelPath = (shape, type) => join(MODELS, `${shape}-${type}.gguf`);
 
 /* Runs wgllm with argv (no shell), from the repo root. Returns spawnSync's result
  * with stdout/stderr as strings. */
-export function runWgllm(args, { timeoutMs = 120000, input } = {}) {
+export function runWgllm(args, { timeoutMs = 120000, input, cpu } = {}) {
   if (!existsSync(WGLLM)) throw new Error(`${WGLLM} missing: run make -j2 first`);
-  return spawnSync(WGLLM, args, { cwd: ROOT, encoding: 'utf8', timeout: timeoutMs, maxBuffer: 256 << 20, input });
+  return spawnSync(WGLLM, args, { cwd: ROOT, encoding: 'utf8', timeout: timeoutMs, maxBuffer: 256 << 20, input,
+    env: cpuEnv(cpu) });
+}
+
+/* The environment for kernel level `cpu`: 'best' (or undefined) lets wgllm pick
+ * the best kernels this CPU has; 'avx2', 'neon' or 'scalar' caps them (WGLLM_CPU). */
+export function cpuEnv(cpu) {
+  const env = { ...process.env };
+  if (cpu && cpu !== 'best') env.WGLLM_CPU = cpu;
+  else if (cpu === 'best') delete env.WGLLM_CPU;
+  return env;
+}
+
+/* The kernel levels this machine can run, best first: on an AVX-512 x86-64
+ * ['best', 'avx2', 'scalar'], on an AVX2-only one ['best', 'scalar'], on arm64
+ * with dot products ['best', 'neon', 'scalar']. $PEER_LEVELS (comma-separated)
+ * overrides. One machine so checks the kernels that other CPUs run. */
+export function kernelLevels() {
+  if (process.env.PEER_LEVELS) return process.env.PEER_LEVELS.split(',');
+  let flags = '';
+  try {
+    flags = readFileSync('/proc/cpuinfo', 'utf8').split('\n').find((l) => /^(flags|Features)\s*:/.test(l)) || '';
+  } catch { /* not Linux: the best level only */ }
+  const has = (f) => new RegExp(`\\b${f}\\b`).test(flags);
+  const levels = ['best'];
+  if (process.arch === 'x64') {
+    if (has('avx512f') && has('avx2')) levels.push('avx2');
+    if (has('avx2')) levels.push('scalar');
+  } else if (process.arch === 'arm64') {
+    if (has('asimddp')) levels.push('neon');
+    levels.push('scalar');
+  }
+  return levels;
 }
 
 function mustSucceed(args, r) {
@@ -80,11 +112,11 @@ function wgllmTokenizeRun(model, text, { addSpecial = true, parseSpecial = false
 process.on('exit', () => { if (tmpDir) rmSync(tmpDir, { recursive: true, force: true }); });
 
 /* `wgllm logits`: returns an array of Float32Array rows (n_tokens x n_vocab). */
-export function wgllmLogits(model, tokens, nVocab, { threads = 2 } = {}) {
+export function wgllmLogits(model, tokens, nVocab, { threads = 2, cpu } = {}) {
   tmpDir ??= mkdtempSync(join(tmpdir(), 'wgllm-peer-'));
   const out = join(tmpDir, 'logits.f32');
   const args = ['logits', '-m', model, '--tokens', tokens.join(','), '-o', out, '-t', String(threads)];
-  mustSucceed(args, runWgllm(args));
+  mustSucceed(args, runWgllm(args, { cpu }));
   const buf = readFileSync(out);
   if (buf.length !== tokens.length * nVocab * 4)
     throw new Error(`wgllm logits wrote ${buf.length} bytes, expected ${tokens.length} x ${nVocab} x 4`);
@@ -94,9 +126,9 @@ export function wgllmLogits(model, tokens, nVocab, { threads = 2 } = {}) {
   return rows;
 }
 
-export function wgllmGreedy(model, promptIds, n) {
+export function wgllmGreedy(model, promptIds, n, { cpu } = {}) {
   const args = ['run', '-m', model, '--prompt-ids', promptIds.join(','), '-n', String(n), '--ids'];
-  return lastJson(args, mustSucceed(args, runWgllm(args)));
+  return lastJson(args, mustSucceed(args, runWgllm(args, { cpu })));
 }
 
 export function wgllmBench(model, { pp = 128, tg = 32, reps = 3, threads = 2 } = {}) {
