@@ -19,30 +19,6 @@ void wgllm_op_rms_norm(const float *x, const float *w, float *y, int n, float ep
         for (int i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
-void wgllm_op_rope_cache(float *cs, int pos, int n_rot, float freq_base, float freq_scale,
-                         const float *freq_factors) {
-    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
-    float theta = (float)pos;
-    for (int i = 0; i < n_rot / 2; i++) {
-        const float ff = freq_factors ? freq_factors[i] : 1.0f;
-        const float t = freq_scale * (theta / ff);
-        cs[2 * i] = cosf(t);
-        cs[2 * i + 1] = sinf(t);
-        theta *= theta_scale;
-    }
-}
-
-void wgllm_op_rope(float *x, const float *cs, int n_rot, bool neox) {
-    const int half = n_rot / 2;
-    for (int i = 0; i < half; i++) {
-        const float c = cs[2 * i], s = cs[2 * i + 1];
-        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        const float x0 = x[a], x1 = x[b];
-        x[a] = x0 * c - x1 * s;
-        x[b] = x0 * s + x1 * c;
-    }
-}
-
 void wgllm_op_softmax(float *x, int n) {
     float max = -INFINITY;
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;

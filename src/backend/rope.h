@@ -1,0 +1,28 @@
+/*
+ * rope.h - rotary position embedding as both backends apply it: the cos/sin
+ * table of one position (made on the host, also for the WebGPU kernels, so
+ * both backends rotate by the same libm values) and the rotation of one head
+ * by it (the CPU's, and the reference the WGSL kernel must match bit for bit).
+ * Angles are made as ggml makes them (theta by repeated multiplication), so
+ * that keys stay within float noise of llama.cpp.
+ */
+#ifndef WGLLM_ROPE_H
+#define WGLLM_ROPE_H
+
+#include "base/base.h"
+
+struct wgllm_model;
+
+/* Precomputes the rotation for one position: cs[2*i] = cos, cs[2*i+1] = sin
+ * of the angle of pair i (n_rot/2 pairs). */
+void wgllm_op_rope_cache(float *cs, int pos, int n_rot, float freq_base, float freq_scale,
+                         const float *freq_factors);
+/* The same with the model's n_rot, frequency base and scale and its frequency
+ * factors (n_rot floats into cs). pos may be negative: the rotation of a
+ * position delta (a context shift). */
+void wgllm_rope_table(float *cs, int pos, const struct wgllm_model *model);
+/* Rotates one head of head_dim values in place; neox pairs (i, i+n_rot/2),
+ * normal pairs (2i, 2i+1). */
+void wgllm_op_rope(float *x, const float *cs, int n_rot, bool neox);
+
+#endif
