@@ -538,7 +538,7 @@ TEST(greedy_on_the_gpu) {
     CHECK_EQ_INT(wgllm_decode(gc, prompt, 4, false, &err), WGLLM_STATUS_OK);
     struct collect c = {.stop_at = -1};
     int n_out = 0;
-    CHECK_EQ_INT(wgllm_webgpu_generate_greedy(g, 12, collect_token, &c, &n_out, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_generate(gc, NULL, 12, collect_token, &c, &n_out, &err), WGLLM_STATUS_OK);
     CHECK_EQ_INT(n_out, 12);
     CHECK(c.n == 12 && !memcmp(c.tok, host, sizeof host));
     CHECK_EQ_INT(wgllm_context_n_past(gc), host_past);
@@ -547,7 +547,7 @@ TEST(greedy_on_the_gpu) {
     wgllm_context_truncate(gc, 0);
     CHECK_EQ_INT(wgllm_decode(gc, prompt, 4, false, &err), WGLLM_STATUS_OK);
     struct collect c2 = {.stop_at = 5};
-    CHECK_EQ_INT(wgllm_webgpu_generate_greedy(g, 12, collect_token, &c2, &n_out, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_generate(gc, NULL, 12, collect_token, &c2, &n_out, &err), WGLLM_STATUS_OK);
     CHECK_EQ_INT(n_out, 5);
     CHECK(c2.n == 5 && !memcmp(c2.tok, host, 5 * sizeof(int32_t)));
     CHECK_EQ_INT(wgllm_context_n_past(gc), 4 + 4);

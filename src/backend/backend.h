@@ -1,9 +1,10 @@
 /*
- * backend.h - what the engine needs from a backend beyond the public
+ * backend.h - what the engine needs from a context beyond the public
  * single-sequence API of wgllm.h: batches that mix tokens of several
- * sequences (continuous batching), per-sequence KV-cache operations, and
- * hidden states for embeddings. The CPU backend implements it in
- * backend/cpu/forward.c; a GPU backend will implement the same calls.
+ * sequences (continuous batching), per-sequence KV-cache operations, hidden
+ * states for embeddings, and generation on the device. backend/context.c
+ * implements them once, over whichever backend the context runs on (the
+ * interface between the two: backend_impl.h).
  */
 #ifndef WGLLM_BACKEND_H
 #define WGLLM_BACKEND_H
@@ -48,9 +49,35 @@ void wgllm_context_seq_load(struct wgllm_context *ctx, int seq, int n, const voi
  * delta, with the model's frequency scale and factors); the sequence then
  * holds n - discard positions. The moved tokens keep what they attended to
  * before (an approximation, as in llama.cpp), so only [0, keep) stays equal to
- * a fresh evaluation. INVALID_ARGUMENT when keep + discard > n; UNSUPPORTED
- * on WebGPU (for now). Does not change the single-sequence n_past. */
+ * a fresh evaluation. INVALID_ARGUMENT when keep + discard > n. Does not
+ * change the single-sequence n_past. */
 enum wgllm_status wgllm_context_seq_shift(struct wgllm_context *ctx, int seq, int n, int keep, int discard,
                                           struct wgllm_error *err);
+
+struct wgllm_sampler_params;
+/* True when wgllm_context_generate runs on this context with these sampler
+ * settings (sp NULL or temperature <= 0: greedy): the backend generates on
+ * the device (WebGPU), and for sampling supports the chain (top-k 1..64,
+ * top-p, min-p, temperature, seed; no penalties, typical_p, logit bias or
+ * n_probs). */
+bool wgllm_context_can_generate(const struct wgllm_context *ctx, const struct wgllm_sampler_params *sp);
+/*
+ * Generation on the device after a wgllm_decode (sequence 0): up to n
+ * tokens, the first picked from the decode's last logits, each next one from
+ * the previous step's logits computed on the device: the argmax (sp NULL or
+ * temperature <= 0), or a draw of the chain made on the device from a
+ * uniform that hashes the seed and the position (the same seed gives the
+ * same tokens; the draws differ from the CPU sampler's generator). Only
+ * token ids come back, and step k+1 is queued before token k is read.
+ * on_token gets each token and returns false to stop. *n_out counts the
+ * tokens given; n_past then counts the tokens before the last one given (as
+ * a host loop that does not decode its last token), and the host logits are
+ * stale (wgllm_get_logits returns NULL). UNSUPPORTED where the backend has
+ * no such path or the sampler settings are not supported there
+ * (wgllm_context_can_generate); CONTEXT_FULL when the positions run out.
+ */
+enum wgllm_status wgllm_context_generate(struct wgllm_context *ctx, const struct wgllm_sampler_params *sp, int n,
+                                         bool (*on_token)(int32_t, void *), void *user, int *n_out,
+                                         struct wgllm_error *err);
 
 #endif

@@ -6,6 +6,7 @@
  */
 #include "wgllm.h"
 
+#include "backend/backend.h"
 #include "backend/webgpu/forward_webgpu.h"
 #include "model/synth.h"
 #include "server/server.h"
@@ -497,13 +498,9 @@ static int cmd_run(const struct opts *o) {
     }
     /* on WebGPU, greedy or a plain sampler chain: tokens picked on the GPU,
      * step N+1 queued before token N is read */
-    struct wgllm_webgpu_ctx *gw = wgllm_context_webgpu(c);
-    const bool gpu_sample = sp.temperature > 0.0f && wgllm_webgpu_can_sample(&sp);
-    if (sp.temperature > 0.0f && !gpu_sample) gw = NULL;
-#define GPU_GENERATE(n_)                                                                                  \
-    (gpu_sample ? wgllm_webgpu_generate_sampled(gw, &sp, (n_), run_emit_token, &re, &n_out, &err)        \
-                : wgllm_webgpu_generate_greedy(gw, (n_), run_emit_token, &re, &n_out, &err))
-    if (st == WGLLM_STATUS_OK && gw && o->n_predict > 0) {
+    const bool on_device = wgllm_context_can_generate(c, &sp);
+#define GPU_GENERATE(n_) wgllm_context_generate(c, &sp, (n_), run_emit_token, &re, &n_out, &err)
+    if (st == WGLLM_STATUS_OK && on_device && o->n_predict > 0) {
         struct run_emit re = {o, m, d, gen, 0};
         int n_out;
         st = GPU_GENERATE(o->n_predict);

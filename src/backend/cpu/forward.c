@@ -1,7 +1,10 @@
 /*
- * forward.c - the CPU backend: a wgllm_context (KV cache for n_seq sequences
- * + scratch, planned and allocated once) and the decoder forward pass over a
- * batch of tokens that may belong to different sequences (backend.h).
+ * forward.c - the CPU backend (its table: wgllm_backend_cpu_i, backend_impl.h):
+ * a KV cache for n_seq sequences + scratch, planned and allocated once, the
+ * decoder forward pass over a pass of tokens that may belong to different
+ * sequences, and the sequence operations (copy, snapshot, context shift) on
+ * that cache. Inputs come validated by backend/context.c, which also owns
+ * the host rows the outputs are written to.
  *
  * The whole pass is one fork-join job: every thread walks the same list of
  * steps, does its share of each (rows of a matrix product, heads of
@@ -10,9 +13,8 @@
  * weight type's vec_dot_type (Q8_0 for Q4_0/Q8_0, ...) as llama.cpp does.
  * Nothing is allocated per token.
  */
-#include "backend/backend.h"
+#include "backend/backend_impl.h"
 #include "backend/cpu/ops.h"
-#include "backend/webgpu/forward_webgpu.h"
 #include "base/threadpool.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -27,11 +29,10 @@ struct act {
     size_t stride;
 };
 
-struct wgllm_context {
+struct cpu_ctx {
     struct wgllm_model *model;
     int n_ctx, n_seq, n_batch, n_threads;
     struct wgllm_threadpool *tp;
-    int n_past; /* of sequence 0, for the single-sequence API */
 
     /* K: [layer][seq][pos][n_head_kv * head_dim_k]
      * V: [layer][seq][n_head_kv * head_dim_v][pos] (transposed, see attend_head) */
@@ -46,34 +47,22 @@ struct wgllm_context {
     float *scores;     /* n_threads x n_ctx */
     wgllm_fp16 *tmp16; /* n_threads x (n_ctx + head_dim) */
     float *rope_cs;    /* n_batch x n_rot */
-    int32_t *b_tok, *b_pos, *b_seq, *b_out; /* n_batch each: the single-sequence API's batch, output rows */
 
-    float *logits;  /* logits_cap rows of n_vocab */
-    int logits_cap; /* rows allocated */
-    float *embd;    /* n_batch rows of n_embd */
-    int n_outputs;  /* rows valid after the last decode */
-    int n_logits;   /* the single-sequence API's rows */
-
-    /* the chunk being computed (read by all threads) */
+    /* the pass being computed (read by all threads) */
     const int32_t *tok, *pos, *seq;
     int n_tok;
     const int32_t *out_idx; /* ascending token indices whose outputs are kept */
     int n_out;
-    float *out_logits; /* NULL when computing embeddings */
-    float *out_embd;   /* NULL when computing logits */
-    uint64_t bytes;    /* allocated, for wgllm_context_memory */
-
-    /* Set when the context runs on WebGPU: the public calls below go there
-     * (backend/webgpu/forward_webgpu.c) and nothing above is allocated. */
-    struct wgllm_webgpu_ctx *gpu;
-    char backend_desc[320]; /* wgllm_context_backend */
+    float *out_logits; /* the context's rows; NULL when computing embeddings */
+    float *out_embd;   /* the context's rows; NULL when computing logits */
+    uint64_t bytes;    /* allocated, for host_memory */
 };
 
 /* ---- matrix products ---------------------------------------------------- */
 
 /* Converts rows [0,n) of src (ld floats apart) to `type`, each thread taking
  * its share of rows; returns where the converted rows are. */
-static struct act act_prepare(struct wgllm_context *c, int ith, int nth, int slot, const float *src,
+static struct act act_prepare(struct cpu_ctx *c, int ith, int nth, int slot, const float *src,
                               int ld, int n, int64_t K, uint32_t type) {
     if (type == WGLLM_TYPE_F32) return (struct act){src, (size_t)ld * sizeof(float)};
     const struct wgllm_type_traits *tr = wgllm_type_traits(type);
@@ -168,7 +157,7 @@ static uint32_t vdt(const struct wgllm_weight *w) { return wgllm_type_traits(w->
 /* One head of one token: softmax(q.K^T * scale) . V over positions 0..pos.
  * q and the probabilities are rounded to f16 first because ggml multiplies
  * them with the f16 cache in f16 (its vec_dot_type). */
-static void attend_head(struct wgllm_context *c, int il, int seq, int pos, int h, const float *q, float *out,
+static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, const float *q, float *out,
                         int ith) {
     const struct wgllm_hparams *hp = &c->model->hp;
     const int dk = hp->head_dim_k, dv = hp->head_dim_v;
@@ -198,7 +187,7 @@ static void attend_head(struct wgllm_context *c, int il, int seq, int pos, int h
 /* ---- the forward pass ------------------------------------------------- */
 
 static void forward_worker(void *arg, int ith, int nth) {
-    struct wgllm_context *c = arg;
+    struct cpu_ctx *c = arg;
     const struct wgllm_model *m = c->model;
     const struct wgllm_hparams *hp = &m->hp;
     struct wgllm_threadpool *tp = c->tp;
@@ -213,8 +202,7 @@ static void forward_worker(void *arg, int ith, int nth) {
     wgllm_split_range(n, ith, nth, 1, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
         et->to_float((const char *)m->tok_embd.data + (size_t)c->tok[t] * m->tok_embd.row_size, c->x + t * E, E);
-        wgllm_op_rope_cache(c->rope_cs + t * hp->n_rot, c->pos[t], hp->n_rot, hp->rope_freq_base,
-                            hp->rope_freq_scale, m->rope_freqs);
+        wgllm_rope_table(c->rope_cs + t * hp->n_rot, c->pos[t], m);
     }
     wgllm_threadpool_barrier(tp);
 
@@ -324,88 +312,35 @@ static void forward_worker(void *arg, int ith, int nth) {
     matmul(&m->output, a, nr, c->out_logits, hp->n_vocab, ith, nth, false, NULL);
 }
 
-/* ---- context ---------------------------------------------------------- */
+/* ---- create / free -------------------------------------------------------- */
 
-struct wgllm_context_params wgllm_context_default_params(void) {
-    struct wgllm_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .n_seq = 1,
-                                     .backend = WGLLM_BACKEND_CPU};
-    return p;
-}
-
-void wgllm_context_free(struct wgllm_context *c) {
+static void cpu_free(void *b) {
+    struct cpu_ctx *c = b;
     if (!c) return;
-    wgllm_webgpu_ctx_free(c->gpu);
     wgllm_threadpool_free(c->tp);
-    void *bufs[] = {c->k_cache, c->v_cache, c->x,      c->xn,    c->q,         c->k,         c->v,
-                    c->att,     c->gate,    c->up,     c->scores, c->tmp16,    c->rope_cs,   c->logits,
-                    c->embd,    c->b_tok,   c->b_pos,  c->b_seq,  c->b_out,    c->act_buf[0], c->act_buf[1],
-                    c->act_buf[2]};
+    void *bufs[] = {c->k_cache, c->v_cache, c->x,     c->xn,         c->q,          c->k,
+                    c->v,       c->att,     c->gate,  c->up,         c->scores,     c->tmp16,
+                    c->rope_cs, c->act_buf[0], c->act_buf[1], c->act_buf[2]};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) wgllm_free_aligned(bufs[i]);
     free(c);
 }
 
-static void *ctx_alloc(struct wgllm_context *c, size_t bytes) {
+static void *ctx_alloc(struct cpu_ctx *c, size_t bytes) {
     c->bytes += bytes;
     return wgllm_alloc_aligned(bytes);
 }
 
-static bool grow_logits(struct wgllm_context *c, int rows) {
-    if (rows <= c->logits_cap) return true;
-    float *p = wgllm_alloc_aligned((size_t)rows * c->model->hp.n_vocab * sizeof(float));
-    if (!p) return false;
-    wgllm_free_aligned(c->logits);
-    c->logits = p;
-    c->logits_cap = rows;
-    return true;
-}
-
-enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgllm_context_params *params,
-                                     struct wgllm_context **out, struct wgllm_error *err) {
+static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_context_params *p, void **out,
+                                  int *n_ctx, int *n_batch, char *desc, size_t desc_cap, struct wgllm_error *err) {
     *out = NULL;
-    if (model->vocab_only)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "the model file holds only a vocabulary (no weights)");
-    struct wgllm_context_params p = params ? *params : wgllm_context_default_params();
     const struct wgllm_hparams *hp = &model->hp;
-    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0 || p.n_seq < 0)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "negative n_ctx, n_batch, n_threads or n_seq");
-    if (p.n_ctx == 0) p.n_ctx = WGLLM_MIN(hp->n_ctx_train, 4096);
-    if (p.n_batch == 0) p.n_batch = 512;
-    if (p.n_seq == 0) p.n_seq = 1;
-    if (p.n_seq > 256) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "n_seq %d is more than 256", p.n_seq);
-    p.n_batch = WGLLM_MIN(p.n_batch, p.n_ctx * p.n_seq);
-    if ((unsigned)p.backend > WGLLM_BACKEND_AUTO)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "unknown backend %d", (int)p.backend);
-    static const char streamed_msg[] = "the model was loaded with its weights left in the file (stream_weights), "
-                                       "which only the WebGPU backend can use; load it without stream_weights for the CPU";
-    if (wgllm_model_streamed(model) && p.backend == WGLLM_BACKEND_CPU)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "%s", streamed_msg);
-    char desc[sizeof(((struct wgllm_context *)0)->backend_desc)] = "cpu";
-    struct wgllm_webgpu_ctx *gpu = NULL;
-    if (p.backend != WGLLM_BACKEND_CPU) {
-        enum wgllm_status st = wgllm_webgpu_ctx_create(model, &p, &gpu, desc, sizeof desc, err);
-        if (st) return st;
-        if (!gpu && wgllm_model_streamed(model)) /* auto chose the CPU, which has no weights here */
-            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "backend %s; but %s", desc, streamed_msg);
-    }
-    struct wgllm_context *c = calloc(1, sizeof(*c));
-    if (!c) {
-        wgllm_webgpu_ctx_free(gpu);
-        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-    }
-    memcpy(c->backend_desc, desc, sizeof desc);
+    struct cpu_ctx *c = calloc(1, sizeof(*c));
+    if (!c) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     c->model = model;
-    if (gpu) {
-        c->gpu = gpu;
-        c->n_ctx = wgllm_webgpu_n_ctx(gpu);
-        c->n_seq = p.n_seq;
-        c->n_batch = wgllm_webgpu_n_batch(gpu);
-        *out = c;
-        return WGLLM_STATUS_OK;
-    }
-    c->n_ctx = p.n_ctx;
-    c->n_seq = p.n_seq;
-    c->n_batch = p.n_batch;
-    c->n_threads = p.n_threads ? p.n_threads : model->n_threads;
+    c->n_ctx = p->n_ctx;
+    c->n_seq = p->n_seq;
+    c->n_batch = p->n_batch;
+    c->n_threads = p->n_threads;
     c->tp = wgllm_threadpool_init(c->n_threads);
     const size_t B = (size_t)c->n_batch, E = hp->n_embd, F = hp->n_ff;
     const size_t QD = (size_t)hp->n_head * hp->head_dim_k, KD = (size_t)hp->n_head_kv * hp->head_dim_k,
@@ -430,159 +365,45 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     c->scores = ctx_alloc(c, (size_t)c->n_threads * c->n_ctx * sizeof(float));
     c->tmp16 = ctx_alloc(c, (size_t)c->n_threads * (c->n_ctx + hp->head_dim_k) * sizeof(wgllm_fp16));
     c->rope_cs = ctx_alloc(c, B * hp->n_rot * sizeof(float));
-    c->embd = ctx_alloc(c, B * E * sizeof(float));
-    c->b_tok = ctx_alloc(c, B * sizeof(int32_t));
-    c->b_pos = ctx_alloc(c, B * sizeof(int32_t));
-    c->b_seq = ctx_alloc(c, B * sizeof(int32_t));
-    c->b_out = ctx_alloc(c, B * sizeof(int32_t));
     bool ok = c->tp && c->k_cache && c->v_cache && c->x && c->xn && c->q && c->k && c->v && c->att && c->gate &&
-              c->up && c->scores && c->tmp16 && c->rope_cs && c->embd && c->b_tok && c->b_pos && c->b_seq &&
-              c->b_out && grow_logits(c, 1);
+              c->up && c->scores && c->tmp16 && c->rope_cs;
     for (int i = 0; i < N_ACT_SLOTS; i++) ok = ok && c->act_buf[i];
     if (!ok) {
         double kv = 2.0 * hp->n_layer * (double)(c->layer_k + c->layer_v) / 1048576.0;
-        wgllm_context_free(c);
+        cpu_free(c);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY,
-                               "out of memory allocating a context of %d x %d tokens (KV cache %.1f MiB)", p.n_seq,
-                               p.n_ctx, kv);
+                               "out of memory allocating a context of %d x %d tokens (KV cache %.1f MiB)", p->n_seq,
+                               p->n_ctx, kv);
     }
+    snprintf(desc, desc_cap, "cpu");
+    *n_ctx = c->n_ctx;
+    *n_batch = c->n_batch;
     *out = c;
     return WGLLM_STATUS_OK;
 }
 
-int wgllm_context_n_ctx(const struct wgllm_context *c) { return c->n_ctx; }
-int wgllm_context_n_seq(const struct wgllm_context *c) { return c->n_seq; }
-int wgllm_context_n_batch(const struct wgllm_context *c) { return c->n_batch; }
-uint64_t wgllm_context_memory(const struct wgllm_context *c) {
-    if (c->gpu) return wgllm_webgpu_host_memory(c->gpu);
-    return c->bytes + (uint64_t)c->logits_cap * c->model->hp.n_vocab * sizeof(float);
-}
-int wgllm_context_n_past(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_n_past(c->gpu) : c->n_past; }
-const char *wgllm_context_backend(const struct wgllm_context *c) { return c->backend_desc; }
-uint64_t wgllm_context_gpu_memory(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_gpu_bytes(c->gpu) : 0; }
-struct wgllm_webgpu_ctx *wgllm_context_webgpu(struct wgllm_context *c) { return c->gpu; }
+static uint64_t cpu_host_memory(const void *b) { return ((const struct cpu_ctx *)b)->bytes; }
 
-void wgllm_context_truncate(struct wgllm_context *c, int n_past) {
-    if (c->gpu) return wgllm_webgpu_truncate(c->gpu, n_past);
-    if (n_past < 0) n_past = 0;
-    if (n_past < c->n_past) c->n_past = n_past;
-}
+/* ---- a pass ------------------------------------------------------------------ */
 
-/* Runs one chunk already validated: n <= n_batch, outputs in out_idx. */
-static void run_chunk(struct wgllm_context *c, const int32_t *tok, const int32_t *pos, const int32_t *seq, int n,
-                      const int32_t *out_idx, int n_out, float *logits, float *embd) {
-    c->tok = tok;
-    c->pos = pos;
-    c->seq = seq;
-    c->n_tok = n;
-    c->out_idx = out_idx;
-    c->n_out = n_out;
-    c->out_logits = logits;
-    c->out_embd = embd;
+static enum wgllm_status cpu_decode(void *b, const struct wgllm_ubatch *ub, struct wgllm_error *err) {
+    struct cpu_ctx *c = b;
+    c->tok = ub->token;
+    c->pos = ub->pos;
+    c->seq = ub->seq;
+    c->n_tok = ub->n;
+    c->out_idx = ub->out_idx;
+    c->n_out = ub->n_out;
+    c->out_logits = ub->embeddings ? NULL : ub->out;
+    c->out_embd = ub->embeddings ? ub->out : NULL;
     wgllm_threadpool_run(c->tp, forward_worker, c);
-}
-
-static enum wgllm_status check_tokens(const struct wgllm_context *c, const int32_t *tokens, int n,
-                                      struct wgllm_error *err) {
-    const int n_vocab = c->model->hp.n_vocab;
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= n_vocab)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                                   "token %d at index %d is outside the vocabulary (%d)", tokens[i], i, n_vocab);
     return WGLLM_STATUS_OK;
 }
 
-enum wgllm_status wgllm_decode(struct wgllm_context *c, const int32_t *tokens, int n, bool all_logits,
-                               struct wgllm_error *err) {
-    if (c->gpu) return wgllm_webgpu_decode(c->gpu, tokens, n, all_logits, err);
-    const int n_vocab = c->model->hp.n_vocab;
-    if (n <= 0) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "decode of %d tokens", n);
-    if (c->n_past + n > c->n_ctx)
-        return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL,
-                               "%d tokens do not fit: %d of the context's %d positions are used", n, c->n_past,
-                               c->n_ctx);
-    enum wgllm_status st = check_tokens(c, tokens, n, err);
-    if (st) return st;
-    if (all_logits && !grow_logits(c, n))
-        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d rows of logits", n);
-    for (int done = 0; done < n; done += c->n_batch) {
-        const int nt = WGLLM_MIN(c->n_batch, n - done);
-        for (int i = 0; i < nt; i++) {
-            c->b_pos[i] = c->n_past + i;
-            c->b_seq[i] = 0;
-            c->b_out[i] = all_logits ? i : nt - 1;
-        }
-        /* rows kept: all of them, or the last (an earlier chunk without
-         * all_logits still computes its last row: cheap, then overwritten) */
-        run_chunk(c, tokens + done, c->b_pos, c->b_seq, nt, all_logits ? c->b_out : c->b_out + nt - 1,
-                  all_logits ? nt : 1, all_logits ? c->logits + (size_t)done * n_vocab : c->logits, NULL);
-        c->n_past += nt;
-    }
-    c->n_logits = c->n_outputs = all_logits ? n : 1;
-    return WGLLM_STATUS_OK;
-}
+/* ---- sequences ------------------------------------------------------------------ */
 
-const float *wgllm_get_logits(const struct wgllm_context *c) {
-    if (c->gpu) return wgllm_webgpu_logits(c->gpu, -1);
-    return c->logits + (size_t)(c->n_logits - 1) * c->model->hp.n_vocab;
-}
-
-const float *wgllm_get_logits_ith(const struct wgllm_context *c, int i) {
-    if (c->gpu) return wgllm_webgpu_logits(c->gpu, i);
-    if (i < 0 || i >= c->n_logits) return NULL;
-    return c->logits + (size_t)i * c->model->hp.n_vocab;
-}
-
-/* ---- multi-sequence batches (backend.h) -------------------------------- */
-
-enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *c, const struct wgllm_batch *b, bool embeddings,
-                                             struct wgllm_error *err) {
-    if (c->gpu) return wgllm_webgpu_decode_batch(c->gpu, b, embeddings, err);
-    if (b->n <= 0 || b->n > c->n_batch)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch of %d tokens (1..%d allowed)", b->n,
-                               c->n_batch);
-    enum wgllm_status st = check_tokens(c, b->token, b->n, err);
-    if (st) return st;
-    int n_out = 0;
-    for (int i = 0; i < b->n; i++) {
-        if (b->seq[i] < 0 || b->seq[i] >= c->n_seq)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch token %d: sequence %d of %d", i,
-                                   b->seq[i], c->n_seq);
-        if (b->pos[i] < 0 || b->pos[i] >= c->n_ctx)
-            return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL, "batch token %d: position %d outside the context (%d)",
-                                   i, b->pos[i], c->n_ctx);
-        if (b->output ? b->output[i] : i == b->n - 1) c->b_out[n_out++] = i;
-    }
-    if (!embeddings && !grow_logits(c, WGLLM_MAX(n_out, 1)))
-        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d rows of logits", n_out);
-    run_chunk(c, b->token, b->pos, b->seq, b->n, c->b_out, n_out, embeddings ? NULL : c->logits,
-              embeddings ? c->embd : NULL);
-    c->n_outputs = n_out;
-    c->n_logits = 0; /* the single-sequence getters no longer apply */
-    return WGLLM_STATUS_OK;
-}
-
-int wgllm_context_n_outputs(const struct wgllm_context *c) { return c->gpu ? wgllm_webgpu_n_outputs(c->gpu) : c->n_outputs; }
-
-const float *wgllm_context_output_logits(const struct wgllm_context *c, int j) {
-    if (c->gpu) return wgllm_webgpu_output(c->gpu, j, false);
-    WGLLM_ASSERT(j >= 0 && j < c->n_outputs);
-    return c->logits + (size_t)j * c->model->hp.n_vocab;
-}
-
-const float *wgllm_context_output_embd(const struct wgllm_context *c, int j) {
-    if (c->gpu) return wgllm_webgpu_output(c->gpu, j, true);
-    WGLLM_ASSERT(j >= 0 && j < c->n_outputs);
-    return c->embd + (size_t)j * c->model->hp.n_embd;
-}
-
-void wgllm_context_seq_copy(struct wgllm_context *c, int src, int dst, int n) {
-    if (c->gpu) {
-        wgllm_webgpu_seq_copy(c->gpu, src, dst, n);
-        return;
-    }
-    WGLLM_ASSERT(src >= 0 && src < c->n_seq && dst >= 0 && dst < c->n_seq && n >= 0 && n <= c->n_ctx);
-    if (src == dst || n == 0) return;
+static void cpu_seq_copy(void *b, int src, int dst, int n) {
+    struct cpu_ctx *c = b;
     const struct wgllm_hparams *hp = &c->model->hp;
     const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -595,16 +416,8 @@ void wgllm_context_seq_copy(struct wgllm_context *c, int src, int dst, int n) {
     }
 }
 
-size_t wgllm_context_seq_state_size(const struct wgllm_context *c, int n) {
-    const struct wgllm_hparams *hp = &c->model->hp;
-    return (size_t)hp->n_layer * (size_t)n * (size_t)hp->n_head_kv * (size_t)(hp->head_dim_k + hp->head_dim_v) *
-           sizeof(wgllm_fp16);
-}
-
 /* Snapshots hold, per layer, the n keys then the n values of every V row. */
-static void seq_state_io(struct wgllm_context *c, int seq, int n, char *buf, bool save) {
-    WGLLM_ASSERT(!c->gpu);
-    WGLLM_ASSERT(seq >= 0 && seq < c->n_seq && n >= 0 && n <= c->n_ctx);
+static void seq_state_io(struct cpu_ctx *c, int seq, int n, char *buf, bool save) {
     const struct wgllm_hparams *hp = &c->model->hp;
     const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -620,37 +433,24 @@ static void seq_state_io(struct wgllm_context *c, int seq, int n, char *buf, boo
     }
 }
 
-void wgllm_context_seq_save(const struct wgllm_context *c, int seq, int n, void *dst) {
-    if (c->gpu) {
-        wgllm_webgpu_seq_save(c->gpu, seq, n, dst);
-        return;
-    }
-    seq_state_io((struct wgllm_context *)c, seq, n, dst, true);
-}
+static void cpu_seq_save(void *b, int seq, int n, void *dst) { seq_state_io(b, seq, n, dst, true); }
+static void cpu_seq_load(void *b, int seq, int n, const void *src) { seq_state_io(b, seq, n, (char *)src, false); }
 
-void wgllm_context_seq_load(struct wgllm_context *c, int seq, int n, const void *src) {
-    if (c->gpu) {
-        wgllm_webgpu_seq_load(c->gpu, seq, n, src);
-        return;
-    }
-    seq_state_io(c, seq, n, (char *)src, false);
-}
-
-/* ---- context shift (backend.h) ------------------------------------------ */
+/* ---- context shift -------------------------------------------------------- */
 
 /* The keys were stored rotated for their old position p; RoPE angles are
  * linear in the position (frequency scale and factors included), so
  * rotating by the position delta gives the key of p + delta, as llama.cpp's
  * K-shift does. Values carry no position: they only move. */
 struct shift_job {
-    struct wgllm_context *c;
+    struct cpu_ctx *c;
     int seq, keep, discard, n_move;
     const float *cs; /* the rotation of the delta (-discard) */
 };
 
 static void shift_worker(void *arg, int ith, int nth) {
     const struct shift_job *j = arg;
-    struct wgllm_context *c = j->c;
+    struct cpu_ctx *c = j->c;
     const struct wgllm_hparams *hp = &c->model->hp;
     const int dk = hp->head_dim_k, dv = hp->head_dim_v;
     const size_t KD = (size_t)hp->n_head_kv * dk;
@@ -675,30 +475,27 @@ static void shift_worker(void *arg, int ith, int nth) {
     }
 }
 
-enum wgllm_status wgllm_context_seq_shift(struct wgllm_context *c, int seq, int n, int keep, int discard,
-                                          struct wgllm_error *err) {
-    if (c->gpu) return wgllm_webgpu_seq_shift(c->gpu, seq, n, keep, discard, err);
-    if (seq < 0 || seq >= c->n_seq || n < 0 || n > c->n_ctx || keep < 0 || discard < 0 || keep + discard > n)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                               "context shift of sequence %d (of %d): keep %d + discard %d must fit in its %d "
-                               "positions (context %d)", seq, c->n_seq, keep, discard, n, c->n_ctx);
-    if (discard == 0) return WGLLM_STATUS_OK;
-    const struct wgllm_hparams *hp = &c->model->hp;
-    wgllm_op_rope_cache(c->rope_cs, -discard, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
-                        c->model->rope_freqs);
+static enum wgllm_status cpu_seq_shift(void *b, int seq, int n, int keep, int discard, struct wgllm_error *err) {
+    struct cpu_ctx *c = b;
+    wgllm_rope_table(c->rope_cs, -discard, c->model);
     struct shift_job j = {c, seq, keep, discard, n - keep - discard, c->rope_cs};
-    if (j.n_move > 0) wgllm_threadpool_run(c->tp, shift_worker, &j);
+    wgllm_threadpool_run(c->tp, shift_worker, &j);
     return WGLLM_STATUS_OK;
 }
 
-enum wgllm_status wgllm_context_shift(struct wgllm_context *c, int keep, int discard, struct wgllm_error *err) {
-    const int n = wgllm_context_n_past(c);
-    if (keep < 0 || keep >= n)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "context shift: keep %d must be in [0, %d) (the "
-                               "cached tokens)", keep, n);
-    if (discard <= 0) discard = (n - keep) / 2;
-    enum wgllm_status st = wgllm_context_seq_shift(c, 0, n, keep, discard, err);
-    if (st == WGLLM_STATUS_OK) c->n_past = n - discard;
-    if (st == WGLLM_STATUS_OK && c->gpu) wgllm_webgpu_truncate(c->gpu, n - discard);
-    return st;
-}
+/* ---- the table ------------------------------------------------------------------- */
+
+const struct wgllm_backend_i wgllm_backend_cpu_i = {
+    .name = "cpu",
+    .init = cpu_init,
+    .free = cpu_free,
+    .decode = cpu_decode,
+    .seq_copy = cpu_seq_copy,
+    .seq_save = cpu_seq_save,
+    .seq_load = cpu_seq_load,
+    .seq_shift = cpu_seq_shift,
+    .host_memory = cpu_host_memory,
+    .device_memory = NULL,
+    .can_sample = NULL, /* generation runs on the host: the sampler reads the logits */
+    .generate = NULL,
+};

@@ -1,11 +1,13 @@
 /*
- * forward_webgpu.c - the decoder forward pass on WebGPU (see
- * forward_webgpu.h): the memory plan (fitted to the device's limits and the
- * caller's budget), weight streaming, the list of dispatches of one batch
- * (built once: pipelines, parameter slots and bind groups), and the batch
- * call: write the batch's per-token data, record the list into one command
- * batch sized for the batch's tokens, submit once, read back only the rows
- * whose outputs are wanted.
+ * forward_webgpu.c - the WebGPU backend (its table: wgllm_backend_webgpu_i,
+ * backend_impl.h; see forward_webgpu.h): the memory plan (fitted to the
+ * device's limits and the caller's budget), weight streaming, the list of
+ * dispatches of one pass (built once: pipelines, parameter slots and bind
+ * groups), the pass itself: write the pass's per-token data, record the list
+ * into one command batch sized for the pass's tokens, submit once, read back
+ * only the rows whose outputs are wanted, into the context's host rows; the
+ * sequence operations and generation on the GPU. Inputs come validated by
+ * backend/context.c.
  *
  * Step order follows the CPU backend (backend/cpu/forward.c): get_rows ->
  * per layer RMSNorm -> Q/K/V mat-vecs (+ qwen2 biases; qwen3 per-head q/k
@@ -17,7 +19,7 @@
  * logits; a pass without outputs stops after the last attention. Rounding mirrors the CPU backend (kernels.c):
  * mat-vec inputs to the weight's vec_dot_type, q and attention
  * probabilities to f16, lossless sums where the CPU sums in double, and the
- * RoPE cos/sin table made on the host by the CPU's own wgllm_op_rope_cache.
+ * RoPE cos/sin table made on the host by the code the CPU uses (backend/rope.h).
  *
  * Every dispatch is recorded once with its grid for one token and how the
  * grid grows with the batch (struct gop): the kernels take the token index
@@ -35,8 +37,8 @@
  * moving rows in place would race across workgroups).
  */
 #include "backend/webgpu/forward_webgpu.h"
-#include "backend/backend.h"
-#include "backend/cpu/ops.h"
+#include "backend/backend_impl.h"
+#include "backend/rope.h"
 #include "backend/webgpu/hal.h"
 #include "backend/webgpu/kernels.h"
 #include "model/model.h"
@@ -94,7 +96,7 @@ struct wgllm_webgpu_ctx {
     void *staging; /* a streamed model's upload block (UPLOAD_CHUNK bytes), freed after the upload */
     struct wgllm_gpu *gpu;
     const struct wgllm_wgsl_tune *tune;
-    int n_ctx, n_seq, n_batch, out_cap, n_past;
+    int n_ctx, n_seq, n_batch, out_cap;
     uint64_t gpu_mem;
 
     struct gweight *w;  /* 7 per layer, then tok_embd, output */
@@ -116,8 +118,6 @@ struct wgllm_webgpu_ctx {
     struct wgllm_gpu_buffer *id_rb[2]; /* greedy on the GPU: the sampled ids, read back alternately */
     float *rope_host;
     uint32_t *step_host;
-    int32_t *b_pos, *b_seq; /* the single-sequence API's batch */
-    bool *b_want;           /* output flags of a batch (n_batch) */
 
     struct gop *ops;
     int n_ops, cap_ops;
@@ -127,12 +127,6 @@ struct wgllm_webgpu_ctx {
                                      step's token 0 (greedy on the GPU) */
     struct wgllm_kparams *slots;  /* host copy of the arena */
     int n_slots, cap_slots;
-
-    float *out_host;   /* outputs of the last call: rows of n_vocab (logits) or n_embd floats */
-    size_t out_floats; /* allocated */
-    int n_outputs;     /* rows of the last decode_batch (or decode) */
-    bool out_embd;     /* they are embeddings */
-    int n_logits;      /* rows of the single-sequence API (0 after decode_batch) */
     struct wgllm_webgpu_plan plan;
 };
 
@@ -525,12 +519,8 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
     free(g->shift_bg);
     free(g->ops);
     free(g->slots);
-    free(g->out_host);
     free(g->rope_host);
     free(g->step_host);
-    free(g->b_pos);
-    free(g->b_seq);
-    free(g->b_want);
     free(g);
 }
 
@@ -676,10 +666,7 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     if (!g->readback) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     g->step_host = calloc(4 * B, sizeof(uint32_t));
     g->rope_host = malloc(B * (size_t)hp->n_rot * sizeof(float));
-    g->b_pos = malloc(B * sizeof(int32_t));
-    g->b_seq = calloc(B, sizeof(int32_t));
-    g->b_want = calloc(B, sizeof(bool));
-    if (!g->step_host || !g->rope_host || !g->b_pos || !g->b_seq || !g->b_want)
+    if (!g->step_host || !g->rope_host)
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     wgllm_gpu_buffer_write(g->gpu, g->step, 0, g->step_host, 4 * B * 4);
 
@@ -814,9 +801,6 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     for (int i = 0; i < g->n_ops_logits; i++) g->plan.n_dispatches += g->ops[i].tok <= 0;
     g->plan.n_param_slots = g->n_slots;
     g->plan.out_rows = g->out_cap;
-    g->out_floats = V;
-    g->out_host = malloc(V * sizeof(float));
-    if (!g->out_host) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for logits");
     return WGLLM_STATUS_OK;
 }
 
@@ -882,14 +866,6 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struc
 
 /* ---- batches ------------------------------------------------------------ */
 
-int wgllm_webgpu_n_ctx(const struct wgllm_webgpu_ctx *g) { return g->n_ctx; }
-int wgllm_webgpu_n_batch(const struct wgllm_webgpu_ctx *g) { return g->n_batch; }
-int wgllm_webgpu_n_past(const struct wgllm_webgpu_ctx *g) { return g->n_past; }
-void wgllm_webgpu_truncate(struct wgllm_webgpu_ctx *g, int n_past) {
-    if (n_past < 0) n_past = 0;
-    if (n_past < g->n_past) g->n_past = n_past;
-}
-
 static void record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count) {
     for (int i = i0; i < i1; i++) {
         const struct gop *o = &g->ops[i];
@@ -907,9 +883,9 @@ static void record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count) {
 
 /* One pass over tokens [0, n) of the arrays (n <= n_batch; n_out <= out_cap
  * of them with `want` set): one command batch, one submit; the output rows
- * are read back into out_host from row `row0`. */
+ * are read back into `out` (the context's host rows). */
 static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok, const int32_t *pos,
-                                  const int32_t *seq, const bool *want, int n, bool embeddings, int row0,
+                                  const int32_t *seq, const bool *want, int n, bool embeddings, float *out,
                                   struct wgllm_error *err) {
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint32_t B = (uint32_t)g->n_batch;
@@ -920,12 +896,12 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
         st[B + i] = (uint32_t)(seq[i] * g->n_ctx + pos[i]);
         st[2 * B + i] = (uint32_t)pos[i] + 1;
         if (want[i]) st[3 * B + n_out++] = (uint32_t)i;
-        /* the CPU backend's own table: both backends rotate by libm's cos/sin */
+        /* the table the CPU backend rotates by (backend/rope.h): both use libm's cos/sin */
         float *cs = g->rope_host + (size_t)i * hp->n_rot;
         if (i > 0 && pos[i] == pos[i - 1])
             memcpy(cs, cs - hp->n_rot, sizeof(float) * (size_t)hp->n_rot);
         else
-            wgllm_op_rope_cache(cs, pos[i], hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, g->model->rope_freqs);
+            wgllm_rope_table(cs, pos[i], g->model);
     }
     for (int a = 0; a < 4; a++)
         if (a < 3 || n_out) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)a * B * 4, st + a * B, (size_t)(a < 3 ? n : n_out) * 4);
@@ -939,26 +915,21 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
     }
     enum wgllm_status s = wgllm_gpu_batch_submit(g->gpu, err);
     if (!s && n_out)
-        s = wgllm_gpu_readback(g->gpu, g->readback, 0, g->out_host + (size_t)row0 * width, (size_t)n_out * width * 4, err);
+        s = wgllm_gpu_readback(g->gpu, g->readback, 0, out, (size_t)n_out * width * 4, err);
     return s;
 }
 
-static bool out_reserve(struct wgllm_webgpu_ctx *g, size_t floats) {
-    if (floats <= g->out_floats) return true;
-    float *p = realloc(g->out_host, floats * sizeof(float));
-    if (!p) return false;
-    g->out_host = p;
-    g->out_floats = floats;
-    return true;
-}
-
-/* Runs tokens [0, n) as passes of at most out_cap outputs each (a pass per
- * group is equivalent: a sequence's tokens come in increasing positions, so
- * a later pass finds the earlier ones' keys and values in the cache). */
-static enum wgllm_status run_tokens(struct wgllm_webgpu_ctx *g, const int32_t *tok, const int32_t *pos,
-                                    const int32_t *seq, const bool *want, int n, bool embeddings, int row0,
-                                    struct wgllm_error *err) {
-    int i0 = 0;
+/* The backend's decode: the tokens as passes of at most out_cap outputs
+ * each (a pass per group is equivalent: a sequence's tokens come in
+ * increasing positions, so a later pass finds the earlier ones' keys and
+ * values in the cache). */
+static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, struct wgllm_error *err) {
+    struct wgllm_webgpu_ctx *g = b;
+    const int32_t *tok = ub->token, *pos = ub->pos, *seq = ub->seq;
+    const bool *want = ub->output;
+    const int n = ub->n;
+    const size_t width = ub->embeddings ? (size_t)g->model->hp.n_embd : (size_t)g->model->hp.n_vocab;
+    int row0 = 0, i0 = 0;
     while (i0 < n) {
         int i1 = i0, no = 0;
         for (; i1 < n; i1++)
@@ -966,7 +937,8 @@ static enum wgllm_status run_tokens(struct wgllm_webgpu_ctx *g, const int32_t *t
                 if (no == g->out_cap) break;
                 no++;
             }
-        enum wgllm_status s = run_pass(g, tok + i0, pos + i0, seq + i0, want + i0, i1 - i0, embeddings, row0, err);
+        enum wgllm_status s =
+            run_pass(g, tok + i0, pos + i0, seq + i0, want + i0, i1 - i0, ub->embeddings, ub->out + row0 * width, err);
         if (s) return s;
         row0 += no;
         i0 = i1;
@@ -974,91 +946,7 @@ static enum wgllm_status run_tokens(struct wgllm_webgpu_ctx *g, const int32_t *t
     return WGLLM_STATUS_OK;
 }
 
-static enum wgllm_status check_tokens(const struct wgllm_webgpu_ctx *g, const int32_t *tokens, int n,
-                                      struct wgllm_error *err) {
-    const int V = g->model->hp.n_vocab;
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                                   "token %d at index %d is outside the vocabulary (%d)", tokens[i], i, V);
-    return WGLLM_STATUS_OK;
-}
-
-enum wgllm_status wgllm_webgpu_decode(struct wgllm_webgpu_ctx *g, const int32_t *tokens, int n, bool all_logits,
-                                      struct wgllm_error *err) {
-    const int V = g->model->hp.n_vocab;
-    if (n <= 0) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "decode of %d tokens", n);
-    if (g->n_past + n > g->n_ctx)
-        return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL,
-                               "%d tokens do not fit: %d of the context's %d positions are used", n, g->n_past, g->n_ctx);
-    enum wgllm_status s = check_tokens(g, tokens, n, err);
-    if (s) return s;
-    const int rows = all_logits ? n : 1;
-    if (!out_reserve(g, (size_t)rows * V))
-        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d rows of logits", rows);
-    for (int done = 0; done < n;) {
-        const int nt = WGLLM_MIN(g->n_batch, n - done);
-        for (int i = 0; i < nt; i++) {
-            g->b_pos[i] = g->n_past + i;
-            g->b_want[i] = all_logits || done + i == n - 1;
-        }
-        s = run_tokens(g, tokens + done, g->b_pos, g->b_seq, g->b_want, nt, false, all_logits ? done : 0, err);
-        if (s) return s;
-        g->n_past += nt;
-        done += nt;
-    }
-    g->n_logits = g->n_outputs = rows;
-    g->out_embd = false;
-    return WGLLM_STATUS_OK;
-}
-
-const float *wgllm_webgpu_logits(const struct wgllm_webgpu_ctx *g, int i) {
-    if (i == -1) i = g->n_logits - 1;
-    if (i < 0 || i >= g->n_logits) return NULL;
-    return g->out_host + (size_t)i * g->model->hp.n_vocab;
-}
-
-enum wgllm_status wgllm_webgpu_decode_batch(struct wgllm_webgpu_ctx *g, const struct wgllm_batch *b, bool embeddings,
-                                            struct wgllm_error *err) {
-    if (b->n <= 0 || b->n > g->n_batch)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch of %d tokens (1..%d allowed)", b->n,
-                               g->n_batch);
-    enum wgllm_status s = check_tokens(g, b->token, b->n, err);
-    if (s) return s;
-    int n_out = 0;
-    for (int i = 0; i < b->n; i++) {
-        if (b->seq[i] < 0 || b->seq[i] >= g->n_seq)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch token %d: sequence %d of %d", i,
-                                   b->seq[i], g->n_seq);
-        if (b->pos[i] < 0 || b->pos[i] >= g->n_ctx)
-            return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL, "batch token %d: position %d outside the context (%d)",
-                                   i, b->pos[i], g->n_ctx);
-        n_out += b->output ? b->output[i] : i == b->n - 1;
-    }
-    const int width = embeddings ? g->model->hp.n_embd : g->model->hp.n_vocab;
-    if (!out_reserve(g, (size_t)WGLLM_MAX(n_out, 1) * width))
-        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d output rows", n_out);
-    const bool *want = b->output;
-    if (!want) { /* only the last token */
-        for (int i = 0; i < b->n; i++) g->b_want[i] = i == b->n - 1;
-        want = g->b_want;
-    }
-    s = run_tokens(g, b->token, b->pos, b->seq, want, b->n, embeddings, 0, err);
-    if (s) return s;
-    g->n_outputs = n_out;
-    g->out_embd = embeddings;
-    g->n_logits = 0; /* the single-sequence getters no longer apply */
-    return WGLLM_STATUS_OK;
-}
-
-int wgllm_webgpu_n_outputs(const struct wgllm_webgpu_ctx *g) { return g->n_outputs; }
-
-const float *wgllm_webgpu_output(const struct wgllm_webgpu_ctx *g, int j, bool embd) {
-    WGLLM_ASSERT(j >= 0 && j < g->n_outputs && embd == g->out_embd);
-    return g->out_host + (size_t)j * (embd ? g->model->hp.n_embd : g->model->hp.n_vocab);
-}
-
-/* ---- greedy decoding on the GPU -------------------------------------------- */
+/* ---- generation on the GPU ------------------------------------------------ */
 
 /* Queues one decode step of sequence 0 at `pos`: its token is `tok`, or
  * (tok < 0) the id the previous step's argmax left in the step buffer;
@@ -1073,7 +961,7 @@ static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, bool samp
         wgllm_gpu_buffer_write(g->gpu, g->step, 0, &t, 4);
     }
     for (int a = 0; a < 3; a++) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)(a + 1) * B * 4, &v[a], 4);
-    wgllm_op_rope_cache(g->rope_host, pos, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, g->model->rope_freqs);
+    wgllm_rope_table(g->rope_host, pos, g->model);
     wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
     wgllm_gpu_batch_begin(g->gpu);
     record(g, 0, g->n_ops_layers, 1);
@@ -1084,18 +972,15 @@ static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, bool samp
     return wgllm_gpu_batch_submit(g->gpu, err);
 }
 
-static enum wgllm_status generate_on_gpu(struct wgllm_webgpu_ctx *g, bool sampled, int n,
-                                         bool (*on_token)(int32_t, void *), void *user, int *n_out,
-                                         struct wgllm_error *err);
-
 /* The first sampled token, from the logits row the prompt's pass left on
  * the GPU (one output row): only the SAMPLE dispatch, seeded by position n_past. */
-static enum wgllm_status sample_first(struct wgllm_webgpu_ctx *g, int32_t *tok, struct wgllm_error *err) {
-    if (g->n_logits != 1)
+static enum wgllm_status sample_first(struct wgllm_webgpu_ctx *g, const struct wgllm_gen_state *gs, int32_t *tok,
+                                      struct wgllm_error *err) {
+    if (*gs->n_logits != 1)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "sampling on the GPU starts from a decode that kept one row of logits (it kept %d)",
-                               g->n_logits);
-    const uint32_t len = (uint32_t)g->n_past;
+                               *gs->n_logits);
+    const uint32_t len = (uint32_t)*gs->n_past;
     wgllm_gpu_buffer_write(g->gpu, g->step, 2 * (uint64_t)g->n_batch * 4, &len, 4);
     wgllm_gpu_batch_begin(g->gpu);
     record(g, g->n_ops_logits + 1, g->n_ops_logits + 2, 1);
@@ -1107,55 +992,47 @@ static enum wgllm_status sample_first(struct wgllm_webgpu_ctx *g, int32_t *tok, 
     return st;
 }
 
-bool wgllm_webgpu_can_sample(const struct wgllm_sampler_params *sp) {
+/* What WGLLM_KERNEL_SAMPLE implements of the CPU sampler chain. */
+static bool webgpu_can_sample(const struct wgllm_sampler_params *sp) {
     return sp->temperature > 0.0f && sp->top_k > 0 && sp->top_k <= 64 && sp->typical_p >= 1.0f &&
            (sp->repeat_penalty == 1.0f || sp->penalty_last_n == 0) && sp->presence_penalty == 0.0f &&
            sp->frequency_penalty == 0.0f && sp->n_logit_bias == 0 && sp->n_probs == 0;
 }
 
-enum wgllm_status wgllm_webgpu_generate_sampled(struct wgllm_webgpu_ctx *g, const struct wgllm_sampler_params *sp,
-                                                int n, bool (*on_token)(int32_t, void *), void *user, int *n_out,
-                                                struct wgllm_error *err) {
-    *n_out = 0;
-    if (!wgllm_webgpu_can_sample(sp))
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "sampling on the GPU takes temperature > 0, top_k 1..64, "
-                               "top_p, min_p and a seed; no penalties, typical_p, logit bias or n_probs");
-    const struct gop *o = &g->ops[g->n_ops_logits + 1];
-    const struct wgllm_kparams sk = {.n = (uint32_t)g->model->hp.n_vocab, .d = 2 * (uint32_t)g->n_batch,
-                                     .h = 0x53414d50u, .k = (uint32_t)sp->top_k,
-                                     .c = (uint32_t)(sp->seed ^ (sp->seed >> 32)), .f0 = sp->temperature,
-                                     .f1 = sp->top_p, .f2 = sp->min_p};
-    wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)o->slot * SLOT_BYTES, &sk, sizeof sk);
-    return generate_on_gpu(g, true, n, on_token, user, n_out, err);
-}
-
-enum wgllm_status wgllm_webgpu_generate_greedy(struct wgllm_webgpu_ctx *g, int n, bool (*on_token)(int32_t, void *),
-                                               void *user, int *n_out, struct wgllm_error *err) {
-    return generate_on_gpu(g, false, n, on_token, user, n_out, err);
-}
-
-/* Both: each step's token picked on the GPU (the argmax, or the SAMPLE op
- * whose parameter slot generate_sampled has written). */
-static enum wgllm_status generate_on_gpu(struct wgllm_webgpu_ctx *g, bool sampled, int n,
-                                         bool (*on_token)(int32_t, void *), void *user, int *n_out,
+/* The backend's generate (backend.h's wgllm_context_generate; the context
+ * has checked that a decode left logits and that n > 0): each step's token
+ * picked on the GPU, by the argmax (sp NULL) or the SAMPLE op, whose
+ * parameter slot is written here. */
+static enum wgllm_status webgpu_generate(void *b, const struct wgllm_sampler_params *sp, struct wgllm_gen_state *gs,
+                                         int n, bool (*on_token)(int32_t, void *), void *user, int *n_out,
                                          struct wgllm_error *err) {
+    struct wgllm_webgpu_ctx *g = b;
     *n_out = 0;
+    const bool sampled = sp != NULL;
+    if (sampled) {
+        if (!webgpu_can_sample(sp))
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "sampling on the GPU takes temperature > 0, top_k "
+                                   "1..64, top_p, min_p and a seed; no penalties, typical_p, logit bias or n_probs");
+        const struct gop *o = &g->ops[g->n_ops_logits + 1];
+        const struct wgllm_kparams sk = {.n = (uint32_t)g->model->hp.n_vocab, .d = 2 * (uint32_t)g->n_batch,
+                                         .h = 0x53414d50u, .k = (uint32_t)sp->top_k,
+                                         .c = (uint32_t)(sp->seed ^ (sp->seed >> 32)), .f0 = sp->temperature,
+                                         .f1 = sp->top_p, .f2 = sp->min_p};
+        wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)o->slot * SLOT_BYTES, &sk, sizeof sk);
+    }
     const int V = g->model->hp.n_vocab;
-    if (g->n_logits < 1)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "greedy generation needs the logits of a decode first");
-    if (n <= 0) return WGLLM_STATUS_OK;
     /* the first token: greedy from the logits already on the host; sampled,
      * the GPU samples it too (re-running the last position's head on the
      * logits row it left) */
     int32_t tok = -1;
-    const float *l = g->out_host + (size_t)(g->n_logits - 1) * V;
+    const float *l = gs->logits + (size_t)(*gs->n_logits - 1) * V;
     for (int i = 0; i < V; i++)
         if (tok < 0 || l[i] > l[tok]) tok = i;
     if (sampled) {
-        enum wgllm_status s0 = sample_first(g, &tok, err);
+        enum wgllm_status s0 = sample_first(g, gs, &tok, err);
         if (s0) return s0;
     }
-    const int p0 = g->n_past;
+    const int p0 = *gs->n_past;
     enum wgllm_status s = WGLLM_STATUS_OK;
     int queued = 0; /* steps queued: step k consumes token k-1 at position p0 + k - 1 and makes token k */
     for (int k = 0; k < n; k++) {
@@ -1172,7 +1049,7 @@ static enum wgllm_status generate_on_gpu(struct wgllm_webgpu_ctx *g, bool sample
             tok = (int32_t)id[0];
         }
         (*n_out)++;
-        g->n_past = p0 + k; /* tokens before this one are in the cache */
+        *gs->n_past = p0 + k; /* tokens before this one are in the cache */
         if (!on_token(tok, user)) break;
         if (k + 1 < n && p0 + k >= g->n_ctx) {
             s = wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL, "the context's %d positions are used", g->n_ctx);
@@ -1183,15 +1060,14 @@ static enum wgllm_status generate_on_gpu(struct wgllm_webgpu_ctx *g, bool sample
         uint32_t id[4];
         s = wgllm_gpu_readback(g->gpu, g->id_rb[(queued) % 2], 0, id, 16, err);
     }
-    g->n_logits = 0; /* the host logits are those of the prompt, not of the last step */
+    *gs->n_logits = 0; /* the host logits are those of the prompt, not of the last step */
     return s;
 }
 
 /* ---- sequences ------------------------------------------------------------ */
 
-void wgllm_webgpu_seq_copy(struct wgllm_webgpu_ctx *g, int src, int dst, int n) {
-    WGLLM_ASSERT(src >= 0 && src < g->n_seq && dst >= 0 && dst < g->n_seq && n >= 0 && n <= g->n_ctx);
-    if (src == dst || n == 0) return;
+static void webgpu_seq_copy(void *b, int src, int dst, int n) {
+    struct wgllm_webgpu_ctx *g = b;
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint64_t kr = (uint64_t)hp->n_head_kv * hp->head_dim_k * 2, vr = (uint64_t)hp->n_head_kv * hp->head_dim_v * 2;
     const uint64_t ss = (uint64_t)g->n_ctx;
@@ -1218,7 +1094,6 @@ void wgllm_webgpu_seq_copy(struct wgllm_webgpu_ctx *g, int src, int dst, int n) 
 /* Snapshots hold, per layer, the n keys then the n values (rows as the cache
  * holds them). Saving goes through the readback buffer in pieces. */
 static void seq_io(struct wgllm_webgpu_ctx *g, int seq, int n, char *buf, bool save) {
-    WGLLM_ASSERT(seq >= 0 && seq < g->n_seq && n >= 0 && n <= g->n_ctx);
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint64_t rb = wgllm_gpu_buffer_size(g->readback);
     for (int il = 0; il < hp->n_layer; il++)
@@ -1244,26 +1119,21 @@ static void seq_io(struct wgllm_webgpu_ctx *g, int seq, int n, char *buf, bool s
         }
 }
 
-void wgllm_webgpu_seq_save(struct wgllm_webgpu_ctx *g, int seq, int n, void *dst) { seq_io(g, seq, n, dst, true); }
+static void webgpu_seq_save(void *b, int seq, int n, void *dst) { seq_io(b, seq, n, dst, true); }
+static void webgpu_seq_load(void *b, int seq, int n, const void *src) { seq_io(b, seq, n, (char *)src, false); }
 
 /* As the CPU backend's shift (backend/cpu/forward.c): RoPE angles are linear
  * in the position, so turning a cached key by the delta's rotation gives the
- * key of its new position; the same host table (wgllm_op_rope_cache of
+ * key of its new position; the same host table (backend/rope.h's of
  * -discard) makes both backends turn by the same angles. Per layer: the
  * moved K rows go to the scratch and come back turned (ROPE_SHIFT_F16), the
  * V rows go to the scratch and back; all layers in one submit. */
-enum wgllm_status wgllm_webgpu_seq_shift(struct wgllm_webgpu_ctx *g, int seq, int n, int keep, int discard,
-                                         struct wgllm_error *err) {
-    if (seq < 0 || seq >= g->n_seq || n < 0 || n > g->n_ctx || keep < 0 || discard < 0 || keep + discard > n)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                               "context shift of sequence %d (of %d): keep %d + discard %d must fit in its %d "
-                               "positions (context %d)", seq, g->n_seq, keep, discard, n, g->n_ctx);
+static enum wgllm_status webgpu_seq_shift(void *b, int seq, int n, int keep, int discard, struct wgllm_error *err) {
+    struct wgllm_webgpu_ctx *g = b;
     const int n_move = n - keep - discard;
-    if (discard == 0 || n_move == 0) return WGLLM_STATUS_OK;
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint64_t KD = (uint64_t)hp->n_head_kv * hp->head_dim_k, VD = (uint64_t)hp->n_head_kv * hp->head_dim_v;
-    wgllm_op_rope_cache(g->rope_host, -discard, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
-                        g->model->rope_freqs);
+    wgllm_rope_table(g->rope_host, -discard, g->model);
     wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
     const uint64_t row0 = (uint64_t)seq * g->n_ctx;
     const struct wgllm_kparams kp = {.n = (uint32_t)((uint64_t)n_move * KD / 2), .e = (uint32_t)(KD / 2),
@@ -1283,15 +1153,46 @@ enum wgllm_status wgllm_webgpu_seq_shift(struct wgllm_webgpu_ctx *g, int seq, in
     if (st) wgllm_error_prefix(err, "webgpu: context shift: ");
     return st;
 }
-void wgllm_webgpu_seq_load(struct wgllm_webgpu_ctx *g, int seq, int n, const void *src) {
-    seq_io(g, seq, n, (char *)src, false);
+
+/* ---- memory, the table ------------------------------------------------------- */
+
+static uint64_t webgpu_host_memory(const void *b) {
+    const struct wgllm_webgpu_ctx *g = b;
+    return (uint64_t)g->n_batch * (4 * 4 + g->model->hp.n_rot * 4); /* the step and RoPE tables */
 }
 
-uint64_t wgllm_webgpu_host_memory(const struct wgllm_webgpu_ctx *g) {
-    const uint64_t B = (uint64_t)g->n_batch;
-    return g->out_floats * sizeof(float) + B * (4 * 4 + g->model->hp.n_rot * 4 + 8);
+static uint64_t webgpu_device_memory(const void *b) {
+    return wgllm_gpu_bytes_allocated(((const struct wgllm_webgpu_ctx *)b)->gpu);
 }
-
-uint64_t wgllm_webgpu_gpu_bytes(const struct wgllm_webgpu_ctx *g) { return wgllm_gpu_bytes_allocated(g->gpu); }
 
 void wgllm_webgpu_get_plan(const struct wgllm_webgpu_ctx *g, struct wgllm_webgpu_plan *plan) { *plan = g->plan; }
+
+static enum wgllm_status webgpu_init(struct wgllm_model *model, const struct wgllm_context_params *p, void **out,
+                                     int *n_ctx, int *n_batch, char *desc, size_t desc_cap, struct wgllm_error *err) {
+    struct wgllm_webgpu_ctx *g = NULL;
+    enum wgllm_status st = wgllm_webgpu_ctx_create(model, p, &g, desc, desc_cap, err);
+    *out = g;
+    if (g) *n_ctx = g->n_ctx, *n_batch = g->n_batch;
+    return st;
+}
+
+static void webgpu_free(void *b) { wgllm_webgpu_ctx_free(b); }
+
+const struct wgllm_backend_i wgllm_backend_webgpu_i = {
+    .name = "webgpu",
+    .init = webgpu_init,
+    .free = webgpu_free,
+    .decode = webgpu_decode,
+    .seq_copy = webgpu_seq_copy,
+    .seq_save = webgpu_seq_save,
+    .seq_load = webgpu_seq_load,
+    .seq_shift = webgpu_seq_shift,
+    .host_memory = webgpu_host_memory,
+    .device_memory = webgpu_device_memory,
+    .can_sample = webgpu_can_sample,
+    .generate = webgpu_generate,
+};
+
+struct wgllm_webgpu_ctx *wgllm_context_webgpu(struct wgllm_context *c) {
+    return wgllm_context_backend_state(c, &wgllm_backend_webgpu_i);
+}

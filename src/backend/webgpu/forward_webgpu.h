@@ -1,6 +1,8 @@
 /*
- * forward_webgpu.h - the WebGPU forward pass behind wgllm_context (the CPU
- * backend's forward.c dispatches here when a context runs on WebGPU).
+ * forward_webgpu.h - the WebGPU backend. A context reaches it only through
+ * its table, wgllm_backend_webgpu_i (backend_impl.h); what is declared here
+ * is for the callers that still look past that: the memory plan (`wgllm info
+ * --plan`, tests).
  *
  * At init everything is planned and allocated once, fitted to the device's
  * limits and an optional memory budget: weights streamed from the mapped
@@ -8,9 +10,9 @@
  * binding size), an f16 KV cache of n_seq sequences x n_ctx positions,
  * activations for n_batch tokens, output rows, a readback buffer and the
  * kernel-parameter arena; every pipeline is compiled and every bind group
- * created. A batch (tokens of any sequences, backend.h) is then one command
- * batch and one submit, plus the readback of the rows whose outputs are
- * wanted; no GPU buffer is ever created afterwards.
+ * created. A pass (tokens of any sequences, backend_impl.h) is then one
+ * command batch and one submit, plus the readback of the rows whose outputs
+ * are wanted; no GPU buffer is ever created afterwards.
  */
 #ifndef WGLLM_FORWARD_WEBGPU_H
 #define WGLLM_FORWARD_WEBGPU_H
@@ -19,7 +21,6 @@
 
 struct wgllm_model;
 struct wgllm_webgpu_ctx;
-struct wgllm_batch;
 struct wgllm_context_params;
 
 /* Bytes per category of the memory plan (wgllm info --plan). */
@@ -56,63 +57,16 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struc
                                           struct wgllm_error *err);
 void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g);
 
-int wgllm_webgpu_n_ctx(const struct wgllm_webgpu_ctx *g);
-int wgllm_webgpu_n_batch(const struct wgllm_webgpu_ctx *g);
-int wgllm_webgpu_n_past(const struct wgllm_webgpu_ctx *g);
-void wgllm_webgpu_truncate(struct wgllm_webgpu_ctx *g, int n_past);
-/* As wgllm_decode on sequence 0: n tokens after the cached ones, one
- * submit per n_batch tokens (a batch of decode_batch underneath). */
-enum wgllm_status wgllm_webgpu_decode(struct wgllm_webgpu_ctx *g, const int32_t *tokens, int n, bool all_logits,
-                                      struct wgllm_error *err);
-/* Logits row i of the last decode (i = -1: the last); NULL out of range. */
-const float *wgllm_webgpu_logits(const struct wgllm_webgpu_ctx *g, int i);
-/* As wgllm_context_decode_batch and its output getters (backend.h). */
-enum wgllm_status wgllm_webgpu_decode_batch(struct wgllm_webgpu_ctx *g, const struct wgllm_batch *b, bool embeddings,
-                                            struct wgllm_error *err);
-int wgllm_webgpu_n_outputs(const struct wgllm_webgpu_ctx *g);
-const float *wgllm_webgpu_output(const struct wgllm_webgpu_ctx *g, int j, bool embd);
-/* As wgllm_context_seq_copy / _save / _load (same snapshot size as the CPU's). */
-void wgllm_webgpu_seq_copy(struct wgllm_webgpu_ctx *g, int src, int dst, int n);
-void wgllm_webgpu_seq_save(struct wgllm_webgpu_ctx *g, int seq, int n, void *dst);
-void wgllm_webgpu_seq_load(struct wgllm_webgpu_ctx *g, int seq, int n, const void *src);
-/* As wgllm_context_seq_shift (backend.h): positions [keep, keep + discard)
- * of the sequence dropped, [keep + discard, n) moved down by discard, their
- * keys re-rotated by RoPE of -discard as the CPU backend does (within an
- * f16 rounding); one submit. INVALID_ARGUMENT when the ranges do not fit. */
-enum wgllm_status wgllm_webgpu_seq_shift(struct wgllm_webgpu_ctx *g, int seq, int n, int keep, int discard,
-                                         struct wgllm_error *err);
+/* The memory plan of a context (wgllm info --plan). */
+void wgllm_webgpu_get_plan(const struct wgllm_webgpu_ctx *g, struct wgllm_webgpu_plan *plan);
+
 /*
- * Greedy generation on the device, after a wgllm_webgpu_decode (sequence 0):
- * up to n tokens, the first the argmax of the decode's last logits, each
- * next one the argmax of the previous step's logits computed on the GPU.
- * Only the token id comes back; the next step's embedding lookup reads it
- * from the GPU buffer, so step k+1 is queued before token k is read back.
- * on_token gets each token and returns false to stop. *n_out counts the
- * tokens given; n_past then counts the tokens before the last one given (as
- * a host loop that does not decode its last token). The host logits are
- * stale afterwards (wgllm_webgpu_logits returns NULL).
+ * The WebGPU state of a context, NULL when it runs on the CPU: for the plan
+ * of a running context (tests). It leaks the backend past the context's
+ * interface (backend_impl.h), as wgllm_webgpu_ctx_create does for `wgllm info
+ * --plan`; both go when the plan is reported through the public API.
  */
-enum wgllm_status wgllm_webgpu_generate_greedy(struct wgllm_webgpu_ctx *g, int n, bool (*on_token)(int32_t, void *),
-                                               void *user, int *n_out, struct wgllm_error *err);
-struct wgllm_sampler_params;
-/* True when the sampler settings can run on the GPU (wgllm_webgpu_generate_sampled):
- * temperature > 0, top_k 1..64, top_p, min_p, seed; no penalties, typical_p,
- * logit bias or n_probs. */
-bool wgllm_webgpu_can_sample(const struct wgllm_sampler_params *sp);
-/* As generate_greedy, with each token sampled on the GPU (top-k, top-p,
- * min-p, temperature, as the CPU chain orders them) from a uniform that
- * hashes the seed and the position: the same seed gives the same tokens, and
- * only ids are read back. The draws differ from the CPU sampler's generator. */
-enum wgllm_status wgllm_webgpu_generate_sampled(struct wgllm_webgpu_ctx *g, const struct wgllm_sampler_params *sp,
-                                                int n, bool (*on_token)(int32_t, void *), void *user, int *n_out,
-                                                struct wgllm_error *err);
-/* The WebGPU part of a context, NULL when it runs on the CPU (backend/cpu/forward.c). */
 struct wgllm_context;
 struct wgllm_webgpu_ctx *wgllm_context_webgpu(struct wgllm_context *ctx);
-/* Host memory of the context (output rows, per-batch tables). */
-uint64_t wgllm_webgpu_host_memory(const struct wgllm_webgpu_ctx *g);
-/* GPU bytes allocated now (constant after init). */
-uint64_t wgllm_webgpu_gpu_bytes(const struct wgllm_webgpu_ctx *g);
-void wgllm_webgpu_get_plan(const struct wgllm_webgpu_ctx *g, struct wgllm_webgpu_plan *plan);
 
 #endif
