@@ -1,6 +1,6 @@
 /*
  * test_webgpu_sample.c - sampling on the GPU (WGLLM_KERNEL_SAMPLE, as
- * wgllm_webgpu_generate_sampled runs it): the frequencies of thousands of
+ * wgllm_context_generate runs it on WebGPU): the frequencies of thousands of
  * draws match the distribution the CPU sampler chain defines (top-k, top-p
  * at temperature 1, min-p, temperature), tokens the chain cuts never come,
  * ties go to the lower index, and the same seed and position give the same

@@ -39,7 +39,7 @@ struct wgllm_context {
     char desc[320]; /* wgllm_context_backend */
 };
 
-/* ---- create / free -------------------------------------------------------- */
+/* ---- create / free ----------------------------------------------------- */
 
 struct wgllm_context_params wgllm_context_default_params(void) {
     struct wgllm_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .n_seq = 1,
@@ -136,7 +136,7 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     return WGLLM_STATUS_OK;
 }
 
-/* ---- what the context is ----------------------------------------------------- */
+/* ---- what the context is ----------------------------------------------- */
 
 int wgllm_context_n_ctx(const struct wgllm_context *c) { return c->n_ctx; }
 int wgllm_context_n_seq(const struct wgllm_context *c) { return c->n_seq; }
@@ -157,7 +157,7 @@ void *wgllm_context_backend_state(struct wgllm_context *c, const struct wgllm_ba
     return c->be == be ? c->b : NULL;
 }
 
-/* ---- decoding ----------------------------------------------------------------- */
+/* ---- decoding ---------------------------------------------------------- */
 
 static enum wgllm_status check_tokens(const struct wgllm_context *c, const int32_t *tokens, int n,
                                       struct wgllm_error *err) {
@@ -271,7 +271,7 @@ const float *wgllm_context_output_embd(const struct wgllm_context *c, int j) {
     return c->out + (size_t)j * c->n_embd;
 }
 
-/* ---- generation on the device ------------------------------------------------------ */
+/* ---- generation on the device ------------------------------------------ */
 
 bool wgllm_context_can_generate(const struct wgllm_context *c, const struct wgllm_sampler_params *sp) {
     if (!c->be->generate) return false;
@@ -293,7 +293,7 @@ enum wgllm_status wgllm_context_generate(struct wgllm_context *c, const struct w
     return c->be->generate(c->b, sp, &gs, n, on_token, user, n_out, err);
 }
 
-/* ---- sequences ------------------------------------------------------------------ */
+/* ---- sequences --------------------------------------------------------- */
 
 void wgllm_context_seq_copy(struct wgllm_context *c, int src, int dst, int n) {
     WGLLM_ASSERT(src >= 0 && src < c->n_seq && dst >= 0 && dst < c->n_seq && n >= 0 && n <= c->n_ctx);

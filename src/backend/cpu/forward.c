@@ -312,7 +312,7 @@ static void forward_worker(void *arg, int ith, int nth) {
     matmul(&m->output, a, nr, c->out_logits, hp->n_vocab, ith, nth, false, NULL);
 }
 
-/* ---- create / free -------------------------------------------------------- */
+/* ---- create / free ----------------------------------------------------- */
 
 static void cpu_free(void *b) {
     struct cpu_ctx *c = b;
@@ -384,7 +384,7 @@ static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_
 
 static uint64_t cpu_host_memory(const void *b) { return ((const struct cpu_ctx *)b)->bytes; }
 
-/* ---- a pass ------------------------------------------------------------------ */
+/* ---- a pass ------------------------------------------------------------ */
 
 static enum wgllm_status cpu_decode(void *b, const struct wgllm_ubatch *ub, struct wgllm_error *err) {
     struct cpu_ctx *c = b;
@@ -400,7 +400,7 @@ static enum wgllm_status cpu_decode(void *b, const struct wgllm_ubatch *ub, stru
     return WGLLM_STATUS_OK;
 }
 
-/* ---- sequences ------------------------------------------------------------------ */
+/* ---- sequences --------------------------------------------------------- */
 
 static void cpu_seq_copy(void *b, int src, int dst, int n) {
     struct cpu_ctx *c = b;
@@ -436,7 +436,7 @@ static void seq_state_io(struct cpu_ctx *c, int seq, int n, char *buf, bool save
 static void cpu_seq_save(void *b, int seq, int n, void *dst) { seq_state_io(b, seq, n, dst, true); }
 static void cpu_seq_load(void *b, int seq, int n, const void *src) { seq_state_io(b, seq, n, (char *)src, false); }
 
-/* ---- context shift -------------------------------------------------------- */
+/* ---- context shift ----------------------------------------------------- */
 
 /* The keys were stored rotated for their old position p; RoPE angles are
  * linear in the position (frequency scale and factors included), so
@@ -483,7 +483,7 @@ static enum wgllm_status cpu_seq_shift(void *b, int seq, int n, int keep, int di
     return WGLLM_STATUS_OK;
 }
 
-/* ---- the table ------------------------------------------------------------------- */
+/* ---- the table --------------------------------------------------------- */
 
 const struct wgllm_backend_i wgllm_backend_cpu_i = {
     .name = "cpu",

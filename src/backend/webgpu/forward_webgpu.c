@@ -864,7 +864,7 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struc
     return WGLLM_STATUS_OK;
 }
 
-/* ---- batches ------------------------------------------------------------ */
+/* ---- a pass ------------------------------------------------------------ */
 
 static void record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count) {
     for (int i = i0; i < i1; i++) {
@@ -946,7 +946,7 @@ static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, s
     return WGLLM_STATUS_OK;
 }
 
-/* ---- generation on the GPU ------------------------------------------------ */
+/* ---- generation on the GPU --------------------------------------------- */
 
 /* Queues one decode step of sequence 0 at `pos`: its token is `tok`, or
  * (tok < 0) the id the previous step's argmax left in the step buffer;
@@ -1154,7 +1154,7 @@ static enum wgllm_status webgpu_seq_shift(void *b, int seq, int n, int keep, int
     return st;
 }
 
-/* ---- memory, the table ------------------------------------------------------- */
+/* ---- memory, the table ------------------------------------------------- */
 
 static uint64_t webgpu_host_memory(const void *b) {
     const struct wgllm_webgpu_ctx *g = b;
