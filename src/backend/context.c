@@ -86,6 +86,9 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     if (p.n_seq == 0) p.n_seq = 1;
     if (p.n_threads == 0) p.n_threads = model->n_threads;
     if (p.n_seq > 256) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "n_seq %d is more than 256", p.n_seq);
+    if (p.n_ctx == 0) /* a file whose context_length is 0, and no n_ctx given */
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "the model's training context is 0 positions: give the context's n_ctx");
     p.n_batch = WGLLM_MIN(p.n_batch, p.n_ctx * p.n_seq);
     if ((unsigned)p.backend > WGLLM_BACKEND_AUTO)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "unknown backend %d", (int)p.backend);
@@ -122,6 +125,7 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
         wgllm_context_free(c);
         return st;
     }
+    /* the backend's contract: it may plan less than asked, never more, and never nothing */
     WGLLM_ASSERT(c->n_ctx >= 1 && c->n_ctx <= p.n_ctx && c->n_batch >= 1 && c->n_batch <= p.n_batch);
     const size_t B = (size_t)c->n_batch;
     c->b_pos = malloc(B * sizeof(int32_t));
