@@ -208,7 +208,7 @@ void wgllm_context_truncate(struct wgllm_context *ctx, int n_past);
  * for their new positions; n_past drops by the number discarded. The moved
  * tokens keep what they attended to before, so what follows is an
  * approximation of a run without the discarded tokens (exact for the kept
- * ones). UNSUPPORTED on the WebGPU backend (for now).
+ * ones). Both backends (CPU and WebGPU) support it.
  */
 enum wgllm_status wgllm_context_shift(struct wgllm_context *ctx, int keep, int discard, struct wgllm_error *err);
 
