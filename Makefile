@@ -1,5 +1,6 @@
 # wgllm build. `make` builds build/release/{libwgllm.a,wgllm} and the tests;
-# `make asan` the same under AddressSanitizer+UBSan in build/asan; `make test`
+# `make asan` the same under AddressSanitizer+UBSan in build/asan (MODE=tsan:
+# ThreadSanitizer in build/tsan, for the threaded tests); `make test`
 # runs everything (see tests/run.sh).
 #
 # Sources are found by wildcard, one folder per module, so adding a file needs
@@ -22,6 +23,10 @@ endif
 ifeq ($(MODE),asan)
   OPT := -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
   LDFLAGS_MODE := -fsanitize=address,undefined
+endif
+ifeq ($(MODE),tsan)
+  OPT := -O1 -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS_MODE := -fsanitize=thread
 endif
 OUT ?= build/$(MODE)
 

@@ -49,6 +49,27 @@ for t in build/asan/tests/test_*; do
     note_result "$line"
 done
 
+echo "== threaded tests (ThreadSanitizer)"
+# the thread pool, the engine's scheduler thread and the stepped engine; a race
+# report fails the test (TSan's exit code 66 at exit, halt_on_error for the first)
+TSAN_TESTS="test_threadpool test_engine_step test_engine"
+if make -j"$jobs" MODE=tsan $(printf 'build/tsan/tests/%s ' $TSAN_TESTS) >>/tmp/wgllm-build.log 2>&1; then
+    for name in $TSAN_TESTS; do
+        out=$(TSAN_OPTIONS="halt_on_error=1:exitcode=66" build/tsan/tests/$name 2>/tmp/wgllm-tsan-$name.err)
+        rc=$?
+        line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -1)
+        if [ $rc -ne 0 ] || [ -z "$line" ]; then
+            grep -A30 -m1 "WARNING: ThreadSanitizer" /tmp/wgllm-tsan-$name.err || tail -30 /tmp/wgllm-tsan-$name.err
+            line="$name (tsan): 0 passed, 1 failed (exit $rc)"
+        fi
+        echo "${line/$name:/$name (tsan):}"
+        note_result "$line"
+    done
+else
+    tail -20 /tmp/wgllm-build.log
+    note_result "tsan build: 0 passed, 1 failed"
+fi
+
 # scripts that end with one line "x: N passed, N failed"
 script_suite() { # $1 = title, $2... = command
     echo "== $1"
