@@ -1,9 +1,9 @@
 /*
- * jinja_internal.h - what the two halves of the Jinja interpreter share:
- * jinja_parse.c (arena, values, string builder, JSON input, lexer, parser,
- * the parse API) and jinja.c (the tree-walking interpreter and rendering).
- * Internal to src/chat; the short names used inside the two files map to
- * prefixed symbols below.
+ * jinja_internal.h - what the parts of the Jinja interpreter share:
+ * jinja_value.c (arena, values, string builder, JSON input), jinja_parse.c
+ * (lexer, parser, the parse API) and jinja.c (the tree-walking interpreter
+ * and rendering). Internal to src/chat; the short names used inside the
+ * files map to prefixed symbols below.
  */
 #ifndef WGLLM_CHAT_JINJA_INTERNAL_H
 #define WGLLM_CHAT_JINJA_INTERNAL_H
