@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct wgllm_chat_message {
     const char *role;
@@ -19,8 +20,32 @@ struct wgllm_chat_message {
 
 struct wgllm_chat_template; /* parsed once, rendered many times; immutable after parse */
 
-/* Parses `len` bytes of template source. On failure *out is NULL and err names
- * the construct with its line and column. */
+/* Budgets of one parse and of each render. A chat template comes with the
+ * GGUF file, written by strangers, and is rendered on every chat request, so
+ * no template may loop, recurse or allocate without bound. Going over one is
+ * an error (WGLLM_STATUS_UNSUPPORTED) whose message names the budget, e.g.
+ * "template exceeds its step budget (10000000 steps) at line 3, column 9".
+ * The defaults are far above what real templates need. */
+struct wgllm_chat_params {
+    uint64_t max_steps;  /* per render: expressions and statements evaluated, loop
+                            iterations, elements and 64-byte runs that filters walk */
+    size_t max_output;   /* per render: bytes of the rendered text */
+    size_t max_memory;   /* per parse and per render: bytes of tokens, AST and values */
+    int max_depth;       /* nesting of the parser's and the interpreter's recursion
+                            (expressions, blocks, macro calls); at most 1024, since it
+                            is what keeps the C stack bounded */
+};
+/* 10M steps, 64 MiB output, 256 MiB memory, depth 256. */
+struct wgllm_chat_params wgllm_chat_default_params(void);
+
+/* Parses `len` bytes of template source under `params` (NULL: the defaults),
+ * which every render of the template then uses too. On failure *out is NULL
+ * and err names the construct with its line and column. */
+enum wgllm_status wgllm_chat_template_init(const char *src, size_t len,
+                                           const struct wgllm_chat_params *params,
+                                           struct wgllm_chat_template **out,
+                                           struct wgllm_error *err);
+/* wgllm_chat_template_init with the default params. */
 enum wgllm_status wgllm_chat_template_parse(const char *src, size_t len,
                                             struct wgllm_chat_template **out,
                                             struct wgllm_error *err);

@@ -21,13 +21,16 @@
 #define dict_set wgllm_jinja_dict_set
 #define dict_setz wgllm_jinja_dict_setz
 #define jalloc wgllm_jinja_alloc
+#define jctx_limits wgllm_jinja_ctx_limits
 #define jfail wgllm_jinja_fail
+#define jover wgllm_jinja_over
 #define json_value wgllm_jinja_json_value
 #define jstrdup wgllm_jinja_strdup
 #define jt_name wgllm_jinja_type_name
 #define jv_arr_new wgllm_jinja_arr_new
 #define jv_dict_new wgllm_jinja_dict_new
 #define jv_truthy wgllm_jinja_truthy
+#define sb_pad wgllm_jinja_sb_pad
 #define sb_put wgllm_jinja_sb_put
 #define sb_to_value wgllm_jinja_sb_to_value
 #define to_concat wgllm_jinja_to_concat
@@ -44,18 +47,25 @@ struct jarena {
     struct arena_block *head;
 };
 
+struct node;
+
+/* One parse or one render: where its memory comes from, where an error jumps
+ * to, and what it has spent of its budgets. */
 struct jctx {
     struct jarena *arena;
     jmp_buf jb;
     struct wgllm_error *err;
     enum wgllm_status status;
+    struct wgllm_chat_params lim;  /* the budgets (depth already clamped) */
+    uint64_t steps;                /* spent of lim.max_steps */
+    size_t mem;                    /* bytes taken from the arena, of lim.max_memory */
+    const struct node *at;         /* the node being evaluated, for budget errors; NULL while parsing */
 };
 
 enum jt { J_UNDEF, J_NONE, J_BOOL, J_INT, J_FLOAT, J_STR, J_ARR, J_DICT, J_NS, J_MACRO, J_FUNC };
 
 struct jarr;
 struct jdict;
-struct node;
 
 typedef struct jv {
     enum jt t;
@@ -72,7 +82,10 @@ typedef struct jv {
 } jv;
 
 struct jarr { size_t n, cap; jv *v; };
-struct jdict { size_t n, cap; const char **kp; size_t *kn; jv *v; };
+/* Keys in insertion order (what iteration and tojson show); past a few keys
+ * an open-addressing index (slot -> entry + 1, 0 = empty) keeps lookups O(1),
+ * so a large JSON object or a template that adds many keys is not quadratic. */
+struct jdict { size_t n, cap; const char **kp; size_t *kn; jv *v; uint32_t *ix; size_t ixcap; };
 
 static inline jv jv_undef(void) { jv v = {.t = J_UNDEF}; return v; }
 static inline jv jv_none(void) { jv v = {.t = J_NONE}; return v; }
@@ -81,7 +94,11 @@ static inline jv jv_int(int64_t i) { jv v = {.t = J_INT}; v.u.i = i; return v; }
 static inline jv jv_float(double f) { jv v = {.t = J_FLOAT}; v.u.f = f; return v; }
 static inline jv jv_str(const char *p, size_t n) { jv v = {.t = J_STR}; v.u.s.p = p; v.u.s.n = n; return v; }
 
-struct sbuf { char *p; size_t n, cap; struct jctx *c; };
+/* A string being built. Builders grow inside the arena, except the one
+ * rendering (heap): it grows with realloc, so its doublings leave no garbage,
+ * and is held to the output budget instead of the memory one; whoever made
+ * it frees p on an error. */
+struct sbuf { char *p; size_t n, cap; struct jctx *c; bool heap; };
 struct jsonp { struct jctx *c; const char *p, *end, *start; int depth; };
 
 enum nk {
@@ -99,6 +116,7 @@ struct node {
     size_t sn;
     jv lit;
     bool neg;        /* `is not` */
+    bool uses_loop;  /* N_FOR: the body names `loop` */
     struct node *a, *b, *c, *d;
     struct nlist l1, l2;
 };
@@ -106,12 +124,24 @@ struct node {
 struct wgllm_chat_template {
     struct jarena arena;
     struct nlist body;
+    struct wgllm_chat_params params; /* from the parse, for every render */
 };
 
 _Noreturn void jfail(struct jctx *c, enum wgllm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Fails with "template exceeds its <what> budget (<limit> <unit>)" and the
+ * location of c->at when there is one. */
+_Noreturn void jover(struct jctx *c, const char *what, uint64_t limit, const char *unit);
+/* Spends n steps of the render's budget. */
+static inline void jcharge(struct jctx *c, uint64_t n) {
+    if (n > c->lim.max_steps - c->steps) jover(c, "step", c->lim.max_steps, "steps");
+    c->steps += n;
+}
+/* Spends the steps for walking n bytes: one per 64-byte run, at least one. */
+static inline void jcharge_bytes(struct jctx *c, size_t n) { jcharge(c, 1 + n / 64); }
 void *jalloc(struct jctx *c, size_t n);
 void arena_free(struct jarena *a);
+void jctx_limits(struct jctx *c, const struct wgllm_chat_params *params);
 char *jstrdup(struct jctx *c, const char *s, size_t n);
 jv jv_arr_new(struct jctx *c);
 void arr_push(struct jctx *c, struct jarr *a, jv x);
@@ -122,6 +152,8 @@ void dict_setz(struct jctx *c, struct jdict *d, const char *k, jv x);
 const char *jt_name(enum jt t);
 bool jv_truthy(jv v);
 void sb_put(struct sbuf *b, const char *s, size_t n);
+/* count copies of ch; a count past the memory budget fails before writing any */
+void sb_pad(struct sbuf *b, char ch, uint64_t count);
 void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool undef_null);
 void to_text(struct jctx *c, struct sbuf *b, jv v);
 void to_concat(struct jctx *c, struct sbuf *b, jv v);

@@ -8,6 +8,7 @@
 #include "chat/jinja_internal.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 
 /* ------------------------------------------------------------------------- */
@@ -16,12 +17,11 @@
 
 enum tk { T_EOF, T_TEXT, T_VOPEN, T_VCLOSE, T_SOPEN, T_SCLOSE, T_NAME, T_STR, T_INT, T_FLOAT, T_OP };
 
-struct token {
+struct token { /* 32 bytes: a large template has millions */
     enum tk t;
+    uint32_t n;     /* bytes at s (templates are under 4 GiB: checked at parse) */
     const char *s;  /* text / name / op / decoded string */
-    size_t n;
-    int64_t i;
-    double f;
+    union { int64_t i; double f; };
     int line, col;
 };
 
@@ -31,15 +31,20 @@ struct lexer {
     size_t len, pos;
     struct token *toks;
     size_t ntok, cap;
+    size_t at_pos;      /* line/column are known up to here: tokens come in */
+    int at_line, at_col; /* source order, so finding them is linear overall */
 };
 
-static void lex_pos(const struct lexer *L, size_t pos, int *line, int *col) {
-    int ln = 1, cl = 1;
-    for (size_t i = 0; i < pos && i < L->len; i++) {
-        if (L->src[i] == '\n') { ln++; cl = 1; } else cl++;
+static void lex_pos(struct lexer *L, size_t pos, int *line, int *col) {
+    if (pos > L->len) pos = L->len;
+    if (pos < L->at_pos || L->at_line == 0) { L->at_pos = 0; L->at_line = 1; L->at_col = 1; }
+    for (size_t i = L->at_pos; i < pos; i++) {
+        if (L->src[i] == '\n') { L->at_line++; L->at_col = 1; }
+        else L->at_col++;
     }
-    *line = ln;
-    *col = cl;
+    L->at_pos = pos;
+    *line = L->at_line;
+    *col = L->at_col;
 }
 
 static _Noreturn void lex_fail(struct lexer *L, size_t pos, const char *what) {
@@ -49,10 +54,15 @@ static _Noreturn void lex_fail(struct lexer *L, size_t pos, const char *what) {
 }
 
 static struct token *lex_push(struct lexer *L, enum tk t, const char *s, size_t n, size_t pos) {
+    /* Tokens are only needed while parsing: they live outside the arena and
+     * go when the parse ends, but count toward the memory budget meanwhile. */
     if (L->ntok == L->cap) {
-        size_t cap = L->cap ? L->cap * 2 : 256;
-        struct token *nt = jalloc(L->c, cap * sizeof *nt);
-        if (L->ntok) memcpy(nt, L->toks, L->ntok * sizeof *nt);
+        struct jctx *c = L->c;
+        size_t cap = L->cap ? L->cap * 2 : 256, grow = (cap - L->cap) * sizeof *L->toks;
+        if (grow > c->lim.max_memory - c->mem) jover(c, "memory", c->lim.max_memory, "bytes");
+        struct token *nt = realloc(L->toks, cap * sizeof *nt);
+        if (!nt) jfail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu tokens)", cap);
+        c->mem += grow;
         L->toks = nt;
         L->cap = cap;
     }
@@ -93,15 +103,17 @@ static char *preprocess(struct jctx *c, const char *src, size_t len, size_t *out
         }
         a[n++] = src[i++];
     }
-    char *b = jalloc(c, n + 1);
+    /* second pass in place: it only drops bytes, so the write index m never passes the read index i */
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        b[m++] = a[i];
-        if (a[i] == '}' && i > 0 && (a[i - 1] == '#' || a[i - 1] == '%' || a[i - 1] == '-') && i + 1 < n && a[i + 1] == '\n') i++;
+        bool trim = a[i] == '}' && i > 0 && (a[i - 1] == '#' || a[i - 1] == '%' || a[i - 1] == '-') && i + 1 < n &&
+                    a[i + 1] == '\n'; /* read before the write below, which may land on a[i - 1] */
+        a[m++] = a[i];
+        if (trim) i++;
     }
-    b[m] = 0;
+    a[m] = 0;
     *out_len = m;
-    return b;
+    return a;
 }
 
 static const char *OPS3[] = {"not", NULL};
@@ -143,8 +155,14 @@ static void lex_expr(struct lexer *L, bool stmt) {
             memcpy(tmp, p, m);
             tmp[m] = 0;
             struct token *tk = lex_push(L, fl ? T_FLOAT : T_INT, p, n, start);
-            if (fl) tk->f = strtod(tmp, NULL);
-            else tk->i = strtoll(tmp, NULL, 10);
+            if (fl) {
+                tk->f = strtod(tmp, NULL);
+            } else {
+                /* integers are 64-bit: a longer literal is an error, not a silent clamp */
+                errno = 0;
+                tk->i = strtoll(tmp, NULL, 10);
+                if (errno == ERANGE || n > 19) lex_fail(L, start, "integer literal out of range");
+            }
             L->pos += n;
         } else if (ch == '"' || ch == '\'') {
             struct sbuf b = {.c = L->c};
@@ -240,6 +258,7 @@ struct parser {
     struct lexer *L;
     size_t i;
     int depth;
+    size_t loop_refs; /* names `loop` parsed so far: a for loop whose body has none needs no loop object */
 };
 
 static void nl_push(struct jctx *c, struct nlist *l, struct node *n) {
@@ -300,8 +319,11 @@ static void expect_sclose(struct parser *P) {
     P->i++;
 }
 
+/* Each recursive descent passes here, so the depth budget bounds the C stack. */
 static void enter(struct parser *P) {
-    if (++P->depth > 200) parse_fail(P, "nesting deeper than %s", "200");
+    if (++P->depth > P->c->lim.max_depth)
+        jfail(P->c, WGLLM_STATUS_UNSUPPORTED, "template exceeds its depth budget (%d levels) at line %d, column %d",
+              P->c->lim.max_depth, pk(P)->line, pk(P)->col);
 }
 
 static struct node *p_expr(struct parser *P);
@@ -348,6 +370,7 @@ static struct node *p_primary(struct parser *P) {
         n->sn = t->n;
         P->i++;
 #define KW(x) (t->n == strlen(x) && memcmp(t->s, x, t->n) == 0)
+        if (KW("loop")) P->loop_refs++;
         if (KW("true") || KW("True")) { n->k = N_LIT; n->lit = jv_bool(true); }
         else if (KW("false") || KW("False")) { n->k = N_LIT; n->lit = jv_bool(false); }
         else if (KW("none") || KW("None")) { n->k = N_LIT; n->lit = jv_none(); }
@@ -640,8 +663,10 @@ static struct node *p_stmt(struct parser *P) {
         expect_sclose(P);
         static const char *const stops[] = {"else", "endfor", NULL};
         struct node *body = mk(P, N_LIST);
+        size_t refs = P->loop_refs;
         p_body(P, &body->l1, stops);
         n->c = body;
+        n->uses_loop = P->loop_refs != refs;
         if (pk(P)->t != T_SOPEN) parse_fail(P, "missing {%% endfor %%}%s", "");
         P->i++;
         if (is_kw(P, "else")) {
@@ -665,6 +690,7 @@ static struct node *p_stmt(struct parser *P) {
         struct token *nt = expect_name(P);
         target->s = nt->s;
         target->sn = nt->n;
+        if (nt->n == 4 && !memcmp(nt->s, "loop", 4)) P->loop_refs++; /* `set loop.x = ...` */
         if (is_op(P, ".")) {
             P->i++;
             struct node *m = mk(P, N_MEMBER);
@@ -778,25 +804,35 @@ static void p_body(struct parser *P, struct nlist *out, const char *const *stops
 
 /* ------------------------------------------------------------------------- */
 
-enum wgllm_status wgllm_chat_template_parse(const char *src, size_t len, struct wgllm_chat_template **out,
-                                            struct wgllm_error *err) {
+enum wgllm_status wgllm_chat_template_init(const char *src, size_t len, const struct wgllm_chat_params *params,
+                                           struct wgllm_chat_template **out, struct wgllm_error *err) {
     *out = NULL;
     struct wgllm_chat_template *t = calloc(1, sizeof *t);
     if (!t) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "chat template: out of memory");
     struct jctx c = {.arena = &t->arena, .err = err};
+    jctx_limits(&c, params);
+    t->params = c.lim;
+    struct lexer L = {.c = &c};
     if (setjmp(c.jb)) {
+        free(L.toks);
         arena_free(&t->arena);
         free(t);
         return c.status;
     }
-    struct lexer L = {.c = &c};
+    if (src && len > UINT32_MAX) jfail(&c, WGLLM_STATUS_UNSUPPORTED, "a template of %zu bytes (4 GiB at most)", len);
     L.src = preprocess(&c, src ? src : "", src ? len : 0, &L.len);
     lex_all(&L);
     struct parser P = {.c = &c, .L = &L};
     p_body(&P, &t->body, NULL);
+    free(L.toks);
     *out = t;
     wgllm_error_clear(err);
     return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_chat_template_parse(const char *src, size_t len, struct wgllm_chat_template **out,
+                                            struct wgllm_error *err) {
+    return wgllm_chat_template_init(src, len, NULL, out, err);
 }
 
 void wgllm_chat_template_free(struct wgllm_chat_template *t) {

@@ -10,9 +10,26 @@
 #include <ctype.h>
 #include <math.h>
 /* ------------------------------------------------------------------------- */
-/* arena                                                                     */
+/* budgets                                                                   */
 /* ------------------------------------------------------------------------- */
 
+struct wgllm_chat_params wgllm_chat_default_params(void) {
+    struct wgllm_chat_params p = {
+        .max_steps = 10000000,
+        .max_output = (size_t)64 << 20,
+        .max_memory = (size_t)256 << 20,
+        .max_depth = 256,
+    };
+    return p;
+}
+
+/* The params a parse or render runs under: the caller's, or the defaults,
+ * with the depth clamped to what the C stack takes. */
+void jctx_limits(struct jctx *c, const struct wgllm_chat_params *params) {
+    c->lim = params ? *params : wgllm_chat_default_params();
+    if (c->lim.max_depth > 1024) c->lim.max_depth = 1024;
+    if (c->lim.max_depth < 1) c->lim.max_depth = 1;
+}
 
 _Noreturn void jfail(struct jctx *c, enum wgllm_status st, const char *fmt, ...) {
     char buf[400];
@@ -25,8 +42,25 @@ _Noreturn void jfail(struct jctx *c, enum wgllm_status st, const char *fmt, ...)
     longjmp(c->jb, 1);
 }
 
+_Noreturn void jover(struct jctx *c, const char *what, uint64_t limit, const char *unit) {
+    if (c->at)
+        jfail(c, WGLLM_STATUS_UNSUPPORTED, "template exceeds its %s budget (%llu %s) at line %d, column %d", what,
+              (unsigned long long)limit, unit, c->at->line, c->at->col);
+    jfail(c, WGLLM_STATUS_UNSUPPORTED, "template exceeds its %s budget (%llu %s)", what, (unsigned long long)limit,
+          unit);
+}
+
+/* ------------------------------------------------------------------------- */
+/* arena                                                                     */
+/* ------------------------------------------------------------------------- */
+
+/* Every byte a parse or render holds comes from here, so the memory budget
+ * is checked in one place. */
 void *jalloc(struct jctx *c, size_t n) {
+    if (n > c->lim.max_memory - c->mem || c->lim.max_memory - c->mem - n < 15)
+        jover(c, "memory", c->lim.max_memory, "bytes");
     n = (n + 15) & ~(size_t)15;
+    c->mem += n;
     struct arena_block *b = c->arena->head;
     if (!b || b->cap - b->used < n) {
         size_t cap = n > 65536 ? n : 65536;
@@ -86,14 +120,33 @@ jv jv_dict_new(struct jctx *c, enum jt t) {
     v.u.d = jalloc(c, sizeof *v.u.d);
     return v;
 }
+static uint32_t key_hash(const char *k, size_t kn) { /* FNV-1a */
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < kn; i++) h = (h ^ (unsigned char)k[i]) * 16777619u;
+    return h;
+}
 jv *dict_find(const struct jdict *d, const char *k, size_t kn) {
+    if (d->ix) {
+        size_t mask = d->ixcap - 1;
+        for (size_t h = key_hash(k, kn) & mask;; h = (h + 1) & mask) {
+            uint32_t e = d->ix[h];
+            if (!e) return NULL;
+            if (d->kn[e - 1] == kn && memcmp(d->kp[e - 1], k, kn) == 0) return &d->v[e - 1];
+        }
+    }
     for (size_t i = 0; i < d->n; i++)
         if (d->kn[i] == kn && memcmp(d->kp[i], k, kn) == 0) return &d->v[i];
     return NULL;
 }
+static void dict_index_put(struct jdict *d, size_t i) {
+    size_t mask = d->ixcap - 1, h = key_hash(d->kp[i], d->kn[i]) & mask;
+    while (d->ix[h]) h = (h + 1) & mask;
+    d->ix[h] = (uint32_t)(i + 1);
+}
 void dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x) {
     jv *slot = dict_find(d, k, kn);
     if (slot) { *slot = x; return; }
+    if (d->n >= UINT32_MAX / 2) jfail(c, WGLLM_STATUS_UNSUPPORTED, "a dict of more than %u keys", UINT32_MAX / 2);
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
         const char **kp = jalloc(c, cap * sizeof *kp);
@@ -109,6 +162,13 @@ void dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x) {
     d->kp[d->n] = k;
     d->kn[d->n] = kn;
     d->v[d->n++] = x;
+    if (d->n >= 16 && d->n * 2 > d->ixcap) { /* (re)build the index at half load */
+        d->ixcap = d->ixcap ? d->ixcap * 2 : 32;
+        d->ix = jalloc(c, d->ixcap * sizeof *d->ix);
+        for (size_t i = 0; i < d->n; i++) dict_index_put(d, i);
+    } else if (d->ix) {
+        dict_index_put(d, d->n - 1);
+    }
 }
 void dict_setz(struct jctx *c, struct jdict *d, const char *k, jv x) {
     dict_set(c, d, k, strlen(k), x);
@@ -138,13 +198,23 @@ bool jv_truthy(jv v) {
 /* ------------------------------------------------------------------------- */
 
 
-/* Builders grow inside the arena, so a longjmp out of any depth leaks nothing. */
 void sb_put(struct sbuf *b, const char *s, size_t n) {
+    struct jctx *c = b->c;
+    /* bytes past the memory budget fail in jalloc; this keeps the sums below from wrapping */
+    if (n > c->lim.max_memory || n > SIZE_MAX / 4 || b->n > SIZE_MAX / 4 - n)
+        jover(c, "memory", c->lim.max_memory, "bytes");
+    if (b->heap && b->n + n > c->lim.max_output) jover(c, "output", c->lim.max_output, "bytes");
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n + 1) cap *= 2;
-        char *np = jalloc(b->c, cap);
-        if (b->n) memcpy(np, b->p, b->n);
+        char *np;
+        if (b->heap) {
+            np = realloc(b->p, cap);
+            if (!np) jfail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (output of %zu bytes)", cap);
+        } else {
+            np = jalloc(c, cap);
+            if (b->n) memcpy(np, b->p, b->n);
+        }
         b->p = np;
         b->cap = cap;
     }
@@ -153,6 +223,16 @@ void sb_put(struct sbuf *b, const char *s, size_t n) {
     b->p[b->n] = 0;
 }
 static void sb_puts(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+void sb_pad(struct sbuf *b, char ch, uint64_t count) {
+    if (count > b->c->lim.max_memory) jover(b->c, "memory", b->c->lim.max_memory, "bytes");
+    char chunk[64];
+    memset(chunk, ch, sizeof chunk);
+    while (count) {
+        size_t k = count < sizeof chunk ? (size_t)count : sizeof chunk;
+        sb_put(b, chunk, k);
+        count -= k;
+    }
+}
 
 /* JavaScript Number.prototype.toString for finite doubles: shortest round trip. */
 static void fmt_js_number(char *out, size_t cap, double f) {
@@ -223,7 +303,10 @@ static void json_str(struct sbuf *b, const char *s, size_t n) {
 }
 
 void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool undef_null) {
+    /* a list may hold itself: the depth bound stops the descent, the steps
+     * the breadth (two self-references are 2^depth values) */
     if (depth > 200) jfail(c, WGLLM_STATUS_UNSUPPORTED, "tojson: nesting deeper than 200");
+    jcharge(c, 1);
     char num[64];
     switch (v.t) {
     case J_UNDEF: sb_puts(b, undef_null ? "null" : "undefined"); return;
