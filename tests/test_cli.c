@@ -111,6 +111,31 @@ TEST(bad_input_gives_named_errors) {
     run_free(&r);
 }
 
+/* --template-file with a messages file longer than the template: the template
+ * was parsed with the messages' length (a read past its buffer) */
+TEST(template_file_and_long_messages) {
+    char tpl[512], msgs[512], args[2048];
+    snprintf(tpl, sizeof(tpl), "%s", test_tmp_path(".jinja"));
+    snprintf(msgs, sizeof(msgs), "%s", test_tmp_path(".json"));
+    FILE *f = fopen(tpl, "wb"), *g = fopen(msgs, "wb");
+    CHECK(f && g);
+    if (!f || !g) return;
+    fputs("{{ messages[0].content | length }}", f);
+    fputs("[{\"role\":\"user\",\"content\":\"", g);
+    for (int i = 0; i < 5000; i++) fputc('x', g);
+    fputs("\"}]", g);
+    fclose(f);
+    fclose(g);
+    snprintf(args, sizeof(args), "template -m '%s' --template-file '%s' --messages '%s'",
+             test_shared_path("vocab/ggml-vocab-phi-3.gguf"), tpl, msgs);
+    struct run r = run_cli(args, NULL);
+    CHECK_EQ_INT(r.status, 0);
+    CHECK_STR(r.out, "5000");
+    run_free(&r);
+    remove(tpl);
+    remove(msgs);
+}
+
 TEST(chat_keeps_earlier_turns_cached) {
     char args[1024];
     snprintf(args, sizeof(args), "chat -m '%s' --template-file '%s' -n 6 -t 2", model_path,
@@ -188,6 +213,7 @@ int main(int argc, char **argv) {
     RUN(tokenize_prints_ids_on_one_line);
     RUN(info_and_run);
     RUN(bad_input_gives_named_errors);
+    RUN(template_file_and_long_messages);
     RUN(chat_keeps_earlier_turns_cached);
     RUN(run_context_full_or_shift);
     remove(model_path);

@@ -53,8 +53,9 @@ int wgllm_cli_template(const struct opts *o) {
         fprintf(stderr, "wgllm template: no tokenizer.chat_template; using the built-in '%s'\n", name);
         len = strlen(src);
     }
-    if (!(msgs = wgllm_cli_read_file(o->messages, &len))) goto done;
-    if (o->tools && !(tools = wgllm_cli_read_file(o->tools, &len))) goto done;
+    size_t json_len; /* not len: that is the template's */
+    if (!(msgs = wgllm_cli_read_file(o->messages, &json_len))) goto done;
+    if (o->tools && !(tools = wgllm_cli_read_file(o->tools, &json_len))) goto done;
     int32_t bos = wgllm_vocab_bos(v), eos = wgllm_vocab_eos(v);
     const char *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
     const char *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
