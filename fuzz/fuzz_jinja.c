@@ -5,7 +5,8 @@
  * turn with a tool call, the tool's answer, a user turn) with one tool, for
  * both add_generation_prompt values. The budgets are tighter than the
  * defaults so every input finishes in milliseconds; a crash, a sanitizer
- * report, a leak, or a result whose status and output disagree is a finding.
+ * report, a leak, a result whose status and output disagree, or request
+ * spans that are not sorted, disjoint ranges of the output is a finding.
  * Seeds: fuzz/corpus/fuzz_jinja (real templates and small hostile ones);
  * fuzz/fuzz_jinja.dict holds the language's words.
  */
@@ -44,10 +45,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int agp = 0; agp < 2; agp++) {
         char *out = NULL;
-        st = wgllm_chat_template_render_json(t, MESSAGES, agp ? TOOLS : NULL, agp, "<s>", "</s>", &out, &err);
+        struct wgllm_chat_span *sp = NULL;
+        size_t n = 0;
+        st = wgllm_chat_template_render_json_spans(t, MESSAGES, agp ? TOOLS : NULL, agp, "<s>", "</s>", &out, &sp,
+                                                   &n, &err);
         if ((st == WGLLM_STATUS_OK) != (out != NULL)) abort();
-        if (st == WGLLM_STATUS_OK && strlen(out) > p.max_output) abort();
-        if (st != WGLLM_STATUS_OK && !err.message[0]) abort();
+        if (st != WGLLM_STATUS_OK && (!err.message[0] || sp || n)) abort();
+        if (st == WGLLM_STATUS_OK) {
+            /* the output may hold NUL bytes (the template's text can), so no strlen bound */
+            if ((n != 0) != (sp != NULL)) abort();
+            size_t end = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (sp[i].len == 0 || (i && sp[i].off <= end) || sp[i].len > p.max_output ||
+                    sp[i].off > p.max_output - sp[i].len)
+                    abort();
+                end = sp[i].off + sp[i].len;
+                (void)*(volatile const char *)(out + end - 1); /* inside the buffer: ASan checks */
+            }
+        }
+        free(sp);
         free(out);
     }
     wgllm_chat_template_free(t);

@@ -240,7 +240,7 @@ static jv do_slice(struct interp *I, const struct node *n, jv o, jv jstart, jv j
                              : (start > stop ? (uint64_t)(start - stop) : 0);
     uint64_t ustep = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
     uint64_t count = span ? (span - 1) / ustep + 1 : 0;
-    if (o.t == J_STR && step == 1) return jv_str(o.u.s.p + start, (size_t)count); /* strings are immutable */
+    if (o.t == J_STR && step == 1) return jv_sub(I->c, o, (size_t)start, (size_t)count); /* strings are immutable */
     jcharge(I->c, count);
     if (o.t == J_ARR) {
         jv r = jv_arr_new(I->c);
@@ -249,7 +249,7 @@ static jv do_slice(struct interp *I, const struct node *n, jv o, jv jstart, jv j
     }
     struct sbuf sb = {.c = I->c};
     sb_put(&sb, "", 0);
-    for (uint64_t k = 0; k < count; k++) sb_put(&sb, o.u.s.p + start + (int64_t)k * step, 1);
+    for (uint64_t k = 0; k < count; k++) sb_put_sub(&sb, o, (size_t)(start + (int64_t)k * step), 1);
     return sb_to_value(I->c, &sb);
 }
 
@@ -282,13 +282,13 @@ static jv str_strip(struct jctx *c, jv v, bool left, bool right, jv chars) {
         /* each byte stripped is a search of chars */
         while (left && n && (jcharge_bytes(c, chars.u.s.n), memchr(chars.u.s.p, *p, chars.u.s.n))) { p++; n--; }
         while (right && n && (jcharge_bytes(c, chars.u.s.n), memchr(chars.u.s.p, p[n - 1], chars.u.s.n))) n--;
-        return jv_str(p, n);
+        return jv_sub(c, v, (size_t)(p - v.u.s.p), n);
     }
     size_t w;
     while (left && n && (w = ws_len_at(p, n)) > 0) { p += w; n -= w; }
     while (right && n && (w = ws_len_before(p, n)) > 0) n -= w;
     jcharge_bytes(c, v.u.s.n - n);
-    return jv_str(p, n);
+    return jv_sub(c, v, (size_t)(p - v.u.s.p), n);
 }
 
 static jv str_case(struct interp *I, jv v, int mode) { /* 0 lower 1 upper 2 capitalize 3 title */
@@ -306,7 +306,7 @@ static jv str_case(struct interp *I, jv v, int mode) { /* 0 lower 1 upper 2 capi
             word_start = !(isalnum(uc) || uc >= 0x80);
         }
     }
-    return jv_str(o, v.u.s.n);
+    return jv_str_t(o, v.u.s.n, v.u.s.t); /* byte for byte: the same spans */
 }
 
 static jv str_replace(struct interp *I, jv v, jv from, jv to, int64_t count) {
@@ -324,17 +324,17 @@ static jv str_replace(struct interp *I, jv v, jv from, jv to, int64_t count) {
         else hit = memmem(v.u.s.p + i, v.u.s.n - i, from.u.s.p, from.u.s.n);
         if (!hit) break;
         size_t at = (size_t)(hit - v.u.s.p);
-        sb_put(&sb, v.u.s.p + i, at - i);
-        sb_put(&sb, to.u.s.p, to.u.s.n);
+        sb_put_sub(&sb, v, i, at - i);
+        sb_put_str(&sb, to);
         done++;
         if (from.u.s.n == 0) {
-            if (at < v.u.s.n) sb_put(&sb, v.u.s.p + at, 1);
+            if (at < v.u.s.n) sb_put_sub(&sb, v, at, 1);
             i = at + 1;
         } else {
             i = at + from.u.s.n;
         }
     }
-    if (i < v.u.s.n) sb_put(&sb, v.u.s.p + i, v.u.s.n - i);
+    if (i < v.u.s.n) sb_put_sub(&sb, v, i, v.u.s.n - i);
     return sb_to_value(I->c, &sb);
 }
 
@@ -352,7 +352,7 @@ static jv str_split(struct interp *I, jv v, jv sep, int64_t maxsplit) {
             if (maxsplit >= 0 && (int64_t)r.u.a->n >= maxsplit) j = n;
             else while (j < n && !is_ws(p[j])) j++;
             jcharge(I->c, 1);
-            arr_push(I->c, r.u.a, jv_str(p + i, j - i));
+            arr_push(I->c, r.u.a, jv_sub(I->c, v, i, j - i));
             i = j;
         }
         return r;
@@ -363,8 +363,8 @@ static jv str_split(struct interp *I, jv v, jv sep, int64_t maxsplit) {
         const char *hit = (maxsplit >= 0 && (int64_t)r.u.a->n >= maxsplit) ? NULL
                           : memmem(p + i, n - i, sep.u.s.p, sep.u.s.n);
         jcharge(I->c, 1);
-        if (!hit) { arr_push(I->c, r.u.a, jv_str(p + i, n - i)); break; }
-        arr_push(I->c, r.u.a, jv_str(p + i, (size_t)(hit - (p + i))));
+        if (!hit) { arr_push(I->c, r.u.a, jv_sub(I->c, v, i, n - i)); break; }
+        arr_push(I->c, r.u.a, jv_sub(I->c, v, i, (size_t)(hit - (p + i))));
         i = (size_t)(hit - p) + sep.u.s.n;
     }
     return r;
@@ -375,7 +375,7 @@ static jv dict_items(struct interp *I, jv d) {
     jv r = jv_arr_new(I->c);
     for (size_t i = 0; i < d.u.d->n; i++) {
         jv pair = jv_arr_new(I->c);
-        arr_push(I->c, pair.u.a, jv_str(d.u.d->kp[i], d.u.d->kn[i]));
+        arr_push(I->c, pair.u.a, dict_key(d.u.d, i));
         arr_push(I->c, pair.u.a, d.u.d->v[i]);
         arr_push(I->c, r.u.a, pair);
     }
@@ -442,7 +442,7 @@ static bool call_method(struct interp *I, const struct node *n, jv o, const char
             jcharge(I->c, o.u.d->n);
             jv r = jv_arr_new(I->c);
             for (size_t i = 0; i < o.u.d->n; i++)
-                arr_push(I->c, r.u.a, M("keys") ? jv_str(o.u.d->kp[i], o.u.d->kn[i]) : o.u.d->v[i]);
+                arr_push(I->c, r.u.a, M("keys") ? dict_key(o.u.d, i) : o.u.d->v[i]);
             *out = r;
             return true;
         }
@@ -514,7 +514,7 @@ static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
             if (A.npos && A.pos[0].t == J_DICT) jcharge(I->c, A.pos[0].u.d->n);
             if (A.npos && A.pos[0].t == J_DICT)
                 for (size_t i = 0; i < A.pos[0].u.d->n; i++)
-                    dict_set(I->c, d.u.d, A.pos[0].u.d->kp[i], A.pos[0].u.d->kn[i], A.pos[0].u.d->v[i]);
+                    dict_set_key(I->c, d.u.d, dict_key(A.pos[0].u.d, i), A.pos[0].u.d->v[i]);
             for (size_t k = 0; k < A.nkw; k++) dict_set(I->c, d.u.d, A.kn[k], A.kl[k], A.kv[k]);
             return d;
         }
@@ -672,7 +672,7 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
             for (size_t i = 0; i < v.u.s.n;) {
                 size_t k = 1;
                 while (i + k < v.u.s.n && ((unsigned char)v.u.s.p[i + k] & 0xc0) == 0x80) k++;
-                arr_push(I->c, r.u.a, jv_str(v.u.s.p + i, k));
+                arr_push(I->c, r.u.a, jv_sub(I->c, v, i, k));
                 i += k;
             }
             return r;
@@ -707,7 +707,7 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
     }
     if (F("first") || F("last")) {
         if (v.t == J_ARR) return v.u.a->n ? v.u.a->v[F("first") ? 0 : v.u.a->n - 1] : jv_undef();
-        if (v.t == J_STR) return v.u.s.n ? jv_str(v.u.s.p + (F("first") ? 0 : v.u.s.n - 1), 1) : jv_undef();
+        if (v.t == J_STR) return v.u.s.n ? jv_sub(I->c, v, F("first") ? 0 : v.u.s.n - 1, 1) : jv_undef();
         rt_fail(I, n, "first/last of a %s", jt_name(v.t));
     }
     if (F("join")) {
@@ -717,7 +717,7 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
         struct sbuf sb = {.c = I->c};
         sb_put(&sb, "", 0);
         for (size_t i = 0; i < v.u.a->n; i++) {
-            if (i && sep.t == J_STR) sb_put(&sb, sep.u.s.p, sep.u.s.n);
+            if (i && sep.t == J_STR) sb_put_str(&sb, sep);
             to_concat(I->c, &sb, v.u.a->v[i]);
         }
         return sb_to_value(I->c, &sb);
@@ -780,7 +780,7 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
              * a huge width runs into the memory budget, one chunk at a time */
             for (size_t i = 0; i < v.u.s.n; i++) {
                 if (i == 0 && first && v.u.s.p[0] != '\n') sb_pad(&sb, ' ', (uint64_t)width);
-                sb_put(&sb, v.u.s.p + i, 1);
+                sb_put_sub(&sb, v, i, 1);
                 if (v.u.s.p[i] == '\n' && i + 1 < v.u.s.n && v.u.s.p[i + 1] != '\n') sb_pad(&sb, ' ', (uint64_t)width);
             }
             return sb_to_value(I->c, &sb);
@@ -812,7 +812,7 @@ static jv eval(struct interp *I, const struct node *n, struct scope *s) {
         for (size_t i = 0; i < n->l1.n; i++) {
             jv k = eval(I, n->l1.v[i], s);
             if (k.t != J_STR) k = str_of(I, k);
-            dict_set(I->c, r.u.d, k.u.s.p, k.u.s.n, eval(I, n->l2.v[i], s));
+            dict_set_key(I->c, r.u.d, k, eval(I, n->l2.v[i], s));
         }
         break;
     }
@@ -826,7 +826,7 @@ static jv eval(struct interp *I, const struct node *n, struct scope *s) {
             r = i >= 0 && i < (int64_t)o.u.a->n ? o.u.a->v[i] : jv_undef();
         } else if (o.t == J_STR && k.t == J_INT) {
             int64_t i = norm_index(k.u.i, o.u.s.n);
-            r = i >= 0 && i < (int64_t)o.u.s.n ? jv_str(o.u.s.p + i, 1) : jv_undef();
+            r = i >= 0 && i < (int64_t)o.u.s.n ? jv_sub(I->c, o, (size_t)i, 1) : jv_undef();
         } else if (o.t == J_UNDEF || o.t == J_NONE) {
             rt_fail(I, n, "cannot index %s", jt_name(o.t));
         } else {
@@ -908,7 +908,7 @@ static void exec_for(struct interp *I, const struct node *n, struct scope *s) {
     if (it.t == J_DICT) {
         jcharge(I->c, it.u.d->n);
         jv k = jv_arr_new(I->c);
-        for (size_t i = 0; i < it.u.d->n; i++) arr_push(I->c, k.u.a, jv_str(it.u.d->kp[i], it.u.d->kn[i]));
+        for (size_t i = 0; i < it.u.d->n; i++) arr_push(I->c, k.u.a, dict_key(it.u.d, i));
         it = k;
     }
     if (it.t != J_ARR) rt_fail(I, n, "for loop over a %s", jt_name(it.t));
@@ -919,7 +919,7 @@ static void exec_for(struct interp *I, const struct node *n, struct scope *s) {
         if (vars->n == 1) dict_set(I->c, &(SC)->vars, vars->v[0]->s, vars->v[0]->sn, (x));     \
         else {                                                                                \
             if ((x).t != J_ARR || (x).u.a->n != vars->n)                                      \
-                rt_fail(I, n, "cannot unpack a %s into %zu loop variables", jt_name((x).t), vars->n); \
+                rt_fail(I, n, "cannot unpack a %s into %u loop variables", jt_name((x).t), vars->n); \
             for (size_t q = 0; q < vars->n; q++)                                              \
                 dict_set(I->c, &(SC)->vars, vars->v[q]->s, vars->v[q]->sn, (x).u.a->v[q]);     \
         }                                                                                     \
@@ -1009,11 +1009,15 @@ static void exec_list(struct interp *I, const struct nlist *l, struct scope *s) 
 
 
 
-enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_template *t, const char *messages_json,
-                                                  const char *tools_json, bool add_generation_prompt,
-                                                  const char *bos_token, const char *eos_token, char **out,
-                                                  struct wgllm_error *err) {
+enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_template *t,
+                                                        const char *messages_json, const char *tools_json,
+                                                        bool add_generation_prompt, const char *bos_token,
+                                                        const char *eos_token, char **out,
+                                                        struct wgllm_chat_span **spans, size_t *n_spans,
+                                                        struct wgllm_error *err) {
     *out = NULL;
+    if (spans) *spans = NULL;
+    if (n_spans) *n_spans = 0;
     if (!t || !messages_json)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat template: NULL template or messages");
     struct jarena arena = {0};
@@ -1026,12 +1030,14 @@ enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_templa
         return c.status;
     }
     struct scope *g = jalloc(&c, sizeof *g);
-    struct jsonp jp = {.c = &c, .p = messages_json, .start = messages_json, .end = messages_json + strlen(messages_json)};
+    struct jsonp jp = {.c = &c, .p = messages_json, .start = messages_json,
+                       .end = messages_json + strlen(messages_json), .request = true};
     jv msgs = json_value(&jp);
     if (msgs.t != J_ARR) jfail(&c, WGLLM_STATUS_INVALID_ARGUMENT, "messages must be a JSON array");
     dict_setz(&c, &g->vars, "messages", msgs);
     if (tools_json) {
-        struct jsonp tp = {.c = &c, .p = tools_json, .start = tools_json, .end = tools_json + strlen(tools_json)};
+        struct jsonp tp = {.c = &c, .p = tools_json, .start = tools_json, .end = tools_json + strlen(tools_json),
+                           .request = true};
         dict_setz(&c, &g->vars, "tools", json_value(&tp));
     }
     dict_setz(&c, &g->vars, "add_generation_prompt", jv_bool(add_generation_prompt));
@@ -1049,8 +1055,22 @@ enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_templa
     struct interp I = {.c = &c, .global = g, .out = &result};
     sb_put(&result, "", 0);
     exec_list(&I, &t->body, g);
+    if (spans && result.sn) {
+        *spans = malloc(result.sn * sizeof **spans);
+        if (!*spans) jfail(&c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu spans)", result.sn);
+        for (size_t i = 0; i < result.sn; i++) (*spans)[i] = (struct wgllm_chat_span){result.sv[i].off, result.sv[i].len};
+        *n_spans = result.sn;
+    }
     *out = result.p;
     arena_free(&arena);
     wgllm_error_clear(err);
     return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_template *t, const char *messages_json,
+                                                  const char *tools_json, bool add_generation_prompt,
+                                                  const char *bos_token, const char *eos_token, char **out,
+                                                  struct wgllm_error *err) {
+    return wgllm_chat_template_render_json_spans(t, messages_json, tools_json, add_generation_prompt, bos_token,
+                                                 eos_token, out, NULL, NULL, err);
 }

@@ -263,7 +263,8 @@ struct parser {
 
 static void nl_push(struct jctx *c, struct nlist *l, struct node *n) {
     if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 4;
+        if (l->cap >= UINT32_MAX / 2) jfail(c, WGLLM_STATUS_UNSUPPORTED, "a block of more than %u statements", l->cap);
+        uint32_t cap = l->cap ? l->cap * 2 : 4;
         struct node **nv = jalloc(c, cap * sizeof *nv);
         if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
         l->v = nv;

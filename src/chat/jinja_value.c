@@ -143,24 +143,27 @@ static void dict_index_put(struct jdict *d, size_t i) {
     while (d->ix[h]) h = (h + 1) & mask;
     d->ix[h] = (uint32_t)(i + 1);
 }
-void dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x) {
+static void dict_set_t(struct jctx *c, struct jdict *d, const char *k, size_t kn, const struct jspans *kt, jv x) {
     jv *slot = dict_find(d, k, kn);
     if (slot) { *slot = x; return; }
     if (d->n >= UINT32_MAX / 2) jfail(c, WGLLM_STATUS_UNSUPPORTED, "a dict of more than %u keys", UINT32_MAX / 2);
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 4;
+    if (d->n == d->cap || (kt && !d->kt)) {
+        size_t cap = d->n < d->cap ? d->cap : d->cap ? d->cap * 2 : 4;
         const char **kp = jalloc(c, cap * sizeof *kp);
         size_t *knn = jalloc(c, cap * sizeof *knn);
         jv *v = jalloc(c, cap * sizeof *v);
+        const struct jspans **ktt = kt || d->kt ? jalloc(c, cap * sizeof *ktt) : NULL;
         if (d->n) {
             memcpy(kp, d->kp, d->n * sizeof *kp);
             memcpy(knn, d->kn, d->n * sizeof *knn);
             memcpy(v, d->v, d->n * sizeof *v);
+            if (d->kt) memcpy(ktt, d->kt, d->n * sizeof *ktt);
         }
-        d->kp = kp; d->kn = knn; d->v = v; d->cap = cap;
+        d->kp = kp; d->kn = knn; d->v = v; d->kt = ktt; d->cap = cap;
     }
     d->kp[d->n] = k;
     d->kn[d->n] = kn;
+    if (d->kt) d->kt[d->n] = kt;
     d->v[d->n++] = x;
     if (d->n >= 16 && d->n * 2 > d->ixcap) { /* (re)build the index at half load */
         d->ixcap = d->ixcap ? d->ixcap * 2 : 32;
@@ -170,6 +173,11 @@ void dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x) {
         dict_index_put(d, d->n - 1);
     }
 }
+void dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x) { dict_set_t(c, d, k, kn, NULL, x); }
+void dict_set_key(struct jctx *c, struct jdict *d, jv key, jv x) {
+    dict_set_t(c, d, key.u.s.p, key.u.s.n, key.u.s.t, x);
+}
+jv dict_key(const struct jdict *d, size_t i) { return jv_str_t(d->kp[i], d->kn[i], d->kt ? d->kt[i] : NULL); }
 void dict_setz(struct jctx *c, struct jdict *d, const char *k, jv x) {
     dict_set(c, d, k, strlen(k), x);
 }
@@ -192,6 +200,69 @@ bool jv_truthy(jv v) {
     default: return true;
     }
 }
+
+/* ------------------------------------------------------------------------- */
+/* request bytes in strings                                                  */
+/* ------------------------------------------------------------------------- */
+
+static const struct jspan span_all = {0, SIZE_MAX};
+const struct jspans jspans_all = {1, &span_all};
+
+static size_t span_end(const struct jspan *x) { return x->len > SIZE_MAX - x->off ? SIZE_MAX : x->off + x->len; }
+
+/* the first span of t that ends after off (binary search) */
+static size_t spans_from(const struct jspans *t, size_t off) {
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (span_end(&t->v[mid]) > off) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+jv jv_sub(struct jctx *c, jv s, size_t off, size_t len) {
+    jv r = jv_str(s.u.s.p + off, len);
+    const struct jspans *t = s.u.s.t;
+    if (!t || !len) return r;
+    size_t i0 = spans_from(t, off), k = 0;
+    while (i0 + k < t->n && t->v[i0 + k].off < off + len) k++;
+    if (k == 0) return r;
+    if (k == 1 && t->v[i0].off <= off && span_end(&t->v[i0]) >= off + len) { r.u.s.t = &jspans_all; return r; }
+    struct jspan *v = jalloc(c, k * sizeof *v);
+    for (size_t i = 0; i < k; i++) {
+        const struct jspan *x = &t->v[i0 + i];
+        size_t a = x->off > off ? x->off : off, e = span_end(x) < off + len ? span_end(x) : off + len;
+        v[i].off = a - off;
+        v[i].len = e - a;
+    }
+    struct jspans *nt = jalloc(c, sizeof *nt);
+    nt->n = k;
+    nt->v = v;
+    r.u.s.t = nt;
+    return r;
+}
+
+/* marks [off, off + len) of b as request bytes; marks come in order, so a
+ * new one extends the last when they touch */
+static void sb_mark(struct sbuf *b, size_t off, size_t len) {
+    if (!len) return;
+    if (b->sn && span_end(&b->sv[b->sn - 1]) >= off) {
+        struct jspan *l = &b->sv[b->sn - 1];
+        if (off + len > span_end(l)) l->len = off + len - l->off;
+        return;
+    }
+    if (b->sn == b->scap) {
+        size_t cap = b->scap ? b->scap * 2 : 8;
+        struct jspan *nv = jalloc(b->c, cap * sizeof *nv);
+        if (b->sn) memcpy(nv, b->sv, b->sn * sizeof *nv);
+        b->sv = nv;
+        b->scap = cap;
+    }
+    b->sv[b->sn].off = off;
+    b->sv[b->sn++].len = len;
+}
+void sb_mark_tail(struct sbuf *b, size_t len) { sb_mark(b, b->n - len, len); }
 
 /* ------------------------------------------------------------------------- */
 /* string builder                                                            */
@@ -222,6 +293,18 @@ void sb_put(struct sbuf *b, const char *s, size_t n) {
     b->n += n;
     b->p[b->n] = 0;
 }
+void sb_put_sub(struct sbuf *b, jv s, size_t off, size_t len) {
+    size_t at = b->n;
+    sb_put(b, s.u.s.p + off, len);
+    const struct jspans *t = s.u.s.t;
+    if (!t) return;
+    for (size_t i = spans_from(t, off); i < t->n && t->v[i].off < off + len; i++) {
+        size_t a = t->v[i].off > off ? t->v[i].off : off;
+        size_t e = span_end(&t->v[i]) < off + len ? span_end(&t->v[i]) : off + len;
+        sb_mark(b, at + (a - off), e - a);
+    }
+}
+void sb_put_str(struct sbuf *b, jv s) { sb_put_sub(b, s, 0, s.u.s.n); }
 static void sb_puts(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 void sb_pad(struct sbuf *b, char ch, uint64_t count) {
     if (count > b->c->lim.max_memory) jover(b->c, "memory", b->c->lim.max_memory, "bytes");
@@ -277,7 +360,11 @@ static void fmt_js_number(char *out, size_t cap, double f) {
 #undef PUT
 }
 
-static void json_str(struct sbuf *b, const char *s, size_t n) {
+/* The JSON form of string v; if any of v is the request's, all of the form is
+ * (escapes do not map byte for byte, and marking the quotes too costs nothing). */
+static void json_str(struct sbuf *b, jv v) {
+    const char *s = v.u.s.p;
+    size_t n = v.u.s.n, at = b->n;
     sb_putc(b, '"');
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
@@ -300,6 +387,7 @@ static void json_str(struct sbuf *b, const char *s, size_t n) {
         }
     }
     sb_putc(b, '"');
+    if (v.u.s.t) sb_mark(b, at, b->n - at);
 }
 
 void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool undef_null) {
@@ -316,7 +404,7 @@ void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool u
     case J_FLOAT:
         if (!isfinite(v.u.f)) { sb_puts(b, "null"); return; }
         fmt_js_number(num, sizeof num, v.u.f); sb_puts(b, num); return;
-    case J_STR: json_str(b, v.u.s.p, v.u.s.n); return;
+    case J_STR: json_str(b, v); return;
     case J_ARR: case J_DICT: case J_NS: {
         bool arr = v.t == J_ARR;
         size_t n = arr ? v.u.a->n : v.u.d->n;
@@ -331,7 +419,7 @@ void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool u
             if (arr) {
                 to_json(c, b, v.u.a->v[i], indent, depth + 1, undef_null);
             } else {
-                json_str(b, v.u.d->kp[i], v.u.d->kn[i]);
+                json_str(b, dict_key(v.u.d, i));
                 sb_puts(b, ": ");
                 to_json(c, b, v.u.d->v[i], indent, depth + 1, undef_null);
             }
@@ -363,7 +451,7 @@ void to_text(struct jctx *c, struct sbuf *b, jv v) {
         }
         sb_puts(b, num);
         return;
-    case J_STR: sb_put(b, v.u.s.p, v.u.s.n); return;
+    case J_STR: sb_put_str(b, v); return;
     case J_ARR: case J_DICT: case J_NS: to_json(c, b, v, 0, 0, false); return;
     case J_MACRO: case J_FUNC: sb_puts(b, "[function]"); return;
     }
@@ -383,9 +471,16 @@ void to_concat(struct jctx *c, struct sbuf *b, jv v) {
 
 jv sb_to_value(struct jctx *c, struct sbuf *b) {
     jv v = b->p ? jv_str(b->p, b->n) : jv_str("", 0);
-    (void)c;
+    if (b->sn) {
+        struct jspans *t = jalloc(c, sizeof *t);
+        t->n = b->sn;
+        t->v = b->sv;
+        v.u.s.t = t;
+    }
     b->p = NULL;
     b->n = b->cap = 0;
+    b->sv = NULL;
+    b->sn = b->scap = 0;
     return v;
 }
 
@@ -459,7 +554,21 @@ static jv json_string(struct jsonp *j) {
         default: json_fail(j, "bad escape");
         }
     }
-    return sb_to_value(j->c, &b);
+    jv r = sb_to_value(j->c, &b);
+    if (j->request) r.u.s.t = &jspans_all;
+    return r;
+}
+
+/* A role that is a plain word counts as the template's text: templates build
+ * control tokens from it (phi-3 writes '<|' + role + '|>'). Any other role is
+ * the request's like the rest, so it cannot carry control tokens either. */
+static bool plain_role(jv v) {
+    if (v.t != J_STR || v.u.s.n == 0 || v.u.s.n > 64) return false;
+    for (size_t i = 0; i < v.u.s.n; i++) {
+        char ch = v.u.s.p[i];
+        if (!isalnum((unsigned char)ch) && ch != '_' && ch != '-') return false;
+    }
+    return true;
 }
 jv json_value(struct jsonp *j) {
     json_ws(j);
@@ -493,7 +602,9 @@ jv json_value(struct jsonp *j) {
             json_ws(j);
             if (j->p >= j->end || *j->p != ':') json_fail(j, "expected :");
             j->p++;
-            dict_set(j->c, r.u.d, k.u.s.p, k.u.s.n, json_value(j));
+            jv x = json_value(j);
+            if (k.u.s.n == 4 && !memcmp(k.u.s.p, "role", 4) && plain_role(x)) x.u.s.t = NULL;
+            dict_set_key(j->c, r.u.d, k, x);
             json_ws(j);
             if (j->p < j->end && *j->p == ',') { j->p++; continue; }
             if (j->p < j->end && *j->p == '}') { j->p++; break; }
