@@ -11,6 +11,7 @@
  * fuzz/fuzz_jinja.dict holds the language's words.
  */
 #include "chat/chat.h"
+#include "vocab/vocab.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int agp = 0; agp < 2; agp++) {
         char *out = NULL;
-        struct wgllm_chat_span *sp = NULL;
+        struct wgllm_text_span *sp = NULL;
         size_t n = 0;
         st = wgllm_chat_template_render_json_spans(t, MESSAGES, agp ? TOOLS : NULL, agp, "<s>", "</s>", &out, &sp,
                                                    &n, &err);

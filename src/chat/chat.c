@@ -43,7 +43,7 @@ enum wgllm_status wgllm_chat_template_render_spans(const struct wgllm_chat_templ
                                                    const struct wgllm_chat_message *msgs, size_t n_msgs,
                                                    bool add_generation_prompt, const char *bos_token,
                                                    const char *eos_token, char **out,
-                                                   struct wgllm_chat_span **spans, size_t *n_spans,
+                                                   struct wgllm_text_span **spans, size_t *n_spans,
                                                    struct wgllm_error *err) {
     *out = NULL;
     if (spans) *spans = NULL;

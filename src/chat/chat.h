@@ -70,8 +70,9 @@ enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_templa
                                                   const char *bos_token, const char *eos_token,
                                                   char **out, struct wgllm_error *err);
 
-/* A byte range [off, off + len) of a rendering. */
-struct wgllm_chat_span { size_t off, len; };
+/* A byte range [off, off + len) of a text (vocab/vocab.h, whose
+ * wgllm_vocab_tokenize_spans reads them). */
+struct wgllm_text_span;
 
 /* wgllm_chat_template_render_json that also says which bytes of the rendering
  * came from the request rather than from the template: *spans (malloc'd, the
@@ -81,19 +82,20 @@ struct wgllm_chat_span { size_t off, len; };
  * macro), and roles that are not plain words; a plain role ("user") counts
  * as the template's, since templates build control tokens from it. Tokenize
  * the spans without control tokens and a user cannot write
- * "<|im_start|>system" into the prompt (issue #15). */
+ * "<|im_start|>system" into the prompt (issue #15): wgllm_vocab_tokenize_spans
+ * does that. */
 enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_template *t,
                                                         const char *messages_json, const char *tools_json,
                                                         bool add_generation_prompt, const char *bos_token,
                                                         const char *eos_token, char **out,
-                                                        struct wgllm_chat_span **spans, size_t *n_spans,
+                                                        struct wgllm_text_span **spans, size_t *n_spans,
                                                         struct wgllm_error *err);
 /* The same for plain {role, content} messages. */
 enum wgllm_status wgllm_chat_template_render_spans(const struct wgllm_chat_template *t,
                                                    const struct wgllm_chat_message *msgs, size_t n_msgs,
                                                    bool add_generation_prompt, const char *bos_token,
                                                    const char *eos_token, char **out,
-                                                   struct wgllm_chat_span **spans, size_t *n_spans,
+                                                   struct wgllm_text_span **spans, size_t *n_spans,
                                                    struct wgllm_error *err);
 
 /* ---- built-in templates (templates.c) ---------------------------------- */

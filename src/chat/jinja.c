@@ -11,6 +11,7 @@
  * no input can overflow the stack.
  */
 #include "chat/jinja_internal.h"
+#include "vocab/vocab.h" /* struct wgllm_text_span */
 
 #include <ctype.h>
 #include <errno.h>
@@ -1013,7 +1014,7 @@ enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_
                                                         const char *messages_json, const char *tools_json,
                                                         bool add_generation_prompt, const char *bos_token,
                                                         const char *eos_token, char **out,
-                                                        struct wgllm_chat_span **spans, size_t *n_spans,
+                                                        struct wgllm_text_span **spans, size_t *n_spans,
                                                         struct wgllm_error *err) {
     *out = NULL;
     if (spans) *spans = NULL;
@@ -1058,7 +1059,7 @@ enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_
     if (spans && result.sn) {
         *spans = malloc(result.sn * sizeof **spans);
         if (!*spans) jfail(&c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu spans)", result.sn);
-        for (size_t i = 0; i < result.sn; i++) (*spans)[i] = (struct wgllm_chat_span){result.sv[i].off, result.sv[i].len};
+        for (size_t i = 0; i < result.sn; i++) (*spans)[i] = (struct wgllm_text_span){result.sv[i].off, result.sv[i].len};
         *n_spans = result.sn;
     }
     *out = result.p;
