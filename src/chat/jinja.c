@@ -39,8 +39,9 @@ static jv *scope_lookup(struct jctx *c, struct scope *s, const char *k, size_t n
     jv *v = NULL;
     size_t walked = 0;
     for (; s && !(v = dict_find(&s->vars, k, n)); s = s->parent) walked++;
-    /* deep nests of loops make long scope chains: walking them is work too */
-    if (walked >= 16) jcharge(c, walked / 16);
+    /* deep nests of loops make long scope chains: walking them is work too
+     * (real templates walk a few, which stay free) */
+    if (walked > 4) jcharge(c, walked);
     return v;
 }
 
@@ -494,12 +495,13 @@ static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
     if (n->a->k == N_MEMBER) {
         jv o = eval(I, n->a->a, s);
         jv f = (o.t == J_DICT || o.t == J_NS) ? get_member(I, n, o, n->a->s, n->a->sn) : jv_undef();
-        if (f.t != J_MACRO) {
-            eval_args(I, n, s, &A);
-            jv r;
-            if (call_method(I, n, o, n->a->s, n->a->sn, &A, &r)) return r;
-            rt_fail(I, n, "unknown method '%.*s' of a %s", (int)(n->a->sn > 60 ? 60 : n->a->sn), n->a->s, jt_name(o.t));
-        }
+        eval_args(I, n, s, &A);
+        /* a macro kept in a namespace or dict; the object is evaluated once
+         * (evaluating it again per call nests into 2^depth evaluations) */
+        if (f.t == J_MACRO) return call_macro(I, n, f.u.m, &A);
+        jv r;
+        if (call_method(I, n, o, n->a->s, n->a->sn, &A, &r)) return r;
+        rt_fail(I, n, "unknown method '%.*s' of a %s", (int)(n->a->sn > 60 ? 60 : n->a->sn), n->a->s, jt_name(o.t));
     }
     jv f = eval(I, n->a, s);
     eval_args(I, n, s, &A);
