@@ -3,7 +3,9 @@
  * #15): the input is a template, parsed and then rendered for a small fixed
  * conversation shaped like the server's requests (system, user, an assistant
  * turn with a tool call, the tool's answer, a user turn) with one tool, for
- * both add_generation_prompt values. The budgets are tighter than the
+ * both add_generation_prompt values. An input with a NUL byte is a template,
+ * the NUL, and the messages JSON to render instead (the JSON reader is fuzzed
+ * too). The budgets are tighter than the
  * defaults so every input finishes in milliseconds; a crash, a sanitizer
  * report, a leak, a result whose status and output disagree, or request
  * spans that are not sorted, disjoint ranges of the output is a finding.
@@ -39,17 +41,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     p.max_memory = 32 << 20;
     struct wgllm_chat_template *t = NULL;
     struct wgllm_error err = {0};
-    enum wgllm_status st = wgllm_chat_template_init((const char *)data, size, &p, &t, &err);
+    const uint8_t *nul = memchr(data, 0, size);
+    size_t tlen = nul ? (size_t)(nul - data) : size;
+    char *msgs = NULL;
+    if (nul) { /* the JSON must end in a NUL: a copy */
+        msgs = malloc(size - tlen);
+        if (!msgs) return 0;
+        memcpy(msgs, nul + 1, size - tlen - 1);
+        msgs[size - tlen - 1] = 0;
+    }
+    enum wgllm_status st = wgllm_chat_template_init((const char *)data, tlen, &p, &t, &err);
     if (st != WGLLM_STATUS_OK) {
         if (t || !err.message[0]) abort(); /* a failure leaves nothing and says why */
+        free(msgs);
         return 0;
     }
     for (int agp = 0; agp < 2; agp++) {
         char *out = NULL;
         struct wgllm_text_span *sp = NULL;
         size_t n = 0;
-        st = wgllm_chat_template_render_json_spans(t, MESSAGES, agp ? TOOLS : NULL, agp, "<s>", "</s>", &out, &sp,
-                                                   &n, &err);
+        st = wgllm_chat_template_render_json_spans(t, msgs ? msgs : MESSAGES, agp ? TOOLS : NULL, agp, "<s>", "</s>",
+                                                   &out, &sp, &n, &err);
         if ((st == WGLLM_STATUS_OK) != (out != NULL)) abort();
         if (st != WGLLM_STATUS_OK && (!err.message[0] || sp || n)) abort();
         if (st == WGLLM_STATUS_OK) {
@@ -68,5 +80,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(out);
     }
     wgllm_chat_template_free(t);
+    free(msgs);
     return 0;
 }
