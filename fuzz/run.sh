@@ -6,6 +6,7 @@
 #   bash fuzz/run.sh 20 fuzz_jinja   only the named targets
 # New inputs that grow coverage go to build/fuzz/corpus/NAME (the seeds in
 # fuzz/corpus/NAME stay as committed); a crash is saved as build/fuzz/crash-NAME-*.
+# fuzz/NAME.dict, when there is one, is the target's libFuzzer dictionary.
 # Prints one line per target and "fuzz: N passed, N failed" at the end.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,9 +28,10 @@ for t in "${targets[@]}"; do
     work="build/fuzz/corpus/$t"
     mkdir -p "$work"
     seeds=""; [ -d "fuzz/corpus/$t" ] && seeds="fuzz/corpus/$t"
+    dict=""; [ -f "fuzz/$t.dict" ] && dict="-dict=fuzz/$t.dict"
     log="build/fuzz/$t.log"
     # -rss_limit_mb / -malloc_limit_mb: a parser that allocates without bound is a finding
-    "$bin" $limit -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 -print_final_stats=1 \
+    "$bin" $limit $dict -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 -print_final_stats=1 \
         -artifact_prefix="build/fuzz/crash-$t-" "$work" $seeds >"$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -39,12 +39,15 @@ static bool put(char **buf, size_t *n, size_t *cap, const char *s) {
     return true;
 }
 
-enum wgllm_status wgllm_chat_template_render(const struct wgllm_chat_template *t,
-                                             const struct wgllm_chat_message *msgs, size_t n_msgs,
-                                             bool add_generation_prompt, const char *bos_token,
-                                             const char *eos_token, char **out,
-                                             struct wgllm_error *err) {
+enum wgllm_status wgllm_chat_template_render_spans(const struct wgllm_chat_template *t,
+                                                   const struct wgllm_chat_message *msgs, size_t n_msgs,
+                                                   bool add_generation_prompt, const char *bos_token,
+                                                   const char *eos_token, char **out,
+                                                   struct wgllm_text_span **spans, size_t *n_spans,
+                                                   struct wgllm_error *err) {
     *out = NULL;
+    if (spans) *spans = NULL;
+    if (n_spans) *n_spans = 0;
     if (n_msgs && !msgs)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat template: NULL messages");
     char *js = NULL;
@@ -60,8 +63,17 @@ enum wgllm_status wgllm_chat_template_render(const struct wgllm_chat_template *t
         free(js);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "chat template: out of memory");
     }
-    enum wgllm_status st = wgllm_chat_template_render_json(t, js, NULL, add_generation_prompt, bos_token,
-                                                           eos_token, out, err);
+    enum wgllm_status st = wgllm_chat_template_render_json_spans(t, js, NULL, add_generation_prompt, bos_token,
+                                                                 eos_token, out, spans, n_spans, err);
     free(js);
     return st;
+}
+
+enum wgllm_status wgllm_chat_template_render(const struct wgllm_chat_template *t,
+                                             const struct wgllm_chat_message *msgs, size_t n_msgs,
+                                             bool add_generation_prompt, const char *bos_token,
+                                             const char *eos_token, char **out,
+                                             struct wgllm_error *err) {
+    return wgllm_chat_template_render_spans(t, msgs, n_msgs, add_generation_prompt, bos_token, eos_token, out,
+                                            NULL, NULL, err);
 }

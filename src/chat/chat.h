@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct wgllm_chat_message {
     const char *role;
@@ -19,8 +20,33 @@ struct wgllm_chat_message {
 
 struct wgllm_chat_template; /* parsed once, rendered many times; immutable after parse */
 
-/* Parses `len` bytes of template source. On failure *out is NULL and err names
- * the construct with its line and column. */
+/* Budgets of one parse and of each render. A chat template comes with the
+ * GGUF file, written by strangers, and is rendered on every chat request, so
+ * no template may loop, recurse or allocate without bound. Going over one is
+ * an error (WGLLM_STATUS_UNSUPPORTED) whose message names the budget, e.g.
+ * "template exceeds its step budget (10000000 steps) at line 3, column 9".
+ * The defaults are far above what real templates need. */
+struct wgllm_chat_params {
+    uint64_t max_steps;  /* per render: expressions and statements evaluated, loop
+                            iterations, elements and 64-byte runs that filters walk */
+    size_t max_output;   /* per render: bytes of the rendered text */
+    size_t max_memory;   /* per parse and per render: bytes of tokens, AST and values */
+    int max_depth;       /* nesting of the parser's and the interpreter's recursion
+                            (expressions, blocks, macro calls); at most 1024, since it
+                            is what keeps the C stack bounded (256 levels take under
+                            512 KiB of stack, 1 MiB under AddressSanitizer) */
+};
+/* 10M steps, 64 MiB output, 256 MiB memory, depth 256. */
+struct wgllm_chat_params wgllm_chat_default_params(void);
+
+/* Parses `len` bytes of template source under `params` (NULL: the defaults),
+ * which every render of the template then uses too. On failure *out is NULL
+ * and err names the construct with its line and column. */
+enum wgllm_status wgllm_chat_template_init(const char *src, size_t len,
+                                           const struct wgllm_chat_params *params,
+                                           struct wgllm_chat_template **out,
+                                           struct wgllm_error *err);
+/* wgllm_chat_template_init with the default params. */
 enum wgllm_status wgllm_chat_template_parse(const char *src, size_t len,
                                             struct wgllm_chat_template **out,
                                             struct wgllm_error *err);
@@ -44,6 +70,34 @@ enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_templa
                                                   bool add_generation_prompt,
                                                   const char *bos_token, const char *eos_token,
                                                   char **out, struct wgllm_error *err);
+
+/* A byte range [off, off + len) of a text (vocab/vocab.h, whose
+ * wgllm_vocab_tokenize_spans reads them). */
+struct wgllm_text_span;
+
+/* wgllm_chat_template_render_json that also says which bytes of the rendering
+ * came from the request rather than from the template: *spans (malloc'd, the
+ * caller frees; NULL when there are none) gets *n_spans sorted, disjoint
+ * ranges of *out. They cover the text of the messages and tools wherever the
+ * template put it (trimmed, sliced, joined, JSON-escaped, returned by a
+ * macro), and roles that are not plain words; a plain role ("user") counts
+ * as the template's, since templates build control tokens from it. Tokenize
+ * the spans without control tokens and a user cannot write
+ * "<|im_start|>system" into the prompt (issue #15): wgllm_vocab_tokenize_spans
+ * does that. */
+enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_template *t,
+                                                        const char *messages_json, const char *tools_json,
+                                                        bool add_generation_prompt, const char *bos_token,
+                                                        const char *eos_token, char **out,
+                                                        struct wgllm_text_span **spans, size_t *n_spans,
+                                                        struct wgllm_error *err);
+/* The same for plain {role, content} messages. */
+enum wgllm_status wgllm_chat_template_render_spans(const struct wgllm_chat_template *t,
+                                                   const struct wgllm_chat_message *msgs, size_t n_msgs,
+                                                   bool add_generation_prompt, const char *bos_token,
+                                                   const char *eos_token, char **out,
+                                                   struct wgllm_text_span **spans, size_t *n_spans,
+                                                   struct wgllm_error *err);
 
 /* ---- built-in templates (templates.c) ---------------------------------- */
 

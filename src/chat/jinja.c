@@ -11,8 +11,10 @@
  * no input can overflow the stack.
  */
 #include "chat/jinja_internal.h"
+#include "vocab/vocab.h" /* struct wgllm_text_span */
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <time.h>
 
@@ -25,19 +27,22 @@ struct scope { struct scope *parent; struct jdict vars; };
 struct interp {
     struct jctx *c;
     struct scope *global;
-    struct sbuf *out;
-    int depth;
-    int ctl; /* 1 break, 2 continue */
+    struct sbuf *out;    /* where text goes now: the rendering, or a macro's or set block's body */
+    int depth;           /* of eval / exec_list / macro calls, held to the depth budget */
+    int macro_depth;     /* macro calls in progress, for the depth error's message */
+    int ctl;             /* 1 break, 2 continue */
 };
 
 enum { F_RAISE = 1, F_NAMESPACE, F_RANGE, F_STRFTIME, F_DICT };
 
-static jv *scope_lookup(struct scope *s, const char *k, size_t n) {
-    for (; s; s = s->parent) {
-        jv *v = dict_find(&s->vars, k, n);
-        if (v) return v;
-    }
-    return NULL;
+static jv *scope_lookup(struct jctx *c, struct scope *s, const char *k, size_t n) {
+    jv *v = NULL;
+    size_t walked = 0;
+    for (; s && !(v = dict_find(&s->vars, k, n)); s = s->parent) walked++;
+    /* deep nests of loops make long scope chains: walking them is work too
+     * (real templates walk a few, which stay free) */
+    if (walked > 4) jcharge(c, walked);
+    return v;
 }
 
 static _Noreturn void rt_fail(struct interp *I, const struct node *n, const char *fmt, ...)
@@ -51,6 +56,18 @@ static _Noreturn void rt_fail(struct interp *I, const struct node *n, const char
     jfail(I->c, WGLLM_STATUS_UNSUPPORTED, "line %d, column %d: %s", n->line, n->col, buf);
 }
 
+/* Every recursion of the interpreter (eval, exec_list, macro calls) passes
+ * here: the depth budget is what keeps the C stack bounded. */
+static void enter(struct interp *I, const struct node *n) {
+    if (++I->depth <= I->c->lim.max_depth) return;
+    if (n) I->c->at = n;
+    if (I->macro_depth && I->c->at)
+        jfail(I->c, WGLLM_STATUS_UNSUPPORTED,
+              "template exceeds its depth budget (%d levels) at line %d, column %d (macro recursion, %d calls deep)",
+              I->c->lim.max_depth, I->c->at->line, I->c->at->col, I->macro_depth);
+    jover(I->c, "depth", (uint64_t)I->c->lim.max_depth, "levels");
+}
+
 static jv eval(struct interp *I, const struct node *n, struct scope *s);
 static void exec_list(struct interp *I, const struct nlist *l, struct scope *s);
 
@@ -59,10 +76,14 @@ static bool is_num(jv v) { return v.t == J_INT || v.t == J_FLOAT; }
 static double num(jv v) { return v.t == J_INT ? (double)v.u.i : v.t == J_FLOAT ? v.u.f : v.t == J_BOOL ? v.u.b : 0; }
 
 /* JavaScript `==` on the underlying values, as the reference compares */
-static bool loose_eq(jv a, jv b) {
+static bool loose_eq(struct jctx *c, jv a, jv b) {
     if ((a.t == J_UNDEF || a.t == J_NONE) || (b.t == J_UNDEF || b.t == J_NONE))
         return (a.t == J_UNDEF || a.t == J_NONE) && (b.t == J_UNDEF || b.t == J_NONE);
-    if (a.t == J_STR && b.t == J_STR) return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
+    if (a.t == J_STR && b.t == J_STR) {
+        if (a.u.s.n != b.u.s.n) return false;
+        jcharge_bytes(c, a.u.s.n);
+        return memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
+    }
     bool an = is_num(a) || a.t == J_BOOL, bn = is_num(b) || b.t == J_BOOL;
     if (an && bn) return num(a) == num(b);
     if (a.t == J_ARR && b.t == J_ARR) return a.u.a == b.u.a;
@@ -70,10 +91,11 @@ static bool loose_eq(jv a, jv b) {
     return false;
 }
 /* `===` (used by `in` and the equalto test) */
-static bool strict_eq(jv a, jv b) {
+static bool strict_eq(struct jctx *c, jv a, jv b) {
+    jcharge(c, 1); /* callers walk lists with it */
     if (a.t != b.t && !(is_num(a) && is_num(b))) return false;
     if (a.t == J_UNDEF || a.t == J_NONE) return true;
-    return loose_eq(a, b);
+    return loose_eq(c, a, b);
 }
 
 static jv concat2(struct interp *I, jv a, jv b) {
@@ -98,8 +120,8 @@ static jv eval_bin(struct interp *I, const struct node *n, struct scope *s) {
     if (!strcmp(op, "and")) return jv_truthy(a) ? eval(I, n->b, s) : a;
     if (!strcmp(op, "or")) return jv_truthy(a) ? a : eval(I, n->b, s);
     jv b = eval(I, n->b, s);
-    if (!strcmp(op, "==")) return jv_bool(loose_eq(a, b));
-    if (!strcmp(op, "!=")) return jv_bool(!loose_eq(a, b));
+    if (!strcmp(op, "==")) return jv_bool(loose_eq(I->c, a, b));
+    if (!strcmp(op, "!=")) return jv_bool(!loose_eq(I->c, a, b));
     bool in = !strcmp(op, "in"), notin = !strcmp(op, "not in");
     if (a.t == J_UNDEF || b.t == J_UNDEF) {
         if (b.t == J_UNDEF && (in || notin)) return jv_bool(notin);
@@ -110,20 +132,33 @@ static jv eval_bin(struct interp *I, const struct node *n, struct scope *s) {
     if (is_num(a) && is_num(b)) {
         bool fl = a.t == J_FLOAT || b.t == J_FLOAT;
         double x = num(a), y = num(b);
-        if (!strcmp(op, "+")) return fl ? jv_float(x + y) : jv_int((int64_t)((uint64_t)a.u.i + (uint64_t)b.u.i));
-        if (!strcmp(op, "-")) return fl ? jv_float(x - y) : jv_int((int64_t)((uint64_t)a.u.i - (uint64_t)b.u.i));
-        if (!strcmp(op, "*")) return fl ? jv_float(x * y) : jv_int((int64_t)((uint64_t)a.u.i * (uint64_t)b.u.i));
+        int64_t r;
+        if (!fl && (!strcmp(op, "+") || !strcmp(op, "-") || !strcmp(op, "*"))) {
+            /* integers are 64-bit here (numbers in the reference): past that is an error, not a wrap */
+            bool over = op[0] == '+' ? __builtin_add_overflow(a.u.i, b.u.i, &r)
+                      : op[0] == '-' ? __builtin_sub_overflow(a.u.i, b.u.i, &r)
+                      : __builtin_mul_overflow(a.u.i, b.u.i, &r);
+            if (over) rt_fail(I, n, "integer overflow in %lld %s %lld", (long long)a.u.i, op, (long long)b.u.i);
+            return jv_int(r);
+        }
+        if (!strcmp(op, "+")) return jv_float(x + y);
+        if (!strcmp(op, "-")) return jv_float(x - y);
+        if (!strcmp(op, "*")) return jv_float(x * y);
         if (!strcmp(op, "/")) return jv_float(x / y);
         if (!strcmp(op, "//")) {
-            if (!fl) {
+            if (!fl) { /* floor division, in integers so no double rounding or cast can go wrong */
                 if (b.u.i == 0) rt_fail(I, n, "integer division by zero");
-                return jv_float(floor(x / y)).u.f == floor(x / y) ? jv_int((int64_t)floor(x / y)) : jv_int(0);
+                if (a.u.i == INT64_MIN && b.u.i == -1) rt_fail(I, n, "integer overflow in %lld // -1", (long long)a.u.i);
+                r = a.u.i / b.u.i;
+                if (a.u.i % b.u.i != 0 && (a.u.i < 0) != (b.u.i < 0)) r--;
+                return jv_int(r);
             }
             return jv_float(floor(x / y));
         }
         if (!strcmp(op, "%")) {
             if (!fl) {
-                if (b.u.i == 0 || (b.u.i == -1)) return jv_int(0);
+                if (b.u.i == 0) rt_fail(I, n, "integer modulo by zero");
+                if (b.u.i == -1) return jv_int(0); /* INT64_MIN % -1 traps in C */
                 return jv_int(a.u.i % b.u.i); /* JavaScript's remainder keeps the dividend's sign */
             }
             return jv_float(fmod(x, y));
@@ -133,22 +168,25 @@ static jv eval_bin(struct interp *I, const struct node *n, struct scope *s) {
         if (!strcmp(op, "<=")) return jv_bool(x <= y);
         if (!strcmp(op, ">=")) return jv_bool(x >= y);
     } else if (a.t == J_ARR && b.t == J_ARR && !strcmp(op, "+")) {
+        jcharge(I->c, a.u.a->n + b.u.a->n);
         jv r = jv_arr_new(I->c);
         for (size_t i = 0; i < a.u.a->n; i++) arr_push(I->c, r.u.a, a.u.a->v[i]);
         for (size_t i = 0; i < b.u.a->n; i++) arr_push(I->c, r.u.a, b.u.a->v[i]);
         return r;
     } else if (b.t == J_ARR && (in || notin)) {
         bool found = false;
-        for (size_t i = 0; i < b.u.a->n && !found; i++) found = strict_eq(b.u.a->v[i], a);
+        for (size_t i = 0; i < b.u.a->n && !found; i++) found = strict_eq(I->c, b.u.a->v[i], a);
         return jv_bool(in ? found : !found);
     }
     if ((a.t == J_STR || b.t == J_STR) && !strcmp(op, "+")) return concat2(I, a, b);
     if (a.t == J_STR && b.t == J_STR) {
         if (in || notin) {
+            jcharge_bytes(I->c, b.u.s.n);
             bool found = a.u.s.n == 0 || memmem(b.u.s.p, b.u.s.n, a.u.s.p, a.u.s.n) != NULL;
             return jv_bool(in ? found : !found);
         }
         size_t m = a.u.s.n < b.u.s.n ? a.u.s.n : b.u.s.n;
+        jcharge_bytes(I->c, m);
         int cmp = memcmp(a.u.s.p, b.u.s.p, m);
         if (!cmp) cmp = a.u.s.n < b.u.s.n ? -1 : a.u.s.n > b.u.s.n;
         if (!strcmp(op, "<")) return jv_bool(cmp < 0);
@@ -198,14 +236,22 @@ static jv do_slice(struct interp *I, const struct node *n, jv o, jv jstart, jv j
         if (stop < -1) stop = -1;
         if (stop >= L) stop = L - 1;
     }
+    /* the element count first, in unsigned arithmetic: a step near INT64_MAX
+     * or INT64_MIN must not be added to an index (it would wrap past the end) */
+    uint64_t span = step > 0 ? (start < stop ? (uint64_t)(stop - start) : 0)
+                             : (start > stop ? (uint64_t)(start - stop) : 0);
+    uint64_t ustep = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
+    uint64_t count = span ? (span - 1) / ustep + 1 : 0;
+    if (o.t == J_STR && step == 1) return jv_sub(I->c, o, (size_t)start, (size_t)count); /* strings are immutable */
+    jcharge(I->c, count);
     if (o.t == J_ARR) {
         jv r = jv_arr_new(I->c);
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) arr_push(I->c, r.u.a, o.u.a->v[i]);
+        for (uint64_t k = 0; k < count; k++) arr_push(I->c, r.u.a, o.u.a->v[start + (int64_t)k * step]);
         return r;
     }
     struct sbuf sb = {.c = I->c};
     sb_put(&sb, "", 0);
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) sb_putc(&sb, o.u.s.p[i]);
+    for (uint64_t k = 0; k < count; k++) sb_put_sub(&sb, o, (size_t)(start + (int64_t)k * step), 1);
     return sb_to_value(I->c, &sb);
 }
 
@@ -231,18 +277,20 @@ static size_t ws_len_before(const char *p, size_t n) {
     }
     return 0;
 }
-static jv str_strip(jv v, bool left, bool right, jv chars) {
+static jv str_strip(struct jctx *c, jv v, bool left, bool right, jv chars) {
     const char *p = v.u.s.p;
     size_t n = v.u.s.n;
     if (chars.t == J_STR) {
-        while (left && n && memchr(chars.u.s.p, *p, chars.u.s.n)) { p++; n--; }
-        while (right && n && memchr(chars.u.s.p, p[n - 1], chars.u.s.n)) n--;
-        return jv_str(p, n);
+        /* each byte stripped is a search of chars */
+        while (left && n && (jcharge_bytes(c, chars.u.s.n), memchr(chars.u.s.p, *p, chars.u.s.n))) { p++; n--; }
+        while (right && n && (jcharge_bytes(c, chars.u.s.n), memchr(chars.u.s.p, p[n - 1], chars.u.s.n))) n--;
+        return jv_sub(c, v, (size_t)(p - v.u.s.p), n);
     }
     size_t w;
     while (left && n && (w = ws_len_at(p, n)) > 0) { p += w; n -= w; }
     while (right && n && (w = ws_len_before(p, n)) > 0) n -= w;
-    return jv_str(p, n);
+    jcharge_bytes(c, v.u.s.n - n);
+    return jv_sub(c, v, (size_t)(p - v.u.s.p), n);
 }
 
 static jv str_case(struct interp *I, jv v, int mode) { /* 0 lower 1 upper 2 capitalize 3 title */
@@ -260,7 +308,7 @@ static jv str_case(struct interp *I, jv v, int mode) { /* 0 lower 1 upper 2 capi
             word_start = !(isalnum(uc) || uc >= 0x80);
         }
     }
-    return jv_str(o, v.u.s.n);
+    return jv_str_t(o, v.u.s.n, v.u.s.t); /* byte for byte: the same spans */
 }
 
 static jv str_replace(struct interp *I, jv v, jv from, jv to, int64_t count) {
@@ -269,24 +317,26 @@ static jv str_replace(struct interp *I, jv v, jv from, jv to, int64_t count) {
     sb_put(&sb, "", 0);
     size_t i = 0;
     int64_t done = 0;
+    jcharge_bytes(I->c, v.u.s.n);
     while (i <= v.u.s.n) {
         if (count >= 0 && done >= count) break;
+        jcharge(I->c, 1);
         const char *hit;
         if (from.u.s.n == 0) hit = v.u.s.p + i;
         else hit = memmem(v.u.s.p + i, v.u.s.n - i, from.u.s.p, from.u.s.n);
         if (!hit) break;
         size_t at = (size_t)(hit - v.u.s.p);
-        sb_put(&sb, v.u.s.p + i, at - i);
-        sb_put(&sb, to.u.s.p, to.u.s.n);
+        sb_put_sub(&sb, v, i, at - i);
+        sb_put_str(&sb, to);
         done++;
         if (from.u.s.n == 0) {
-            if (at < v.u.s.n) sb_putc(&sb, v.u.s.p[at]);
+            if (at < v.u.s.n) sb_put_sub(&sb, v, at, 1);
             i = at + 1;
         } else {
             i = at + from.u.s.n;
         }
     }
-    if (i < v.u.s.n) sb_put(&sb, v.u.s.p + i, v.u.s.n - i);
+    if (i < v.u.s.n) sb_put_sub(&sb, v, i, v.u.s.n - i);
     return sb_to_value(I->c, &sb);
 }
 
@@ -294,6 +344,7 @@ static jv str_split(struct interp *I, jv v, jv sep, int64_t maxsplit) {
     jv r = jv_arr_new(I->c);
     const char *p = v.u.s.p;
     size_t n = v.u.s.n;
+    jcharge_bytes(I->c, n);
     if (sep.t != J_STR) { /* whitespace runs */
         size_t i = 0;
         while (i < n) {
@@ -302,7 +353,8 @@ static jv str_split(struct interp *I, jv v, jv sep, int64_t maxsplit) {
             size_t j = i;
             if (maxsplit >= 0 && (int64_t)r.u.a->n >= maxsplit) j = n;
             else while (j < n && !is_ws(p[j])) j++;
-            arr_push(I->c, r.u.a, jv_str(p + i, j - i));
+            jcharge(I->c, 1);
+            arr_push(I->c, r.u.a, jv_sub(I->c, v, i, j - i));
             i = j;
         }
         return r;
@@ -312,18 +364,20 @@ static jv str_split(struct interp *I, jv v, jv sep, int64_t maxsplit) {
     for (;;) {
         const char *hit = (maxsplit >= 0 && (int64_t)r.u.a->n >= maxsplit) ? NULL
                           : memmem(p + i, n - i, sep.u.s.p, sep.u.s.n);
-        if (!hit) { arr_push(I->c, r.u.a, jv_str(p + i, n - i)); break; }
-        arr_push(I->c, r.u.a, jv_str(p + i, (size_t)(hit - (p + i))));
+        jcharge(I->c, 1);
+        if (!hit) { arr_push(I->c, r.u.a, jv_sub(I->c, v, i, n - i)); break; }
+        arr_push(I->c, r.u.a, jv_sub(I->c, v, i, (size_t)(hit - (p + i))));
         i = (size_t)(hit - p) + sep.u.s.n;
     }
     return r;
 }
 
 static jv dict_items(struct interp *I, jv d) {
+    jcharge(I->c, d.u.d->n);
     jv r = jv_arr_new(I->c);
     for (size_t i = 0; i < d.u.d->n; i++) {
         jv pair = jv_arr_new(I->c);
-        arr_push(I->c, pair.u.a, jv_str(d.u.d->kp[i], d.u.d->kn[i]));
+        arr_push(I->c, pair.u.a, dict_key(d.u.d, i));
         arr_push(I->c, pair.u.a, d.u.d->v[i]);
         arr_push(I->c, r.u.a, pair);
     }
@@ -359,14 +413,15 @@ static bool call_method(struct interp *I, const struct node *n, jv o, const char
         if (M("startswith") || M("endswith")) {
             jv p = arg(A, 0, "prefix");
             if (p.t != J_STR) rt_fail(I, n, "%.*s expects a string", (int)ml, m);
+            jcharge_bytes(I->c, p.u.s.n);
             bool r = p.u.s.n <= o.u.s.n &&
                      !memcmp(M("startswith") ? o.u.s.p : o.u.s.p + o.u.s.n - p.u.s.n, p.u.s.p, p.u.s.n);
             *out = jv_bool(r);
             return true;
         }
-        if (M("strip")) { *out = str_strip(o, true, true, arg(A, 0, "chars")); return true; }
-        if (M("lstrip")) { *out = str_strip(o, true, false, arg(A, 0, "chars")); return true; }
-        if (M("rstrip")) { *out = str_strip(o, false, true, arg(A, 0, "chars")); return true; }
+        if (M("strip")) { *out = str_strip(I->c, o, true, true, arg(A, 0, "chars")); return true; }
+        if (M("lstrip")) { *out = str_strip(I->c, o, true, false, arg(A, 0, "chars")); return true; }
+        if (M("rstrip")) { *out = str_strip(I->c, o, false, true, arg(A, 0, "chars")); return true; }
         if (M("lower")) { *out = str_case(I, o, 0); return true; }
         if (M("upper")) { *out = str_case(I, o, 1); return true; }
         if (M("capitalize")) { *out = str_case(I, o, 2); return true; }
@@ -386,9 +441,10 @@ static bool call_method(struct interp *I, const struct node *n, jv o, const char
     if (o.t == J_DICT) {
         if (M("items")) { *out = dict_items(I, o); return true; }
         if (M("keys") || M("values")) {
+            jcharge(I->c, o.u.d->n);
             jv r = jv_arr_new(I->c);
             for (size_t i = 0; i < o.u.d->n; i++)
-                arr_push(I->c, r.u.a, M("keys") ? jv_str(o.u.d->kp[i], o.u.d->kn[i]) : o.u.d->v[i]);
+                arr_push(I->c, r.u.a, M("keys") ? dict_key(o.u.d, i) : o.u.d->v[i]);
             *out = r;
             return true;
         }
@@ -409,7 +465,8 @@ static bool call_method(struct interp *I, const struct node *n, jv o, const char
 }
 
 static jv call_macro(struct interp *I, const struct node *call, const struct node *mac, const struct args *A) {
-    if (++I->depth > 100) rt_fail(I, call, "macro recursion deeper than 100");
+    I->macro_depth++;
+    enter(I, call);
     struct scope *ms = jalloc(I->c, sizeof *ms);
     ms->parent = I->global;
     for (size_t i = 0; i < mac->l1.n; i++) {
@@ -429,6 +486,7 @@ static jv call_macro(struct interp *I, const struct node *call, const struct nod
     exec_list(I, &mac->l2, ms);
     I->out = saved;
     I->depth--;
+    I->macro_depth--;
     return sb_to_value(I->c, &body);
 }
 
@@ -437,12 +495,13 @@ static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
     if (n->a->k == N_MEMBER) {
         jv o = eval(I, n->a->a, s);
         jv f = (o.t == J_DICT || o.t == J_NS) ? get_member(I, n, o, n->a->s, n->a->sn) : jv_undef();
-        if (f.t != J_MACRO) {
-            eval_args(I, n, s, &A);
-            jv r;
-            if (call_method(I, n, o, n->a->s, n->a->sn, &A, &r)) return r;
-            rt_fail(I, n, "unknown method '%.*s' of a %s", (int)(n->a->sn > 60 ? 60 : n->a->sn), n->a->s, jt_name(o.t));
-        }
+        eval_args(I, n, s, &A);
+        /* a macro kept in a namespace or dict; the object is evaluated once
+         * (evaluating it again per call nests into 2^depth evaluations) */
+        if (f.t == J_MACRO) return call_macro(I, n, f.u.m, &A);
+        jv r;
+        if (call_method(I, n, o, n->a->s, n->a->sn, &A, &r)) return r;
+        rt_fail(I, n, "unknown method '%.*s' of a %s", (int)(n->a->sn > 60 ? 60 : n->a->sn), n->a->s, jt_name(o.t));
     }
     jv f = eval(I, n->a, s);
     eval_args(I, n, s, &A);
@@ -455,9 +514,10 @@ static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
         }
         case F_NAMESPACE: case F_DICT: {
             jv d = jv_dict_new(I->c, f.u.fn == F_NAMESPACE ? J_NS : J_DICT);
+            if (A.npos && A.pos[0].t == J_DICT) jcharge(I->c, A.pos[0].u.d->n);
             if (A.npos && A.pos[0].t == J_DICT)
                 for (size_t i = 0; i < A.pos[0].u.d->n; i++)
-                    dict_set(I->c, d.u.d, A.pos[0].u.d->kp[i], A.pos[0].u.d->kn[i], A.pos[0].u.d->v[i]);
+                    dict_set_key(I->c, d.u.d, dict_key(A.pos[0].u.d, i), A.pos[0].u.d->v[i]);
             for (size_t k = 0; k < A.nkw; k++) dict_set(I->c, d.u.d, A.kn[k], A.kl[k], A.kv[k]);
             return d;
         }
@@ -470,10 +530,20 @@ static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
                 if (A.npos > 2 && A.pos[2].t == J_INT) step = A.pos[2].u.i;
             }
             if (step == 0) rt_fail(I, n, "range() step cannot be zero");
+            /* the length in unsigned arithmetic (no element is start + k * step past
+             * int64), each element a step, the list allocated once */
+            uint64_t span = step > 0 ? (start < stop ? (uint64_t)stop - (uint64_t)start : 0)
+                                     : (start > stop ? (uint64_t)start - (uint64_t)stop : 0);
+            uint64_t ustep = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
+            uint64_t count = span ? (span - 1) / ustep + 1 : 0;
+            jcharge(I->c, count);
+            if (count > I->c->lim.max_memory / sizeof(jv)) jover(I->c, "memory", I->c->lim.max_memory, "bytes");
             jv r = jv_arr_new(I->c);
-            for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-                if (r.u.a->n > 1000000) rt_fail(I, n, "range() longer than 1000000");
-                arr_push(I->c, r.u.a, jv_int(i));
+            if (count) {
+                r.u.a->v = jalloc(I->c, (size_t)count * sizeof *r.u.a->v);
+                r.u.a->n = r.u.a->cap = (size_t)count;
+                for (uint64_t k = 0; k < count; k++)
+                    r.u.a->v[k] = jv_int((int64_t)((uint64_t)start + k * (uint64_t)step));
             }
             return r;
         }
@@ -519,14 +589,15 @@ static bool run_test(struct interp *I, const struct node *n, const char *name, s
         jv c2 = str_case(I, v, T("upper"));
         return memcmp(c2.u.s.p, v.u.s.p, v.u.s.n) == 0;
     }
-    if (T("equalto") || T("eq") || T("==")) return strict_eq(v, A->npos ? A->pos[0] : jv_undef());
-    if (T("ne") || T("!=")) return !strict_eq(v, A->npos ? A->pos[0] : jv_undef());
+    if (T("equalto") || T("eq") || T("==")) return strict_eq(I->c, v, A->npos ? A->pos[0] : jv_undef());
+    if (T("ne") || T("!=")) return !strict_eq(I->c, v, A->npos ? A->pos[0] : jv_undef());
     if (T("in")) {
         jv c2 = A->npos ? A->pos[0] : jv_undef();
         if (c2.t == J_ARR) {
-            for (size_t i = 0; i < c2.u.a->n; i++) if (strict_eq(c2.u.a->v[i], v)) return true;
+            for (size_t i = 0; i < c2.u.a->n; i++) if (strict_eq(I->c, c2.u.a->v[i], v)) return true;
             return false;
         }
+        if (c2.t == J_STR && v.t == J_STR) jcharge_bytes(I->c, c2.u.s.n);
         if (c2.t == J_STR && v.t == J_STR) return memmem(c2.u.s.p, c2.u.s.n, v.u.s.p, v.u.s.n) != NULL || v.u.s.n == 0;
         if (c2.t == J_DICT && v.t == J_STR) return dict_find(c2.u.d, v.u.s.p, v.u.s.n) != NULL;
         return false;
@@ -541,6 +612,7 @@ static jv select_filter(struct interp *I, const struct node *n, jv v, const stru
     jv tname = A->npos > first ? A->pos[first] : jv_undef();
     struct args TA = {0};
     for (size_t i = first + 1; i < A->npos && TA.npos < 8; i++) TA.pos[TA.npos++] = A->pos[i];
+    jcharge(I->c, v.u.a->n);
     jv r = jv_arr_new(I->c);
     for (size_t i = 0; i < v.u.a->n; i++) {
         jv x = v.u.a->v[i];
@@ -582,6 +654,7 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
     if (F("safe")) return v;
     if (F("length") || F("count")) {
         if (v.t == J_STR) { /* the reference counts UTF-16 code units */
+            jcharge_bytes(I->c, v.u.s.n);
             int64_t k = 0;
             for (size_t i = 0; i < v.u.s.n; i++) {
                 unsigned char ch = (unsigned char)v.u.s.p[i];
@@ -597,11 +670,12 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
         if (v.t == J_ARR) return v;
         if (v.t == J_DICT) return call_method(I, n, v, "keys", 4, A, &v), v;
         if (v.t == J_STR) {
+            jcharge(I->c, v.u.s.n);
             jv r = jv_arr_new(I->c);
             for (size_t i = 0; i < v.u.s.n;) {
                 size_t k = 1;
                 while (i + k < v.u.s.n && ((unsigned char)v.u.s.p[i + k] & 0xc0) == 0x80) k++;
-                arr_push(I->c, r.u.a, jv_str(v.u.s.p + i, k));
+                arr_push(I->c, r.u.a, jv_sub(I->c, v, i, k));
                 i += k;
             }
             return r;
@@ -620,6 +694,7 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
     if (F("map")) {
         if (v.t != J_ARR) rt_fail(I, n, "map of a %s", jt_name(v.t));
         jv at = arg(A, 99, "attribute");
+        jcharge(I->c, v.u.a->n);
         jv r = jv_arr_new(I->c);
         for (size_t i = 0; i < v.u.a->n; i++) {
             jv x = v.u.a->v[i];
@@ -635,25 +710,37 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
     }
     if (F("first") || F("last")) {
         if (v.t == J_ARR) return v.u.a->n ? v.u.a->v[F("first") ? 0 : v.u.a->n - 1] : jv_undef();
-        if (v.t == J_STR) return v.u.s.n ? jv_str(v.u.s.p + (F("first") ? 0 : v.u.s.n - 1), 1) : jv_undef();
+        if (v.t == J_STR) return v.u.s.n ? jv_sub(I->c, v, F("first") ? 0 : v.u.s.n - 1, 1) : jv_undef();
         rt_fail(I, n, "first/last of a %s", jt_name(v.t));
     }
     if (F("join")) {
         if (v.t != J_ARR) rt_fail(I, n, "join of a %s", jt_name(v.t));
         jv sep = A->npos ? A->pos[0] : jv_str("", 0);
+        jcharge(I->c, v.u.a->n);
         struct sbuf sb = {.c = I->c};
         sb_put(&sb, "", 0);
         for (size_t i = 0; i < v.u.a->n; i++) {
-            if (i && sep.t == J_STR) sb_put(&sb, sep.u.s.p, sep.u.s.n);
+            if (i && sep.t == J_STR) sb_put_str(&sb, sep);
             to_concat(I->c, &sb, v.u.a->v[i]);
         }
         return sb_to_value(I->c, &sb);
     }
     if (F("int")) {
         if (v.t == J_INT) return v;
-        if (v.t == J_FLOAT) return jv_int((int64_t)v.u.f);
+        if (v.t == J_FLOAT) {
+            /* a double outside int64 (or NaN) has no integer: converting it would be undefined */
+            if (!(v.u.f >= -9223372036854775808.0 && v.u.f < 9223372036854775808.0))
+                rt_fail(I, n, "int(): %g does not fit in a 64-bit integer", v.u.f);
+            return jv_int((int64_t)v.u.f);
+        }
         if (v.t == J_BOOL) return jv_int(v.u.b);
-        if (v.t == J_STR) { char *z = jstrdup(I->c, v.u.s.p, v.u.s.n); return jv_int(strtoll(z, NULL, 10)); }
+        if (v.t == J_STR) {
+            char *z = jstrdup(I->c, v.u.s.p, v.u.s.n);
+            errno = 0;
+            int64_t k = strtoll(z, NULL, 10);
+            if (errno == ERANGE) rt_fail(I, n, "int(): '%.40s' does not fit in a 64-bit integer", z);
+            return jv_int(k);
+        }
         return jv_int(0);
     }
     if (F("float")) {
@@ -661,18 +748,21 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
         if (v.t == J_STR) { char *z = jstrdup(I->c, v.u.s.p, v.u.s.n); return jv_float(strtod(z, NULL)); }
         return jv_float(0);
     }
-    if (F("abs") && is_num(v)) return v.t == J_INT ? jv_int(v.u.i < 0 ? -v.u.i : v.u.i) : jv_float(fabs(v.u.f));
+    if (F("abs") && is_num(v)) {
+        if (v.t == J_INT && v.u.i == INT64_MIN) rt_fail(I, n, "integer overflow in abs(%lld)", (long long)v.u.i);
+        return v.t == J_INT ? jv_int(v.u.i < 0 ? -v.u.i : v.u.i) : jv_float(fabs(v.u.f));
+    }
     if (F("unique") && v.t == J_ARR) {
         jv r = jv_arr_new(I->c);
         for (size_t i = 0; i < v.u.a->n; i++) {
             bool seen = false;
-            for (size_t k = 0; k < r.u.a->n && !seen; k++) seen = strict_eq(r.u.a->v[k], v.u.a->v[i]);
+            for (size_t k = 0; k < r.u.a->n && !seen; k++) seen = strict_eq(I->c, r.u.a->v[k], v.u.a->v[i]);
             if (!seen) arr_push(I->c, r.u.a, v.u.a->v[i]);
         }
         return r;
     }
     if (v.t == J_STR) {
-        if (F("trim")) return str_strip(v, true, true, jv_undef());
+        if (F("trim")) return str_strip(I->c, v, true, true, jv_undef());
         if (F("upper")) return str_case(I, v, 1);
         if (F("lower")) return str_case(I, v, 0);
         if (F("capitalize")) return str_case(I, v, 2);
@@ -685,15 +775,16 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
         if (F("indent")) {
             jv w = arg(A, 0, "width");
             int64_t width = w.t == J_INT ? w.u.i : 4;
-            if (width < 0 || width > 64) width = 4;
+            if (width < 0) width = 0;
             bool first = jv_truthy(arg(A, 1, "first"));
             struct sbuf sb = {.c = I->c};
             sb_put(&sb, "", 0);
+            /* lines but blank ones get the indent (the first only with first=true);
+             * a huge width runs into the memory budget, one chunk at a time */
             for (size_t i = 0; i < v.u.s.n; i++) {
-                if (i == 0 && first) for (int k = 0; k < width; k++) sb_putc(&sb, ' ');
-                sb_putc(&sb, v.u.s.p[i]);
-                if (v.u.s.p[i] == '\n' && i + 1 < v.u.s.n && v.u.s.p[i + 1] != '\n')
-                    for (int k = 0; k < width; k++) sb_putc(&sb, ' ');
+                if (i == 0 && first && v.u.s.p[0] != '\n') sb_pad(&sb, ' ', (uint64_t)width);
+                sb_put_sub(&sb, v, i, 1);
+                if (v.u.s.p[i] == '\n' && i + 1 < v.u.s.n && v.u.s.p[i + 1] != '\n') sb_pad(&sb, ' ', (uint64_t)width);
             }
             return sb_to_value(I->c, &sb);
         }
@@ -703,12 +794,14 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
 }
 
 static jv eval(struct interp *I, const struct node *n, struct scope *s) {
-    if (++I->depth > 400) rt_fail(I, n, "expression nesting deeper than 400");
+    I->c->at = n;
+    jcharge(I->c, 1);
+    enter(I, n);
     jv r = jv_undef();
     switch (n->k) {
     case N_LIT: r = n->lit; break;
     case N_NAME: {
-        jv *v = scope_lookup(s, n->s, n->sn);
+        jv *v = scope_lookup(I->c, s, n->s, n->sn);
         r = v ? *v : jv_undef();
         break;
     }
@@ -722,7 +815,7 @@ static jv eval(struct interp *I, const struct node *n, struct scope *s) {
         for (size_t i = 0; i < n->l1.n; i++) {
             jv k = eval(I, n->l1.v[i], s);
             if (k.t != J_STR) k = str_of(I, k);
-            dict_set(I->c, r.u.d, k.u.s.p, k.u.s.n, eval(I, n->l2.v[i], s));
+            dict_set_key(I->c, r.u.d, k, eval(I, n->l2.v[i], s));
         }
         break;
     }
@@ -736,7 +829,7 @@ static jv eval(struct interp *I, const struct node *n, struct scope *s) {
             r = i >= 0 && i < (int64_t)o.u.a->n ? o.u.a->v[i] : jv_undef();
         } else if (o.t == J_STR && k.t == J_INT) {
             int64_t i = norm_index(k.u.i, o.u.s.n);
-            r = i >= 0 && i < (int64_t)o.u.s.n ? jv_str(o.u.s.p + i, 1) : jv_undef();
+            r = i >= 0 && i < (int64_t)o.u.s.n ? jv_sub(I->c, o, (size_t)i, 1) : jv_undef();
         } else if (o.t == J_UNDEF || o.t == J_NONE) {
             rt_fail(I, n, "cannot index %s", jt_name(o.t));
         } else {
@@ -771,7 +864,8 @@ static jv eval(struct interp *I, const struct node *n, struct scope *s) {
     case N_UNARY: {
         jv v = eval(I, n->a, s);
         if (n->s[0] == 'n') r = jv_bool(!jv_truthy(v));
-        else if (v.t == J_INT) r = jv_int(n->s[0] == '-' ? (int64_t)(0 - (uint64_t)v.u.i) : v.u.i);
+        else if (v.t == J_INT && n->s[0] == '-' && v.u.i == INT64_MIN) rt_fail(I, n, "integer overflow in -(%lld)", (long long)v.u.i);
+        else if (v.t == J_INT) r = jv_int(n->s[0] == '-' ? -v.u.i : v.u.i);
         else if (v.t == J_FLOAT) r = jv_float(n->s[0] == '-' ? -v.u.f : v.u.f);
         else rt_fail(I, n, "unary %c on a %s", n->s[0], jt_name(v.t));
         break;
@@ -787,13 +881,37 @@ static jv eval(struct interp *I, const struct node *n, struct scope *s) {
     return r;
 }
 
+/* The `loop` object of iteration i: its keys are shared, so one costs only its values. */
+static jv loop_object(struct interp *I, const struct jarr *items, size_t cnt, size_t i) {
+    static const char *keys[9] = {"index", "index0", "revindex", "revindex0", "first", "last",
+                                  "length", "previtem", "nextitem"};
+    static size_t lens[9] = {5, 6, 8, 9, 5, 4, 6, 8, 8};
+    jv loop = jv_dict_new(I->c, J_DICT);
+    struct jdict *d = loop.u.d;
+    d->kp = keys; /* dict_set copies the arrays before it adds a key, so these stay as they are */
+    d->kn = lens;
+    d->v = jalloc(I->c, 9 * sizeof *d->v);
+    d->n = d->cap = 9;
+    d->v[0] = jv_int((int64_t)i + 1);
+    d->v[1] = jv_int((int64_t)i);
+    d->v[2] = jv_int((int64_t)(cnt - i));
+    d->v[3] = jv_int((int64_t)(cnt - i - 1));
+    d->v[4] = jv_bool(i == 0);
+    d->v[5] = jv_bool(i == cnt - 1);
+    d->v[6] = jv_int((int64_t)cnt);
+    d->v[7] = i > 0 ? items->v[i - 1] : jv_undef();
+    d->v[8] = i + 1 < cnt ? items->v[i + 1] : jv_undef();
+    return loop;
+}
+
 static void exec_for(struct interp *I, const struct node *n, struct scope *s) {
     struct scope *ls = jalloc(I->c, sizeof *ls);
     ls->parent = s;
     jv it = eval(I, n->a, ls);
     if (it.t == J_DICT) {
+        jcharge(I->c, it.u.d->n);
         jv k = jv_arr_new(I->c);
-        for (size_t i = 0; i < it.u.d->n; i++) arr_push(I->c, k.u.a, jv_str(it.u.d->kp[i], it.u.d->kn[i]));
+        for (size_t i = 0; i < it.u.d->n; i++) arr_push(I->c, k.u.a, dict_key(it.u.d, i));
         it = k;
     }
     if (it.t != J_ARR) rt_fail(I, n, "for loop over a %s", jt_name(it.t));
@@ -804,36 +922,31 @@ static void exec_for(struct interp *I, const struct node *n, struct scope *s) {
         if (vars->n == 1) dict_set(I->c, &(SC)->vars, vars->v[0]->s, vars->v[0]->sn, (x));     \
         else {                                                                                \
             if ((x).t != J_ARR || (x).u.a->n != vars->n)                                      \
-                rt_fail(I, n, "cannot unpack a %s into %zu loop variables", jt_name((x).t), vars->n); \
+                rt_fail(I, n, "cannot unpack a %s into %u loop variables", jt_name((x).t), vars->n); \
             for (size_t q = 0; q < vars->n; q++)                                              \
                 dict_set(I->c, &(SC)->vars, vars->v[q]->s, vars->v[q]->sn, (x).u.a->v[q]);     \
         }                                                                                     \
     } while (0)
-    jv items = jv_arr_new(I->c);
-    for (size_t i = 0; i < it.u.a->n; i++) {
-        jv x = it.u.a->v[i];
-        if (n->b) {
-            struct scope *ts = jalloc(I->c, sizeof *ts);
-            ts->parent = ls;
+    jv items = it;
+    if (n->b) { /* `for x in xs if cond`: the items that pass, in a scope of their own */
+        items = jv_arr_new(I->c);
+        struct scope *ts = jalloc(I->c, sizeof *ts);
+        ts->parent = ls;
+        for (size_t i = 0; i < it.u.a->n; i++) {
+            jv x = it.u.a->v[i];
+            jcharge(I->c, 1);
             BIND(ts, x);
-            if (!jv_truthy(eval(I, n->b, ts))) continue;
+            if (jv_truthy(eval(I, n->b, ts))) arr_push(I->c, items.u.a, x);
         }
-        arr_push(I->c, items.u.a, x);
     }
-    size_t cnt = items.u.a->n;
+    /* The body may append to the list it walks (nothing else changes a list):
+     * the walk covers the items it had when it began. */
+    const size_t cnt = items.u.a->n;
     for (size_t i = 0; i < cnt; i++) {
         jv x = items.u.a->v[i];
-        jv loop = jv_dict_new(I->c, J_DICT);
-        dict_setz(I->c, loop.u.d, "index", jv_int((int64_t)i + 1));
-        dict_setz(I->c, loop.u.d, "index0", jv_int((int64_t)i));
-        dict_setz(I->c, loop.u.d, "revindex", jv_int((int64_t)(cnt - i)));
-        dict_setz(I->c, loop.u.d, "revindex0", jv_int((int64_t)(cnt - i - 1)));
-        dict_setz(I->c, loop.u.d, "first", jv_bool(i == 0));
-        dict_setz(I->c, loop.u.d, "last", jv_bool(i == cnt - 1));
-        dict_setz(I->c, loop.u.d, "length", jv_int((int64_t)cnt));
-        dict_setz(I->c, loop.u.d, "previtem", i > 0 ? items.u.a->v[i - 1] : jv_undef());
-        dict_setz(I->c, loop.u.d, "nextitem", i + 1 < cnt ? items.u.a->v[i + 1] : jv_undef());
-        dict_setz(I->c, &ls->vars, "loop", loop);
+        jcharge(I->c, 1);
+        /* only a body that names `loop` gets the object: a long loop otherwise costs no memory per turn */
+        if (n->uses_loop) dict_setz(I->c, &ls->vars, "loop", loop_object(I, items.u.a, cnt, i));
         BIND(ls, x);
         exec_list(I, &n->c->l1, ls);
         if (I->ctl == 1) { I->ctl = 0; break; }
@@ -844,6 +957,8 @@ static void exec_for(struct interp *I, const struct node *n, struct scope *s) {
 }
 
 static void exec_node(struct interp *I, const struct node *n, struct scope *s) {
+    I->c->at = n;
+    jcharge(I->c, 1);
     switch (n->k) {
     case N_TEXT: sb_put(I->out, n->s, n->sn); return;
     case N_OUTPUT: to_text(I->c, I->out, eval(I, n->a, s)); return;
@@ -886,7 +1001,7 @@ static void exec_node(struct interp *I, const struct node *n, struct scope *s) {
 }
 
 static void exec_list(struct interp *I, const struct nlist *l, struct scope *s) {
-    if (++I->depth > 400) rt_fail(I, l->n ? l->v[0] : NULL, "nesting deeper than 400");
+    enter(I, l->n ? l->v[0] : NULL);
     for (size_t i = 0; i < l->n && !I->ctl; i++) exec_node(I, l->v[i], s);
     I->depth--;
 }
@@ -897,27 +1012,35 @@ static void exec_list(struct interp *I, const struct nlist *l, struct scope *s) 
 
 
 
-enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_template *t, const char *messages_json,
-                                                  const char *tools_json, bool add_generation_prompt,
-                                                  const char *bos_token, const char *eos_token, char **out,
-                                                  struct wgllm_error *err) {
+enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_template *t,
+                                                        const char *messages_json, const char *tools_json,
+                                                        bool add_generation_prompt, const char *bos_token,
+                                                        const char *eos_token, char **out,
+                                                        struct wgllm_text_span **spans, size_t *n_spans,
+                                                        struct wgllm_error *err) {
     *out = NULL;
+    if (spans) *spans = NULL;
+    if (n_spans) *n_spans = 0;
     if (!t || !messages_json)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat template: NULL template or messages");
     struct jarena arena = {0};
     struct jctx c = {.arena = &arena, .err = err};
-    struct sbuf result = {.c = &c};
+    jctx_limits(&c, &t->params);
+    struct sbuf result = {.c = &c, .heap = true};
     if (setjmp(c.jb)) {
+        free(result.p);
         arena_free(&arena);
         return c.status;
     }
     struct scope *g = jalloc(&c, sizeof *g);
-    struct jsonp jp = {.c = &c, .p = messages_json, .start = messages_json, .end = messages_json + strlen(messages_json)};
+    struct jsonp jp = {.c = &c, .p = messages_json, .start = messages_json,
+                       .end = messages_json + strlen(messages_json), .request = true};
     jv msgs = json_value(&jp);
     if (msgs.t != J_ARR) jfail(&c, WGLLM_STATUS_INVALID_ARGUMENT, "messages must be a JSON array");
     dict_setz(&c, &g->vars, "messages", msgs);
     if (tools_json) {
-        struct jsonp tp = {.c = &c, .p = tools_json, .start = tools_json, .end = tools_json + strlen(tools_json)};
+        struct jsonp tp = {.c = &c, .p = tools_json, .start = tools_json, .end = tools_json + strlen(tools_json),
+                           .request = true};
         dict_setz(&c, &g->vars, "tools", json_value(&tp));
     }
     dict_setz(&c, &g->vars, "add_generation_prompt", jv_bool(add_generation_prompt));
@@ -935,10 +1058,22 @@ enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_templa
     struct interp I = {.c = &c, .global = g, .out = &result};
     sb_put(&result, "", 0);
     exec_list(&I, &t->body, g);
-    *out = malloc(result.n + 1);
-    if (!*out) jfail(&c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (output of %zu bytes)", result.n);
-    memcpy(*out, result.p, result.n + 1);
+    if (spans && result.sn) {
+        *spans = malloc(result.sn * sizeof **spans);
+        if (!*spans) jfail(&c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu spans)", result.sn);
+        for (size_t i = 0; i < result.sn; i++) (*spans)[i] = (struct wgllm_text_span){result.sv[i].off, result.sv[i].len};
+        *n_spans = result.sn;
+    }
+    *out = result.p;
     arena_free(&arena);
     wgllm_error_clear(err);
     return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_template *t, const char *messages_json,
+                                                  const char *tools_json, bool add_generation_prompt,
+                                                  const char *bos_token, const char *eos_token, char **out,
+                                                  struct wgllm_error *err) {
+    return wgllm_chat_template_render_json_spans(t, messages_json, tools_json, add_generation_prompt, bos_token,
+                                                 eos_token, out, NULL, NULL, err);
 }

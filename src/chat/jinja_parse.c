@@ -1,447 +1,15 @@
 /*
  * jinja_parse.c - the front half of the Jinja subset interpreter behind chat
- * templates: the arena every value and AST node lives in (so error paths,
- * longjmp out of any depth, never leak), values and the string builder the
- * interpreter shares, the JSON reader for messages/tools, preprocessing
- * (trim_blocks/lstrip_blocks as transformers sets them), the lexer and the
- * parser to an AST. Parser recursion depth is bounded so no input can
- * overflow the stack. The interpreter is jinja.c.
+ * templates: preprocessing (trim_blocks/lstrip_blocks as transformers sets
+ * them), the lexer and the parser to an AST, and the parse API. Parser
+ * recursion depth is bounded so no input can overflow the stack. Values and
+ * the arena are jinja_value.c; the interpreter is jinja.c.
  */
 #include "chat/jinja_internal.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
-/* ------------------------------------------------------------------------- */
-/* arena                                                                     */
-/* ------------------------------------------------------------------------- */
-
-
-_Noreturn void jfail(struct jctx *c, enum wgllm_status st, const char *fmt, ...) {
-    char buf[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    wgllm_error_set(c->err, st, "chat template: %s", buf);
-    c->status = st;
-    longjmp(c->jb, 1);
-}
-
-void *jalloc(struct jctx *c, size_t n) {
-    n = (n + 15) & ~(size_t)15;
-    struct arena_block *b = c->arena->head;
-    if (!b || b->cap - b->used < n) {
-        size_t cap = n > 65536 ? n : 65536;
-        b = malloc(sizeof *b + cap);
-        if (!b) jfail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu bytes)", n);
-        b->used = 0;
-        b->cap = cap;
-        b->next = c->arena->head;
-        c->arena->head = b;
-    }
-    void *p = b->data + b->used;
-    b->used += n;
-    memset(p, 0, n);
-    return p;
-}
-
-void arena_free(struct jarena *a) {
-    struct arena_block *b = a->head;
-    while (b) {
-        struct arena_block *n = b->next;
-        free(b);
-        b = n;
-    }
-    a->head = NULL;
-}
-
-char *jstrdup(struct jctx *c, const char *s, size_t n) {
-    char *p = jalloc(c, n + 1);
-    memcpy(p, s, n);
-    p[n] = 0;
-    return p;
-}
-
-/* ------------------------------------------------------------------------- */
-/* values                                                                    */
-/* ------------------------------------------------------------------------- */
-
-
-
-jv jv_arr_new(struct jctx *c) {
-    jv v = {.t = J_ARR};
-    v.u.a = jalloc(c, sizeof *v.u.a);
-    return v;
-}
-void arr_push(struct jctx *c, struct jarr *a, jv x) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 4;
-        jv *nv = jalloc(c, cap * sizeof *nv);
-        if (a->n) memcpy(nv, a->v, a->n * sizeof *nv);
-        a->v = nv;
-        a->cap = cap;
-    }
-    a->v[a->n++] = x;
-}
-jv jv_dict_new(struct jctx *c, enum jt t) {
-    jv v = {.t = t};
-    v.u.d = jalloc(c, sizeof *v.u.d);
-    return v;
-}
-jv *dict_find(const struct jdict *d, const char *k, size_t kn) {
-    for (size_t i = 0; i < d->n; i++)
-        if (d->kn[i] == kn && memcmp(d->kp[i], k, kn) == 0) return &d->v[i];
-    return NULL;
-}
-void dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x) {
-    jv *slot = dict_find(d, k, kn);
-    if (slot) { *slot = x; return; }
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 4;
-        const char **kp = jalloc(c, cap * sizeof *kp);
-        size_t *knn = jalloc(c, cap * sizeof *knn);
-        jv *v = jalloc(c, cap * sizeof *v);
-        if (d->n) {
-            memcpy(kp, d->kp, d->n * sizeof *kp);
-            memcpy(knn, d->kn, d->n * sizeof *knn);
-            memcpy(v, d->v, d->n * sizeof *v);
-        }
-        d->kp = kp; d->kn = knn; d->v = v; d->cap = cap;
-    }
-    d->kp[d->n] = k;
-    d->kn[d->n] = kn;
-    d->v[d->n++] = x;
-}
-void dict_setz(struct jctx *c, struct jdict *d, const char *k, jv x) {
-    dict_set(c, d, k, strlen(k), x);
-}
-
-const char *jt_name(enum jt t) {
-    static const char *names[] = {"undefined", "none", "boolean", "integer", "float", "string",
-                                  "list", "dict", "namespace", "macro", "function"};
-    return names[t];
-}
-
-bool jv_truthy(jv v) {
-    switch (v.t) {
-    case J_UNDEF: case J_NONE: return false;
-    case J_BOOL: return v.u.b;
-    case J_INT: return v.u.i != 0;
-    case J_FLOAT: return v.u.f != 0 && !isnan(v.u.f);
-    case J_STR: return v.u.s.n > 0;
-    case J_ARR: return v.u.a->n > 0;
-    case J_DICT: return v.u.d->n > 0;
-    default: return true;
-    }
-}
-
-/* ------------------------------------------------------------------------- */
-/* string builder                                                            */
-/* ------------------------------------------------------------------------- */
-
-
-/* Builders grow inside the arena, so a longjmp out of any depth leaks nothing. */
-void sb_put(struct sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *np = jalloc(b->c, cap);
-        if (b->n) memcpy(np, b->p, b->n);
-        b->p = np;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_puts(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-/* JavaScript Number.prototype.toString for finite doubles: shortest round trip. */
-static void fmt_js_number(char *out, size_t cap, double f) {
-    if (isnan(f)) { snprintf(out, cap, "NaN"); return; }
-    if (isinf(f)) { snprintf(out, cap, f < 0 ? "-Infinity" : "Infinity"); return; }
-    if (f == 0) { snprintf(out, cap, "0"); return; }
-    char tmp[64];
-    int prec;
-    for (prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, f);
-        if (strtod(tmp, NULL) == f) break;
-    }
-    /* tmp = d.ddde[+-]XX; rebuild in JS's notation */
-    char digits[32];
-    int nd = 0;
-    const char *q = tmp;
-    bool neg = false;
-    if (*q == '-') { neg = true; q++; }
-    for (; *q && *q != 'e'; q++)
-        if (isdigit((unsigned char)*q)) digits[nd++] = *q;
-    int e10 = atoi(q + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    digits[nd] = 0;
-    char *o = out;
-    size_t left = cap;
-#define PUT(...) do { int w_ = snprintf(o, left, __VA_ARGS__); if (w_ < 0 || (size_t)w_ >= left) return; o += w_; left -= (size_t)w_; } while (0)
-    if (neg) PUT("-");
-    if (e10 >= 21 || e10 <= -7) {
-        PUT("%c", digits[0]);
-        if (nd > 1) PUT(".%s", digits + 1);
-        PUT("e%c%d", e10 < 0 ? '-' : '+', e10 < 0 ? -e10 : e10);
-    } else if (e10 >= 0) {
-        for (int i = 0; i <= e10 || i < nd; i++) {
-            if (i == e10 + 1) PUT(".");
-            PUT("%c", i < nd ? digits[i] : '0');
-        }
-    } else {
-        PUT("0.");
-        for (int i = 0; i < -e10 - 1; i++) PUT("0");
-        PUT("%s", digits);
-    }
-#undef PUT
-}
-
-static void json_str(struct sbuf *b, const char *s, size_t n) {
-    sb_putc(b, '"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        switch (ch) {
-        case '"': sb_puts(b, "\\\""); break;
-        case '\\': sb_puts(b, "\\\\"); break;
-        case '\n': sb_puts(b, "\\n"); break;
-        case '\r': sb_puts(b, "\\r"); break;
-        case '\t': sb_puts(b, "\\t"); break;
-        case '\b': sb_puts(b, "\\b"); break;
-        case '\f': sb_puts(b, "\\f"); break;
-        default:
-            if (ch < 0x20) {
-                char e[8];
-                snprintf(e, sizeof e, "\\u%04x", ch);
-                sb_puts(b, e);
-            } else {
-                sb_putc(b, (char)ch);
-            }
-        }
-    }
-    sb_putc(b, '"');
-}
-
-void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool undef_null) {
-    if (depth > 200) jfail(c, WGLLM_STATUS_UNSUPPORTED, "tojson: nesting deeper than 200");
-    char num[64];
-    switch (v.t) {
-    case J_UNDEF: sb_puts(b, undef_null ? "null" : "undefined"); return;
-    case J_NONE: sb_puts(b, "null"); return;
-    case J_BOOL: sb_puts(b, v.u.b ? "true" : "false"); return;
-    case J_INT: snprintf(num, sizeof num, "%lld", (long long)v.u.i); sb_puts(b, num); return;
-    case J_FLOAT:
-        if (!isfinite(v.u.f)) { sb_puts(b, "null"); return; }
-        fmt_js_number(num, sizeof num, v.u.f); sb_puts(b, num); return;
-    case J_STR: json_str(b, v.u.s.p, v.u.s.n); return;
-    case J_ARR: case J_DICT: case J_NS: {
-        bool arr = v.t == J_ARR;
-        size_t n = arr ? v.u.a->n : v.u.d->n;
-        sb_putc(b, arr ? '[' : '{');
-        if (n == 0) { sb_putc(b, arr ? ']' : '}'); return; }
-        for (size_t i = 0; i < n; i++) {
-            if (i) sb_puts(b, indent ? "," : ", ");
-            if (indent) {
-                sb_putc(b, '\n');
-                for (int k = 0; k < (depth + 1) * indent; k++) sb_putc(b, ' ');
-            }
-            if (arr) {
-                to_json(c, b, v.u.a->v[i], indent, depth + 1, undef_null);
-            } else {
-                json_str(b, v.u.d->kp[i], v.u.d->kn[i]);
-                sb_puts(b, ": ");
-                to_json(c, b, v.u.d->v[i], indent, depth + 1, undef_null);
-            }
-        }
-        if (indent) {
-            sb_putc(b, '\n');
-            for (int k = 0; k < depth * indent; k++) sb_putc(b, ' ');
-        }
-        sb_putc(b, arr ? ']' : '}');
-        return;
-    }
-    default: sb_puts(b, "null"); return;
-    }
-}
-
-/* The text `{{ v }}` prints (RuntimeValue.toString in the reference). */
-void to_text(struct jctx *c, struct sbuf *b, jv v) {
-    char num[64];
-    switch (v.t) {
-    case J_UNDEF: case J_NONE: return;
-    case J_BOOL: sb_puts(b, v.u.b ? "true" : "false"); return;
-    case J_INT: snprintf(num, sizeof num, "%lld", (long long)v.u.i); sb_puts(b, num); return;
-    case J_FLOAT:
-        if (v.u.f == 0 && signbit(v.u.f)) { sb_puts(b, "-0.0"); return; }
-        if (isfinite(v.u.f) && v.u.f == floor(v.u.f) && fabs(v.u.f) < 1e21) {
-            snprintf(num, sizeof num, "%.1f", v.u.f);
-        } else {
-            fmt_js_number(num, sizeof num, v.u.f);
-        }
-        sb_puts(b, num);
-        return;
-    case J_STR: sb_put(b, v.u.s.p, v.u.s.n); return;
-    case J_ARR: case J_DICT: case J_NS: to_json(c, b, v, 0, 0, false); return;
-    case J_MACRO: case J_FUNC: sb_puts(b, "[function]"); return;
-    }
-}
-
-/* The text `a + b` and `a ~ b` use (JavaScript's value.toString()). */
-void to_concat(struct jctx *c, struct sbuf *b, jv v) {
-    char num[64];
-    switch (v.t) {
-    case J_INT: snprintf(num, sizeof num, "%lld", (long long)v.u.i); sb_puts(b, num); return;
-    case J_FLOAT: fmt_js_number(num, sizeof num, v.u.f); sb_puts(b, num); return;
-    case J_ARR: case J_DICT: case J_NS:
-        jfail(c, WGLLM_STATUS_UNSUPPORTED, "cannot concatenate a %s to a string", jt_name(v.t));
-    default: to_text(c, b, v); return;
-    }
-}
-
-jv sb_to_value(struct jctx *c, struct sbuf *b) {
-    jv v = b->p ? jv_str(b->p, b->n) : jv_str("", 0);
-    (void)c;
-    b->p = NULL;
-    b->n = b->cap = 0;
-    return v;
-}
-
-/* ------------------------------------------------------------------------- */
-/* JSON input (messages, tools)                                              */
-/* ------------------------------------------------------------------------- */
-
-
-static _Noreturn void json_fail(struct jsonp *j, const char *what) {
-    jfail(j->c, WGLLM_STATUS_INVALID_ARGUMENT, "JSON input: %s at offset %ld", what,
-          (long)(j->p - j->start));
-}
-static void json_ws(struct jsonp *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-static void utf8_put(struct sbuf *b, uint32_t cp) {
-    char o[4];
-    if (cp < 0x80) { o[0] = (char)cp; sb_put(b, o, 1); }
-    else if (cp < 0x800) { o[0] = (char)(0xc0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 63)); sb_put(b, o, 2); }
-    else if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 63));
-        o[2] = (char)(0x80 | (cp & 63)); sb_put(b, o, 3);
-    } else {
-        o[0] = (char)(0xf0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 63));
-        o[2] = (char)(0x80 | ((cp >> 6) & 63)); o[3] = (char)(0x80 | (cp & 63)); sb_put(b, o, 4);
-    }
-}
-static int hex4(struct jsonp *j) {
-    if (j->end - j->p < 4) json_fail(j, "truncated \\u escape");
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        char ch = *j->p++;
-        v <<= 4;
-        if (ch >= '0' && ch <= '9') v |= ch - '0';
-        else if (ch >= 'a' && ch <= 'f') v |= ch - 'a' + 10;
-        else if (ch >= 'A' && ch <= 'F') v |= ch - 'A' + 10;
-        else json_fail(j, "bad \\u escape");
-    }
-    return v;
-}
-static jv json_string(struct jsonp *j) {
-    struct sbuf b = {.c = j->c};
-    j->p++; /* opening quote */
-    sb_put(&b, "", 0);
-    for (;;) {
-        if (j->p >= j->end) { json_fail(j, "unterminated string"); }
-        char ch = *j->p++;
-        if (ch == '"') break;
-        if (ch != '\\') { sb_putc(&b, ch); continue; }
-        if (j->p >= j->end) { json_fail(j, "unterminated escape"); }
-        ch = *j->p++;
-        switch (ch) {
-        case 'n': sb_putc(&b, '\n'); break;
-        case 't': sb_putc(&b, '\t'); break;
-        case 'r': sb_putc(&b, '\r'); break;
-        case 'b': sb_putc(&b, '\b'); break;
-        case 'f': sb_putc(&b, '\f'); break;
-        case '/': case '\\': case '"': sb_putc(&b, ch); break;
-        case 'u': {
-            uint32_t cp = (uint32_t)hex4(j);
-            if (cp >= 0xd800 && cp < 0xdc00 && j->end - j->p >= 6 && j->p[0] == '\\' && j->p[1] == 'u') {
-                j->p += 2;
-                uint32_t lo = (uint32_t)hex4(j);
-                if (lo >= 0xdc00 && lo < 0xe000) cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                else { utf8_put(&b, 0xfffd); cp = lo; }
-            }
-            if (cp >= 0xd800 && cp < 0xe000) cp = 0xfffd;
-            utf8_put(&b, cp);
-            break;
-        }
-        default: json_fail(j, "bad escape");
-        }
-    }
-    return sb_to_value(j->c, &b);
-}
-jv json_value(struct jsonp *j) {
-    json_ws(j);
-    if (j->p >= j->end) json_fail(j, "unexpected end");
-    if (++j->depth > 200) json_fail(j, "nesting deeper than 200");
-    jv r;
-    char ch = *j->p;
-    if (ch == '"') {
-        r = json_string(j);
-    } else if (ch == '[') {
-        j->p++;
-        r = jv_arr_new(j->c);
-        json_ws(j);
-        if (j->p < j->end && *j->p == ']') j->p++;
-        else for (;;) {
-            arr_push(j->c, r.u.a, json_value(j));
-            json_ws(j);
-            if (j->p < j->end && *j->p == ',') { j->p++; continue; }
-            if (j->p < j->end && *j->p == ']') { j->p++; break; }
-            json_fail(j, "expected , or ]");
-        }
-    } else if (ch == '{') {
-        j->p++;
-        r = jv_dict_new(j->c, J_DICT);
-        json_ws(j);
-        if (j->p < j->end && *j->p == '}') j->p++;
-        else for (;;) {
-            json_ws(j);
-            if (j->p >= j->end || *j->p != '"') json_fail(j, "expected a key string");
-            jv k = json_string(j);
-            json_ws(j);
-            if (j->p >= j->end || *j->p != ':') json_fail(j, "expected :");
-            j->p++;
-            dict_set(j->c, r.u.d, k.u.s.p, k.u.s.n, json_value(j));
-            json_ws(j);
-            if (j->p < j->end && *j->p == ',') { j->p++; continue; }
-            if (j->p < j->end && *j->p == '}') { j->p++; break; }
-            json_fail(j, "expected , or }");
-        }
-    } else if (j->end - j->p >= 4 && memcmp(j->p, "true", 4) == 0) {
-        j->p += 4; r = jv_bool(true);
-    } else if (j->end - j->p >= 5 && memcmp(j->p, "false", 5) == 0) {
-        j->p += 5; r = jv_bool(false);
-    } else if (j->end - j->p >= 4 && memcmp(j->p, "null", 4) == 0) {
-        j->p += 4; r = jv_none();
-    } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
-        char tmp[64];
-        size_t n = 0;
-        while (j->p < j->end && n < sizeof tmp - 1 && strchr("+-0123456789.eE", *j->p)) tmp[n++] = *j->p++;
-        tmp[n] = 0;
-        char *e;
-        double d = strtod(tmp, &e);
-        if (e == tmp) json_fail(j, "bad number");
-        /* the reference parses JSON into JavaScript numbers: integral -> integer */
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) r = jv_int((int64_t)d);
-        else r = jv_float(d);
-    } else {
-        json_fail(j, "unexpected character");
-    }
-    j->depth--;
-    return r;
-}
-
 
 /* ------------------------------------------------------------------------- */
 /* lexer                                                                     */
@@ -449,12 +17,11 @@ jv json_value(struct jsonp *j) {
 
 enum tk { T_EOF, T_TEXT, T_VOPEN, T_VCLOSE, T_SOPEN, T_SCLOSE, T_NAME, T_STR, T_INT, T_FLOAT, T_OP };
 
-struct token {
+struct token { /* 32 bytes: a large template has millions */
     enum tk t;
+    uint32_t n;     /* bytes at s (templates are under 4 GiB: checked at parse) */
     const char *s;  /* text / name / op / decoded string */
-    size_t n;
-    int64_t i;
-    double f;
+    union { int64_t i; double f; };
     int line, col;
 };
 
@@ -464,15 +31,20 @@ struct lexer {
     size_t len, pos;
     struct token *toks;
     size_t ntok, cap;
+    size_t at_pos;      /* line/column are known up to here: tokens come in */
+    int at_line, at_col; /* source order, so finding them is linear overall */
 };
 
-static void lex_pos(const struct lexer *L, size_t pos, int *line, int *col) {
-    int ln = 1, cl = 1;
-    for (size_t i = 0; i < pos && i < L->len; i++) {
-        if (L->src[i] == '\n') { ln++; cl = 1; } else cl++;
+static void lex_pos(struct lexer *L, size_t pos, int *line, int *col) {
+    if (pos > L->len) pos = L->len;
+    if (pos < L->at_pos || L->at_line == 0) { L->at_pos = 0; L->at_line = 1; L->at_col = 1; }
+    for (size_t i = L->at_pos; i < pos; i++) {
+        if (L->src[i] == '\n') { L->at_line++; L->at_col = 1; }
+        else L->at_col++;
     }
-    *line = ln;
-    *col = cl;
+    L->at_pos = pos;
+    *line = L->at_line;
+    *col = L->at_col;
 }
 
 static _Noreturn void lex_fail(struct lexer *L, size_t pos, const char *what) {
@@ -482,10 +54,15 @@ static _Noreturn void lex_fail(struct lexer *L, size_t pos, const char *what) {
 }
 
 static struct token *lex_push(struct lexer *L, enum tk t, const char *s, size_t n, size_t pos) {
+    /* Tokens are only needed while parsing: they live outside the arena and
+     * go when the parse ends, but count toward the memory budget meanwhile. */
     if (L->ntok == L->cap) {
-        size_t cap = L->cap ? L->cap * 2 : 256;
-        struct token *nt = jalloc(L->c, cap * sizeof *nt);
-        if (L->ntok) memcpy(nt, L->toks, L->ntok * sizeof *nt);
+        struct jctx *c = L->c;
+        size_t cap = L->cap ? L->cap * 2 : 256, grow = (cap - L->cap) * sizeof *L->toks;
+        if (grow > c->lim.max_memory - c->mem) jover(c, "memory", c->lim.max_memory, "bytes");
+        struct token *nt = realloc(L->toks, cap * sizeof *nt);
+        if (!nt) jfail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu tokens)", cap);
+        c->mem += grow;
         L->toks = nt;
         L->cap = cap;
     }
@@ -526,15 +103,17 @@ static char *preprocess(struct jctx *c, const char *src, size_t len, size_t *out
         }
         a[n++] = src[i++];
     }
-    char *b = jalloc(c, n + 1);
+    /* second pass in place: it only drops bytes, so the write index m never passes the read index i */
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        b[m++] = a[i];
-        if (a[i] == '}' && i > 0 && (a[i - 1] == '#' || a[i - 1] == '%' || a[i - 1] == '-') && i + 1 < n && a[i + 1] == '\n') i++;
+        bool trim = a[i] == '}' && i > 0 && (a[i - 1] == '#' || a[i - 1] == '%' || a[i - 1] == '-') && i + 1 < n &&
+                    a[i + 1] == '\n'; /* read before the write below, which may land on a[i - 1] */
+        a[m++] = a[i];
+        if (trim) i++;
     }
-    b[m] = 0;
+    a[m] = 0;
     *out_len = m;
-    return b;
+    return a;
 }
 
 static const char *OPS3[] = {"not", NULL};
@@ -576,8 +155,14 @@ static void lex_expr(struct lexer *L, bool stmt) {
             memcpy(tmp, p, m);
             tmp[m] = 0;
             struct token *tk = lex_push(L, fl ? T_FLOAT : T_INT, p, n, start);
-            if (fl) tk->f = strtod(tmp, NULL);
-            else tk->i = strtoll(tmp, NULL, 10);
+            if (fl) {
+                tk->f = strtod(tmp, NULL);
+            } else {
+                /* integers are 64-bit: a longer literal is an error, not a silent clamp */
+                errno = 0;
+                tk->i = strtoll(tmp, NULL, 10);
+                if (errno == ERANGE || n > 19) lex_fail(L, start, "integer literal out of range");
+            }
             L->pos += n;
         } else if (ch == '"' || ch == '\'') {
             struct sbuf b = {.c = L->c};
@@ -673,11 +258,13 @@ struct parser {
     struct lexer *L;
     size_t i;
     int depth;
+    size_t loop_refs; /* names `loop` parsed so far: a for loop whose body has none needs no loop object */
 };
 
 static void nl_push(struct jctx *c, struct nlist *l, struct node *n) {
     if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 4;
+        if (l->cap >= UINT32_MAX / 2) jfail(c, WGLLM_STATUS_UNSUPPORTED, "a block of more than %u statements", l->cap);
+        uint32_t cap = l->cap ? l->cap * 2 : 4;
         struct node **nv = jalloc(c, cap * sizeof *nv);
         if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
         l->v = nv;
@@ -733,8 +320,11 @@ static void expect_sclose(struct parser *P) {
     P->i++;
 }
 
+/* Each recursive descent passes here, so the depth budget bounds the C stack. */
 static void enter(struct parser *P) {
-    if (++P->depth > 200) parse_fail(P, "nesting deeper than %s", "200");
+    if (++P->depth > P->c->lim.max_depth)
+        jfail(P->c, WGLLM_STATUS_UNSUPPORTED, "template exceeds its depth budget (%d levels) at line %d, column %d",
+              P->c->lim.max_depth, pk(P)->line, pk(P)->col);
 }
 
 static struct node *p_expr(struct parser *P);
@@ -781,6 +371,7 @@ static struct node *p_primary(struct parser *P) {
         n->sn = t->n;
         P->i++;
 #define KW(x) (t->n == strlen(x) && memcmp(t->s, x, t->n) == 0)
+        if (KW("loop")) P->loop_refs++;
         if (KW("true") || KW("True")) { n->k = N_LIT; n->lit = jv_bool(true); }
         else if (KW("false") || KW("False")) { n->k = N_LIT; n->lit = jv_bool(false); }
         else if (KW("none") || KW("None")) { n->k = N_LIT; n->lit = jv_none(); }
@@ -1073,8 +664,10 @@ static struct node *p_stmt(struct parser *P) {
         expect_sclose(P);
         static const char *const stops[] = {"else", "endfor", NULL};
         struct node *body = mk(P, N_LIST);
+        size_t refs = P->loop_refs;
         p_body(P, &body->l1, stops);
         n->c = body;
+        n->uses_loop = P->loop_refs != refs;
         if (pk(P)->t != T_SOPEN) parse_fail(P, "missing {%% endfor %%}%s", "");
         P->i++;
         if (is_kw(P, "else")) {
@@ -1098,6 +691,7 @@ static struct node *p_stmt(struct parser *P) {
         struct token *nt = expect_name(P);
         target->s = nt->s;
         target->sn = nt->n;
+        if (nt->n == 4 && !memcmp(nt->s, "loop", 4)) P->loop_refs++; /* `set loop.x = ...` */
         if (is_op(P, ".")) {
             P->i++;
             struct node *m = mk(P, N_MEMBER);
@@ -1211,25 +805,35 @@ static void p_body(struct parser *P, struct nlist *out, const char *const *stops
 
 /* ------------------------------------------------------------------------- */
 
-enum wgllm_status wgllm_chat_template_parse(const char *src, size_t len, struct wgllm_chat_template **out,
-                                            struct wgllm_error *err) {
+enum wgllm_status wgllm_chat_template_init(const char *src, size_t len, const struct wgllm_chat_params *params,
+                                           struct wgllm_chat_template **out, struct wgllm_error *err) {
     *out = NULL;
     struct wgllm_chat_template *t = calloc(1, sizeof *t);
     if (!t) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "chat template: out of memory");
     struct jctx c = {.arena = &t->arena, .err = err};
+    jctx_limits(&c, params);
+    t->params = c.lim;
+    struct lexer L = {.c = &c};
     if (setjmp(c.jb)) {
+        free(L.toks);
         arena_free(&t->arena);
         free(t);
         return c.status;
     }
-    struct lexer L = {.c = &c};
+    if (src && len > UINT32_MAX) jfail(&c, WGLLM_STATUS_UNSUPPORTED, "a template of %zu bytes (4 GiB at most)", len);
     L.src = preprocess(&c, src ? src : "", src ? len : 0, &L.len);
     lex_all(&L);
     struct parser P = {.c = &c, .L = &L};
     p_body(&P, &t->body, NULL);
+    free(L.toks);
     *out = t;
     wgllm_error_clear(err);
     return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_chat_template_parse(const char *src, size_t len, struct wgllm_chat_template **out,
+                                            struct wgllm_error *err) {
+    return wgllm_chat_template_init(src, len, NULL, out, err);
 }
 
 void wgllm_chat_template_free(struct wgllm_chat_template *t) {

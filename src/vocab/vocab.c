@@ -656,21 +656,39 @@ static void frags_push(struct frags *f, struct frag x) {
 
 static bool c_isspace(char c) { return (unsigned char)c < 0x80 && isspace((unsigned char)c); }
 
+/* Whether [off, off + n) overlaps one of the sorted, disjoint spans. */
+static bool overlaps(const struct wgllm_text_span *sp, size_t n_sp, size_t off, size_t n) {
+    size_t lo = 0, hi = n_sp; /* the first span that ends after off */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sp[mid].off + sp[mid].len > off) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo < n_sp && sp[lo].off < off + n;
+}
+
+/* Splits text at special tokens; control (and unknown) ones only with
+ * parse_special, and not where they overlap a `plain` span. */
 static bool partition(const struct wgllm_vocab *v, const char *text, size_t len, bool parse_special,
-                      struct frags *out) {
+                      const struct wgllm_text_span *plain, size_t n_plain, struct frags *out) {
     struct frags cur = {0};
     frags_push(&cur, (struct frag){-1, 0, len});
     for (int32_t s = 0; s < v->n_special && !cur.oom; s++) {
         int32_t sid = v->special[s];
         const struct tok *t = &v->toks[sid];
-        if (!parse_special && (t->attr & (ATTR_CONTROL | ATTR_UNKNOWN))) continue;
+        const bool control = t->attr & (ATTR_CONTROL | ATTR_UNKNOWN);
+        if (!parse_special && control) continue;
         struct frags next = {0};
         for (size_t i = 0; i < cur.n; i++) {
             struct frag f = cur.v[i];
             if (f.token >= 0) { frags_push(&next, f); continue; }
-            size_t off = f.off, flen = f.len;
+            size_t off = f.off, flen = f.len, from = off; /* [from, off + flen) is searched */
             for (;;) {
-                const char *m = memmem(text + off, flen, t->text, t->len);
+                const char *m = memmem(text + from, off + flen - from, t->text, t->len);
+                if (m && control && overlaps(plain, n_plain, (size_t)(m - text), t->len)) {
+                    from = (size_t)(m - text) + 1; /* text there, not the token */
+                    continue;
+                }
                 if (!m) {
                     if (flen > 0) frags_push(&next, (struct frag){-1, off, flen});
                     break;
@@ -687,7 +705,7 @@ static bool partition(const struct wgllm_vocab *v, const char *text, size_t len,
                 if (t->attr & ATTR_RSTRIP)
                     while (rlen > 0 && c_isspace(text[roff])) { roff++; rlen--; }
                 if (rlen == 0) break;
-                off = roff;
+                off = from = roff;
                 flen = rlen;
             }
         }
@@ -1019,14 +1037,14 @@ static bool wpm_tokenize(const struct wgllm_vocab *v, const char *text, size_t l
  * tokenize
  * ---------------------------------------------------------------------- */
 
-int32_t wgllm_vocab_tokenize(const struct wgllm_vocab *v, const char *text, size_t len,
-                             int32_t *tokens, int32_t max_tokens, bool add_special,
-                             bool parse_special) {
+static int32_t tokenize(const struct wgllm_vocab *v, const char *text, size_t len, int32_t *tokens,
+                        int32_t max_tokens, bool add_special, bool parse_special,
+                        const struct wgllm_text_span *plain, size_t n_plain) {
     if (v->type == WGLLM_VOCAB_TYPE_NONE) return INT32_MIN;
     if ((!text && len > 0) || max_tokens < 0 || len > INT32_MAX) return INT32_MIN;
     struct ids out = {0};
     struct frags fr = {0};
-    bool ok = len == 0 || partition(v, text, len, parse_special, &fr);
+    bool ok = len == 0 || partition(v, text, len, parse_special, plain, n_plain, &fr);
     char *buf = NULL;
 
     if (ok && v->type == WGLLM_VOCAB_TYPE_SPM) {
@@ -1078,6 +1096,23 @@ int32_t wgllm_vocab_tokenize(const struct wgllm_vocab *v, const char *text, size
     }
     free(out.v);
     return ret;
+}
+
+int32_t wgllm_vocab_tokenize(const struct wgllm_vocab *v, const char *text, size_t len,
+                             int32_t *tokens, int32_t max_tokens, bool add_special,
+                             bool parse_special) {
+    return tokenize(v, text, len, tokens, max_tokens, add_special, parse_special, NULL, 0);
+}
+
+int32_t wgllm_vocab_tokenize_spans(const struct wgllm_vocab *v, const char *text, size_t len,
+                                   int32_t *tokens, int32_t max_tokens, bool add_special,
+                                   const struct wgllm_text_span *plain, size_t n_plain) {
+    if (n_plain && !plain) return INT32_MIN;
+    for (size_t i = 0, end = 0; i < n_plain; i++) { /* sorted, disjoint, inside the text */
+        if ((i && plain[i].off < end) || plain[i].off > len || plain[i].len > len - plain[i].off) return INT32_MIN;
+        end = plain[i].off + plain[i].len;
+    }
+    return tokenize(v, text, len, tokens, max_tokens, add_special, true, plain, n_plain);
 }
 
 /* ------------------------------------------------------------------------

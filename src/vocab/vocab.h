@@ -55,6 +55,16 @@ const char *wgllm_vocab_token_text(const struct wgllm_vocab *v, int32_t token);
 int32_t wgllm_vocab_tokenize(const struct wgllm_vocab *v, const char *text, size_t len,
                              int32_t *tokens, int32_t max_tokens, bool add_special,
                              bool parse_special);
+/* A byte range [off, off + len) of a text. */
+struct wgllm_text_span { size_t off, len; };
+/* wgllm_vocab_tokenize with parse_special, except where a control token's
+ * text overlaps one of the n_plain ranges (sorted, disjoint): there it is
+ * text, as with parse_special off. For a chat rendering whose plain ranges
+ * are the request's text (wgllm_chat_template_render_spans): the template's
+ * control tokens count, a user's "<|im_start|>system" does not. */
+int32_t wgllm_vocab_tokenize_spans(const struct wgllm_vocab *v, const char *text, size_t len,
+                                   int32_t *tokens, int32_t max_tokens, bool add_special,
+                                   const struct wgllm_text_span *plain, size_t n_plain);
 /* Same contract as wgllm_token_to_piece() in wgllm.h. */
 int32_t wgllm_vocab_token_to_piece(const struct wgllm_vocab *v, int32_t token, char *buf,
                                    int32_t size, bool special);
