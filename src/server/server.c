@@ -12,6 +12,8 @@
  */
 #include "server/server.h"
 
+#include "base/base.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -247,8 +249,13 @@ static void make_id(char *id, size_t n, const char *prefix) {
 }
 
 static enum wgllm_status submit(struct srv_gen *g, struct wgllm_request **req, struct wgllm_error *werr) {
-    if (g->chat) return wgllm_engine_submit_chat(g_srv.engine, g->msgs, g->n_msgs, &g->rp, req, werr);
-    return wgllm_engine_submit_query(g_srv.engine, g->prompt, strlen(g->prompt), &g->rp, req, werr);
+    enum wgllm_status st =
+        g->chat ? wgllm_engine_submit_chat(g_srv.engine, g->msgs, g->n_msgs, &g->rp, req, werr)
+                : wgllm_engine_submit_query(g_srv.engine, g->prompt, strlen(g->prompt), &g->rp, req, werr);
+    /* the engine's contract, checked where a broken promise would take the whole server down */
+    if (st == WGLLM_STATUS_OK && !*req)
+        st = wgllm_error_set(werr, WGLLM_STATUS_UNSUPPORTED, "the engine accepted the request without a handle");
+    return st;
 }
 
 static enum MHD_Result handle_generate(struct MHD_Connection *c, const cJSON *body, bool chat,
