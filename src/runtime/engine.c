@@ -422,7 +422,8 @@ static bool prepare_generation(struct wgllm_engine *e, struct wgllm_request *r) 
     r->sampler = wgllm_sampler_init(&r->p.sampling, wgllm_model_n_vocab(e->model));
     r->detok = wgllm_detokenizer_init(e->model);
     r->stop = wgllm_stop_matcher_init((const char *const *)r->stops, r->p.n_stop);
-    r->gen_cap = r->p.max_tokens > 0 ? r->p.max_tokens : 256;
+    /* sized by what the slot can hold, not by what the request asked (grown when shifting goes past it) */
+    r->gen_cap = r->p.max_tokens > 0 ? WGLLM_MIN(r->p.max_tokens, e->n_ctx) : WGLLM_MIN(256, e->n_ctx);
     r->tokens = malloc(sizeof(int32_t) * (size_t)r->gen_cap);
     r->logprobs = malloc(sizeof(float) * (size_t)r->gen_cap);
     if (!r->sampler || !r->detok || !r->stop || !r->tokens || !r->logprobs) return false;
@@ -534,7 +535,9 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
         finish(e, r, WGLLM_FINISH_STOP, WGLLM_STATUS_OK, NULL);
         return;
     }
-    if (r->p.max_tokens > 0 && r->n_gen >= r->p.max_tokens) {
+    /* "until the end" with context shifting has no end: one context's worth of tokens is its length */
+    const int max_gen = r->p.max_tokens > 0 ? r->p.max_tokens : e->p.context_shift ? e->n_ctx : 0;
+    if (max_gen > 0 && r->n_gen >= max_gen) {
         finish(e, r, WGLLM_FINISH_LENGTH, WGLLM_STATUS_OK, NULL);
         return;
     }
@@ -911,6 +914,9 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "max_tokens %d or n_stop %d is invalid",
                                p.max_tokens, p.n_stop);
     }
+    /* allocations the sampler sizes by these: no larger than the context and the vocabulary can use */
+    if (p.sampling.penalty_last_n > e->n_ctx) p.sampling.penalty_last_n = e->n_ctx;
+    if (p.sampling.n_probs > wgllm_model_n_vocab(e->model)) p.sampling.n_probs = wgllm_model_n_vocab(e->model);
     struct wgllm_request *r = calloc(1, sizeof(*r));
     if (!r) {
         free(prompt);
@@ -1063,6 +1069,28 @@ void wgllm_request_cancel(struct wgllm_request *r) {
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
+
+bool wgllm_request_wait_for(struct wgllm_request *r, int timeout_ms) {
+    struct wgllm_engine *e = r->eng;
+    if (e->p.no_thread) { /* nobody else advances it: one tick per call */
+        if (!wgllm_request_done(r)) wgllm_engine_step(e);
+        return wgllm_request_done(r);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const long ms = timeout_ms > 0 ? timeout_ms : 0;
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&e->mu);
+    while (!r->done && pthread_cond_timedwait(&r->done_cv, &e->mu, &ts) == 0) {
+    }
+    const bool done = r->done;
+    pthread_mutex_unlock(&e->mu);
+    return done;
+}
+
+int wgllm_engine_n_ctx(const struct wgllm_engine *e) { return e->n_ctx; }
 
 bool wgllm_request_done(struct wgllm_request *r) {
     struct wgllm_engine *e = r->eng;
