@@ -348,7 +348,7 @@ static enum wgllm_status remote_generate(const struct endpoint *ep, const char *
     enum wgllm_status st = wgllm_http_post(url, ep->key, json, ep->d.timeout_s, stream ? on_event : NULL, &g, &r, err);
     free(json);
     if (st == WGLLM_STATUS_OK && r.status >= 400) st = http_error(ep, &r, err);
-    if (st == WGLLM_STATUS_OK && !stream) {
+    if (st == WGLLM_STATUS_OK && !r.streamed) {
         cJSON *o = cJSON_Parse(r.body);
         if (!o) {
             st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "endpoint '%s' answered something that is not JSON",
@@ -357,6 +357,8 @@ static enum wgllm_status remote_generate(const struct endpoint *ep, const char *
             read_usage(&g, cJSON_GetObjectItemCaseSensitive(o, "usage"));
             read_choice(&g, o, false);
             cJSON_Delete(o);
+            /* asked to stream, answered whole: the text goes out as one piece */
+            if (stream && g.len > 0 && !p->on_token(g.text, g.len, -1, 0.0f, p->user_data)) r.aborted = true;
         }
     }
     if (st == WGLLM_STATUS_OK && g.error[0])

@@ -95,6 +95,7 @@ struct wgllm_http_reply {
     char *body;       /* non-streaming (or error) body, NUL-terminated, malloc'd */
     size_t body_len;
     bool aborted;     /* on_event returned false */
+    bool streamed;    /* the answer came as SSE events (else whole, in body) */
 };
 
 /* Called for each SSE event's data (without "data: "), NUL-terminated. Return false to abort. */
@@ -127,8 +128,10 @@ bool wgllm_sse_feed(struct wgllm_sse *p, const char *data, size_t n);
 void wgllm_sse_free(struct wgllm_sse *p);
 
 /* POSTs json to url. With on_event the 2xx answer is read as SSE and handed
- * over event by event; otherwise (and for error statuses) it is collected in
- * reply->body. IO with a message on transport failure. */
+ * over event by event; otherwise (and for error statuses, and an answer of
+ * Content-Type application/json) it is collected in reply->body, at most
+ * WGLLM_HTTP_BODY_LIMIT bytes. IO with a message on transport failure or
+ * past a limit. */
 enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const char *json, int timeout_s,
                                   wgllm_http_event_fn on_event, void *user, struct wgllm_http_reply *reply,
                                   struct wgllm_error *err);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/base.h"
 
@@ -171,8 +172,12 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud) {
     if (!x->decided) {
         /* decide once, on the first bytes: stream only a successful answer */
         long status = 0;
+        const char *ctype = NULL;
         curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &status);
-        x->is_sse = x->on_event && status >= 200 && status < 300;
+        curl_easy_getinfo(x->curl, CURLINFO_CONTENT_TYPE, &ctype);
+        /* a server that answers a streaming request with one JSON object is read whole */
+        x->is_sse = x->on_event && status >= 200 && status < 300 &&
+                    !(ctype && !strncasecmp(ctype, "application/json", 16));
         x->decided = true;
     }
     if (x->is_sse) return wgllm_sse_feed(&x->sse, p, bytes) ? bytes : 0;
@@ -233,6 +238,7 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
         st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: POST %.200s failed: %.200s", url,
                              cerr[0] ? cerr : curl_easy_strerror(rc));
     }
+    reply->streamed = x.is_sse;
     if (st == WGLLM_STATUS_OK && !x.is_sse) {
         reply->body = x.buf ? x.buf : calloc(1, 1);
         reply->body_len = x.len;
