@@ -45,6 +45,7 @@
 
 static struct srv g_srv;
 static int g_read_timeout = 60; /* seconds a request's body may take to arrive (--read-timeout) */
+static int g_idle_timeout = 30; /* seconds a silent connection stays open (--idle-timeout) */
 
 /* ---- answers ----------------------------------------------------------------- */
 
@@ -305,7 +306,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return begin(c, url, method, cn);
     }
     if (*data_size) {
-        enum MHD_Result ret = upload(c, cn, data, *data_size);
+        /* a body after an early answer is dropped, never buffered */
+        enum MHD_Result ret = cn->route ? upload(c, cn, data, *data_size) : MHD_YES;
         *data_size = 0;
         return ret;
     }
@@ -315,8 +317,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls;
-    (void)c;
     (void)toe;
+    /* a stream switched the idle timeout off for its connection (stream.c): a kept-alive connection gets it back */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)g_idle_timeout);
     struct conn *cn = *con_cls;
     if (cn) {
         free(cn->body);
@@ -525,6 +528,7 @@ int wgllm_serve_main(int argc, char **argv) {
     g_srv.max_tokens = max_tokens ? max_tokens : WGLLM_MAX(65536, g_srv.n_ctx);
     g_srv.cors = cors;
     g_read_timeout = read_timeout;
+    g_idle_timeout = idle_timeout;
 
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;

@@ -13,7 +13,9 @@
  *
  * Noticing a client that left: the content reader looks at the socket while
  * it waits (so a queued stream, which writes nothing, is noticed too); a
- * non-streaming request's handler does the same between its waits.
+ * non-streaming request's handler does the same between its waits. A client
+ * that shuts down its sending side after the request counts as gone (what
+ * the socket shows is the same as for one that closed).
  */
 #include "server/server.h"
 
@@ -374,6 +376,10 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const cJSO
         pthread_detach(th);
     }
     if (!r) return MHD_NO;
+    /* libmicrohttpd counts the time a content reader waits as idle time: a stream (queued, or in a long
+     * prefill) would be cut at the idle timeout. Its liveness is checked by the reader instead; the
+     * connection's timeout comes back when the request completes (server.c, on_completed). */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     srv_add_headers(s, c, r, "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     atomic_fetch_add(&s->http_requests, 1);
