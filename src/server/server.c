@@ -354,8 +354,8 @@ static const char *serve_usage =
     "  Abuse limits: bodies of 8 MiB, headers of 32 KiB, JSON 32 deep with 65536 values;\n"
     "  --max-connections (default 1024) and --max-connections-per-ip (default 64) close\n"
     "  connections over them at accept; --idle-timeout (default 30) closes a silent\n"
-    "  connection (streams send keep-alives); --read-timeout (default 60) bounds how long\n"
-    "  a request's body may take. --cors: answer browser pages of these origins (\"*\" = any;\n"
+    "  connection (never one whose stream is running); --read-timeout (default 60) bounds\n"
+    "  how long a request's body may take. --cors: answer browser pages of these origins (\"*\" = any;\n"
     "  default: no CORS headers). SIGTERM/SIGINT: new connections are refused, in-flight\n"
     "  requests get --shutdown-timeout seconds (default 10) to finish, then are cancelled.\n";
 
@@ -441,6 +441,11 @@ int wgllm_serve_main(int argc, char **argv) {
         }
         else {
             fprintf(stderr, "wgllm serve: unknown option '%s'\n%s", a, serve_usage);
+            return 2;
+        }
+        if (!ok && !strcmp(a, "--api-key")) {
+            fprintf(stderr, "wgllm serve: bad value '' for --api-key: an empty key would leave the server open "
+                            "(leave the option out for that)\n");
             return 2;
         }
         if (!ok) {
