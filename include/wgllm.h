@@ -398,7 +398,7 @@ typedef bool (*wgllm_token_fn)(const char *text, size_t len, int32_t token, floa
 
 struct wgllm_request_params {
     int max_tokens;                       /* generated tokens at most (default 256); 0 = until EOS or a full
-                                             context (then LENGTH, unless context_shift goes on); a
+                                             context (then LENGTH; with context_shift, n_ctx tokens); a
                                              max_tokens that does not fit fails with CONTEXT_FULL
                                              when context_shift is off */
     struct wgllm_sampler_params sampling; /* wgllm_sampler_default_params() */
@@ -475,6 +475,12 @@ void wgllm_request_wait(struct wgllm_request *req, struct wgllm_result *result);
 void wgllm_request_cancel(struct wgllm_request *req);
 /* True once the request has ended (wgllm_request_wait then returns at once). */
 bool wgllm_request_done(struct wgllm_request *req);
+/* Waits up to timeout_ms for the request to end; true when it has. The handle
+ * stays valid (free it with wgllm_request_wait): the owner of a request can
+ * wait in slices and cancel it between them (a server whose client left). */
+bool wgllm_request_wait_for(struct wgllm_request *req, int timeout_ms);
+/* KV positions per slot: the longest prompt + generation a request gets. */
+int wgllm_engine_n_ctx(const struct wgllm_engine *eng);
 /* Engines made with no_thread: admits queued requests and runs one tick on
  * the calling thread; true while requests remain queued or running. */
 bool wgllm_engine_step(struct wgllm_engine *eng);

@@ -1,9 +1,12 @@
 /* test_client.c - the endpoint client without a server: descriptor
  * validation, resolution, operation checks, local-only fields refused for
- * remote endpoints, and a transport failure against a closed loopback port.
- * (Forwarding to a live server is covered by tests/peer/gateway.test.mjs.) */
+ * remote endpoints, a transport failure against a closed loopback port, and
+ * the SSE framing of streamed answers (any split, limits, linear time).
+ * (Forwarding to a live server is covered by tests/peer/gateway.test.mjs,
+ * hostile upstreams by tests/peer/hardening.test.mjs.) */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client/client.h"
 #include "test.h"
@@ -99,8 +102,83 @@ TEST(calls_resolve_check_and_refuse_local_only_fields) {
     wgllm_client_free(c);
 }
 
+/* ---- SSE framing ---- */
+
+struct events {
+    char all[512]; /* the events' data joined by '|' */
+    int n;
+    int stop_after; /* 0 = never */
+};
+
+static bool collect(const char *data, size_t len, void *user) {
+    struct events *ev = user;
+    CHECK(strlen(data) == len);
+    size_t k = strlen(ev->all);
+    snprintf(ev->all + k, sizeof(ev->all) - k, "%s%s", ev->n ? "|" : "", data);
+    ev->n++;
+    return !(ev->stop_after && ev->n >= ev->stop_after);
+}
+
+TEST(sse_events_whatever_the_split) {
+    static const char text[] = "data: one\n\n: a comment\n\ndata: two\ndata:  three\r\n\r\nevent: x\ndata:{}\n\r\n"
+                               "data: tail-without-end\n";
+    const size_t n = sizeof(text) - 1;
+    for (size_t piece = 1; piece <= n; piece++) {
+        struct wgllm_sse p;
+        struct events ev = {0};
+        wgllm_sse_init(&p, collect, &ev);
+        bool ok = true;
+        for (size_t off = 0; off < n && ok; off += piece) ok = wgllm_sse_feed(&p, text + off, off + piece < n ? piece : n - off);
+        CHECK(ok);
+        CHECK_STR(ev.all, "one|two\n three|{}");
+        CHECK_EQ_INT(ev.n, 3);
+        wgllm_sse_free(&p);
+    }
+    /* on_event returning false stops the stream */
+    struct wgllm_sse p;
+    struct events ev = {.stop_after = 1};
+    wgllm_sse_init(&p, collect, &ev);
+    CHECK(!wgllm_sse_feed(&p, text, n));
+    CHECK(p.aborted && ev.n == 1);
+    wgllm_sse_free(&p);
+}
+
+TEST(sse_limits_and_linear_time) {
+    struct wgllm_sse p;
+    struct events ev = {0};
+    /* one event that never ends, fed a byte at a time: refused at the event
+     * limit, and in linear time (a rescan from the event's start on every
+     * piece would take minutes here) */
+    wgllm_sse_init(&p, collect, &ev);
+    p.event_limit = (size_t)1 << 20;
+    const clock_t t0 = clock();
+    bool ok = wgllm_sse_feed(&p, "data: ", 6);
+    size_t fed = 6;
+    for (; ok && fed < ((size_t)2 << 20); fed++) ok = wgllm_sse_feed(&p, "x", 1);
+    const double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    CHECK(!ok && p.too_big && !p.aborted);
+    CHECK(fed > p.event_limit && fed <= p.event_limit + 3);
+    CHECK(p.len <= p.event_limit + 2);
+    CHECK(secs < 10.0);
+    CHECK_EQ_INT(ev.n, 0);
+    CHECK(!wgllm_sse_feed(&p, "\n\n", 2)); /* stays stopped */
+    wgllm_sse_free(&p);
+    /* small events without end: the stream's total is bounded too */
+    memset(&ev, 0, sizeof(ev));
+    wgllm_sse_init(&p, collect, &ev);
+    p.total_limit = 4096;
+    ok = true;
+    int pieces = 0;
+    for (; ok && pieces < 10000; pieces++) ok = wgllm_sse_feed(&p, ": keep-alive\n\n", 14);
+    CHECK(!ok && p.too_big && p.total > p.total_limit);
+    CHECK(pieces < 300);
+    wgllm_sse_free(&p);
+}
+
 int main(void) {
     RUN(add_validates_descriptors);
+    RUN(sse_events_whatever_the_split);
+    RUN(sse_limits_and_linear_time);
     RUN(calls_resolve_check_and_refuse_local_only_fields);
     return test_summary("test_client");
 }

@@ -46,9 +46,15 @@ export function startServer({ port = 0, host = '127.0.0.1', models = path.join(h
       delete headers['Cross-Origin-Embedder-Policy'];
     }
     if (hook && hook(req, res, headers)) return;
-    const url = new URL(req.url, 'http://localhost');
+    // the path as a file name: refused when it cannot be decoded, holds a NUL
+    // (fs throws on one), or names a parent folder (`..`, also encoded: %2e%2e,
+    // ..%2f) -- a request never reaches a file outside its mount's folder
     let pathname;
-    try { pathname = decodeURIComponent(url.pathname); } catch { pathname = ''; }
+    try { pathname = decodeURIComponent(new URL(req.url, 'http://localhost').pathname); } catch {
+      res.writeHead(400, headers); res.end('bad request path'); return;
+    }
+    if (pathname.includes('\0')) { res.writeHead(400, headers); res.end('bad request path'); return; }
+    if (pathname.split(/[\\/]/).includes('..')) { res.writeHead(403, headers); res.end('forbidden'); return; }
     if (pathname === '/' || pathname === '/blank.html') {
       if (pathname === '/') { res.writeHead(302, { ...headers, Location: '/demo/' }); res.end(); return; }
       res.writeHead(200, { ...headers, 'Content-Type': TYPES['.html'] });
@@ -57,9 +63,11 @@ export function startServer({ port = 0, host = '127.0.0.1', models = path.join(h
     }
     const prefix = Object.keys(table).find((p) => pathname.startsWith(p) || pathname + '/' === p);
     if (!prefix) { res.writeHead(404, headers); res.end('not found'); return; }
-    const root = table[prefix];
+    const root = path.resolve(table[prefix]);
     let file = path.join(root, pathname.slice(prefix.length));
-    if (!file.startsWith(root)) { res.writeHead(403, headers); res.end('forbidden'); return; }
+    // inside the folder itself, not a sibling that merely starts with its name
+    const rel = path.relative(root, file);
+    if (rel.startsWith('..') || path.isAbsolute(rel)) { res.writeHead(403, headers); res.end('forbidden'); return; }
     fs.stat(file, (err, st) => {
       if (!err && st.isDirectory()) { file = path.join(file, 'index.html'); st = fs.existsSync(file) ? fs.statSync(file) : null; }
       if (err || !st) { res.writeHead(404, headers); res.end('not found'); return; }

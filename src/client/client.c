@@ -229,6 +229,8 @@ struct gen_state {
     char error[256];
     int64_t t0, t_first;
     bool oom;
+    int pieces;   /* streamed text pieces so far */
+    bool overrun; /* the upstream streamed far more pieces than max_tokens allows: cut as LENGTH */
 };
 
 static void text_add(struct gen_state *g, const char *s, size_t n) {
@@ -247,14 +249,21 @@ static void text_add(struct gen_state *g, const char *s, size_t n) {
     g->text[g->len] = 0;
 }
 
+/* An upstream's count as an int the server can add and print: absurd or
+ * negative numbers are clamped, never trusted into an overflow. */
+static int usage_count(const cJSON *v) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) return 0;
+    return v->valuedouble < (double)WGLLM_USAGE_MAX ? (int)v->valuedouble : WGLLM_USAGE_MAX;
+}
+
 static void read_usage(struct gen_state *g, const cJSON *u) {
     if (!cJSON_IsObject(u)) return;
     const cJSON *v;
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"))) g->usage.prompt_tokens = v->valueint;
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens")))
-        g->usage.completion_tokens = v->valueint;
+    if ((v = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"))) g->usage.prompt_tokens = usage_count(v);
+    if ((v = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"))) g->usage.completion_tokens = usage_count(v);
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details");
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(d, "cached_tokens"))) g->usage.cached_tokens = v->valueint;
+    if ((v = cJSON_GetObjectItemCaseSensitive(d, "cached_tokens"))) g->usage.cached_tokens = usage_count(v);
+    if (g->usage.cached_tokens > g->usage.prompt_tokens) g->usage.cached_tokens = g->usage.prompt_tokens;
 }
 
 static void read_error(struct gen_state *g, const cJSON *o) {
@@ -274,6 +283,14 @@ static bool read_choice(struct gen_state *g, const cJSON *root, bool stream) {
     bool keep = true;
     if (cJSON_IsString(t) && *t->valuestring) {
         size_t n = strlen(t->valuestring);
+        /* a piece is at least one token; an upstream that streams more than twice
+         * max_tokens pieces ignores the limit (an endless stream): the answer ends
+         * here, as if the limit had been honoured */
+        const int max = g->p->max_tokens;
+        if (stream && max > 0 && ++g->pieces > 2 * (int64_t)max + 16) {
+            g->overrun = true;
+            return false;
+        }
         if (!g->t_first) g->t_first = wgllm_time_us();
         text_add(g, t->valuestring, n);
         if (stream && g->p->on_token) keep = g->p->on_token(t->valuestring, n, -1, 0.0f, g->p->user_data);
@@ -331,7 +348,7 @@ static enum wgllm_status remote_generate(const struct endpoint *ep, const char *
     enum wgllm_status st = wgllm_http_post(url, ep->key, json, ep->d.timeout_s, stream ? on_event : NULL, &g, &r, err);
     free(json);
     if (st == WGLLM_STATUS_OK && r.status >= 400) st = http_error(ep, &r, err);
-    if (st == WGLLM_STATUS_OK && !stream) {
+    if (st == WGLLM_STATUS_OK && !r.streamed) {
         cJSON *o = cJSON_Parse(r.body);
         if (!o) {
             st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "endpoint '%s' answered something that is not JSON",
@@ -340,11 +357,18 @@ static enum wgllm_status remote_generate(const struct endpoint *ep, const char *
             read_usage(&g, cJSON_GetObjectItemCaseSensitive(o, "usage"));
             read_choice(&g, o, false);
             cJSON_Delete(o);
+            /* asked to stream, answered whole: the text goes out as one piece */
+            if (stream && g.len > 0 && !p->on_token(g.text, g.len, -1, 0.0f, p->user_data)) r.aborted = true;
         }
     }
     if (st == WGLLM_STATUS_OK && g.error[0])
         st = wgllm_error_set(err, WGLLM_STATUS_IO, "endpoint '%s' failed mid-stream: %s", ep->d.name, g.error);
     if (st == WGLLM_STATUS_OK && g.oom) st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    if (g.overrun) { /* cut by read_choice, not by the caller */
+        r.aborted = false;
+        g.have_finish = true;
+        g.finish = WGLLM_FINISH_LENGTH;
+    }
     if (st == WGLLM_STATUS_OK && !r.aborted && !g.have_finish)
         st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "endpoint '%s' ended its answer without a finish_reason",
                              ep->d.name);

@@ -95,14 +95,43 @@ struct wgllm_http_reply {
     char *body;       /* non-streaming (or error) body, NUL-terminated, malloc'd */
     size_t body_len;
     bool aborted;     /* on_event returned false */
+    bool streamed;    /* the answer came as SSE events (else whole, in body) */
 };
 
 /* Called for each SSE event's data (without "data: "), NUL-terminated. Return false to abort. */
 typedef bool (*wgllm_http_event_fn)(const char *data, size_t len, void *user);
 
+/* What one remote answer may carry: a whole body, or all the bytes of a
+ * stream together; and one SSE event (an upstream that never ends an event
+ * must not grow a buffer without end). */
+#define WGLLM_HTTP_BODY_LIMIT ((size_t)64 << 20)
+#define WGLLM_HTTP_EVENT_LIMIT ((size_t)8 << 20)
+/* The largest token count a remote `usage` may report (larger ones are clamped). */
+#define WGLLM_USAGE_MAX (1 << 30)
+
+/* The SSE framing of a streamed answer: bytes in, events out (on_event), in
+ * time linear in the bytes however they are split. A feed returns false when
+ * it stops the stream: on_event said so (aborted), an event grew past
+ * event_limit or the stream past total_limit (too_big), or memory ran out. */
+struct wgllm_sse {
+    wgllm_http_event_fn on_event;
+    void *user;
+    size_t event_limit, total_limit;
+    char *buf;          /* the bytes of the unfinished event */
+    size_t len, cap;
+    size_t scan;        /* buf[0..scan) holds no event end: the next search starts there */
+    size_t total;       /* bytes fed so far */
+    bool aborted, too_big, oom;
+};
+void wgllm_sse_init(struct wgllm_sse *p, wgllm_http_event_fn on_event, void *user);
+bool wgllm_sse_feed(struct wgllm_sse *p, const char *data, size_t n);
+void wgllm_sse_free(struct wgllm_sse *p);
+
 /* POSTs json to url. With on_event the 2xx answer is read as SSE and handed
- * over event by event; otherwise (and for error statuses) it is collected in
- * reply->body. IO with a message on transport failure. */
+ * over event by event; otherwise (and for error statuses, and an answer of
+ * Content-Type application/json) it is collected in reply->body, at most
+ * WGLLM_HTTP_BODY_LIMIT bytes. IO with a message on transport failure or
+ * past a limit. */
 enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const char *json, int timeout_s,
                                   wgllm_http_event_fn on_event, void *user, struct wgllm_http_reply *reply,
                                   struct wgllm_error *err);

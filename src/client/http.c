@@ -11,34 +11,152 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/base.h"
 
-/* Bodies beyond this are refused rather than buffered without end. */
-#define HTTP_BODY_LIMIT (64u << 20)
-
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
 static void curl_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+/* ---- SSE framing ---------------------------------------------------------- */
+
+void wgllm_sse_init(struct wgllm_sse *p, wgllm_http_event_fn on_event, void *user) {
+    memset(p, 0, sizeof(*p));
+    p->on_event = on_event;
+    p->user = user;
+    p->event_limit = WGLLM_HTTP_EVENT_LIMIT;
+    p->total_limit = WGLLM_HTTP_BODY_LIMIT;
+}
+
+void wgllm_sse_free(struct wgllm_sse *p) {
+    free(p->buf);
+    p->buf = NULL;
+    p->len = p->cap = p->scan = 0;
+}
+
+/* Hands one event (ev[0..ev_len)) to on_event: its data lines joined by "\n"
+ * as SSE says; an event without data (a comment, a keep-alive) is skipped. */
+static bool sse_emit(struct wgllm_sse *p, const char *ev, size_t ev_len) {
+    char *data = malloc(ev_len + 1);
+    if (!data) {
+        p->oom = true;
+        return false;
+    }
+    size_t dn = 0;
+    bool any = false;
+    const char *q = ev, *e = ev + ev_len;
+    while (q < e) {
+        const char *nl = memchr(q, '\n', (size_t)(e - q));
+        const char *le = nl ? nl : e;
+        size_t ll = (size_t)(le - q);
+        if (ll && q[ll - 1] == '\r') ll--;
+        if (ll >= 5 && !memcmp(q, "data:", 5)) {
+            const char *v = q + 5;
+            size_t vl = ll - 5;
+            if (vl && *v == ' ') v++, vl--;
+            if (any) data[dn++] = '\n';
+            memcpy(data + dn, v, vl);
+            dn += vl;
+            any = true;
+        }
+        q = nl ? nl + 1 : e;
+    }
+    data[dn] = 0;
+    const bool keep = !any || p->on_event(data, dn, p->user);
+    free(data);
+    if (!keep) p->aborted = true;
+    return keep;
+}
+
+/* Appends the new bytes, then hands over every complete event (one ends at a
+ * blank line: "\n\n" or "\n\r\n"). The search resumes where the previous
+ * one stopped, so an event that arrives in many pieces is scanned once. */
+bool wgllm_sse_feed(struct wgllm_sse *p, const char *data, size_t n) {
+    if (p->aborted || p->too_big || p->oom) return false;
+    p->total += n;
+    if (p->total > p->total_limit) {
+        p->too_big = true;
+        return false;
+    }
+    while (n > 0) {
+        /* copy at most what keeps the pending event within its limit (+2 for the blank line) */
+        size_t room = p->event_limit + 2 > p->len ? p->event_limit + 2 - p->len : 0;
+        size_t k = n < room ? n : room;
+        if (k == 0) {
+            p->too_big = true;
+            return false;
+        }
+        if (p->len + k + 1 > p->cap) {
+            size_t cap = p->cap ? p->cap : 8192;
+            while (cap < p->len + k + 1) cap *= 2;
+            char *q = realloc(p->buf, cap);
+            if (!q) {
+                p->oom = true;
+                return false;
+            }
+            p->buf = q;
+            p->cap = cap;
+        }
+        memcpy(p->buf + p->len, data, k);
+        p->len += k;
+        p->buf[p->len] = 0;
+        data += k;
+        n -= k;
+        size_t start = 0, i = p->scan;
+        while (i + 1 < p->len) {
+            size_t skip = 0;
+            if (p->buf[i] == '\n' && p->buf[i + 1] == '\n') skip = 2;
+            else if (p->buf[i] == '\n' && p->buf[i + 1] == '\r' && i + 2 < p->len && p->buf[i + 2] == '\n') skip = 3;
+            else if (p->buf[i] == '\n' && p->buf[i + 1] == '\r' && i + 2 == p->len) break; /* "\n\r" + more to come */
+            if (!skip) {
+                i++;
+                continue;
+            }
+            if (!sse_emit(p, p->buf + start, i - start)) return false; /* the event is buf[start..i) */
+            start = i + skip;
+            i = start;
+        }
+        if (start > 0) {
+            memmove(p->buf, p->buf + start, p->len - start);
+            p->len -= start;
+            p->buf[p->len] = 0;
+            i -= start;
+        }
+        p->scan = i;
+        if (p->len > p->event_limit) {
+            p->too_big = true;
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- one POST --------------------------------------------------------------- */
 
 struct xfer {
     CURL *curl;
     wgllm_http_event_fn on_event;
     void *user;
-    char *buf; /* whole body, or the SSE bytes not yet parsed */
+    struct wgllm_sse sse; /* a 2xx answer to a streaming request */
+    char *buf;            /* otherwise the whole body */
     size_t len, cap;
-    bool sse, aborted, too_big;
+    bool is_sse, decided, too_big, oom;
 };
 
 static bool buf_add(struct xfer *x, const char *p, size_t n) {
+    if (x->len + n + 1 > WGLLM_HTTP_BODY_LIMIT) {
+        x->too_big = true;
+        return false;
+    }
     if (x->len + n + 1 > x->cap) {
-        if (x->len + n + 1 > HTTP_BODY_LIMIT) {
-            x->too_big = true;
-            return false;
-        }
         size_t cap = x->cap ? x->cap * 2 : 8192;
         while (cap < x->len + n + 1) cap *= 2;
+        if (cap > WGLLM_HTTP_BODY_LIMIT) cap = WGLLM_HTTP_BODY_LIMIT;
         char *q = realloc(x->buf, cap);
-        if (!q) return false;
+        if (!q) {
+            x->oom = true;
+            return false;
+        }
         x->buf = q;
         x->cap = cap;
     }
@@ -48,71 +166,22 @@ static bool buf_add(struct xfer *x, const char *p, size_t n) {
     return true;
 }
 
-/* Hands over every complete event in the buffer; keeps the unfinished rest. */
-static bool sse_drain(struct xfer *x) {
-    size_t start = 0;
-    for (;;) {
-        /* an event ends at a blank line: "\n\n" or "\r\n\r\n" */
-        char *end = NULL;
-        size_t skip = 0;
-        for (size_t i = start; i + 1 < x->len; i++) {
-            if (x->buf[i] == '\n' && x->buf[i + 1] == '\n') { end = x->buf + i; skip = 2; break; }
-            if (x->buf[i] == '\n' && x->buf[i + 1] == '\r' && i + 2 < x->len && x->buf[i + 2] == '\n') {
-                end = x->buf + i; skip = 3; break;
-            }
-        }
-        if (!end) break;
-        size_t ev_len = (size_t)(end - (x->buf + start));
-        /* concatenate the event's data lines (joined by "\n", as SSE says) */
-        char *data = malloc(ev_len + 1);
-        if (!data) return false;
-        size_t dn = 0;
-        bool any = false;
-        const char *p = x->buf + start, *e = end;
-        while (p < e) {
-            const char *nl = memchr(p, '\n', (size_t)(e - p));
-            const char *le = nl ? nl : e;
-            size_t ll = (size_t)(le - p);
-            if (ll && p[ll - 1] == '\r') ll--;
-            if (ll >= 5 && !memcmp(p, "data:", 5)) {
-                const char *v = p + 5;
-                size_t vl = ll - 5;
-                if (vl && *v == ' ') v++, vl--;
-                if (any) data[dn++] = '\n';
-                memcpy(data + dn, v, vl);
-                dn += vl;
-                any = true;
-            }
-            p = nl ? nl + 1 : e;
-        }
-        data[dn] = 0;
-        bool keep = !any || x->on_event(data, dn, x->user);
-        free(data);
-        start = (size_t)(end - x->buf) + skip;
-        if (!keep) {
-            x->aborted = true;
-            return false;
-        }
-    }
-    memmove(x->buf, x->buf + start, x->len - start);
-    x->len -= start;
-    if (x->buf) x->buf[x->len] = 0;
-    return true;
-}
-
 static size_t on_write(char *p, size_t size, size_t n, void *ud) {
     struct xfer *x = ud;
     size_t bytes = size * n;
-    if (!x->sse && x->on_event) {
+    if (!x->decided) {
         /* decide once, on the first bytes: stream only a successful answer */
         long status = 0;
+        const char *ctype = NULL;
         curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &status);
-        x->sse = status >= 200 && status < 300;
-        if (!x->sse) x->on_event = NULL; /* an error answer is collected whole */
+        curl_easy_getinfo(x->curl, CURLINFO_CONTENT_TYPE, &ctype);
+        /* a server that answers a streaming request with one JSON object is read whole */
+        x->is_sse = x->on_event && status >= 200 && status < 300 &&
+                    !(ctype && !strncasecmp(ctype, "application/json", 16));
+        x->decided = true;
     }
-    if (!buf_add(x, p, bytes)) return 0;
-    if (x->sse && !sse_drain(x)) return 0;
-    return bytes;
+    if (x->is_sse) return wgllm_sse_feed(&x->sse, p, bytes) ? bytes : 0;
+    return buf_add(x, p, bytes) ? bytes : 0;
 }
 
 enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const char *json, int timeout_s,
@@ -123,6 +192,7 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     CURL *curl = curl_easy_init();
     if (!curl) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "http: curl_easy_init failed");
     struct xfer x = {.curl = curl, .on_event = on_event, .user = user};
+    wgllm_sse_init(&x.sse, on_event, user);
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     h = curl_slist_append(h, on_event ? "Accept: text/event-stream" : "Accept: application/json");
     char auth[1024];
@@ -142,6 +212,8 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, (long)(timeout_s > 0 ? timeout_s : 600));
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 30L);
     curl_easy_setopt(curl, CURLOPT_USERAGENT, "wgllm-client");
+    /* an announced body over the limit is refused before any of it arrives */
+    curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)WGLLM_HTTP_BODY_LIMIT);
     /* plain http to a local gateway must not go through a proxy set for the internet */
     curl_easy_setopt(curl, CURLOPT_NOPROXY, "localhost,127.0.0.1,::1");
     CURLcode rc = curl_easy_perform(curl);
@@ -149,21 +221,31 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     curl_slist_free_all(h);
     curl_easy_cleanup(curl);
     enum wgllm_status st = WGLLM_STATUS_OK;
-    if (x.aborted) {
+    if (x.sse.aborted) {
         reply->aborted = true;
-    } else if (x.too_big) {
-        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: the answer from %.200s is larger than %u MiB", url,
-                             HTTP_BODY_LIMIT >> 20);
+    } else if (x.sse.too_big && x.sse.total > x.sse.total_limit) {
+        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: the stream from %.200s carried more than %zu MiB", url,
+                             x.sse.total_limit >> 20);
+    } else if (x.sse.too_big) {
+        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: %.200s sent one event larger than %zu MiB", url,
+                             x.sse.event_limit >> 20);
+    } else if (x.too_big || rc == CURLE_FILESIZE_EXCEEDED) {
+        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: the answer from %.200s is larger than %zu MiB", url,
+                             WGLLM_HTTP_BODY_LIMIT >> 20);
+    } else if (x.oom || x.sse.oom) {
+        st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "http: out of memory reading the answer from %.200s", url);
     } else if (rc != CURLE_OK) {
         st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: POST %.200s failed: %.200s", url,
                              cerr[0] ? cerr : curl_easy_strerror(rc));
     }
-    if (st == WGLLM_STATUS_OK && !x.sse) {
+    reply->streamed = x.is_sse;
+    if (st == WGLLM_STATUS_OK && !x.is_sse) {
         reply->body = x.buf ? x.buf : calloc(1, 1);
         reply->body_len = x.len;
         x.buf = NULL;
     }
     free(x.buf);
+    wgllm_sse_free(&x.sse);
     return st;
 }
 

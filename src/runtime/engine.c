@@ -93,6 +93,8 @@ struct wgllm_engine {
     struct wgllm_context *ctx;
     struct wgllm_engine_params p;
     int n_ctx, n_batch;
+    int max_piece; /* bytes of the longest token text (SPM, BPE): a text of N bytes has at
+                    * least N / max_piece tokens; 0 = no such bound (WordPiece drops spaces) */
     struct wgllm_chat_template *tmpl;
     char tmpl_error[320];
 
@@ -420,7 +422,8 @@ static bool prepare_generation(struct wgllm_engine *e, struct wgllm_request *r) 
     r->sampler = wgllm_sampler_init(&r->p.sampling, wgllm_model_n_vocab(e->model));
     r->detok = wgllm_detokenizer_init(e->model);
     r->stop = wgllm_stop_matcher_init((const char *const *)r->stops, r->p.n_stop);
-    r->gen_cap = r->p.max_tokens > 0 ? r->p.max_tokens : 256;
+    /* sized by what the slot can hold, not by what the request asked (grown when shifting goes past it) */
+    r->gen_cap = r->p.max_tokens > 0 ? WGLLM_MIN(r->p.max_tokens, e->n_ctx) : WGLLM_MIN(256, e->n_ctx);
     r->tokens = malloc(sizeof(int32_t) * (size_t)r->gen_cap);
     r->logprobs = malloc(sizeof(float) * (size_t)r->gen_cap);
     if (!r->sampler || !r->detok || !r->stop || !r->tokens || !r->logprobs) return false;
@@ -532,7 +535,9 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
         finish(e, r, WGLLM_FINISH_STOP, WGLLM_STATUS_OK, NULL);
         return;
     }
-    if (r->p.max_tokens > 0 && r->n_gen >= r->p.max_tokens) {
+    /* "until the end" with context shifting has no end: one context's worth of tokens is its length */
+    const int max_gen = r->p.max_tokens > 0 ? r->p.max_tokens : e->p.context_shift ? e->n_ctx : 0;
+    if (max_gen > 0 && r->n_gen >= max_gen) {
         finish(e, r, WGLLM_FINISH_LENGTH, WGLLM_STATUS_OK, NULL);
         return;
     }
@@ -853,6 +858,13 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the engine's slots");
     }
     load_template(e);
+    const struct wgllm_vocab *v = model->vocab;
+    if (wgllm_vocab_type(v) == WGLLM_VOCAB_TYPE_SPM || wgllm_vocab_type(v) == WGLLM_VOCAB_TYPE_BPE)
+        for (int32_t i = 0; i < wgllm_vocab_n_tokens(v); i++) {
+            const char *t = wgllm_vocab_token_text(v, i);
+            const int n = t ? (int)strlen(t) : 0;
+            if (n > e->max_piece) e->max_piece = n;
+        }
     if (!p.no_thread && pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         e->thread = 0;
         wgllm_engine_free(e);
@@ -893,6 +905,9 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "max_tokens %d or n_stop %d is invalid",
                                p.max_tokens, p.n_stop);
     }
+    /* allocations the sampler sizes by these: no larger than the context and the vocabulary can use */
+    if (p.sampling.penalty_last_n > e->n_ctx) p.sampling.penalty_last_n = e->n_ctx;
+    if (p.sampling.n_probs > wgllm_model_n_vocab(e->model)) p.sampling.n_probs = wgllm_model_n_vocab(e->model);
     struct wgllm_request *r = calloc(1, sizeof(*r));
     if (!r) {
         free(prompt);
@@ -939,6 +954,54 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
     return WGLLM_STATUS_OK;
 }
 
+/* The message of a prompt that cannot fit (`what`: "%d tokens" or "%zu bytes, so at least %d tokens"). */
+static enum wgllm_status prompt_too_long(const struct wgllm_engine *e, enum req_kind kind, const char *what,
+                                         struct wgllm_error *err) {
+    return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL, "the prompt has %s; the context holds %d per slot%s%s", what,
+                           e->n_ctx, kind == REQ_EMBED ? "" : " (and at least one more is needed to generate)",
+                           e->p.context_shift ? "; context shifting applies to generated tokens, not prompts" : "");
+}
+
+/* Tokenizes a request's text into *out (malloc'd, n_ctx + 1 entries at most),
+ * bounded by the context: a text whose bytes alone prove it cannot fit is
+ * refused before it is tokenized, and the tokens are written into a buffer of
+ * the context's size instead of one sized by the text. Never returns OK
+ * without tokens: a tokenizer failure (a model without a tokenizer) is an
+ * error with a message, whatever the vocabulary left in err. */
+static enum wgllm_status tokenize_prompt(struct wgllm_engine *e, enum req_kind kind, const char *text, size_t len,
+                                         bool add_special, bool parse_special, int32_t **out, int *n_out,
+                                         struct wgllm_error *err) {
+    *out = NULL;
+    *n_out = 0;
+    if (wgllm_vocab_type(e->model->vocab) == WGLLM_VOCAB_TYPE_NONE)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "the model has no tokenizer (tokenizer.ggml.model is 'none'): it cannot take text");
+    const int limit = kind == REQ_EMBED ? e->n_ctx : e->n_ctx - 1; /* most prompt tokens a slot takes */
+    char what[96];
+    const size_t least = e->max_piece > 0 ? (len + (size_t)e->max_piece - 1) / (size_t)e->max_piece : 0;
+    if (least > (size_t)limit) {
+        snprintf(what, sizeof(what), "%zu bytes, so at least %zu tokens", len, least);
+        return prompt_too_long(e, kind, what, err);
+    }
+    int32_t *ids = malloc(sizeof(int32_t) * ((size_t)limit + 1));
+    if (!ids) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d prompt tokens", limit);
+    struct wgllm_error terr = {0};
+    const int32_t n = wgllm_tokenize(e->model, text, len, ids, limit, add_special, parse_special, &terr);
+    if (n == INT32_MIN) {
+        free(ids);
+        if (terr.status == WGLLM_STATUS_OK) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "tokenization failed");
+        return wgllm_error_set(err, terr.status, "%s", terr.message);
+    }
+    if (n < 0) { /* -n tokens needed, more than fit */
+        free(ids);
+        snprintf(what, sizeof(what), "%d tokens", -n);
+        return prompt_too_long(e, kind, what, err);
+    }
+    *out = ids;
+    *n_out = n;
+    return WGLLM_STATUS_OK;
+}
+
 enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *e, const char *prompt, size_t len,
                                             const struct wgllm_request_params *params, struct wgllm_request **out,
                                             struct wgllm_error *err) {
@@ -946,8 +1009,9 @@ enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *e, const char *
     if (!prompt) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "query: NULL prompt");
     const bool add_special = params ? params->add_special : true;
     int32_t *ids = NULL;
-    int n = wgllm_tokenize_alloc(e->model, prompt, len, add_special, false, &ids, err);
-    if (n < 0) return err ? err->status : WGLLM_STATUS_INVALID_ARGUMENT;
+    int n = 0;
+    enum wgllm_status st = tokenize_prompt(e, REQ_GENERATE, prompt, len, add_special, false, &ids, &n, err);
+    if (st != WGLLM_STATUS_OK) return st;
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
 }
 
@@ -981,9 +1045,10 @@ enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct 
     const size_t bl = strlen(bos_text);
     const bool has_bos = bl > 0 && strncmp(text, bos_text, bl) == 0;
     int32_t *ids = NULL;
-    int n = wgllm_tokenize_alloc(e->model, text, strlen(text), !has_bos, true, &ids, err);
+    int n = 0;
+    st = tokenize_prompt(e, REQ_GENERATE, text, strlen(text), !has_bos, true, &ids, &n, err);
     free(text);
-    if (n < 0) return err ? err->status : WGLLM_STATUS_INVALID_ARGUMENT;
+    if (st != WGLLM_STATUS_OK) return st;
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
 }
 
@@ -995,6 +1060,28 @@ void wgllm_request_cancel(struct wgllm_request *r) {
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
+
+bool wgllm_request_wait_for(struct wgllm_request *r, int timeout_ms) {
+    struct wgllm_engine *e = r->eng;
+    if (e->p.no_thread) { /* nobody else advances it: one tick per call */
+        if (!wgllm_request_done(r)) wgllm_engine_step(e);
+        return wgllm_request_done(r);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const long ms = timeout_ms > 0 ? timeout_ms : 0;
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&e->mu);
+    while (!r->done && pthread_cond_timedwait(&r->done_cv, &e->mu, &ts) == 0) {
+    }
+    const bool done = r->done;
+    pthread_mutex_unlock(&e->mu);
+    return done;
+}
+
+int wgllm_engine_n_ctx(const struct wgllm_engine *e) { return e->n_ctx; }
 
 bool wgllm_request_done(struct wgllm_request *r) {
     struct wgllm_engine *e = r->eng;
@@ -1079,8 +1166,9 @@ enum wgllm_status wgllm_embed(struct wgllm_engine *e, const char *text, size_t l
                                max_out, E);
     if (!text) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "embed: NULL text");
     int32_t *ids = NULL;
-    int n = wgllm_tokenize_alloc(e->model, text, len, true, false, &ids, err);
-    if (n < 0) return err ? err->status : WGLLM_STATUS_INVALID_ARGUMENT;
+    int n = 0;
+    enum wgllm_status tst = tokenize_prompt(e, REQ_EMBED, text, len, true, false, &ids, &n, err);
+    if (tst != WGLLM_STATUS_OK) return tst;
     double *acc = calloc((size_t)E, sizeof(double));
     if (!acc) {
         free(ids);

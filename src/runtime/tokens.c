@@ -14,7 +14,14 @@ int32_t wgllm_tokenize(const struct wgllm_model *model, const char *text, size_t
         wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "tokenize: text of %zu bytes is too long", len);
         return INT32_MIN;
     }
-    return wgllm_vocab_tokenize(model->vocab, text ? text : "", len, tokens, max_tokens, add_special, parse_special);
+    const int32_t n =
+        wgllm_vocab_tokenize(model->vocab, text ? text : "", len, tokens, max_tokens, add_special, parse_special);
+    /* the vocabulary has no error channel: say here what failed, so that err is always set with INT32_MIN */
+    if (n == INT32_MIN && wgllm_vocab_type(model->vocab) == WGLLM_VOCAB_TYPE_NONE)
+        wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tokenize: the model has no tokenizer (tokenizer.ggml.model is 'none')");
+    else if (n == INT32_MIN)
+        wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "tokenize: out of memory tokenizing %zu bytes", len);
+    return n;
 }
 
 int32_t wgllm_tokenize_alloc(const struct wgllm_model *model, const char *text, size_t len, bool add_special,

@@ -16,6 +16,8 @@
 #include <time.h>
 
 #define MAX_STOPS 16
+#define MAX_STOP_BYTES 1024 /* the stop matcher's work per token grows with the longest stop */
+#define MAX_KEY_BYTES 1024  /* context_key */
 #define MAX_EMBED_INPUTS 256
 
 void srv_err_set(struct srv_err *e, int status, const char *type, const char *param, const char *code,
@@ -100,6 +102,71 @@ static void add_text(cJSON *o, const char *key, const char *s, size_t n) {
     char *t = utf8_clean(s ? s : "", s ? n : 0);
     cJSON_AddStringToObject(o, key, t ? t : "");
     free(t);
+}
+
+/* ---- body limits ------------------------------------------------------------ */
+
+static bool utf8_valid(const unsigned char *s, size_t n, size_t *bad_at) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        *bad_at = i;
+        if (!k || i + k > n) return false;
+        uint32_t cp = k == 1 ? c : c & (0x7Fu >> k);
+        for (size_t j = 1; j < k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        if ((k == 2 && cp < 0x80) || (k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += k;
+    }
+    return true;
+}
+
+/* One linear pass over the bytes outside strings: nesting depth and the
+ * number of values (each container, and each ',' separating two), the
+ * things that make cJSON recurse and allocate. The syntax itself is cJSON's
+ * to judge; this only refuses what would be expensive to parse. */
+bool srv_body_check(const char *body, size_t len, struct srv_err *e) {
+    size_t bad = 0;
+    if (!utf8_valid((const unsigned char *)body, len, &bad)) {
+        srv_err_set(e, 400, "invalid_request_error", NULL, "invalid_utf8",
+                    "the request body is not valid UTF-8 (at byte %zu)", bad);
+        return false;
+    }
+    int depth = 0;
+    size_t values = 1;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        const char c = body[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+            continue;
+        }
+        if (c == '"') {
+            in_str = true;
+        } else if (c == '{' || c == '[') {
+            if (++depth > SRV_JSON_MAX_DEPTH) {
+                srv_err_set(e, 400, "invalid_request_error", NULL, "json_too_deep",
+                            "the request body nests JSON deeper than %d levels (at byte %zu)", SRV_JSON_MAX_DEPTH, i);
+                return false;
+            }
+            values++;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',') {
+            values++;
+        }
+        if (values > SRV_JSON_MAX_VALUES) {
+            srv_err_set(e, 400, "invalid_request_error", NULL, "json_too_many_values",
+                        "the request body has more than %d JSON values", SRV_JSON_MAX_VALUES);
+            return false;
+        }
+    }
+    return true;
 }
 
 /* ---- field helpers -------------------------------------------------------- */
@@ -264,6 +331,8 @@ static bool parse_stop(const cJSON *body, struct srv_gen *g, struct srv_err *e) 
     for (int i = 0; i < n; i++) {
         const cJSON *it = cJSON_IsString(s) ? s : cJSON_GetArrayItem(s, i);
         if (!cJSON_IsString(it)) return bad(e, "stop", "'%s' must contain only strings%s", "");
+        if (strlen(it->valuestring) > MAX_STOP_BYTES)
+            return bad(e, "stop", "'%s' strings are at most 1024 bytes%s", "");
         (void)one;
         g->stops[i] = dupn(it->valuestring, strlen(it->valuestring));
         g->rp.n_stop = i + 1;
@@ -278,9 +347,15 @@ static bool parse_bias(struct srv *s, const cJSON *body, struct srv_gen *g, stru
     if (!b || cJSON_IsNull(b)) return true;
     if (!cJSON_IsObject(b)) return bad(e, "logit_bias", "'%s' must be an object of token id -> bias%s", "");
     int n = cJSON_GetArraySize(b);
+    const long n_vocab = local ? (long)s->n_vocab : 2147483647L;
+    /* more entries than tokens can only repeat keys: refused before anything is sized by them */
+    if (n > (local ? s->n_vocab : SRV_JSON_MAX_VALUES)) {
+        srv_err_set(e, 400, "invalid_request_error", "logit_bias", NULL,
+                    "'logit_bias' has %d entries; the model has %d tokens", n, s->n_vocab);
+        return false;
+    }
     g->bias = calloc((size_t)(n ? n : 1), sizeof(*g->bias));
     if (!g->bias) return bad(e, "logit_bias", "out of memory for '%s'%s", "");
-    const long n_vocab = local ? (long)wgllm_model_n_vocab(s->model) : 2147483647L;
     const cJSON *it;
     int i = 0;
     cJSON_ArrayForEach(it, b) {
@@ -344,9 +419,11 @@ static bool gen_parse(struct srv *s, const cJSON *body, bool chat, const char *u
     bool p;
     struct wgllm_sampler_params *sp = &g->rp.sampling;
     int mt = 0;
-    if (!get_int(body, "max_tokens", 1, 1 << 30, &mt, &p, e)) return false;
+    /* the server's cap (--max-tokens): no request holds a slot for an unbounded time */
+    const double max_gen = s->max_tokens > 0 ? s->max_tokens : 1 << 30;
+    if (!get_int(body, "max_tokens", 1, max_gen, &mt, &p, e)) return false;
     if (p) g->rp.max_tokens = mt;
-    if (chat && !get_int(body, "max_completion_tokens", 1, 1 << 30, &mt, &p, e)) return false;
+    if (chat && !get_int(body, "max_completion_tokens", 1, max_gen, &mt, &p, e)) return false;
     if (chat && p) g->rp.max_tokens = mt;
     if (!get_number(body, "temperature", 0, 100, &d, &p, e)) return false;
     if (p) sp->temperature = (float)d;
@@ -362,8 +439,12 @@ static bool gen_parse(struct srv *s, const cJSON *body, bool chat, const char *u
     if (!get_number(body, "frequency_penalty", -2, 2, &d, &p, e)) return false;
     if (p) sp->frequency_penalty = (float)d;
     if (!get_number(body, "repeat_penalty", 0, 100, &d, &p, e)) return false;
+    /* logits are divided by it: 0 would make them infinite */
+    if (p && d <= 0) return bad(e, "repeat_penalty", "'%s' must be greater than 0 (1 = off)%s", "");
     if (p) sp->repeat_penalty = (float)d;
     if (!get_int(body, "repeat_last_n", -1, 1 << 30, &sp->penalty_last_n, NULL, e)) return false;
+    /* a window longer than a slot's context sees no more tokens; the sampler sizes a ring by it */
+    if (s->n_ctx > 0 && sp->penalty_last_n > s->n_ctx) sp->penalty_last_n = s->n_ctx;
     if (!get_number(body, "seed", -9.2e18, 1.8e19, &d, &p, e)) return false;
     if (p) {
         if (d != floor(d)) return bad(e, "seed", "'%s' must be an integer%s", "");
@@ -384,6 +465,7 @@ static bool gen_parse(struct srv *s, const cJSON *body, bool chat, const char *u
     const cJSON *ck = cJSON_GetObjectItemCaseSensitive(body, "context_key");
     if (ck && !cJSON_IsNull(ck)) {
         if (!cJSON_IsString(ck)) return bad(e, "context_key", "'%s' must be a string%s", "");
+        if (strlen(ck->valuestring) > MAX_KEY_BYTES) return bad(e, "context_key", "'%s' is at most 1024 bytes%s", "");
         g->context_key = dupn(ck->valuestring, strlen(ck->valuestring));
         g->rp.context_key = g->context_key;
     }

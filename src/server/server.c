@@ -1,20 +1,32 @@
 /*
  * server.c - the HTTP side of `wgllm serve`: libmicrohttpd daemon (one thread
- * per connection, so handlers may block on the engine), routing, API key,
- * body limits, SSE streaming and cancellation of abandoned streams.
+ * per connection, so handlers may block on the engine), the limits a hostile
+ * client meets, API key, CORS, routing, embeddings, and a graceful stop.
+ * Generation requests (streaming and cancellation) are in stream.c.
  *
- * Streaming: on_token runs on the engine thread and appends SSE chunks to a
- * per-request queue; MHD's content reader runs on the connection's thread and
- * blocks on that queue. A small waiter thread per stream collects the final
- * result (usage, finish reason) and closes the queue. When the client goes
- * away MHD frees the response, the queue is marked gone, and the next
- * on_token returns false, which cancels the request in the engine.
+ * Order of the checks: everything that can be decided from the request line
+ * and the headers -- header limits, shutdown, CORS preflight, /health, the
+ * API key, the route and method, an announced Content-Length -- is decided
+ * in the first call for the request, before any byte of the body is read;
+ * only an authorized request to a route that takes a body gets it buffered,
+ * within the body limit and the read deadline; then the body is checked
+ * (UTF-8, JSON depth and value count) before cJSON parses it.
+ *
+ * Connection limits (total, per client address) and the idle timeout are
+ * libmicrohttpd's own (MHD_OPTION_CONNECTION_LIMIT, _PER_IP_CONNECTION_LIMIT,
+ * _CONNECTION_TIMEOUT): a connection over a limit is closed at accept.
+ *
+ * Stopping (SIGTERM, SIGINT): the listening socket closes at once (new
+ * connections are refused), requests on open connections get 503, in-flight
+ * requests finish within --shutdown-timeout; then what still runs is
+ * cancelled, and the daemon, the engine and the model are freed only once no
+ * request refers to them.
  */
 #include "server/server.h"
 
-#include <arpa/inet.h>
+#include "base/base.h"
+
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -26,412 +38,264 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BODY_LIMIT (8u << 20)
+#define BODY_LIMIT ((size_t)8 << 20)    /* request body bytes */
+#define HEADER_BYTES_LIMIT (32u << 10)  /* all request header names + values */
+#define HEADER_COUNT_LIMIT 100u
+#define URL_LIMIT 8192u
 
 static struct srv g_srv;
+static int g_read_timeout = 60; /* seconds a request's body may take to arrive (--read-timeout) */
+static int g_idle_timeout = 30; /* seconds a silent connection stays open (--idle-timeout) */
 
-/* ---- per-connection request state ----------------------------------------- */
+/* ---- answers ----------------------------------------------------------------- */
 
-struct conn {
-    char *body;
-    size_t len, cap;
-    bool too_large;
-};
-
-static void add_common_headers(struct MHD_Response *r, const char *ctype) {
-    MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+/* Whether `origin` is one of the --cors origins (comma-separated, exact). */
+static bool cors_allows(const char *list, const char *origin) {
+    if (!list || !origin || !*origin) return false;
+    const size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == n && !strncmp(p, origin, n)) return true;
+        p += k + (e != NULL);
+    }
+    return false;
 }
 
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype, char *text) {
-    atomic_fetch_add(&g_srv.http_requests, 1);
-    if (status >= 400) atomic_fetch_add(&g_srv.http_errors, 1);
+void srv_add_headers(struct srv *s, struct MHD_Connection *c, struct MHD_Response *r, const char *ctype) {
+    MHD_add_response_header(r, "Content-Type", ctype);
+    if (!s->cors) return; /* CORS is off: a browser page of another origin gets nothing */
+    if (!strcmp(s->cors, "*")) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        return;
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (cors_allows(s->cors, origin)) MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+    MHD_add_response_header(r, "Vary", "Origin");
+}
+
+enum MHD_Result srv_send_text(struct srv *s, struct MHD_Connection *c, unsigned status, const char *ctype, char *text) {
+    atomic_fetch_add(&s->http_requests, 1);
     if (!text) {
         status = 500;
+        ctype = "application/json";
         text = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+        if (!text) return MHD_NO;
     }
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(text ? strlen(text) : 0, text, MHD_RESPMEM_MUST_FREE);
+    if (status >= 400) atomic_fetch_add(&s->http_errors, 1);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text);
         return MHD_NO;
     }
-    add_common_headers(r, ctype);
+    srv_add_headers(s, c, r, ctype);
+    if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-static enum MHD_Result send_err(struct MHD_Connection *c, const struct srv_err *e) {
-    return send_text(c, (unsigned)e->status, "application/json", srv_err_json(e));
+enum MHD_Result srv_send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e) {
+    return srv_send_text(s, c, (unsigned)e->status, "application/json", srv_err_json(e));
 }
 
 static enum MHD_Result send_errf(struct MHD_Connection *c, int status, const char *type, const char *param,
-                                 const char *code, const char *msg) {
+                                 const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static enum MHD_Result send_errf(struct MHD_Connection *c, int status, const char *type, const char *param,
+                                 const char *code, const char *fmt, ...) {
     struct srv_err e;
+    char msg[sizeof(e.message)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
     srv_err_set(&e, status, type, param, code, "%s", msg);
-    return send_err(c, &e);
+    return srv_send_err(&g_srv, c, &e);
 }
 
-/* ---- streaming ------------------------------------------------------------ */
+int srv_client_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
 
-struct stream {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    char *buf;
-    size_t len, cap, off;
-    bool done, gone;
-    int refs; /* the response and the waiter thread */
-    struct wgllm_request *req;
-    struct srv_gen gen;
-    const char *upstream; /* forwarded through the client instead of the engine */
-    char id[48];
+bool srv_client_gone(int fd) {
+    if (fd < 0) return false;
+    char b;
+    const ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* ---- per-request state ---------------------------------------------------------- */
+
+enum route { ROUTE_CHAT = 1, ROUTE_COMPLETIONS, ROUTE_EMBEDDINGS };
+
+struct conn {
+    enum route route; /* a route that takes a body; 0 = answered before the body */
+    char *body;
+    size_t len, cap;
+    int64_t t0;       /* when the request's headers were complete */
+    bool refused;     /* the body broke a limit: whatever else arrives is dropped */
 };
-
-static void stream_unref_locked(struct stream *st) {
-    if (--st->refs > 0) {
-        pthread_mutex_unlock(&st->mu);
-        return;
-    }
-    pthread_mutex_unlock(&st->mu);
-    pthread_mutex_destroy(&st->mu);
-    pthread_cond_destroy(&st->cv);
-    srv_gen_free(&st->gen);
-    free(st->buf);
-    free(st);
-}
-
-/* Appends (and frees) a chunk; caller holds mu. */
-static void stream_push_locked(struct stream *st, char *chunk) {
-    if (!chunk) return;
-    size_t n = strlen(chunk);
-    if (st->len + n > st->cap) {
-        size_t cap = (st->cap ? st->cap * 2 : 4096) + n;
-        char *p = realloc(st->buf, cap);
-        if (!p) {
-            free(chunk);
-            return;
-        }
-        st->buf = p;
-        st->cap = cap;
-    }
-    memcpy(st->buf + st->len, chunk, n);
-    st->len += n;
-    free(chunk);
-    pthread_cond_broadcast(&st->cv);
-}
-
-static bool stream_on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
-    struct stream *st = ud;
-    char *chunk = NULL;
-    if (len > 0 || (st->gen.logprobs && st->gen.top_logprobs == 0 && token >= 0))
-        chunk = srv_gen_chunk(&g_srv, &st->gen, st->id, text, len, token, logprob, false, NULL);
-    pthread_mutex_lock(&st->mu);
-    const bool keep = !st->gone && !atomic_load(&g_srv.stopping);
-    if (keep) stream_push_locked(st, chunk);
-    else free(chunk);
-    pthread_mutex_unlock(&st->mu);
-    return keep;
-}
-
-/* A client (upstream) failure as an HTTP error: the upstream's own status when
- * it answered one, 502 when it could not be reached. */
-static void upstream_err(struct srv_err *e, enum wgllm_status st, const char *msg) {
-    srv_err_from_engine(e, st, msg);
-    const char *h = strstr(msg, "answered HTTP ");
-    long code = h ? strtol(h + 14, NULL, 10) : 0;
-    if (code >= 400 && code < 600) e->status = (int)code;
-    else if (st == WGLLM_STATUS_IO || st == WGLLM_STATUS_BAD_FORMAT) e->status = 502;
-    if (e->status == 404) e->code = "model_not_found";
-    /* "client: 'top_k' is local-only ...": the request field to blame */
-    const char *q = strncmp(msg, "client: '", 9) ? NULL : msg + 9, *qe = q ? strchr(q, '\'') : NULL;
-    if (qe && strstr(qe, "is local-only") == qe + 2) snprintf(e->param, sizeof(e->param), "%.*s", (int)(qe - q), q);
-}
-
-static enum wgllm_status upstream_call(struct srv_gen *g, const char *upstream, struct wgllm_result *res,
-                                       struct wgllm_error *werr) {
-    if (g->chat) return wgllm_client_chat(g_srv.client, upstream, g->msgs, g->n_msgs, &g->rp, res, werr);
-    return wgllm_client_query(g_srv.client, upstream, g->prompt, &g->rp, res, werr);
-}
-
-static void *stream_waiter(void *arg) {
-    struct stream *st = arg;
-    struct wgllm_result res;
-    if (st->upstream) {
-        struct wgllm_error werr = {0};
-        upstream_call(&st->gen, st->upstream, &res, &werr);
-        if (res.finish == WGLLM_FINISH_ERROR) snprintf(res.message, sizeof(res.message), "%.255s", werr.message);
-    } else {
-        wgllm_request_wait(st->req, &res);
-    }
-    char *tail = NULL, *usage = NULL;
-    if (res.finish == WGLLM_FINISH_ERROR) {
-        struct srv_err e;
-        if (st->upstream) upstream_err(&e, res.status, res.message);
-        else srv_err_from_engine(&e, res.status, res.message);
-        char *j = srv_err_json(&e);
-        if (j) {
-            size_t n = strlen(j) + 9;
-            tail = malloc(n);
-            if (tail) snprintf(tail, n, "data: %s\n\n", j);
-            free(j);
-        }
-    } else {
-        if (st->gen.logprobs && st->gen.top_logprobs > 0) {
-            char *lp = srv_gen_logprobs_chunk(&g_srv, &st->gen, st->id, &res);
-            pthread_mutex_lock(&st->mu);
-            stream_push_locked(st, lp);
-            pthread_mutex_unlock(&st->mu);
-        }
-        tail = srv_gen_chunk(&g_srv, &st->gen, st->id, NULL, 0, -1, 0, false, srv_finish_name(res.finish));
-        if (st->gen.include_usage) usage = srv_gen_usage_chunk(&g_srv, &st->gen, st->id, &res.usage);
-    }
-    wgllm_result_free(&res);
-    pthread_mutex_lock(&st->mu);
-    stream_push_locked(st, tail);
-    stream_push_locked(st, usage);
-    stream_push_locked(st, strdup("data: [DONE]\n\n"));
-    st->done = true;
-    st->req = NULL;
-    pthread_cond_broadcast(&st->cv);
-    stream_unref_locked(st);
-    return NULL;
-}
-
-static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
-    struct stream *st = cls;
-    (void)pos;
-    pthread_mutex_lock(&st->mu);
-    while (st->off == st->len && !st->done) {
-        if (atomic_load(&g_srv.stopping)) {
-            pthread_mutex_unlock(&st->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 5;
-        if (pthread_cond_timedwait(&st->cv, &st->mu, &ts) == ETIMEDOUT && st->off == st->len && !st->done) {
-            /* an SSE comment: keeps proxies open and finds a vanished client during a long prefill */
-            static const char ping[] = ": keep-alive\n\n";
-            pthread_mutex_unlock(&st->mu);
-            if (max < sizeof(ping) - 1) return 0;
-            memcpy(out, ping, sizeof(ping) - 1);
-            return (ssize_t)(sizeof(ping) - 1);
-        }
-    }
-    if (st->off == st->len) { /* done and drained */
-        pthread_mutex_unlock(&st->mu);
-        return MHD_CONTENT_READER_END_OF_STREAM;
-    }
-    size_t n = st->len - st->off < max ? st->len - st->off : max;
-    memcpy(out, st->buf + st->off, n);
-    st->off += n;
-    if (st->off == st->len) st->off = st->len = 0;
-    pthread_mutex_unlock(&st->mu);
-    return (ssize_t)n;
-}
-
-static void stream_response_freed(void *cls) {
-    struct stream *st = cls;
-    pthread_mutex_lock(&st->mu);
-    if (!st->done) st->gone = true; /* the next token cancels the request */
-    stream_unref_locked(st);
-}
-
-/* ---- generation ----------------------------------------------------------- */
-
-static void make_id(char *id, size_t n, const char *prefix) {
-    static atomic_ullong counter;
-    unsigned long long k = atomic_fetch_add(&counter, 1);
-    snprintf(id, n, "%s-%lx%llx", prefix, (unsigned long)time(NULL), k);
-}
-
-static enum wgllm_status submit(struct srv_gen *g, struct wgllm_request **req, struct wgllm_error *werr) {
-    if (g->chat) return wgllm_engine_submit_chat(g_srv.engine, g->msgs, g->n_msgs, &g->rp, req, werr);
-    return wgllm_engine_submit_query(g_srv.engine, g->prompt, strlen(g->prompt), &g->rp, req, werr);
-}
-
-static enum MHD_Result handle_generate(struct MHD_Connection *c, const cJSON *body, bool chat,
-                                       const char *upstream) {
-    struct srv_err e;
-    struct stream *st = calloc(1, sizeof(*st));
-    if (!st) return send_errf(c, 500, "server_error", NULL, NULL, "out of memory");
-    st->upstream = upstream;
-    if (upstream ? !srv_gen_parse_upstream(&g_srv, body, chat, upstream, &st->gen, &e)
-                 : !srv_gen_parse(&g_srv, body, chat, &st->gen, &e)) {
-        srv_gen_free(&st->gen);
-        free(st);
-        return send_err(c, &e);
-    }
-    struct srv_gen *g = &st->gen;
-    make_id(st->id, sizeof(st->id), chat ? "chatcmpl" : "cmpl");
-    struct wgllm_error werr = {0};
-    struct wgllm_request *req = NULL;
-    if (upstream && !g->stream) {
-        struct wgllm_result res;
-        enum wgllm_status rc = upstream_call(g, upstream, &res, &werr);
-        enum MHD_Result ret;
-        if (rc != WGLLM_STATUS_OK || res.finish == WGLLM_FINISH_ERROR) {
-            upstream_err(&e, rc != WGLLM_STATUS_OK ? rc : res.status, werr.message);
-            ret = send_err(c, &e);
-        } else {
-            ret = send_text(c, 200, "application/json", srv_gen_response(&g_srv, g, st->id, &res));
-        }
-        wgllm_result_free(&res);
-        srv_gen_free(g);
-        free(st);
-        return ret;
-    }
-    if (!g->stream) {
-        enum wgllm_status rc = submit(g, &req, &werr);
-        if (rc != WGLLM_STATUS_OK) {
-            srv_err_from_engine(&e, rc, werr.message);
-            if (e.code && !strcmp(e.code, "context_length_exceeded"))
-                snprintf(e.param, sizeof(e.param), "%s", chat ? "messages" : "prompt");
-            srv_gen_free(g);
-            free(st);
-            return send_err(c, &e);
-        }
-        struct wgllm_result res;
-        wgllm_request_wait(req, &res);
-        enum MHD_Result ret;
-        if (res.finish == WGLLM_FINISH_ERROR) {
-            srv_err_from_engine(&e, res.status, res.message);
-            ret = send_err(c, &e);
-        } else {
-            ret = send_text(c, 200, "application/json", srv_gen_response(&g_srv, g, st->id, &res));
-        }
-        wgllm_result_free(&res);
-        srv_gen_free(g);
-        free(st);
-        return ret;
-    }
-    pthread_mutex_init(&st->mu, NULL);
-    pthread_cond_init(&st->cv, NULL);
-    g->rp.on_token = stream_on_token;
-    g->rp.user_data = st;
-    if (chat) stream_push_locked(st, srv_gen_chunk(&g_srv, g, st->id, NULL, 0, -1, 0, true, NULL));
-    /* an upstream starts in the waiter thread; its failures arrive as an error event */
-    enum wgllm_status rc = upstream ? WGLLM_STATUS_OK : submit(g, &req, &werr);
-    if (rc != WGLLM_STATUS_OK) {
-        srv_err_from_engine(&e, rc, werr.message);
-        if (e.code && !strcmp(e.code, "context_length_exceeded"))
-            snprintf(e.param, sizeof(e.param), "%s", chat ? "messages" : "prompt");
-        pthread_mutex_lock(&st->mu);
-        st->refs = 1;
-        stream_unref_locked(st);
-        return send_err(c, &e);
-    }
-    st->req = req;
-    st->refs = 2;
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, st, stream_response_freed);
-    pthread_t th;
-    if (pthread_create(&th, NULL, stream_waiter, st) != 0) {
-        /* cannot happen often; cancel and collect synchronously */
-        wgllm_request_cancel(req);
-        stream_waiter(st);
-    } else {
-        pthread_detach(th);
-    }
-    if (!r) {
-        stream_response_freed(st);
-        return MHD_NO;
-    }
-    add_common_headers(r, "text/event-stream");
-    MHD_add_response_header(r, "Cache-Control", "no-cache");
-    atomic_fetch_add(&g_srv.http_requests, 1);
-    enum MHD_Result ret = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
-/* ---- routing -------------------------------------------------------------- */
-
-static bool utf8_valid(const unsigned char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!k || i + k > n) return false;
-        uint32_t cp = k == 1 ? c : c & (0x7Fu >> k);
-        for (size_t j = 1; j < k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return false;
-            cp = cp << 6 | (s[i + j] & 0x3F);
-        }
-        if ((k == 2 && cp < 0x80) || (k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += k;
-    }
-    return true;
-}
 
 static bool authorized(struct MHD_Connection *c) {
     if (!g_srv.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (!h || strncmp(h, "Bearer ", 7)) return false;
     h += 7;
+    /* compared in time independent of where the first difference is */
     size_t a = strlen(h), b = strlen(g_srv.api_key);
     unsigned diff = a != b;
-    for (size_t i = 0; i < a; i++) diff |= (unsigned char)h[i] ^ (unsigned char)g_srv.api_key[i % (b ? b : 1)];
+    for (size_t i = 0; i < a; i++) diff |= (unsigned char)h[i] ^ (unsigned char)g_srv.api_key[i % b];
     return diff == 0;
 }
 
-static enum MHD_Result route(struct MHD_Connection *c, const char *url, const char *method, struct conn *cn) {
+struct header_tally {
+    size_t bytes;
+    unsigned n;
+};
+
+static enum MHD_Result tally_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    struct header_tally *t = cls;
+    (void)kind;
+    t->bytes += (key ? strlen(key) : 0) + (value ? strlen(value) : 0) + 4;
+    t->n++;
+    return MHD_YES;
+}
+
+/* A CORS preflight: answered only for an allowed origin, with the methods and
+ * the headers a browser client with a key sends. Without --cors, OPTIONS just
+ * lists the methods (no CORS headers: the browser then refuses the call). */
+static enum MHD_Result preflight(struct MHD_Connection *c) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const bool any = g_srv.cors && !strcmp(g_srv.cors, "*");
+    if (g_srv.cors && origin && !any && !cors_allows(g_srv.cors, origin))
+        return send_errf(c, 403, "invalid_request_error", NULL, "cors_origin_not_allowed",
+                         "the origin '%.200s' is not allowed (--cors)", origin);
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
+    if (g_srv.cors && origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", any ? "*" : origin);
+        if (!any) MHD_add_response_header(r, "Vary", "Origin");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    atomic_fetch_add(&g_srv.http_requests, 1);
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* The first call for a request: everything the headers decide. Returns after
+ * queueing an answer (MHD then discards any upload and closes), or with
+ * cn->route set, to have the body read. */
+static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const char *method, struct conn *cn) {
+    struct header_tally t = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, tally_header, &t);
+    if (t.bytes > HEADER_BYTES_LIMIT || t.n > HEADER_COUNT_LIMIT)
+        return send_errf(c, 431, "invalid_request_error", NULL, "headers_too_large",
+                         "the request has %u headers of %zu bytes; at most %u headers of %u bytes are read", t.n,
+                         t.bytes, HEADER_COUNT_LIMIT, HEADER_BYTES_LIMIT);
+    if (strlen(url) > URL_LIMIT)
+        return send_errf(c, 414, "invalid_request_error", NULL, "url_too_long", "the URL is longer than %u bytes",
+                         URL_LIMIT);
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-    if (!strcmp(method, "OPTIONS")) return send_text(c, 204, "text/plain", strdup(""));
-    if (!strcmp(url, "/health") && get) return send_text(c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+    if (atomic_load(&g_srv.draining))
+        return send_errf(c, 503, "server_error", NULL, "shutting_down",
+                         "the server is shutting down; send the request to another server");
+    if (!strcmp(method, "OPTIONS")) return preflight(c);
+    if (!strcmp(url, "/health") && get) return srv_send_text(&g_srv, c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
     if (!authorized(c))
         return send_errf(c, 401, "invalid_request_error", NULL, "invalid_api_key",
                          "missing or wrong API key: send 'Authorization: Bearer <key>'");
-    if (!strcmp(url, "/metrics") && get) return send_text(c, 200, "text/plain; version=0.0.4", srv_metrics(&g_srv));
+    if (!strcmp(url, "/metrics") && get)
+        return srv_send_text(&g_srv, c, 200, "text/plain; version=0.0.4", srv_metrics(&g_srv));
     if ((!strcmp(url, "/v1/models") || !strcmp(url, "/models")) && get)
-        return send_text(c, 200, "application/json", srv_models(&g_srv));
-    const bool is_chat = !strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions");
-    const bool is_cmpl = !strcmp(url, "/v1/completions") || !strcmp(url, "/completions");
-    const bool is_embd = !strcmp(url, "/v1/embeddings") || !strcmp(url, "/embeddings");
-    if (!is_chat && !is_cmpl && !is_embd) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "unknown route %s %.200s", method, url);
-        return send_errf(c, 404, "invalid_request_error", NULL, "not_found", msg);
-    }
+        return srv_send_text(&g_srv, c, 200, "application/json", srv_models(&g_srv));
+    enum route r = !strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions") ? ROUTE_CHAT
+                   : !strcmp(url, "/v1/completions") || !strcmp(url, "/completions")       ? ROUTE_COMPLETIONS
+                   : !strcmp(url, "/v1/embeddings") || !strcmp(url, "/embeddings")         ? ROUTE_EMBEDDINGS
+                                                                                           : 0;
+    if (!r) return send_errf(c, 404, "invalid_request_error", NULL, "not_found", "unknown route %s %.200s", method, url);
     if (!post) return send_errf(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST on this route");
-    if (cn->too_large)
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > BODY_LIMIT)
         return send_errf(c, 413, "invalid_request_error", NULL, "request_too_large",
-                         "the request body is larger than 8 MiB");
-    if (!utf8_valid((const unsigned char *)cn->body, cn->len))
-        return send_errf(c, 400, "invalid_request_error", NULL, "invalid_utf8", "the request body is not valid UTF-8");
+                         "the request body is larger than %zu MiB", BODY_LIMIT >> 20);
+    cn->route = r;
+    cn->t0 = wgllm_time_us();
+    return MHD_YES;
+}
+
+/* A piece of the body: buffered within the limits. A body that outgrows the
+ * limit or the read deadline (a chunked upload that never ends, a trickle)
+ * closes the connection: libmicrohttpd 0.9 cannot queue an answer while an
+ * upload is in progress, and reading on to answer would be what the limit
+ * is there to prevent. (An announced Content-Length over the limit gets its
+ * JSON 413 before the upload, in begin.) */
+static enum MHD_Result upload(struct MHD_Connection *c, struct conn *cn, const char *data, size_t n) {
+    (void)c;
+    if (cn->refused) return MHD_NO;
+    if (cn->len + n > BODY_LIMIT || wgllm_time_us() - cn->t0 > (int64_t)g_read_timeout * 1000000) {
+        cn->refused = true;
+        atomic_fetch_add(&g_srv.http_errors, 1);
+        return MHD_NO;
+    }
+    if (cn->len + n + 1 > cn->cap) {
+        size_t cap = cn->cap ? cn->cap * 2 : 16384;
+        while (cap < cn->len + n + 1) cap *= 2;
+        char *p = realloc(cn->body, cap);
+        if (!p) return MHD_NO;
+        cn->body = p;
+        cn->cap = cap;
+    }
+    memcpy(cn->body + cn->len, data, n);
+    cn->len += n;
+    cn->body[cn->len] = 0;
+    return MHD_YES;
+}
+
+static enum MHD_Result embeddings(struct MHD_Connection *c, const cJSON *body) {
+    struct srv_err e;
+    const cJSON *m = cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
+    if (cJSON_IsString(m) && !srv_model_matches(&g_srv, m->valuestring) && wgllm_client_find(g_srv.client, m->valuestring))
+        return send_errf(c, 400, "invalid_request_error", "model", NULL,
+                         "embeddings are not forwarded to upstreams; ask the upstream directly");
+    atomic_fetch_add(&g_srv.inflight, 1);
+    char *out = srv_embeddings(&g_srv, body, &e);
+    enum MHD_Result ret = out ? srv_send_text(&g_srv, c, 200, "application/json", out) : srv_send_err(&g_srv, c, &e);
+    atomic_fetch_sub(&g_srv.inflight, 1);
+    return ret;
+}
+
+/* The whole body is in: check it, parse it, answer. */
+static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
+    struct srv_err e;
+    if (!srv_body_check(cn->body ? cn->body : "", cn->len, &e)) return srv_send_err(&g_srv, c, &e);
     const char *end = NULL;
     cJSON *body = cJSON_ParseWithLengthOpts(cn->body ? cn->body : "", cn->len, &end, false);
-    if (!body) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "the request body is not valid JSON (near byte %ld)",
-                 end && cn->body ? (long)(end - cn->body) : 0L);
-        return send_errf(c, 400, "invalid_request_error", NULL, "invalid_json", msg);
-    }
+    if (!body)
+        return send_errf(c, 400, "invalid_request_error", NULL, "invalid_json",
+                         "the request body is not valid JSON (near byte %ld)",
+                         end && cn->body ? (long)(end - cn->body) : 0L);
     enum MHD_Result ret;
-    const cJSON *em = is_embd && cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
-    if (cJSON_IsString(em) && !srv_model_matches(&g_srv, em->valuestring) && wgllm_client_find(g_srv.client, em->valuestring)) {
-        ret = send_errf(c, 400, "invalid_request_error", "model", NULL,
-                        "embeddings are not forwarded to upstreams; ask the upstream directly");
-    } else if (is_embd) {
-        struct srv_err e;
-        char *out = srv_embeddings(&g_srv, body, &e);
-        ret = out ? send_text(c, 200, "application/json", out) : send_err(c, &e);
+    if (cn->route == ROUTE_EMBEDDINGS) {
+        ret = embeddings(c, body);
     } else {
         /* a `model` naming an upstream goes there, through the client */
         const cJSON *m = cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
         const struct wgllm_endpoint_desc *up =
             cJSON_IsString(m) && !srv_model_matches(&g_srv, m->valuestring) ? wgllm_client_find(g_srv.client, m->valuestring)
                                                                              : NULL;
-        ret = handle_generate(c, body, is_chat, up ? up->name : NULL);
+        ret = srv_generate(&g_srv, c, body, cn->route == ROUTE_CHAT, up ? up->name : NULL);
     }
     cJSON_Delete(body);
     return ret;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+                                  const char *version, const char *data, size_t *data_size, void **con_cls) {
     (void)cls;
     (void)version;
     struct conn *cn = *con_cls;
@@ -439,41 +303,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cn = calloc(1, sizeof(*cn));
         if (!cn) return MHD_NO;
         *con_cls = cn;
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > BODY_LIMIT) {
-            cn->too_large = true;
-            /* answer before the upload: MHD then discards it and closes */
-            return send_errf(c, 413, "invalid_request_error", NULL, "request_too_large",
-                             "the request body is larger than 8 MiB");
-        }
-        return MHD_YES;
+        return begin(c, url, method, cn);
     }
-    if (*upload_size) {
-        if (!cn->too_large && cn->len + *upload_size <= BODY_LIMIT) {
-            if (cn->len + *upload_size + 1 > cn->cap) {
-                size_t cap = (cn->cap ? cn->cap * 2 : 16384);
-                while (cap < cn->len + *upload_size + 1) cap *= 2;
-                char *p = realloc(cn->body, cap);
-                if (!p) return MHD_NO;
-                cn->body = p;
-                cn->cap = cap;
-            }
-            memcpy(cn->body + cn->len, upload, *upload_size);
-            cn->len += *upload_size;
-            cn->body[cn->len] = 0;
-        } else {
-            cn->too_large = true;
-        }
-        *upload_size = 0;
-        return MHD_YES;
+    if (*data_size) {
+        /* a body after an early answer is dropped, never buffered */
+        enum MHD_Result ret = cn->route ? upload(c, cn, data, *data_size) : MHD_YES;
+        *data_size = 0;
+        return ret;
     }
-    return route(c, url, method, cn);
+    if (cn->refused || !cn->route) return MHD_YES; /* answered already */
+    return respond(c, cn);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls;
-    (void)c;
     (void)toe;
+    /* a stream switched the idle timeout off for its connection (stream.c): a kept-alive connection gets it back */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)g_idle_timeout);
     struct conn *cn = *con_cls;
     if (cn) {
         free(cn->body);
@@ -491,15 +337,27 @@ static const char *serve_usage =
     "usage: wgllm serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size N]\n"
     "                   [--threads N] [--backend cpu|webgpu|auto] [--api-key KEY] [--chat-template FILE]\n"
     "                   [--alias NAME] [--max-queue N] [--timeout SECONDS] [--upstream NAME=URL[#MODEL]]...\n"
-    "                   [--context-shift [--keep N]]\n"
+    "                   [--context-shift [--keep N]] [--max-tokens N] [--cors ORIGIN[,ORIGIN...]]\n"
+    "                   [--max-connections N] [--max-connections-per-ip N] [--idle-timeout SECONDS]\n"
+    "                   [--read-timeout SECONDS] [--shutdown-timeout SECONDS]\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
     "  /v1/models, /health, /metrics. --port 0 picks a free port (printed on stderr).\n"
     "  --upstream (repeatable): requests whose `model` is NAME are forwarded to the\n"
     "  OpenAI-compatible base URL (e.g. http://host:8080/v1), as MODEL when given\n"
-    "  (else without a `model` field); chat and completions, streaming included.\n"
+    "  (else without a `model` field); chat and completions, streaming included;\n"
+    "  --timeout bounds each forwarded request (default 600).\n"
     "  A generation that fills its slot's context (--ctx-size) fails with context_length_exceeded,\n"
     "  or with --context-shift drops the oldest half of the tokens after the first N (--keep;\n"
-    "  default -1: the whole prompt) and goes on, as llama.cpp's context shift.\n";
+    "  default -1: the whole prompt) and goes on, as llama.cpp's context shift; without\n"
+    "  max_tokens it then ends after one context of tokens. --max-tokens: the largest\n"
+    "  max_tokens a request may ask (default: 65536 or the context, if larger).\n"
+    "  Abuse limits: bodies of 8 MiB, headers of 32 KiB, JSON 32 deep with 65536 values;\n"
+    "  --max-connections (default 1024) and --max-connections-per-ip (default 64) close\n"
+    "  connections over them at accept; --idle-timeout (default 30) closes a silent\n"
+    "  connection (never one whose stream is running); --read-timeout (default 60) bounds\n"
+    "  how long a request's body may take. --cors: answer browser pages of these origins (\"*\" = any;\n"
+    "  default: no CORS headers). SIGTERM/SIGINT: new connections are refused, in-flight\n"
+    "  requests get --shutdown-timeout seconds (default 10) to finish, then are cancelled.\n";
 
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -536,6 +394,8 @@ int wgllm_serve_main(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *tmpl_path = NULL, *alias = NULL;
     const char *backend = "cpu";
     int port = 8080, parallel = 4, ctx = 0, threads = 0, max_queue = 256, timeout = 600, keep = -1;
+    int max_tokens = 0, max_conns = 1024, max_conns_ip = 64, idle_timeout = 30, read_timeout = 60, stop_timeout = 10;
+    const char *cors = NULL;
     bool context_shift = false;
     enum { MAX_UPSTREAMS = 16 };
     const char *upstreams[MAX_UPSTREAMS];
@@ -564,7 +424,14 @@ int wgllm_serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--max-queue")) ok = parse_num(v, 0, 1 << 20, &max_queue);
         else if (!strcmp(a, "--timeout")) ok = parse_num(v, 1, 1 << 20, &timeout);
         else if (!strcmp(a, "--keep")) ok = parse_num(v, -1, 1 << 24, &keep);
-        else if (!strcmp(a, "--api-key")) api_key = v;
+        else if (!strcmp(a, "--max-tokens")) ok = parse_num(v, 1, 1 << 30, &max_tokens);
+        else if (!strcmp(a, "--max-connections")) ok = parse_num(v, 1, 1 << 16, &max_conns);
+        else if (!strcmp(a, "--max-connections-per-ip")) ok = parse_num(v, 0, 1 << 16, &max_conns_ip);
+        else if (!strcmp(a, "--idle-timeout")) ok = parse_num(v, 1, 1 << 20, &idle_timeout);
+        else if (!strcmp(a, "--read-timeout")) ok = parse_num(v, 1, 1 << 20, &read_timeout);
+        else if (!strcmp(a, "--shutdown-timeout")) ok = parse_num(v, 0, 1 << 20, &stop_timeout);
+        else if (!strcmp(a, "--cors")) ok = *(cors = v) != 0;
+        else if (!strcmp(a, "--api-key")) ok = *(api_key = v) != 0; /* an empty key would open the server */
         else if (!strcmp(a, "--chat-template")) tmpl_path = v;
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--backend") || !strcmp(a, "-b")) backend = v;
@@ -574,6 +441,11 @@ int wgllm_serve_main(int argc, char **argv) {
         }
         else {
             fprintf(stderr, "wgllm serve: unknown option '%s'\n%s", a, serve_usage);
+            return 2;
+        }
+        if (!ok && !strcmp(a, "--api-key")) {
+            fprintf(stderr, "wgllm serve: bad value '' for --api-key: an empty key would leave the server open "
+                            "(leave the option out for that)\n");
             return 2;
         }
         if (!ok) {
@@ -592,7 +464,6 @@ int wgllm_serve_main(int argc, char **argv) {
         fprintf(stderr, "wgllm serve: unknown backend '%s' (use cpu, webgpu or auto)\n", backend);
         return 2;
     }
-    if (api_key && !*api_key) api_key = NULL;
     char *tmpl = NULL;
     if (tmpl_path && !(tmpl = read_file(tmpl_path))) {
         fprintf(stderr, "wgllm serve: cannot read chat template '%s': %s\n", tmpl_path, strerror(errno));
@@ -657,6 +528,12 @@ int wgllm_serve_main(int argc, char **argv) {
     g_srv.api_key = api_key;
     g_srv.created = (long)time(NULL);
     g_srv.client = client;
+    g_srv.n_ctx = wgllm_engine_n_ctx(eng);
+    g_srv.n_vocab = wgllm_model_n_vocab(model);
+    g_srv.max_tokens = max_tokens ? max_tokens : WGLLM_MAX(65536, g_srv.n_ctx);
+    g_srv.cors = cors;
+    g_read_timeout = read_timeout;
+    g_idle_timeout = idle_timeout;
 
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -674,13 +551,15 @@ int wgllm_serve_main(int argc, char **argv) {
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    /* ITC: MHD_quiesce_daemon, to stop accepting while in-flight requests finish */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)timeout,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-        MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)max_conns_ip,
+        /* the request line and headers must fit (with room for the read buffer) */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) {
         fprintf(stderr, "wgllm serve: cannot listen on %s:%d: %s\n", host, port, strerror(errno));
@@ -700,9 +579,34 @@ int wgllm_serve_main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     while (!g_signal) pause();
-    fprintf(stderr, "wgllm serve: stopping (signal %d)\n", (int)g_signal);
+    const int sig = (int)g_signal;
+    g_signal = 0;
+    /* 1. refuse: the listening socket closes, open connections get 503 */
+    atomic_store(&g_srv.draining, true);
+    const MHD_socket lfd = MHD_quiesce_daemon(d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    fprintf(stderr, "wgllm serve: stopping (signal %d): %d requests in flight get %d s to finish\n", sig,
+            atomic_load(&g_srv.inflight), stop_timeout);
+    fflush(stderr);
+    /* 2. finish: in-flight requests run on until the deadline (a second signal cuts it short) */
+    const int64_t deadline = wgllm_time_us() + (int64_t)stop_timeout * 1000000;
+    while (atomic_load(&g_srv.inflight) > 0 && !g_signal && wgllm_time_us() < deadline) usleep(20 * 1000);
+    /* 3. cancel what still runs; each request's owner sees `stopping` within a wait slice */
+    const int left = atomic_load(&g_srv.inflight);
+    if (left > 0) fprintf(stderr, "wgllm serve: cancelling %d requests\n", left);
     atomic_store(&g_srv.stopping, true);
+    const int64_t grace = wgllm_time_us() + 10 * 1000000;
+    while (atomic_load(&g_srv.inflight) > 0 && wgllm_time_us() < grace) usleep(20 * 1000);
     MHD_stop_daemon(d);
+    if (atomic_load(&g_srv.inflight) > 0) {
+        /* a request still refers to the engine (an upstream that does not answer): freeing it would be a
+         * use after free, so the process ends without the cleanup */
+        fprintf(stderr, "wgllm serve: %d requests did not end; exiting without freeing the engine\n",
+                atomic_load(&g_srv.inflight));
+        fflush(stderr);
+        _exit(1);
+    }
+    fprintf(stderr, "wgllm serve: stopped\n");
     wgllm_engine_free(eng);
     wgllm_model_free(model);
     wgllm_client_free(client);

@@ -13,6 +13,7 @@
 #include "client/client.h"
 
 #include <cjson/cJSON.h>
+#include <microhttpd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -26,7 +27,13 @@ struct srv {
     const char *model_path; /* -m as given, also accepted as a name */
     const char *api_key;    /* NULL = open */
     long created;
-    atomic_bool stopping;
+    /* bounds for request fields: what the engine's slots and the vocabulary can use */
+    int n_ctx, n_vocab;
+    int max_tokens;         /* the largest max_tokens a request may ask (--max-tokens) */
+    const char *cors;       /* --cors: "*" or comma-separated origins; NULL = no CORS headers */
+    atomic_bool draining;   /* SIGTERM: in-flight requests finish, new ones are refused */
+    atomic_bool stopping;   /* past the shutdown deadline: what still runs is cancelled */
+    atomic_int inflight;    /* generation and embedding requests being answered */
     atomic_ullong http_requests, http_errors;
     struct wgllm_client *client; /* --upstream endpoints (gateways), NULL = none */
 };
@@ -58,6 +65,13 @@ struct srv_gen {
     char *context_key;
     const char *model_name; /* the `model` responses show; NULL = the served model's id */
 };
+
+/* Limits on what a request body may be before it is parsed: valid UTF-8, JSON
+ * nesting at most SRV_JSON_MAX_DEPTH deep and at most SRV_JSON_MAX_VALUES
+ * values (what cJSON would allocate a node for). False with a 400 in *err. */
+#define SRV_JSON_MAX_DEPTH 32
+#define SRV_JSON_MAX_VALUES 65536
+bool srv_body_check(const char *body, size_t len, struct srv_err *err);
 
 /* Parses and validates the body; false with *err set (the status and the field). */
 bool srv_gen_parse(struct srv *s, const cJSON *body, bool chat, struct srv_gen *g, struct srv_err *err);
@@ -92,5 +106,25 @@ char *srv_models(struct srv *s);
 char *srv_metrics(struct srv *s);
 /* true when `name` names the served model (404 otherwise). */
 bool srv_model_matches(const struct srv *s, const char *name);
+
+/* ---- server.c: HTTP helpers shared with stream.c ------------------------- */
+
+/* Queues text (malloc'd, freed here; NULL = out of memory) with the common
+ * headers (CORS when configured); counts the answer in the metrics. */
+enum MHD_Result srv_send_text(struct srv *s, struct MHD_Connection *c, unsigned status, const char *ctype, char *text);
+enum MHD_Result srv_send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e);
+void srv_add_headers(struct srv *s, struct MHD_Connection *c, struct MHD_Response *r, const char *ctype);
+/* The client's socket, and whether the client behind it has gone away (closed
+ * or reset): how a request notices, while it waits, that nobody will read its answer. */
+int srv_client_fd(struct MHD_Connection *c);
+bool srv_client_gone(int fd);
+
+/* ---- stream.c: chat and completion requests --------------------------------- */
+
+/* Answers a generation request (local engine, or the upstream `upstream`),
+ * streaming or not; the request is cancelled when the client goes away or the
+ * server stops. */
+enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const cJSON *body, bool chat,
+                             const char *upstream);
 
 #endif

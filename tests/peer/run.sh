@@ -14,6 +14,10 @@ if [ ! -x build/release/wgllm ]; then
   echo "peer: building wgllm" >&2
   make -j2
 fi
+if [ ! -x build/asan/wgllm ]; then # hardening.test.mjs stops a server under ASan
+  echo "peer: building the ASan wgllm" >&2
+  make -j2 MODE=asan build/asan/wgllm
+fi
 
 mkdir -p build/models
 models=()

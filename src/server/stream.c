@@ -1,0 +1,389 @@
+/*
+ * stream.c - chat and completion requests of `wgllm serve`: submitted to the
+ * local engine or forwarded to an upstream (the client), answered whole or as
+ * server-sent events, and cancelled when nobody will read the answer.
+ *
+ * Streaming: on_token runs on the engine thread and appends SSE chunks to a
+ * per-request queue; MHD's content reader runs on the connection's thread and
+ * blocks on that queue. A small waiter thread per stream owns the engine
+ * request: it waits in slices, cancels the request when the client is gone
+ * or the server stops, collects the final result (usage, finish reason) and
+ * closes the queue. Only the owner of a request ever touches its handle, so
+ * a cancel can never race the handle's release.
+ *
+ * Noticing a client that left: the content reader looks at the socket while
+ * it waits (so a queued stream, which writes nothing, is noticed too); a
+ * non-streaming request's handler does the same between its waits. A client
+ * that shuts down its sending side after the request counts as gone (what
+ * the socket shows is the same as for one that closed).
+ */
+#include "server/server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+
+#define WAIT_SLICE_MS 100    /* how often a waiting owner looks for a reason to cancel */
+#define READER_SLICE_MS 250  /* how often an idle stream looks at its client's socket */
+#define KEEPALIVE_MS 5000    /* an SSE comment after this long without data: proxies stay open */
+
+struct stream {
+    struct srv *srv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *buf;
+    size_t len, cap, off;
+    bool done, gone;
+    int refs; /* the response and the waiter thread */
+    struct wgllm_request *req; /* owned by the waiter thread (or the handler, not streaming) */
+    struct srv_gen gen;
+    const char *upstream; /* forwarded through the client instead of the engine */
+    int fd;               /* the client's socket while the connection lives */
+    char id[48];
+};
+
+static void stream_free(struct stream *st) {
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->cv);
+    srv_gen_free(&st->gen);
+    free(st->buf);
+    atomic_fetch_sub(&st->srv->inflight, 1);
+    free(st);
+}
+
+static void stream_unref_locked(struct stream *st) {
+    const bool last = --st->refs == 0;
+    pthread_mutex_unlock(&st->mu);
+    if (last) stream_free(st);
+}
+
+/* Appends (and frees) a chunk; caller holds mu. */
+static void stream_push_locked(struct stream *st, char *chunk) {
+    if (!chunk) return;
+    size_t n = strlen(chunk);
+    if (st->len + n > st->cap) {
+        size_t cap = (st->cap ? st->cap * 2 : 4096) + n;
+        char *p = realloc(st->buf, cap);
+        if (!p) {
+            free(chunk);
+            return;
+        }
+        st->buf = p;
+        st->cap = cap;
+    }
+    memcpy(st->buf + st->len, chunk, n);
+    st->len += n;
+    free(chunk);
+    pthread_cond_broadcast(&st->cv);
+}
+
+static bool stream_on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
+    struct stream *st = ud;
+    struct srv *s = st->srv;
+    char *chunk = NULL;
+    if (len > 0 || (st->gen.logprobs && st->gen.top_logprobs == 0 && token >= 0))
+        chunk = srv_gen_chunk(s, &st->gen, st->id, text, len, token, logprob, false, NULL);
+    pthread_mutex_lock(&st->mu);
+    const bool keep = !st->gone && !atomic_load(&s->stopping);
+    if (keep) stream_push_locked(st, chunk);
+    else free(chunk);
+    pthread_mutex_unlock(&st->mu);
+    return keep;
+}
+
+/* A non-streaming upstream call is streamed from the upstream all the same,
+ * with this callback: it drops the pieces (the result collects the text) and
+ * aborts the transfer when the client left or the server stops. */
+static bool upstream_alive(const char *text, size_t len, int32_t token, float logprob, void *ud) {
+    struct stream *st = ud;
+    return !srv_client_gone(st->fd) && !atomic_load(&st->srv->stopping);
+}
+
+/* A client (upstream) failure as an HTTP error: the upstream's own status when
+ * it answered one, 502 when it could not be reached. */
+static void upstream_err(struct srv_err *e, enum wgllm_status st, const char *msg) {
+    srv_err_from_engine(e, st, msg);
+    const char *h = strstr(msg, "answered HTTP ");
+    long code = h ? strtol(h + 14, NULL, 10) : 0;
+    if (code >= 400 && code < 600) e->status = (int)code;
+    else if (st == WGLLM_STATUS_IO || st == WGLLM_STATUS_BAD_FORMAT) e->status = 502;
+    if (e->status == 404) e->code = "model_not_found";
+    /* "client: 'top_k' is local-only ...": the request field to blame */
+    const char *q = strncmp(msg, "client: '", 9) ? NULL : msg + 9, *qe = q ? strchr(q, '\'') : NULL;
+    if (qe && strstr(qe, "is local-only") == qe + 2) snprintf(e->param, sizeof(e->param), "%.*s", (int)(qe - q), q);
+}
+
+static void shutting_down(struct srv_err *e) {
+    srv_err_set(e, 503, "server_error", NULL, "shutting_down",
+                "the server is shutting down and cancelled this request; send it again to another server");
+}
+
+static enum wgllm_status upstream_call(struct stream *st, struct wgllm_result *res, struct wgllm_error *werr) {
+    struct srv_gen *g = &st->gen;
+    struct wgllm_client *cl = st->srv->client;
+    if (g->chat) return wgllm_client_chat(cl, st->upstream, g->msgs, g->n_msgs, &g->rp, res, werr);
+    return wgllm_client_query(cl, st->upstream, g->prompt, &g->rp, res, werr);
+}
+
+/* The owner's wait for a local request: in slices, cancelling it (once) when
+ * the client is gone (streams: the reader or MHD said so; otherwise the
+ * socket is looked at) or the server stops; then collects the result. */
+static void wait_local(struct stream *st, bool streaming, struct wgllm_result *res) {
+    bool cancelled = false;
+    while (!wgllm_request_wait_for(st->req, WAIT_SLICE_MS)) {
+        if (cancelled) continue;
+        bool gone;
+        if (streaming) {
+            pthread_mutex_lock(&st->mu);
+            gone = st->gone;
+            pthread_mutex_unlock(&st->mu);
+        } else {
+            gone = srv_client_gone(st->fd);
+        }
+        if (gone || atomic_load(&st->srv->stopping)) {
+            wgllm_request_cancel(st->req);
+            cancelled = true;
+        }
+    }
+    wgllm_request_wait(st->req, res);
+    st->req = NULL;
+}
+
+static char *sse_error(const struct srv_err *e) {
+    char *j = srv_err_json(e), *out = NULL;
+    if (j) {
+        size_t n = strlen(j) + 9;
+        if ((out = malloc(n))) snprintf(out, n, "data: %s\n\n", j);
+        free(j);
+    }
+    return out;
+}
+
+static void *stream_waiter(void *arg) {
+    struct stream *st = arg;
+    struct srv *s = st->srv;
+    struct wgllm_result res;
+    if (st->upstream) {
+        struct wgllm_error werr = {0};
+        upstream_call(st, &res, &werr);
+        if (res.finish == WGLLM_FINISH_ERROR) snprintf(res.message, sizeof(res.message), "%.255s", werr.message);
+    } else {
+        wait_local(st, true, &res);
+    }
+    char *tail = NULL, *usage = NULL;
+    struct srv_err e;
+    if (res.finish == WGLLM_FINISH_ERROR) {
+        if (st->upstream) upstream_err(&e, res.status, res.message);
+        else srv_err_from_engine(&e, res.status, res.message);
+        tail = sse_error(&e);
+    } else if (res.finish == WGLLM_FINISH_CANCELLED && atomic_load(&s->stopping)) {
+        shutting_down(&e);
+        tail = sse_error(&e);
+    } else {
+        if (st->gen.logprobs && st->gen.top_logprobs > 0) {
+            char *lp = srv_gen_logprobs_chunk(s, &st->gen, st->id, &res);
+            pthread_mutex_lock(&st->mu);
+            stream_push_locked(st, lp);
+            pthread_mutex_unlock(&st->mu);
+        }
+        tail = srv_gen_chunk(s, &st->gen, st->id, NULL, 0, -1, 0, false, srv_finish_name(res.finish));
+        if (st->gen.include_usage) usage = srv_gen_usage_chunk(s, &st->gen, st->id, &res.usage);
+    }
+    wgllm_result_free(&res);
+    pthread_mutex_lock(&st->mu);
+    stream_push_locked(st, tail);
+    stream_push_locked(st, usage);
+    stream_push_locked(st, strdup("data: [DONE]\n\n"));
+    st->done = true;
+    pthread_cond_broadcast(&st->cv);
+    stream_unref_locked(st);
+    return NULL;
+}
+
+static struct timespec after_ms(int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    return ts;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
+    struct stream *st = cls;
+    (void)pos;
+    pthread_mutex_lock(&st->mu);
+    int idle_ms = 0;
+    while (st->off == st->len && !st->done) {
+        struct timespec ts = after_ms(READER_SLICE_MS);
+        if (pthread_cond_timedwait(&st->cv, &st->mu, &ts) != ETIMEDOUT) continue;
+        if (st->off != st->len || st->done) break;
+        idle_ms += READER_SLICE_MS;
+        /* a client that left ends the response (MHD then frees it: the request is cancelled);
+         * a stopping server gives a stream whose request does not end a few seconds */
+        if (srv_client_gone(st->fd) || (atomic_load(&st->srv->stopping) && idle_ms >= 4 * KEEPALIVE_MS / 5)) {
+            pthread_mutex_unlock(&st->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (idle_ms >= KEEPALIVE_MS) {
+            /* an SSE comment: keeps proxies open during a long prefill or a queue wait */
+            static const char ping[] = ": keep-alive\n\n";
+            pthread_mutex_unlock(&st->mu);
+            if (max < sizeof(ping) - 1) return 0;
+            memcpy(out, ping, sizeof(ping) - 1);
+            return (ssize_t)(sizeof(ping) - 1);
+        }
+    }
+    if (st->off == st->len) { /* done and drained */
+        pthread_mutex_unlock(&st->mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    size_t n = st->len - st->off < max ? st->len - st->off : max;
+    memcpy(out, st->buf + st->off, n);
+    st->off += n;
+    if (st->off == st->len) st->off = st->len = 0;
+    pthread_mutex_unlock(&st->mu);
+    return (ssize_t)n;
+}
+
+static void stream_response_freed(void *cls) {
+    struct stream *st = cls;
+    pthread_mutex_lock(&st->mu);
+    if (!st->done) st->gone = true; /* the owner cancels the request */
+    st->fd = -1;                     /* the socket may be reused by another connection now */
+    stream_unref_locked(st);
+}
+
+static void make_id(char *id, size_t n, const char *prefix) {
+    static atomic_ullong counter;
+    unsigned long long k = atomic_fetch_add(&counter, 1);
+    snprintf(id, n, "%s-%lx%llx", prefix, (unsigned long)time(NULL), k);
+}
+
+static enum wgllm_status submit(struct stream *st, struct wgllm_error *werr) {
+    struct srv_gen *g = &st->gen;
+    struct wgllm_engine *eng = st->srv->engine;
+    enum wgllm_status rc = g->chat ? wgllm_engine_submit_chat(eng, g->msgs, g->n_msgs, &g->rp, &st->req, werr)
+                                   : wgllm_engine_submit_query(eng, g->prompt, strlen(g->prompt), &g->rp, &st->req, werr);
+    /* the engine's contract, checked where a broken promise would take the whole server down */
+    if (rc == WGLLM_STATUS_OK && !st->req)
+        rc = wgllm_error_set(werr, WGLLM_STATUS_UNSUPPORTED, "the engine accepted the request without a handle");
+    return rc;
+}
+
+static void submit_err(struct srv_err *e, const struct srv_gen *g, enum wgllm_status rc, const char *msg) {
+    srv_err_from_engine(e, rc, msg);
+    if (e->code && !strcmp(e->code, "context_length_exceeded"))
+        snprintf(e->param, sizeof(e->param), "%s", g->chat ? "messages" : "prompt");
+}
+
+/* Not streaming: the handler thread waits for the whole answer. */
+static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c) {
+    struct srv *s = st->srv;
+    struct srv_gen *g = &st->gen;
+    struct wgllm_error werr = {0};
+    struct wgllm_result res;
+    struct srv_err e;
+    enum wgllm_status rc;
+    if (st->upstream) {
+        g->rp.on_token = upstream_alive;
+        g->rp.user_data = st;
+        rc = upstream_call(st, &res, &werr);
+        if (rc != WGLLM_STATUS_OK) upstream_err(&e, rc, werr.message);
+    } else {
+        rc = submit(st, &werr);
+        if (rc != WGLLM_STATUS_OK) {
+            submit_err(&e, g, rc, werr.message);
+            return srv_send_err(s, c, &e);
+        }
+        wait_local(st, false, &res);
+        if (res.finish == WGLLM_FINISH_ERROR) srv_err_from_engine(&e, res.status, res.message);
+    }
+    enum MHD_Result ret;
+    if (res.finish == WGLLM_FINISH_CANCELLED && atomic_load(&s->stopping)) {
+        shutting_down(&e);
+        ret = srv_send_err(s, c, &e);
+    } else if (res.finish == WGLLM_FINISH_CANCELLED) {
+        ret = MHD_NO; /* the client left: nobody to answer, close */
+    } else if (rc != WGLLM_STATUS_OK || res.finish == WGLLM_FINISH_ERROR) {
+        if (st->upstream && rc == WGLLM_STATUS_OK) upstream_err(&e, res.status, werr.message);
+        ret = srv_send_err(s, c, &e);
+    } else {
+        ret = srv_send_text(s, c, 200, "application/json", srv_gen_response(s, g, st->id, &res));
+    }
+    wgllm_result_free(&res);
+    return ret;
+}
+
+enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const cJSON *body, bool chat,
+                             const char *upstream) {
+    struct srv_err e;
+    struct stream *st = calloc(1, sizeof(*st));
+    if (!st) {
+        srv_err_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+        return srv_send_err(s, c, &e);
+    }
+    atomic_fetch_add(&s->inflight, 1);
+    st->srv = s;
+    st->upstream = upstream;
+    st->fd = srv_client_fd(c);
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    if (upstream ? !srv_gen_parse_upstream(s, body, chat, upstream, &st->gen, &e)
+                 : !srv_gen_parse(s, body, chat, &st->gen, &e)) {
+        stream_free(st);
+        return srv_send_err(s, c, &e);
+    }
+    struct srv_gen *g = &st->gen;
+    make_id(st->id, sizeof(st->id), chat ? "chatcmpl" : "cmpl");
+    if (!g->stream) {
+        enum MHD_Result ret = answer_whole(st, c);
+        stream_free(st);
+        return ret;
+    }
+    g->rp.on_token = stream_on_token;
+    g->rp.user_data = st;
+    if (chat) stream_push_locked(st, srv_gen_chunk(s, g, st->id, NULL, 0, -1, 0, true, NULL));
+    /* an upstream starts in the waiter thread; its failures arrive as an error event */
+    struct wgllm_error werr = {0};
+    enum wgllm_status rc = upstream ? WGLLM_STATUS_OK : submit(st, &werr);
+    if (rc != WGLLM_STATUS_OK) {
+        submit_err(&e, g, rc, werr.message);
+        stream_free(st);
+        return srv_send_err(s, c, &e);
+    }
+    st->refs = 2;
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, st, stream_response_freed);
+    if (!r) {
+        /* no response will ever read or free the stream: the waiter cancels at once */
+        st->gone = true;
+        st->refs = 1;
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, stream_waiter, st) != 0) {
+        /* cannot happen often: collect synchronously (cancelled: nobody is reading yet) */
+        pthread_mutex_lock(&st->mu);
+        st->gone = true;
+        pthread_mutex_unlock(&st->mu);
+        stream_waiter(st);
+    } else {
+        pthread_detach(th);
+    }
+    if (!r) return MHD_NO;
+    /* libmicrohttpd counts the time a content reader waits as idle time: a stream (queued, or in a long
+     * prefill) would be cut at the idle timeout. Its liveness is checked by the reader instead; the
+     * connection's timeout comes back when the request completes (server.c, on_completed). */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    srv_add_headers(s, c, r, "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    atomic_fetch_add(&s->http_requests, 1);
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
