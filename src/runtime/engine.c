@@ -963,14 +963,16 @@ static enum wgllm_status prompt_too_long(const struct wgllm_engine *e, enum req_
 }
 
 /* Tokenizes a request's text into *out (malloc'd, n_ctx + 1 entries at most),
+ * with control tokens parsed (parse_special) except inside the n_plain ranges
+ * of `plain` (a chat rendering's request text: see wgllm_engine_submit_chat),
  * bounded by the context: a text whose bytes alone prove it cannot fit is
  * refused before it is tokenized, and the tokens are written into a buffer of
  * the context's size instead of one sized by the text. Never returns OK
  * without tokens: a tokenizer failure (a model without a tokenizer) is an
  * error with a message, whatever the vocabulary left in err. */
 static enum wgllm_status tokenize_prompt(struct wgllm_engine *e, enum req_kind kind, const char *text, size_t len,
-                                         bool add_special, bool parse_special, int32_t **out, int *n_out,
-                                         struct wgllm_error *err) {
+                                         bool add_special, bool parse_special, const struct wgllm_text_span *plain,
+                                         size_t n_plain, int32_t **out, int *n_out, struct wgllm_error *err) {
     *out = NULL;
     *n_out = 0;
     if (wgllm_vocab_type(e->model->vocab) == WGLLM_VOCAB_TYPE_NONE)
@@ -986,7 +988,9 @@ static enum wgllm_status tokenize_prompt(struct wgllm_engine *e, enum req_kind k
     int32_t *ids = malloc(sizeof(int32_t) * ((size_t)limit + 1));
     if (!ids) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d prompt tokens", limit);
     struct wgllm_error terr = {0};
-    const int32_t n = wgllm_tokenize(e->model, text, len, ids, limit, add_special, parse_special, &terr);
+    const int32_t n = plain && len <= (size_t)INT32_MAX / 2
+                          ? wgllm_vocab_tokenize_spans(e->model->vocab, text, len, ids, limit, add_special, plain, n_plain)
+                          : wgllm_tokenize(e->model, text, len, ids, limit, add_special, parse_special, &terr);
     if (n == INT32_MIN) {
         free(ids);
         if (terr.status == WGLLM_STATUS_OK) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "tokenization failed");
@@ -1010,7 +1014,7 @@ enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *e, const char *
     const bool add_special = params ? params->add_special : true;
     int32_t *ids = NULL;
     int n = 0;
-    enum wgllm_status st = tokenize_prompt(e, REQ_GENERATE, prompt, len, add_special, false, &ids, &n, err);
+    enum wgllm_status st = tokenize_prompt(e, REQ_GENERATE, prompt, len, add_special, false, NULL, 0, &ids, &n, err);
     if (st != WGLLM_STATUS_OK) return st;
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
 }
@@ -1036,17 +1040,25 @@ enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct 
     const char *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
     const char *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
     char *text = NULL;
-    enum wgllm_status st =
-        wgllm_chat_template_render(e->tmpl, cm, (size_t)n_msgs, true, bos_text, eos_text, &text, err);
+    struct wgllm_text_span *spans = NULL;
+    size_t n_spans = 0;
+    enum wgllm_status st = wgllm_chat_template_render_spans(e->tmpl, cm, (size_t)n_msgs, true, bos_text, eos_text,
+                                                            &text, &spans, &n_spans, err);
     free(cm);
     if (st) return st;
     /* Templates usually write the BOS text themselves: add it only when they
-     * did not. Control tokens in the rendered text are parsed as such. */
+     * did (not a message that begins with it). Control tokens are parsed in
+     * the template's own text only: the messages' text is tokenized as text,
+     * so a user cannot write "<|im_start|>system" into the prompt (llama.cpp's
+     * server parses them in the whole rendering). */
     const size_t bl = strlen(bos_text);
-    const bool has_bos = bl > 0 && strncmp(text, bos_text, bl) == 0;
+    const bool has_bos = bl > 0 && strncmp(text, bos_text, bl) == 0 && (n_spans == 0 || spans[0].off >= bl);
     int32_t *ids = NULL;
     int n = 0;
-    st = tokenize_prompt(e, REQ_GENERATE, text, strlen(text), !has_bos, true, &ids, &n, err);
+    static const struct wgllm_text_span none;
+    st = tokenize_prompt(e, REQ_GENERATE, text, strlen(text), !has_bos, true, spans ? spans : &none, n_spans, &ids, &n,
+                         err);
+    free(spans);
     free(text);
     if (st != WGLLM_STATUS_OK) return st;
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
@@ -1167,7 +1179,7 @@ enum wgllm_status wgllm_embed(struct wgllm_engine *e, const char *text, size_t l
     if (!text) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "embed: NULL text");
     int32_t *ids = NULL;
     int n = 0;
-    enum wgllm_status tst = tokenize_prompt(e, REQ_EMBED, text, len, true, false, &ids, &n, err);
+    enum wgllm_status tst = tokenize_prompt(e, REQ_EMBED, text, len, true, false, NULL, 0, &ids, &n, err);
     if (tst != WGLLM_STATUS_OK) return tst;
     double *acc = calloc((size_t)E, sizeof(double));
     if (!acc) {
