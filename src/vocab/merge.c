@@ -267,6 +267,10 @@ bool wgllm_merge_run(struct wgllm_merge *m, const char *text, size_t len, wgllm_
         m->cur[i] = WGLLM_MERGE_NONE;
         off += WGLLM_MIN(wgllm_unicode_len_utf8(text[off]), len - off);
     }
+    if (n == 2) { /* the common short word: one candidate, no queue */
+        if (key(ctx, text, 0, m->off[1], m->len) != WGLLM_MERGE_NONE) m->next[0] = -1;
+        return true;
+    }
     for (size_t i = 0; i + 1 < n; i++) set_pair(m, text, (int32_t)i, key, ctx, seed);
     uint64_t e;
     while (!m->oom && pop(m, &e)) {
