@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "quant/quant.h"
 
+#include <math.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -394,6 +395,28 @@ TEST(sizes_past_the_address_space) {
     if (path) remove(path);
 }
 
+/* fuzz_gguf found this: an element of a float array read as an integer
+ * (wgllm_gguf_arr_int) was a plain cast, undefined past int64's range */
+TEST(float_array_as_integers) {
+    const float f[4] = {1e20f, -1e20f, NAN, -3.75f};
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    wgllm_gguf_writer_set_arr(w, "x", WGLLM_GGUF_TYPE_FLOAT32, f, 4);
+    const char *path = write_file(w);
+    struct wgllm_gguf *g = NULL;
+    struct wgllm_error err = {0};
+    CHECK(path && wgllm_gguf_open(path, &g, &err) == WGLLM_STATUS_OK);
+    const struct wgllm_gguf_value *v = g ? wgllm_gguf_find(g, "x") : NULL;
+    CHECK(v != NULL);
+    if (v) {
+        CHECK(wgllm_gguf_arr_int(v, 0) == INT64_MAX);
+        CHECK(wgllm_gguf_arr_int(v, 1) == INT64_MIN);
+        CHECK_EQ_INT(wgllm_gguf_arr_int(v, 2), 0);
+        CHECK_EQ_INT(wgllm_gguf_arr_int(v, 3), -3);
+    }
+    wgllm_gguf_free(g);
+    if (path) remove(path);
+}
+
 int main(void) {
     wgllm_base_init();
     RUN(mini_model_loads_and_decodes);
@@ -405,5 +428,6 @@ int main(void) {
     RUN(vocab_arrays_must_agree);
     RUN(bpe_merges_checked);
     RUN(sizes_past_the_address_space);
+    RUN(float_array_as_integers);
     return test_summary("test_hostile_gguf");
 }

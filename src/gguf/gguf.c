@@ -1351,6 +1351,15 @@ enum wgllm_status wgllm_gguf_get_str(const struct wgllm_gguf *g, const char *key
     return WGLLM_STATUS_OK;
 }
 
+/* A float from the file as an integer: saturated, NaN as 0 (a plain cast of
+ * a value outside int64's range is undefined behaviour). */
+static int64_t gguf_float_to_int(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
 int64_t wgllm_gguf_arr_int(const struct wgllm_gguf_value *arr, uint64_t i) {
     WGLLM_ASSERT(arr->type == WGLLM_GGUF_TYPE_ARRAY && i < arr->v.arr.n);
     const uint8_t *p = arr->v.arr.data;
@@ -1364,8 +1373,8 @@ int64_t wgllm_gguf_arr_int(const struct wgllm_gguf_value *arr, uint64_t i) {
     case WGLLM_GGUF_TYPE_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
     case WGLLM_GGUF_TYPE_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return (int64_t)v; }
     case WGLLM_GGUF_TYPE_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); return v; }
-    case WGLLM_GGUF_TYPE_FLOAT32: { float v; memcpy(&v, p + 4 * i, 4); return (int64_t)v; }
-    case WGLLM_GGUF_TYPE_FLOAT64: { double v; memcpy(&v, p + 8 * i, 8); return (int64_t)v; }
+    case WGLLM_GGUF_TYPE_FLOAT32: { float v; memcpy(&v, p + 4 * i, 4); return gguf_float_to_int(v); }
+    case WGLLM_GGUF_TYPE_FLOAT64: { double v; memcpy(&v, p + 8 * i, 8); return gguf_float_to_int(v); }
     default: WGLLM_ABORT("gguf_arr_int on an array of %s", wgllm_gguf_type_name(arr->v.arr.type));
     }
 }
