@@ -47,7 +47,7 @@ static void set_u32(struct wgllm_gguf_writer *w, const struct mini *m, const cha
 
 /* The tokenizer: a SentencePiece vocabulary of MINI_V tokens. */
 static void mini_vocab(struct wgllm_gguf_writer *w) {
-    static const char *const toks[MINI_V] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab"};
+    static const char *const toks[MINI_V] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81\x61", "ab"};
     static const float scores[MINI_V] = {0, 0, 0, -1, -2, -3, -1.5f, -1};
     static const int32_t types[MINI_V] = {2, 3, 3, 1, 1, 1, 1, 1};
     wgllm_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
