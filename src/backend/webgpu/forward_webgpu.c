@@ -675,7 +675,7 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
         if (!(g->id_rb[i] = gbuf(g, 16, WGLLM_GPU_READBACK, "id readback", &g->plan.params, err))) g->readback = NULL;
     if (!g->readback) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     g->step_host = calloc(4 * B, sizeof(uint32_t));
-    g->rope_host = malloc(B * (size_t)hp->n_rot * sizeof(float));
+    g->rope_host = wgllm_malloc_array((uint64_t)B * (uint64_t)hp->n_rot, sizeof(float)); /* NULL past size_t (wasm32) */
     g->b_pos = malloc(B * sizeof(int32_t));
     g->b_seq = calloc(B, sizeof(int32_t));
     g->b_want = calloc(B, sizeof(bool));
@@ -943,12 +943,14 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
     return s;
 }
 
-static bool out_reserve(struct wgllm_webgpu_ctx *g, size_t floats) {
+/* floats in 64 bits: rows x vocabulary may not fit a 32-bit size_t */
+static bool out_reserve(struct wgllm_webgpu_ctx *g, uint64_t floats) {
     if (floats <= g->out_floats) return true;
-    float *p = realloc(g->out_host, floats * sizeof(float));
+    size_t bytes;
+    float *p = wgllm_size_mul(floats, sizeof(float), &bytes) ? realloc(g->out_host, bytes) : NULL;
     if (!p) return false;
     g->out_host = p;
-    g->out_floats = floats;
+    g->out_floats = (size_t)floats; /* bytes fit size_t, so floats does */
     return true;
 }
 
@@ -994,7 +996,7 @@ enum wgllm_status wgllm_webgpu_decode(struct wgllm_webgpu_ctx *g, const int32_t 
     enum wgllm_status s = check_tokens(g, tokens, n, err);
     if (s) return s;
     const int rows = all_logits ? n : 1;
-    if (!out_reserve(g, (size_t)rows * V))
+    if (!out_reserve(g, (uint64_t)rows * (uint64_t)V))
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d rows of logits", rows);
     for (int done = 0; done < n;) {
         const int nt = WGLLM_MIN(g->n_batch, n - done);
@@ -1036,7 +1038,7 @@ enum wgllm_status wgllm_webgpu_decode_batch(struct wgllm_webgpu_ctx *g, const st
         n_out += b->output ? b->output[i] : i == b->n - 1;
     }
     const int width = embeddings ? g->model->hp.n_embd : g->model->hp.n_vocab;
-    if (!out_reserve(g, (size_t)WGLLM_MAX(n_out, 1) * width))
+    if (!out_reserve(g, (uint64_t)WGLLM_MAX(n_out, 1) * (uint64_t)width))
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d output rows", n_out);
     const bool *want = b->output;
     if (!want) { /* only the last token */
