@@ -82,6 +82,8 @@ struct wgllm_vocab {
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
     bool add_bos, add_eos, add_sep, add_space_prefix, remove_extra_whitespaces, ignore_merges;
     uint32_t max_token_len; /* bytes; WordPiece's longest-match window */
+    /* bit n: some token is n bytes long (WordPiece tries only those lengths) */
+    uint8_t len_seen[(VOCAB_MAX_TEXT + 64) / 8];
 
     int32_t *special; /* control/user-defined/unknown ids, longest text first */
     int32_t n_special;
@@ -550,6 +552,7 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
         }
         a += t->len + 1;
         if (t->len > v->max_token_len) v->max_token_len = t->len;
+        v->len_seen[t->len / 8] |= (uint8_t)(1u << (t->len % 8));
         t->score = sv ? (float)wgllm_gguf_arr_float(sv, (uint64_t)i) : 0.0f;
         if (isnan(t->score)) t->score = -INFINITY; /* a NaN has no place in SentencePiece's order */
         t->attr = ATTR_NORMAL;
@@ -946,7 +949,7 @@ static void wpm_word(const struct wgllm_vocab *v, const char *w, size_t n, struc
         size_t j = WGLLM_MIN(n, i + v->max_token_len + 1);
         int32_t id = -1;
         for (; j > i; j--)
-            if ((id = text_to_token(v, w + i, j - i)) >= 0) break;
+            if ((v->len_seen[(j - i) / 8] >> ((j - i) % 8) & 1) && (id = text_to_token(v, w + i, j - i)) >= 0) break;
         if (id < 0) { out->n = start; break; }
         ids_push(out, id);
         i = j;
