@@ -83,8 +83,9 @@ web/dist/wgllm-core-st.js: $(WASM_ST_OBJ) $(filter-out %hal_webgpu.lib.js,$(WASM
 
 # `make wasm-test`: tests/test_quant.c and tests/wasm/*.c built with emcc
 # against the single-threaded objects and run under node: the SIMD128
-# kernels against the scalar reference.
-WASM_TEST_SRC := tests/test_quant.c $(wildcard tests/wasm/test_*.c)
+# kernels against the scalar reference; and tests/test_hostile_gguf.c, the
+# hostile model files on a target whose size_t is 32 bits.
+WASM_TEST_SRC := tests/test_quant.c tests/test_hostile_gguf.c $(wildcard tests/wasm/test_*.c)
 WASM_TEST_JS := $(patsubst %.c,$(WASM_ST_OUT)/%.js,$(WASM_TEST_SRC))
 WASM_LIB_ST_OBJ := $(filter-out $(WASM_ST_OUT)/web/%,$(WASM_ST_OBJ)) $(WASM_ST_OUT)/web/src/compat.o $(WASM_ST_OUT)/web/src/hal_none.o
 .PHONY: wasm-test

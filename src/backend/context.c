@@ -61,14 +61,15 @@ void wgllm_context_free(struct wgllm_context *c) {
 /* Makes room for `floats` output floats, keeping the rows there (a failed
  * call after a growth must still leave the last call's outputs readable).
  * Aligned: the CPU's matrix products write the rows directly. */
-static bool out_reserve(struct wgllm_context *c, size_t floats) {
+static bool out_reserve(struct wgllm_context *c, uint64_t floats) {
     if (floats <= c->out_cap) return true;
-    float *p = wgllm_alloc_aligned(floats * sizeof(float));
+    size_t bytes; /* rows x vocabulary in 64 bits: it may not fit a 32-bit size_t (wasm32) */
+    float *p = wgllm_size_mul(floats, sizeof(float), &bytes) ? wgllm_alloc_aligned(bytes) : NULL;
     if (!p) return false;
     if (c->out) memcpy(p, c->out, c->out_cap * sizeof(float));
     wgllm_free_aligned(c->out);
     c->out = p;
-    c->out_cap = floats;
+    c->out_cap = (size_t)floats; /* bytes fit size_t, so floats does */
     return true;
 }
 
@@ -128,11 +129,11 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     /* the backend's contract: it may plan less than asked, never more, and never nothing */
     WGLLM_ASSERT(c->n_ctx >= 1 && c->n_ctx <= p.n_ctx && c->n_batch >= 1 && c->n_batch <= p.n_batch);
     const size_t B = (size_t)c->n_batch;
-    c->b_pos = malloc(B * sizeof(int32_t));
+    c->b_pos = wgllm_malloc_array(B, sizeof(int32_t)); /* NULL past size_t (wasm32) */
     c->b_seq = calloc(B, sizeof(int32_t));
-    c->b_idx = malloc(B * sizeof(int32_t));
+    c->b_idx = wgllm_malloc_array(B, sizeof(int32_t));
     c->b_want = calloc(B, sizeof(bool));
-    if (!c->b_pos || !c->b_seq || !c->b_idx || !c->b_want || !out_reserve(c, (size_t)c->n_vocab)) {
+    if (!c->b_pos || !c->b_seq || !c->b_idx || !c->b_want || !out_reserve(c, (uint64_t)c->n_vocab)) {
         wgllm_context_free(c);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     }
@@ -197,7 +198,7 @@ enum wgllm_status wgllm_decode(struct wgllm_context *c, const int32_t *tokens, i
     enum wgllm_status st = check_tokens(c, tokens, n, err);
     if (st) return st;
     const int rows = all_logits ? n : 1;
-    if (!out_reserve(c, (size_t)rows * c->n_vocab))
+    if (!out_reserve(c, (uint64_t)rows * (uint64_t)c->n_vocab))
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d rows of logits", rows);
     for (int done = 0; done < n;) {
         const int nt = WGLLM_MIN(c->n_batch, n - done);
@@ -248,7 +249,7 @@ enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *c, const stru
         n_out += b->output ? b->output[i] : i == b->n - 1;
     }
     const int width = embeddings ? c->n_embd : c->n_vocab;
-    if (!out_reserve(c, (size_t)WGLLM_MAX(n_out, 1) * width))
+    if (!out_reserve(c, (uint64_t)WGLLM_MAX(n_out, 1) * (uint64_t)width))
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %d output rows", n_out);
     const bool *want = b->output;
     if (!want) { /* only the last token */
@@ -309,8 +310,17 @@ void wgllm_context_seq_copy(struct wgllm_context *c, int src, int dst, int n) {
  * and values of each layer. */
 size_t wgllm_context_seq_state_size(const struct wgllm_context *c, int n) {
     const struct wgllm_hparams *hp = &c->model->hp;
-    return (size_t)hp->n_layer * (size_t)n * (size_t)hp->n_head_kv * (size_t)(hp->head_dim_k + hp->head_dim_v) *
-           sizeof(wgllm_fp16);
+    /* In 64 bits: a WebGPU KV cache lives in GPU memory and may hold more
+     * than a 32-bit size_t can address; SIZE_MAX then, which no snapshot
+     * budget admits and no snapshot file matches. */
+    uint64_t bytes;
+    if (n < 0 || wgllm_mul_overflow((uint64_t)hp->n_layer * (uint64_t)n,
+                                    (uint64_t)hp->n_head_kv * (uint64_t)(hp->head_dim_k + hp->head_dim_v) *
+                                        sizeof(wgllm_fp16),
+                                    &bytes))
+        return SIZE_MAX;
+    size_t out;
+    return wgllm_size_from_u64(bytes, &out) ? out : SIZE_MAX;
 }
 
 void wgllm_context_seq_save(const struct wgllm_context *c, int seq, int n, void *dst) {

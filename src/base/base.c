@@ -93,6 +93,7 @@ void wgllm_log(enum wgllm_log_level level, const char *fmt, ...) {
 void *wgllm_alloc_aligned(size_t size) {
     void *p = NULL;
     if (size == 0) size = 64;
+    if (size > SIZE_MAX - 63) return NULL; /* WGLLM_PAD would wrap to a tiny block */
     if (posix_memalign(&p, 64, WGLLM_PAD(size, 64)) != 0) return NULL;
     memset(p, 0, size);
     return p;

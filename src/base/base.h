@@ -8,6 +8,7 @@
 #include "wgllm.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,13 +41,60 @@ void wgllm_log(enum wgllm_log_level level, const char *fmt, ...) __attribute__((
 void *wgllm_alloc_aligned(size_t size);
 void wgllm_free_aligned(void *p);
 
-/* Overflow-checked arithmetic for sizes read from untrusted files. */
+/* ---- checked sizes ---------------------------------------------------------
+ * Counts and sizes that come from outside (file headers, hyper-parameters,
+ * tokenizer arrays, snapshot and cache files) are computed in 64 bits with
+ * every step checked, and a result that becomes an allocation or an index
+ * must then fit size_t -- which is 32 bits on wasm32, where a plain cast of
+ * a 64-bit count times an element size would silently truncate and the
+ * write that follows would run past a too-small buffer. */
+
+/* Overflow-checked 64-bit arithmetic: true (and *out unspecified) on overflow. */
 static inline int wgllm_mul_overflow(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_mul_overflow(a, b, out);
 }
 static inline int wgllm_add_overflow(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_add_overflow(a, b, out);
 }
+/* The largest size this process will compute an allocation for: SIZE_MAX,
+ * unless a test lowers it (wgllm_set_size_limit) to take the wasm32 paths
+ * on a 64-bit host. */
+extern size_t wgllm_size_limit;
+/* Sets wgllm_size_limit (0 restores SIZE_MAX); for tests only. */
+void wgllm_set_size_limit(size_t limit);
+/* v as a size_t; false when it does not fit (see above). */
+static inline bool wgllm_size_from_u64(uint64_t v, size_t *out) {
+    if (v > (uint64_t)wgllm_size_limit) return false;
+    *out = (size_t)v;
+    return true;
+}
+/* a * b (+ c) as a size_t; false on 64-bit overflow or when it does not fit. */
+static inline bool wgllm_size_mul(uint64_t a, uint64_t b, size_t *out) {
+    uint64_t r;
+    return !wgllm_mul_overflow(a, b, &r) && wgllm_size_from_u64(r, out);
+}
+static inline bool wgllm_size_mul_add(uint64_t a, uint64_t b, uint64_t c, size_t *out) {
+    uint64_t r;
+    return !wgllm_mul_overflow(a, b, &r) && !wgllm_add_overflow(r, c, &r) && wgllm_size_from_u64(r, out);
+}
+/* malloc / calloc of n elements of `size` bytes, NULL when n * size
+ * overflows or does not fit (as when out of memory). */
+void *wgllm_malloc_array(uint64_t n, size_t size);
+void *wgllm_calloc_array(uint64_t n, size_t size);
+
+/* ---- seeded hashing ----------------------------------------------------------
+ * Hash tables keyed by file contents (GGUF keys and tensor names, token
+ * texts, merges) use SipHash-1-3 under a random key, so that a file cannot
+ * choose names that all land in one bucket and make loading or tokenizing
+ * quadratic. Each table takes its own key. */
+struct wgllm_hash_key {
+    uint64_t k0, k1;
+};
+/* A fresh key: the process's random key (getentropy, once) mixed with a counter. */
+struct wgllm_hash_key wgllm_hash_key_new(void);
+/* SipHash-1-3 of p[0, n) under k, with `tweak` folded into the key (0 when
+ * unused; hashing a pair passes the first part's hash as the tweak). */
+uint64_t wgllm_hash(const struct wgllm_hash_key *k, uint64_t tweak, const void *p, size_t n);
 
 /* IEEE half and bfloat16 conversions (round to nearest even, like ggml). */
 typedef uint16_t wgllm_fp16;

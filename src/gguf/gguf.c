@@ -62,12 +62,6 @@ static const char *gguf_printable(char *buf, size_t cap, const char *s, uint64_t
     return buf;
 }
 
-static uint64_t gguf_hash(const char *s, uint64_t len) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (uint64_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-    return h;
-}
-
 bool wgllm_gguf_str_eq(struct wgllm_gguf_str a, const char *s) {
     size_t n = strlen(s);
     return a.len == n && memcmp(a.data, s, n) == 0;
@@ -88,6 +82,7 @@ struct gguf_arena_block {
 };
 
 static void *gguf_arena_alloc(struct gguf_arena_block **head, size_t size) {
+    if (size > SIZE_MAX - sizeof(struct gguf_arena_block) - sizeof(max_align_t)) return NULL;
     size = WGLLM_PAD(size, sizeof(max_align_t));
     struct gguf_arena_block *b = *head;
     if (!b || b->cap - b->used < size) {
@@ -112,17 +107,22 @@ static void gguf_arena_free(struct gguf_arena_block *b) {
     }
 }
 
-/* Open addressing; slots hold index+1 (0 = empty). */
+/* Open addressing; slots hold index+1 (0 = empty). Names come from the
+ * file, so the hash is keyed per index (base.h): no file can pick names that
+ * collide and make opening it quadratic. */
 struct gguf_index {
     int64_t *slots;
     uint64_t mask;
+    struct wgllm_hash_key key;
 };
 
+/* n is a count the reader has bounded by the file size already. */
 static bool gguf_index_init(struct gguf_index *ix, int64_t n) {
     uint64_t cap = 16;
     while (cap < (uint64_t)n * 2) cap <<= 1;
-    ix->slots = calloc(cap, sizeof(int64_t));
+    ix->slots = wgllm_calloc_array(cap, sizeof(int64_t));
     ix->mask = cap - 1;
+    ix->key = wgllm_hash_key_new();
     return ix->slots != NULL;
 }
 
@@ -130,7 +130,7 @@ static bool gguf_index_init(struct gguf_index *ix, int64_t n) {
 static int64_t gguf_index_insert(struct gguf_index *ix, struct wgllm_gguf_str name, int64_t idx,
                                  struct wgllm_gguf_str (*name_of)(const void *, int64_t),
                                  const void *owner) {
-    uint64_t h = gguf_hash(name.data, name.len) & ix->mask;
+    uint64_t h = wgllm_hash(&ix->key, 0, name.data, (size_t)name.len) & ix->mask;
     for (;;) {
         int64_t s = ix->slots[h];
         if (s == 0) {
@@ -147,7 +147,7 @@ static int64_t gguf_index_find(const struct gguf_index *ix, const char *name,
                                const void *owner) {
     if (!ix->slots) return -1;
     size_t len = strlen(name);
-    uint64_t h = gguf_hash(name, len) & ix->mask;
+    uint64_t h = wgllm_hash(&ix->key, 0, name, len) & ix->mask;
     for (;;) {
         int64_t s = ix->slots[h];
         if (s == 0) return -1;
@@ -326,7 +326,9 @@ static enum wgllm_status gguf_parse_array(struct gguf_reader *r, int depth,
         return WGLLM_STATUS_OK;
     }
     if (n == 0) return WGLLM_STATUS_OK;
-    struct wgllm_gguf_value *items = gguf_arena_alloc(r->arena, n * sizeof(*items));
+    size_t items_size;
+    struct wgllm_gguf_value *items = NULL;
+    if (wgllm_size_mul(n, sizeof(*items), &items_size)) items = gguf_arena_alloc(r->arena, items_size);
     if (!items)
         return wgllm_error_set(r->err, WGLLM_STATUS_OUT_OF_MEMORY,
                                "no memory for %llu array elements (offset %llu)",
@@ -431,7 +433,7 @@ static enum wgllm_status gguf_parse_header(struct gguf_file *f, struct gguf_read
 
     /* key/values */
     f->n_kv = (int64_t)n_kv;
-    f->kv = calloc(n_kv ? n_kv : 1, sizeof(*f->kv));
+    f->kv = wgllm_calloc_array(n_kv, sizeof(*f->kv));
     if (!f->kv) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "gguf: no memory for %llu keys", (unsigned long long)n_kv);
     struct gguf_index kix;
     if (!gguf_index_init(&kix, (int64_t)n_kv))
@@ -483,7 +485,7 @@ static enum wgllm_status gguf_parse_header(struct gguf_file *f, struct gguf_read
 
     /* tensor infos */
     f->n_tensors = (int64_t)n_tensors;
-    f->tensors = calloc(n_tensors ? n_tensors : 1, sizeof(*f->tensors));
+    f->tensors = wgllm_calloc_array(n_tensors, sizeof(*f->tensors));
     if (!f->tensors) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "gguf: no memory for %llu tensors", (unsigned long long)n_tensors);
     for (uint64_t i = 0; i < n_tensors; i++) {
         struct wgllm_gguf_tensor *t = &f->tensors[i];
@@ -656,7 +658,14 @@ static enum wgllm_status gguf_map(const char *path, struct gguf_file *f, struct 
     int fd;
     uint64_t size;
     GGUF_TRY(gguf_open_fd(path, &fd, &size, err));
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    size_t map_size;
+    if (!wgllm_size_from_u64(size, &map_size)) { /* wasm32: a file past 4 GiB */
+        close(fd);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY,
+                               "gguf: '%s' has %llu bytes, more than this process can map", path,
+                               (unsigned long long)size);
+    }
+    void *m = mmap(NULL, map_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
     if (m == MAP_FAILED)
@@ -697,7 +706,7 @@ static int64_t gguf_split_key(const struct gguf_file *f, const char *key) {
 static enum wgllm_status gguf_finish(struct wgllm_gguf *g, struct wgllm_error *err) {
     int64_t total = 0;
     for (int i = 0; i < g->n_files; i++) total += g->files[i].n_tensors;
-    g->tensors = calloc(total ? (size_t)total : 1, sizeof(*g->tensors));
+    g->tensors = wgllm_calloc_array((uint64_t)total, sizeof(*g->tensors));
     if (!g->tensors || !gguf_index_init(&g->tensor_index, total) ||
         !gguf_index_init(&g->kv_index, g->files[0].n_kv))
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "gguf: no memory for %lld tensors",
@@ -1342,6 +1351,15 @@ enum wgllm_status wgllm_gguf_get_str(const struct wgllm_gguf *g, const char *key
     return WGLLM_STATUS_OK;
 }
 
+/* A float from the file as an integer: saturated, NaN as 0 (a plain cast of
+ * a value outside int64's range is undefined behaviour). */
+static int64_t gguf_float_to_int(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
 int64_t wgllm_gguf_arr_int(const struct wgllm_gguf_value *arr, uint64_t i) {
     WGLLM_ASSERT(arr->type == WGLLM_GGUF_TYPE_ARRAY && i < arr->v.arr.n);
     const uint8_t *p = arr->v.arr.data;
@@ -1355,8 +1373,8 @@ int64_t wgllm_gguf_arr_int(const struct wgllm_gguf_value *arr, uint64_t i) {
     case WGLLM_GGUF_TYPE_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
     case WGLLM_GGUF_TYPE_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return (int64_t)v; }
     case WGLLM_GGUF_TYPE_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); return v; }
-    case WGLLM_GGUF_TYPE_FLOAT32: { float v; memcpy(&v, p + 4 * i, 4); return (int64_t)v; }
-    case WGLLM_GGUF_TYPE_FLOAT64: { double v; memcpy(&v, p + 8 * i, 8); return (int64_t)v; }
+    case WGLLM_GGUF_TYPE_FLOAT32: { float v; memcpy(&v, p + 4 * i, 4); return gguf_float_to_int(v); }
+    case WGLLM_GGUF_TYPE_FLOAT64: { double v; memcpy(&v, p + 8 * i, 8); return gguf_float_to_int(v); }
     default: WGLLM_ABORT("gguf_arr_int on an array of %s", wgllm_gguf_type_name(arr->v.arr.type));
     }
 }

@@ -60,11 +60,73 @@ static enum wgllm_status get_arch_f32(const struct wgllm_model *m, const char *s
     return wgllm_gguf_get_f32(m->gguf, key, out, err);
 }
 
+/* Largest dimension any weight may have; the per-key limit of get_arch_u32. */
+#define MODEL_MAX_DIM ((uint64_t)1 << 30)
+/* Tensors every layer has at least (attn_norm, q, k, v, output, ffn_norm, gate, up, down). */
+#define MODEL_TENSORS_PER_LAYER 9
+
+/* What the keys imply, before anything is sized from them: products of two
+ * keys (checked in 64 bits) stay within one dimension's range, and the layer
+ * count is one the file's tensors can cover, so that a header claiming 2^30
+ * layers is refused here instead of allocating per-layer state for them. */
+static enum wgllm_status check_hparams(const struct wgllm_model *m, struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const char *a = m->arch_name;
+    const struct {
+        const char *what;
+        int x, y;
+    } prods[] = {
+        {"head_count x key_length", hp->n_head, hp->head_dim_k},
+        {"head_count_kv x key_length", hp->n_head_kv, hp->head_dim_k},
+        {"head_count_kv x value_length", hp->n_head_kv, hp->head_dim_v},
+        {"head_count x value_length", hp->n_head, hp->head_dim_v},
+    };
+    for (size_t i = 0; i < sizeof prods / sizeof prods[0]; i++) {
+        uint64_t p;
+        if (wgllm_mul_overflow((uint64_t)prods[i].x, (uint64_t)prods[i].y, &p) || p > MODEL_MAX_DIM)
+            return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                                   "%s.attention.%s = %d x %d is more than %llu", a, prods[i].what, prods[i].x,
+                                   prods[i].y, (unsigned long long)MODEL_MAX_DIM);
+    }
+    const int64_t n_tensors = wgllm_gguf_n_tensors(m->gguf);
+    if ((uint64_t)hp->n_layer * MODEL_TENSORS_PER_LAYER > (uint64_t)n_tensors)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "%s.block_count = %d needs at least %llu tensors (%d per layer), but the file has "
+                               "%lld",
+                               a, hp->n_layer, (unsigned long long)hp->n_layer * MODEL_TENSORS_PER_LAYER,
+                               MODEL_TENSORS_PER_LAYER, (long long)n_tensors);
+    if (hp->n_ctx_train <= 0)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.context_length = %d must be positive", a,
+                               hp->n_ctx_train);
+    if (hp->n_vocab <= 0)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "the model has no vocabulary (tokenizer.ggml.tokens)");
+    return WGLLM_STATUS_OK;
+}
+
+/* Keys whose presence means a model wgllm cannot run, or that must agree
+ * with what is read elsewhere. */
+static enum wgllm_status check_arch_keys(const struct wgllm_model *m, struct wgllm_error *err) {
+    enum wgllm_status st;
+    int experts = 0, vocab_size = -1;
+    if ((st = get_arch_u32(m, "expert_count", false, &experts, err))) return st;
+    if (experts > 0)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "%s.expert_count = %d: mixture-of-experts models are not supported yet", m->arch_name,
+                               experts);
+    if ((st = get_arch_u32(m, "vocab_size", false, &vocab_size, err))) return st;
+    if (vocab_size >= 0 && vocab_size != wgllm_vocab_n_tokens(m->vocab))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "%s.vocab_size = %d but tokenizer.ggml.tokens has %d entries", m->arch_name,
+                               vocab_size, wgllm_vocab_n_tokens(m->vocab));
+    return WGLLM_STATUS_OK;
+}
+
 static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_info *ai,
                                       struct wgllm_error *err) {
     struct wgllm_hparams *hp = &m->hp;
     enum wgllm_status st;
     memset(hp, 0, sizeof(*hp));
+    if ((st = check_arch_keys(m, err))) return st;
     hp->n_ctx_train = 2048;
     if ((st = get_arch_u32(m, "context_length", false, &hp->n_ctx_train, err)) ||
         (st = get_arch_u32(m, "embedding_length", true, &hp->n_embd, err)) ||
@@ -126,25 +188,46 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
                                (double)hp->rms_eps, (double)hp->rope_freq_base);
     hp->rope_type = ai->rope;
     hp->n_vocab = wgllm_vocab_n_tokens(m->vocab);
-    return WGLLM_STATUS_OK;
+    return check_hparams(m, err);
 }
 
-/* ---- tensors ---------------------------------------------------------- */
+/* ---- tensors ----------------------------------------------------------
+ * Binding runs twice: a first pass finds every tensor the architecture
+ * needs and checks its shape and type against the hyper-parameters, and
+ * counts the floats of the vectors (in 64 bits, checked); only then is
+ * anything allocated, and the second pass converts the vectors into that
+ * allocation. So no size computed from the header is trusted before the
+ * tensors in the file have confirmed it, and a file whose keys promise more
+ * than its tensors hold fails with the tensor's name, allocating nothing. */
 
-static enum wgllm_status bind_matrix(struct wgllm_model *m, const char *name, int64_t ne0,
-                                     int64_t ne1, bool required, struct wgllm_weight *w,
-                                     struct wgllm_error *err) {
+struct binder {
+    struct wgllm_model *m;
+    bool dry;        /* first pass: check and count, write nothing */
+    float *dst;      /* second pass: where the next vector goes */
+    uint64_t floats; /* first pass: floats the vectors need */
+};
+
+static void shape_str(char *buf, size_t cap, const struct wgllm_gguf_tensor *t) {
+    size_t n = 0;
+    for (uint32_t d = 0; d < (t->n_dims ? t->n_dims : 1) && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%llu", d ? ", " : "[", (unsigned long long)t->ne[d]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static enum wgllm_status bind_matrix(struct binder *b, const char *name, int64_t ne0, int64_t ne1, bool required,
+                                     struct wgllm_weight *w, struct wgllm_error *err) {
     memset(w, 0, sizeof(*w));
-    const struct wgllm_gguf_tensor *t = wgllm_gguf_find_tensor(m->gguf, name);
+    const struct wgllm_gguf_tensor *t = wgllm_gguf_find_tensor(b->m->gguf, name);
     if (!t) {
         if (!required) return WGLLM_STATUS_OK;
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing tensor '%s'", name);
     }
-    if (t->n_dims > 2 || t->ne[0] != (uint64_t)ne0 || t->ne[1] != (uint64_t)ne1)
-        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
-                               "tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld]", name,
-                               (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                               (unsigned long long)t->ne[2], (long long)ne0, (long long)ne1);
+    if (t->n_dims > 2 || t->ne[0] != (uint64_t)ne0 || t->ne[1] != (uint64_t)ne1) {
+        char shape[96];
+        shape_str(shape, sizeof shape, t);
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tensor '%s' has shape %s, expected [%lld, %lld]", name,
+                               shape, (long long)ne0, (long long)ne1);
+    }
     if (!wgllm_type_supported(t->type))
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "tensor '%s' has type %s, which wgllm cannot compute with yet", name,
@@ -154,94 +237,127 @@ static enum wgllm_status bind_matrix(struct wgllm_model *m, const char *name, in
     w->ne1 = ne1;
     w->row_size = wgllm_row_size(t->type, ne0);
     w->data = t->data;
-    w->name = t->name.data;
+    snprintf(w->name, sizeof w->name, "%s", name); /* the lookup key is the tensor's name */
     w->tensor = t;
-    m->weight_bytes += t->size;
+    if (!b->dry) b->m->weight_bytes += t->size;
     return WGLLM_STATUS_OK;
 }
 
-/* Converts a 1-D tensor of n elements to f32 at *dst (advanced by n). */
-static enum wgllm_status bind_vector(struct wgllm_model *m, const char *name, int64_t n, bool required,
-                                     float **slot, float **dst, struct wgllm_error *err) {
+/* A 1-D tensor of n elements: checked in the first pass, converted to f32 at
+ * b->dst (advanced by n) in the second. */
+static enum wgllm_status bind_vector(struct binder *b, const char *name, int64_t n, bool required, float **slot,
+                                     struct wgllm_error *err) {
+    struct wgllm_model *m = b->m;
     *slot = NULL;
     const struct wgllm_gguf_tensor *t = wgllm_gguf_find_tensor(m->gguf, name);
     if (!t) {
         if (!required) return WGLLM_STATUS_OK;
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing tensor '%s'", name);
     }
-    uint64_t count = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-    if (count != (uint64_t)n)
-        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tensor '%s' has %llu elements, expected %lld",
-                               name, (unsigned long long)count, (long long)n);
+    /* the reader bounded each tensor's element count by 2^63 already */
+    const uint64_t count = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    if (count != (uint64_t)n) {
+        char shape[96];
+        shape_str(shape, sizeof shape, t);
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tensor '%s' has shape %s, expected [%lld]", name, shape,
+                               (long long)n);
+    }
     const struct wgllm_type_traits *tr = wgllm_type_traits(t->type);
     if (!tr->to_float || n % tr->blck_size)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' has type %s, unsupported for a vector",
                                name, wgllm_type_name(t->type));
+    if (b->dry) {
+        b->floats += (uint64_t)n; /* n <= 2^30 per vector, a few per layer: no overflow */
+        return WGLLM_STATUS_OK;
+    }
     if (t->data) {
-        tr->to_float(t->data, *dst, n);
+        tr->to_float(t->data, b->dst, n);
     } else { /* streamed: vectors are small, read them whole */
-        void *tmp = malloc(t->size ? (size_t)t->size : 1);
+        size_t bytes;
+        void *tmp = wgllm_size_from_u64(t->size, &bytes) ? malloc(bytes ? bytes : 1) : NULL;
         if (!tmp) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory reading '%s'", name);
-        enum wgllm_status st = wgllm_gguf_read_tensor(m->gguf, t, 0, tmp, (size_t)t->size, err);
-        if (!st) tr->to_float(tmp, *dst, n);
+        enum wgllm_status st = wgllm_gguf_read_tensor(m->gguf, t, 0, tmp, bytes, err);
+        if (!st) tr->to_float(tmp, b->dst, n);
         free(tmp);
         if (st) return st;
     }
-    *slot = *dst;
-    *dst += n;
+    *slot = b->dst;
+    b->dst += n;
     m->weight_bytes += t->size;
     return WGLLM_STATUS_OK;
 }
 
-static enum wgllm_status bind_tensors(struct wgllm_model *m, const struct arch_info *ai,
-                                      struct wgllm_error *err) {
+/* One pass over every tensor of the architecture (see above). In the dry
+ * pass the matrices are bound into scratch copies. */
+static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai, struct wgllm_error *err) {
+    struct wgllm_model *m = b->m;
     const struct wgllm_hparams *hp = &m->hp;
+    /* check_hparams bounded each of these by 2^30 */
     const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
     const int64_t QD = (int64_t)hp->n_head * hp->head_dim_k, KD = (int64_t)hp->n_head_kv * hp->head_dim_k,
                   VD = (int64_t)hp->n_head_kv * hp->head_dim_v, OD = (int64_t)hp->n_head * hp->head_dim_v;
-    /* all vectors in one allocation */
-    int64_t per_layer = 2 * E + (ai->has_qkv_bias ? QD + KD + VD : 0) + (ai->has_qk_norm ? 2 * hp->head_dim_k : 0);
-    int64_t total = E + hp->n_rot / 2 + per_layer * hp->n_layer;
-    m->vectors = malloc((size_t)total * sizeof(float));
-    m->layers = calloc((size_t)hp->n_layer, sizeof(struct wgllm_layer));
-    if (!m->vectors || !m->layers) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the model");
-    float *dst = m->vectors;
+    struct wgllm_weight tok_embd, output;
+    float *output_norm, *rope_freqs;
     enum wgllm_status st;
-    if ((st = bind_matrix(m, "token_embd.weight", E, V, true, &m->tok_embd, err)) ||
-        (st = bind_vector(m, "output_norm.weight", E, true, &m->output_norm, &dst, err)) ||
-        (st = bind_matrix(m, "output.weight", E, V, false, &m->output, err)) ||
-        (st = bind_vector(m, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, &dst, err)))
+    if ((st = bind_matrix(b, "token_embd.weight", E, V, true, &tok_embd, err)) ||
+        (st = bind_vector(b, "output_norm.weight", E, true, &output_norm, err)) ||
+        (st = bind_matrix(b, "output.weight", E, V, false, &output, err)) ||
+        (st = bind_vector(b, "rope_freqs.weight", hp->n_rot / 2, false, &rope_freqs, err)))
         return st;
-    if (!m->output.tensor) m->output = m->tok_embd; /* tied embeddings */
-    if (!wgllm_type_traits(m->tok_embd.type)->to_float)
+    if (!wgllm_type_traits(tok_embd.type)->to_float)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "token_embd.weight type %s cannot be read",
-                               wgllm_type_name(m->tok_embd.type));
+                               wgllm_type_name(tok_embd.type));
+    if (!b->dry) {
+        m->tok_embd = tok_embd;
+        m->output = output.tensor ? output : tok_embd; /* tied embeddings */
+        m->output_norm = output_norm;
+        m->rope_freqs = rope_freqs;
+    }
     for (int il = 0; il < hp->n_layer; il++) {
-        struct wgllm_layer *L = &m->layers[il];
+        struct wgllm_layer scratch, *L = b->dry ? &scratch : &m->layers[il];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, il), n)
-        if ((st = bind_vector(m, NAME("attn_norm.weight"), E, true, &L->attn_norm, &dst, err)) ||
-            (st = bind_matrix(m, NAME("attn_q.weight"), E, QD, true, &L->wq, err)) ||
-            (st = bind_matrix(m, NAME("attn_k.weight"), E, KD, true, &L->wk, err)) ||
-            (st = bind_matrix(m, NAME("attn_v.weight"), E, VD, true, &L->wv, err)) ||
-            (st = bind_matrix(m, NAME("attn_output.weight"), OD, E, true, &L->wo, err)) ||
-            (st = bind_vector(m, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, &dst, err)) ||
-            (st = bind_matrix(m, NAME("ffn_gate.weight"), E, F, true, &L->w_gate, err)) ||
-            (st = bind_matrix(m, NAME("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
-            (st = bind_matrix(m, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)))
+        if ((st = bind_vector(b, NAME("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
+            (st = bind_matrix(b, NAME("attn_q.weight"), E, QD, true, &L->wq, err)) ||
+            (st = bind_matrix(b, NAME("attn_k.weight"), E, KD, true, &L->wk, err)) ||
+            (st = bind_matrix(b, NAME("attn_v.weight"), E, VD, true, &L->wv, err)) ||
+            (st = bind_matrix(b, NAME("attn_output.weight"), OD, E, true, &L->wo, err)) ||
+            (st = bind_vector(b, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, err)) ||
+            (st = bind_matrix(b, NAME("ffn_gate.weight"), E, F, true, &L->w_gate, err)) ||
+            (st = bind_matrix(b, NAME("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
+            (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)))
             return st;
+        L->bq = L->bk = L->bv = L->q_norm = L->k_norm = NULL;
         if (ai->has_qkv_bias &&
-            ((st = bind_vector(m, NAME("attn_q.bias"), QD, false, &L->bq, &dst, err)) ||
-             (st = bind_vector(m, NAME("attn_k.bias"), KD, false, &L->bk, &dst, err)) ||
-             (st = bind_vector(m, NAME("attn_v.bias"), VD, false, &L->bv, &dst, err))))
+            ((st = bind_vector(b, NAME("attn_q.bias"), QD, false, &L->bq, err)) ||
+             (st = bind_vector(b, NAME("attn_k.bias"), KD, false, &L->bk, err)) ||
+             (st = bind_vector(b, NAME("attn_v.bias"), VD, false, &L->bv, err))))
             return st;
         if (ai->has_qk_norm &&
-            ((st = bind_vector(m, NAME("attn_q_norm.weight"), hp->head_dim_k, true, &L->q_norm, &dst, err)) ||
-             (st = bind_vector(m, NAME("attn_k_norm.weight"), hp->head_dim_k, true, &L->k_norm, &dst, err))))
+            ((st = bind_vector(b, NAME("attn_q_norm.weight"), hp->head_dim_k, true, &L->q_norm, err)) ||
+             (st = bind_vector(b, NAME("attn_k_norm.weight"), hp->head_dim_k, true, &L->k_norm, err))))
             return st;
 #undef NAME
     }
     return WGLLM_STATUS_OK;
+}
+
+static enum wgllm_status bind_tensors(struct wgllm_model *m, const struct arch_info *ai, struct wgllm_error *err) {
+    struct binder b = {.m = m, .dry = true};
+    enum wgllm_status st = bind_pass(&b, ai, err);
+    if (st) return st;
+    /* all vectors in one allocation, of what the checked pass counted */
+    m->vectors = wgllm_malloc_array(b.floats, sizeof(float));
+    m->layers = wgllm_calloc_array((uint64_t)m->hp.n_layer, sizeof(struct wgllm_layer));
+    if (!m->vectors || !m->layers)
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the model (%d layers, %llu floats)",
+                               m->hp.n_layer, (unsigned long long)b.floats);
+    const uint64_t floats = b.floats;
+    b = (struct binder){.m = m, .dst = m->vectors};
+    st = bind_pass(&b, ai, err);
+    /* the file did not change between the passes: same tensors, same sizes */
+    WGLLM_ASSERT(st != WGLLM_STATUS_OK || (uint64_t)(b.dst - m->vectors) == floats);
+    return st;
 }
 
 static void free_repacked(struct wgllm_weight *w) {
@@ -476,8 +592,10 @@ static uint64_t fnv1a_bytes(uint64_t h, const void *p, size_t n) {
 static uint64_t fingerprint_weight(uint64_t h, const struct wgllm_model *m, const struct wgllm_weight *w) {
     const uint64_t meta[4] = {w->type, (uint64_t)w->ne0, (uint64_t)w->ne1, w->row_size};
     h = fnv1a_bytes(h, meta, sizeof meta);
-    const size_t total = (size_t)w->ne1 * w->row_size, n = WGLLM_MIN(total, (size_t)256);
-    const size_t at[3] = {0, total / 2 - WGLLM_MIN(total / 2, n / 2), total - n};
+    /* 64-bit offsets: a streamed matrix may be larger than a 32-bit size_t */
+    const uint64_t total = w->tensor->size;
+    const size_t n = (size_t)WGLLM_MIN(total, (uint64_t)256);
+    const uint64_t at[3] = {0, total / 2 - WGLLM_MIN(total / 2, (uint64_t)n / 2), total - n};
     unsigned char sample[256];
     for (int i = 0; i < 3; i++) {
         /* a streamed weight whose file cannot be read any more hashes as all-ones */

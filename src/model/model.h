@@ -49,7 +49,7 @@ struct wgllm_weight {
     int64_t ne0, ne1;
     size_t row_size; /* bytes per row */
     const void *data;
-    const char *name; /* for messages; points into the gguf mapping's copy */
+    char name[64];    /* the tensor's name, for messages (GGUF names are < 64 bytes) */
     const struct wgllm_gguf_tensor *tensor; /* where its bytes are in the file (data may be NULL: streamed) */
     /* The same matrix in the row-interleaved layout of quant/repack.h when this
      * CPU has a kernel for it (Q4_0/Q8_0), else NULL; owned by the model. */

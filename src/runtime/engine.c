@@ -1324,12 +1324,16 @@ static enum wgllm_status import_check(const struct wgllm_engine *e, const unsign
                                    "snapshot %u at byte %zu has %u tokens (the context holds %d)", i + 1, off, n[0],
                                    e->n_ctx);
         const size_t want = wgllm_context_seq_state_size(e->ctx, (int)n[0]);
+        if (want == SIZE_MAX) /* wasm32: more KV state than a 32-bit size_t can hold */
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "snapshot %u at byte %zu: the KV state of %u tokens is larger than this process "
+                                   "can address", i + 1, off, n[0]);
         if (bytes != want)
             return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                    "snapshot %u at byte %zu: %llu bytes of KV state for %u tokens (expected %zu)",
                                    i + 1, off, (unsigned long long)bytes, n[0], want);
-        const size_t body = sizeof(int32_t) * (size_t)n[0] + want;
-        if (size - off - 16 < body)
+        size_t body = SIZE_MAX;
+        if (!wgllm_size_mul_add(n[0], sizeof(int32_t), want, &body) || size - off - 16 < body)
             return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                    "snapshot file truncated: snapshot %u at byte %zu needs %zu bytes, %zu are left",
                                    i + 1, off, body, size - off - 16);

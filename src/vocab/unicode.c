@@ -157,8 +157,8 @@ struct lens {
 
 static void lens_push(struct lens *l, size_t x) {
     if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        size_t *v = realloc(l->v, cap * sizeof *v);
+        size_t cap = l->cap ? l->cap * 2 : 64, bytes;
+        size_t *v = wgllm_size_mul(cap, sizeof *v, &bytes) ? realloc(l->v, bytes) : NULL;
         if (!v) { l->oom = true; return; }
         l->v = v;
         l->cap = cap;
@@ -330,7 +330,11 @@ static void split_llama3(struct chunk *c) {
  * non-ASCII whitespace replaced by 0x0B.
  * ---------------------------------------------------------------------- */
 
-enum { OP_CHAR, OP_CLASS, OP_SPLIT, OP_JMP, OP_BOL, OP_EOL, OP_LOOK, OP_MATCH };
+/* OP_STAR is a greedy X* or X+ (x = the minimum count) of one char (y = 0)
+ * or one class (y = 1): it consumes the longest run at once and leaves a
+ * single backtrack entry for all the shorter ones, so `\p{L}+` over a
+ * 32 MiB run of letters needs one stack entry, not 32 million. */
+enum { OP_CHAR, OP_CLASS, OP_SPLIT, OP_JMP, OP_BOL, OP_EOL, OP_LOOK, OP_MATCH, OP_STAR };
 
 struct inst {
     uint8_t op;
@@ -685,6 +689,14 @@ static void gen(struct rx *rx, const struct node *nd) {
         break;
     }
     case N_REP: {
+        const struct node *kid = nd->kids[0];
+        if (nd->max < 0 && !nd->lazy && (kid->type == N_CHAR || kid->type == N_CLASS)) {
+            int k = emit(rx, OP_STAR);
+            rx->prog[k].c = kid->c;
+            rx->prog[k].x = nd->min;
+            rx->prog[k].y = kid->type == N_CLASS;
+            break;
+        }
         for (int i = 0; i < nd->min; i++) gen(rx, nd->kids[0]);
         if (nd->max < 0) {
             int split = emit(rx, OP_SPLIT);
@@ -738,9 +750,11 @@ static bool cls_match(const struct cls *c, uint32_t ch) {
     return in != c->neg;
 }
 
+/* A backtrack entry: resume at pc with positions pos, pos - 1, ..., lo
+ * (one position unless it comes from OP_STAR). */
 struct thread {
     int32_t pc;
-    size_t pos;
+    size_t pos, lo;
 };
 
 struct stack {
@@ -748,13 +762,33 @@ struct stack {
     size_t n, cap;
 };
 
+static bool rx_one(const struct rx *rx, const struct inst *in, uint32_t ch) {
+    return in->y ? cls_match(&rx->cls[in->c], ch) : ch == in->c;
+}
+
+static bool stack_push(struct stack *st, struct thread t) {
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 64;
+        struct thread *nt = wgllm_malloc_array(cap, sizeof *nt);
+        if (!nt) return false;
+        if (st->n) memcpy(nt, st->t, st->n * sizeof *nt);
+        free(st->t);
+        st->t = nt;
+        st->cap = cap;
+    }
+    st->t[st->n++] = t;
+    return true;
+}
+
+#define RX_NOMEM (-2)
+
 /* Depth-first run of the program from (pc, pos) over text[0..n): the first
  * MATCH reached in priority order wins, as in a backtracking ECMAScript
- * engine. Returns the end position or -1. */
+ * engine. Returns the end position, -1 when nothing matches, or RX_NOMEM. */
 static int64_t rx_run(const struct rx *rx, int32_t pc0, const uint32_t *text, size_t n, size_t pos0) {
     struct stack st = {0};
     int64_t result = -1;
-    struct thread cur = {pc0, pos0};
+    struct thread cur = {pc0, pos0, pos0};
     for (;;) {
         bool fail = false;
         for (;;) {
@@ -767,13 +801,16 @@ static int64_t rx_run(const struct rx *rx, int32_t pc0, const uint32_t *text, si
                 if (cur.pos < n && cls_match(&rx->cls[in->c], text[cur.pos])) { cur.pos++; cur.pc++; }
                 else { fail = true; break; }
             } else if (in->op == OP_SPLIT) {
-                if (st.n == st.cap) {
-                    st.cap = st.cap ? st.cap * 2 : 64;
-                    st.t = realloc(st.t, st.cap * sizeof *st.t);
-                    if (!st.t) WGLLM_ABORT("out of memory");
-                }
-                st.t[st.n++] = (struct thread){in->y, cur.pos};
+                if (!stack_push(&st, (struct thread){in->y, cur.pos, cur.pos})) { result = RX_NOMEM; goto done; }
                 cur.pc = in->x;
+            } else if (in->op == OP_STAR) {
+                size_t e = cur.pos;
+                while (e < n && rx_one(rx, in, text[e])) e++;
+                const size_t lo = cur.pos + (size_t)in->x;
+                if (e < lo) { fail = true; break; }
+                if (e > lo && !stack_push(&st, (struct thread){cur.pc + 1, e - 1, lo})) { result = RX_NOMEM; goto done; }
+                cur.pos = e;
+                cur.pc++;
             } else if (in->op == OP_JMP) {
                 cur.pc = in->x;
             } else if (in->op == OP_BOL) {
@@ -783,14 +820,18 @@ static int64_t rx_run(const struct rx *rx, int32_t pc0, const uint32_t *text, si
                 if (cur.pos != n) { fail = true; break; }
                 cur.pc++;
             } else { /* OP_LOOK */
-                bool found = rx_run(rx, cur.pc + 1, text, n, cur.pos) >= 0;
-                if (found == in->neg) { fail = true; break; }
+                int64_t r = rx_run(rx, cur.pc + 1, text, n, cur.pos);
+                if (r == RX_NOMEM) { result = RX_NOMEM; goto done; }
+                if ((r >= 0) == in->neg) { fail = true; break; }
                 cur.pc = in->x;
             }
         }
         (void)fail;
         if (st.n == 0) break;
-        cur = st.t[--st.n];
+        struct thread *top = &st.t[st.n - 1];
+        cur = (struct thread){top->pc, top->pos, top->pos};
+        if (top->pos > top->lo) top->pos--; /* the next shorter run of an OP_STAR */
+        else st.n--;
     }
 done:
     free(st.t);
@@ -809,7 +850,11 @@ static void split_regex(const struct rx *rx, const uint32_t *text, const size_t 
             size_t s;
             for (s = pos; s < len; s++) {
                 end = rx_run(rx, 0, t, len, s);
-                if (end >= 0) break;
+                if (end >= 0 || end == RX_NOMEM) break;
+            }
+            if (end == RX_NOMEM) {
+                out->oom = true;
+                return;
             }
             if (end < 0) break;
             if (s > prev) lens_push(out, s - prev);
@@ -925,7 +970,7 @@ size_t wgllm_pretok_split(const struct wgllm_pretok *p, const uint32_t *cpts, si
         } else {
             uint32_t **t = rx->collapsed ? &collapsed : &wide;
             if (!*t) {
-                *t = malloc(n * sizeof **t);
+                *t = wgllm_malloc_array(n, sizeof **t);
                 if (!*t) { next.oom = true; goto swap; }
                 for (size_t i = 0; i < n; i++) {
                     if (rx->collapsed) (*t)[i] = collapse(cpts[i]);

@@ -7,12 +7,22 @@
  * token ids agree with it exactly; where llama.cpp has a quirk, so do we.
  */
 #include "vocab/vocab.h"
+#include "vocab/merge.h"
 #include "vocab/unicode.h"
 
 #include <ctype.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Bounds on what a vocabulary may hold, far above any real one (the largest
+ * have 262k tokens of at most a few hundred bytes): a file past them is
+ * refused before anything is sized from it, and they keep each tokenizer's
+ * work per input byte bounded (WordPiece tries every length up to the
+ * longest token at each position). */
+#define VOCAB_MAX_ENTRIES (1 << 24) /* tokens, and merges */
+#define VOCAB_MAX_TEXT (1 << 16)    /* bytes of one token or merge */
 
 /* llama.cpp's token attributes (bit flags) */
 enum {
@@ -35,8 +45,15 @@ struct tok {
 };
 
 struct merge {
-    const char *first, *second; /* into v->merge_arena */
+    const char *first, *second; /* into v->merge_arena, where second follows first */
     uint32_t first_len, second_len;
+};
+
+/* A hash table slot: the entry (-1: empty) and 32 more bits of its hash,
+ * compared before the entry's text is read (one cache miss, not two). */
+struct slot {
+    int32_t id;
+    uint32_t tag;
 };
 
 struct wgllm_vocab {
@@ -45,65 +62,82 @@ struct wgllm_vocab {
     struct tok *toks;
     char *text_arena;
 
-    /* text -> id (open addressing; the last id with a text wins, as in llama.cpp) */
-    int32_t *tok_hash;
+    /* text -> id (open addressing; the last id with a text wins, as in
+     * llama.cpp), hashed under this vocabulary's own random key (base.h):
+     * the texts come from the file, which must not be able to make every
+     * lookup probe the same chain */
+    struct wgllm_hash_key hkey;
+    struct slot *tok_hash;
     uint32_t tok_hash_mask;
 
     /* (first, second) -> rank (the first rank of a pair wins) */
     struct merge *merges;
     int32_t n_merges;
     char *merge_arena;
-    int32_t *merge_hash;
+    struct slot *merge_hash;
     uint32_t merge_hash_mask;
+    uint32_t max_merge_len; /* bytes of the longest merge's two parts together */
 
     int32_t bos, eos, eot, eom, unk, pad, sep;
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
     bool add_bos, add_eos, add_sep, add_space_prefix, remove_extra_whitespaces, ignore_merges;
     uint32_t max_token_len; /* bytes; WordPiece's longest-match window */
+    /* bit n: some token is n bytes long (WordPiece tries only those lengths) */
+    uint8_t len_seen[(VOCAB_MAX_TEXT + 64) / 8];
 
     int32_t *special; /* control/user-defined/unknown ids, longest text first */
     int32_t n_special;
     uint8_t *is_eog;
 
     struct wgllm_pretok *pretok;
+    /* BPE: each byte's GPT-2 codepoint as UTF-8 (1 or 2 bytes) */
+    struct {
+        uint8_t n;
+        char c[2];
+    } bmap[256];
 };
 
 /* ------------------------------------------------------------------------
  * hashing
  * ---------------------------------------------------------------------- */
 
-static uint64_t hash_bytes(const char *s, size_t n, uint64_t h) {
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
-    return h;
-}
-#define HASH_SEED 0xcbf29ce484222325ull
-
+/* Table size for n entries: a power of two at least 2n (n <= VOCAB_MAX_ENTRIES). */
 static uint32_t pow2_at_least(uint64_t n) {
     uint32_t c = 16;
     while (c < n * 2) c *= 2;
     return c;
 }
 
+static uint64_t text_hash(const struct wgllm_vocab *v, const char *s, size_t n) {
+    return wgllm_hash(&v->hkey, 0, s, n);
+}
+/* The pair (p[0, split), p[split, n)): its bytes, with the split as tweak. */
+static uint64_t pair_hash(const struct wgllm_vocab *v, const char *p, size_t split, size_t n) {
+    return wgllm_hash(&v->hkey, (uint64_t)split + 1, p, n);
+}
+
 static int32_t text_to_token(const struct wgllm_vocab *v, const char *s, size_t n) {
-    uint32_t i = (uint32_t)hash_bytes(s, n, HASH_SEED) & v->tok_hash_mask;
-    for (;; i = (i + 1) & v->tok_hash_mask) {
-        int32_t id = v->tok_hash[i];
-        if (id < 0) return -1;
-        if (v->toks[id].len == n && memcmp(v->toks[id].text, s, n) == 0) return id;
+    const uint64_t h = text_hash(v, s, n);
+    const uint32_t tag = (uint32_t)(h >> 32);
+    for (uint32_t i = (uint32_t)h & v->tok_hash_mask;; i = (i + 1) & v->tok_hash_mask) {
+        const struct slot e = v->tok_hash[i];
+        if (e.id < 0) return -1;
+        if (e.tag == tag && v->toks[e.id].len == n && memcmp(v->toks[e.id].text, s, n) == 0) return e.id;
     }
 }
 
-static int32_t find_rank(const struct wgllm_vocab *v, const char *a, size_t na, const char *b,
-                         size_t nb) {
+/* The rank of merging p[0, split) with p[split, n), or -1. */
+static int32_t find_rank(const struct wgllm_vocab *v, const char *p, size_t split, size_t n) {
     if (!v->merge_hash) return -1;
-    uint64_t h = hash_bytes(b, nb, hash_bytes(a, na, HASH_SEED) * 31 + 7);
+    const uint64_t h = pair_hash(v, p, split, n);
+    const uint32_t tag = (uint32_t)(h >> 32);
     for (uint32_t i = (uint32_t)h & v->merge_hash_mask;; i = (i + 1) & v->merge_hash_mask) {
-        int32_t r = v->merge_hash[i];
-        if (r < 0) return -1;
-        const struct merge *m = &v->merges[r];
-        if (m->first_len == na && m->second_len == nb && memcmp(m->first, a, na) == 0 &&
-            memcmp(m->second, b, nb) == 0)
-            return r;
+        const struct slot e = v->merge_hash[i];
+        if (e.id < 0) return -1;
+        const struct merge *m = &v->merges[e.id];
+        if (e.tag == tag && m->first_len == split && m->first_len + m->second_len == n &&
+            memcmp(m->first, p, n) == 0)
+            return e.id;
     }
 }
 
@@ -247,7 +281,7 @@ static int32_t id_of(const struct wgllm_vocab *v, const char *t) { return text_t
 /* Detects special tokens by text and builds the EOG set: llama.cpp's
  * load_vocab tail. The lists are llama.cpp's recent ones plus the DeepSeek
  * names that the node-llama-cpp 3.21.1 peer still treats as control. */
-static void finish_specials(struct wgllm_vocab *v, const struct wgllm_gguf *g) {
+static bool finish_specials(struct wgllm_vocab *v, const struct wgllm_gguf *g) {
     static const char *const eot_names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
                                             "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
                                             "<｜end▁of▁sentence｜>", "<end_of_utterance>", NULL};
@@ -312,8 +346,8 @@ static void finish_specials(struct wgllm_vocab *v, const struct wgllm_gguf *g) {
         v->toks[s_end].attr = ATTR_NORMAL;
     }
 
-    v->special = malloc(((size_t)v->n_tokens + 1) * sizeof *v->special);
-    if (!v->special) WGLLM_ABORT("out of memory");
+    v->special = wgllm_malloc_array((uint64_t)v->n_tokens + 1, sizeof *v->special);
+    if (!v->special) return false;
     for (int32_t id = 0; id < v->n_tokens; id++)
         if (v->toks[id].attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)) v->special[v->n_special++] = id;
     /* llama.cpp uses an unstable std::sort by length; ties here go by id */
@@ -346,7 +380,27 @@ static void finish_specials(struct wgllm_vocab *v, const struct wgllm_gguf *g) {
             id = text_to_token(v, off[i], strlen(off[i]));
             if (id >= 0) v->toks[id].attr &= ~(uint32_t)ATTR_RSTRIP;
         }
-    }
+    }    return true;
+}
+
+/* An optional array that runs parallel to tokenizer.ggml.tokens: n entries
+ * of a float type (scores) or of an integer type (token_type). */
+static enum wgllm_status check_parallel(const struct wgllm_gguf_value *a, const char *key, int32_t n, bool floats,
+                                        struct wgllm_error *err) {
+    if (!a) return WGLLM_STATUS_OK;
+    if (a->type != WGLLM_GGUF_TYPE_ARRAY)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s has type %s, expected an array", key,
+                               wgllm_gguf_type_name(a->type));
+    const enum wgllm_gguf_type t = a->v.arr.type;
+    const bool is_float = t == WGLLM_GGUF_TYPE_FLOAT32 || t == WGLLM_GGUF_TYPE_FLOAT64;
+    const bool is_int = t != WGLLM_GGUF_TYPE_STRING && t != WGLLM_GGUF_TYPE_ARRAY && !is_float;
+    if (floats ? !is_float : !is_int)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s is an array of %s, expected %s", key,
+                               wgllm_gguf_type_name(t), floats ? "f32" : "integers");
+    if (a->v.arr.n != (uint64_t)n)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s has %llu entries but tokenizer.ggml.tokens has %d",
+                               key, (unsigned long long)a->v.arr.n, n);
+    return WGLLM_STATUS_OK;
 }
 
 static enum wgllm_status load_merges(struct wgllm_vocab *v, const struct wgllm_gguf *g,
@@ -355,15 +409,23 @@ static enum wgllm_status load_merges(struct wgllm_vocab *v, const struct wgllm_g
     if (!mv) return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.merges: missing (needed by gpt2 tokenizer)");
     if (mv->type != WGLLM_GGUF_TYPE_ARRAY || mv->v.arr.type != WGLLM_GGUF_TYPE_STRING)
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.merges: not an array of strings");
-    if (mv->v.arr.n > INT32_MAX / 4)
-        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.merges: %llu entries", (unsigned long long)mv->v.arr.n);
+    if (mv->v.arr.n > VOCAB_MAX_ENTRIES)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.merges has %llu entries, more than %d",
+                               (unsigned long long)mv->v.arr.n, VOCAB_MAX_ENTRIES);
     int32_t n = (int32_t)mv->v.arr.n;
-    uint64_t total = 0;
-    for (int32_t i = 0; i < n; i++) total += mv->v.arr.items[i].v.str.len + 1;
-    v->merges = calloc((size_t)n + 1, sizeof *v->merges);
-    v->merge_arena = malloc(total + 1);
+    uint64_t total = 0; /* each length is bounded: no overflow */
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t len = mv->v.arr.items[i].v.str.len;
+        if (len > VOCAB_MAX_TEXT)
+            return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                                   "tokenizer.ggml.merges[%d] is %llu bytes long, more than %d", i,
+                                   (unsigned long long)len, VOCAB_MAX_TEXT);
+        total += len + 1;
+    }
+    v->merges = wgllm_calloc_array((uint64_t)n + 1, sizeof *v->merges);
+    v->merge_arena = wgllm_malloc_array(total + 1, 1);
     uint32_t cap = pow2_at_least((uint64_t)n);
-    v->merge_hash = malloc((size_t)cap * sizeof *v->merge_hash);
+    v->merge_hash = wgllm_malloc_array(cap, sizeof *v->merge_hash);
     if (!v->merges || !v->merge_arena || !v->merge_hash)
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "tokenizer.ggml.merges: out of memory");
     memset(v->merge_hash, 0xFF, (size_t)cap * sizeof *v->merge_hash);
@@ -371,25 +433,28 @@ static enum wgllm_status load_merges(struct wgllm_vocab *v, const struct wgllm_g
     char *a = v->merge_arena;
     for (int32_t i = 0; i < n; i++) {
         struct wgllm_gguf_str s = mv->v.arr.items[i].v.str;
-        memcpy(a, s.data, s.len);
-        a[s.len] = 0;
         /* llama.cpp splits at the first space after index 0; no space -> ("", "") */
-        const char *sp = s.len > 1 ? memchr(a + 1, ' ', s.len - 1) : NULL;
+        const char *sp = s.len > 1 ? memchr(s.data + 1, ' ', s.len - 1) : NULL;
         struct merge *m = &v->merges[i];
-        if (sp) {
-            m->first = a;
-            m->first_len = (uint32_t)(sp - a);
-            m->second = sp + 1;
+        if (sp) { /* stored without the space, so that a pair is one run of bytes */
+            m->first_len = (uint32_t)(sp - s.data);
             m->second_len = (uint32_t)(s.len - m->first_len - 1);
+            memcpy(a, s.data, m->first_len);
+            memcpy(a + m->first_len, sp + 1, m->second_len);
+            a[m->first_len + m->second_len] = 0;
+            m->first = a;
+            m->second = a + m->first_len;
         } else {
-            m->first = m->second = a + s.len;
+            a[0] = 0;
+            m->first = m->second = a;
         }
-        a += s.len + 1;
-        if (find_rank(v, m->first, m->first_len, m->second, m->second_len) >= 0) continue;
-        uint64_t h = hash_bytes(m->second, m->second_len, hash_bytes(m->first, m->first_len, HASH_SEED) * 31 + 7);
+        a += m->first_len + m->second_len + 1;
+        v->max_merge_len = WGLLM_MAX(v->max_merge_len, m->first_len + m->second_len);
+        if (find_rank(v, m->first, m->first_len, m->first_len + m->second_len) >= 0) continue;
+        uint64_t h = pair_hash(v, m->first, m->first_len, m->first_len + m->second_len);
         uint32_t k = (uint32_t)h & v->merge_hash_mask;
-        while (v->merge_hash[k] >= 0) k = (k + 1) & v->merge_hash_mask;
-        v->merge_hash[k] = i;
+        while (v->merge_hash[k].id >= 0) k = (k + 1) & v->merge_hash_mask;
+        v->merge_hash[k] = (struct slot){i, (uint32_t)(h >> 32)};
     }
     v->n_merges = n;
     return WGLLM_STATUS_OK;
@@ -405,6 +470,7 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
     struct wgllm_vocab *v = calloc(1, sizeof *v);
     if (!v) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "vocab: out of memory");
     v->bos = v->eos = v->eot = v->eom = v->unk = v->pad = v->sep = -1;
+    v->hkey = wgllm_hash_key_new();
     v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
 
     if (str_is(model, "no_vocab") || str_is(model, "none")) {
@@ -434,32 +500,38 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
 
     /* tokens, scores, types */
     const struct wgllm_gguf_value *tv = wgllm_gguf_find(g, "tokenizer.ggml.tokens");
-    if (!tv || tv->type != WGLLM_GGUF_TYPE_ARRAY || tv->v.arr.type != WGLLM_GGUF_TYPE_STRING || tv->v.arr.n == 0 ||
-        tv->v.arr.n > INT32_MAX / 4) {
+    if (!tv || tv->type != WGLLM_GGUF_TYPE_ARRAY || tv->v.arr.type != WGLLM_GGUF_TYPE_STRING || tv->v.arr.n == 0) {
         st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.tokens: %s",
                              tv ? "not a non-empty array of strings" : "missing");
+        goto fail;
+    }
+    if (tv->v.arr.n > VOCAB_MAX_ENTRIES) {
+        st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.tokens has %llu entries, more than %d",
+                             (unsigned long long)tv->v.arr.n, VOCAB_MAX_ENTRIES);
         goto fail;
     }
     v->n_tokens = (int32_t)tv->v.arr.n;
     const struct wgllm_gguf_value *sv = wgllm_gguf_find(g, "tokenizer.ggml.scores");
     const struct wgllm_gguf_value *yv = wgllm_gguf_find(g, "tokenizer.ggml.token_type");
-    if (sv && (sv->type != WGLLM_GGUF_TYPE_ARRAY || sv->v.arr.n != tv->v.arr.n ||
-               (sv->v.arr.type != WGLLM_GGUF_TYPE_FLOAT32 && sv->v.arr.type != WGLLM_GGUF_TYPE_FLOAT64))) {
-        st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.scores: not a float array of %d entries", v->n_tokens);
+    if ((st = check_parallel(sv, "tokenizer.ggml.scores", v->n_tokens, true, err)) ||
+        (st = check_parallel(yv, "tokenizer.ggml.token_type", v->n_tokens, false, err)))
         goto fail;
+    uint64_t total = 0; /* each length is bounded: no overflow */
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        uint64_t len = tv->v.arr.items[i].v.str.len;
+        if (len > VOCAB_MAX_TEXT) {
+            st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                                 "tokenizer.ggml.tokens[%d] is %llu bytes long, more than %d", i,
+                                 (unsigned long long)len, VOCAB_MAX_TEXT);
+            goto fail;
+        }
+        total += len + 24; /* room for "[EMPTY_%d]" and the NUL */
     }
-    if (yv && (yv->type != WGLLM_GGUF_TYPE_ARRAY || yv->v.arr.n != tv->v.arr.n || yv->v.arr.type == WGLLM_GGUF_TYPE_STRING ||
-               yv->v.arr.type == WGLLM_GGUF_TYPE_ARRAY)) {
-        st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.token_type: not an integer array of %d entries", v->n_tokens);
-        goto fail;
-    }
-    uint64_t total = 0;
-    for (int32_t i = 0; i < v->n_tokens; i++) total += tv->v.arr.items[i].v.str.len + 24;
-    v->toks = calloc((size_t)v->n_tokens, sizeof *v->toks);
-    v->text_arena = malloc(total);
-    v->is_eog = calloc((size_t)v->n_tokens, 1);
+    v->toks = wgllm_calloc_array((uint64_t)v->n_tokens, sizeof *v->toks);
+    v->text_arena = wgllm_malloc_array(total, 1);
+    v->is_eog = wgllm_calloc_array((uint64_t)v->n_tokens, 1);
     uint32_t cap = pow2_at_least((uint64_t)v->n_tokens);
-    v->tok_hash = malloc((size_t)cap * sizeof *v->tok_hash);
+    v->tok_hash = wgllm_malloc_array(cap, sizeof *v->tok_hash);
     if (!v->toks || !v->text_arena || !v->is_eog || !v->tok_hash) {
         st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "vocab: out of memory for %d tokens", v->n_tokens);
         goto fail;
@@ -480,7 +552,9 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
         }
         a += t->len + 1;
         if (t->len > v->max_token_len) v->max_token_len = t->len;
+        v->len_seen[t->len / 8] |= (uint8_t)(1u << (t->len % 8));
         t->score = sv ? (float)wgllm_gguf_arr_float(sv, (uint64_t)i) : 0.0f;
+        if (isnan(t->score)) t->score = -INFINITY; /* a NaN has no place in SentencePiece's order */
         t->attr = ATTR_NORMAL;
         if (yv) {
             switch (wgllm_gguf_arr_int(yv, (uint64_t)i)) {
@@ -494,17 +568,22 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
             }
         }
         /* insert or overwrite: token_to_id[word] = i */
-        uint32_t k = (uint32_t)hash_bytes(t->text, t->len, HASH_SEED) & v->tok_hash_mask;
-        for (;; k = (k + 1) & v->tok_hash_mask) {
-            int32_t id = v->tok_hash[k];
+        const uint64_t h = text_hash(v, t->text, t->len);
+        for (uint32_t k = (uint32_t)h & v->tok_hash_mask;; k = (k + 1) & v->tok_hash_mask) {
+            int32_t id = v->tok_hash[k].id;
             if (id < 0 || (v->toks[id].len == t->len && memcmp(v->toks[id].text, t->text, t->len) == 0)) {
-                v->tok_hash[k] = i;
+                v->tok_hash[k] = (struct slot){i, (uint32_t)(h >> 32)};
                 break;
             }
         }
     }
 
     if (v->type == WGLLM_VOCAB_TYPE_BPE) {
+        for (int b = 0; b < 256; b++) {
+            char u[4] = {0};
+            v->bmap[b].n = (uint8_t)wgllm_unicode_encode(wgllm_unicode_byte_to_cpt((uint8_t)b), u);
+            memcpy(v->bmap[b].c, u, 2);
+        }
         if ((st = load_merges(v, g, err)) != WGLLM_STATUS_OK) goto fail;
         struct wgllm_gguf_str pre = {"default", 7};
         const struct wgllm_gguf_value *pv = wgllm_gguf_find(g, "tokenizer.ggml.pre");
@@ -564,7 +643,10 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
     for (size_t i = 0; i < sizeof all_ids / sizeof all_ids[0]; i++)
         if (*all_ids[i] >= v->n_tokens) *all_ids[i] = -1;
 
-    finish_specials(v, g);
+    if (!finish_specials(v, g)) {
+        st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "vocab: out of memory for %d tokens", v->n_tokens);
+        goto fail;
+    }
     *out = v;
     return WGLLM_STATUS_OK;
 fail:
@@ -620,7 +702,8 @@ struct ids {
 static void ids_push(struct ids *o, int32_t id) {
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 64;
-        int32_t *p = realloc(o->v, cap * sizeof *p);
+        size_t bytes;
+        int32_t *p = wgllm_size_mul(cap, sizeof *p, &bytes) ? realloc(o->v, bytes) : NULL;
         if (!p) { o->oom = true; return; }
         o->v = p;
         o->cap = cap;
@@ -646,7 +729,8 @@ struct frags {
 static void frags_push(struct frags *f, struct frag x) {
     if (f->n == f->cap) {
         size_t cap = f->cap ? f->cap * 2 : 16;
-        struct frag *p = realloc(f->v, cap * sizeof *p);
+        size_t bytes;
+        struct frag *p = wgllm_size_mul(cap, sizeof *p, &bytes) ? realloc(f->v, bytes) : NULL;
         if (!p) { f->oom = true; return; }
         f->v = p;
         f->cap = cap;
@@ -719,113 +803,30 @@ static bool partition(const struct wgllm_vocab *v, const char *text, size_t len,
 
 /* ------------------------------------------------------------------------
  * SentencePiece (llama.cpp's llm_tokenizer_spm_session)
+ *
+ * Pairs merge when their text is a token, best score first. llama.cpp also
+ * keeps a map from merged text to the pair (rev_merge) to resegment symbols
+ * that are not tokens; it is left out because it cannot be reached: every
+ * merged symbol is a token by construction, and a symbol that is not one
+ * (a single character) is never a key of that map, whose keys are tokens.
  * ---------------------------------------------------------------------- */
 
-struct sym {
-    const char *text;
-    size_t n;
-    int prev, next;
-};
-
-struct bigram {
-    float score; /* SPM */
-    int32_t rank; /* BPE */
-    int left, right;
-    size_t size;
-};
-
-/* A binary max-heap; `better(a, b)` says a comes out before b. */
-struct heap {
-    struct bigram *v;
-    size_t n, cap;
-    bool (*better)(const struct bigram *, const struct bigram *);
-    bool oom;
-};
-
-static void heap_push(struct heap *h, struct bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct bigram *p = realloc(h->v, cap * sizeof *p);
-        if (!p) { h->oom = true; return; }
-        h->v = p;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!h->better(&b, &h->v[parent])) break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = b;
+/* A score as a heap key: higher scores merge first, and equal scores (-0.0
+ * and 0.0 included; NaNs were replaced at load) get equal keys. */
+static uint32_t score_key(float f) {
+    if (f == 0.0f) f = 0.0f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* orders like the floats */
+    return ~asc;
 }
 
-static struct bigram heap_pop(struct heap *h) {
-    struct bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, best = i;
-        const struct bigram *bv = &last;
-        if (l < h->n && h->better(&h->v[l], bv)) { best = l; bv = &h->v[l]; }
-        if (r < h->n && h->better(&h->v[r], bv)) { best = r; }
-        if (best == i) break;
-        h->v[i] = h->v[best];
-        i = best;
-    }
-    if (h->n > 0) h->v[i] = last;
-    return top;
-}
-
-static bool spm_better(const struct bigram *a, const struct bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-static bool bpe_better(const struct bigram *a, const struct bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-/* rev_merge: merged text -> (left, right), the last bigram pushed for a text wins */
-struct revmap {
-    struct { const char *s; size_t n; int left, right; } *slot;
-    uint32_t mask;
-    bool oom;
-};
-
-static void rev_put(struct revmap *m, const char *s, size_t n, int left, int right) {
-    uint32_t k = (uint32_t)hash_bytes(s, n, HASH_SEED) & m->mask;
-    while (m->slot[k].s && !(m->slot[k].n == n && memcmp(m->slot[k].s, s, n) == 0)) k = (k + 1) & m->mask;
-    m->slot[k].s = s;
-    m->slot[k].n = n;
-    m->slot[k].left = left;
-    m->slot[k].right = right;
-}
-
-static bool rev_get(const struct revmap *m, const char *s, size_t n, int *left, int *right) {
-    uint32_t k = (uint32_t)hash_bytes(s, n, HASH_SEED) & m->mask;
-    for (; m->slot[k].s; k = (k + 1) & m->mask) {
-        if (m->slot[k].n == n && memcmp(m->slot[k].s, s, n) == 0) {
-            *left = m->slot[k].left;
-            *right = m->slot[k].right;
-            return true;
-        }
-    }
-    return false;
-}
-
-struct spm {
-    const struct wgllm_vocab *v;
-    struct sym *syms;
-    struct heap q;
-    struct revmap rev;
-};
-
-static void spm_try_bigram(struct spm *s, int left, int right) {
-    if (left == -1 || right == -1) return;
-    const char *t = s->syms[left].text;
-    size_t n = s->syms[left].n + s->syms[right].n;
-    int32_t id = text_to_token(s->v, t, n);
-    if (id < 0) return;
-    heap_push(&s->q, (struct bigram){.score = s->v->toks[id].score, .left = left, .right = right, .size = n});
-    rev_put(&s->rev, t, n, left, right);
+static uint32_t spm_key(const void *ctx, const char *text, uint32_t a, uint32_t b, uint32_t c) {
+    (void)b;
+    const struct wgllm_vocab *v = ctx;
+    if (c - a > v->max_token_len) return WGLLM_MERGE_NONE;
+    int32_t id = text_to_token(v, text + a, c - a);
+    return id < 0 ? WGLLM_MERGE_NONE : score_key(v->toks[id].score);
 }
 
 static int32_t spm_byte_to_token(const struct wgllm_vocab *v, uint8_t ch) {
@@ -838,138 +839,111 @@ static int32_t spm_byte_to_token(const struct wgllm_vocab *v, uint8_t ch) {
     return id >= 0 ? id : v->unk; /* llama.cpp throws here; unk is the gentle choice */
 }
 
-static void spm_resegment(struct spm *s, const struct sym *sym, struct ids *out, int depth) {
-    int32_t id = text_to_token(s->v, sym->text, sym->n);
-    if (id >= 0) { ids_push(out, id); return; }
-    int l, r;
-    if (depth > 10000 || !rev_get(&s->rev, sym->text, sym->n, &l, &r)) {
-        for (size_t j = 0; j < sym->n; j++) {
-            int32_t b = spm_byte_to_token(s->v, (uint8_t)sym->text[j]);
+static bool spm_tokenize(const struct wgllm_vocab *v, const char *text, size_t len, struct wgllm_merge *mg,
+                         struct ids *out) {
+    if (len == 0) return true;
+    if (!wgllm_merge_run(mg, text, len, spm_key, v)) return false;
+    for (int32_t i = 0; i >= 0; i = mg->next[i]) {
+        const uint32_t a = wgllm_merge_begin(mg, i), n = wgllm_merge_end(mg, i) - a;
+        int32_t id = text_to_token(v, text + a, n);
+        if (id >= 0) {
+            ids_push(out, id);
+            continue;
+        }
+        for (uint32_t j = 0; j < n; j++) { /* symbols that did not form tokens, as bytes */
+            int32_t b = spm_byte_to_token(v, (uint8_t)text[a + j]);
             if (b >= 0) ids_push(out, b);
         }
-        return;
     }
-    spm_resegment(s, &s->syms[l], out, depth + 1);
-    spm_resegment(s, &s->syms[r], out, depth + 1);
-}
-
-static bool spm_tokenize(const struct wgllm_vocab *v, const char *text, size_t len, struct ids *out) {
-    if (len == 0) return true;
-    struct spm s = {.v = v, .q = {.better = spm_better}};
-    s.syms = malloc(len * sizeof *s.syms);
-    uint32_t cap = pow2_at_least(len * 2 + 8);
-    s.rev.slot = calloc(cap, sizeof *s.rev.slot);
-    s.rev.mask = cap - 1;
-    bool ok = s.syms && s.rev.slot;
-    int nsym = 0;
-    for (size_t off = 0; ok && off < len;) {
-        size_t n = WGLLM_MIN(wgllm_unicode_len_utf8(text[off]), len - off);
-        s.syms[nsym] = (struct sym){text + off, n, nsym - 1, off + n == len ? -1 : nsym + 1};
-        off += n;
-        nsym++;
-    }
-    for (int i = 1; ok && i < nsym; i++) spm_try_bigram(&s, i - 1, i);
-    while (ok && s.q.n > 0 && !s.q.oom) {
-        struct bigram b = heap_pop(&s.q);
-        struct sym *l = &s.syms[b.left], *r = &s.syms[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s.syms[r->next].prev = b.left;
-        spm_try_bigram(&s, l->prev, b.left);
-        spm_try_bigram(&s, b.left, l->next);
-    }
-    ok = ok && !s.q.oom;
-    for (int i = 0; ok && i != -1; i = s.syms[i].next) spm_resegment(&s, &s.syms[i], out, 0);
-    free(s.syms);
-    free(s.rev.slot);
-    free(s.q.v);
-    return ok;
+    return true;
 }
 
 /* ------------------------------------------------------------------------
  * byte-level BPE (llama.cpp's llm_tokenizer_bpe_session)
  * ---------------------------------------------------------------------- */
 
-static void bpe_add_bigram(const struct wgllm_vocab *v, struct sym *syms, struct heap *q, int left, int right) {
-    if (left == -1 || right == -1) return;
-    int32_t rank = find_rank(v, syms[left].text, syms[left].n, syms[right].text, syms[right].n);
-    if (rank < 0) return;
-    heap_push(q, (struct bigram){.rank = rank, .left = left, .right = right, .size = syms[left].n + syms[right].n});
+static uint32_t bpe_key(const void *ctx, const char *text, uint32_t a, uint32_t b, uint32_t c) {
+    const struct wgllm_vocab *v = ctx;
+    if (c - a > v->max_merge_len) return WGLLM_MERGE_NONE;
+    int32_t rank = find_rank(v, text + a, b - a, c - a);
+    return rank < 0 ? WGLLM_MERGE_NONE : (uint32_t)rank;
 }
 
 /* Merges one byte-encoded word and appends its tokens. */
-static void bpe_word(const struct wgllm_vocab *v, const char *w, size_t wlen, struct sym *syms,
-                     struct heap *q, struct ids *out) {
-    int nsym = 0;
-    size_t off = 0;
-    if (v->ignore_merges && text_to_token(v, w, wlen) >= 0) {
-        syms[nsym++] = (struct sym){w, wlen, -1, -1};
-        off = wlen;
+static bool bpe_word(const struct wgllm_vocab *v, const char *w, size_t wlen, struct wgllm_merge *mg,
+                     struct ids *out) {
+    if (wlen == 0) return true;
+    if (v->ignore_merges) {
+        int32_t id = text_to_token(v, w, wlen);
+        if (id >= 0) {
+            ids_push(out, id);
+            return true;
+        }
     }
-    while (off < wlen) {
-        size_t n = WGLLM_MIN(wgllm_unicode_len_utf8(w[off]), wlen - off);
-        syms[nsym] = (struct sym){w + off, n, nsym - 1, off + n == wlen ? -1 : nsym + 1};
-        off += n;
-        nsym++;
-    }
-    q->n = 0;
-    for (int i = 1; i < nsym; i++) bpe_add_bigram(v, syms, q, i - 1, i);
-    while (q->n > 0 && !q->oom) {
-        struct bigram b = heap_pop(q);
-        struct sym *l = &syms[b.left], *r = &syms[b.right];
-        /* llama.cpp compares texts; left and right stay adjacent, so sizes suffice */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) syms[r->next].prev = b.left;
-        bpe_add_bigram(v, syms, q, l->prev, b.left);
-        bpe_add_bigram(v, syms, q, b.left, l->next);
-    }
-    for (int i = 0; i < nsym; i++) {
-        if (syms[i].n == 0) continue;
-        int32_t id = text_to_token(v, syms[i].text, syms[i].n);
+    if (!wgllm_merge_run(mg, w, wlen, bpe_key, v)) return false;
+    for (int32_t i = 0; i >= 0; i = mg->next[i]) {
+        const uint32_t a = wgllm_merge_begin(mg, i), n = wgllm_merge_end(mg, i) - a;
+        int32_t id = text_to_token(v, w + a, n);
         if (id >= 0) {
             ids_push(out, id);
             continue;
         }
-        for (size_t j = 0; j < syms[i].n; j++) {
-            int32_t b = text_to_token(v, syms[i].text + j, 1);
+        for (uint32_t j = 0; j < n; j++) {
+            int32_t b = text_to_token(v, w + a + j, 1);
             if (b >= 0) ids_push(out, b);
         }
     }
+    return true;
 }
 
-static bool bpe_tokenize(const struct wgllm_vocab *v, const char *text, size_t len, struct ids *out) {
+/* Bytes of cpt once each of its UTF-8 bytes is mapped to GPT-2's printable
+ * codepoint (each of those takes 1 or 2 bytes); written at w when not NULL. */
+static size_t bpe_map(const struct wgllm_vocab *v, uint32_t cpt, char *w) {
+    char u[4];
+    int k = wgllm_unicode_encode(cpt, u);
+    size_t n = 0;
+    for (int j = 0; j < k; j++) {
+        const uint8_t b = (uint8_t)u[j];
+        if (w) memcpy(w + n, v->bmap[b].c, 2);
+        n += v->bmap[b].n;
+    }
+    return n;
+}
+
+static bool bpe_tokenize(const struct wgllm_vocab *v, const char *text, size_t len, struct wgllm_merge *mg,
+                         struct ids *out) {
     if (len == 0) return true;
-    uint32_t *cpts = malloc(len * sizeof *cpts);
-    char *word = malloc(len * 8 + 8);    /* each codepoint re-encoded: <= 4 bytes -> <= 4 mapped chars of 2 bytes */
-    struct sym *syms = malloc((len * 8 + 8) * sizeof *syms);
+    uint32_t *cpts = wgllm_malloc_array(len, sizeof *cpts);
+    if (!cpts) return false;
     size_t *lens = NULL;
-    struct heap q = {.better = bpe_better};
-    bool ok = cpts && word && syms;
-    size_t n = ok ? wgllm_unicode_decode(text, len, cpts) : 0;
-    size_t nw = ok ? wgllm_pretok_split(v->pretok, cpts, n, &lens) : 0;
-    if (nw == (size_t)-1) ok = false;
+    char *word = NULL;
+    size_t word_cap = 0;
+    const size_t n = wgllm_unicode_decode(text, len, cpts);
+    const size_t nw = wgllm_pretok_split(v->pretok, cpts, n, &lens);
+    bool ok = nw != (size_t)-1;
     size_t start = 0;
     for (size_t w = 0; ok && w < nw; w++) {
+        /* the word's buffer grows to the longest word, not to the input */
         size_t wl = 0;
-        for (size_t i = start; i < start + lens[w]; i++) {
-            char u[4];
-            int k = wgllm_unicode_encode(cpts[i], u);
-            for (int j = 0; j < k; j++) wl += (size_t)wgllm_unicode_encode(wgllm_unicode_byte_to_cpt((uint8_t)u[j]), word + wl);
+        for (size_t i = start; i < start + lens[w]; i++) wl += bpe_map(v, cpts[i], NULL);
+        if (wl + 1 > word_cap) { /* +1: bpe_map writes 2 bytes for a 1-byte mapping */
+            size_t cap = WGLLM_MAX(wl + 1, word_cap * 2);
+            char *nb = realloc(word, cap);
+            if (!nb) {
+                ok = false;
+                break;
+            }
+            word = nb;
+            word_cap = cap;
         }
+        wl = 0;
+        for (size_t i = start; i < start + lens[w]; i++) wl += bpe_map(v, cpts[i], word + wl);
         start += lens[w];
-        bpe_word(v, word, wl, syms, &q, out);
-        if (q.oom) ok = false;
+        ok = bpe_word(v, word, wl, mg, out);
     }
     free(cpts);
     free(word);
-    free(syms);
     free(lens);
-    free(q.v);
     return ok;
 }
 
@@ -993,7 +967,7 @@ static void wpm_word(const struct wgllm_vocab *v, const char *w, size_t n, struc
         size_t j = WGLLM_MIN(n, i + v->max_token_len + 1);
         int32_t id = -1;
         for (; j > i; j--)
-            if ((id = text_to_token(v, w + i, j - i)) >= 0) break;
+            if ((v->len_seen[(j - i) / 8] >> ((j - i) % 8) & 1) && (id = text_to_token(v, w + i, j - i)) >= 0) break;
         if (id < 0) { out->n = start; break; }
         ids_push(out, id);
         i = j;
@@ -1006,8 +980,8 @@ static void wpm_word(const struct wgllm_vocab *v, const char *w, size_t n, struc
  * first-codepoint-NFD'd and lowercased. */
 static bool wpm_tokenize(const struct wgllm_vocab *v, const char *text, size_t len, struct ids *out) {
     if (len == 0) return true;
-    uint32_t *cpts = malloc(len * sizeof *cpts);
-    char *word = malloc(len * 4 + 8);
+    uint32_t *cpts = wgllm_malloc_array(len, sizeof *cpts);
+    char *word = wgllm_malloc_array((uint64_t)len * 4 + 8, 1);
     if (!cpts || !word) { free(cpts); free(word); return false; }
     size_t n = wgllm_unicode_decode(text, len, cpts);
     size_t wl = 3;
@@ -1044,13 +1018,14 @@ static int32_t tokenize(const struct wgllm_vocab *v, const char *text, size_t le
     if ((!text && len > 0) || max_tokens < 0 || len > INT32_MAX) return INT32_MIN;
     struct ids out = {0};
     struct frags fr = {0};
+    struct wgllm_merge mg = {0};
     bool ok = len == 0 || partition(v, text, len, parse_special, plain, n_plain, &fr);
     char *buf = NULL;
 
     if (ok && v->type == WGLLM_VOCAB_TYPE_SPM) {
         bool prev_special = true; /* so the first text gets the space prefix */
         if (add_special && v->add_bos && v->bos >= 0) ids_push(&out, v->bos);
-        buf = malloc(len * 3 + 4);
+        buf = wgllm_malloc_array((uint64_t)len * 3 + 4, 1); /* ' ' becomes 3 bytes */
         ok = buf != NULL;
         for (size_t i = 0; ok && i < fr.n; i++) {
             if (fr.v[i].token >= 0) {
@@ -1066,7 +1041,7 @@ static int32_t tokenize(const struct wgllm_vocab *v, const char *text, size_t le
                 if (c == ' ') { memcpy(buf + bl, "\xe2\x96\x81", 3); bl += 3; }
                 else buf[bl++] = c;
             }
-            ok = spm_tokenize(v, buf, bl, &out);
+            ok = spm_tokenize(v, buf, bl, &mg, &out);
             prev_special = false;
         }
         if (ok && add_special && v->add_eos && v->eos >= 0) ids_push(&out, v->eos);
@@ -1081,12 +1056,13 @@ static int32_t tokenize(const struct wgllm_vocab *v, const char *text, size_t le
         if (add_special && v->add_bos && v->bos >= 0) ids_push(&out, v->bos);
         for (size_t i = 0; ok && i < fr.n; i++) {
             if (fr.v[i].token >= 0) ids_push(&out, fr.v[i].token);
-            else ok = bpe_tokenize(v, text + fr.v[i].off, fr.v[i].len, &out);
+            else ok = bpe_tokenize(v, text + fr.v[i].off, fr.v[i].len, &mg, &out);
         }
         if (ok && add_special && v->add_eos && v->eos >= 0) ids_push(&out, v->eos);
     }
     free(buf);
     free(fr.v);
+    wgllm_merge_free(&mg);
     int32_t ret;
     if (!ok || out.oom || out.n > INT32_MAX) ret = INT32_MIN;
     else if (out.n > (size_t)max_tokens) ret = -(int32_t)out.n;
@@ -1162,7 +1138,7 @@ int32_t wgllm_vocab_token_to_piece(const struct wgllm_vocab *v, int32_t token, c
     if (v->type == WGLLM_VOCAB_TYPE_BPE && (t->attr & ATTR_NORMAL)) {
         /* map each codepoint back to its byte; llama.cpp writes unknown ones as a marker */
         uint32_t cpts[256];
-        uint32_t *cp = t->len <= 256 ? cpts : malloc(t->len * sizeof *cp);
+        uint32_t *cp = t->len <= 256 ? cpts : wgllm_malloc_array(t->len, sizeof *cp);
         if (!cp) return INT32_MIN;
         size_t nc = wgllm_unicode_decode(t->text, t->len, cp);
         size_t need = 0;

@@ -342,29 +342,49 @@ static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_
     c->n_batch = p->n_batch;
     c->n_threads = p->n_threads;
     c->tp = wgllm_threadpool_init(c->n_threads);
-    const size_t B = (size_t)c->n_batch, E = hp->n_embd, F = hp->n_ff;
-    const size_t QD = (size_t)hp->n_head * hp->head_dim_k, KD = (size_t)hp->n_head_kv * hp->head_dim_k,
-                 VD = (size_t)hp->n_head_kv * hp->head_dim_v, OD = (size_t)hp->n_head * hp->head_dim_v;
-    c->seq_k = (size_t)c->n_ctx * KD;
-    c->seq_v = (size_t)c->n_ctx * VD;
-    c->layer_k = c->seq_k * (size_t)c->n_seq;
-    c->layer_v = c->seq_v * (size_t)c->n_seq;
-    c->k_cache = ctx_alloc(c, hp->n_layer * c->layer_k * sizeof(wgllm_fp16));
-    c->v_cache = ctx_alloc(c, hp->n_layer * c->layer_v * sizeof(wgllm_fp16));
-    c->x = ctx_alloc(c, B * E * sizeof(float));
-    c->xn = ctx_alloc(c, B * E * sizeof(float));
-    c->q = ctx_alloc(c, B * QD * sizeof(float));
-    c->k = ctx_alloc(c, B * KD * sizeof(float));
-    c->v = ctx_alloc(c, B * VD * sizeof(float));
-    c->att = ctx_alloc(c, B * OD * sizeof(float));
-    c->gate = ctx_alloc(c, B * F * sizeof(float));
-    c->up = ctx_alloc(c, B * F * sizeof(float));
-    const size_t kmax = WGLLM_MAX(WGLLM_MAX(E, F), OD);
-    c->act_slot_bytes = B * kmax * 4; /* f32-sized bound: any vec_dot_type row is at most 4 bytes/element */
+    /* The model's dimensions were checked at load (each at most 2^30); the
+     * sizes here multiply them with n_ctx, n_seq and n_batch, so each is
+     * computed in checked 64 bits and must fit size_t (32 bits on wasm32). */
+    const uint64_t B = (uint64_t)c->n_batch, E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
+    const uint64_t QD = (uint64_t)hp->n_head * hp->head_dim_k, KD = (uint64_t)hp->n_head_kv * hp->head_dim_k,
+                   VD = (uint64_t)hp->n_head_kv * hp->head_dim_v, OD = (uint64_t)hp->n_head * hp->head_dim_v;
+    const uint64_t kmax = WGLLM_MAX(WGLLM_MAX(E, F), OD);
+    size_t kv_k_bytes = 0, kv_v_bytes = 0, be, bq, bk, bv, bo, bf, scores, tmp16, rope;
+    bool fits = wgllm_size_mul(c->n_ctx, KD, &c->seq_k) && wgllm_size_mul(c->n_ctx, VD, &c->seq_v) &&
+                wgllm_size_mul(c->seq_k, (uint64_t)c->n_seq, &c->layer_k) &&
+                wgllm_size_mul(c->seq_v, (uint64_t)c->n_seq, &c->layer_v) &&
+                wgllm_size_mul(c->layer_k, (uint64_t)hp->n_layer * sizeof(wgllm_fp16), &kv_k_bytes) &&
+                wgllm_size_mul(c->layer_v, (uint64_t)hp->n_layer * sizeof(wgllm_fp16), &kv_v_bytes) &&
+                wgllm_size_mul(B * sizeof(float), E, &be) && wgllm_size_mul(B * sizeof(float), QD, &bq) &&
+                wgllm_size_mul(B * sizeof(float), KD, &bk) && wgllm_size_mul(B * sizeof(float), VD, &bv) &&
+                wgllm_size_mul(B * sizeof(float), OD, &bo) && wgllm_size_mul(B * sizeof(float), F, &bf) &&
+                /* f32-sized bound: any vec_dot_type row is at most 4 bytes/element */
+                wgllm_size_mul(B * 4, kmax, &c->act_slot_bytes) &&
+                wgllm_size_mul((uint64_t)c->n_threads * sizeof(float), (uint64_t)c->n_ctx, &scores) &&
+                wgllm_size_mul((uint64_t)c->n_threads * sizeof(wgllm_fp16),
+                               (uint64_t)c->n_ctx + (uint64_t)hp->head_dim_k, &tmp16) &&
+                wgllm_size_mul(B * sizeof(float), (uint64_t)hp->n_rot, &rope);
+    if (!fits) {
+        cpu_free(c);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY,
+                               "a context of %d x %d tokens for this model (%d layers, KV width %llu) needs more "
+                               "memory than this process can address",
+                               p->n_seq, p->n_ctx, hp->n_layer, (unsigned long long)WGLLM_MAX(KD, VD));
+    }
+    c->k_cache = ctx_alloc(c, kv_k_bytes);
+    c->v_cache = ctx_alloc(c, kv_v_bytes);
+    c->x = ctx_alloc(c, be);
+    c->xn = ctx_alloc(c, be);
+    c->q = ctx_alloc(c, bq);
+    c->k = ctx_alloc(c, bk);
+    c->v = ctx_alloc(c, bv);
+    c->att = ctx_alloc(c, bo);
+    c->gate = ctx_alloc(c, bf);
+    c->up = ctx_alloc(c, bf);
     for (int i = 0; i < N_ACT_SLOTS; i++) c->act_buf[i] = ctx_alloc(c, c->act_slot_bytes);
-    c->scores = ctx_alloc(c, (size_t)c->n_threads * c->n_ctx * sizeof(float));
-    c->tmp16 = ctx_alloc(c, (size_t)c->n_threads * (c->n_ctx + hp->head_dim_k) * sizeof(wgllm_fp16));
-    c->rope_cs = ctx_alloc(c, B * hp->n_rot * sizeof(float));
+    c->scores = ctx_alloc(c, scores);
+    c->tmp16 = ctx_alloc(c, tmp16);
+    c->rope_cs = ctx_alloc(c, rope);
     bool ok = c->tp && c->k_cache && c->v_cache && c->x && c->xn && c->q && c->k && c->v && c->att && c->gate &&
               c->up && c->scores && c->tmp16 && c->rope_cs;
     for (int i = 0; i < N_ACT_SLOTS; i++) ok = ok && c->act_buf[i];

@@ -665,7 +665,7 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
         if (!(g->id_rb[i] = gbuf(g, 16, WGLLM_GPU_READBACK, "id readback", &g->plan.params, err))) g->readback = NULL;
     if (!g->readback) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     g->step_host = calloc(4 * B, sizeof(uint32_t));
-    g->rope_host = malloc(B * (size_t)hp->n_rot * sizeof(float));
+    g->rope_host = wgllm_malloc_array((uint64_t)B * (uint64_t)hp->n_rot, sizeof(float)); /* NULL past size_t (wasm32) */
     if (!g->step_host || !g->rope_host)
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     wgllm_gpu_buffer_write(g->gpu, g->step, 0, g->step_host, 4 * B * 4);

@@ -1092,7 +1092,7 @@ bool wgllm_wgsl_tune_valid(const struct wgllm_wgsl_tune *t, uint32_t max_invocat
     if (t->mm_tile_n % t->mm_micro_n || t->mm_tile_m % t->mm_micro_m)
         BAD("mat-mat tile %ux%u is not a multiple of the micro tile %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_micro_n,
             t->mm_micro_m);
-    if (t->mm_micro_n * t->mm_micro_m > 64) BAD("mat-mat micro tile %ux%u is over 64 registers", t->mm_micro_n, t->mm_micro_m);
+    if ((uint64_t)t->mm_micro_n * t->mm_micro_m > 64) BAD("mat-mat micro tile %ux%u is over 64 registers", t->mm_micro_n, t->mm_micro_m);
     const uint64_t mm_threads = (uint64_t)(t->mm_tile_n / t->mm_micro_n) * (t->mm_tile_m / t->mm_micro_m);
     if (mm_threads > max_invocations) BAD("mat-mat needs %llu threads, over %u", (unsigned long long)mm_threads, max_invocations);
     const uint64_t mm_bytes = t->mm_direct ? 0 : (uint64_t)(t->mm_tile_n + t->mm_tile_m) * t->mm_tile_k * 4;

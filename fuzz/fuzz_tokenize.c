@@ -1,0 +1,114 @@
+/*
+ * fuzz_tokenize.c - libFuzzer target for the tokenizers on real
+ * vocabularies: SentencePiece (llama-spm, phi-3), byte-level BPE with the
+ * hand-written GPT-2 splitter (gpt-2) and with the regex engine
+ * (deepseek-coder), and WordPiece (bert-bge), read once from
+ * $WGLLM_SHARED/vocab (fuzz/run.sh sets it; default ../shared).
+ *
+ * Input: byte 0 picks the vocabulary (bits 0-2), parse_special (bit 3) and
+ * add_special (bit 4); the rest is the text. Each input is tokenized, the
+ * output-buffer contract is checked (too small a buffer returns minus the
+ * count, and the count does not change), every id must be in the
+ * vocabulary, every token is detokenized through the same contract, and
+ * for GPT-2's byte-level BPE on valid UTF-8 the pieces must give the text
+ * back byte for byte.
+ */
+#include "gguf/gguf.h"
+#include "vocab/vocab.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const names[] = {"llama-spm", "phi-3", "gpt-2", "deepseek-coder", "bert-bge"};
+#define N_VOCABS (int)(sizeof names / sizeof names[0])
+#define GPT2 2
+static struct wgllm_vocab *vocabs[N_VOCABS];
+
+static void load_vocabs(void) {
+    setenv("WGLLM_LOG", "error", 0);
+    const char *root = getenv("WGLLM_SHARED");
+    if (!root || !root[0]) root = "../shared";
+    for (int i = 0; i < N_VOCABS; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", root, names[i]);
+        struct wgllm_gguf *g = NULL;
+        struct wgllm_error err = {0};
+        if (wgllm_gguf_open(path, &g, &err) || wgllm_vocab_init(g, &vocabs[i], &err)) {
+            fprintf(stderr, "fuzz_tokenize: %s: %s (set WGLLM_SHARED)\n", path, err.message);
+            abort();
+        }
+        wgllm_gguf_free(g); /* the vocabulary keeps copies */
+    }
+}
+
+/* Strict UTF-8 (no overlong forms, surrogates or values past U+10FFFF):
+ * what the byte-level BPE gives back exactly. */
+static bool valid_utf8(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint8_t c = s[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!k || i + k > n) return false;
+        uint32_t cp = k == 1 ? c : k == 2 ? (c & 0x1fu) : k == 3 ? (c & 0x0fu) : (c & 0x07u);
+        for (size_t j = 1; j < k; j++) {
+            if ((s[i + j] & 0xc0) != 0x80) return false;
+            cp = cp << 6 | (s[i + j] & 0x3fu);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+        i += k;
+    }
+    return true;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!vocabs[0]) load_vocabs();
+    if (size < 1) return 0;
+    const int vi = (data[0] & 7) % N_VOCABS;
+    const bool parse_special = data[0] & 8, add_special = data[0] & 16;
+    const struct wgllm_vocab *v = vocabs[vi];
+    const char *text = (const char *)data + 1;
+    const size_t len = size - 1;
+
+    /* the count first, through a buffer too small for any output */
+    int32_t one;
+    const int32_t probe = wgllm_vocab_tokenize(v, text, len, &one, 0, add_special, parse_special);
+    if (probe == INT32_MIN) return 0; /* out of memory: allowed, but only as that */
+    const int32_t n = probe < 0 ? -probe : probe;
+    int32_t *toks = malloc(sizeof(int32_t) * ((size_t)n + 1));
+    if (!toks) return 0;
+    const int32_t got = wgllm_vocab_tokenize(v, text, len, toks, n, add_special, parse_special);
+    if (got != n) __builtin_trap(); /* the same text, the same count */
+
+    const int32_t n_vocab = wgllm_vocab_n_tokens(v);
+    char *back = malloc(len + 1), piece[512];
+    size_t back_len = 0;
+    bool exact = back != NULL;
+    for (int32_t i = 0; i < n; i++) {
+        if (toks[i] < 0 || toks[i] >= n_vocab) __builtin_trap();
+        for (int special = 0; special < 2; special++) {
+            const int32_t need = wgllm_vocab_token_to_piece(v, toks[i], piece, 0, special);
+            const int32_t k = wgllm_vocab_token_to_piece(v, toks[i], piece, sizeof piece, special);
+            /* size 0 gives minus the length (0 when empty); a buffer of that length, the piece */
+            if (k == INT32_MIN || (need < 0 && k != -need && k != need) || (need >= 0 && k != need))
+                __builtin_trap();
+            if (!special && k > 0 && exact) {
+                if (back_len + (size_t)k > len) exact = false;
+                else memcpy(back + back_len, piece, (size_t)k), back_len += (size_t)k;
+            } else if (!special && k < 0) {
+                exact = false; /* a piece longer than the buffer here: not compared */
+            }
+        }
+    }
+    if (vi == GPT2 && !add_special && !parse_special && valid_utf8((const uint8_t *)text, len)) {
+        if (!exact || back_len != len || memcmp(back, text, len) != 0) {
+            fprintf(stderr, "fuzz_tokenize: gpt-2 did not give %zu bytes of valid UTF-8 back (%zu bytes)\n", len,
+                    back_len);
+            __builtin_trap();
+        }
+    }
+    free(back);
+    free(toks);
+    return 0;
+}
