@@ -155,9 +155,10 @@ static void huge_inputs(const char *shape) {
         printf("  %s, %s: 32 MiB -> %d tokens in %.2f s CPU (2 MiB: %.2f s), peak memory +%ld MiB\n", shape,
                kinds[kind], nb, tb, ts, rss);
         CHECK(ns > 0 && nb > 0);
-        /* linear: 16x the input may cost 16x (and a log factor), not 256x;
+        /* linear: 16x the input may cost 16x (with a log factor and cache
+         * misses: up to 40x here), not the 256x of a quadratic loop;
          * and some seconds, even under the sanitizers */
-        CHECK(tb < 16.0 * ts * 1.5 + 2.0);
+        CHECK(tb < 40.0 * ts + 2.0);
         CHECK(tb < 120.0);
         /* memory: a few dozen bytes per input byte at most */
         CHECK(rss < 48 * 32);

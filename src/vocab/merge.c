@@ -9,11 +9,12 @@
  * popping the minimum over the pairs that exist, so the tokens are the same.
  *
  * The queue is not one binary heap, because on a long word a heap pays a
- * cache miss per level for every merge (a 32 MiB word of one letter took
- * 40 s). Entries of one key mostly arrive left to right -- all the initial
- * pairs do, and so do the pairs a sweep of merges creates -- so each key
- * has a *run*: a FIFO list of its entries in increasing left position, and
- * a small heap orders the runs by their first entry. An entry that would
+ * cache miss per level for every merge (on 8 MiB of one letter, half of
+ * the time went to sifting). Entries of one key mostly arrive left to
+ * right -- all the initial pairs do, and so do the pairs a sweep of merges
+ * creates -- so each key has a *run*: a FIFO list of its entries in
+ * increasing left position, and a small heap orders the runs by their
+ * first entry. An entry that would
  * break its run's order goes to an ordinary heap instead, and the minimum
  * is the smaller of the two heaps' tops. Every step is O(1) on the inputs
  * that hurt, and O(log n) at worst.
