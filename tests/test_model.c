@@ -9,8 +9,10 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "quant/quant.h"
+#include "quant/repack.h"
 
 #include <math.h>
+#include <pthread.h>
 
 static const char *make_model(const char *shape, uint32_t type) {
     static char paths[16][512];
@@ -343,6 +345,59 @@ TEST(detokenizer_never_splits_utf8) {
     wgllm_model_free(m);
 }
 
+/* The CPU's repacked copies are made by the first CPU context, not at load
+ * (a WebGPU-only run never holds them), once per model however many
+ * contexts, on however many threads, are created; each context computes the
+ * same logits. */
+struct ctx_job {
+    struct wgllm_model *m;
+    float *logits; /* n_vocab floats */
+    int n_vocab;
+    bool ok;
+};
+
+static void *make_and_decode(void *arg) {
+    struct ctx_job *j = arg;
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = 32, cp.n_threads = 1, cp.backend = WGLLM_BACKEND_CPU;
+    struct wgllm_context *c = NULL;
+    struct wgllm_error err;
+    const int32_t toks[] = {1, 2, 3};
+    j->ok = j->logits && wgllm_context_init(j->m, &cp, &c, &err) == WGLLM_STATUS_OK && !wgllm_decode(c, toks, 3, false, &err);
+    if (j->ok) memcpy(j->logits, wgllm_get_logits(c), sizeof(float) * (size_t)j->n_vocab);
+    wgllm_context_free(c);
+    return NULL;
+}
+
+TEST(cpu_repack_made_once_by_the_first_cpu_context) {
+    struct wgllm_model *m = load(q8_path, 1);
+    CHECK(m != NULL);
+    if (!m) return;
+    const char *no = getenv("WGLLM_NO_REPACK");
+    const bool supported = (!no || !strcmp(no, "0")) && wgllm_repack_supported(m->layers[0].wq.type, m->layers[0].wq.ne0, m->layers[0].wq.ne1);
+    CHECK_EQ_INT(wgllm_model_repacked_bytes(m), 0);
+    CHECK(m->layers[0].wq.rp == NULL);
+    enum { N = 4 };
+    static struct ctx_job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        jobs[i] = (struct ctx_job){.m = m, .n_vocab = wgllm_model_n_vocab(m)};
+        jobs[i].logits = calloc((size_t)jobs[i].n_vocab, sizeof(float));
+        CHECK_EQ_INT(pthread_create(&th[i], NULL, make_and_decode, &jobs[i]), 0);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    const uint64_t bytes = wgllm_model_repacked_bytes(m);
+    CHECK(supported ? bytes > 0 && m->layers[0].wq.rp != NULL : bytes == 0);
+    for (int i = 0; i < N; i++) {
+        CHECK(jobs[i].ok);
+        CHECK(!memcmp(jobs[i].logits, jobs[0].logits, sizeof(float) * (size_t)jobs[0].n_vocab));
+    }
+    make_and_decode(&jobs[0]); /* a later context shares the copies */
+    CHECK_EQ_INT(wgllm_model_repacked_bytes(m), bytes);
+    for (int i = 0; i < N; i++) free(jobs[i].logits);
+    wgllm_model_free(m);
+}
+
 int main(void) {
     wgllm_base_init();
     wgllm_quant_init();
@@ -357,6 +412,7 @@ int main(void) {
         RUN(errors_leave_the_context_usable);
         RUN(bad_files_give_named_errors);
         RUN(detokenizer_never_splits_utf8);
+        RUN(cpu_repack_made_once_by_the_first_cpu_context);
         remove(q8_path);
     } else {
         test_failed++;

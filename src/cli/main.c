@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/webgpu/forward_webgpu.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "server/server.h"
 #include "quant/quant.h"
@@ -323,8 +324,12 @@ static int cmd_info(const struct opts *o) {
         int n_ctx = o->ctx > 0 ? o->ctx : (wgllm_model_n_ctx_train(m) < 4096 ? wgllm_model_n_ctx_train(m) : 4096);
         struct wgllm_context *c = new_context(m, o, n_ctx);
         if (c) {
-            printf("memory:        %.1f MiB weights (mapped) + %.1f MiB context (KV cache for %d tokens and scratch)\n",
-                   wgllm_model_size(m) / 1048576.0, wgllm_context_memory(c) / 1048576.0, n_ctx);
+            /* the CPU backend repacks Q4_0/Q8_0 matrices when its first context is made */
+            const uint64_t rp = wgllm_model_repacked_bytes(m);
+            char rps[64] = "";
+            if (rp) snprintf(rps, sizeof rps, " + %.1f MiB repacked for the CPU", rp / 1048576.0);
+            printf("memory:        %.1f MiB weights (mapped)%s + %.1f MiB context (KV cache for %d tokens and scratch)\n",
+                   wgllm_model_size(m) / 1048576.0, rps, wgllm_context_memory(c) / 1048576.0, n_ctx);
             wgllm_context_free(c);
         }
     }

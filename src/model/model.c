@@ -368,8 +368,7 @@ static void free_repacked(struct wgllm_weight *w) {
     }
 }
 
-/* Every matrix the forward pass multiplies with, once (output may be token_embd). */
-static int model_matrices(struct wgllm_model *m, struct wgllm_weight **out, int cap) {
+int wgllm_model_matrices(struct wgllm_model *m, struct wgllm_weight **out, int cap) {
     int n = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         struct wgllm_layer *L = &m->layers[il];
@@ -389,6 +388,7 @@ static void model_release(struct wgllm_model *m) {
         }
     }
     free_repacked(&m->output);
+    pthread_mutex_destroy(&m->cpu_mu);
     free(m->vectors);
     free(m->layers);
     wgllm_vocab_free(m->vocab);
@@ -399,6 +399,7 @@ static void model_release(struct wgllm_model *m) {
 enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_model *m,
                                              struct wgllm_error *err) {
     memset(m, 0, sizeof(*m));
+    pthread_mutex_init(&m->cpu_mu, NULL); /* before any failure: model_release destroys it */
     m->gguf = g;
     enum wgllm_status st = wgllm_vocab_init(g, &m->vocab, err);
     if (st) {
@@ -441,44 +442,37 @@ enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_
 
 /* ---- weight preparation -------------------------------------------------- */
 
-/* Tells the kernel that this process is done with a range of the mapping, so
- * those file pages leave our resident memory (they stay in the page cache). */
-static void release_mapped(const void *data, size_t size) {
+void wgllm_model_release_pages(const struct wgllm_model *m, const struct wgllm_weight *w) {
+    (void)m;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = ((uintptr_t)data + page - 1) & ~(page - 1), hi = ((uintptr_t)data + size) & ~(page - 1);
+    const uintptr_t data = (uintptr_t)w->data, size = w->row_size * (size_t)w->ne1;
+    uintptr_t lo = (data + page - 1) & ~(page - 1), hi = (data + size) & ~(page - 1);
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
-/* Reads every weight in (so loading shows progress and the first token does
- * not pay for page faults) and copies the matrices that have a faster kernel
- * into the repacked layout. WGLLM_NO_REPACK=1 keeps the GGUF layout. */
+uint64_t wgllm_model_repacked_bytes(struct wgllm_model *m) {
+    pthread_mutex_lock(&m->cpu_mu);
+    const uint64_t n = m->repacked_bytes;
+    pthread_mutex_unlock(&m->cpu_mu);
+    return n;
+}
+
+/* Reads every weight in, so loading shows progress and the first token does
+ * not pay for page faults. Backend-specific layouts (the CPU's repack) are
+ * made by the backend when a context of it is created, not here. */
 static enum wgllm_status prepare_weights(struct wgllm_model *m, const struct wgllm_model_params *p,
                                          struct wgllm_error *err) {
-    const bool repack = !getenv("WGLLM_NO_REPACK") || !strcmp(getenv("WGLLM_NO_REPACK"), "0");
     enum { CAP = 4096 };
     struct wgllm_weight **mats = malloc(CAP * sizeof(*mats));
     if (!mats) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-    const int n = model_matrices(m, mats, CAP);
+    const int n = wgllm_model_matrices(m, mats, CAP);
     enum wgllm_status st = WGLLM_STATUS_OK;
     volatile unsigned char sink = 0;
     for (int i = 0; i < n && !st; i++) {
-        struct wgllm_weight *w = mats[i];
+        const struct wgllm_weight *w = mats[i];
         const size_t bytes = w->row_size * (size_t)w->ne1;
-        if (repack && wgllm_repack_supported(w->type, w->ne0, w->ne1)) {
-            w->rp = calloc(1, sizeof(*w->rp));
-            if (!w->rp) {
-                st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
-                break;
-            }
-            st = wgllm_repack(w->data, w->type, w->ne0, w->ne1, w->rp, err);
-            if (st) break;
-            m->repacked_bytes += w->rp->size;
-            /* token_embd's rows are still read when it doubles as the output */
-            if (w->data != m->tok_embd.data) release_mapped(w->data, bytes);
-        } else {
-            const unsigned char *d = w->data;
-            for (size_t off = 0; off < bytes; off += 4096) sink ^= d[off];
-        }
+        const unsigned char *d = w->data;
+        for (size_t off = 0; off < bytes; off += 4096) sink ^= d[off];
         if (p->progress && !p->progress(0.99f * (float)(i + 1) / (float)n, p->progress_user_data))
             st = wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "load cancelled");
     }

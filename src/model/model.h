@@ -8,6 +8,7 @@
 
 #include "base/base.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
@@ -52,7 +53,9 @@ struct wgllm_weight {
     char name[64];    /* the tensor's name, for messages (GGUF names are < 64 bytes) */
     const struct wgllm_gguf_tensor *tensor; /* where its bytes are in the file (data may be NULL: streamed) */
     /* The same matrix in the row-interleaved layout of quant/repack.h when this
-     * CPU has a kernel for it (Q4_0/Q8_0), else NULL; owned by the model. */
+     * CPU has a kernel for it (Q4_0/Q8_0) and a CPU context was created (the
+     * CPU backend's init makes it), else NULL; owned by the
+     * model. Set under cpu_mu before any CPU context reads it. */
     struct wgllm_repacked *rp;
 };
 
@@ -80,7 +83,13 @@ struct wgllm_model {
     uint64_t weight_bytes;
     int n_threads;
     bool vocab_only; /* a tokenizer-only GGUF: tokenize works, decode does not */
-    uint64_t repacked_bytes; /* memory of the repacked copies */
+    /* The CPU's weight layouts are made when the first CPU context of the
+     * model is created, not at load, so that a WebGPU-only run neither pays
+     * for nor keeps them; contexts on several threads may share the model,
+     * hence the mutex. */
+    pthread_mutex_t cpu_mu;
+    bool cpu_weights_ready;  /* under cpu_mu: the repack ran (or was not wanted) */
+    uint64_t repacked_bytes; /* under cpu_mu: memory of the repacked copies */
     /* wgllm_model_fingerprint, computed at its first use (0: not yet): for a
      * streamed model its samples are reads through the source (in a browser,
      * hundreds of async file reads or range requests), so a load that never
@@ -104,6 +113,16 @@ enum wgllm_status wgllm_model_load_source(const struct wgllm_gguf_source *src, c
  * wgllm_model_load_source): matrices' `data` is NULL, read them with
  * wgllm_weight_read. Vectors are in memory either way. */
 static inline bool wgllm_model_streamed(const struct wgllm_model *m) { return m->gguf && !wgllm_gguf_mapped(m->gguf); }
+/* Every matrix the forward pass multiplies with, once (output may be
+ * token_embd), at most cap of them; returns how many. */
+int wgllm_model_matrices(struct wgllm_model *m, struct wgllm_weight **out, int cap);
+/* Tells the kernel that this process is done with w's mapped pages for now
+ * (the CPU backend repacked them), so they leave the resident memory; they
+ * stay in the page cache and fault back in when read again. Not for
+ * token_embd, whose rows the CPU still reads. */
+void wgllm_model_release_pages(const struct wgllm_model *m, const struct wgllm_weight *w);
+/* Memory of the CPU's repacked copies: 0 until a CPU context made them. */
+uint64_t wgllm_model_repacked_bytes(struct wgllm_model *m);
 /* Copies bytes [offset, offset + n) of w's data (mapped or streamed) into dst. */
 enum wgllm_status wgllm_weight_read(const struct wgllm_model *m, const struct wgllm_weight *w, uint64_t offset,
                                     void *dst, size_t n, struct wgllm_error *err);
