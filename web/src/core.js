@@ -84,6 +84,20 @@ function failedLoad(M, src, msg) {
  * (generate/embed/interrupt/unload; info says the backend).
  */
 export async function loadCore(opts = {}) {
+  const started = {};
+  try {
+    return await loadIn(opts, started);
+  } catch (e) {
+    // whatever failed (a block the heap could not give, a bad option, the
+    // load itself): the module's pthread pool ends with it, so failed loads
+    // do not pile up workers (failedLoad may have ended them already)
+    const M = started.M;
+    if (M && M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
+    throw e;
+  }
+}
+
+async function loadIn(opts, started) {
   // threads need SharedArrayBuffer, which only cross-origin isolated pages
   // (COOP/COEP headers) have; opts.threaded: false forces the other build
   const threaded = opts.threaded !== false && typeof SharedArrayBuffer !== 'undefined' &&
@@ -122,6 +136,7 @@ export async function loadCore(opts = {}) {
     print: (t) => console.log(t),
     printErr: (t) => console.warn(t),
   });
+  started.M = M;
   const enc = new TextEncoder();
   const mem = () => wasmBuffer(M);
   // Every block the core gets from JS is checked: the wasm memory stops at
