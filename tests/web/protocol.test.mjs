@@ -131,6 +131,18 @@ test('protocol: requests too large for the wasm memory fail clearly; the worker 
     // a KV cache for 16M positions: far beyond the 4 GiB the wasm memory can grow to
     out.hugeCtx = await w.rpcWithin(60000, 1, 'load', loadArgs({ nCtx: 1 << 24 }));
     out.badCtx = await w.rpcWithin(10000, 2, 'load', loadArgs({ nCtx: 2 ** 40 }));
+    // a GGUF whose one tensor claims 2^31 x 2^31 floats (8 EiB), in 64 bytes of file
+    const parts = [];
+    const u32 = (v) => { const b = new DataView(new ArrayBuffer(4)); b.setUint32(0, v, true); parts.push(b.buffer); };
+    const u64 = (v) => { const b = new DataView(new ArrayBuffer(8)); b.setBigUint64(0, BigInt(v), true); parts.push(b.buffer); };
+    const str = (t) => { const e = new TextEncoder().encode(t); u64(e.length); parts.push(e); };
+    parts.push(new TextEncoder().encode('GGUF')); u32(3); u64(1); u64(1);
+    str('general.architecture'); u32(8); str('llama');
+    str('token_embd.weight'); u32(2); u64(2 ** 31); u64(2 ** 31); u32(0); u64(0);
+    const head = await new Blob(parts).arrayBuffer();
+    const bytes = new Uint8Array(Math.ceil(head.byteLength / 32) * 32 + 64);
+    bytes.set(new Uint8Array(head));
+    out.hugeTensor = await w.rpcWithin(60000, 30, 'load', loadArgs({ model: bytes }));
     out.load = await w.rpcWithin(60000, 3, 'load', loadArgs());
     out.before = await w.rpc(4, 'generate', greedy);
     out.hugeMax = await w.rpcWithin(30000, 5, 'generate', { ...greedy, max_tokens: 2 ** 31 });
@@ -147,6 +159,9 @@ test('protocol: requests too large for the wasm memory fail clearly; the worker 
   assert.equal(r.badCtx.type, 'error', JSON.stringify(r.badCtx));
   assert.equal(r.badCtx.code, 'argument');
   console.log(`# huge nCtx: ${r.hugeCtx.message}; max_tokens 1e6: ${r.bigMax.type} ${r.bigMax.message ?? r.bigMax.value?.finish}; 4 MiB prompt: ${r.bigPrompt.message}`);
+  assert.equal(r.hugeTensor.type, 'error', JSON.stringify(r.hugeTensor));
+  assert.equal(r.hugeTensor.code, 'load');
+  console.log(`# a tensor of 2^62 floats: ${r.hugeTensor.message}`);
   assert.equal(r.load.type, 'result', `the next load works: ${JSON.stringify(r.load)}`);
   assert.equal(r.before.type, 'result');
   assert.equal(r.hugeMax.type, 'error', JSON.stringify(r.hugeMax));
