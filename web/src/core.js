@@ -36,6 +36,39 @@ function toError(message, code) {
 
 let loadCount = 0;
 
+// A NUL cannot cross where the C API takes NUL-terminated strings (chat
+// messages, stop strings): refused, rather than cut short there in silence.
+function noNul(s, what) {
+  if (s.includes('\0')) throw toError(`wgllm: ${what} contains a NUL character (U+0000), which the engine cannot take there`, 'argument');
+  return s;
+}
+
+// The request's numbers, checked: a string or NaN would reach C as 0
+// (max_tokens 0 = until the end of the context) or as garbage.
+const INT_FIELDS = ['max_tokens', 'top_k', 'seed'];
+const NUM_FIELDS = ['temperature', 'top_p', 'min_p', 'repetition_penalty', 'presence_penalty', 'frequency_penalty'];
+function checkedNumbers(req) {
+  const out = {};
+  for (const k of [...INT_FIELDS, ...NUM_FIELDS]) {
+    const v = req[k];
+    if (v == null) continue;
+    if (typeof v !== 'number' || !Number.isFinite(v) || (INT_FIELDS.includes(k) && (!Number.isInteger(v) || v < 0)))
+      throw toError(`wgllm: ${k} must be a ${INT_FIELDS.includes(k) ? 'non-negative integer' : 'finite number'} (got ${JSON.stringify(v) ?? String(v)})`, 'argument');
+    out[k] = v;
+  }
+  if (out.max_tokens > 0x7fffffff || out.top_k > 0x7fffffff)
+    throw toError('wgllm: max_tokens and top_k must fit in 32 bits', 'argument');
+  return out;
+}
+
+// The load's sizes: positive integers that fit the C ints they become.
+function checkedCount(v, name, def, max) {
+  if (v == null) return def;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max)
+    throw toError(`wgllm: ${name} must be an integer from 1 to ${max} (got ${JSON.stringify(v) ?? String(v)})`, 'argument');
+  return v;
+}
+
 // The error of a failed load, naming the stored copy when there is one.
 function failedLoad(M, src, msg) {
   const where = src.storeName ? ` (the copy stored in the browser as '${src.storeName}'; deleteModel('${src.storeName}') removes it)` : '';
@@ -51,6 +84,20 @@ function failedLoad(M, src, msg) {
  * (generate/embed/interrupt/unload; info says the backend).
  */
 export async function loadCore(opts = {}) {
+  const started = {};
+  try {
+    return await loadIn(opts, started);
+  } catch (e) {
+    // whatever failed (a block the heap could not give, a bad option, the
+    // load itself): the module's pthread pool ends with it, so failed loads
+    // do not pile up workers (failedLoad may have ended them already)
+    const M = started.M;
+    if (M && M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
+    throw e;
+  }
+}
+
+async function loadIn(opts, started) {
   // threads need SharedArrayBuffer, which only cross-origin isolated pages
   // (COOP/COEP headers) have; opts.threaded: false forces the other build
   const threaded = opts.threaded !== false && typeof SharedArrayBuffer !== 'undefined' &&
@@ -68,6 +115,9 @@ export async function loadCore(opts = {}) {
                   '("Cross-Origin-Opener-Policy: same-origin" and "Cross-Origin-Embedder-Policy: require-corp") ' +
                   'or use backend \'cpu\'', 'argument');
   const backend = threaded ? asked : 'cpu';
+  // checked before anything is fetched; 0 (or unset) is the default
+  const nCtx = checkedCount(opts.nCtx || undefined, 'nCtx', 2048, 1 << 24);
+  const nSlots = checkedCount(opts.nSlots || undefined, 'nSlots', 1, 256);
   // One compute thread unless asked: on shared 2-core machines two threads
   // still lose to one on small models (barriers wait for descheduled
   // threads); see web/README.md.
@@ -86,30 +136,44 @@ export async function loadCore(opts = {}) {
     print: (t) => console.log(t),
     printErr: (t) => console.warn(t),
   });
+  started.M = M;
   const enc = new TextEncoder();
   const mem = () => wasmBuffer(M);
-  const cstr = (s) => { // malloc'd NUL-terminated UTF-8 (caller frees)
+  // Every block the core gets from JS is checked: the wasm memory stops at
+  // 4 GiB, and malloc then returns 0 (writing there would corrupt the heap).
+  // Pointers are unsigned: above 2 GiB the export returns them negative.
+  const alloc = (n, what) => {
+    const p = M._malloc(Math.max(1, n)) >>> 0;
+    if (!p) throw toError(`wgllm: out of wasm memory (${n} bytes for ${what}; the limit is 4 GiB)`, 'memory');
+    return p;
+  };
+  // Strings go to C as UTF-8 with their byte length: a NUL (U+0000) is text
+  // there, not the end. Lone surrogates become U+FFFD (TextEncoder), as in
+  // any UTF-8 encoder. Returns [pointer, bytes] (caller frees).
+  const cbytes = (s, what) => {
     const b = enc.encode(s);
-    const p = M._malloc(b.length + 1);
+    const p = alloc(b.length + 1, what);
     const h = new Uint8Array(mem());
     h.set(b, p);
     h[p + b.length] = 0;
-    return p;
+    return [p, b.length];
   };
-  const cpacked = (strings) => { // "a\0b\0..." (caller frees)
+  const cstr = (s, what) => cbytes(s, what)[0]; // for paths and names (no NUL in them)
+  // "a\0b\0..." with its byte length (caller frees). The C side reads
+  // NUL-terminated strings out of it, so a string with a NUL of its own is
+  // refused by the caller (noNul) before it gets here.
+  const cpacked = (strings, what) => {
     const parts = strings.map((s) => enc.encode(String(s)));
     const n = parts.reduce((a, b) => a + b.length + 1, 0);
-    const p = M._malloc(Math.max(1, n));
+    const p = alloc(n, what);
     const h = new Uint8Array(mem());
     let o = p;
     for (const b of parts) { h.set(b, o); o += b.length; h[o++] = 0; }
-    return p;
+    return [p, n];
   };
-  const readBytes = (p, n) => new Uint8Array(mem(), p, n).slice(); // copy out of the shared heap
+  const readBytes = (p, n) => new Uint8Array(mem(), p >>> 0, n).slice(); // copy out of the shared heap
   const lastError = () => M.UTF8ToString(M._wgllm_web_last_error());
-  const nCtx = opts.nCtx || 2048;
-  const nSlots = opts.nSlots || 1;
-  const tmplPtr = opts.chatTemplate ? cstr(opts.chatTemplate) : 0;
+  const tmplPtr = opts.chatTemplate ? cstr(String(opts.chatTemplate), 'the chat template') : 0;
 
   // A load runs on a pthread (WebGPU's HAL waits there for this thread's
   // promises); this thread only waits asynchronously for it to finish.
@@ -148,9 +212,9 @@ export async function loadCore(opts = {}) {
     const total = src.files.reduce((a, f) => a + f.size, 0);
     let got = 0;
     M.onStreamRead = (n) => { got += n; report('load', Math.min(1, got / total), got, total); };
-    const sizes = M._malloc(8 * src.files.length);
+    const sizes = alloc(8 * src.files.length, 'file sizes');
     new Float64Array(mem(), sizes, src.files.length).set(src.files.map((f) => f.size));
-    const names = cpacked(src.files.map((f) => f.name));
+    const [names] = cpacked(src.files.map((f) => f.name), 'file names');
     const ld = M._wgllm_web_load_stream_start(srcId, src.files.length, sizes, names, nThreads, nCtx, nSlots, tmplPtr,
       BACKENDS[backend]);
     M._free(sizes);
@@ -174,7 +238,7 @@ export async function loadCore(opts = {}) {
     const dir = `/model-${srcId}`;
     const mounted = await mountInHeap(M, src.files, dir, (loaded, total, frac) =>
       report(src.origin === 'network' ? 'download' : 'read', frac, loaded, total));
-    const pathPtr = cstr(mounted.path);
+    const pathPtr = cstr(mounted.path, 'the model path');
     // the single-threaded core (CPU only) loads synchronously here
     const ld = threaded ? M._wgllm_web_load_start(pathPtr, nThreads, nCtx, nSlots, tmplPtr, BACKENDS[backend]) : 0;
     st = threaded ? 0 : M._wgllm_web_load(pathPtr, nThreads, nCtx, nSlots, tmplPtr);
@@ -217,7 +281,7 @@ export async function loadCore(opts = {}) {
     crossOriginIsolated: typeof crossOriginIsolated !== 'undefined' ? crossOriginIsolated : false,
   };
 
-  const lenPtr = M._malloc(4);
+  const lenPtr = alloc(4, 'a length');
   const active = new Set(); // jobs in flight, for interrupt() and unload()
   let unloaded = false;
 
@@ -257,13 +321,13 @@ export async function loadCore(opts = {}) {
 
   // Drives one job to its end: streams text to onText, resolves the job's numbers.
   const drive = async (job, onText) => {
-    const idx = M._wgllm_web_job_seq(job) >> 2;
+    const idx = M._wgllm_web_job_seq(job) >>> 2;
     const dec = new TextDecoder();
     for (;;) {
       const seen = Atomics.load(new Int32Array(mem()), idx);
       const done = M._wgllm_web_job_done(job);
       const p = M._wgllm_web_job_take(job, lenPtr);
-      const n = new Int32Array(mem())[lenPtr >> 2];
+      const n = new Int32Array(mem())[lenPtr >>> 2];
       if (n > 0 && onText) onText(dec.decode(readBytes(p, n), { stream: true }));
       if (done) break;
       if (threaded) {
@@ -297,31 +361,42 @@ export async function loadCore(opts = {}) {
    */
   function generate(req, onText) {
     checkLoaded();
+    if (req == null || typeof req !== 'object') throw toError('wgllm: the request must be an object', 'argument');
     const chat = req.kind === 'chat';
-    let textPtr;
-    let nMsgs = 0;
+    if (!chat && req.kind !== 'completion') throw toError(`wgllm: unknown request kind '${req.kind}'`, 'argument');
+    const num = checkedNumbers(req);
+    let flat;
     if (chat) {
       if (!Array.isArray(req.messages) || req.messages.length === 0)
         throw toError('wgllm: messages must be a non-empty array', 'argument');
-      const flat = [];
-      for (const m of req.messages) {
+      flat = [];
+      req.messages.forEach((m, i) => {
+        if (m == null || typeof m !== 'object') throw toError(`wgllm: messages[${i}] must be an object`, 'argument');
         let content = m.content;
-        if (Array.isArray(content)) content = content.filter((c) => c.type === 'text').map((c) => c.text).join('');
-        flat.push(String(m.role), String(content ?? ''));
-      }
-      nMsgs = req.messages.length;
-      textPtr = cpacked(flat);
-    } else {
-      if (typeof req.prompt !== 'string') throw toError('wgllm: prompt must be a string', 'argument');
-      textPtr = cstr(req.prompt);
+        if (Array.isArray(content)) content = content.filter((c) => c && c.type === 'text').map((c) => c.text).join('');
+        flat.push(noNul(String(m.role), `messages[${i}].role`), noNul(String(content ?? ''), `messages[${i}].content`));
+      });
+    } else if (typeof req.prompt !== 'string') {
+      throw toError('wgllm: prompt must be a string', 'argument');
     }
     const stops = req.stop == null ? [] : Array.isArray(req.stop) ? req.stop : [req.stop];
-    const stopPtr = cpacked(stops);
-    const temperature = req.temperature ?? 1.0; // OpenAI's default
-    const job = M._wgllm_web_submit(st, chat ? 1 : 0, textPtr, nMsgs,
-      req.max_tokens ?? 256, temperature, req.top_k ?? 0, req.top_p ?? 1, req.min_p ?? 0,
-      req.seed ?? Math.floor(Math.random() * 2 ** 31), req.repetition_penalty ?? 1,
-      req.presence_penalty ?? 0, req.frequency_penalty ?? 0, stopPtr, stops.length, req.ignore_eos ? 1 : 0);
+    if (stops.length > 16) throw toError(`wgllm: ${stops.length} stop strings: at most 16`, 'argument');
+    stops.forEach((t, i) => noNul(String(t), `stop[${i}]`));
+    // the prompt crosses with its length (NULs and all); chat messages and
+    // stops as the packed strings that the C API takes
+    const [textPtr, textLen] = chat ? cpacked(flat, 'the messages') : cbytes(req.prompt, 'the prompt');
+    let stopPtr;
+    try {
+      [stopPtr] = cpacked(stops, 'the stop strings');
+    } catch (e) {
+      M._free(textPtr);
+      throw e;
+    }
+    const temperature = num.temperature ?? 1.0; // OpenAI's default
+    const job = M._wgllm_web_submit(st, chat ? 1 : 0, textPtr, textLen, chat ? req.messages.length : 0,
+      num.max_tokens ?? 256, temperature, num.top_k ?? 0, num.top_p ?? 1, num.min_p ?? 0,
+      num.seed ?? Math.floor(Math.random() * 2 ** 31), num.repetition_penalty ?? 1,
+      num.presence_penalty ?? 0, num.frequency_penalty ?? 0, stopPtr, stops.length, req.ignore_eos ? 1 : 0);
     M._free(textPtr);
     M._free(stopPtr);
     if (!job) throw toError(`wgllm: ${lastError()}`, 'request');
@@ -337,7 +412,7 @@ export async function loadCore(opts = {}) {
 
   // Waits for a job without streamed text (embedding, snapshots); throws its message.
   const finishJob = async (job) => {
-    const idx = M._wgllm_web_job_seq(job) >> 2;
+    const idx = M._wgllm_web_job_seq(job) >>> 2;
     for (;;) { // (the single-threaded core finishes these at once)
       const seen = Atomics.load(new Int32Array(mem()), idx);
       if (M._wgllm_web_job_done(job)) break;
@@ -364,12 +439,13 @@ export async function loadCore(opts = {}) {
     checkLoaded();
     const pool = { model: -1, none: 0, mean: 1, cls: 2, last: 3 }[pooling];
     if (pool === undefined) throw toError(`wgllm: unknown pooling '${pooling}'`, 'argument');
-    const p = cstr(String(text));
-    const job = M._wgllm_web_embed(st, p, pool, normalize ? 1 : 0);
+    if (typeof text !== 'string') throw toError('wgllm: the text to embed must be a string', 'argument');
+    const [p, n] = cbytes(text, 'the text to embed');
+    const job = M._wgllm_web_embed(st, p, n, pool, normalize ? 1 : 0);
     M._free(p);
     return runJob(job, (j) => {
       const n = M._wgllm_web_job_num(j, 10);
-      return new Float32Array(new Float32Array(mem(), M._wgllm_web_job_vec(j), n)); // a copy, off the shared heap
+      return new Float32Array(new Float32Array(mem(), M._wgllm_web_job_vec(j) >>> 0, n)); // a copy, off the shared heap
     });
   }
 
@@ -378,7 +454,7 @@ export async function loadCore(opts = {}) {
     checkLoaded();
     return runJob(M._wgllm_web_snapshots(st, 0, 0, 0), (j) => {
       const p = M._wgllm_web_job_blob(j, lenPtr);
-      return readBytes(p, new Int32Array(mem())[lenPtr >> 2]);
+      return readBytes(p, new Int32Array(mem())[lenPtr >>> 2]);
     });
   }
 
@@ -386,7 +462,7 @@ export async function loadCore(opts = {}) {
   async function restoreSnapshots(bytes) {
     checkLoaded();
     const b = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
-    const p = M._malloc(Math.max(1, b.length));
+    const p = alloc(b.length, 'the snapshots');
     new Uint8Array(mem()).set(b, p);
     const job = M._wgllm_web_snapshots(st, 1, p, b.length);
     M._free(p);

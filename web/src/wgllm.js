@@ -214,16 +214,21 @@ export async function createEngine(options = {}) {
   return openaiApi(core, modelNameOf(options.model));
 }
 
+// Request ids are unique across engines: two engines on one worker
+// (options.worker) each take only their own replies.
+let workerCallId = 0;
+
 /** The same engine, running in a Web Worker (web/dist/worker.js). */
 export async function createWorkerEngine(options = {}) {
   checkBackend(options.backend);
+  const own = !options.worker; // a worker made here ends with the engine or its failed load
   const worker = options.worker ?? new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
   const pending = new Map(); // id -> {resolve, reject, onText}
-  let nextId = 1;
   let onProgress = typeof options.onProgress === 'function' ? options.onProgress : null;
   let dead = null;
-  worker.onmessage = (ev) => {
+  const onMessage = (ev) => {
     const m = ev.data;
+    if (!m || typeof m !== 'object') return;
     if (m.type === 'progress') { if (onProgress) try { onProgress(m.progress); } catch { /* caller's */ } return; }
     const p = pending.get(m.id);
     if (!p) return;
@@ -231,14 +236,16 @@ export async function createWorkerEngine(options = {}) {
     pending.delete(m.id);
     if (m.type === 'error') { const e = new Error(m.message); e.code = m.code; p.reject(e); } else p.resolve(m.value);
   };
-  worker.onerror = (ev) => {
+  const onError = (ev) => {
     dead = new Error(`wgllm: the worker failed: ${ev.message || 'unknown error'}`);
     for (const p of pending.values()) p.reject(dead);
     pending.clear();
   };
+  worker.addEventListener('message', onMessage);
+  worker.addEventListener('error', onError);
   const call = (op, args, onText) => {
     if (dead) return { id: 0, promise: Promise.reject(dead) };
-    const id = nextId++;
+    const id = ++workerCallId;
     const promise = new Promise((resolve, reject) => pending.set(id, { resolve, reject, onText }));
     worker.postMessage({ id, op, args });
     return { id, promise };
@@ -247,7 +254,15 @@ export async function createWorkerEngine(options = {}) {
   const abs = (u) => (typeof u === 'string' && !u.startsWith('opfs:') ? new URL(u, location.href).href : u instanceof URL ? u.href : u);
   if (typeof model === 'string' || model instanceof URL) model = abs(model); // the worker's base differs
   else if (Array.isArray(model)) model = model.map(abs);
-  const info = await call('load', { ...coreOptions(options), model }).promise;
+  let info;
+  try {
+    info = await call('load', { ...coreOptions(options), model }).promise;
+  } catch (e) {
+    worker.removeEventListener('message', onMessage);
+    worker.removeEventListener('error', onError);
+    if (own) worker.terminate(); // not a worker (and its wasm memory) per failed load
+    throw e;
+  }
   onProgress = null;
   let unloaded = false;
   const backend = {

@@ -76,6 +76,7 @@ struct web_job {
     size_t pending_len, pending_cap;
     char *taken; /* what the last take returned (JS copies it out at once) */
     size_t taken_cap;
+    _Atomic int32_t oom; /* streamed text found no memory: the request stops with an error */
     struct wgllm_request *req;
     struct wgllm_result res;
     /* chat: owned copies of the messages */
@@ -84,6 +85,7 @@ struct web_job {
     int n_msgs;
     /* embed */
     char *text;
+    size_t text_len;
     int pooling, normalize;
     float *vec;
     int n_vec;
@@ -175,7 +177,13 @@ static struct web_state *load_state(const char *path, const struct wgllm_gguf_so
         free(st);
         return NULL;
     }
-    if (chat_template && chat_template[0]) st->chat_template = strdup(chat_template);
+    if (chat_template && chat_template[0] && !(st->chat_template = strdup(chat_template))) {
+        /* not the model's template in its place: the caller asked for this one */
+        snprintf(error, error_cap, "out of memory for the chat template");
+        wgllm_model_free(st->model);
+        free(st);
+        return NULL;
+    }
     struct wgllm_engine_params ep = wgllm_engine_default_params();
     ep.n_threads = mp.n_threads;
     ep.n_ctx = n_ctx;
@@ -253,7 +261,7 @@ static struct web_load *load_new(const char *path, int n_threads, int n_ctx, int
         l->path = strdup(path);
         l->chat_template = chat_template && chat_template[0] ? strdup(chat_template) : NULL;
     }
-    if (!l || !l->path) {
+    if (!l || !l->path || (chat_template && chat_template[0] && !l->chat_template)) {
         if (l) free(l->chat_template);
         free(l);
         snprintf(g_error, sizeof(g_error), "out of memory");
@@ -381,13 +389,16 @@ static bool on_token(const char *text, size_t len, int32_t token, float logprob,
             j->pending_cap = cap;
         }
     }
-    if (j->pending_len + len + 1 <= j->pending_cap) {
+    const bool room = j->pending_len + len + 1 <= j->pending_cap;
+    if (room) {
         memcpy(j->pending + j->pending_len, text, len);
         j->pending_len += len;
+    } else {
+        atomic_store(&j->oom, 1); /* never a stream with a hole in it: stop, and say why (job_main) */
     }
     pthread_mutex_unlock(&j->mu);
     bump(j);
-    return !atomic_load(&j->cancel);
+    return room && !atomic_load(&j->cancel);
 }
 
 static void *job_main(void *p) {
@@ -406,7 +417,7 @@ static void *job_main(void *p) {
             j->status = WGLLM_STATUS_OUT_OF_MEMORY;
             snprintf(j->message, sizeof(j->message), "out of memory");
         } else {
-            j->status = wgllm_embed(j->st->eng, j->text, strlen(j->text), (enum wgllm_pooling)j->pooling,
+            j->status = wgllm_embed(j->st->eng, j->text, j->text_len, (enum wgllm_pooling)j->pooling,
                                     j->normalize != 0, j->vec, n_embd, &j->n_vec, &err);
             if (j->status) snprintf(j->message, sizeof(j->message), "%s", err.message);
         }
@@ -415,6 +426,10 @@ static void *job_main(void *p) {
         j->req = NULL;
         j->status = j->res.status;
         snprintf(j->message, sizeof(j->message), "%s", j->res.message);
+        if (atomic_load(&j->oom) && j->status == WGLLM_STATUS_OK) {
+            j->status = WGLLM_STATUS_OUT_OF_MEMORY;
+            snprintf(j->message, sizeof(j->message), "out of memory for the streamed text");
+        }
     }
     atomic_store(&j->done, 1);
     bump(j);
@@ -453,15 +468,17 @@ static bool job_start(struct web_job *j) {
 EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j);
 
 /*
- * Starts a generation. kind 0: `text` is the raw prompt; kind 1: `text` holds
+ * Starts a generation. kind 0: `text` is the raw prompt, text_len bytes
+ * (NULs in it are text: JS strings may hold them); kind 1: `text` holds
  * n_msgs (role, content) pairs, each string NUL-terminated, one after the
- * other. `stops` holds n_stop NUL-terminated strings the same way. The
- * sampling numbers follow struct wgllm_sampler_params (seed as a double so
- * that JS numbers pass unchanged). Returns NULL with wgllm_web_last_error().
+ * other, text_len bytes in all (read no further than that). `stops` holds
+ * n_stop NUL-terminated strings the same way. The sampling numbers follow
+ * struct wgllm_sampler_params (seed as a double so that JS numbers pass
+ * unchanged). Returns NULL with wgllm_web_last_error().
  */
-EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int kind, const char *text, int n_msgs,
-                                                      int max_tokens, float temperature, int top_k, float top_p,
-                                                      float min_p, double seed, float repeat_penalty,
+EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int kind, const char *text, int text_len,
+                                                      int n_msgs, int max_tokens, float temperature, int top_k,
+                                                      float top_p, float min_p, double seed, float repeat_penalty,
                                                       float presence_penalty, float frequency_penalty,
                                                       const char *stops, int n_stop, int ignore_eos) {
     struct web_job *j = job_new(st, kind == 1 ? JOB_CHAT : JOB_QUERY);
@@ -506,16 +523,21 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int 
             return NULL;
         }
         j->n_msgs = n_msgs;
-        const char *p = text;
-        for (int i = 0; i < n_msgs; i++) {
-            j->msgs[i].role = p;
-            p += strlen(p) + 1;
-            j->msgs[i].content = p;
-            p += strlen(p) + 1;
+        const char *p = text, *end = text + (text_len > 0 ? text_len : 0);
+        for (int i = 0; i < 2 * n_msgs; i++) {
+            const char *nul = p < end ? memchr(p, 0, (size_t)(end - p)) : NULL;
+            if (!nul) {
+                snprintf(g_error, sizeof(g_error), "the messages hold fewer than %d strings", 2 * n_msgs);
+                wgllm_web_job_free(j);
+                return NULL;
+            }
+            if (i % 2) j->msgs[i / 2].content = p;
+            else j->msgs[i / 2].role = p;
+            p = nul + 1;
         }
         s = wgllm_engine_submit_chat(st->eng, j->msgs, n_msgs, &rp, &j->req, &err);
     } else {
-        s = wgllm_engine_submit_query(st->eng, text, strlen(text), &rp, &j->req, &err);
+        s = wgllm_engine_submit_query(st->eng, text, text_len > 0 ? (size_t)text_len : 0, &rp, &j->req, &err);
     }
     if (s != WGLLM_STATUS_OK) {
         snprintf(g_error, sizeof(g_error), "%s", err.message);
@@ -532,12 +554,14 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int 
     return j;
 }
 
-/* Embeds `text` on a helper thread (the engine computes it); pooling as enum wgllm_pooling. */
-EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_embed(struct web_state *st, const char *text, int pooling,
+/* Embeds the len bytes of `text` (copied; NULs are text) on a helper thread
+ * (the engine computes it); pooling as enum wgllm_pooling. */
+EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_embed(struct web_state *st, const char *text, int len, int pooling,
                                                      int normalize) {
     struct web_job *j = job_new(st, JOB_EMBED);
     if (!j) return NULL;
-    j->text = strdup(text);
+    j->text_len = len > 0 ? (size_t)len : 0;
+    if ((j->text = malloc(j->text_len + 1))) memcpy(j->text, text, j->text_len), j->text[j->text_len] = 0;
     j->pooling = pooling;
     j->normalize = normalize;
     if (!j->text || !job_start(j)) {
@@ -578,22 +602,16 @@ EMSCRIPTEN_KEEPALIVE void wgllm_web_job_cancel(struct web_job *j) {
 }
 
 /* Moves the text streamed so far out of the job: returns it (valid until the
- * next take) with its byte length in *len. */
+ * next take) with its byte length in *len. The two buffers swap places, so
+ * a take never allocates (and never fails): the engine thread goes on
+ * appending to the other one. */
 EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_take(struct web_job *j, int *len) {
     pthread_mutex_lock(&j->mu);
-    if (j->taken_cap < j->pending_len + 1) {
-        char *p = realloc(j->taken, j->pending_len + 1);
-        if (!p) {
-            pthread_mutex_unlock(&j->mu);
-            *len = 0;
-            return "";
-        }
-        j->taken = p;
-        j->taken_cap = j->pending_len + 1;
-    }
-    if (j->pending_len) memcpy(j->taken, j->pending, j->pending_len);
+    char *p = j->pending;
+    size_t cap = j->pending_cap;
     *len = (int)j->pending_len;
-    j->pending_len = 0;
+    j->pending = j->taken, j->pending_cap = j->taken_cap, j->pending_len = 0;
+    j->taken = p, j->taken_cap = cap;
     pthread_mutex_unlock(&j->mu);
     return j->taken ? j->taken : "";
 }

@@ -4,28 +4,54 @@
 // {type:'text'} events then the result; embed; snapshots (save/restore/flush); cancel;
 // interrupt; unload.
 // Errors come back as {type:'error', message, code}: the page rejects with them.
+//
+// The protocol is defined for whatever arrives: a message that is not
+// {id, op, args} or names no known op gets an error reply ('protocol'), never
+// an exception that kills the worker. A worker holds one model: a `load`
+// while another load runs, or while a model is loaded (a generation may be
+// running on it), is refused ('busy') and changes nothing, so the engine
+// keeps serving the model its last successful load reported; `unload` first
+// (it waits for a load in progress), then load again. A failed load leaves
+// the worker empty and ready for the next one.
 
 import { loadCore } from './core.js';
 
 let core = null;
+let loading = null; // the load in progress (a promise), so a second one is refused
 const jobs = new Map(); // request id -> cancel()
 
 const reply = (id, value) => postMessage({ id, type: 'result', value });
 const fail = (id, e) => postMessage({ id, type: 'error', message: e && e.message ? e.message : String(e), code: e && e.code });
+const refuse = (message, code) => { const e = new Error(message); e.code = code; return e; };
+const needCore = () => {
+  if (core) return core;
+  throw refuse(loading ? 'wgllm: the model is still loading' : 'wgllm: no model loaded', 'state');
+};
 
 self.onmessage = async (ev) => {
-  const { id, op, args } = ev.data;
+  const msg = ev.data;
+  const id = msg != null && typeof msg === 'object' ? msg.id : undefined;
   try {
+    if (msg == null || typeof msg !== 'object' || typeof msg.op !== 'string')
+      throw refuse('wgllm: a worker message is {id, op, args} with op a string', 'protocol');
+    const { op } = msg;
+    const args = msg.args ?? {};
+    if (typeof args !== 'object') throw refuse(`wgllm: the args of '${op}' must be an object`, 'protocol');
     switch (op) {
     case 'load': {
-      if (core) throw new Error('wgllm: this worker already holds a model');
-      core = await loadCore({ ...args, onProgress: (progress) => postMessage({ type: 'progress', progress }) });
+      if (loading) throw refuse('wgllm: a model is already loading in this worker', 'busy');
+      if (core) throw refuse('wgllm: this worker already holds a model (unload it first)', 'busy');
+      loading = loadCore({ ...args, onProgress: (progress) => postMessage({ type: 'progress', progress }) });
+      try {
+        core = await loading;
+      } finally {
+        loading = null;
+      }
       reply(id, core.info);
       break;
     }
     case 'generate': {
-      if (!core) throw new Error('wgllm: no model loaded');
-      const h = core.generate(args, (text) => postMessage({ id, type: 'text', text }));
+      const h = needCore().generate(args, (text) => postMessage({ id, type: 'text', text }));
       jobs.set(id, h.cancel);
       try {
         reply(id, await h.result);
@@ -35,15 +61,18 @@ self.onmessage = async (ev) => {
       break;
     }
     case 'embed': {
-      if (!core) throw new Error('wgllm: no model loaded');
-      reply(id, await core.embed(args.text, args.opts));
+      reply(id, await needCore().embed(args.text, args.opts ?? undefined));
       break;
     }
     case 'snapshots': {
-      if (!core) throw new Error('wgllm: no model loaded');
+      const c = needCore();
       const { op: what, bytes } = args;
-      reply(id, what === 'save' ? await core.saveSnapshots() : what === 'restore' ? await core.restoreSnapshots(bytes)
-        : await core.flushSnapshots());
+      if (what !== 'save' && what !== 'restore' && what !== 'flush')
+        throw refuse(`wgllm: unknown snapshots operation '${what}' (save, restore or flush)`, 'protocol');
+      if (what === 'restore' && !(bytes instanceof Uint8Array || bytes instanceof ArrayBuffer))
+        throw refuse('wgllm: snapshots restore needs bytes (a Uint8Array or an ArrayBuffer)', 'argument');
+      reply(id, what === 'save' ? await c.saveSnapshots() : what === 'restore' ? await c.restoreSnapshots(bytes)
+        : await c.flushSnapshots());
       break;
     }
     case 'cancel': {
@@ -55,15 +84,16 @@ self.onmessage = async (ev) => {
       if (core) core.interrupt();
       break;
     case 'unload':
+      if (loading) await loading.catch(() => {}); // then unload what it loaded
       if (core) await core.unload();
       core = null;
       reply(id, true);
       break;
     default:
-      throw new Error(`wgllm: unknown worker operation '${op}'`);
+      throw refuse(`wgllm: unknown worker operation '${op}'`, 'protocol');
     }
   } catch (e) {
-    if (id) fail(id, e);
-    else console.error(e);
+    if (id != null) fail(id, e);
+    else postMessage({ id: null, type: 'error', message: e && e.message ? e.message : String(e), code: e && e.code });
   }
 };

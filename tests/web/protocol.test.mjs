@@ -1,0 +1,275 @@
+// protocol.test.mjs - the worker protocol (web/src/worker.js over core.js and
+// wgllm_web.c) against hostile input, in headless Chromium with the real
+// package (web/dist): NUL characters and lone surrogates in message text,
+// requests too large for the wasm memory, two `load` messages at once or
+// during a generation, and messages of unknown type or with malformed
+// fields. Each case checks the clear error (or the text handled as text) and
+// that the same worker then still answers a normal request.
+// Run through tests/web/run.sh (which builds and installs what is missing).
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const require = createRequire(path.join(root, 'web', 'package.json'));
+const { chromium } = require('playwright-core');
+const { startServer } = await import(path.join(root, 'web', 'serve.mjs'));
+
+const WGLLM = path.join(root, 'build', 'release', 'wgllm');
+const MODELS = path.join(root, 'build', 'models');
+const MODEL = 'tiny-q8_0.gguf';
+const FLAGS = ['--headless=new', '--no-sandbox', '--disable-background-networking', '--disable-component-update',
+  '--disable-sync', '--no-first-run', '--disable-quic'];
+
+let server, browser, page;
+
+before(async () => {
+  assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'wgllm.js')), 'web/dist is built (make wasm)');
+  if (!fs.existsSync(path.join(MODELS, MODEL))) {
+    fs.mkdirSync(MODELS, { recursive: true });
+    execFileSync(WGLLM, ['synth', '--shape', 'tiny', '--type', 'q8_0', '-o', path.join(MODELS, MODEL)]);
+  }
+  server = await startServer({ models: MODELS });
+  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
+  page = await browser.newPage();
+  page.on('console', (m) => { if (process.env.WGLLM_WEB_VERBOSE) console.log('[page]', m.text()); });
+  await page.goto(`${server.url}/blank.html`);
+  await page.evaluate(async (model) => {
+    window.wgllm = await import('/dist/wgllm.js');
+    window.MODEL_URL = new URL(model, location.href).href;
+    // A bare worker driven message by message: replies by id (a promise
+    // that settles with the raw reply), id-less replies in `loose`, and
+    // the worker's error events (an exception that escaped it) in `errors`.
+    window.bareWorker = () => {
+      const w = new Worker('/dist/worker.js', { type: 'module' });
+      const waiters = new Map();
+      w.loose = [];
+      w.errors = [];
+      w.onmessage = (ev) => {
+        const m = ev.data;
+        if (m && (m.type === 'progress' || m.type === 'text')) return;
+        const f = m && waiters.get(m.id);
+        if (f) { waiters.delete(m.id); f(m); } else w.loose.push(m);
+      };
+      w.onerror = (e) => { w.errors.push(e.message || 'error'); };
+      w.rpc = (id, op, args) => new Promise((res) => { waiters.set(id, res); w.postMessage({ id, op, args }); });
+      // the reply, or 'no reply' after ms (a hung promise shows as that)
+      w.rpcWithin = (ms, id, op, args) => Promise.race([w.rpc(id, op, args),
+        new Promise((res) => setTimeout(() => res({ id, type: 'no reply' }), ms))]);
+      return w;
+    };
+    window.loadArgs = (extra) => ({ model: MODEL_URL, chatTemplate: wgllm.CHATML, store: false, ...extra });
+    window.greedy = { kind: 'completion', prompt: 'Once upon a time', max_tokens: 6, temperature: 0, ignore_eos: true };
+  }, `/models/${MODEL}`);
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (server) await server.close();
+});
+
+test('protocol: NUL and lone surrogates in message text are text or a clear error, never cut short', { timeout: 120000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const w = bareWorker();
+    const out = {};
+    out.load = await w.rpc(1, 'load', loadArgs());
+    out.before = await w.rpc(2, 'generate', greedy);
+    const tail = ' and a long tail of words after it';
+    const q = (id, prompt) => w.rpcWithin(30000, id, 'generate', { kind: 'completion', prompt, max_tokens: 2, temperature: 0 });
+    out.cut = await q(3, 'A');
+    out.nul = await q(4, `A\u0000${tail}`);
+    out.nulOnly = await q(5, '\u0000\u0000');
+    out.surrogates = await q(6, `lone \uD800 and \uDC00 and \uDFFF\uD800${tail}`);
+    const chat = (id, content, extra) => w.rpcWithin(30000, id, 'generate',
+      { kind: 'chat', messages: [{ role: 'user', content }], max_tokens: 2, temperature: 0, ...extra });
+    out.chatNul = await chat(7, `hi\u0000${tail}`);
+    out.chatSurrogate = await chat(8, 'hi \uD83D there');
+    out.stopNul = await chat(9, 'hi', { stop: ['a\u0000b'] });
+    out.roleNul = await w.rpcWithin(30000, 10, 'generate', { kind: 'chat', messages: [{ role: 'us\u0000er', content: 'x' }] });
+    const emb = async (id, text) => Array.from((await w.rpcWithin(30000, id, 'embed', { text })).value ?? []);
+    out.embA = await emb(11, 'A');
+    out.embNul = await emb(12, `A\u0000${tail}`);
+    out.after = await w.rpc(13, 'generate', greedy);
+    out.errors = w.errors;
+    w.terminate();
+    return out;
+  });
+  assert.equal(r.load.type, 'result', JSON.stringify(r.load));
+  assert.equal(r.before.type, 'result');
+  assert.equal(r.cut.type, 'result');
+  // the prompt crosses with its length: the text after the NUL counts
+  assert.equal(r.nul.type, 'result', JSON.stringify(r.nul));
+  assert.ok(r.nul.value.usage.prompt_tokens > r.cut.value.usage.prompt_tokens + 3,
+    `text after a NUL is not dropped: ${r.nul.value.usage.prompt_tokens} vs ${r.cut.value.usage.prompt_tokens} tokens`);
+  assert.equal(r.nulOnly.type, 'result', JSON.stringify(r.nulOnly));
+  assert.equal(r.surrogates.type, 'result', JSON.stringify(r.surrogates)); // U+FFFD in their place
+  assert.ok(r.surrogates.value.usage.prompt_tokens > 8);
+  // chat messages and stops go through NUL-terminated C strings: refused, not cut
+  for (const k of ['chatNul', 'stopNul', 'roleNul']) {
+    assert.equal(r[k].type, 'error', `${k}: ${JSON.stringify(r[k])}`);
+    assert.equal(r[k].code, 'argument');
+    assert.match(r[k].message, /NUL/);
+  }
+  assert.equal(r.chatSurrogate.type, 'result', JSON.stringify(r.chatSurrogate));
+  assert.equal(r.embA.length, 256);
+  assert.equal(r.embNul.length, 256);
+  assert.notDeepEqual(r.embNul, r.embA, 'the embedded text goes on after the NUL');
+  assert.equal(r.after.type, 'result');
+  assert.equal(r.after.value.text, r.before.value.text, 'the engine still answers the same');
+  assert.deepEqual(r.errors, []);
+});
+
+test('protocol: requests too large for the wasm memory fail clearly; the worker loads and serves again', { timeout: 180000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const w = bareWorker();
+    const out = {};
+    // a KV cache for 16M positions: far beyond the 4 GiB the wasm memory can grow to
+    out.hugeCtx = await w.rpcWithin(60000, 1, 'load', loadArgs({ nCtx: 1 << 24 }));
+    out.badCtx = await w.rpcWithin(10000, 2, 'load', loadArgs({ nCtx: 2 ** 40 }));
+    // a GGUF whose one tensor claims 2^31 x 2^31 floats (8 EiB), in 64 bytes of file
+    const parts = [];
+    const u32 = (v) => { const b = new DataView(new ArrayBuffer(4)); b.setUint32(0, v, true); parts.push(b.buffer); };
+    const u64 = (v) => { const b = new DataView(new ArrayBuffer(8)); b.setBigUint64(0, BigInt(v), true); parts.push(b.buffer); };
+    const str = (t) => { const e = new TextEncoder().encode(t); u64(e.length); parts.push(e); };
+    parts.push(new TextEncoder().encode('GGUF')); u32(3); u64(1); u64(1);
+    str('general.architecture'); u32(8); str('llama');
+    str('token_embd.weight'); u32(2); u64(2 ** 31); u64(2 ** 31); u32(0); u64(0);
+    const head = await new Blob(parts).arrayBuffer();
+    const bytes = new Uint8Array(Math.ceil(head.byteLength / 32) * 32 + 64);
+    bytes.set(new Uint8Array(head));
+    out.hugeTensor = await w.rpcWithin(60000, 30, 'load', loadArgs({ model: bytes }));
+    out.load = await w.rpcWithin(60000, 3, 'load', loadArgs());
+    out.before = await w.rpc(4, 'generate', greedy);
+    out.hugeMax = await w.rpcWithin(30000, 5, 'generate', { ...greedy, max_tokens: 2 ** 31 });
+    out.bigMax = await w.rpcWithin(60000, 6, 'generate', { ...greedy, max_tokens: 1e6, ignore_eos: false });
+    // 4 MiB of prompt: far more than the context holds
+    out.bigPrompt = await w.rpcWithin(90000, 7, 'generate', { ...greedy, prompt: 'word '.repeat(1 << 20) });
+    out.after = await w.rpc(8, 'generate', greedy);
+    out.errors = w.errors;
+    w.terminate();
+    return out;
+  });
+  assert.equal(r.hugeCtx.type, 'error', JSON.stringify(r.hugeCtx));
+  assert.match(r.hugeCtx.message, /memory|too large|exceed|overflow/i);
+  assert.equal(r.badCtx.type, 'error', JSON.stringify(r.badCtx));
+  assert.equal(r.badCtx.code, 'argument');
+  console.log(`# huge nCtx: ${r.hugeCtx.message}; max_tokens 1e6: ${r.bigMax.type} ${r.bigMax.message ?? r.bigMax.value?.finish}; 4 MiB prompt: ${r.bigPrompt.message}`);
+  assert.equal(r.hugeTensor.type, 'error', JSON.stringify(r.hugeTensor));
+  assert.equal(r.hugeTensor.code, 'load');
+  console.log(`# a tensor of 2^62 floats: ${r.hugeTensor.message}`);
+  assert.equal(r.load.type, 'result', `the next load works: ${JSON.stringify(r.load)}`);
+  assert.equal(r.before.type, 'result');
+  assert.equal(r.hugeMax.type, 'error', JSON.stringify(r.hugeMax));
+  assert.equal(r.hugeMax.code, 'argument');
+  assert.notEqual(r.bigMax.type, 'no reply', 'max_tokens 1e6 ends (a result or an error)');
+  assert.notEqual(r.bigPrompt.type, 'no reply');
+  assert.equal(r.bigPrompt.type, 'error', JSON.stringify(r.bigPrompt).slice(0, 300));
+  assert.equal(r.after.type, 'result');
+  assert.equal(r.after.value.text, r.before.value.text);
+  assert.deepEqual(r.errors, []);
+});
+
+test('protocol: a second load, during a load or a generation, is refused; the first model serves on', { timeout: 180000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const w = bareWorker();
+    const out = {};
+    const first = w.rpc(1, 'load', loadArgs());
+    out.second = await w.rpcWithin(60000, 2, 'load', loadArgs({ nCtx: 512 }));
+    out.first = await first;
+    out.genDuringLoad = null;
+    const long = w.rpc(3, 'generate', { ...greedy, max_tokens: 400 });
+    out.loadDuringGen = await w.rpcWithin(60000, 4, 'load', loadArgs({ nCtx: 512 }));
+    out.long = await long;
+    out.after = await w.rpc(5, 'generate', greedy);
+    // unload while a load runs: waits for it, then frees what it loaded
+    out.unload = await w.rpc(6, 'unload', {});
+    const again = w.rpc(7, 'load', loadArgs({ nCtx: 1024 }));
+    const genWhileLoading = await w.rpcWithin(60000, 8, 'generate', greedy);
+    out.genWhileLoading = genWhileLoading;
+    out.again = await again;
+    out.afterReload = await w.rpc(9, 'generate', greedy);
+    out.errors = w.errors;
+    w.terminate();
+    // two engines on one worker: the second's load is refused and the first keeps its replies
+    const shared = new Worker('/dist/worker.js', { type: 'module' });
+    const e1 = await wgllm.createWorkerEngine({ worker: shared, model: MODEL_URL, store: false });
+    const e2 = await wgllm.createWorkerEngine({ worker: shared, model: MODEL_URL, store: false }).then(() => 'loaded', (e) => e.code);
+    out.sharedSecond = e2;
+    out.sharedFirst = (await e1.completions.create({ prompt: greedy.prompt, max_tokens: 6, temperature: 0, ignore_eos: true })).choices[0].text;
+    await e1.unload();
+    return out;
+  });
+  assert.equal(r.first.type, 'result', JSON.stringify(r.first));
+  assert.equal(r.second.type, 'error', JSON.stringify(r.second));
+  assert.equal(r.second.code, 'busy');
+  assert.equal(r.loadDuringGen.type, 'error', JSON.stringify(r.loadDuringGen));
+  assert.equal(r.loadDuringGen.code, 'busy');
+  assert.equal(r.long.type, 'result');
+  assert.equal(r.long.value.usage.completion_tokens, 400, 'the generation ran to its end');
+  assert.equal(r.after.type, 'result');
+  assert.equal(r.unload.type, 'result');
+  assert.equal(r.genWhileLoading.type, 'error');
+  assert.match(r.genWhileLoading.message, /loading/);
+  assert.equal(r.again.type, 'result', JSON.stringify(r.again));
+  assert.equal(r.afterReload.type, 'result');
+  assert.equal(r.afterReload.value.text, r.after.value.text);
+  assert.equal(r.sharedSecond, 'busy');
+  assert.equal(r.sharedFirst, r.after.value.text);
+  assert.deepEqual(r.errors, []);
+});
+
+test('protocol: messages of unknown type or with malformed fields get error replies; the worker lives', { timeout: 120000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const w = bareWorker();
+    const out = {};
+    out.load = await w.rpc(1, 'load', loadArgs());
+    out.before = await w.rpc(2, 'generate', greedy);
+    for (const m of [null, 42, 'load', [1, 2], { op: 7 }]) w.postMessage(m); // no id: replies with id null
+    const cases = {
+      unknown: ['nope', {}],
+      argsString: ['generate', 'x'],
+      noArgs: ['generate', undefined],
+      badKind: ['generate', { kind: 'poem', prompt: 'x' }],
+      nullMessage: ['generate', { kind: 'chat', messages: [null] }],
+      emptyMessages: ['generate', { kind: 'chat', messages: [] }],
+      promptNumber: ['generate', { kind: 'completion', prompt: 5 }],
+      maxTokensString: ['generate', { ...greedy, max_tokens: 'abc' }],
+      temperatureNaN: ['generate', { ...greedy, temperature: NaN }],
+      tooManyStops: ['generate', { ...greedy, stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }],
+      embedNoText: ['embed', {}],
+      embedBadPooling: ['embed', { text: 'x', opts: { pooling: 'max' } }],
+      snapshotsBadOp: ['snapshots', { op: 'zap' }],
+      restoreNoBytes: ['snapshots', { op: 'restore' }],
+      restoreGarbage: ['snapshots', { op: 'restore', bytes: new Uint8Array([1, 2, 3, 4]) }],
+      loadNoModel: ['load', {}],
+    };
+    let id = 10;
+    for (const [k, [op, args]] of Object.entries(cases)) out[k] = await w.rpcWithin(20000, id++, op, args);
+    out.cancelUnknown = await w.rpcWithin(2000, id++, 'cancel', { id: 12345 }); // answers nothing, harms nothing
+    out.after = await w.rpc(99, 'generate', greedy);
+    out.loose = w.loose;
+    out.errors = w.errors;
+    w.terminate();
+    return out;
+  });
+  assert.equal(r.load.type, 'result');
+  for (const k of ['unknown', 'argsString', 'noArgs', 'badKind', 'nullMessage', 'emptyMessages', 'promptNumber',
+    'maxTokensString', 'temperatureNaN', 'tooManyStops', 'embedNoText', 'embedBadPooling', 'snapshotsBadOp',
+    'restoreNoBytes', 'restoreGarbage', 'loadNoModel']) {
+    assert.equal(r[k].type, 'error', `${k}: ${JSON.stringify(r[k])}`);
+    assert.ok(r[k].message.startsWith('wgllm: '), `${k}: ${r[k].message}`);
+  }
+  assert.equal(r.unknown.code, 'protocol');
+  assert.equal(r.loadNoModel.code, 'busy', 'a load into a worker that holds a model is refused first');
+  assert.equal(r.cancelUnknown.type, 'no reply');
+  assert.equal(r.loose.length, 5, `each id-less message got an error reply: ${JSON.stringify(r.loose)}`);
+  for (const m of r.loose) assert.ok(m.type === 'error' && m.id === null && m.code === 'protocol', JSON.stringify(m));
+  assert.equal(r.after.type, 'result');
+  assert.equal(r.after.value.text, r.before.value.text);
+  assert.deepEqual(r.errors, []);
+});
