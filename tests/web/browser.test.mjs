@@ -14,23 +14,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const require = createRequire(path.join(root, 'web', 'package.json'));
-const { chromium } = require('playwright-core');
-const { startServer } = await import(path.join(root, 'web', 'serve.mjs'));
+import { root, chromium, startServer, WGLLM, MODELS, WEBGPU_FLAGS as FLAGS, synthModel } from './setup.mjs';
 
-const WGLLM = path.join(root, 'build', 'release', 'wgllm');
-const MODELS = path.join(root, 'build', 'models');
 const MODEL = 'tiny-q8_0.gguf';
 const PROMPT = 'Once upon a time';
-const FLAGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
-  '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'];
 
 let server, browser, page;
 const pageErrors = [];
@@ -50,10 +40,7 @@ function nativeText(prompt, n, kernels) {
 
 before(async () => {
   assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'wgllm.js')), 'web/dist is built (make wasm)');
-  if (!fs.existsSync(path.join(MODELS, MODEL))) {
-    fs.mkdirSync(MODELS, { recursive: true });
-    execFileSync(WGLLM, ['synth', '--shape', 'tiny', '--type', 'q8_0', '-o', path.join(MODELS, MODEL)]);
-  }
+  synthModel(MODEL, 'tiny', 'q8_0');
   server = await startServer({ models: MODELS });
   browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
   page = await browser.newPage();

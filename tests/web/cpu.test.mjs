@@ -13,21 +13,12 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const require = createRequire(path.join(root, 'web', 'package.json'));
-const { chromium } = require('playwright-core');
-const { startServer } = await import(path.join(root, 'web', 'serve.mjs'));
+import { root, chromium, startServer, WGLLM, MODELS, FLAGS } from './setup.mjs';
 
-const WGLLM = path.join(root, 'build', 'release', 'wgllm');
-const MODELS = path.join(root, 'build', 'models');
 const PROMPT = 'Once upon a time';
-const FLAGS = ['--headless=new', '--no-sandbox', '--disable-background-networking', '--disable-component-update',
-  '--disable-sync', '--no-first-run', '--disable-quic'];
 
 let plain, isolated, browser, page;
 const pageErrors = [];

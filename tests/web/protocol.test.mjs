@@ -9,31 +9,18 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const require = createRequire(path.join(root, 'web', 'package.json'));
-const { chromium } = require('playwright-core');
-const { startServer } = await import(path.join(root, 'web', 'serve.mjs'));
+import { root, chromium, startServer, MODELS, FLAGS, synthModel } from './setup.mjs';
 
-const WGLLM = path.join(root, 'build', 'release', 'wgllm');
-const MODELS = path.join(root, 'build', 'models');
 const MODEL = 'tiny-q8_0.gguf';
-const FLAGS = ['--headless=new', '--no-sandbox', '--disable-background-networking', '--disable-component-update',
-  '--disable-sync', '--no-first-run', '--disable-quic'];
 
 let server, browser, page;
 
 before(async () => {
   assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'wgllm.js')), 'web/dist is built (make wasm)');
-  if (!fs.existsSync(path.join(MODELS, MODEL))) {
-    fs.mkdirSync(MODELS, { recursive: true });
-    execFileSync(WGLLM, ['synth', '--shape', 'tiny', '--type', 'q8_0', '-o', path.join(MODELS, MODEL)]);
-  }
+  synthModel(MODEL, 'tiny', 'q8_0');
   server = await startServer({ models: MODELS });
   browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
   page = await browser.newPage();
