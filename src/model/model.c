@@ -99,7 +99,9 @@ static enum wgllm_status check_hparams(const struct wgllm_model *m, struct wgllm
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.context_length = %d must be positive", a,
                                hp->n_ctx_train);
     if (hp->n_vocab <= 0)
-        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "the model has no vocabulary (tokenizer.ggml.tokens)");
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "the model has no vocabulary (tokenizer.ggml.tokens, or %s.vocab_size for a 'none' "
+                               "tokenizer)", a);
     return WGLLM_STATUS_OK;
 }
 
@@ -114,7 +116,9 @@ static enum wgllm_status check_arch_keys(const struct wgllm_model *m, struct wgl
                                "%s.expert_count = %d: mixture-of-experts models are not supported yet", m->arch_name,
                                experts);
     if ((st = get_arch_u32(m, "vocab_size", false, &vocab_size, err))) return st;
-    if (vocab_size >= 0 && vocab_size != wgllm_vocab_n_tokens(m->vocab))
+    /* only a tokenizer's token list can disagree: a `none` tokenizer has none */
+    if (vocab_size >= 0 && wgllm_vocab_type(m->vocab) != WGLLM_VOCAB_TYPE_NONE &&
+        vocab_size != wgllm_vocab_n_tokens(m->vocab))
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
                                "%s.vocab_size = %d but tokenizer.ggml.tokens has %d entries", m->arch_name,
                                vocab_size, wgllm_vocab_n_tokens(m->vocab));
@@ -188,6 +192,11 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
                                (double)hp->rms_eps, (double)hp->rope_freq_base);
     hp->rope_type = ai->rope;
     hp->n_vocab = wgllm_vocab_n_tokens(m->vocab);
+    /* a `none` tokenizer has no token list: the vocabulary is ARCH.vocab_size
+     * (as llama.cpp reads it), which the output and embedding shapes then check */
+    if (wgllm_vocab_type(m->vocab) == WGLLM_VOCAB_TYPE_NONE &&
+        (st = get_arch_u32(m, "vocab_size", false, &hp->n_vocab, err)))
+        return st;
     return check_hparams(m, err);
 }
 
