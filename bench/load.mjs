@@ -4,48 +4,19 @@
 //   node bench/load.mjs [--model build/models/tinyllama-1.1b-q4_0.gguf] [--seconds 20]
 //        [--parallel 8] [--threads 2] [--max-tokens 32] [--clients 1,8,32]
 // The model is synthesized once if missing. Exits 1 when any request failed.
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { loadavg } from 'node:os';
+import { ROOT, arg, ensureModel, startServe } from './serve_common.mjs';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const arg = (name, def) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : def;
-};
-const BIN = process.env.WGLLM_BIN || join(ROOT, 'build', 'release', 'wgllm');
 const MODEL = arg('model', join(ROOT, 'build', 'models', 'tinyllama-1.1b-q4_0.gguf'));
 const SECONDS = Number(arg('seconds', 20));
 const PARALLEL = Number(arg('parallel', 8));
 const THREADS = Number(arg('threads', 2));
 const MAX_TOKENS = Number(arg('max-tokens', 32));
 const CLIENTS = arg('clients', '1,8,32').split(',').map(Number);
-const TEMPLATE = join(ROOT, '..', 'shared', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja');
 
-if (!existsSync(MODEL)) {
-  mkdirSync(dirname(MODEL), { recursive: true });
-  const r = spawnSync(BIN, ['synth', '--shape', 'tinyllama-1.1b', '--type', 'q4_0', '--seed', '1', '-o', MODEL],
-    { stdio: 'inherit' });
-  if (r.status !== 0) process.exit(1);
-}
-
-const srvArgs = ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--parallel', String(PARALLEL),
-  '--threads', String(THREADS), '--ctx-size', '1024', '--max-queue', '1024'];
-if (existsSync(TEMPLATE)) srvArgs.push('--chat-template', TEMPLATE);
-const srv = spawn(BIN, srvArgs, { stdio: ['ignore', 'ignore', 'pipe'] });
-const base = await new Promise((resolve, reject) => {
-  let log = '';
-  const t = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 120000);
-  srv.stderr.on('data', (d) => {
-    log += d;
-    const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
-    if (m) { clearTimeout(t); resolve(m[1]); }
-  });
-  srv.on('exit', (c) => { clearTimeout(t); reject(new Error(`server exited ${c}: ${log}`)); });
-});
-process.on('exit', () => srv.kill('SIGKILL'));
+ensureModel(MODEL, 'tinyllama-1.1b', 'q4_0');
+const { srv, base } = await startServe(MODEL, { parallel: PARALLEL, threads: THREADS });
 
 const TOPICS = ['a dragon', 'the sea', 'a robot', 'winter', 'a city', 'music', 'a garden', 'the moon'];
 

@@ -6,18 +6,11 @@
 //   node bench/soak.mjs [--minutes 5] [--clients 32] [--cancel 0.25] [--parallel 4]
 //        [--threads 2] [--max-tokens 64] [--model build/models/tiny-q8_0.gguf]
 // Exits 1 on any error, a leftover request or a server that died.
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { loadavg } from 'node:os';
+import { ROOT, arg, ensureModel, startServe } from './serve_common.mjs';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const arg = (name, def) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : def;
-};
-const BIN = process.env.WGLLM_BIN || join(ROOT, 'build', 'release', 'wgllm');
 const MODEL = arg('model', join(ROOT, 'build', 'models', 'tiny-q8_0.gguf'));
 const MINUTES = Number(arg('minutes', 5));
 const CLIENTS = Number(arg('clients', 32));
@@ -25,29 +18,9 @@ const CANCEL = Number(arg('cancel', 0.25));
 const PARALLEL = Number(arg('parallel', 4));
 const THREADS = Number(arg('threads', 2));
 const MAX_TOKENS = Number(arg('max-tokens', 64));
-const TEMPLATE = join(ROOT, '..', 'shared', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja');
 
-if (!existsSync(MODEL)) {
-  mkdirSync(dirname(MODEL), { recursive: true });
-  const r = spawnSync(BIN, ['synth', '--shape', 'tiny', '--type', 'q8_0', '--seed', '1', '-o', MODEL], { stdio: 'inherit' });
-  if (r.status !== 0) process.exit(1);
-}
-
-const srvArgs = ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--parallel', String(PARALLEL),
-  '--threads', String(THREADS), '--ctx-size', '1024', '--max-queue', '1024'];
-if (existsSync(TEMPLATE)) srvArgs.push('--chat-template', TEMPLATE);
-const srv = spawn(BIN, srvArgs, { stdio: ['ignore', 'ignore', 'pipe'] });
-let srvLog = '';
-const base = await new Promise((resolve, reject) => {
-  const t = setTimeout(() => reject(new Error(`server did not start: ${srvLog}`)), 120000);
-  srv.stderr.on('data', (d) => {
-    srvLog += d;
-    const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(srvLog);
-    if (m) { clearTimeout(t); resolve(m[1]); }
-  });
-  srv.on('exit', (c) => { clearTimeout(t); reject(new Error(`server exited ${c}: ${srvLog}`)); });
-});
-process.on('exit', () => srv.kill('SIGKILL'));
+ensureModel(MODEL, 'tiny', 'q8_0');
+const { srv, base } = await startServe(MODEL, { parallel: PARALLEL, threads: THREADS });
 
 const status = (key) => Number(new RegExp(`${key}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${srv.pid}/status`, 'utf8'))[1]) * 1024;
 const metric = async (name) => Number(new RegExp(`^wgllm_${name} (\\S+)$`, 'm')
