@@ -2,7 +2,9 @@
 #include "test.h"
 
 #include "backend/webgpu/hal.h"
+#include "gguf/gguf.h"
 #include "model/synth.h"
+#include "vocab/vocab.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,4 +152,63 @@ int test_common_prefix(const struct wgllm_model *m, const char *a, const char *b
     int n = 0;
     while (n < na && n < nb && ta[n] == tb[n]) n++;
     return n;
+}
+
+/* GPT-2's printable codepoint of each byte, as UTF-8. */
+static void gpt2_byte_text(int b, char out[4]) {
+    int cp = b, k = 0;
+#define PRINTABLE(x) (((x) >= 33 && (x) <= 126) || ((x) >= 161 && (x) <= 172) || ((x) >= 174 && (x) <= 255))
+    if (!PRINTABLE(b)) {
+        for (int x = 0; x < b; x++) k += !PRINTABLE(x);
+        cp = 256 + k;
+    }
+#undef PRINTABLE
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+struct wgllm_vocab *test_byte_vocab(const char *const *special, const int32_t *types, int n_special,
+                                    const char *name, const char *pre) {
+    const int n = 256 + n_special;
+    const char **texts = malloc(sizeof *texts * (size_t)n);
+    int32_t *tt = malloc(sizeof *tt * (size_t)n);
+    static char bytes[256][4];
+    for (int b = 0; b < 256; b++) {
+        gpt2_byte_text(b, bytes[b]);
+        texts[b] = bytes[b];
+        tt[b] = WGLLM_TOKEN_TYPE_NORMAL;
+    }
+    for (int i = 0; i < n_special; i++) {
+        texts[256 + i] = special[i];
+        tt[256 + i] = types[i];
+    }
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    wgllm_gguf_writer_set_str(w, "general.name", name);
+    wgllm_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    wgllm_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    wgllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", texts, (uint64_t)n);
+    wgllm_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", WGLLM_GGUF_TYPE_INT32, tt, (uint64_t)n);
+    const char *merges[] = {"\x01 \x02"}; /* the bytes' symbols are other codepoints: never applies */
+    wgllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    const char *path = test_tmp_path(".gguf");
+    struct wgllm_error err = {0};
+    struct wgllm_gguf *g = NULL;
+    struct wgllm_vocab *v = NULL;
+    if (wgllm_gguf_writer_write(w, path, NULL, NULL, &err) != WGLLM_STATUS_OK ||
+        wgllm_gguf_open(path, &g, &err) != WGLLM_STATUS_OK || wgllm_vocab_init(g, &v, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  byte vocabulary: %s\n", err.message);
+        v = NULL;
+    }
+    wgllm_gguf_free(g);
+    wgllm_gguf_writer_free(w);
+    remove(path);
+    free(texts);
+    free(tt);
+    return v;
 }

@@ -99,4 +99,13 @@ struct wgllm_model *test_synth_model(const struct wgllm_synth_params *sp);
 int test_common_prefix(const struct wgllm_model *m, const char *a, const char *b, int *n_b);
 extern const char *const test_prompts[8];
 
+/* A byte-level BPE vocabulary whose tokens 0..255 are the 256 bytes (with
+ * no merge that applies, so raw text is one token per byte) followed by
+ * n_special special tokens (types: WGLLM_TOKEN_TYPE_*), written as GGUF
+ * with general.name and tokenizer.ggml.pre as given, then opened; NULL
+ * after printing why. */
+struct wgllm_vocab;
+struct wgllm_vocab *test_byte_vocab(const char *const *special, const int32_t *types, int n_special,
+                                    const char *name, const char *pre);
+
 #endif

@@ -11,8 +11,10 @@
 #include "test.h"
 
 #include "model/synth.h"
+#include "gguf/gguf.h"
 #include "vocab/merge.h"
 #include "vocab/unicode.h"
+#include "vocab/vocab.h"
 
 #include <sys/resource.h>
 
@@ -183,10 +185,111 @@ static void huge_inputs(const char *shape) {
 TEST(huge_inputs_spm) { huge_inputs("tiny"); }
 TEST(huge_inputs_bpe) { huge_inputs("tiny-qwen2"); }
 
+/* ---- many special tokens ---------------------------------------------------- */
+
+/* 20000 special tokens (Gemma has ~6k): llama.cpp's partition searches the
+ * text once per special token, so 8 MiB of text cost 20000 x 8 MiB of
+ * searching (minutes); here one automaton pass finds them all. The text is
+ * the tokens themselves between letters and spaces, tokenized with
+ * parse_special, and must come back byte for byte. */
+TEST(many_special_tokens) {
+    enum { N_SP = 20000 };
+    static char store[N_SP][12];
+    const char *texts[N_SP];
+    static int32_t types[N_SP];
+    rng = 777;
+    for (int i = 0; i < N_SP; i++) {
+        const int n = 3 + (int)(next_rand() % 8);
+        store[i][0] = '<';
+        for (int j = 1; j < n - 1; j++) store[i][j] = (char)('a' + next_rand() % 26);
+        store[i][n - 1] = '>';
+        store[i][n] = 0;
+        texts[i] = store[i];
+        types[i] = i % 2 ? WGLLM_TOKEN_TYPE_CONTROL : WGLLM_TOKEN_TYPE_USER_DEFINED;
+    }
+    struct wgllm_vocab *v = test_byte_vocab(texts, types, N_SP, "many specials", "gpt-2");
+    CHECK(v != NULL);
+    if (!v) return;
+    double secs[2] = {0, 0};
+    const size_t sizes[2] = {(size_t)1 << 20, (size_t)8 << 20};
+    for (int r = 0; r < 2; r++) {
+        const size_t n = sizes[r];
+        char *t = malloc(n);
+        size_t len = 0;
+        while (len < n) {
+            const char *sp = texts[next_rand() % N_SP];
+            const size_t k = strlen(sp);
+            if (len + k + 1 > n) break;
+            memcpy(t + len, sp, k);
+            len += k;
+            t[len++] = next_rand() % 2 ? ' ' : 'x';
+        }
+        int32_t *toks = malloc(sizeof(int32_t) * (len + 1));
+        const double t0 = cpu_seconds();
+        const int32_t nt = wgllm_vocab_tokenize(v, t, len, toks, (int32_t)len + 1, false, true);
+        secs[r] = cpu_seconds() - t0;
+        CHECK(nt > 0);
+        /* every special token is found: the pieces give the text back */
+        size_t at = 0;
+        bool same = nt > 0;
+        char piece[64];
+        for (int32_t i = 0; i < nt && same; i++) {
+            const int32_t k = wgllm_vocab_token_to_piece(v, toks[i], piece, sizeof piece, true);
+            same = k > 0 && at + (size_t)k <= len && memcmp(t + at, piece, (size_t)k) == 0;
+            at += k > 0 ? (size_t)k : 0;
+        }
+        CHECK(same && at == len);
+        CHECK(nt < (int32_t)(len / 3)); /* the tokens were found, not spelled out byte by byte */
+        printf("  %d special tokens, %zu bytes of text -> %d tokens in %.2f s CPU\n", N_SP, len, nt, secs[r]);
+        free(toks);
+        free(t);
+    }
+    /* linear: 8x the text, not 8x times the number of special tokens */
+    CHECK(secs[1] < 40.0 * secs[0] + 2.0);
+    CHECK(secs[1] < 60.0);
+    wgllm_vocab_free(v);
+}
+
+/* A WordPiece token longer than the longest-match walk allows is refused by name. */
+TEST(wordpiece_token_too_long) {
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    static char longtok[1100];
+    memset(longtok, 'a', sizeof longtok - 1);
+    const char *toks[] = {"[UNK]", "a", longtok};
+    wgllm_gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+    wgllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    const char *path = test_tmp_path(".gguf");
+    struct wgllm_error err = {0};
+    struct wgllm_gguf *g = NULL;
+    struct wgllm_vocab *v = NULL;
+    CHECK_EQ_INT(wgllm_gguf_writer_write(w, path, NULL, NULL, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_gguf_open(path, &g, &err), WGLLM_STATUS_OK);
+    if (g) {
+        CHECK_EQ_INT(wgllm_vocab_init(g, &v, &err), WGLLM_STATUS_UNSUPPORTED);
+        CHECK(strstr(err.message, "WordPiece token") != NULL);
+        printf("  %s\n", err.message);
+        wgllm_gguf_free(g);
+    }
+    longtok[1000] = 0; /* 1000 bytes: accepted */
+    wgllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    CHECK_EQ_INT(wgllm_gguf_writer_write(w, path, NULL, NULL, &err), WGLLM_STATUS_OK);
+    g = NULL;
+    CHECK_EQ_INT(wgllm_gguf_open(path, &g, &err), WGLLM_STATUS_OK);
+    if (g) {
+        CHECK_EQ_INT(wgllm_vocab_init(g, &v, &err), WGLLM_STATUS_OK);
+        wgllm_vocab_free(v);
+        wgllm_gguf_free(g);
+    }
+    remove(path);
+    wgllm_gguf_writer_free(w);
+}
+
 int main(void) {
     wgllm_base_init();
     RUN(merge_loop_matches_definition);
     RUN(huge_inputs_spm);
     RUN(huge_inputs_bpe);
+    RUN(many_special_tokens);
+    RUN(wordpiece_token_too_long);
     return test_summary("test_hostile_tokenize");
 }

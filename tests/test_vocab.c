@@ -9,6 +9,7 @@
 #include "vocab/unicode.h"
 #include "vocab/vocab.h"
 
+#include <ctype.h>
 #include <limits.h>
 
 static struct wgllm_vocab *open_vocab(const char *name, struct wgllm_gguf **gout) {
@@ -390,6 +391,179 @@ TEST(phi3_special_rules) {
     wgllm_vocab_free(v);
 }
 
+/* ------------------------------------------------------------------------
+ * The special-token partition against llama.cpp's rule, written here the
+ * way llama.cpp runs it (tokenizer_st_partition: one search of the text per
+ * special token, longest first). The vocabulary is byte-level BPE whose
+ * tokens 0..255 are the 256 bytes and which has no merge that applies, so
+ * raw text becomes one token per byte and the expected ids follow from the
+ * fragments alone.
+ * ---------------------------------------------------------------------- */
+
+struct ref_special {
+    char text[8];
+    int32_t id;
+    bool control, lstrip, rstrip;
+};
+
+static uint64_t ref_rng = 0x2545f4914f6cdd1dull;
+static uint32_t ref_rand(uint32_t n) {
+    ref_rng ^= ref_rng << 13;
+    ref_rng ^= ref_rng >> 7;
+    ref_rng ^= ref_rng << 17;
+    return (uint32_t)(ref_rng >> 11) % n;
+}
+
+static bool ref_space(char c) { return (unsigned char)c < 0x80 && isspace((unsigned char)c); }
+
+static bool ref_in_plain(const struct wgllm_text_span *sp, size_t n_sp, size_t off, size_t n) {
+    for (size_t i = 0; i < n_sp; i++)
+        if (sp[i].off < off + n && off < sp[i].off + sp[i].len) return true;
+    return false;
+}
+
+struct ref_frag {
+    int32_t token;
+    size_t off, len;
+};
+
+/* Expected ids of text under llama.cpp's rule; returns the count. */
+static int ref_partition(const struct ref_special *sp, int n_sp, const char *text, size_t len, bool parse_special,
+                         const struct wgllm_text_span *plain, size_t n_plain, int32_t *ids) {
+    struct ref_frag cur[512], next[512];
+    int nc = 0, nn;
+    if (len) cur[nc++] = (struct ref_frag){-1, 0, len};
+    for (int s = 0; s < n_sp; s++) { /* sp is in priority order */
+        const struct ref_special *t = &sp[s];
+        const size_t tl = strlen(t->text);
+        if (!parse_special && t->control) continue;
+        nn = 0;
+        for (int i = 0; i < nc; i++) {
+            if (cur[i].token >= 0) { next[nn++] = cur[i]; continue; }
+            size_t off = cur[i].off, flen = cur[i].len, from = off;
+            for (;;) {
+                const char *m = memmem(text + from, off + flen - from, t->text, tl);
+                if (m && t->control && ref_in_plain(plain, n_plain, (size_t)(m - text), tl)) {
+                    from = (size_t)(m - text) + 1;
+                    continue;
+                }
+                if (!m) {
+                    if (flen > 0) next[nn++] = (struct ref_frag){-1, off, flen};
+                    break;
+                }
+                const size_t mpos = (size_t)(m - text);
+                if (mpos > off) {
+                    size_t llen = mpos - off;
+                    if (t->lstrip)
+                        while (llen > 0 && ref_space(text[off + llen - 1])) llen--;
+                    if (llen > 0) next[nn++] = (struct ref_frag){-1, off, llen};
+                }
+                next[nn++] = (struct ref_frag){t->id, 0, 0};
+                size_t roff = mpos + tl, rlen = off + flen - roff;
+                if (t->rstrip)
+                    while (rlen > 0 && ref_space(text[roff])) { roff++; rlen--; }
+                if (rlen == 0) break;
+                off = from = roff;
+                flen = rlen;
+            }
+        }
+        memcpy(cur, next, sizeof next[0] * (size_t)nn);
+        nc = nn;
+    }
+    int n = 0;
+    for (int i = 0; i < nc; i++) {
+        if (cur[i].token >= 0) ids[n++] = cur[i].token;
+        else
+            for (size_t j = 0; j < cur[i].len; j++) ids[n++] = (uint8_t)text[cur[i].off + j];
+    }
+    return n;
+}
+
+/* kind 0: plain types; 1: named phi-3 (every special rstrips); 2: jina (<mask> lstrips) */
+static void partition_round(int kind) {
+    static const char alpha[] = "ab <>\n";
+    enum { N_SP = 12 };
+    struct ref_special sp[N_SP];
+    const char *texts[N_SP];
+    int32_t types[N_SP];
+    for (int i = 0; i < N_SP; i++) {
+        struct ref_special *t = &sp[i];
+        memset(t, 0, sizeof *t);
+        if (kind == 2 && i == 0) strcpy(t->text, "<mask>");
+        else if (i > 1 && ref_rand(6) == 0) /* a duplicate; not of <mask>, whose lstrip goes to its last id */
+            strcpy(t->text, sp[1 + ref_rand((uint32_t)i - 1)].text);
+        else {
+            const uint32_t n = 2 + ref_rand(4);
+            for (uint32_t j = 0; j < n; j++) t->text[j] = alpha[ref_rand(sizeof alpha - 1)];
+        }
+        t->id = 256 + i;
+        t->control = ref_rand(2);
+        t->rstrip = kind == 1;
+        t->lstrip = kind == 2 && i == 0;
+        texts[i] = t->text;
+        types[i] = t->control ? WGLLM_TOKEN_TYPE_CONTROL : WGLLM_TOKEN_TYPE_USER_DEFINED;
+    }
+    struct wgllm_vocab *v = test_byte_vocab(texts, types, N_SP, kind == 1 ? "phi-3 partition test" : "partition test",
+                                            kind == 2 ? "jina-v2-code" : "gpt-2");
+    CHECK(v != NULL);
+    if (!v) return;
+
+    /* llama.cpp's priority: longest text first, ties by id */
+    struct ref_special order[N_SP];
+    memcpy(order, sp, sizeof sp);
+    for (int i = 1; i < N_SP; i++)
+        for (int j = i; j > 0 && strlen(order[j].text) > strlen(order[j - 1].text); j--) {
+            struct ref_special x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    int mismatches = 0;
+    for (int round = 0; round < 3000; round++) {
+        char text[80];
+        size_t len = 0;
+        const size_t target = ref_rand(60);
+        while (len < target) {
+            if (ref_rand(3) == 0) {
+                const char *t = sp[ref_rand(N_SP)].text;
+                const size_t n = strlen(t);
+                if (len + n > sizeof text) break;
+                memcpy(text + len, t, n);
+                len += n;
+            } else {
+                text[len++] = alpha[ref_rand(sizeof alpha - 1)];
+            }
+        }
+        struct wgllm_text_span plain[4];
+        size_t n_plain = 0, at = 0;
+        while (n_plain < 4 && len && at < len && ref_rand(2)) {
+            at += ref_rand((uint32_t)(len - at));
+            const size_t n = 1 + ref_rand(8);
+            if (at >= len) break;
+            plain[n_plain++] = (struct wgllm_text_span){at, at + n > len ? len - at : n};
+            at += n + 1;
+        }
+        for (int mode = 0; mode < 3; mode++) { /* parse_special off, on, on with plain spans */
+            int32_t want[160], got[160];
+            const int nw = ref_partition(order, N_SP, text, len, mode > 0, plain, mode == 2 ? n_plain : 0, want);
+            const int32_t ng = mode == 2 ? wgllm_vocab_tokenize_spans(v, text, len, got, 160, false, plain, n_plain)
+                                         : wgllm_vocab_tokenize(v, text, len, got, 160, false, mode == 1);
+            if (ng != nw || memcmp(want, got, sizeof want[0] * (size_t)nw) != 0) {
+                if (mismatches++ < 3) {
+                    fprintf(stderr, "  kind %d mode %d: %d ids, want %d; text \"", kind, mode, (int)ng, nw);
+                    for (size_t q = 0; q < len; q++) fprintf(stderr, text[q] == '\n' ? "\\n" : "%c", text[q]);
+                    fprintf(stderr, "\"\n");
+                }
+            }
+        }
+    }
+    CHECK_EQ_INT(mismatches, 0);
+    wgllm_vocab_free(v);
+}
+
+TEST(special_partition_matches_llama_rule) {
+    for (int vocab = 0; vocab < 8; vocab++) partition_round(vocab % 3);
+}
+
 int main(void) {
     RUN(unicode_tables);
     RUN(regex_engine);
@@ -404,5 +578,6 @@ int main(void) {
     RUN(bpe_special_and_eog);
     RUN(phi3_special_rules);
     RUN(unsupported_and_hostile);
+    RUN(special_partition_matches_llama_rule);
     return test_summary("test_vocab");
 }

@@ -860,11 +860,7 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
     load_template(e);
     const struct wgllm_vocab *v = model->vocab;
     if (wgllm_vocab_type(v) == WGLLM_VOCAB_TYPE_SPM || wgllm_vocab_type(v) == WGLLM_VOCAB_TYPE_BPE)
-        for (int32_t i = 0; i < wgllm_vocab_n_tokens(v); i++) {
-            const char *t = wgllm_vocab_token_text(v, i);
-            const int n = t ? (int)strlen(t) : 0;
-            if (n > e->max_piece) e->max_piece = n;
-        }
+        e->max_piece = (int)wgllm_vocab_max_token_len(v); /* <= VOCAB_MAX_TEXT */
     if (!p.no_thread && pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         e->thread = 0;
         wgllm_engine_free(e);

@@ -8,6 +8,7 @@
  */
 #include "vocab/vocab.h"
 #include "vocab/merge.h"
+#include "vocab/special.h"
 #include "vocab/unicode.h"
 
 #include <ctype.h>
@@ -23,6 +24,7 @@
  * longest token at each position). */
 #define VOCAB_MAX_ENTRIES (1 << 24) /* tokens, and merges */
 #define VOCAB_MAX_TEXT (1 << 16)    /* bytes of one token or merge */
+#define VOCAB_WPM_MAX_TEXT 1024     /* of a WordPiece token (BERT's are a few dozen) */
 
 /* llama.cpp's token attributes (bit flags) */
 enum {
@@ -81,12 +83,12 @@ struct wgllm_vocab {
     int32_t bos, eos, eot, eom, unk, pad, sep;
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
     bool add_bos, add_eos, add_sep, add_space_prefix, remove_extra_whitespaces, ignore_merges;
-    uint32_t max_token_len; /* bytes; WordPiece's longest-match window */
-    /* bit n: some token is n bytes long (WordPiece tries only those lengths) */
-    uint8_t len_seen[(VOCAB_MAX_TEXT + 64) / 8];
+    uint32_t max_token_len; /* bytes */
+    struct wgllm_trie wpm_trie; /* WordPiece: every token's text, walked for the longest match */
 
     int32_t *special; /* control/user-defined/unknown ids, longest text first */
     int32_t n_special;
+    struct wgllm_special_set specials; /* the same, indexed for the partition */
     uint8_t *is_eog;
 
     struct wgllm_pretok *pretok;
@@ -269,14 +271,39 @@ static bool text_in(const char *t, const char *const *list) {
     return false;
 }
 
-static int cmp_special(const void *a, const void *b, void *vv) {
-    const struct wgllm_vocab *v = vv;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (v->toks[x].len != v->toks[y].len) return v->toks[x].len > v->toks[y].len ? -1 : 1;
-    return x < y ? -1 : x > y;
+/* longest text first; ties by id (llama.cpp uses an unstable std::sort) */
+struct special_key {
+    uint32_t len;
+    int32_t id;
+};
+
+static int cmp_special(const void *a, const void *b) {
+    const struct special_key *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 static int32_t id_of(const struct wgllm_vocab *v, const char *t) { return text_to_token(v, t, strlen(t)); }
+
+/* The partition's index of the special tokens, once their attributes are final. */
+static bool build_special_set(struct wgllm_vocab *v) {
+    struct wgllm_special *sp = wgllm_malloc_array((uint64_t)v->n_special + 1, sizeof *sp);
+    const char **texts = wgllm_malloc_array((uint64_t)v->n_special + 1, sizeof *texts);
+    bool ok = sp && texts;
+    for (int32_t i = 0; ok && i < v->n_special; i++) {
+        const struct tok *t = &v->toks[v->special[i]];
+        sp[i] = (struct wgllm_special){.id = v->special[i],
+                                       .len = t->len,
+                                       .control = t->attr & (ATTR_CONTROL | ATTR_UNKNOWN),
+                                       .lstrip = t->attr & ATTR_LSTRIP,
+                                       .rstrip = t->attr & ATTR_RSTRIP};
+        texts[i] = t->text;
+    }
+    ok = ok && wgllm_special_set_init(&v->specials, sp, texts, v->n_special);
+    free(sp);
+    free(texts);
+    return ok;
+}
 
 /* Detects special tokens by text and builds the EOG set: llama.cpp's
  * load_vocab tail. The lists are llama.cpp's recent ones plus the DeepSeek
@@ -348,10 +375,14 @@ static bool finish_specials(struct wgllm_vocab *v, const struct wgllm_gguf *g) {
 
     v->special = wgllm_malloc_array((uint64_t)v->n_tokens + 1, sizeof *v->special);
     if (!v->special) return false;
+    struct special_key *keys = wgllm_malloc_array((uint64_t)v->n_tokens + 1, sizeof *keys);
+    if (!keys) return false;
     for (int32_t id = 0; id < v->n_tokens; id++)
-        if (v->toks[id].attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)) v->special[v->n_special++] = id;
-    /* llama.cpp uses an unstable std::sort by length; ties here go by id */
-    qsort_r(v->special, (size_t)v->n_special, sizeof *v->special, cmp_special, v);
+        if (v->toks[id].attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN))
+            keys[v->n_special++] = (struct special_key){v->toks[id].len, id};
+    qsort(keys, (size_t)v->n_special, sizeof *keys, cmp_special);
+    for (int32_t i = 0; i < v->n_special; i++) v->special[i] = keys[i].id;
+    free(keys);
 
     /* per-model attribute fixes (llama.cpp: "set attributes by model/tokenizer name") */
     char name[256] = "";
@@ -380,7 +411,8 @@ static bool finish_specials(struct wgllm_vocab *v, const struct wgllm_gguf *g) {
             id = text_to_token(v, off[i], strlen(off[i]));
             if (id >= 0) v->toks[id].attr &= ~(uint32_t)ATTR_RSTRIP;
         }
-    }    return true;
+    }
+    return build_special_set(v);
 }
 
 /* An optional array that runs parallel to tokenizer.ggml.tokens: n entries
@@ -552,7 +584,6 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
         }
         a += t->len + 1;
         if (t->len > v->max_token_len) v->max_token_len = t->len;
-        v->len_seen[t->len / 8] |= (uint8_t)(1u << (t->len % 8));
         t->score = sv ? (float)wgllm_gguf_arr_float(sv, (uint64_t)i) : 0.0f;
         if (isnan(t->score)) t->score = -INFINITY; /* a NaN has no place in SentencePiece's order */
         t->attr = ATTR_NORMAL;
@@ -643,6 +674,29 @@ enum wgllm_status wgllm_vocab_init(const struct wgllm_gguf *g, struct wgllm_voca
     for (size_t i = 0; i < sizeof all_ids / sizeof all_ids[0]; i++)
         if (*all_ids[i] >= v->n_tokens) *all_ids[i] = -1;
 
+    if (v->type == WGLLM_VOCAB_TYPE_WPM) {
+        /* the longest-match walk costs up to this many steps per input byte */
+        if (v->max_token_len > VOCAB_WPM_MAX_TEXT) {
+            st = wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                 "vocab: a WordPiece token is %u bytes long; at most %d are supported",
+                                 v->max_token_len, VOCAB_WPM_MAX_TEXT);
+            goto fail;
+        }
+        const char **texts = wgllm_malloc_array((uint64_t)v->n_tokens, sizeof *texts);
+        uint32_t *lens = wgllm_malloc_array((uint64_t)v->n_tokens, sizeof *lens);
+        bool built = texts && lens;
+        for (int32_t i = 0; built && i < v->n_tokens; i++) {
+            texts[i] = v->toks[i].text;
+            lens[i] = v->toks[i].len;
+        }
+        built = built && wgllm_trie_init(&v->wpm_trie, texts, lens, v->n_tokens, false);
+        free(texts);
+        free(lens);
+        if (!built) {
+            st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "vocab: out of memory for %d tokens", v->n_tokens);
+            goto fail;
+        }
+    }
     if (!finish_specials(v, g)) {
         st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "vocab: out of memory for %d tokens", v->n_tokens);
         goto fail;
@@ -663,6 +717,8 @@ void wgllm_vocab_free(struct wgllm_vocab *v) {
     free(v->merge_arena);
     free(v->merge_hash);
     free(v->special);
+    wgllm_special_set_free(&v->specials);
+    wgllm_trie_free(&v->wpm_trie);
     free(v->is_eog);
     wgllm_pretok_free(v->pretok);
     free(v);
@@ -670,6 +726,7 @@ void wgllm_vocab_free(struct wgllm_vocab *v) {
 
 enum wgllm_vocab_type wgllm_vocab_type(const struct wgllm_vocab *v) { return v->type; }
 int32_t wgllm_vocab_n_tokens(const struct wgllm_vocab *v) { return v->n_tokens; }
+uint32_t wgllm_vocab_max_token_len(const struct wgllm_vocab *v) { return v->max_token_len; }
 int32_t wgllm_vocab_bos(const struct wgllm_vocab *v) { return v->bos; }
 int32_t wgllm_vocab_eos(const struct wgllm_vocab *v) { return v->eos; }
 int32_t wgllm_vocab_eot(const struct wgllm_vocab *v) { return v->eot; }
@@ -709,96 +766,6 @@ static void ids_push(struct ids *o, int32_t id) {
         o->cap = cap;
     }
     o->v[o->n++] = id;
-}
-
-/* ------------------------------------------------------------------------
- * special-token partition (llama.cpp's tokenizer_st_partition)
- * ---------------------------------------------------------------------- */
-
-struct frag {
-    int32_t token; /* -1: raw text [off, off+len) */
-    size_t off, len;
-};
-
-struct frags {
-    struct frag *v;
-    size_t n, cap;
-    bool oom;
-};
-
-static void frags_push(struct frags *f, struct frag x) {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        size_t bytes;
-        struct frag *p = wgllm_size_mul(cap, sizeof *p, &bytes) ? realloc(f->v, bytes) : NULL;
-        if (!p) { f->oom = true; return; }
-        f->v = p;
-        f->cap = cap;
-    }
-    f->v[f->n++] = x;
-}
-
-static bool c_isspace(char c) { return (unsigned char)c < 0x80 && isspace((unsigned char)c); }
-
-/* Whether [off, off + n) overlaps one of the sorted, disjoint spans. */
-static bool overlaps(const struct wgllm_text_span *sp, size_t n_sp, size_t off, size_t n) {
-    size_t lo = 0, hi = n_sp; /* the first span that ends after off */
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (sp[mid].off + sp[mid].len > off) hi = mid;
-        else lo = mid + 1;
-    }
-    return lo < n_sp && sp[lo].off < off + n;
-}
-
-/* Splits text at special tokens; control (and unknown) ones only with
- * parse_special, and not where they overlap a `plain` span. */
-static bool partition(const struct wgllm_vocab *v, const char *text, size_t len, bool parse_special,
-                      const struct wgllm_text_span *plain, size_t n_plain, struct frags *out) {
-    struct frags cur = {0};
-    frags_push(&cur, (struct frag){-1, 0, len});
-    for (int32_t s = 0; s < v->n_special && !cur.oom; s++) {
-        int32_t sid = v->special[s];
-        const struct tok *t = &v->toks[sid];
-        const bool control = t->attr & (ATTR_CONTROL | ATTR_UNKNOWN);
-        if (!parse_special && control) continue;
-        struct frags next = {0};
-        for (size_t i = 0; i < cur.n; i++) {
-            struct frag f = cur.v[i];
-            if (f.token >= 0) { frags_push(&next, f); continue; }
-            size_t off = f.off, flen = f.len, from = off; /* [from, off + flen) is searched */
-            for (;;) {
-                const char *m = memmem(text + from, off + flen - from, t->text, t->len);
-                if (m && control && overlaps(plain, n_plain, (size_t)(m - text), t->len)) {
-                    from = (size_t)(m - text) + 1; /* text there, not the token */
-                    continue;
-                }
-                if (!m) {
-                    if (flen > 0) frags_push(&next, (struct frag){-1, off, flen});
-                    break;
-                }
-                size_t mpos = (size_t)(m - text);
-                if (mpos > off) {
-                    size_t llen = mpos - off;
-                    if (t->attr & ATTR_LSTRIP)
-                        while (llen > 0 && c_isspace(text[off + llen - 1])) llen--;
-                    if (llen > 0) frags_push(&next, (struct frag){-1, off, llen});
-                }
-                frags_push(&next, (struct frag){sid, 0, 0});
-                size_t roff = mpos + t->len, rlen = off + flen - roff;
-                if (t->attr & ATTR_RSTRIP)
-                    while (rlen > 0 && c_isspace(text[roff])) { roff++; rlen--; }
-                if (rlen == 0) break;
-                off = from = roff;
-                flen = rlen;
-            }
-        }
-        if (next.oom) cur.oom = true;
-        free(cur.v);
-        cur = next;
-    }
-    *out = cur;
-    return !cur.oom;
 }
 
 /* ------------------------------------------------------------------------
@@ -962,15 +929,21 @@ static bool wpm_is_chinese(uint32_t c) {
  * form of a word start; "##" continuations are stored without prefix). A
  * word with any unmatched position becomes a single [UNK]. */
 static void wpm_word(const struct wgllm_vocab *v, const char *w, size_t n, struct ids *out) {
+    const struct wgllm_trie *t = &v->wpm_trie;
     size_t start = out->n;
     for (size_t i = 0; i < n;) {
-        size_t j = WGLLM_MIN(n, i + v->max_token_len + 1);
         int32_t id = -1;
-        for (; j > i; j--)
-            if ((v->len_seen[(j - i) / 8] >> ((j - i) % 8) & 1) && (id = text_to_token(v, w + i, j - i)) >= 0) break;
+        size_t end = i;
+        uint32_t u = 0;
+        for (size_t q = i; q < n && (u = wgllm_trie_child(t, u, (uint8_t)w[q])) != WGLLM_TRIE_NONE; q++)
+            if (t->key[u] >= 0) {
+                id = t->key[u];
+                while (t->key_next[id] >= 0) id = t->key_next[id]; /* the last id with a text wins */
+                end = q + 1;
+            }
         if (id < 0) { out->n = start; break; }
         ids_push(out, id);
-        i = j;
+        i = end;
     }
     if (out->n == start && v->unk >= 0) ids_push(out, v->unk);
 }
@@ -1017,9 +990,9 @@ static int32_t tokenize(const struct wgllm_vocab *v, const char *text, size_t le
     if (v->type == WGLLM_VOCAB_TYPE_NONE) return INT32_MIN;
     if ((!text && len > 0) || max_tokens < 0 || len > INT32_MAX) return INT32_MIN;
     struct ids out = {0};
-    struct frags fr = {0};
+    struct wgllm_frags fr = {0};
     struct wgllm_merge mg = {0};
-    bool ok = len == 0 || partition(v, text, len, parse_special, plain, n_plain, &fr);
+    bool ok = len == 0 || wgllm_special_partition(&v->specials, text, len, parse_special, plain, n_plain, &fr);
     char *buf = NULL;
 
     if (ok && v->type == WGLLM_VOCAB_TYPE_SPM) {

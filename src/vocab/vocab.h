@@ -39,6 +39,8 @@ void wgllm_vocab_free(struct wgllm_vocab *v);
 
 enum wgllm_vocab_type wgllm_vocab_type(const struct wgllm_vocab *v);
 int32_t wgllm_vocab_n_tokens(const struct wgllm_vocab *v);
+/* bytes of the longest token text */
+uint32_t wgllm_vocab_max_token_len(const struct wgllm_vocab *v);
 int32_t wgllm_vocab_bos(const struct wgllm_vocab *v); /* -1 when none */
 int32_t wgllm_vocab_eos(const struct wgllm_vocab *v); /* -1 when none */
 bool wgllm_vocab_is_eog(const struct wgllm_vocab *v, int32_t token);
