@@ -8,7 +8,7 @@
 # links web/src/hal_none.c instead: no device, `auto` picks the CPU) and the
 # x86/ARM SIMD kernel files (src/quant/quant_wasm.c has SIMD128 kernels for the main
 # formats; the other portable kernels run auto-vectorised to SIMD128), plus
-# the JS-facing glue web/src/wgllm_web.c and a libc gap (web/src/compat.c).
+# the JS-facing glue web/src/wgllm_web.c.
 # Threads: -pthread (the engine has its own thread, the CPU backend a pool),
 # so pages must be cross-origin isolated (COOP/COEP headers) for
 # SharedArrayBuffer (wgllm-core-st.js, below, serves the other pages). Memory
@@ -21,10 +21,10 @@ EMCC      ?= emcc
 EMCC_ENV  := NODE_PATH=/usr/share/nodejs
 WASM_OUT  := build/wasm
 WASM_HAL  ?= browser
-WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/hal_selftest.c web/src/compat.c web/src/hal_$(WASM_HAL).c
+WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/hal_selftest.c web/src/hal_$(WASM_HAL).c
 WASM_JSLIB := web/src/wgllm_web.lib.js $(if $(filter browser,$(WASM_HAL)),web/src/hal_webgpu.lib.js)
 WASM_OBJ  := $(WASM_SRC:%.c=$(WASM_OUT)/%.o)
-WASM_CFLAGS := -std=c11 -D_GNU_SOURCE -include web/src/compat.h -Iinclude -Isrc $(WARN) -O2 -msimd128 -pthread -MMD -MP
+WASM_CFLAGS := -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(WARN) -O2 -msimd128 -pthread -MMD -MP
 WASM_FUNCS := malloc free wgllm_web_load wgllm_web_unload wgllm_web_last_error wgllm_web_model_info \
   wgllm_web_model_arch wgllm_web_submit wgllm_web_embed wgllm_web_job_seq wgllm_web_job_done \
   wgllm_web_job_cancel wgllm_web_job_take wgllm_web_job_num wgllm_web_job_text wgllm_web_job_message \
@@ -87,7 +87,7 @@ web/dist/wgllm-core-st.js: $(WASM_ST_OBJ) $(filter-out %hal_webgpu.lib.js,$(WASM
 # hostile model files on a target whose size_t is 32 bits.
 WASM_TEST_SRC := tests/test_quant.c tests/test_hostile_gguf.c $(wildcard tests/wasm/test_*.c)
 WASM_TEST_JS := $(patsubst %.c,$(WASM_ST_OUT)/%.js,$(WASM_TEST_SRC))
-WASM_LIB_ST_OBJ := $(filter-out $(WASM_ST_OUT)/web/%,$(WASM_ST_OBJ)) $(WASM_ST_OUT)/web/src/compat.o $(WASM_ST_OUT)/web/src/hal_none.o
+WASM_LIB_ST_OBJ := $(filter-out $(WASM_ST_OUT)/web/%,$(WASM_ST_OBJ)) $(WASM_ST_OUT)/web/src/hal_none.o
 .PHONY: wasm-test
 wasm-test: $(WASM_TEST_JS)
 	@for t in $(WASM_TEST_JS); do echo "node $$t"; node $$t || exit 1; done
