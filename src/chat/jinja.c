@@ -38,7 +38,7 @@ enum { F_RAISE = 1, F_NAMESPACE, F_RANGE, F_STRFTIME, F_DICT };
 static jv *scope_lookup(struct jctx *c, struct scope *s, const char *k, size_t n) {
     jv *v = NULL;
     size_t walked = 0;
-    for (; s && !(v = dict_find(&s->vars, k, n)); s = s->parent) walked++;
+    for (; s && !(v = wgllm_jinja_dict_find(&s->vars, k, n)); s = s->parent) walked++;
     /* deep nests of loops make long scope chains: walking them is work too
      * (real templates walk a few, which stay free) */
     if (walked > 4) jcharge(c, walked);
@@ -53,7 +53,7 @@ static _Noreturn void rt_fail(struct interp *I, const struct node *n, const char
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    jfail(I->c, WGLLM_STATUS_UNSUPPORTED, "line %d, column %d: %s", n->line, n->col, buf);
+    wgllm_jinja_fail(I->c, WGLLM_STATUS_UNSUPPORTED, "line %d, column %d: %s", n->line, n->col, buf);
 }
 
 /* Every recursion of the interpreter (eval, exec_list, macro calls) passes
@@ -62,10 +62,10 @@ static void enter(struct interp *I, const struct node *n) {
     if (++I->depth <= I->c->lim.max_depth) return;
     if (n) I->c->at = n;
     if (I->macro_depth && I->c->at)
-        jfail(I->c, WGLLM_STATUS_UNSUPPORTED,
+        wgllm_jinja_fail(I->c, WGLLM_STATUS_UNSUPPORTED,
               "template exceeds its depth budget (%d levels) at line %d, column %d (macro recursion, %d calls deep)",
               I->c->lim.max_depth, I->c->at->line, I->c->at->col, I->macro_depth);
-    jover(I->c, "depth", (uint64_t)I->c->lim.max_depth, "levels");
+    wgllm_jinja_over(I->c, "depth", (uint64_t)I->c->lim.max_depth, "levels");
 }
 
 static jv eval(struct interp *I, const struct node *n, struct scope *s);
@@ -100,25 +100,25 @@ static bool strict_eq(struct jctx *c, jv a, jv b) {
 
 static jv concat2(struct interp *I, jv a, jv b) {
     struct sbuf sb = {.c = I->c};
-    sb_put(&sb, "", 0);
-    to_concat(I->c, &sb, a);
-    to_concat(I->c, &sb, b);
-    return sb_to_value(I->c, &sb);
+    wgllm_jinja_sb_put(&sb, "", 0);
+    wgllm_jinja_to_concat(I->c, &sb, a);
+    wgllm_jinja_to_concat(I->c, &sb, b);
+    return wgllm_jinja_sb_to_value(I->c, &sb);
 }
 
 static jv str_of(struct interp *I, jv v) {
     if (v.t == J_STR) return v;
     struct sbuf sb = {.c = I->c};
-    sb_put(&sb, "", 0);
-    to_text(I->c, &sb, v);
-    return sb_to_value(I->c, &sb);
+    wgllm_jinja_sb_put(&sb, "", 0);
+    wgllm_jinja_to_text(I->c, &sb, v);
+    return wgllm_jinja_sb_to_value(I->c, &sb);
 }
 
 static jv eval_bin(struct interp *I, const struct node *n, struct scope *s) {
     jv a = eval(I, n->a, s);
     const char *op = n->s;
-    if (!strcmp(op, "and")) return jv_truthy(a) ? eval(I, n->b, s) : a;
-    if (!strcmp(op, "or")) return jv_truthy(a) ? a : eval(I, n->b, s);
+    if (!strcmp(op, "and")) return wgllm_jinja_truthy(a) ? eval(I, n->b, s) : a;
+    if (!strcmp(op, "or")) return wgllm_jinja_truthy(a) ? a : eval(I, n->b, s);
     jv b = eval(I, n->b, s);
     if (!strcmp(op, "==")) return jv_bool(loose_eq(I->c, a, b));
     if (!strcmp(op, "!=")) return jv_bool(!loose_eq(I->c, a, b));
@@ -169,9 +169,9 @@ static jv eval_bin(struct interp *I, const struct node *n, struct scope *s) {
         if (!strcmp(op, ">=")) return jv_bool(x >= y);
     } else if (a.t == J_ARR && b.t == J_ARR && !strcmp(op, "+")) {
         jcharge(I->c, a.u.a->n + b.u.a->n);
-        jv r = jv_arr_new(I->c);
-        for (size_t i = 0; i < a.u.a->n; i++) arr_push(I->c, r.u.a, a.u.a->v[i]);
-        for (size_t i = 0; i < b.u.a->n; i++) arr_push(I->c, r.u.a, b.u.a->v[i]);
+        jv r = wgllm_jinja_arr_new(I->c);
+        for (size_t i = 0; i < a.u.a->n; i++) wgllm_jinja_arr_push(I->c, r.u.a, a.u.a->v[i]);
+        for (size_t i = 0; i < b.u.a->n; i++) wgllm_jinja_arr_push(I->c, r.u.a, b.u.a->v[i]);
         return r;
     } else if (b.t == J_ARR && (in || notin)) {
         bool found = false;
@@ -195,29 +195,29 @@ static jv eval_bin(struct interp *I, const struct node *n, struct scope *s) {
         if (!strcmp(op, ">=")) return jv_bool(cmp >= 0);
     }
     if (a.t == J_STR && (b.t == J_DICT || b.t == J_NS) && (in || notin)) {
-        bool found = dict_find(b.u.d, a.u.s.p, a.u.s.n) != NULL;
+        bool found = wgllm_jinja_dict_find(b.u.d, a.u.s.p, a.u.s.n) != NULL;
         return jv_bool(in ? found : !found);
     }
-    rt_fail(I, n, "unsupported operation: %s %s %s", jt_name(a.t), op, jt_name(b.t));
+    rt_fail(I, n, "unsupported operation: %s %s %s", wgllm_jinja_type_name(a.t), op, wgllm_jinja_type_name(b.t));
 }
 
 static int64_t norm_index(int64_t i, size_t n) { return i < 0 ? i + (int64_t)n : i; }
 
 static jv get_member(struct interp *I, const struct node *n, jv o, const char *k, size_t kn) {
     if (o.t == J_DICT || o.t == J_NS) {
-        jv *v = dict_find(o.u.d, k, kn);
+        jv *v = wgllm_jinja_dict_find(o.u.d, k, kn);
         return v ? *v : jv_undef();
     }
     if (o.t == J_ARR && kn == 6 && !memcmp(k, "length", 6)) return jv_int((int64_t)o.u.a->n);
     if (o.t == J_STR && kn == 6 && !memcmp(k, "length", 6)) return jv_int((int64_t)o.u.s.n);
     if (o.t == J_UNDEF || o.t == J_NONE)
-        rt_fail(I, n, "cannot read attribute '%.*s' of %s", (int)(kn > 60 ? 60 : kn), k, jt_name(o.t));
+        rt_fail(I, n, "cannot read attribute '%.*s' of %s", (int)(kn > 60 ? 60 : kn), k, wgllm_jinja_type_name(o.t));
     return jv_undef();
 }
 
 static jv do_slice(struct interp *I, const struct node *n, jv o, jv jstart, jv jstop, jv jstep) {
     size_t len = o.t == J_ARR ? o.u.a->n : o.t == J_STR ? o.u.s.n : 0;
-    if (o.t != J_ARR && o.t != J_STR) rt_fail(I, n, "cannot slice a %s", jt_name(o.t));
+    if (o.t != J_ARR && o.t != J_STR) rt_fail(I, n, "cannot slice a %s", wgllm_jinja_type_name(o.t));
     int64_t step = jstep.t == J_INT ? jstep.u.i : 1;
     if (step == 0) rt_fail(I, n, "slice step cannot be zero");
     int64_t L = (int64_t)len, start, stop;
@@ -242,17 +242,18 @@ static jv do_slice(struct interp *I, const struct node *n, jv o, jv jstart, jv j
                              : (start > stop ? (uint64_t)(start - stop) : 0);
     uint64_t ustep = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
     uint64_t count = span ? (span - 1) / ustep + 1 : 0;
-    if (o.t == J_STR && step == 1) return jv_sub(I->c, o, (size_t)start, (size_t)count); /* strings are immutable */
+    if (o.t == J_STR && step == 1)
+        return wgllm_jinja_sub(I->c, o, (size_t)start, (size_t)count); /* strings are immutable */
     jcharge(I->c, count);
     if (o.t == J_ARR) {
-        jv r = jv_arr_new(I->c);
-        for (uint64_t k = 0; k < count; k++) arr_push(I->c, r.u.a, o.u.a->v[start + (int64_t)k * step]);
+        jv r = wgllm_jinja_arr_new(I->c);
+        for (uint64_t k = 0; k < count; k++) wgllm_jinja_arr_push(I->c, r.u.a, o.u.a->v[start + (int64_t)k * step]);
         return r;
     }
     struct sbuf sb = {.c = I->c};
-    sb_put(&sb, "", 0);
-    for (uint64_t k = 0; k < count; k++) sb_put_sub(&sb, o, (size_t)(start + (int64_t)k * step), 1);
-    return sb_to_value(I->c, &sb);
+    wgllm_jinja_sb_put(&sb, "", 0);
+    for (uint64_t k = 0; k < count; k++) wgllm_jinja_sb_put_sub(&sb, o, (size_t)(start + (int64_t)k * step), 1);
+    return wgllm_jinja_sb_to_value(I->c, &sb);
 }
 
 /* JavaScript's String.prototype.trim whitespace: ASCII + Unicode White_Space + BOM */
@@ -284,17 +285,17 @@ static jv str_strip(struct jctx *c, jv v, bool left, bool right, jv chars) {
         /* each byte stripped is a search of chars */
         while (left && n && (jcharge_bytes(c, chars.u.s.n), memchr(chars.u.s.p, *p, chars.u.s.n))) { p++; n--; }
         while (right && n && (jcharge_bytes(c, chars.u.s.n), memchr(chars.u.s.p, p[n - 1], chars.u.s.n))) n--;
-        return jv_sub(c, v, (size_t)(p - v.u.s.p), n);
+        return wgllm_jinja_sub(c, v, (size_t)(p - v.u.s.p), n);
     }
     size_t w;
     while (left && n && (w = ws_len_at(p, n)) > 0) { p += w; n -= w; }
     while (right && n && (w = ws_len_before(p, n)) > 0) n -= w;
     jcharge_bytes(c, v.u.s.n - n);
-    return jv_sub(c, v, (size_t)(p - v.u.s.p), n);
+    return wgllm_jinja_sub(c, v, (size_t)(p - v.u.s.p), n);
 }
 
 static jv str_case(struct interp *I, jv v, int mode) { /* 0 lower 1 upper 2 capitalize 3 title */
-    char *o = jalloc(I->c, v.u.s.n + 1);
+    char *o = wgllm_jinja_alloc(I->c, v.u.s.n + 1);
     bool word_start = true;
     for (size_t i = 0; i < v.u.s.n; i++) {
         char ch = v.u.s.p[i];
@@ -314,7 +315,7 @@ static jv str_case(struct interp *I, jv v, int mode) { /* 0 lower 1 upper 2 capi
 static jv str_replace(struct interp *I, jv v, jv from, jv to, int64_t count) {
     if (from.t != J_STR || to.t != J_STR) return v;
     struct sbuf sb = {.c = I->c};
-    sb_put(&sb, "", 0);
+    wgllm_jinja_sb_put(&sb, "", 0);
     size_t i = 0;
     int64_t done = 0;
     jcharge_bytes(I->c, v.u.s.n);
@@ -326,22 +327,22 @@ static jv str_replace(struct interp *I, jv v, jv from, jv to, int64_t count) {
         else hit = memmem(v.u.s.p + i, v.u.s.n - i, from.u.s.p, from.u.s.n);
         if (!hit) break;
         size_t at = (size_t)(hit - v.u.s.p);
-        sb_put_sub(&sb, v, i, at - i);
-        sb_put_str(&sb, to);
+        wgllm_jinja_sb_put_sub(&sb, v, i, at - i);
+        wgllm_jinja_sb_put_str(&sb, to);
         done++;
         if (from.u.s.n == 0) {
-            if (at < v.u.s.n) sb_put_sub(&sb, v, at, 1);
+            if (at < v.u.s.n) wgllm_jinja_sb_put_sub(&sb, v, at, 1);
             i = at + 1;
         } else {
             i = at + from.u.s.n;
         }
     }
-    if (i < v.u.s.n) sb_put_sub(&sb, v, i, v.u.s.n - i);
-    return sb_to_value(I->c, &sb);
+    if (i < v.u.s.n) wgllm_jinja_sb_put_sub(&sb, v, i, v.u.s.n - i);
+    return wgllm_jinja_sb_to_value(I->c, &sb);
 }
 
 static jv str_split(struct interp *I, jv v, jv sep, int64_t maxsplit) {
-    jv r = jv_arr_new(I->c);
+    jv r = wgllm_jinja_arr_new(I->c);
     const char *p = v.u.s.p;
     size_t n = v.u.s.n;
     jcharge_bytes(I->c, n);
@@ -354,19 +355,19 @@ static jv str_split(struct interp *I, jv v, jv sep, int64_t maxsplit) {
             if (maxsplit >= 0 && (int64_t)r.u.a->n >= maxsplit) j = n;
             else while (j < n && !is_ws(p[j])) j++;
             jcharge(I->c, 1);
-            arr_push(I->c, r.u.a, jv_sub(I->c, v, i, j - i));
+            wgllm_jinja_arr_push(I->c, r.u.a, wgllm_jinja_sub(I->c, v, i, j - i));
             i = j;
         }
         return r;
     }
-    if (sep.u.s.n == 0) jfail(I->c, WGLLM_STATUS_UNSUPPORTED, "split: empty separator");
+    if (sep.u.s.n == 0) wgllm_jinja_fail(I->c, WGLLM_STATUS_UNSUPPORTED, "split: empty separator");
     size_t i = 0;
     for (;;) {
         const char *hit = (maxsplit >= 0 && (int64_t)r.u.a->n >= maxsplit) ? NULL
                           : memmem(p + i, n - i, sep.u.s.p, sep.u.s.n);
         jcharge(I->c, 1);
-        if (!hit) { arr_push(I->c, r.u.a, jv_sub(I->c, v, i, n - i)); break; }
-        arr_push(I->c, r.u.a, jv_sub(I->c, v, i, (size_t)(hit - (p + i))));
+        if (!hit) { wgllm_jinja_arr_push(I->c, r.u.a, wgllm_jinja_sub(I->c, v, i, n - i)); break; }
+        wgllm_jinja_arr_push(I->c, r.u.a, wgllm_jinja_sub(I->c, v, i, (size_t)(hit - (p + i))));
         i = (size_t)(hit - p) + sep.u.s.n;
     }
     return r;
@@ -374,12 +375,12 @@ static jv str_split(struct interp *I, jv v, jv sep, int64_t maxsplit) {
 
 static jv dict_items(struct interp *I, jv d) {
     jcharge(I->c, d.u.d->n);
-    jv r = jv_arr_new(I->c);
+    jv r = wgllm_jinja_arr_new(I->c);
     for (size_t i = 0; i < d.u.d->n; i++) {
-        jv pair = jv_arr_new(I->c);
-        arr_push(I->c, pair.u.a, dict_key(d.u.d, i));
-        arr_push(I->c, pair.u.a, d.u.d->v[i]);
-        arr_push(I->c, r.u.a, pair);
+        jv pair = wgllm_jinja_arr_new(I->c);
+        wgllm_jinja_arr_push(I->c, pair.u.a, wgllm_jinja_dict_key(d.u.d, i));
+        wgllm_jinja_arr_push(I->c, pair.u.a, d.u.d->v[i]);
+        wgllm_jinja_arr_push(I->c, r.u.a, pair);
     }
     return r;
 }
@@ -442,21 +443,21 @@ static bool call_method(struct interp *I, const struct node *n, jv o, const char
         if (M("items")) { *out = dict_items(I, o); return true; }
         if (M("keys") || M("values")) {
             jcharge(I->c, o.u.d->n);
-            jv r = jv_arr_new(I->c);
+            jv r = wgllm_jinja_arr_new(I->c);
             for (size_t i = 0; i < o.u.d->n; i++)
-                arr_push(I->c, r.u.a, M("keys") ? dict_key(o.u.d, i) : o.u.d->v[i]);
+                wgllm_jinja_arr_push(I->c, r.u.a, M("keys") ? wgllm_jinja_dict_key(o.u.d, i) : o.u.d->v[i]);
             *out = r;
             return true;
         }
         if (M("get")) {
             jv k = arg(A, 0, "key");
-            jv *v = k.t == J_STR ? dict_find(o.u.d, k.u.s.p, k.u.s.n) : NULL;
+            jv *v = k.t == J_STR ? wgllm_jinja_dict_find(o.u.d, k.u.s.p, k.u.s.n) : NULL;
             *out = v ? *v : (A->npos > 1 ? A->pos[1] : jv_none());
             return true;
         }
     }
     if (o.t == J_ARR && M("append")) {
-        arr_push(I->c, o.u.a, arg(A, 0, "x"));
+        wgllm_jinja_arr_push(I->c, o.u.a, arg(A, 0, "x"));
         *out = jv_none();
         return true;
     }
@@ -467,7 +468,7 @@ static bool call_method(struct interp *I, const struct node *n, jv o, const char
 static jv call_macro(struct interp *I, const struct node *call, const struct node *mac, const struct args *A) {
     I->macro_depth++;
     enter(I, call);
-    struct scope *ms = jalloc(I->c, sizeof *ms);
+    struct scope *ms = wgllm_jinja_alloc(I->c, sizeof *ms);
     ms->parent = I->global;
     for (size_t i = 0; i < mac->l1.n; i++) {
         const struct node *p = mac->l1.v[i];
@@ -477,17 +478,17 @@ static jv call_macro(struct interp *I, const struct node *call, const struct nod
             if (A->kl[k] == p->sn && !memcmp(A->kn[k], p->s, p->sn)) { v = A->kv[k]; got = true; }
         if (!got && i < A->npos) { v = A->pos[i]; got = true; }
         if (!got && p->a) v = eval(I, p->a, ms);
-        dict_set(I->c, &ms->vars, p->s, p->sn, v);
+        wgllm_jinja_dict_set(I->c, &ms->vars, p->s, p->sn, v);
     }
     struct sbuf *saved = I->out;
     struct sbuf body = {.c = I->c};
-    sb_put(&body, "", 0);
+    wgllm_jinja_sb_put(&body, "", 0);
     I->out = &body;
     exec_list(I, &mac->l2, ms);
     I->out = saved;
     I->depth--;
     I->macro_depth--;
-    return sb_to_value(I->c, &body);
+    return wgllm_jinja_sb_to_value(I->c, &body);
 }
 
 static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
@@ -501,7 +502,8 @@ static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
         if (f.t == J_MACRO) return call_macro(I, n, f.u.m, &A);
         jv r;
         if (call_method(I, n, o, n->a->s, n->a->sn, &A, &r)) return r;
-        rt_fail(I, n, "unknown method '%.*s' of a %s", (int)(n->a->sn > 60 ? 60 : n->a->sn), n->a->s, jt_name(o.t));
+        rt_fail(I, n, "unknown method '%.*s' of a %s", (int)(n->a->sn > 60 ? 60 : n->a->sn), n->a->s,
+                wgllm_jinja_type_name(o.t));
     }
     jv f = eval(I, n->a, s);
     eval_args(I, n, s, &A);
@@ -510,15 +512,15 @@ static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
         switch (f.u.fn) {
         case F_RAISE: {
             jv m = str_of(I, arg(&A, 0, "message"));
-            jfail(I->c, WGLLM_STATUS_INVALID_ARGUMENT, "raise_exception: %.*s", (int)(m.u.s.n > 300 ? 300 : m.u.s.n), m.u.s.p);
+            wgllm_jinja_fail(I->c, WGLLM_STATUS_INVALID_ARGUMENT, "raise_exception: %.*s", (int)(m.u.s.n > 300 ? 300 : m.u.s.n), m.u.s.p);
         }
         case F_NAMESPACE: case F_DICT: {
-            jv d = jv_dict_new(I->c, f.u.fn == F_NAMESPACE ? J_NS : J_DICT);
+            jv d = wgllm_jinja_dict_new(I->c, f.u.fn == F_NAMESPACE ? J_NS : J_DICT);
             if (A.npos && A.pos[0].t == J_DICT) jcharge(I->c, A.pos[0].u.d->n);
             if (A.npos && A.pos[0].t == J_DICT)
                 for (size_t i = 0; i < A.pos[0].u.d->n; i++)
-                    dict_set_key(I->c, d.u.d, dict_key(A.pos[0].u.d, i), A.pos[0].u.d->v[i]);
-            for (size_t k = 0; k < A.nkw; k++) dict_set(I->c, d.u.d, A.kn[k], A.kl[k], A.kv[k]);
+                    wgllm_jinja_dict_set_key(I->c, d.u.d, wgllm_jinja_dict_key(A.pos[0].u.d, i), A.pos[0].u.d->v[i]);
+            for (size_t k = 0; k < A.nkw; k++) wgllm_jinja_dict_set(I->c, d.u.d, A.kn[k], A.kl[k], A.kv[k]);
             return d;
         }
         case F_RANGE: {
@@ -537,10 +539,11 @@ static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
             uint64_t ustep = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
             uint64_t count = span ? (span - 1) / ustep + 1 : 0;
             jcharge(I->c, count);
-            if (count > I->c->lim.max_memory / sizeof(jv)) jover(I->c, "memory", I->c->lim.max_memory, "bytes");
-            jv r = jv_arr_new(I->c);
+            if (count > I->c->lim.max_memory / sizeof(jv))
+                wgllm_jinja_over(I->c, "memory", I->c->lim.max_memory, "bytes");
+            jv r = wgllm_jinja_arr_new(I->c);
             if (count) {
-                r.u.a->v = jalloc(I->c, (size_t)count * sizeof *r.u.a->v);
+                r.u.a->v = wgllm_jinja_alloc(I->c, (size_t)count * sizeof *r.u.a->v);
                 r.u.a->n = r.u.a->cap = (size_t)count;
                 for (uint64_t k = 0; k < count; k++)
                     r.u.a->v[k] = jv_int((int64_t)((uint64_t)start + k * (uint64_t)step));
@@ -550,18 +553,18 @@ static jv eval_call(struct interp *I, const struct node *n, struct scope *s) {
         case F_STRFTIME: {
             jv fmt = arg(&A, 0, "format");
             if (fmt.t != J_STR) rt_fail(I, n, "strftime_now expects a format string");
-            char *z = jstrdup(I->c, fmt.u.s.p, fmt.u.s.n);
+            char *z = wgllm_jinja_strdup(I->c, fmt.u.s.p, fmt.u.s.n);
             time_t now = time(NULL);
             struct tm tmv;
             gmtime_r(&now, &tmv);
             char buf[256];
             size_t k = strftime(buf, sizeof buf, z, &tmv);
-            return jv_str(jstrdup(I->c, buf, k), k);
+            return jv_str(wgllm_jinja_strdup(I->c, buf, k), k);
         }
         }
     }
     if (n->a->k == N_NAME) rt_fail(I, n, "unknown function '%.*s'", (int)(n->a->sn > 60 ? 60 : n->a->sn), n->a->s);
-    rt_fail(I, n, "cannot call a %s", jt_name(f.t));
+    rt_fail(I, n, "cannot call a %s", wgllm_jinja_type_name(f.t));
 }
 
 static bool run_test(struct interp *I, const struct node *n, const char *name, size_t nl, jv v, const struct args *A) {
@@ -581,7 +584,7 @@ static bool run_test(struct interp *I, const struct node *n, const char *name, s
     if (T("sequence")) return v.t == J_ARR || v.t == J_DICT || v.t == J_STR;
     if (T("callable")) return v.t == J_MACRO || v.t == J_FUNC;
     if (T("odd") || T("even")) {
-        if (v.t != J_INT) rt_fail(I, n, "odd/even test on a %s", jt_name(v.t));
+        if (v.t != J_INT) rt_fail(I, n, "odd/even test on a %s", wgllm_jinja_type_name(v.t));
         return (v.u.i % 2 != 0) == T("odd");
     }
     if (T("lower") || T("upper")) {
@@ -599,7 +602,7 @@ static bool run_test(struct interp *I, const struct node *n, const char *name, s
         }
         if (c2.t == J_STR && v.t == J_STR) jcharge_bytes(I->c, c2.u.s.n);
         if (c2.t == J_STR && v.t == J_STR) return memmem(c2.u.s.p, c2.u.s.n, v.u.s.p, v.u.s.n) != NULL || v.u.s.n == 0;
-        if (c2.t == J_DICT && v.t == J_STR) return dict_find(c2.u.d, v.u.s.p, v.u.s.n) != NULL;
+        if (c2.t == J_DICT && v.t == J_STR) return wgllm_jinja_dict_find(c2.u.d, v.u.s.p, v.u.s.n) != NULL;
         return false;
     }
 #undef T
@@ -607,13 +610,13 @@ static bool run_test(struct interp *I, const struct node *n, const char *name, s
 }
 
 static jv select_filter(struct interp *I, const struct node *n, jv v, const struct args *A, bool attr, bool keep) {
-    if (v.t != J_ARR) rt_fail(I, n, "select/reject filters need a list, got a %s", jt_name(v.t));
+    if (v.t != J_ARR) rt_fail(I, n, "select/reject filters need a list, got a %s", wgllm_jinja_type_name(v.t));
     size_t first = attr ? 1 : 0;
     jv tname = A->npos > first ? A->pos[first] : jv_undef();
     struct args TA = {0};
     for (size_t i = first + 1; i < A->npos && TA.npos < 8; i++) TA.pos[TA.npos++] = A->pos[i];
     jcharge(I->c, v.u.a->n);
-    jv r = jv_arr_new(I->c);
+    jv r = wgllm_jinja_arr_new(I->c);
     for (size_t i = 0; i < v.u.a->n; i++) {
         jv x = v.u.a->v[i];
         if (attr) {
@@ -621,8 +624,8 @@ static jv select_filter(struct interp *I, const struct node *n, jv v, const stru
             if (an.t != J_STR) rt_fail(I, n, "selectattr needs an attribute name");
             x = (x.t == J_DICT || x.t == J_NS) ? get_member(I, n, x, an.u.s.p, an.u.s.n) : jv_undef();
         }
-        bool ok = tname.t == J_STR ? run_test(I, n, tname.u.s.p, tname.u.s.n, x, &TA) : jv_truthy(x);
-        if (ok == keep) arr_push(I->c, r.u.a, v.u.a->v[i]);
+        bool ok = tname.t == J_STR ? run_test(I, n, tname.u.s.p, tname.u.s.n, x, &TA) : wgllm_jinja_truthy(x);
+        if (ok == keep) wgllm_jinja_arr_push(I->c, r.u.a, v.u.a->v[i]);
     }
     return r;
 }
@@ -631,23 +634,23 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
 #define F(x) (nl == strlen(x) && !memcmp(name, x, nl))
     if (F("default") || F("d")) {
         jv dv = A->npos ? A->pos[0] : jv_str("", 0);
-        bool boolean = A->npos > 1 && jv_truthy(A->pos[1]);
-        if (v.t == J_UNDEF || (boolean && !jv_truthy(v))) return dv;
+        bool boolean = A->npos > 1 && wgllm_jinja_truthy(A->pos[1]);
+        if (v.t == J_UNDEF || (boolean && !wgllm_jinja_truthy(v))) return dv;
         return v;
     }
     if (F("tojson")) {
         jv ind = arg(A, 0, "indent");
         struct sbuf sb = {.c = I->c};
-        sb_put(&sb, "", 0);
-        to_json(I->c, &sb, v, ind.t == J_INT && ind.u.i > 0 && ind.u.i < 64 ? (int)ind.u.i : 0, 0, true);
-        return sb_to_value(I->c, &sb);
+        wgllm_jinja_sb_put(&sb, "", 0);
+        wgllm_jinja_to_json(I->c, &sb, v, ind.t == J_INT && ind.u.i > 0 && ind.u.i < 64 ? (int)ind.u.i : 0, 0, true);
+        return wgllm_jinja_sb_to_value(I->c, &sb);
     }
     if (F("string")) {
         if (v.t == J_ARR || v.t == J_DICT || v.t == J_NS) {
             struct sbuf sb = {.c = I->c};
-            sb_put(&sb, "", 0);
-            to_json(I->c, &sb, v, 0, 0, false);
-            return sb_to_value(I->c, &sb);
+            wgllm_jinja_sb_put(&sb, "", 0);
+            wgllm_jinja_to_json(I->c, &sb, v, 0, 0, false);
+            return wgllm_jinja_sb_to_value(I->c, &sb);
         }
         return str_of(I, v);
     }
@@ -664,38 +667,38 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
         }
         if (v.t == J_ARR) return jv_int((int64_t)v.u.a->n);
         if (v.t == J_DICT) return jv_int((int64_t)v.u.d->n);
-        rt_fail(I, n, "length of a %s", jt_name(v.t));
+        rt_fail(I, n, "length of a %s", wgllm_jinja_type_name(v.t));
     }
     if (F("list")) {
         if (v.t == J_ARR) return v;
         if (v.t == J_DICT) return call_method(I, n, v, "keys", 4, A, &v), v;
         if (v.t == J_STR) {
             jcharge(I->c, v.u.s.n);
-            jv r = jv_arr_new(I->c);
+            jv r = wgllm_jinja_arr_new(I->c);
             for (size_t i = 0; i < v.u.s.n;) {
                 size_t k = 1;
                 while (i + k < v.u.s.n && ((unsigned char)v.u.s.p[i + k] & 0xc0) == 0x80) k++;
-                arr_push(I->c, r.u.a, jv_sub(I->c, v, i, k));
+                wgllm_jinja_arr_push(I->c, r.u.a, wgllm_jinja_sub(I->c, v, i, k));
                 i += k;
             }
             return r;
         }
-        rt_fail(I, n, "list of a %s", jt_name(v.t));
+        rt_fail(I, n, "list of a %s", wgllm_jinja_type_name(v.t));
     }
     if (F("items")) {
         if (v.t == J_DICT) return dict_items(I, v);
-        if (v.t == J_UNDEF) return jv_arr_new(I->c);
-        rt_fail(I, n, "items of a %s", jt_name(v.t));
+        if (v.t == J_UNDEF) return wgllm_jinja_arr_new(I->c);
+        rt_fail(I, n, "items of a %s", wgllm_jinja_type_name(v.t));
     }
     if (F("selectattr")) return select_filter(I, n, v, A, true, true);
     if (F("rejectattr")) return select_filter(I, n, v, A, true, false);
     if (F("select")) return select_filter(I, n, v, A, false, true);
     if (F("reject")) return select_filter(I, n, v, A, false, false);
     if (F("map")) {
-        if (v.t != J_ARR) rt_fail(I, n, "map of a %s", jt_name(v.t));
+        if (v.t != J_ARR) rt_fail(I, n, "map of a %s", wgllm_jinja_type_name(v.t));
         jv at = arg(A, 99, "attribute");
         jcharge(I->c, v.u.a->n);
-        jv r = jv_arr_new(I->c);
+        jv r = wgllm_jinja_arr_new(I->c);
         for (size_t i = 0; i < v.u.a->n; i++) {
             jv x = v.u.a->v[i];
             if (at.t == J_STR) {
@@ -704,26 +707,26 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
             } else if (A->npos && A->pos[0].t == J_STR) {
                 x = apply_filter(I, n, A->pos[0].u.s.p, A->pos[0].u.s.n, x, &(struct args){0}, s);
             }
-            arr_push(I->c, r.u.a, x);
+            wgllm_jinja_arr_push(I->c, r.u.a, x);
         }
         return r;
     }
     if (F("first") || F("last")) {
         if (v.t == J_ARR) return v.u.a->n ? v.u.a->v[F("first") ? 0 : v.u.a->n - 1] : jv_undef();
-        if (v.t == J_STR) return v.u.s.n ? jv_sub(I->c, v, F("first") ? 0 : v.u.s.n - 1, 1) : jv_undef();
-        rt_fail(I, n, "first/last of a %s", jt_name(v.t));
+        if (v.t == J_STR) return v.u.s.n ? wgllm_jinja_sub(I->c, v, F("first") ? 0 : v.u.s.n - 1, 1) : jv_undef();
+        rt_fail(I, n, "first/last of a %s", wgllm_jinja_type_name(v.t));
     }
     if (F("join")) {
-        if (v.t != J_ARR) rt_fail(I, n, "join of a %s", jt_name(v.t));
+        if (v.t != J_ARR) rt_fail(I, n, "join of a %s", wgllm_jinja_type_name(v.t));
         jv sep = A->npos ? A->pos[0] : jv_str("", 0);
         jcharge(I->c, v.u.a->n);
         struct sbuf sb = {.c = I->c};
-        sb_put(&sb, "", 0);
+        wgllm_jinja_sb_put(&sb, "", 0);
         for (size_t i = 0; i < v.u.a->n; i++) {
-            if (i && sep.t == J_STR) sb_put_str(&sb, sep);
-            to_concat(I->c, &sb, v.u.a->v[i]);
+            if (i && sep.t == J_STR) wgllm_jinja_sb_put_str(&sb, sep);
+            wgllm_jinja_to_concat(I->c, &sb, v.u.a->v[i]);
         }
-        return sb_to_value(I->c, &sb);
+        return wgllm_jinja_sb_to_value(I->c, &sb);
     }
     if (F("int")) {
         if (v.t == J_INT) return v;
@@ -735,7 +738,7 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
         }
         if (v.t == J_BOOL) return jv_int(v.u.b);
         if (v.t == J_STR) {
-            char *z = jstrdup(I->c, v.u.s.p, v.u.s.n);
+            char *z = wgllm_jinja_strdup(I->c, v.u.s.p, v.u.s.n);
             errno = 0;
             int64_t k = strtoll(z, NULL, 10);
             if (errno == ERANGE) rt_fail(I, n, "int(): '%.40s' does not fit in a 64-bit integer", z);
@@ -745,7 +748,7 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
     }
     if (F("float")) {
         if (is_num(v)) return jv_float(num(v));
-        if (v.t == J_STR) { char *z = jstrdup(I->c, v.u.s.p, v.u.s.n); return jv_float(strtod(z, NULL)); }
+        if (v.t == J_STR) { char *z = wgllm_jinja_strdup(I->c, v.u.s.p, v.u.s.n); return jv_float(strtod(z, NULL)); }
         return jv_float(0);
     }
     if (F("abs") && is_num(v)) {
@@ -753,11 +756,11 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
         return v.t == J_INT ? jv_int(v.u.i < 0 ? -v.u.i : v.u.i) : jv_float(fabs(v.u.f));
     }
     if (F("unique") && v.t == J_ARR) {
-        jv r = jv_arr_new(I->c);
+        jv r = wgllm_jinja_arr_new(I->c);
         for (size_t i = 0; i < v.u.a->n; i++) {
             bool seen = false;
             for (size_t k = 0; k < r.u.a->n && !seen; k++) seen = strict_eq(I->c, r.u.a->v[k], v.u.a->v[i]);
-            if (!seen) arr_push(I->c, r.u.a, v.u.a->v[i]);
+            if (!seen) wgllm_jinja_arr_push(I->c, r.u.a, v.u.a->v[i]);
         }
         return r;
     }
@@ -776,21 +779,22 @@ static jv apply_filter(struct interp *I, const struct node *n, const char *name,
             jv w = arg(A, 0, "width");
             int64_t width = w.t == J_INT ? w.u.i : 4;
             if (width < 0) width = 0;
-            bool first = jv_truthy(arg(A, 1, "first"));
+            bool first = wgllm_jinja_truthy(arg(A, 1, "first"));
             struct sbuf sb = {.c = I->c};
-            sb_put(&sb, "", 0);
+            wgllm_jinja_sb_put(&sb, "", 0);
             /* lines but blank ones get the indent (the first only with first=true);
              * a huge width runs into the memory budget, one chunk at a time */
             for (size_t i = 0; i < v.u.s.n; i++) {
-                if (i == 0 && first && v.u.s.p[0] != '\n') sb_pad(&sb, ' ', (uint64_t)width);
-                sb_put_sub(&sb, v, i, 1);
-                if (v.u.s.p[i] == '\n' && i + 1 < v.u.s.n && v.u.s.p[i + 1] != '\n') sb_pad(&sb, ' ', (uint64_t)width);
+                if (i == 0 && first && v.u.s.p[0] != '\n') wgllm_jinja_sb_pad(&sb, ' ', (uint64_t)width);
+                wgllm_jinja_sb_put_sub(&sb, v, i, 1);
+                if (v.u.s.p[i] == '\n' && i + 1 < v.u.s.n && v.u.s.p[i + 1] != '\n')
+                    wgllm_jinja_sb_pad(&sb, ' ', (uint64_t)width);
             }
-            return sb_to_value(I->c, &sb);
+            return wgllm_jinja_sb_to_value(I->c, &sb);
         }
     }
 #undef F
-    rt_fail(I, n, "unknown filter '%.*s' for a %s", (int)(nl > 60 ? 60 : nl), name, jt_name(v.t));
+    rt_fail(I, n, "unknown filter '%.*s' for a %s", (int)(nl > 60 ? 60 : nl), name, wgllm_jinja_type_name(v.t));
 }
 
 static jv eval(struct interp *I, const struct node *n, struct scope *s) {
@@ -806,16 +810,16 @@ static jv eval(struct interp *I, const struct node *n, struct scope *s) {
         break;
     }
     case N_LIST: {
-        r = jv_arr_new(I->c);
-        for (size_t i = 0; i < n->l1.n; i++) arr_push(I->c, r.u.a, eval(I, n->l1.v[i], s));
+        r = wgllm_jinja_arr_new(I->c);
+        for (size_t i = 0; i < n->l1.n; i++) wgllm_jinja_arr_push(I->c, r.u.a, eval(I, n->l1.v[i], s));
         break;
     }
     case N_DICT: {
-        r = jv_dict_new(I->c, J_DICT);
+        r = wgllm_jinja_dict_new(I->c, J_DICT);
         for (size_t i = 0; i < n->l1.n; i++) {
             jv k = eval(I, n->l1.v[i], s);
             if (k.t != J_STR) k = str_of(I, k);
-            dict_set_key(I->c, r.u.d, k, eval(I, n->l2.v[i], s));
+            wgllm_jinja_dict_set_key(I->c, r.u.d, k, eval(I, n->l2.v[i], s));
         }
         break;
     }
@@ -829,9 +833,9 @@ static jv eval(struct interp *I, const struct node *n, struct scope *s) {
             r = i >= 0 && i < (int64_t)o.u.a->n ? o.u.a->v[i] : jv_undef();
         } else if (o.t == J_STR && k.t == J_INT) {
             int64_t i = norm_index(k.u.i, o.u.s.n);
-            r = i >= 0 && i < (int64_t)o.u.s.n ? jv_sub(I->c, o, (size_t)i, 1) : jv_undef();
+            r = i >= 0 && i < (int64_t)o.u.s.n ? wgllm_jinja_sub(I->c, o, (size_t)i, 1) : jv_undef();
         } else if (o.t == J_UNDEF || o.t == J_NONE) {
-            rt_fail(I, n, "cannot index %s", jt_name(o.t));
+            rt_fail(I, n, "cannot index %s", wgllm_jinja_type_name(o.t));
         } else {
             r = jv_undef();
         }
@@ -863,16 +867,16 @@ static jv eval(struct interp *I, const struct node *n, struct scope *s) {
     }
     case N_UNARY: {
         jv v = eval(I, n->a, s);
-        if (n->s[0] == 'n') r = jv_bool(!jv_truthy(v));
+        if (n->s[0] == 'n') r = jv_bool(!wgllm_jinja_truthy(v));
         else if (v.t == J_INT && n->s[0] == '-' && v.u.i == INT64_MIN) rt_fail(I, n, "integer overflow in -(%lld)", (long long)v.u.i);
         else if (v.t == J_INT) r = jv_int(n->s[0] == '-' ? -v.u.i : v.u.i);
         else if (v.t == J_FLOAT) r = jv_float(n->s[0] == '-' ? -v.u.f : v.u.f);
-        else rt_fail(I, n, "unary %c on a %s", n->s[0], jt_name(v.t));
+        else rt_fail(I, n, "unary %c on a %s", n->s[0], wgllm_jinja_type_name(v.t));
         break;
     }
     case N_BIN: r = eval_bin(I, n, s); break;
     case N_COND:
-        if (jv_truthy(eval(I, n->b, s))) r = eval(I, n->a, s);
+        if (wgllm_jinja_truthy(eval(I, n->b, s))) r = eval(I, n->a, s);
         else r = n->c ? eval(I, n->c, s) : jv_undef();
         break;
     default: rt_fail(I, n, "statement used as an expression");
@@ -886,11 +890,11 @@ static jv loop_object(struct interp *I, const struct jarr *items, size_t cnt, si
     static const char *keys[9] = {"index", "index0", "revindex", "revindex0", "first", "last",
                                   "length", "previtem", "nextitem"};
     static size_t lens[9] = {5, 6, 8, 9, 5, 4, 6, 8, 8};
-    jv loop = jv_dict_new(I->c, J_DICT);
+    jv loop = wgllm_jinja_dict_new(I->c, J_DICT);
     struct jdict *d = loop.u.d;
-    d->kp = keys; /* dict_set copies the arrays before it adds a key, so these stay as they are */
+    d->kp = keys; /* wgllm_jinja_dict_set copies the arrays before it adds a key, so these stay as they are */
     d->kn = lens;
-    d->v = jalloc(I->c, 9 * sizeof *d->v);
+    d->v = wgllm_jinja_alloc(I->c, 9 * sizeof *d->v);
     d->n = d->cap = 9;
     d->v[0] = jv_int((int64_t)i + 1);
     d->v[1] = jv_int((int64_t)i);
@@ -905,38 +909,38 @@ static jv loop_object(struct interp *I, const struct jarr *items, size_t cnt, si
 }
 
 static void exec_for(struct interp *I, const struct node *n, struct scope *s) {
-    struct scope *ls = jalloc(I->c, sizeof *ls);
+    struct scope *ls = wgllm_jinja_alloc(I->c, sizeof *ls);
     ls->parent = s;
     jv it = eval(I, n->a, ls);
     if (it.t == J_DICT) {
         jcharge(I->c, it.u.d->n);
-        jv k = jv_arr_new(I->c);
-        for (size_t i = 0; i < it.u.d->n; i++) arr_push(I->c, k.u.a, dict_key(it.u.d, i));
+        jv k = wgllm_jinja_arr_new(I->c);
+        for (size_t i = 0; i < it.u.d->n; i++) wgllm_jinja_arr_push(I->c, k.u.a, wgllm_jinja_dict_key(it.u.d, i));
         it = k;
     }
-    if (it.t != J_ARR) rt_fail(I, n, "for loop over a %s", jt_name(it.t));
+    if (it.t != J_ARR) rt_fail(I, n, "for loop over a %s", wgllm_jinja_type_name(it.t));
     const struct nlist *vars = &n->l1;
     /* bind the loop variable(s) into scope t */
 #define BIND(SC, x)                                                                            \
     do {                                                                                      \
-        if (vars->n == 1) dict_set(I->c, &(SC)->vars, vars->v[0]->s, vars->v[0]->sn, (x));     \
+        if (vars->n == 1) wgllm_jinja_dict_set(I->c, &(SC)->vars, vars->v[0]->s, vars->v[0]->sn, (x));     \
         else {                                                                                \
             if ((x).t != J_ARR || (x).u.a->n != vars->n)                                      \
-                rt_fail(I, n, "cannot unpack a %s into %u loop variables", jt_name((x).t), vars->n); \
+                rt_fail(I, n, "cannot unpack a %s into %u loop variables", wgllm_jinja_type_name((x).t), vars->n); \
             for (size_t q = 0; q < vars->n; q++)                                              \
-                dict_set(I->c, &(SC)->vars, vars->v[q]->s, vars->v[q]->sn, (x).u.a->v[q]);     \
+                wgllm_jinja_dict_set(I->c, &(SC)->vars, vars->v[q]->s, vars->v[q]->sn, (x).u.a->v[q]);     \
         }                                                                                     \
     } while (0)
     jv items = it;
     if (n->b) { /* `for x in xs if cond`: the items that pass, in a scope of their own */
-        items = jv_arr_new(I->c);
-        struct scope *ts = jalloc(I->c, sizeof *ts);
+        items = wgllm_jinja_arr_new(I->c);
+        struct scope *ts = wgllm_jinja_alloc(I->c, sizeof *ts);
         ts->parent = ls;
         for (size_t i = 0; i < it.u.a->n; i++) {
             jv x = it.u.a->v[i];
             jcharge(I->c, 1);
             BIND(ts, x);
-            if (jv_truthy(eval(I, n->b, ts))) arr_push(I->c, items.u.a, x);
+            if (wgllm_jinja_truthy(eval(I, n->b, ts))) wgllm_jinja_arr_push(I->c, items.u.a, x);
         }
     }
     /* The body may append to the list it walks (nothing else changes a list):
@@ -946,7 +950,7 @@ static void exec_for(struct interp *I, const struct node *n, struct scope *s) {
         jv x = items.u.a->v[i];
         jcharge(I->c, 1);
         /* only a body that names `loop` gets the object: a long loop otherwise costs no memory per turn */
-        if (n->uses_loop) dict_setz(I->c, &ls->vars, "loop", loop_object(I, items.u.a, cnt, i));
+        if (n->uses_loop) wgllm_jinja_dict_setz(I->c, &ls->vars, "loop", loop_object(I, items.u.a, cnt, i));
         BIND(ls, x);
         exec_list(I, &n->c->l1, ls);
         if (I->ctl == 1) { I->ctl = 0; break; }
@@ -960,10 +964,10 @@ static void exec_node(struct interp *I, const struct node *n, struct scope *s) {
     I->c->at = n;
     jcharge(I->c, 1);
     switch (n->k) {
-    case N_TEXT: sb_put(I->out, n->s, n->sn); return;
-    case N_OUTPUT: to_text(I->c, I->out, eval(I, n->a, s)); return;
+    case N_TEXT: wgllm_jinja_sb_put(I->out, n->s, n->sn); return;
+    case N_OUTPUT: wgllm_jinja_to_text(I->c, I->out, eval(I, n->a, s)); return;
     case N_IF:
-        if (jv_truthy(eval(I, n->a, s))) exec_list(I, &n->l1, s);
+        if (wgllm_jinja_truthy(eval(I, n->a, s))) exec_list(I, &n->l1, s);
         else exec_list(I, &n->l2, s);
         return;
     case N_FOR: exec_for(I, n, s); return;
@@ -973,25 +977,26 @@ static void exec_node(struct interp *I, const struct node *n, struct scope *s) {
         else {
             struct sbuf *saved = I->out;
             struct sbuf body = {.c = I->c};
-            sb_put(&body, "", 0);
+            wgllm_jinja_sb_put(&body, "", 0);
             I->out = &body;
             exec_list(I, &n->l1, s);
             I->out = saved;
-            v = sb_to_value(I->c, &body);
+            v = wgllm_jinja_sb_to_value(I->c, &body);
         }
         if (n->a->k == N_NAME) {
-            dict_set(I->c, &s->vars, n->a->s, n->a->sn, v);
+            wgllm_jinja_dict_set(I->c, &s->vars, n->a->s, n->a->sn, v);
         } else {
             jv o = eval(I, n->a->a, s);
-            if (o.t != J_NS && o.t != J_DICT) rt_fail(I, n, "cannot set an attribute on a %s", jt_name(o.t));
-            dict_set(I->c, o.u.d, n->a->s, n->a->sn, v);
+            if (o.t != J_NS && o.t != J_DICT)
+                rt_fail(I, n, "cannot set an attribute on a %s", wgllm_jinja_type_name(o.t));
+            wgllm_jinja_dict_set(I->c, o.u.d, n->a->s, n->a->sn, v);
         }
         return;
     }
     case N_MACRO: {
         jv m = {.t = J_MACRO};
         m.u.m = n;
-        dict_set(I->c, &s->vars, n->s, n->sn, m);
+        wgllm_jinja_dict_set(I->c, &s->vars, n->s, n->sn, m);
         return;
     }
     case N_BREAK: I->ctl = 1; return;
@@ -1025,47 +1030,47 @@ enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat template: NULL template or messages");
     struct jarena arena = {0};
     struct jctx c = {.arena = &arena, .err = err};
-    jctx_limits(&c, &t->params);
+    wgllm_jinja_ctx_limits(&c, &t->params);
     struct sbuf result = {.c = &c, .heap = true};
     if (setjmp(c.jb)) {
         free(result.p);
-        arena_free(&arena);
+        wgllm_jinja_arena_free(&arena);
         return c.status;
     }
-    struct scope *g = jalloc(&c, sizeof *g);
+    struct scope *g = wgllm_jinja_alloc(&c, sizeof *g);
     struct jsonp jp = {.c = &c, .p = messages_json, .start = messages_json,
                        .end = messages_json + strlen(messages_json), .request = true};
-    jv msgs = json_value(&jp);
-    if (msgs.t != J_ARR) jfail(&c, WGLLM_STATUS_INVALID_ARGUMENT, "messages must be a JSON array");
-    dict_setz(&c, &g->vars, "messages", msgs);
+    jv msgs = wgllm_jinja_json_value(&jp);
+    if (msgs.t != J_ARR) wgllm_jinja_fail(&c, WGLLM_STATUS_INVALID_ARGUMENT, "messages must be a JSON array");
+    wgllm_jinja_dict_setz(&c, &g->vars, "messages", msgs);
     if (tools_json) {
         struct jsonp tp = {.c = &c, .p = tools_json, .start = tools_json, .end = tools_json + strlen(tools_json),
                            .request = true};
-        dict_setz(&c, &g->vars, "tools", json_value(&tp));
+        wgllm_jinja_dict_setz(&c, &g->vars, "tools", wgllm_jinja_json_value(&tp));
     }
-    dict_setz(&c, &g->vars, "add_generation_prompt", jv_bool(add_generation_prompt));
+    wgllm_jinja_dict_setz(&c, &g->vars, "add_generation_prompt", jv_bool(add_generation_prompt));
     const char *bos = bos_token ? bos_token : "", *eos = eos_token ? eos_token : "";
-    dict_setz(&c, &g->vars, "bos_token", jv_str(bos, strlen(bos)));
-    dict_setz(&c, &g->vars, "eos_token", jv_str(eos, strlen(eos)));
+    wgllm_jinja_dict_setz(&c, &g->vars, "bos_token", jv_str(bos, strlen(bos)));
+    wgllm_jinja_dict_setz(&c, &g->vars, "eos_token", jv_str(eos, strlen(eos)));
     static const struct { const char *name; int fn; } funcs[] = {
         {"raise_exception", F_RAISE}, {"namespace", F_NAMESPACE}, {"range", F_RANGE},
         {"strftime_now", F_STRFTIME}, {"dict", F_DICT}};
     for (size_t i = 0; i < sizeof funcs / sizeof funcs[0]; i++) {
         jv f = {.t = J_FUNC};
         f.u.fn = funcs[i].fn;
-        dict_setz(&c, &g->vars, funcs[i].name, f);
+        wgllm_jinja_dict_setz(&c, &g->vars, funcs[i].name, f);
     }
     struct interp I = {.c = &c, .global = g, .out = &result};
-    sb_put(&result, "", 0);
+    wgllm_jinja_sb_put(&result, "", 0);
     exec_list(&I, &t->body, g);
     if (spans && result.sn) {
         *spans = malloc(result.sn * sizeof **spans);
-        if (!*spans) jfail(&c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu spans)", result.sn);
+        if (!*spans) wgllm_jinja_fail(&c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu spans)", result.sn);
         for (size_t i = 0; i < result.sn; i++) (*spans)[i] = (struct wgllm_text_span){result.sv[i].off, result.sv[i].len};
         *n_spans = result.sn;
     }
     *out = result.p;
-    arena_free(&arena);
+    wgllm_jinja_arena_free(&arena);
     wgllm_error_clear(err);
     return WGLLM_STATUS_OK;
 }

@@ -2,8 +2,9 @@
  * jinja_internal.h - what the parts of the Jinja interpreter share:
  * jinja_value.c (arena, values, string builder, JSON input), jinja_parse.c
  * (lexer, parser, the parse API) and jinja.c (the tree-walking interpreter
- * and rendering). Internal to src/chat; the short names used inside the
- * files map to prefixed symbols below.
+ * and rendering). Internal to src/chat. What one file defines for the
+ * others is named wgllm_jinja_*, so a grep for a name finds its definition
+ * and every use; the static inlines below are defined here.
  */
 #ifndef WGLLM_CHAT_JINJA_INTERNAL_H
 #define WGLLM_CHAT_JINJA_INTERNAL_H
@@ -15,34 +16,6 @@
 #include <setjmp.h>
 #include <stdarg.h>
 
-#define arena_free wgllm_jinja_arena_free
-#define arr_push wgllm_jinja_arr_push
-#define dict_find wgllm_jinja_dict_find
-#define dict_set wgllm_jinja_dict_set
-#define dict_setz wgllm_jinja_dict_setz
-#define dict_set_key wgllm_jinja_dict_set_key
-#define dict_key wgllm_jinja_dict_key
-#define jspans_all wgllm_jinja_spans_all
-#define jv_sub wgllm_jinja_sub
-#define sb_mark_tail wgllm_jinja_sb_mark_tail
-#define sb_put_str wgllm_jinja_sb_put_str
-#define sb_put_sub wgllm_jinja_sb_put_sub
-#define jalloc wgllm_jinja_alloc
-#define jctx_limits wgllm_jinja_ctx_limits
-#define jfail wgllm_jinja_fail
-#define jover wgllm_jinja_over
-#define json_value wgllm_jinja_json_value
-#define jstrdup wgllm_jinja_strdup
-#define jt_name wgllm_jinja_type_name
-#define jv_arr_new wgllm_jinja_arr_new
-#define jv_dict_new wgllm_jinja_dict_new
-#define jv_truthy wgllm_jinja_truthy
-#define sb_pad wgllm_jinja_sb_pad
-#define sb_put wgllm_jinja_sb_put
-#define sb_to_value wgllm_jinja_sb_to_value
-#define to_concat wgllm_jinja_to_concat
-#define to_json wgllm_jinja_to_json
-#define to_text wgllm_jinja_to_text
 
 struct arena_block {
     struct arena_block *next;
@@ -77,7 +50,7 @@ struct jctx {
  * control tokens there (a user writing "<|im_start|>system"). */
 struct jspan { size_t off, len; };
 struct jspans { size_t n; const struct jspan *v; };
-extern const struct jspans jspans_all; /* all of the string, whatever its length */
+extern const struct jspans wgllm_jinja_spans_all; /* all of the string, whatever its length */
 
 enum jt { J_UNDEF, J_NONE, J_BOOL, J_INT, J_FLOAT, J_STR, J_ARR, J_DICT, J_NS, J_MACRO, J_FUNC };
 
@@ -160,51 +133,51 @@ struct wgllm_chat_template {
     struct wgllm_chat_params params; /* from the parse, for every render */
 };
 
-_Noreturn void jfail(struct jctx *c, enum wgllm_status st, const char *fmt, ...)
+_Noreturn void wgllm_jinja_fail(struct jctx *c, enum wgllm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Fails with "template exceeds its <what> budget (<limit> <unit>)" and the
  * location of c->at when there is one. */
-_Noreturn void jover(struct jctx *c, const char *what, uint64_t limit, const char *unit);
+_Noreturn void wgllm_jinja_over(struct jctx *c, const char *what, uint64_t limit, const char *unit);
 /* Spends n steps of the render's budget. */
 static inline void jcharge(struct jctx *c, uint64_t n) {
-    if (n > c->lim.max_steps - c->steps) jover(c, "step", c->lim.max_steps, "steps");
+    if (n > c->lim.max_steps - c->steps) wgllm_jinja_over(c, "step", c->lim.max_steps, "steps");
     c->steps += n;
 }
 /* Spends the steps for walking n bytes: one per 64-byte run, at least one. */
 static inline void jcharge_bytes(struct jctx *c, size_t n) { jcharge(c, 1 + n / 64); }
-void *jalloc(struct jctx *c, size_t n);
-void arena_free(struct jarena *a);
-void jctx_limits(struct jctx *c, const struct wgllm_chat_params *params);
-char *jstrdup(struct jctx *c, const char *s, size_t n);
-jv jv_arr_new(struct jctx *c);
-void arr_push(struct jctx *c, struct jarr *a, jv x);
-jv jv_dict_new(struct jctx *c, enum jt t);
-jv *dict_find(const struct jdict *d, const char *k, size_t kn);
-void dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x);
-void dict_setz(struct jctx *c, struct jdict *d, const char *k, jv x);
-/* dict_set with a key string that may hold the request's bytes */
-void dict_set_key(struct jctx *c, struct jdict *d, jv key, jv x);
+void *wgllm_jinja_alloc(struct jctx *c, size_t n);
+void wgllm_jinja_arena_free(struct jarena *a);
+void wgllm_jinja_ctx_limits(struct jctx *c, const struct wgllm_chat_params *params);
+char *wgllm_jinja_strdup(struct jctx *c, const char *s, size_t n);
+jv wgllm_jinja_arr_new(struct jctx *c);
+void wgllm_jinja_arr_push(struct jctx *c, struct jarr *a, jv x);
+jv wgllm_jinja_dict_new(struct jctx *c, enum jt t);
+jv *wgllm_jinja_dict_find(const struct jdict *d, const char *k, size_t kn);
+void wgllm_jinja_dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x);
+void wgllm_jinja_dict_setz(struct jctx *c, struct jdict *d, const char *k, jv x);
+/* wgllm_jinja_dict_set with a key string that may hold the request's bytes */
+void wgllm_jinja_dict_set_key(struct jctx *c, struct jdict *d, jv key, jv x);
 /* the i-th key as a string value */
-jv dict_key(const struct jdict *d, size_t i);
+jv wgllm_jinja_dict_key(const struct jdict *d, size_t i);
 /* bytes [off, off + len) of string s, its spans clipped to them */
-jv jv_sub(struct jctx *c, jv s, size_t off, size_t len);
-const char *jt_name(enum jt t);
-bool jv_truthy(jv v);
-void sb_put(struct sbuf *b, const char *s, size_t n);
+jv wgllm_jinja_sub(struct jctx *c, jv s, size_t off, size_t len);
+const char *wgllm_jinja_type_name(enum jt t);
+bool wgllm_jinja_truthy(jv v);
+void wgllm_jinja_sb_put(struct sbuf *b, const char *s, size_t n);
 /* string s, or bytes [off, off + len) of it, with the request bytes it holds */
-void sb_put_str(struct sbuf *b, jv s);
-void sb_put_sub(struct sbuf *b, jv s, size_t off, size_t len);
+void wgllm_jinja_sb_put_str(struct sbuf *b, jv s);
+void wgllm_jinja_sb_put_sub(struct sbuf *b, jv s, size_t off, size_t len);
 /* marks the last len bytes written as the request's */
-void sb_mark_tail(struct sbuf *b, size_t len);
+void wgllm_jinja_sb_mark_tail(struct sbuf *b, size_t len);
 /* count copies of ch; a count past the memory budget fails before writing any */
-void sb_pad(struct sbuf *b, char ch, uint64_t count);
-void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool undef_null);
-void to_text(struct jctx *c, struct sbuf *b, jv v);
-void to_concat(struct jctx *c, struct sbuf *b, jv v);
-jv sb_to_value(struct jctx *c, struct sbuf *b);
-jv json_value(struct jsonp *j); /* strings get jspans_all when j->request */
+void wgllm_jinja_sb_pad(struct sbuf *b, char ch, uint64_t count);
+void wgllm_jinja_to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool undef_null);
+void wgllm_jinja_to_text(struct jctx *c, struct sbuf *b, jv v);
+void wgllm_jinja_to_concat(struct jctx *c, struct sbuf *b, jv v);
+jv wgllm_jinja_sb_to_value(struct jctx *c, struct sbuf *b);
+jv wgllm_jinja_json_value(struct jsonp *j); /* strings get wgllm_jinja_spans_all when j->request */
 
 static inline bool is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v'; }
-static inline void sb_putc(struct sbuf *b, char ch) { sb_put(b, &ch, 1); }
+static inline void sb_putc(struct sbuf *b, char ch) { wgllm_jinja_sb_put(b, &ch, 1); }
 
 #endif

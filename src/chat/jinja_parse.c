@@ -50,7 +50,7 @@ static void lex_pos(struct lexer *L, size_t pos, int *line, int *col) {
 static _Noreturn void lex_fail(struct lexer *L, size_t pos, const char *what) {
     int line, col;
     lex_pos(L, pos, &line, &col);
-    jfail(L->c, WGLLM_STATUS_BAD_FORMAT, "syntax error at line %d, column %d: %s", line, col, what);
+    wgllm_jinja_fail(L->c, WGLLM_STATUS_BAD_FORMAT, "syntax error at line %d, column %d: %s", line, col, what);
 }
 
 static struct token *lex_push(struct lexer *L, enum tk t, const char *s, size_t n, size_t pos) {
@@ -59,9 +59,9 @@ static struct token *lex_push(struct lexer *L, enum tk t, const char *s, size_t 
     if (L->ntok == L->cap) {
         struct jctx *c = L->c;
         size_t cap = L->cap ? L->cap * 2 : 256, grow = (cap - L->cap) * sizeof *L->toks;
-        if (grow > c->lim.max_memory - c->mem) jover(c, "memory", c->lim.max_memory, "bytes");
+        if (grow > c->lim.max_memory - c->mem) wgllm_jinja_over(c, "memory", c->lim.max_memory, "bytes");
         struct token *nt = realloc(L->toks, cap * sizeof *nt);
-        if (!nt) jfail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu tokens)", cap);
+        if (!nt) wgllm_jinja_fail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu tokens)", cap);
         c->mem += grow;
         L->toks = nt;
         L->cap = cap;
@@ -89,7 +89,7 @@ static void lex_rstrip_prev(struct lexer *L) {
  * (and `{-`); trim_blocks removes the newline right after `%}`, `#}` (and `-}`). */
 static char *preprocess(struct jctx *c, const char *src, size_t len, size_t *out_len) {
     if (len && src[len - 1] == '\n') len--;
-    char *a = jalloc(c, len + 1);
+    char *a = wgllm_jinja_alloc(c, len + 1);
     size_t n = 0;
     for (size_t i = 0; i < len;) {
         bool line_start = i == 0 || src[i - 1] == '\n' || src[i - 1] == '\r';
@@ -167,7 +167,7 @@ static void lex_expr(struct lexer *L, bool stmt) {
         } else if (ch == '"' || ch == '\'') {
             struct sbuf b = {.c = L->c};
             size_t i = 1;
-            sb_put(&b, "", 0);
+            wgllm_jinja_sb_put(&b, "", 0);
             for (;;) {
                 if (i >= left) { lex_fail(L, start, "unterminated string literal"); }
                 char d = p[i++];
@@ -188,7 +188,7 @@ static void lex_expr(struct lexer *L, bool stmt) {
                 }
                 sb_putc(&b, d);
             }
-            jv s = sb_to_value(L->c, &b);
+            jv s = wgllm_jinja_sb_to_value(L->c, &b);
             lex_push(L, T_STR, s.u.s.p, s.u.s.n, start);
             L->pos += i;
         } else {
@@ -263,9 +263,10 @@ struct parser {
 
 static void nl_push(struct jctx *c, struct nlist *l, struct node *n) {
     if (l->n == l->cap) {
-        if (l->cap >= UINT32_MAX / 2) jfail(c, WGLLM_STATUS_UNSUPPORTED, "a block of more than %u statements", l->cap);
+        if (l->cap >= UINT32_MAX / 2)
+            wgllm_jinja_fail(c, WGLLM_STATUS_UNSUPPORTED, "a block of more than %u statements", l->cap);
         uint32_t cap = l->cap ? l->cap * 2 : 4;
-        struct node **nv = jalloc(c, cap * sizeof *nv);
+        struct node **nv = wgllm_jinja_alloc(c, cap * sizeof *nv);
         if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
         l->v = nv;
         l->cap = cap;
@@ -279,12 +280,12 @@ static _Noreturn void parse_fail(struct parser *P, const char *fmt, const char *
     struct token *t = pk(P);
     char what[200];
     snprintf(what, sizeof what, fmt, arg);
-    jfail(P->c, WGLLM_STATUS_BAD_FORMAT, "syntax error at line %d, column %d: %s (near '%.*s')",
+    wgllm_jinja_fail(P->c, WGLLM_STATUS_BAD_FORMAT, "syntax error at line %d, column %d: %s (near '%.*s')",
           t->line, t->col, what, (int)(t->n > 20 ? 20 : t->n), t->s);
 }
 
 static struct node *mk(struct parser *P, enum nk k) {
-    struct node *n = jalloc(P->c, sizeof *n);
+    struct node *n = wgllm_jinja_alloc(P->c, sizeof *n);
     n->k = k;
     n->line = pk(P)->line;
     n->col = pk(P)->col;
@@ -323,8 +324,9 @@ static void expect_sclose(struct parser *P) {
 /* Each recursive descent passes here, so the depth budget bounds the C stack. */
 static void enter(struct parser *P) {
     if (++P->depth > P->c->lim.max_depth)
-        jfail(P->c, WGLLM_STATUS_UNSUPPORTED, "template exceeds its depth budget (%d levels) at line %d, column %d",
-              P->c->lim.max_depth, pk(P)->line, pk(P)->col);
+        wgllm_jinja_fail(P->c, WGLLM_STATUS_UNSUPPORTED,
+                         "template exceeds its depth budget (%d levels) at line %d, column %d", P->c->lim.max_depth,
+                         pk(P)->line, pk(P)->col);
 }
 
 static struct node *p_expr(struct parser *P);
@@ -358,9 +360,9 @@ static struct node *p_primary(struct parser *P) {
         n = mk(P, N_LIT);
         /* adjacent string literals concatenate */
         struct sbuf b = {.c = P->c};
-        sb_put(&b, "", 0);
-        while (pk(P)->t == T_STR) { sb_put(&b, pk(P)->s, pk(P)->n); P->i++; }
-        n->lit = sb_to_value(P->c, &b);
+        wgllm_jinja_sb_put(&b, "", 0);
+        while (pk(P)->t == T_STR) { wgllm_jinja_sb_put(&b, pk(P)->s, pk(P)->n); P->i++; }
+        n->lit = wgllm_jinja_sb_to_value(P->c, &b);
     } else if (t->t == T_INT) {
         n = mk(P, N_LIT); n->lit = jv_int(t->i); P->i++;
     } else if (t->t == T_FLOAT) {
@@ -811,16 +813,17 @@ enum wgllm_status wgllm_chat_template_init(const char *src, size_t len, const st
     struct wgllm_chat_template *t = calloc(1, sizeof *t);
     if (!t) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "chat template: out of memory");
     struct jctx c = {.arena = &t->arena, .err = err};
-    jctx_limits(&c, params);
+    wgllm_jinja_ctx_limits(&c, params);
     t->params = c.lim;
     struct lexer L = {.c = &c};
     if (setjmp(c.jb)) {
         free(L.toks);
-        arena_free(&t->arena);
+        wgllm_jinja_arena_free(&t->arena);
         free(t);
         return c.status;
     }
-    if (src && len > UINT32_MAX) jfail(&c, WGLLM_STATUS_UNSUPPORTED, "a template of %zu bytes (4 GiB at most)", len);
+    if (src && len > UINT32_MAX)
+        wgllm_jinja_fail(&c, WGLLM_STATUS_UNSUPPORTED, "a template of %zu bytes (4 GiB at most)", len);
     L.src = preprocess(&c, src ? src : "", src ? len : 0, &L.len);
     lex_all(&L);
     struct parser P = {.c = &c, .L = &L};
@@ -838,6 +841,6 @@ enum wgllm_status wgllm_chat_template_parse(const char *src, size_t len, struct 
 
 void wgllm_chat_template_free(struct wgllm_chat_template *t) {
     if (!t) return;
-    arena_free(&t->arena);
+    wgllm_jinja_arena_free(&t->arena);
     free(t);
 }

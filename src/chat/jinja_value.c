@@ -25,13 +25,13 @@ struct wgllm_chat_params wgllm_chat_default_params(void) {
 
 /* The params a parse or render runs under: the caller's, or the defaults,
  * with the depth clamped to what the C stack takes. */
-void jctx_limits(struct jctx *c, const struct wgllm_chat_params *params) {
+void wgllm_jinja_ctx_limits(struct jctx *c, const struct wgllm_chat_params *params) {
     c->lim = params ? *params : wgllm_chat_default_params();
     if (c->lim.max_depth > 1024) c->lim.max_depth = 1024;
     if (c->lim.max_depth < 1) c->lim.max_depth = 1;
 }
 
-_Noreturn void jfail(struct jctx *c, enum wgllm_status st, const char *fmt, ...) {
+_Noreturn void wgllm_jinja_fail(struct jctx *c, enum wgllm_status st, const char *fmt, ...) {
     char buf[400];
     va_list ap;
     va_start(ap, fmt);
@@ -42,12 +42,12 @@ _Noreturn void jfail(struct jctx *c, enum wgllm_status st, const char *fmt, ...)
     longjmp(c->jb, 1);
 }
 
-_Noreturn void jover(struct jctx *c, const char *what, uint64_t limit, const char *unit) {
+_Noreturn void wgllm_jinja_over(struct jctx *c, const char *what, uint64_t limit, const char *unit) {
     if (c->at)
-        jfail(c, WGLLM_STATUS_UNSUPPORTED, "template exceeds its %s budget (%llu %s) at line %d, column %d", what,
-              (unsigned long long)limit, unit, c->at->line, c->at->col);
-    jfail(c, WGLLM_STATUS_UNSUPPORTED, "template exceeds its %s budget (%llu %s)", what, (unsigned long long)limit,
-          unit);
+        wgllm_jinja_fail(c, WGLLM_STATUS_UNSUPPORTED, "template exceeds its %s budget (%llu %s) at line %d, column %d",
+                         what, (unsigned long long)limit, unit, c->at->line, c->at->col);
+    wgllm_jinja_fail(c, WGLLM_STATUS_UNSUPPORTED, "template exceeds its %s budget (%llu %s)", what,
+                     (unsigned long long)limit, unit);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -56,16 +56,16 @@ _Noreturn void jover(struct jctx *c, const char *what, uint64_t limit, const cha
 
 /* Every byte a parse or render holds comes from here, so the memory budget
  * is checked in one place. */
-void *jalloc(struct jctx *c, size_t n) {
+void *wgllm_jinja_alloc(struct jctx *c, size_t n) {
     if (n > c->lim.max_memory - c->mem || c->lim.max_memory - c->mem - n < 15)
-        jover(c, "memory", c->lim.max_memory, "bytes");
+        wgllm_jinja_over(c, "memory", c->lim.max_memory, "bytes");
     n = (n + 15) & ~(size_t)15;
     c->mem += n;
     struct arena_block *b = c->arena->head;
     if (!b || b->cap - b->used < n) {
         size_t cap = n > 65536 ? n : 65536;
         b = malloc(sizeof *b + cap);
-        if (!b) jfail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu bytes)", n);
+        if (!b) wgllm_jinja_fail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (%zu bytes)", n);
         b->used = 0;
         b->cap = cap;
         b->next = c->arena->head;
@@ -77,7 +77,7 @@ void *jalloc(struct jctx *c, size_t n) {
     return p;
 }
 
-void arena_free(struct jarena *a) {
+void wgllm_jinja_arena_free(struct jarena *a) {
     struct arena_block *b = a->head;
     while (b) {
         struct arena_block *n = b->next;
@@ -87,8 +87,8 @@ void arena_free(struct jarena *a) {
     a->head = NULL;
 }
 
-char *jstrdup(struct jctx *c, const char *s, size_t n) {
-    char *p = jalloc(c, n + 1);
+char *wgllm_jinja_strdup(struct jctx *c, const char *s, size_t n) {
+    char *p = wgllm_jinja_alloc(c, n + 1);
     memcpy(p, s, n);
     p[n] = 0;
     return p;
@@ -100,24 +100,24 @@ char *jstrdup(struct jctx *c, const char *s, size_t n) {
 
 
 
-jv jv_arr_new(struct jctx *c) {
+jv wgllm_jinja_arr_new(struct jctx *c) {
     jv v = {.t = J_ARR};
-    v.u.a = jalloc(c, sizeof *v.u.a);
+    v.u.a = wgllm_jinja_alloc(c, sizeof *v.u.a);
     return v;
 }
-void arr_push(struct jctx *c, struct jarr *a, jv x) {
+void wgllm_jinja_arr_push(struct jctx *c, struct jarr *a, jv x) {
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 4;
-        jv *nv = jalloc(c, cap * sizeof *nv);
+        jv *nv = wgllm_jinja_alloc(c, cap * sizeof *nv);
         if (a->n) memcpy(nv, a->v, a->n * sizeof *nv);
         a->v = nv;
         a->cap = cap;
     }
     a->v[a->n++] = x;
 }
-jv jv_dict_new(struct jctx *c, enum jt t) {
+jv wgllm_jinja_dict_new(struct jctx *c, enum jt t) {
     jv v = {.t = t};
-    v.u.d = jalloc(c, sizeof *v.u.d);
+    v.u.d = wgllm_jinja_alloc(c, sizeof *v.u.d);
     return v;
 }
 static uint32_t key_hash(const char *k, size_t kn) { /* FNV-1a */
@@ -125,7 +125,7 @@ static uint32_t key_hash(const char *k, size_t kn) { /* FNV-1a */
     for (size_t i = 0; i < kn; i++) h = (h ^ (unsigned char)k[i]) * 16777619u;
     return h;
 }
-jv *dict_find(const struct jdict *d, const char *k, size_t kn) {
+jv *wgllm_jinja_dict_find(const struct jdict *d, const char *k, size_t kn) {
     if (d->ix) {
         size_t mask = d->ixcap - 1;
         for (size_t h = key_hash(k, kn) & mask;; h = (h + 1) & mask) {
@@ -144,15 +144,16 @@ static void dict_index_put(struct jdict *d, size_t i) {
     d->ix[h] = (uint32_t)(i + 1);
 }
 static void dict_set_t(struct jctx *c, struct jdict *d, const char *k, size_t kn, const struct jspans *kt, jv x) {
-    jv *slot = dict_find(d, k, kn);
+    jv *slot = wgllm_jinja_dict_find(d, k, kn);
     if (slot) { *slot = x; return; }
-    if (d->n >= UINT32_MAX / 2) jfail(c, WGLLM_STATUS_UNSUPPORTED, "a dict of more than %u keys", UINT32_MAX / 2);
+    if (d->n >= UINT32_MAX / 2)
+        wgllm_jinja_fail(c, WGLLM_STATUS_UNSUPPORTED, "a dict of more than %u keys", UINT32_MAX / 2);
     if (d->n == d->cap || (kt && !d->kt)) {
         size_t cap = d->n < d->cap ? d->cap : d->cap ? d->cap * 2 : 4;
-        const char **kp = jalloc(c, cap * sizeof *kp);
-        size_t *knn = jalloc(c, cap * sizeof *knn);
-        jv *v = jalloc(c, cap * sizeof *v);
-        const struct jspans **ktt = kt || d->kt ? jalloc(c, cap * sizeof *ktt) : NULL;
+        const char **kp = wgllm_jinja_alloc(c, cap * sizeof *kp);
+        size_t *knn = wgllm_jinja_alloc(c, cap * sizeof *knn);
+        jv *v = wgllm_jinja_alloc(c, cap * sizeof *v);
+        const struct jspans **ktt = kt || d->kt ? wgllm_jinja_alloc(c, cap * sizeof *ktt) : NULL;
         if (d->n) {
             memcpy(kp, d->kp, d->n * sizeof *kp);
             memcpy(knn, d->kn, d->n * sizeof *knn);
@@ -167,28 +168,32 @@ static void dict_set_t(struct jctx *c, struct jdict *d, const char *k, size_t kn
     d->v[d->n++] = x;
     if (d->n >= 16 && d->n * 2 > d->ixcap) { /* (re)build the index at half load */
         d->ixcap = d->ixcap ? d->ixcap * 2 : 32;
-        d->ix = jalloc(c, d->ixcap * sizeof *d->ix);
+        d->ix = wgllm_jinja_alloc(c, d->ixcap * sizeof *d->ix);
         for (size_t i = 0; i < d->n; i++) dict_index_put(d, i);
     } else if (d->ix) {
         dict_index_put(d, d->n - 1);
     }
 }
-void dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x) { dict_set_t(c, d, k, kn, NULL, x); }
-void dict_set_key(struct jctx *c, struct jdict *d, jv key, jv x) {
+void wgllm_jinja_dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, jv x) {
+    dict_set_t(c, d, k, kn, NULL, x);
+}
+void wgllm_jinja_dict_set_key(struct jctx *c, struct jdict *d, jv key, jv x) {
     dict_set_t(c, d, key.u.s.p, key.u.s.n, key.u.s.t, x);
 }
-jv dict_key(const struct jdict *d, size_t i) { return jv_str_t(d->kp[i], d->kn[i], d->kt ? d->kt[i] : NULL); }
-void dict_setz(struct jctx *c, struct jdict *d, const char *k, jv x) {
-    dict_set(c, d, k, strlen(k), x);
+jv wgllm_jinja_dict_key(const struct jdict *d, size_t i) {
+    return jv_str_t(d->kp[i], d->kn[i], d->kt ? d->kt[i] : NULL);
+}
+void wgllm_jinja_dict_setz(struct jctx *c, struct jdict *d, const char *k, jv x) {
+    wgllm_jinja_dict_set(c, d, k, strlen(k), x);
 }
 
-const char *jt_name(enum jt t) {
+const char *wgllm_jinja_type_name(enum jt t) {
     static const char *names[] = {"undefined", "none", "boolean", "integer", "float", "string",
                                   "list", "dict", "namespace", "macro", "function"};
     return names[t];
 }
 
-bool jv_truthy(jv v) {
+bool wgllm_jinja_truthy(jv v) {
     switch (v.t) {
     case J_UNDEF: case J_NONE: return false;
     case J_BOOL: return v.u.b;
@@ -206,7 +211,7 @@ bool jv_truthy(jv v) {
 /* ------------------------------------------------------------------------- */
 
 static const struct jspan span_all = {0, SIZE_MAX};
-const struct jspans jspans_all = {1, &span_all};
+const struct jspans wgllm_jinja_spans_all = {1, &span_all};
 
 static size_t span_end(const struct jspan *x) { return x->len > SIZE_MAX - x->off ? SIZE_MAX : x->off + x->len; }
 
@@ -221,22 +226,25 @@ static size_t spans_from(const struct jspans *t, size_t off) {
     return lo;
 }
 
-jv jv_sub(struct jctx *c, jv s, size_t off, size_t len) {
+jv wgllm_jinja_sub(struct jctx *c, jv s, size_t off, size_t len) {
     jv r = jv_str(s.u.s.p + off, len);
     const struct jspans *t = s.u.s.t;
     if (!t || !len) return r;
     size_t i0 = spans_from(t, off), k = 0;
     while (i0 + k < t->n && t->v[i0 + k].off < off + len) k++;
     if (k == 0) return r;
-    if (k == 1 && t->v[i0].off <= off && span_end(&t->v[i0]) >= off + len) { r.u.s.t = &jspans_all; return r; }
-    struct jspan *v = jalloc(c, k * sizeof *v);
+    if (k == 1 && t->v[i0].off <= off && span_end(&t->v[i0]) >= off + len) {
+        r.u.s.t = &wgllm_jinja_spans_all;
+        return r;
+    }
+    struct jspan *v = wgllm_jinja_alloc(c, k * sizeof *v);
     for (size_t i = 0; i < k; i++) {
         const struct jspan *x = &t->v[i0 + i];
         size_t a = x->off > off ? x->off : off, e = span_end(x) < off + len ? span_end(x) : off + len;
         v[i].off = a - off;
         v[i].len = e - a;
     }
-    struct jspans *nt = jalloc(c, sizeof *nt);
+    struct jspans *nt = wgllm_jinja_alloc(c, sizeof *nt);
     nt->n = k;
     nt->v = v;
     r.u.s.t = nt;
@@ -254,7 +262,7 @@ static void sb_mark(struct sbuf *b, size_t off, size_t len) {
     }
     if (b->sn == b->scap) {
         size_t cap = b->scap ? b->scap * 2 : 8;
-        struct jspan *nv = jalloc(b->c, cap * sizeof *nv);
+        struct jspan *nv = wgllm_jinja_alloc(b->c, cap * sizeof *nv);
         if (b->sn) memcpy(nv, b->sv, b->sn * sizeof *nv);
         b->sv = nv;
         b->scap = cap;
@@ -262,28 +270,28 @@ static void sb_mark(struct sbuf *b, size_t off, size_t len) {
     b->sv[b->sn].off = off;
     b->sv[b->sn++].len = len;
 }
-void sb_mark_tail(struct sbuf *b, size_t len) { sb_mark(b, b->n - len, len); }
+void wgllm_jinja_sb_mark_tail(struct sbuf *b, size_t len) { sb_mark(b, b->n - len, len); }
 
 /* ------------------------------------------------------------------------- */
 /* string builder                                                            */
 /* ------------------------------------------------------------------------- */
 
 
-void sb_put(struct sbuf *b, const char *s, size_t n) {
+void wgllm_jinja_sb_put(struct sbuf *b, const char *s, size_t n) {
     struct jctx *c = b->c;
-    /* bytes past the memory budget fail in jalloc; this keeps the sums below from wrapping */
+    /* bytes past the memory budget fail in wgllm_jinja_alloc; this keeps the sums below from wrapping */
     if (n > c->lim.max_memory || n > SIZE_MAX / 4 || b->n > SIZE_MAX / 4 - n)
-        jover(c, "memory", c->lim.max_memory, "bytes");
-    if (b->heap && b->n + n > c->lim.max_output) jover(c, "output", c->lim.max_output, "bytes");
+        wgllm_jinja_over(c, "memory", c->lim.max_memory, "bytes");
+    if (b->heap && b->n + n > c->lim.max_output) wgllm_jinja_over(c, "output", c->lim.max_output, "bytes");
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n + 1) cap *= 2;
         char *np;
         if (b->heap) {
             np = realloc(b->p, cap);
-            if (!np) jfail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (output of %zu bytes)", cap);
+            if (!np) wgllm_jinja_fail(c, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory (output of %zu bytes)", cap);
         } else {
-            np = jalloc(c, cap);
+            np = wgllm_jinja_alloc(c, cap);
             if (b->n) memcpy(np, b->p, b->n);
         }
         b->p = np;
@@ -293,9 +301,9 @@ void sb_put(struct sbuf *b, const char *s, size_t n) {
     b->n += n;
     b->p[b->n] = 0;
 }
-void sb_put_sub(struct sbuf *b, jv s, size_t off, size_t len) {
+void wgllm_jinja_sb_put_sub(struct sbuf *b, jv s, size_t off, size_t len) {
     size_t at = b->n;
-    sb_put(b, s.u.s.p + off, len);
+    wgllm_jinja_sb_put(b, s.u.s.p + off, len);
     const struct jspans *t = s.u.s.t;
     if (!t) return;
     for (size_t i = spans_from(t, off); i < t->n && t->v[i].off < off + len; i++) {
@@ -304,15 +312,15 @@ void sb_put_sub(struct sbuf *b, jv s, size_t off, size_t len) {
         sb_mark(b, at + (a - off), e - a);
     }
 }
-void sb_put_str(struct sbuf *b, jv s) { sb_put_sub(b, s, 0, s.u.s.n); }
-static void sb_puts(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-void sb_pad(struct sbuf *b, char ch, uint64_t count) {
-    if (count > b->c->lim.max_memory) jover(b->c, "memory", b->c->lim.max_memory, "bytes");
+void wgllm_jinja_sb_put_str(struct sbuf *b, jv s) { wgllm_jinja_sb_put_sub(b, s, 0, s.u.s.n); }
+static void sb_puts(struct sbuf *b, const char *s) { wgllm_jinja_sb_put(b, s, strlen(s)); }
+void wgllm_jinja_sb_pad(struct sbuf *b, char ch, uint64_t count) {
+    if (count > b->c->lim.max_memory) wgllm_jinja_over(b->c, "memory", b->c->lim.max_memory, "bytes");
     char chunk[64];
     memset(chunk, ch, sizeof chunk);
     while (count) {
         size_t k = count < sizeof chunk ? (size_t)count : sizeof chunk;
-        sb_put(b, chunk, k);
+        wgllm_jinja_sb_put(b, chunk, k);
         count -= k;
     }
 }
@@ -390,10 +398,10 @@ static void json_str(struct sbuf *b, jv v) {
     if (v.u.s.t) sb_mark(b, at, b->n - at);
 }
 
-void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool undef_null) {
+void wgllm_jinja_to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool undef_null) {
     /* a list may hold itself: the depth bound stops the descent, the steps
      * the breadth (two self-references are 2^depth values) */
-    if (depth > 200) jfail(c, WGLLM_STATUS_UNSUPPORTED, "tojson: nesting deeper than 200");
+    if (depth > 200) wgllm_jinja_fail(c, WGLLM_STATUS_UNSUPPORTED, "tojson: nesting deeper than 200");
     jcharge(c, 1);
     char num[64];
     switch (v.t) {
@@ -417,11 +425,11 @@ void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool u
                 for (int k = 0; k < (depth + 1) * indent; k++) sb_putc(b, ' ');
             }
             if (arr) {
-                to_json(c, b, v.u.a->v[i], indent, depth + 1, undef_null);
+                wgllm_jinja_to_json(c, b, v.u.a->v[i], indent, depth + 1, undef_null);
             } else {
-                json_str(b, dict_key(v.u.d, i));
+                json_str(b, wgllm_jinja_dict_key(v.u.d, i));
                 sb_puts(b, ": ");
-                to_json(c, b, v.u.d->v[i], indent, depth + 1, undef_null);
+                wgllm_jinja_to_json(c, b, v.u.d->v[i], indent, depth + 1, undef_null);
             }
         }
         if (indent) {
@@ -436,7 +444,7 @@ void to_json(struct jctx *c, struct sbuf *b, jv v, int indent, int depth, bool u
 }
 
 /* The text `{{ v }}` prints (RuntimeValue.toString in the reference). */
-void to_text(struct jctx *c, struct sbuf *b, jv v) {
+void wgllm_jinja_to_text(struct jctx *c, struct sbuf *b, jv v) {
     char num[64];
     switch (v.t) {
     case J_UNDEF: case J_NONE: return;
@@ -451,28 +459,29 @@ void to_text(struct jctx *c, struct sbuf *b, jv v) {
         }
         sb_puts(b, num);
         return;
-    case J_STR: sb_put_str(b, v); return;
-    case J_ARR: case J_DICT: case J_NS: to_json(c, b, v, 0, 0, false); return;
+    case J_STR: wgllm_jinja_sb_put_str(b, v); return;
+    case J_ARR: case J_DICT: case J_NS: wgllm_jinja_to_json(c, b, v, 0, 0, false); return;
     case J_MACRO: case J_FUNC: sb_puts(b, "[function]"); return;
     }
 }
 
 /* The text `a + b` and `a ~ b` use (JavaScript's value.toString()). */
-void to_concat(struct jctx *c, struct sbuf *b, jv v) {
+void wgllm_jinja_to_concat(struct jctx *c, struct sbuf *b, jv v) {
     char num[64];
     switch (v.t) {
     case J_INT: snprintf(num, sizeof num, "%lld", (long long)v.u.i); sb_puts(b, num); return;
     case J_FLOAT: fmt_js_number(num, sizeof num, v.u.f); sb_puts(b, num); return;
     case J_ARR: case J_DICT: case J_NS:
-        jfail(c, WGLLM_STATUS_UNSUPPORTED, "cannot concatenate a %s to a string", jt_name(v.t));
-    default: to_text(c, b, v); return;
+        wgllm_jinja_fail(c, WGLLM_STATUS_UNSUPPORTED, "cannot concatenate a %s to a string",
+                         wgllm_jinja_type_name(v.t));
+    default: wgllm_jinja_to_text(c, b, v); return;
     }
 }
 
-jv sb_to_value(struct jctx *c, struct sbuf *b) {
+jv wgllm_jinja_sb_to_value(struct jctx *c, struct sbuf *b) {
     jv v = b->p ? jv_str(b->p, b->n) : jv_str("", 0);
     if (b->sn) {
-        struct jspans *t = jalloc(c, sizeof *t);
+        struct jspans *t = wgllm_jinja_alloc(c, sizeof *t);
         t->n = b->sn;
         t->v = b->sv;
         v.u.s.t = t;
@@ -490,7 +499,7 @@ jv sb_to_value(struct jctx *c, struct sbuf *b) {
 
 
 static _Noreturn void json_fail(struct jsonp *j, const char *what) {
-    jfail(j->c, WGLLM_STATUS_INVALID_ARGUMENT, "JSON input: %s at offset %ld", what,
+    wgllm_jinja_fail(j->c, WGLLM_STATUS_INVALID_ARGUMENT, "JSON input: %s at offset %ld", what,
           (long)(j->p - j->start));
 }
 static void json_ws(struct jsonp *j) {
@@ -498,14 +507,17 @@ static void json_ws(struct jsonp *j) {
 }
 static void utf8_put(struct sbuf *b, uint32_t cp) {
     char o[4];
-    if (cp < 0x80) { o[0] = (char)cp; sb_put(b, o, 1); }
-    else if (cp < 0x800) { o[0] = (char)(0xc0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 63)); sb_put(b, o, 2); }
-    else if (cp < 0x10000) {
+    if (cp < 0x80) { o[0] = (char)cp; wgllm_jinja_sb_put(b, o, 1);
+    } else if (cp < 0x800) {
+        o[0] = (char)(0xc0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 63));
+        wgllm_jinja_sb_put(b, o, 2);
+    } else if (cp < 0x10000) {
         o[0] = (char)(0xe0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 63));
-        o[2] = (char)(0x80 | (cp & 63)); sb_put(b, o, 3);
+        o[2] = (char)(0x80 | (cp & 63)); wgllm_jinja_sb_put(b, o, 3);
     } else {
         o[0] = (char)(0xf0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 63));
-        o[2] = (char)(0x80 | ((cp >> 6) & 63)); o[3] = (char)(0x80 | (cp & 63)); sb_put(b, o, 4);
+        o[2] = (char)(0x80 | ((cp >> 6) & 63)); o[3] = (char)(0x80 | (cp & 63)); wgllm_jinja_sb_put(b, o, 4);
     }
 }
 static int hex4(struct jsonp *j) {
@@ -524,7 +536,7 @@ static int hex4(struct jsonp *j) {
 static jv json_string(struct jsonp *j) {
     struct sbuf b = {.c = j->c};
     j->p++; /* opening quote */
-    sb_put(&b, "", 0);
+    wgllm_jinja_sb_put(&b, "", 0);
     for (;;) {
         if (j->p >= j->end) { json_fail(j, "unterminated string"); }
         char ch = *j->p++;
@@ -554,8 +566,8 @@ static jv json_string(struct jsonp *j) {
         default: json_fail(j, "bad escape");
         }
     }
-    jv r = sb_to_value(j->c, &b);
-    if (j->request) r.u.s.t = &jspans_all;
+    jv r = wgllm_jinja_sb_to_value(j->c, &b);
+    if (j->request) r.u.s.t = &wgllm_jinja_spans_all;
     return r;
 }
 
@@ -570,7 +582,7 @@ static bool plain_role(jv v) {
     }
     return true;
 }
-jv json_value(struct jsonp *j) {
+jv wgllm_jinja_json_value(struct jsonp *j) {
     json_ws(j);
     if (j->p >= j->end) json_fail(j, "unexpected end");
     if (++j->depth > 200) json_fail(j, "nesting deeper than 200");
@@ -580,11 +592,11 @@ jv json_value(struct jsonp *j) {
         r = json_string(j);
     } else if (ch == '[') {
         j->p++;
-        r = jv_arr_new(j->c);
+        r = wgllm_jinja_arr_new(j->c);
         json_ws(j);
         if (j->p < j->end && *j->p == ']') j->p++;
         else for (;;) {
-            arr_push(j->c, r.u.a, json_value(j));
+            wgllm_jinja_arr_push(j->c, r.u.a, wgllm_jinja_json_value(j));
             json_ws(j);
             if (j->p < j->end && *j->p == ',') { j->p++; continue; }
             if (j->p < j->end && *j->p == ']') { j->p++; break; }
@@ -592,7 +604,7 @@ jv json_value(struct jsonp *j) {
         }
     } else if (ch == '{') {
         j->p++;
-        r = jv_dict_new(j->c, J_DICT);
+        r = wgllm_jinja_dict_new(j->c, J_DICT);
         json_ws(j);
         if (j->p < j->end && *j->p == '}') j->p++;
         else for (;;) {
@@ -602,9 +614,9 @@ jv json_value(struct jsonp *j) {
             json_ws(j);
             if (j->p >= j->end || *j->p != ':') json_fail(j, "expected :");
             j->p++;
-            jv x = json_value(j);
+            jv x = wgllm_jinja_json_value(j);
             if (k.u.s.n == 4 && !memcmp(k.u.s.p, "role", 4) && plain_role(x)) x.u.s.t = NULL;
-            dict_set_key(j->c, r.u.d, k, x);
+            wgllm_jinja_dict_set_key(j->c, r.u.d, k, x);
             json_ws(j);
             if (j->p < j->end && *j->p == ',') { j->p++; continue; }
             if (j->p < j->end && *j->p == '}') { j->p++; break; }

@@ -697,11 +697,17 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     if (!offs) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     struct vec_offsets vo = {offs, offs + hp->n_layer, offs + 2 * hp->n_layer, offs + 3 * hp->n_layer,
                              offs + 4 * hp->n_layer, offs + 5 * hp->n_layer, offs + 6 * hp->n_layer, 0};
-    struct {
+    /* what goes where: up to 7 vectors per layer and the output norm; on the
+     * heap, as 7 * 512 + 1 of them would take 86 KB of stack */
+    struct vec_src {
         uint32_t *off;
         const float *data;
         uint64_t n;
-    } vl[7 * 512 + 1];
+    } *vl = calloc((size_t)hp->n_layer * 7 + 1, sizeof *vl);
+    if (!vl) {
+        free(offs);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
     int nv = 0;
     uint64_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -711,12 +717,13 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
         uint32_t *o[7] = {&vo.attn_norm[il], &vo.ffn_norm[il], &vo.bq[il], &vo.bk[il], &vo.bv[il], &vo.q_norm[il],
                           &vo.k_norm[il]};
         for (int j = 0; j < 7; j++)
-            if (d[j]) vl[nv++] = (__typeof__(vl[0])){o[j], d[j], n[j]};
+            if (d[j]) vl[nv++] = (struct vec_src){o[j], d[j], n[j]};
     }
-    vl[nv++] = (__typeof__(vl[0])){&vo.output_norm, m->output_norm, E};
+    vl[nv++] = (struct vec_src){&vo.output_norm, m->output_norm, E};
     for (int i = 0; i < nv; i++) *vl[i].off = (uint32_t)total, total += vl[i].n;
     g->vecs = gbuf(g, total * 4, WGLLM_GPU_STORAGE, "vectors", &g->plan.vectors, err);
     for (int i = 0; g->vecs && i < nv && !st; i++) st = upload(g, g->vecs, *vl[i].off * 4ull, vl[i].data, vl[i].n * 4, &pending, err);
+    free(vl);
     if (!g->vecs || st) {
         free(offs);
         return st ? st : err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
