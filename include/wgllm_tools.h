@@ -15,7 +15,7 @@
  *     // a synthetic model (real architecture and vocabulary, random weights)
  *     struct wgllm_tools_synth_params sp = wgllm_tools_synth_default_params();
  *     sp.shape = "tiny";
- *     sp.type = wgllm_tools_type_from_name("q8_0");
+ *     sp.type = wgllm_tools_type_from_name("f16");  // quantize refuses quantized input
  *     struct wgllm_error err;
  *     if (wgllm_tools_synth_write(&sp, "tiny.gguf", &err) != WGLLM_STATUS_OK)
  *         fprintf(stderr, "%s\n", err.message);

@@ -1,6 +1,6 @@
 /*
  * opts.c - what the commands of `wgllm` share: the common option parser
- * (one flag table for every command that takes -m, -p, -n, ...), token-id
+ * (one parser for the flags of every command that takes -m, -p, -n, ...), token-id
  * lists, and loading a model, a context or a file with the messages every
  * command prints the same way.
  */
