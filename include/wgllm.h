@@ -120,6 +120,36 @@ uint64_t wgllm_model_fingerprint(const struct wgllm_model *model);
  * the number of characters that the full text needs, like snprintf. */
 int wgllm_model_describe(const struct wgllm_model *model, char *buf, size_t size);
 
+/* Bytes of the CPU backend's repacked copies of Q4_0/Q8_0 matrices (made
+ * when the model's first CPU context is created; 0 before, or on a CPU
+ * without such kernels): memory on top of the mapped weights. */
+uint64_t wgllm_model_repacked_size(const struct wgllm_model *model);
+
+/*
+ * The model's chat template, found the one way the engine finds it: the
+ * GGUF's tokenizer.chat_template, else the built-in template ("chatml",
+ * "llama3", "gemma", "phi3", "mistral", ...) its special tokens point to.
+ * Returns the Jinja source (valid while the model lives; not NUL-terminated
+ * when it comes from the file) and its length in *len; *builtin (may be
+ * NULL) gets the built-in's name, or NULL for the file's own. NULL when the
+ * model has neither.
+ */
+const char *wgllm_model_chat_template(const struct wgllm_model *model, size_t *len, const char **builtin);
+
+/*
+ * Renders a chat template for OpenAI-style JSON: `messages_json` an array
+ * of message objects (role, content, and tool_calls, tool_call_id, ... as
+ * the template reads them), `tools_json` an array of tool definitions or
+ * NULL (then `tools` is undefined in the template). `tmpl`/`tmpl_len` is
+ * the Jinja source; NULL means the model's (wgllm_model_chat_template;
+ * UNSUPPORTED when there is none). bos_token and eos_token are the model's
+ * BOS and EOS texts. *out gets the prompt, malloc'd and NUL-terminated (the
+ * caller frees it). Parse and render errors name the line and column.
+ */
+enum wgllm_status wgllm_chat_apply_template(const struct wgllm_model *model, const char *tmpl, size_t tmpl_len,
+                                            const char *messages_json, const char *tools_json,
+                                            bool add_generation_prompt, char **out, struct wgllm_error *err);
+
 /* ---------------------------------------------------------------------------
  * Tokens
  * ------------------------------------------------------------------------- */
@@ -284,6 +314,41 @@ int32_t wgllm_sampler_sample(struct wgllm_sampler *s, const float *logits);
 int32_t wgllm_sampler_sample_ex(struct wgllm_sampler *s, const float *logits, struct wgllm_token_logprob *top,
                                 int *n_top, float *logprob);
 int32_t wgllm_argmax(const float *logits, int n);
+
+/* ---------------------------------------------------------------------------
+ * Generation: the decode -> sample loop of one sequence, on the device when
+ * the backend can pick tokens there
+ * ------------------------------------------------------------------------- */
+
+/* Gets each generated token; return false to stop (the token still counts
+ * in *n_out). */
+typedef bool (*wgllm_generate_fn)(int32_t token, void *user_data);
+
+/* True when wgllm_generate on this context with these settings picks the
+ * tokens on the device (WebGPU, greedy or a plain top-k 1..64 / top-p /
+ * min-p / temperature chain: no penalties, typical_p, logit bias or
+ * n_probs); false means the CPU sampler runs. */
+bool wgllm_generate_on_device(const struct wgllm_context *ctx, const struct wgllm_sampler_params *params);
+
+/*
+ * Generates up to n tokens after a wgllm_decode: the first is picked from
+ * the decode's last logits, each next one after decoding the previous one.
+ * On the device (wgllm_generate_on_device) only token ids come back and step
+ * k+1 is queued before token k is read; its draws come from a generator that
+ * hashes params->seed and the position (the same seed gives the same tokens,
+ * not the CPU sampler's). Otherwise `sampler` (made from the same params;
+ * INVALID_ARGUMENT when it is NULL then) samples on the CPU, accepting each
+ * token into its penalty history, and keeps its generator state across
+ * calls. on_token gets every token; *n_out (may be NULL)
+ * counts them. Either way the last token given is not decoded: n_past then
+ * counts the tokens before it, and wgllm_get_logits may be stale (NULL after
+ * device generation), so decode that token before generating again.
+ * CONTEXT_FULL when the positions run out (the tokens given so far stand;
+ * wgllm_context_shift, decode the last one, call again to go on).
+ */
+enum wgllm_status wgllm_generate(struct wgllm_context *ctx, const struct wgllm_sampler_params *params,
+                                 struct wgllm_sampler *sampler, int n, wgllm_generate_fn on_token,
+                                 void *user_data, int *n_out, struct wgllm_error *err);
 
 /* ---------------------------------------------------------------------------
  * Stop strings: a streaming matcher that holds back text that could still

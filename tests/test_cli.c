@@ -225,6 +225,126 @@ TEST(run_context_full_or_shift) {
     run_free(&bad);
 }
 
+/* `wgllm help` is the command table: every command once, exit 0 on stdout;
+ * no command: the same on stderr with 2; an unknown one: a usage error. */
+TEST(help_is_the_command_table) {
+    static const char *const names[] = {"info", "run", "tokenize", "template", "logits", "bench", "chat",
+                                        "devices", "tune", "synth", "quantize", "split", "serve"};
+    struct run r = run_cli("--help", NULL);
+    CHECK_EQ_INT(r.status, 0);
+    CHECK(strncmp(r.out, "usage: wgllm <command> [options]\n", 33) == 0);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char line[32];
+        snprintf(line, sizeof(line), "\n  %-8s ", names[i]);
+        CHECK(strstr(r.out, line) != NULL);
+    }
+    CHECK(strstr(r.out, "common options: -t/--threads N") != NULL);
+    struct run none = run_cli("", NULL);
+    CHECK_EQ_INT(none.status, 2);
+    CHECK_STR(none.err, r.out);
+    run_free(&none);
+    run_free(&r);
+    r = run_cli("frobnicate", NULL);
+    CHECK_EQ_INT(r.status, 2);
+    CHECK(strstr(r.err, "unknown command 'frobnicate'") != NULL);
+    run_free(&r);
+    r = run_cli("quantize --help", NULL); /* its own arguments */
+    CHECK_EQ_INT(r.status, 0);
+    CHECK(strstr(r.err, "usage: wgllm quantize") != NULL);
+    run_free(&r);
+}
+
+/* `wgllm template` without --template-file finds the template as the engine
+ * does (wgllm_model_chat_template): the file's own, else none fits here. */
+TEST(template_finds_the_models_template) {
+    char args[2048], msgs[512];
+    snprintf(msgs, sizeof(msgs), "%s", test_tmp_path(".json"));
+    FILE *f = fopen(msgs, "wb");
+    fputs("[{\"role\": \"user\", \"content\": \"hi\"}]", f);
+    fclose(f);
+    snprintf(args, sizeof(args), "template -m '%s' --messages '%s' --add-generation-prompt",
+             test_shared_path("vocab/ggml-vocab-phi-3.gguf"), msgs);
+    struct run r = run_cli(args, NULL);
+    CHECK_EQ_INT(r.status, 0);
+    CHECK_STR(r.out, "<s><|user|>\nhi<|end|>\n<|assistant|>\n");
+    run_free(&r);
+    snprintf(args, sizeof(args), "template -m '%s' --messages '%s'", model_path, msgs);
+    r = run_cli(args, NULL);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK(strstr(r.err, "no tokenizer.chat_template") != NULL);
+    run_free(&r);
+    remove(msgs);
+}
+
+struct collect {
+    int32_t tok[64];
+    int n;
+};
+static bool collect_token(int32_t tok, void *ud) {
+    struct collect *c = ud;
+    c->tok[c->n++] = tok;
+    return c->n < 64;
+}
+
+/* wgllm_generate on the CPU is the decode -> sample loop: the same tokens as
+ * one written by hand, greedy and sampled (the sampler's generator goes on
+ * across calls), and the last token given is left undecoded. */
+TEST(generate_is_the_decode_sample_loop) {
+    struct wgllm_error err;
+    struct wgllm_model *m;
+    struct wgllm_model_params mp = wgllm_model_default_params();
+    mp.n_threads = 2;
+    CHECK(wgllm_model_load(model_path, &mp, &m, &err) == WGLLM_STATUS_OK);
+    if (!m) return;
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = 64;
+    struct wgllm_context *c;
+    CHECK(wgllm_context_init(m, &cp, &c, &err) == WGLLM_STATUS_OK);
+    const int32_t prompt[4] = {1, 100, 200, 300};
+    for (int sampled = 0; sampled < 2; sampled++) {
+        struct wgllm_sampler_params sp = wgllm_sampler_default_params();
+        sp.temperature = sampled ? 0.9f : 0.0f;
+        sp.seed = 7;
+        CHECK(!wgllm_generate_on_device(c, &sp));
+        struct wgllm_sampler *s = wgllm_sampler_init(&sp, wgllm_model_n_vocab(m));
+        int32_t want[12];
+        wgllm_context_truncate(c, 0);
+        CHECK(wgllm_decode(c, prompt, 4, false, &err) == WGLLM_STATUS_OK);
+        for (int i = 0; i < 12; i++) {
+            want[i] = wgllm_sampler_sample(s, wgllm_get_logits(c));
+            wgllm_sampler_accept(s, want[i]);
+            if (i < 11) CHECK(wgllm_decode(c, &want[i], 1, false, &err) == WGLLM_STATUS_OK);
+        }
+        wgllm_sampler_reset(s);
+        wgllm_context_truncate(c, 0);
+        CHECK(wgllm_decode(c, prompt, 4, false, &err) == WGLLM_STATUS_OK);
+        struct collect got = {{0}, 0};
+        int n_out = -1;
+        CHECK(wgllm_generate(c, &sp, s, 5, collect_token, &got, &n_out, &err) == WGLLM_STATUS_OK);
+        CHECK_EQ_INT(n_out, 5);
+        CHECK_EQ_INT(wgllm_context_n_past(c), 4 + 4); /* the fifth token is not decoded */
+        CHECK(wgllm_decode(c, &got.tok[4], 1, false, &err) == WGLLM_STATUS_OK);
+        CHECK(wgllm_generate(c, &sp, s, 7, collect_token, &got, &n_out, &err) == WGLLM_STATUS_OK);
+        CHECK_EQ_INT(got.n, 12);
+        for (int i = 0; i < 12; i++) CHECK_EQ_INT(got.tok[i], want[i]);
+        CHECK(wgllm_generate(c, &sp, NULL, 1, collect_token, &got, &n_out, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+        wgllm_sampler_free(s);
+    }
+    /* a full context: CONTEXT_FULL with the tokens given so far standing */
+    struct wgllm_sampler_params sp = wgllm_sampler_default_params();
+    struct wgllm_sampler *s = wgllm_sampler_init(&sp, wgllm_model_n_vocab(m));
+    wgllm_context_truncate(c, 0);
+    CHECK(wgllm_decode(c, prompt, 4, false, &err) == WGLLM_STATUS_OK);
+    struct collect got = {{0}, 0};
+    int n_out = 0;
+    CHECK(wgllm_generate(c, &sp, s, 64, collect_token, &got, &n_out, &err) == WGLLM_STATUS_CONTEXT_FULL);
+    CHECK_EQ_INT(n_out, 61); /* 4 + 60 decoded fill 64 positions; the 61st cannot be */
+    CHECK_EQ_INT(got.n, 61);
+    wgllm_sampler_free(s);
+    wgllm_context_free(c);
+    wgllm_model_free(m);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char self[PATH_MAX];
@@ -253,6 +373,9 @@ int main(int argc, char **argv) {
     RUN(chat_keeps_earlier_turns_cached);
     RUN(run_context_full_or_shift);
     RUN(template_files_keep_their_lengths);
+    RUN(help_is_the_command_table);
+    RUN(template_finds_the_models_template);
+    RUN(generate_is_the_decode_sample_loop);
     remove(model_path);
     return test_summary("test_cli");
 }

@@ -9,7 +9,7 @@
  *   were seen before: cold (nothing cached), warm (same context_key, slot
  *   still resident) and restored (the slot was evicted into a snapshot).
  */
-#include "cli/cli.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
  * next token and returns false, which cancels the request. No request handle
  * crosses threads, so none can be used after wgllm_request_wait freed it.
  */
-#include "cli/cli.h"
+#include "cli.h"
 
 #include <pthread.h>
 #include <signal.h>

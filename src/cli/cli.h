@@ -1,11 +1,23 @@
 /*
- * cli.h - what the files of the `wgllm` command share: the parsed options.
+ * cli.h - what the files of the `wgllm` command share: the command table's
+ * entry points, the common options and the helpers that parse and load them
+ * (opts.c). Every command lives in its own file (NAME_cmd.c) and is written
+ * on the public headers wgllm.h and wgllm_tools.h only; main.c is the table
+ * and the dispatch.
+ *
+ * Conventions: a command returns the process's exit code: 0 on success, 1
+ * when something failed (one line on stderr naming the problem), 2 for a
+ * usage error (wgllm_cli_usage_error).
  */
 #ifndef WGLLM_CLI_H
 #define WGLLM_CLI_H
 
 #include "wgllm.h"
 
+#include <stdio.h>
+
+/* The common options: every command that takes them gets them parsed
+ * (wgllm_cli_parse_opts) before it runs. */
 struct opts {
     const char *model, *prompt, *file, *out, *shape, *type, *tokens, *prompt_ids;
     int n_predict, n_prompt, reps, threads, ctx, top_k;
@@ -23,28 +35,57 @@ struct opts {
     uint64_t gpu_mem;                              /* --gpu-mem: WebGPU memory budget in bytes (0 = none) */
     bool stream_weights;                           /* --stream-weights: weights stay in the file until uploaded */
     bool quick;                                    /* tune: a few candidates per group */
-    const char *cache;                             /* tune: the cache file (default: tune.h's path) */
+    const char *cache;                             /* tune: the cache file (default: the per-user cache) */
     int budget;                                    /* tune: seconds for the whole sweep (0: default) */
 };
 
-/* `wgllm bench --parallel ... --prefix-reuse N` (bench_engine.c). */
+/* ---- the commands (one file each) -------------------------------------- */
+
+/* Commands on the common options. */
+int wgllm_cli_info(const struct opts *o);     /* info_cmd.c */
+int wgllm_cli_run(const struct opts *o);      /* run_cmd.c */
+int wgllm_cli_tokenize(const struct opts *o); /* tokenize_cmd.c */
+int wgllm_cli_template(const struct opts *o); /* template_cmd.c */
+int wgllm_cli_logits(const struct opts *o);   /* logits_cmd.c */
+int wgllm_cli_bench(const struct opts *o);    /* bench_cmd.c */
+int wgllm_cli_chat(const struct opts *o);     /* chat_cmd.c */
+int wgllm_cli_devices(const struct opts *o);  /* devices_cmd.c */
+int wgllm_cli_tune(const struct opts *o);     /* tune_cmd.c */
+int wgllm_cli_synth(const struct opts *o);    /* synth_cmd.c */
+/* Commands with arguments of their own: argv[0] is the first argument after
+ * the command's name. */
+int wgllm_cli_quantize(int argc, char **argv); /* quantize_cmd.c */
+int wgllm_cli_split(int argc, char **argv);    /* split_cmd.c */
+/* `wgllm serve`: the OpenAI-compatible HTTP server (src/server/server.c,
+ * native only; its own flags, `wgllm serve --help`). */
+int wgllm_cli_serve(int argc, char **argv);
+
+/* `wgllm bench --parallel ... --prefix-reuse N`: the engine's tables (bench_engine.c). */
 int wgllm_cli_bench_engine(struct wgllm_model *m, const struct opts *o);
-/* `wgllm devices`: the WebGPU adapter, its limits and features (devices_cmd.c). */
-int wgllm_cli_devices(const struct opts *o);
-/* `wgllm tune -m MODEL [--quick] [--cache FILE] [--budget S]`: autotune the WebGPU kernels (tune_cmd.c). */
-int wgllm_cli_tune(const struct opts *o);
 
-/* `wgllm template -m MODEL --messages F.json ...`: print the rendered prompt (template_cmd.c). */
-int wgllm_cli_template(const struct opts *o);
+/* ---- shared helpers (opts.c) ------------------------------------------- */
 
-/* `wgllm split IN.gguf OUT_PREFIX [...]`: argv after "split" (split_cmd.c). */
-int wgllm_cli_split(int argc, char **argv);
-
-/* `wgllm chat -m MODEL`: interactive chat over the engine (chat_cmd.c). */
-int wgllm_cli_chat(const struct opts *o);
-/* The model with progress on a terminal, or NULL after printing why (main.c). */
+/* Parses the common options of argv[0..argc) into *o (defaults first).
+ * Returns 0, else the exit code of a usage error (printed). */
+int wgllm_cli_parse_opts(int argc, char **argv, struct opts *o);
+/* Prints "wgllm: " + fmt (with arg) + the hint to run `wgllm help`; returns 2. */
+int wgllm_cli_usage_error(const char *fmt, const char *arg);
+/* "1,2,3" or "[1, 2, 3]" -> *out (malloc'd); returns the count, or -1 after
+ * printing why. */
+int wgllm_cli_parse_ids(const char *s, int32_t **out);
+/* ids as one JSON array line: [1, 2, 3] */
+void wgllm_cli_print_ids_json(FILE *f, const int32_t *ids, int n);
+/* The model of -m (with -t, --stream-weights), with progress on a terminal,
+ * or NULL after printing why. */
 struct wgllm_model *wgllm_cli_load_model(const struct opts *o);
-/* A whole file, NUL-terminated, or NULL after printing why (main.c). */
+/* A context of n_ctx positions with -t, -b and --gpu-mem; on a backend other
+ * than the CPU it prints which one runs and its GPU memory. NULL after
+ * printing why. */
+struct wgllm_context *wgllm_cli_new_context(struct wgllm_model *m, const struct opts *o, int n_ctx);
+/* A whole file, NUL-terminated (*len its length), or NULL after printing why. */
 char *wgllm_cli_read_file(const char *path, size_t *len);
+/* Tokenizes text; returns the count (*out malloc'd) or -1 after printing why. */
+int wgllm_cli_tokenize_text(struct wgllm_model *m, const char *text, size_t len, bool add_special,
+                            bool parse_special, int32_t **out);
 
 #endif

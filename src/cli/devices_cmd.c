@@ -3,20 +3,20 @@
  * the limits and features the kernel generator specialises on, or why there
  * is none (no library, no adapter).
  */
-#include "backend/webgpu/hal.h"
-#include "cli/cli.h"
+#include "cli.h"
+#include "wgllm_tools.h"
 
 #include <stdio.h>
 
 int wgllm_cli_devices(const struct opts *o) {
     printf("cpu: available (always)\n");
     struct wgllm_error err = {0};
-    struct wgllm_gpu *g = NULL;
-    if (wgllm_gpu_open(&g, &err)) {
+    struct wgllm_tools_gpu_info info;
+    if (wgllm_tools_gpu_info(&info, &err)) {
         printf("webgpu: not available: %s\n", err.message);
         return 0;
     }
-    const struct wgllm_gpu_info *in = wgllm_gpu_get_info(g);
+    const struct wgllm_tools_gpu_info *in = &info;
     printf("webgpu: %s\n", in->name);
     printf("  library:        %s\n", in->library);
     printf("  backend:        %s\n", in->backend);
@@ -34,6 +34,5 @@ int wgllm_cli_devices(const struct opts *o) {
     printf("\n  feature ids:   ");
     for (int i = 0; i < in->n_feature_ids; i++) printf(" 0x%x", in->feature_ids[i]);
     printf("\n");
-    wgllm_gpu_close(g);
     return 0;
 }

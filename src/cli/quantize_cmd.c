@@ -1,17 +1,16 @@
 /*
  * quantize_cmd.c - `wgllm quantize IN.gguf OUT.gguf TYPE [--allow-requantize]
- * [--pure] [-t N]`: the command-line face of model/quantize.c, with the
+ * [--pure] [-t N]`: the command-line face of wgllm_tools_quantize_file, with the
  * argument order of llama.cpp's llama-quantize.
  */
-#include "model/quantize.h"
+#include "cli.h"
+#include "wgllm_tools.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-int wgllm_cli_quantize(int argc, char **argv);
 
 static bool quantize_progress(float p, void *user) {
     int *last = user;
@@ -33,7 +32,7 @@ static int quantize_usage(const char *why) {
             "  --allow-requantize  accept already-quantized input (loses quality)\n"
             "  --pure              every weight matrix gets TYPE (no per-tensor mix)\n"
             "  -t N                threads (default: all cores)\n",
-            wgllm_quantize_preset_list());
+            wgllm_tools_quantize_preset_list());
     return 2;
 }
 
@@ -41,7 +40,7 @@ static int quantize_usage(const char *why) {
 int wgllm_cli_quantize(int argc, char **argv) {
     const char *pos[3] = {0};
     int npos = 0;
-    struct wgllm_quantize_params p = wgllm_quantize_default_params();
+    struct wgllm_tools_quantize_params p = wgllm_tools_quantize_default_params();
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--allow-requantize")) {
@@ -67,7 +66,7 @@ int wgllm_cli_quantize(int argc, char **argv) {
         }
     }
     if (npos != 3) return quantize_usage("needs IN.gguf OUT.gguf TYPE");
-    if (wgllm_quantize_ftype_from_name(pos[2]) < 0) {
+    if (wgllm_tools_quantize_ftype_from_name(pos[2]) < 0) {
         fprintf(stderr, "wgllm quantize: unknown type '%s'\n", pos[2]);
         return quantize_usage(NULL);
     }
@@ -75,12 +74,12 @@ int wgllm_cli_quantize(int argc, char **argv) {
     int last = -1;
     if (isatty(2)) {
         p.progress = quantize_progress;
-        p.user = &last;
+        p.user_data = &last;
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     struct wgllm_error err = {0};
-    enum wgllm_status st = wgllm_quantize_file(pos[0], pos[1], &p, &err);
+    enum wgllm_status st = wgllm_tools_quantize_file(pos[0], pos[1], &p, &err);
     if (last >= 0) fprintf(stderr, "\n");
     if (st != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm %s\n", err.message);
@@ -88,7 +87,7 @@ int wgllm_cli_quantize(int argc, char **argv) {
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     fprintf(stderr, "quantize: wrote %s (%s) in %.1f s\n", pos[1],
-            wgllm_quantize_ftype_name(wgllm_quantize_ftype_from_name(pos[2])),
+            wgllm_tools_quantize_ftype_name(wgllm_tools_quantize_ftype_from_name(pos[2])),
             (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     return 0;
 }

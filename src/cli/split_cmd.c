@@ -1,11 +1,11 @@
 /*
  * split_cmd.c - `wgllm split IN.gguf OUT_PREFIX [--split-max-size 512M]
- * [--split-max-tensors N]`: the command-line face of gguf/split_write.c,
+ * [--split-max-tensors N]`: the command-line face of wgllm_tools_split,
  * with the argument names of llama.cpp's gguf-split. Shards come out as
  * OUT_PREFIX-00001-of-0000N.gguf; load a split model by its first shard.
  */
 #include "cli.h"
-#include "gguf/split_write.h"
+#include "wgllm_tools.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,12 +49,12 @@ int wgllm_cli_split(int argc, char **argv) {
     const char *pos[2] = {0};
     int npos = 0;
     bool size_set = false, tensors_set = false;
-    struct wgllm_gguf_split_params p = wgllm_gguf_split_default_params();
+    struct wgllm_tools_split_params p = wgllm_tools_split_default_params();
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--split-max-size")) {
             if (i + 1 >= argc) return split_usage("--split-max-size needs a size (e.g. 512M)", NULL);
-            if (!wgllm_gguf_split_parse_size(argv[++i], &p.max_bytes))
+            if (!wgllm_tools_split_parse_size(argv[++i], &p.max_bytes))
                 return split_usage("bad size '%s' (want bytes or a whole number with K, M or G, e.g. 512M)", argv[i]);
             size_set = true;
         } else if (!strcmp(a, "--split-max-tensors")) {
@@ -81,18 +81,18 @@ int wgllm_cli_split(int argc, char **argv) {
     p.on_shard = split_on_shard;
     if (isatty(2)) {
         p.progress = split_progress;
-        p.user = &last;
+        p.user_data = &last;
     }
     struct wgllm_error err = {0};
     int n = 0;
-    if (wgllm_gguf_split(pos[0], pos[1], &p, &n, &err) != WGLLM_STATUS_OK) {
+    if (wgllm_tools_split(pos[0], pos[1], &p, &n, &err) != WGLLM_STATUS_OK) {
         if (last >= 0) fprintf(stderr, "\n");
         fprintf(stderr, "wgllm %s\n", err.message);
         return 1;
     }
     if (last >= 0) fprintf(stderr, "\n");
     char first[4096];
-    wgllm_gguf_split_path(first, sizeof(first), pos[1], 1, n);
+    wgllm_tools_split_path(first, sizeof(first), pos[1], 1, n);
     fprintf(stderr, "split: %d shard%s; load the model with -m %s\n", n, n == 1 ? "" : "s", first);
     return 0;
 }

@@ -1,16 +1,12 @@
 /*
  * template_cmd.c - `wgllm template`: renders a model's chat template (or
- * --template-file, or the built-in one its special tokens point to) for an
- * OpenAI-style messages JSON array and prints the prompt exactly, with no
- * added newline, so it can be compared byte for byte from a shell. Only the
- * GGUF metadata is read (no weights).
+ * --template-file, or the built-in one its special tokens point to, found as
+ * the engine finds it: wgllm_model_chat_template) for an OpenAI-style
+ * messages JSON array and prints the prompt exactly, with no added newline,
+ * so it can be compared byte for byte from a shell. The model is loaded with
+ * its weights left in the file (stream_weights): only the metadata is read.
  */
-#include "cli/cli.h"
-
-#include "base/base.h"
-#include "chat/chat.h"
-#include "gguf/gguf.h"
-#include "vocab/vocab.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,13 +19,13 @@ int wgllm_cli_template(const struct opts *o) {
     }
     int rc = 1;
     struct wgllm_error err = {0};
-    struct wgllm_gguf *g = NULL;
-    struct wgllm_vocab *v = NULL;
-    struct wgllm_chat_template *t = NULL;
+    struct wgllm_model *m = NULL;
     char *file_src = NULL, *msgs = NULL, *tools = NULL, *out = NULL;
-    if (wgllm_gguf_open(o->model, &g, &err) != WGLLM_STATUS_OK ||
-        wgllm_vocab_init(g, &v, &err) != WGLLM_STATUS_OK) {
-        fprintf(stderr, "wgllm template: %s: %s\n", o->model, err.message);
+    struct wgllm_model_params mp = wgllm_model_default_params();
+    mp.n_threads = o->threads;
+    mp.stream_weights = true; /* nothing mapped, no weight read: the template needs the metadata only */
+    if (wgllm_model_load(o->model, &mp, &m, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "wgllm template: %s\n", err.message);
         goto done;
     }
     const char *src = NULL;
@@ -39,7 +35,7 @@ int wgllm_cli_template(const struct opts *o) {
         src = file_src;
     } else {
         const char *builtin;
-        if (!wgllm_chat_template_find(g, v, &src, &src_len, &builtin)) {
+        if (!(src = wgllm_model_chat_template(m, &src_len, &builtin))) {
             fprintf(stderr, "wgllm template: %s has no tokenizer.chat_template and no built-in template fits; "
                             "give one with --template-file\n", o->model);
             goto done;
@@ -49,12 +45,8 @@ int wgllm_cli_template(const struct opts *o) {
     /* each file keeps its own length: the template is parsed with src_len alone */
     if (!(msgs = wgllm_cli_read_file(o->messages, &msgs_len))) goto done;
     if (o->tools && !(tools = wgllm_cli_read_file(o->tools, &tools_len))) goto done;
-    int32_t bos = wgllm_vocab_bos(v), eos = wgllm_vocab_eos(v);
-    const char *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
-    const char *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
-    if (wgllm_chat_template_parse(src, src_len, &t, &err) != WGLLM_STATUS_OK ||
-        wgllm_chat_template_render_json(t, msgs, tools, o->add_generation_prompt, bos_text, eos_text, &out,
-                                        &err) != WGLLM_STATUS_OK) {
+    if (wgllm_chat_apply_template(m, src, src_len, msgs, tools, o->add_generation_prompt, &out, &err) !=
+        WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm template: %s\n", err.message);
         goto done;
     }
@@ -62,11 +54,9 @@ int wgllm_cli_template(const struct opts *o) {
     rc = fflush(stdout) == 0 ? 0 : 1;
 done:
     free(out);
-    wgllm_chat_template_free(t);
     free(file_src);
     free(msgs);
     free(tools);
-    wgllm_vocab_free(v);
-    wgllm_gguf_free(g);
+    wgllm_model_free(m);
     return rc;
 }

@@ -23,6 +23,7 @@
  * request refers to them.
  */
 #include "server/server.h"
+#include "cli/cli.h" /* wgllm_cli_serve: the entry of the command table */
 
 #include "base/base.h"
 
@@ -613,3 +614,6 @@ int wgllm_serve_main(int argc, char **argv) {
     free(tmpl);
     return 0;
 }
+
+/* `wgllm serve` as the command table (src/cli/main.c) reaches it. */
+int wgllm_cli_serve(int argc, char **argv) { return wgllm_serve_main(argc, argv); }
