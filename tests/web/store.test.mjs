@@ -57,6 +57,7 @@ let rangeRequests = 0;
 let rangeDelay = 0;
 const ranged = { count: 0, inFlight: 0, maxInFlight: 0 };
 const versions = new Map(); // name -> path of the file served as /c/NAME now
+let rangeFault = null; // {after, swap: a file | undefined}: /r/ range requests after `after` of them get a 500, or that file
 
 function hook(req, res, headers) {
   const u = new URL(req.url, 'http://x');
@@ -72,12 +73,26 @@ function hook(req, res, headers) {
   if (top === '/r/' && range) {
     ranged.count++;
     ranged.maxInFlight = Math.max(ranged.maxInFlight, ++ranged.inFlight);
+    let body = data;
+    let etc = tag;
+    const fault = rangeFault && ranged.count > rangeFault.after ? rangeFault : null;
+    if (fault && fault.swap) { // the file changed on the server
+      const st2 = fs.statSync(fault.swap);
+      body = fs.readFileSync(fault.swap);
+      etc = { ETag: `"${st2.size}-${Math.floor(st2.mtimeMs)}-${st2.ino}"`, 'Last-Modified': st2.mtime.toUTCString() };
+    }
     const a = Number(range[1]);
-    const b = Math.min(Number(range[2]), data.length - 1);
+    const b = Math.min(Number(range[2]), body.length - 1);
     setTimeout(() => {
-      res.writeHead(206, { ...headers, ...tag, 'Content-Type': 'application/octet-stream', 'Content-Length': b - a + 1,
-        'Content-Range': `bytes ${a}-${b}/${data.length}` });
-      res.end(data.subarray(a, b + 1), () => { ranged.inFlight--; });
+      if (fault && !fault.swap) { res.writeHead(500, headers); res.end('broken', () => { ranged.inFlight--; }); return; }
+      if (a > b) {
+        res.writeHead(416, { ...headers, ...etc, 'Content-Range': `bytes */${body.length}` });
+        res.end(() => { ranged.inFlight--; });
+        return;
+      }
+      res.writeHead(206, { ...headers, ...etc, 'Content-Type': 'application/octet-stream', 'Content-Length': b - a + 1,
+        'Content-Range': `bytes ${a}-${b}/${body.length}` });
+      res.end(body.subarray(a, b + 1), () => { ranged.inFlight--; });
     }, rangeDelay);
     res.on('close', () => { if (!res.writableFinished) ranged.inFlight--; });
     return true;
@@ -408,6 +423,35 @@ test('a URL read by range requests keeps a window of them in flight and gives th
   } finally {
     rangeDelay = 0;
   }
+});
+
+test('range reads: a file that changes on the server during the load, or a failed request, fails the load clearly', { timeout: 120000 }, async () => {
+  const url = `${server.url}/r/whole.gguf`;
+  const settle = async () => { // the read-ahead still in flight is aborted
+    for (let i = 0; i < 100 && ranged.inFlight > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    return ranged.inFlight;
+  };
+  rangeDelay = 20;
+  try {
+    for (const [fault, want] of [[{ after: 2, swap: q4 }, /the remote file changed during the load \((19391680 bytes before, 10609856 now|ETag .*)\); load the model again/],
+      [{ after: 3 }, /HTTP 500 to a range request/]]) {
+      Object.assign(ranged, { count: 0, inFlight: 0, maxInFlight: 0 });
+      rangeFault = fault;
+      const msg = await page.evaluate(async (url) => {
+        try { await wgllm.createEngine({ model: url, store: false, backend: 'webgpu' }); return null; } catch (e) { return e.message; }
+      }, url);
+      rangeFault = null;
+      assert.match(msg ?? '', /^wgllm: loading the model failed: whole\.gguf: /);
+      assert.match(msg, want);
+      assert.equal(await settle(), 0, 'no range request left in flight');
+    }
+  } finally {
+    rangeFault = null;
+    rangeDelay = 0;
+  }
+  // and the next load of the same URL works
+  const ok = await rangedRun(url);
+  assert.equal(ok.streamed, true);
 });
 
 test('a remote file that changed (ETag and size) is downloaded again, never mixed with the stored copy', { timeout: 180000 }, async () => {

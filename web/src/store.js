@@ -298,16 +298,15 @@ export class RangeReader {
 
   async fetchRange(a, b, signal) { // [a, b)
     const res = await fetch(this.url, { headers: { Range: `bytes=${a}-${b - 1}` }, signal, cache: 'no-store' });
-    const m = /^bytes (\d+)-(\d+)\/(\d+)\s*$/.exec(res.headers.get('content-range') || '');
-    if (res.status !== 206 || !m) {
-      try { await res.body?.cancel(); } catch { /* gone already */ }
-      throw new Error(`HTTP ${res.status} to a range request`);
-    }
-    const now = { size: Number(m[3]), etag: etagOf(res.headers), lastModified: res.headers.get('last-modified') };
+    const cr = res.headers.get('content-range') || '';
+    const total = /\/(\d+)\s*$/.exec(cr); // also on a 416: bytes */SIZE
+    const now = { size: total ? Number(total[1]) : -1, etag: etagOf(res.headers), lastModified: res.headers.get('last-modified') };
     const changed = changedFile({ size: this.size, etag: this.etag, lastModified: this.lastModified }, now);
-    if (changed) {
+    const m = /^bytes (\d+)-(\d+)\/(\d+)\s*$/.exec(cr);
+    if (changed || res.status !== 206 || !m) {
       try { await res.body?.cancel(); } catch { /* gone already */ }
-      throw storeError(`the remote file changed during the load (${changed}); load the model again`, 'fetch');
+      if (changed) throw storeError(`the remote file changed during the load (${changed}); load the model again`, 'fetch');
+      throw new Error(`HTTP ${res.status} to a range request`);
     }
     if (Number(m[1]) !== a || Number(m[2]) !== b - 1) throw new Error(`the server sent bytes ${m[1]}-${m[2]} for ${a}-${b - 1}`);
     const bytes = new Uint8Array(await res.arrayBuffer());
