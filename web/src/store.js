@@ -344,9 +344,10 @@ export class RangeReader {
     // in order: at most a chunk past where the last read ended
     const sequential = this.lastEnd >= 0 && off >= this.lastEnd && off - this.lastEnd <= C;
     this.lastEnd = off + n;
-    if (!covered && (this.window === 0 || (n < C / 2 && !sequential))) return this.fetchRange(off, off + n);
+    const streaming = this.window > 0 && (n >= C / 2 || sequential);
+    if (!covered && !streaming) return this.fetchRange(off, off + n);
     try {
-      if (!covered) {
+      if (streaming) { // the window moves with the reader: topped up at every read, not only on a miss
         const end = Math.min(last + this.window, Math.floor((this.size - 1) / C));
         for (const i of [...this.chunks.keys()]) if (i < first || i > end) this.drop(i);
         for (let i = first; i <= end; i++) this.chunkAt(i); // in order: the read's chunks, then the window
