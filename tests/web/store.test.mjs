@@ -2,10 +2,13 @@
 // Chromium: a synthetic model split by `wgllm split` into 3 shards loads over
 // HTTP with progress into OPFS and generates the same greedy text as native
 // `wgllm run` on the same file; after a reload it loads from OPFS with no new
-// request for its shards; a download cut on the 2nd shard resumes without
+// download of its shards; a download cut on the 2nd shard resumes without
 // fetching shard 1 again; picked Files (the shards) load on the page; a
-// corrupt file gives a clear error; listModels/deleteModel. The server counts
-// every shard request. Run through tests/web/run.sh (builds what is missing).
+// corrupt file gives a clear error; listModels/deleteModel. Range reads of a
+// URL keep a window of requests in flight; a remote file that changed (ETag,
+// size) is downloaded again, never mixed with stored shards; quota errors name
+// the bytes needed and available. The server counts every shard request. Run
+// through tests/web/run.sh (builds what is missing).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -31,6 +34,9 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wgllm-store-'));
 const whole = path.join(dir, 'whole.gguf');
 const SHARDS = ['tiny-00001-of-00003.gguf', 'tiny-00002-of-00003.gguf', 'tiny-00003-of-00003.gguf'];
 const FIRST = `/m/${SHARDS[0]}`;
+const q4 = path.join(dir, 'q4.gguf');
+const seed2 = path.join(dir, 'seed2.gguf');
+const mibs = (n) => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
 let server, browser, page;
 const pageErrors = [];
@@ -44,18 +50,57 @@ let rangeRequests = 0;
 
 // Serves dir under /m/ (counting GETs; cutting one response when asked); the rest is web/serve.mjs's.
 // It ignores Range headers (answers 200 with the whole file), as some servers do; range
-// requests (the probe of core.js for streamed weights) are counted apart.
+// requests (the probe of core.js for streamed weights, the store's check of stored shards)
+// are counted apart. /r/NAME serves the same files answering ranges, after rangeDelay ms,
+// and counts the range requests in flight at once. /c/NAME serves versions[NAME] (a file
+// the test swaps), ignoring ranges, with its ETag.
+let rangeDelay = 0;
+const ranged = { count: 0, inFlight: 0, maxInFlight: 0 };
+const versions = new Map(); // name -> path of the file served as /c/NAME now
+let rangeFault = null; // {after, swap: a file | undefined}: /r/ range requests after `after` of them get a 500, or that file
+
 function hook(req, res, headers) {
   const u = new URL(req.url, 'http://x');
-  if (!u.pathname.startsWith('/m/')) return false;
+  const top = u.pathname.slice(0, 3);
+  if (top !== '/m/' && top !== '/r/' && top !== '/c/') return false;
   const name = path.basename(decodeURIComponent(u.pathname));
-  const file = path.join(dir, name);
-  if (!fs.existsSync(file)) { res.writeHead(404, headers); res.end('not found'); return true; }
+  const file = top === '/c/' ? versions.get(name) : path.join(dir, name);
+  if (!file || !fs.existsSync(file)) { res.writeHead(404, headers); res.end('not found'); return true; }
+  const data = fs.readFileSync(file);
+  const st = fs.statSync(file);
+  const tag = { ETag: `"${st.size}-${Math.floor(st.mtimeMs)}-${st.ino}"`, 'Last-Modified': st.mtime.toUTCString() };
+  const range = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range || '');
+  if (top === '/r/' && range) {
+    ranged.count++;
+    ranged.maxInFlight = Math.max(ranged.maxInFlight, ++ranged.inFlight);
+    let body = data;
+    let etc = tag;
+    const fault = rangeFault && ranged.count > rangeFault.after ? rangeFault : null;
+    if (fault && fault.swap) { // the file changed on the server
+      const st2 = fs.statSync(fault.swap);
+      body = fs.readFileSync(fault.swap);
+      etc = { ETag: `"${st2.size}-${Math.floor(st2.mtimeMs)}-${st2.ino}"`, 'Last-Modified': st2.mtime.toUTCString() };
+    }
+    const a = Number(range[1]);
+    const b = Math.min(Number(range[2]), body.length - 1);
+    setTimeout(() => {
+      if (fault && !fault.swap) { res.writeHead(500, headers); res.end('broken', () => { ranged.inFlight--; }); return; }
+      if (a > b) {
+        res.writeHead(416, { ...headers, ...etc, 'Content-Range': `bytes */${body.length}` });
+        res.end(() => { ranged.inFlight--; });
+        return;
+      }
+      res.writeHead(206, { ...headers, ...etc, 'Content-Type': 'application/octet-stream', 'Content-Length': b - a + 1,
+        'Content-Range': `bytes ${a}-${b}/${body.length}` });
+      res.end(body.subarray(a, b + 1), () => { ranged.inFlight--; });
+    }, rangeDelay);
+    res.on('close', () => { if (!res.writableFinished) ranged.inFlight--; });
+    return true;
+  }
   if (req.headers.range) rangeRequests++;
   else requests.set(name, count(name) + 1);
-  const data = fs.readFileSync(file);
-  res.writeHead(200, { ...headers, 'Content-Type': 'application/octet-stream', 'Content-Length': data.length });
-  if (dropOnce === name) {
+  res.writeHead(200, { ...headers, ...tag, 'Content-Type': 'application/octet-stream', 'Content-Length': data.length });
+  if (dropOnce === name && !req.headers.range) {
     dropOnce = null;
     res.write(data.subarray(0, data.length >> 1), () => setTimeout(() => res.socket.destroy(), 50));
     return true;
@@ -113,6 +158,12 @@ before(async () => {
   for (const s of SHARDS) assert.ok(fs.existsSync(path.join(dir, s)), `wgllm split wrote ${s}`);
   assert.ok(!fs.existsSync(path.join(dir, 'tiny-00001-of-00004.gguf')));
   wantNative = nativeText(path.join(dir, SHARDS[0]), 8);
+  // other versions of a remote file: another size (q4_0), the same size with other weights (seed 2, split)
+  execFileSync(WGLLM, ['synth', '--shape', 'tiny', '--type', 'q4_0', '-o', q4], { stdio: 'ignore' });
+  execFileSync(WGLLM, ['synth', '--shape', 'tiny', '--type', 'q8_0', '--seed', '2', '-o', seed2], { stdio: 'ignore' });
+  fs.mkdirSync(path.join(dir, 'b'));
+  execFileSync(WGLLM, ['split', seed2, path.join(dir, 'b', 'tiny'), '--split-max-size', '4M'], { stdio: 'ignore' });
+  for (const s of SHARDS) assert.ok(fs.existsSync(path.join(dir, 'b', s)), `wgllm split wrote b/${s}`);
   assert.equal(nativeText(whole, 8), wantNative, 'native: the shards generate what the unsplit file does');
   server = await startServer({ models: dir, hook });
   browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
@@ -317,4 +368,176 @@ test('the demo page loads a split model by URL, lists it as stored and deletes i
   } finally {
     await demo.close();
   }
+});
+
+// Loads `url` on the page (createEngine), on WebGPU without the store: the weights are read by range requests.
+const rangedRun = (url, readAhead) => page.evaluate(async ({ url, prompt, readAhead }) => {
+  globalThis.wgllmReadAhead = readAhead ?? undefined;
+  try {
+    const t0 = performance.now();
+    const e = await wgllm.createEngine({ model: url, store: false, backend: 'webgpu' });
+    const ms = performance.now() - t0;
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, streamed: info.weights_streamed, source: info.source, ms };
+  } finally {
+    delete globalThis.wgllmReadAhead;
+  }
+}, { url, prompt: PROMPT, readAhead });
+
+test('a URL read by range requests keeps a window of them in flight and gives the File\'s tokens', { timeout: 180000 }, async () => {
+  const url = `${server.url}/r/whole.gguf`;
+  // the same file picked as a File: the reference
+  const fromFile = await page.evaluate(async ({ url, prompt }) => {
+    const bytes = await (await fetch(url)).arrayBuffer();
+    const e = await wgllm.createEngine({ model: new File([bytes], 'whole.gguf'), backend: 'webgpu' });
+    const c = await e.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, streamed: info.weights_streamed };
+  }, { url: `${server.url}/m/whole.gguf`, prompt: PROMPT });
+  assert.equal(fromFile.streamed, true);
+  const base = await rangedRun(url); // no delay: what the load costs without the network
+  rangeDelay = 40; // a round trip of a real network
+  try {
+    Object.assign(ranged, { count: 0, inFlight: 0, maxInFlight: 0 });
+    const ahead = await rangedRun(url); // the defaults: 8 MiB chunks, 4 ahead
+    const aheadStats = { ...ranged };
+    Object.assign(ranged, { count: 0, inFlight: 0, maxInFlight: 0 });
+    const serial = await rangedRun(url, { window: 0 }); // one request per read of the core, as before
+    const serialStats = { ...ranged };
+    Object.assign(ranged, { count: 0, inFlight: 0, maxInFlight: 0 });
+    const small = await rangedRun(url, { chunk: 1 << 20, window: 4 });
+    const smallStats = { ...ranged };
+    console.log(`# range reads of ${mibs(fs.statSync(whole).size)} at ${rangeDelay} ms a request (load ${base.ms.toFixed(0)} ms without delay): ` +
+      `read-ahead ${ahead.ms.toFixed(0)} ms (${aheadStats.count} requests, ${aheadStats.maxInFlight} at once), ` +
+      `1 MiB chunks ${small.ms.toFixed(0)} ms (${smallStats.count} requests, ${smallStats.maxInFlight} at once), ` +
+      `none ${serial.ms.toFixed(0)} ms (${serialStats.count} requests, ${serialStats.maxInFlight} at once)`);
+    for (const r of [ahead, serial, small]) assert.deepEqual(r, { ...r, text: fromFile.text, streamed: true, source: 'network' });
+    assert.ok(aheadStats.maxInFlight > 1, `more than one range request in flight: ${aheadStats.maxInFlight}`);
+    assert.ok(smallStats.maxInFlight > 2, `a window of them with small chunks: ${smallStats.maxInFlight}`);
+    assert.equal(serialStats.maxInFlight, 1, 'without read-ahead: one at a time');
+    assert.ok(aheadStats.count < serialStats.count, `fewer requests: ${aheadStats.count} vs ${serialStats.count}`);
+    assert.equal(ranged.inFlight, 0, 'nothing left in flight after unload');
+  } finally {
+    rangeDelay = 0;
+  }
+});
+
+test('range reads: a file that changes on the server during the load, or a failed request, fails the load clearly', { timeout: 120000 }, async () => {
+  const url = `${server.url}/r/whole.gguf`;
+  const settle = async () => { // the read-ahead still in flight is aborted
+    for (let i = 0; i < 100 && ranged.inFlight > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    return ranged.inFlight;
+  };
+  rangeDelay = 20;
+  try {
+    for (const [fault, want] of [[{ after: 2, swap: q4 }, /the remote file changed during the load \((19391680 bytes before, 10609856 now|ETag .*)\); load the model again/],
+      [{ after: 3 }, /HTTP 500 to a range request/]]) {
+      Object.assign(ranged, { count: 0, inFlight: 0, maxInFlight: 0 });
+      rangeFault = fault;
+      const msg = await page.evaluate(async (url) => {
+        try { await wgllm.createEngine({ model: url, store: false, backend: 'webgpu' }); return null; } catch (e) { return e.message; }
+      }, url);
+      rangeFault = null;
+      assert.match(msg ?? '', /^wgllm: loading the model failed: whole\.gguf: /);
+      assert.match(msg, want);
+      assert.equal(await settle(), 0, 'no range request left in flight');
+    }
+  } finally {
+    rangeFault = null;
+    rangeDelay = 0;
+  }
+  // and the next load of the same URL works
+  const ok = await rangedRun(url);
+  assert.equal(ok.streamed, true);
+});
+
+test('a remote file that changed (ETag and size) is downloaded again, never mixed with the stored copy', { timeout: 180000 }, async () => {
+  versions.set('ver.gguf', whole);
+  const r1 = await loadAndRun('/c/ver.gguf');
+  assert.equal(r1.error, undefined);
+  assert.equal(r1.text, wantNative);
+  assert.equal(count('ver.gguf'), 1);
+  // unchanged: checked (a range request), loaded from OPFS
+  const r2 = await loadAndRun('/c/ver.gguf');
+  assert.equal(r2.error, undefined);
+  assert.equal(r2.text, wantNative);
+  assert.equal(count('ver.gguf'), 1, 'not fetched again');
+  // the server has another version now: another ETag and size
+  versions.set('ver.gguf', q4);
+  const r3 = await loadAndRun('/c/ver.gguf');
+  assert.equal(r3.error, undefined);
+  assert.equal(r3.text, nativeText(q4, 8), 'the new file\'s tokens');
+  assert.notEqual(r3.text, wantNative);
+  assert.equal(count('ver.gguf'), 2, 'downloaded again');
+  const list = (await page.evaluate(() => wgllm.listModels())).find((m) => m.name === 'ver');
+  assert.deepEqual({ bytes: list.bytes, complete: list.complete }, { bytes: fs.statSync(q4).size, complete: true });
+  // and the new copy stays: loaded again without a download
+  const r4 = await loadAndRun('/c/ver.gguf');
+  assert.equal(r4.text, r3.text);
+  assert.equal(count('ver.gguf'), 2);
+  // a server that cannot be asked (here: 404) does not stop a complete stored copy from loading
+  versions.delete('ver.gguf');
+  const r5 = await loadAndRun('/c/ver.gguf');
+  assert.equal(r5.error, undefined);
+  assert.equal(r5.text, r3.text);
+});
+
+test('a split download cut midway resumes; when the remote shards changed meanwhile (ETag) it starts again', { timeout: 180000 }, async () => {
+  const vs = SHARDS.map((s) => s.replace(/^tiny/, 'vs'));
+  const serve = (from) => vs.forEach((v, i) => versions.set(v, path.join(from, SHARDS[i])));
+  const counts = () => vs.map(count);
+  serve(dir);
+  dropOnce = vs[1];
+  const r1 = await loadAndRun(`/c/${vs[0]}`);
+  assert.match(r1.error, /shard 2 of 3 .*interrupted.*1 of 3 shards are stored.*resume/);
+  assert.deepEqual(counts(), [1, 1, 0]);
+  // the same files: resumes at shard 2
+  dropOnce = vs[2];
+  const r2 = await loadAndRun(`/c/${vs[0]}`);
+  assert.match(r2.error, /shard 3 of 3 .*interrupted.*2 of 3 shards are stored/);
+  assert.deepEqual(counts(), [1, 2, 1]);
+  let list = (await page.evaluate(() => wgllm.listModels())).find((m) => m.name === 'vs');
+  assert.equal(list.complete, false);
+  assert.equal(list.bytes, fs.statSync(path.join(dir, SHARDS[0])).size + fs.statSync(path.join(dir, SHARDS[1])).size,
+    'the manifest counts only the finished shards');
+  // now the server has another version (same sizes, other weights, other ETags): the stored shards are dropped
+  serve(path.join(dir, 'b'));
+  const r3 = await loadAndRun(`/c/${vs[0]}`);
+  assert.equal(r3.error, undefined);
+  assert.deepEqual(counts(), [2, 3, 2], 'every shard fetched again');
+  assert.equal(r3.text, nativeText(seed2, 8), 'the new version\'s tokens');
+  assert.notEqual(r3.text, wantNative);
+  list = (await page.evaluate(() => wgllm.listModels())).find((m) => m.name === 'vs');
+  assert.equal(list.complete, true);
+});
+
+test('storage quota: a too small estimate and a QuotaExceededError name the bytes needed and available', { timeout: 120000 }, async () => {
+  versions.set('q.gguf', whole);
+  const size = fs.statSync(whole).size;
+  const estimated = await page.evaluate(async () => {
+    const est = navigator.storage.estimate;
+    navigator.storage.estimate = async () => ({ quota: 2 ** 20, usage: 0 });
+    try { await wgllm.createEngine({ model: '/c/q.gguf' }); return null; } catch (e) { return e.message; } finally {
+      navigator.storage.estimate = est;
+    }
+  });
+  assert.equal(estimated, `wgllm: storing the model in the browser (OPFS) needs ${mibs(size)}, 1.0 MiB available ` +
+    '(free space with deleteModel, or load with store: false)');
+  assert.equal(count('q.gguf'), 0, 'nothing was downloaded');
+  const full = await page.evaluate(async () => {
+    const write = FileSystemWritableFileStream.prototype.write;
+    FileSystemWritableFileStream.prototype.write = function (d) { // the shard's bytes do not fit; the manifest does
+      return d instanceof Uint8Array ? Promise.reject(new DOMException('the quota is used up', 'QuotaExceededError')) : write.call(this, d);
+    };
+    try { await wgllm.createEngine({ model: '/c/q.gguf' }); return null; } catch (e) { return e.message; } finally {
+      FileSystemWritableFileStream.prototype.write = write;
+    }
+  });
+  assert.match(full, new RegExp(`^wgllm: storing the model in the browser \\(OPFS\\) needs ${mibs(size).replace('.', '\\.')}, \\d+\\.\\d MiB available`));
+  const list = (await page.evaluate(() => wgllm.listModels())).find((m) => m.name === 'q');
+  assert.deepEqual({ bytes: list.bytes, complete: list.complete }, { bytes: 0, complete: false });
+  assert.deepEqual(pageErrors, []);
 });

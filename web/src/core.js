@@ -20,7 +20,7 @@
 // slices, into the heap, where the core's mmap finds them (so are URLs
 // fetched without OPFS, which cannot be read at any offset).
 
-import { readSnapshots, writeSnapshots, resolveModel, mountInHeap, probeRanges, wasmBuffer } from './store.js';
+import { readSnapshots, writeSnapshots, resolveModel, mountInHeap, probeRanges, closeReaders, wasmBuffer } from './store.js';
 
 // The threaded core is imported only when it can run: its module needs
 // SharedArrayBuffer as soon as it is instantiated.
@@ -204,7 +204,8 @@ async function loadIn(opts, started) {
   const srcId = ++loadCount;
   let streamable = threaded && backend !== 'cpu' && opts.streamWeights !== false &&
     typeof navigator !== 'undefined' && !!navigator.gpu && src.files.every((f) => f.blob || f.bytes || f.url);
-  // URLs not kept in OPFS: read with range requests where the server answers them
+  // URLs not kept in OPFS: read with range requests where the server answers them,
+  // a window of them in flight ahead of the reader (store.js RangeReader)
   if (streamable && src.files.some((f) => f.url)) streamable = await probeRanges(src.files);
   if (streamable) {
     M.wgllmSources = M.wgllmSources || {};
@@ -221,6 +222,7 @@ async function loadIn(opts, started) {
     M._free(names);
     const r = ld ? await awaitLoad(ld) : { st: 0, engineFailed: false };
     M.onStreamRead = null;
+    closeReaders(src.files); // the read-ahead of URLs: nothing more is read in order
     if (r.st) {
       st = r.st;
       streamed = true;
@@ -510,6 +512,7 @@ async function loadIn(opts, started) {
     while (active.size) await new Promise((res) => setTimeout(res, 5));
     unloaded = true;
     M._wgllm_web_unload(st);
+    closeReaders(src.files); // URL reads still in flight are aborted
     if (M.wgllmSources) delete M.wgllmSources[srcId];
     M._free(lenPtr);
     if (M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();

@@ -5,8 +5,10 @@
 // - a URL (string or URL): downloaded shard by shard into the Origin Private
 //   File System (OPFS), streamed chunk by chunk (never a whole shard in one
 //   JS ArrayBuffer), with progress; each finished shard is recorded in the
-//   model's manifest, so an interrupted download restarts at the first
-//   missing shard and a reload loads from OPFS without fetching again. A
+//   model's manifest (with its size, ETag and Last-Modified), so an
+//   interrupted download restarts at the first missing shard and a reload
+//   loads from OPFS without fetching again - unless the server's file changed:
+//   then the stored shards are dropped and it is downloaded again. A
 //   split model (`name-00001-of-00003.gguf`, as `wgllm split` writes) is given
 //   by any shard's URL or by the list of its URLs.
 // - 'opfs:NAME': a model stored before (listModels / deleteModel).
@@ -21,8 +23,9 @@
 // a private window) a URL streams straight into the heap, with no resume.
 // Streamed weights (WebGPU; core.js): the core reads parts of the files
 // itself (wgllm_web.lib.js) - slices of the File / OPFS file, or range
-// requests to a URL whose server answers them (probeRanges) - and nothing is
-// copied into the heap here.
+// requests to a URL whose server answers them (probeRanges, RangeReader: a
+// window of them in flight ahead of the reader) - and nothing is copied into
+// the heap here.
 
 const STORE_DIR = 'wgllm-models';
 const MANIFEST = 'manifest.json';
@@ -227,29 +230,184 @@ function shardFileNames(names, n) {
 
 // ---- downloading into OPFS -----------------------------------------------------
 
+// What a server says about a file: {size, etag, lastModified, ranged}
+// (size -1 when it does not say), from one GET of its first byte (a range
+// request: works where HEAD is refused, e.g. signed URLs); a server that
+// ignores ranges answers 200 and its body is dropped unread. Throws a store
+// error on a failed request.
+const etagOf = (h) => { const e = h.get('etag'); return e ? e.replace(/^W\//, '') : null; }; // gzip weakens, the value stays
+async function remoteInfo(url, what) {
+  let res;
+  try {
+    res = await fetch(url, { headers: { Range: 'bytes=0-0' }, cache: 'no-store' });
+  } catch (e) {
+    throw storeError(`fetching ${what} (${url}) failed: ${e.message}`, 'fetch');
+  }
+  const m = /\/(\d+)\s*$/.exec(res.headers.get('content-range') || '');
+  const ranged = res.status === 206 && !!m;
+  const info = { status: res.status, ranged, etag: etagOf(res.headers), lastModified: res.headers.get('last-modified'),
+    size: ranged ? Number(m[1]) : res.status === 200 && res.headers.get('content-length') &&
+      !/^(?!identity)./i.test(res.headers.get('content-encoding') || '') ? Number(res.headers.get('content-length')) : -1 };
+  try { if (ranged) await res.arrayBuffer(); else await res.body?.cancel(); } catch { /* gone already */ }
+  if (!res.ok) throw storeError(`fetching ${what} (${url}) failed: HTTP ${res.status}`, 'fetch');
+  return info;
+}
+
+/* True when what the server says now (`now`) is another version of the file
+ * than the one recorded (`was`, from the manifest): another ETag, or (where
+ * either has none) another Last-Modified, or another size. */
+function changedFile(was, now) {
+  if (was.size >= 0 && now.size >= 0 && was.size !== now.size) return `${was.size} bytes before, ${now.size} now`;
+  if (was.etag && now.etag) return was.etag !== now.etag ? `ETag ${was.etag} before, ${now.etag} now` : '';
+  if (was.lastModified && now.lastModified && was.lastModified !== now.lastModified)
+    return `Last-Modified ${was.lastModified} before, ${now.lastModified} now`;
+  return '';
+}
+
+// Streamed reads of a URL: READ_CHUNK-aligned range requests, READ_WINDOW of
+// them in flight ahead of the reader, so that the core's sequential reads of
+// the weights take about one download's time instead of a round trip each.
+const READ_CHUNK = 8 << 20;
+const READ_WINDOW = 4;
+
+/**
+ * Reads parts of a URL with range requests (wgllm_web.lib.js calls read()).
+ * Large reads (at least half a chunk: the weights) and reads that go on
+ * where the last one ended go through aligned chunks, with up to `window`
+ * chunks requested ahead of the read, in order;
+ * chunks behind the reader or beyond the window are dropped (their requests
+ * aborted), so at most (read + window) chunks are held. Other small reads
+ * (samples of weights) that no held chunk covers are one exact request each. Every answer is checked against the file's size and ETag:
+ * a file that changed on the server is an error, never mixed in. close()
+ * aborts what is in flight (on error, after the load, at unload).
+ * opts: {chunk, window} (window 0: exactly what is asked, one request per read);
+ * globalThis.wgllmReadAhead overrides the defaults (tuning, tests).
+ */
+export class RangeReader {
+  constructor(url, size, info = {}, opts = {}) {
+    const g = (typeof globalThis !== 'undefined' && globalThis.wgllmReadAhead) || {};
+    this.url = url;
+    this.size = size;
+    this.etag = info.etag ?? null;
+    this.lastModified = info.lastModified ?? null;
+    this.chunk = Math.max(4096, opts.chunk ?? g.chunk ?? READ_CHUNK);
+    this.window = Math.max(0, opts.window ?? g.window ?? READ_WINDOW);
+    this.chunks = new Map(); // index -> {ctrl, p}
+    this.lastEnd = -1; // where the last read ended
+  }
+
+  async fetchRange(a, b, signal) { // [a, b)
+    const res = await fetch(this.url, { headers: { Range: `bytes=${a}-${b - 1}` }, signal, cache: 'no-store' });
+    const cr = res.headers.get('content-range') || '';
+    const total = /\/(\d+)\s*$/.exec(cr); // also on a 416: bytes */SIZE
+    const now = { size: total ? Number(total[1]) : -1, etag: etagOf(res.headers), lastModified: res.headers.get('last-modified') };
+    const changed = changedFile({ size: this.size, etag: this.etag, lastModified: this.lastModified }, now);
+    const m = /^bytes (\d+)-(\d+)\/(\d+)\s*$/.exec(cr);
+    if (changed || res.status !== 206 || !m) {
+      try { await res.body?.cancel(); } catch { /* gone already */ }
+      if (changed) throw storeError(`the remote file changed during the load (${changed}); load the model again`, 'fetch');
+      throw new Error(`HTTP ${res.status} to a range request`);
+    }
+    if (Number(m[1]) !== a || Number(m[2]) !== b - 1) throw new Error(`the server sent bytes ${m[1]}-${m[2]} for ${a}-${b - 1}`);
+    const bytes = new Uint8Array(await res.arrayBuffer());
+    if (bytes.length !== b - a) throw new Error(`${bytes.length} bytes for a range of ${b - a}`);
+    return bytes;
+  }
+
+  chunkAt(i) {
+    let c = this.chunks.get(i);
+    if (!c) {
+      const ctrl = new AbortController();
+      const a = i * this.chunk;
+      c = { ctrl, p: this.fetchRange(a, Math.min(this.size, a + this.chunk), ctrl.signal) };
+      c.p.catch(() => {}); // seen by the read that needs it, or dropped with it
+      this.chunks.set(i, c);
+    }
+    return c;
+  }
+
+  drop(i) {
+    const c = this.chunks.get(i);
+    if (!c) return;
+    this.chunks.delete(i);
+    c.ctrl.abort();
+  }
+
+  /** The n bytes at off (a Uint8Array of n bytes). */
+  async read(off, n) {
+    if (n <= 0) return new Uint8Array(0);
+    const C = this.chunk;
+    const first = Math.floor(off / C);
+    const last = Math.floor((off + n - 1) / C);
+    let covered = true;
+    for (let i = first; i <= last && covered; i++) covered = this.chunks.has(i);
+    // in order: at most a chunk past where the last read ended
+    const sequential = this.lastEnd >= 0 && off >= this.lastEnd && off - this.lastEnd <= C;
+    this.lastEnd = off + n;
+    const streaming = this.window > 0 && (n >= C / 2 || sequential);
+    if (!covered && !streaming) return this.fetchRange(off, off + n);
+    try {
+      if (streaming) { // the window moves with the reader: topped up at every read, not only on a miss
+        const end = Math.min(last + this.window, Math.floor((this.size - 1) / C));
+        for (const i of [...this.chunks.keys()]) if (i < first || i > end) this.drop(i);
+        for (let i = first; i <= end; i++) this.chunkAt(i); // in order: the read's chunks, then the window
+      }
+      const parts = [];
+      for (let i = first; i <= last; i++) parts.push(await this.chunkAt(i).p);
+      if (parts.length === 1) return parts[0].subarray(off - first * C, off - first * C + n);
+      const out = new Uint8Array(n);
+      let o = 0;
+      parts.forEach((p, k) => {
+        const from = k === 0 ? off - first * C : 0;
+        const to = Math.min(p.length, off + n - (first + k) * C);
+        out.set(p.subarray(from, to), o);
+        o += to - from;
+      });
+      return out;
+    } catch (e) {
+      this.close(); // nothing of a failed window is kept
+      throw e;
+    }
+  }
+
+  /** Aborts the requests in flight and drops the held chunks (reads still work afterwards). */
+  close() {
+    for (const i of [...this.chunks.keys()]) this.drop(i);
+  }
+}
+
 /**
  * For the URL files of a model that is not kept in OPFS: asks each for its
  * first byte as a range request. When every server answers 206 with the
- * file's size, sets each file's size and resolves to true: the core can then
- * read any part of them (streamed weights) instead of copying them whole into
- * the wasm memory. False when any server ignores ranges or fails.
+ * file's size, sets each file's size and reader (a RangeReader), and
+ * resolves to true: the core can then read any part of them (streamed
+ * weights) instead of copying them whole into the wasm memory. False when
+ * any server ignores ranges or fails.
  */
-export async function probeRanges(files) {
-  const sizes = [];
+export async function probeRanges(files, opts = {}) {
+  const infos = [];
   for (const f of files) {
-    if (!f.url) { sizes.push(f.size); continue; }
+    if (!f.url) { infos.push(null); continue; }
     try {
-      const res = await fetch(f.url, { headers: { Range: 'bytes=0-0' } });
-      const m = /\/(\d+)\s*$/.exec(res.headers.get('content-range') || '');
-      if (res.status !== 206 || !m) { try { await res.body?.cancel(); } catch { /* gone already */ } return false; }
-      await res.arrayBuffer();
-      sizes.push(Number(m[1]));
+      const info = await remoteInfo(f.url, f.name);
+      if (!info.ranged) return false;
+      infos.push(info);
     } catch {
       return false; // the load that follows reports the failure
     }
   }
-  files.forEach((f, i) => { f.size = sizes[i]; f.ranged = !!f.url; });
+  files.forEach((f, i) => {
+    if (!infos[i]) return;
+    f.size = infos[i].size;
+    f.ranged = true;
+    f.reader = new RangeReader(f.url, f.size, infos[i], opts);
+  });
   return true;
+}
+
+/** Aborts the read-ahead of the files' readers (after the load, at unload). */
+export function closeReaders(files) {
+  for (const f of files || []) if (f.reader) f.reader.close();
 }
 
 async function fetchOk(url, what) {
@@ -263,39 +421,96 @@ async function fetchOk(url, what) {
   return res;
 }
 
+/** {quota, usage, available} of the origin's storage (navigator.storage.estimate), or null where unknown. */
+async function storageEstimate() {
+  try {
+    if (typeof navigator === 'undefined' || !navigator.storage || !navigator.storage.estimate) return null;
+    const e = await navigator.storage.estimate();
+    if (!e || !Number.isFinite(e.quota) || !Number.isFinite(e.usage)) return null;
+    return { quota: e.quota, usage: e.usage, available: Math.max(0, e.quota - e.usage) };
+  } catch {
+    return null;
+  }
+}
+
+const quotaError = (need, est) => storeError(`storing the model in the browser (OPFS) needs ${mib(need)}, ` +
+  `${est ? mib(est.available) : 'less'} available (free space with deleteModel, or load with store: false)`, 'quota');
+
+async function clearDir(dir) {
+  const old = [];
+  for await (const [entry] of dir.entries()) old.push(entry);
+  for (const entry of old) await dir.removeEntry(entry, { recursive: true });
+}
+
 /**
  * Makes sure every shard of the model at `urls` is complete in OPFS,
  * downloading the missing ones; returns {dir, name, shards: [{file, size}]}.
  * progress(loaded, total, fraction, shard, shards); loaded/total in bytes;
  * shard (1-based) only while that shard is being fetched.
+ *
+ * The manifest records, for each finished shard, the size, ETag and
+ * Last-Modified its server gave. Every load by URL first asks the server
+ * about each shard (one range request of its first byte): when a stored
+ * shard's file changed there, all stored shards are dropped and the model is
+ * downloaded again (versions are never mixed); when the server cannot be
+ * reached, a complete stored model loads as it is. The sizes it learns are
+ * checked against navigator.storage.estimate() before anything is written.
  */
 async function download(urls, root, progress) {
   const name = storeNameOf(urls);
   const dir = await root.getDirectoryHandle(name, { create: true });
   let m = await readManifest(dir);
   const same = m && m.urls && m.urls.length === urls.length && m.urls.every((u, i) => u === urls[i]);
+  const fresh = () => ({ name, urls, shards: urls.map((u, i) => ({ file: shardFileNames(urls.map(baseName), urls.length)[i], size: -1, done: false })) });
   if (!same) {
     // another model under this name (or none): start over
-    const old = [];
-    for await (const [entry] of dir.entries()) old.push(entry);
-    for (const entry of old) await dir.removeEntry(entry, { recursive: true });
-    m = { name, urls, shards: urls.map((u, i) => ({ file: shardFileNames(urls.map(baseName), urls.length)[i], size: -1, done: false })) };
+    await clearDir(dir);
+    m = fresh();
     await writeManifest(dir, m);
   }
-  const sizes = await Promise.all(m.shards.map(async (s) => (s.done && (await storedSize(dir, s.file)) === s.size ? s.size : -1)));
+  const whatOf = (i) => (urls.length > 1 ? `shard ${i + 1} of ${urls.length}` : 'the model');
+  let sizes = await Promise.all(m.shards.map(async (s) => (s.done && (await storedSize(dir, s.file)) === s.size ? s.size : -1)));
+  // what the server says about each shard now
+  const infos = await Promise.all(urls.map((u, i) => remoteInfo(u, whatOf(i)).catch((e) => e)));
+  const missing = sizes.some((x) => x < 0);
+  const failed = infos.find((x) => x instanceof Error);
+  if (failed && missing) throw failed; // the download cannot go on
+  if (failed) console.warn(`wgllm: the stored model '${name}' was not checked against its server (${failed.message}); loading it as stored`);
+  else {
+    const changed = m.shards.map((s, i) => (sizes[i] >= 0 ? changedFile(s, infos[i]) : '')).find(Boolean);
+    if (changed) {
+      // the remote file is another version than the stored shards: drop them all, never mix
+      console.warn(`wgllm: the remote model '${name}' changed (${changed}); its stored shards are dropped and it is downloaded again`);
+      await clearDir(dir);
+      m = fresh();
+      await writeManifest(dir, m);
+      sizes = sizes.map(() => -1);
+    }
+  }
+  // room for what is missing (where the server says the sizes)
+  const need = failed ? 0 : infos.reduce((a, x, i) => a + (sizes[i] < 0 && x.size > 0 ? x.size : 0), 0);
+  const est = need ? await storageEstimate() : null;
+  if (est && need > est.available) throw quotaError(need, est);
   // bytes: of the shards whose size is known so far (later shards' sizes
   // come with their responses); the fraction goes by shards, so it never
   // moves backwards when a new shard's size becomes known
-  const known = () => sizes.reduce((a, s) => a + Math.max(0, s), 0);
+  const known = () => sizes.reduce((a, x) => a + Math.max(0, x), 0);
   let loaded = known();
-  let stored = sizes.filter((s) => s >= 0).length;
+  let stored = sizes.filter((x) => x >= 0).length;
   if (stored) progress(loaded, known(), stored / urls.length, undefined, urls.length); // what OPFS already holds
   for (let i = 0; i < urls.length; i++) {
     if (sizes[i] >= 0) continue;
     const s = m.shards[i];
-    const what = urls.length > 1 ? `shard ${i + 1} of ${urls.length}` : 'the model';
+    const what = whatOf(i);
     const res = await fetchOk(urls[i], what);
     const total = Number(res.headers.get('content-length')) || 0;
+    const got0 = { size: total || -1, etag: etagOf(res.headers), lastModified: res.headers.get('last-modified') };
+    const during = infos[i] && !(infos[i] instanceof Error) ? changedFile(infos[i], got0) : '';
+    if (during) {
+      try { await res.body?.cancel(); } catch { /* gone already */ }
+      throw storeError(`the remote file of ${what} (${urls[i]}) changed during the download (${during}); ` +
+        'load the model again', 'fetch');
+    }
     sizes[i] = total;
     const fh = await dir.getFileHandle(s.file, { create: true });
     const w = await fh.createWritable({ keepExistingData: false });
@@ -316,8 +531,11 @@ async function download(urls, root, progress) {
         try {
           await w.write(chunk.value);
         } catch (e) {
-          throw storeError(`storing ${what} in the browser (OPFS) failed at ${got} bytes: ${e.name === 'QuotaExceededError'
-            ? 'the storage quota is used up (free space with deleteModel, or load with store: false)' : e.message}`);
+          if (e && e.name === 'QuotaExceededError') {
+            const left = infos.reduce((a, x, k) => a + (k >= i && m.shards[k] && !m.shards[k].done && x && x.size > 0 ? x.size : 0), 0);
+            throw quotaError(Math.max(left, total, got + chunk.value.length), await storageEstimate());
+          }
+          throw storeError(`storing ${what} in the browser (OPFS) failed at ${got} bytes: ${e.message}`);
         }
         got += chunk.value.length;
         loaded += chunk.value.length;
@@ -332,6 +550,8 @@ async function download(urls, root, progress) {
       throw e;
     }
     s.size = got;
+    s.etag = got0.etag;
+    s.lastModified = got0.lastModified;
     s.done = true;
     sizes[i] = got;
     stored++;

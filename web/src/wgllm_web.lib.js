@@ -10,7 +10,7 @@ mergeInto(LibraryManager.library, {
 
   // One read of a streamed model (wgllm_web.c, struct web_read_wait): n bytes
   // at `off` of file `file` of Module.wgllmSources[src] (each {name, size}
-  // and blob, bytes, or url: a server answering range requests) into the
+  // and blob, bytes, or url and reader: a server answering range requests) into the
   // heap at dst. Runs on the main thread (proxied) and returns at once; the
   // read's promise completes `w`.
   // State 0 -> 2 (writing) -> 1 (done); if the C side gave up first (3),
@@ -36,7 +36,9 @@ mergeInto(LibraryManager.library, {
       if (off + n > f.bytes.length) return complete(1, 'reading ' + where + ': past the end (' + f.bytes.length + ' bytes)');
       return complete(0, '', f.bytes.subarray(off, off + n));
     }
-    var part = f.url ?
+    // a URL: its reader (store.js RangeReader: range requests, read ahead in a window)
+    var part = f.reader ? f.reader.read(off, n) :
+      f.url ?
       fetch(f.url, { headers: { Range: 'bytes=' + off + '-' + (off + n - 1) } }).then(function(res) {
         if (res.status !== 206) throw new Error('HTTP ' + res.status + ' to a range request');
         return res.arrayBuffer();
@@ -45,7 +47,7 @@ mergeInto(LibraryManager.library, {
     part.then(function(ab) {
       if (ab.byteLength !== n)
         complete(1, 'reading ' + where + ' gave ' + ab.byteLength + ' bytes: the file changed or is unreadable');
-      else complete(0, '', new Uint8Array(ab));
+      else complete(0, '', ab instanceof Uint8Array ? ab : new Uint8Array(ab));
     }, function(e) {
       complete(1, 'reading ' + where + ' failed: ' + (e && e.message ? e.message : String(e)));
     });
