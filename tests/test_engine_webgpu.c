@@ -476,6 +476,142 @@ TEST(seeded_device_sampling_is_deterministic) {
     wgllm_result_free(&rg);
 }
 
+/* The chain on the host, in double (as test_webgpu_sample.c's): the kept
+ * candidates' ids (by logit, largest first) and probabilities; returns how
+ * many are kept. */
+static int chain_expected(const float *l, int nv, int top_k, float top_p, float min_p, float temp, int *ids,
+                          double *prob) {
+    int n = 0;
+    for (int k = 0; k < top_k; k++) { /* the top_k by selection */
+        int best = -1;
+        for (int i = 0; i < nv; i++) {
+            bool taken = false;
+            for (int j = 0; j < n; j++) taken |= ids[j] == i;
+            if (!taken && (best < 0 || l[i] > l[best])) best = i;
+        }
+        ids[n++] = best;
+    }
+    const double mx = l[ids[0]];
+    if (top_p < 1.0f) {
+        double z = 0, cum = 0;
+        for (int i = 0; i < n; i++) z += exp(l[ids[i]] - mx);
+        for (int i = 0; i < n; i++) {
+            cum += exp(l[ids[i]] - mx) / z;
+            if (cum >= top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (min_p > 0.0f) {
+        int k = 1;
+        while (k < n && l[ids[k]] >= mx + log(min_p)) k++;
+        n = k;
+    }
+    double total = 0;
+    for (int i = 0; i < n; i++) total += exp((l[ids[i]] - mx) / temp);
+    for (int i = 0; i < n; i++) prob[i] = exp((l[ids[i]] - mx) / temp) / total;
+    return n;
+}
+
+static double log_softmax(const float *l, int nv, int tok) {
+    double mx = l[0], sum = 0;
+    for (int i = 1; i < nv; i++) mx = fmax(mx, l[i]);
+    for (int i = 0; i < nv; i++) sum += exp(l[i] - mx);
+    return l[tok] - mx - log(sum);
+}
+
+/* The context call under the engine: rows read back land where decode_batch
+ * puts them (bit for bit) between rows sampled on the device, greedy picks
+ * are the argmax of those rows with their log-softmax, and the chain's draws
+ * follow the distribution the host chain defines (many sequences holding the
+ * same token give equal rows, each drawn at its own position). */
+TEST(sampled_rows_between_rows_read_back) {
+    enum { S = 32, PASSES = 8 };
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.backend = WGLLM_BACKEND_WEBGPU;
+    cp.n_ctx = 4;
+    cp.n_seq = S;
+    cp.n_batch = S;
+    struct wgllm_context *c = NULL;
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_context_init(model, &cp, &c, &err), WGLLM_STATUS_OK);
+    if (!c) {
+        fprintf(stderr, "  context: %s\n", err.message);
+        return;
+    }
+    const int nv = wgllm_model_n_vocab(model);
+    struct wgllm_sampler_params greedy = wgllm_sampler_default_params(), chain = greedy, pen = greedy;
+    greedy.temperature = 0.0f;
+    chain.temperature = 1.0f, chain.top_k = 6, chain.top_p = 0.97f, chain.min_p = 0.02f, chain.seed = 77;
+    pen.repeat_penalty = 1.2f;
+    CHECK(wgllm_context_can_sample_rows(c, &greedy) && wgllm_context_can_sample_rows(c, &chain));
+    CHECK(!wgllm_context_can_sample_rows(c, &pen));
+    int32_t tok[S], pos[S], seq[S], st[S];
+    float lp[S];
+    bool out[S];
+    struct wgllm_row_sample rs[S];
+    for (int i = 0; i < S; i++) tok[i] = (int32_t)(100 + 37 * i), pos[i] = 0, seq[i] = i, out[i] = true;
+    const struct wgllm_batch b = {.n = S, .token = tok, .pos = pos, .seq = seq, .output = out};
+    float *rows = malloc(sizeof(float) * (size_t)S * nv);
+    CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, &err), WGLLM_STATUS_OK);
+    for (int j = 0; j < S; j++) memcpy(rows + (size_t)j * nv, wgllm_context_output_logits(c, j), sizeof(float) * nv);
+    for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){j % 3 ? &greedy : NULL, 1}, st[j] = -1;
+    rs[S - 1].sp = &pen; /* refused whole: nothing runs */
+    CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, NULL), WGLLM_STATUS_UNSUPPORTED);
+    rs[S - 1].sp = NULL;
+    CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, &err), WGLLM_STATUS_OK);
+    int host_same = 0, argmax_same = 0, n_dev = 0;
+    for (int j = 0; j < S; j++) {
+        const float *l = rows + (size_t)j * nv;
+        if (!rs[j].sp) {
+            host_same += !memcmp(wgllm_context_output_logits(c, j), l, sizeof(float) * nv);
+            CHECK_EQ_INT(st[j], -1);
+            continue;
+        }
+        n_dev++;
+        argmax_same += st[j] == wgllm_argmax(l, nv);
+        if (st[j] >= 0 && st[j] < nv) CHECK_NEAR(lp[j], log_softmax(l, nv, st[j]), 1e-4);
+    }
+    CHECK_EQ_INT(host_same, S - n_dev);
+    CHECK_EQ_INT(argmax_same, n_dev);
+    /* draws: every sequence holds the same token (equal rows), positions differ */
+    for (int i = 0; i < S; i++) tok[i] = 4242;
+    CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, &err), WGLLM_STATUS_OK);
+    memcpy(rows, wgllm_context_output_logits(c, 0), sizeof(float) * nv);
+    int ids[6];
+    double prob[6];
+    const int n = chain_expected(rows, nv, chain.top_k, chain.top_p, chain.min_p, chain.temperature, ids, prob);
+    int count[6] = {0}, outside = 0, again = 0;
+    int32_t first[S];
+    for (int pass = 0; pass < PASSES; pass++) {
+        for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){&chain, 1 + pass * S + j};
+        CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, &err), WGLLM_STATUS_OK);
+        for (int j = 0; j < S; j++) {
+            int k = 0;
+            while (k < n && ids[k] != st[j]) k++;
+            if (k < n) count[k]++;
+            else outside++;
+            if (pass == 0) first[j] = st[j];
+        }
+    }
+    for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){&chain, 1 + j};
+    CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, &err), WGLLM_STATUS_OK);
+    for (int j = 0; j < S; j++) again += st[j] == first[j]; /* same seed and position, same token */
+    CHECK_EQ_INT(again, S);
+    CHECK_EQ_INT(outside, 0);
+    double worst = 0;
+    const double N_DRAWS = PASSES * S;
+    for (int k = 0; k < n; k++) {
+        const double sd = sqrt(N_DRAWS * prob[k] * (1 - prob[k])) + 1e-9;
+        worst = fmax(worst, fabs(count[k] - N_DRAWS * prob[k]) / sd);
+    }
+    printf("  chain on %d equal rows: %d kept, worst deviation %.2f sd over %d draws\n", S, n, worst, (int)N_DRAWS);
+    CHECK(worst < 4.5);
+    free(rows);
+    wgllm_context_free(c);
+}
+
 int main(void) {
     wgllm_quant_init();
     int required;
@@ -501,6 +637,7 @@ int main(void) {
         RUN(logprobs_and_penalties_fall_back_to_the_host);
         RUN(mixed_batch_of_device_and_host_sampling);
         RUN(seeded_device_sampling_is_deterministic);
+        RUN(sampled_rows_between_rows_read_back);
     }
     wgllm_engine_free(gpu8);
     wgllm_model_free(model);
