@@ -416,6 +416,21 @@ const char *wgllm_detokenizer_flush(struct wgllm_detokenizer *d, size_t *len);
  * wgllm_engine_submit_* return at once with a request handle; wait for it
  * with wgllm_request_wait (which frees the handle), cancel it from any thread
  * with wgllm_request_cancel.
+ *
+ * Sampling: on the CPU backend every token is sampled on the host by the
+ * sampler chain above. On WebGPU a request whose sampling settings the
+ * device implements -- no repetition / presence / frequency penalties, no
+ * typical_p, no logit bias, n_probs 0, and either greedy (temperature <= 0)
+ * or top_k 1..64 with top_p, min_p and temperature -- is sampled on the GPU:
+ * only the token id and its logprob are read back instead of the whole row
+ * of logits (wgllm_engine_metrics' device_sampled_tokens counts them). Other
+ * requests are sampled on the host as on the CPU, request by request, so one
+ * batch may mix both. Greedy picks are the same either way (the argmax of
+ * the same logits). A device draw takes its uniform from a hash of the seed
+ * and the token's position, not from the CPU sampler's generator: the same
+ * seed and prompt give the same text again on the same backend, but not the
+ * text the CPU backend (or host sampling) draws for that seed. The logprobs
+ * are the same log-softmax, computed in f32 on the device.
  * ------------------------------------------------------------------------- */
 
 struct wgllm_engine;
@@ -576,6 +591,8 @@ struct wgllm_engine_metrics {
     int queue_depth, active_slots, idle_slots;
     uint64_t snapshot_bytes_used;
     uint64_t context_shifts; /* slots shifted because they were full (context_shift) */
+    uint64_t device_sampled_tokens; /* tokens (end-of-generation ones too) picked on the device (WebGPU: only
+                                       their ids came back, not the logits); 0 on the CPU */
 };
 
 void wgllm_engine_metrics(struct wgllm_engine *eng, struct wgllm_engine_metrics *out);

@@ -5,7 +5,8 @@
  * many concurrent requests on few slots, stop strings, streaming, limits,
  * embeddings and chat; a full context: the clear failure (default), and the
  * context shift (backend K re-rotation against fresh evaluations, generation
- * past the context, no reuse of shifted KV through context_key).
+ * past the context, no reuse of shifted KV through context_key); the CPU
+ * backend has no device sampling (every token sampled on the host).
  */
 #include "test.h"
 
@@ -919,6 +920,42 @@ done:
     wgllm_model_free(m);
 }
 
+/* The CPU backend samples nothing on a device: the context says so, the
+ * sampled decode refuses without running, the engine's counter stays 0. */
+TEST(cpu_has_no_device_sampling) {
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = 32;
+    cp.n_seq = 2;
+    struct wgllm_context *c = NULL;
+    CHECK_EQ_INT(wgllm_context_init(model, &cp, &c, NULL), WGLLM_STATUS_OK);
+    if (!c) return;
+    struct wgllm_sampler_params sp = wgllm_sampler_default_params();
+    CHECK(!wgllm_context_can_sample_rows(c, &sp));
+    CHECK(!wgllm_context_can_sample_rows(c, NULL));
+    const int32_t tok[2] = {1, 2}, pos[2] = {0, 0}, seq[2] = {0, 1};
+    const bool out[2] = {true, true};
+    const struct wgllm_batch b = {.n = 2, .token = tok, .pos = pos, .seq = seq, .output = out};
+    const struct wgllm_row_sample rs[2] = {{&sp, 1}, {NULL, 1}};
+    int32_t t[2] = {-1, -1};
+    float lp[2] = {0, 0};
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, t, lp, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(t[0] == -1 && t[1] == -1);
+    wgllm_context_free(c);
+    struct wgllm_engine *e = new_engine(2, 64, 0);
+    if (!e) return;
+    struct wgllm_request_params p = test_greedy(4);
+    struct wgllm_result r;
+    CHECK_EQ_INT(wgllm_query(e, "Once upon a time", &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.n_tokens, 4);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK_EQ_INT(m.device_sampled_tokens, 0);
+    CHECK_EQ_INT(m.generated_tokens, 4);
+    wgllm_result_free(&r);
+    wgllm_engine_free(e);
+}
+
 int main(void) {
     wgllm_base_init();
     wgllm_quant_init();
@@ -950,6 +987,7 @@ int main(void) {
     RUN(shift_on_prompt_limits_and_default_keep);
     RUN(snapshots_export_and_import);
     RUN(chat_message_text_is_never_control_tokens);
+    RUN(cpu_has_no_device_sampling);
     wgllm_model_free(model);
     remove(model_path);
     return test_summary("test_engine");

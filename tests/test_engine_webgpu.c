@@ -7,6 +7,10 @@
  * restore matches the first run, embeddings agree with the CPU's, no
  * GPU buffer is created after the engine has loaded, and a context shift
  * leaves the same K/V cache as the CPU's and the same generated tokens.
+ * Device sampling: greedy and seeded requests are sampled on the GPU (only
+ * ids read back; the tokens as host sampling picks them, the same seed the
+ * same text), settings the device lacks (logprobs, penalties) fall back to
+ * the host, also batched together with a device-sampled request.
  *
  * Without a WebGPU library or adapter it prints SKIP and passes, unless
  * WGLLM_REQUIRE_WEBGPU is set.
@@ -313,6 +317,301 @@ TEST(context_shift_generation_matches_the_cpu_engine) {
     CHECK_EQ_INT(same, GEN);
 }
 
+/* ---- device sampling ------------------------------------------------------ */
+
+static uint64_t device_sampled(struct wgllm_engine *e) {
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    return m.device_sampled_tokens;
+}
+
+static bool query_ok(struct wgllm_engine *e, const char *prompt, const struct wgllm_request_params *p,
+                     struct wgllm_result *r) {
+    struct wgllm_error err = {0};
+    const enum wgllm_status st = wgllm_query(e, prompt, p, r, &err);
+    if (st != WGLLM_STATUS_OK) fprintf(stderr, "  query: %s\n", err.message);
+    return st == WGLLM_STATUS_OK && r->finish == WGLLM_FINISH_LENGTH && r->n_tokens == p->max_tokens;
+}
+
+static bool same_tokens(const struct wgllm_result *a, const struct wgllm_result *b) {
+    return a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens) &&
+           a->text_len == b->text_len && !memcmp(a->text, b->text, a->text_len);
+}
+
+/* Greedy on WebGPU: sampled on the device (the counter counts every token),
+ * the tokens the CPU engine gives and those host sampling gives on WebGPU
+ * (n_probs forces it: the pick is the same argmax), logprobs as the host's
+ * log-softmax up to f32. */
+TEST(greedy_requests_are_sampled_on_the_device) {
+    const char *prompt = test_prompts[1];
+    struct wgllm_request_params p = test_greedy(N);
+    struct wgllm_result dev, host, cpu;
+    struct wgllm_engine *ce = new_engine(WGLLM_BACKEND_CPU, 1, 128, 0);
+    CHECK(ce != NULL);
+    if (!ce) return;
+    CHECK(query_ok(ce, prompt, &p, &cpu));
+    CHECK_EQ_INT(device_sampled(ce), 0); /* the CPU backend never samples on a device */
+    wgllm_engine_free(ce);
+    const uint64_t d0 = device_sampled(gpu8);
+    CHECK(query_ok(gpu8, prompt, &p, &dev));
+    const uint64_t d1 = device_sampled(gpu8);
+    CHECK_EQ_INT(d1 - d0, N);
+    p.sampling.n_probs = 1; /* host sampling, as the engine sampled before */
+    CHECK(query_ok(gpu8, prompt, &p, &host));
+    CHECK_EQ_INT(device_sampled(gpu8), d1);
+    CHECK(same_tokens(&dev, &cpu));
+    CHECK(same_tokens(&dev, &host));
+    for (int i = 0; i < dev.n_tokens && i < host.n_tokens; i++) CHECK_NEAR(dev.logprobs[i], host.logprobs[i], 1e-4);
+    CHECK(host.top_logprobs != NULL && dev.top_logprobs == NULL);
+    wgllm_result_free(&dev);
+    wgllm_result_free(&host);
+    wgllm_result_free(&cpu);
+}
+
+/* Logprobs (n_probs) and a repetition penalty are the host's: the counter
+ * does not move and the results are the CPU engine's. */
+TEST(logprobs_and_penalties_fall_back_to_the_host) {
+    const char *prompt = test_prompts[4];
+    struct wgllm_request_params lp = test_greedy(N), pen = test_greedy(N);
+    lp.sampling.n_probs = 3;
+    pen.sampling.repeat_penalty = 1.5f;
+    pen.sampling.penalty_last_n = 64;
+    struct wgllm_result gl, gp, cl, cpn;
+    struct wgllm_engine *ce = new_engine(WGLLM_BACKEND_CPU, 1, 128, 0);
+    CHECK(ce != NULL);
+    if (!ce) return;
+    CHECK(query_ok(ce, prompt, &lp, &cl));
+    CHECK(query_ok(ce, prompt, &pen, &cpn));
+    wgllm_engine_free(ce);
+    const uint64_t d0 = device_sampled(gpu8);
+    CHECK(query_ok(gpu8, prompt, &lp, &gl));
+    CHECK(query_ok(gpu8, prompt, &pen, &gp));
+    CHECK_EQ_INT(device_sampled(gpu8), d0);
+    CHECK(same_tokens(&gl, &cl));
+    CHECK(same_tokens(&gp, &cpn));
+    CHECK_EQ_INT(gl.n_top, 3);
+    for (int i = 0; gl.top_logprobs && cl.top_logprobs && i < gl.n_tokens * 3; i++) {
+        CHECK_EQ_INT(gl.top_logprobs[i].token, cl.top_logprobs[i].token);
+        CHECK_NEAR(gl.top_logprobs[i].logprob, cl.top_logprobs[i].logprob, 1e-3);
+    }
+    wgllm_result_free(&gl);
+    wgllm_result_free(&gp);
+    wgllm_result_free(&cl);
+    wgllm_result_free(&cpn);
+}
+
+/* One device-sampled and one host-sampled request in the same batches: each
+ * gives what it gives alone; the counter moves by the device one's tokens. */
+TEST(mixed_batch_of_device_and_host_sampling) {
+    enum { G = 12 };
+    struct wgllm_request_params pd = test_greedy(G), ph = test_greedy(G);
+    ph.sampling.n_probs = 2;
+    const char *a = test_prompts[2], *b = test_prompts[5];
+    struct wgllm_result alone_d, alone_h, rd, rh;
+    CHECK(query_ok(gpu8, a, &pd, &alone_d));
+    CHECK(query_ok(gpu8, b, &ph, &alone_h));
+    const uint64_t d0 = device_sampled(gpu8);
+    struct wgllm_request *qd = NULL, *qh = NULL;
+    CHECK_EQ_INT(wgllm_engine_submit_query(gpu8, a, strlen(a), &pd, &qd, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_engine_submit_query(gpu8, b, strlen(b), &ph, &qh, NULL), WGLLM_STATUS_OK);
+    if (!qd || !qh) return;
+    wgllm_request_wait(qd, &rd);
+    wgllm_request_wait(qh, &rh);
+    CHECK_EQ_INT(rd.status, WGLLM_STATUS_OK);
+    CHECK_EQ_INT(rh.status, WGLLM_STATUS_OK);
+    CHECK_EQ_INT(rd.finish, WGLLM_FINISH_LENGTH);
+    CHECK_EQ_INT(rh.finish, WGLLM_FINISH_LENGTH);
+    CHECK_EQ_INT(device_sampled(gpu8) - d0, G);
+    CHECK(same_tokens(&rd, &alone_d));
+    CHECK(same_tokens(&rh, &alone_h));
+    CHECK(rh.top_logprobs != NULL && rh.n_top == 2);
+    CHECK_EQ_INT(rd.usage.completion_tokens, G);
+    CHECK_EQ_INT(rh.usage.completion_tokens, G);
+    wgllm_result_free(&alone_d);
+    wgllm_result_free(&alone_h);
+    wgllm_result_free(&rd);
+    wgllm_result_free(&rh);
+}
+
+/* temperature 0.8, top_k 40 is drawn on the device: the same seed gives the
+ * same text, alone or batched with other requests. */
+TEST(seeded_device_sampling_is_deterministic) {
+    enum { G = 16 };
+    struct wgllm_request_params p = test_greedy(G);
+    p.sampling.temperature = 0.8f;
+    p.sampling.top_k = 40;
+    p.sampling.seed = 1234;
+    const char *prompt = test_prompts[0];
+    struct wgllm_result r1, r2, r3;
+    const uint64_t d0 = device_sampled(gpu8);
+    CHECK(query_ok(gpu8, prompt, &p, &r1));
+    CHECK(query_ok(gpu8, prompt, &p, &r2));
+    CHECK_EQ_INT(device_sampled(gpu8) - d0, 2 * G);
+    CHECK(same_tokens(&r1, &r2));
+    /* batched with a greedy request */
+    struct wgllm_request_params g = test_greedy(G);
+    struct wgllm_request *qs = NULL, *qg = NULL;
+    CHECK_EQ_INT(wgllm_engine_submit_query(gpu8, test_prompts[3], strlen(test_prompts[3]), &g, &qg, NULL),
+                 WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_engine_submit_query(gpu8, prompt, strlen(prompt), &p, &qs, NULL), WGLLM_STATUS_OK);
+    if (!qs || !qg) return;
+    struct wgllm_result rg;
+    wgllm_request_wait(qg, &rg);
+    wgllm_request_wait(qs, &r3);
+    CHECK(same_tokens(&r1, &r3));
+    /* other seeds draw other texts (one of three at least differs) */
+    int differ = 0;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        struct wgllm_result o;
+        p.sampling.seed = seed;
+        CHECK(query_ok(gpu8, prompt, &p, &o));
+        differ += !same_tokens(&o, &r1);
+        wgllm_result_free(&o);
+    }
+    CHECK(differ > 0);
+    printf("  seed 1234: \"%.*s\"\n", (int)r1.text_len, r1.text);
+    wgllm_result_free(&r1);
+    wgllm_result_free(&r2);
+    wgllm_result_free(&r3);
+    wgllm_result_free(&rg);
+}
+
+/* The chain on the host, in double (as test_webgpu_sample.c's): the kept
+ * candidates' ids (by logit, largest first) and probabilities; returns how
+ * many are kept. */
+static int chain_expected(const float *l, int nv, int top_k, float top_p, float min_p, float temp, int *ids,
+                          double *prob) {
+    int n = 0;
+    for (int k = 0; k < top_k; k++) { /* the top_k by selection */
+        int best = -1;
+        for (int i = 0; i < nv; i++) {
+            bool taken = false;
+            for (int j = 0; j < n; j++) taken |= ids[j] == i;
+            if (!taken && (best < 0 || l[i] > l[best])) best = i;
+        }
+        ids[n++] = best;
+    }
+    const double mx = l[ids[0]];
+    if (top_p < 1.0f) {
+        double z = 0, cum = 0;
+        for (int i = 0; i < n; i++) z += exp(l[ids[i]] - mx);
+        for (int i = 0; i < n; i++) {
+            cum += exp(l[ids[i]] - mx) / z;
+            if (cum >= top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (min_p > 0.0f) {
+        int k = 1;
+        while (k < n && l[ids[k]] >= mx + log(min_p)) k++;
+        n = k;
+    }
+    double total = 0;
+    for (int i = 0; i < n; i++) total += exp((l[ids[i]] - mx) / temp);
+    for (int i = 0; i < n; i++) prob[i] = exp((l[ids[i]] - mx) / temp) / total;
+    return n;
+}
+
+static double log_softmax(const float *l, int nv, int tok) {
+    double mx = l[0], sum = 0;
+    for (int i = 1; i < nv; i++) mx = fmax(mx, l[i]);
+    for (int i = 0; i < nv; i++) sum += exp(l[i] - mx);
+    return l[tok] - mx - log(sum);
+}
+
+/* The context call under the engine: rows read back land where decode_batch
+ * puts them (bit for bit) between rows sampled on the device, greedy picks
+ * are the argmax of those rows with their log-softmax, and the chain's draws
+ * follow the distribution the host chain defines (many sequences holding the
+ * same token give equal rows, each drawn at its own position). */
+TEST(sampled_rows_between_rows_read_back) {
+    enum { S = 32, PASSES = 8 };
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.backend = WGLLM_BACKEND_WEBGPU;
+    cp.n_ctx = 4;
+    cp.n_seq = S;
+    cp.n_batch = S;
+    struct wgllm_context *c = NULL;
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_context_init(model, &cp, &c, &err), WGLLM_STATUS_OK);
+    if (!c) {
+        fprintf(stderr, "  context: %s\n", err.message);
+        return;
+    }
+    const int nv = wgllm_model_n_vocab(model);
+    struct wgllm_sampler_params greedy = wgllm_sampler_default_params(), chain = greedy, pen = greedy;
+    greedy.temperature = 0.0f;
+    chain.temperature = 1.0f, chain.top_k = 6, chain.top_p = 0.97f, chain.min_p = 0.02f, chain.seed = 77;
+    pen.repeat_penalty = 1.2f;
+    CHECK(wgllm_context_can_sample_rows(c, &greedy) && wgllm_context_can_sample_rows(c, &chain));
+    CHECK(!wgllm_context_can_sample_rows(c, &pen));
+    int32_t tok[S], pos[S], seq[S], st[S];
+    float lp[S];
+    bool out[S];
+    struct wgllm_row_sample rs[S];
+    for (int i = 0; i < S; i++) tok[i] = (int32_t)(100 + 37 * i), pos[i] = 0, seq[i] = i, out[i] = true;
+    const struct wgllm_batch b = {.n = S, .token = tok, .pos = pos, .seq = seq, .output = out};
+    float *rows = malloc(sizeof(float) * (size_t)S * nv);
+    CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, &err), WGLLM_STATUS_OK);
+    for (int j = 0; j < S; j++) memcpy(rows + (size_t)j * nv, wgllm_context_output_logits(c, j), sizeof(float) * nv);
+    for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){j % 3 ? &greedy : NULL, 1}, st[j] = -1;
+    rs[S - 1].sp = &pen; /* refused whole: nothing runs */
+    CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, NULL), WGLLM_STATUS_UNSUPPORTED);
+    rs[S - 1].sp = NULL;
+    CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, &err), WGLLM_STATUS_OK);
+    int host_same = 0, argmax_same = 0, n_dev = 0;
+    for (int j = 0; j < S; j++) {
+        const float *l = rows + (size_t)j * nv;
+        if (!rs[j].sp) {
+            host_same += !memcmp(wgllm_context_output_logits(c, j), l, sizeof(float) * nv);
+            CHECK_EQ_INT(st[j], -1);
+            continue;
+        }
+        n_dev++;
+        argmax_same += st[j] == wgllm_argmax(l, nv);
+        if (st[j] >= 0 && st[j] < nv) CHECK_NEAR(lp[j], log_softmax(l, nv, st[j]), 1e-4);
+    }
+    CHECK_EQ_INT(host_same, S - n_dev);
+    CHECK_EQ_INT(argmax_same, n_dev);
+    /* draws: every sequence holds the same token (equal rows), positions differ */
+    for (int i = 0; i < S; i++) tok[i] = 4242;
+    CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, &err), WGLLM_STATUS_OK);
+    memcpy(rows, wgllm_context_output_logits(c, 0), sizeof(float) * nv);
+    int ids[6];
+    double prob[6];
+    const int n = chain_expected(rows, nv, chain.top_k, chain.top_p, chain.min_p, chain.temperature, ids, prob);
+    int count[6] = {0}, outside = 0, again = 0;
+    int32_t first[S];
+    for (int pass = 0; pass < PASSES; pass++) {
+        for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){&chain, 1 + pass * S + j};
+        CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, &err), WGLLM_STATUS_OK);
+        for (int j = 0; j < S; j++) {
+            int k = 0;
+            while (k < n && ids[k] != st[j]) k++;
+            if (k < n) count[k]++;
+            else outside++;
+            if (pass == 0) first[j] = st[j];
+        }
+    }
+    for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){&chain, 1 + j};
+    CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, &err), WGLLM_STATUS_OK);
+    for (int j = 0; j < S; j++) again += st[j] == first[j]; /* same seed and position, same token */
+    CHECK_EQ_INT(again, S);
+    CHECK_EQ_INT(outside, 0);
+    double worst = 0;
+    const double N_DRAWS = PASSES * S;
+    for (int k = 0; k < n; k++) {
+        const double sd = sqrt(N_DRAWS * prob[k] * (1 - prob[k])) + 1e-9;
+        worst = fmax(worst, fabs(count[k] - N_DRAWS * prob[k]) / sd);
+    }
+    printf("  chain on %d equal rows: %d kept, worst deviation %.2f sd over %d draws\n", S, n, worst, (int)N_DRAWS);
+    CHECK(worst < 4.5);
+    free(rows);
+    wgllm_context_free(c);
+}
+
 int main(void) {
     wgllm_quant_init();
     int required;
@@ -334,6 +633,11 @@ int main(void) {
         RUN(embeddings_agree_with_the_cpu);
         RUN(seq_shift_leaves_the_cpu_cache);
         RUN(context_shift_generation_matches_the_cpu_engine);
+        RUN(greedy_requests_are_sampled_on_the_device);
+        RUN(logprobs_and_penalties_fall_back_to_the_host);
+        RUN(mixed_batch_of_device_and_host_sampling);
+        RUN(seeded_device_sampling_is_deterministic);
+        RUN(sampled_rows_between_rows_read_back);
     }
     wgllm_engine_free(gpu8);
     wgllm_model_free(model);

@@ -80,4 +80,31 @@ enum wgllm_status wgllm_context_generate(struct wgllm_context *ctx, const struct
                                          bool (*on_token)(int32_t, void *), void *user, int *n_out,
                                          struct wgllm_error *err);
 
+/* Device-side sampling of output rows (the engine's path on WebGPU): per
+ * output row of a batch, either nothing (sp NULL: the logits are read back,
+ * wgllm_context_output_logits) or a token picked on the device -- the argmax
+ * (sp->temperature <= 0) or a draw of sp's chain (top-k 1..64, top-p,
+ * min-p, temperature) from a uniform that hashes sp->seed and `pos` (as
+ * wgllm_context_generate draws: the same seed and position give the same
+ * token; the CPU sampler's generator differs). Only the id and its raw
+ * log-softmax come back, not the row. */
+struct wgllm_row_sample {
+    const struct wgllm_sampler_params *sp; /* NULL: read this row's logits back */
+    int32_t pos;                           /* hashed with the seed: the output token's position + 1 */
+};
+/* True when the context's backend samples rows on the device and sp's
+ * settings allow it: no repetition / presence / frequency penalties,
+ * typical_p, logit bias or n_probs; greedy (temperature <= 0) or the chain
+ * above. False on the CPU backend. */
+bool wgllm_context_can_sample_rows(const struct wgllm_context *ctx, const struct wgllm_sampler_params *sp);
+/* wgllm_context_decode_batch (logits) with rs[j] for each output row j
+ * (wgllm_context_n_outputs rows): rows with rs[j].sp set get tok[j] and
+ * lp[j] (the raw log-softmax of the token), and their logits rows are not
+ * readable; the other rows' logits are, as after decode_batch (tok/lp
+ * untouched there). UNSUPPORTED when the backend has no such path or an
+ * rs[j].sp fails wgllm_context_can_sample_rows; nothing runs then. */
+enum wgllm_status wgllm_context_decode_batch_sampled(struct wgllm_context *ctx, const struct wgllm_batch *b,
+                                                     const struct wgllm_row_sample *rs, int32_t *tok, float *lp,
+                                                     struct wgllm_error *err);
+
 #endif

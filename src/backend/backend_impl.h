@@ -21,6 +21,7 @@
 #include "base/base.h"
 
 struct wgllm_model;
+struct wgllm_row_sample; /* backend.h */
 
 /* The tokens of one pass, checked by context.c: 1 <= n <= n_batch, ids in
  * the vocabulary, positions in [0, n_ctx), sequences in [0, n_seq), and the
@@ -84,6 +85,17 @@ struct wgllm_backend_i {
     bool (*can_sample)(const struct wgllm_sampler_params *sp);
     enum wgllm_status (*generate)(void *b, const struct wgllm_sampler_params *sp, struct wgllm_gen_state *gs, int n,
                                   bool (*on_token)(int32_t, void *), void *user, int *n_out, struct wgllm_error *err);
+
+    /* Optional (NULL when the backend has none, as the CPU): decode's pass
+     * (logits) where output row j with rs[j].sp set is not written to ub->out
+     * but sampled on the device -- the argmax (temperature <= 0) or sp's
+     * chain, as can_sample admits it, seeded by sp->seed and rs[j].pos --
+     * its id to tok[j] and raw log-softmax to lp[j]. The other rows are
+     * written to ub->out as decode writes them (their slots of the rows of
+     * sampled outputs are left undefined). context.c checked every rs[j]
+     * (backend.h's wgllm_context_can_sample_rows). */
+    enum wgllm_status (*decode_sampled)(void *b, const struct wgllm_ubatch *ub, const struct wgllm_row_sample *rs,
+                                        int32_t *tok, float *lp, struct wgllm_error *err);
 };
 
 extern const struct wgllm_backend_i wgllm_backend_cpu_i;

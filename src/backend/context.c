@@ -175,14 +175,24 @@ static enum wgllm_status check_tokens(const struct wgllm_context *c, const int32
 
 /* One pass of n validated tokens with output flags `want` through the
  * backend; the output rows go to `out`. */
-static enum wgllm_status run_pass(struct wgllm_context *c, const int32_t *tok, const int32_t *pos, const int32_t *seq,
-                                  const bool *want, int n, bool embeddings, float *out, struct wgllm_error *err) {
+/* One pass through the backend; with rs (logits only, the backend has
+ * decode_sampled), the outputs rs marks are sampled on the device. */
+static enum wgllm_status run_pass_sampled(struct wgllm_context *c, const int32_t *tok, const int32_t *pos,
+                                          const int32_t *seq, const bool *want, int n, bool embeddings, float *out,
+                                          const struct wgllm_row_sample *rs, int32_t *s_tok, float *s_lp,
+                                          struct wgllm_error *err) {
     int n_out = 0;
     for (int i = 0; i < n; i++)
         if (want[i]) c->b_idx[n_out++] = i;
     const struct wgllm_ubatch ub = {.n = n, .token = tok, .pos = pos, .seq = seq, .output = want,
                                     .out_idx = c->b_idx, .n_out = n_out, .embeddings = embeddings, .out = out};
+    if (rs) return c->be->decode_sampled(c->b, &ub, rs, s_tok, s_lp, err);
     return c->be->decode(c->b, &ub, err);
+}
+
+static enum wgllm_status run_pass(struct wgllm_context *c, const int32_t *tok, const int32_t *pos, const int32_t *seq,
+                                  const bool *want, int n, bool embeddings, float *out, struct wgllm_error *err) {
+    return run_pass_sampled(c, tok, pos, seq, want, n, embeddings, out, NULL, NULL, NULL, err);
 }
 
 /* Sequence 0's n tokens after the cached ones, in passes of n_batch; with
@@ -231,8 +241,9 @@ void wgllm_context_truncate(struct wgllm_context *c, int n_past) {
     if (n_past < c->n_past) c->n_past = n_past;
 }
 
-enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *c, const struct wgllm_batch *b, bool embeddings,
-                                             struct wgllm_error *err) {
+static enum wgllm_status decode_batch(struct wgllm_context *c, const struct wgllm_batch *b, bool embeddings,
+                                      const struct wgllm_row_sample *rs, int32_t *s_tok, float *s_lp,
+                                      struct wgllm_error *err) {
     if (b->n <= 0 || b->n > c->n_batch)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "batch of %d tokens (1..%d allowed)", b->n,
                                c->n_batch);
@@ -256,12 +267,47 @@ enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *c, const stru
         for (int i = 0; i < b->n; i++) c->b_want[i] = i == b->n - 1;
         want = c->b_want;
     }
-    st = run_pass(c, b->token, b->pos, b->seq, want, b->n, embeddings, c->out, err);
+    if (rs) { /* every sampled row's settings, before anything runs */
+        bool any = false;
+        for (int j = 0; j < n_out; j++) {
+            if (!rs[j].sp) continue;
+            if (!wgllm_context_can_sample_rows(c, rs[j].sp))
+                return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                       "output %d: the %s backend cannot sample these settings on the device", j,
+                                       c->be->name);
+            any = true;
+        }
+        if (!any) rs = NULL;
+    }
+    st = run_pass_sampled(c, b->token, b->pos, b->seq, want, b->n, embeddings, c->out, rs, s_tok, s_lp, err);
     if (st) return st;
     c->n_outputs = n_out;
     c->out_embd = embeddings;
     c->n_logits = 0; /* the single-sequence getters no longer apply */
     return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_context_decode_batch(struct wgllm_context *c, const struct wgllm_batch *b, bool embeddings,
+                                             struct wgllm_error *err) {
+    return decode_batch(c, b, embeddings, NULL, NULL, NULL, err);
+}
+
+bool wgllm_context_can_sample_rows(const struct wgllm_context *c, const struct wgllm_sampler_params *sp) {
+    if (!c->be->decode_sampled || !sp) return false;
+    /* what the device does not implement changes greedy picks too */
+    if ((sp->repeat_penalty != 1.0f && sp->penalty_last_n != 0) || sp->presence_penalty != 0.0f ||
+        sp->frequency_penalty != 0.0f || sp->n_logit_bias > 0 || sp->n_probs > 0)
+        return false;
+    return sp->temperature <= 0.0f || (c->be->can_sample && c->be->can_sample(sp));
+}
+
+enum wgllm_status wgllm_context_decode_batch_sampled(struct wgllm_context *c, const struct wgllm_batch *b,
+                                                     const struct wgllm_row_sample *rs, int32_t *tok, float *lp,
+                                                     struct wgllm_error *err) {
+    if (!c->be->decode_sampled)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "the %s backend does not sample on the device",
+                               c->be->name);
+    return decode_batch(c, b, false, rs, tok, lp, err);
 }
 
 int wgllm_context_n_outputs(const struct wgllm_context *c) { return c->n_outputs; }

@@ -52,6 +52,7 @@ struct wgllm_request {
     int n_done_prompt; /* prompt tokens in the KV cache (cached or computed) */
     int n_cached;
     int32_t pending;   /* sampled, to be decoded next tick */
+    bool device;       /* its tokens are sampled on the device (wgllm_context_can_sample_rows) */
     struct wgllm_sampler *sampler;
     struct wgllm_detokenizer *detok;
     struct wgllm_stop_matcher *stop;
@@ -118,6 +119,9 @@ struct wgllm_engine {
     bool *b_out;
     struct wgllm_request **b_owner;   /* owner of each token */
     struct wgllm_request **out_owner; /* owner of each output row */
+    struct wgllm_row_sample *out_rs;  /* per output row: sampled on the device or not */
+    int32_t *out_tok;                 /* the device's picks and their logprobs */
+    float *out_lp;
 
     struct wgllm_engine_metrics m; /* counters under mu */
 };
@@ -434,6 +438,8 @@ static bool prepare_generation(struct wgllm_engine *e, struct wgllm_request *r) 
     }
     /* the prompt counts for the repetition penalties, as in llama.cpp */
     for (int i = 0; i < r->n_prompt; i++) wgllm_sampler_accept(r->sampler, r->prompt[i]);
+    /* per request: settings the device implements are sampled there, the others on the host */
+    r->device = wgllm_context_can_sample_rows(e->ctx, &r->p.sampling);
     return true;
 }
 
@@ -479,17 +485,20 @@ static bool make_room(struct wgllm_engine *e, struct wgllm_request *r) {
     return true;
 }
 
-/* Handles the logits of r's latest output: sample, stream, decide whether it goes on. */
-static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const float *logits) {
+/* Handles r's latest output: its logits (sampled here) or, with logits
+ * NULL, the token `dtok` and logprob `dlp` the device picked; streams it
+ * and decides whether r goes on. */
+static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const float *logits, int32_t dtok,
+                      float dlp) {
     const int64_t now = wgllm_time_us();
     if (r->phase == PHASE_PREFILL) {
         r->phase = PHASE_DECODE;
         r->t_prefill_end = now;
     }
-    float lp = 0.0f;
+    float lp = dlp;
     int n_top = 0;
     /* top alternatives land in the slot of the next generated token (grown below if needed) */
-    if (r->top && r->n_gen == r->gen_cap) {
+    if (logits && r->top && r->n_gen == r->gen_cap) {
         struct wgllm_token_logprob *t = realloc(r->top, sizeof(*t) * (size_t)r->gen_cap * 2 * (size_t)r->n_top);
         if (!t) {
             finish(e, r, WGLLM_FINISH_ERROR, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for logprobs");
@@ -497,8 +506,10 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
         }
         r->top = t;
     }
-    const int32_t tok = wgllm_sampler_sample_ex(r->sampler, logits, r->top ? r->top + (size_t)r->n_gen * r->n_top : NULL,
-                                                &n_top, &lp);
+    const int32_t tok = !logits ? dtok
+                                : wgllm_sampler_sample_ex(r->sampler, logits,
+                                                          r->top ? r->top + (size_t)r->n_gen * r->n_top : NULL,
+                                                          &n_top, &lp);
     wgllm_sampler_accept(r->sampler, tok);
     if (!r->t_first) r->t_first = now;
     if (!r->p.ignore_eos && wgllm_token_is_eog(e->model, tok)) {
@@ -602,8 +613,21 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
     }
     if (nb == 0) return 0;
     struct wgllm_batch b = {.n = nb, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .output = e->b_out};
+    /* the outputs of requests sampled on the device: only their ids come back */
+    int n_dev = 0;
+    if (!embeddings)
+        for (int i = 0, j = 0; i < nb; i++) {
+            if (!e->b_out[i]) continue;
+            struct wgllm_request *r = e->b_owner[i];
+            /* the position the draw hashes: the token's attention length, as wgllm_context_generate's */
+            e->out_rs[j++] = (struct wgllm_row_sample){r->device ? &r->p.sampling : NULL, e->b_pos[i] + 1};
+            n_dev += r->device;
+        }
     struct wgllm_error err;
-    if (wgllm_context_decode_batch(e->ctx, &b, embeddings, &err) != WGLLM_STATUS_OK) {
+    const enum wgllm_status dst =
+        n_dev ? wgllm_context_decode_batch_sampled(e->ctx, &b, e->out_rs, e->out_tok, e->out_lp, &err)
+              : wgllm_context_decode_batch(e->ctx, &b, embeddings, &err);
+    if (dst != WGLLM_STATUS_OK) {
         for (int i = 0; i < nb; i++) finish(e, e->b_owner[i], WGLLM_FINISH_ERROR, err.status, err.message);
         return nb;
     }
@@ -617,13 +641,20 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
         if (r->phase == PHASE_PREFILL) r->n_done_prompt = e->b_pos[i] + 1;
         if (e->b_out[i]) e->out_owner[n_out++] = r;
     }
+    if (n_dev) { /* counted before any of them ends its request (a waiter then sees its tokens counted) */
+        pthread_mutex_lock(&e->mu);
+        e->m.device_sampled_tokens += (uint64_t)n_dev;
+        pthread_mutex_unlock(&e->mu);
+    }
     for (int j = 0; j < n_out; j++) {
         struct wgllm_request *r = e->out_owner[j];
         if (r->phase == PHASE_DONE) continue;
         if (embeddings)
             embed_output(e, r, wgllm_context_output_embd(e->ctx, j));
+        else if (n_dev && e->out_rs[j].sp)
+            on_logits(e, r, NULL, e->out_tok[j], e->out_lp[j]);
         else
-            on_logits(e, r, wgllm_context_output_logits(e->ctx, j));
+            on_logits(e, r, wgllm_context_output_logits(e->ctx, j), -1, 0.0f);
     }
     /* embeddings complete when the whole text went through */
     if (embeddings)
@@ -784,6 +815,9 @@ void wgllm_engine_free(struct wgllm_engine *e) {
     free(e->b_out);
     free(e->b_owner);
     free(e->out_owner);
+    free(e->out_rs);
+    free(e->out_tok);
+    free(e->out_lp);
     wgllm_chat_template_free(e->tmpl);
     wgllm_context_free(e->ctx);
     pthread_mutex_destroy(&e->mu);
@@ -851,7 +885,11 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
     e->b_out = malloc(sizeof(bool) * (size_t)e->n_batch);
     e->b_owner = malloc(sizeof(*e->b_owner) * (size_t)e->n_batch);
     e->out_owner = malloc(sizeof(*e->out_owner) * (size_t)e->n_batch);
-    bool ok = e->slots && e->snaps && e->b_tok && e->b_pos && e->b_seq && e->b_out && e->b_owner && e->out_owner;
+    e->out_rs = malloc(sizeof(*e->out_rs) * (size_t)e->n_batch);
+    e->out_tok = malloc(sizeof(int32_t) * (size_t)e->n_batch);
+    e->out_lp = malloc(sizeof(float) * (size_t)e->n_batch);
+    bool ok = e->slots && e->snaps && e->b_tok && e->b_pos && e->b_seq && e->b_out && e->b_owner && e->out_owner &&
+              e->out_rs && e->out_tok && e->out_lp;
     for (int i = 0; ok && i < p.n_slots; i++) ok = (e->slots[i].tokens = malloc(sizeof(int32_t) * (size_t)e->n_ctx));
     if (!ok) {
         wgllm_engine_free(e);

@@ -577,4 +577,5 @@ const struct wgllm_backend_i wgllm_backend_cpu_i = {
     .device_memory = NULL,
     .can_sample = NULL, /* generation runs on the host: the sampler reads the logits */
     .generate = NULL,
+    .decode_sampled = NULL, /* the engine samples every row on the host */
 };

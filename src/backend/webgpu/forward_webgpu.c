@@ -37,6 +37,7 @@
  * moving rows in place would race across workgroups).
  */
 #include "backend/webgpu/forward_webgpu.h"
+#include "backend/backend.h"
 #include "backend/backend_impl.h"
 #include "backend/rope.h"
 #include "backend/webgpu/hal.h"
@@ -116,6 +117,13 @@ struct wgllm_webgpu_ctx {
     struct wgllm_gpu_bindgroup **shift_bg;
     int shift_slot;
     struct wgllm_gpu_buffer *id_rb[2]; /* greedy on the GPU: the sampled ids, read back alternately */
+    /* device sampling of a pass's output rows (decode_sampled): SAMPLE_ROWS reads 8 words per
+       sampled row from samp_in and writes id + logprob to samp_out; host copies of out_cap rows */
+    struct wgllm_gpu_buffer *samp_in, *samp_out;
+    struct wgllm_gpu_pipeline *samp_pipe;
+    struct wgllm_gpu_bindgroup *samp_bg;
+    uint32_t *samp_host; /* out_cap x 8 words */
+    int *samp_row;       /* out_cap: the output row of each row read back, then of each sampled one */
     float *rope_host;
     uint32_t *step_host;
 
@@ -499,6 +507,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
     if (g->gpu) {
         for (int i = 0; i < g->n_ops; i++) wgllm_gpu_bindgroup_destroy(g->gpu, g->ops[i].bg);
         for (int il = 0; g->shift_bg && il < g->model->hp.n_layer; il++) wgllm_gpu_bindgroup_destroy(g->gpu, g->shift_bg[il]);
+        wgllm_gpu_bindgroup_destroy(g->gpu, g->samp_bg);
         /* buffers go with the device; destroying them first keeps the counters honest */
         for (int i = 0; g->w && i < g->n_w; i++)
             for (int p = 0; p < g->w[i].n_pieces; p++)
@@ -509,7 +518,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         struct wgllm_gpu_buffer *bs[] = {g->vecs, g->x,   g->xn,  g->q,      g->k,    g->v,        g->qr,    g->kr,
                                          g->att,  g->tmp, g->gate, g->up,    g->ffh,  g->logits,   g->step,  g->arena,
                                          g->readback, g->xr, g->rope_cs, g->xo, g->att_o, g->id_rb[0], g->id_rb[1],
-                                         g->shift_tmp};
+                                         g->shift_tmp, g->samp_in, g->samp_out};
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) wgllm_gpu_buffer_destroy(g->gpu, bs[i]);
         wgllm_gpu_close(g->gpu);
     }
@@ -521,6 +530,8 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
     free(g->slots);
     free(g->rope_host);
     free(g->step_host);
+    free(g->samp_host);
+    free(g->samp_row);
     free(g);
 }
 
@@ -664,6 +675,12 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     for (int i = 0; i < 2 && g->readback; i++)
         if (!(g->id_rb[i] = gbuf(g, 16, WGLLM_GPU_READBACK, "id readback", &g->plan.params, err))) g->readback = NULL;
     if (!g->readback) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
+    g->samp_in = gbuf(g, OC * 8 * 4, WGLLM_GPU_STORAGE, "sample rows in", &g->plan.params, err);
+    g->samp_out = g->samp_in ? gbuf(g, OC * 2 * 4, WGLLM_GPU_STORAGE, "sample rows out", &g->plan.params, err) : NULL;
+    if (!g->samp_out) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
+    g->samp_host = calloc(OC * 8, sizeof(uint32_t));
+    g->samp_row = calloc(OC, sizeof(int));
+    if (!g->samp_host || !g->samp_row) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     g->step_host = calloc(4 * B, sizeof(uint32_t));
     g->rope_host = wgllm_malloc_array((uint64_t)B * (uint64_t)hp->n_rot, sizeof(float)); /* NULL past size_t (wasm32) */
     if (!g->step_host || !g->rope_host)
@@ -777,6 +794,12 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     build_ops(&bd, &vo);
     free(offs);
     if (bd.failed) return err && err->status ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    const struct wgllm_kparams srk = {.n = (uint32_t)hp->n_vocab, .h = 0x524f5753u /* marker: its own slot */};
+    const int samp_slot = slot_of(g, &srk);
+    g->samp_pipe = pipe_of(g, WGLLM_KERNEL_SAMPLE_ROWS, 0, false, err);
+    if (samp_slot < 0 || !g->samp_pipe)
+        return samp_slot < 0 ? wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory")
+                             : err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     g->shift_slot = g->n_slots; /* one more slot: the context shift's, written per shift */
     g->arena = gbuf(g, (uint64_t)(g->n_slots + 1) * SLOT_BYTES, WGLLM_GPU_UNIFORM, "param arena", &g->plan.params, err);
     if (!g->arena) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
@@ -789,6 +812,11 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
         if (!(g->shift_bg[il] = wgllm_gpu_bindgroup_create(g->gpu, g->shift_pipe, 4, sb, err)))
             return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     }
+    const struct wgllm_gpu_binding srb[4] = {
+        {g->arena, (uint64_t)samp_slot * SLOT_BYTES, sizeof(struct wgllm_kparams)},
+        {g->logits, 0, 0}, {g->samp_in, 0, 0}, {g->samp_out, 0, 0}};
+    if (!(g->samp_bg = wgllm_gpu_bindgroup_create(g->gpu, g->samp_pipe, 4, srb, err)))
+        return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     for (int i = 0; i < g->n_slots; i++)
         wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)i * SLOT_BYTES, &g->slots[i], sizeof g->slots[i]);
     for (int i = 0; i < g->n_ops; i++) {
@@ -893,6 +921,7 @@ static void record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count) {
  * are read back into `out` (the context's host rows). */
 static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok, const int32_t *pos,
                                   const int32_t *seq, const bool *want, int n, bool embeddings, float *out,
+                                  const struct wgllm_row_sample *rs, int32_t *s_tok, float *s_lp,
                                   struct wgllm_error *err) {
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint32_t B = (uint32_t)g->n_batch;
@@ -916,13 +945,61 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
     wgllm_gpu_batch_begin(g->gpu);
     record(g, 0, g->n_ops_layers, n);
     const uint64_t width = embeddings ? (uint64_t)hp->n_embd : (uint64_t)hp->n_vocab;
+    int n_host = n_out, n_dev = 0; /* rows read back, rows sampled here */
+    if (n_out && rs) {
+        n_host = 0;
+        for (int j = 0; j < n_out; j++)
+            if (!rs[j].sp) g->samp_row[n_host++] = j;
+        for (int j = 0; j < n_out; j++) {
+            const struct wgllm_sampler_params *sp = rs[j].sp;
+            if (!sp) continue;
+            uint32_t *w = g->samp_host + 8 * n_dev;
+            const bool greedy = sp->temperature <= 0.0f;
+            w[0] = (uint32_t)j;
+            w[1] = greedy ? 0u : (uint32_t)sp->top_k;
+            w[2] = (uint32_t)(sp->seed ^ (sp->seed >> 32)); /* as generate seeds SAMPLE */
+            w[3] = (uint32_t)rs[j].pos;
+            memcpy(&w[4], &sp->temperature, 4);
+            memcpy(&w[5], &sp->top_p, 4);
+            memcpy(&w[6], &sp->min_p, 4);
+            w[7] = 0;
+            g->samp_row[n_out - 1 - n_dev++] = j; /* from the end: the host rows fill the front */
+        }
+        wgllm_gpu_buffer_write(g->gpu, g->samp_in, 0, g->samp_host, (size_t)n_dev * 8 * 4);
+    }
     if (n_out) {
         record(g, g->n_ops_layers, embeddings ? g->n_ops_norm : g->n_ops_logits, n_out);
-        wgllm_gpu_copy(g->gpu, embeddings ? g->xn : g->logits, 0, g->readback, 0, (uint64_t)n_out * width * 4);
+        if (n_host == n_out) {
+            wgllm_gpu_copy(g->gpu, embeddings ? g->xn : g->logits, 0, g->readback, 0, (uint64_t)n_out * width * 4);
+        } else {
+            /* the rows read back, packed at the front of the readback, then the sampled ids */
+            for (int i = 0; i < n_host; i++)
+                wgllm_gpu_copy(g->gpu, g->logits, (uint64_t)g->samp_row[i] * width * 4, g->readback,
+                               (uint64_t)i * width * 4, width * 4);
+            wgllm_gpu_dispatch(g->gpu, g->samp_pipe, g->samp_bg, (uint32_t)n_dev, 1, 1);
+            wgllm_gpu_copy(g->gpu, g->samp_out, 0, g->readback, (uint64_t)n_host * width * 4, (uint64_t)n_dev * 8);
+        }
     }
     enum wgllm_status s = wgllm_gpu_batch_submit(g->gpu, err);
-    if (!s && n_out)
+    if (!s && n_host == n_out && n_out)
         s = wgllm_gpu_readback(g->gpu, g->readback, 0, out, (size_t)n_out * width * 4, err);
+    if (!s && n_host < n_out) {
+        /* into out: k rows then 2 words per sampled row (n_out rows of width >= 2 floats hold them) */
+        const size_t head = (size_t)n_host * width;
+        s = wgllm_gpu_readback(g->gpu, g->readback, 0, out, head * 4 + (size_t)n_dev * 8, err);
+        if (s) return s;
+        for (int d = 0; d < n_dev; d++) {
+            const int j = g->samp_row[n_out - 1 - d];
+            uint32_t w[2];
+            memcpy(w, out + head + 2 * (size_t)d, 8);
+            s_tok[j] = (int32_t)w[0];
+            memcpy(&s_lp[j], &w[1], 4);
+        }
+        /* each host row to its output's place, the last first (a row only moves up) */
+        for (int i = n_host - 1; i >= 0; i--)
+            if (g->samp_row[i] != i)
+                memmove(out + (size_t)g->samp_row[i] * width, out + (size_t)i * width, width * 4);
+    }
     return s;
 }
 
@@ -930,8 +1007,9 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
  * each (a pass per group is equivalent: a sequence's tokens come in
  * increasing positions, so a later pass finds the earlier ones' keys and
  * values in the cache). */
-static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, struct wgllm_error *err) {
-    struct wgllm_webgpu_ctx *g = b;
+static enum wgllm_status decode_rows(struct wgllm_webgpu_ctx *g, const struct wgllm_ubatch *ub,
+                                     const struct wgllm_row_sample *rs, int32_t *s_tok, float *s_lp,
+                                     struct wgllm_error *err) {
     const int32_t *tok = ub->token, *pos = ub->pos, *seq = ub->seq;
     const bool *want = ub->output;
     const int n = ub->n;
@@ -944,13 +1022,27 @@ static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, s
                 if (no == g->out_cap) break;
                 no++;
             }
-        enum wgllm_status s =
-            run_pass(g, tok + i0, pos + i0, seq + i0, want + i0, i1 - i0, ub->embeddings, ub->out + row0 * width, err);
+        enum wgllm_status s = run_pass(g, tok + i0, pos + i0, seq + i0, want + i0, i1 - i0, ub->embeddings,
+                                       ub->out + row0 * width, rs ? rs + row0 : NULL, s_tok ? s_tok + row0 : NULL,
+                                       s_lp ? s_lp + row0 : NULL, err);
         if (s) return s;
         row0 += no;
         i0 = i1;
     }
     return WGLLM_STATUS_OK;
+}
+
+static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, struct wgllm_error *err) {
+    return decode_rows(b, ub, NULL, NULL, NULL, err);
+}
+
+/* The backend's decode_sampled: as decode, each pass's sampled rows picked
+ * by one SAMPLE_ROWS dispatch after the logits, only their ids and logprobs
+ * read back (with the rows of the others). */
+static enum wgllm_status webgpu_decode_sampled(void *b, const struct wgllm_ubatch *ub,
+                                               const struct wgllm_row_sample *rs, int32_t *tok, float *lp,
+                                               struct wgllm_error *err) {
+    return decode_rows(b, ub, rs, tok, lp, err);
 }
 
 /* ---- generation on the GPU --------------------------------------------- */
@@ -1198,6 +1290,7 @@ const struct wgllm_backend_i wgllm_backend_webgpu_i = {
     .device_memory = webgpu_device_memory,
     .can_sample = webgpu_can_sample,
     .generate = webgpu_generate,
+    .decode_sampled = webgpu_decode_sampled,
 };
 
 struct wgllm_webgpu_ctx *wgllm_context_webgpu(struct wgllm_context *c) {
