@@ -4,6 +4,7 @@
  * unicode.cpp in behaviour, including its quirks, because token ids must match.
  */
 #include "vocab/unicode.h"
+#include "base/strbuf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -156,12 +157,9 @@ struct lens {
 };
 
 static void lens_push(struct lens *l, size_t x) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64, bytes;
-        size_t *v = wgllm_size_mul(cap, sizeof *v, &bytes) ? realloc(l->v, bytes) : NULL;
-        if (!v) { l->oom = true; return; }
-        l->v = v;
-        l->cap = cap;
+    if (l->n == l->cap && !wgllm_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) {
+        l->oom = true;
+        return;
     }
     l->v[l->n++] = x;
 }
