@@ -24,7 +24,8 @@ struct endpoint {
 
 struct wgllm_client {
     struct endpoint *eps;
-    int n, cap;
+    int n;
+    size_t cap;
 };
 
 static char *sdup(const char *s) { return s ? strdup(s) : NULL; }
@@ -105,16 +106,10 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
                                        TYPED_FIELDS[i]);
             }
     }
-    if (c->n == c->cap) {
-        int cap = c->cap ? c->cap * 2 : 4;
-        struct endpoint *p = realloc(c->eps, sizeof(*p) * (size_t)cap);
-        if (!p) {
-            cJSON_Delete(opts);
-            free(key);
-            return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
-        }
-        c->eps = p;
-        c->cap = cap;
+    if (!wgllm_grow((void **)&c->eps, &c->cap, (size_t)c->n + 1, sizeof *c->eps)) {
+        cJSON_Delete(opts);
+        free(key);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
     }
     struct endpoint *e = &c->eps[c->n++];
     memset(e, 0, sizeof(*e));
