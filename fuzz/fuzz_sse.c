@@ -73,6 +73,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cJSON_Delete(o);
     }
     check_usage(&w.usage);
-    free(w.text);
+    wgllm_strbuf_free(&w.text);
     return 0;
 }
