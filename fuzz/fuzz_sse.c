@@ -55,13 +55,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sse.total_limit = TOTAL_LIMIT;
     for (size_t off = 0; off < n; off += piece) {
         if (!wgllm_sse_feed(&sse, text + off, off + piece < n ? piece : n - off)) break;
-        if (sse.len > EVENT_LIMIT + 2) abort();
+        if (sse.buf.len > EVENT_LIMIT + 2) abort();
     }
     check_usage(&g.usage);
-    if (g.len != seen.bytes || (g.text && strlen(g.text) != g.len)) abort();
+    if (g.text.len != seen.bytes || (g.text.data && strlen(g.text.data) != g.text.len)) abort();
     if (p.max_tokens > 0 && seen.pieces > 2 * p.max_tokens + 16) abort();
     wgllm_sse_free(&sse);
-    free(g.text);
+    wgllm_strbuf_free(&g.text);
 
     /* the same bytes as a whole answer */
     struct gen_state w = {.ep = &ep, .p = &p, .chat = data[0] & 8};
@@ -73,6 +73,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cJSON_Delete(o);
     }
     check_usage(&w.usage);
-    free(w.text);
+    wgllm_strbuf_free(&w.text);
     return 0;
 }

@@ -2,6 +2,7 @@
 #include "test.h"
 
 #include "backend/webgpu/hal.h"
+#include "base/strbuf.h"
 #include "gguf/gguf.h"
 #include "model/synth.h"
 #include "vocab/vocab.h"
@@ -48,23 +49,8 @@ const char *test_tmp_path(const char *suffix) {
 }
 
 char *test_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, r;
-    char *b = malloc(cap + 1);
-    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *q = realloc(b, (cap *= 2) + 1);
-            if (!q) free(b);
-            b = q;
-        }
-    }
-    fclose(f);
-    if (!b) return NULL;
-    b[n] = 0;
-    *len = n;
-    return b;
+    char *b;
+    return wgllm_read_file(path, 0, &b, len, NULL) == WGLLM_STATUS_OK ? b : NULL;
 }
 
 void test_rerun_with_cpu_cap(const char *cap) {

@@ -158,7 +158,7 @@ TEST(sse_limits_and_linear_time) {
     const double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
     CHECK(!ok && p.too_big && !p.aborted);
     CHECK(fed > p.event_limit && fed <= p.event_limit + 3);
-    CHECK(p.len <= p.event_limit + 2);
+    CHECK(p.buf.len <= p.event_limit + 2);
     CHECK(secs < 10.0);
     CHECK_EQ_INT(ev.n, 0);
     CHECK(!wgllm_sse_feed(&p, "\n\n", 2)); /* stays stopped */

@@ -6,37 +6,20 @@
 #include "chat/chat.h"
 
 #include "base/base.h"
+#include "base/strbuf.h"
 
-static bool json_escape(char **buf, size_t *n, size_t *cap, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); ; p++) {
-        if (*n + 8 > *cap) {
-            size_t nc = *cap ? *cap * 2 : 256;
-            char *nb = realloc(*buf, nc);
-            if (!nb) return false;
-            *buf = nb;
-            *cap = nc;
+/* Appends s as the inside of a JSON string literal. */
+static void json_escape(struct wgllm_strbuf *sb, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            wgllm_strbuf_putc(sb, '\\');
+            wgllm_strbuf_putc(sb, (char)*p);
+        } else if (*p < 0x20) {
+            wgllm_strbuf_printf(sb, "\\u%04x", *p);
+        } else {
+            wgllm_strbuf_putc(sb, (char)*p);
         }
-        if (!*p) break;
-        if (*p == '"' || *p == '\\') { (*buf)[(*n)++] = '\\'; (*buf)[(*n)++] = (char)*p; }
-        else if (*p < 0x20) *n += (size_t)snprintf(*buf + *n, 8, "\\u%04x", *p);
-        else (*buf)[(*n)++] = (char)*p;
     }
-    return true;
-}
-
-static bool put(char **buf, size_t *n, size_t *cap, const char *s) {
-    size_t l = strlen(s);
-    if (*n + l + 1 > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < *n + l + 1) nc *= 2;
-        char *nb = realloc(*buf, nc);
-        if (!nb) return false;
-        *buf = nb;
-        *cap = nc;
-    }
-    memcpy(*buf + *n, s, l + 1);
-    *n += l;
-    return true;
 }
 
 enum wgllm_status wgllm_chat_template_render_spans(const struct wgllm_chat_template *t,
@@ -50,22 +33,23 @@ enum wgllm_status wgllm_chat_template_render_spans(const struct wgllm_chat_templ
     if (n_spans) *n_spans = 0;
     if (n_msgs && !msgs)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat template: NULL messages");
-    char *js = NULL;
-    size_t n = 0, cap = 0;
-    bool ok = put(&js, &n, &cap, "[");
-    for (size_t i = 0; i < n_msgs && ok; i++) {
-        ok = put(&js, &n, &cap, i ? ",{\"role\":\"" : "{\"role\":\"") &&
-             json_escape(&js, &n, &cap, msgs[i].role) && put(&js, &n, &cap, "\",\"content\":\"") &&
-             json_escape(&js, &n, &cap, msgs[i].content) && put(&js, &n, &cap, "\"}");
+    struct wgllm_strbuf js = {0};
+    wgllm_strbuf_putc(&js, '[');
+    for (size_t i = 0; i < n_msgs && !js.oom; i++) {
+        wgllm_strbuf_puts(&js, i ? ",{\"role\":\"" : "{\"role\":\"");
+        json_escape(&js, msgs[i].role);
+        wgllm_strbuf_puts(&js, "\",\"content\":\"");
+        json_escape(&js, msgs[i].content);
+        wgllm_strbuf_puts(&js, "\"}");
     }
-    ok = ok && put(&js, &n, &cap, "]");
-    if (!ok) {
-        free(js);
+    wgllm_strbuf_putc(&js, ']');
+    if (js.oom) {
+        wgllm_strbuf_free(&js);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "chat template: out of memory");
     }
-    enum wgllm_status st = wgllm_chat_template_render_json_spans(t, js, NULL, add_generation_prompt, bos_token,
+    enum wgllm_status st = wgllm_chat_template_render_json_spans(t, js.data, NULL, add_generation_prompt, bos_token,
                                                                  eos_token, out, spans, n_spans, err);
-    free(js);
+    wgllm_strbuf_free(&js);
     return st;
 }
 

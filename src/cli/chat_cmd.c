@@ -13,6 +13,8 @@
  */
 #include "cli.h"
 
+#include "base/strbuf.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -47,17 +49,12 @@ static bool print_piece(const char *text, size_t len, int32_t token, float logpr
 
 struct history {
     struct wgllm_message *m;
-    int n, cap;
+    int n;
+    size_t cap;
 };
 
 static bool history_add(struct history *h, const char *role, const char *content) {
-    if (h->n == h->cap) {
-        int cap = h->cap ? h->cap * 2 : 16;
-        struct wgllm_message *m = realloc(h->m, sizeof(*m) * (size_t)cap);
-        if (!m) return false;
-        h->m = m;
-        h->cap = cap;
-    }
+    if (!wgllm_grow((void **)&h->m, &h->cap, (size_t)h->n + 1, sizeof *h->m)) return false;
     char *c = strdup(content);
     if (!c) return false;
     h->m[h->n].role = role;

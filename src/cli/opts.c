@@ -6,6 +6,8 @@
  */
 #include "cli.h"
 
+#include "base/strbuf.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -144,9 +146,9 @@ int wgllm_cli_parse_opts(int argc, char **argv, struct opts *o) {
 
 /* "1,2,3" or "[1, 2, 3]" -> ids; returns count or -1 (message printed). */
 int wgllm_cli_parse_ids(const char *s, int32_t **out) {
-    size_t cap = 16, n = 0;
-    int32_t *ids = malloc(cap * sizeof(int32_t));
-    if (!ids) return -1;
+    size_t cap = 0, n = 0;
+    int32_t *ids = NULL;
+    if (!wgllm_grow((void **)&ids, &cap, 16, sizeof *ids)) goto oom; /* never NULL, even for no ids */
     const char *p = s;
     while (*p) {
         while (*p == ' ' || *p == ',' || *p == '[' || *p == ']' || *p == '\n') p++;
@@ -159,19 +161,16 @@ int wgllm_cli_parse_ids(const char *s, int32_t **out) {
             free(ids);
             return -1;
         }
-        if (n == cap) {
-            int32_t *q = realloc(ids, (cap *= 2) * sizeof(int32_t));
-            if (!q) {
-                free(ids);
-                return -1;
-            }
-            ids = q;
-        }
+        if (n == INT_MAX || !wgllm_grow((void **)&ids, &cap, n + 1, sizeof *ids)) goto oom;
         ids[n++] = (int32_t)v;
         p = end;
     }
     *out = ids;
     return (int)n;
+oom:
+    fprintf(stderr, "wgllm: out of memory reading token ids\n");
+    free(ids);
+    return -1;
 }
 
 void wgllm_cli_print_ids_json(FILE *f, const int32_t *ids, int n) {
@@ -227,31 +226,16 @@ struct wgllm_context *wgllm_cli_new_context(struct wgllm_model *m, const struct 
     return c;
 }
 
-/* Reads a whole file; NULL with a message on failure. */
+/* Reads a whole file; NULL with a message on failure. No size bound: the
+ * user named the file, and a prompt may be large. */
 char *wgllm_cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "wgllm: cannot open '%s': %s\n", path, strerror(errno));
+    char *data;
+    struct wgllm_error err;
+    if (wgllm_read_file(path, 0, &data, len, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "wgllm: %s\n", err.message);
         return NULL;
     }
-    size_t cap = 4096, n = 0, r;
-    char *buf = malloc(cap + 1);
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *q = realloc(buf, (cap *= 2) + 1);
-            if (!q) free(buf);
-            buf = q;
-        }
-    }
-    fclose(f);
-    if (!buf) {
-        fprintf(stderr, "wgllm: out of memory reading '%s'\n", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
+    return data;
 }
 
 /* Tokenizes text; returns count (ids malloc'd) or -1 after printing why. */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/strbuf.h"
 
 struct endpoint {
     struct wgllm_endpoint_desc d; /* strings below owned */
@@ -23,7 +24,8 @@ struct endpoint {
 
 struct wgllm_client {
     struct endpoint *eps;
-    int n, cap;
+    int n;
+    size_t cap;
 };
 
 static char *sdup(const char *s) { return s ? strdup(s) : NULL; }
@@ -104,16 +106,10 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
                                        TYPED_FIELDS[i]);
             }
     }
-    if (c->n == c->cap) {
-        int cap = c->cap ? c->cap * 2 : 4;
-        struct endpoint *p = realloc(c->eps, sizeof(*p) * (size_t)cap);
-        if (!p) {
-            cJSON_Delete(opts);
-            free(key);
-            return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
-        }
-        c->eps = p;
-        c->cap = cap;
+    if (!wgllm_grow((void **)&c->eps, &c->cap, (size_t)c->n + 1, sizeof *c->eps)) {
+        cJSON_Delete(opts);
+        free(key);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
     }
     struct endpoint *e = &c->eps[c->n++];
     memset(e, 0, sizeof(*e));
@@ -221,33 +217,15 @@ struct gen_state {
     const struct endpoint *ep;
     const struct wgllm_request_params *p;
     bool chat;
-    char *text;
-    size_t len, cap;
+    struct wgllm_strbuf text; /* the answer so far (text.oom: some of it was lost) */
     enum wgllm_finish_reason finish;
     bool have_finish;
     struct wgllm_usage usage;
     char error[256];
     int64_t t0, t_first;
-    bool oom;
     int pieces;   /* streamed text pieces so far */
     bool overrun; /* the upstream streamed far more pieces than max_tokens allows: cut as LENGTH */
 };
-
-static void text_add(struct gen_state *g, const char *s, size_t n) {
-    if (g->len + n + 1 > g->cap) {
-        size_t cap = (g->cap ? g->cap * 2 : 256) + n;
-        char *p = realloc(g->text, cap);
-        if (!p) {
-            g->oom = true;
-            return;
-        }
-        g->text = p;
-        g->cap = cap;
-    }
-    memcpy(g->text + g->len, s, n);
-    g->len += n;
-    g->text[g->len] = 0;
-}
 
 /* An upstream's count as an int the server can add and print: absurd or
  * negative numbers are clamped, never trusted into an overflow. */
@@ -292,7 +270,7 @@ static bool read_choice(struct gen_state *g, const cJSON *root, bool stream) {
             return false;
         }
         if (!g->t_first) g->t_first = wgllm_time_us();
-        text_add(g, t->valuestring, n);
+        wgllm_strbuf_put(&g->text, t->valuestring, n);
         if (stream && g->p->on_token) keep = g->p->on_token(t->valuestring, n, -1, 0.0f, g->p->user_data);
     }
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(ch, "finish_reason");
@@ -358,12 +336,12 @@ static enum wgllm_status remote_generate(const struct endpoint *ep, const char *
             read_choice(&g, o, false);
             cJSON_Delete(o);
             /* asked to stream, answered whole: the text goes out as one piece */
-            if (stream && g.len > 0 && !p->on_token(g.text, g.len, -1, 0.0f, p->user_data)) r.aborted = true;
+            if (stream && g.text.len > 0 && !p->on_token(g.text.data, g.text.len, -1, 0.0f, p->user_data)) r.aborted = true;
         }
     }
     if (st == WGLLM_STATUS_OK && g.error[0])
         st = wgllm_error_set(err, WGLLM_STATUS_IO, "endpoint '%s' failed mid-stream: %s", ep->d.name, g.error);
-    if (st == WGLLM_STATUS_OK && g.oom) st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    if (st == WGLLM_STATUS_OK && g.text.oom) st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
     if (g.overrun) { /* cut by read_choice, not by the caller */
         r.aborted = false;
         g.have_finish = true;
@@ -376,8 +354,8 @@ static enum wgllm_status remote_generate(const struct endpoint *ep, const char *
     res->status = st;
     res->finish = r.aborted ? WGLLM_FINISH_CANCELLED : st != WGLLM_STATUS_OK ? WGLLM_FINISH_ERROR : g.finish;
     if (st != WGLLM_STATUS_OK && err) snprintf(res->message, sizeof(res->message), "%.255s", err->message);
-    res->text = g.text ? g.text : calloc(1, 1);
-    res->text_len = g.len;
+    res->text_len = g.text.len;
+    res->text = wgllm_strbuf_take(&g.text);
     res->usage = g.usage;
     res->n_tokens = g.usage.completion_tokens;
     const int64_t now = wgllm_time_us();

@@ -29,6 +29,7 @@
 #define WGLLM_CLIENT_H
 
 #include "wgllm.h"
+#include "base/strbuf.h"
 
 enum wgllm_endpoint_kind {
     WGLLM_ENDPOINT_LOCAL,    /* a wgllm_engine in this process */
@@ -117,8 +118,7 @@ struct wgllm_sse {
     wgllm_http_event_fn on_event;
     void *user;
     size_t event_limit, total_limit;
-    char *buf;          /* the bytes of the unfinished event */
-    size_t len, cap;
+    struct wgllm_strbuf buf; /* the bytes of the unfinished event */
     size_t scan;        /* buf[0..scan) holds no event end: the next search starts there */
     size_t total;       /* bytes fed so far */
     bool aborted, too_big, oom;

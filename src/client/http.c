@@ -29,9 +29,8 @@ void wgllm_sse_init(struct wgllm_sse *p, wgllm_http_event_fn on_event, void *use
 }
 
 void wgllm_sse_free(struct wgllm_sse *p) {
-    free(p->buf);
-    p->buf = NULL;
-    p->len = p->cap = p->scan = 0;
+    wgllm_strbuf_free(&p->buf);
+    p->scan = 0;
 }
 
 /* Hands one event (ev[0..ev_len)) to on_event: its data lines joined by "\n"
@@ -80,50 +79,42 @@ bool wgllm_sse_feed(struct wgllm_sse *p, const char *data, size_t n) {
     }
     while (n > 0) {
         /* copy at most what keeps the pending event within its limit (+2 for the blank line) */
-        size_t room = p->event_limit + 2 > p->len ? p->event_limit + 2 - p->len : 0;
+        size_t room = p->event_limit + 2 > p->buf.len ? p->event_limit + 2 - p->buf.len : 0;
         size_t k = n < room ? n : room;
         if (k == 0) {
             p->too_big = true;
             return false;
         }
-        if (p->len + k + 1 > p->cap) {
-            size_t cap = p->cap ? p->cap : 8192;
-            while (cap < p->len + k + 1) cap *= 2;
-            char *q = realloc(p->buf, cap);
-            if (!q) {
-                p->oom = true;
-                return false;
-            }
-            p->buf = q;
-            p->cap = cap;
+        if (!wgllm_strbuf_put(&p->buf, data, k)) {
+            p->oom = true;
+            return false;
         }
-        memcpy(p->buf + p->len, data, k);
-        p->len += k;
-        p->buf[p->len] = 0;
+        char *b = p->buf.data;
+        const size_t len = p->buf.len;
         data += k;
         n -= k;
         size_t start = 0, i = p->scan;
-        while (i + 1 < p->len) {
+        while (i + 1 < len) {
             size_t skip = 0;
-            if (p->buf[i] == '\n' && p->buf[i + 1] == '\n') skip = 2;
-            else if (p->buf[i] == '\n' && p->buf[i + 1] == '\r' && i + 2 < p->len && p->buf[i + 2] == '\n') skip = 3;
-            else if (p->buf[i] == '\n' && p->buf[i + 1] == '\r' && i + 2 == p->len) break; /* "\n\r" + more to come */
+            if (b[i] == '\n' && b[i + 1] == '\n') skip = 2;
+            else if (b[i] == '\n' && b[i + 1] == '\r' && i + 2 < len && b[i + 2] == '\n') skip = 3;
+            else if (b[i] == '\n' && b[i + 1] == '\r' && i + 2 == len) break; /* "\n\r" + more to come */
             if (!skip) {
                 i++;
                 continue;
             }
-            if (!sse_emit(p, p->buf + start, i - start)) return false; /* the event is buf[start..i) */
+            if (!sse_emit(p, b + start, i - start)) return false; /* the event is buf[start..i) */
             start = i + skip;
             i = start;
         }
         if (start > 0) {
-            memmove(p->buf, p->buf + start, p->len - start);
-            p->len -= start;
-            p->buf[p->len] = 0;
+            memmove(b, b + start, len - start);
+            p->buf.len = len - start;
+            b[p->buf.len] = 0;
             i -= start;
         }
         p->scan = i;
-        if (p->len > p->event_limit) {
+        if (p->buf.len > p->event_limit) {
             p->too_big = true;
             return false;
         }
@@ -138,33 +129,9 @@ struct xfer {
     wgllm_http_event_fn on_event;
     void *user;
     struct wgllm_sse sse; /* a 2xx answer to a streaming request */
-    char *buf;            /* otherwise the whole body */
-    size_t len, cap;
-    bool is_sse, decided, too_big, oom;
+    struct wgllm_strbuf body; /* otherwise the whole body (limit WGLLM_HTTP_BODY_LIMIT - 1) */
+    bool is_sse, decided;
 };
-
-static bool buf_add(struct xfer *x, const char *p, size_t n) {
-    if (x->len + n + 1 > WGLLM_HTTP_BODY_LIMIT) {
-        x->too_big = true;
-        return false;
-    }
-    if (x->len + n + 1 > x->cap) {
-        size_t cap = x->cap ? x->cap * 2 : 8192;
-        while (cap < x->len + n + 1) cap *= 2;
-        if (cap > WGLLM_HTTP_BODY_LIMIT) cap = WGLLM_HTTP_BODY_LIMIT;
-        char *q = realloc(x->buf, cap);
-        if (!q) {
-            x->oom = true;
-            return false;
-        }
-        x->buf = q;
-        x->cap = cap;
-    }
-    memcpy(x->buf + x->len, p, n);
-    x->len += n;
-    x->buf[x->len] = 0;
-    return true;
-}
 
 static size_t on_write(char *p, size_t size, size_t n, void *ud) {
     struct xfer *x = ud;
@@ -181,7 +148,7 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud) {
         x->decided = true;
     }
     if (x->is_sse) return wgllm_sse_feed(&x->sse, p, bytes) ? bytes : 0;
-    return buf_add(x, p, bytes) ? bytes : 0;
+    return wgllm_strbuf_put(&x->body, p, bytes) ? bytes : 0;
 }
 
 enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const char *json, int timeout_s,
@@ -191,7 +158,7 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     pthread_once(&g_curl_once, curl_once);
     CURL *curl = curl_easy_init();
     if (!curl) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "http: curl_easy_init failed");
-    struct xfer x = {.curl = curl, .on_event = on_event, .user = user};
+    struct xfer x = {.curl = curl, .on_event = on_event, .user = user, .body.limit = WGLLM_HTTP_BODY_LIMIT - 1};
     wgllm_sse_init(&x.sse, on_event, user);
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     h = curl_slist_append(h, on_event ? "Accept: text/event-stream" : "Accept: application/json");
@@ -229,10 +196,10 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     } else if (x.sse.too_big) {
         st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: %.200s sent one event larger than %zu MiB", url,
                              x.sse.event_limit >> 20);
-    } else if (x.too_big || rc == CURLE_FILESIZE_EXCEEDED) {
+    } else if (x.body.over || rc == CURLE_FILESIZE_EXCEEDED) {
         st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: the answer from %.200s is larger than %zu MiB", url,
                              WGLLM_HTTP_BODY_LIMIT >> 20);
-    } else if (x.oom || x.sse.oom) {
+    } else if (x.body.oom || x.sse.oom) {
         st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "http: out of memory reading the answer from %.200s", url);
     } else if (rc != CURLE_OK) {
         st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: POST %.200s failed: %.200s", url,
@@ -240,11 +207,10 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     }
     reply->streamed = x.is_sse;
     if (st == WGLLM_STATUS_OK && !x.is_sse) {
-        reply->body = x.buf ? x.buf : calloc(1, 1);
-        reply->body_len = x.len;
-        x.buf = NULL;
+        reply->body_len = x.body.len;
+        reply->body = wgllm_strbuf_take(&x.body);
     }
-    free(x.buf);
+    wgllm_strbuf_free(&x.body);
     wgllm_sse_free(&x.sse);
     return st;
 }

@@ -9,19 +9,15 @@
  */
 #include "gguf/gguf.h"
 
+#include "base/strbuf.h"
 #include "quant/quant.h"
 
 #include <errno.h>
 #include <unistd.h>
 
-struct gguf_wbuf {
-    uint8_t *p;
-    size_t n, cap;
-};
-
 struct gguf_wkv {
     char *key;
-    struct gguf_wbuf val; /* u32 type + payload, exactly as in the file */
+    struct wgllm_strbuf val; /* u32 type + payload, exactly as in the file */
 };
 
 struct gguf_wtensor {
@@ -55,19 +51,14 @@ static char *gguf_xstrdup(const char *s) {
     return d;
 }
 
-static void wbuf_put(struct gguf_wbuf *b, const void *src, size_t n) {
-    if (b->cap - b->n < n) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap - b->n < n) cap *= 2;
-        b->p = gguf_xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, src, n);
-    b->n += n;
+/* Serialised bytes live in a wgllm_strbuf; the writer's API has no error
+ * path for building them, so out of memory aborts as gguf_xrealloc does. */
+static void wbuf_put(struct wgllm_strbuf *b, const void *src, size_t n) {
+    if (!wgllm_strbuf_put(b, src, n)) WGLLM_ABORT("gguf writer: out of memory (%zu more bytes)", n);
 }
-static void wbuf_u32(struct gguf_wbuf *b, uint32_t v) { wbuf_put(b, &v, 4); }
-static void wbuf_u64(struct gguf_wbuf *b, uint64_t v) { wbuf_put(b, &v, 8); }
-static void wbuf_str(struct gguf_wbuf *b, const char *s, uint64_t len) {
+static void wbuf_u32(struct wgllm_strbuf *b, uint32_t v) { wbuf_put(b, &v, 4); }
+static void wbuf_u64(struct wgllm_strbuf *b, uint64_t v) { wbuf_put(b, &v, 8); }
+static void wbuf_str(struct wgllm_strbuf *b, const char *s, uint64_t len) {
     wbuf_u64(b, len);
     wbuf_put(b, s, (size_t)len);
 }
@@ -86,7 +77,7 @@ void wgllm_gguf_writer_free(struct wgllm_gguf_writer *w) {
     if (!w) return;
     for (size_t i = 0; i < w->n_kv; i++) {
         free(w->kv[i].key);
-        free(w->kv[i].val.p);
+        wgllm_strbuf_free(&w->kv[i].val);
     }
     for (size_t i = 0; i < w->n_t; i++) free(w->t[i].name);
     free(w->kv);
@@ -96,16 +87,14 @@ void wgllm_gguf_writer_free(struct wgllm_gguf_writer *w) {
 
 /* The (emptied) value buffer for `key`, replacing an existing value in place
  * so the key keeps its position. */
-static struct gguf_wbuf *gguf_wkv_slot(struct wgllm_gguf_writer *w, const char *key) {
+static struct wgllm_strbuf *gguf_wkv_slot(struct wgllm_gguf_writer *w, const char *key) {
     for (size_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->kv[i].key, key) == 0) {
-            w->kv[i].val.n = 0;
+            wgllm_strbuf_clear(&w->kv[i].val);
             return &w->kv[i].val;
         }
-    if (w->n_kv == w->cap_kv) {
-        w->cap_kv = w->cap_kv ? w->cap_kv * 2 : 16;
-        w->kv = gguf_xrealloc(w->kv, w->cap_kv * sizeof(*w->kv));
-    }
+    if (!wgllm_grow((void **)&w->kv, &w->cap_kv, w->n_kv + 1, sizeof *w->kv))
+        WGLLM_ABORT("gguf writer: out of memory (%zu keys)", w->n_kv + 1);
     struct gguf_wkv *kv = &w->kv[w->n_kv++];
     memset(kv, 0, sizeof(*kv));
     kv->key = gguf_xstrdup(key);
@@ -113,44 +102,44 @@ static struct gguf_wbuf *gguf_wkv_slot(struct wgllm_gguf_writer *w, const char *
 }
 
 void wgllm_gguf_writer_set_u32(struct wgllm_gguf_writer *w, const char *key, uint32_t v) {
-    struct gguf_wbuf *b = gguf_wkv_slot(w, key);
+    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
     wbuf_u32(b, WGLLM_GGUF_TYPE_UINT32);
     wbuf_u32(b, v);
 }
 
 void wgllm_gguf_writer_set_i32(struct wgllm_gguf_writer *w, const char *key, int32_t v) {
-    struct gguf_wbuf *b = gguf_wkv_slot(w, key);
+    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
     wbuf_u32(b, WGLLM_GGUF_TYPE_INT32);
     wbuf_put(b, &v, 4);
 }
 
 void wgllm_gguf_writer_set_u16(struct wgllm_gguf_writer *w, const char *key, uint16_t v) {
-    struct gguf_wbuf *b = gguf_wkv_slot(w, key);
+    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
     wbuf_u32(b, WGLLM_GGUF_TYPE_UINT16);
     wbuf_put(b, &v, 2);
 }
 
 void wgllm_gguf_writer_set_f32(struct wgllm_gguf_writer *w, const char *key, float v) {
-    struct gguf_wbuf *b = gguf_wkv_slot(w, key);
+    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
     wbuf_u32(b, WGLLM_GGUF_TYPE_FLOAT32);
     wbuf_put(b, &v, 4);
 }
 
 void wgllm_gguf_writer_set_bool(struct wgllm_gguf_writer *w, const char *key, bool v) {
-    struct gguf_wbuf *b = gguf_wkv_slot(w, key);
+    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
     uint8_t x = v ? 1 : 0;
     wbuf_u32(b, WGLLM_GGUF_TYPE_BOOL);
     wbuf_put(b, &x, 1);
 }
 
 void wgllm_gguf_writer_set_str(struct wgllm_gguf_writer *w, const char *key, const char *v) {
-    struct gguf_wbuf *b = gguf_wkv_slot(w, key);
+    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
     wbuf_u32(b, WGLLM_GGUF_TYPE_STRING);
     wbuf_str(b, v, strlen(v));
 }
 
 /* Payload of a parsed value (no type tag), as the reader laid it out. */
-static void gguf_put_payload(struct gguf_wbuf *b, const struct wgllm_gguf_value *v) {
+static void gguf_put_payload(struct wgllm_strbuf *b, const struct wgllm_gguf_value *v) {
     switch (v->type) {
     case WGLLM_GGUF_TYPE_UINT8: case WGLLM_GGUF_TYPE_BOOL: { uint8_t x = (uint8_t)v->v.u64; wbuf_put(b, &x, 1); break; }
     case WGLLM_GGUF_TYPE_INT8: { int8_t x = (int8_t)v->v.i64; wbuf_put(b, &x, 1); break; }
@@ -186,7 +175,7 @@ static void gguf_put_payload(struct gguf_wbuf *b, const struct wgllm_gguf_value 
 
 void wgllm_gguf_writer_set_value(struct wgllm_gguf_writer *w, const char *key,
                                  const struct wgllm_gguf_value *v) {
-    struct gguf_wbuf *b = gguf_wkv_slot(w, key);
+    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
     wbuf_u32(b, v->type);
     gguf_put_payload(b, v);
 }
@@ -195,7 +184,7 @@ void wgllm_gguf_writer_set_arr(struct wgllm_gguf_writer *w, const char *key,
                                enum wgllm_gguf_type type, const void *data, uint64_t n) {
     size_t es = wgllm_gguf_type_size(type);
     WGLLM_ASSERT(es != 0);
-    struct gguf_wbuf *b = gguf_wkv_slot(w, key);
+    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
     wbuf_u32(b, WGLLM_GGUF_TYPE_ARRAY);
     wbuf_u32(b, type);
     wbuf_u64(b, n);
@@ -204,7 +193,7 @@ void wgllm_gguf_writer_set_arr(struct wgllm_gguf_writer *w, const char *key,
 
 void wgllm_gguf_writer_set_arr_str(struct wgllm_gguf_writer *w, const char *key,
                                    const char *const *strs, uint64_t n) {
-    struct gguf_wbuf *b = gguf_wkv_slot(w, key);
+    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
     wbuf_u32(b, WGLLM_GGUF_TYPE_ARRAY);
     wbuf_u32(b, WGLLM_GGUF_TYPE_STRING);
     wbuf_u64(b, n);
@@ -218,10 +207,8 @@ void wgllm_gguf_writer_add_tensor(struct wgllm_gguf_writer *w, const char *name,
     WGLLM_ASSERT(n_dims <= WGLLM_GGUF_MAX_DIMS);
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0) WGLLM_ABORT("gguf writer: tensor '%s' added twice", name);
-    if (w->n_t == w->cap_t) {
-        w->cap_t = w->cap_t ? w->cap_t * 2 : 64;
-        w->t = gguf_xrealloc(w->t, w->cap_t * sizeof(*w->t));
-    }
+    if (!wgllm_grow((void **)&w->t, &w->cap_t, w->n_t + 1, sizeof *w->t))
+        WGLLM_ABORT("gguf writer: out of memory (%zu tensors)", w->n_t + 1);
     struct gguf_wtensor *t = &w->t[w->n_t++];
     memset(t, 0, sizeof(*t));
     t->name = gguf_xstrdup(name);
@@ -247,9 +234,9 @@ static uint32_t gguf_writer_alignment(const struct wgllm_gguf_writer *w, int64_t
         if (strcmp(w->kv[i].key, "general.alignment") != 0) continue;
         *kv_index = (int64_t)i;
         uint32_t type, a;
-        memcpy(&type, w->kv[i].val.p, 4);
+        memcpy(&type, w->kv[i].val.data, 4);
         if (type != WGLLM_GGUF_TYPE_UINT32) return 0;
-        memcpy(&a, w->kv[i].val.p + 4, 4);
+        memcpy(&a, w->kv[i].val.data + 4, 4);
         return a;
     }
     return WGLLM_GGUF_DEFAULT_ALIGNMENT;
@@ -288,7 +275,7 @@ static void gguf_out_pad(struct gguf_out *o, uint32_t align) {
  * (the split keys), `n_extra` of them. */
 static enum wgllm_status gguf_write_file(const struct wgllm_gguf_writer *w, const char *path,
                                          size_t t0, size_t t1, bool all_kv,
-                                         const struct gguf_wbuf *extra, uint64_t n_extra,
+                                         const struct wgllm_strbuf *extra, uint64_t n_extra,
                                          wgllm_gguf_fill_fn fill, void *user,
                                          struct wgllm_error *err) {
     int64_t align_kv;
@@ -323,9 +310,9 @@ static enum wgllm_status gguf_write_file(const struct wgllm_gguf_writer *w, cons
         uint64_t len = strlen(w->kv[i].key);
         gguf_out_put(&o, &len, 8);
         gguf_out_put(&o, w->kv[i].key, (size_t)len);
-        gguf_out_put(&o, w->kv[i].val.p, w->kv[i].val.n);
+        gguf_out_put(&o, w->kv[i].val.data, w->kv[i].val.len);
     }
-    if (extra) gguf_out_put(&o, extra->p, extra->n);
+    if (extra) gguf_out_put(&o, extra->data, extra->len);
 
     uint64_t off = 0;
     for (size_t i = t0; i < t1; i++) {
@@ -427,7 +414,7 @@ enum wgllm_status wgllm_gguf_writer_write_split(struct wgllm_gguf_writer *w,
     enum wgllm_status st = WGLLM_STATUS_OK;
     for (size_t s = 0; s < n && st == WGLLM_STATUS_OK; s++) {
         /* The split keys, serialised as gguf-split writes them. */
-        struct gguf_wbuf extra = {0};
+        struct wgllm_strbuf extra = {0};
         static const char *const keys[3] = {"split.no", "split.count", "split.tensors.count"};
         uint16_t no = (uint16_t)s, cnt = (uint16_t)n;
         int32_t total = (int32_t)w->n_t;
@@ -440,7 +427,7 @@ enum wgllm_status wgllm_gguf_writer_write_split(struct wgllm_gguf_writer *w,
         }
         wgllm_gguf_split_path(path, cap, path_prefix, (int)s + 1, (int)n);
         st = gguf_write_file(w, path, starts[s], starts[s + 1], s == 0, &extra, 3, fill, user, err);
-        free(extra.p);
+        wgllm_strbuf_free(&extra);
     }
     free(path);
     free(starts);

@@ -6,6 +6,7 @@
  */
 #include "model/synth.h"
 
+#include "base/strbuf.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 
@@ -161,18 +162,15 @@ struct synth_tensor {
 
 struct synth_ctx {
     struct synth_tensor *t;
-    int n, cap;
+    int n;
+    size_t cap;
     float *scratch; /* one row of f32 before conversion */
     int64_t scratch_n;
 };
 
 static void synth_add(struct synth_ctx *c, const char *name, uint32_t type, uint64_t ne0,
                       uint64_t ne1, float mean, float std, uint64_t seed) {
-    if (c->n == c->cap) {
-        c->cap = c->cap ? c->cap * 2 : 64;
-        c->t = realloc(c->t, (size_t)c->cap * sizeof(*c->t));
-        if (!c->t) WGLLM_ABORT("synth: out of memory");
-    }
+    if (!wgllm_grow((void **)&c->t, &c->cap, (size_t)c->n + 1, sizeof *c->t)) WGLLM_ABORT("synth: out of memory");
     struct synth_tensor *t = &c->t[c->n++];
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->type = type;

@@ -8,6 +8,8 @@
  */
 #include "server/server.h"
 
+#include "base/strbuf.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -877,39 +879,14 @@ char *srv_models(struct srv *s) {
 
 /* ---- metrics -------------------------------------------------------------- */
 
-struct buf {
-    char *p;
-    size_t n, cap;
-};
-
-static void bprintf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(struct buf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return;
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)k;
-        char *p = realloc(b->p, cap);
-        if (!p) return;
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
-static void metric(struct buf *b, const char *name, const char *type, const char *help, double v) {
-    bprintf(b, "# HELP wgllm_%s %s\n# TYPE wgllm_%s %s\nwgllm_%s %.17g\n", name, help, name, type, name, v);
+static void metric(struct wgllm_strbuf *b, const char *name, const char *type, const char *help, double v) {
+    wgllm_strbuf_printf(b, "# HELP wgllm_%s %s\n# TYPE wgllm_%s %s\nwgllm_%s %.17g\n", name, help, name, type, name, v);
 }
 
 char *srv_metrics(struct srv *s) {
     struct wgllm_engine_metrics m;
     wgllm_engine_metrics(s->engine, &m);
-    struct buf b = {0};
+    struct wgllm_strbuf b = {0};
     metric(&b, "requests_submitted_total", "counter", "Requests accepted by the engine.", (double)m.requests_submitted);
     metric(&b, "requests_finished_total", "counter", "Requests that ended (any reason).", (double)m.requests_finished);
     metric(&b, "requests_cancelled_total", "counter", "Requests cancelled (client gone or asked).",
@@ -934,5 +911,9 @@ char *srv_metrics(struct srv *s) {
     metric(&b, "http_requests_total", "counter", "HTTP requests answered.", (double)atomic_load(&s->http_requests));
     metric(&b, "http_errors_total", "counter", "HTTP requests answered with a 4xx or 5xx status.",
            (double)atomic_load(&s->http_errors));
-    return b.p;
+    if (b.oom) { /* a partial page would read as metrics gone to zero: answer 500 instead */
+        wgllm_strbuf_free(&b);
+        return NULL;
+    }
+    return wgllm_strbuf_take(&b);
 }

@@ -26,6 +26,7 @@
 #include "cli/cli.h" /* wgllm_cli_serve: the entry of the command table */
 
 #include "base/base.h"
+#include "base/strbuf.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -132,8 +133,7 @@ enum route { ROUTE_CHAT = 1, ROUTE_COMPLETIONS, ROUTE_EMBEDDINGS };
 
 struct conn {
     enum route route; /* a route that takes a body; 0 = answered before the body */
-    char *body;
-    size_t len, cap;
+    struct wgllm_strbuf body; /* as it arrives; upload() holds it to BODY_LIMIT */
     int64_t t0;       /* when the request's headers were complete */
     bool refused;     /* the body broke a limit: whatever else arrives is dropped */
 };
@@ -238,23 +238,12 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
 static enum MHD_Result upload(struct MHD_Connection *c, struct conn *cn, const char *data, size_t n) {
     (void)c;
     if (cn->refused) return MHD_NO;
-    if (cn->len + n > BODY_LIMIT || wgllm_time_us() - cn->t0 > (int64_t)g_read_timeout * 1000000) {
+    if (cn->body.len + n > BODY_LIMIT || wgllm_time_us() - cn->t0 > (int64_t)g_read_timeout * 1000000) {
         cn->refused = true;
         atomic_fetch_add(&g_srv.http_errors, 1);
         return MHD_NO;
     }
-    if (cn->len + n + 1 > cn->cap) {
-        size_t cap = cn->cap ? cn->cap * 2 : 16384;
-        while (cap < cn->len + n + 1) cap *= 2;
-        char *p = realloc(cn->body, cap);
-        if (!p) return MHD_NO;
-        cn->body = p;
-        cn->cap = cap;
-    }
-    memcpy(cn->body + cn->len, data, n);
-    cn->len += n;
-    cn->body[cn->len] = 0;
-    return MHD_YES;
+    return wgllm_strbuf_put(&cn->body, data, n) ? MHD_YES : MHD_NO;
 }
 
 static enum MHD_Result embeddings(struct MHD_Connection *c, const cJSON *body) {
@@ -273,13 +262,14 @@ static enum MHD_Result embeddings(struct MHD_Connection *c, const cJSON *body) {
 /* The whole body is in: check it, parse it, answer. */
 static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
     struct srv_err e;
-    if (!srv_body_check(cn->body ? cn->body : "", cn->len, &e)) return srv_send_err(&g_srv, c, &e);
+    const char *text = cn->body.data ? cn->body.data : "";
+    if (!srv_body_check(text, cn->body.len, &e)) return srv_send_err(&g_srv, c, &e);
     const char *end = NULL;
-    cJSON *body = cJSON_ParseWithLengthOpts(cn->body ? cn->body : "", cn->len, &end, false);
+    cJSON *body = cJSON_ParseWithLengthOpts(text, cn->body.len, &end, false);
     if (!body)
         return send_errf(c, 400, "invalid_request_error", NULL, "invalid_json",
                          "the request body is not valid JSON (near byte %ld)",
-                         end && cn->body ? (long)(end - cn->body) : 0L);
+                         end && cn->body.data ? (long)(end - cn->body.data) : 0L);
     enum MHD_Result ret;
     if (cn->route == ROUTE_EMBEDDINGS) {
         ret = embeddings(c, body);
@@ -323,7 +313,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)g_idle_timeout);
     struct conn *cn = *con_cls;
     if (cn) {
-        free(cn->body);
+        wgllm_strbuf_free(&cn->body);
         free(cn);
     }
     *con_cls = NULL;
@@ -359,28 +349,6 @@ static const char *serve_usage =
     "  how long a request's body may take. --cors: answer browser pages of these origins (\"*\" = any;\n"
     "  default: no CORS headers). SIGTERM/SIGINT: new connections are refused, in-flight\n"
     "  requests get --shutdown-timeout seconds (default 10) to finish, then are cancelled.\n";
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *s = malloc(cap);
-    size_t k;
-    while (s && (k = fread(s + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (n + 1 == cap) {
-            char *p = realloc(s, cap *= 2);
-            if (!p) {
-                free(s);
-                s = NULL;
-            }
-            s = p;
-        }
-    }
-    fclose(f);
-    if (s) s[n] = 0;
-    return s;
-}
 
 static bool parse_num(const char *v, int lo, int hi, int *out) {
     char *end;
@@ -466,11 +434,11 @@ int wgllm_serve_main(int argc, char **argv) {
         return 2;
     }
     char *tmpl = NULL;
-    if (tmpl_path && !(tmpl = read_file(tmpl_path))) {
-        fprintf(stderr, "wgllm serve: cannot read chat template '%s': %s\n", tmpl_path, strerror(errno));
+    struct wgllm_error err; /* no size bound: the template parser has its own memory budget */
+    if (tmpl_path && wgllm_read_file(tmpl_path, 0, &tmpl, NULL, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "wgllm serve: cannot read chat template: %s\n", err.message);
         return 1;
     }
-    struct wgllm_error err;
     struct wgllm_client *client = NULL;
     if (n_up > 0 && wgllm_client_init(&client, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "base/strbuf.h"
 
 #define WAIT_SLICE_MS 100    /* how often a waiting owner looks for a reason to cancel */
 #define READER_SLICE_MS 250  /* how often an idle stream looks at its client's socket */
@@ -36,8 +37,8 @@ struct stream {
     struct srv *srv;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    char *buf;
-    size_t len, cap, off;
+    struct wgllm_strbuf buf; /* SSE bytes not yet read by MHD, from off on */
+    size_t off;
     bool done, gone;
     int refs; /* the response and the waiter thread */
     struct wgllm_request *req; /* owned by the waiter thread (or the handler, not streaming) */
@@ -51,7 +52,7 @@ static void stream_free(struct stream *st) {
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     srv_gen_free(&st->gen);
-    free(st->buf);
+    wgllm_strbuf_free(&st->buf);
     atomic_fetch_sub(&st->srv->inflight, 1);
     free(st);
 }
@@ -65,20 +66,9 @@ static void stream_unref_locked(struct stream *st) {
 /* Appends (and frees) a chunk; caller holds mu. */
 static void stream_push_locked(struct stream *st, char *chunk) {
     if (!chunk) return;
-    size_t n = strlen(chunk);
-    if (st->len + n > st->cap) {
-        size_t cap = (st->cap ? st->cap * 2 : 4096) + n;
-        char *p = realloc(st->buf, cap);
-        if (!p) {
-            free(chunk);
-            return;
-        }
-        st->buf = p;
-        st->cap = cap;
-    }
-    memcpy(st->buf + st->len, chunk, n);
-    st->len += n;
+    bool ok = wgllm_strbuf_puts(&st->buf, chunk); /* out of memory drops the chunk */
     free(chunk);
+    if (!ok) return;
     pthread_cond_broadcast(&st->cv);
 }
 
@@ -219,10 +209,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     pthread_mutex_lock(&st->mu);
     int idle_ms = 0;
-    while (st->off == st->len && !st->done) {
+    while (st->off == st->buf.len && !st->done) {
         struct timespec ts = after_ms(READER_SLICE_MS);
         if (pthread_cond_timedwait(&st->cv, &st->mu, &ts) != ETIMEDOUT) continue;
-        if (st->off != st->len || st->done) break;
+        if (st->off != st->buf.len || st->done) break;
         idle_ms += READER_SLICE_MS;
         /* a client that left ends the response (MHD then frees it: the request is cancelled);
          * a stopping server gives a stream whose request does not end a few seconds */
@@ -239,14 +229,17 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             return (ssize_t)(sizeof(ping) - 1);
         }
     }
-    if (st->off == st->len) { /* done and drained */
+    if (st->off == st->buf.len) { /* done and drained */
         pthread_mutex_unlock(&st->mu);
         return MHD_CONTENT_READER_END_OF_STREAM;
     }
-    size_t n = st->len - st->off < max ? st->len - st->off : max;
-    memcpy(out, st->buf + st->off, n);
+    size_t n = st->buf.len - st->off < max ? st->buf.len - st->off : max;
+    memcpy(out, st->buf.data + st->off, n);
     st->off += n;
-    if (st->off == st->len) st->off = st->len = 0;
+    if (st->off == st->buf.len) { /* drained: the memory is reused */
+        st->off = 0;
+        wgllm_strbuf_clear(&st->buf);
+    }
     pthread_mutex_unlock(&st->mu);
     return (ssize_t)n;
 }

@@ -21,6 +21,7 @@
  */
 #include "vocab/merge.h"
 
+#include "base/strbuf.h"
 #include "vocab/unicode.h"
 
 #define NIL UINT32_MAX
@@ -42,16 +43,9 @@ static inline uint64_t entry(uint32_t key, uint32_t left) { return (uint64_t)key
 /* Grows *p (of *cap elements) to hold at least `need`; false (and m->oom) when out of memory. */
 static bool grow(struct wgllm_merge *m, void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return true;
-    size_t c = WGLLM_MAX(need, WGLLM_MAX(*cap + *cap / 2, (size_t)64));
-    size_t bytes;
-    void *np = wgllm_size_mul(c, elem, &bytes) ? realloc(*p, bytes) : NULL;
-    if (!np) {
-        m->oom = true;
-        return false;
-    }
-    *p = np;
-    *cap = c;
-    return true;
+    if (wgllm_grow(p, cap, need, elem)) return true;
+    m->oom = true;
+    return false;
 }
 
 /* ---- the heap of out-of-order entries (4-ary min-heap of u64) ---------- */

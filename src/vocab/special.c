@@ -11,6 +11,7 @@
  * other (Gemma's runs of spaces: about 30 per byte).
  */
 #include "vocab/special.h"
+#include "base/strbuf.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -42,16 +43,9 @@ void wgllm_special_set_free(struct wgllm_special_set *s) {
 }
 
 static void frags_push(struct wgllm_frags *f, struct wgllm_frag x) {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        size_t bytes;
-        struct wgllm_frag *p = wgllm_size_mul(cap, sizeof *p, &bytes) ? realloc(f->v, bytes) : NULL;
-        if (!p) {
-            f->oom = true;
-            return;
-        }
-        f->v = p;
-        f->cap = cap;
+    if (f->n == f->cap && !wgllm_grow((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v)) {
+        f->oom = true;
+        return;
     }
     f->v[f->n++] = x;
 }
@@ -101,13 +95,7 @@ struct claims {
 };
 
 static bool claims_push(struct claims *c, struct claim x) {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 16, bytes;
-        struct claim *p = wgllm_size_mul(cap, sizeof *p, &bytes) ? realloc(c->v, bytes) : NULL;
-        if (!p) return false;
-        c->v = p;
-        c->cap = cap;
-    }
+    if (c->n == c->cap && !wgllm_grow((void **)&c->v, &c->cap, c->n + 1, sizeof *c->v)) return false;
     c->v[c->n++] = x;
     return true;
 }

@@ -4,6 +4,7 @@
  * unicode.cpp in behaviour, including its quirks, because token ids must match.
  */
 #include "vocab/unicode.h"
+#include "base/strbuf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -156,12 +157,9 @@ struct lens {
 };
 
 static void lens_push(struct lens *l, size_t x) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64, bytes;
-        size_t *v = wgllm_size_mul(cap, sizeof *v, &bytes) ? realloc(l->v, bytes) : NULL;
-        if (!v) { l->oom = true; return; }
-        l->v = v;
-        l->cap = cap;
+    if (l->n == l->cap && !wgllm_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v)) {
+        l->oom = true;
+        return;
     }
     l->v[l->n++] = x;
 }
@@ -346,7 +344,8 @@ struct inst {
 struct cls {
     bool neg, space, nonspace, digit, nondigit, word, nonword;
     uint32_t (*r)[2];
-    int nr, cap;
+    int nr;
+    size_t cap;
 };
 
 enum { N_CHAR, N_CLASS, N_CAT, N_ALT, N_REP, N_BOL, N_EOL, N_LOOK, N_EMPTY };
@@ -364,7 +363,8 @@ struct rx {
     bool collapsed;
     int custom; /* 0 regex, 1 gpt2, 2 llama3 */
     struct inst *prog;
-    int n, cap;
+    int n;
+    size_t cap;
     struct cls *cls;
     int ncls;
 };
@@ -407,11 +407,7 @@ static void free_node(struct node *nd) {
 }
 
 static void cls_range(struct cls *c, uint32_t lo, uint32_t hi) {
-    if (c->nr == c->cap) {
-        c->cap = c->cap ? c->cap * 2 : 8;
-        c->r = realloc(c->r, (size_t)c->cap * sizeof *c->r);
-        if (!c->r) WGLLM_ABORT("out of memory");
-    }
+    if (!wgllm_grow((void **)&c->r, &c->cap, (size_t)c->nr + 1, sizeof *c->r)) WGLLM_ABORT("out of memory");
     c->r[c->nr][0] = lo;
     c->r[c->nr][1] = hi;
     c->nr++;
@@ -652,11 +648,7 @@ static struct node *parse_alt(struct parser *ps) {
 }
 
 static int emit(struct rx *rx, uint8_t op) {
-    if (rx->n == rx->cap) {
-        rx->cap = rx->cap ? rx->cap * 2 : 64;
-        rx->prog = realloc(rx->prog, (size_t)rx->cap * sizeof *rx->prog);
-        if (!rx->prog) WGLLM_ABORT("out of memory");
-    }
+    if (!wgllm_grow((void **)&rx->prog, &rx->cap, (size_t)rx->n + 1, sizeof *rx->prog)) WGLLM_ABORT("out of memory");
     memset(&rx->prog[rx->n], 0, sizeof rx->prog[0]);
     rx->prog[rx->n].op = op;
     return rx->n++;
@@ -767,15 +759,7 @@ static bool rx_one(const struct rx *rx, const struct inst *in, uint32_t ch) {
 }
 
 static bool stack_push(struct stack *st, struct thread t) {
-    if (st->n == st->cap) {
-        size_t cap = st->cap ? st->cap * 2 : 64;
-        struct thread *nt = wgllm_malloc_array(cap, sizeof *nt);
-        if (!nt) return false;
-        if (st->n) memcpy(nt, st->t, st->n * sizeof *nt);
-        free(st->t);
-        st->t = nt;
-        st->cap = cap;
-    }
+    if (st->n == st->cap && !wgllm_grow((void **)&st->t, &st->cap, st->n + 1, sizeof *st->t)) return false;
     st->t[st->n++] = t;
     return true;
 }

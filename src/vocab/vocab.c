@@ -7,6 +7,7 @@
  * token ids agree with it exactly; where llama.cpp has a quirk, so do we.
  */
 #include "vocab/vocab.h"
+#include "base/strbuf.h"
 #include "vocab/merge.h"
 #include "vocab/special.h"
 #include "vocab/unicode.h"
@@ -757,13 +758,9 @@ struct ids {
 };
 
 static void ids_push(struct ids *o, int32_t id) {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 64;
-        size_t bytes;
-        int32_t *p = wgllm_size_mul(cap, sizeof *p, &bytes) ? realloc(o->v, bytes) : NULL;
-        if (!p) { o->oom = true; return; }
-        o->v = p;
-        o->cap = cap;
+    if (o->n == o->cap && !wgllm_grow((void **)&o->v, &o->cap, o->n + 1, sizeof *o->v)) {
+        o->oom = true;
+        return;
     }
     o->v[o->n++] = id;
 }
@@ -893,15 +890,10 @@ static bool bpe_tokenize(const struct wgllm_vocab *v, const char *text, size_t l
         /* the word's buffer grows to the longest word, not to the input */
         size_t wl = 0;
         for (size_t i = start; i < start + lens[w]; i++) wl += bpe_map(v, cpts[i], NULL);
-        if (wl + 1 > word_cap) { /* +1: bpe_map writes 2 bytes for a 1-byte mapping */
-            size_t cap = WGLLM_MAX(wl + 1, word_cap * 2);
-            char *nb = realloc(word, cap);
-            if (!nb) {
-                ok = false;
-                break;
-            }
-            word = nb;
-            word_cap = cap;
+        /* +1: bpe_map writes 2 bytes for a 1-byte mapping */
+        if (!wgllm_grow((void **)&word, &word_cap, wl + 1, 1)) {
+            ok = false;
+            break;
         }
         wl = 0;
         for (size_t i = start; i < start + lens[w]; i++) wl += bpe_map(v, cpts[i], word + wl);

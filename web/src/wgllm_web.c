@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "wgllm.h"
@@ -72,10 +73,8 @@ struct web_job {
     enum job_kind kind;
     struct web_state *st;
     pthread_mutex_t mu;
-    char *pending; /* text not yet taken by JS */
-    size_t pending_len, pending_cap;
-    char *taken; /* what the last take returned (JS copies it out at once) */
-    size_t taken_cap;
+    struct wgllm_strbuf pending; /* text not yet taken by JS */
+    struct wgllm_strbuf taken;   /* what the last take returned (JS copies it out at once) */
     _Atomic int32_t oom; /* streamed text found no memory: the request stops with an error */
     struct wgllm_request *req;
     struct wgllm_result res;
@@ -380,22 +379,8 @@ static bool on_token(const char *text, size_t len, int32_t token, float logprob,
     (void)logprob;
     struct web_job *j = ud;
     pthread_mutex_lock(&j->mu);
-    if (j->pending_len + len + 1 > j->pending_cap) {
-        size_t cap = j->pending_cap ? j->pending_cap : 256;
-        while (cap < j->pending_len + len + 1) cap *= 2;
-        char *p = realloc(j->pending, cap);
-        if (p) {
-            j->pending = p;
-            j->pending_cap = cap;
-        }
-    }
-    const bool room = j->pending_len + len + 1 <= j->pending_cap;
-    if (room) {
-        memcpy(j->pending + j->pending_len, text, len);
-        j->pending_len += len;
-    } else {
-        atomic_store(&j->oom, 1); /* never a stream with a hole in it: stop, and say why (job_main) */
-    }
+    const bool room = wgllm_strbuf_put(&j->pending, text, len);
+    if (!room) atomic_store(&j->oom, 1); /* never a stream with a hole in it: stop, and say why (job_main) */
     pthread_mutex_unlock(&j->mu);
     bump(j);
     return room && !atomic_load(&j->cancel);
@@ -607,13 +592,13 @@ EMSCRIPTEN_KEEPALIVE void wgllm_web_job_cancel(struct web_job *j) {
  * appending to the other one. */
 EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_take(struct web_job *j, int *len) {
     pthread_mutex_lock(&j->mu);
-    char *p = j->pending;
-    size_t cap = j->pending_cap;
-    *len = (int)j->pending_len;
-    j->pending = j->taken, j->pending_cap = j->taken_cap, j->pending_len = 0;
-    j->taken = p, j->taken_cap = cap;
+    struct wgllm_strbuf old = j->taken;
+    j->taken = j->pending;
+    wgllm_strbuf_clear(&old);
+    j->pending = old;
+    *len = (int)j->taken.len;
     pthread_mutex_unlock(&j->mu);
-    return j->taken ? j->taken : "";
+    return j->taken.data ? j->taken.data : "";
 }
 
 /* Results once done: 0 status, 1 finish reason, 2 prompt tokens, 3 cached
@@ -676,8 +661,8 @@ EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j) {
     if (!j) return;
     wgllm_result_free(&j->res);
     pthread_mutex_destroy(&j->mu);
-    free(j->pending);
-    free(j->taken);
+    wgllm_strbuf_free(&j->pending);
+    wgllm_strbuf_free(&j->taken);
     free(j->msgs);
     free(j->strs);
     free(j->text);

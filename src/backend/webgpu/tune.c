@@ -7,6 +7,7 @@
 #include "backend/webgpu/tune.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#include "base/strbuf.h"
 
 #include <errno.h>
 #include <math.h>
@@ -220,34 +221,15 @@ static bool ident_eq(const struct section *s, const struct ident *id) {
     return true;
 }
 
-/* The whole file, NUL-terminated; *binary set when it holds a NUL byte. */
+/* The whole file, NUL-terminated; *binary set when it holds a NUL byte.
+ * NULL when missing, unreadable or 16 MiB or more: a cache is small, and
+ * this bounds what a hostile file can make us allocate. */
 static char *read_text(const char *path, bool *binary) {
+    char *s;
+    size_t n;
     *binary = false;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *s = malloc(cap);
-    for (;;) {
-        if (!s) break;
-        if (n + 1 >= cap) {
-            char *ns = cap < (1u << 24) ? realloc(s, cap * 2) : NULL; /* a cache is small: bound hostile files */
-            if (!ns) {
-                free(s);
-                s = NULL;
-                break;
-            }
-            s = ns;
-            cap *= 2;
-        }
-        size_t r = fread(s + n, 1, cap - 1 - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    fclose(f);
-    if (s) {
-        s[n] = 0;
-        *binary = strlen(s) != n;
-    }
+    if (wgllm_read_file(path, ((size_t)1 << 24) - 1, &s, &n, NULL) != WGLLM_STATUS_OK) return NULL;
+    *binary = memchr(s, 0, n) != NULL;
     return s;
 }
 
