@@ -198,3 +198,38 @@ struct wgllm_vocab *test_byte_vocab(const char *const *special, const int32_t *t
     free(tt);
     return v;
 }
+
+int test_chain_expected(const float *l, int nv, int top_k, float top_p, float min_p, float temp, int *ids,
+                        double *prob) {
+    int n = 0;
+    for (int k = 0; k < top_k; k++) { /* the top_k by selection */
+        int best = -1;
+        for (int i = 0; i < nv; i++) {
+            bool taken = false;
+            for (int j = 0; j < n; j++) taken |= ids[j] == i;
+            if (!taken && (best < 0 || l[i] > l[best])) best = i;
+        }
+        ids[n++] = best;
+    }
+    const double mx = l[ids[0]];
+    if (top_p < 1.0f) {
+        double z = 0, cum = 0;
+        for (int i = 0; i < n; i++) z += exp(l[ids[i]] - mx);
+        for (int i = 0; i < n; i++) {
+            cum += exp(l[ids[i]] - mx) / z;
+            if (cum >= top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (min_p > 0.0f) {
+        int k = 1;
+        while (k < n && l[ids[k]] >= mx + log(min_p)) k++;
+        n = k;
+    }
+    double total = 0;
+    for (int i = 0; i < n; i++) total += exp((l[ids[i]] - mx) / temp);
+    for (int i = 0; i < n; i++) prob[i] = exp((l[ids[i]] - mx) / temp) / total;
+    return n;
+}

@@ -99,6 +99,13 @@ struct wgllm_model *test_synth_model(const struct wgllm_synth_params *sp);
 int test_common_prefix(const struct wgllm_model *m, const char *a, const char *b, int *n_b);
 extern const char *const test_prompts[8];
 
+/* The sampler chain (top-k, then top-p, min-p, temperature) on the host, in
+ * double, for checking device draws: the kept candidates' ids (by logit,
+ * largest first; ties to the lower id) and probabilities; returns how many
+ * are kept. */
+int test_chain_expected(const float *l, int nv, int top_k, float top_p, float min_p, float temp, int *ids,
+                        double *prob);
+
 /* A byte-level BPE vocabulary whose tokens 0..255 are the 256 bytes (with
  * no merge that applies, so raw text is one token per byte) followed by
  * n_special special tokens (types: WGLLM_TOKEN_TYPE_*), written as GGUF

@@ -476,43 +476,6 @@ TEST(seeded_device_sampling_is_deterministic) {
     wgllm_result_free(&rg);
 }
 
-/* The chain on the host, in double (as test_webgpu_sample.c's): the kept
- * candidates' ids (by logit, largest first) and probabilities; returns how
- * many are kept. */
-static int chain_expected(const float *l, int nv, int top_k, float top_p, float min_p, float temp, int *ids,
-                          double *prob) {
-    int n = 0;
-    for (int k = 0; k < top_k; k++) { /* the top_k by selection */
-        int best = -1;
-        for (int i = 0; i < nv; i++) {
-            bool taken = false;
-            for (int j = 0; j < n; j++) taken |= ids[j] == i;
-            if (!taken && (best < 0 || l[i] > l[best])) best = i;
-        }
-        ids[n++] = best;
-    }
-    const double mx = l[ids[0]];
-    if (top_p < 1.0f) {
-        double z = 0, cum = 0;
-        for (int i = 0; i < n; i++) z += exp(l[ids[i]] - mx);
-        for (int i = 0; i < n; i++) {
-            cum += exp(l[ids[i]] - mx) / z;
-            if (cum >= top_p) {
-                n = i + 1;
-                break;
-            }
-        }
-    }
-    if (min_p > 0.0f) {
-        int k = 1;
-        while (k < n && l[ids[k]] >= mx + log(min_p)) k++;
-        n = k;
-    }
-    double total = 0;
-    for (int i = 0; i < n; i++) total += exp((l[ids[i]] - mx) / temp);
-    for (int i = 0; i < n; i++) prob[i] = exp((l[ids[i]] - mx) / temp) / total;
-    return n;
-}
 
 static double log_softmax(const float *l, int nv, int tok) {
     double mx = l[0], sum = 0;
@@ -581,7 +544,7 @@ TEST(sampled_rows_between_rows_read_back) {
     memcpy(rows, wgllm_context_output_logits(c, 0), sizeof(float) * nv);
     int ids[6];
     double prob[6];
-    const int n = chain_expected(rows, nv, chain.top_k, chain.top_p, chain.min_p, chain.temperature, ids, prob);
+    const int n = test_chain_expected(rows, nv, chain.top_k, chain.top_p, chain.min_p, chain.temperature, ids, prob);
     int count[6] = {0}, outside = 0, again = 0;
     int32_t first[S];
     for (int pass = 0; pass < PASSES; pass++) {

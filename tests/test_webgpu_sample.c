@@ -18,41 +18,6 @@ static struct wgllm_gpu *G;
 #define V 1000
 #define N_DRAWS 1200 /* each top-k round is a pass over V: small k keep it seconds on SwiftShader */
 
-/* The chain on the host, in double: probabilities of the kept candidates
- * (ids sorted by logit, largest first); returns how many are kept. */
-static int expected(const float *l, int top_k, float top_p, float min_p, float temp, int *ids, double *prob) {
-    int n = 0;
-    for (int i = 0; i < V; i++) ids[n++] = i;
-    for (int i = 0; i < n; i++) /* selection sort of the top_k (V is small) */
-        for (int j = i + 1; j < n && i < top_k; j++)
-            if (l[ids[j]] > l[ids[i]] || (l[ids[j]] == l[ids[i]] && ids[j] < ids[i])) {
-                int t = ids[i];
-                ids[i] = ids[j];
-                ids[j] = t;
-            }
-    n = top_k;
-    const double mx = l[ids[0]];
-    if (top_p < 1.0f) {
-        double z = 0, cum = 0;
-        for (int i = 0; i < n; i++) z += exp(l[ids[i]] - mx);
-        for (int i = 0; i < n; i++) {
-            cum += exp(l[ids[i]] - mx) / z;
-            if (cum >= top_p) {
-                n = i + 1;
-                break;
-            }
-        }
-    }
-    if (min_p > 0.0f) {
-        int k = 1;
-        while (k < n && l[ids[k]] >= mx + log(min_p)) k++;
-        n = k;
-    }
-    double total = 0;
-    for (int i = 0; i < n; i++) total += exp((l[ids[i]] - mx) / temp);
-    for (int i = 0; i < n; i++) prob[i] = exp((l[ids[i]] - mx) / temp) / total;
-    return n;
-}
 
 /* Draws N_DRAWS tokens, position i for draw i, into out (one submit). */
 static bool draw(const float *logits, const struct wgllm_kparams *kp, uint32_t *out) {
@@ -115,7 +80,7 @@ static void check_chain(int top_k, float top_p, float min_p, float temp, uint32_
     int ids[V];
     double prob[V];
     make_logits(l);
-    const int n = expected(l, top_k, top_p, min_p, temp, ids, prob);
+    const int n = test_chain_expected(l, V, top_k, top_p, min_p, temp, ids, prob);
     struct wgllm_kparams kp = {.n = V, .k = (uint32_t)top_k, .b = 0, .d = 4, .c = seed,
                                .f0 = temp, .f1 = top_p, .f2 = min_p};
     CHECK(draw(l, &kp, out));
