@@ -87,7 +87,7 @@ struct wgllm_vocab {
     uint32_t max_token_len; /* bytes */
     struct wgllm_trie wpm_trie; /* WordPiece: every token's text, walked for the longest match */
 
-    int32_t *special; /* control/user-defined/unknown ids, longest text first */
+    int32_t *special; /* control/user-defined/unknown ids, longest text first (during init) */
     int32_t n_special;
     struct wgllm_special_set specials; /* the same, indexed for the partition */
     uint8_t *is_eog;
@@ -303,6 +303,8 @@ static bool build_special_set(struct wgllm_vocab *v) {
     ok = ok && wgllm_special_set_init(&v->specials, sp, texts, v->n_special);
     free(sp);
     free(texts);
+    free(v->special); /* the set holds the ids now */
+    v->special = NULL;
     return ok;
 }
 
