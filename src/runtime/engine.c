@@ -16,115 +16,13 @@
  * A full slot (context_shift on) is shifted as llama.cpp does; from then on
  * its cache equals a fresh evaluation of its tokens only up to the kept ones
  * (the moved tokens attended to the dropped ones), so reuse stops there.
+ *
+ * The state it shares with snapshot.c (the KV snapshot store) and
+ * snapshot_file.c (its persisted format) is in engine_internal.h.
  */
-#include "backend/backend.h"
-#include "chat/chat.h"
-#include "model/model.h"
+#include "runtime/engine_internal.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
-
-enum req_kind { REQ_GENERATE, REQ_EMBED };
-enum req_phase { PHASE_QUEUED, PHASE_PREFILL, PHASE_DECODE, PHASE_DONE };
-enum slot_state { SLOT_FREE, SLOT_IDLE, SLOT_ACTIVE };
-
-struct wgllm_request {
-    struct wgllm_engine *eng;
-    enum req_kind kind;
-    enum req_phase phase;
-    struct wgllm_request_params p;
-    char *key;         /* copy of p.context_key */
-    char **stops;      /* copies of p.stop */
-    int32_t *prompt;
-    int n_prompt;
-    atomic_bool cancel;
-    struct wgllm_request *next; /* queue link */
-
-    /* embedding */
-    enum wgllm_pooling pooling;
-    bool normalize;
-    double *embd_acc;
-    int embd_count;
-
-    /* engine-thread state */
-    int slot;
-    int n_done_prompt; /* prompt tokens in the KV cache (cached or computed) */
-    int n_cached;
-    int32_t pending;   /* sampled, to be decoded next tick */
-    bool device;       /* its tokens are sampled on the device (wgllm_context_can_sample_rows) */
-    struct wgllm_sampler *sampler;
-    struct wgllm_detokenizer *detok;
-    struct wgllm_stop_matcher *stop;
-    char *text;
-    size_t text_len, text_cap;
-    int32_t *tokens;
-    float *logprobs;
-    struct wgllm_token_logprob *top; /* gen_cap x n_top, when n_probs > 0 */
-    int n_top;
-    int n_gen, gen_cap;
-    int64_t t_submit, t_admit, t_prefill_end, t_first, t_end;
-
-    bool done; /* under mu */
-    pthread_cond_t done_cv;
-    struct wgllm_result result;
-};
-
-struct slot {
-    enum slot_state state;
-    char *key;       /* the context_key of the conversation it holds, or NULL */
-    int32_t *tokens; /* what the KV cache of this slot holds, n_ctx capacity */
-    int n_tokens;
-    bool shifted;    /* a context shift moved tokens since the slot was admitted */
-    int n_exact;     /* when shifted: the leading tokens still equal to a fresh evaluation */
-    uint64_t last_used;
-    struct wgllm_request *req;
-};
-
-struct snapshot {
-    int32_t *tokens;
-    int n;
-    void *state;
-    size_t bytes;
-    uint64_t last_used;
-};
-
-struct wgllm_engine {
-    struct wgllm_model *model;
-    struct wgllm_context *ctx;
-    struct wgllm_engine_params p;
-    int n_ctx, n_batch;
-    int max_piece; /* bytes of the longest token text (SPM, BPE): a text of N bytes has at
-                    * least N / max_piece tokens; 0 = no such bound (WordPiece drops spaces) */
-    struct wgllm_chat_template *tmpl;
-    char tmpl_error[320];
-
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool stopping;
-    struct wgllm_request *q_head, *q_tail;
-    int n_queue;
-
-    struct slot *slots;
-    struct snapshot *snaps;
-    int n_snaps;
-    struct ctl_op *ctl_head; /* under mu: operations for the engine thread */
-    pthread_cond_t ctl_cv;
-    size_t snap_bytes;
-    uint64_t clock;
-
-    /* the batch of one tick */
-    int32_t *b_tok, *b_pos, *b_seq;
-    bool *b_out;
-    struct wgllm_request **b_owner;   /* owner of each token */
-    struct wgllm_request **out_owner; /* owner of each output row */
-    struct wgllm_row_sample *out_rs;  /* per output row: sampled on the device or not */
-    int32_t *out_tok;                 /* the device's picks and their logprobs */
-    float *out_lp;
-
-    struct wgllm_engine_metrics m; /* counters under mu */
-};
 
 /* ---- small helpers --------------------------------------------------------- */
 
@@ -135,15 +33,6 @@ static char *dup_str(const char *s) {
     if (d) memcpy(d, s, n);
     return d;
 }
-
-static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
-    int n = 0, lim = WGLLM_MIN(na, nb);
-    while (n < lim && a[n] == b[n]) n++;
-    return n;
-}
-
-/* Leading tokens of a slot whose KV another request may reuse. */
-static int slot_reusable(const struct slot *sl) { return sl->shifted ? sl->n_exact : sl->n_tokens; }
 
 static bool text_append(struct wgllm_request *r, const char *s, size_t n) {
     if (r->text_len + n + 1 > r->text_cap) {
@@ -237,67 +126,6 @@ static void finish(struct wgllm_engine *e, struct wgllm_request *r, enum wgllm_f
     pthread_mutex_unlock(&e->mu);
 }
 
-/* ---- snapshots ------------------------------------------------------------ */
-
-static void snapshot_drop(struct wgllm_engine *e, int i) {
-    e->snap_bytes -= e->snaps[i].bytes;
-    e->m.snapshot_bytes_used = e->snap_bytes; /* engine thread or free(): no reader races a gauge */
-    free(e->snaps[i].tokens);
-    free(e->snaps[i].state);
-    e->snaps[i] = e->snaps[--e->n_snaps];
-}
-
-/* True when a snapshot already covers tokens[0, n). */
-static bool snapshot_covered(const struct wgllm_engine *e, const int32_t *tokens, int n) {
-    for (int i = 0; i < e->n_snaps; i++)
-        if (e->snaps[i].n >= n && common_prefix(e->snaps[i].tokens, e->snaps[i].n, tokens, n) == n) return true;
-    return false;
-}
-
-/* Drops least recently used snapshots until one of `bytes` fits; false when it never can. */
-static bool snapshot_make_room(struct wgllm_engine *e, size_t bytes) {
-    if (e->p.snapshot_bytes == 0 || e->p.max_snapshots <= 0 || bytes > e->p.snapshot_bytes) return false;
-    while (e->n_snaps > 0 && (e->n_snaps >= e->p.max_snapshots || e->snap_bytes + bytes > e->p.snapshot_bytes)) {
-        int lru = 0;
-        for (int i = 1; i < e->n_snaps; i++)
-            if (e->snaps[i].last_used < e->snaps[lru].last_used) lru = i;
-        snapshot_drop(e, lru);
-    }
-    return true;
-}
-
-/* Stores a snapshot (after snapshot_make_room); takes tokens and state. */
-static void snapshot_add(struct wgllm_engine *e, int32_t *tokens, int n, void *state, size_t bytes) {
-    e->snaps[e->n_snaps++] = (struct snapshot){.tokens = tokens, .n = n, .state = state, .bytes = bytes,
-                                               .last_used = ++e->clock};
-    e->snap_bytes += bytes;
-    pthread_mutex_lock(&e->mu);
-    e->m.snapshot_bytes_used = e->snap_bytes;
-    pthread_mutex_unlock(&e->mu);
-}
-
-/* Saves what slot s holds before it is reused, when worth it and not already saved. */
-static void snapshot_save(struct wgllm_engine *e, int s) {
-    struct slot *sl = &e->slots[s];
-    const int n = slot_reusable(sl);
-    if (n < e->p.min_snapshot_tokens || snapshot_covered(e, sl->tokens, n)) return;
-    size_t bytes = wgllm_context_seq_state_size(e->ctx, n);
-    if (!snapshot_make_room(e, bytes)) return;
-    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n);
-    void *state = malloc(bytes);
-    if (!tokens || !state) {
-        free(tokens);
-        free(state);
-        return;
-    }
-    memcpy(tokens, sl->tokens, sizeof(int32_t) * (size_t)n);
-    wgllm_context_seq_save(e->ctx, s, n, state);
-    snapshot_add(e, tokens, n, state, bytes);
-    pthread_mutex_lock(&e->mu);
-    e->m.snapshots_saved++;
-    pthread_mutex_unlock(&e->mu);
-}
-
 /* ---- work run on the engine thread for callers (snapshot export/import) --- */
 
 struct ctl_op {
@@ -324,7 +152,7 @@ static void *engine_main(void *arg);
 
 /* Runs fn(e, arg) on the engine thread between ticks and waits for it (or,
  * without a thread, steps the engine until it ran). */
-static void run_on_engine(struct wgllm_engine *e, void (*fn)(struct wgllm_engine *, void *), void *arg) {
+void wgllm_engine_run_on_thread(struct wgllm_engine *e, void (*fn)(struct wgllm_engine *, void *), void *arg) {
     struct ctl_op c = {fn, arg, false, NULL};
     pthread_mutex_lock(&e->mu);
     struct ctl_op **pp = &e->ctl_head;
@@ -366,36 +194,30 @@ static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
     struct slot *sl = &e->slots[s];
     const bool same_key = r->key && sl->key && !strcmp(sl->key, r->key);
     if (sl->state == SLOT_IDLE && !same_key && sl->n_tokens > 0) {
-        snapshot_save(e, s);
+        wgllm_snapshot_save(e, s);
         pthread_mutex_lock(&e->mu);
         e->m.evictions++;
         pthread_mutex_unlock(&e->mu);
     }
     /* at least one prompt token is always computed: its logits start generation */
     const int limit = r->kind == REQ_EMBED ? 0 : r->n_prompt - 1;
-    int cached = WGLLM_MIN(common_prefix(sl->tokens, slot_reusable(sl), r->prompt, r->n_prompt), limit);
+    int cached = WGLLM_MIN(wgllm_engine_common_prefix(sl->tokens, wgllm_engine_slot_reusable(sl), r->prompt, r->n_prompt), limit);
     int src_slot = -1, src_snap = -1;
     for (int i = 0; i < e->p.n_slots && limit > 0; i++) {
-        if (i == s || slot_reusable(&e->slots[i]) <= cached) continue;
-        int c = WGLLM_MIN(common_prefix(e->slots[i].tokens, slot_reusable(&e->slots[i]), r->prompt, r->n_prompt),
+        if (i == s || wgllm_engine_slot_reusable(&e->slots[i]) <= cached) continue;
+        int c = WGLLM_MIN(wgllm_engine_common_prefix(e->slots[i].tokens, wgllm_engine_slot_reusable(&e->slots[i]), r->prompt, r->n_prompt),
                           limit);
         /* an active slot's cache only grows past its prompt (or shifts past its kept
          * tokens), and the copy is made now, so the prefix copied is stable */
         if (c > cached) cached = c, src_slot = i, src_snap = -1;
     }
-    for (int i = 0; i < e->n_snaps && limit > 0; i++) {
-        int c = WGLLM_MIN(common_prefix(e->snaps[i].tokens, e->snaps[i].n, r->prompt, r->n_prompt), limit);
-        if (c > cached) cached = c, src_snap = i, src_slot = -1;
-    }
+    const int snap = wgllm_snapshot_lookup(e, r->prompt, r->n_prompt, limit, &cached);
+    if (snap >= 0) src_snap = snap, src_slot = -1;
     if (src_slot >= 0) {
         wgllm_context_seq_copy(e->ctx, src_slot, s, cached);
         memcpy(sl->tokens, e->slots[src_slot].tokens, sizeof(int32_t) * (size_t)cached);
     } else if (src_snap >= 0) {
-        struct snapshot *sn = &e->snaps[src_snap];
-        /* a snapshot restores whole; positions past `cached` are overwritten */
-        wgllm_context_seq_load(e->ctx, s, sn->n, sn->state);
-        memcpy(sl->tokens, sn->tokens, sizeof(int32_t) * (size_t)cached);
-        sn->last_used = ++e->clock;
+        wgllm_snapshot_restore(e, src_snap, s, sl->tokens, cached);
     }
     sl->n_tokens = cached;
     sl->shifted = false; /* what it keeps is an exact prefix */
@@ -475,7 +297,7 @@ static bool make_room(struct wgllm_engine *e, struct wgllm_request *r) {
         return false;
     }
     memmove(sl->tokens + keep, sl->tokens + keep + discard, sizeof(int32_t) * (size_t)(n - keep - discard));
-    sl->n_exact = WGLLM_MIN(slot_reusable(sl), keep);
+    sl->n_exact = WGLLM_MIN(wgllm_engine_slot_reusable(sl), keep);
     sl->shifted = true;
     sl->n_tokens = n - discard;
     wgllm_log(WGLLM_LOG_DEBUG, "engine: slot %d full (%d positions): kept %d, discarded %d", r->slot, n, keep, discard);
@@ -806,7 +628,7 @@ void wgllm_engine_free(struct wgllm_engine *e) {
             free(e->slots[i].key);
             free(e->slots[i].tokens);
         }
-    while (e->n_snaps > 0) snapshot_drop(e, e->n_snaps - 1);
+    wgllm_snapshot_clear(e);
     free(e->snaps);
     free(e->slots);
     free(e->b_tok);
@@ -1252,180 +1074,4 @@ void wgllm_engine_metrics(struct wgllm_engine *e, struct wgllm_engine_metrics *o
     *out = e->m;
     out->queue_depth = e->n_queue;
     pthread_mutex_unlock(&e->mu);
-}
-
-/* ---- persisted snapshots ---------------------------------------------------
- * Little-endian: "WGLLMKV\0", u32 version 1, u32 KV layout (1 CPU: V rows per
- * dim; 2 WebGPU: V rows per position), u64 model fingerprint, u32 count, u32
- * 0; then per snapshot u32 tokens n, u32 0, u64 state bytes, n i32 tokens,
- * the state (wgllm_context_seq_save of positions [0, n)). */
-
-#define SNAP_MAGIC "WGLLMKV"
-#define SNAP_VERSION 1u
-
-struct snap_io {
-    void *data;
-    const void *in;
-    size_t size;
-    struct wgllm_error *err;
-    enum wgllm_status st;
-};
-
-static uint32_t kv_layout(const struct wgllm_engine *e) {
-    return strncmp(wgllm_context_backend(e->ctx), "webgpu", 6) ? 1u : 2u;
-}
-
-static void put_bytes(unsigned char **p, const void *src, size_t n) {
-    memcpy(*p, src, n);
-    *p += n;
-}
-
-static void export_op(struct wgllm_engine *e, void *arg) {
-    struct snap_io *io = arg;
-    for (int s = 0; s < e->p.n_slots; s++) /* the conversations still in their slots */
-        if (e->slots[s].state == SLOT_IDLE) snapshot_save(e, s);
-    size_t size = 32;
-    for (int i = 0; i < e->n_snaps; i++) size += 16 + sizeof(int32_t) * (size_t)e->snaps[i].n + e->snaps[i].bytes;
-    unsigned char *buf = malloc(size), *p = buf;
-    if (!buf) {
-        io->st = wgllm_error_set(io->err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for %zu bytes of snapshots", size);
-        return;
-    }
-    const uint32_t hdr[2] = {SNAP_VERSION, kv_layout(e)}, cnt[2] = {(uint32_t)e->n_snaps, 0};
-    const uint64_t fp = wgllm_model_fingerprint(e->model);
-    put_bytes(&p, SNAP_MAGIC, 8);
-    put_bytes(&p, hdr, 8);
-    put_bytes(&p, &fp, 8);
-    put_bytes(&p, cnt, 8);
-    for (int i = 0; i < e->n_snaps; i++) {
-        const struct snapshot *sn = &e->snaps[i];
-        const uint32_t n[2] = {(uint32_t)sn->n, 0};
-        const uint64_t bytes = sn->bytes;
-        put_bytes(&p, n, 8);
-        put_bytes(&p, &bytes, 8);
-        put_bytes(&p, sn->tokens, sizeof(int32_t) * (size_t)sn->n);
-        put_bytes(&p, sn->state, sn->bytes);
-    }
-    WGLLM_ASSERT((size_t)(p - buf) == size);
-    io->data = buf;
-    io->size = size;
-}
-
-enum wgllm_status wgllm_engine_snapshots_export(struct wgllm_engine *e, void **data, size_t *size,
-                                                struct wgllm_error *err) {
-    *data = NULL;
-    *size = 0;
-    struct snap_io io = {.err = err};
-    run_on_engine(e, export_op, &io);
-    if (io.st) return io.st;
-    *data = io.data;
-    *size = io.size;
-    return WGLLM_STATUS_OK;
-}
-
-/* Checks the whole buffer before anything changes; counts the snapshots. */
-static enum wgllm_status import_check(const struct wgllm_engine *e, const unsigned char *b, size_t size,
-                                      uint32_t *count, struct wgllm_error *err) {
-    if (size < 32 || memcmp(b, SNAP_MAGIC, 8))
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                               "not a wgllm snapshot file (%zu bytes, no \"WGLLMKV\" header)", size);
-    uint32_t hdr[2], cnt[2];
-    uint64_t fp;
-    memcpy(hdr, b + 8, 8);
-    memcpy(&fp, b + 16, 8);
-    memcpy(cnt, b + 24, 8);
-    if (hdr[0] != SNAP_VERSION)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "snapshot file version %u (this wgllm reads %u)",
-                               hdr[0], SNAP_VERSION);
-    const uint64_t mine = wgllm_model_fingerprint(e->model);
-    if (fp != mine || hdr[1] != kv_layout(e))
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                               "the snapshots belong to another model or backend (model fingerprint %016llx, KV "
-                               "layout %u; this engine: %016llx, %u)", (unsigned long long)fp, hdr[1],
-                               (unsigned long long)mine, kv_layout(e));
-    size_t off = 32;
-    for (uint32_t i = 0; i < cnt[0]; i++) {
-        uint32_t n[2];
-        uint64_t bytes;
-        if (size - off < 16)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                                   "snapshot file truncated: snapshot %u of %u has no header at byte %zu", i + 1,
-                                   cnt[0], off);
-        memcpy(n, b + off, 8);
-        memcpy(&bytes, b + off + 8, 8);
-        if (n[0] == 0 || n[0] > (uint32_t)e->n_ctx)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                                   "snapshot %u at byte %zu has %u tokens (the context holds %d)", i + 1, off, n[0],
-                                   e->n_ctx);
-        const size_t want = wgllm_context_seq_state_size(e->ctx, (int)n[0]);
-        if (want == SIZE_MAX) /* wasm32: more KV state than a 32-bit size_t can hold */
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                                   "snapshot %u at byte %zu: the KV state of %u tokens is larger than this process "
-                                   "can address", i + 1, off, n[0]);
-        if (bytes != want)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                                   "snapshot %u at byte %zu: %llu bytes of KV state for %u tokens (expected %zu)",
-                                   i + 1, off, (unsigned long long)bytes, n[0], want);
-        size_t body = SIZE_MAX;
-        if (!wgllm_size_mul_add(n[0], sizeof(int32_t), want, &body) || size - off - 16 < body)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                                   "snapshot file truncated: snapshot %u at byte %zu needs %zu bytes, %zu are left",
-                                   i + 1, off, body, size - off - 16);
-        const int32_t V = wgllm_model_n_vocab(e->model);
-        for (uint32_t t = 0; t < n[0]; t++) {
-            int32_t tok;
-            memcpy(&tok, b + off + 16 + 4 * (size_t)t, 4);
-            if (tok < 0 || tok >= V)
-                return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                                       "snapshot %u: token %d at index %u is outside the vocabulary (%d)", i + 1,
-                                       tok, t, V);
-        }
-        off += 16 + body;
-    }
-    if (off != size)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                               "snapshot file has %zu bytes after its %u snapshots", size - off, cnt[0]);
-    *count = cnt[0];
-    return WGLLM_STATUS_OK;
-}
-
-static void import_op(struct wgllm_engine *e, void *arg) {
-    struct snap_io *io = arg;
-    const unsigned char *b = io->in;
-    uint32_t count = 0;
-    io->st = import_check(e, b, io->size, &count, io->err);
-    if (io->st) return;
-    size_t off = 32;
-    for (uint32_t i = 0; i < count; i++) {
-        uint32_t n[2];
-        uint64_t bytes;
-        memcpy(n, b + off, 8);
-        memcpy(&bytes, b + off + 8, 8);
-        const unsigned char *tok = b + off + 16;
-        const unsigned char *state = b + off + 16 + sizeof(int32_t) * (size_t)n[0];
-        off += 16 + sizeof(int32_t) * (size_t)n[0] + bytes;
-        int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n[0]);
-        if (!tokens) continue;
-        memcpy(tokens, tok, sizeof(int32_t) * (size_t)n[0]);
-        if (snapshot_covered(e, tokens, (int)n[0]) || !snapshot_make_room(e, bytes)) {
-            free(tokens);
-            continue;
-        }
-        void *copy = malloc(bytes);
-        if (!copy) {
-            free(tokens);
-            continue;
-        }
-        memcpy(copy, state, bytes);
-        snapshot_add(e, tokens, (int)n[0], copy, bytes);
-    }
-}
-
-enum wgllm_status wgllm_engine_snapshots_import(struct wgllm_engine *e, const void *data, size_t size,
-                                                struct wgllm_error *err) {
-    if (!data && size)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "snapshot import: NULL data of %zu bytes", size);
-    struct snap_io io = {.in = data, .size = size, .err = err};
-    run_on_engine(e, import_op, &io);
-    return io.st;
 }

@@ -1,0 +1,90 @@
+/*
+ * snapshot.c - the engine's in-memory store of KV prefix snapshots: when a
+ * slot is reused for another conversation, what its cache held is saved
+ * (wgllm_context_seq_save) so a later request with the same prefix restores
+ * it instead of recomputing it. Owns lookup (the longest shared prefix),
+ * insert and least-recently-used eviction within the engine's
+ * snapshot_bytes / max_snapshots budgets. Runs on the engine thread; the
+ * file format that persists the store is snapshot_file.c.
+ */
+#include "runtime/engine_internal.h"
+
+void wgllm_snapshot_drop(struct wgllm_engine *e, int i) {
+    e->snap_bytes -= e->snaps[i].bytes;
+    e->m.snapshot_bytes_used = e->snap_bytes; /* engine thread or free(): no reader races a gauge */
+    free(e->snaps[i].tokens);
+    free(e->snaps[i].state);
+    e->snaps[i] = e->snaps[--e->n_snaps];
+}
+
+/* True when a snapshot already covers tokens[0, n). */
+bool wgllm_snapshot_covered(const struct wgllm_engine *e, const int32_t *tokens, int n) {
+    for (int i = 0; i < e->n_snaps; i++)
+        if (e->snaps[i].n >= n && wgllm_engine_common_prefix(e->snaps[i].tokens, e->snaps[i].n, tokens, n) == n) return true;
+    return false;
+}
+
+/* Drops least recently used snapshots until one of `bytes` fits; false when it never can. */
+bool wgllm_snapshot_make_room(struct wgllm_engine *e, size_t bytes) {
+    if (e->p.snapshot_bytes == 0 || e->p.max_snapshots <= 0 || bytes > e->p.snapshot_bytes) return false;
+    while (e->n_snaps > 0 && (e->n_snaps >= e->p.max_snapshots || e->snap_bytes + bytes > e->p.snapshot_bytes)) {
+        int lru = 0;
+        for (int i = 1; i < e->n_snaps; i++)
+            if (e->snaps[i].last_used < e->snaps[lru].last_used) lru = i;
+        wgllm_snapshot_drop(e, lru);
+    }
+    return true;
+}
+
+/* Stores a snapshot (after wgllm_snapshot_make_room); takes tokens and state. */
+void wgllm_snapshot_add(struct wgllm_engine *e, int32_t *tokens, int n, void *state, size_t bytes) {
+    e->snaps[e->n_snaps++] = (struct snapshot){.tokens = tokens, .n = n, .state = state, .bytes = bytes,
+                                               .last_used = ++e->clock};
+    e->snap_bytes += bytes;
+    pthread_mutex_lock(&e->mu);
+    e->m.snapshot_bytes_used = e->snap_bytes;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Saves what slot s holds before it is reused, when worth it and not already saved. */
+void wgllm_snapshot_save(struct wgllm_engine *e, int s) {
+    struct slot *sl = &e->slots[s];
+    const int n = wgllm_engine_slot_reusable(sl);
+    if (n < e->p.min_snapshot_tokens || wgllm_snapshot_covered(e, sl->tokens, n)) return;
+    size_t bytes = wgllm_context_seq_state_size(e->ctx, n);
+    if (!wgllm_snapshot_make_room(e, bytes)) return;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n);
+    void *state = malloc(bytes);
+    if (!tokens || !state) {
+        free(tokens);
+        free(state);
+        return;
+    }
+    memcpy(tokens, sl->tokens, sizeof(int32_t) * (size_t)n);
+    wgllm_context_seq_save(e->ctx, s, n, state);
+    wgllm_snapshot_add(e, tokens, n, state, bytes);
+    pthread_mutex_lock(&e->mu);
+    e->m.snapshots_saved++;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void wgllm_snapshot_clear(struct wgllm_engine *e) {
+    while (e->n_snaps > 0) wgllm_snapshot_drop(e, e->n_snaps - 1);
+}
+
+int wgllm_snapshot_lookup(const struct wgllm_engine *e, const int32_t *prompt, int n, int limit, int *cached) {
+    int best = -1;
+    for (int i = 0; i < e->n_snaps && limit > 0; i++) {
+        int c = WGLLM_MIN(wgllm_engine_common_prefix(e->snaps[i].tokens, e->snaps[i].n, prompt, n), limit);
+        if (c > *cached) *cached = c, best = i;
+    }
+    return best;
+}
+
+void wgllm_snapshot_restore(struct wgllm_engine *e, int i, int s, int32_t *tokens, int cached) {
+    struct snapshot *sn = &e->snaps[i];
+    /* a snapshot restores whole; positions past `cached` are overwritten */
+    wgllm_context_seq_load(e->ctx, s, sn->n, sn->state);
+    memcpy(tokens, sn->tokens, sizeof(int32_t) * (size_t)cached);
+    sn->last_used = ++e->clock;
+}
