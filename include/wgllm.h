@@ -313,6 +313,11 @@ int32_t wgllm_sampler_sample(struct wgllm_sampler *s, const float *logits);
  * raw log-softmax at the chosen token. */
 int32_t wgllm_sampler_sample_ex(struct wgllm_sampler *s, const float *logits, struct wgllm_token_logprob *top,
                                 int *n_top, float *logprob);
+/* As wgllm_sampler_sample_ex, choosing only among tokens t with allowed[t]
+ * != 0 (at least one must be; allowed NULL = all); top and logprob still
+ * describe the raw logits, so a forbidden alternative keeps its logprob. */
+int32_t wgllm_sampler_sample_masked(struct wgllm_sampler *s, const float *logits, const uint8_t *allowed,
+                                    struct wgllm_token_logprob *top, int *n_top, float *logprob);
 int32_t wgllm_argmax(const float *logits, int n);
 
 /* ---------------------------------------------------------------------------
@@ -487,6 +492,12 @@ struct wgllm_request_params {
     const char *context_key;              /* NULL = no reuse across requests (copied) */
     bool ignore_eos;                      /* keep generating past end-of-generation tokens */
     bool add_special;                     /* query: add BOS as the model asks (default true) */
+    const char *grammar;                  /* GBNF text (llama.cpp's grammar language, copied) that the
+                                             generated text must match, from its rule `root`; NULL = none.
+                                             A bad grammar fails the submit (INVALID_ARGUMENT or
+                                             BAD_FORMAT naming line:column); the request then samples on
+                                             the host, and ends (STOP) when the grammar is complete */
+    size_t grammar_len;                   /* bytes of grammar */
     wgllm_token_fn on_token;              /* NULL = no streaming */
     void *user_data;                      /* passed to on_token */
 };

@@ -8,6 +8,7 @@
  * past the context, no reuse of shifted KV through context_key); the CPU
  * backend has no device sampling (every token sampled on the host).
  */
+#include "grammar/grammar.h"
 #include "test.h"
 
 #include "backend/backend.h"
@@ -956,6 +957,64 @@ TEST(cpu_has_no_device_sampling) {
     wgllm_engine_free(e);
 }
 
+/* The grammar's whole-text check, outside the engine. */
+static bool grammar_accepts(const char *gbnf, const char *text, size_t len) {
+    struct wgllm_grammar *g = NULL;
+    struct wgllm_grammar_state *st = NULL;
+    bool ok = wgllm_grammar_parse(gbnf, strlen(gbnf), NULL, &g, NULL) == WGLLM_STATUS_OK &&
+              wgllm_grammar_state_init(g, &st, NULL) == WGLLM_STATUS_OK &&
+              wgllm_grammar_state_accept_text(st, text, len, NULL) == WGLLM_STATUS_OK && wgllm_grammar_state_can_end(st);
+    wgllm_grammar_state_free(st);
+    wgllm_grammar_free(g);
+    return ok;
+}
+
+TEST(grammar_constrains_the_text) {
+    struct wgllm_engine *e = new_engine(2, 256, 0);
+    if (!e) return;
+    const char *gbnf = "root ::= \"{\\\"name\\\": \\\"\" [a-z]{1,8} \"\\\", \\\"age\\\": \" [0-9]{1,2} \"}\"\n";
+    const char *lines = "root ::= ( [^\\n]{1,30} \"\\n\" ){2}";
+    const char *grammars[] = {gbnf, lines};
+    struct wgllm_result r;
+    struct wgllm_error err;
+    for (int gi = 0; gi < 2; gi++) {
+        for (int run = 0; run < 4; run++) {
+            struct wgllm_request_params p = test_greedy(96);
+            if (run > 0) p.sampling.temperature = 1.0f, p.sampling.top_k = 0, p.sampling.seed = (uint64_t)run;
+            p.sampling.n_probs = 3;
+            p.grammar = grammars[gi];
+            p.grammar_len = strlen(grammars[gi]);
+            CHECK_EQ_INT(wgllm_query(e, test_prompts[run], &p, &r, &err), WGLLM_STATUS_OK);
+            /* the text is one the grammar accepts whole, and the request ended there */
+            if (!grammar_accepts(grammars[gi], r.text, r.text_len)) fprintf(stderr, "  text '%s'\n", r.text);
+            CHECK(grammar_accepts(grammars[gi], r.text, r.text_len));
+            CHECK_EQ_INT(r.finish, WGLLM_FINISH_STOP);
+            /* alternatives the grammar forbids are not reported */
+            for (int i = 0; r.top_logprobs && i < r.n_tokens * r.n_top; i++)
+                CHECK(isfinite(r.top_logprobs[i].logprob) || r.top_logprobs[i].token < 0);
+            wgllm_result_free(&r);
+        }
+    }
+    /* unconstrained, the random model writes something else */
+    struct wgllm_request_params p = test_greedy(24);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[0], &p, &r, &err), WGLLM_STATUS_OK);
+    CHECK(!grammar_accepts(gbnf, r.text, r.text_len));
+    wgllm_result_free(&r);
+    /* a bad grammar fails the submit, naming where */
+    p.grammar = "root ::= \"a\" | (\"b\"";
+    p.grammar_len = strlen(p.grammar);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[0], &p, &r, &err), WGLLM_STATUS_BAD_FORMAT);
+    CHECK(strstr(err.message, "line 1 column") != NULL && strstr(err.message, "expecting ')'") != NULL);
+    p.grammar = "root ::= x";
+    p.grammar_len = strlen(p.grammar);
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[0], &p, &r, &err), WGLLM_STATUS_BAD_FORMAT);
+    CHECK(strstr(err.message, "rule 'x' is used but never defined") != NULL);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK_EQ_INT(m.active_slots, 0);
+    wgllm_engine_free(e);
+}
+
 int main(void) {
     wgllm_base_init();
     wgllm_quant_init();
@@ -988,6 +1047,7 @@ int main(void) {
     RUN(snapshots_export_and_import);
     RUN(chat_message_text_is_never_control_tokens);
     RUN(cpu_has_no_device_sampling);
+    RUN(grammar_constrains_the_text);
     wgllm_model_free(model);
     remove(model_path);
     return test_summary("test_engine");

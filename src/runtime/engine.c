@@ -58,6 +58,7 @@ static void request_destroy(struct wgllm_request *r) {
     free(r->prompt);
     free(r->embd_acc);
     wgllm_sampler_free(r->sampler);
+    wgllm_constraint_free(r->grammar);
     wgllm_detokenizer_free(r->detok);
     wgllm_stop_matcher_free(r->stop);
     free(r->text);
@@ -261,7 +262,7 @@ static bool prepare_generation(struct wgllm_engine *e, struct wgllm_request *r) 
     /* the prompt counts for the repetition penalties, as in llama.cpp */
     for (int i = 0; i < r->n_prompt; i++) wgllm_sampler_accept(r->sampler, r->prompt[i]);
     /* per request: settings the device implements are sampled there, the others on the host */
-    r->device = wgllm_context_can_sample_rows(e->ctx, &r->p.sampling);
+    r->device = !r->grammar && wgllm_context_can_sample_rows(e->ctx, &r->p.sampling);
     return true;
 }
 
@@ -328,11 +329,26 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
         }
         r->top = t;
     }
+    const uint8_t *allowed = NULL;
+    if (logits && r->grammar) {
+        struct wgllm_error gerr;
+        if (!(allowed = wgllm_constraint_mask(r->grammar, logits, &gerr))) {
+            finish(e, r, WGLLM_FINISH_ERROR, gerr.status, gerr.message);
+            return;
+        }
+    }
     const int32_t tok = !logits ? dtok
-                                : wgllm_sampler_sample_ex(r->sampler, logits,
-                                                          r->top ? r->top + (size_t)r->n_gen * r->n_top : NULL,
-                                                          &n_top, &lp);
+                                : wgllm_sampler_sample_masked(r->sampler, logits, allowed,
+                                                              r->top ? r->top + (size_t)r->n_gen * r->n_top : NULL,
+                                                              &n_top, &lp);
     wgllm_sampler_accept(r->sampler, tok);
+    if (r->grammar) {
+        struct wgllm_error gerr;
+        if (wgllm_constraint_accept(r->grammar, tok, &gerr) != WGLLM_STATUS_OK) {
+            finish(e, r, WGLLM_FINISH_ERROR, gerr.status, gerr.message);
+            return;
+        }
+    }
     if (!r->t_first) r->t_first = now;
     if (!r->p.ignore_eos && wgllm_token_is_eog(e->model, tok)) {
         finish(e, r, WGLLM_FINISH_STOP, WGLLM_STATUS_OK, NULL);
@@ -364,7 +380,8 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
             return;
         }
     }
-    if (stopped) {
+    /* a complete grammar that takes nothing more: the end-of-generation token is all it would allow */
+    if (stopped || (r->grammar && wgllm_constraint_complete(r->grammar))) {
         finish(e, r, WGLLM_FINISH_STOP, WGLLM_STATUS_OK, NULL);
         return;
     }
@@ -641,6 +658,8 @@ void wgllm_engine_free(struct wgllm_engine *e) {
     free(e->out_tok);
     free(e->out_lp);
     wgllm_chat_template_free(e->tmpl);
+    wgllm_grammar_vocab_free(e->gvocab);
+    pthread_mutex_destroy(&e->gv_mu);
     wgllm_context_free(e->ctx);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -681,6 +700,7 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
     if (!e) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     e->model = model;
     pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->gv_mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->ctl_cv, NULL);
     struct wgllm_context_params cp = wgllm_context_default_params();
@@ -781,6 +801,15 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
     pthread_cond_init(&r->done_cv, NULL);
     r->key = dup_str(p.context_key);
     r->p.context_key = NULL;
+    if (p.grammar && kind == REQ_GENERATE) {
+        /* a bad grammar fails the submit, with the reader's line:column message */
+        const enum wgllm_status gs = wgllm_constraint_init(e, p.grammar, p.grammar_len, &r->grammar, err);
+        if (gs != WGLLM_STATUS_OK) {
+            request_destroy(r);
+            return gs;
+        }
+    }
+    r->p.grammar = NULL;
     if (p.n_stop > 0) {
         r->stops = calloc((size_t)p.n_stop, sizeof(char *));
         for (int i = 0; r->stops && i < p.n_stop; i++) r->stops[i] = dup_str(p.stop[i]);

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "chat/chat.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 
 #include <pthread.h>
@@ -49,6 +50,7 @@ struct wgllm_request {
     int32_t pending;   /* sampled, to be decoded next tick */
     bool device;       /* its tokens are sampled on the device (wgllm_context_can_sample_rows) */
     struct wgllm_sampler *sampler;
+    struct wgllm_constraint *grammar; /* p.grammar, parsed at submit; NULL = unconstrained */
     struct wgllm_detokenizer *detok;
     struct wgllm_stop_matcher *stop;
     char *text;
@@ -119,6 +121,9 @@ struct wgllm_engine {
     float *out_lp;
 
     struct wgllm_engine_metrics m; /* counters under mu */
+
+    pthread_mutex_t gv_mu;               /* guards gvocab's making */
+    struct wgllm_grammar_vocab *gvocab;  /* the token pieces as grammars match them (constrain.c) */
 };
 
 static inline int wgllm_engine_common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
@@ -133,6 +138,17 @@ static inline int wgllm_engine_slot_reusable(const struct slot *sl) { return sl-
 /* engine.c: runs fn(e, arg) on the engine thread between ticks and waits for
  * it (or, without a thread, steps the engine until it ran). */
 void wgllm_engine_run_on_thread(struct wgllm_engine *e, void (*fn)(struct wgllm_engine *, void *), void *arg);
+
+/* constrain.c: a request's grammar (see there). */
+struct wgllm_constraint;
+enum wgllm_status wgllm_constraint_init(struct wgllm_engine *e, const char *grammar, size_t len,
+                                        struct wgllm_constraint **out, struct wgllm_error *err);
+void wgllm_constraint_free(struct wgllm_constraint *c);
+/* allowed[t] for this step (n_vocab bytes); NULL (err set) when nothing is allowed or a budget ran out. */
+const uint8_t *wgllm_constraint_mask(struct wgllm_constraint *c, const float *logits, struct wgllm_error *err);
+enum wgllm_status wgllm_constraint_accept(struct wgllm_constraint *c, int32_t token, struct wgllm_error *err);
+/* The grammar is complete and takes nothing more. */
+bool wgllm_constraint_complete(const struct wgllm_constraint *c);
 
 /* snapshot.c: the snapshot store (e->snaps, e->n_snaps, e->snap_bytes). */
 /* Drops snapshot i (the last one takes its place). */

@@ -385,11 +385,20 @@ static int candidates_without_top_k(struct wgllm_sampler *s, const float *w) {
 
 int32_t wgllm_sampler_sample_ex(struct wgllm_sampler *s, const float *logits, struct wgllm_token_logprob *top,
                                 int *n_top, float *logprob) {
+    return wgllm_sampler_sample_masked(s, logits, NULL, top, n_top, logprob);
+}
+
+int32_t wgllm_sampler_sample_masked(struct wgllm_sampler *s, const float *logits, const uint8_t *allowed,
+                                    struct wgllm_token_logprob *top, int *n_top, float *logprob) {
     WGLLM_ASSERT(s && logits);
     const int V = s->n_vocab;
     float *w = s->work;
     memcpy(w, logits, (size_t)V * sizeof(*w));
     apply_bias_and_penalties(s, w);
+    /* a token the mask forbids is out before the chain runs (llama.cpp's grammar-first order) */
+    if (allowed)
+        for (int i = 0; i < V; i++)
+            if (!allowed[i]) w[i] = -INFINITY;
 
     int32_t tok;
     s->tail_mass = 0.0;
