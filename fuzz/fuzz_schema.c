@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 1 << 16) return 0;
     char *gbnf = NULL;
     struct wgllm_error err = {0};
-    if (wgllm_schema_to_gbnf((const char *)data, size, &gbnf, &err) != WGLLM_STATUS_OK) {
+    if (wgllm_json_schema_to_grammar((const char *)data, size, &gbnf, &err) != WGLLM_STATUS_OK) {
         if (gbnf || !err.message[0]) abort();
         return 0;
     }

@@ -504,6 +504,20 @@ struct wgllm_request_params {
 
 struct wgllm_request_params wgllm_request_default_params(void);
 
+/* Structured output: the GBNF grammar (for wgllm_request_params.grammar) of
+ * the JSON texts a JSON Schema admits, in llama.cpp's form (whitespace rule,
+ * property order: required ones in the order of `properties`, then any
+ * in-order subset of the others). Enforced: type (one or a list),
+ * properties / required / additionalProperties, items / prefixItems /
+ * minItems / maxItems, enum / const, anyOf / oneOf, allOf of object
+ * schemas, local $ref (recursive too), string minLength / maxLength /
+ * pattern (a regular-expression subset) / format (date, time, date-time,
+ * uuid, email), integer minimum / maximum / exclusive*, number minimum 0,
+ * nullable; annotations are ignored. Anything else is UNSUPPORTED naming the
+ * keyword and where it is; a malformed schema INVALID_ARGUMENT. *gbnf is
+ * malloc'd (free it). */
+enum wgllm_status wgllm_json_schema_to_grammar(const char *schema, size_t len, char **gbnf, struct wgllm_error *err);
+
 enum wgllm_finish_reason {
     WGLLM_FINISH_STOP,      /* an end-of-generation token or a stop string */
     WGLLM_FINISH_LENGTH,    /* max_tokens */

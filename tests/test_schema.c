@@ -12,7 +12,7 @@
 static struct wgllm_grammar *schema_grammar(const char *schema) {
     char *gbnf = NULL;
     struct wgllm_error err = {0};
-    if (wgllm_schema_to_gbnf(schema, strlen(schema), &gbnf, &err) != WGLLM_STATUS_OK) {
+    if (wgllm_json_schema_to_grammar(schema, strlen(schema), &gbnf, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "  schema %s: %s\n", schema, err.message);
         return NULL;
     }
@@ -160,7 +160,7 @@ TEST(integer_ranges_exhaustive) {
 static void unsupported(const char *schema, enum wgllm_status want, const char *needle) {
     char *gbnf = NULL;
     struct wgllm_error err = {0};
-    const enum wgllm_status s = wgllm_schema_to_gbnf(schema, strlen(schema), &gbnf, &err);
+    const enum wgllm_status s = wgllm_json_schema_to_grammar(schema, strlen(schema), &gbnf, &err);
     CHECK_EQ_INT(s, want);
     CHECK(gbnf == NULL);
     if (!strstr(err.message, needle)) fprintf(stderr, "  %s: '%s' lacks '%s'\n", schema, err.message, needle);

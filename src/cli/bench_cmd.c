@@ -28,7 +28,7 @@ static struct stats summarize(double *v, int n) {
 /* Like llama-bench: pp = one batch of n_prompt tokens into an empty cache;
  * tg = n_gen single-token decodes from an empty cache; a warm-up run first. */
 int wgllm_cli_bench(const struct opts *o) {
-    if (o->parallel || o->prefix_reuse > 0) {
+    if (o->parallel || o->prefix_reuse > 0 || o->json_schema) {
         struct wgllm_model *m = wgllm_cli_load_model(o);
         if (!m) return 1;
         int rc = wgllm_cli_bench_engine(m, o);

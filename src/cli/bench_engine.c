@@ -8,6 +8,11 @@
  * --prefix-reuse N: time to first token of a request whose first N tokens
  *   were seen before: cold (nothing cached), warm (same context_key, slot
  *   still resident) and restored (the slot was evicted into a snapshot).
+ * --json-schema FILE: what constrained decoding costs: the schema's
+ *   conversion to a grammar, then -n greedy tokens without and with the
+ *   grammar (one engine, one slot, -r runs each, medians), decode tok/s and
+ *   time to first token (the first constrained request also builds the
+ *   model's piece table).
  */
 #include "cli.h"
 
@@ -152,8 +157,81 @@ static int bench_prefix(struct wgllm_model *m, const struct opts *o) {
     return 0;
 }
 
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int bench_grammar(struct wgllm_model *m, const struct opts *o) {
+    size_t len = 0;
+    char *schema = wgllm_cli_read_file(o->json_schema, &len);
+    if (!schema) return 1;
+    const int n_gen = o->n_predict > 0 ? o->n_predict : 64, reps = o->reps > 0 ? o->reps : 3;
+    double conv[32];
+    char *gbnf = NULL;
+    struct wgllm_error err;
+    for (int r = 0; r < reps && r < 32; r++) {
+        free(gbnf);
+        const int64_t t0 = wgllm_time_us();
+        if (wgllm_json_schema_to_grammar(schema, len, &gbnf, &err) != WGLLM_STATUS_OK) {
+            fprintf(stderr, "wgllm: error: %s\n", err.message);
+            free(schema);
+            return 1;
+        }
+        conv[r] = (wgllm_time_us() - t0) / 1e3;
+    }
+    struct wgllm_engine *e = bench_engine(m, o, 1, 256 + n_gen);
+    if (!e) return free(schema), free(gbnf), 1;
+    struct wgllm_request_params rp = wgllm_request_default_params();
+    rp.max_tokens = n_gen;
+    rp.sampling.temperature = 0;
+    const char *prompt = "Reply with the JSON object:";
+    struct wgllm_result res;
+    wgllm_query(e, "warm up", &rp, &res, NULL);
+    wgllm_result_free(&res);
+    printf("schema %s: %zu bytes -> grammar %zu bytes in %.2f ms (median of %d)\n", o->json_schema, len, strlen(gbnf),
+           median(conv, reps < 32 ? reps : 32), reps);
+    printf("%-14s %8s %10s %12s %10s\n", "decoding", "tokens", "ttft ms", "decode t/s", "finish");
+    double first_ttft = 0;
+    int rc = 0;
+    for (int constrained = 0; constrained < 2 && !rc; constrained++) {
+        double tps[32], ttft_ms[32];
+        int toks = 0;
+        const char *fin = "";
+        rp.ignore_eos = !constrained; /* unconstrained: always n tokens; constrained: the grammar says when */
+        rp.grammar = constrained ? gbnf : NULL;
+        rp.grammar_len = constrained ? strlen(gbnf) : 0;
+        for (int r = 0; r < reps && r < 32; r++) {
+            if (wgllm_query(e, prompt, &rp, &res, &err) != WGLLM_STATUS_OK) {
+                fprintf(stderr, "wgllm: error: %s\n", err.message);
+                rc = 1;
+                break;
+            }
+            tps[r] = res.timings.decode_tok_s, ttft_ms[r] = res.timings.ttft_ms;
+            if (constrained && r == 0) first_ttft = res.timings.ttft_ms;
+            toks = res.n_tokens;
+            fin = res.finish == WGLLM_FINISH_STOP ? "stop" : res.finish == WGLLM_FINISH_LENGTH ? "length" : "other";
+            wgllm_result_free(&res);
+        }
+        if (rc) break;
+        const int n = reps < 32 ? reps : 32;
+        printf("%-14s %8d %10.1f %12.2f %10s\n", constrained ? "json schema" : "unconstrained", toks, median(ttft_ms, n),
+               median(tps, n), fin);
+    }
+    if (!rc) printf("first constrained request's ttft (builds the piece table): %.1f ms\n", first_ttft);
+    wgllm_engine_free(e);
+    free(schema), free(gbnf);
+    return rc;
+}
+
 int wgllm_cli_bench_engine(struct wgllm_model *m, const struct opts *o) {
     int rc = 0;
+    if (o->json_schema) return bench_grammar(m, o);
     if (o->parallel) rc = bench_parallel(m, o);
     if (!rc && o->prefix_reuse > 0) rc = bench_prefix(m, o);
     return rc;

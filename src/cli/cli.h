@@ -26,6 +26,7 @@ struct opts {
     bool ids, no_special, parse_special, json, ignore_eos, seed_set;
     const char *parallel; /* bench: "1,4,8" concurrent streams through the engine */
     int prefix_reuse;     /* bench: shared-prefix length for the cache-reuse timing */
+    const char *json_schema; /* bench: a JSON Schema file: constrained vs unconstrained decoding */
     const char *template_file, *messages, *tools; /* template, chat: Jinja source; template: JSON arrays */
     bool add_generation_prompt;                    /* template */
     enum wgllm_backend backend;                    /* run, bench, logits, info: -b cpu|webgpu|auto */

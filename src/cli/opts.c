@@ -107,6 +107,7 @@ int wgllm_cli_parse_opts(int argc, char **argv, struct opts *o) {
         }
         else if (FLAG("--parallel")) { NEED_VALUE(); o->parallel = v; }
         else if (FLAG("--prefix-reuse")) INT_VALUE(o->prefix_reuse);
+        else if (FLAG("--json-schema")) { NEED_VALUE(); o->json_schema = v; }
         else if (FLAG("-b") || FLAG("--backend")) {
             NEED_VALUE();
             if (!strcmp(v, "cpu")) o->backend = WGLLM_BACKEND_CPU;

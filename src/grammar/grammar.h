@@ -118,12 +118,6 @@ enum wgllm_status wgllm_grammar_state_accept_token(struct wgllm_grammar_state *s
 enum wgllm_status wgllm_grammar_state_mask(struct wgllm_grammar_state *st, const struct wgllm_grammar_vocab *gv,
                                            uint8_t *allowed, struct wgllm_error *err);
 
-/* ---- JSON Schema ------------------------------------------------------------
- * The GBNF (rule root) of the JSON texts a schema admits (schema.c has the
- * keywords it enforces). An unsupported keyword or format is UNSUPPORTED
- * naming it; a malformed schema INVALID_ARGUMENT. *out is malloc'd. */
-enum wgllm_status wgllm_schema_to_gbnf(const char *schema, size_t len, char **out, struct wgllm_error *err);
-
 /* how many masks came from the cache, for tests and benchmarks */
 uint64_t wgllm_grammar_state_mask_cache_hits(const struct wgllm_grammar_state *st);
 

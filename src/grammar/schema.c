@@ -881,7 +881,7 @@ static const char *visit(struct conv *c, const struct wgllm_json *s, const char 
     return r;
 }
 
-enum wgllm_status wgllm_schema_to_gbnf(const char *schema, size_t len, char **out, struct wgllm_error *err) {
+enum wgllm_status wgllm_json_schema_to_grammar(const char *schema, size_t len, char **out, struct wgllm_error *err) {
     *out = NULL;
     struct wgllm_json_doc d = {0};
     struct wgllm_json_error je;
