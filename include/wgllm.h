@@ -741,7 +741,8 @@ void wgllm_openai_error_from_engine(struct wgllm_openai_error *e, const struct w
 void wgllm_openai_new_id(const struct wgllm_openai_request *req, char *id, size_t cap);
 /* {"error": {...}} */
 char *wgllm_openai_error_json(const struct wgllm_openai_error *e);
-/* "stop" or "length" (the finish_reason of a result that did not fail). */
+/* "stop", "length", or "abort" for a cancelled request (WebLLM's word: the
+ * browser answers an interrupted request; the server never does). */
 const char *wgllm_openai_finish_name(enum wgllm_finish_reason f);
 /* The whole (non-streaming) answer to a result whose finish is not ERROR. */
 char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,

@@ -213,9 +213,10 @@ static bool parse_messages(const J *body, struct wgllm_openai_request *g, struct
         const J *role = wgllm_json_get(it, "role");
         if (it->type != WGLLM_JSON_OBJECT || !wgllm_json_is(role, WGLLM_JSON_STRING))
             return bad(e, param, "'%s' must be a string%s", "");
+        if (!c_string(role, param, e)) return false;
         const char *r = role->str;
         if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
-        if (has_nul(role) || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")))
+        if ((strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")))
             return bad(e, param, "'%s' is '%s'; expected system, developer, user, assistant or tool", r);
         char *text = NULL;
         if (!message_text(wgllm_json_get(it, "content"), i, &text, e)) return false;

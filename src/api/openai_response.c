@@ -49,7 +49,9 @@ char *wgllm_openai_error_json(const struct wgllm_openai_error *e) {
     return finish(&b);
 }
 
-const char *wgllm_openai_finish_name(enum wgllm_finish_reason f) { return f == WGLLM_FINISH_LENGTH ? "length" : "stop"; }
+const char *wgllm_openai_finish_name(enum wgllm_finish_reason f) {
+    return f == WGLLM_FINISH_LENGTH ? "length" : f == WGLLM_FINISH_CANCELLED ? "abort" : "stop";
+}
 
 static void usage_json(W *w, const struct wgllm_usage *u) {
     wgllm_json_w_object(w, "usage");
