@@ -108,14 +108,11 @@ $(FUZZ_OUT)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OUT)/libwgllm.a
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_COMMON) -O1 $(FUZZ_SAN) -fsanitize=fuzzer $< $(FUZZ_OUT)/libwgllm.a $(LDLIBS) -o $@
 
-# targets of the native-only HTTP code (not in libwgllm.a): fuzz_openai links
-# the server's request parser and the client; fuzz_sse includes client.c (its
-# stream parsers are static) and links the client's SSE framing (http.c); the
-# headers that -MMD adds to their prerequisites are filtered out of the link
+# the target of the native-only HTTP code (not in libwgllm.a): fuzz_sse
+# includes client.c (its stream parsers are static) and links the client's
+# SSE framing (http.c). (fuzz_openai needs only the library: the OpenAI
+# layer is in the core.)
 FUZZ_NET_LIBS := -lcurl -lcjson
-$(FUZZ_OUT)/fuzz_openai: fuzz/fuzz_openai.c $(FUZZ_OUT)/src/server/openai.o $(FUZZ_OUT)/src/client/client.o \
-                         $(FUZZ_OUT)/src/client/http.o $(FUZZ_OUT)/libwgllm.a
-	$(FUZZ_CC) $(CFLAGS_COMMON) -O1 $(FUZZ_SAN) -fsanitize=fuzzer $(filter-out %.h,$^) $(FUZZ_NET_LIBS) $(LDLIBS) -o $@
 $(FUZZ_OUT)/fuzz_sse: fuzz/fuzz_sse.c src/client/client.c $(FUZZ_OUT)/src/client/http.o $(FUZZ_OUT)/libwgllm.a
 	$(FUZZ_CC) $(CFLAGS_COMMON) -O1 $(FUZZ_SAN) -fsanitize=fuzzer $< $(filter %.o %.a,$^) $(FUZZ_NET_LIBS) $(LDLIBS) -o $@
 

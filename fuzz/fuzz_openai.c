@@ -1,21 +1,24 @@
 /*
- * fuzz_openai.c - the request side of `wgllm serve` on arbitrary bodies: the
- * checks before parsing (UTF-8, JSON depth and value count), cJSON, then the
- * OpenAI field mapping and validation for chat and completions, local and
- * forwarded, and the answers built from what was accepted. No model is
- * loaded: struct srv carries the bounds a model would give (context,
- * vocabulary), so parsing is separate from the engine. An accepted request
- * must respect every bound; a violation aborts (a finding, like a crash).
+ * fuzz_openai.c - the OpenAI layer (src/api/, shared by `wgllm serve` and
+ * the browser) on arbitrary bodies: the JSON budgets, then the field mapping
+ * and validation for chat, completions and embeddings, served here and
+ * forwarded (an upstream named "up"), and the answers built from what was
+ * accepted (response, every kind of chunk, with token logprobs). A synthetic
+ * tiny model (made once, in /tmp) gives the vocabulary and the token texts;
+ * nothing is generated. An accepted request must respect every bound; a
+ * violation aborts (a finding, like a crash).
  */
-#include "server/server.h"
+#include "wgllm.h"
+#include "wgllm_tools.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define N_CTX 512
-#define N_VOCAB 1000
 #define MAX_TOKENS 4096
 
 static void require(bool ok, const char *what) {
@@ -25,69 +28,100 @@ static void require(bool ok, const char *what) {
     }
 }
 
-static void check_accepted(struct srv *s, struct srv_gen *g, bool local) {
+static const char *upstream(void *user, const char *model) {
+    (void)user;
+    return !strcmp(model, "up") ? "up" : NULL;
+}
+
+static void check_accepted(const struct wgllm_openai_params *p, struct wgllm_openai_request *g) {
     const struct wgllm_request_params *rp = &g->rp;
-    require(rp->max_tokens >= 0 && rp->max_tokens <= s->max_tokens, "max_tokens within --max-tokens");
+    const bool local = !g->upstream;
+    const int n_vocab = wgllm_model_n_vocab(p->model);
+    if (g->endpoint == WGLLM_OPENAI_EMBEDDINGS) {
+        require(local && g->n_inputs >= 1 && g->n_inputs <= 256 && g->inputs && g->input_lens, "embedding inputs");
+        return;
+    }
+    require(rp->max_tokens >= 0 && rp->max_tokens <= p->max_tokens, "max_tokens within --max-tokens");
     require(rp->n_stop >= 0 && rp->n_stop <= 16 && (rp->n_stop == 0 || rp->stop), "stop count");
     for (int i = 0; i < rp->n_stop; i++) require(strlen(rp->stop[i]) <= 1024, "stop length");
-    require(rp->sampling.penalty_last_n >= -1 && rp->sampling.penalty_last_n <= s->n_ctx, "repeat_last_n");
+    require(rp->sampling.penalty_last_n >= -1 && rp->sampling.penalty_last_n <= p->n_ctx, "repeat_last_n");
     require(rp->sampling.repeat_penalty > 0, "repeat_penalty > 0");
     require(rp->sampling.temperature >= 0 && rp->sampling.temperature <= 100, "temperature");
     require(g->top_logprobs >= 0 && g->top_logprobs <= 20, "top_logprobs");
-    require(rp->sampling.n_logit_bias >= 0 && (!local || rp->sampling.n_logit_bias <= s->n_vocab), "logit_bias count");
+    require(!g->upstream || !g->logprobs, "no logprobs forwarded");
+    require(rp->sampling.n_logit_bias >= 0 && (!local || rp->sampling.n_logit_bias <= n_vocab), "logit_bias count");
     for (int i = 0; local && i < rp->sampling.n_logit_bias; i++)
-        require(rp->sampling.logit_bias[i].token >= 0 && rp->sampling.logit_bias[i].token < s->n_vocab,
+        require(rp->sampling.logit_bias[i].token >= 0 && rp->sampling.logit_bias[i].token < n_vocab,
                 "logit_bias token id");
-    require(g->chat ? g->n_msgs > 0 && g->msgs : g->prompt != NULL, "messages / prompt");
-    /* the answers a request gets (no token ids: those need a model) */
-    const char *text = g->chat ? g->msgs[0].content : g->prompt;
-    free(srv_gen_chunk(s, g, "cmpl-fuzz", NULL, 0, -1, 0, true, NULL));
-    free(srv_gen_chunk(s, g, "cmpl-fuzz", text, strlen(text), -1, 0, false, NULL));
-    free(srv_gen_chunk(s, g, "cmpl-fuzz", NULL, 0, -1, 0, false, "length"));
+    const bool chat = g->endpoint == WGLLM_OPENAI_CHAT;
+    require(chat ? g->n_msgs > 0 && g->msgs : g->prompt != NULL, "messages / prompt");
+    for (int i = 0; chat && i < g->n_msgs; i++) require(g->msgs[i].role && g->msgs[i].content, "message strings");
+    /* the answers it gets, with token ids of the vocabulary and alternatives for logprobs */
+    const char *text = chat ? g->msgs[0].content : g->prompt;
+    const size_t len = strlen(text);
+    int32_t toks[3] = {0, 1 % n_vocab, (n_vocab - 1)};
+    float lps[3] = {-0.5f, -1.25f, -INFINITY};
+    struct wgllm_token_logprob top[3 * 4];
+    for (int i = 0; i < 12; i++) top[i] = (struct wgllm_token_logprob){.token = i % n_vocab, .logprob = -(float)i};
     struct wgllm_result r = {0};
     r.text = (char *)text;
-    r.text_len = strlen(text);
+    r.text_len = len;
+    r.tokens = toks;
+    r.logprobs = lps;
+    r.n_tokens = 3;
+    r.top_logprobs = g->top_logprobs > 0 ? top : NULL;
+    r.n_top = g->top_logprobs > 0 ? 4 : 0;
     r.usage.prompt_tokens = 3;
-    r.usage.completion_tokens = 2;
-    free(srv_gen_response(s, g, "cmpl-fuzz", &r));
-    free(srv_gen_usage_chunk(s, g, "cmpl-fuzz", &r.usage));
+    r.usage.completion_tokens = 3;
+    r.finish = WGLLM_FINISH_LENGTH;
+    char id[48];
+    wgllm_openai_new_id(g, id, sizeof(id));
+    char *out = wgllm_openai_response(p, g, id, &r);
+    require(out != NULL && !strchr(out, '\n'), "a response on one line");
+    free(out);
+    free(wgllm_openai_chunk_first(p, g, id));
+    free(wgllm_openai_chunk_token(p, g, id, text, len, toks[1], lps[1]));
+    char *end[3];
+    const int n = wgllm_openai_chunks_end(p, g, id, &r, end);
+    require(n >= 1 && n <= 3, "a stream ends in 1 to 3 chunks");
+    for (int i = 0; i < n; i++) free(end[i]);
+    r.finish = WGLLM_FINISH_ERROR;
+    r.status = WGLLM_STATUS_CONTEXT_FULL;
+    require(wgllm_openai_chunks_end(p, g, id, &r, end) == 1, "a failed stream ends in its error");
+    free(end[0]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static struct srv s;
-    if (!s.model_id) {
-        s.model_id = "tiny.gguf";
-        s.model_path = "/models/tiny.gguf";
-        s.n_ctx = N_CTX;
-        s.n_vocab = N_VOCAB;
-        s.max_tokens = MAX_TOKENS;
+    static struct wgllm_openai_params p;
+    if (!p.model) {
+        char path[64];
+        snprintf(path, sizeof(path), "/tmp/wgllm-fuzz-openai-%d.gguf", (int)getpid());
+        struct wgllm_tools_synth_params sp = wgllm_tools_synth_default_params();
+        struct wgllm_error err;
+        struct wgllm_model_params mp = wgllm_model_default_params();
+        struct wgllm_model *m = NULL;
+        if (wgllm_tools_synth_write(&sp, path, &err) != WGLLM_STATUS_OK ||
+            wgllm_model_load(path, &mp, &m, &err) != WGLLM_STATUS_OK) {
+            fprintf(stderr, "fuzz_openai: no model: %s\n", err.message);
+            abort();
+        }
+        unlink(path); /* mapped: the file is no longer needed */
+        p = (struct wgllm_openai_params){.model = m, .model_id = "tiny.gguf", .model_alias = "/models/tiny.gguf",
+                                         .max_tokens = MAX_TOKENS, .n_ctx = N_CTX, .upstream = upstream};
     }
-    char *body = malloc(size + 1);
-    if (!body) return 0;
-    memcpy(body, data, size);
-    body[size] = 0;
-    struct srv_err e;
-    if (!srv_body_check(body, size, &e)) {
-        require(e.status == 400, "a refused body is a 400");
-        free(srv_err_json(&e));
-        free(body);
-        return 0;
-    }
-    cJSON *j = cJSON_ParseWithLengthOpts(body, size, NULL, false);
-    for (int k = 0; j && k < 4; k++) {
-        const bool chat = k & 1, upstream = k & 2;
-        struct srv_gen g;
-        const bool ok = upstream ? srv_gen_parse_upstream(&s, j, chat, "up", &g, &e) : srv_gen_parse(&s, j, chat, &g, &e);
-        if (ok) {
-            check_accepted(&s, &g, !upstream);
+    for (int k = 0; k < 3; k++) {
+        struct wgllm_openai_request g;
+        struct wgllm_openai_error e;
+        if (wgllm_openai_parse(&p, (enum wgllm_openai_endpoint)k, (const char *)data, size, &g, &e)) {
+            check_accepted(&p, &g);
         } else {
             require(e.status >= 400 && e.status < 500 && e.message[0], "a refusal is a 4xx with a message");
-            free(srv_err_json(&e));
+            char *j = wgllm_openai_error_json(&e);
+            require(j != NULL, "an error object");
+            free(j);
         }
-        srv_gen_free(&g);
+        wgllm_openai_request_free(&g);
     }
-    cJSON_Delete(j);
-    free(body);
     return 0;
 }

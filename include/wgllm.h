@@ -644,6 +644,152 @@ enum wgllm_status wgllm_engine_snapshots_import(struct wgllm_engine *eng, const 
                                                 struct wgllm_error *err);
 
 /* ---------------------------------------------------------------------------
+ * OpenAI layer: request JSON -> engine parameters, results -> answer JSON
+ *
+ * The one implementation of the OpenAI API's rules, used by `wgllm serve` and
+ * by the browser package (which passes the request's JSON text and gets these
+ * same answer texts back), so field names, defaults, validation and errors
+ * are the same everywhere. Transport is the caller's: HTTP and SSE framing
+ * ("data: ...\n\n"), ids, cancellation.
+ *
+ *     struct wgllm_openai_params ap = {.model = model, .model_id = "tiny.gguf"};
+ *     struct wgllm_openai_request rq;
+ *     struct wgllm_openai_error e;
+ *     if (!wgllm_openai_parse(&ap, WGLLM_OPENAI_CHAT, body, len, &rq, &e)) {
+ *         answer(e.status, wgllm_openai_error_json(&e)); ...
+ *     }
+ *     wgllm_engine_submit_chat(eng, rq.msgs, rq.n_msgs, &rq.rp, &req, &err);
+ *     ... wgllm_openai_response(&ap, &rq, id, &result) ...
+ *     wgllm_openai_request_free(&rq);
+ *
+ * Fields (chat /v1/chat/completions, completions /v1/completions):
+ * model, max_tokens (chat also max_completion_tokens), temperature, top_p,
+ * top_k, min_p, typical_p, presence_penalty, frequency_penalty,
+ * repeat_penalty (also spelled repetition_penalty, as WebLLM and
+ * transformers do: one field, giving both is refused), repeat_last_n, seed,
+ * stop, logit_bias, logprobs (chat: bool + top_logprobs 0..20; completions:
+ * 0..5), n (1 only), user, stream, stream_options.include_usage,
+ * ignore_eos, cache_prompt (accepted; the engine always reuses), context_key
+ * (the engine's KV reuse key). Chat: messages (roles system, developer =
+ * system, user, assistant, tool; content a string, null or text parts),
+ * response_format (text only), tools (empty only), tool_choice,
+ * parallel_tool_calls, store, metadata. Completions: prompt (a string or one
+ * string in an array), echo (false only), suffix (null only), best_of (1).
+ * Unknown fields are refused (400 naming the field), never ignored: a client
+ * never silently loses a parameter it thinks it set. Strings that become C
+ * strings (roles, contents, stops, context_key, model) may not hold U+0000;
+ * a prompt may (it goes with its length).
+ *
+ * Defaults are llama.cpp server's: temperature 0.8, top_k 40, top_p 0.95,
+ * min_p 0.05, repeat_penalty 1 (off) over repeat_last_n 64, max_tokens
+ * until the end of generation or of the context (capped by params.max_tokens),
+ * a seed drawn per request.
+ *
+ * Embeddings (/v1/embeddings): model, input (a string or 1..256 strings),
+ * encoding_format float | base64, dimensions (this model's only), user,
+ * pooling mean | last | cls (default: the model's).
+ *
+ * Body limits: at most 8 MiB, 32 levels of nesting and 65536 values, valid
+ * UTF-8 (codes request_too_large, json_too_deep, json_too_many_values,
+ * invalid_utf8, invalid_json; each message names the byte).
+ * ------------------------------------------------------------------------- */
+
+enum wgllm_openai_endpoint {
+    WGLLM_OPENAI_COMPLETIONS = 0,
+    WGLLM_OPENAI_CHAT = 1,
+    WGLLM_OPENAI_EMBEDDINGS = 2,
+};
+
+/* An OpenAI error: the HTTP status and the fields of {"error": {...}}. */
+struct wgllm_openai_error {
+    int status;        /* 400, 404, 413, 500, 503 */
+    const char *type;  /* "invalid_request_error" or "server_error" */
+    char param[64];    /* the offending field, "" = null */
+    const char *code;  /* NULL = null; "context_length_exceeded", "model_not_found", ... */
+    char message[512];
+};
+
+/* What the layer knows of the one who serves. */
+struct wgllm_openai_params {
+    const struct wgllm_model *model; /* bounds (vocabulary, embedding size) and token texts */
+    struct wgllm_engine *engine;     /* embeddings run on it */
+    const char *model_id;            /* the `model` answers show, and a name requests may give */
+    const char *model_alias;         /* another name requests may give (the server: -m as given); NULL = none */
+    int max_tokens;                  /* the largest max_tokens a request may ask; 0 = 2^30 */
+    int n_ctx;                       /* KV positions per slot: repeat_last_n is capped to it; 0 = no cap */
+    /* Forwarding (the server's --upstream): a `model` that is not this one's
+     * and that upstream() names (returns non-NULL) is parsed for that
+     * upstream: no model or vocabulary checks there, no logprobs. NULL = none. */
+    const char *(*upstream)(void *user, const char *model);
+    void *upstream_user;
+};
+
+struct wgllm_openai_request {
+    enum wgllm_openai_endpoint endpoint;
+    const char *upstream;      /* forwarded there (what upstream() returned), NULL = served here */
+    bool stream, include_usage, logprobs;
+    int top_logprobs;
+    struct wgllm_message *msgs; /* chat; strings owned by the request */
+    int n_msgs;
+    char *prompt;              /* completions (NUL-terminated; prompt_len bytes, which may hold NULs) */
+    size_t prompt_len;
+    struct wgllm_request_params rp; /* for wgllm_engine_submit_*; on_token / user_data are the caller's */
+    /* embeddings */
+    char **inputs;
+    size_t *input_lens;
+    int n_inputs;
+    bool base64;
+    enum wgllm_pooling pooling;
+    /* storage behind rp */
+    struct wgllm_logit_bias *bias;
+    char **stops;
+    char *context_key;
+};
+
+/* Parses and validates a request body (len bytes of JSON text) for `endpoint`.
+ * false with *err set (status, param, code, message); the request is then
+ * empty (free it anyway: harmless). */
+bool wgllm_openai_parse(const struct wgllm_openai_params *p, enum wgllm_openai_endpoint endpoint, const char *body,
+                        size_t len, struct wgllm_openai_request *req, struct wgllm_openai_error *err);
+void wgllm_openai_request_free(struct wgllm_openai_request *req);
+
+void wgllm_openai_error_set(struct wgllm_openai_error *e, int status, const char *type, const char *param,
+                            const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* An engine failure (submit or result) as an error; req (may be NULL) names
+ * the field a full context blames (messages or prompt). */
+void wgllm_openai_error_from_engine(struct wgllm_openai_error *e, const struct wgllm_openai_request *req,
+                                    enum wgllm_status st, const char *msg);
+
+/* Every answer below is malloc'd JSON text (no SSE framing, no newline in it),
+ * NULL when out of memory. `id` is the caller's ("chatcmpl-...", "cmpl-...";
+ * wgllm_openai_new_id makes one). */
+void wgllm_openai_new_id(const struct wgllm_openai_request *req, char *id, size_t cap);
+/* {"error": {...}} */
+char *wgllm_openai_error_json(const struct wgllm_openai_error *e);
+/* "stop", "length", or "abort" for a cancelled request (WebLLM's word: the
+ * browser answers an interrupted request; the server never does). */
+const char *wgllm_openai_finish_name(enum wgllm_finish_reason f);
+/* The whole (non-streaming) answer to a result whose finish is not ERROR. */
+char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
+                            const char *id, const struct wgllm_result *r);
+/* A stream, chunk by chunk: first (chat: the role chunk; NULL for completions),
+ * then one per piece of on_token (NULL: nothing to send for this piece), then
+ * the end: up to 3 chunks for `r` into out[] (with top_logprobs, every token's
+ * logprobs in one chunk, since the engine hands the alternatives over only in
+ * the result; the finish chunk; the include_usage chunk), or, when r failed,
+ * one error object; returns how many (0 when out of memory). */
+char *wgllm_openai_chunk_first(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
+                               const char *id);
+char *wgllm_openai_chunk_token(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
+                               const char *id, const char *text, size_t len, int32_t token, float logprob);
+int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
+                            const char *id, const struct wgllm_result *r, char *out[3]);
+/* Runs an embeddings request on p->engine (blocking) and answers it; NULL
+ * with *err on failure. */
+char *wgllm_openai_embeddings(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
+                              struct wgllm_openai_error *err);
+
+/* ---------------------------------------------------------------------------
  * Misc
  * ------------------------------------------------------------------------- */
 

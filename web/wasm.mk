@@ -26,7 +26,7 @@ WASM_JSLIB := web/src/wgllm_web.lib.js $(if $(filter browser,$(WASM_HAL)),web/sr
 WASM_OBJ  := $(WASM_SRC:%.c=$(WASM_OUT)/%.o)
 WASM_CFLAGS := -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(WARN) -O2 -msimd128 -pthread -MMD -MP
 WASM_FUNCS := malloc free wgllm_web_load wgllm_web_unload wgllm_web_last_error wgllm_web_model_info \
-  wgllm_web_model_arch wgllm_web_submit wgllm_web_embed wgllm_web_job_seq wgllm_web_job_done \
+  wgllm_web_model_arch wgllm_web_openai wgllm_web_job_answer wgllm_web_embed wgllm_web_job_seq wgllm_web_job_done \
   wgllm_web_job_cancel wgllm_web_job_take wgllm_web_job_num wgllm_web_job_text wgllm_web_job_message \
   wgllm_web_job_vec wgllm_web_job_free wgllm_web_load_start wgllm_web_load_done \
   wgllm_web_load_finish wgllm_web_load_stream_start wgllm_web_load_engine_failed wgllm_web_backend wgllm_web_hal_selftest_start wgllm_web_hal_selftest_done \

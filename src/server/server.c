@@ -9,8 +9,9 @@
  * API key, the route and method, an announced Content-Length -- is decided
  * in the first call for the request, before any byte of the body is read;
  * only an authorized request to a route that takes a body gets it buffered,
- * within the body limit and the read deadline; then the body is checked
- * (UTF-8, JSON depth and value count) before cJSON parses it.
+ * within the body limit and the read deadline; then the core's OpenAI layer
+ * parses it within its budgets (UTF-8, JSON depth and value count) and
+ * checks its fields.
  *
  * Connection limits (total, per client address) and the idle timeout are
  * libmicrohttpd's own (MHD_OPTION_CONNECTION_LIMIT, _PER_IP_CONNECTION_LIMIT,
@@ -97,21 +98,21 @@ enum MHD_Result srv_send_text(struct srv *s, struct MHD_Connection *c, unsigned 
     return ret;
 }
 
-enum MHD_Result srv_send_err(struct srv *s, struct MHD_Connection *c, const struct srv_err *e) {
-    return srv_send_text(s, c, (unsigned)e->status, "application/json", srv_err_json(e));
+enum MHD_Result srv_send_err(struct srv *s, struct MHD_Connection *c, const struct wgllm_openai_error *e) {
+    return srv_send_text(s, c, (unsigned)e->status, "application/json", wgllm_openai_error_json(e));
 }
 
 static enum MHD_Result send_errf(struct MHD_Connection *c, int status, const char *type, const char *param,
                                  const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 static enum MHD_Result send_errf(struct MHD_Connection *c, int status, const char *type, const char *param,
                                  const char *code, const char *fmt, ...) {
-    struct srv_err e;
+    struct wgllm_openai_error e;
     char msg[sizeof(e.message)];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    srv_err_set(&e, status, type, param, code, "%s", msg);
+    wgllm_openai_error_set(&e, status, type, param, code, "%s", msg);
     return srv_send_err(&g_srv, c, &e);
 }
 
@@ -246,43 +247,31 @@ static enum MHD_Result upload(struct MHD_Connection *c, struct conn *cn, const c
     return wgllm_strbuf_put(&cn->body, data, n) ? MHD_YES : MHD_NO;
 }
 
-static enum MHD_Result embeddings(struct MHD_Connection *c, const cJSON *body) {
-    struct srv_err e;
-    const cJSON *m = cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
-    if (cJSON_IsString(m) && !srv_model_matches(&g_srv, m->valuestring) && wgllm_client_find(g_srv.client, m->valuestring))
-        return send_errf(c, 400, "invalid_request_error", "model", NULL,
-                         "embeddings are not forwarded to upstreams; ask the upstream directly");
+static enum MHD_Result embeddings(struct MHD_Connection *c, const char *body, size_t len) {
+    struct wgllm_openai_error e;
+    struct wgllm_openai_request rq;
     atomic_fetch_add(&g_srv.inflight, 1);
-    char *out = srv_embeddings(&g_srv, body, &e);
+    char *out = wgllm_openai_parse(&g_srv.api, WGLLM_OPENAI_EMBEDDINGS, body, len, &rq, &e)
+                    ? wgllm_openai_embeddings(&g_srv.api, &rq, &e)
+                    : NULL;
+    wgllm_openai_request_free(&rq);
     enum MHD_Result ret = out ? srv_send_text(&g_srv, c, 200, "application/json", out) : srv_send_err(&g_srv, c, &e);
     atomic_fetch_sub(&g_srv.inflight, 1);
     return ret;
 }
 
-/* The whole body is in: check it, parse it, answer. */
+/* The whole body is in: the OpenAI layer parses and checks it; answer. */
 static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
-    struct srv_err e;
     const char *text = cn->body.data ? cn->body.data : "";
-    if (!srv_body_check(text, cn->body.len, &e)) return srv_send_err(&g_srv, c, &e);
-    const char *end = NULL;
-    cJSON *body = cJSON_ParseWithLengthOpts(text, cn->body.len, &end, false);
-    if (!body)
-        return send_errf(c, 400, "invalid_request_error", NULL, "invalid_json",
-                         "the request body is not valid JSON (near byte %ld)",
-                         end && cn->body.data ? (long)(end - cn->body.data) : 0L);
-    enum MHD_Result ret;
-    if (cn->route == ROUTE_EMBEDDINGS) {
-        ret = embeddings(c, body);
-    } else {
-        /* a `model` naming an upstream goes there, through the client */
-        const cJSON *m = cJSON_IsObject(body) ? cJSON_GetObjectItemCaseSensitive(body, "model") : NULL;
-        const struct wgllm_endpoint_desc *up =
-            cJSON_IsString(m) && !srv_model_matches(&g_srv, m->valuestring) ? wgllm_client_find(g_srv.client, m->valuestring)
-                                                                             : NULL;
-        ret = srv_generate(&g_srv, c, body, cn->route == ROUTE_CHAT, up ? up->name : NULL);
-    }
-    cJSON_Delete(body);
-    return ret;
+    if (cn->route == ROUTE_EMBEDDINGS) return embeddings(c, text, cn->body.len);
+    return srv_generate(&g_srv, c, text, cn->body.len, cn->route == ROUTE_CHAT);
+}
+
+/* The OpenAI layer's question for a `model` that is not the served one: an
+ * --upstream of that name forwards the request there, through the client. */
+static const char *upstream_named(void *user, const char *model) {
+    const struct wgllm_endpoint_desc *d = wgllm_client_find(user, model);
+    return d ? d->name : NULL;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -497,9 +486,11 @@ int wgllm_serve_main(int argc, char **argv) {
     g_srv.api_key = api_key;
     g_srv.created = (long)time(NULL);
     g_srv.client = client;
-    g_srv.n_ctx = wgllm_engine_n_ctx(eng);
-    g_srv.n_vocab = wgllm_model_n_vocab(model);
-    g_srv.max_tokens = max_tokens ? max_tokens : WGLLM_MAX(65536, g_srv.n_ctx);
+    const int n_ctx = wgllm_engine_n_ctx(eng);
+    g_srv.api = (struct wgllm_openai_params){
+        .model = model, .engine = eng, .model_id = g_srv.model_id, .model_alias = model_path,
+        .max_tokens = max_tokens ? max_tokens : WGLLM_MAX(65536, n_ctx), .n_ctx = n_ctx,
+        .upstream = client ? upstream_named : NULL, .upstream_user = client};
     g_srv.cors = cors;
     g_read_timeout = read_timeout;
     g_idle_timeout = idle_timeout;

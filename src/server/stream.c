@@ -42,8 +42,8 @@ struct stream {
     bool done, gone;
     int refs; /* the response and the waiter thread */
     struct wgllm_request *req; /* owned by the waiter thread (or the handler, not streaming) */
-    struct srv_gen gen;
-    const char *upstream; /* forwarded through the client instead of the engine */
+    struct wgllm_openai_request gen;
+    const char *upstream; /* forwarded through the client instead of the engine (gen.upstream) */
     int fd;               /* the client's socket while the connection lives */
     char id[48];
 };
@@ -51,7 +51,7 @@ struct stream {
 static void stream_free(struct stream *st) {
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
-    srv_gen_free(&st->gen);
+    wgllm_openai_request_free(&st->gen);
     wgllm_strbuf_free(&st->buf);
     atomic_fetch_sub(&st->srv->inflight, 1);
     free(st);
@@ -61,6 +61,17 @@ static void stream_unref_locked(struct stream *st) {
     const bool last = --st->refs == 0;
     pthread_mutex_unlock(&st->mu);
     if (last) stream_free(st);
+}
+
+/* A JSON text (freed) as one server-sent event; NULL when out of memory. */
+static char *sse(char *json) {
+    char *out = NULL;
+    if (json) {
+        size_t n = strlen(json) + 9;
+        if ((out = malloc(n))) snprintf(out, n, "data: %s\n\n", json);
+        free(json);
+    }
+    return out;
 }
 
 /* Appends (and frees) a chunk; caller holds mu. */
@@ -75,9 +86,7 @@ static void stream_push_locked(struct stream *st, char *chunk) {
 static bool stream_on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
     struct stream *st = ud;
     struct srv *s = st->srv;
-    char *chunk = NULL;
-    if (len > 0 || (st->gen.logprobs && st->gen.top_logprobs == 0 && token >= 0))
-        chunk = srv_gen_chunk(s, &st->gen, st->id, text, len, token, logprob, false, NULL);
+    char *chunk = sse(wgllm_openai_chunk_token(&s->api, &st->gen, st->id, text, len, token, logprob));
     pthread_mutex_lock(&st->mu);
     const bool keep = !st->gone && !atomic_load(&s->stopping);
     if (keep) stream_push_locked(st, chunk);
@@ -96,8 +105,9 @@ static bool upstream_alive(const char *text, size_t len, int32_t token, float lo
 
 /* A client (upstream) failure as an HTTP error: the upstream's own status when
  * it answered one, 502 when it could not be reached. */
-static void upstream_err(struct srv_err *e, enum wgllm_status st, const char *msg) {
-    srv_err_from_engine(e, st, msg);
+static void upstream_err(struct wgllm_openai_error *e, const struct wgllm_openai_request *g, enum wgllm_status st,
+                         const char *msg) {
+    wgllm_openai_error_from_engine(e, g, st, msg);
     const char *h = strstr(msg, "answered HTTP ");
     long code = h ? strtol(h + 14, NULL, 10) : 0;
     if (code >= 400 && code < 600) e->status = (int)code;
@@ -108,15 +118,15 @@ static void upstream_err(struct srv_err *e, enum wgllm_status st, const char *ms
     if (qe && strstr(qe, "is local-only") == qe + 2) snprintf(e->param, sizeof(e->param), "%.*s", (int)(qe - q), q);
 }
 
-static void shutting_down(struct srv_err *e) {
-    srv_err_set(e, 503, "server_error", NULL, "shutting_down",
+static void shutting_down(struct wgllm_openai_error *e) {
+    wgllm_openai_error_set(e, 503, "server_error", NULL, "shutting_down",
                 "the server is shutting down and cancelled this request; send it again to another server");
 }
 
 static enum wgllm_status upstream_call(struct stream *st, struct wgllm_result *res, struct wgllm_error *werr) {
-    struct srv_gen *g = &st->gen;
+    struct wgllm_openai_request *g = &st->gen;
     struct wgllm_client *cl = st->srv->client;
-    if (g->chat) return wgllm_client_chat(cl, st->upstream, g->msgs, g->n_msgs, &g->rp, res, werr);
+    if (g->endpoint == WGLLM_OPENAI_CHAT) return wgllm_client_chat(cl, st->upstream, g->msgs, g->n_msgs, &g->rp, res, werr);
     return wgllm_client_query(cl, st->upstream, g->prompt, &g->rp, res, werr);
 }
 
@@ -144,15 +154,7 @@ static void wait_local(struct stream *st, bool streaming, struct wgllm_result *r
     st->req = NULL;
 }
 
-static char *sse_error(const struct srv_err *e) {
-    char *j = srv_err_json(e), *out = NULL;
-    if (j) {
-        size_t n = strlen(j) + 9;
-        if ((out = malloc(n))) snprintf(out, n, "data: %s\n\n", j);
-        free(j);
-    }
-    return out;
-}
+static char *sse_error(const struct wgllm_openai_error *e) { return sse(wgllm_openai_error_json(e)); }
 
 static void *stream_waiter(void *arg) {
     struct stream *st = arg;
@@ -165,29 +167,23 @@ static void *stream_waiter(void *arg) {
     } else {
         wait_local(st, true, &res);
     }
-    char *tail = NULL, *usage = NULL;
-    struct srv_err e;
-    if (res.finish == WGLLM_FINISH_ERROR) {
-        if (st->upstream) upstream_err(&e, res.status, res.message);
-        else srv_err_from_engine(&e, res.status, res.message);
-        tail = sse_error(&e);
+    char *tail[3] = {NULL};
+    int n_tail = 0;
+    struct wgllm_openai_error e;
+    if (res.finish == WGLLM_FINISH_ERROR && st->upstream) {
+        upstream_err(&e, &st->gen, res.status, res.message);
+        tail[n_tail++] = sse_error(&e);
     } else if (res.finish == WGLLM_FINISH_CANCELLED && atomic_load(&s->stopping)) {
         shutting_down(&e);
-        tail = sse_error(&e);
+        tail[n_tail++] = sse_error(&e);
     } else {
-        if (st->gen.logprobs && st->gen.top_logprobs > 0) {
-            char *lp = srv_gen_logprobs_chunk(s, &st->gen, st->id, &res);
-            pthread_mutex_lock(&st->mu);
-            stream_push_locked(st, lp);
-            pthread_mutex_unlock(&st->mu);
-        }
-        tail = srv_gen_chunk(s, &st->gen, st->id, NULL, 0, -1, 0, false, srv_finish_name(res.finish));
-        if (st->gen.include_usage) usage = srv_gen_usage_chunk(s, &st->gen, st->id, &res.usage);
+        /* the layer's end of a stream: logprobs, finish and usage chunks, or the error */
+        n_tail = wgllm_openai_chunks_end(&s->api, &st->gen, st->id, &res, tail);
+        for (int i = 0; i < n_tail; i++) tail[i] = sse(tail[i]);
     }
     wgllm_result_free(&res);
     pthread_mutex_lock(&st->mu);
-    stream_push_locked(st, tail);
-    stream_push_locked(st, usage);
+    for (int i = 0; i < n_tail; i++) stream_push_locked(st, tail[i]);
     stream_push_locked(st, strdup("data: [DONE]\n\n"));
     st->done = true;
     pthread_cond_broadcast(&st->cv);
@@ -252,50 +248,39 @@ static void stream_response_freed(void *cls) {
     stream_unref_locked(st);
 }
 
-static void make_id(char *id, size_t n, const char *prefix) {
-    static atomic_ullong counter;
-    unsigned long long k = atomic_fetch_add(&counter, 1);
-    snprintf(id, n, "%s-%lx%llx", prefix, (unsigned long)time(NULL), k);
-}
-
 static enum wgllm_status submit(struct stream *st, struct wgllm_error *werr) {
-    struct srv_gen *g = &st->gen;
+    struct wgllm_openai_request *g = &st->gen;
     struct wgllm_engine *eng = st->srv->engine;
-    enum wgllm_status rc = g->chat ? wgllm_engine_submit_chat(eng, g->msgs, g->n_msgs, &g->rp, &st->req, werr)
-                                   : wgllm_engine_submit_query(eng, g->prompt, strlen(g->prompt), &g->rp, &st->req, werr);
+    enum wgllm_status rc = g->endpoint == WGLLM_OPENAI_CHAT
+                               ? wgllm_engine_submit_chat(eng, g->msgs, g->n_msgs, &g->rp, &st->req, werr)
+                               : wgllm_engine_submit_query(eng, g->prompt, g->prompt_len, &g->rp, &st->req, werr);
     /* the engine's contract, checked where a broken promise would take the whole server down */
     if (rc == WGLLM_STATUS_OK && !st->req)
         rc = wgllm_error_set(werr, WGLLM_STATUS_UNSUPPORTED, "the engine accepted the request without a handle");
     return rc;
 }
 
-static void submit_err(struct srv_err *e, const struct srv_gen *g, enum wgllm_status rc, const char *msg) {
-    srv_err_from_engine(e, rc, msg);
-    if (e->code && !strcmp(e->code, "context_length_exceeded"))
-        snprintf(e->param, sizeof(e->param), "%s", g->chat ? "messages" : "prompt");
-}
-
 /* Not streaming: the handler thread waits for the whole answer. */
 static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c) {
     struct srv *s = st->srv;
-    struct srv_gen *g = &st->gen;
+    struct wgllm_openai_request *g = &st->gen;
     struct wgllm_error werr = {0};
     struct wgllm_result res;
-    struct srv_err e;
+    struct wgllm_openai_error e;
     enum wgllm_status rc;
     if (st->upstream) {
         g->rp.on_token = upstream_alive;
         g->rp.user_data = st;
         rc = upstream_call(st, &res, &werr);
-        if (rc != WGLLM_STATUS_OK) upstream_err(&e, rc, werr.message);
+        if (rc != WGLLM_STATUS_OK) upstream_err(&e, g, rc, werr.message);
     } else {
         rc = submit(st, &werr);
         if (rc != WGLLM_STATUS_OK) {
-            submit_err(&e, g, rc, werr.message);
+            wgllm_openai_error_from_engine(&e, g, rc, werr.message);
             return srv_send_err(s, c, &e);
         }
         wait_local(st, false, &res);
-        if (res.finish == WGLLM_FINISH_ERROR) srv_err_from_engine(&e, res.status, res.message);
+        if (res.finish == WGLLM_FINISH_ERROR) wgllm_openai_error_from_engine(&e, g, res.status, res.message);
     }
     enum MHD_Result ret;
     if (res.finish == WGLLM_FINISH_CANCELLED && atomic_load(&s->stopping)) {
@@ -304,36 +289,34 @@ static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c)
     } else if (res.finish == WGLLM_FINISH_CANCELLED) {
         ret = MHD_NO; /* the client left: nobody to answer, close */
     } else if (rc != WGLLM_STATUS_OK || res.finish == WGLLM_FINISH_ERROR) {
-        if (st->upstream && rc == WGLLM_STATUS_OK) upstream_err(&e, res.status, werr.message);
+        if (st->upstream && rc == WGLLM_STATUS_OK) upstream_err(&e, g, res.status, werr.message);
         ret = srv_send_err(s, c, &e);
     } else {
-        ret = srv_send_text(s, c, 200, "application/json", srv_gen_response(s, g, st->id, &res));
+        ret = srv_send_text(s, c, 200, "application/json", wgllm_openai_response(&s->api, g, st->id, &res));
     }
     wgllm_result_free(&res);
     return ret;
 }
 
-enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const cJSON *body, bool chat,
-                             const char *upstream) {
-    struct srv_err e;
+enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char *body, size_t len, bool chat) {
+    struct wgllm_openai_error e;
     struct stream *st = calloc(1, sizeof(*st));
     if (!st) {
-        srv_err_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+        wgllm_openai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
         return srv_send_err(s, c, &e);
     }
     atomic_fetch_add(&s->inflight, 1);
     st->srv = s;
-    st->upstream = upstream;
     st->fd = srv_client_fd(c);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
-    if (upstream ? !srv_gen_parse_upstream(s, body, chat, upstream, &st->gen, &e)
-                 : !srv_gen_parse(s, body, chat, &st->gen, &e)) {
+    if (!wgllm_openai_parse(&s->api, chat ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS, body, len, &st->gen, &e)) {
         stream_free(st);
         return srv_send_err(s, c, &e);
     }
-    struct srv_gen *g = &st->gen;
-    make_id(st->id, sizeof(st->id), chat ? "chatcmpl" : "cmpl");
+    struct wgllm_openai_request *g = &st->gen;
+    const char *upstream = st->upstream = g->upstream; /* a `model` naming an upstream goes there */
+    wgllm_openai_new_id(g, st->id, sizeof(st->id));
     if (!g->stream) {
         enum MHD_Result ret = answer_whole(st, c);
         stream_free(st);
@@ -341,12 +324,12 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const cJSO
     }
     g->rp.on_token = stream_on_token;
     g->rp.user_data = st;
-    if (chat) stream_push_locked(st, srv_gen_chunk(s, g, st->id, NULL, 0, -1, 0, true, NULL));
+    stream_push_locked(st, sse(wgllm_openai_chunk_first(&s->api, g, st->id))); /* chat: the role chunk */
     /* an upstream starts in the waiter thread; its failures arrive as an error event */
     struct wgllm_error werr = {0};
     enum wgllm_status rc = upstream ? WGLLM_STATUS_OK : submit(st, &werr);
     if (rc != WGLLM_STATUS_OK) {
-        submit_err(&e, g, rc, werr.message);
+        wgllm_openai_error_from_engine(&e, g, rc, werr.message);
         stream_free(st);
         return srv_send_err(s, c, &e);
     }

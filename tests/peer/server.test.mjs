@@ -49,6 +49,7 @@ test('health, models, metrics', async () => {
   const text = await (await fetch(`${base}/metrics`)).text();
   assert.match(text, /# TYPE wgllm_requests_submitted_total counter/);
   assert.ok(await metric('http_requests_total') >= 1);
+  assert.equal(await metric('device_sampled_tokens_total'), 0); // the CPU backend samples on the host
 });
 
 test('chat: non-streaming and streaming agree (greedy)', async () => {
@@ -239,6 +240,18 @@ test('errors: OpenAI shape and status', async () => {
   assertError(await post('/v1/chat/completions', { messages: MSGS, n: 2 }), 400, 'n');
   assertError(await post('/v1/chat/completions', { messages: MSGS, logit_bias: { abc: 1 } }), 400, 'logit_bias');
   assertError(await post('/v1/chat/completions', { messages: MSGS, frobnicate: 1 }), 400, 'frobnicate');
+  // repeat_penalty has WebLLM's spelling too: one field, so both at once is refused
+  assertError(await post('/v1/chat/completions', { messages: MSGS, repetition_penalty: 0 }), 400, 'repetition_penalty');
+  assertError(await post('/v1/chat/completions', { messages: MSGS, repetition_penalty: 1.1, repeat_penalty: 1.1 }),
+    400, 'repetition_penalty');
+  const rp = await post('/v1/chat/completions', { messages: MSGS, max_tokens: 2, temperature: 0, repetition_penalty: 1.1 });
+  assert.equal(rp.status, 200, JSON.stringify(rp.json));
+  // U+0000 cannot reach the engine's C strings: refused there (a prompt takes it: it goes with its length)
+  assertError(await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'a\u0000b' }] }), 400,
+    'messages[0].content');
+  assertError(await post('/v1/chat/completions', { messages: MSGS, stop: ['a\u0000'] }), 400, 'stop');
+  assertError(await post('/v1/chat/completions', '{"messages":[{"role":"user","content":"\\ud800"}]}'), 400, null,
+    'invalid_json');
   assertError(await post('/v1/completions', { max_tokens: 2 }), 400, 'prompt');
   assertError(await post('/v1/chat/completions', { model: 'gpt-nonexistent', messages: MSGS }), 404, 'model',
     'model_not_found');

@@ -39,7 +39,7 @@ before(async () => {
       w.errors = [];
       w.onmessage = (ev) => {
         const m = ev.data;
-        if (m && (m.type === 'progress' || m.type === 'text')) return;
+        if (m && (m.type === 'progress' || m.type === 'chunk' || m.type === 'started')) return;
         const f = m && waiters.get(m.id);
         if (f) { waiters.delete(m.id); f(m); } else w.loose.push(m);
       };
@@ -48,6 +48,21 @@ before(async () => {
       // the reply, or 'no reply' after ms (a hung promise shows as that)
       w.rpcWithin = (ms, id, op, args) => Promise.race([w.rpc(id, op, args),
         new Promise((res) => setTimeout(() => res({ id, type: 'no reply' }), ms))]);
+      // a generation as the page's engine sends it: {kind, ...the OpenAI request} -> op 'openai' with
+      // the request's JSON; the reply as {type: 'result', value: the answer + text, finish} or
+      // {type: 'error', status, param, code, message} (a refusal, or the answer's error)
+      const asOpenAI = ({ kind, ...rest }) => ({ endpoint: kind === 'chat' ? 'chat' : 'completions',
+        body: JSON.stringify(rest), modelId: 'm' });
+      const shape = (m) => {
+        if (m.type !== 'result') return m;
+        const a = JSON.parse(m.value.answer);
+        if (a.error) return { id: m.id, type: 'error', status: m.value.status, message: `wgllm: ${a.error.message}`,
+          code: a.error.code, param: a.error.param };
+        const c = a.choices[0];
+        return { id: m.id, type: 'result', value: { ...a, text: c.text ?? c.message.content, finish: c.finish_reason } };
+      };
+      w.gen = (id, req) => w.rpc(id, 'openai', asOpenAI(req)).then(shape);
+      w.genWithin = (ms, id, req) => w.rpcWithin(ms, id, 'openai', asOpenAI(req)).then(shape);
       return w;
     };
     window.loadArgs = (extra) => ({ model: MODEL_URL, chatTemplate: wgllm.CHATML, store: false, ...extra });
@@ -65,23 +80,23 @@ test('protocol: NUL and lone surrogates in message text are text or a clear erro
     const w = bareWorker();
     const out = {};
     out.load = await w.rpc(1, 'load', loadArgs());
-    out.before = await w.rpc(2, 'generate', greedy);
+    out.before = await w.gen(2, greedy);
     const tail = ' and a long tail of words after it';
-    const q = (id, prompt) => w.rpcWithin(30000, id, 'generate', { kind: 'completion', prompt, max_tokens: 2, temperature: 0 });
+    const q = (id, prompt) => w.genWithin(30000, id, { kind: 'completion', prompt, max_tokens: 2, temperature: 0 });
     out.cut = await q(3, 'A');
     out.nul = await q(4, `A\u0000${tail}`);
     out.nulOnly = await q(5, '\u0000\u0000');
     out.surrogates = await q(6, `lone \uD800 and \uDC00 and \uDFFF\uD800${tail}`);
-    const chat = (id, content, extra) => w.rpcWithin(30000, id, 'generate',
+    const chat = (id, content, extra) => w.genWithin(30000, id,
       { kind: 'chat', messages: [{ role: 'user', content }], max_tokens: 2, temperature: 0, ...extra });
     out.chatNul = await chat(7, `hi\u0000${tail}`);
     out.chatSurrogate = await chat(8, 'hi \uD83D there');
     out.stopNul = await chat(9, 'hi', { stop: ['a\u0000b'] });
-    out.roleNul = await w.rpcWithin(30000, 10, 'generate', { kind: 'chat', messages: [{ role: 'us\u0000er', content: 'x' }] });
+    out.roleNul = await w.genWithin(30000, 10, { kind: 'chat', messages: [{ role: 'us\u0000er', content: 'x' }] });
     const emb = async (id, text) => Array.from((await w.rpcWithin(30000, id, 'embed', { text })).value ?? []);
     out.embA = await emb(11, 'A');
     out.embNul = await emb(12, `A\u0000${tail}`);
-    out.after = await w.rpc(13, 'generate', greedy);
+    out.after = await w.gen(13, greedy);
     out.errors = w.errors;
     w.terminate();
     return out;
@@ -94,15 +109,18 @@ test('protocol: NUL and lone surrogates in message text are text or a clear erro
   assert.ok(r.nul.value.usage.prompt_tokens > r.cut.value.usage.prompt_tokens + 3,
     `text after a NUL is not dropped: ${r.nul.value.usage.prompt_tokens} vs ${r.cut.value.usage.prompt_tokens} tokens`);
   assert.equal(r.nulOnly.type, 'result', JSON.stringify(r.nulOnly));
-  assert.equal(r.surrogates.type, 'result', JSON.stringify(r.surrogates)); // U+FFFD in their place
-  assert.ok(r.surrogates.value.usage.prompt_tokens > 8);
-  // chat messages and stops go through NUL-terminated C strings: refused, not cut
-  for (const k of ['chatNul', 'stopNul', 'roleNul']) {
+  // chat messages and stops go through NUL-terminated C strings: refused (a 400 naming the field), not cut
+  for (const [k, param] of [['chatNul', 'messages[0].content'], ['stopNul', 'stop'], ['roleNul', 'messages[0].role']]) {
     assert.equal(r[k].type, 'error', `${k}: ${JSON.stringify(r[k])}`);
-    assert.equal(r[k].code, 'argument');
+    assert.equal(r[k].status, 400);
+    assert.equal(r[k].param, param);
     assert.match(r[k].message, /NUL/);
   }
-  assert.equal(r.chatSurrogate.type, 'result', JSON.stringify(r.chatSurrogate));
+  // a lone surrogate is a \ud800 escape in the request's JSON, which the OpenAI layer refuses, as the server does
+  for (const k of ['surrogates', 'chatSurrogate']) {
+    assert.equal(r[k].type, 'error', `${k}: ${JSON.stringify(r[k])}`);
+    assert.equal(r[k].code, 'invalid_json');
+  }
   assert.equal(r.embA.length, 256);
   assert.equal(r.embNul.length, 256);
   assert.notDeepEqual(r.embNul, r.embA, 'the embedded text goes on after the NUL');
@@ -131,12 +149,12 @@ test('protocol: requests too large for the wasm memory fail clearly; the worker 
     bytes.set(new Uint8Array(head));
     out.hugeTensor = await w.rpcWithin(60000, 30, 'load', loadArgs({ model: bytes }));
     out.load = await w.rpcWithin(60000, 3, 'load', loadArgs());
-    out.before = await w.rpc(4, 'generate', greedy);
-    out.hugeMax = await w.rpcWithin(30000, 5, 'generate', { ...greedy, max_tokens: 2 ** 31 });
-    out.bigMax = await w.rpcWithin(60000, 6, 'generate', { ...greedy, max_tokens: 1e6, ignore_eos: false });
+    out.before = await w.gen(4, greedy);
+    out.hugeMax = await w.genWithin(30000, 5, { ...greedy, max_tokens: 2 ** 31 });
+    out.bigMax = await w.genWithin(60000, 6, { ...greedy, max_tokens: 1e6, ignore_eos: false });
     // 4 MiB of prompt: far more than the context holds
-    out.bigPrompt = await w.rpcWithin(90000, 7, 'generate', { ...greedy, prompt: 'word '.repeat(1 << 20) });
-    out.after = await w.rpc(8, 'generate', greedy);
+    out.bigPrompt = await w.genWithin(90000, 7, { ...greedy, prompt: 'word '.repeat(1 << 20) });
+    out.after = await w.gen(8, greedy);
     out.errors = w.errors;
     w.terminate();
     return out;
@@ -152,7 +170,8 @@ test('protocol: requests too large for the wasm memory fail clearly; the worker 
   assert.equal(r.load.type, 'result', `the next load works: ${JSON.stringify(r.load)}`);
   assert.equal(r.before.type, 'result');
   assert.equal(r.hugeMax.type, 'error', JSON.stringify(r.hugeMax));
-  assert.equal(r.hugeMax.code, 'argument');
+  assert.equal(r.hugeMax.status, 400); // more than max(65536, the context): as the server's --max-tokens default
+  assert.equal(r.hugeMax.param, 'max_tokens');
   assert.notEqual(r.bigMax.type, 'no reply', 'max_tokens 1e6 ends (a result or an error)');
   assert.notEqual(r.bigPrompt.type, 'no reply');
   assert.equal(r.bigPrompt.type, 'error', JSON.stringify(r.bigPrompt).slice(0, 300));
@@ -169,17 +188,17 @@ test('protocol: a second load, during a load or a generation, is refused; the fi
     out.second = await w.rpcWithin(60000, 2, 'load', loadArgs({ nCtx: 512 }));
     out.first = await first;
     out.genDuringLoad = null;
-    const long = w.rpc(3, 'generate', { ...greedy, max_tokens: 400 });
+    const long = w.gen(3, { ...greedy, max_tokens: 400 });
     out.loadDuringGen = await w.rpcWithin(60000, 4, 'load', loadArgs({ nCtx: 512 }));
     out.long = await long;
-    out.after = await w.rpc(5, 'generate', greedy);
+    out.after = await w.gen(5, greedy);
     // unload while a load runs: waits for it, then frees what it loaded
     out.unload = await w.rpc(6, 'unload', {});
     const again = w.rpc(7, 'load', loadArgs({ nCtx: 1024 }));
-    const genWhileLoading = await w.rpcWithin(60000, 8, 'generate', greedy);
+    const genWhileLoading = await w.genWithin(60000, 8, greedy);
     out.genWhileLoading = genWhileLoading;
     out.again = await again;
-    out.afterReload = await w.rpc(9, 'generate', greedy);
+    out.afterReload = await w.gen(9, greedy);
     out.errors = w.errors;
     w.terminate();
     // two engines on one worker: the second's load is refused and the first keeps its replies
@@ -215,19 +234,22 @@ test('protocol: messages of unknown type or with malformed fields get error repl
     const w = bareWorker();
     const out = {};
     out.load = await w.rpc(1, 'load', loadArgs());
-    out.before = await w.rpc(2, 'generate', greedy);
+    out.before = await w.gen(2, greedy);
     for (const m of [null, 42, 'load', [1, 2], { op: 7 }]) w.postMessage(m); // no id: replies with id null
     const cases = {
       unknown: ['nope', {}],
-      argsString: ['generate', 'x'],
-      noArgs: ['generate', undefined],
-      badKind: ['generate', { kind: 'poem', prompt: 'x' }],
-      nullMessage: ['generate', { kind: 'chat', messages: [null] }],
-      emptyMessages: ['generate', { kind: 'chat', messages: [] }],
-      promptNumber: ['generate', { kind: 'completion', prompt: 5 }],
-      maxTokensString: ['generate', { ...greedy, max_tokens: 'abc' }],
-      temperatureNaN: ['generate', { ...greedy, temperature: NaN }],
-      tooManyStops: ['generate', { ...greedy, stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }],
+      argsString: ['openai', 'x'],
+      noArgs: ['openai', undefined],
+      badKind: ['openai', { endpoint: 'poem', body: '{"prompt":"x"}' }],
+      bodyNotText: ['openai', { endpoint: 'completions', body: { prompt: 'x' } }],
+      nullMessage: ['openai', { endpoint: 'chat', body: '{"messages":[null]}' }],
+      emptyMessages: ['openai', { endpoint: 'chat', body: '{"messages":[]}' }],
+      promptNumber: ['openai', { endpoint: 'completions', body: '{"prompt":5}' }],
+      maxTokensString: ['openai', { endpoint: 'completions', body: '{"prompt":"x","max_tokens":"abc"}' }],
+      temperatureNaN: ['openai', { endpoint: 'completions', body: '{"prompt":"x","temperature":NaN}' }],
+      unknownField: ['openai', { endpoint: 'completions', body: '{"prompt":"x","kind":"completion"}' }],
+      tooManyStops: ['openai', { endpoint: 'completions',
+        body: JSON.stringify({ prompt: 'x', stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }) }],
       embedNoText: ['embed', {}],
       embedBadPooling: ['embed', { text: 'x', opts: { pooling: 'max' } }],
       snapshotsBadOp: ['snapshots', { op: 'zap' }],
@@ -238,20 +260,28 @@ test('protocol: messages of unknown type or with malformed fields get error repl
     let id = 10;
     for (const [k, [op, args]] of Object.entries(cases)) out[k] = await w.rpcWithin(20000, id++, op, args);
     out.cancelUnknown = await w.rpcWithin(2000, id++, 'cancel', { id: 12345 }); // answers nothing, harms nothing
-    out.after = await w.rpc(99, 'generate', greedy);
+    out.after = await w.gen(99, greedy);
     out.loose = w.loose;
     out.errors = w.errors;
     w.terminate();
     return out;
   });
   assert.equal(r.load.type, 'result');
-  for (const k of ['unknown', 'argsString', 'noArgs', 'badKind', 'nullMessage', 'emptyMessages', 'promptNumber',
-    'maxTokensString', 'temperatureNaN', 'tooManyStops', 'embedNoText', 'embedBadPooling', 'snapshotsBadOp',
-    'restoreNoBytes', 'restoreGarbage', 'loadNoModel']) {
+  for (const k of ['unknown', 'argsString', 'noArgs', 'badKind', 'bodyNotText', 'nullMessage', 'emptyMessages',
+    'promptNumber', 'maxTokensString', 'temperatureNaN', 'unknownField', 'tooManyStops', 'embedNoText',
+    'embedBadPooling', 'snapshotsBadOp', 'restoreNoBytes', 'restoreGarbage', 'loadNoModel']) {
     assert.equal(r[k].type, 'error', `${k}: ${JSON.stringify(r[k])}`);
     assert.ok(r[k].message.startsWith('wgllm: '), `${k}: ${r[k].message}`);
   }
   assert.equal(r.unknown.code, 'protocol');
+  // the OpenAI layer's refusals: the server's status, param and code
+  for (const [k, param, code] of [['nullMessage', 'messages[0].role', null], ['emptyMessages', 'messages', null],
+    ['promptNumber', 'prompt', null], ['maxTokensString', 'max_tokens', null], ['temperatureNaN', null, 'invalid_json'],
+    ['unknownField', 'kind', null], ['tooManyStops', 'stop', null]]) {
+    assert.equal(r[k].status, 400, `${k}: ${JSON.stringify(r[k])}`);
+    assert.equal(r[k].param, param, k);
+    assert.equal(r[k].code, code, k);
+  }
   assert.equal(r.loadNoModel.code, 'busy', 'a load into a worker that holds a model is refused first');
   assert.equal(r.cancelUnknown.type, 'no reply');
   assert.equal(r.loose.length, 5, `each id-less message got an error reply: ${JSON.stringify(r.loose)}`);

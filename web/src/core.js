@@ -2,6 +2,9 @@
 // module, puts the model into its file system, and runs requests through the
 // flat C functions of web/src/wgllm_web.c. Used on the page (createEngine) and
 // inside the worker (worker.js); the OpenAI-shaped API is in wgllm.js.
+// A generation is an OpenAI request's JSON text in and the JSON texts of
+// `wgllm serve` out (the core's OpenAI layer checks and answers it): no
+// request field, default or C enum is known here.
 //
 // Nothing here blocks: the engine runs on its own pthread; streamed text is
 // collected in C and JS waits for it with Atomics.waitAsync on a counter in
@@ -26,8 +29,6 @@ import { readSnapshots, writeSnapshots, resolveModel, mountInHeap, probeRanges, 
 // SharedArrayBuffer as soon as it is instantiated.
 const importCore = (threaded) => import(threaded ? './wgllm-core.js' : './wgllm-core-st.js').then((m) => m.default);
 
-const FINISH = ['stop', 'length', 'abort', 'error'];
-
 function toError(message, code) {
   const e = new Error(message);
   if (code) e.code = code;
@@ -36,29 +37,18 @@ function toError(message, code) {
 
 let loadCount = 0;
 
-// A NUL cannot cross where the C API takes NUL-terminated strings (chat
-// messages, stop strings): refused, rather than cut short there in silence.
-function noNul(s, what) {
-  if (s.includes('\0')) throw toError(`wgllm: ${what} contains a NUL character (U+0000), which the engine cannot take there`, 'argument');
-  return s;
-}
+// endpoints of wgllm_web_openai (enum wgllm_openai_endpoint), by the name of the route
+const ENDPOINTS = { completions: 0, chat: 1 };
 
-// The request's numbers, checked: a string or NaN would reach C as 0
-// (max_tokens 0 = until the end of the context) or as garbage.
-const INT_FIELDS = ['max_tokens', 'top_k', 'seed'];
-const NUM_FIELDS = ['temperature', 'top_p', 'min_p', 'repetition_penalty', 'presence_penalty', 'frequency_penalty'];
-function checkedNumbers(req) {
-  const out = {};
-  for (const k of [...INT_FIELDS, ...NUM_FIELDS]) {
-    const v = req[k];
-    if (v == null) continue;
-    if (typeof v !== 'number' || !Number.isFinite(v) || (INT_FIELDS.includes(k) && (!Number.isInteger(v) || v < 0)))
-      throw toError(`wgllm: ${k} must be a ${INT_FIELDS.includes(k) ? 'non-negative integer' : 'finite number'} (got ${JSON.stringify(v) ?? String(v)})`, 'argument');
-    out[k] = v;
-  }
-  if (out.max_tokens > 0x7fffffff || out.top_k > 0x7fffffff)
-    throw toError('wgllm: max_tokens and top_k must fit in 32 bits', 'argument');
-  return out;
+// An OpenAI error object ({message, type, param, code}) with its HTTP status,
+// as the Error the API rejects with (what the openai client's APIError carries).
+export function openaiError(err, status) {
+  const e = toError(`wgllm: ${err && err.message ? err.message : 'the request failed'}`);
+  e.code = err?.code ?? null; // null as in the server's JSON: OpenAI gives most 400s no code
+  e.status = status;
+  e.type = err?.type ?? null;
+  e.param = err?.param ?? null;
+  return e;
 }
 
 // The load's sizes: positive integers that fit the C ints they become.
@@ -161,7 +151,7 @@ async function loadIn(opts, started) {
   const cstr = (s, what) => cbytes(s, what)[0]; // for paths and names (no NUL in them)
   // "a\0b\0..." with its byte length (caller frees). The C side reads
   // NUL-terminated strings out of it, so a string with a NUL of its own is
-  // refused by the caller (noNul) before it gets here.
+  // used for file names only.
   const cpacked = (strings, what) => {
     const parts = strings.map((s) => enc.encode(String(s)));
     const n = parts.reduce((a, b) => a + b.length + 1, 0);
@@ -321,16 +311,23 @@ async function loadIn(opts, started) {
     while (!M._wgllm_web_job_done(job) && M._wgllm_web_step(st, job) && performance.now() - t0 < SLICE_MS) { /* ticks */ }
   };
 
-  // Drives one job to its end: streams text to onText, resolves the job's numbers.
-  const drive = async (job, onText) => {
+  // Drives one OpenAI job to its end: each line of its text (a chunk's JSON)
+  // to onChunk as it comes; resolves with the HTTP status, the final JSON text
+  // and the timings (which are not part of the answer).
+  const drive = async (job, onChunk) => {
     const idx = M._wgllm_web_job_seq(job) >>> 2;
     const dec = new TextDecoder();
+    let partial = '';
     for (;;) {
       const seen = Atomics.load(new Int32Array(mem()), idx);
       const done = M._wgllm_web_job_done(job);
       const p = M._wgllm_web_job_take(job, lenPtr);
       const n = new Int32Array(mem())[lenPtr >>> 2];
-      if (n > 0 && onText) onText(dec.decode(readBytes(p, n), { stream: true }));
+      if (n > 0) {
+        const lines = (partial + dec.decode(readBytes(p, n), { stream: true })).split('\n');
+        partial = lines.pop(); // a line is whole once its newline is in
+        if (onChunk) for (const l of lines) onChunk(l);
+      }
       if (done) break;
       if (threaded) {
         await waitSeq(idx, seen);
@@ -340,16 +337,9 @@ async function loadIn(opts, started) {
       }
     }
     const num = (k) => M._wgllm_web_job_num(job, k);
-    const status = num(0);
-    const finish = FINISH[num(1)] || 'error';
-    if (status !== 0 || finish === 'error') {
-      const msg = M.UTF8ToString(M._wgllm_web_job_message(job));
-      throw toError(`wgllm: ${msg || 'the request failed'}`, 'request');
-    }
     return {
-      text: new TextDecoder().decode(readBytes(M._wgllm_web_job_text(job), num(9))),
-      finish,
-      usage: { prompt_tokens: num(2), cached_tokens: num(3), completion_tokens: num(4) },
+      status: num(11),
+      answer: M.UTF8ToString(M._wgllm_web_job_answer(job)),
       timings: { ttft_ms: num(5), prefill_tok_s: num(6), decode_tok_s: num(7), total_ms: num(8) },
     };
   };
@@ -357,54 +347,40 @@ async function loadIn(opts, started) {
   const checkLoaded = () => { if (unloaded) throw toError('wgllm: the engine was unloaded', 'unloaded'); };
 
   /**
-   * req: {kind: 'completion'|'chat', prompt | messages, max_tokens, temperature,
-   * top_k, top_p, min_p, seed, repetition_penalty, presence_penalty,
-   * frequency_penalty, stop, ignore_eos}. Returns {result: Promise, cancel()}.
+   * An OpenAI request: endpoint 'chat' | 'completions', body its JSON text
+   * (as a client would POST it), modelId the name answers show. A request
+   * the layer refuses throws here (openaiError: status, type, param, code).
+   * Else returns {result: Promise<{status, answer, timings}>, cancel()};
+   * a stream's chunks (JSON texts) go to onChunk as they come.
    */
-  function generate(req, onText) {
+  function openai(endpoint, body, modelId, onChunk) {
     checkLoaded();
-    if (req == null || typeof req !== 'object') throw toError('wgllm: the request must be an object', 'argument');
-    const chat = req.kind === 'chat';
-    if (!chat && req.kind !== 'completion') throw toError(`wgllm: unknown request kind '${req.kind}'`, 'argument');
-    const num = checkedNumbers(req);
-    let flat;
-    if (chat) {
-      if (!Array.isArray(req.messages) || req.messages.length === 0)
-        throw toError('wgllm: messages must be a non-empty array', 'argument');
-      flat = [];
-      req.messages.forEach((m, i) => {
-        if (m == null || typeof m !== 'object') throw toError(`wgllm: messages[${i}] must be an object`, 'argument');
-        let content = m.content;
-        if (Array.isArray(content)) content = content.filter((c) => c && c.type === 'text').map((c) => c.text).join('');
-        flat.push(noNul(String(m.role), `messages[${i}].role`), noNul(String(content ?? ''), `messages[${i}].content`));
-      });
-    } else if (typeof req.prompt !== 'string') {
-      throw toError('wgllm: prompt must be a string', 'argument');
-    }
-    const stops = req.stop == null ? [] : Array.isArray(req.stop) ? req.stop : [req.stop];
-    if (stops.length > 16) throw toError(`wgllm: ${stops.length} stop strings: at most 16`, 'argument');
-    stops.forEach((t, i) => noNul(String(t), `stop[${i}]`));
-    // the prompt crosses with its length (NULs and all); chat messages and
-    // stops as the packed strings that the C API takes
-    const [textPtr, textLen] = chat ? cpacked(flat, 'the messages') : cbytes(req.prompt, 'the prompt');
-    let stopPtr;
+    if (!(endpoint in ENDPOINTS)) throw toError(`wgllm: unknown endpoint '${endpoint}' (chat or completions)`, 'argument');
+    if (typeof body !== 'string') throw toError('wgllm: the request body must be a JSON text', 'argument');
+    const [bodyPtr, bodyLen] = cbytes(body, 'the request');
+    let idPtr;
     try {
-      [stopPtr] = cpacked(stops, 'the stop strings');
+      idPtr = cstr(String(modelId ?? ''), 'the model name');
     } catch (e) {
-      M._free(textPtr);
+      M._free(bodyPtr);
       throw e;
     }
-    const temperature = num.temperature ?? 1.0; // OpenAI's default
-    const job = M._wgllm_web_submit(st, chat ? 1 : 0, textPtr, textLen, chat ? req.messages.length : 0,
-      num.max_tokens ?? 256, temperature, num.top_k ?? 0, num.top_p ?? 1, num.min_p ?? 0,
-      num.seed ?? Math.floor(Math.random() * 2 ** 31), num.repetition_penalty ?? 1,
-      num.presence_penalty ?? 0, num.frequency_penalty ?? 0, stopPtr, stops.length, req.ignore_eos ? 1 : 0);
-    M._free(textPtr);
-    M._free(stopPtr);
-    if (!job) throw toError(`wgllm: ${lastError()}`, 'request');
+    const job = M._wgllm_web_openai(st, ENDPOINTS[endpoint], bodyPtr, bodyLen, idPtr);
+    M._free(bodyPtr);
+    M._free(idPtr);
+    if (!job) throw toError(`wgllm: ${lastError()}`, 'memory');
+    // refused before it started (the layer's 4xx, a full queue): done at once, with its error
+    if (M._wgllm_web_job_done(job) && M._wgllm_web_job_num(job, 11) !== 200) {
+      const status = M._wgllm_web_job_num(job, 11);
+      const answer = M.UTF8ToString(M._wgllm_web_job_answer(job));
+      M._wgllm_web_job_free(job);
+      let err;
+      try { err = JSON.parse(answer).error; } catch { err = { message: answer || 'the request failed' }; }
+      throw openaiError(err, status);
+    }
     const entry = { job, cancel: () => M._wgllm_web_job_cancel(job) };
     active.add(entry);
-    const result = drive(job, onText).finally(() => {
+    const result = drive(job, onChunk).finally(() => {
       active.delete(entry);
       M._wgllm_web_job_free(job);
       persist();
@@ -521,5 +497,5 @@ async function loadIn(opts, started) {
   /** Waits until the snapshots of finished requests are stored (persistSnapshots). */
   const flushSnapshots = async () => { while (saving) await saving; };
 
-  return { info, generate, embed, interrupt, unload, saveSnapshots, restoreSnapshots, flushSnapshots };
+  return { info, openai, embed, interrupt, unload, saveSnapshots, restoreSnapshots, flushSnapshots };
 }

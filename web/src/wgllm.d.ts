@@ -96,22 +96,53 @@ export interface EngineInfo {
 
 export type FinishReason = 'stop' | 'length' | 'abort';
 
+/** The request fields of `wgllm serve` (the same OpenAI layer checks both): unknown fields, wrong
+ *  types and out-of-range values are refused with an OpenAIError naming the field. */
 export interface SamplingParams {
+  model?: string;
+  /** Default: until the end of generation or of the context. */
   max_tokens?: number;
   max_completion_tokens?: number;
-  /** Default 1 (OpenAI's); 0 = greedy. */
+  /** Defaults are llama.cpp server's: temperature 0.8 (0 = greedy), top_k 40, top_p 0.95, min_p 0.05. */
   temperature?: number;
   top_p?: number;
   top_k?: number;
   min_p?: number;
+  typical_p?: number;
   seed?: number;
+  /** The same field as repeat_penalty (give one of them); default 1 = off. */
   repetition_penalty?: number;
+  repeat_penalty?: number;
+  repeat_last_n?: number;
   presence_penalty?: number;
   frequency_penalty?: number;
+  logit_bias?: Record<string, number>;
   stop?: string | string[];
   ignore_eos?: boolean;
+  /** The engine keeps this conversation's KV cache for the next request with the same key. */
+  context_key?: string;
   n?: 1;
+  user?: string;
+  cache_prompt?: boolean;
   stream_options?: { include_usage?: boolean };
+}
+
+/** How a request is refused: what the server's HTTP error carries. */
+export interface OpenAIError extends Error {
+  status: number;
+  type: string | null;
+  param: string | null;
+  code: string | null;
+}
+
+/** Chat: logprobs true (+ top_logprobs 0..20); completions: logprobs 0..5. */
+export interface TokenLogprob { token: string; logprob: number; bytes: number[]; top_logprobs?: TokenLogprob[] }
+export interface ChatLogprobs { content: TokenLogprob[] }
+export interface CompletionLogprobs {
+  tokens: string[];
+  token_logprobs: number[];
+  top_logprobs: (Record<string, number> | null)[];
+  text_offset: number[];
 }
 
 export interface Usage {
@@ -119,6 +150,7 @@ export interface Usage {
   completion_tokens: number;
   total_tokens: number;
   prompt_tokens_details: { cached_tokens: number };
+  /** The browser's addition (not in the server's answers): the request's timings. */
   extra: { ttft_ms: number; prefill_tokens_per_s: number; decode_tokens_per_s: number; total_ms: number };
 }
 
@@ -132,8 +164,9 @@ export interface ChatCompletion {
   object: 'chat.completion';
   created: number;
   model: string;
-  choices: { index: 0; message: { role: 'assistant'; content: string }; logprobs: null; finish_reason: FinishReason }[];
+  choices: { index: 0; message: { role: 'assistant'; content: string }; logprobs: ChatLogprobs | null; finish_reason: FinishReason }[];
   usage: Usage;
+  system_fingerprint: string;
 }
 
 export interface ChatCompletionChunk {
@@ -141,8 +174,10 @@ export interface ChatCompletionChunk {
   object: 'chat.completion.chunk';
   created: number;
   model: string;
-  choices: { index: 0; delta: { role?: 'assistant'; content?: string }; logprobs: null; finish_reason: FinishReason | null }[];
-  usage?: Usage;
+  choices: { index: 0; delta: { role?: 'assistant'; content?: string }; logprobs: ChatLogprobs | null; finish_reason: FinishReason | null }[];
+  /** With stream_options.include_usage: null on every chunk but the last (whose choices are []). */
+  usage?: Usage | null;
+  system_fingerprint: string;
 }
 
 export interface Completion {
@@ -150,8 +185,9 @@ export interface Completion {
   object: 'text_completion';
   created: number;
   model: string;
-  choices: { index: 0; text: string; logprobs: null; finish_reason: FinishReason | null }[];
-  usage?: Usage;
+  choices: { index: 0; text: string; logprobs: CompletionLogprobs | null; finish_reason: FinishReason | null }[];
+  usage?: Usage | null;
+  system_fingerprint?: string;
 }
 
 export interface EmbeddingResponse {
@@ -161,16 +197,23 @@ export interface EmbeddingResponse {
   usage: { prompt_tokens: number; total_tokens: number };
 }
 
+export interface ChatParams {
+  messages: ChatMessage[];
+  logprobs?: boolean;
+  top_logprobs?: number;
+  response_format?: { type: 'text' };
+}
+
 export interface Engine {
   chat: {
     completions: {
-      create(p: SamplingParams & { messages: ChatMessage[]; stream?: false }): Promise<ChatCompletion>;
-      create(p: SamplingParams & { messages: ChatMessage[]; stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk>>;
+      create(p: SamplingParams & ChatParams & { stream?: false }): Promise<ChatCompletion>;
+      create(p: SamplingParams & ChatParams & { stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk>>;
     };
   };
   completions: {
-    create(p: SamplingParams & { prompt: string; stream?: false }): Promise<Completion>;
-    create(p: SamplingParams & { prompt: string; stream: true }): Promise<AsyncIterableIterator<Completion>>;
+    create(p: SamplingParams & { prompt: string | [string]; logprobs?: number; stream?: false }): Promise<Completion>;
+    create(p: SamplingParams & { prompt: string | [string]; logprobs?: number; stream: true }): Promise<AsyncIterableIterator<Completion>>;
   };
   embeddings: {
     create(p: { input: string | string[]; pooling?: 'mean' | 'cls' | 'last' | 'model'; normalize?: boolean;

@@ -17,80 +17,73 @@ export const CHATML =
   "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}" +
   "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-let idCounter = 0;
-const newId = (prefix) => `${prefix}-${Date.now().toString(36)}${(++idCounter).toString(36)}`;
-const now = () => Math.floor(Date.now() / 1000);
 
-// Request fields the engine understands (OpenAI names, plus a few of llama.cpp's).
-function requestOf(kind, p) {
-  if (p.n != null && p.n !== 1) throw new Error('wgllm: only n = 1 is supported');
-  return {
-    kind,
-    prompt: p.prompt,
-    messages: p.messages,
-    max_tokens: p.max_tokens ?? p.max_completion_tokens,
-    temperature: p.temperature,
-    top_p: p.top_p,
-    top_k: p.top_k,
-    min_p: p.min_p,
-    seed: p.seed,
-    repetition_penalty: p.repetition_penalty,
-    presence_penalty: p.presence_penalty,
-    frequency_penalty: p.frequency_penalty,
-    stop: p.stop,
-    ignore_eos: p.ignore_eos,
-  };
+// The request as the JSON text a client would POST. The core's OpenAI layer
+// (the one `wgllm serve` runs) checks and answers it: nothing about its fields
+// is decided here. JSON.stringify drops what JSON cannot hold (undefined,
+// functions), as fetch would.
+function bodyOf(p) {
+  let body;
+  try {
+    body = JSON.stringify(p ?? {});
+  } catch (e) {
+    const err = new Error(`wgllm: the request cannot be sent as JSON: ${e.message}`);
+    err.code = 'argument';
+    throw err;
+  }
+  return body ?? 'null';
 }
 
-function usageOf(r) {
-  return {
-    prompt_tokens: r.usage.prompt_tokens,
-    completion_tokens: r.usage.completion_tokens,
-    total_tokens: r.usage.prompt_tokens + r.usage.completion_tokens,
-    prompt_tokens_details: { cached_tokens: r.usage.cached_tokens },
-    extra: {
-      ttft_ms: r.timings.ttft_ms,
-      prefill_tokens_per_s: r.timings.prefill_tok_s,
-      decode_tokens_per_s: r.timings.decode_tok_s,
-      total_ms: r.timings.total_ms,
-    },
-  };
+// The timings of a request (the layer's answers carry none; the browser adds them to usage).
+const extraOf = (t) => ({ ttft_ms: t.ttft_ms, prefill_tokens_per_s: t.prefill_tok_s,
+                          decode_tokens_per_s: t.decode_tok_s, total_ms: t.total_ms });
+
+function errorOf(err, status) {
+  const e = new Error(`wgllm: ${err && err.message ? err.message : 'the request failed'}`);
+  e.code = err?.code ?? null;
+  e.status = status;
+  e.type = err?.type ?? null;
+  e.param = err?.param ?? null;
+  return e;
 }
 
-// An async iterator over chunks built from streamed text; breaking out of the
-// loop early cancels the request.
-function streamOf(backend, req, makeChunk, makeLast, includeUsage) {
+// An async iterator over the stream's chunks (the server's, parsed); breaking
+// out of the loop early cancels the request. An error event ends it with the
+// error; the include_usage chunk gets the timings.
+function streamOf(h) {
   const queue = [];
   let wake = null;
   let finished = false;
   let failure = null;
   let final = null;
-  const push = (t) => {
-    if (!t) return;
-    queue.push(t);
+  h.onChunk((line) => {
+    queue.push(line);
     if (wake) { wake(); wake = null; }
-  };
-  const h = backend.generate(req, push);
-  h.result.then((r) => { final = r; }, (e) => { failure = e; }).finally(() => {
+  });
+  const settled = h.result.then((r) => { final = r; }, (e) => { failure = e; }).finally(() => {
     finished = true;
     if (wake) { wake(); wake = null; }
   });
-  let first = true;
   async function* gen() {
     try {
       for (;;) {
         if (queue.length) {
-          const text = queue.splice(0).join('');
-          yield makeChunk(text, first);
-          first = false;
+          const c = JSON.parse(queue.shift());
+          if (c.error) {
+            await settled;
+            throw errorOf(c.error, final ? final.status : 500);
+          }
+          if (c.usage) {
+            await settled;
+            if (final) c.usage.extra = extraOf(final.timings);
+          }
+          yield c;
           continue;
         }
         if (finished) break;
         await new Promise((res) => { wake = res; });
       }
       if (failure) throw failure;
-      yield makeLast(final);
-      if (includeUsage) yield { ...makeLast(final), choices: [], usage: usageOf(final) };
     } finally {
       if (!finished) h.cancel();
     }
@@ -99,52 +92,22 @@ function streamOf(backend, req, makeChunk, makeLast, includeUsage) {
 }
 
 function openaiApi(backend, modelName) {
-  const chatCreate = async (p = {}) => {
-    const req = requestOf('chat', p);
-    const id = newId('chatcmpl');
-    const created = now();
-    if (p.stream) {
-      return streamOf(backend, req,
-        (text, first) => ({
-          id, object: 'chat.completion.chunk', created, model: modelName,
-          choices: [{ index: 0, delta: first ? { role: 'assistant', content: text } : { content: text },
-                      logprobs: null, finish_reason: null }],
-        }),
-        (r) => ({
-          id, object: 'chat.completion.chunk', created, model: modelName,
-          choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: r.finish }],
-        }),
-        !!(p.stream_options && p.stream_options.include_usage));
+  // One create per route: the request's JSON to the core, the server's JSON back.
+  const create = (endpoint) => async (p = {}) => {
+    const body = bodyOf(p);
+    let sink = null;
+    const early = []; // chunks that come before the iterator exists (the chat role chunk)
+    const h = backend.openai(endpoint, body, modelName, (line) => { if (sink) sink(line); else early.push(line); });
+    h.result.catch(() => {}); // a refusal rejects `started` too: that is the one reported
+    await h.started;
+    if (p != null && p.stream === true) { // the layer took `stream` only as a boolean
+      return streamOf({ result: h.result, cancel: h.cancel, onChunk: (f) => { sink = f; early.splice(0).forEach(f); } });
     }
-    const r = await backend.generate(req, null).result;
-    return {
-      id, object: 'chat.completion', created, model: modelName,
-      choices: [{ index: 0, message: { role: 'assistant', content: r.text }, logprobs: null, finish_reason: r.finish }],
-      usage: usageOf(r),
-    };
-  };
-  const complCreate = async (p = {}) => {
-    const req = requestOf('completion', p);
-    const id = newId('cmpl');
-    const created = now();
-    if (p.stream) {
-      return streamOf(backend, req,
-        (text) => ({
-          id, object: 'text_completion', created, model: modelName,
-          choices: [{ index: 0, text, logprobs: null, finish_reason: null }],
-        }),
-        (r) => ({
-          id, object: 'text_completion', created, model: modelName,
-          choices: [{ index: 0, text: '', logprobs: null, finish_reason: r.finish }],
-        }),
-        !!(p.stream_options && p.stream_options.include_usage));
-    }
-    const r = await backend.generate(req, null).result;
-    return {
-      id, object: 'text_completion', created, model: modelName,
-      choices: [{ index: 0, text: r.text, logprobs: null, finish_reason: r.finish }],
-      usage: usageOf(r),
-    };
+    const r = await h.result;
+    const a = JSON.parse(r.answer);
+    if (a.error) throw errorOf(a.error, r.status);
+    if (a.usage) a.usage.extra = extraOf(r.timings);
+    return a;
   };
   const embCreate = async (p = {}) => {
     const inputs = Array.isArray(p.input) ? p.input : [p.input];
@@ -158,8 +121,8 @@ function openaiApi(backend, modelName) {
     return { object: 'list', data, model: modelName, usage: { prompt_tokens: 0, total_tokens: 0 } };
   };
   return {
-    chat: { completions: { create: chatCreate } },
-    completions: { create: complCreate },
+    chat: { completions: { create: create('chat') } },
+    completions: { create: create('completions') },
     embeddings: { create: embCreate },
     interrupt: () => backend.interrupt(),
     unload: () => backend.unload(),
@@ -211,7 +174,10 @@ export async function createEngine(options = {}) {
   checkBackend(options.backend);
   const { loadCore } = await import('./core.js');
   const core = await loadCore({ ...coreOptions(options), model: options.model, onProgress: options.onProgress });
-  return openaiApi(core, modelNameOf(options.model));
+  // the core refuses a request by throwing at once: started is then never reached
+  const backend = { ...core, openai: (...a) => ({ ...core.openai(...a), started: Promise.resolve() }) };
+  Object.defineProperty(backend, 'info', { get: () => core.info });
+  return openaiApi(backend, modelNameOf(options.model));
 }
 
 // Request ids are unique across engines: two engines on one worker
@@ -223,7 +189,7 @@ export async function createWorkerEngine(options = {}) {
   checkBackend(options.backend);
   const own = !options.worker; // a worker made here ends with the engine or its failed load
   const worker = options.worker ?? new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
-  const pending = new Map(); // id -> {resolve, reject, onText}
+  const pending = new Map(); // id -> {resolve, reject, onChunk, started}
   let onProgress = typeof options.onProgress === 'function' ? options.onProgress : null;
   let dead = null;
   const onMessage = (ev) => {
@@ -232,21 +198,30 @@ export async function createWorkerEngine(options = {}) {
     if (m.type === 'progress') { if (onProgress) try { onProgress(m.progress); } catch { /* caller's */ } return; }
     const p = pending.get(m.id);
     if (!p) return;
-    if (m.type === 'text') { if (p.onText) p.onText(m.text); return; }
+    if (m.type === 'chunk') { if (p.onChunk) p.onChunk(m.chunk); return; }
+    if (m.type === 'started') { if (p.started) p.started.resolve(); return; }
     pending.delete(m.id);
-    if (m.type === 'error') { const e = new Error(m.message); e.code = m.code; p.reject(e); } else p.resolve(m.value);
+    if (m.type === 'error') {
+      const e = new Error(m.message);
+      e.code = m.code;
+      if (m.status !== undefined) Object.assign(e, { status: m.status, type: m.errorType, param: m.param });
+      if (p.started) p.started.reject(e);
+      p.reject(e);
+    } else {
+      p.resolve(m.value);
+    }
   };
   const onError = (ev) => {
     dead = new Error(`wgllm: the worker failed: ${ev.message || 'unknown error'}`);
-    for (const p of pending.values()) p.reject(dead);
+    for (const p of pending.values()) { if (p.started) p.started.reject(dead); p.reject(dead); }
     pending.clear();
   };
   worker.addEventListener('message', onMessage);
   worker.addEventListener('error', onError);
-  const call = (op, args, onText) => {
+  const call = (op, args, onChunk, started) => {
     if (dead) return { id: 0, promise: Promise.reject(dead) };
     const id = ++workerCallId;
-    const promise = new Promise((resolve, reject) => pending.set(id, { resolve, reject, onText }));
+    const promise = new Promise((resolve, reject) => pending.set(id, { resolve, reject, onChunk, started }));
     worker.postMessage({ id, op, args });
     return { id, promise };
   };
@@ -267,9 +242,13 @@ export async function createWorkerEngine(options = {}) {
   let unloaded = false;
   const backend = {
     info: { ...info, worker: true },
-    generate(req, onText) {
-      const c = call('generate', req, onText);
-      return { result: c.promise, cancel: () => worker.postMessage({ op: 'cancel', args: { id: c.id } }) };
+    openai(endpoint, body, modelId, onChunk) {
+      let started;
+      const startedP = new Promise((resolve, reject) => { started = { resolve, reject }; });
+      startedP.catch(() => {}); // a dead worker rejects it whether or not anyone waits
+      const c = call('openai', { endpoint, body, modelId }, onChunk, started);
+      if (c.id === 0) started.reject(dead);
+      return { started: startedP, result: c.promise, cancel: () => worker.postMessage({ op: 'cancel', args: { id: c.id } }) };
     },
     embed: (text, opts) => call('embed', { text, opts }).promise,
     saveSnapshots: () => call('snapshots', { op: 'save' }).promise,

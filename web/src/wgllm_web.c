@@ -2,13 +2,19 @@
  * wgllm_web.c - the C side of the browser package: a handful of flat
  * functions that the JS host (web/src/core.js) calls through the wasm exports.
  *
+ * Requests are OpenAI requests: JS passes the request's JSON text
+ * (wgllm_web_openai) and gets back the JSON texts `wgllm serve` would send
+ * (the core's OpenAI layer, src/api/, does both), so field names, defaults,
+ * validation and errors are the server's; JS only parses them.
+ *
  * Why a layer at all: the engine's streaming callback runs on the engine
  * thread (a pthread = another Web Worker), which cannot talk to the JS that
- * owns the request. So each request gets a text buffer that the engine thread
- * appends to, plus a counter in shared memory that it bumps and notifies;
- * JS waits on that counter with Atomics.waitAsync (never blocking its event
- * loop), takes the text, and at the end reads the result. The blocking
- * wgllm_request_wait / wgllm_embed run on a detached helper pthread per job.
+ * owns the request. So each request gets a buffer that the engine thread
+ * appends the stream's chunks to (one JSON text per line), plus a counter in
+ * shared memory that it bumps and notifies; JS waits on that counter with
+ * Atomics.waitAsync (never blocking its event loop), takes the lines, and at
+ * the end reads the answer. The blocking wgllm_request_wait / wgllm_embed
+ * run on a detached helper pthread per job.
  *
  * Backends: the engine runs on the CPU or on WebGPU (navigator.gpu through
  * hal_browser.c), as the engine parameters' backend says, with the same
@@ -63,7 +69,9 @@ struct web_state {
     char backend[320];           /* "cpu", "cpu (auto: ...)", "webgpu: ADAPTER (...)" */
 };
 
-enum job_kind { JOB_QUERY = 0, JOB_CHAT = 1, JOB_EMBED = 2, JOB_SNAP_EXPORT = 3, JOB_SNAP_IMPORT = 4 };
+/* a generation (its helper waits for the engine; the single-threaded core finishes it in wgllm_web_step)
+ * comes before JOB_EMBED, the jobs that run to their end on the helper (or inline) */
+enum job_kind { JOB_OPENAI = 0, JOB_EMBED = 1, JOB_SNAP_EXPORT = 2, JOB_SNAP_IMPORT = 3 };
 
 struct web_job {
     /* first field, 4-aligned: JS waits on it with Atomics.waitAsync */
@@ -73,15 +81,11 @@ struct web_job {
     enum job_kind kind;
     struct web_state *st;
     pthread_mutex_t mu;
-    struct wgllm_strbuf pending; /* text not yet taken by JS */
+    struct wgllm_strbuf pending; /* chunks (lines of JSON) not yet taken by JS */
     struct wgllm_strbuf taken;   /* what the last take returned (JS copies it out at once) */
     _Atomic int32_t oom; /* streamed text found no memory: the request stops with an error */
     struct wgllm_request *req;
     struct wgllm_result res;
-    /* chat: owned copies of the messages */
-    struct wgllm_message *msgs;
-    char **strs;
-    int n_msgs;
     /* embed */
     char *text;
     size_t text_len;
@@ -91,6 +95,13 @@ struct web_job {
     /* snapshots: the exported file, or the copy of the one to import */
     void *blob;
     size_t blob_len;
+    /* OpenAI requests: pending holds the stream's chunks, one JSON text per line */
+    struct wgllm_openai_params api;
+    struct wgllm_openai_request oreq;
+    char *model_id;
+    char id[48];
+    int http_status; /* 200, or the error's status */
+    char *answer;    /* the final JSON text: the response, or an error object; NULL for a stream that ended well */
     enum wgllm_status status;
     char message[512];
 };
@@ -374,16 +385,54 @@ EMSCRIPTEN_KEEPALIVE double wgllm_web_model_info(struct web_state *st, int what)
 
 EMSCRIPTEN_KEEPALIVE const char *wgllm_web_model_arch(struct web_state *st) { return wgllm_model_arch(st->model); }
 
-static bool on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
-    (void)token;
-    (void)logprob;
-    struct web_job *j = ud;
+/* Appends one chunk (a JSON text, freed) as a line of the stream; false when out of memory. */
+static bool push_line(struct web_job *j, char *chunk) {
+    if (!chunk) return false;
     pthread_mutex_lock(&j->mu);
-    const bool room = wgllm_strbuf_put(&j->pending, text, len);
-    if (!room) atomic_store(&j->oom, 1); /* never a stream with a hole in it: stop, and say why (job_main) */
+    const bool ok = wgllm_strbuf_puts(&j->pending, chunk) && wgllm_strbuf_putc(&j->pending, '\n');
     pthread_mutex_unlock(&j->mu);
+    free(chunk);
     bump(j);
-    return room && !atomic_load(&j->cancel);
+    return ok;
+}
+
+static bool on_openai_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
+    struct web_job *j = ud;
+    const struct wgllm_openai_request *g = &j->oreq;
+    char *chunk = wgllm_openai_chunk_token(&j->api, g, j->id, text, len, token, logprob);
+    /* NULL is "nothing to send" for a piece without text (and no logprobs to carry), else out of memory */
+    const bool nothing = len == 0 && !(g->logprobs && g->top_logprobs == 0 && token >= 0);
+    const bool ok = chunk ? push_line(j, chunk) : nothing;
+    if (!ok) atomic_store(&j->oom, 1); /* never a stream with a hole in it: stop, and say why */
+    return ok && !atomic_load(&j->cancel);
+}
+
+/* The end of an OpenAI job: the stream's last chunks, or the whole answer. */
+static void openai_finish(struct web_job *j) {
+    wgllm_request_wait(j->req, &j->res);
+    j->req = NULL;
+    struct wgllm_result *r = &j->res;
+    if (atomic_load(&j->oom) && r->finish != WGLLM_FINISH_ERROR) {
+        r->finish = WGLLM_FINISH_ERROR;
+        r->status = WGLLM_STATUS_OUT_OF_MEMORY;
+        snprintf(r->message, sizeof(r->message), "out of memory for the streamed chunks");
+    }
+    j->status = r->status;
+    snprintf(j->message, sizeof(j->message), "%s", r->message);
+    struct wgllm_openai_error e;
+    if (r->finish == WGLLM_FINISH_ERROR) wgllm_openai_error_from_engine(&e, &j->oreq, r->status, r->message);
+    j->http_status = r->finish == WGLLM_FINISH_ERROR ? e.status : 200;
+    if (j->oreq.stream) {
+        /* interrupted too: its finish chunk says "abort" (whoever broke out of the loop reads no more) */
+        char *end[3];
+        const int n = wgllm_openai_chunks_end(&j->api, &j->oreq, j->id, r, end);
+        for (int i = 0; i < n; i++) push_line(j, end[i]);
+        if (n == 0) j->answer = NULL, j->http_status = 500;
+    } else {
+        j->answer = r->finish == WGLLM_FINISH_ERROR ? wgllm_openai_error_json(&e)
+                                                    : wgllm_openai_response(&j->api, &j->oreq, j->id, r);
+        if (!j->answer) j->http_status = 500;
+    }
 }
 
 static void *job_main(void *p) {
@@ -407,14 +456,7 @@ static void *job_main(void *p) {
             if (j->status) snprintf(j->message, sizeof(j->message), "%s", err.message);
         }
     } else {
-        wgllm_request_wait(j->req, &j->res);
-        j->req = NULL;
-        j->status = j->res.status;
-        snprintf(j->message, sizeof(j->message), "%s", j->res.message);
-        if (atomic_load(&j->oom) && j->status == WGLLM_STATUS_OK) {
-            j->status = WGLLM_STATUS_OUT_OF_MEMORY;
-            snprintf(j->message, sizeof(j->message), "out of memory for the streamed text");
-        }
+        openai_finish(j);
     }
     atomic_store(&j->done, 1);
     bump(j);
@@ -453,91 +495,83 @@ static bool job_start(struct web_job *j) {
 EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j);
 
 /*
- * Starts a generation. kind 0: `text` is the raw prompt, text_len bytes
- * (NULs in it are text: JS strings may hold them); kind 1: `text` holds
- * n_msgs (role, content) pairs, each string NUL-terminated, one after the
- * other, text_len bytes in all (read no further than that). `stops` holds
- * n_stop NUL-terminated strings the same way. The sampling numbers follow
- * struct wgllm_sampler_params (seed as a double so that JS numbers pass
- * unchanged). Returns NULL with wgllm_web_last_error().
+ * An OpenAI request: `body` is len bytes of the request's JSON (as a client
+ * would POST it), endpoint 0 /v1/completions, 1 /v1/chat/completions
+ * (enum wgllm_openai_endpoint); `model_id` the name answers show. The core's
+ * OpenAI layer parses and checks it exactly as `wgllm serve` does, and the
+ * answers are the same JSON texts the server sends: a stream's chunks arrive
+ * as lines in the job's text (wgllm_web_job_take), the whole answer (or an
+ * error object) once done in wgllm_web_job_answer, the HTTP status the server
+ * would give in wgllm_web_job_num(j, 11). A refused request is a job that is
+ * done at once with its error. NULL only when out of memory.
  */
-EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_submit(struct web_state *st, int kind, const char *text, int text_len,
-                                                      int n_msgs, int max_tokens, float temperature, int top_k,
-                                                      float top_p, float min_p, double seed, float repeat_penalty,
-                                                      float presence_penalty, float frequency_penalty,
-                                                      const char *stops, int n_stop, int ignore_eos) {
-    struct web_job *j = job_new(st, kind == 1 ? JOB_CHAT : JOB_QUERY);
+EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_openai(struct web_state *st, int endpoint, const char *body, int len,
+                                                      const char *model_id) {
+    struct web_job *j = job_new(st, JOB_OPENAI);
     if (!j) return NULL;
-    struct wgllm_request_params rp = wgllm_request_default_params();
-    rp.max_tokens = max_tokens;
-    rp.sampling.temperature = temperature;
-    rp.sampling.top_k = top_k;
-    rp.sampling.top_p = top_p;
-    rp.sampling.min_p = min_p;
-    rp.sampling.seed = (uint64_t)seed;
-    rp.sampling.repeat_penalty = repeat_penalty;
-    rp.sampling.presence_penalty = presence_penalty;
-    rp.sampling.frequency_penalty = frequency_penalty;
-    rp.ignore_eos = ignore_eos != 0;
-    rp.on_token = on_token;
-    rp.user_data = j;
-    const char *stop_ptrs[16];
-    if (n_stop < 0 || n_stop > 16) {
-        snprintf(g_error, sizeof(g_error), "n_stop %d: at most 16 stop strings", n_stop);
+    j->model_id = strdup(model_id ? model_id : "");
+    if (!j->model_id) {
         wgllm_web_job_free(j);
+        snprintf(g_error, sizeof(g_error), "out of memory");
         return NULL;
     }
-    for (int i = 0; i < n_stop; i++) {
-        stop_ptrs[i] = stops;
-        stops += strlen(stops) + 1;
-    }
-    rp.stop = stop_ptrs;
-    rp.n_stop = n_stop;
-    struct wgllm_error err = {0};
-    enum wgllm_status s;
-    if (j->kind == JOB_CHAT) {
-        if (n_msgs <= 0) {
-            snprintf(g_error, sizeof(g_error), "messages is empty");
-            wgllm_web_job_free(j);
-            return NULL;
+    const int n_ctx = wgllm_engine_n_ctx(st->eng);
+    /* the server's caps: no request holds the slot for longer than a context (or 65536 tokens) */
+    j->api = (struct wgllm_openai_params){.model = st->model, .engine = st->eng, .model_id = j->model_id,
+                                          .max_tokens = n_ctx > 65536 ? n_ctx : 65536, .n_ctx = n_ctx};
+    struct wgllm_openai_error e;
+    bool ok = endpoint == WGLLM_OPENAI_CHAT || endpoint == WGLLM_OPENAI_COMPLETIONS;
+    if (!ok)
+        wgllm_openai_error_set(&e, 404, "invalid_request_error", NULL, "not_found",
+                               "the browser engine answers completions (0) and chat completions (1), not endpoint %d",
+                               endpoint);
+    else
+        ok = wgllm_openai_parse(&j->api, (enum wgllm_openai_endpoint)endpoint, body, len > 0 ? (size_t)len : 0,
+                                &j->oreq, &e);
+    struct wgllm_openai_request *g = &j->oreq;
+    if (ok) {
+        wgllm_openai_new_id(g, j->id, sizeof(j->id));
+        g->rp.on_token = on_openai_token;
+        g->rp.user_data = j;
+        if (g->stream && !push_line(j, wgllm_openai_chunk_first(&j->api, g, j->id)) && endpoint == WGLLM_OPENAI_CHAT) {
+            wgllm_openai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+            ok = false;
         }
-        j->msgs = calloc((size_t)n_msgs, sizeof(*j->msgs));
-        if (!j->msgs) {
-            snprintf(g_error, sizeof(g_error), "out of memory");
-            wgllm_web_job_free(j);
-            return NULL;
-        }
-        j->n_msgs = n_msgs;
-        const char *p = text, *end = text + (text_len > 0 ? text_len : 0);
-        for (int i = 0; i < 2 * n_msgs; i++) {
-            const char *nul = p < end ? memchr(p, 0, (size_t)(end - p)) : NULL;
-            if (!nul) {
-                snprintf(g_error, sizeof(g_error), "the messages hold fewer than %d strings", 2 * n_msgs);
-                wgllm_web_job_free(j);
-                return NULL;
-            }
-            if (i % 2) j->msgs[i / 2].content = p;
-            else j->msgs[i / 2].role = p;
-            p = nul + 1;
-        }
-        s = wgllm_engine_submit_chat(st->eng, j->msgs, n_msgs, &rp, &j->req, &err);
-    } else {
-        s = wgllm_engine_submit_query(st->eng, text, text_len > 0 ? (size_t)text_len : 0, &rp, &j->req, &err);
     }
-    if (s != WGLLM_STATUS_OK) {
-        snprintf(g_error, sizeof(g_error), "%s", err.message);
-        wgllm_web_job_free(j);
-        return NULL;
+    if (ok) {
+        struct wgllm_error err = {0};
+        const enum wgllm_status s =
+            endpoint == WGLLM_OPENAI_CHAT ? wgllm_engine_submit_chat(st->eng, g->msgs, g->n_msgs, &g->rp, &j->req, &err)
+                                          : wgllm_engine_submit_query(st->eng, g->prompt, g->prompt_len, &g->rp,
+                                                                      &j->req, &err);
+        if (s != WGLLM_STATUS_OK) {
+            wgllm_openai_error_from_engine(&e, g, s, err.message);
+            ok = false;
+        }
     }
-    if (!job_start(j)) {
+    if (ok && !job_start(j)) {
         wgllm_request_cancel(j->req);
         wgllm_request_wait(j->req, &j->res);
         j->req = NULL;
-        wgllm_web_job_free(j);
-        return NULL;
+        wgllm_openai_error_set(&e, 500, "server_error", NULL, NULL, "%s", g_error);
+        ok = false;
+    }
+    if (!ok) { /* answered at once: the error, as the server would send it */
+        pthread_mutex_lock(&j->mu);
+        wgllm_strbuf_clear(&j->pending); /* a stream that never started has no chunks */
+        pthread_mutex_unlock(&j->mu);
+        j->http_status = e.status;
+        j->answer = wgllm_openai_error_json(&e);
+        j->status = WGLLM_STATUS_INVALID_ARGUMENT;
+        snprintf(j->message, sizeof(j->message), "%s", e.message);
+        atomic_store(&j->done, 1);
+        bump(j);
     }
     return j;
 }
+
+/* The final JSON text of an OpenAI job once done ("" for a stream that ended well). */
+EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_answer(struct web_job *j) { return j->answer ? j->answer : ""; }
 
 /* Embeds the len bytes of `text` (copied; NULs are text) on a helper thread
  * (the engine computes it); pooling as enum wgllm_pooling. */
@@ -603,7 +637,8 @@ EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_take(struct web_job *j, int *len)
 
 /* Results once done: 0 status, 1 finish reason, 2 prompt tokens, 3 cached
  * tokens, 4 completion tokens, 5 ttft ms, 6 prefill tok/s, 7 decode tok/s,
- * 8 total ms, 9 text length, 10 embedding length. */
+ * 8 total ms, 9 text length, 10 embedding length, 11 the HTTP status of an
+ * OpenAI job. */
 EMSCRIPTEN_KEEPALIVE double wgllm_web_job_num(struct web_job *j, int what) {
     const struct wgllm_result *r = &j->res;
     switch (what) {
@@ -618,6 +653,7 @@ EMSCRIPTEN_KEEPALIVE double wgllm_web_job_num(struct web_job *j, int what) {
     case 8: return r->timings.total_ms;
     case 9: return (double)r->text_len;
     case 10: return j->n_vec;
+    case 11: return j->http_status;
     default: return -1;
     }
 }
@@ -663,10 +699,11 @@ EMSCRIPTEN_KEEPALIVE void wgllm_web_job_free(struct web_job *j) {
     pthread_mutex_destroy(&j->mu);
     wgllm_strbuf_free(&j->pending);
     wgllm_strbuf_free(&j->taken);
-    free(j->msgs);
-    free(j->strs);
     free(j->text);
     free(j->vec);
     free(j->blob);
+    wgllm_openai_request_free(&j->oreq);
+    free(j->model_id);
+    free(j->answer);
     free(j);
 }

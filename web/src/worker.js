@@ -1,8 +1,9 @@
 // worker.js - the Web Worker side of createWorkerEngine (wgllm.js): owns one
 // wasm core (core.js) and answers the page's messages {id, op, args}:
-// load -> progress events then {type:'result', value: info}; generate ->
-// {type:'text'} events then the result; embed; snapshots (save/restore/flush); cancel;
-// interrupt; unload.
+// load -> progress events then {type:'result', value: info}; openai
+// {endpoint, body, modelId} -> {type:'started'} (or the refusal as an error),
+// {type:'chunk', chunk} events (a stream's JSON texts), then {status, answer,
+// timings}; embed; snapshots (save/restore/flush); cancel; interrupt; unload.
 // Errors come back as {type:'error', message, code}: the page rejects with them.
 //
 // The protocol is defined for whatever arrives: a message that is not
@@ -21,7 +22,9 @@ let loading = null; // the load in progress (a promise), so a second one is refu
 const jobs = new Map(); // request id -> cancel()
 
 const reply = (id, value) => postMessage({ id, type: 'result', value });
-const fail = (id, e) => postMessage({ id, type: 'error', message: e && e.message ? e.message : String(e), code: e && e.code });
+// an OpenAI error keeps its status, type and param (the Error's fields)
+const fail = (id, e) => postMessage({ id, type: 'error', message: e && e.message ? e.message : String(e), code: e && e.code,
+  ...(e && e.status !== undefined ? { status: e.status, errorType: e.type, param: e.param } : {}) });
 const refuse = (message, code) => { const e = new Error(message); e.code = code; return e; };
 const needCore = () => {
   if (core) return core;
@@ -50,8 +53,10 @@ self.onmessage = async (ev) => {
       reply(id, core.info);
       break;
     }
-    case 'generate': {
-      const h = needCore().generate(args, (text) => postMessage({ id, type: 'text', text }));
+    case 'openai': {
+      // the request's JSON text; the chunks (JSON texts) as they come; a refusal is thrown at once
+      const h = needCore().openai(args.endpoint, args.body, args.modelId, (chunk) => postMessage({ id, type: 'chunk', chunk }));
+      postMessage({ id, type: 'started' });
       jobs.set(id, h.cancel);
       try {
         reply(id, await h.result);

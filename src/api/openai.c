@@ -1,0 +1,566 @@
+/*
+ * openai.c - the request side of the OpenAI layer (include/wgllm.h): the
+ * body's JSON within its budgets, then each field of chat, completions and
+ * embeddings requests checked and mapped to engine parameters, with the
+ * offending field named in every 400. Shared by `wgllm serve` and the
+ * browser build; the answers are in openai_response.c.
+ *
+ * Unknown top-level fields are refused (400 naming them) rather than ignored,
+ * so a client never silently loses a parameter it thinks it set.
+ */
+#include "wgllm.h"
+
+#include "base/json.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_STOPS 16
+#define MAX_STOP_BYTES 1024 /* the stop matcher's work per token grows with the longest stop */
+#define MAX_KEY_BYTES 1024  /* context_key */
+#define MAX_EMBED_INPUTS 256
+#define BODY_MAX_BYTES ((size_t)8 << 20)
+#define BODY_MAX_DEPTH 32
+#define BODY_MAX_VALUES 65536
+
+void wgllm_openai_error_set(struct wgllm_openai_error *e, int status, const char *type, const char *param,
+                            const char *code, const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+}
+
+/* A 400 naming param; fmt has two %s: the param, then a. */
+static bool bad(struct wgllm_openai_error *e, const char *param, const char *fmt, const char *a) {
+    wgllm_openai_error_set(e, 400, "invalid_request_error", param, NULL, fmt, param, a);
+    return false;
+}
+
+void wgllm_openai_error_from_engine(struct wgllm_openai_error *e, const struct wgllm_openai_request *req,
+                                    enum wgllm_status st, const char *msg) {
+    if (st == WGLLM_STATUS_CONTEXT_FULL)
+        wgllm_openai_error_set(e, 400, "invalid_request_error",
+                               req && req->endpoint == WGLLM_OPENAI_COMPLETIONS ? "prompt" : "messages",
+                               "context_length_exceeded", "%s", msg);
+    else if (st == WGLLM_STATUS_UNSUPPORTED && strstr(msg, "queue is full"))
+        wgllm_openai_error_set(e, 503, "server_error", NULL, "queue_full", "%s", msg);
+    else if (st == WGLLM_STATUS_INVALID_ARGUMENT || st == WGLLM_STATUS_UNSUPPORTED)
+        wgllm_openai_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
+    else
+        wgllm_openai_error_set(e, 500, "server_error", NULL, NULL, "%s", msg);
+}
+
+void wgllm_openai_new_id(const struct wgllm_openai_request *req, char *id, size_t cap) {
+    static atomic_ullong counter;
+    const unsigned long long k = atomic_fetch_add(&counter, 1);
+    snprintf(id, cap, "%s-%lx%llx", req && req->endpoint == WGLLM_OPENAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long)time(NULL), k);
+}
+
+/* ---- field helpers -------------------------------------------------------- */
+
+typedef struct wgllm_json J;
+
+static bool has_nul(const J *v) { return strlen(v->str) != v->len; }
+
+static bool get_number(const J *o, const char *k, double lo, double hi, double *out, bool *present,
+                       struct wgllm_openai_error *e) {
+    const J *v = wgllm_json_get(o, k);
+    if (present) *present = false;
+    if (wgllm_json_is_null(v)) return true;
+    if (v->type != WGLLM_JSON_NUMBER || !isfinite(v->num)) return bad(e, k, "'%s' must be a number%s", "");
+    if (v->num < lo || v->num > hi) {
+        wgllm_openai_error_set(e, 400, "invalid_request_error", k, NULL, "'%s' is %g; it must be in [%g, %g]", k,
+                               v->num, lo, hi);
+        return false;
+    }
+    *out = v->num;
+    if (present) *present = true;
+    return true;
+}
+
+static bool get_int(const J *o, const char *k, double lo, double hi, int *out, bool *present,
+                    struct wgllm_openai_error *e) {
+    double d;
+    bool p = false;
+    if (!get_number(o, k, lo, hi, &d, &p, e)) return false;
+    if (p && d != floor(d)) return bad(e, k, "'%s' must be an integer%s", "");
+    if (p) *out = (int)d;
+    if (present) *present = p;
+    return true;
+}
+
+static bool get_bool(const J *o, const char *k, bool *out, struct wgllm_openai_error *e) {
+    const J *v = wgllm_json_get(o, k);
+    if (wgllm_json_is_null(v)) return true;
+    if (!wgllm_json_is_bool(v)) return bad(e, k, "'%s' must be true or false%s", "");
+    *out = v->type == WGLLM_JSON_TRUE;
+    return true;
+}
+
+/* A string the engine takes as a C string: no NUL inside. */
+static bool c_string(const J *v, const char *param, struct wgllm_openai_error *e) {
+    if (!has_nul(v)) return true;
+    return bad(e, param, "'%s' contains a NUL character (\\u0000), which the engine cannot take there%s", "");
+}
+
+static char *dupn(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", "top_logprobs", "response_format",
+                                          "tools", "tool_choice", "parallel_tool_calls", "store", "metadata", NULL};
+static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "suffix", "best_of", NULL};
+static const char *const COMMON_FIELDS[] = {
+    "model", "max_tokens", "temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty",
+    "logit_bias", "logprobs", "n", "user", "stream", "stream_options", "top_k", "min_p", "typical_p",
+    "repeat_penalty", "repetition_penalty", "repeat_last_n", "ignore_eos", "cache_prompt", "context_key", NULL};
+static const char *const EMBED_FIELDS[] = {"model", "input", "encoding_format", "dimensions", "user", "pooling",
+                                           NULL};
+
+static bool in_list(const char *const *l, const J *member) {
+    for (; *l; l++)
+        if (strlen(*l) == member->key_len && !memcmp(*l, member->key, member->key_len)) return true;
+    return false;
+}
+
+/* Every member of the body is a field of the endpoint. */
+static bool known_fields(const J *body, const char *const *a, const char *const *b, struct wgllm_openai_error *e) {
+    for (const J *it = wgllm_json_first(body); it; it = wgllm_json_next(body, it)) {
+        if (in_list(a, it) || (b && in_list(b, it))) continue;
+        char name[48]; /* the name as the error's param holds it (a NUL in it ends it there) */
+        snprintf(name, sizeof(name), "%s", it->key);
+        return bad(e, name, "unknown field '%s'%s", "");
+    }
+    return true;
+}
+
+static bool model_matches(const struct wgllm_openai_params *p, const char *name) {
+    if (p->model_id && !strcmp(name, p->model_id)) return true;
+    if (p->model_alias && !strcmp(name, p->model_alias)) return true;
+    /* the file name without ".gguf" is a natural alias */
+    const size_t n = p->model_id ? strlen(p->model_id) : 0;
+    return n > 5 && !strcmp(p->model_id + n - 5, ".gguf") && strlen(name) == n - 5 && !strncmp(name, p->model_id, n - 5);
+}
+
+/* Text of a message's content: a string, null, or an array of text parts. */
+static bool message_text(const J *c, int i, char **out, struct wgllm_openai_error *e) {
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%d].content", i);
+    if (wgllm_json_is_null(c)) {
+        *out = dupn("", 0);
+        return true;
+    }
+    if (c->type == WGLLM_JSON_STRING) {
+        if (!c_string(c, param, e)) return false;
+        *out = dupn(c->str, c->len);
+        return true;
+    }
+    if (c->type != WGLLM_JSON_ARRAY) return bad(e, param, "'%s' must be a string or an array of text parts%s", "");
+    size_t total = 0;
+    int j = 0;
+    for (const J *part = wgllm_json_first(c); part; part = wgllm_json_next(c, part), j++) {
+        const J *t = wgllm_json_get(part, "type");
+        const J *tx = wgllm_json_get(part, "text");
+        const bool ts = wgllm_json_is(t, WGLLM_JSON_STRING);
+        if (part->type != WGLLM_JSON_OBJECT || !ts || strcmp(t->str, "text") || !wgllm_json_is(tx, WGLLM_JSON_STRING)) {
+            wgllm_openai_error_set(e, 400, "invalid_request_error", param, NULL,
+                                   "'%s[%d]': only {\"type\": \"text\", \"text\": ...} parts are supported%s%s", param,
+                                   j, ts ? ", not " : "", ts ? t->str : "");
+            return false;
+        }
+        if (!c_string(tx, param, e)) return false;
+        total += tx->len;
+    }
+    char *s = malloc(total + 1), *q = s;
+    if (!s) return bad(e, param, "out of memory for '%s'%s", "");
+    for (const J *part = wgllm_json_first(c); part; part = wgllm_json_next(c, part)) {
+        const J *tx = wgllm_json_get(part, "text");
+        memcpy(q, tx->str, tx->len);
+        q += tx->len;
+    }
+    *q = 0;
+    *out = s;
+    return true;
+}
+
+static bool parse_messages(const J *body, struct wgllm_openai_request *g, struct wgllm_openai_error *e) {
+    const J *m = wgllm_json_get(body, "messages");
+    if (!m) return bad(e, "messages", "'%s' is required%s", "");
+    if (m->type != WGLLM_JSON_ARRAY || m->count == 0)
+        return bad(e, "messages", "'%s' must be a non-empty array of messages%s", "");
+    g->msgs = calloc(m->count, sizeof(*g->msgs));
+    if (!g->msgs) return bad(e, "messages", "out of memory for '%s'%s", "");
+    for (const J *it = wgllm_json_first(m); it; it = wgllm_json_next(m, it)) {
+        const int i = g->n_msgs;
+        char param[64];
+        snprintf(param, sizeof(param), "messages[%d].role", i);
+        const J *role = wgllm_json_get(it, "role");
+        if (it->type != WGLLM_JSON_OBJECT || !wgllm_json_is(role, WGLLM_JSON_STRING))
+            return bad(e, param, "'%s' must be a string%s", "");
+        if (!c_string(role, param, e)) return false;
+        const char *r = role->str;
+        if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
+        if ((strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")))
+            return bad(e, param, "'%s' is '%s'; expected system, developer, user, assistant or tool", r);
+        char *text = NULL;
+        if (!message_text(wgllm_json_get(it, "content"), i, &text, e)) return false;
+        g->msgs[i].role = dupn(r, strlen(r));
+        g->msgs[i].content = text;
+        g->n_msgs++;
+        if (!g->msgs[i].role || !text) return bad(e, "messages", "out of memory for '%s'%s", "");
+    }
+    return true;
+}
+
+static bool parse_prompt(const J *body, struct wgllm_openai_request *g, struct wgllm_openai_error *e) {
+    const J *p = wgllm_json_get(body, "prompt");
+    if (!p) return bad(e, "prompt", "'%s' is required%s", "");
+    if (p->type == WGLLM_JSON_ARRAY) {
+        if (p->count != 1 || !wgllm_json_is(wgllm_json_first(p), WGLLM_JSON_STRING))
+            return bad(e, "prompt", "'%s' must be a string or an array of exactly one string (token arrays and "
+                                    "several prompts are not supported)%s", "");
+        p = wgllm_json_first(p);
+    }
+    if (p->type != WGLLM_JSON_STRING) return bad(e, "prompt", "'%s' must be a string%s", "");
+    /* the prompt goes to the engine with its length: a NUL in it is text */
+    g->prompt = dupn(p->str, p->len);
+    g->prompt_len = p->len;
+    if (!g->prompt) return bad(e, "prompt", "out of memory for '%s'%s", "");
+    return true;
+}
+
+static bool parse_stop(const J *body, struct wgllm_openai_request *g, struct wgllm_openai_error *e) {
+    const J *s = wgllm_json_get(body, "stop");
+    if (wgllm_json_is_null(s)) return true;
+    int n = 0;
+    if (s->type == WGLLM_JSON_STRING) {
+        n = 1;
+    } else if (s->type == WGLLM_JSON_ARRAY) {
+        if (s->count > MAX_STOPS) return bad(e, "stop", "'%s' has more than 16 strings%s", "");
+        n = (int)s->count;
+    } else {
+        return bad(e, "stop", "'%s' must be a string or an array of strings%s", "");
+    }
+    g->stops = calloc((size_t)(n ? n : 1), sizeof(char *));
+    if (!g->stops) return bad(e, "stop", "out of memory for '%s'%s", "");
+    const J *it = s->type == WGLLM_JSON_STRING ? s : wgllm_json_first(s);
+    for (int i = 0; i < n; i++, it = s->type == WGLLM_JSON_STRING ? NULL : wgllm_json_next(s, it)) {
+        if (it->type != WGLLM_JSON_STRING) return bad(e, "stop", "'%s' must contain only strings%s", "");
+        if (it->len > MAX_STOP_BYTES) return bad(e, "stop", "'%s' strings are at most 1024 bytes%s", "");
+        if (!c_string(it, "stop", e)) return false;
+        if (!(g->stops[i] = dupn(it->str, it->len))) return bad(e, "stop", "out of memory for '%s'%s", "");
+        g->rp.n_stop = i + 1;
+    }
+    g->rp.stop = (const char *const *)g->stops;
+    return true;
+}
+
+static bool parse_bias(const struct wgllm_openai_params *ap, const J *body, struct wgllm_openai_request *g,
+                       struct wgllm_openai_error *e) {
+    const bool local = !g->upstream;
+    const J *b = wgllm_json_get(body, "logit_bias");
+    if (wgllm_json_is_null(b)) return true;
+    if (b->type != WGLLM_JSON_OBJECT) return bad(e, "logit_bias", "'%s' must be an object of token id -> bias%s", "");
+    const int n_vocab_i = ap->model ? wgllm_model_n_vocab(ap->model) : 0;
+    const long n_vocab = local ? (long)n_vocab_i : 2147483647L;
+    const uint32_t n = b->count;
+    /* more entries than tokens can only repeat keys: refused before anything is sized by them */
+    if (n > (uint32_t)(local ? n_vocab_i : BODY_MAX_VALUES)) {
+        wgllm_openai_error_set(e, 400, "invalid_request_error", "logit_bias", NULL,
+                               "'logit_bias' has %u entries; the model has %d tokens", (unsigned)n, n_vocab_i);
+        return false;
+    }
+    g->bias = calloc(n ? n : 1, sizeof(*g->bias));
+    if (!g->bias) return bad(e, "logit_bias", "out of memory for '%s'%s", "");
+    int i = 0;
+    for (const J *it = wgllm_json_first(b); it; it = wgllm_json_next(b, it)) {
+        char *end;
+        const long t = strtol(it->key, &end, 10);
+        /* digits only: strtol would also take spaces and a sign */
+        const bool digits = it->key_len > 0 && it->key[0] >= '0' && it->key[0] <= '9';
+        if (!digits || end != it->key + it->key_len || t < 0 || t >= n_vocab)
+            return bad(e, "logit_bias", "'%s' has key '%s', which is not a token id of this model", it->key);
+        if (it->type != WGLLM_JSON_NUMBER || it->num < -100 || it->num > 100)
+            return bad(e, "logit_bias", "'%s' values must be numbers in [-100, 100] (token %s)", it->key);
+        g->bias[i].token = (int32_t)t;
+        /* -100 is OpenAI's "ban" */
+        g->bias[i].bias = it->num <= -100 ? -INFINITY : (float)it->num;
+        i++;
+    }
+    g->rp.sampling.logit_bias = g->bias;
+    g->rp.sampling.n_logit_bias = i;
+    return true;
+}
+
+static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struct wgllm_openai_request *g,
+                      struct wgllm_openai_error *e) {
+    const bool chat = g->endpoint == WGLLM_OPENAI_CHAT;
+    g->rp = wgllm_request_default_params();
+    g->rp.max_tokens = 0;                /* OpenAI: until the end of generation or of the context */
+    g->rp.sampling.temperature = 0.8f;   /* llama.cpp server's defaults; the rest are the sampler's */
+    g->rp.sampling.seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)g ^ (uint64_t)wgllm_time_us() << 20;
+    if (!known_fields(body, COMMON_FIELDS, chat ? CHAT_FIELDS : COMPLETION_FIELDS, e)) return false;
+    const J *model = wgllm_json_get(body, "model");
+    if (!wgllm_json_is_null(model)) {
+        if (model->type != WGLLM_JSON_STRING) return bad(e, "model", "'%s' must be a string%s", "");
+        if (!g->upstream && (has_nul(model) || !model_matches(ap, model->str))) {
+            wgllm_openai_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
+                                   "the model '%s' does not exist; this server serves '%s'", model->str,
+                                   ap->model_id ? ap->model_id : "");
+            return false;
+        }
+    }
+    if (chat ? !parse_messages(body, g, e) : !parse_prompt(body, g, e)) return false;
+    double d;
+    bool p;
+    struct wgllm_sampler_params *sp = &g->rp.sampling;
+    int mt = 0;
+    /* the server's cap (--max-tokens): no request holds a slot for an unbounded time */
+    const double max_gen = ap->max_tokens > 0 ? ap->max_tokens : 1 << 30;
+    if (!get_int(body, "max_tokens", 1, max_gen, &mt, &p, e)) return false;
+    if (p) g->rp.max_tokens = mt;
+    if (chat && !get_int(body, "max_completion_tokens", 1, max_gen, &mt, &p, e)) return false;
+    if (chat && p) g->rp.max_tokens = mt;
+    if (!get_number(body, "temperature", 0, 100, &d, &p, e)) return false;
+    if (p) sp->temperature = (float)d;
+    if (!get_number(body, "top_p", 0, 1, &d, &p, e)) return false;
+    if (p) sp->top_p = (float)d;
+    if (!get_number(body, "min_p", 0, 1, &d, &p, e)) return false;
+    if (p) sp->min_p = (float)d;
+    if (!get_number(body, "typical_p", 0, 1, &d, &p, e)) return false;
+    if (p) sp->typical_p = (float)d;
+    if (!get_int(body, "top_k", -1, 1 << 30, &sp->top_k, NULL, e)) return false;
+    if (!get_number(body, "presence_penalty", -2, 2, &d, &p, e)) return false;
+    if (p) sp->presence_penalty = (float)d;
+    if (!get_number(body, "frequency_penalty", -2, 2, &d, &p, e)) return false;
+    if (p) sp->frequency_penalty = (float)d;
+    /* llama.cpp's name and WebLLM's / transformers' name of the same thing: one field */
+    const char *rpn = wgllm_json_get(body, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
+    if (wgllm_json_get(body, "repetition_penalty") && wgllm_json_get(body, "repeat_penalty"))
+        return bad(e, "repetition_penalty", "'%s' and 'repeat_penalty' are the same field: give one%s", "");
+    if (!get_number(body, rpn, 0, 100, &d, &p, e)) return false;
+    /* logits are divided by it: 0 would make them infinite */
+    if (p && d <= 0) return bad(e, rpn, "'%s' must be greater than 0 (1 = off)%s", "");
+    if (p) sp->repeat_penalty = (float)d;
+    if (!get_int(body, "repeat_last_n", -1, 1 << 30, &sp->penalty_last_n, NULL, e)) return false;
+    /* a window longer than a slot's context sees no more tokens; the sampler sizes a ring by it */
+    if (ap->n_ctx > 0 && sp->penalty_last_n > ap->n_ctx) sp->penalty_last_n = ap->n_ctx;
+    if (!get_number(body, "seed", -9.2e18, 1.8e19, &d, &p, e)) return false;
+    if (p) {
+        if (d != floor(d)) return bad(e, "seed", "'%s' must be an integer%s", "");
+        sp->seed = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
+    }
+    int n = 1;
+    if (!get_int(body, "n", 1, 1 << 30, &n, NULL, e)) return false;
+    if (n != 1) return bad(e, "n", "'%s' > 1 is not supported: send one request per completion%s", "");
+    if (!get_bool(body, "ignore_eos", &g->rp.ignore_eos, e)) return false;
+    bool cache_prompt = true;
+    if (!get_bool(body, "cache_prompt", &cache_prompt, e)) return false; /* accepted: the engine always reuses */
+    if (!get_bool(body, "stream", &g->stream, e)) return false;
+    const J *so = wgllm_json_get(body, "stream_options");
+    if (!wgllm_json_is_null(so)) {
+        if (so->type != WGLLM_JSON_OBJECT) return bad(e, "stream_options", "'%s' must be an object%s", "");
+        if (!get_bool(so, "include_usage", &g->include_usage, e)) return false;
+    }
+    const J *ck = wgllm_json_get(body, "context_key");
+    if (!wgllm_json_is_null(ck)) {
+        if (ck->type != WGLLM_JSON_STRING) return bad(e, "context_key", "'%s' must be a string%s", "");
+        if (ck->len > MAX_KEY_BYTES) return bad(e, "context_key", "'%s' is at most 1024 bytes%s", "");
+        if (!c_string(ck, "context_key", e)) return false;
+        if (!(g->context_key = dupn(ck->str, ck->len))) return bad(e, "context_key", "out of memory for '%s'%s", "");
+        g->rp.context_key = g->context_key;
+    }
+    const J *u = wgllm_json_get(body, "user");
+    if (!wgllm_json_is_null(u) && u->type != WGLLM_JSON_STRING) return bad(e, "user", "'%s' must be a string%s", "");
+    if (chat) {
+        if (!get_bool(body, "logprobs", &g->logprobs, e)) return false;
+        if (!get_int(body, "top_logprobs", 0, 20, &g->top_logprobs, NULL, e)) return false;
+        if (g->top_logprobs > 0 && !g->logprobs) return bad(e, "top_logprobs", "'%s' needs 'logprobs': true%s", "");
+        const J *tools = wgllm_json_get(body, "tools");
+        if (!wgllm_json_is_null(tools) && !(tools->type == WGLLM_JSON_ARRAY && tools->count == 0))
+            return bad(e, "tools", "'%s' is not supported by this server yet%s", "");
+        const J *rf = wgllm_json_get(body, "response_format");
+        const J *rft = wgllm_json_get(rf, "type");
+        if (!wgllm_json_is_null(rf) && !(wgllm_json_is(rft, WGLLM_JSON_STRING) && !strcmp(rft->str, "text")))
+            return bad(e, "response_format", "'%s': only {\"type\": \"text\"} is supported%s", "");
+    } else {
+        int lp = -1;
+        bool lpp = false;
+        if (!get_int(body, "logprobs", 0, 5, &lp, &lpp, e)) return false;
+        if (lpp) g->logprobs = true, g->top_logprobs = lp;
+        bool echo = false;
+        if (!get_bool(body, "echo", &echo, e)) return false;
+        if (echo) return bad(e, "echo", "'%s' is not supported%s", "");
+        if (!wgllm_json_is_null(wgllm_json_get(body, "suffix"))) return bad(e, "suffix", "'%s' is not supported%s", "");
+        int best_of = 1;
+        if (!get_int(body, "best_of", 1, 1, &best_of, NULL, e)) return false;
+    }
+    if (g->logprobs) sp->n_probs = g->top_logprobs;
+    if (!parse_stop(body, g, e) || !parse_bias(ap, body, g, e)) return false;
+    /* the upstream's tokens are not known here */
+    if (g->upstream && g->logprobs) return bad(e, "logprobs", "'%s' is not forwarded to upstream '%s'", g->upstream);
+    return true;
+}
+
+static bool embed_parse(const struct wgllm_openai_params *ap, const J *body, struct wgllm_openai_request *g,
+                        struct wgllm_openai_error *e) {
+    if (!known_fields(body, EMBED_FIELDS, NULL, e)) return false;
+    const J *model = wgllm_json_get(body, "model");
+    if (!wgllm_json_is_null(model) &&
+        (model->type != WGLLM_JSON_STRING || has_nul(model) || !model_matches(ap, model->str))) {
+        wgllm_openai_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
+                               "the model '%s' does not exist; this server serves '%s'",
+                               model->type == WGLLM_JSON_STRING ? model->str : "?", ap->model_id ? ap->model_id : "");
+        return false;
+    }
+    const J *in = wgllm_json_get(body, "input");
+    if (!in) return bad(e, "input", "'%s' is required%s", "");
+    const bool arr = in->type == WGLLM_JSON_ARRAY;
+    const uint32_t n_in = arr ? in->count : 1;
+    if (!(in->type == WGLLM_JSON_STRING || arr) || n_in < 1 || n_in > MAX_EMBED_INPUTS)
+        return bad(e, "input", "'%s' must be a string or an array of 1 to 256 strings%s", "");
+    for (const J *it = arr ? wgllm_json_first(in) : NULL; it; it = wgllm_json_next(in, it))
+        if (it->type != WGLLM_JSON_STRING)
+            return bad(e, "input", "'%s' must contain only strings (token arrays are not supported)%s", "");
+    const J *ef = wgllm_json_get(body, "encoding_format");
+    if (!wgllm_json_is_null(ef)) {
+        if (ef->type != WGLLM_JSON_STRING || (strcmp(ef->str, "float") && strcmp(ef->str, "base64")))
+            return bad(e, "encoding_format", "'%s' must be \"float\" or \"base64\"%s", "");
+        g->base64 = !strcmp(ef->str, "base64");
+    }
+    const int n_embd = ap->model ? wgllm_model_n_embd(ap->model) : 0;
+    const J *dim = wgllm_json_get(body, "dimensions");
+    if (!wgllm_json_is_null(dim) && (dim->type != WGLLM_JSON_NUMBER || dim->num != n_embd)) {
+        wgllm_openai_error_set(e, 400, "invalid_request_error", "dimensions", NULL,
+                               "'dimensions' must be this model's embedding size, %d", n_embd);
+        return false;
+    }
+    const J *u = wgllm_json_get(body, "user");
+    if (!wgllm_json_is_null(u) && u->type != WGLLM_JSON_STRING) return bad(e, "user", "'%s' must be a string%s", "");
+    g->pooling = WGLLM_POOLING_MODEL;
+    const J *pl = wgllm_json_get(body, "pooling");
+    if (!wgllm_json_is_null(pl)) {
+        const char *v = pl->type == WGLLM_JSON_STRING ? pl->str : "";
+        if (!strcmp(v, "mean")) g->pooling = WGLLM_POOLING_MEAN;
+        else if (!strcmp(v, "last")) g->pooling = WGLLM_POOLING_LAST;
+        else if (!strcmp(v, "cls")) g->pooling = WGLLM_POOLING_CLS;
+        else return bad(e, "pooling", "'%s' must be \"mean\", \"last\" or \"cls\"%s", "");
+    }
+    g->inputs = calloc(n_in, sizeof(*g->inputs));
+    g->input_lens = calloc(n_in, sizeof(*g->input_lens));
+    if (!g->inputs || !g->input_lens) return bad(e, "input", "out of memory for '%s'%s", "");
+    const J *it = arr ? wgllm_json_first(in) : in;
+    for (uint32_t i = 0; i < n_in; i++, it = arr ? wgllm_json_next(in, it) : NULL) {
+        if (!(g->inputs[i] = dupn(it->str, it->len))) return bad(e, "input", "out of memory for '%s'%s", "");
+        g->input_lens[i] = it->len;
+        g->n_inputs = (int)i + 1;
+    }
+    return true;
+}
+
+/* The body's JSON, with the limits a hostile client meets mapped to their codes. */
+static bool parse_body(const char *body, size_t len, struct wgllm_json_doc *doc, struct wgllm_openai_error *e) {
+    if (len > BODY_MAX_BYTES) {
+        wgllm_openai_error_set(e, 413, "invalid_request_error", NULL, "request_too_large",
+                               "the request body is larger than %zu MiB", BODY_MAX_BYTES >> 20);
+        return false;
+    }
+    const struct wgllm_json_limits lim = {.max_depth = BODY_MAX_DEPTH, .max_nodes = BODY_MAX_VALUES};
+    struct wgllm_json_error je;
+    if (wgllm_json_parse(body ? body : "", body ? len : 0, &lim, doc, &je)) return true;
+    switch (je.problem) {
+    case WGLLM_JSON_ERR_UTF8:
+        wgllm_openai_error_set(e, 400, "invalid_request_error", NULL, "invalid_utf8",
+                               "the request body is not valid UTF-8 (at byte %zu)", je.offset);
+        break;
+    case WGLLM_JSON_ERR_DEPTH:
+        wgllm_openai_error_set(e, 400, "invalid_request_error", NULL, "json_too_deep",
+                               "the request body nests JSON deeper than %d levels (at byte %zu)", BODY_MAX_DEPTH,
+                               je.offset);
+        break;
+    case WGLLM_JSON_ERR_NODES:
+        wgllm_openai_error_set(e, 400, "invalid_request_error", NULL, "json_too_many_values",
+                               "the request body has more than %d JSON values (at byte %zu)", BODY_MAX_VALUES,
+                               je.offset);
+        break;
+    case WGLLM_JSON_ERR_MEMORY:
+        wgllm_openai_error_set(e, 500, "server_error", NULL, NULL, "%s", je.message);
+        break;
+    default:
+        wgllm_openai_error_set(e, 400, "invalid_request_error", NULL, "invalid_json",
+                               "the request body is not valid JSON (near byte %zu: %s)", je.offset, je.message);
+        break;
+    }
+    return false;
+}
+
+bool wgllm_openai_parse(const struct wgllm_openai_params *p, enum wgllm_openai_endpoint endpoint, const char *body,
+                        size_t len, struct wgllm_openai_request *req, struct wgllm_openai_error *err) {
+    memset(req, 0, sizeof(*req));
+    req->endpoint = endpoint;
+    if (endpoint < WGLLM_OPENAI_COMPLETIONS || endpoint > WGLLM_OPENAI_EMBEDDINGS) {
+        wgllm_openai_error_set(err, 404, "invalid_request_error", NULL, "not_found", "unknown endpoint %d",
+                               (int)endpoint);
+        return false;
+    }
+    struct wgllm_json_doc doc;
+    if (!parse_body(body, len, &doc, err)) return false;
+    const J *root = wgllm_json_root(&doc);
+    bool ok;
+    if (root->type != WGLLM_JSON_OBJECT) {
+        ok = bad(err, "body", "the request %s must be a JSON object%s", "");
+    } else {
+        /* a `model` naming an upstream goes there (generation only) */
+        const J *m = wgllm_json_get(root, "model");
+        const char *up = NULL;
+        if (wgllm_json_is(m, WGLLM_JSON_STRING) && !has_nul(m) && !model_matches(p, m->str) && p->upstream)
+            up = p->upstream(p->upstream_user, m->str);
+        if (up && endpoint == WGLLM_OPENAI_EMBEDDINGS) {
+            wgllm_openai_error_set(err, 400, "invalid_request_error", "model", NULL,
+                                   "embeddings are not forwarded to upstreams; ask the upstream directly");
+            ok = false;
+        } else {
+            req->upstream = up;
+            ok = endpoint == WGLLM_OPENAI_EMBEDDINGS ? embed_parse(p, root, req, err) : gen_parse(p, root, req, err);
+        }
+    }
+    wgllm_json_doc_free(&doc);
+    if (!ok) {
+        wgllm_openai_request_free(req);
+        req->endpoint = endpoint;
+    }
+    return ok;
+}
+
+void wgllm_openai_request_free(struct wgllm_openai_request *g) {
+    for (int i = 0; g->msgs && i < g->n_msgs; i++) {
+        free((char *)g->msgs[i].role);
+        free((char *)g->msgs[i].content);
+    }
+    free(g->msgs);
+    free(g->prompt);
+    for (int i = 0; g->stops && i < g->rp.n_stop; i++) free(g->stops[i]);
+    free(g->stops);
+    free(g->bias);
+    free(g->context_key);
+    for (int i = 0; g->inputs && i < g->n_inputs; i++) free(g->inputs[i]);
+    free(g->inputs);
+    free(g->input_lens);
+    memset(g, 0, sizeof(*g));
+}

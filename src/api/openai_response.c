@@ -1,0 +1,399 @@
+/*
+ * openai_response.c - the answer side of the OpenAI layer (include/wgllm.h):
+ * error objects, whole responses, stream chunks (role, token, logprobs,
+ * finish, usage) and embeddings, written with the core's JSON writer.
+ *
+ * Member order and number formatting are what the server printed with cJSON
+ * before, so clients that compare bytes (tests, caches) see no change. Text
+ * the model made may hold stray bytes of an unfinished or invalid UTF-8
+ * sequence; JSON must not: the writer turns each invalid byte into U+FFFD.
+ */
+#include "wgllm.h"
+
+#include "base/json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct wgllm_json_writer W;
+
+static const char *shown_model(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g) {
+    return g->upstream ? g->upstream : p->model_id ? p->model_id : "";
+}
+
+static char *finish(struct wgllm_strbuf *b) {
+    if (b->oom || b->over) {
+        wgllm_strbuf_free(b);
+        return NULL;
+    }
+    return wgllm_strbuf_take(b);
+}
+
+char *wgllm_openai_error_json(const struct wgllm_openai_error *e) {
+    struct wgllm_strbuf b = {0};
+    W w;
+    wgllm_json_w_init(&w, &b);
+    wgllm_json_w_object(&w, NULL);
+    wgllm_json_w_object(&w, "error");
+    wgllm_json_w_str(&w, "message", e->message);
+    wgllm_json_w_str(&w, "type", e->type ? e->type : "invalid_request_error");
+    if (e->param[0]) wgllm_json_w_str(&w, "param", e->param);
+    else wgllm_json_w_null(&w, "param");
+    if (e->code) wgllm_json_w_str(&w, "code", e->code);
+    else wgllm_json_w_null(&w, "code");
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_w_end(&w, '}');
+    return finish(&b);
+}
+
+const char *wgllm_openai_finish_name(enum wgllm_finish_reason f) {
+    return f == WGLLM_FINISH_LENGTH ? "length" : f == WGLLM_FINISH_CANCELLED ? "abort" : "stop";
+}
+
+static void usage_json(W *w, const struct wgllm_usage *u) {
+    wgllm_json_w_object(w, "usage");
+    wgllm_json_w_number(w, "prompt_tokens", u->prompt_tokens);
+    wgllm_json_w_number(w, "completion_tokens", u->completion_tokens);
+    wgllm_json_w_number(w, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    wgllm_json_w_object(w, "prompt_tokens_details");
+    wgllm_json_w_number(w, "cached_tokens", u->cached_tokens);
+    wgllm_json_w_end(w, '}');
+    wgllm_json_w_end(w, '}');
+}
+
+/* id, object, created, model (and system_fingerprint in chunks, where it comes here) */
+static void head(W *w, const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id,
+                 bool chunk) {
+    const bool chat = g->endpoint == WGLLM_OPENAI_CHAT;
+    wgllm_json_w_object(w, NULL);
+    wgllm_json_w_str(w, "id", id);
+    wgllm_json_w_str(w, "object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
+    wgllm_json_w_number(w, "created", (double)time(NULL));
+    wgllm_json_w_str(w, "model", shown_model(p, g));
+    if (chunk) wgllm_json_w_str(w, "system_fingerprint", "wgllm");
+}
+
+/* The text of one token as the API shows it (may be a partial UTF-8 piece, cleaned). */
+static void token_text(const struct wgllm_openai_params *p, int32_t tok, struct wgllm_strbuf *out) {
+    char buf[256];
+    int32_t n = p->model ? wgllm_token_to_piece(p->model, tok, buf, (int32_t)sizeof(buf), false) : 0;
+    if (n < 0) n = 0;
+    wgllm_json_utf8_clean(out, buf, (size_t)n);
+}
+
+static void token_json(W *w, const struct wgllm_openai_params *p, int32_t tok, float logprob, bool alts_follow) {
+    struct wgllm_strbuf t = {0};
+    token_text(p, tok, &t);
+    wgllm_json_w_object(w, NULL);
+    wgllm_json_w_string(w, "token", t.data ? t.data : "", t.len);
+    wgllm_json_w_number(w, "logprob", logprob);
+    wgllm_json_w_array(w, "bytes");
+    for (size_t i = 0; i < t.len; i++) wgllm_json_w_number(w, NULL, (unsigned char)t.data[i]);
+    wgllm_json_w_end(w, ']');
+    if (!alts_follow) wgllm_json_w_end(w, '}');
+    wgllm_strbuf_free(&t);
+}
+
+/* Generated tokens [0, n) with their logprobs in the chat (content[]) or the
+ * completions (parallel arrays) shape; `top` holds n_top alternatives per
+ * token or is NULL. */
+static void logprobs_json(W *w, const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
+                          const int32_t *toks, const float *lps, int n, const struct wgllm_token_logprob *top,
+                          int stride) {
+    /* rows of `top` are `stride` wide (the result's n_top); the request shows up to top_logprobs of them */
+    const int n_top = stride < g->top_logprobs ? stride : g->top_logprobs;
+    wgllm_json_w_object(w, "logprobs");
+    if (g->endpoint == WGLLM_OPENAI_CHAT) {
+        wgllm_json_w_array(w, "content");
+        for (int i = 0; i < n; i++) {
+            token_json(w, p, toks[i], lps[i], true);
+            wgllm_json_w_array(w, "top_logprobs");
+            for (int k = 0; top && k < n_top; k++) {
+                const struct wgllm_token_logprob *a = &top[(size_t)i * (size_t)stride + (size_t)k];
+                token_json(w, p, a->token, a->logprob, false);
+            }
+            wgllm_json_w_end(w, ']');
+            wgllm_json_w_end(w, '}');
+        }
+        wgllm_json_w_end(w, ']');
+    } else {
+        struct wgllm_strbuf t = {0};
+        wgllm_json_w_array(w, "tokens");
+        for (int i = 0; i < n; i++) {
+            wgllm_strbuf_clear(&t);
+            token_text(p, toks[i], &t);
+            wgllm_json_w_string(w, NULL, t.data ? t.data : "", t.len);
+        }
+        wgllm_json_w_end(w, ']');
+        wgllm_json_w_array(w, "token_logprobs");
+        for (int i = 0; i < n; i++) wgllm_json_w_number(w, NULL, lps[i]);
+        wgllm_json_w_end(w, ']');
+        wgllm_json_w_array(w, "top_logprobs");
+        for (int i = 0; i < n; i++) {
+            if (!top || n_top <= 0) {
+                wgllm_json_w_null(w, NULL);
+                continue;
+            }
+            /* the legacy shape: token text -> logprob (equal texts keep the first, likelier one) */
+            struct wgllm_strbuf seen[20] = {{0}};
+            wgllm_json_w_object(w, NULL);
+            for (int k = 0; k < n_top && k < 20; k++) {
+                const struct wgllm_token_logprob *a = &top[(size_t)i * (size_t)stride + (size_t)k];
+                token_text(p, a->token, &seen[k]);
+                bool dup = false;
+                for (int q = 0; q < k && !dup; q++)
+                    dup = seen[q].len == seen[k].len && !memcmp(seen[q].data ? seen[q].data : "",
+                                                                seen[k].data ? seen[k].data : "", seen[k].len);
+                if (dup) continue;
+                /* a key is a C string: a NUL (there is none after cleaning) would end it */
+                wgllm_json_w_number(w, seen[k].data ? seen[k].data : "", a->logprob);
+            }
+            for (int k = 0; k < 20; k++) wgllm_strbuf_free(&seen[k]);
+            wgllm_json_w_end(w, '}');
+        }
+        wgllm_json_w_end(w, ']');
+        wgllm_json_w_array(w, "text_offset");
+        size_t off = 0;
+        for (int i = 0; i < n; i++) {
+            wgllm_json_w_number(w, NULL, (double)off);
+            wgllm_strbuf_clear(&t);
+            token_text(p, toks[i], &t);
+            off += t.len;
+        }
+        wgllm_json_w_end(w, ']');
+        wgllm_strbuf_free(&t);
+    }
+    wgllm_json_w_end(w, '}');
+}
+
+static void result_logprobs(W *w, const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
+                            const struct wgllm_result *r) {
+    logprobs_json(w, p, g, r->tokens, r->logprobs, r->n_tokens, r->top_logprobs, r->top_logprobs ? r->n_top : 0);
+}
+
+char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id,
+                            const struct wgllm_result *r) {
+    struct wgllm_strbuf b = {0};
+    W w;
+    wgllm_json_w_init(&w, &b);
+    head(&w, p, g, id, false);
+    wgllm_json_w_array(&w, "choices");
+    wgllm_json_w_object(&w, NULL);
+    wgllm_json_w_number(&w, "index", 0);
+    if (g->endpoint == WGLLM_OPENAI_CHAT) {
+        wgllm_json_w_object(&w, "message");
+        wgllm_json_w_str(&w, "role", "assistant");
+        wgllm_json_w_string(&w, "content", r->text, r->text ? r->text_len : 0);
+        wgllm_json_w_end(&w, '}');
+    } else {
+        wgllm_json_w_string(&w, "text", r->text, r->text ? r->text_len : 0);
+    }
+    if (g->logprobs) result_logprobs(&w, p, g, r);
+    else wgllm_json_w_null(&w, "logprobs");
+    wgllm_json_w_str(&w, "finish_reason", wgllm_openai_finish_name(r->finish));
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_w_end(&w, ']');
+    usage_json(&w, &r->usage);
+    wgllm_json_w_str(&w, "system_fingerprint", "wgllm");
+    wgllm_json_w_end(&w, '}');
+    return finish(&b);
+}
+
+/* One chunk with one choice: delta/text, logprobs, finish_reason. kind: 0 role,
+ * 1 text (+ the one token's logprobs when token >= 0), 2 finish. */
+static char *chunk(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id, int kind,
+                   const char *text, size_t len, int32_t token, float logprob, const char *finish_reason) {
+    struct wgllm_strbuf b = {0};
+    W w;
+    wgllm_json_w_init(&w, &b);
+    head(&w, p, g, id, true);
+    wgllm_json_w_array(&w, "choices");
+    wgllm_json_w_object(&w, NULL);
+    wgllm_json_w_number(&w, "index", 0);
+    if (g->endpoint == WGLLM_OPENAI_CHAT) {
+        wgllm_json_w_object(&w, "delta");
+        if (kind == 0) {
+            wgllm_json_w_str(&w, "role", "assistant");
+            wgllm_json_w_str(&w, "content", "");
+        } else if (kind == 1) {
+            wgllm_json_w_string(&w, "content", text, text ? len : 0);
+        }
+        wgllm_json_w_end(&w, '}');
+    } else {
+        wgllm_json_w_string(&w, "text", text, text ? len : 0);
+    }
+    if (kind == 1 && g->logprobs && g->top_logprobs == 0 && token >= 0)
+        logprobs_json(&w, p, g, &token, &logprob, 1, NULL, 0);
+    else
+        wgllm_json_w_null(&w, "logprobs");
+    if (finish_reason) wgllm_json_w_str(&w, "finish_reason", finish_reason);
+    else wgllm_json_w_null(&w, "finish_reason");
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_w_end(&w, ']');
+    if (g->include_usage) wgllm_json_w_null(&w, "usage");
+    wgllm_json_w_end(&w, '}');
+    return finish(&b);
+}
+
+char *wgllm_openai_chunk_first(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
+                               const char *id) {
+    return g->endpoint == WGLLM_OPENAI_CHAT ? chunk(p, g, id, 0, NULL, 0, -1, 0, NULL) : NULL;
+}
+
+char *wgllm_openai_chunk_token(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
+                               const char *id, const char *text, size_t len, int32_t token, float logprob) {
+    /* a piece without text still carries its token's logprobs (without alternatives) */
+    if (len == 0 && !(g->logprobs && g->top_logprobs == 0 && token >= 0)) return NULL;
+    return chunk(p, g, id, 1, text, len, token, logprob, NULL);
+}
+
+/* Every token's logprobs, alternatives included, in one chunk (empty text). */
+static char *logprobs_chunk(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id,
+                            const struct wgllm_result *r) {
+    struct wgllm_strbuf b = {0};
+    W w;
+    wgllm_json_w_init(&w, &b);
+    head(&w, p, g, id, true);
+    wgllm_json_w_array(&w, "choices");
+    wgllm_json_w_object(&w, NULL);
+    wgllm_json_w_number(&w, "index", 0);
+    if (g->endpoint == WGLLM_OPENAI_CHAT) {
+        wgllm_json_w_object(&w, "delta");
+        wgllm_json_w_end(&w, '}');
+    } else {
+        wgllm_json_w_str(&w, "text", "");
+    }
+    result_logprobs(&w, p, g, r);
+    wgllm_json_w_null(&w, "finish_reason");
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_w_end(&w, ']');
+    if (g->include_usage) wgllm_json_w_null(&w, "usage");
+    wgllm_json_w_end(&w, '}');
+    return finish(&b);
+}
+
+static char *usage_chunk(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id,
+                         const struct wgllm_usage *u) {
+    struct wgllm_strbuf b = {0};
+    W w;
+    wgllm_json_w_init(&w, &b);
+    head(&w, p, g, id, true);
+    wgllm_json_w_array(&w, "choices");
+    wgllm_json_w_end(&w, ']');
+    usage_json(&w, u);
+    wgllm_json_w_end(&w, '}');
+    return finish(&b);
+}
+
+int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id,
+                            const struct wgllm_result *r, char *out[3]) {
+    int n = 0;
+    if (r->finish == WGLLM_FINISH_ERROR) {
+        struct wgllm_openai_error e;
+        wgllm_openai_error_from_engine(&e, g, r->status, r->message);
+        if ((out[n] = wgllm_openai_error_json(&e))) n++;
+        return n;
+    }
+    if (g->logprobs && g->top_logprobs > 0 && (out[n] = logprobs_chunk(p, g, id, r))) n++;
+    if ((out[n] = chunk(p, g, id, 2, NULL, 0, -1, 0, wgllm_openai_finish_name(r->finish)))) n++;
+    if (g->include_usage && (out[n] = usage_chunk(p, g, id, &r->usage))) n++;
+    return n;
+}
+
+/* ---- embeddings ----------------------------------------------------------- */
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* OpenAI's base64 is the little-endian float32 bytes. */
+static void base64_floats(W *w, const char *key, const float *v, int n) {
+    const size_t nb = sizeof(float) * (size_t)n;
+    unsigned char *p = malloc(nb ? nb : 1);
+    char *s = malloc((nb + 2) / 3 * 4 + 1), *o = s;
+    if (!p || !s) {
+        free(p);
+        free(s);
+        w->out->oom = true;
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        uint32_t u;
+        memcpy(&u, &v[k], 4);
+        for (int b = 0; b < 4; b++) p[4 * k + b] = (unsigned char)(u >> (8 * b));
+    }
+    for (size_t i = 0; i < nb; i += 3) {
+        const uint32_t x = (uint32_t)p[i] << 16 | (i + 1 < nb ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < nb ? p[i + 2] : 0);
+        *o++ = B64[x >> 18 & 63];
+        *o++ = B64[x >> 12 & 63];
+        *o++ = i + 1 < nb ? B64[x >> 6 & 63] : '=';
+        *o++ = i + 2 < nb ? B64[x & 63] : '=';
+    }
+    *o = 0;
+    wgllm_json_w_str(w, key, s);
+    free(p);
+    free(s);
+}
+
+char *wgllm_openai_embeddings(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
+                              struct wgllm_openai_error *e) {
+    if (!p->engine || !p->model) {
+        wgllm_openai_error_set(e, 500, "server_error", NULL, NULL, "no engine to compute embeddings on");
+        return NULL;
+    }
+    const int E = wgllm_model_n_embd(p->model);
+    float *vec = malloc(sizeof(float) * (size_t)(E > 0 ? E : 1));
+    if (!vec) {
+        wgllm_openai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    struct wgllm_strbuf b = {0};
+    W w;
+    wgllm_json_w_init(&w, &b);
+    wgllm_json_w_object(&w, NULL);
+    wgllm_json_w_str(&w, "object", "list");
+    wgllm_json_w_array(&w, "data");
+    long tokens = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const char *text = g->inputs[i];
+        const size_t len = g->input_lens[i];
+        struct wgllm_error werr = {0};
+        int n_out = 0;
+        const enum wgllm_status st = wgllm_embed(p->engine, text, len, g->pooling, true, vec, E, &n_out, &werr);
+        if (st != WGLLM_STATUS_OK) {
+            wgllm_openai_error_from_engine(e, g, st, werr.message);
+            if (st == WGLLM_STATUS_UNSUPPORTED && strstr(werr.message, "pooling"))
+                snprintf(e->param, sizeof(e->param), "pooling");
+            else if (st == WGLLM_STATUS_CONTEXT_FULL || st == WGLLM_STATUS_INVALID_ARGUMENT)
+                snprintf(e->param, sizeof(e->param), "input");
+            free(vec);
+            wgllm_strbuf_free(&b);
+            return NULL;
+        }
+        const int32_t nt = wgllm_tokenize(p->model, text, len, NULL, 0, true, false, NULL);
+        tokens += nt < 0 && nt != INT32_MIN ? -nt : (nt > 0 ? nt : 0);
+        wgllm_json_w_object(&w, NULL);
+        wgllm_json_w_str(&w, "object", "embedding");
+        wgllm_json_w_number(&w, "index", i);
+        if (g->base64) {
+            base64_floats(&w, "embedding", vec, n_out);
+        } else {
+            wgllm_json_w_array(&w, "embedding");
+            for (int k = 0; k < n_out; k++) wgllm_json_w_number(&w, NULL, vec[k]);
+            wgllm_json_w_end(&w, ']');
+        }
+        wgllm_json_w_end(&w, '}');
+    }
+    free(vec);
+    wgllm_json_w_end(&w, ']');
+    wgllm_json_w_str(&w, "model", shown_model(p, g));
+    wgllm_json_w_object(&w, "usage");
+    wgllm_json_w_number(&w, "prompt_tokens", (double)tokens);
+    wgllm_json_w_number(&w, "total_tokens", (double)tokens);
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_w_end(&w, '}');
+    char *out = finish(&b);
+    if (!out) wgllm_openai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return out;
+}

@@ -1,0 +1,91 @@
+/*
+ * info.c - what `wgllm serve` says about itself: /v1/models (the served
+ * model and the --upstream names) and /metrics (the engine's counters and
+ * the server's, as Prometheus text). Server-only, so on cJSON; requests and
+ * their answers are the core's OpenAI layer (src/api/).
+ */
+#include "server/server.h"
+
+#include "base/strbuf.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *srv_models(struct srv *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->created);
+    cJSON_AddStringToObject(m, "owned_by", "wgllm");
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddStringToObject(meta, "arch", wgllm_model_arch(s->model));
+    cJSON_AddNumberToObject(meta, "n_vocab", wgllm_model_n_vocab(s->model));
+    cJSON_AddNumberToObject(meta, "n_ctx_train", wgllm_model_n_ctx_train(s->model));
+    cJSON_AddNumberToObject(meta, "n_embd", wgllm_model_n_embd(s->model));
+    cJSON_AddNumberToObject(meta, "size", (double)wgllm_model_size(s->model));
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddItemToArray(data, m);
+    for (int i = 0; i < wgllm_client_count(s->client); i++) {
+        const struct wgllm_endpoint_desc *d = wgllm_client_at(s->client, i);
+        cJSON *u = cJSON_CreateObject();
+        cJSON_AddStringToObject(u, "id", d->name);
+        cJSON_AddStringToObject(u, "object", "model");
+        cJSON_AddNumberToObject(u, "created", (double)s->created);
+        cJSON_AddStringToObject(u, "owned_by", "upstream");
+        cJSON *um = cJSON_AddObjectToObject(u, "meta");
+        cJSON_AddStringToObject(um, "upstream", d->base_url ? d->base_url : "");
+        if (d->model) cJSON_AddStringToObject(um, "upstream_model", d->model);
+        cJSON_AddItemToArray(data, u);
+    }
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return out;
+}
+
+/* ---- metrics -------------------------------------------------------------- */
+
+static void metric(struct wgllm_strbuf *b, const char *name, const char *type, const char *help, double v) {
+    wgllm_strbuf_printf(b, "# HELP wgllm_%s %s\n# TYPE wgllm_%s %s\nwgllm_%s %.17g\n", name, help, name, type, name, v);
+}
+
+char *srv_metrics(struct srv *s) {
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(s->engine, &m);
+    struct wgllm_strbuf b = {0};
+    metric(&b, "requests_submitted_total", "counter", "Requests accepted by the engine.", (double)m.requests_submitted);
+    metric(&b, "requests_finished_total", "counter", "Requests that ended (any reason).", (double)m.requests_finished);
+    metric(&b, "requests_cancelled_total", "counter", "Requests cancelled (client gone or asked).",
+           (double)m.requests_cancelled);
+    metric(&b, "requests_failed_total", "counter", "Requests that ended with an error.", (double)m.requests_failed);
+    metric(&b, "requests_refused_total", "counter", "Requests refused because the queue was full.",
+           (double)m.requests_refused);
+    metric(&b, "prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", (double)m.prompt_tokens);
+    metric(&b, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from a cache.",
+           (double)m.prompt_tokens_cached);
+    metric(&b, "generated_tokens_total", "counter", "Generated tokens.", (double)m.generated_tokens);
+    metric(&b, "cache_hits_total", "counter", "Requests that reused a cached prefix.", (double)m.cache_hits);
+    metric(&b, "evictions_total", "counter", "Idle slots evicted for another request.", (double)m.evictions);
+    metric(&b, "snapshots_saved_total", "counter", "Prefix snapshots saved.", (double)m.snapshots_saved);
+    metric(&b, "snapshots_restored_total", "counter", "Prefix snapshots restored.", (double)m.snapshots_restored);
+    metric(&b, "ticks_total", "counter", "Engine scheduler ticks.", (double)m.ticks);
+    metric(&b, "context_shifts_total", "counter", "Full slots shifted (--context-shift).", (double)m.context_shifts);
+    metric(&b, "device_sampled_tokens_total", "counter",
+           "Tokens picked on the device (WebGPU sampling: only their ids came back, not the logits).",
+           (double)m.device_sampled_tokens);
+    metric(&b, "queue_depth", "gauge", "Requests waiting for a slot.", m.queue_depth);
+    metric(&b, "active_slots", "gauge", "Slots serving a request.", m.active_slots);
+    metric(&b, "idle_slots", "gauge", "Slots holding a reusable cache.", m.idle_slots);
+    metric(&b, "snapshot_bytes", "gauge", "Host memory used by prefix snapshots.", (double)m.snapshot_bytes_used);
+    metric(&b, "http_requests_total", "counter", "HTTP requests answered.", (double)atomic_load(&s->http_requests));
+    metric(&b, "http_errors_total", "counter", "HTTP requests answered with a 4xx or 5xx status.",
+           (double)atomic_load(&s->http_errors));
+    if (b.oom) { /* a partial page would read as metrics gone to zero: answer 500 instead */
+        wgllm_strbuf_free(&b);
+        return NULL;
+    }
+    return wgllm_strbuf_take(&b);
+}

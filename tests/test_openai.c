@@ -1,0 +1,278 @@
+/*
+ * test_openai.c - the OpenAI layer of the core (src/api/, shared by `wgllm
+ * serve` and the browser): the defaults every request gets, the field
+ * mapping (repeat_penalty / repetition_penalty as one field), refusals with
+ * their status, param and code (unknown fields, types, ranges, the JSON
+ * budgets, NULs), error objects byte for byte, and answers built from a real
+ * greedy generation on a synthetic model: the whole response, the stream's
+ * chunks whose text adds up to it, logprobs in both shapes, usage.
+ */
+#include "test.h"
+
+#include "base/json.h"
+#include "model/synth.h"
+#include "wgllm.h"
+
+static const char *CHATML =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+static struct wgllm_model *g_model;
+static struct wgllm_engine *g_eng;
+static struct wgllm_openai_params g_p;
+
+static bool parse(enum wgllm_openai_endpoint ep, const char *body, struct wgllm_openai_request *rq,
+                  struct wgllm_openai_error *e) {
+    return wgllm_openai_parse(&g_p, ep, body, strlen(body), rq, e);
+}
+
+/* A refusal of body with this status, param ("" = null) and code (NULL = null). */
+static void refused(enum wgllm_openai_endpoint ep, const char *body, int status, const char *param, const char *code) {
+    struct wgllm_openai_request rq;
+    struct wgllm_openai_error e;
+    const bool ok = parse(ep, body, &rq, &e);
+    wgllm_openai_request_free(&rq);
+    if (ok) {
+        fprintf(stderr, "  accepted: %s\n", body);
+        CHECK(!ok);
+        return;
+    }
+    if (e.status != status || strcmp(e.param, param) || (code ? !e.code || strcmp(e.code, code) : e.code != NULL))
+        fprintf(stderr, "  %s -> %d '%s' %s: %s\n", body, e.status, e.param, e.code ? e.code : "null", e.message);
+    CHECK_EQ_INT(e.status, status);
+    CHECK_STR(e.param, param);
+    CHECK(code ? e.code && !strcmp(e.code, code) : e.code == NULL);
+    CHECK(e.message[0] != 0);
+}
+
+TEST(defaults_are_llama_cpp_servers) {
+    struct wgllm_openai_request rq;
+    struct wgllm_openai_error e;
+    CHECK(parse(WGLLM_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &rq, &e));
+    const struct wgllm_sampler_params *sp = &rq.rp.sampling;
+    CHECK_NEAR(sp->temperature, 0.8, 1e-6);
+    CHECK_EQ_INT(sp->top_k, 40);
+    CHECK_NEAR(sp->top_p, 0.95, 1e-6);
+    CHECK_NEAR(sp->min_p, 0.05, 1e-6);
+    CHECK_NEAR(sp->repeat_penalty, 1, 0);
+    CHECK_EQ_INT(sp->penalty_last_n, 64);
+    CHECK_EQ_INT(rq.rp.max_tokens, 0);
+    CHECK(!rq.stream && !rq.logprobs && rq.rp.context_key == NULL);
+    wgllm_openai_request_free(&rq);
+    /* both spellings of the repetition penalty set the same field */
+    CHECK(parse(WGLLM_OPENAI_COMPLETIONS, "{\"prompt\":\"x\",\"repetition_penalty\":1.3,\"seed\":7,\"top_k\":5}", &rq,
+                &e));
+    CHECK_NEAR(rq.rp.sampling.repeat_penalty, 1.3, 1e-6);
+    CHECK_EQ_INT(rq.rp.sampling.seed, 7);
+    CHECK_EQ_INT(rq.rp.sampling.top_k, 5);
+    wgllm_openai_request_free(&rq);
+    CHECK(parse(WGLLM_OPENAI_COMPLETIONS, "{\"prompt\":\"a\\u0000b\",\"repeat_penalty\":1.2,\"context_key\":\"k\"}",
+                &rq, &e));
+    CHECK_NEAR(rq.rp.sampling.repeat_penalty, 1.2, 1e-6);
+    CHECK(rq.prompt_len == 3 && !memcmp(rq.prompt, "a\0b", 3)); /* a prompt goes with its length */
+    CHECK_STR(rq.rp.context_key, "k");
+    wgllm_openai_request_free(&rq);
+}
+
+TEST(refusals_name_the_field) {
+    const enum wgllm_openai_endpoint C = WGLLM_OPENAI_CHAT, P = WGLLM_OPENAI_COMPLETIONS, E = WGLLM_OPENAI_EMBEDDINGS;
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"frobnicate\":1}", 400, "frobnicate", NULL);
+    refused(C, "{\"messages\":[]}", 400, "messages", NULL);
+    refused(C, "{}", 400, "messages", NULL);
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content", NULL);
+    refused(C, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400, "messages[0].role", NULL);
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000\"}]}", 400, "messages[0].content", NULL);
+    refused(P, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", 400, "temperature", NULL);
+    refused(P, "{\"prompt\":\"x\",\"temperature\":-1}", 400, "temperature", NULL);
+    refused(P, "{\"prompt\":\"x\",\"temperature\":1e999}", 400, "temperature", NULL);
+    refused(P, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens", NULL);
+    refused(P, "{\"prompt\":\"x\",\"max_tokens\":1.5}", 400, "max_tokens", NULL);
+    refused(P, "{\"prompt\":\"x\",\"max_tokens\":5000}", 400, "max_tokens", NULL); /* over params.max_tokens */
+    refused(P, "{\"prompt\":\"x\",\"repetition_penalty\":0}", 400, "repetition_penalty", NULL);
+    refused(P, "{\"prompt\":\"x\",\"repetition_penalty\":1,\"repeat_penalty\":1}", 400, "repetition_penalty", NULL);
+    refused(P, "{\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs", NULL);
+    refused(P, "{\"prompt\":\"x\",\"stop\":[\"a\",1]}", 400, "stop", NULL);
+    refused(P, "{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", 400, "logit_bias", NULL);
+    refused(P, "{\"prompt\":\"x\",\"logit_bias\":{\" 1\":1}}", 400, "logit_bias", NULL);
+    refused(P, "{\"prompt\":\"x\",\"logit_bias\":{\"1\\u0000\":1}}", 400, "logit_bias", NULL);
+    refused(P, "{\"prompt\":\"x\",\"n\":2}", 400, "n", NULL);
+    refused(P, "{\"prompt\":\"x\",\"model\":\"gpt-4\"}", 404, "model", "model_not_found");
+    refused(P, "[1]", 400, "body", NULL);
+    refused(P, "{\"prompt\":\"x\",}", 400, "", "invalid_json");
+    refused(P, "{\"prompt\":\"\\ud800\"}", 400, "", "invalid_json");
+    refused(P, "{\"prompt\":\"\xff\"}", 400, "", "invalid_utf8");
+    refused(P, "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]", 400, "", "json_too_deep");
+    refused(E, "{\"input\":\"x\",\"encoding_format\":\"hex\"}", 400, "encoding_format", NULL);
+    refused(E, "{\"input\":[1]}", 400, "input", NULL);
+    refused(E, "{\"input\":\"x\",\"dimensions\":3}", 400, "dimensions", NULL);
+    /* the model's own names are accepted */
+    struct wgllm_openai_request rq;
+    struct wgllm_openai_error e;
+    CHECK(parse(P, "{\"prompt\":\"x\",\"model\":\"tiny\"}", &rq, &e));
+    wgllm_openai_request_free(&rq);
+    CHECK(parse(P, "{\"prompt\":\"x\",\"model\":\"/m/tiny.gguf\"}", &rq, &e));
+    wgllm_openai_request_free(&rq);
+}
+
+TEST(error_json_bytes) {
+    struct wgllm_openai_error e;
+    wgllm_openai_error_set(&e, 400, "invalid_request_error", "temperature", NULL, "'%s' \"bad\"\n", "temperature");
+    char *j = wgllm_openai_error_json(&e);
+    CHECK_STR(j, "{\"error\":{\"message\":\"'temperature' \\\"bad\\\"\\n\",\"type\":\"invalid_request_error\","
+                 "\"param\":\"temperature\",\"code\":null}}");
+    free(j);
+    wgllm_openai_error_set(&e, 503, "server_error", NULL, "queue_full", "full");
+    j = wgllm_openai_error_json(&e);
+    CHECK_STR(j, "{\"error\":{\"message\":\"full\",\"type\":\"server_error\",\"param\":null,\"code\":\"queue_full\"}}");
+    free(j);
+}
+
+/* Collects the streamed pieces as chunks, as a server or the browser does. */
+struct collect {
+    const struct wgllm_openai_request *rq;
+    struct wgllm_strbuf text; /* the pieces, concatenated */
+    int n_chunks;
+    bool bad_chunk;
+};
+
+static bool on_piece(const char *text, size_t len, int32_t token, float logprob, void *ud) {
+    struct collect *c = ud;
+    char *chunk = wgllm_openai_chunk_token(&g_p, c->rq, "id-1", text, len, token, logprob);
+    if (chunk) {
+        struct wgllm_json_doc d;
+        struct wgllm_json_error je;
+        if (!wgllm_json_parse(chunk, strlen(chunk), NULL, &d, &je)) c->bad_chunk = true;
+        const struct wgllm_json *ch = wgllm_json_first(wgllm_json_get(wgllm_json_root(&d), "choices"));
+        const struct wgllm_json *t = c->rq->endpoint == WGLLM_OPENAI_CHAT
+                                         ? wgllm_json_get(wgllm_json_get(ch, "delta"), "content")
+                                         : wgllm_json_get(ch, "text");
+        if (t && t->type == WGLLM_JSON_STRING) wgllm_strbuf_put(&c->text, t->str, t->len);
+        else c->bad_chunk = true;
+        wgllm_json_doc_free(&d);
+        c->n_chunks++;
+        free(chunk);
+    }
+    return true;
+}
+
+/* Runs body through the engine (streaming into chunks) and checks the answers. */
+static void run(enum wgllm_openai_endpoint ep, const char *body) {
+    struct wgllm_openai_request rq;
+    struct wgllm_openai_error e;
+    CHECK(parse(ep, body, &rq, &e));
+    struct collect c = {.rq = &rq};
+    rq.rp.on_token = on_piece;
+    rq.rp.user_data = &c;
+    struct wgllm_request *req = NULL;
+    struct wgllm_error err = {0};
+    const enum wgllm_status st = ep == WGLLM_OPENAI_CHAT
+                                     ? wgllm_engine_submit_chat(g_eng, rq.msgs, rq.n_msgs, &rq.rp, &req, &err)
+                                     : wgllm_engine_submit_query(g_eng, rq.prompt, rq.prompt_len, &rq.rp, &req, &err);
+    CHECK_EQ_INT(st, WGLLM_STATUS_OK);
+    if (st != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  submit: %s\n", err.message);
+        wgllm_openai_request_free(&rq);
+        return;
+    }
+    struct wgllm_result r;
+    wgllm_request_wait(req, &r);
+    CHECK(r.finish == WGLLM_FINISH_LENGTH);
+    CHECK(!c.bad_chunk && c.n_chunks > 0);
+    char *resp = wgllm_openai_response(&g_p, &rq, "id-1", &r);
+    struct wgllm_json_doc d;
+    struct wgllm_json_error je;
+    CHECK(resp && wgllm_json_parse(resp, strlen(resp), NULL, &d, &je));
+    const struct wgllm_json *o = wgllm_json_root(&d);
+    CHECK_STR(wgllm_json_get(o, "object")->str, ep == WGLLM_OPENAI_CHAT ? "chat.completion" : "text_completion");
+    CHECK_STR(wgllm_json_get(o, "model")->str, "tiny.gguf");
+    const struct wgllm_json *ch = wgllm_json_first(wgllm_json_get(o, "choices"));
+    const struct wgllm_json *t = ep == WGLLM_OPENAI_CHAT ? wgllm_json_get(wgllm_json_get(ch, "message"), "content")
+                                                        : wgllm_json_get(ch, "text");
+    /* the stream's pieces add up to the whole answer's text */
+    CHECK(t && t->len == c.text.len && !memcmp(t->str, c.text.data ? c.text.data : "", t->len));
+    CHECK_STR(wgllm_json_get(ch, "finish_reason")->str, "length");
+    const struct wgllm_json *u = wgllm_json_get(o, "usage");
+    CHECK_EQ_INT(wgllm_json_get(u, "completion_tokens")->num, r.usage.completion_tokens);
+    CHECK_EQ_INT(wgllm_json_get(u, "total_tokens")->num, r.usage.prompt_tokens + r.usage.completion_tokens);
+    const struct wgllm_json *lp = wgllm_json_get(ch, "logprobs");
+    if (rq.logprobs) {
+        const struct wgllm_json *list = ep == WGLLM_OPENAI_CHAT ? wgllm_json_get(lp, "content")
+                                                                : wgllm_json_get(lp, "tokens");
+        CHECK(list && (int)list->count == r.n_tokens);
+        if (ep == WGLLM_OPENAI_CHAT) {
+            const struct wgllm_json *alts = wgllm_json_get(wgllm_json_first(list), "top_logprobs");
+            CHECK(alts && (int)alts->count == rq.top_logprobs);
+        } else {
+            CHECK((int)wgllm_json_get(lp, "text_offset")->count == r.n_tokens);
+        }
+    } else {
+        CHECK(lp && lp->type == WGLLM_JSON_NULL);
+    }
+    wgllm_json_doc_free(&d);
+    free(resp);
+    /* the stream's end: [logprobs], finish, [usage] */
+    char *end[3];
+    const int n = wgllm_openai_chunks_end(&g_p, &rq, "id-1", &r, end);
+    CHECK_EQ_INT(n, 1 + (rq.logprobs && rq.top_logprobs > 0) + rq.include_usage);
+    for (int i = 0; i < n; i++) {
+        CHECK(strstr(end[i], "\"object\":\"") != NULL);
+        free(end[i]);
+    }
+    char *first = wgllm_openai_chunk_first(&g_p, &rq, "id-1");
+    CHECK(ep == WGLLM_OPENAI_CHAT ? first && strstr(first, "\"role\":\"assistant\"") : !first);
+    free(first);
+    wgllm_result_free(&r);
+    wgllm_strbuf_free(&c.text);
+    wgllm_openai_request_free(&rq);
+}
+
+TEST(answers_of_a_generation) {
+    run(WGLLM_OPENAI_COMPLETIONS, "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"temperature\":0,"
+                                  "\"ignore_eos\":true}");
+    run(WGLLM_OPENAI_COMPLETIONS, "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0,"
+                                  "\"ignore_eos\":true,\"logprobs\":3,\"stream_options\":{\"include_usage\":true}}");
+    run(WGLLM_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":5,"
+                           "\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"top_logprobs\":2}");
+    run(WGLLM_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":5,"
+                           "\"ignore_eos\":true,\"seed\":3,\"logprobs\":true}");
+}
+
+TEST(embeddings) {
+    struct wgllm_openai_request rq;
+    struct wgllm_openai_error e;
+    CHECK(parse(WGLLM_OPENAI_EMBEDDINGS, "{\"input\":[\"a\",\"bc\"],\"pooling\":\"mean\"}", &rq, &e));
+    char *out = wgllm_openai_embeddings(&g_p, &rq, &e);
+    CHECK(out != NULL);
+    struct wgllm_json_doc d;
+    struct wgllm_json_error je;
+    CHECK(out && wgllm_json_parse(out, strlen(out), NULL, &d, &je));
+    const struct wgllm_json *data = wgllm_json_get(wgllm_json_root(&d), "data");
+    CHECK(data && data->count == 2);
+    CHECK_EQ_INT(wgllm_json_get(wgllm_json_at(data, 1), "embedding")->count, wgllm_model_n_embd(g_model));
+    wgllm_json_doc_free(&d);
+    free(out);
+    wgllm_openai_request_free(&rq);
+}
+
+int main(void) {
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    g_model = test_synth_model(&sp);
+    CHECK(g_model != NULL);
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_slots = 2, ep.n_ctx = 256, ep.chat_template = CHATML, ep.n_threads = 1;
+    struct wgllm_error err = {0};
+    if (!g_model || wgllm_engine_init(g_model, &ep, &g_eng, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "test_openai: no engine: %s\n", err.message);
+        return 1; /* a test whose setup fails fails */
+    }
+    g_p = (struct wgllm_openai_params){.model = g_model, .engine = g_eng, .model_id = "tiny.gguf",
+                                       .model_alias = "/m/tiny.gguf", .max_tokens = 4096, .n_ctx = 256};
+    RUN(defaults_are_llama_cpp_servers);
+    RUN(refusals_name_the_field);
+    RUN(error_json_bytes);
+    RUN(answers_of_a_generation);
+    RUN(embeddings);
+    wgllm_engine_free(g_eng);
+    wgllm_model_free(g_model);
+    return test_summary("test_openai");
+}
