@@ -744,6 +744,8 @@ struct wgllm_openai_request {
     struct wgllm_logit_bias *bias;
     char **stops;
     char *context_key;
+    char *grammar;             /* GBNF from grammar, json_schema or response_format */
+    const char *grammar_param; /* which of them, for errors */
 };
 
 /* Parses and validates a request body (len bytes of JSON text) for `endpoint`.

@@ -7,6 +7,7 @@
  * greedy generation on a synthetic model: the whole response, the stream's
  * chunks whose text adds up to it, logprobs in both shapes, usage.
  */
+#include "grammar/grammar.h"
 #include "test.h"
 
 #include "base/json.h"
@@ -237,6 +238,113 @@ TEST(answers_of_a_generation) {
                            "\"ignore_eos\":true,\"seed\":3,\"logprobs\":true}");
 }
 
+/* Generates body's answer (greedy) and returns its text (malloc'd), or NULL with err. */
+static char *answer(enum wgllm_openai_endpoint ep, const char *body, struct wgllm_result *r,
+                    struct wgllm_openai_error *oe) {
+    struct wgllm_openai_request rq;
+    if (!parse(ep, body, &rq, oe)) {
+        wgllm_openai_request_free(&rq);
+        return NULL;
+    }
+    struct wgllm_request *req = NULL;
+    struct wgllm_error err = {0};
+    const enum wgllm_status st = ep == WGLLM_OPENAI_CHAT
+                                     ? wgllm_engine_submit_chat(g_eng, rq.msgs, rq.n_msgs, &rq.rp, &req, &err)
+                                     : wgllm_engine_submit_query(g_eng, rq.prompt, rq.prompt_len, &rq.rp, &req, &err);
+    if (st != WGLLM_STATUS_OK) {
+        wgllm_openai_error_from_engine(oe, &rq, st, err.message);
+        wgllm_openai_request_free(&rq);
+        return NULL;
+    }
+    wgllm_request_wait(req, r);
+    wgllm_openai_request_free(&rq);
+    return strdup(r->text);
+}
+
+TEST(structured_output) {
+    struct wgllm_openai_request rq;
+    struct wgllm_openai_error e;
+    CHECK(parse(WGLLM_OPENAI_CHAT,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+                "\"json_schema\":{\"name\":\"n\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}}", &rq, &e));
+    CHECK(rq.rp.grammar && rq.rp.grammar_len == strlen(rq.rp.grammar) && strstr(rq.rp.grammar, "root ::=") != NULL);
+    wgllm_openai_request_free(&rq);
+    CHECK(parse(WGLLM_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"text\"}}",
+                &rq, &e));
+    CHECK(rq.rp.grammar == NULL);
+    wgllm_openai_request_free(&rq);
+    const char *M = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";
+    char b[600];
+    snprintf(b, sizeof b, "%s\"response_format\":{\"type\":\"xml\"}}", M);
+    refused(WGLLM_OPENAI_CHAT, b, 400, "response_format", NULL);
+    snprintf(b, sizeof b, "%s\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\"}}}", M);
+    refused(WGLLM_OPENAI_CHAT, b, 400, "response_format", NULL);
+    snprintf(b, sizeof b, "%s\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"not\":{}}}}}", M);
+    refused(WGLLM_OPENAI_CHAT, b, 400, "response_format", "invalid_schema");
+    snprintf(b, sizeof b, "%s\"json_schema\":{\"type\":\"string\",\"format\":\"ipv4\"}}", M);
+    refused(WGLLM_OPENAI_CHAT, b, 400, "json_schema", "invalid_schema");
+    snprintf(b, sizeof b, "%s\"grammar\":\"root ::= x\",\"json_schema\":{}}", M);
+    refused(WGLLM_OPENAI_CHAT, b, 400, "grammar", NULL);
+    refused(WGLLM_OPENAI_COMPLETIONS, "{\"prompt\":\"x\",\"grammar\":7}", 400, "grammar", NULL);
+    /* completions take no response_format (OpenAI's), but grammar and json_schema */
+    refused(WGLLM_OPENAI_COMPLETIONS, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}", 400,
+            "response_format", NULL);
+
+    /* generated: the text is what the constraint allows */
+    struct wgllm_result r;
+    char *t = answer(WGLLM_OPENAI_COMPLETIONS, "{\"prompt\":\"Is it?\",\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\"\","
+                                               "\"temperature\":0,\"max_tokens\":8}", &r, &e);
+    CHECK(t && (!strcmp(t, "yes") || !strcmp(t, "no")));
+    CHECK(t && r.finish == WGLLM_FINISH_STOP);
+    if (t) wgllm_result_free(&r);
+    free(t);
+    snprintf(b, sizeof b, "%s\"temperature\":0,\"max_tokens\":60,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+             "{\"name\":\"digit\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0,"
+             "\"maximum\":9}},\"required\":[\"a\"]}}}}", M);
+    t = answer(WGLLM_OPENAI_CHAT, b, &r, &e);
+    CHECK(t != NULL);
+    if (t) {
+        struct wgllm_json_doc d;
+        struct wgllm_json_error je;
+        const bool ok = wgllm_json_parse(t, strlen(t), NULL, &d, &je);
+        if (!ok) fprintf(stderr, "  not JSON: %s\n", t);
+        CHECK(ok);
+        const struct wgllm_json *a = ok ? wgllm_json_get(wgllm_json_root(&d), "a") : NULL;
+        CHECK(a && a->type == WGLLM_JSON_NUMBER && a->integral && a->num >= 0 && a->num <= 9);
+        CHECK(ok && wgllm_json_root(&d)->count == 1);
+        if (ok) wgllm_json_doc_free(&d);
+        CHECK_EQ_INT(r.finish, WGLLM_FINISH_STOP);
+        wgllm_result_free(&r);
+        free(t);
+    }
+    /* json_object: a random model's object may run to max_tokens, but every prefix is one the grammar allows */
+    snprintf(b, sizeof b, "%s\"temperature\":0,\"max_tokens\":24,\"response_format\":{\"type\":\"json_object\"}}", M);
+    t = answer(WGLLM_OPENAI_CHAT, b, &r, &e);
+    CHECK(t != NULL);
+    if (t) {
+        char *gbnf = NULL;
+        struct wgllm_grammar *g = NULL;
+        struct wgllm_grammar_state *st = NULL;
+        CHECK(wgllm_json_schema_to_grammar("{\"type\":\"object\"}", 17, &gbnf, NULL) == WGLLM_STATUS_OK);
+        CHECK(gbnf && wgllm_grammar_parse(gbnf, strlen(gbnf), NULL, &g, NULL) == WGLLM_STATUS_OK);
+        CHECK(g && wgllm_grammar_state_init(g, &st, NULL) == WGLLM_STATUS_OK);
+        CHECK(st && t[0] == '{' && wgllm_grammar_state_accept_text(st, t, strlen(t), NULL) == WGLLM_STATUS_OK);
+        CHECK(r.finish == WGLLM_FINISH_LENGTH || (st && wgllm_grammar_state_can_end(st)));
+        wgllm_grammar_state_free(st);
+        wgllm_grammar_free(g);
+        free(gbnf);
+        wgllm_result_free(&r);
+        free(t);
+    }
+    /* a grammar that does not read: 400 naming where */
+    t = answer(WGLLM_OPENAI_COMPLETIONS, "{\"prompt\":\"x\",\"grammar\":\"root ::= (\\\"a\\\"\"}", &r, &e);
+    CHECK(t == NULL);
+    CHECK_EQ_INT(e.status, 400);
+    CHECK_STR(e.param, "grammar");
+    CHECK(e.code && !strcmp(e.code, "invalid_grammar"));
+    CHECK(strstr(e.message, "line 1 column") != NULL);
+}
+
 TEST(embeddings) {
     struct wgllm_openai_request rq;
     struct wgllm_openai_error e;
@@ -272,6 +380,7 @@ int main(void) {
     RUN(error_json_bytes);
     RUN(answers_of_a_generation);
     RUN(embeddings);
+    RUN(structured_output);
     wgllm_engine_free(g_eng);
     wgllm_model_free(g_model);
     return test_summary("test_openai");

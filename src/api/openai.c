@@ -54,6 +54,9 @@ void wgllm_openai_error_from_engine(struct wgllm_openai_error *e, const struct w
                                "context_length_exceeded", "%s", msg);
     else if (st == WGLLM_STATUS_UNSUPPORTED && strstr(msg, "queue is full"))
         wgllm_openai_error_set(e, 503, "server_error", NULL, "queue_full", "%s", msg);
+    else if ((st == WGLLM_STATUS_BAD_FORMAT || st == WGLLM_STATUS_INVALID_ARGUMENT) && !strncmp(msg, "grammar: ", 9))
+        wgllm_openai_error_set(e, 400, "invalid_request_error", req && req->grammar_param ? req->grammar_param : "grammar",
+                               "invalid_grammar", "%s", msg);
     else if (st == WGLLM_STATUS_INVALID_ARGUMENT || st == WGLLM_STATUS_UNSUPPORTED)
         wgllm_openai_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", msg);
     else
@@ -129,7 +132,8 @@ static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "suffix", "bes
 static const char *const COMMON_FIELDS[] = {
     "model", "max_tokens", "temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty",
     "logit_bias", "logprobs", "n", "user", "stream", "stream_options", "top_k", "min_p", "typical_p",
-    "repeat_penalty", "repetition_penalty", "repeat_last_n", "ignore_eos", "cache_prompt", "context_key", NULL};
+    "repeat_penalty", "repeat_last_n", "repetition_penalty", "ignore_eos", "cache_prompt", "context_key",
+    "grammar", "json_schema", NULL};
 static const char *const EMBED_FIELDS[] = {"model", "input", "encoding_format", "dimensions", "user", "pooling",
                                            NULL};
 
@@ -308,6 +312,73 @@ static bool parse_bias(const struct wgllm_openai_params *ap, const J *body, stru
     return true;
 }
 
+/* The text of a schema given as JSON (an object or true), for the converter. */
+static bool schema_grammar(const J *schema, const char *param, struct wgllm_openai_request *g,
+                           struct wgllm_openai_error *e) {
+    if (!wgllm_json_is(schema, WGLLM_JSON_OBJECT) && !wgllm_json_is(schema, WGLLM_JSON_TRUE))
+        return bad(e, param, "'%s' must be a JSON Schema (an object)%s", "");
+    struct wgllm_strbuf text = {0};
+    struct wgllm_json_writer w;
+    wgllm_json_w_init(&w, &text);
+    wgllm_json_w_value(&w, NULL, schema);
+    if (text.oom) return wgllm_strbuf_free(&text), bad(e, param, "out of memory for '%s'%s", "");
+    struct wgllm_error err = {0};
+    const enum wgllm_status st = wgllm_json_schema_to_grammar(text.data, text.len, &g->grammar, &err);
+    wgllm_strbuf_free(&text);
+    if (st != WGLLM_STATUS_OK) {
+        wgllm_openai_error_set(e, 400, "invalid_request_error", param, "invalid_schema", "%s", err.message);
+        return false;
+    }
+    g->grammar_param = param;
+    return true;
+}
+
+/* Structured output: response_format (json_object, json_schema), and the
+ * local-only grammar (GBNF) and json_schema fields of llama.cpp's server.
+ * All become one GBNF grammar in rp; at most one of them may be given. */
+static bool parse_structured(const J *body, bool chat, struct wgllm_openai_request *g, struct wgllm_openai_error *e) {
+    const J *rf = chat ? wgllm_json_get(body, "response_format") : NULL;
+    const J *gr = wgllm_json_get(body, "grammar"), *js = wgllm_json_get(body, "json_schema");
+    const J *rft = wgllm_json_get(rf, "type");
+    if (!wgllm_json_is_null(rf)) {
+        if (!wgllm_json_is(rf, WGLLM_JSON_OBJECT) || !wgllm_json_is(rft, WGLLM_JSON_STRING))
+            return bad(e, "response_format", "'%s' must be an object with a string 'type'%s", "");
+        if (!strcmp(rft->str, "text")) rf = NULL;
+        else if (strcmp(rft->str, "json_object") && strcmp(rft->str, "json_schema"))
+            return bad(e, "response_format", "'%s': type must be text, json_object or json_schema, not '%s'", rft->str);
+    }
+    const int given = !wgllm_json_is_null(rf) + !wgllm_json_is_null(gr) + !wgllm_json_is_null(js);
+    if (given > 1) return bad(e, "grammar", "'%s', 'json_schema' and 'response_format' exclude each other%s", "");
+    if (given == 0) return true;
+    if (g->upstream)
+        return bad(e, !wgllm_json_is_null(gr) ? "grammar" : !wgllm_json_is_null(js) ? "json_schema" : "response_format",
+                   "'%s' is not forwarded to upstream '%s' (structured output runs on the local model)", g->upstream);
+    if (!wgllm_json_is_null(gr)) {
+        if (!wgllm_json_is(gr, WGLLM_JSON_STRING) || !gr->len) return bad(e, "grammar", "'%s' must be a non-empty string (GBNF)%s", "");
+        if (!c_string(gr, "grammar", e)) return false;
+        if (!(g->grammar = dupn(gr->str, gr->len))) return bad(e, "grammar", "out of memory for '%s'%s", "");
+        g->grammar_param = "grammar";
+    } else if (!wgllm_json_is_null(js)) {
+        if (!schema_grammar(js, "json_schema", g, e)) return false;
+    } else if (!strcmp(rft->str, "json_object")) {
+        static const char OBJECT[] = "{\"type\":\"object\"}";
+        struct wgllm_error err = {0};
+        if (wgllm_json_schema_to_grammar(OBJECT, sizeof OBJECT - 1, &g->grammar, &err) != WGLLM_STATUS_OK)
+            return bad(e, "response_format", "'%s': %s", err.message);
+        g->grammar_param = "response_format";
+    } else {
+        const J *jsd = wgllm_json_get(rf, "json_schema");
+        if (!wgllm_json_is(jsd, WGLLM_JSON_OBJECT))
+            return bad(e, "response_format", "'%s': type json_schema needs 'json_schema': {name, schema}%s", "");
+        const J *sch = wgllm_json_get(jsd, "schema");
+        if (!sch) return bad(e, "response_format", "'%s': json_schema needs a 'schema'%s", "");
+        if (!schema_grammar(sch, "response_format", g, e)) return false;
+    }
+    g->rp.grammar = g->grammar;
+    g->rp.grammar_len = strlen(g->grammar);
+    return true;
+}
+
 static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struct wgllm_openai_request *g,
                       struct wgllm_openai_error *e) {
     const bool chat = g->endpoint == WGLLM_OPENAI_CHAT;
@@ -395,10 +466,6 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
         const J *tools = wgllm_json_get(body, "tools");
         if (!wgllm_json_is_null(tools) && !(tools->type == WGLLM_JSON_ARRAY && tools->count == 0))
             return bad(e, "tools", "'%s' is not supported by this server yet%s", "");
-        const J *rf = wgllm_json_get(body, "response_format");
-        const J *rft = wgllm_json_get(rf, "type");
-        if (!wgllm_json_is_null(rf) && !(wgllm_json_is(rft, WGLLM_JSON_STRING) && !strcmp(rft->str, "text")))
-            return bad(e, "response_format", "'%s': only {\"type\": \"text\"} is supported%s", "");
     } else {
         int lp = -1;
         bool lpp = false;
@@ -412,7 +479,7 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
         if (!get_int(body, "best_of", 1, 1, &best_of, NULL, e)) return false;
     }
     if (g->logprobs) sp->n_probs = g->top_logprobs;
-    if (!parse_stop(body, g, e) || !parse_bias(ap, body, g, e)) return false;
+    if (!parse_stop(body, g, e) || !parse_bias(ap, body, g, e) || !parse_structured(body, chat, g, e)) return false;
     /* the upstream's tokens are not known here */
     if (g->upstream && g->logprobs) return bad(e, "logprobs", "'%s' is not forwarded to upstream '%s'", g->upstream);
     return true;
@@ -559,6 +626,7 @@ void wgllm_openai_request_free(struct wgllm_openai_request *g) {
     free(g->stops);
     free(g->bias);
     free(g->context_key);
+    free(g->grammar);
     for (int i = 0; g->inputs && i < g->n_inputs; i++) free(g->inputs[i]);
     free(g->inputs);
     free(g->input_lens);

@@ -229,6 +229,60 @@ test('embeddings: float and base64 decode to the same numbers', async () => {
     'encoding_format');
 });
 
+test('structured output: response_format json_schema / json_object, grammar; bad schemas and grammars are 400s', async () => {
+  const schema = {
+    type: 'object',
+    properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer', minimum: 0, maximum: 120 },
+      tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 2 } },
+    required: ['name', 'age'], additionalProperties: false,
+  };
+  const check = (text) => {
+    const v = JSON.parse(text);
+    assert.deepEqual(Object.keys(v).filter((k) => !['name', 'age', 'tags'].includes(k)), [], text);
+    assert.equal(typeof v.name, 'string');
+    assert.ok(v.name.length <= 12, text);
+    assert.ok(Number.isInteger(v.age) && v.age >= 0 && v.age <= 120, text);
+    if ('tags' in v) assert.ok(Array.isArray(v.tags) && v.tags.length <= 2 && v.tags.every((t) => t === 'a' || t === 'b'), text);
+  };
+  const response_format = { type: 'json_schema', json_schema: { name: 'person', strict: true, schema } };
+  for (const seed of [0, 1, 2]) {
+    const req = { model: MODEL_ID, messages: MSGS, max_tokens: 80, temperature: seed ? 1 : 0, seed, response_format };
+    // the SDK's parse() reads message.parsed from the json_schema answer
+    const r = await client.chat.completions.parse(req);
+    assert.equal(r.choices[0].finish_reason, 'stop', r.choices[0].message.content);
+    check(r.choices[0].message.content);
+    assert.deepEqual(r.choices[0].message.parsed, JSON.parse(r.choices[0].message.content));
+    // streamed: the same text as the whole answer (greedy), chunk by chunk
+    if (!seed) {
+      let text = '';
+      for await (const c of await client.chat.completions.create({ ...req, stream: true })) text += c.choices[0]?.delta?.content ?? '';
+      assert.equal(text, r.choices[0].message.content);
+    }
+  }
+  // json_object: any object; on a random model its strings can run to max_tokens (the C test
+  // checks such a prefix against the grammar), a finished one must parse
+  for (const seed of [1, 2, 3]) {
+    const obj = await client.chat.completions.create({ model: MODEL_ID, messages: MSGS, max_tokens: 48, temperature: 1,
+      top_k: 3, seed, response_format: { type: 'json_object' } });
+    const text = obj.choices[0].message.content;
+    assert.equal(text[0], '{', text);
+    assert.ok(['stop', 'length'].includes(obj.choices[0].finish_reason));
+    if (obj.choices[0].finish_reason !== 'stop') continue;
+    const parsed = JSON.parse(text);
+    assert.equal(typeof parsed, 'object');
+    assert.ok(!Array.isArray(parsed) && parsed !== null, text);
+  }
+  const g = await post('/v1/completions', { prompt: 'Answer:', max_tokens: 8, temperature: 0, grammar: 'root ::= "yes" | "no"' });
+  assert.equal(g.status, 200);
+  assert.ok(['yes', 'no'].includes(g.json.choices[0].text), g.json.choices[0].text);
+  const js = await post('/v1/completions', { prompt: 'N:', max_tokens: 8, temperature: 0, json_schema: { type: 'integer', minimum: 3, maximum: 7 } });
+  assert.ok([3, 4, 5, 6, 7].includes(JSON.parse(js.json.choices[0].text)), js.json.choices[0].text);
+  assertError(await post('/v1/chat/completions', { messages: MSGS, response_format: { type: 'json_schema',
+    json_schema: { name: 'x', schema: { type: 'string', format: 'hostname' } } } }), 400, 'response_format', 'invalid_schema');
+  assertError(await post('/v1/completions', { prompt: 'x', grammar: 'root ::= ("a"' }), 400, 'grammar', 'invalid_grammar');
+  assertError(await post('/v1/chat/completions', { messages: MSGS, response_format: { type: 'yaml' } }), 400, 'response_format');
+});
+
 test('errors: OpenAI shape and status', async () => {
   assertError(await post('/v1/chat/completions', '{"messages": ['), 400, null, 'invalid_json');
   assertError(await post('/v1/chat/completions', { model: MODEL_ID }), 400, 'messages');

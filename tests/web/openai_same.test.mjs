@@ -170,6 +170,12 @@ test('valid requests: the same answers, streamed and whole', { timeout: 300000 }
     'chat logprobs');
   await same('chat', { messages: MSGS, max_tokens: 4, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 2,
     stream: true }, 'streamed chat logprobs (one chunk before the finish)');
+  // structured output: the same grammar-constrained tokens on both sides
+  await same('chat', { messages: MSGS, max_tokens: 40, temperature: 0, response_format: { type: 'json_schema',
+    json_schema: { name: 'p', schema: { type: 'object', properties: { n: { type: 'integer', minimum: 0, maximum: 99 },
+      ok: { type: 'boolean' } }, required: ['n', 'ok'] } } } }, 'response_format json_schema');
+  await same('completions', { prompt: PROMPT, max_tokens: 12, seed: 5, grammar: 'root ::= ("yes" | "no") " " [a-z]{1,6}' },
+    'seeded grammar');
   // context_key: the second request reuses the first one's cache, on both sides alike
   const k1 = await same('chat', { messages: MSGS, max_tokens: 4, temperature: 0, ignore_eos: true, context_key: 'conv' },
     'context_key, first');
@@ -194,6 +200,8 @@ test('invalid requests: the same errors', { timeout: 120000 }, async () => {
     ['chat', { messages: MSGS, top_logprobs: 2 }, 'top_logprobs'],
     ['chat', { messages: MSGS, stream: 'yes' }, 'stream'],
     ['chat', { messages: [{ role: 'robot', content: 'x' }] }, 'messages[0].role'],
+    ['chat', { messages: MSGS, response_format: { type: 'json_schema', json_schema: { schema: { not: {} } } } }, 'response_format'],
+    ['completions', { prompt: PROMPT, grammar: 'root ::= (' }, 'grammar'],
   ];
   for (const [route, body, param] of cases) {
     const n = await same(route, body, `invalid: ${JSON.stringify(body).slice(0, 80)}`);
