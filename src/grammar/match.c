@@ -180,6 +180,17 @@ struct cache_entry {
 
 #define CACHE_ENTRIES 128
 
+struct memo_slot {
+    uint64_t key; /* stack << 21 | code point; UINT64_MAX = empty */
+    uint32_t off, len; /* its successors in vals */
+};
+
+struct memo {
+    struct memo_slot *slot;
+    size_t n_slots, n_used;
+    struct idset vals, one;
+};
+
 struct wgllm_grammar_state {
     const struct wgllm_grammar *g;
     struct node *nodes;
@@ -197,6 +208,7 @@ struct wgllm_grammar_state {
     int pn;           /* its bytes still to come (0: none) */
     bool over;        /* a budget was exceeded; what */
     char over_msg[160];
+    struct memo memo; /* successors per (stack, code point) during a mask walk */
     struct cache_entry cache[CACHE_ENTRIES];
     size_t cache_next;
     uint64_t hits;
@@ -369,20 +381,81 @@ static bool expand(struct wgllm_grammar_state *st, uint32_t s, struct idset *out
 }
 
 /* out = the stacks of `in` after code point c (sorted). */
-static bool accept_cp(struct wgllm_grammar_state *st, const uint32_t *in, size_t n_in, uint32_t c, struct idset *out) {
+/* The stacks one stack s becomes after code point c, appended to out (its own batch). */
+static bool step_one(struct wgllm_grammar_state *st, uint32_t s, uint32_t c, struct idset *out) {
     const struct wgllm_grammar *g = st->g;
-    out->n = 0;
-    if (!batch(st)) return false;
-    for (size_t i = 0; i < n_in; i++) {
-        const uint32_t s = in[i];
-        if (s == 0) continue;
-        const uint32_t p = st->nodes[s].top;
-        if (is_token(g->flat[p].type) || !match(g, p, c)) continue;
-        const uint32_t q = g->after[p];
-        uint32_t next = st->nodes[s].below;
-        if (!is_end(g->flat[q].type) && (next = intern(st, q, next)) == UINT32_MAX) return false;
-        if (!expand(st, next, out)) return false;
+    const uint32_t p = st->nodes[s].top;
+    if (is_token(g->flat[p].type) || !match(g, p, c)) return true;
+    const uint32_t q = g->after[p];
+    uint32_t next = st->nodes[s].below;
+    if (!is_end(g->flat[q].type) && (next = intern(st, q, next)) == UINT32_MAX) return false;
+    return expand(st, next, out);
+}
+
+/* During a mask walk the same stack meets the same code point under many
+ * trie nodes (every token with the same prefix class): its successors are
+ * remembered per (stack, code point) for the walk. */
+static bool memo_step(struct wgllm_grammar_state *st, uint32_t s, uint32_t c, struct idset *out) {
+    struct memo *m = &st->memo;
+    const uint64_t key = (uint64_t)s << 21 | c; /* code points are < 2^21 */
+    if ((m->n_used + 1) * 2 > m->n_slots) {
+        const size_t ns = m->n_slots ? m->n_slots * 2 : 4096;
+        struct memo_slot *slot = malloc(ns * sizeof *slot);
+        if (!slot) return over(st, "out of memory", 0), false;
+        for (size_t i = 0; i < ns; i++) slot[i].key = UINT64_MAX;
+        for (size_t i = 0; i < m->n_slots; i++) {
+            if (m->slot[i].key == UINT64_MAX) continue;
+            size_t h = (size_t)mix(m->slot[i].key ^ st->seed) & (ns - 1);
+            while (slot[h].key != UINT64_MAX) h = (h + 1) & (ns - 1);
+            slot[h] = m->slot[i];
+        }
+        free(m->slot);
+        m->slot = slot, m->n_slots = ns;
     }
+    size_t h = (size_t)mix(key ^ st->seed) & (m->n_slots - 1);
+    while (m->slot[h].key != UINT64_MAX && m->slot[h].key != key) h = (h + 1) & (m->n_slots - 1);
+    if (m->slot[h].key == UINT64_MAX) {
+        const size_t off = m->vals.n;
+        m->one.n = 0;
+        if (!batch(st) || !step_one(st, s, c, &m->one)) return false;
+        for (size_t i = 0; i < m->one.n; i++)
+            if (!set_add(&m->vals, m->one.v[i])) return over(st, "out of memory", 0), false;
+        if (m->vals.n > UINT32_MAX) return over(st, "out of memory", 0), false;
+        m->slot[h] = (struct memo_slot){key, (uint32_t)off, (uint32_t)(m->vals.n - off)};
+        m->n_used++;
+    }
+    for (uint32_t i = 0; i < m->slot[h].len; i++)
+        if (!set_add(out, m->vals.v[m->slot[h].off + i])) return over(st, "out of memory", 0), false;
+    return true;
+}
+
+static void memo_clear(struct wgllm_grammar_state *st) {
+    struct memo *m = &st->memo;
+    for (size_t i = 0; i < m->n_slots; i++) m->slot[i].key = UINT64_MAX;
+    m->n_used = 0;
+    m->vals.n = 0;
+}
+
+/* out = the stacks of `in` after code point c (sorted, unique). */
+static bool accept_cp(struct wgllm_grammar_state *st, const uint32_t *in, size_t n_in, uint32_t c, struct idset *out) {
+    out->n = 0;
+    if (st->in_scratch) {
+        for (size_t i = 0; i < n_in; i++)
+            if (in[i] != 0 && !memo_step(st, in[i], c, out)) return false;
+        sort_ids(out);
+        size_t k = 0;
+        for (size_t i = 0; i < out->n; i++)
+            if (!k || out->v[k - 1] != out->v[i]) out->v[k++] = out->v[i];
+        out->n = k;
+        if (out->n > st->g->params.max_stacks) {
+            over(st, "a state holds too many parses: the grammar is too ambiguous (max_stacks)", st->g->params.max_stacks);
+            return false;
+        }
+        return true;
+    }
+    if (!batch(st)) return false;
+    for (size_t i = 0; i < n_in; i++)
+        if (in[i] != 0 && !step_one(st, in[i], c, out)) return false;
     sort_ids(out);
     return true;
 }
@@ -422,6 +495,7 @@ void wgllm_grammar_state_free(struct wgllm_grammar_state *st) {
     if (!st) return;
     for (size_t i = 0; i < CACHE_ENTRIES; i++) free(st->cache[i].ids), free(st->cache[i].bits);
     free(st->nodes), free(st->keep.slot), free(st->scratch.slot), free(st->mark), free(st->work.v), free(st->cur.v);
+    free(st->memo.slot), free(st->memo.vals.v), free(st->memo.one.v);
     free(st);
 }
 
@@ -711,6 +785,7 @@ enum wgllm_status wgllm_grammar_state_mask(struct wgllm_grammar_state *st, const
         st->in_scratch = true;
         const bool ok = walk(st, gv, c->bits);
         st->in_scratch = false;
+        memo_clear(st);
         drop_scratch(st, keep);
         if (!ok) {
             free(c->bits), free(c->ids);
