@@ -280,6 +280,8 @@ TEST(mask_is_the_set_of_acceptable_tokens) {
     CHECK_EQ_INT(mask_matches_definition("root ::= \"a\" <[28]> \"b\" | \"ab\" !<[3]> ", &v, "a", NULL, 0), 0);
     CHECK_EQ_INT(mask_matches_definition("root ::= \"a\" <[28]> \"b\" | \"ab\" !<[3]> ", &v, "ab", NULL, 0), 0);
     CHECK_EQ_INT(mask_matches_definition("root ::= .*", &v, "", NULL, 0), 0);
+    /* a <[id]> naming the end-of-generation token: that token still only ends (found by fuzz_gbnf) */
+    CHECK_EQ_INT(mask_matches_definition("root ::= \"a\" <[32]> \"b\"", &v, "a", NULL, 0), 0);
 }
 
 TEST(mask_on_a_large_random_vocabulary) {

@@ -796,7 +796,8 @@ enum wgllm_status wgllm_grammar_state_mask(struct wgllm_grammar_state *st, const
         for (size_t i = 0; i < st->cur.n; i++) {
             if (st->cur.v[i] == 0) continue;
             const struct wgllm_gelem e = st->g->flat[st->nodes[st->cur.v[i]].top];
-            if (e.type == WGLLM_GELEM_TOKEN && e.value < (uint32_t)gv->n) {
+            /* an end-of-generation token only ends, also where a <[id]> names it (llama.cpp's rule) */
+            if (e.type == WGLLM_GELEM_TOKEN && e.value < (uint32_t)gv->n && !gv->eog[e.value]) {
                 c->bits[e.value >> 3] |= (uint8_t)(1u << (e.value & 7));
             } else if (e.type == WGLLM_GELEM_TOKEN_NOT) {
                 for (int32_t k = 0; k < gv->n; k++)
