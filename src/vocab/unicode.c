@@ -357,6 +357,7 @@ struct node {
     bool lazy, neg;    /* N_REP lazy; N_LOOK negative */
     struct node **kids;
     int nk;
+    size_t kids_cap;
 };
 
 struct rx {
@@ -367,6 +368,7 @@ struct rx {
     size_t cap;
     struct cls *cls;
     int ncls;
+    size_t cls_cap;
 };
 
 struct wgllm_pretok {
@@ -394,8 +396,8 @@ static struct node *mk(int type) {
 }
 
 static void add_kid(struct node *nd, struct node *k) {
-    nd->kids = realloc(nd->kids, (size_t)(nd->nk + 1) * sizeof *nd->kids);
-    if (!nd->kids) WGLLM_ABORT("out of memory");
+    if (!wgllm_grow((void **)&nd->kids, &nd->kids_cap, (size_t)nd->nk + 1, sizeof *nd->kids))
+        WGLLM_ABORT("out of memory");
     nd->kids[nd->nk++] = k;
 }
 
@@ -414,8 +416,8 @@ static void cls_range(struct cls *c, uint32_t lo, uint32_t hi) {
 }
 
 static int new_cls(struct rx *rx) {
-    rx->cls = realloc(rx->cls, (size_t)(rx->ncls + 1) * sizeof *rx->cls);
-    if (!rx->cls) WGLLM_ABORT("out of memory");
+    if (!wgllm_grow((void **)&rx->cls, &rx->cls_cap, (size_t)rx->ncls + 1, sizeof *rx->cls))
+        WGLLM_ABORT("out of memory");
     memset(&rx->cls[rx->ncls], 0, sizeof rx->cls[0]);
     return rx->ncls++;
 }
