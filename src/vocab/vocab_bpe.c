@@ -216,6 +216,12 @@ static uint32_t bpe_key(const void *ctx, const char *text, uint32_t a, uint32_t 
     return rank < 0 ? WGLLM_MERGE_NONE : (uint32_t)rank;
 }
 
+/* A byte of a byte-encoded word as the token of that one-byte text. */
+static int32_t bpe_byte_to_token(const struct wgllm_vocab *v, uint8_t ch) {
+    const char c = (char)ch;
+    return text_to_token(v, &c, 1);
+}
+
 /* Merges one byte-encoded word and appends its tokens. */
 static bool bpe_word(const struct wgllm_vocab *v, const char *w, size_t wlen, struct wgllm_merge *mg,
                      struct ids *out) {
@@ -228,18 +234,7 @@ static bool bpe_word(const struct wgllm_vocab *v, const char *w, size_t wlen, st
         }
     }
     if (!wgllm_merge_run(mg, w, wlen, bpe_key, v)) return false;
-    for (int32_t i = 0; i >= 0; i = mg->next[i]) {
-        const uint32_t a = wgllm_merge_begin(mg, i), n = wgllm_merge_end(mg, i) - a;
-        int32_t id = text_to_token(v, w + a, n);
-        if (id >= 0) {
-            ids_push(out, id);
-            continue;
-        }
-        for (uint32_t j = 0; j < n; j++) {
-            int32_t b = text_to_token(v, w + a + j, 1);
-            if (b >= 0) ids_push(out, b);
-        }
-    }
+    emit_symbols(v, w, mg, out, bpe_byte_to_token);
     return true;
 }
 
@@ -258,7 +253,7 @@ static size_t bpe_map(const struct wgllm_vocab *v, uint32_t cpt, char *w) {
 }
 
 static bool bpe_text(const struct wgllm_vocab *v, const char *text, size_t len, struct wgllm_merge *mg,
-                         struct ids *out) {
+                     struct ids *out) {
     if (len == 0) return true;
     uint32_t *cpts = wgllm_malloc_array(len, sizeof *cpts);
     if (!cpts) return false;

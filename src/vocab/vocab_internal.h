@@ -146,6 +146,25 @@ static inline void ids_push(struct ids *o, int32_t id) {
     o->v[o->n++] = id;
 }
 
+/* After a merge run over text (SentencePiece, BPE): each symbol's token, or,
+ * for a symbol that is not a token, its bytes one by one as byte_token maps
+ * them (none where it gives -1). */
+static inline void emit_symbols(const struct wgllm_vocab *v, const char *text, const struct wgllm_merge *mg,
+                                struct ids *out, int32_t (*byte_token)(const struct wgllm_vocab *, uint8_t)) {
+    for (int32_t i = 0; i >= 0; i = mg->next[i]) {
+        const uint32_t a = wgllm_merge_begin(mg, i), n = wgllm_merge_end(mg, i) - a;
+        int32_t id = text_to_token(v, text + a, n);
+        if (id >= 0) {
+            ids_push(out, id);
+            continue;
+        }
+        for (uint32_t j = 0; j < n; j++) {
+            int32_t b = byte_token(v, (uint8_t)text[a + j]);
+            if (b >= 0) ids_push(out, b);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------
  * the tokenizer families
  *

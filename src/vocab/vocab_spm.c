@@ -45,21 +45,10 @@ static int32_t spm_byte_to_token(const struct wgllm_vocab *v, uint8_t ch) {
 }
 
 static bool spm_text(const struct wgllm_vocab *v, const char *text, size_t len, struct wgllm_merge *mg,
-                         struct ids *out) {
+                     struct ids *out) {
     if (len == 0) return true;
     if (!wgllm_merge_run(mg, text, len, spm_key, v)) return false;
-    for (int32_t i = 0; i >= 0; i = mg->next[i]) {
-        const uint32_t a = wgllm_merge_begin(mg, i), n = wgllm_merge_end(mg, i) - a;
-        int32_t id = text_to_token(v, text + a, n);
-        if (id >= 0) {
-            ids_push(out, id);
-            continue;
-        }
-        for (uint32_t j = 0; j < n; j++) { /* symbols that did not form tokens, as bytes */
-            int32_t b = spm_byte_to_token(v, (uint8_t)text[a + j]);
-            if (b >= 0) ids_push(out, b);
-        }
-    }
+    emit_symbols(v, text, mg, out, spm_byte_to_token); /* symbols that did not form tokens, as <0xXX> bytes */
     return true;
 }
 
