@@ -794,7 +794,7 @@ TEST(argmax) {
         struct wgllm_error err = {0};
         CHECK(run_kernel(&key, &kp, 2, bufs, 1, 1, 1));
         CHECK_EQ_INT(wgllm_gpu_buffer_read(G, bufs[1], 0, out, 4, &err), WGLLM_STATUS_OK);
-        CHECK_EQ_INT(out[0], wgllm_op_argmax(x, n));
+        CHECK_EQ_INT(out[0], wgllm_argmax(x, n));
         for (int i = 0; i < 2; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
         free(x);
     }

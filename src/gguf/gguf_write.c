@@ -101,35 +101,33 @@ static struct wgllm_strbuf *gguf_wkv_slot(struct wgllm_gguf_writer *w, const cha
     return &kv->val;
 }
 
-void wgllm_gguf_writer_set_u32(struct wgllm_gguf_writer *w, const char *key, uint32_t v) {
+/* A scalar key: its type tag, then the n little-endian bytes at v. */
+static void gguf_set_scalar(struct wgllm_gguf_writer *w, const char *key, enum wgllm_gguf_type type, const void *v,
+                            size_t n) {
     struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
-    wbuf_u32(b, WGLLM_GGUF_TYPE_UINT32);
-    wbuf_u32(b, v);
+    wbuf_u32(b, type);
+    wbuf_put(b, v, n);
+}
+
+void wgllm_gguf_writer_set_u32(struct wgllm_gguf_writer *w, const char *key, uint32_t v) {
+    gguf_set_scalar(w, key, WGLLM_GGUF_TYPE_UINT32, &v, 4);
 }
 
 void wgllm_gguf_writer_set_i32(struct wgllm_gguf_writer *w, const char *key, int32_t v) {
-    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
-    wbuf_u32(b, WGLLM_GGUF_TYPE_INT32);
-    wbuf_put(b, &v, 4);
+    gguf_set_scalar(w, key, WGLLM_GGUF_TYPE_INT32, &v, 4);
 }
 
 void wgllm_gguf_writer_set_u16(struct wgllm_gguf_writer *w, const char *key, uint16_t v) {
-    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
-    wbuf_u32(b, WGLLM_GGUF_TYPE_UINT16);
-    wbuf_put(b, &v, 2);
+    gguf_set_scalar(w, key, WGLLM_GGUF_TYPE_UINT16, &v, 2);
 }
 
 void wgllm_gguf_writer_set_f32(struct wgllm_gguf_writer *w, const char *key, float v) {
-    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
-    wbuf_u32(b, WGLLM_GGUF_TYPE_FLOAT32);
-    wbuf_put(b, &v, 4);
+    gguf_set_scalar(w, key, WGLLM_GGUF_TYPE_FLOAT32, &v, 4);
 }
 
 void wgllm_gguf_writer_set_bool(struct wgllm_gguf_writer *w, const char *key, bool v) {
-    struct wgllm_strbuf *b = gguf_wkv_slot(w, key);
-    uint8_t x = v ? 1 : 0;
-    wbuf_u32(b, WGLLM_GGUF_TYPE_BOOL);
-    wbuf_put(b, &x, 1);
+    const uint8_t x = v ? 1 : 0;
+    gguf_set_scalar(w, key, WGLLM_GGUF_TYPE_BOOL, &x, 1);
 }
 
 void wgllm_gguf_writer_set_str(struct wgllm_gguf_writer *w, const char *key, const char *v) {

@@ -306,20 +306,22 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     wgllm_gguf_writer_set_str(w, "general.name", p->name ? p->name : s->name);
     wgllm_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
     wgllm_gguf_writer_set_u32(w, "general.quantization_version", 2);
-    synth_key_name(k, sizeof(k), A, "vocab_size");
-    wgllm_gguf_writer_set_u32(w, k, (uint32_t)n_vocab);
-    synth_key_name(k, sizeof(k), A, "context_length");
-    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_ctx);
-    synth_key_name(k, sizeof(k), A, "embedding_length");
-    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_embd);
-    synth_key_name(k, sizeof(k), A, "block_count");
-    wgllm_gguf_writer_set_u32(w, k, (uint32_t)n_layer);
-    synth_key_name(k, sizeof(k), A, "feed_forward_length");
-    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_ff);
-    synth_key_name(k, sizeof(k), A, "attention.head_count");
-    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_head);
-    synth_key_name(k, sizeof(k), A, "attention.head_count_kv");
-    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_head_kv);
+    const struct {
+        const char *name;
+        uint32_t v;
+    } hparams[] = { /* written in this order, so the file is the same from run to run */
+        {"vocab_size", (uint32_t)n_vocab},
+        {"context_length", (uint32_t)s->n_ctx},
+        {"embedding_length", (uint32_t)s->n_embd},
+        {"block_count", (uint32_t)n_layer},
+        {"feed_forward_length", (uint32_t)s->n_ff},
+        {"attention.head_count", (uint32_t)s->n_head},
+        {"attention.head_count_kv", (uint32_t)s->n_head_kv},
+    };
+    for (size_t i = 0; i < sizeof hparams / sizeof hparams[0]; i++) {
+        synth_key_name(k, sizeof(k), A, hparams[i].name);
+        wgllm_gguf_writer_set_u32(w, k, hparams[i].v);
+    }
     synth_key_name(k, sizeof(k), A, "attention.layer_norm_rms_epsilon");
     wgllm_gguf_writer_set_f32(w, k, s->rms_eps);
     synth_key_name(k, sizeof(k), A, "rope.freq_base");

@@ -69,20 +69,39 @@ static void vec_dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
     *s = (float)sum;
 }
 
+/* ---- block ranges (the reference quantizers of Q4/Q5) ------------------ */
+
+/* The value of largest magnitude, with its sign (the first one on ties; a
+ * NaN never wins): the symmetric formats map it to their lowest level. */
+static float signed_absmax(const float *x, int n) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++) {
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+/* The smallest and largest values: the affine formats' range. */
+static void min_max(const float *x, int n, float *min, float *max) {
+    float lo = FLT_MAX, hi = -FLT_MAX;
+    for (int j = 0; j < n; j++) {
+        if (x[j] < lo) lo = x[j];
+        if (x[j] > hi) hi = x[j];
+    }
+    *min = lo;
+    *max = hi;
+}
+
 /* ---- Q4_0 / Q4_1 ------------------------------------------------------- */
 
 static void q4_0_from_float_ref(const float *x, void *vy, int64_t n) {
     wgllm_block_q4_0 *y = vy;
     const int qk = WGLLM_QK4_0;
     for (int64_t i = 0; i < n / qk; i++, x += qk) {
-        /* signed value of largest magnitude (first one on ties) maps to -8 */
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < qk; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
+        const float max = signed_absmax(x, qk);
         const float d = max / -8;
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = TO_FP16(d);
@@ -110,11 +129,8 @@ static void q4_1_from_float_ref(const float *x, void *vy, int64_t n) {
     wgllm_block_q4_1 *y = vy;
     const int qk = WGLLM_QK4_1;
     for (int64_t i = 0; i < n / qk; i++, x += qk) {
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < qk; j++) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        min_max(x, qk, &min, &max);
         const float d = (max - min) / ((1 << 4) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = TO_FP16(d);
@@ -145,13 +161,7 @@ static void q5_0_from_float_ref(const float *x, void *vy, int64_t n) {
     wgllm_block_q5_0 *y = vy;
     const int qk = WGLLM_QK5_0;
     for (int64_t i = 0; i < n / qk; i++, x += qk) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < qk; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
+        const float max = signed_absmax(x, qk);
         const float d = max / -16;
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = TO_FP16(d);
@@ -187,11 +197,8 @@ static void q5_1_from_float_ref(const float *x, void *vy, int64_t n) {
     wgllm_block_q5_1 *y = vy;
     const int qk = WGLLM_QK5_1;
     for (int64_t i = 0; i < n / qk; i++, x += qk) {
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < qk; j++) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        min_max(x, qk, &min, &max);
         const float d = (max - min) / ((1 << 5) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = TO_FP16(d);

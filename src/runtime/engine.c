@@ -21,6 +21,7 @@
  * snapshot_file.c (its persisted format) is in engine_internal.h.
  */
 #include "runtime/engine_internal.h"
+#include "base/strbuf.h"
 
 #include <math.h>
 
@@ -35,14 +36,7 @@ static char *dup_str(const char *s) {
 }
 
 static bool text_append(struct wgllm_request *r, const char *s, size_t n) {
-    if (r->text_len + n + 1 > r->text_cap) {
-        size_t cap = r->text_cap ? r->text_cap : 256;
-        while (cap < r->text_len + n + 1) cap *= 2;
-        char *t = realloc(r->text, cap);
-        if (!t) return false;
-        r->text = t;
-        r->text_cap = cap;
-    }
+    if (!wgllm_grow((void **)&r->text, &r->text_cap, r->text_len + n + 1, 1)) return false;
     memcpy(r->text + r->text_len, s, n);
     r->text_len += n;
     r->text[r->text_len] = 0;

@@ -172,6 +172,10 @@ void wgllm_sampler_reset(struct wgllm_sampler *s) {
     seed_rng(s);
 }
 
+/* The one argmax (the CPU backend and the tests use it too): the first index
+ * of the largest value, so ties go to the smallest id as on the device
+ * (WGLLM_KERNEL_ARGMAX); a NaN never compares larger, so it is only picked
+ * at index 0 when nothing else beats it. */
 int32_t wgllm_argmax(const float *logits, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)

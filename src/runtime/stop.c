@@ -6,6 +6,7 @@
  * costs O((held + new) * stops).
  */
 #include "base/base.h"
+#include "base/strbuf.h"
 
 struct wgllm_stop_matcher {
     char **stops;
@@ -76,16 +77,10 @@ const char *wgllm_stop_matcher_push(struct wgllm_stop_matcher *m, const char *te
     *out_len = 0;
     if (stopped) *stopped = m->stopped;
     if (m->stopped) return m->buf;
-    if (m->used + len > m->cap) {
-        size_t cap = m->cap;
-        while (cap < m->used + len) cap *= 2;
-        char *nb = realloc(m->buf, cap);
-        /* a few bytes of text that cannot be stored: nothing sensible is left
-         * to do, and silently dropping generated text would be worse */
-        WGLLM_ASSERT(nb);
-        m->buf = nb;
-        m->cap = cap;
-    }
+    /* a few bytes of text that cannot be stored: nothing sensible is left to
+     * do, and silently dropping generated text would be worse */
+    if (!wgllm_grow((void **)&m->buf, &m->cap, m->used + len, 1))
+        WGLLM_ABORT("stop matcher: out of memory for %zu bytes of text", m->used + len);
     if (len) memcpy(m->buf + m->used, text, len);
     m->used += len;
     if (m->n == 0) {

@@ -2,6 +2,7 @@
  * tokens.c - the public tokenizer API of wgllm.h over the model's vocab, and
  * the streaming detokenizer that holds back incomplete UTF-8 sequences.
  */
+#include "base/strbuf.h"
 #include "model/model.h"
 
 int32_t wgllm_tokenize(const struct wgllm_model *model, const char *text, size_t len, int32_t *tokens,
@@ -101,17 +102,6 @@ static size_t utf8_complete_prefix(const unsigned char *s, size_t n) {
     return n;
 }
 
-static bool reserve(char **p, size_t *cap, size_t need) {
-    if (need <= *cap) return true;
-    size_t nc = *cap;
-    while (nc < need) nc *= 2;
-    char *q = realloc(*p, nc);
-    if (!q) return false;
-    *p = q;
-    *cap = nc;
-    return true;
-}
-
 const char *wgllm_detokenizer_push(struct wgllm_detokenizer *d, int32_t token, size_t *len) {
     *len = 0;
     char piece[256];
@@ -124,7 +114,7 @@ const char *wgllm_detokenizer_push(struct wgllm_detokenizer *d, int32_t token, s
         n = wgllm_token_to_piece(d->model, token, big, -n, false);
         src = big;
     }
-    if (!reserve(&d->buf, &d->cap, d->len + (size_t)n)) {
+    if (!wgllm_grow((void **)&d->buf, &d->cap, d->len + (size_t)n, 1)) {
         free(big);
         return "";
     }
@@ -132,7 +122,7 @@ const char *wgllm_detokenizer_push(struct wgllm_detokenizer *d, int32_t token, s
     free(big);
     d->len += (size_t)n;
     size_t ready = utf8_complete_prefix((const unsigned char *)d->buf, d->len);
-    if (!reserve(&d->out, &d->out_cap, ready + 1)) return "";
+    if (!wgllm_grow((void **)&d->out, &d->out_cap, ready + 1, 1)) return "";
     memcpy(d->out, d->buf, ready);
     d->out[ready] = 0;
     memmove(d->buf, d->buf + ready, d->len - ready);
@@ -142,7 +132,7 @@ const char *wgllm_detokenizer_push(struct wgllm_detokenizer *d, int32_t token, s
 }
 
 const char *wgllm_detokenizer_flush(struct wgllm_detokenizer *d, size_t *len) {
-    if (!reserve(&d->out, &d->out_cap, d->len + 1)) {
+    if (!wgllm_grow((void **)&d->out, &d->out_cap, d->len + 1, 1)) {
         *len = 0;
         return "";
     }

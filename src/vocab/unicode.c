@@ -193,6 +193,21 @@ static size_t ch_add(struct chunk *c, size_t end) {
 #define F_L WGLLM_UCF_LETTER
 #define F_N WGLLM_UCF_NUMBER
 
+/* The last alternatives of the gpt2 and llama3 expressions at pos, where
+ * nws whitespace characters start: \s+(?!\S) (the run but its last
+ * character, when more text follows), else \s+, else one character of
+ * anything. Adds the piece; returns where the next one starts. */
+static size_t split_ws_run(struct chunk *c, size_t pos, size_t nws) {
+    if (nws > 1 && ch_cpt(c, pos + nws) != OUT_OF_RANGE)
+        pos += nws - 1;
+    else if (nws > 0)
+        pos += nws;
+    else
+        pos++;
+    ch_add(c, pos);
+    return pos;
+}
+
 /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 static void split_gpt2(struct chunk *c) {
     for (size_t pos = c->ini; pos < c->end;) {
@@ -232,17 +247,7 @@ static void split_gpt2(struct chunk *c) {
         }
         size_t nws = 0;
         while (ch_flags(c, pos + nws) & F_WS) nws++;
-        if (nws > 1 && ch_cpt(c, pos + nws) != OUT_OF_RANGE) {
-            pos += nws - 1;
-            ch_add(c, pos);
-            continue;
-        }
-        if (nws > 0) {
-            pos += nws;
-            ch_add(c, pos);
-            continue;
-        }
-        ch_add(c, ++pos);
+        pos = split_ws_run(c, pos, nws);
     }
 }
 
@@ -304,17 +309,7 @@ static void split_llama3(struct chunk *c) {
             ch_add(c, pos);
             continue;
         }
-        if (nws > 1 && ch_cpt(c, pos + nws) != OUT_OF_RANGE) {
-            pos += nws - 1;
-            ch_add(c, pos);
-            continue;
-        }
-        if (nws > 0) {
-            pos += nws;
-            ch_add(c, pos);
-            continue;
-        }
-        ch_add(c, ++pos);
+        pos = split_ws_run(c, pos, nws);
     }
 }
 
@@ -357,6 +352,7 @@ struct node {
     bool lazy, neg;    /* N_REP lazy; N_LOOK negative */
     struct node **kids;
     int nk;
+    size_t kids_cap;
 };
 
 struct rx {
@@ -367,6 +363,7 @@ struct rx {
     size_t cap;
     struct cls *cls;
     int ncls;
+    size_t cls_cap;
 };
 
 struct wgllm_pretok {
@@ -394,8 +391,8 @@ static struct node *mk(int type) {
 }
 
 static void add_kid(struct node *nd, struct node *k) {
-    nd->kids = realloc(nd->kids, (size_t)(nd->nk + 1) * sizeof *nd->kids);
-    if (!nd->kids) WGLLM_ABORT("out of memory");
+    if (!wgllm_grow((void **)&nd->kids, &nd->kids_cap, (size_t)nd->nk + 1, sizeof *nd->kids))
+        WGLLM_ABORT("out of memory");
     nd->kids[nd->nk++] = k;
 }
 
@@ -414,8 +411,8 @@ static void cls_range(struct cls *c, uint32_t lo, uint32_t hi) {
 }
 
 static int new_cls(struct rx *rx) {
-    rx->cls = realloc(rx->cls, (size_t)(rx->ncls + 1) * sizeof *rx->cls);
-    if (!rx->cls) WGLLM_ABORT("out of memory");
+    if (!wgllm_grow((void **)&rx->cls, &rx->cls_cap, (size_t)rx->ncls + 1, sizeof *rx->cls))
+        WGLLM_ABORT("out of memory");
     memset(&rx->cls[rx->ncls], 0, sizeof rx->cls[0]);
     return rx->ncls++;
 }

@@ -6,7 +6,7 @@
 // tell the regexes apart: case runs (ASCII and not, titlecase), combining marks,
 // digit runs of 1-7, contractions in both cases, punctuation and whitespace runs,
 // CRLF, emoji sequences, code. The names come from wgllm's own table in
-// src/vocab/vocab.c, so a name added there is tested here without further edits.
+// src/vocab/vocab_bpe.c, so a name added there is tested here without further edits.
 //
 // llama.cpp (like wgllm) runs \p{..} regexes on category-collapsed text, so for
 // tekken / gpt-4o every non-ASCII letter counts as both upper- and lowercase; the
@@ -58,7 +58,7 @@ const TEXTS = [
 ];
 
 function preNames() {
-  const src = readFileSync(join(ROOT, 'src/vocab/vocab.c'), 'utf8');
+  const src = readFileSync(join(ROOT, 'src/vocab/vocab_bpe.c'), 'utf8');
   const table = src.slice(src.indexOf('k_pre_defs[] = {'));
   const body = table.slice(0, table.indexOf('\n};'));
   const names = [];

@@ -35,10 +35,3 @@ void wgllm_op_softmax(float *x, int n) {
 void wgllm_op_swiglu(const float *g, const float *u, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
 }
-
-int wgllm_op_argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}

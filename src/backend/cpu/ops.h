@@ -20,7 +20,4 @@ void wgllm_op_softmax(float *x, int n);
 /* y[i] = silu(g[i]) * u[i] */
 void wgllm_op_swiglu(const float *g, const float *u, float *y, int n);
 
-/* Index of the largest value (first on ties). */
-int wgllm_op_argmax(const float *x, int n);
-
 #endif
