@@ -80,7 +80,9 @@ static void check_accepted(const struct wgllm_openai_params *p, struct wgllm_ope
     require(out != NULL && !strchr(out, '\n'), "a response on one line");
     free(out);
     free(wgllm_openai_chunk_first(p, g, id));
-    free(wgllm_openai_chunk_token(p, g, id, text, len, toks[1], lps[1]));
+    char *piece = NULL;
+    require(wgllm_openai_chunk_token(p, g, id, text, len, toks[1], lps[1], &piece), "a chunk (not out of memory)");
+    free(piece);
     char *end[3];
     const int n = wgllm_openai_chunks_end(p, g, id, &r, end);
     require(n >= 1 && n <= 3, "a stream ends in 1 to 3 chunks");

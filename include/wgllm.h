@@ -578,6 +578,10 @@ void wgllm_request_wait(struct wgllm_request *req, struct wgllm_result *result);
 /* Asks the request to stop (takes effect at the next tick). Safe from any thread
  * until wgllm_request_wait returns. */
 void wgllm_request_cancel(struct wgllm_request *req);
+/* Reasoning models: 0 when the engine's chat template has no <think>
+ * blocks, 1 when it has, 2 when it also ends the generation prompt inside
+ * one (DeepSeek-R1's), so that answers begin in the reasoning. */
+int wgllm_engine_template_thinks(const struct wgllm_engine *eng);
 /* True once the request has ended (wgllm_request_wait then returns at once). */
 bool wgllm_request_done(struct wgllm_request *req);
 /* Waits up to timeout_ms for the request to end; true when it has. The handle
@@ -724,6 +728,13 @@ struct wgllm_openai_params {
     void *upstream_user;
 };
 
+/* Where a stream is in the <think> split of a chat answer (src/api/reasoning.c). */
+struct wgllm_openai_think {
+    int mode;
+    char hold[16]; /* bytes that may still be a tag */
+    size_t n_hold;
+};
+
 struct wgllm_openai_request {
     enum wgllm_openai_endpoint endpoint;
     const char *upstream;      /* forwarded there (what upstream() returned), NULL = served here */
@@ -746,6 +757,11 @@ struct wgllm_openai_request {
     char *context_key;
     char *grammar;             /* GBNF from grammar, json_schema or response_format */
     const char *grammar_param; /* which of them, for errors */
+    /* chat on a reasoning model (wgllm_engine_template_thinks) with reasoning_format other than "none":
+     * <think> blocks become reasoning_content; `think` follows the stream */
+    bool reasoning;
+    bool think_open; /* the answer begins inside the block */
+    struct wgllm_openai_think think;
 };
 
 /* Parses and validates a request body (len bytes of JSON text) for `endpoint`.
@@ -782,9 +798,12 @@ char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wg
  * one error object; returns how many (0 when out of memory). */
 char *wgllm_openai_chunk_first(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
                                const char *id);
-char *wgllm_openai_chunk_token(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
-                               const char *id, const char *text, size_t len, int32_t token, float logprob);
-int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
+/* The chunk of one streamed piece into *chunk, or NULL when there is nothing
+ * to send yet (a piece without text, or text the <think> split still holds);
+ * false only when out of memory. */
+bool wgllm_openai_chunk_token(const struct wgllm_openai_params *p, struct wgllm_openai_request *req, const char *id,
+                              const char *text, size_t len, int32_t token, float logprob, char **chunk);
+int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_openai_request *req,
                             const char *id, const struct wgllm_result *r, char *out[3]);
 /* Runs an embeddings request on p->engine (blocking) and answers it; NULL
  * with *err on failure. */

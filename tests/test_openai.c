@@ -7,6 +7,7 @@
  * greedy generation on a synthetic model: the whole response, the stream's
  * chunks whose text adds up to it, logprobs in both shapes, usage.
  */
+#include "api/api_internal.h"
 #include "grammar/grammar.h"
 #include "test.h"
 
@@ -130,7 +131,7 @@ TEST(error_json_bytes) {
 
 /* Collects the streamed pieces as chunks, as a server or the browser does. */
 struct collect {
-    const struct wgllm_openai_request *rq;
+    struct wgllm_openai_request *rq;
     struct wgllm_strbuf text; /* the pieces, concatenated */
     int n_chunks;
     bool bad_chunk;
@@ -138,7 +139,8 @@ struct collect {
 
 static bool on_piece(const char *text, size_t len, int32_t token, float logprob, void *ud) {
     struct collect *c = ud;
-    char *chunk = wgllm_openai_chunk_token(&g_p, c->rq, "id-1", text, len, token, logprob);
+    char *chunk = NULL;
+    if (!wgllm_openai_chunk_token(&g_p, c->rq, "id-1", text, len, token, logprob, &chunk)) c->bad_chunk = true;
     if (chunk) {
         struct wgllm_json_doc d;
         struct wgllm_json_error je;
@@ -362,6 +364,147 @@ TEST(embeddings) {
     wgllm_openai_request_free(&rq);
 }
 
+/* ---- reasoning -------------------------------------------------------------------------- */
+
+static void split_case(const char *text, bool open, const char *want_content, const char *want_reasoning) {
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+        struct wgllm_openai_think t;
+        struct wgllm_strbuf c = {0}, r = {0};
+        wgllm_openai_think_init(&t, open);
+        const size_t n = strlen(text);
+        if (bytewise)
+            for (size_t i = 0; i < n; i++) wgllm_openai_think_push(&t, text + i, 1, &c, &r);
+        else
+            wgllm_openai_think_push(&t, text, n, &c, &r);
+        wgllm_openai_think_flush(&t, &c, &r);
+        if (strcmp(c.data ? c.data : "", want_content) || strcmp(r.data ? r.data : "", want_reasoning))
+            fprintf(stderr, "  '%s' (%s): content '%s' reasoning '%s'\n", text, bytewise ? "bytewise" : "whole",
+                    c.data ? c.data : "", r.data ? r.data : "");
+        CHECK_STR(c.data ? c.data : "", want_content);
+        CHECK_STR(r.data ? r.data : "", want_reasoning);
+        wgllm_strbuf_free(&c), wgllm_strbuf_free(&r);
+    }
+}
+
+struct deltas {
+    struct wgllm_openai_request *rq;
+    const struct wgllm_openai_params *p;
+    struct wgllm_strbuf content, reasoning;
+};
+
+static void take_delta(struct deltas *d, char *chunk) {
+    if (!chunk) return;
+    struct wgllm_json_doc doc;
+    struct wgllm_json_error je;
+    if (wgllm_json_parse(chunk, strlen(chunk), NULL, &doc, &je)) {
+        const struct wgllm_json *delta = wgllm_json_get(wgllm_json_first(wgllm_json_get(wgllm_json_root(&doc), "choices")), "delta");
+        const struct wgllm_json *c = wgllm_json_get(delta, "content"), *r = wgllm_json_get(delta, "reasoning_content");
+        if (wgllm_json_is(c, WGLLM_JSON_STRING)) wgllm_strbuf_put(&d->content, c->str, c->len);
+        if (wgllm_json_is(r, WGLLM_JSON_STRING)) wgllm_strbuf_put(&d->reasoning, r->str, r->len);
+        wgllm_json_doc_free(&doc);
+    }
+    free(chunk);
+}
+
+static bool on_delta(const char *text, size_t len, int32_t token, float logprob, void *ud) {
+    struct deltas *d = ud;
+    char *chunk = NULL;
+    CHECK(wgllm_openai_chunk_token(d->p, d->rq, "id", text, len, token, logprob, &chunk));
+    take_delta(d, chunk);
+    return true;
+}
+
+/* A chat request on engine e: the whole answer's content / reasoning_content, and the stream's. */
+static void think_run(struct wgllm_engine *e, const char *body, const char *content, const char *reasoning) {
+    const struct wgllm_openai_params p = {.model = g_model, .engine = e, .model_id = "tiny.gguf", .max_tokens = 4096, .n_ctx = 256};
+    for (int streamed = 0; streamed < 2; streamed++) {
+        struct wgllm_openai_request rq;
+        struct wgllm_openai_error oe;
+        CHECK(wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, body, strlen(body), &rq, &oe));
+        struct deltas d = {.rq = &rq, .p = &p};
+        if (streamed) rq.rp.on_token = on_delta, rq.rp.user_data = &d;
+        struct wgllm_request *req = NULL;
+        struct wgllm_error err = {0};
+        CHECK_EQ_INT(wgllm_engine_submit_chat(e, rq.msgs, rq.n_msgs, &rq.rp, &req, &err), WGLLM_STATUS_OK);
+        if (!req) {
+            fprintf(stderr, "  submit: %s\n", err.message);
+            wgllm_openai_request_free(&rq);
+            return;
+        }
+        struct wgllm_result r;
+        wgllm_request_wait(req, &r);
+        if (streamed) {
+            char *end[3];
+            const int n = wgllm_openai_chunks_end(&p, &rq, "id", &r, end);
+            for (int i = 0; i < n; i++) take_delta(&d, end[i]);
+            CHECK_STR(d.content.data ? d.content.data : "", content);
+            CHECK_STR(d.reasoning.data ? d.reasoning.data : "", reasoning);
+        } else {
+            char *resp = wgllm_openai_response(&p, &rq, "id", &r);
+            struct wgllm_json_doc doc;
+            struct wgllm_json_error je;
+            CHECK(resp && wgllm_json_parse(resp, strlen(resp), NULL, &doc, &je));
+            if (resp) {
+                const struct wgllm_json *m = wgllm_json_get(wgllm_json_first(wgllm_json_get(wgllm_json_root(&doc), "choices")), "message");
+                const struct wgllm_json *c = wgllm_json_get(m, "content"), *rc = wgllm_json_get(m, "reasoning_content");
+                CHECK(c && c->type == WGLLM_JSON_STRING);
+                if (c) CHECK_STR(c->str, content);
+                if (*reasoning) CHECK(rc && rc->type == WGLLM_JSON_STRING && !strcmp(rc->str, reasoning));
+                else CHECK(rc == NULL);
+                wgllm_json_doc_free(&doc);
+            }
+            free(resp);
+        }
+        wgllm_strbuf_free(&d.content), wgllm_strbuf_free(&d.reasoning);
+        wgllm_result_free(&r);
+        wgllm_openai_request_free(&rq);
+    }
+}
+
+TEST(reasoning_content) {
+    split_case("<think>abc</think>\n\nyes", false, "yes", "abc");
+    split_case("\n <think>\nplan\n</think>answer <think>x</think>", false, "answer <think>x</think>", "\nplan\n");
+    split_case("hello <think>x</think>", false, "hello <think>x</think>", "");
+    split_case("abc</think>yes", true, "yes", "abc");
+    split_case("<thinking>", false, "<thinking>", "");
+    split_case("<th", false, "<th", "");
+    split_case("<think>cut sho", false, "", "cut sho");
+    split_case("a</thi", true, "", "a</thi");
+    split_case("", true, "", "");
+    /* engines on a reasoning template (Qwen3-like: the model writes the block) and one that opens it (DeepSeek-R1-like) */
+    const char *qwen = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+                       "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+                       "{# answers may begin with <think> #}";
+    const char *r1 = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+                     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}";
+    struct wgllm_engine *eq = NULL, *er = NULL;
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_slots = 1, ep.n_ctx = 256, ep.n_threads = 1;
+    ep.chat_template = qwen;
+    CHECK_EQ_INT(wgllm_engine_init(g_model, &ep, &eq, NULL), WGLLM_STATUS_OK);
+    ep.chat_template = r1;
+    CHECK_EQ_INT(wgllm_engine_init(g_model, &ep, &er, NULL), WGLLM_STATUS_OK);
+    if (!eq || !er) return;
+    CHECK_EQ_INT(wgllm_engine_template_thinks(eq), 1);
+    CHECK_EQ_INT(wgllm_engine_template_thinks(er), 2);
+    CHECK_EQ_INT(wgllm_engine_template_thinks(g_eng), 0);
+    /* the grammar makes the random model write the shape (the letters are its own choice, greedy: fixed) */
+    think_run(eq, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"temperature\":0,\"max_tokens\":40,"
+                  "\"grammar\":\"root ::= \\\"<think>\\\" \\\"ab\\\" \\\"</think>\\\\n\\\\n\\\" \\\"yes\\\"\"}", "yes", "ab");
+    think_run(er, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"temperature\":0,\"max_tokens\":40,"
+                  "\"grammar\":\"root ::= \\\"xy\\\" \\\"</think>\\\\n\\\" \\\"no\\\"\"}", "no", "xy");
+    /* reasoning_format none: all of it is content */
+    think_run(eq, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"temperature\":0,\"max_tokens\":40,"
+                  "\"reasoning_format\":\"none\",\"grammar\":\"root ::= \\\"<think>ab</think>yes\\\"\"}", "<think>ab</think>yes", "");
+    /* a model without reasoning: nothing is split */
+    think_run(g_eng, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"temperature\":0,\"max_tokens\":40,"
+                     "\"grammar\":\"root ::= \\\"<think>ab</think>yes\\\"\"}", "<think>ab</think>yes", "");
+    refused(WGLLM_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}],\"reasoning_format\":\"xml\"}", 400,
+            "reasoning_format", NULL);
+    wgllm_engine_free(eq);
+    wgllm_engine_free(er);
+}
+
 int main(void) {
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     g_model = test_synth_model(&sp);
@@ -381,6 +524,7 @@ int main(void) {
     RUN(answers_of_a_generation);
     RUN(embeddings);
     RUN(structured_output);
+    RUN(reasoning_content);
     wgllm_engine_free(g_eng);
     wgllm_model_free(g_model);
     return test_summary("test_openai");

@@ -8,6 +8,7 @@
  * Unknown top-level fields are refused (400 naming them) rather than ignored,
  * so a client never silently loses a parameter it thinks it set.
  */
+#include "api/api_internal.h"
 #include "wgllm.h"
 
 #include "base/json.h"
@@ -127,13 +128,15 @@ static char *dupn(const char *s, size_t n) {
 }
 
 static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", "top_logprobs", "response_format",
-                                          "tools", "tool_choice", "parallel_tool_calls", "store", "metadata", NULL};
+                                          "tools", "tool_choice", "parallel_tool_calls", "store", "metadata",
+                                          "reasoning_format", NULL};
 static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "suffix", "best_of", NULL};
 static const char *const COMMON_FIELDS[] = {
     "model", "max_tokens", "temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty",
     "logit_bias", "logprobs", "n", "user", "stream", "stream_options", "top_k", "min_p", "typical_p",
     "repeat_penalty", "repeat_last_n", "repetition_penalty", "ignore_eos", "cache_prompt", "context_key",
     "grammar", "json_schema", NULL};
+
 static const char *const EMBED_FIELDS[] = {"model", "input", "encoding_format", "dimensions", "user", "pooling",
                                            NULL};
 
@@ -463,6 +466,19 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
         if (!get_bool(body, "logprobs", &g->logprobs, e)) return false;
         if (!get_int(body, "top_logprobs", 0, 20, &g->top_logprobs, NULL, e)) return false;
         if (g->top_logprobs > 0 && !g->logprobs) return bad(e, "top_logprobs", "'%s' needs 'logprobs': true%s", "");
+        /* llama.cpp's reasoning_format: "none" keeps <think> blocks in content; "auto" / "deepseek" split them */
+        const J *rf = wgllm_json_get(body, "reasoning_format");
+        bool split = true;
+        if (!wgllm_json_is_null(rf)) {
+            if (!wgllm_json_is(rf, WGLLM_JSON_STRING) ||
+                (strcmp(rf->str, "none") && strcmp(rf->str, "auto") && strcmp(rf->str, "deepseek")))
+                return bad(e, "reasoning_format", "'%s' must be \"none\", \"auto\" or \"deepseek\"%s", "");
+            split = strcmp(rf->str, "none") != 0;
+        }
+        const int thinks = split && !g->upstream && ap->engine ? wgllm_engine_template_thinks(ap->engine) : 0;
+        g->reasoning = thinks > 0;
+        g->think_open = thinks == 2;
+        wgllm_openai_think_init(&g->think, g->think_open);
         const J *tools = wgllm_json_get(body, "tools");
         if (!wgllm_json_is_null(tools) && !(tools->type == WGLLM_JSON_ARRAY && tools->count == 0))
             return bad(e, "tools", "'%s' is not supported by this server yet%s", "");

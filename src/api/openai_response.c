@@ -8,6 +8,7 @@
  * the model made may hold stray bytes of an unfinished or invalid UTF-8
  * sequence; JSON must not: the writer turns each invalid byte into U+FFFD.
  */
+#include "api/api_internal.h"
 #include "wgllm.h"
 
 #include "base/json.h"
@@ -186,7 +187,19 @@ char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wg
     if (g->endpoint == WGLLM_OPENAI_CHAT) {
         wgllm_json_w_object(&w, "message");
         wgllm_json_w_str(&w, "role", "assistant");
-        wgllm_json_w_string(&w, "content", r->text, r->text ? r->text_len : 0);
+        if (g->reasoning) {
+            struct wgllm_openai_think t;
+            struct wgllm_strbuf content = {0}, reasoning = {0};
+            wgllm_openai_think_init(&t, g->think_open);
+            wgllm_openai_think_push(&t, r->text ? r->text : "", r->text ? r->text_len : 0, &content, &reasoning);
+            wgllm_openai_think_flush(&t, &content, &reasoning);
+            wgllm_json_w_string(&w, "content", content.data ? content.data : "", content.len);
+            if (reasoning.len) wgllm_json_w_string(&w, "reasoning_content", reasoning.data, reasoning.len);
+            if (content.oom || reasoning.oom) b.oom = true;
+            wgllm_strbuf_free(&content), wgllm_strbuf_free(&reasoning);
+        } else {
+            wgllm_json_w_string(&w, "content", r->text, r->text ? r->text_len : 0);
+        }
         wgllm_json_w_end(&w, '}');
     } else {
         wgllm_json_w_string(&w, "text", r->text, r->text ? r->text_len : 0);
@@ -204,8 +217,9 @@ char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wg
 
 /* One chunk with one choice: delta/text, logprobs, finish_reason. kind: 0 role,
  * 1 text (+ the one token's logprobs when token >= 0), 2 finish. */
-static char *chunk(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id, int kind,
-                   const char *text, size_t len, int32_t token, float logprob, const char *finish_reason) {
+static char *chunk_ex(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id, int kind,
+                      const char *text, size_t len, const char *think, size_t think_len, int32_t token, float logprob,
+                      const char *finish_reason) {
     struct wgllm_strbuf b = {0};
     W w;
     wgllm_json_w_init(&w, &b);
@@ -218,14 +232,15 @@ static char *chunk(const struct wgllm_openai_params *p, const struct wgllm_opena
         if (kind == 0) {
             wgllm_json_w_str(&w, "role", "assistant");
             wgllm_json_w_str(&w, "content", "");
-        } else if (kind == 1) {
-            wgllm_json_w_string(&w, "content", text, text ? len : 0);
+        } else if (kind == 1 || len || think_len) {
+            if (len || !think_len) wgllm_json_w_string(&w, "content", text, text ? len : 0);
+            if (think_len) wgllm_json_w_string(&w, "reasoning_content", think, think_len);
         }
         wgllm_json_w_end(&w, '}');
     } else {
         wgllm_json_w_string(&w, "text", text, text ? len : 0);
     }
-    if (kind == 1 && g->logprobs && g->top_logprobs == 0 && token >= 0)
+    if ((kind == 1 || kind == 3) && g->logprobs && g->top_logprobs == 0 && token >= 0)
         logprobs_json(&w, p, g, &token, &logprob, 1, NULL, 0);
     else
         wgllm_json_w_null(&w, "logprobs");
@@ -238,16 +253,36 @@ static char *chunk(const struct wgllm_openai_params *p, const struct wgllm_opena
     return finish(&b);
 }
 
+static char *chunk(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id, int kind,
+                   const char *text, size_t len, int32_t token, float logprob, const char *finish_reason) {
+    return chunk_ex(p, g, id, kind, text, len, NULL, 0, token, logprob, finish_reason);
+}
+
 char *wgllm_openai_chunk_first(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
                                const char *id) {
     return g->endpoint == WGLLM_OPENAI_CHAT ? chunk(p, g, id, 0, NULL, 0, -1, 0, NULL) : NULL;
 }
 
-char *wgllm_openai_chunk_token(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
-                               const char *id, const char *text, size_t len, int32_t token, float logprob) {
+bool wgllm_openai_chunk_token(const struct wgllm_openai_params *p, struct wgllm_openai_request *g, const char *id,
+                              const char *text, size_t len, int32_t token, float logprob, char **out) {
+    *out = NULL;
+    const bool lp = g->logprobs && g->top_logprobs == 0 && token >= 0;
+    if (g->reasoning && g->endpoint == WGLLM_OPENAI_CHAT) {
+        struct wgllm_strbuf content = {0}, reasoning = {0};
+        wgllm_openai_think_push(&g->think, text, len, &content, &reasoning);
+        bool ok = !content.oom && !reasoning.oom;
+        if (ok && (content.len || reasoning.len || lp)) {
+            *out = chunk_ex(p, g, id, content.len || !reasoning.len ? 1 : 3, content.data ? content.data : "",
+                            content.len, reasoning.data, reasoning.len, token, logprob, NULL);
+            ok = *out != NULL;
+        }
+        wgllm_strbuf_free(&content), wgllm_strbuf_free(&reasoning);
+        return ok;
+    }
     /* a piece without text still carries its token's logprobs (without alternatives) */
-    if (len == 0 && !(g->logprobs && g->top_logprobs == 0 && token >= 0)) return NULL;
-    return chunk(p, g, id, 1, text, len, token, logprob, NULL);
+    if (len == 0 && !lp) return true;
+    *out = chunk(p, g, id, 1, text, len, token, logprob, NULL);
+    return *out != NULL;
 }
 
 /* Every token's logprobs, alternatives included, in one chunk (empty text). */
@@ -288,7 +323,7 @@ static char *usage_chunk(const struct wgllm_openai_params *p, const struct wgllm
     return finish(&b);
 }
 
-int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id,
+int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_openai_request *g, const char *id,
                             const struct wgllm_result *r, char *out[3]) {
     int n = 0;
     if (r->finish == WGLLM_FINISH_ERROR) {
@@ -298,7 +333,13 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, const struct wg
         return n;
     }
     if (g->logprobs && g->top_logprobs > 0 && (out[n] = logprobs_chunk(p, g, id, r))) n++;
-    if ((out[n] = chunk(p, g, id, 2, NULL, 0, -1, 0, wgllm_openai_finish_name(r->finish)))) n++;
+    /* text the <think> split still held ends up in the finish chunk's delta */
+    struct wgllm_strbuf content = {0}, reasoning = {0};
+    if (g->reasoning && g->endpoint == WGLLM_OPENAI_CHAT) wgllm_openai_think_flush(&g->think, &content, &reasoning);
+    out[n] = chunk_ex(p, g, id, 2, content.data, content.len, reasoning.data, reasoning.len, -1, 0,
+                      wgllm_openai_finish_name(r->finish));
+    wgllm_strbuf_free(&content), wgllm_strbuf_free(&reasoning);
+    if (out[n]) n++;
     if (g->include_usage && (out[n] = usage_chunk(p, g, id, &r->usage))) n++;
     return n;
 }

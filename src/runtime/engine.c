@@ -677,8 +677,24 @@ static void load_template(struct wgllm_engine *e) {
             wgllm_log(WGLLM_LOG_INFO, "engine: no tokenizer.chat_template; using the built-in '%s' template", builtin);
     }
     struct wgllm_error err;
-    if (wgllm_chat_template_parse(src, len, &e->tmpl, &err) != WGLLM_STATUS_OK)
+    if (wgllm_chat_template_parse(src, len, &e->tmpl, &err) != WGLLM_STATUS_OK) {
         snprintf(e->tmpl_error, sizeof(e->tmpl_error), "the chat template does not parse: %.200s", err.message);
+        return;
+    }
+    /* a reasoning model's template writes or strips <think> blocks; one that
+     * ends the generation prompt inside <think> (DeepSeek-R1's) has every
+     * answer begin in the reasoning: a one-message rendering tells */
+    if (len >= 7 && memmem(src, len, "<think>", 7)) {
+        e->thinks = 1;
+        const struct wgllm_chat_message m = {"user", "x"};
+        char *text = NULL;
+        if (wgllm_chat_template_render(e->tmpl, &m, 1, true, "", "", &text, NULL) == WGLLM_STATUS_OK) {
+            size_t tl = strlen(text);
+            while (tl && (text[tl - 1] == '\n' || text[tl - 1] == ' ' || text[tl - 1] == '\r' || text[tl - 1] == '\t')) tl--;
+            if (tl >= 7 && !memcmp(text + tl - 7, "<think>", 7)) e->thinks = 2;
+        }
+        free(text);
+    }
 }
 
 enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgllm_engine_params *params,
@@ -942,6 +958,8 @@ enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct 
     if (st != WGLLM_STATUS_OK) return st;
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
 }
+
+int wgllm_engine_template_thinks(const struct wgllm_engine *e) { return e->thinks; }
 
 void wgllm_request_cancel(struct wgllm_request *r) {
     if (!r) return;

@@ -95,6 +95,7 @@ struct wgllm_engine {
                     * least N / max_piece tokens; 0 = no such bound (WordPiece drops spaces) */
     struct wgllm_chat_template *tmpl;
     char tmpl_error[320];
+    int thinks; /* wgllm_engine_template_thinks */
 
     pthread_t thread;
     pthread_mutex_t mu;

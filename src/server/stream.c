@@ -86,7 +86,9 @@ static void stream_push_locked(struct stream *st, char *chunk) {
 static bool stream_on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
     struct stream *st = ud;
     struct srv *s = st->srv;
-    char *chunk = sse(wgllm_openai_chunk_token(&s->api, &st->gen, st->id, text, len, token, logprob));
+    char *piece = NULL;
+    wgllm_openai_chunk_token(&s->api, &st->gen, st->id, text, len, token, logprob, &piece); /* out of memory drops it */
+    char *chunk = sse(piece);
     pthread_mutex_lock(&st->mu);
     const bool keep = !st->gone && !atomic_load(&s->stopping);
     if (keep) stream_push_locked(st, chunk);

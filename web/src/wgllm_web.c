@@ -398,11 +398,10 @@ static bool push_line(struct web_job *j, char *chunk) {
 
 static bool on_openai_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
     struct web_job *j = ud;
-    const struct wgllm_openai_request *g = &j->oreq;
-    char *chunk = wgllm_openai_chunk_token(&j->api, g, j->id, text, len, token, logprob);
-    /* NULL is "nothing to send" for a piece without text (and no logprobs to carry), else out of memory */
-    const bool nothing = len == 0 && !(g->logprobs && g->top_logprobs == 0 && token >= 0);
-    const bool ok = chunk ? push_line(j, chunk) : nothing;
+    struct wgllm_openai_request *g = &j->oreq;
+    char *chunk = NULL;
+    bool ok = wgllm_openai_chunk_token(&j->api, g, j->id, text, len, token, logprob, &chunk);
+    if (ok && chunk) ok = push_line(j, chunk);
     if (!ok) atomic_store(&j->oom, 1); /* never a stream with a hole in it: stop, and say why */
     return ok && !atomic_load(&j->cancel);
 }
