@@ -471,6 +471,42 @@ const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
 }
 
+int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
+    /* the kernels, each with the types of its versions: -1 = every type
+     * wgllm_wgsl_supports accepts, else the one type the backend uses */
+    static const struct {
+        enum wgllm_kernel k;
+        int32_t type; /* -1: all supported types */
+        bool both_rope;
+    } kernels[] = {
+        {WGLLM_KERNEL_MATVEC, -1, false},        {WGLLM_KERNEL_GET_ROWS, -1, false},
+        {WGLLM_KERNEL_RMS_NORM, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ROPE, WGLLM_TYPE_F32, true},
+        {WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, false},   {WGLLM_KERNEL_ADD, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_ATTN, -1, false},          {WGLLM_KERNEL_ARGMAX, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_STORE_F16, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ROUND_ACT, -1, false},
+        {WGLLM_KERNEL_MATMUL, -1, false},        {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false},
+        {WGLLM_KERNEL_STORE_KV, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_ROPE_SHIFT_F16, WGLLM_TYPE_F16, true}, {WGLLM_KERNEL_SAMPLE, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_SAMPLE_ROWS, WGLLM_TYPE_F32, false},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
+        for (uint32_t t = 0; t < WGLLM_TYPE_COUNT; t++) {
+            if (kernels[i].type >= 0 ? t != (uint32_t)kernels[i].type : !wgllm_wgsl_supports(kernels[i].k, t)) continue;
+            for (int neox = 0; neox <= (kernels[i].both_rope ? 1 : 0); neox++) {
+                if (n < cap) out[n] = (struct wgllm_kernel_key){kernels[i].k, t, neox != 0};
+                n++;
+            }
+        }
+    return n;
+}
+
+void wgllm_wgsl_key_label(const struct wgllm_kernel_key *key, char *buf, size_t cap) {
+    const bool rope = key->kernel == WGLLM_KERNEL_ROPE || key->kernel == WGLLM_KERNEL_ROPE_SHIFT_F16;
+    snprintf(buf, cap, "%s%s_%s", wgllm_wgsl_kernel_name(key->kernel), rope ? (key->neox ? "_neox" : "_norm") : "",
+             wgllm_type_name(key->type));
+}
+
 static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     if (t->matvec_thread_rows) { /* rdot's stride WGM is 1: a thread walks its whole row */
         sb_add(b, "const WGM: u32 = 1u;\nconst ROWS: u32 = %uu;\n", t->rows_matvec);

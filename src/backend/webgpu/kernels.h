@@ -153,6 +153,15 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type);
 char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 /* Short label for messages ("matvec_q4_0"). */
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k);
+/* Every kernel source the generator makes for a tune: each kernel with each
+ * type it has a version for (the weight kernels: every weight format;
+ * ROUND_ACT: its vec_dot types; the rest: the one type the backend asks
+ * for) and, for the RoPE kernels, both pair layouts. Writes up to cap keys
+ * and returns how many there are. For `wgllm devices --dump-wgsl` and the
+ * generated-WGSL hash test (tests/test_webgpu_wgsl.c). */
+int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap);
+/* A key as a file-name-safe label: "matvec_q4_0", "rope_neox_f32". */
+void wgllm_wgsl_key_label(const struct wgllm_kernel_key *key, char *buf, size_t cap);
 /* Checks a tune against the kernels' own rules (powers of two, tiles that
  * divide, at most max_invocations threads and max_wg_storage bytes of
  * workgroup memory per kernel). False with the first problem in why. */
