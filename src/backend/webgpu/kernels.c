@@ -8,10 +8,12 @@
 #include "backend/webgpu/kernels.h"
 #include "quant/quant.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const struct wgllm_wgsl_tune default_tune = {
     .wg_matvec = 64,
@@ -505,6 +507,32 @@ void wgllm_wgsl_key_label(const struct wgllm_kernel_key *key, char *buf, size_t 
     const bool rope = key->kernel == WGLLM_KERNEL_ROPE || key->kernel == WGLLM_KERNEL_ROPE_SHIFT_F16;
     snprintf(buf, cap, "%s%s_%s", wgllm_wgsl_kernel_name(key->kernel), rope ? (key->neox ? "_neox" : "_norm") : "",
              wgllm_type_name(key->type));
+}
+
+enum wgllm_status wgllm_wgsl_dump(const char *dir, const struct wgllm_wgsl_tune *tune, int *n_files,
+                                  struct wgllm_error *err) {
+    *n_files = 0;
+    if (mkdir(dir, 0777) && errno != EEXIST)
+        return wgllm_error_set(err, WGLLM_STATUS_IO, "%s: cannot make the folder: %s", dir, strerror(errno));
+    struct wgllm_kernel_key keys[256];
+    const int n = wgllm_wgsl_all_keys(keys, 256);
+    WGLLM_ASSERT(n <= 256);
+    for (int i = 0; i < n; i++) {
+        char label[64], path[4096];
+        wgllm_wgsl_key_label(&keys[i], label, sizeof label);
+        snprintf(path, sizeof path, "%s/%s.wgsl", dir, label);
+        char *src = wgllm_wgsl_generate(&keys[i], tune);
+        if (!src) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the %s kernel", label);
+        FILE *f = fopen(path, "wb");
+        const size_t len = strlen(src);
+        const bool ok = f && fwrite(src, 1, len, f) == len;
+        const int e = errno;
+        free(src);
+        if (f && fclose(f) && ok) return wgllm_error_set(err, WGLLM_STATUS_IO, "%s: %s", path, strerror(errno));
+        if (!ok) return wgllm_error_set(err, WGLLM_STATUS_IO, "%s: %s", path, strerror(e));
+        (*n_files)++;
+    }
+    return WGLLM_STATUS_OK;
 }
 
 static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {

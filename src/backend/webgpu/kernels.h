@@ -162,6 +162,11 @@ const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k);
 int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap);
 /* A key as a file-name-safe label: "matvec_q4_0", "rope_neox_f32". */
 void wgllm_wgsl_key_label(const struct wgllm_kernel_key *key, char *buf, size_t cap);
+/* Writes every source of wgllm_wgsl_all_keys under `tune` as DIR/LABEL.wgsl
+ * (the folder is made when missing), exactly the text the backend compiles;
+ * *n_files: how many were written. IO errors name the path. */
+enum wgllm_status wgllm_wgsl_dump(const char *dir, const struct wgllm_wgsl_tune *tune, int *n_files,
+                                  struct wgllm_error *err);
 /* Checks a tune against the kernels' own rules (powers of two, tiles that
  * divide, at most max_invocations threads and max_wg_storage bytes of
  * workgroup memory per kernel). False with the first problem in why. */
