@@ -459,7 +459,6 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     case WGLLM_KERNEL_MATVEC:
     case WGLLM_KERNEL_GET_ROWS:
     case WGLLM_KERNEL_MATMUL: return weight_type_ok(type);
-    case WGLLM_KERNEL_ATTN: return type == WGLLM_TYPE_F32 || type == WGLLM_TYPE_F16;
     case WGLLM_KERNEL_ROUND_ACT:
         return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1 || type == WGLLM_TYPE_Q8_K || type == WGLLM_TYPE_F16 ||
                type == WGLLM_TYPE_BF16;
@@ -468,7 +467,7 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
 }
 
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
-    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax", "store_f16", "round_act", "matmul"};
+    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "argmax", "round_act", "matmul"};
     if (k >= WGLLM_KERNEL_ATTN_BATCH) return wgllm_wgsl_batch_kernel_name(k);
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
 }
@@ -483,9 +482,8 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
     } kernels[] = {
         {WGLLM_KERNEL_MATVEC, -1, false},        {WGLLM_KERNEL_GET_ROWS, -1, false},
         {WGLLM_KERNEL_RMS_NORM, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ROPE, WGLLM_TYPE_F32, true},
-        {WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, false},   {WGLLM_KERNEL_ADD, WGLLM_TYPE_F32, false},
-        {WGLLM_KERNEL_ATTN, -1, false},          {WGLLM_KERNEL_ARGMAX, WGLLM_TYPE_F32, false},
-        {WGLLM_KERNEL_STORE_F16, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ROUND_ACT, -1, false},
+        {WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, false},   {WGLLM_KERNEL_ARGMAX, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_ROUND_ACT, -1, false},
         {WGLLM_KERNEL_MATMUL, -1, false},        {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false},
         {WGLLM_KERNEL_STORE_KV, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false},
         {WGLLM_KERNEL_ROPE_SHIFT_F16, WGLLM_TYPE_F16, true}, {WGLLM_KERNEL_SAMPLE, WGLLM_TYPE_F32, false},
@@ -705,103 +703,6 @@ static void gen_swiglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "}\n");
 }
 
-static void gen_add(struct sb *b, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
-    sb_add(b, "@group(0) @binding(1) var<storage, read_write> X: array<f32>;\n"
-              "@group(0) @binding(2) var<storage, read> B: array<f32>;\n"
-              "@compute @workgroup_size(WGE)\n"
-              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
-              "  let i = gid.x;\n"
-              "  if (i >= p.n) { return; }\n"
-              "  X[p.a + i] = X[p.a + i] + B[p.b + i];\n"
-              "}\n");
-}
-
-/* As the CPU backend's attend_head: q rounded to f16; scores q.K * scale;
- * softmax as wgllm_op_softmax (max, exp, a lossless sum, times 1/sum);
- * probabilities rounded to f16; each output dim one dot product over the
- * positions. Scores and probabilities go through S (one row of p.j floats
- * per head), so the length is not bounded by workgroup memory. */
-static void gen_attn(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
-    const bool f16 = key->type == WGLLM_TYPE_F16;
-    sb_add(b, "const WGA: u32 = %uu;\nconst MAXD: u32 = %uu;\n%s", t->wg_attn, t->attn_max_dims, round_wgsl);
-    sb_add(b, "@group(0) @binding(1) var<storage, read> Q: array<f32>;\n");
-    if (f16)
-        sb_add(b, "@group(0) @binding(2) var<storage, read> K: array<u32>;\n"
-                  "@group(0) @binding(3) var<storage, read> V: array<u32>;\n"
-                  "fn kget(i: u32) -> f32 { let v = unpack2x16float(K[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n"
-                  "fn vget(i: u32) -> f32 { let v = unpack2x16float(V[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n");
-    else
-        sb_add(b, "@group(0) @binding(2) var<storage, read> K: array<f32>;\n"
-                  "@group(0) @binding(3) var<storage, read> V: array<f32>;\n"
-                  "fn kget(i: u32) -> f32 { return K[i]; }\n"
-                  "fn vget(i: u32) -> f32 { return V[i]; }\n");
-    sb_add(b, "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n"
-              "@group(0) @binding(5) var<storage, read_write> S: array<f32>;\n"
-              "var<workgroup> qs: array<f32, WGA * MAXD>;\n"
-              "var<workgroup> rh: array<f32, WGA>;\n"
-              "var<workgroup> rl: array<f32, WGA>;\n"
-              "@compute @workgroup_size(WGA)\n"
-              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
-              "  let tid = lid.x;\n"
-              "  let h = wid.x;\n"
-              "  let kvh = h / p.g;\n"
-              "  let sb = h * p.j;\n"
-              "  for (var i = tid; i < p.k; i += WGA) { qs[i] = to_f16(Q[p.a + h * p.k + i]); }\n"
-              "  workgroupBarrier();\n"
-              "  var mx = -3.4e38;\n"
-              "  for (var j = tid; j < p.n; j += WGA) {\n"
-              "    let kb = p.b + j * p.e + kvh * p.k;\n"
-              "    var d = 0.0;\n"
-              "    for (var i = 0u; i < p.k; i++) { d += qs[i] * kget(kb + i); }\n"
-              "    let s = d * p.f0;\n"
-              "    S[sb + j] = s;\n"
-              "    mx = max(mx, s);\n"
-              "  }\n"
-              "  rh[tid] = mx;\n"
-              "  workgroupBarrier();\n"
-              "  for (var s = WGA / 2u; s > 0u; s >>= 1u) {\n"
-              "    if (tid < s) { rh[tid] = max(rh[tid], rh[tid + s]); }\n"
-              "    workgroupBarrier();\n"
-              "  }\n"
-              "  let gmax = rh[0];\n"
-              "  workgroupBarrier();\n"
-              /* each thread revisits the positions it scored: no barrier on S needed */
-              "  var hi = 0.0;\n"
-              "  var lo = 0.0;\n"
-              "  for (var j = tid; j < p.n; j += WGA) {\n"
-              "    let e = exp(S[sb + j] - gmax);\n"
-              "    S[sb + j] = e;\n"
-              "    let t = two_sum(hi, e);\n"
-              "    hi = t.x;\n"
-              "    lo += t.y;\n"
-              "  }\n"
-              "  rh[tid] = hi;\n"
-              "  rl[tid] = lo;\n"
-              "  workgroupBarrier();\n"
-              "  for (var s = WGA / 2u; s > 0u; s >>= 1u) {\n"
-              "    if (tid < s) {\n"
-              "      let t = two_sum(rh[tid], rh[tid + s]);\n"
-              "      rh[tid] = t.x;\n"
-              "      rl[tid] = rl[tid] + rl[tid + s] + t.y;\n"
-              "    }\n"
-              "    workgroupBarrier();\n"
-              "  }\n"
-              "  let inv = 1.0 / (rh[0] + rl[0]);\n"
-              "  for (var j = tid; j < p.n; j += WGA) { S[sb + j] = to_f16(S[sb + j] * inv); }\n"
-              "  storageBarrier();\n"
-              "  for (var r = 0u; r < MAXD; r++) {\n"
-              "    let dd = tid + r * WGA;\n"
-              "    if (dd < p.m) {\n"
-              "      let vb = p.c + kvh * p.m + dd;\n"
-              "      var acc = 0.0;\n"
-              "      for (var j = 0u; j < p.n; j++) { acc += S[sb + j] * vget(vb + j * p.i); }\n"
-              "      O[p.d + h * p.m + dd] = acc;\n"
-              "    }\n"
-              "  }\n"
-              "}\n");
-}
-
 static void gen_argmax(struct sb *b, const struct wgllm_wgsl_tune *t) {
     sb_add(b, "const WGR: u32 = %uu;\n", t->wg_row);
     sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
@@ -832,19 +733,6 @@ static void gen_argmax(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "    workgroupBarrier();\n"
               "  }\n"
               "  if (tid == 0u) { OUT[p.b] = bi[0]; }\n"
-              "}\n");
-}
-
-static void gen_store_f16(struct sb *b, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
-    sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
-              "@group(0) @binding(2) var<storage, read> POS: array<u32>;\n"
-              "@group(0) @binding(3) var<storage, read_write> Y: array<u32>;\n"
-              "@compute @workgroup_size(WGE)\n"
-              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
-              "  let i = gid.x;\n"
-              "  if (i >= p.n) { return; }\n"
-              "  Y[p.c + POS[p.b] * p.e + i] = pack2x16float(vec2<f32>(X[p.a + 2u * i], X[p.a + 2u * i + 1u]));\n"
               "}\n");
 }
 
@@ -1161,7 +1049,8 @@ bool wgllm_wgsl_tune_valid(const struct wgllm_wgsl_tune *t, uint32_t max_invocat
     if (mm_threads > max_invocations) BAD("mat-mat needs %llu threads, over %u", (unsigned long long)mm_threads, max_invocations);
     const uint64_t mm_bytes = t->mm_direct ? 0 : (uint64_t)(t->mm_tile_n + t->mm_tile_m) * t->mm_tile_k * 4;
     if (mm_bytes > max_wg_storage) BAD("mat-mat needs %llu bytes of workgroup memory, over %u", (unsigned long long)mm_bytes, max_wg_storage);
-    const uint64_t attn_bytes = ((uint64_t)t->wg_attn * t->attn_max_dims + 2u * t->wg_attn) * 4;
+    /* ATTN_BATCH: q (wg_attn * attn_max_dims floats), four per-thread arrays, two words */
+    const uint64_t attn_bytes = ((uint64_t)t->wg_attn * t->attn_max_dims + 4u * t->wg_attn + 2u) * 4;
     if (attn_bytes > max_wg_storage) BAD("attention needs %llu bytes of workgroup memory, over %u", (unsigned long long)attn_bytes, max_wg_storage);
     return true;
 #undef BAD
@@ -1181,10 +1070,7 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_RMS_NORM: gen_rms_norm(&b, tune); break;
     case WGLLM_KERNEL_ROPE: gen_rope(&b, key, tune); break;
     case WGLLM_KERNEL_SWIGLU: gen_swiglu(&b, tune); break;
-    case WGLLM_KERNEL_ADD: gen_add(&b, tune); break;
-    case WGLLM_KERNEL_ATTN: gen_attn(&b, key, tune); break;
     case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
-    case WGLLM_KERNEL_STORE_F16: gen_store_f16(&b, tune); break;
     case WGLLM_KERNEL_ROUND_ACT: gen_round_act(&b, key, tune); break;
     case WGLLM_KERNEL_MATMUL: gen_matmul(&b, key, tune); break;
     default: { char *body = wgllm_wgsl_batch_body(key, tune); if (body) sb_add(&b, "%s", body); else b.oom = true; free(body); } break;

@@ -20,7 +20,7 @@ struct wgllm_wgsl_tune {
     uint32_t rows_matvec; /* rows per mat-vec workgroup */
     uint32_t wg_row;      /* threads per row kernel (RMSNorm, argmax) (power of two) */
     uint32_t wg_elem;     /* threads per element-wise workgroup */
-    uint32_t wg_attn;     /* threads per attention workgroup = positions per tile (power of two) */
+    uint32_t wg_attn;     /* threads per attention (ATTN_BATCH) workgroup = positions per tile (power of two) */
     uint32_t attn_max_dims; /* head dims an attention thread accumulates: head_dim <= wg_attn * this */
     bool matvec_thread_rows; /* mat-vec: one row per thread, no workgroup reduction (rows_matvec threads) */
     bool matvec_subgroups;   /* mat-vec: reduce with subgroupAdd (needs the adapter's subgroups feature) */
@@ -71,23 +71,9 @@ enum wgllm_kernel {
     /* y[c+i] = silu(g[a+i]) * u[b+i], i < n. Bindings 1 g, 2 u, 3 y.
      * Dispatch (ceil(n / wg_elem), 1, 1). */
     WGLLM_KERNEL_SWIGLU,
-    /* x[a+i] += y[b+i], i < n. Bindings 1 x, 2 y. Dispatch (ceil(n / wg_elem), 1, 1). */
-    WGLLM_KERNEL_ADD,
-    /* One query over n cached positions, per head h (workgroup x): out[d + h*m
-     * ..] = softmax(q.K^T * f0) V, q at a + h*k, K row j of kv head h/g at
-     * b + j*e + (h/g)*k, V at c + j*e2 + (h/g)*m with e2 = i. Head dims k
-     * (keys), m (values). Rounds as the CPU backend's attend_head: q and the
-     * probabilities to f16. Bindings 1 q, 2 K, 3 V, 4 out, 5 S (f32 scratch,
-     * n floats from h*j per head, j >= n); K/V f32 or f16.
-     * Dispatch (heads, 1, 1). */
-    WGLLM_KERNEL_ATTN,
     /* out[b] = index of the largest x[a + i], i < n (first on ties). Bindings
      * 1 x, 2 out (u32). Dispatch (1, 1, 1). */
     WGLLM_KERNEL_ARGMAX,
-    /* Stores n f32 pairs as f16 into the cache: Y word c + POS[b]*e + i =
-     * pack2x16float(x[a + 2i], x[a + 2i + 1]), i < n. Bindings 1 x, 2 pos
-     * (u32), 3 Y (u32). Dispatch (ceil(n / wg_elem), 1, 1). */
-    WGLLM_KERNEL_STORE_F16,
     /* y[c+i] = x[a+i] rounded as the CPU backend rounds a mat-vec's input
      * for weights whose vec_dot_type is key.type: Q8_0 (blocks of 32 with
      * an f16 scale, as llama.cpp's activation quantizer), Q8_K (blocks of
@@ -135,7 +121,7 @@ enum wgllm_kernel {
 
 struct wgllm_kernel_key {
     enum wgllm_kernel kernel;
-    uint32_t type; /* weight type (MATVEC, GET_ROWS) or cache type (ATTN) */
+    uint32_t type; /* weight type (MATVEC, GET_ROWS, MATMUL), vec_dot type (ROUND_ACT) or cache type (ATTN_BATCH) */
     bool neox;     /* ROPE */
 };
 
@@ -147,7 +133,7 @@ const char *wgllm_wgsl_f16_helpers(void);
 
 /* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 and
  * the 8-element-unit formats of kernels.c's w8_block, Q4_K/Q5_K/Q6_K..., for
- * weights; F32/F16 for the cache; Q8_0/Q8_K/F16 for ROUND_ACT). */
+ * weights; Q8_0/Q8_1/Q8_K/F16/BF16 for ROUND_ACT; any type for the rest). */
 bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type);
 /* The WGSL source (malloc'd, free with free), NULL when unsupported. */
 char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);

@@ -34,7 +34,7 @@
  * softmax only the normalizer differs, by the rounding of the rescales (a
  * few f32 ulps), so probabilities match except where one sits on an f16
  * rounding boundary. Tolerance: what test_webgpu_model measures against the
- * CPU backend did not move from the exact two-pass kernel (ATTN) to this one
+ * CPU backend did not move from the exact two-pass kernel it replaced to this one
  * (Q8_0/Q4_0 median 4.8-7.1e-7 of the logits' rms, F32 1.6e-4 / 2.6e-3
  * worst, F16 1.4e-3; greedy tokens equal), i.e. below the f32 sum-order noise.
  */
