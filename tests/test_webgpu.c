@@ -51,7 +51,7 @@ static struct wgllm_gpu_buffer *upload(const void *data, size_t bytes) {
 
 /* Runs one kernel: params in a fresh uniform buffer, bindings 1.. = bufs.
  * Returns false (with the message printed) when anything fails. */
-static bool run_wgsl(const char *src, const char *label, const struct wgllm_kparams *kp, int nbuf,
+static bool run_wgsl(const char *src, const char *label, const union wgllm_kparams *kp, int nbuf,
                      struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y, int reps) {
     struct wgllm_error err = {0};
     struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(G, src, label, &err);
@@ -79,7 +79,7 @@ static bool run_wgsl(const char *src, const char *label, const struct wgllm_kpar
 
 /* Runs one kernel as generated for `tune` (NULL: the defaults). */
 static bool run_kernel_tuned(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune,
-                             const struct wgllm_kparams *kp, int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x,
+                             const union wgllm_kparams *kp, int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x,
                              uint32_t y, int reps) {
     char *src = wgllm_wgsl_generate(key, tune);
     if (!src) {
@@ -91,7 +91,7 @@ static bool run_kernel_tuned(const struct wgllm_kernel_key *key, const struct wg
     return ok;
 }
 
-static bool run_kernel(const struct wgllm_kernel_key *key, const struct wgllm_kparams *kp, int nbuf,
+static bool run_kernel(const struct wgllm_kernel_key *key, const union wgllm_kparams *kp, int nbuf,
                        struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y, int reps) {
     return run_kernel_tuned(key, NULL, kp, nbuf, bufs, x, y, reps);
 }
@@ -271,7 +271,7 @@ TEST(matvec_formats) {
             float *x = malloc((size_t)T * K * sizeof *x), *y = malloc((size_t)T * M * sizeof *y);
             fill(x, (size_t)T * K, 1.0f);
             struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
-            struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K};
+            const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)M, .k = (uint32_t)K}};
             struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
             const struct wgllm_wgsl_tune *tu = &tunes[tv];
             for (int i = 0; i < T * M; i++) y[i] = -12345.0f;
@@ -334,7 +334,8 @@ TEST(matvec_offsets) {
     float x[5 + 64], y[3 + 40];
     fill(x, 5 + 64, 1.0f);
     struct wgllm_gpu_buffer *bufs[3] = {upload(wb, OFF_W * 4 + wbytes), upload(x, sizeof x), upload(NULL, sizeof y)};
-    struct wgllm_kparams kp = {.n = M, .k = K, .a = OFF_W, .b = OFF_X, .c = OFF_Y};
+    const union wgllm_kparams kp = {.matvec = {.rows = M, .k = K, .w_off = OFF_W, .x_off = OFF_X,
+                                               .y_off = OFF_Y}};
     struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
     CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(M, wgllm_wgsl_default_tune()->rows_matvec), 1, 1) && read_f32(bufs[2], y, 43));
     for (int r = 0; r < M; r++) {
@@ -390,8 +391,8 @@ static struct mm_result mm_run(const struct mm_case *c, const struct wgllm_wgsl_
     for (size_t i = 0; i < ny; i++) y[i] = MM_SENTINEL;
     struct wgllm_gpu_buffer *bufs[3] = {upload(wb, wall), upload(x, nx * 4), upload(y, ny * 4)};
     struct wgllm_gpu_buffer *bmv[3] = {bufs[0], bufs[1], upload(y, ny * 4)};
-    struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K, .a = c->a_off, .b = MM_X_OFF, .c = c->c_off,
-                               .h = (uint32_t)T};
+    const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)M, .k = (uint32_t)K, .w_off = c->a_off,
+                                               .x_off = MM_X_OFF, .y_off = c->c_off, .tokens = (uint32_t)T}};
     const struct wgllm_wgsl_tune *tu = tune ? tune : wgllm_wgsl_default_tune();
     const uint32_t gx = cdiv(M, tu->mm_tile_n), gy = cdiv(T, tu->mm_tile_m);
     struct wgllm_kernel_key key = {WGLLM_KERNEL_MATMUL, c->type, false};
@@ -531,7 +532,7 @@ TEST(matmul_timing) {
         float *x = malloc((size_t)T * K * 4), y0;
         fill(x, (size_t)T * K, 1.0f);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
-        struct wgllm_kparams kp = {.n = M, .k = K, .h = T};
+        const union wgllm_kparams kp = {.matvec = {.rows = M, .k = K, .tokens = T}};
         struct wgllm_kernel_key kmm = {WGLLM_KERNEL_MATMUL, type, false}, kmv = {WGLLM_KERNEL_MATVEC, type, false};
         double ms[2];
         for (int v = 0; v < 2; v++) {
@@ -558,7 +559,7 @@ TEST(get_rows_formats) {
         size_t wbytes;
         void *w = make_weights(type, M, K, deq, &wbytes);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(ids, sizeof ids), upload(NULL, sizeof y)};
-        struct wgllm_kparams kp = {.k = K};
+        const union wgllm_kparams kp = {.get_rows = {.width = K}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * 96));
         int bad = 0;
@@ -583,7 +584,7 @@ TEST(rms_norm) {
         fill(x, (size_t)R * n, 3.0f);
         fill(w, (size_t)n, 1.0f);
         struct wgllm_gpu_buffer *bufs[3] = {upload(x, (size_t)R * n * 4), upload(w, (size_t)n * 4), upload(NULL, (size_t)R * n * 4)};
-        struct wgllm_kparams kp = {.n = (uint32_t)n, .f0 = 1e-5f};
+        const union wgllm_kparams kp = {.rms_norm = {.width = (uint32_t)n, .eps = 1e-5f}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_RMS_NORM, WGLLM_TYPE_F32, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, R, 1, 1) && read_f32(bufs[2], y, (size_t)R * n));
         /* the sum of squares is lossless on both sides: the same scale, the same bits,
@@ -624,7 +625,8 @@ TEST(rope_modes) {
                 for (int h = 0; h < n_head; h++) wgllm_op_rope(ref + t * row + h * head_dim, cs + t * n_rot, n_rot, neox);
             }
             struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(cs, sizeof(float) * (size_t)T * n_rot)};
-            struct wgllm_kparams kp = {.n = n_head, .k = head_dim, .m = (uint32_t)n_rot, .b = (uint32_t)row};
+            const union wgllm_kparams kp = {.rope = {.heads = n_head, .head_dim = head_dim, .n_rot = (uint32_t)n_rot,
+                                                     .tok_stride = (uint32_t)row}};
             struct wgllm_kernel_key key = {WGLLM_KERNEL_ROPE, WGLLM_TYPE_F32, neox};
             CHECK(run_kernel(&key, &kp, 2, bufs, cdiv(n_head * n_rot / 2, wgllm_wgsl_default_tune()->wg_elem), T, 1) &&
                   read_f32(bufs[0], y, (size_t)T * row));
@@ -661,7 +663,7 @@ TEST(round_act_like_cpu) {
     srand(3);
     while (n < N) x[n++] = ((float)rand() / RAND_MAX - 0.5f) * 8.0f;
     struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(NULL, sizeof y)};
-    struct wgllm_kparams kp = {.n = N};
+    const union wgllm_kparams kp = {.round_act = {.count = N}};
     struct wgllm_kernel_key key = {WGLLM_KERNEL_ROUND_ACT, WGLLM_TYPE_F16, false};
     CHECK(run_kernel(&key, &kp, 2, bufs, cdiv(N / 32, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[1], y, N));
     int bad = 0;
@@ -696,7 +698,7 @@ TEST(swiglu_add) {
     fill(u, n, 2.0f);
     wgllm_op_swiglu(g, u, ref, n);
     struct wgllm_gpu_buffer *bufs[3] = {upload(g, sizeof g), upload(u, sizeof u), upload(NULL, sizeof y)};
-    struct wgllm_kparams kp = {.n = n};
+    const union wgllm_kparams kp = {.swiglu = {.count = n}};
     struct wgllm_kernel_key key = {WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, false};
     CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(n, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[2], y, n));
     double worst = 0;
@@ -706,12 +708,12 @@ TEST(swiglu_add) {
      * (a broadcast bias: y stride 0) */
     struct wgllm_gpu_buffer *ab[2] = {bufs[0], bufs[1]};
     struct wgllm_kernel_key kadd = {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false};
-    struct wgllm_kparams ka = {.n = n / 2, .m = n / 2};
+    union wgllm_kparams ka = {.add_rows = {.width = n / 2, .y_stride = n / 2}};
     CHECK(run_kernel(&kadd, &ka, 2, ab, cdiv(n / 2, wgllm_wgsl_default_tune()->wg_elem), 2, 1) && read_f32(bufs[0], y, n));
     int bad = 0;
     for (int i = 0; i < n; i++) bad += y[i] != g[i] + u[i];
     CHECK_EQ_INT(bad, 0);
-    ka.m = 0;
+    ka.add_rows.y_stride = 0;
     float y2[1000];
     CHECK(run_kernel(&kadd, &ka, 2, ab, cdiv(n / 2, wgllm_wgsl_default_tune()->wg_elem), 2, 1) && read_f32(bufs[0], y2, n));
     bad = 0;
@@ -790,9 +792,9 @@ static bool attn_batch_case(const struct attn_case *c, const struct wgllm_wgsl_t
                                         upload(V16, (size_t)rows * vi * 2), upload(o, (size_t)T * od * 4),
                                         upload(st, (size_t)(2 * T + 9) * 4)};
     const float scale = 1.0f / sqrtf((float)dk);
-    struct wgllm_kparams kp = {.k = (uint32_t)dk, .m = (uint32_t)dv, .a = (uint32_t)qa, .d = (uint32_t)od,
-                               .e = (uint32_t)ke, .i = (uint32_t)vi, .g = (uint32_t)gqa, .b = row_at, .c = len_at,
-                               .f0 = scale};
+    const union wgllm_kparams kp = {.attn = {.dk = (uint32_t)dk, .dv = (uint32_t)dv, .q_stride = (uint32_t)qa,
+                                             .o_stride = (uint32_t)od, .k_stride = (uint32_t)ke, .v_stride = (uint32_t)vi,
+                                             .gqa = (uint32_t)gqa, .row_at = row_at, .len_at = len_at, .scale = scale}};
     struct wgllm_kernel_key key = {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false};
     bool ok = (src ? run_wgsl(src, "attn_batch mutant", &kp, 5, bufs, (uint32_t)H, (uint32_t)T, 1)
                    : run_kernel_tuned(&key, tune, &kp, 5, bufs, (uint32_t)H, (uint32_t)T, 1)) &&
@@ -907,7 +909,7 @@ TEST(argmax) {
         }
         uint32_t out[4] = {0};
         struct wgllm_gpu_buffer *bufs[2] = {upload(x, (size_t)n * 4), upload(NULL, 16)};
-        struct wgllm_kparams kp = {.n = (uint32_t)n};
+        const union wgllm_kparams kp = {.argmax = {.count = (uint32_t)n}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_ARGMAX, WGLLM_TYPE_F32, false};
         struct wgllm_error err = {0};
         CHECK(run_kernel(&key, &kp, 2, bufs, 1, 1, 1));
@@ -929,7 +931,7 @@ TEST(matvec_timing) {
         float *x = malloc((size_t)K * 4), y0;
         fill(x, K, 1.0f);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)K * 4), upload(NULL, (size_t)M * 4)};
-        struct wgllm_kparams kp = {.n = M, .k = K};
+        const union wgllm_kparams kp = {.matvec = {.rows = M, .k = K}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
         uint32_t groups = cdiv(M, wgllm_wgsl_default_tune()->rows_matvec);
         CHECK(run_kernel(&key, &kp, 3, bufs, groups, 1, 1) && read_f32(bufs[2], &y0, 1)); /* warm-up, compile */
@@ -994,7 +996,7 @@ TEST(matvec_w8_formats) {
             struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
             for (int tv = 0; tv < n_tunes; tv++) {
                 const struct wgllm_wgsl_tune *tu = &tunes[tv];
-                struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K};
+                const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)M, .k = (uint32_t)K}};
                 struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
                 for (int i = 0; i < T * M; i++) y[i] = -12345.0f;
                 wgllm_gpu_buffer_write(G, bufs[2], 0, y, (size_t)T * M * 4);
@@ -1042,7 +1044,7 @@ TEST(get_rows_w8_formats) {
         size_t wbytes;
         void *w = make_weights(type, M, K, deq, &wbytes);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(ids, sizeof ids), upload(NULL, 4 * (size_t)K * 4)};
-        struct wgllm_kparams kp = {.k = K};
+        const union wgllm_kparams kp = {.get_rows = {.width = K}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * (size_t)K));
         int bad = 0, inexact = 0;
@@ -1101,7 +1103,7 @@ TEST(round_act_q8_k_q8_1_bf16_like_cpu) {
     x[768 + 3] = 9.0f, x[768 + 200] = -9.0f;
     for (int i = 1024; i < 1280; i++) x[i] = 0.0f;
     struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(NULL, sizeof y)};
-    struct wgllm_kparams kp = {.n = N};
+    const union wgllm_kparams kp = {.round_act = {.count = N}};
     /* Q8_1 (Q4_1/Q5_1's vec_dot_type) and BF16 on the same values: random
      * 32-blocks test the scale 127/amax, ties and NaN-free bf16 rounding */
     static const uint32_t types[] = {WGLLM_TYPE_Q8_K, WGLLM_TYPE_Q8_1, WGLLM_TYPE_BF16};

@@ -51,6 +51,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The parameter blocks of SAMPLE and SAMPLE_ROWS carry a marker in their
+ * private_slot field (which neither kernel reads) so that slot_of never
+ * finds them equal to another dispatch's block and shares the slot:
+ * webgpu_generate rewrites SAMPLE's slot per call (temperature, seed, ...),
+ * which must not change an ARGMAX (or other) dispatch whose block happened
+ * to match, and SAMPLE_ROWS's {n_vocab} would otherwise equal ARGMAX's.
+ * The values spell "SAMP" and "ROWS" in little-endian ASCII (a dump of the
+ * arena shows them). */
+#define KP_PRIVATE_SAMPLE 0x53414d50u
+#define KP_PRIVATE_SAMPLE_ROWS 0x524f5753u
+
 #define MAX_PIECES 16
 #define SLOT_BYTES 256
 #define UPLOAD_CHUNK ((size_t)16 << 20)       /* bytes per queue write */
@@ -133,7 +144,7 @@ struct wgllm_webgpu_ctx {
                                      of the last layer and the final norm (output rows only); then the logits */
     int n_ops_logits;             /* [norm, logits): the logits; [logits, n_ops): argmax of logits row 0 into the
                                      step's token 0 (greedy on the GPU) */
-    struct wgllm_kparams *slots;  /* host copy of the arena */
+    union wgllm_kparams *slots;   /* host copy of the arena */
     int n_slots, cap_slots;
     struct wgllm_webgpu_plan plan;
 };
@@ -253,7 +264,7 @@ static struct wgllm_gpu_pipeline *pipe_of(struct wgllm_webgpu_ctx *g, enum wgllm
 /* ---- the list of dispatches -------------------------------------------- */
 
 /* The arena slot holding kp (shared with an equal earlier one). */
-static int slot_of(struct wgllm_webgpu_ctx *g, const struct wgllm_kparams *kp) {
+static int slot_of(struct wgllm_webgpu_ctx *g, const union wgllm_kparams *kp) {
     for (int i = 0; i < g->n_slots; i++)
         if (!memcmp(&g->slots[i], kp, sizeof *kp)) return i;
     if (g->n_slots == g->cap_slots) {
@@ -280,7 +291,7 @@ struct builder {
 /* Adds a dispatch with grid x for one token growing as `grow` says (per and
  * div for GROW_XE / GROW_Y); bindings 1.. are whole buffers. Returns it (NULL
  * after a failure). */
-static struct gop *add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const struct wgllm_kparams *kp,
+static struct gop *add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
                           enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1,
                           struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4) {
     struct wgllm_webgpu_ctx *g = bd->g;
@@ -323,7 +334,7 @@ static struct gop *add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, cons
 static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
 
 /* An element-wise op over `per` elements of each row, all rows in one grid. */
-static void add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const struct wgllm_kparams *kp, uint32_t per,
+static void add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp, uint32_t per,
                       uint32_t div, int nb, struct wgllm_gpu_buffer *b1, struct wgllm_gpu_buffer *b2,
                       struct wgllm_gpu_buffer *b3) {
     struct gop *o = add_op(bd, p, kp, GROW_XE, 1, nb, b1, b2, b3, NULL);
@@ -349,7 +360,7 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
     const uint32_t vt = wgllm_type_traits(w->type)->vec_dot_type;
     if (vt != WGLLM_TYPE_F32 && wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vt)) {
         if (bd->rsrc != x || bd->rtype != vt) {
-            struct wgllm_kparams kp = {.n = (uint32_t)w->ne0 * (uint32_t)cap};
+            const union wgllm_kparams kp = {.round_act = {.count = (uint32_t)w->ne0 * (uint32_t)cap}};
             add_elems(bd, pipe_of(g, WGLLM_KERNEL_ROUND_ACT, vt, false, bd->err), &kp, (uint32_t)w->ne0,
                       32 * g->tune->wg_elem, 2, x, g->xr, NULL);
             bd->rsrc = x, bd->rtype = vt;
@@ -359,16 +370,16 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
     bd->keep_round = true;
     if (w->n_pieces == 1) {
         const bool mm = cap >= MM_MIN_TOKENS && wgllm_wgsl_supports(WGLLM_KERNEL_MATMUL, w->type);
-        struct wgllm_kparams kp = {.n = (uint32_t)w->ne1, .k = (uint32_t)w->ne0};
+        union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)w->ne1, .k = (uint32_t)w->ne0}};
         struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err), &kp, GROW_Y,
-                               ceil_div(kp.n, g->tune->rows_matvec), 3, w->piece[0].buf, x, y, NULL);
+                               ceil_div(kp.matvec.rows, g->tune->rows_matvec), 3, w->piece[0].buf, x, y, NULL);
         if (o && mm) o->when = WHEN_FEW;
         if (mm) {
-            /* p.h = the row capacity of y: the last token tile may compute
-             * rows past the pass's tokens, into scratch rows of y */
-            kp.h = (uint32_t)cap;
+            /* tokens = the row capacity of y: the last token tile may
+             * compute rows past the pass's tokens, into scratch rows of y */
+            kp.matvec.tokens = (uint32_t)cap;
             o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATMUL, w->type, false, bd->err), &kp, GROW_Y,
-                       ceil_div(kp.n, g->tune->mm_tile_n), 3, w->piece[0].buf, x, y, NULL);
+                       ceil_div(kp.matvec.rows, g->tune->mm_tile_n), 3, w->piece[0].buf, x, y, NULL);
             if (o) o->div = g->tune->mm_tile_m, o->when = WHEN_MANY;
         }
     } else {
@@ -376,11 +387,11 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
          * several pieces each token gets its own dispatches */
         for (int t = 0; t < cap; t++)
             for (int i = 0; i < w->n_pieces; i++) {
-                struct wgllm_kparams kp = {.n = (uint32_t)w->piece[i].rows, .k = (uint32_t)w->ne0,
-                                           .b = (uint32_t)(t * w->ne0),
-                                           .c = (uint32_t)(t * w->ne1 + w->piece[i].row0)};
+                const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)w->piece[i].rows, .k = (uint32_t)w->ne0,
+                                                           .x_off = (uint32_t)(t * w->ne0),
+                                                           .y_off = (uint32_t)(t * w->ne1 + w->piece[i].row0)}};
                 struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err), &kp, GROW_Y,
-                                       ceil_div(kp.n, g->tune->rows_matvec), 3, w->piece[i].buf, x, y, NULL);
+                                       ceil_div(kp.matvec.rows, g->tune->rows_matvec), 3, w->piece[i].buf, x, y, NULL);
                 if (o) o->tok = t, o->div = 1u << 30; /* y = 1 */
             }
     }
@@ -390,7 +401,7 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
 static void add_rms(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t w_off,
                     uint32_t n, uint32_t rows_per_tok) {
     struct wgllm_webgpu_ctx *g = bd->g;
-    struct wgllm_kparams kp = {.n = n, .b = w_off, .f0 = g->model->hp.rms_eps};
+    const union wgllm_kparams kp = {.rms_norm = {.width = n, .w_off = w_off, .eps = g->model->hp.rms_eps}};
     add_op(bd, pipe_of(g, WGLLM_KERNEL_RMS_NORM, 0, false, bd->err), &kp, GROW_X, rows_per_tok, 3, x, g->vecs, y, NULL);
 }
 
@@ -398,7 +409,7 @@ static void add_rms(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm
 static void add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
                      uint32_t n, uint32_t y_stride) {
     struct wgllm_webgpu_ctx *g = bd->g;
-    struct wgllm_kparams kp = {.n = n, .b = y_off, .m = y_stride};
+    const union wgllm_kparams kp = {.add_rows = {.width = n, .y_off = y_off, .y_stride = y_stride}};
     add_op(bd, pipe_of(g, WGLLM_KERNEL_ADD_ROWS, 0, false, bd->err), &kp, GROW_Y, ceil_div(n, g->tune->wg_elem), 2, x,
            y, NULL, NULL);
 }
@@ -422,8 +433,9 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
     const struct gweight *emb = &g->w[7 * hp->n_layer];
     struct wgllm_gpu_pipeline *pg = pipe_of(g, WGLLM_KERNEL_GET_ROWS, emb->type, false, bd->err);
     for (int i = 0; i < emb->n_pieces; i++) {
-        struct wgllm_kparams kp = {.k = E, .b = 0, .c = 0};
-        if (emb->n_pieces > 1) kp.d = (uint32_t)emb->piece[i].row0, kp.e = (uint32_t)emb->piece[i].rows;
+        union wgllm_kparams kp = {.get_rows = {.width = E, .ids_off = 0, .y_off = 0}};
+        if (emb->n_pieces > 1)
+            kp.get_rows.piece_row0 = (uint32_t)emb->piece[i].row0, kp.get_rows.piece_rows = (uint32_t)emb->piece[i].rows;
         add_op(bd, pg, &kp, GROW_Y, ceil_div(E, t->wg_elem), 3, emb->piece[i].buf, g->step, g->x, NULL);
     }
 
@@ -444,17 +456,23 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
         if (L->bv) add_rows(bd, g->v, g->vecs, vo->bv[il], VD, 0);
         if (L->q_norm) add_rms(bd, g->qr, g->q, vo->q_norm[il], dk, (uint32_t)hp->n_head);
         if (L->k_norm) add_rms(bd, g->kr, g->k, vo->k_norm[il], dk, (uint32_t)hp->n_head_kv);
-        struct wgllm_kparams rq = {.n = (uint32_t)hp->n_head, .m = (uint32_t)hp->n_rot, .k = dk, .b = QD};
-        struct wgllm_kparams rk = rq;
-        rk.n = (uint32_t)hp->n_head_kv, rk.b = KD;
-        add_op(bd, prope, &rq, GROW_Y, ceil_div((uint64_t)rq.n * (rq.m / 2), t->wg_elem), 2, g->q, g->rope_cs, NULL, NULL);
-        add_op(bd, prope, &rk, GROW_Y, ceil_div((uint64_t)rk.n * (rk.m / 2), t->wg_elem), 2, g->k, g->rope_cs, NULL, NULL);
-        struct wgllm_kparams sk = {.n = KD / 2, .k = KD, .b = B, .e = KD / 2};
-        struct wgllm_kparams sv = {.n = VD / 2, .k = VD, .b = B, .e = VD / 2};
-        add_op(bd, pstore, &sk, GROW_Y, ceil_div(sk.n, t->wg_elem), 3, g->k, g->step, g->kc[il], NULL);
-        add_op(bd, pstore, &sv, GROW_Y, ceil_div(sv.n, t->wg_elem), 3, g->v, g->step, g->vc[il], NULL);
-        struct wgllm_kparams ak = {.k = dk, .m = dv, .e = KD, .i = VD, .g = (uint32_t)(hp->n_head / hp->n_head_kv),
-                                   .a = QD, .d = OD, .b = B, .c = 2 * B, .f0 = 1.0f / sqrtf((float)dk)};
+        const union wgllm_kparams rq = {.rope = {.heads = (uint32_t)hp->n_head, .n_rot = (uint32_t)hp->n_rot,
+                                                 .head_dim = dk, .tok_stride = QD}};
+        const union wgllm_kparams rk = {.rope = {.heads = (uint32_t)hp->n_head_kv, .n_rot = (uint32_t)hp->n_rot,
+                                                 .head_dim = dk, .tok_stride = KD}};
+        add_op(bd, prope, &rq, GROW_Y, ceil_div((uint64_t)rq.rope.heads * (rq.rope.n_rot / 2), t->wg_elem), 2, g->q,
+               g->rope_cs, NULL, NULL);
+        add_op(bd, prope, &rk, GROW_Y, ceil_div((uint64_t)rk.rope.heads * (rk.rope.n_rot / 2), t->wg_elem), 2, g->k,
+               g->rope_cs, NULL, NULL);
+        /* the step buffer's rows (cache rows) start at word B */
+        const union wgllm_kparams sk = {.store_kv = {.words = KD / 2, .x_stride = KD, .row_at = B, .y_stride = KD / 2}};
+        const union wgllm_kparams sv = {.store_kv = {.words = VD / 2, .x_stride = VD, .row_at = B, .y_stride = VD / 2}};
+        add_op(bd, pstore, &sk, GROW_Y, ceil_div(sk.store_kv.words, t->wg_elem), 3, g->k, g->step, g->kc[il], NULL);
+        add_op(bd, pstore, &sv, GROW_Y, ceil_div(sv.store_kv.words, t->wg_elem), 3, g->v, g->step, g->vc[il], NULL);
+        const union wgllm_kparams ak = {.attn = {.dk = dk, .dv = dv, .k_stride = KD, .v_stride = VD,
+                                                 .gqa = (uint32_t)(hp->n_head / hp->n_head_kv), .q_stride = QD,
+                                                 .o_stride = OD, .row_at = B, .len_at = 2 * B,
+                                                 .scale = 1.0f / sqrtf((float)dk)}};
         struct gop *o = add_op(bd, pattn, &ak, GROW_Y, (uint32_t)hp->n_head, 4, g->q, g->kc[il], g->vc[il], g->att);
         if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){g->step, 0, 0};
         /* In the last layer only the rows whose outputs are wanted go on after
@@ -466,7 +484,9 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
         if (il == hp->n_layer - 1) {
             g->n_ops_layers = g->n_ops;
             struct wgllm_gpu_pipeline *pgf = pipe_of(g, WGLLM_KERNEL_GET_ROWS, WGLLM_TYPE_F32, false, bd->err);
-            struct wgllm_kparams gx = {.k = E, .b = 3 * B}, ga = {.k = OD, .b = 3 * B};
+            /* the step buffer's output rows (ids of the gathered rows) start at word 3B */
+            const union wgllm_kparams gx = {.get_rows = {.width = E, .ids_off = 3 * B}},
+                                      ga = {.get_rows = {.width = OD, .ids_off = 3 * B}};
             add_op(bd, pgf, &gx, GROW_Y, ceil_div(E, t->wg_elem), 3, g->x, g->step, g->xo, NULL);
             add_op(bd, pgf, &ga, GROW_Y, ceil_div(OD, t->wg_elem), 3, g->att, g->step, g->att_o, NULL);
             xa = g->xo, aa = g->att_o, cap = g->out_cap;
@@ -476,7 +496,7 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
         add_rms(bd, xa, g->xn, vo->ffn_norm[il], E, 1);
         add_matvec(bd, &W[4], g->xn, g->gate, cap);
         add_matvec(bd, &W[5], g->xn, g->up, cap);
-        struct wgllm_kparams sw = {.n = F * (uint32_t)cap};
+        const union wgllm_kparams sw = {.swiglu = {.count = F * (uint32_t)cap}};
         add_elems(bd, pswi, &sw, F, t->wg_elem, 3, g->gate, g->up, g->ffh);
         add_matvec(bd, &W[6], g->ffh, g->tmp, cap);
         add_rows(bd, xa, g->tmp, 0, E, E);
@@ -486,14 +506,15 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
     g->n_ops_norm = g->n_ops;
     add_matvec(bd, &g->w[7 * hp->n_layer + 1], g->xn, g->logits, g->out_cap);
     g->n_ops_logits = g->n_ops;
-    struct wgllm_kparams am = {.n = (uint32_t)hp->n_vocab};
+    const union wgllm_kparams am = {.argmax = {.count = (uint32_t)hp->n_vocab}};
     struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_ARGMAX, 0, false, bd->err), &am, GROW_Y, 1, 2, g->logits, g->step,
                            NULL, NULL);
     if (o) o->div = 1u << 30; /* one row: y = 1 */
     /* [n_ops_logits + 1]: sampling instead of the argmax; its own slot (the
-     * marker keeps it from being shared), rewritten by generate_sampled */
-    struct wgllm_kparams sk = {.n = (uint32_t)hp->n_vocab, .d = 2 * (uint32_t)g->n_batch, .h = 0x53414d50u, .k = 1,
-                               .f0 = 1.0f, .f1 = 1.0f};
+     * marker keeps it from being shared), rewritten by webgpu_generate */
+    const union wgllm_kparams sk = {.sample = {.n_vocab = (uint32_t)hp->n_vocab, .len_at = 2 * (uint32_t)g->n_batch,
+                                               .private_slot = KP_PRIVATE_SAMPLE, .top_k = 1, .temperature = 1.0f,
+                                               .top_p = 1.0f}};
     o = add_op(bd, pipe_of(g, WGLLM_KERNEL_SAMPLE, 0, false, bd->err), &sk, GROW_Y, 1, 2, g->logits, g->step, NULL,
                NULL);
     if (o) o->div = 1u << 30;
@@ -794,7 +815,7 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     build_ops(&bd, &vo);
     free(offs);
     if (bd.failed) return err && err->status ? err->status : WGLLM_STATUS_UNSUPPORTED;
-    const struct wgllm_kparams srk = {.n = (uint32_t)hp->n_vocab, .h = 0x524f5753u /* marker: its own slot */};
+    const union wgllm_kparams srk = {.sample = {.n_vocab = (uint32_t)hp->n_vocab, .private_slot = KP_PRIVATE_SAMPLE_ROWS}};
     const int samp_slot = slot_of(g, &srk);
     g->samp_pipe = pipe_of(g, WGLLM_KERNEL_SAMPLE_ROWS, 0, false, err);
     if (samp_slot < 0 || !g->samp_pipe)
@@ -807,13 +828,13 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     if (!g->shift_pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     for (int il = 0; il < hp->n_layer; il++) {
         const struct wgllm_gpu_binding sb[4] = {
-            {g->arena, (uint64_t)g->shift_slot * SLOT_BYTES, sizeof(struct wgllm_kparams)},
+            {g->arena, (uint64_t)g->shift_slot * SLOT_BYTES, sizeof(union wgllm_kparams)},
             {g->shift_tmp, 0, 0}, {g->rope_cs, 0, 0}, {g->kc[il], 0, 0}};
         if (!(g->shift_bg[il] = wgllm_gpu_bindgroup_create(g->gpu, g->shift_pipe, 4, sb, err)))
             return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     }
     const struct wgllm_gpu_binding srb[4] = {
-        {g->arena, (uint64_t)samp_slot * SLOT_BYTES, sizeof(struct wgllm_kparams)},
+        {g->arena, (uint64_t)samp_slot * SLOT_BYTES, sizeof(union wgllm_kparams)},
         {g->logits, 0, 0}, {g->samp_in, 0, 0}, {g->samp_out, 0, 0}};
     if (!(g->samp_bg = wgllm_gpu_bindgroup_create(g->gpu, g->samp_pipe, 4, srb, err)))
         return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
@@ -821,7 +842,7 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
         wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)i * SLOT_BYTES, &g->slots[i], sizeof g->slots[i]);
     for (int i = 0; i < g->n_ops; i++) {
         struct gop *o = &g->ops[i];
-        o->b[0] = (struct wgllm_gpu_binding){g->arena, (uint64_t)o->slot * SLOT_BYTES, sizeof(struct wgllm_kparams)};
+        o->b[0] = (struct wgllm_gpu_binding){g->arena, (uint64_t)o->slot * SLOT_BYTES, sizeof(union wgllm_kparams)};
         o->bg = wgllm_gpu_bindgroup_create(g->gpu, o->pipe, o->nb, o->b, err);
         if (!o->bg) {
             wgllm_error_prefix(err, "WebGPU dispatch %d: ", i);
@@ -1113,10 +1134,12 @@ static enum wgllm_status webgpu_generate(void *b, const struct wgllm_sampler_par
             return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "sampling on the GPU takes temperature > 0, top_k "
                                    "1..64, top_p, min_p and a seed; no penalties, typical_p, logit bias or n_probs");
         const struct gop *o = &g->ops[g->n_ops_logits + 1];
-        const struct wgllm_kparams sk = {.n = (uint32_t)g->model->hp.n_vocab, .d = 2 * (uint32_t)g->n_batch,
-                                         .h = 0x53414d50u, .k = (uint32_t)sp->top_k,
-                                         .c = (uint32_t)(sp->seed ^ (sp->seed >> 32)), .f0 = sp->temperature,
-                                         .f1 = sp->top_p, .f2 = sp->min_p};
+        const union wgllm_kparams sk = {.sample = {.n_vocab = (uint32_t)g->model->hp.n_vocab,
+                                                   .len_at = 2 * (uint32_t)g->n_batch,
+                                                   .private_slot = KP_PRIVATE_SAMPLE, .top_k = (uint32_t)sp->top_k,
+                                                   .seed = (uint32_t)(sp->seed ^ (sp->seed >> 32)),
+                                                   .temperature = sp->temperature, .top_p = sp->top_p,
+                                                   .min_p = sp->min_p}};
         wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)o->slot * SLOT_BYTES, &sk, sizeof sk);
     }
     const int V = g->model->hp.n_vocab;
@@ -1235,11 +1258,12 @@ static enum wgllm_status webgpu_seq_shift(void *b, int seq, int n, int keep, int
     wgllm_rope_table(g->rope_host, -discard, g->model);
     wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
     const uint64_t row0 = (uint64_t)seq * g->n_ctx;
-    const struct wgllm_kparams kp = {.n = (uint32_t)((uint64_t)n_move * KD / 2), .e = (uint32_t)(KD / 2),
-                                     .k = (uint32_t)hp->head_dim_k, .m = (uint32_t)hp->n_rot,
-                                     .c = (uint32_t)((row0 + (uint64_t)keep) * KD / 2)};
+    const union wgllm_kparams kp = {.rope_shift = {.words = (uint32_t)((uint64_t)n_move * KD / 2),
+                                                   .row_words = (uint32_t)(KD / 2), .head_dim = (uint32_t)hp->head_dim_k,
+                                                   .n_rot = (uint32_t)hp->n_rot,
+                                                   .y_off = (uint32_t)((row0 + (uint64_t)keep) * KD / 2)}};
     wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)g->shift_slot * SLOT_BYTES, &kp, sizeof kp);
-    const uint32_t wg = ceil_div(kp.n, g->tune->wg_elem);
+    const uint32_t wg = ceil_div(kp.rope_shift.words, g->tune->wg_elem);
     const uint32_t gx = WGLLM_MIN(wg, wgllm_gpu_get_info(g->gpu)->max_workgroups_per_dim), gy = ceil_div(wg, gx);
     wgllm_gpu_batch_begin(g->gpu);
     for (int il = 0; il < hp->n_layer; il++) {

@@ -9,6 +9,7 @@
 #include "quant/quant.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,48 @@ static void sb_add(struct sb *b, const char *fmt, ...) {
         b->cap = cap;
     }
 }
+
+/* Each kernel's view of the parameter block puts its fields where its WGSL
+ * reads them (kernels.h): the letter beside each field is checked here. */
+#define KP_AT(view, field, letter)                                                              \
+    _Static_assert(offsetof(struct wgllm_kp_##view, field) == offsetof(struct wgllm_kp_raw, letter), \
+                   "wgllm_kp_" #view "." #field " must sit at p." #letter)
+_Static_assert(sizeof(union wgllm_kparams) == 64 && sizeof(struct wgllm_kp_raw) == 64, "the block is 64 bytes");
+_Static_assert(sizeof(struct wgllm_kp_matvec) == 64, "wgllm_kp_matvec is the whole block");
+KP_AT(matvec, rows, n); KP_AT(matvec, k, k); KP_AT(matvec, w_off, a); KP_AT(matvec, x_off, b);
+KP_AT(matvec, y_off, c); KP_AT(matvec, tokens, h);
+_Static_assert(sizeof(struct wgllm_kp_get_rows) == 64, "wgllm_kp_get_rows is the whole block");
+KP_AT(get_rows, width, k); KP_AT(get_rows, w_off, a); KP_AT(get_rows, ids_off, b); KP_AT(get_rows, y_off, c);
+KP_AT(get_rows, piece_row0, d); KP_AT(get_rows, piece_rows, e);
+_Static_assert(sizeof(struct wgllm_kp_rms_norm) == 64, "wgllm_kp_rms_norm is the whole block");
+KP_AT(rms_norm, width, n); KP_AT(rms_norm, x_off, a); KP_AT(rms_norm, w_off, b); KP_AT(rms_norm, y_off, c);
+KP_AT(rms_norm, eps, f0);
+_Static_assert(sizeof(struct wgllm_kp_rope) == 64, "wgllm_kp_rope is the whole block");
+KP_AT(rope, heads, n); KP_AT(rope, n_rot, m); KP_AT(rope, head_dim, k); KP_AT(rope, x_off, a);
+KP_AT(rope, tok_stride, b); KP_AT(rope, cs_off, c);
+_Static_assert(sizeof(struct wgllm_kp_swiglu) == 64, "wgllm_kp_swiglu is the whole block");
+KP_AT(swiglu, count, n); KP_AT(swiglu, g_off, a); KP_AT(swiglu, u_off, b); KP_AT(swiglu, y_off, c);
+_Static_assert(sizeof(struct wgllm_kp_argmax) == 64, "wgllm_kp_argmax is the whole block");
+KP_AT(argmax, count, n); KP_AT(argmax, x_off, a); KP_AT(argmax, out_at, b);
+_Static_assert(sizeof(struct wgllm_kp_round_act) == 64, "wgllm_kp_round_act is the whole block");
+KP_AT(round_act, count, n); KP_AT(round_act, x_off, a); KP_AT(round_act, y_off, c);
+_Static_assert(sizeof(struct wgllm_kp_attn) == 64, "wgllm_kp_attn is the whole block");
+KP_AT(attn, dv, m); KP_AT(attn, dk, k); KP_AT(attn, q_stride, a); KP_AT(attn, row_at, b); KP_AT(attn, len_at, c);
+KP_AT(attn, o_stride, d); KP_AT(attn, k_stride, e); KP_AT(attn, gqa, g); KP_AT(attn, v_stride, i);
+KP_AT(attn, scale, f0);
+_Static_assert(sizeof(struct wgllm_kp_store_kv) == 64, "wgllm_kp_store_kv is the whole block");
+KP_AT(store_kv, words, n); KP_AT(store_kv, x_stride, k); KP_AT(store_kv, x_off, a); KP_AT(store_kv, row_at, b);
+KP_AT(store_kv, y_off, c); KP_AT(store_kv, y_stride, e);
+_Static_assert(sizeof(struct wgllm_kp_add_rows) == 64, "wgllm_kp_add_rows is the whole block");
+KP_AT(add_rows, width, n); KP_AT(add_rows, y_stride, m); KP_AT(add_rows, x_off, a); KP_AT(add_rows, y_off, b);
+_Static_assert(sizeof(struct wgllm_kp_rope_shift) == 64, "wgllm_kp_rope_shift is the whole block");
+KP_AT(rope_shift, words, n); KP_AT(rope_shift, n_rot, m); KP_AT(rope_shift, head_dim, k); KP_AT(rope_shift, y_off, c);
+KP_AT(rope_shift, row_words, e);
+_Static_assert(sizeof(struct wgllm_kp_sample) == 64, "wgllm_kp_sample is the whole block");
+KP_AT(sample, n_vocab, n); KP_AT(sample, top_k, k); KP_AT(sample, x_off, a); KP_AT(sample, out_at, b);
+KP_AT(sample, seed, c); KP_AT(sample, len_at, d); KP_AT(sample, private_slot, h); KP_AT(sample, temperature, f0);
+KP_AT(sample, top_p, f1); KP_AT(sample, min_p, f2);
+#undef KP_AT
 
 static const char *params_wgsl =
     "struct P { n: u32, m: u32, k: u32, a: u32, b: u32, c: u32, d: u32, e: u32,\n"

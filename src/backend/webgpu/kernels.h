@@ -7,7 +7,7 @@
  * arithmetic is f32 (an f16 path needs shader-f16, which SwiftShader lacks).
  *
  * Every kernel reads its parameters from binding 0, a uniform block laid out
- * as struct wgllm_kparams; the other bindings are listed per kernel below.
+ * as union wgllm_kparams; the other bindings are listed per kernel below.
  */
 #ifndef WGLLM_WEBGPU_KERNELS_H
 #define WGLLM_WEBGPU_KERNELS_H
@@ -44,10 +44,195 @@ const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void);
 struct wgllm_gpu_info;
 const struct wgllm_wgsl_tune *wgllm_wgsl_tune_for(const struct wgllm_gpu_info *info);
 
-/* The uniform block of every kernel (64 bytes; fields named by use below). */
-struct wgllm_kparams {
+/*
+ * The uniform block every kernel reads at binding 0: 64 bytes, the WGSL
+ * struct P that every generated kernel declares, twelve u32 fields n m k a
+ * b c d e g h i j then four f32 f0..f3 (the WGSL keeps those letters: its
+ * text is the pipeline cache's key and the layout is all the GPU sees).
+ * What a slot means depends on the kernel, so the host fills the block
+ * through the kernel's own view in union wgllm_kparams: named fields at the
+ * offsets of the letters that kernel's WGSL reads (which letter each is
+ * stands beside it; static asserts in kernels.c check every one), unused
+ * slots named _x and left zero. The enum below describes each kernel in
+ * the letters, as its WGSL reads them.
+ */
+struct wgllm_kp_raw {
     uint32_t n, m, k, a, b, c, d, e, g, h, i, j;
     float f0, f1, f2, f3;
+};
+
+/* MATVEC, MATMUL */
+struct wgllm_kp_matvec {
+    uint32_t rows;   /* n: weight rows computed (outputs per token) */
+    uint32_t _m;
+    uint32_t k;      /* k: elements per row (K), also x's stride per token */
+    uint32_t w_off;  /* a: where W starts: u32 word (element for F32) */
+    uint32_t x_off;  /* b: x element of token 0 */
+    uint32_t y_off;  /* c: y element of token 0 (token t's row at y_off + t * rows) */
+    uint32_t _d, _e, _g;
+    uint32_t tokens; /* h: MATMUL: tokens it may write (the last tile's extra rows are skipped) */
+    uint32_t _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* GET_ROWS */
+struct wgllm_kp_get_rows {
+    uint32_t _n, _m;
+    uint32_t width;      /* k: elements per row */
+    uint32_t w_off;      /* a: where the table starts (u32 word; element for F32) */
+    uint32_t ids_off;    /* b: ids[ids_off + t] is token t's row */
+    uint32_t y_off;      /* c: y element of token 0 (stride width) */
+    uint32_t piece_row0; /* d: the first row this piece of a split table holds */
+    uint32_t piece_rows; /* e: rows of the piece; 0: the whole table */
+    uint32_t _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* RMS_NORM */
+struct wgllm_kp_rms_norm {
+    uint32_t width; /* n: elements per row */
+    uint32_t _m, _k;
+    uint32_t x_off; /* a: x element of row 0 */
+    uint32_t w_off; /* b: the norm's weights */
+    uint32_t y_off; /* c: y element of row 0 */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float eps;      /* f0 */
+    float _f1, _f2, _f3;
+};
+
+/* ROPE */
+struct wgllm_kp_rope {
+    uint32_t heads;      /* n */
+    uint32_t n_rot;      /* m: rotated dims per head (cos/sin floats per token) */
+    uint32_t head_dim;   /* k */
+    uint32_t x_off;      /* a */
+    uint32_t tok_stride; /* b: x elements per token */
+    uint32_t cs_off;     /* c: the cos/sin table's token 0 */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* SWIGLU */
+struct wgllm_kp_swiglu {
+    uint32_t count; /* n: elements (all rows) */
+    uint32_t _m, _k;
+    uint32_t g_off; /* a */
+    uint32_t u_off; /* b */
+    uint32_t y_off; /* c */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ARGMAX */
+struct wgllm_kp_argmax {
+    uint32_t count;  /* n: entries */
+    uint32_t _m, _k;
+    uint32_t x_off;  /* a */
+    uint32_t out_at; /* b: the u32 word the index goes to */
+    uint32_t _c, _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ROUND_ACT */
+struct wgllm_kp_round_act {
+    uint32_t count; /* n: elements, a multiple of 32 (256 for Q8_K) */
+    uint32_t _m, _k;
+    uint32_t x_off; /* a */
+    uint32_t _b;
+    uint32_t y_off; /* c */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ATTN_BATCH */
+struct wgllm_kp_attn {
+    uint32_t _n;
+    uint32_t dv;       /* m: value head dims */
+    uint32_t dk;       /* k: key head dims */
+    uint32_t q_stride; /* a: q elements per token */
+    uint32_t row_at;   /* b: ST[row_at + t] = token t's cache row */
+    uint32_t len_at;   /* c: ST[len_at + t] = positions token t attends to */
+    uint32_t o_stride; /* d: output elements per token */
+    uint32_t k_stride; /* e: K cache elements per row */
+    uint32_t gqa;      /* g: query heads per kv head */
+    uint32_t _h;
+    uint32_t v_stride; /* i: V cache elements per row */
+    uint32_t _j;
+    float scale;       /* f0: the scores' factor, 1/sqrt(dk) */
+    float _f1, _f2, _f3;
+};
+
+/* STORE_KV */
+struct wgllm_kp_store_kv {
+    uint32_t words;    /* n: f16 pairs per token */
+    uint32_t _m;
+    uint32_t x_stride; /* k: x elements per token */
+    uint32_t x_off;    /* a */
+    uint32_t row_at;   /* b: ST[row_at + t] = token t's cache row */
+    uint32_t y_off;    /* c: the cache's first word */
+    uint32_t _d;
+    uint32_t y_stride; /* e: cache words per row */
+    uint32_t _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ADD_ROWS */
+struct wgllm_kp_add_rows {
+    uint32_t width;    /* n: elements per row (x's stride per token) */
+    uint32_t y_stride; /* m: y elements per token; 0: one row for all (a bias) */
+    uint32_t _k;
+    uint32_t x_off;    /* a */
+    uint32_t y_off;    /* b */
+    uint32_t _c, _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ROPE_SHIFT_F16 */
+struct wgllm_kp_rope_shift {
+    uint32_t words;     /* n: u32 words (f16 pairs) to turn */
+    uint32_t n_rot;     /* m */
+    uint32_t head_dim;  /* k */
+    uint32_t _a, _b;
+    uint32_t y_off;     /* c: where the turned words go */
+    uint32_t _d;
+    uint32_t row_words; /* e: words per cache row */
+    uint32_t _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* SAMPLE, SAMPLE_ROWS (which reads only n_vocab) */
+struct wgllm_kp_sample {
+    uint32_t n_vocab;      /* n */
+    uint32_t _m;
+    uint32_t top_k;        /* k */
+    uint32_t x_off;        /* a: the logits row */
+    uint32_t out_at;       /* b: the ST word the id goes to */
+    uint32_t seed;         /* c: the seed's 32-bit hash */
+    uint32_t len_at;       /* d: ST[len_at] = the position's attention length (the draw's counter) */
+    uint32_t _e, _g;
+    uint32_t private_slot; /* h: not read by the kernel; a marker that keeps the block out of the
+                              parameter arena's sharing of equal blocks (forward_webgpu.c) */
+    uint32_t _i, _j;
+    float temperature;     /* f0 */
+    float top_p;           /* f1: >= 1 off */
+    float min_p;           /* f2: <= 0 off */
+    float _f3;
+};
+
+union wgllm_kparams {
+    struct wgllm_kp_raw raw;
+    struct wgllm_kp_matvec matvec;
+    struct wgllm_kp_get_rows get_rows;
+    struct wgllm_kp_rms_norm rms_norm;
+    struct wgllm_kp_rope rope;
+    struct wgllm_kp_swiglu swiglu;
+    struct wgllm_kp_argmax argmax;
+    struct wgllm_kp_round_act round_act;
+    struct wgllm_kp_attn attn;
+    struct wgllm_kp_store_kv store_kv;
+    struct wgllm_kp_add_rows add_rows;
+    struct wgllm_kp_rope_shift rope_shift;
+    struct wgllm_kp_sample sample;
 };
 
 enum wgllm_kernel {
