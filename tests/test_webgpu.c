@@ -735,7 +735,7 @@ struct attn_case {
 };
 
 #define ATTN_CTX 160 /* cache rows per sequence */
-#define U32_EPS (1.0 / 16777216.0) /* f32 unit roundoff, 2^-24 */
+#define F32_ROUNDOFF (1.0 / 16777216.0) /* f32 unit roundoff, 2^-24 */
 
 /*
  * The reference: q rounded to f16 exactly as the kernel (and the CPU
@@ -821,7 +821,7 @@ static bool attn_batch_case(const struct attn_case *c, const struct wgllm_wgsl_t
             int levels = 0;
             for (uint32_t w = tune->wg_attn; w > 1; w >>= 1) levels++;
             const int n_exp = 2 + (int)((uint32_t)n / tune->wg_attn + 1) + levels;
-            const double d = 2 * (dk * U32_EPS * maxa) + n_exp * (3 + 2 * spread) * 2 * U32_EPS + 4 * U32_EPS;
+            const double d = 2 * (dk * F32_ROUNDOFF * maxa) + n_exp * (3 + 2 * spread) * 2 * F32_ROUNDOFF + 4 * F32_ROUNDOFF;
             for (int dd = 0; dd < dv; dd++) {
                 double r = 0, tol = 0, pv = 0;
                 for (int j = 0; j < n; j++) {
@@ -830,7 +830,7 @@ static bool attn_batch_case(const struct attn_case *c, const struct wgllm_wgsl_t
                     tol += (pj * ((1 + d) / 2048 + d) + 1.0 / 33554432) * fabs(vj);
                     pv += pj * fabs(vj);
                 }
-                tol += 1.01 * (n + 2) * U32_EPS * pv;
+                tol += 1.01 * (n + 2) * F32_ROUNDOFF * pv;
                 const double e = fabs(o[(size_t)t * od + h * dv + dd] - r);
                 *worst_ratio = fmax(*worst_ratio, e / tol);
                 bad += !(e <= tol);
