@@ -5,7 +5,8 @@
  *
  * It covers writing model files (synthetic models, quantized copies,
  * shards), the WebGPU device (what adapter there is, the memory plan a
- * context would get, autotuning the kernels) and the weight-type names.
+ * context would get, the generated kernels, autotuning them) and the
+ * weight-type names.
  * Everything here is a thin wrapper over the library's own modules, so a
  * tool gets exactly what the library does.
  *
@@ -221,6 +222,18 @@ struct wgllm_tools_gpu_plan {
  * (no adapter, the plan cannot fit) name the problem. */
 enum wgllm_status wgllm_tools_gpu_plan(struct wgllm_model *model, int n_ctx, uint64_t gpu_mem,
                                        struct wgllm_tools_gpu_plan *plan, struct wgllm_error *err);
+
+/* Writes every WGSL kernel the WebGPU backend generates as DIR/NAME.wgsl
+ * (NAME: kernel, then the RoPE layout where there is one, then the weight
+ * or cache type: "matvec_q4_0", "rope_neox_f32", "attn_batch_f16"; the
+ * folder is made when missing), the exact text the backend compiles, for
+ * people to read. The kernels are those of the tune the current adapter
+ * gets (what `wgllm tune` cached for it, else its defaults) or, when there
+ * is no adapter, the default tune. *n_files: how many files; adapter: the
+ * adapter's name ("" without one); tune (may be NULL): the tunables as
+ * key=value lines. IO errors name the path. */
+enum wgllm_status wgllm_tools_dump_wgsl(const char *dir, int *n_files, char *adapter, size_t adapter_cap, FILE *tune,
+                                        struct wgllm_error *err);
 
 /* ---------------------------------------------------------------------------
  * Autotuning the WebGPU kernels: sweeps the kernels' tunables on this

@@ -5,6 +5,9 @@
  */
 #include "test.h"
 
+#include "backend/webgpu/hal.h"
+#include "backend/webgpu/kernels.h"
+#include "backend/webgpu/tune.h"
 #include "chat/chat.h"
 #include "model/synth.h"
 #include "quant/quant.h"
@@ -254,6 +257,70 @@ TEST(help_is_the_command_table) {
     run_free(&r);
 }
 
+/* Every file of DIR/LABEL.wgsl is the kernel as the generator makes it under t. */
+static int dumped_files_match(const char *dir, const struct wgllm_wgsl_tune *t) {
+    static struct wgllm_kernel_key keys[256];
+    const int n = wgllm_wgsl_all_keys(keys, 256);
+    int same = 0;
+    for (int i = 0; i < n && i < 256; i++) {
+        char label[64], path[1024];
+        wgllm_wgsl_key_label(&keys[i], label, sizeof label);
+        snprintf(path, sizeof path, "%s/%s.wgsl", dir, label);
+        size_t len;
+        char *got = test_read_file(path, &len), *want = wgllm_wgsl_generate(&keys[i], t);
+        if (got && want && !strcmp(got, want)) same++;
+        else fprintf(stderr, "  %s: %s\n", path, got ? "differs from the generator's" : "missing");
+        free(got);
+        free(want);
+        remove(path);
+    }
+    return same == n ? n : -1;
+}
+
+/* `wgllm devices --dump-wgsl DIR` writes every generated kernel, byte for
+ * byte what the backend compiles: for the adapter's tune, or (no library:
+ * WGLLM_WEBGPU_LIB names none) the default tune; a folder that cannot be
+ * made is a named error. */
+TEST(devices_dump_wgsl) {
+    char dir[512], args[1024];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path(".wgsl"));
+    snprintf(args, sizeof args, "devices --dump-wgsl '%s'", dir);
+    const char *lib = getenv("WGLLM_WEBGPU_LIB");
+    char *saved = lib ? strdup(lib) : NULL;
+    setenv("WGLLM_WEBGPU_LIB", "/nonexistent/libwebgpu.so", 1);
+    struct run r = run_cli(args, NULL);
+    if (saved) setenv("WGLLM_WEBGPU_LIB", saved, 1);
+    else unsetenv("WGLLM_WEBGPU_LIB");
+    free(saved);
+    CHECK_EQ_INT(r.status, 0);
+    CHECK(strstr(r.out, "no adapter: the default tune") != NULL);
+    CHECK(strstr(r.out, "\nmm_tile_n=64\n") != NULL); /* the tune's lines */
+    const int n = dumped_files_match(dir, wgllm_wgsl_default_tune());
+    CHECK(n > 40);
+    char want[64];
+    snprintf(want, sizeof want, "wrote %d kernels to ", n);
+    CHECK(strstr(r.out, want) != NULL);
+    run_free(&r);
+    /* with the adapter the tests use, when there is one */
+    int required;
+    struct wgllm_gpu *g = test_webgpu_open("test_cli devices_dump_wgsl (adapter)", &required);
+    CHECK(g || !required);
+    if (g) {
+        r = run_cli(args, NULL);
+        CHECK_EQ_INT(r.status, 0);
+        CHECK(strstr(r.out, wgllm_gpu_get_info(g)->name) != NULL);
+        CHECK_EQ_INT(dumped_files_match(dir, wgllm_wgsl_tune_for(wgllm_gpu_get_info(g))), n);
+        run_free(&r);
+        wgllm_gpu_close(g);
+    }
+    rmdir(dir);
+    snprintf(args, sizeof args, "devices --dump-wgsl /nonexistent/dir/x");
+    r = run_cli(args, NULL);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK(strstr(r.err, "/nonexistent/dir/x: cannot make the folder") != NULL);
+    run_free(&r);
+}
+
 /* `wgllm template` without --template-file finds the template as the engine
  * does (wgllm_model_chat_template): the file's own, else none fits here. */
 TEST(template_finds_the_models_template) {
@@ -376,6 +443,7 @@ int main(int argc, char **argv) {
     RUN(help_is_the_command_table);
     RUN(template_finds_the_models_template);
     RUN(generate_is_the_decode_sample_loop);
+    RUN(devices_dump_wgsl);
     remove(model_path);
     return test_summary("test_cli");
 }

@@ -51,7 +51,7 @@ static struct wgllm_gpu_buffer *upload(const void *data, size_t bytes) {
 
 /* Runs one kernel: params in a fresh uniform buffer, bindings 1.. = bufs.
  * Returns false (with the message printed) when anything fails. */
-static bool run_wgsl(const char *src, const char *label, const struct wgllm_kparams *kp, int nbuf,
+static bool run_wgsl(const char *src, const char *label, const union wgllm_kparams *kp, int nbuf,
                      struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y, int reps) {
     struct wgllm_error err = {0};
     struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(G, src, label, &err);
@@ -79,7 +79,7 @@ static bool run_wgsl(const char *src, const char *label, const struct wgllm_kpar
 
 /* Runs one kernel as generated for `tune` (NULL: the defaults). */
 static bool run_kernel_tuned(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune,
-                             const struct wgllm_kparams *kp, int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x,
+                             const union wgllm_kparams *kp, int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x,
                              uint32_t y, int reps) {
     char *src = wgllm_wgsl_generate(key, tune);
     if (!src) {
@@ -91,7 +91,7 @@ static bool run_kernel_tuned(const struct wgllm_kernel_key *key, const struct wg
     return ok;
 }
 
-static bool run_kernel(const struct wgllm_kernel_key *key, const struct wgllm_kparams *kp, int nbuf,
+static bool run_kernel(const struct wgllm_kernel_key *key, const union wgllm_kparams *kp, int nbuf,
                        struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y, int reps) {
     return run_kernel_tuned(key, NULL, kp, nbuf, bufs, x, y, reps);
 }
@@ -206,11 +206,11 @@ TEST(pipeline_errors_and_cache) {
     struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(G, "fn main( { nonsense", "bad", &err);
     CHECK(p == NULL);
     CHECK(strstr(err.message, "bad") != NULL);
-    struct wgllm_kernel_key k = {WGLLM_KERNEL_ADD, WGLLM_TYPE_F32, false};
+    struct wgllm_kernel_key k = {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false};
     char *src = wgllm_wgsl_generate(&k, NULL);
     int before = wgllm_gpu_pipeline_count(G);
-    struct wgllm_gpu_pipeline *p1 = wgllm_gpu_pipeline_get(G, src, "add", &err);
-    struct wgllm_gpu_pipeline *p2 = wgllm_gpu_pipeline_get(G, src, "add", &err);
+    struct wgllm_gpu_pipeline *p1 = wgllm_gpu_pipeline_get(G, src, "add_rows", &err);
+    struct wgllm_gpu_pipeline *p2 = wgllm_gpu_pipeline_get(G, src, "add_rows", &err);
     CHECK(p1 != NULL && p1 == p2);
     CHECK(wgllm_gpu_pipeline_count(G) <= before + 1);
     free(src);
@@ -271,7 +271,7 @@ TEST(matvec_formats) {
             float *x = malloc((size_t)T * K * sizeof *x), *y = malloc((size_t)T * M * sizeof *y);
             fill(x, (size_t)T * K, 1.0f);
             struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
-            struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K};
+            const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)M, .k = (uint32_t)K}};
             struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
             const struct wgllm_wgsl_tune *tu = &tunes[tv];
             for (int i = 0; i < T * M; i++) y[i] = -12345.0f;
@@ -334,7 +334,8 @@ TEST(matvec_offsets) {
     float x[5 + 64], y[3 + 40];
     fill(x, 5 + 64, 1.0f);
     struct wgllm_gpu_buffer *bufs[3] = {upload(wb, OFF_W * 4 + wbytes), upload(x, sizeof x), upload(NULL, sizeof y)};
-    struct wgllm_kparams kp = {.n = M, .k = K, .a = OFF_W, .b = OFF_X, .c = OFF_Y};
+    const union wgllm_kparams kp = {.matvec = {.rows = M, .k = K, .w_off = OFF_W, .x_off = OFF_X,
+                                               .y_off = OFF_Y}};
     struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
     CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(M, wgllm_wgsl_default_tune()->rows_matvec), 1, 1) && read_f32(bufs[2], y, 43));
     for (int r = 0; r < M; r++) {
@@ -390,8 +391,8 @@ static struct mm_result mm_run(const struct mm_case *c, const struct wgllm_wgsl_
     for (size_t i = 0; i < ny; i++) y[i] = MM_SENTINEL;
     struct wgllm_gpu_buffer *bufs[3] = {upload(wb, wall), upload(x, nx * 4), upload(y, ny * 4)};
     struct wgllm_gpu_buffer *bmv[3] = {bufs[0], bufs[1], upload(y, ny * 4)};
-    struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K, .a = c->a_off, .b = MM_X_OFF, .c = c->c_off,
-                               .h = (uint32_t)T};
+    const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)M, .k = (uint32_t)K, .w_off = c->a_off,
+                                               .x_off = MM_X_OFF, .y_off = c->c_off, .tokens = (uint32_t)T}};
     const struct wgllm_wgsl_tune *tu = tune ? tune : wgllm_wgsl_default_tune();
     const uint32_t gx = cdiv(M, tu->mm_tile_n), gy = cdiv(T, tu->mm_tile_m);
     struct wgllm_kernel_key key = {WGLLM_KERNEL_MATMUL, c->type, false};
@@ -531,7 +532,7 @@ TEST(matmul_timing) {
         float *x = malloc((size_t)T * K * 4), y0;
         fill(x, (size_t)T * K, 1.0f);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
-        struct wgllm_kparams kp = {.n = M, .k = K, .h = T};
+        const union wgllm_kparams kp = {.matvec = {.rows = M, .k = K, .tokens = T}};
         struct wgllm_kernel_key kmm = {WGLLM_KERNEL_MATMUL, type, false}, kmv = {WGLLM_KERNEL_MATVEC, type, false};
         double ms[2];
         for (int v = 0; v < 2; v++) {
@@ -558,7 +559,7 @@ TEST(get_rows_formats) {
         size_t wbytes;
         void *w = make_weights(type, M, K, deq, &wbytes);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(ids, sizeof ids), upload(NULL, sizeof y)};
-        struct wgllm_kparams kp = {.k = K};
+        const union wgllm_kparams kp = {.get_rows = {.width = K}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * 96));
         int bad = 0;
@@ -583,7 +584,7 @@ TEST(rms_norm) {
         fill(x, (size_t)R * n, 3.0f);
         fill(w, (size_t)n, 1.0f);
         struct wgllm_gpu_buffer *bufs[3] = {upload(x, (size_t)R * n * 4), upload(w, (size_t)n * 4), upload(NULL, (size_t)R * n * 4)};
-        struct wgllm_kparams kp = {.n = (uint32_t)n, .f0 = 1e-5f};
+        const union wgllm_kparams kp = {.rms_norm = {.width = (uint32_t)n, .eps = 1e-5f}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_RMS_NORM, WGLLM_TYPE_F32, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, R, 1, 1) && read_f32(bufs[2], y, (size_t)R * n));
         /* the sum of squares is lossless on both sides: the same scale, the same bits,
@@ -624,7 +625,8 @@ TEST(rope_modes) {
                 for (int h = 0; h < n_head; h++) wgllm_op_rope(ref + t * row + h * head_dim, cs + t * n_rot, n_rot, neox);
             }
             struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(cs, sizeof(float) * (size_t)T * n_rot)};
-            struct wgllm_kparams kp = {.n = n_head, .k = head_dim, .m = (uint32_t)n_rot, .b = (uint32_t)row};
+            const union wgllm_kparams kp = {.rope = {.heads = n_head, .head_dim = head_dim, .n_rot = (uint32_t)n_rot,
+                                                     .tok_stride = (uint32_t)row}};
             struct wgllm_kernel_key key = {WGLLM_KERNEL_ROPE, WGLLM_TYPE_F32, neox};
             CHECK(run_kernel(&key, &kp, 2, bufs, cdiv(n_head * n_rot / 2, wgllm_wgsl_default_tune()->wg_elem), T, 1) &&
                   read_f32(bufs[0], y, (size_t)T * row));
@@ -661,7 +663,7 @@ TEST(round_act_like_cpu) {
     srand(3);
     while (n < N) x[n++] = ((float)rand() / RAND_MAX - 0.5f) * 8.0f;
     struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(NULL, sizeof y)};
-    struct wgllm_kparams kp = {.n = N};
+    const union wgllm_kparams kp = {.round_act = {.count = N}};
     struct wgllm_kernel_key key = {WGLLM_KERNEL_ROUND_ACT, WGLLM_TYPE_F16, false};
     CHECK(run_kernel(&key, &kp, 2, bufs, cdiv(N / 32, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[1], y, N));
     int bad = 0;
@@ -696,84 +698,202 @@ TEST(swiglu_add) {
     fill(u, n, 2.0f);
     wgllm_op_swiglu(g, u, ref, n);
     struct wgllm_gpu_buffer *bufs[3] = {upload(g, sizeof g), upload(u, sizeof u), upload(NULL, sizeof y)};
-    struct wgllm_kparams kp = {.n = n};
+    const union wgllm_kparams kp = {.swiglu = {.count = n}};
     struct wgllm_kernel_key key = {WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, false};
     CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(n, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[2], y, n));
     double worst = 0;
     for (int i = 0; i < n; i++) worst = fmax(worst, fabs(y[i] - ref[i]) / (fabs(ref[i]) + 1e-6));
     CHECK(worst < 1e-5);
-    /* add: in place, g += u */
+    /* add_rows, in place: two rows of 500, g[t] += u[t], then g[t] += u[0]
+     * (a broadcast bias: y stride 0) */
     struct wgllm_gpu_buffer *ab[2] = {bufs[0], bufs[1]};
-    struct wgllm_kernel_key kadd = {WGLLM_KERNEL_ADD, WGLLM_TYPE_F32, false};
-    CHECK(run_kernel(&kadd, &kp, 2, ab, cdiv(n, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[0], y, n));
+    struct wgllm_kernel_key kadd = {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false};
+    union wgllm_kparams ka = {.add_rows = {.width = n / 2, .y_stride = n / 2}};
+    CHECK(run_kernel(&kadd, &ka, 2, ab, cdiv(n / 2, wgllm_wgsl_default_tune()->wg_elem), 2, 1) && read_f32(bufs[0], y, n));
     int bad = 0;
     for (int i = 0; i < n; i++) bad += y[i] != g[i] + u[i];
+    CHECK_EQ_INT(bad, 0);
+    ka.add_rows.y_stride = 0;
+    float y2[1000];
+    CHECK(run_kernel(&kadd, &ka, 2, ab, cdiv(n / 2, wgllm_wgsl_default_tune()->wg_elem), 2, 1) && read_f32(bufs[0], y2, n));
+    bad = 0;
+    for (int i = 0; i < n; i++) bad += y2[i] != y[i] + u[i % (n / 2)];
     CHECK_EQ_INT(bad, 0);
     for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
 }
 
-/* Against a reference that rounds as the CPU backend's attend_head: q and
- * the probabilities to f16, sums in double. What remains is the order of
- * f32 sums on the GPU and the device's exp: ~1e-7 relative, except where
- * that flips an f16 rounding of a probability (one f16 ulp, 2^-11 relative
- * to it, times |V|): rare, and bounded below. */
-TEST(attention_one_query) {
-    const int n_head = 4, n_head_kv = 2, dk = 64, dv = 64;
-    static const int lens[] = {1, 37, 200};
-    for (int ci = 0; ci < 2; ci++) {
-        const uint32_t ctype = ci ? WGLLM_TYPE_F16 : WGLLM_TYPE_F32;
-        for (int li = 0; li < 3; li++) {
-            const int n = lens[li], row = n_head_kv * dk;
-            float *q = malloc((size_t)n_head * dk * 4), *K = malloc((size_t)n * row * 4), *V = malloc((size_t)n * row * 4);
-            float *o = malloc((size_t)n_head * dv * 4), *s = malloc((size_t)n * 4), *qr = malloc((size_t)dk * 4);
-            fill(q, (size_t)n_head * dk, 1.0f);
-            fill(K, (size_t)n * row, 1.0f);
-            fill(V, (size_t)n * row, 1.0f);
-            wgllm_fp16 *K16 = malloc((size_t)n * row * 2), *V16 = malloc((size_t)n * row * 2);
-            if (ci) { /* the reference sees what the f16 cache holds */
-                wgllm_fp32_to_fp16_row(K, K16, (int64_t)n * row);
-                wgllm_fp32_to_fp16_row(V, V16, (int64_t)n * row);
-                wgllm_fp16_to_fp32_row(K16, K, (int64_t)n * row);
-                wgllm_fp16_to_fp32_row(V16, V, (int64_t)n * row);
-            }
-            const float scale = 1.0f / sqrtf((float)dk);
-            const int stride = n + 3; /* the scratch row of a head may be longer than n */
-            struct wgllm_gpu_buffer *bufs[5] = {upload(q, (size_t)n_head * dk * 4),
-                                                ci ? upload(K16, (size_t)n * row * 2) : upload(K, (size_t)n * row * 4),
-                                                ci ? upload(V16, (size_t)n * row * 2) : upload(V, (size_t)n * row * 4),
-                                                upload(NULL, (size_t)n_head * dv * 4),
-                                                upload(NULL, (size_t)n_head * stride * 4)};
-            struct wgllm_kparams kp = {.n = (uint32_t)n, .k = dk, .m = dv, .e = (uint32_t)row, .i = (uint32_t)row,
-                                       .g = n_head / n_head_kv, .j = (uint32_t)stride, .f0 = scale};
-            struct wgllm_kernel_key key = {WGLLM_KERNEL_ATTN, ctype, false};
-            CHECK(run_kernel(&key, &kp, 5, bufs, n_head, 1, 1) && read_f32(bufs[3], o, (size_t)n_head * dv));
-            double worst = 0;
-            int over = 0;
-            for (int h = 0; h < n_head; h++) {
-                const int kvh = h / (n_head / n_head_kv);
-                for (int i = 0; i < dk; i++) qr[i] = wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(q[h * dk + i]));
-                for (int j = 0; j < n; j++) {
-                    double d = 0;
-                    for (int i = 0; i < dk; i++) d += (double)qr[i] * K[(size_t)j * row + kvh * dk + i];
-                    s[j] = (float)d * scale;
-                }
-                wgllm_op_softmax(s, n);
-                for (int j = 0; j < n; j++) s[j] = wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(s[j]));
-                for (int dd = 0; dd < dv; dd++) {
-                    double r = 0;
-                    for (int j = 0; j < n; j++) r += (double)s[j] * V[(size_t)j * row + kvh * dv + dd];
-                    const double e = fabs(o[h * dv + dd] - r);
-                    worst = fmax(worst, e);
-                    over += e > 1e-6;
-                }
-            }
-            printf("  attention %s n=%d: max abs err %.2e, %d of %d over 1e-6\n", wgllm_type_name(ctype), n, worst,
-                   over, n_head * dv);
-            CHECK(worst < 2e-4);
-            CHECK(over <= n_head * dv / 8);
-            for (int i = 0; i < 5; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
-            free(q), free(K), free(V), free(o), free(s), free(qr), free(K16), free(V16);
+/* ---- batched attention (ATTN_BATCH, what every pass runs) ------------------ */
+
+/* One case: tokens of up to two sequences, each token at a position after a
+ * cached history, attending to its own sequence's rows up to its own. */
+struct attn_case {
+    int dk, dv, n_head, n_head_kv;
+    int n_parts;
+    struct {
+        int seq, hist, tokens; /* tokens at positions hist .. hist + tokens - 1 */
+    } part[2];
+};
+
+#define ATTN_CTX 160 /* cache rows per sequence */
+#define F32_ROUNDOFF (1.0 / 16777216.0) /* f32 unit roundoff, 2^-24 */
+
+/*
+ * The reference: q rounded to f16 exactly as the kernel (and the CPU
+ * backend's attend_head) rounds it, the f16 cache values, scores, softmax
+ * and output in double, the probabilities NOT rounded. The kernel's result
+ * then differs from it by (per output element, sums over the positions j):
+ *   - the f16 rounding of each probability: at most half an f16 ulp,
+ *     p_j * 2^-11, or 2^-25 absolute below f16's normal range;
+ *   - the probabilities' f32 error before that rounding, relative d: the
+ *     scores' f32 dot products (at most dk * 2^-24 * sum_i |q_i K_ji| *
+ *     scale each), taken twice (exp(s - max) and the normalizer), plus
+ *     WGSL's exp (3 + 2|x| ulp of 2^-23 by the spec, |x| at most the
+ *     scores' spread) once per exp a probability goes through: its own,
+ *     and the normalizer's rescales (one per position tile a thread walks,
+ *     one per level of the workgroup's merge), plus a few ulps of products;
+ *   - the f32 sum over the positions: (n + 2) * 2^-24 of sum_j p_j |V_j|.
+ * So tol = sum_j (p_j (2^-11 (1 + d) + d) + 2^-25) |V_j| + 1.01 (n + 2) 2^-24 sum_j p_j |V_j|,
+ * a bound on the error, not on its typical size: no result depends on
+ * where a probability falls relative to an f16 rounding boundary (a wrong
+ * position, head or stride moves an output by ~p |V|, far above it).
+ */
+static bool attn_batch_case(const struct attn_case *c, const struct wgllm_wgsl_tune *tune, const char *src,
+                            double *worst_ratio) {
+    const int dk = c->dk, dv = c->dv, H = c->n_head, HK = c->n_head_kv, gqa = H / HK;
+    /* strides with a little padding, so that each one is used where it belongs */
+    const int qa = H * dk + 4, od = H * dv + 2, ke = HK * dk + 2, vi = HK * dv + 6;
+    int T = 0;
+    for (int p = 0; p < c->n_parts; p++) T += c->part[p].tokens;
+    const int rows = 2 * ATTN_CTX;
+    float *q = malloc((size_t)T * qa * 4), *K = malloc((size_t)rows * ke * 4), *V = malloc((size_t)rows * vi * 4);
+    float *o = malloc((size_t)T * od * 4);
+    wgllm_fp16 *K16 = malloc((size_t)rows * ke * 2), *V16 = malloc((size_t)rows * vi * 2); /* ke, vi even: whole words */
+    uint32_t *st = malloc((size_t)(2 * T + 9) * 4);
+    double *s = malloc((size_t)rows * sizeof(double)), *a = malloc((size_t)rows * sizeof(double));
+    fill(q, (size_t)T * qa, 3.0f); /* scores of a few units: a peaked softmax */
+    fill(K, (size_t)rows * ke, 1.0f);
+    fill(V, (size_t)rows * vi, 1.0f);
+    wgllm_fp32_to_fp16_row(K, K16, (int64_t)rows * ke);
+    wgllm_fp32_to_fp16_row(V, V16, (int64_t)rows * vi);
+    wgllm_fp16_to_fp32_row(K16, K, (int64_t)rows * ke); /* the reference reads what the cache holds */
+    wgllm_fp16_to_fp32_row(V16, V, (int64_t)rows * vi);
+    /* the step buffer: ROW[t] at 5 + t, LEN[t] at 7 + T + t (offsets, as the backend's step buffer has) */
+    const uint32_t row_at = 5, len_at = 7 + (uint32_t)T;
+    int t = 0;
+    for (int p = 0; p < c->n_parts; p++)
+        for (int i = 0; i < c->part[p].tokens; i++, t++) {
+            const int pos = c->part[p].hist + i;
+            st[row_at + t] = (uint32_t)(c->part[p].seq * ATTN_CTX + pos);
+            st[len_at + t] = (uint32_t)pos + 1;
         }
+    const float sentinel = 12345.0f;
+    for (size_t i = 0; i < (size_t)T * od; i++) o[i] = sentinel;
+    struct wgllm_gpu_buffer *bufs[5] = {upload(q, (size_t)T * qa * 4), upload(K16, (size_t)rows * ke * 2),
+                                        upload(V16, (size_t)rows * vi * 2), upload(o, (size_t)T * od * 4),
+                                        upload(st, (size_t)(2 * T + 9) * 4)};
+    const float scale = 1.0f / sqrtf((float)dk);
+    const union wgllm_kparams kp = {.attn = {.dk = (uint32_t)dk, .dv = (uint32_t)dv, .q_stride = (uint32_t)qa,
+                                             .o_stride = (uint32_t)od, .k_stride = (uint32_t)ke, .v_stride = (uint32_t)vi,
+                                             .gqa = (uint32_t)gqa, .row_at = row_at, .len_at = len_at, .scale = scale}};
+    struct wgllm_kernel_key key = {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false};
+    bool ok = (src ? run_wgsl(src, "attn_batch mutant", &kp, 5, bufs, (uint32_t)H, (uint32_t)T, 1)
+                   : run_kernel_tuned(&key, tune, &kp, 5, bufs, (uint32_t)H, (uint32_t)T, 1)) &&
+              read_f32(bufs[3], o, (size_t)T * od);
+    int bad = 0, stray = 0;
+    *worst_ratio = 0;
+    for (t = 0; ok && t < T; t++) {
+        const int n = (int)st[len_at + t], base = (int)st[row_at + t] + 1 - n;
+        for (int h = 0; h < H; h++) {
+            const int kvh = h / gqa;
+            double mx = -1e300, maxa = 0;
+            for (int j = 0; j < n; j++) {
+                double d = 0, ad = 0;
+                for (int i = 0; i < dk; i++) {
+                    const double qi = wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(q[(size_t)t * qa + h * dk + i]));
+                    const double kv = K[(size_t)(base + j) * ke + kvh * dk + i];
+                    d += qi * kv, ad += fabs(qi * kv);
+                }
+                s[j] = d * scale, a[j] = ad * scale;
+                mx = fmax(mx, s[j]), maxa = fmax(maxa, a[j]);
+            }
+            double z = 0, spread = 0;
+            for (int j = 0; j < n; j++) z += exp(s[j] - mx), spread = fmax(spread, mx - s[j]);
+            int levels = 0;
+            for (uint32_t w = tune->wg_attn; w > 1; w >>= 1) levels++;
+            const int n_exp = 2 + (int)((uint32_t)n / tune->wg_attn + 1) + levels;
+            const double d = 2 * (dk * F32_ROUNDOFF * maxa) + n_exp * (3 + 2 * spread) * 2 * F32_ROUNDOFF + 4 * F32_ROUNDOFF;
+            for (int dd = 0; dd < dv; dd++) {
+                double r = 0, tol = 0, pv = 0;
+                for (int j = 0; j < n; j++) {
+                    const double pj = exp(s[j] - mx) / z, vj = V[(size_t)(base + j) * vi + kvh * dv + dd];
+                    r += pj * vj;
+                    tol += (pj * ((1 + d) / 2048 + d) + 1.0 / 33554432) * fabs(vj);
+                    pv += pj * fabs(vj);
+                }
+                tol += 1.01 * (n + 2) * F32_ROUNDOFF * pv;
+                const double e = fabs(o[(size_t)t * od + h * dv + dd] - r);
+                *worst_ratio = fmax(*worst_ratio, e / tol);
+                bad += !(e <= tol);
+            }
+        }
+        for (int i = H * dv; i < od; i++) stray += o[(size_t)t * od + i] != sentinel;
+    }
+    for (int i = 0; i < 5; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
+    free(q), free(K), free(V), free(o), free(K16), free(V16), free(st), free(s), free(a);
+    if ((bad || stray) && !src) fprintf(stderr, "  %d outputs over the bound, %d padding words written\n", bad, stray);
+    return ok && !bad && !stray;
+}
+
+/* Head dims 32..256 (dk != dv too), GQA ratios 1..5, lengths crossing the
+ * position tiles (wg_attn: 64 by default, 32 on software adapters), tokens
+ * after a cached history and two sequences in one batch; under the default
+ * tune and the software adapter's. */
+TEST(attention_batch) {
+    static const struct attn_case cases[] = {
+        {64, 64, 4, 4, 1, {{0, 0, 70}}},                 /* GQA 1: lengths 1..70 from an empty cache */
+        {128, 128, 8, 2, 2, {{0, 100, 3}, {1, 60, 9}}},  /* GQA 4: histories, 61..69 cross 64 */
+        {96, 64, 6, 3, 2, {{1, 31, 3}, {0, 127, 2}}},    /* GQA 2, dk != dv: 32..34 and 128..129 */
+        {80, 80, 5, 1, 1, {{1, 0, 33}}},                 /* GQA 5, dims not a multiple of the tile */
+        {256, 256, 2, 1, 1, {{0, 5, 4}}},                /* the largest head dims the tunes allow */
+        {32, 32, 4, 2, 2, {{0, 150, 10}, {1, 150, 10}}}, /* the full context of both sequences */
+    };
+    const struct wgllm_wgsl_tune *tunes[2] = {wgllm_wgsl_default_tune(), wgllm_wgsl_cpu_adapter_tune()};
+    for (int ti = 0; ti < 2; ti++)
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+            const struct attn_case *c = &cases[ci];
+            double ratio;
+            const bool ok = attn_batch_case(c, tunes[ti], NULL, &ratio);
+            printf("  attn_batch %s dk=%d dv=%d heads %d/%d: worst error %.3f of the bound\n",
+                   ti ? "cpu-adapter tune" : "default tune", c->dk, c->dv, c->n_head, c->n_head_kv, ratio);
+            CHECK(ok);
+        }
+    /* the bound is tight enough to see a kernel that is slightly wrong */
+    static const char *mut[][2] = {
+        {"wlen = ST[p.c + tok];", "wlen = ST[p.c + tok] - 1u;"},                 /* one position short */
+        {"let kvh = h / p.g;", "let kvh = h / (2u * p.g);"},                     /* the wrong kv head */
+        {"let cnt = min(WGA, n - j0);", "let cnt = min(WGA - 1u, n - j0);"},      /* a tile's last position */
+        {"for (var w = WGA / 2u; w > 0u;", "for (var w = WGA / 4u; w > 0u;"},     /* half the normalizer */
+    };
+    struct wgllm_kernel_key key = {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false};
+    for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) {
+        char *src = wgllm_wgsl_generate(&key, NULL);
+        char *at = src ? strstr(src, mut[mi][0]) : NULL;
+        CHECK(at != NULL);
+        if (!at) {
+            free(src);
+            continue;
+        }
+        const size_t lo = strlen(mut[mi][0]), ln = strlen(mut[mi][1]);
+        char *m = malloc(strlen(src) + ln + 1);
+        memcpy(m, src, (size_t)(at - src));
+        strcpy(m + (at - src), mut[mi][1]);
+        strcat(m, at + lo);
+        double ratio;
+        const bool ok = attn_batch_case(&cases[1], wgllm_wgsl_default_tune(), m, &ratio);
+        printf("  mutant '%s': worst error %.1f of the bound (caught: %s)\n", mut[mi][1], ratio, ok ? "no" : "yes");
+        CHECK(!ok);
+        free(m);
+        free(src);
     }
 }
 
@@ -789,7 +909,7 @@ TEST(argmax) {
         }
         uint32_t out[4] = {0};
         struct wgllm_gpu_buffer *bufs[2] = {upload(x, (size_t)n * 4), upload(NULL, 16)};
-        struct wgllm_kparams kp = {.n = (uint32_t)n};
+        const union wgllm_kparams kp = {.argmax = {.count = (uint32_t)n}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_ARGMAX, WGLLM_TYPE_F32, false};
         struct wgllm_error err = {0};
         CHECK(run_kernel(&key, &kp, 2, bufs, 1, 1, 1));
@@ -811,7 +931,7 @@ TEST(matvec_timing) {
         float *x = malloc((size_t)K * 4), y0;
         fill(x, K, 1.0f);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)K * 4), upload(NULL, (size_t)M * 4)};
-        struct wgllm_kparams kp = {.n = M, .k = K};
+        const union wgllm_kparams kp = {.matvec = {.rows = M, .k = K}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
         uint32_t groups = cdiv(M, wgllm_wgsl_default_tune()->rows_matvec);
         CHECK(run_kernel(&key, &kp, 3, bufs, groups, 1, 1) && read_f32(bufs[2], &y0, 1)); /* warm-up, compile */
@@ -876,7 +996,7 @@ TEST(matvec_w8_formats) {
             struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
             for (int tv = 0; tv < n_tunes; tv++) {
                 const struct wgllm_wgsl_tune *tu = &tunes[tv];
-                struct wgllm_kparams kp = {.n = (uint32_t)M, .k = (uint32_t)K};
+                const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)M, .k = (uint32_t)K}};
                 struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
                 for (int i = 0; i < T * M; i++) y[i] = -12345.0f;
                 wgllm_gpu_buffer_write(G, bufs[2], 0, y, (size_t)T * M * 4);
@@ -924,7 +1044,7 @@ TEST(get_rows_w8_formats) {
         size_t wbytes;
         void *w = make_weights(type, M, K, deq, &wbytes);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(ids, sizeof ids), upload(NULL, 4 * (size_t)K * 4)};
-        struct wgllm_kparams kp = {.k = K};
+        const union wgllm_kparams kp = {.get_rows = {.width = K}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * (size_t)K));
         int bad = 0, inexact = 0;
@@ -983,7 +1103,7 @@ TEST(round_act_q8_k_q8_1_bf16_like_cpu) {
     x[768 + 3] = 9.0f, x[768 + 200] = -9.0f;
     for (int i = 1024; i < 1280; i++) x[i] = 0.0f;
     struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(NULL, sizeof y)};
-    struct wgllm_kparams kp = {.n = N};
+    const union wgllm_kparams kp = {.round_act = {.count = N}};
     /* Q8_1 (Q4_1/Q5_1's vec_dot_type) and BF16 on the same values: random
      * 32-blocks test the scale 127/amax, ties and NaN-free bf16 rounding */
     static const uint32_t types[] = {WGLLM_TYPE_Q8_K, WGLLM_TYPE_Q8_1, WGLLM_TYPE_BF16};
@@ -1027,7 +1147,7 @@ int main(void) {
     RUN(rope_modes);
     RUN(round_act_like_cpu);
     RUN(swiglu_add);
-    RUN(attention_one_query);
+    RUN(attention_batch);
     RUN(argmax);
     RUN(matvec_w8_formats);
     RUN(get_rows_w8_formats);

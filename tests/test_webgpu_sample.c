@@ -20,7 +20,7 @@ static struct wgllm_gpu *G;
 
 
 /* Draws N_DRAWS tokens, position i for draw i, into out (one submit). */
-static bool draw(const float *logits, const struct wgllm_kparams *kp, uint32_t *out) {
+static bool draw(const float *logits, const union wgllm_kparams *kp, uint32_t *out) {
     struct wgllm_error err = {0};
     char *src = wgllm_wgsl_generate(&(struct wgllm_kernel_key){WGLLM_KERNEL_SAMPLE, 0, false}, NULL);
     struct wgllm_gpu_pipeline *pipe = src ? wgllm_gpu_pipeline_get(G, src, "sample", &err) : NULL;
@@ -49,9 +49,9 @@ static bool draw(const float *logits, const struct wgllm_kparams *kp, uint32_t *
     if (ok) {
         wgllm_gpu_batch_begin(G);
         for (int i = 0; i < N_DRAWS; i++) {
-            wgllm_gpu_copy(G, pb, (uint64_t)i * 4, st, (uint64_t)kp->d * 4, 4);
+            wgllm_gpu_copy(G, pb, (uint64_t)i * 4, st, (uint64_t)kp->sample.len_at * 4, 4);
             wgllm_gpu_dispatch(G, pipe, bg, 1, 1, 1);
-            wgllm_gpu_copy(G, st, (uint64_t)kp->b * 4, res, (uint64_t)i * 4, 4);
+            wgllm_gpu_copy(G, st, (uint64_t)kp->sample.out_at * 4, res, (uint64_t)i * 4, 4);
         }
         ok = wgllm_gpu_batch_submit(G, &err) == WGLLM_STATUS_OK &&
              wgllm_gpu_buffer_read(G, res, 0, out, sizeof pos, &err) == WGLLM_STATUS_OK;
@@ -81,8 +81,8 @@ static void check_chain(int top_k, float top_p, float min_p, float temp, uint32_
     double prob[V];
     make_logits(l);
     const int n = test_chain_expected(l, V, top_k, top_p, min_p, temp, ids, prob);
-    struct wgllm_kparams kp = {.n = V, .k = (uint32_t)top_k, .b = 0, .d = 4, .c = seed,
-                               .f0 = temp, .f1 = top_p, .f2 = min_p};
+    const union wgllm_kparams kp = {.sample = {.n_vocab = V, .top_k = (uint32_t)top_k, .out_at = 0, .len_at = 4,
+                                               .seed = seed, .temperature = temp, .top_p = top_p, .min_p = min_p}};
     CHECK(draw(l, &kp, out));
     int count[V] = {0}, outside = 0;
     for (int i = 0; i < N_DRAWS; i++) {
@@ -118,14 +118,15 @@ TEST(same_seed_same_tokens_and_ties_to_the_lower_index) {
     static float l[V];
     static uint32_t a[N_DRAWS], b[N_DRAWS], c[N_DRAWS];
     make_logits(l);
-    struct wgllm_kparams kp = {.n = V, .k = 8, .d = 4, .c = 7, .f0 = 1.0f, .f1 = 0.95f, .f2 = 0.05f};
+    union wgllm_kparams kp = {.sample = {.n_vocab = V, .top_k = 8, .len_at = 4, .seed = 7, .temperature = 1.0f,
+                                         .top_p = 0.95f, .min_p = 0.05f}};
     CHECK(draw(l, &kp, a) && draw(l, &kp, b));
     CHECK(memcmp(a, b, sizeof a) == 0);
-    kp.c = 8;
+    kp.sample.seed = 8;
     CHECK(draw(l, &kp, c));
     CHECK(memcmp(a, c, sizeof a) != 0);
     /* top_k 1 is the argmax; with the 3rd/4th candidates raised into a tie at the top, the lower id */
-    kp.k = 1;
+    kp.sample.top_k = 1;
     CHECK(draw(l, &kp, a));
     int not_argmax = 0;
     for (int i = 0; i < N_DRAWS; i++) not_argmax += a[i] != 10;

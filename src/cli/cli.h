@@ -38,6 +38,7 @@ struct opts {
     bool quick;                                    /* tune: a few candidates per group */
     const char *cache;                             /* tune: the cache file (default: the per-user cache) */
     int budget;                                    /* tune: seconds for the whole sweep (0: default) */
+    const char *dump_wgsl;                         /* devices --dump-wgsl DIR: write the generated kernels */
 };
 
 /* ---- the commands (one file each) -------------------------------------- */

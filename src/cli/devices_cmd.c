@@ -1,14 +1,30 @@
 /*
  * devices_cmd.c - `wgllm devices`: the WebGPU adapter wgllm would use, with
  * the limits and features the kernel generator specialises on, or why there
- * is none (no library, no adapter).
+ * is none (no library, no adapter). With --dump-wgsl DIR, the WGSL of
+ * every kernel as the backend generates it for that adapter (its tune),
+ * one file per kernel, to read.
  */
 #include "cli.h"
 #include "wgllm_tools.h"
 
 #include <stdio.h>
 
+static int dump_wgsl(const char *dir) {
+    struct wgllm_error err = {0};
+    char adapter[256];
+    int n = 0;
+    printf("# tune\n");
+    if (wgllm_tools_dump_wgsl(dir, &n, adapter, sizeof adapter, stdout, &err)) {
+        fprintf(stderr, "wgllm: %s\n", err.message);
+        return 1;
+    }
+    printf("wrote %d kernels to %s/ (%s)\n", n, dir, adapter[0] ? adapter : "no adapter: the default tune");
+    return 0;
+}
+
 int wgllm_cli_devices(const struct opts *o) {
+    if (o->dump_wgsl) return dump_wgsl(o->dump_wgsl);
     printf("cpu: available (always)\n");
     struct wgllm_error err = {0};
     struct wgllm_tools_gpu_info info;

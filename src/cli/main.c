@@ -53,7 +53,8 @@ static const struct cli_command commands[] = {
      "           [--ctx N] [--context-shift [--keep N]]   a reply that fills the context shifts it (as run)\n",
      .run = wgllm_cli_chat},
     {"devices",
-     "                          list the compute devices (WebGPU adapter, limits, features)\n",
+     "[--dump-wgsl DIR]         list the compute devices (WebGPU adapter, limits, features);\n"
+     "           --dump-wgsl writes the generated kernels as DIR/NAME.wgsl (this adapter's tune)\n",
      .run = wgllm_cli_devices},
     {"tune",
      "-m MODEL [--quick] [--cache FILE] [--budget S]   autotune the WebGPU kernels on this\n"

@@ -131,6 +131,7 @@ int wgllm_cli_parse_opts(int argc, char **argv, struct opts *o) {
         else if (FLAG("--quick")) o->quick = true;
         else if (FLAG("--cache")) { NEED_VALUE(); o->cache = v; }
         else if (FLAG("--budget")) INT_VALUE(o->budget);
+        else if (FLAG("--dump-wgsl")) { NEED_VALUE(); o->dump_wgsl = v; }
         else if (FLAG("--ids")) o->ids = true;
         else if (FLAG("--no-special")) o->no_special = true;
         else if (FLAG("--parse-special")) o->parse_special = true;

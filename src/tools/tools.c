@@ -1,8 +1,8 @@
 /*
  * tools.c - include/wgllm_tools.h: thin wrappers that give the project's own
  * tools (the `wgllm` command) the library's synthetic models, quantizer,
- * splitter, WebGPU device listing, memory plan and autotuner without their
- * internal headers. Each function converts its public parameters to the
+ * splitter, WebGPU device listing, memory plan, generated kernels and
+ * autotuner without their internal headers. Each function converts its public parameters to the
  * module's and calls it; nothing here has logic of its own.
  */
 #include "wgllm_tools.h"
@@ -18,6 +18,7 @@
 #include "model/synth.h"
 #include "quant/quant.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- weight types ------------------------------------------------------ */
@@ -165,6 +166,22 @@ enum wgllm_status wgllm_tools_gpu_info(struct wgllm_tools_gpu_info *out, struct 
     copy_gpu_info(out, wgllm_gpu_get_info(g));
     wgllm_gpu_close(g);
     return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_tools_dump_wgsl(const char *dir, int *n_files, char *adapter, size_t adapter_cap, FILE *tune,
+                                        struct wgllm_error *err) {
+    *n_files = 0;
+    if (adapter_cap) adapter[0] = 0;
+    const struct wgllm_wgsl_tune *t = wgllm_wgsl_default_tune();
+    struct wgllm_gpu *g = NULL;
+    if (!wgllm_gpu_open(&g, NULL)) { /* no adapter: the default tune */
+        const struct wgllm_gpu_info *info = wgllm_gpu_get_info(g);
+        if (adapter_cap) snprintf(adapter, adapter_cap, "%s", info->name);
+        t = wgllm_wgsl_tune_for(info); /* valid for the process */
+        wgllm_gpu_close(g);
+    }
+    if (tune) wgllm_tune_fprint(tune, t);
+    return wgllm_wgsl_dump(dir, t, n_files, err);
 }
 
 enum wgllm_status wgllm_tools_gpu_plan(struct wgllm_model *model, int n_ctx, uint64_t gpu_mem,

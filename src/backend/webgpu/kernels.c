@@ -8,10 +8,13 @@
 #include "backend/webgpu/kernels.h"
 #include "quant/quant.h"
 
+#include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const struct wgllm_wgsl_tune default_tune = {
     .wg_matvec = 64,
@@ -85,6 +88,48 @@ static void sb_add(struct sb *b, const char *fmt, ...) {
         b->cap = cap;
     }
 }
+
+/* Each kernel's view of the parameter block puts its fields where its WGSL
+ * reads them (kernels.h): the letter beside each field is checked here. */
+#define KP_AT(view, field, letter)                                                              \
+    _Static_assert(offsetof(struct wgllm_kp_##view, field) == offsetof(struct wgllm_kp_raw, letter), \
+                   "wgllm_kp_" #view "." #field " must sit at p." #letter)
+_Static_assert(sizeof(union wgllm_kparams) == 64 && sizeof(struct wgllm_kp_raw) == 64, "the block is 64 bytes");
+_Static_assert(sizeof(struct wgllm_kp_matvec) == 64, "wgllm_kp_matvec is the whole block");
+KP_AT(matvec, rows, n); KP_AT(matvec, k, k); KP_AT(matvec, w_off, a); KP_AT(matvec, x_off, b);
+KP_AT(matvec, y_off, c); KP_AT(matvec, tokens, h);
+_Static_assert(sizeof(struct wgllm_kp_get_rows) == 64, "wgllm_kp_get_rows is the whole block");
+KP_AT(get_rows, width, k); KP_AT(get_rows, w_off, a); KP_AT(get_rows, ids_off, b); KP_AT(get_rows, y_off, c);
+KP_AT(get_rows, piece_row0, d); KP_AT(get_rows, piece_rows, e);
+_Static_assert(sizeof(struct wgllm_kp_rms_norm) == 64, "wgllm_kp_rms_norm is the whole block");
+KP_AT(rms_norm, width, n); KP_AT(rms_norm, x_off, a); KP_AT(rms_norm, w_off, b); KP_AT(rms_norm, y_off, c);
+KP_AT(rms_norm, eps, f0);
+_Static_assert(sizeof(struct wgllm_kp_rope) == 64, "wgllm_kp_rope is the whole block");
+KP_AT(rope, heads, n); KP_AT(rope, n_rot, m); KP_AT(rope, head_dim, k); KP_AT(rope, x_off, a);
+KP_AT(rope, tok_stride, b); KP_AT(rope, cs_off, c);
+_Static_assert(sizeof(struct wgllm_kp_swiglu) == 64, "wgllm_kp_swiglu is the whole block");
+KP_AT(swiglu, count, n); KP_AT(swiglu, g_off, a); KP_AT(swiglu, u_off, b); KP_AT(swiglu, y_off, c);
+_Static_assert(sizeof(struct wgllm_kp_argmax) == 64, "wgllm_kp_argmax is the whole block");
+KP_AT(argmax, count, n); KP_AT(argmax, x_off, a); KP_AT(argmax, out_at, b);
+_Static_assert(sizeof(struct wgllm_kp_round_act) == 64, "wgllm_kp_round_act is the whole block");
+KP_AT(round_act, count, n); KP_AT(round_act, x_off, a); KP_AT(round_act, y_off, c);
+_Static_assert(sizeof(struct wgllm_kp_attn) == 64, "wgllm_kp_attn is the whole block");
+KP_AT(attn, dv, m); KP_AT(attn, dk, k); KP_AT(attn, q_stride, a); KP_AT(attn, row_at, b); KP_AT(attn, len_at, c);
+KP_AT(attn, o_stride, d); KP_AT(attn, k_stride, e); KP_AT(attn, gqa, g); KP_AT(attn, v_stride, i);
+KP_AT(attn, scale, f0);
+_Static_assert(sizeof(struct wgllm_kp_store_kv) == 64, "wgllm_kp_store_kv is the whole block");
+KP_AT(store_kv, words, n); KP_AT(store_kv, x_stride, k); KP_AT(store_kv, x_off, a); KP_AT(store_kv, row_at, b);
+KP_AT(store_kv, y_off, c); KP_AT(store_kv, y_stride, e);
+_Static_assert(sizeof(struct wgllm_kp_add_rows) == 64, "wgllm_kp_add_rows is the whole block");
+KP_AT(add_rows, width, n); KP_AT(add_rows, y_stride, m); KP_AT(add_rows, x_off, a); KP_AT(add_rows, y_off, b);
+_Static_assert(sizeof(struct wgllm_kp_rope_shift) == 64, "wgllm_kp_rope_shift is the whole block");
+KP_AT(rope_shift, words, n); KP_AT(rope_shift, n_rot, m); KP_AT(rope_shift, head_dim, k); KP_AT(rope_shift, y_off, c);
+KP_AT(rope_shift, row_words, e);
+_Static_assert(sizeof(struct wgllm_kp_sample) == 64, "wgllm_kp_sample is the whole block");
+KP_AT(sample, n_vocab, n); KP_AT(sample, top_k, k); KP_AT(sample, x_off, a); KP_AT(sample, out_at, b);
+KP_AT(sample, seed, c); KP_AT(sample, len_at, d); KP_AT(sample, private_slot, h); KP_AT(sample, temperature, f0);
+KP_AT(sample, top_p, f1); KP_AT(sample, min_p, f2);
+#undef KP_AT
 
 static const char *params_wgsl =
     "struct P { n: u32, m: u32, k: u32, a: u32, b: u32, c: u32, d: u32, e: u32,\n"
@@ -457,7 +502,6 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     case WGLLM_KERNEL_MATVEC:
     case WGLLM_KERNEL_GET_ROWS:
     case WGLLM_KERNEL_MATMUL: return weight_type_ok(type);
-    case WGLLM_KERNEL_ATTN: return type == WGLLM_TYPE_F32 || type == WGLLM_TYPE_F16;
     case WGLLM_KERNEL_ROUND_ACT:
         return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1 || type == WGLLM_TYPE_Q8_K || type == WGLLM_TYPE_F16 ||
                type == WGLLM_TYPE_BF16;
@@ -466,9 +510,70 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
 }
 
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
-    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "add", "attn", "argmax", "store_f16", "round_act", "matmul"};
+    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "argmax", "round_act", "matmul"};
     if (k >= WGLLM_KERNEL_ATTN_BATCH) return wgllm_wgsl_batch_kernel_name(k);
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
+}
+
+int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
+    /* the kernels, each with the types of its versions: -1 = every type
+     * wgllm_wgsl_supports accepts, else the one type the backend uses */
+    static const struct {
+        enum wgllm_kernel k;
+        int32_t type; /* -1: all supported types */
+        bool both_rope;
+    } kernels[] = {
+        {WGLLM_KERNEL_MATVEC, -1, false},        {WGLLM_KERNEL_GET_ROWS, -1, false},
+        {WGLLM_KERNEL_RMS_NORM, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ROPE, WGLLM_TYPE_F32, true},
+        {WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, false},   {WGLLM_KERNEL_ARGMAX, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_ROUND_ACT, -1, false},
+        {WGLLM_KERNEL_MATMUL, -1, false},        {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false},
+        {WGLLM_KERNEL_STORE_KV, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_ROPE_SHIFT_F16, WGLLM_TYPE_F16, true}, {WGLLM_KERNEL_SAMPLE, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_SAMPLE_ROWS, WGLLM_TYPE_F32, false},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
+        for (uint32_t t = 0; t < WGLLM_TYPE_COUNT; t++) {
+            if (kernels[i].type >= 0 ? t != (uint32_t)kernels[i].type : !wgllm_wgsl_supports(kernels[i].k, t)) continue;
+            for (int neox = 0; neox <= (kernels[i].both_rope ? 1 : 0); neox++) {
+                if (n < cap) out[n] = (struct wgllm_kernel_key){kernels[i].k, t, neox != 0};
+                n++;
+            }
+        }
+    return n;
+}
+
+void wgllm_wgsl_key_label(const struct wgllm_kernel_key *key, char *buf, size_t cap) {
+    const bool rope = key->kernel == WGLLM_KERNEL_ROPE || key->kernel == WGLLM_KERNEL_ROPE_SHIFT_F16;
+    snprintf(buf, cap, "%s%s_%s", wgllm_wgsl_kernel_name(key->kernel), rope ? (key->neox ? "_neox" : "_norm") : "",
+             wgllm_type_name(key->type));
+}
+
+enum wgllm_status wgllm_wgsl_dump(const char *dir, const struct wgllm_wgsl_tune *tune, int *n_files,
+                                  struct wgllm_error *err) {
+    *n_files = 0;
+    if (mkdir(dir, 0777) && errno != EEXIST)
+        return wgllm_error_set(err, WGLLM_STATUS_IO, "%s: cannot make the folder: %s", dir, strerror(errno));
+    struct wgllm_kernel_key keys[256];
+    const int n = wgllm_wgsl_all_keys(keys, 256);
+    WGLLM_ASSERT(n <= 256);
+    for (int i = 0; i < n; i++) {
+        char label[64], path[4096];
+        wgllm_wgsl_key_label(&keys[i], label, sizeof label);
+        snprintf(path, sizeof path, "%s/%s.wgsl", dir, label);
+        char *src = wgllm_wgsl_generate(&keys[i], tune);
+        if (!src) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the %s kernel", label);
+        FILE *f = fopen(path, "wb");
+        const size_t len = strlen(src);
+        const bool ok = f && fwrite(src, 1, len, f) == len;
+        const int e = errno;
+        free(src);
+        if (f && fclose(f) && ok) return wgllm_error_set(err, WGLLM_STATUS_IO, "%s: %s", path, strerror(errno));
+        if (!ok) return wgllm_error_set(err, WGLLM_STATUS_IO, "%s: %s", path, strerror(e));
+        (*n_files)++;
+    }
+    return WGLLM_STATUS_OK;
 }
 
 static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
@@ -641,103 +746,6 @@ static void gen_swiglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "}\n");
 }
 
-static void gen_add(struct sb *b, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
-    sb_add(b, "@group(0) @binding(1) var<storage, read_write> X: array<f32>;\n"
-              "@group(0) @binding(2) var<storage, read> B: array<f32>;\n"
-              "@compute @workgroup_size(WGE)\n"
-              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
-              "  let i = gid.x;\n"
-              "  if (i >= p.n) { return; }\n"
-              "  X[p.a + i] = X[p.a + i] + B[p.b + i];\n"
-              "}\n");
-}
-
-/* As the CPU backend's attend_head: q rounded to f16; scores q.K * scale;
- * softmax as wgllm_op_softmax (max, exp, a lossless sum, times 1/sum);
- * probabilities rounded to f16; each output dim one dot product over the
- * positions. Scores and probabilities go through S (one row of p.j floats
- * per head), so the length is not bounded by workgroup memory. */
-static void gen_attn(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
-    const bool f16 = key->type == WGLLM_TYPE_F16;
-    sb_add(b, "const WGA: u32 = %uu;\nconst MAXD: u32 = %uu;\n%s", t->wg_attn, t->attn_max_dims, round_wgsl);
-    sb_add(b, "@group(0) @binding(1) var<storage, read> Q: array<f32>;\n");
-    if (f16)
-        sb_add(b, "@group(0) @binding(2) var<storage, read> K: array<u32>;\n"
-                  "@group(0) @binding(3) var<storage, read> V: array<u32>;\n"
-                  "fn kget(i: u32) -> f32 { let v = unpack2x16float(K[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n"
-                  "fn vget(i: u32) -> f32 { let v = unpack2x16float(V[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n");
-    else
-        sb_add(b, "@group(0) @binding(2) var<storage, read> K: array<f32>;\n"
-                  "@group(0) @binding(3) var<storage, read> V: array<f32>;\n"
-                  "fn kget(i: u32) -> f32 { return K[i]; }\n"
-                  "fn vget(i: u32) -> f32 { return V[i]; }\n");
-    sb_add(b, "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n"
-              "@group(0) @binding(5) var<storage, read_write> S: array<f32>;\n"
-              "var<workgroup> qs: array<f32, WGA * MAXD>;\n"
-              "var<workgroup> rh: array<f32, WGA>;\n"
-              "var<workgroup> rl: array<f32, WGA>;\n"
-              "@compute @workgroup_size(WGA)\n"
-              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
-              "  let tid = lid.x;\n"
-              "  let h = wid.x;\n"
-              "  let kvh = h / p.g;\n"
-              "  let sb = h * p.j;\n"
-              "  for (var i = tid; i < p.k; i += WGA) { qs[i] = to_f16(Q[p.a + h * p.k + i]); }\n"
-              "  workgroupBarrier();\n"
-              "  var mx = -3.4e38;\n"
-              "  for (var j = tid; j < p.n; j += WGA) {\n"
-              "    let kb = p.b + j * p.e + kvh * p.k;\n"
-              "    var d = 0.0;\n"
-              "    for (var i = 0u; i < p.k; i++) { d += qs[i] * kget(kb + i); }\n"
-              "    let s = d * p.f0;\n"
-              "    S[sb + j] = s;\n"
-              "    mx = max(mx, s);\n"
-              "  }\n"
-              "  rh[tid] = mx;\n"
-              "  workgroupBarrier();\n"
-              "  for (var s = WGA / 2u; s > 0u; s >>= 1u) {\n"
-              "    if (tid < s) { rh[tid] = max(rh[tid], rh[tid + s]); }\n"
-              "    workgroupBarrier();\n"
-              "  }\n"
-              "  let gmax = rh[0];\n"
-              "  workgroupBarrier();\n"
-              /* each thread revisits the positions it scored: no barrier on S needed */
-              "  var hi = 0.0;\n"
-              "  var lo = 0.0;\n"
-              "  for (var j = tid; j < p.n; j += WGA) {\n"
-              "    let e = exp(S[sb + j] - gmax);\n"
-              "    S[sb + j] = e;\n"
-              "    let t = two_sum(hi, e);\n"
-              "    hi = t.x;\n"
-              "    lo += t.y;\n"
-              "  }\n"
-              "  rh[tid] = hi;\n"
-              "  rl[tid] = lo;\n"
-              "  workgroupBarrier();\n"
-              "  for (var s = WGA / 2u; s > 0u; s >>= 1u) {\n"
-              "    if (tid < s) {\n"
-              "      let t = two_sum(rh[tid], rh[tid + s]);\n"
-              "      rh[tid] = t.x;\n"
-              "      rl[tid] = rl[tid] + rl[tid + s] + t.y;\n"
-              "    }\n"
-              "    workgroupBarrier();\n"
-              "  }\n"
-              "  let inv = 1.0 / (rh[0] + rl[0]);\n"
-              "  for (var j = tid; j < p.n; j += WGA) { S[sb + j] = to_f16(S[sb + j] * inv); }\n"
-              "  storageBarrier();\n"
-              "  for (var r = 0u; r < MAXD; r++) {\n"
-              "    let dd = tid + r * WGA;\n"
-              "    if (dd < p.m) {\n"
-              "      let vb = p.c + kvh * p.m + dd;\n"
-              "      var acc = 0.0;\n"
-              "      for (var j = 0u; j < p.n; j++) { acc += S[sb + j] * vget(vb + j * p.i); }\n"
-              "      O[p.d + h * p.m + dd] = acc;\n"
-              "    }\n"
-              "  }\n"
-              "}\n");
-}
-
 static void gen_argmax(struct sb *b, const struct wgllm_wgsl_tune *t) {
     sb_add(b, "const WGR: u32 = %uu;\n", t->wg_row);
     sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
@@ -768,19 +776,6 @@ static void gen_argmax(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "    workgroupBarrier();\n"
               "  }\n"
               "  if (tid == 0u) { OUT[p.b] = bi[0]; }\n"
-              "}\n");
-}
-
-static void gen_store_f16(struct sb *b, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
-    sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
-              "@group(0) @binding(2) var<storage, read> POS: array<u32>;\n"
-              "@group(0) @binding(3) var<storage, read_write> Y: array<u32>;\n"
-              "@compute @workgroup_size(WGE)\n"
-              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
-              "  let i = gid.x;\n"
-              "  if (i >= p.n) { return; }\n"
-              "  Y[p.c + POS[p.b] * p.e + i] = pack2x16float(vec2<f32>(X[p.a + 2u * i], X[p.a + 2u * i + 1u]));\n"
               "}\n");
 }
 
@@ -1097,7 +1092,8 @@ bool wgllm_wgsl_tune_valid(const struct wgllm_wgsl_tune *t, uint32_t max_invocat
     if (mm_threads > max_invocations) BAD("mat-mat needs %llu threads, over %u", (unsigned long long)mm_threads, max_invocations);
     const uint64_t mm_bytes = t->mm_direct ? 0 : (uint64_t)(t->mm_tile_n + t->mm_tile_m) * t->mm_tile_k * 4;
     if (mm_bytes > max_wg_storage) BAD("mat-mat needs %llu bytes of workgroup memory, over %u", (unsigned long long)mm_bytes, max_wg_storage);
-    const uint64_t attn_bytes = ((uint64_t)t->wg_attn * t->attn_max_dims + 2u * t->wg_attn) * 4;
+    /* ATTN_BATCH: q (wg_attn * attn_max_dims floats), four per-thread arrays, two words */
+    const uint64_t attn_bytes = ((uint64_t)t->wg_attn * t->attn_max_dims + 4u * t->wg_attn + 2u) * 4;
     if (attn_bytes > max_wg_storage) BAD("attention needs %llu bytes of workgroup memory, over %u", (unsigned long long)attn_bytes, max_wg_storage);
     return true;
 #undef BAD
@@ -1117,10 +1113,7 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_RMS_NORM: gen_rms_norm(&b, tune); break;
     case WGLLM_KERNEL_ROPE: gen_rope(&b, key, tune); break;
     case WGLLM_KERNEL_SWIGLU: gen_swiglu(&b, tune); break;
-    case WGLLM_KERNEL_ADD: gen_add(&b, tune); break;
-    case WGLLM_KERNEL_ATTN: gen_attn(&b, key, tune); break;
     case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
-    case WGLLM_KERNEL_STORE_F16: gen_store_f16(&b, tune); break;
     case WGLLM_KERNEL_ROUND_ACT: gen_round_act(&b, key, tune); break;
     case WGLLM_KERNEL_MATMUL: gen_matmul(&b, key, tune); break;
     default: { char *body = wgllm_wgsl_batch_body(key, tune); if (body) sb_add(&b, "%s", body); else b.oom = true; free(body); } break;

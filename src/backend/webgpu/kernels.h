@@ -7,7 +7,7 @@
  * arithmetic is f32 (an f16 path needs shader-f16, which SwiftShader lacks).
  *
  * Every kernel reads its parameters from binding 0, a uniform block laid out
- * as struct wgllm_kparams; the other bindings are listed per kernel below.
+ * as union wgllm_kparams; the other bindings are listed per kernel below.
  */
 #ifndef WGLLM_WEBGPU_KERNELS_H
 #define WGLLM_WEBGPU_KERNELS_H
@@ -20,7 +20,7 @@ struct wgllm_wgsl_tune {
     uint32_t rows_matvec; /* rows per mat-vec workgroup */
     uint32_t wg_row;      /* threads per row kernel (RMSNorm, argmax) (power of two) */
     uint32_t wg_elem;     /* threads per element-wise workgroup */
-    uint32_t wg_attn;     /* threads per attention workgroup = positions per tile (power of two) */
+    uint32_t wg_attn;     /* threads per attention (ATTN_BATCH) workgroup = positions per tile (power of two) */
     uint32_t attn_max_dims; /* head dims an attention thread accumulates: head_dim <= wg_attn * this */
     bool matvec_thread_rows; /* mat-vec: one row per thread, no workgroup reduction (rows_matvec threads) */
     bool matvec_subgroups;   /* mat-vec: reduce with subgroupAdd (needs the adapter's subgroups feature) */
@@ -44,10 +44,195 @@ const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void);
 struct wgllm_gpu_info;
 const struct wgllm_wgsl_tune *wgllm_wgsl_tune_for(const struct wgllm_gpu_info *info);
 
-/* The uniform block of every kernel (64 bytes; fields named by use below). */
-struct wgllm_kparams {
+/*
+ * The uniform block every kernel reads at binding 0: 64 bytes, the WGSL
+ * struct P that every generated kernel declares, twelve u32 fields n m k a
+ * b c d e g h i j then four f32 f0..f3 (the WGSL keeps those letters: its
+ * text is the pipeline cache's key and the layout is all the GPU sees).
+ * What a slot means depends on the kernel, so the host fills the block
+ * through the kernel's own view in union wgllm_kparams: named fields at the
+ * offsets of the letters that kernel's WGSL reads (which letter each is
+ * stands beside it; static asserts in kernels.c check every one), unused
+ * slots named _x and left zero. The enum below describes each kernel in
+ * the letters, as its WGSL reads them.
+ */
+struct wgllm_kp_raw {
     uint32_t n, m, k, a, b, c, d, e, g, h, i, j;
     float f0, f1, f2, f3;
+};
+
+/* MATVEC, MATMUL */
+struct wgllm_kp_matvec {
+    uint32_t rows;   /* n: weight rows computed (outputs per token) */
+    uint32_t _m;
+    uint32_t k;      /* k: elements per row (K), also x's stride per token */
+    uint32_t w_off;  /* a: where W starts: u32 word (element for F32) */
+    uint32_t x_off;  /* b: x element of token 0 */
+    uint32_t y_off;  /* c: y element of token 0 (token t's row at y_off + t * rows) */
+    uint32_t _d, _e, _g;
+    uint32_t tokens; /* h: MATMUL: tokens it may write (the last tile's extra rows are skipped) */
+    uint32_t _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* GET_ROWS */
+struct wgllm_kp_get_rows {
+    uint32_t _n, _m;
+    uint32_t width;      /* k: elements per row */
+    uint32_t w_off;      /* a: where the table starts (u32 word; element for F32) */
+    uint32_t ids_off;    /* b: ids[ids_off + t] is token t's row */
+    uint32_t y_off;      /* c: y element of token 0 (stride width) */
+    uint32_t piece_row0; /* d: the first row this piece of a split table holds */
+    uint32_t piece_rows; /* e: rows of the piece; 0: the whole table */
+    uint32_t _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* RMS_NORM */
+struct wgllm_kp_rms_norm {
+    uint32_t width; /* n: elements per row */
+    uint32_t _m, _k;
+    uint32_t x_off; /* a: x element of row 0 */
+    uint32_t w_off; /* b: the norm's weights */
+    uint32_t y_off; /* c: y element of row 0 */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float eps;      /* f0 */
+    float _f1, _f2, _f3;
+};
+
+/* ROPE */
+struct wgllm_kp_rope {
+    uint32_t heads;      /* n */
+    uint32_t n_rot;      /* m: rotated dims per head (cos/sin floats per token) */
+    uint32_t head_dim;   /* k */
+    uint32_t x_off;      /* a */
+    uint32_t tok_stride; /* b: x elements per token */
+    uint32_t cs_off;     /* c: the cos/sin table's token 0 */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* SWIGLU */
+struct wgllm_kp_swiglu {
+    uint32_t count; /* n: elements (all rows) */
+    uint32_t _m, _k;
+    uint32_t g_off; /* a */
+    uint32_t u_off; /* b */
+    uint32_t y_off; /* c */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ARGMAX */
+struct wgllm_kp_argmax {
+    uint32_t count;  /* n: entries */
+    uint32_t _m, _k;
+    uint32_t x_off;  /* a */
+    uint32_t out_at; /* b: the u32 word the index goes to */
+    uint32_t _c, _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ROUND_ACT */
+struct wgllm_kp_round_act {
+    uint32_t count; /* n: elements, a multiple of 32 (256 for Q8_K) */
+    uint32_t _m, _k;
+    uint32_t x_off; /* a */
+    uint32_t _b;
+    uint32_t y_off; /* c */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ATTN_BATCH */
+struct wgllm_kp_attn {
+    uint32_t _n;
+    uint32_t dv;       /* m: value head dims */
+    uint32_t dk;       /* k: key head dims */
+    uint32_t q_stride; /* a: q elements per token */
+    uint32_t row_at;   /* b: ST[row_at + t] = token t's cache row */
+    uint32_t len_at;   /* c: ST[len_at + t] = positions token t attends to */
+    uint32_t o_stride; /* d: output elements per token */
+    uint32_t k_stride; /* e: K cache elements per row */
+    uint32_t gqa;      /* g: query heads per kv head */
+    uint32_t _h;
+    uint32_t v_stride; /* i: V cache elements per row */
+    uint32_t _j;
+    float scale;       /* f0: the scores' factor, 1/sqrt(dk) */
+    float _f1, _f2, _f3;
+};
+
+/* STORE_KV */
+struct wgllm_kp_store_kv {
+    uint32_t words;    /* n: f16 pairs per token */
+    uint32_t _m;
+    uint32_t x_stride; /* k: x elements per token */
+    uint32_t x_off;    /* a */
+    uint32_t row_at;   /* b: ST[row_at + t] = token t's cache row */
+    uint32_t y_off;    /* c: the cache's first word */
+    uint32_t _d;
+    uint32_t y_stride; /* e: cache words per row */
+    uint32_t _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ADD_ROWS */
+struct wgllm_kp_add_rows {
+    uint32_t width;    /* n: elements per row (x's stride per token) */
+    uint32_t y_stride; /* m: y elements per token; 0: one row for all (a bias) */
+    uint32_t _k;
+    uint32_t x_off;    /* a */
+    uint32_t y_off;    /* b */
+    uint32_t _c, _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ROPE_SHIFT_F16 */
+struct wgllm_kp_rope_shift {
+    uint32_t words;     /* n: u32 words (f16 pairs) to turn */
+    uint32_t n_rot;     /* m */
+    uint32_t head_dim;  /* k */
+    uint32_t _a, _b;
+    uint32_t y_off;     /* c: where the turned words go */
+    uint32_t _d;
+    uint32_t row_words; /* e: words per cache row */
+    uint32_t _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* SAMPLE, SAMPLE_ROWS (which reads only n_vocab) */
+struct wgllm_kp_sample {
+    uint32_t n_vocab;      /* n */
+    uint32_t _m;
+    uint32_t top_k;        /* k */
+    uint32_t x_off;        /* a: the logits row */
+    uint32_t out_at;       /* b: the ST word the id goes to */
+    uint32_t seed;         /* c: the seed's 32-bit hash */
+    uint32_t len_at;       /* d: ST[len_at] = the position's attention length (the draw's counter) */
+    uint32_t _e, _g;
+    uint32_t private_slot; /* h: not read by the kernel; a marker that keeps the block out of the
+                              parameter arena's sharing of equal blocks (forward_webgpu.c) */
+    uint32_t _i, _j;
+    float temperature;     /* f0 */
+    float top_p;           /* f1: >= 1 off */
+    float min_p;           /* f2: <= 0 off */
+    float _f3;
+};
+
+union wgllm_kparams {
+    struct wgllm_kp_raw raw;
+    struct wgllm_kp_matvec matvec;
+    struct wgllm_kp_get_rows get_rows;
+    struct wgllm_kp_rms_norm rms_norm;
+    struct wgllm_kp_rope rope;
+    struct wgllm_kp_swiglu swiglu;
+    struct wgllm_kp_argmax argmax;
+    struct wgllm_kp_round_act round_act;
+    struct wgllm_kp_attn attn;
+    struct wgllm_kp_store_kv store_kv;
+    struct wgllm_kp_add_rows add_rows;
+    struct wgllm_kp_rope_shift rope_shift;
+    struct wgllm_kp_sample sample;
 };
 
 enum wgllm_kernel {
@@ -71,23 +256,9 @@ enum wgllm_kernel {
     /* y[c+i] = silu(g[a+i]) * u[b+i], i < n. Bindings 1 g, 2 u, 3 y.
      * Dispatch (ceil(n / wg_elem), 1, 1). */
     WGLLM_KERNEL_SWIGLU,
-    /* x[a+i] += y[b+i], i < n. Bindings 1 x, 2 y. Dispatch (ceil(n / wg_elem), 1, 1). */
-    WGLLM_KERNEL_ADD,
-    /* One query over n cached positions, per head h (workgroup x): out[d + h*m
-     * ..] = softmax(q.K^T * f0) V, q at a + h*k, K row j of kv head h/g at
-     * b + j*e + (h/g)*k, V at c + j*e2 + (h/g)*m with e2 = i. Head dims k
-     * (keys), m (values). Rounds as the CPU backend's attend_head: q and the
-     * probabilities to f16. Bindings 1 q, 2 K, 3 V, 4 out, 5 S (f32 scratch,
-     * n floats from h*j per head, j >= n); K/V f32 or f16.
-     * Dispatch (heads, 1, 1). */
-    WGLLM_KERNEL_ATTN,
     /* out[b] = index of the largest x[a + i], i < n (first on ties). Bindings
      * 1 x, 2 out (u32). Dispatch (1, 1, 1). */
     WGLLM_KERNEL_ARGMAX,
-    /* Stores n f32 pairs as f16 into the cache: Y word c + POS[b]*e + i =
-     * pack2x16float(x[a + 2i], x[a + 2i + 1]), i < n. Bindings 1 x, 2 pos
-     * (u32), 3 Y (u32). Dispatch (ceil(n / wg_elem), 1, 1). */
-    WGLLM_KERNEL_STORE_F16,
     /* y[c+i] = x[a+i] rounded as the CPU backend rounds a mat-vec's input
      * for weights whose vec_dot_type is key.type: Q8_0 (blocks of 32 with
      * an f16 scale, as llama.cpp's activation quantizer), Q8_K (blocks of
@@ -135,7 +306,7 @@ enum wgllm_kernel {
 
 struct wgllm_kernel_key {
     enum wgllm_kernel kernel;
-    uint32_t type; /* weight type (MATVEC, GET_ROWS) or cache type (ATTN) */
+    uint32_t type; /* weight type (MATVEC, GET_ROWS, MATMUL), vec_dot type (ROUND_ACT) or cache type (ATTN_BATCH) */
     bool neox;     /* ROPE */
 };
 
@@ -147,12 +318,26 @@ const char *wgllm_wgsl_f16_helpers(void);
 
 /* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 and
  * the 8-element-unit formats of kernels.c's w8_block, Q4_K/Q5_K/Q6_K..., for
- * weights; F32/F16 for the cache; Q8_0/Q8_K/F16 for ROUND_ACT). */
+ * weights; Q8_0/Q8_1/Q8_K/F16/BF16 for ROUND_ACT; any type for the rest). */
 bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type);
 /* The WGSL source (malloc'd, free with free), NULL when unsupported. */
 char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 /* Short label for messages ("matvec_q4_0"). */
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k);
+/* Every kernel source the generator makes for a tune: each kernel with each
+ * type it has a version for (the weight kernels: every weight format;
+ * ROUND_ACT: its vec_dot types; the rest: the one type the backend asks
+ * for) and, for the RoPE kernels, both pair layouts. Writes up to cap keys
+ * and returns how many there are. For `wgllm devices --dump-wgsl` and the
+ * generated-WGSL hash test (tests/test_webgpu_wgsl.c). */
+int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap);
+/* A key as a file-name-safe label: "matvec_q4_0", "rope_neox_f32". */
+void wgllm_wgsl_key_label(const struct wgllm_kernel_key *key, char *buf, size_t cap);
+/* Writes every source of wgllm_wgsl_all_keys under `tune` as DIR/LABEL.wgsl
+ * (the folder is made when missing), exactly the text the backend compiles;
+ * *n_files: how many were written. IO errors name the path. */
+enum wgllm_status wgllm_wgsl_dump(const char *dir, const struct wgllm_wgsl_tune *tune, int *n_files,
+                                  struct wgllm_error *err);
 /* Checks a tune against the kernels' own rules (powers of two, tiles that
  * divide, at most max_invocations threads and max_wg_storage bytes of
  * workgroup memory per kernel). False with the first problem in why. */

@@ -724,7 +724,7 @@ static enum wgllm_status tuner_init(struct tuner *T, const struct wgllm_tune_sha
         T->w[i] = wgllm_gpu_buffer_create(T->g, wbytes, WGLLM_GPU_STORAGE, "tune_w", err);
         T->x[i] = T->w[i] ? wgllm_gpu_buffer_create(T->g, nx * 4, WGLLM_GPU_STORAGE, "tune_x", err) : NULL;
         T->y[i] = T->x[i] ? wgllm_gpu_buffer_create(T->g, ny * 4, WGLLM_GPU_STORAGE, "tune_y", err) : NULL;
-        T->ub[i] = T->y[i] ? wgllm_gpu_buffer_create(T->g, sizeof(struct wgllm_kparams), WGLLM_GPU_UNIFORM, "tune_p", err) : NULL;
+        T->ub[i] = T->y[i] ? wgllm_gpu_buffer_create(T->g, sizeof(union wgllm_kparams), WGLLM_GPU_UNIFORM, "tune_p", err) : NULL;
         T->n++;
         if (!T->ub[i]) {
             free(w), free(x);
@@ -732,7 +732,7 @@ static enum wgllm_status tuner_init(struct tuner *T, const struct wgllm_tune_sha
         }
         wgllm_gpu_buffer_write(T->g, T->w[i], 0, w, wbytes);
         wgllm_gpu_buffer_write(T->g, T->x[i], 0, x, nx * 4);
-        struct wgllm_kparams kp = {.n = rows, .k = sh.k, .h = (uint32_t)T->p->tokens};
+        const union wgllm_kparams kp = {.matvec = {.rows = rows, .k = sh.k, .tokens = (uint32_t)T->p->tokens}};
         wgllm_gpu_buffer_write(T->g, T->ub[i], 0, &kp, sizeof kp);
         free(w), free(x);
         if (sh.rows > T->elem_n) T->elem_n = sh.rows;
@@ -745,7 +745,7 @@ static enum wgllm_status tuner_init(struct tuner *T, const struct wgllm_tune_sha
     T->eg = wgllm_gpu_buffer_create(T->g, (size_t)T->elem_n * 4, WGLLM_GPU_STORAGE, "tune_g", err);
     T->eu = T->eg ? wgllm_gpu_buffer_create(T->g, (size_t)T->elem_n * 4, WGLLM_GPU_STORAGE, "tune_u", err) : NULL;
     T->ey = T->eu ? wgllm_gpu_buffer_create(T->g, (size_t)T->elem_n * 4, WGLLM_GPU_STORAGE, "tune_y", err) : NULL;
-    T->eub = T->ey ? wgllm_gpu_buffer_create(T->g, sizeof(struct wgllm_kparams), WGLLM_GPU_UNIFORM, "tune_p", err) : NULL;
+    T->eub = T->ey ? wgllm_gpu_buffer_create(T->g, sizeof(union wgllm_kparams), WGLLM_GPU_UNIFORM, "tune_p", err) : NULL;
     if (!T->eub) {
         free(v);
         return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
@@ -753,7 +753,7 @@ static enum wgllm_status tuner_init(struct tuner *T, const struct wgllm_tune_sha
     wgllm_gpu_buffer_write(T->g, T->eg, 0, v, (size_t)T->elem_n * 4);
     for (uint32_t i = 0; i < T->elem_n; i++) v[i] = rndf(T);
     wgllm_gpu_buffer_write(T->g, T->eu, 0, v, (size_t)T->elem_n * 4);
-    struct wgllm_kparams kp = {.n = T->elem_n};
+    const union wgllm_kparams kp = {.swiglu = {.count = T->elem_n}};
     wgllm_gpu_buffer_write(T->g, T->eub, 0, &kp, sizeof kp);
     free(v);
     return WGLLM_STATUS_OK;

@@ -1,0 +1,339 @@
+/*
+ * webgpu_graph.c - the dispatches of one pass of the WebGPU backend
+ * (webgpu_internal.h), built once at init: which kernel with which
+ * parameters and bindings, per layer; each parameter block in a slot of one
+ * uniform arena (equal blocks share a slot), every pipeline compiled and
+ * every bind group created, so a pass only records what is listed here.
+ *
+ * Step order follows the CPU backend (backend/cpu/forward.c): get_rows ->
+ * per layer RMSNorm -> Q/K/V mat-vecs (+ qwen2 biases; qwen3 per-head q/k
+ * RMSNorm) -> RoPE -> K,V stored as f16 at (sequence, position) ->
+ * attention of each token over its own sequence -> output projection ->
+ * residual add -> RMSNorm -> gate/up -> SwiGLU -> down -> residual add; in
+ * the last layer only the rows with outputs go on after attention (gathered
+ * into xo), then the final RMSNorm and (unless embeddings are wanted) the
+ * logits; a pass without outputs stops after the last attention. Rounding
+ * mirrors the CPU backend (kernels.c): mat-vec inputs to the weight's
+ * vec_dot_type, q and attention probabilities to f16, lossless sums where
+ * the CPU sums in double, and the RoPE cos/sin table made on the host by
+ * the code the CPU uses (backend/rope.h).
+ *
+ * Every dispatch is recorded once with its grid for one token and how the
+ * grid grows with the batch (struct gop): the kernels take the token index
+ * from the grid (gid.y / wid.y, or rows for the row kernels), so parameter
+ * slots never change and are written once at init (no per-step parameter
+ * writes; only the sampler's and the context shift's own slots are
+ * rewritten, by forward_webgpu.c).
+ */
+#include "backend/webgpu/webgpu_internal.h"
+#include "model/model.h"
+#include "quant/quant.h"
+#include "wgllm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct wgllm_gpu_pipeline *pipe_of(struct wgllm_webgpu_ctx *g, enum wgllm_kernel k, uint32_t type, bool neox,
+                                          struct wgllm_error *err) {
+    struct wgllm_kernel_key key = {.kernel = k, .type = type, .neox = neox};
+    char *src = wgllm_wgsl_generate(&key, g->tune);
+    if (!src) {
+        wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "no WebGPU %s kernel for %s", wgllm_wgsl_kernel_name(k),
+                        wgllm_type_name(type));
+        return NULL;
+    }
+    char label[64];
+    snprintf(label, sizeof label, "%s_%s", wgllm_wgsl_kernel_name(k), wgllm_type_name(type));
+    struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(g->gpu, src, label, err);
+    free(src);
+    return p;
+}
+
+/* The arena slot holding kp (shared with an equal earlier one). */
+static int slot_of(struct wgllm_webgpu_ctx *g, const union wgllm_kparams *kp) {
+    for (int i = 0; i < g->n_slots; i++)
+        if (!memcmp(&g->slots[i], kp, sizeof *kp)) return i;
+    if (g->n_slots == g->cap_slots) {
+        int cap = g->cap_slots ? 2 * g->cap_slots : 64;
+        void *p = realloc(g->slots, (size_t)cap * sizeof *g->slots);
+        if (!p) return -1;
+        g->slots = p;
+        g->cap_slots = cap;
+    }
+    g->slots[g->n_slots] = *kp;
+    return g->n_slots++;
+}
+
+struct builder {
+    struct wgllm_webgpu_ctx *g;
+    struct wgllm_error *err;
+    bool failed;
+    /* what xr holds: x rounded for vec_dot_type rtype (NULL: nothing valid) */
+    struct wgllm_gpu_buffer *rsrc;
+    uint32_t rtype;
+    bool keep_round; /* the op being added does not write rsrc */
+};
+
+/* Adds a dispatch with grid x for one token growing as `grow` says (per and
+ * div for GROW_XE / GROW_Y); bindings 1.. are whole buffers. Returns it (NULL
+ * after a failure). */
+static struct gop *add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
+                          enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1,
+                          struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    if (!bd->keep_round) bd->rsrc = NULL;
+    if (bd->failed) return NULL;
+    if (!p) {
+        bd->failed = true;
+        return NULL;
+    }
+    if (g->n_ops == g->cap_ops) {
+        int cap = g->cap_ops ? 2 * g->cap_ops : 128;
+        void *np = realloc(g->ops, (size_t)cap * sizeof *g->ops);
+        if (!np) {
+            wgllm_error_set(bd->err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the dispatch list");
+            bd->failed = true;
+            return NULL;
+        }
+        g->ops = np;
+        g->cap_ops = cap;
+    }
+    struct gop *o = &g->ops[g->n_ops++];
+    memset(o, 0, sizeof *o);
+    o->pipe = p;
+    o->x = x ? x : 1;
+    o->grow = (uint8_t)grow;
+    o->per = 1, o->div = 1;
+    o->tok = -1;
+    o->slot = slot_of(g, kp);
+    if (o->slot < 0) {
+        wgllm_error_set(bd->err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for kernel parameters");
+        bd->failed = true;
+        return NULL;
+    }
+    struct wgllm_gpu_buffer *bs[4] = {b1, b2, b3, b4};
+    o->nb = nb + 1;
+    for (int i = 0; i < nb; i++) o->b[i + 1] = (struct wgllm_gpu_binding){bs[i], 0, 0};
+    return o;
+}
+
+/* An element-wise op over `per` elements of each row, all rows in one grid. */
+static void add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp, uint32_t per,
+                      uint32_t div, int nb, struct wgllm_gpu_buffer *b1, struct wgllm_gpu_buffer *b2,
+                      struct wgllm_gpu_buffer *b3) {
+    struct gop *o = add_op(bd, p, kp, GROW_XE, 1, nb, b1, b2, b3, NULL);
+    if (o) o->per = per, o->div = div;
+}
+
+
+/* y[t] = W x[t] for the rows of the batch. The input is first rounded as
+ * the CPU backend rounds it (to the weight's vec_dot_type: Q8_0 blocks for
+ * Q8_0/Q4_0, f16 for F16), so that both backends compute the same products
+ * and greedy decoding agrees even on near-ties; consecutive mat-vecs of one
+ * input share the rounding. `cap` is the row capacity of y (n_batch or
+ * out_cap), for per-token ops of row-split weights. */
+static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
+                       struct wgllm_gpu_buffer *y, int cap) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    const uint32_t vt = wgllm_type_traits(w->type)->vec_dot_type;
+    if (vt != WGLLM_TYPE_F32 && wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vt)) {
+        if (bd->rsrc != x || bd->rtype != vt) {
+            const union wgllm_kparams kp = {.round_act = {.count = (uint32_t)w->ne0 * (uint32_t)cap}};
+            add_elems(bd, pipe_of(g, WGLLM_KERNEL_ROUND_ACT, vt, false, bd->err), &kp, (uint32_t)w->ne0,
+                      32 * g->tune->wg_elem, 2, x, g->xr, NULL);
+            bd->rsrc = x, bd->rtype = vt;
+        }
+        x = g->xr;
+    }
+    bd->keep_round = true;
+    if (w->n_pieces == 1) {
+        const bool mm = cap >= MM_MIN_TOKENS && wgllm_wgsl_supports(WGLLM_KERNEL_MATMUL, w->type);
+        union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)w->ne1, .k = (uint32_t)w->ne0}};
+        struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err), &kp, GROW_Y,
+                               ceil_div(kp.matvec.rows, g->tune->rows_matvec), 3, w->piece[0].buf, x, y, NULL);
+        if (o && mm) o->when = WHEN_FEW;
+        if (mm) {
+            /* tokens = the row capacity of y: the last token tile may
+             * compute rows past the pass's tokens, into scratch rows of y */
+            kp.matvec.tokens = (uint32_t)cap;
+            o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATMUL, w->type, false, bd->err), &kp, GROW_Y,
+                       ceil_div(kp.matvec.rows, g->tune->mm_tile_n), 3, w->piece[0].buf, x, y, NULL);
+            if (o) o->div = g->tune->mm_tile_m, o->when = WHEN_MANY;
+        }
+    } else {
+        /* MATVEC writes token t's rows at c + t * (rows of the piece): with
+         * several pieces each token gets its own dispatches */
+        for (int t = 0; t < cap; t++)
+            for (int i = 0; i < w->n_pieces; i++) {
+                const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)w->piece[i].rows, .k = (uint32_t)w->ne0,
+                                                           .x_off = (uint32_t)(t * w->ne0),
+                                                           .y_off = (uint32_t)(t * w->ne1 + w->piece[i].row0)}};
+                struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err), &kp, GROW_Y,
+                                       ceil_div(kp.matvec.rows, g->tune->rows_matvec), 3, w->piece[i].buf, x, y, NULL);
+                if (o) o->tok = t, o->div = 1u << 30; /* y = 1 */
+            }
+    }
+    bd->keep_round = false;
+}
+
+static void add_rms(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t w_off,
+                    uint32_t n, uint32_t rows_per_tok) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    const union wgllm_kparams kp = {.rms_norm = {.width = n, .w_off = w_off, .eps = g->model->hp.rms_eps}};
+    add_op(bd, pipe_of(g, WGLLM_KERNEL_RMS_NORM, 0, false, bd->err), &kp, GROW_X, rows_per_tok, 3, x, g->vecs, y, NULL);
+}
+
+/* x[t] += y[t] (y_stride n), or x[t] += y (y_stride 0: a bias at y_off). */
+static void add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
+                     uint32_t n, uint32_t y_stride) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    const union wgllm_kparams kp = {.add_rows = {.width = n, .y_off = y_off, .y_stride = y_stride}};
+    add_op(bd, pipe_of(g, WGLLM_KERNEL_ADD_ROWS, 0, false, bd->err), &kp, GROW_Y, ceil_div(n, g->tune->wg_elem), 2, x,
+           y, NULL, NULL);
+}
+
+static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    const struct wgllm_model *m = g->model;
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct wgllm_wgsl_tune *t = g->tune;
+    const uint32_t E = (uint32_t)hp->n_embd, F = (uint32_t)hp->n_ff, dk = (uint32_t)hp->head_dim_k,
+                   dv = (uint32_t)hp->head_dim_v, B = (uint32_t)g->n_batch;
+    const uint32_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
+    const bool neox = hp->rope_type == WGLLM_ROPE_NEOX;
+
+    const struct gweight *emb = &g->w[7 * hp->n_layer];
+    struct wgllm_gpu_pipeline *pg = pipe_of(g, WGLLM_KERNEL_GET_ROWS, emb->type, false, bd->err);
+    for (int i = 0; i < emb->n_pieces; i++) {
+        union wgllm_kparams kp = {.get_rows = {.width = E, .ids_off = 0, .y_off = 0}};
+        if (emb->n_pieces > 1)
+            kp.get_rows.piece_row0 = (uint32_t)emb->piece[i].row0, kp.get_rows.piece_rows = (uint32_t)emb->piece[i].rows;
+        add_op(bd, pg, &kp, GROW_Y, ceil_div(E, t->wg_elem), 3, emb->piece[i].buf, g->step, g->x, NULL);
+    }
+
+    struct wgllm_gpu_pipeline *prope = pipe_of(g, WGLLM_KERNEL_ROPE, 0, neox, bd->err);
+    struct wgllm_gpu_pipeline *pstore = pipe_of(g, WGLLM_KERNEL_STORE_KV, 0, false, bd->err);
+    struct wgllm_gpu_pipeline *pattn = pipe_of(g, WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false, bd->err);
+    struct wgllm_gpu_pipeline *pswi = pipe_of(g, WGLLM_KERNEL_SWIGLU, 0, false, bd->err);
+    for (int il = 0; il < hp->n_layer && !bd->failed; il++) {
+        const struct gweight *W = &g->w[7 * il];
+        const struct wgllm_layer *L = &m->layers[il];
+        add_rms(bd, g->x, g->xn, vo->attn_norm[il], E, 1);
+        /* q and k: straight into q/k, or through qr/kr and the per-head norm */
+        add_matvec(bd, &W[0], g->xn, L->q_norm ? g->qr : g->q, g->n_batch);
+        add_matvec(bd, &W[1], g->xn, L->k_norm ? g->kr : g->k, g->n_batch);
+        add_matvec(bd, &W[2], g->xn, g->v, g->n_batch);
+        if (L->bq) add_rows(bd, g->q, g->vecs, vo->bq[il], QD, 0);
+        if (L->bk) add_rows(bd, g->k, g->vecs, vo->bk[il], KD, 0);
+        if (L->bv) add_rows(bd, g->v, g->vecs, vo->bv[il], VD, 0);
+        if (L->q_norm) add_rms(bd, g->qr, g->q, vo->q_norm[il], dk, (uint32_t)hp->n_head);
+        if (L->k_norm) add_rms(bd, g->kr, g->k, vo->k_norm[il], dk, (uint32_t)hp->n_head_kv);
+        const union wgllm_kparams rq = {.rope = {.heads = (uint32_t)hp->n_head, .n_rot = (uint32_t)hp->n_rot,
+                                                 .head_dim = dk, .tok_stride = QD}};
+        const union wgllm_kparams rk = {.rope = {.heads = (uint32_t)hp->n_head_kv, .n_rot = (uint32_t)hp->n_rot,
+                                                 .head_dim = dk, .tok_stride = KD}};
+        add_op(bd, prope, &rq, GROW_Y, ceil_div((uint64_t)rq.rope.heads * (rq.rope.n_rot / 2), t->wg_elem), 2, g->q,
+               g->rope_cs, NULL, NULL);
+        add_op(bd, prope, &rk, GROW_Y, ceil_div((uint64_t)rk.rope.heads * (rk.rope.n_rot / 2), t->wg_elem), 2, g->k,
+               g->rope_cs, NULL, NULL);
+        /* the step buffer's rows (cache rows) start at word B */
+        const union wgllm_kparams sk = {.store_kv = {.words = KD / 2, .x_stride = KD, .row_at = B, .y_stride = KD / 2}};
+        const union wgllm_kparams sv = {.store_kv = {.words = VD / 2, .x_stride = VD, .row_at = B, .y_stride = VD / 2}};
+        add_op(bd, pstore, &sk, GROW_Y, ceil_div(sk.store_kv.words, t->wg_elem), 3, g->k, g->step, g->kc[il], NULL);
+        add_op(bd, pstore, &sv, GROW_Y, ceil_div(sv.store_kv.words, t->wg_elem), 3, g->v, g->step, g->vc[il], NULL);
+        const union wgllm_kparams ak = {.attn = {.dk = dk, .dv = dv, .k_stride = KD, .v_stride = VD,
+                                                 .gqa = (uint32_t)(hp->n_head / hp->n_head_kv), .q_stride = QD,
+                                                 .o_stride = OD, .row_at = B, .len_at = 2 * B,
+                                                 .scale = 1.0f / sqrtf((float)dk)}};
+        struct gop *o = add_op(bd, pattn, &ak, GROW_Y, (uint32_t)hp->n_head, 4, g->q, g->kc[il], g->vc[il], g->att);
+        if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){g->step, 0, 0};
+        /* In the last layer only the rows whose outputs are wanted go on after
+         * attention (the others only had to fill the KV cache), as on the CPU:
+         * they are gathered (x and att as F32 tables, the step's output rows
+         * as ids) into xo / att_o, and the ops from here on run per output. */
+        struct wgllm_gpu_buffer *xa = g->x, *aa = g->att;
+        int cap = g->n_batch;
+        if (il == hp->n_layer - 1) {
+            g->n_ops_layers = g->n_ops;
+            struct wgllm_gpu_pipeline *pgf = pipe_of(g, WGLLM_KERNEL_GET_ROWS, WGLLM_TYPE_F32, false, bd->err);
+            /* the step buffer's output rows (ids of the gathered rows) start at word 3B */
+            const union wgllm_kparams gx = {.get_rows = {.width = E, .ids_off = 3 * B}},
+                                      ga = {.get_rows = {.width = OD, .ids_off = 3 * B}};
+            add_op(bd, pgf, &gx, GROW_Y, ceil_div(E, t->wg_elem), 3, g->x, g->step, g->xo, NULL);
+            add_op(bd, pgf, &ga, GROW_Y, ceil_div(OD, t->wg_elem), 3, g->att, g->step, g->att_o, NULL);
+            xa = g->xo, aa = g->att_o, cap = g->out_cap;
+        }
+        add_matvec(bd, &W[3], aa, g->tmp, cap);
+        add_rows(bd, xa, g->tmp, 0, E, E);
+        add_rms(bd, xa, g->xn, vo->ffn_norm[il], E, 1);
+        add_matvec(bd, &W[4], g->xn, g->gate, cap);
+        add_matvec(bd, &W[5], g->xn, g->up, cap);
+        const union wgllm_kparams sw = {.swiglu = {.count = F * (uint32_t)cap}};
+        add_elems(bd, pswi, &sw, F, t->wg_elem, 3, g->gate, g->up, g->ffh);
+        add_matvec(bd, &W[6], g->ffh, g->tmp, cap);
+        add_rows(bd, xa, g->tmp, 0, E, E);
+    }
+    /* the final norm of the output rows, then the logits */
+    add_rms(bd, g->xo, g->xn, vo->output_norm, E, 1);
+    g->n_ops_norm = g->n_ops;
+    add_matvec(bd, &g->w[7 * hp->n_layer + 1], g->xn, g->logits, g->out_cap);
+    g->n_ops_logits = g->n_ops;
+    const union wgllm_kparams am = {.argmax = {.count = (uint32_t)hp->n_vocab}};
+    struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_ARGMAX, 0, false, bd->err), &am, GROW_Y, 1, 2, g->logits, g->step,
+                           NULL, NULL);
+    if (o) o->div = 1u << 30; /* one row: y = 1 */
+    /* [n_ops_logits + 1]: sampling instead of the argmax; its own slot (the
+     * marker keeps it from being shared), rewritten by webgpu_generate */
+    const union wgllm_kparams sk = {.sample = {.n_vocab = (uint32_t)hp->n_vocab, .len_at = 2 * (uint32_t)g->n_batch,
+                                               .private_slot = KP_PRIVATE_SAMPLE, .top_k = 1, .temperature = 1.0f,
+                                               .top_p = 1.0f}};
+    o = add_op(bd, pipe_of(g, WGLLM_KERNEL_SAMPLE, 0, false, bd->err), &sk, GROW_Y, 1, 2, g->logits, g->step, NULL,
+               NULL);
+    if (o) o->div = 1u << 30;
+}
+
+enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const struct vec_offsets *vo,
+                                          struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &g->model->hp;
+    /* dispatches, then the arena they index, then their bind groups */
+    struct builder bd = {g, err, false, NULL, 0, false};
+    build_ops(&bd, vo);
+    if (bd.failed) return err && err->status ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    const union wgllm_kparams srk = {.sample = {.n_vocab = (uint32_t)hp->n_vocab, .private_slot = KP_PRIVATE_SAMPLE_ROWS}};
+    const int samp_slot = slot_of(g, &srk);
+    g->samp_pipe = pipe_of(g, WGLLM_KERNEL_SAMPLE_ROWS, 0, false, err);
+    if (samp_slot < 0 || !g->samp_pipe)
+        return samp_slot < 0 ? wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory")
+                             : err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    g->shift_slot = g->n_slots; /* one more slot: the context shift's, written per shift */
+    g->arena = wgllm_webgpu_gbuf(g, (uint64_t)(g->n_slots + 1) * SLOT_BYTES, WGLLM_GPU_UNIFORM, "param arena", &g->plan.params, err);
+    if (!g->arena) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
+    g->shift_pipe = pipe_of(g, WGLLM_KERNEL_ROPE_SHIFT_F16, WGLLM_TYPE_F16, hp->rope_type == WGLLM_ROPE_NEOX, err);
+    if (!g->shift_pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct wgllm_gpu_binding sb[4] = {
+            {g->arena, (uint64_t)g->shift_slot * SLOT_BYTES, sizeof(union wgllm_kparams)},
+            {g->shift_tmp, 0, 0}, {g->rope_cs, 0, 0}, {g->kc[il], 0, 0}};
+        if (!(g->shift_bg[il] = wgllm_gpu_bindgroup_create(g->gpu, g->shift_pipe, 4, sb, err)))
+            return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    }
+    const struct wgllm_gpu_binding srb[4] = {
+        {g->arena, (uint64_t)samp_slot * SLOT_BYTES, sizeof(union wgllm_kparams)},
+        {g->logits, 0, 0}, {g->samp_in, 0, 0}, {g->samp_out, 0, 0}};
+    if (!(g->samp_bg = wgllm_gpu_bindgroup_create(g->gpu, g->samp_pipe, 4, srb, err)))
+        return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    for (int i = 0; i < g->n_slots; i++)
+        wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)i * SLOT_BYTES, &g->slots[i], sizeof g->slots[i]);
+    for (int i = 0; i < g->n_ops; i++) {
+        struct gop *o = &g->ops[i];
+        o->b[0] = (struct wgllm_gpu_binding){g->arena, (uint64_t)o->slot * SLOT_BYTES, sizeof(union wgllm_kparams)};
+        o->bg = wgllm_gpu_bindgroup_create(g->gpu, o->pipe, o->nb, o->b, err);
+        if (!o->bg) {
+            wgllm_error_prefix(err, "WebGPU dispatch %d: ", i);
+            return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+        }
+    }
+    return WGLLM_STATUS_OK;
+}

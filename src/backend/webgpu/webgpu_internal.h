@@ -1,0 +1,160 @@
+/*
+ * webgpu_internal.h - what the three files of the WebGPU backend share: the
+ * context (struct wgllm_webgpu_ctx), its weights, dispatches and parameter
+ * arena, and the entry points each file gives the others. Not for use
+ * outside src/backend/webgpu/.
+ *
+ *   webgpu_plan.c    the memory plan (sizes fitted to the device's limits and
+ *                    a budget) and every buffer: weights (uploaded or
+ *                    streamed), vectors, KV cache, activations
+ *   webgpu_graph.c   the dispatches of one pass: which kernel with which
+ *                    parameters and bindings per layer, the parameter arena
+ *                    and the bind groups
+ *   forward_webgpu.c create / free, running passes (write the step data,
+ *                    record, submit, read back), generation on the GPU, the
+ *                    sequence operations and the backend's table
+ */
+#ifndef WGLLM_WEBGPU_INTERNAL_H
+#define WGLLM_WEBGPU_INTERNAL_H
+
+#include "backend/webgpu/forward_webgpu.h"
+#include "backend/webgpu/hal.h"
+#include "backend/webgpu/kernels.h"
+
+struct wgllm_model;
+struct wgllm_weight;
+
+/* The parameter blocks of SAMPLE and SAMPLE_ROWS carry a marker in their
+ * private_slot field (which neither kernel reads) so that slot_of never
+ * finds them equal to another dispatch's block and shares the slot:
+ * webgpu_generate rewrites SAMPLE's slot per call (temperature, seed, ...),
+ * which must not change an ARGMAX (or other) dispatch whose block happened
+ * to match, and SAMPLE_ROWS's {n_vocab} would otherwise equal ARGMAX's.
+ * The values spell "SAMP" and "ROWS" in little-endian ASCII (a dump of the
+ * arena shows them). */
+#define KP_PRIVATE_SAMPLE 0x53414d50u
+#define KP_PRIVATE_SAMPLE_ROWS 0x524f5753u
+
+#define MAX_PIECES 16
+#define SLOT_BYTES 256
+
+/* A matrix on the GPU: rows split across buffers when needed. */
+struct gweight {
+    uint32_t type;
+    int64_t ne0, ne1;
+    size_t row_size;
+    int n_pieces;
+    struct {
+        struct wgllm_gpu_buffer *buf;
+        int64_t row0, rows;
+    } piece[MAX_PIECES];
+};
+
+/* How a dispatch's grid grows with the count (tokens of the chunk, or its
+ * outputs for the ops after the layers). */
+enum grow {
+    GROW_Y,  /* y = ceil(count / div): kernels that take the token from the grid's y */
+    GROW_X,  /* x = x * count: row kernels (one workgroup per row) */
+    GROW_XE, /* x = ceil(per * count / div): element-wise over all rows at once */
+};
+
+/* Which passes a dispatch belongs to (mat-vec or mat-mat versions of one product). */
+enum { WHEN_ALWAYS, WHEN_FEW /* count < MM_MIN_TOKENS */, WHEN_MANY /* count >= MM_MIN_TOKENS */ };
+
+struct gop {
+    struct wgllm_gpu_pipeline *pipe;
+    struct wgllm_gpu_bindgroup *bg;
+    uint32_t x, per, div;
+    uint8_t grow;
+    uint8_t when; /* WHEN_*: the token counts it runs for */
+    int tok; /* >= 0: an op of that one token (row-split weights), run when tok < count */
+    /* until the bind group exists */
+    int slot, nb;
+    struct wgllm_gpu_binding b[6];
+};
+
+struct wgllm_webgpu_ctx {
+    struct wgllm_model *model;
+    void *staging; /* a streamed model's upload block (UPLOAD_CHUNK bytes), freed after the upload */
+    struct wgllm_gpu *gpu;
+    const struct wgllm_wgsl_tune *tune;
+    int n_ctx, n_seq, n_batch, out_cap;
+    uint64_t gpu_mem;
+
+    struct gweight *w;  /* 7 per layer, then tok_embd, output */
+    int n_w;
+    struct wgllm_gpu_buffer *vecs;                 /* every f32 vector */
+    struct wgllm_gpu_buffer **kc, **vc;            /* per layer, [n_seq][n_ctx] rows */
+    /* activations, n_batch rows each (xo and logits: out_cap rows) */
+    struct wgllm_gpu_buffer *x, *xn, *q, *k, *v, *qr, *kr, *att, *tmp, *gate, *up, *ffh, *xo, *att_o, *logits;
+    struct wgllm_gpu_buffer *xr;      /* a mat-vec input rounded as the CPU rounds it (ROUND_ACT) */
+    struct wgllm_gpu_buffer *rope_cs; /* cos/sin pairs of each token's position (n_batch x n_rot floats) */
+    struct wgllm_gpu_buffer *step;    /* u32 [4][n_batch]: token ids, cache rows, attention lengths, output rows */
+    struct wgllm_gpu_buffer *arena, *readback;
+    /* context shift: n_ctx rows of K or V of one layer; ROPE_SHIFT_F16 from it into each layer's K cache
+       (bind groups per layer, parameters in the arena's last slot, written per shift) */
+    struct wgllm_gpu_buffer *shift_tmp;
+    struct wgllm_gpu_pipeline *shift_pipe;
+    struct wgllm_gpu_bindgroup **shift_bg;
+    int shift_slot;
+    struct wgllm_gpu_buffer *id_rb[2]; /* greedy on the GPU: the sampled ids, read back alternately */
+    /* device sampling of a pass's output rows (decode_sampled): SAMPLE_ROWS reads 8 words per
+       sampled row from samp_in and writes id + logprob to samp_out; host copies of out_cap rows */
+    struct wgllm_gpu_buffer *samp_in, *samp_out;
+    struct wgllm_gpu_pipeline *samp_pipe;
+    struct wgllm_gpu_bindgroup *samp_bg;
+    uint32_t *samp_host; /* out_cap x 8 words */
+    int *samp_row;       /* out_cap: the output row of each row read back, then of each sampled one */
+    float *rope_host;
+    uint32_t *step_host;
+
+    struct gop *ops;
+    int n_ops, cap_ops;
+    int n_ops_layers, n_ops_norm; /* [0, layers): up to the last attention (all tokens); [layers, norm): the rest
+                                     of the last layer and the final norm (output rows only); then the logits */
+    int n_ops_logits;             /* [norm, logits): the logits; [logits, n_ops): argmax of logits row 0 into the
+                                     step's token 0 (greedy on the GPU) */
+    union wgllm_kparams *slots;   /* host copy of the arena */
+    int n_slots, cap_slots;
+    struct wgllm_webgpu_plan plan;
+};
+
+/* Passes of at least this many tokens run the mat-vecs as the tiled MATMUL
+ * (where the weight type has one): each dequantized weight then serves a
+ * tile of tokens. Below it MATVEC per token wastes no tile on absent tokens.
+ * Both versions are recorded at load (bind groups and parameters fixed);
+ * record() picks one by the pass's token count. */
+#define MM_MIN_TOKENS 8
+
+/* Offsets (in floats) of the model's vectors inside the vecs buffer. */
+struct vec_offsets {
+    uint32_t *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm; /* per layer */
+    uint32_t output_norm;
+};
+
+static inline uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+/* ---- webgpu_plan.c ------------------------------------------------------- */
+
+/* A buffer of the context, its size added to *category of the plan (may be NULL). */
+struct wgllm_gpu_buffer *wgllm_webgpu_gbuf(struct wgllm_webgpu_ctx *g, uint64_t bytes, int usage, const char *label,
+                                          uint64_t *category, struct wgllm_error *err);
+/* Waits for all queued work by reading back 4 bytes through the context's
+ * own readback buffer (no buffer is created). */
+enum wgllm_status wgllm_webgpu_sync(struct wgllm_webgpu_ctx *g, struct wgllm_error *err);
+/* True when every matrix of the model has a kernel; else false with why. */
+bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t cap);
+/* Fits the plan (n_ctx, n_batch, out_cap) to the device and the budget and
+ * allocates every buffer, uploading the weights and vectors; *vo gets the
+ * vectors' offsets (the caller frees vo->attn_norm, which holds them all). */
+enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec_offsets *vo, struct wgllm_error *err);
+
+/* ---- webgpu_graph.c ------------------------------------------------------ */
+
+/* Records the dispatches of a pass (g->ops, their parameter slots), the
+ * sampling and context-shift pipelines, allocates the parameter arena and
+ * writes it, and creates every bind group. */
+enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const struct vec_offsets *vo,
+                                          struct wgllm_error *err);
+
+#endif
