@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the same bytes through a source: the same verdict and the same contents */
     struct buf b = {data, size};
     const uint64_t sizes[1] = {size};
-    struct wgllm_gguf_source src = {.n_files = 1, .sizes = sizes, .read = buf_read, .user = &b};
+    struct wgllm_model_source src = {.n_files = 1, .sizes = sizes, .read = buf_read, .user = &b};
     struct wgllm_gguf *gs = NULL;
     const enum wgllm_status ss = wgllm_gguf_open_source(&src, &gs, NULL);
     /* a source is stricter (split.count must match its one file), never laxer */

@@ -106,6 +106,27 @@ enum wgllm_status wgllm_model_load(const char *path, const struct wgllm_model_pa
                                    struct wgllm_model **out, struct wgllm_error *err);
 void wgllm_model_free(struct wgllm_model *model);
 
+/* Where a model's bytes come from when they are not a file on disk (the
+ * browser's ranged URL reads and stored shards): the loader asks for ranges. */
+struct wgllm_model_source {
+    int n_files;                 /* 1, or every shard of a split model, in order (1..65535) */
+    const uint64_t *sizes;       /* bytes of each file (copied at open) */
+    const char *const *names;    /* each file's name for messages (copied); NULL: "file N" */
+    /* Copies n bytes at `offset` of file `file` into dst. Only called with
+     * ranges inside sizes[file]. Returns OK, or a status with err naming what
+     * failed (the reader adds which file and range). */
+    enum wgllm_status (*read)(void *user, int file, uint64_t offset, void *dst, size_t n,
+                              struct wgllm_error *err);
+    void *user;                  /* passed to read; must outlive the context */
+};
+/* Loads a model whose bytes come from `src`: always streamed (the weights
+ * are read in bounded chunks when a context needs them, never held whole,
+ * as with wgllm_model_params.stream_weights). `name` prefixes error
+ * messages. The split keys are checked against the files given. */
+enum wgllm_status wgllm_model_load_source(const struct wgllm_model_source *src, const char *name,
+                                          const struct wgllm_model_params *params, struct wgllm_model **out,
+                                          struct wgllm_error *err);
+
 int wgllm_model_n_vocab(const struct wgllm_model *model);
 int wgllm_model_n_ctx_train(const struct wgllm_model *model);
 int wgllm_model_n_embd(const struct wgllm_model *model);

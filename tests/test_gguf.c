@@ -448,7 +448,7 @@ static bool consistent(const struct wgllm_gguf *g, const uint8_t *buf, size_t si
 
 /* ---- reading through a source -------------------------------------------------- */
 
-/* An in-memory wgllm_gguf_source: each file an exact-size heap copy, so ASan
+/* An in-memory wgllm_model_source: each file an exact-size heap copy, so ASan
  * sees a read outside it; counts calls and can fail a chosen range. */
 struct mem_src {
     int n;
@@ -498,7 +498,7 @@ static void mem_src_free(struct mem_src *m) {
 
 static enum wgllm_status mem_src_open(struct mem_src *m, bool named, struct wgllm_gguf **g,
                                       struct wgllm_error *err) {
-    struct wgllm_gguf_source src = {
+    struct wgllm_model_source src = {
         .n_files = m->n,
         .sizes = m->size,
         .names = named ? m->names : NULL,
@@ -1138,7 +1138,7 @@ TEST(test_source_header_cap) {
     struct zero_src z = {head, n, 0};
     const uint64_t size = 700ull << 20;
     const char *name = "huge.gguf";
-    struct wgllm_gguf_source src = {.n_files = 1, .sizes = &size, .names = &name, .read = zero_read, .user = &z};
+    struct wgllm_model_source src = {.n_files = 1, .sizes = &size, .names = &name, .read = zero_read, .user = &z};
     struct wgllm_gguf *g = NULL;
     struct wgllm_error err;
     CHECK_EQ_INT(wgllm_gguf_open_source(&src, &g, &err), WGLLM_STATUS_BAD_FORMAT);
@@ -1194,7 +1194,7 @@ TEST(test_source_read_errors) {
     }
     mem_src_free(&m);
     /* bad arguments */
-    struct wgllm_gguf_source src = {.n_files = 0, .sizes = NULL, .read = mem_read};
+    struct wgllm_model_source src = {.n_files = 0, .sizes = NULL, .read = mem_read};
     g = NULL;
     CHECK_EQ_INT(wgllm_gguf_open_source(&src, &g, &err), WGLLM_STATUS_INVALID_ARGUMENT);
     CHECK(g == NULL && strstr(err.message, "source") != NULL);

@@ -179,7 +179,7 @@ TEST(a_read_failing_during_the_upload) {
     CHECK(f.fd >= 0);
     f.size = (uint64_t)lseek(f.fd, 0, SEEK_END);
     const char *name = "tiny.gguf";
-    struct wgllm_gguf_source src = {.n_files = 1, .sizes = &f.size, .names = &name, .read = failing_read, .user = &f};
+    struct wgllm_model_source src = {.n_files = 1, .sizes = &f.size, .names = &name, .read = failing_read, .user = &f};
     struct wgllm_model *m = NULL;
     struct wgllm_error err = {0};
     CHECK_EQ_INT(wgllm_model_load_source(&src, name, NULL, &m, &err), WGLLM_STATUS_OK);

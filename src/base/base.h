@@ -6,6 +6,7 @@
 #define WGLLM_BASE_H
 
 #include "wgllm.h"
+#include "wgllm_tools.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -14,10 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fills *err (when not NULL) and returns `status`, so failures read
- * `return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "...", ...);` */
-enum wgllm_status wgllm_error_set(struct wgllm_error *err, enum wgllm_status status,
-                                  const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* wgllm_error_set is declared in wgllm_tools.h (the programs use it too). */
 /* Prefixes the message already in err with more context ("loading x.gguf: "). */
 void wgllm_error_prefix(struct wgllm_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

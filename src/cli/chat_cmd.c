@@ -13,7 +13,7 @@
  */
 #include "cli.h"
 
-#include "base/strbuf.h"
+#include "wgllm_tools.h"
 
 #include <pthread.h>
 #include <signal.h>

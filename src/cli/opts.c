@@ -6,7 +6,7 @@
  */
 #include "cli.h"
 
-#include "base/strbuf.h"
+#include "wgllm_tools.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -13,8 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/base.h"
-#include "base/strbuf.h"
+#include "wgllm_tools.h"
 
 struct endpoint {
     struct wgllm_endpoint_desc d; /* strings below owned */

@@ -29,7 +29,7 @@
 #define WGLLM_CLIENT_H
 
 #include "wgllm.h"
-#include "base/strbuf.h"
+#include "wgllm_tools.h"
 
 enum wgllm_endpoint_kind {
     WGLLM_ENDPOINT_LOCAL,    /* a wgllm_engine in this process */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "base/base.h"
+#include "wgllm_tools.h"
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
 static void curl_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }

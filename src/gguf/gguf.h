@@ -96,22 +96,12 @@ enum wgllm_status wgllm_gguf_open(const char *path, struct wgllm_gguf **out,
  * of it on demand. So a multi-GB model never has to sit in memory whole,
  * which is what lets the browser stream weights straight into GPU buffers.
  * Validation and messages are the same as for a mapped file. */
-struct wgllm_gguf_source {
-    int n_files;                 /* 1, or every shard of a split model, in order (1..65535) */
-    const uint64_t *sizes;       /* bytes of each file (copied at open) */
-    const char *const *names;    /* each file's name for messages (copied); NULL: "file N" */
-    /* Copies n bytes at `offset` of file `file` into dst. Only called with
-     * ranges inside sizes[file]. Returns OK, or a status with err naming what
-     * failed (the reader adds which file and range). */
-    enum wgllm_status (*read)(void *user, int file, uint64_t offset, void *dst, size_t n,
-                              struct wgllm_error *err);
-    void *user;                  /* passed to read; must outlive the context */
-};
+/* struct wgllm_model_source (the byte source of a streamed model) is public: wgllm.h. */
 
 /* Opens a model whose bytes come from `src` (see above). The split keys
  * (split.no, split.count, split.tensors.count) are checked against the files
  * given, as wgllm_gguf_open checks them against the shards it finds. */
-enum wgllm_status wgllm_gguf_open_source(const struct wgllm_gguf_source *src, struct wgllm_gguf **out,
+enum wgllm_status wgllm_gguf_open_source(const struct wgllm_model_source *src, struct wgllm_gguf **out,
                                          struct wgllm_error *err);
 /* Like wgllm_gguf_open (split shards found by name), but nothing is mapped:
  * the files stay open and tensor data is read with pread on demand. */

@@ -134,7 +134,7 @@ enum wgllm_status wgllm_gguf_open_memory(const void *data, size_t size, struct w
 enum gguf_count_rule {
     GGUF_COUNT_PLAIN_NAME, /* one file, its name not a shard name */
     GGUF_COUNT_SPLIT_NAME, /* the MMMMM of PREFIX-NNNNN-of-MMMMM.gguf */
-    GGUF_COUNT_SOURCE,     /* the caller's wgllm_gguf_source.n_files */
+    GGUF_COUNT_SOURCE,     /* the caller's wgllm_model_source.n_files */
 };
 
 /* split.count of the first file against the number of files there are. */
@@ -458,7 +458,7 @@ static const char *gguf_source_name(void *ctx, int i) {
     return gguf_src_name(c->g, i, c->buf, sizeof(c->buf));
 }
 
-static enum wgllm_status gguf_open_source_as(const struct wgllm_gguf_source *src,
+static enum wgllm_status gguf_open_source_as(const struct wgllm_model_source *src,
                                              enum gguf_count_rule rule, struct wgllm_gguf **out,
                                              struct wgllm_error *err) {
     *out = NULL;
@@ -501,7 +501,7 @@ static enum wgllm_status gguf_open_source_as(const struct wgllm_gguf_source *src
     return WGLLM_STATUS_OK;
 }
 
-enum wgllm_status wgllm_gguf_open_source(const struct wgllm_gguf_source *src,
+enum wgllm_status wgllm_gguf_open_source(const struct wgllm_model_source *src,
                                          struct wgllm_gguf **out, struct wgllm_error *err) {
     return gguf_open_source_as(src, GGUF_COUNT_SOURCE, out, err);
 }
@@ -569,7 +569,7 @@ enum wgllm_status wgllm_gguf_open_unmapped(const char *path, struct wgllm_gguf *
         pf->n = i + 1;
     }
     if (st == WGLLM_STATUS_OK) {
-        struct wgllm_gguf_source src = {
+        struct wgllm_model_source src = {
             .n_files = n,
             .sizes = sizes,
             .names = (const char *const *)names,

@@ -51,7 +51,7 @@ struct wgllm_gguf {
     struct gguf_index tensor_index;
     /* Opened through a source: a copy whose sizes and names are owned. */
     bool sourced;
-    struct wgllm_gguf_source src;
+    struct wgllm_model_source src;
     uint64_t *src_sizes;
     char **src_names;
     void (*src_release)(void *user); /* frees src.user when the ctx owns it */

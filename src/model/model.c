@@ -551,7 +551,7 @@ enum wgllm_status wgllm_model_load(const char *path, const struct wgllm_model_pa
     return model_load_gguf(g, path, &p, out, err);
 }
 
-enum wgllm_status wgllm_model_load_source(const struct wgllm_gguf_source *src, const char *name,
+enum wgllm_status wgllm_model_load_source(const struct wgllm_model_source *src, const char *name,
                                           const struct wgllm_model_params *params, struct wgllm_model **out,
                                           struct wgllm_error *err) {
     *out = NULL;

@@ -104,11 +104,7 @@ enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_
                                              struct wgllm_error *err);
 const char *wgllm_arch_name(enum wgllm_arch arch);
 
-/* Loads a model whose bytes come from `src` (gguf.h): always streamed, as
- * with stream_weights. `name` prefixes error messages. */
-enum wgllm_status wgllm_model_load_source(const struct wgllm_gguf_source *src, const char *name,
-                                          const struct wgllm_model_params *params, struct wgllm_model **out,
-                                          struct wgllm_error *err);
+/* wgllm_model_load_source: wgllm.h. */
 /* True when the weights are not in memory (wgllm_model_params.stream_weights,
  * wgllm_model_load_source): matrices' `data` is NULL, read them with
  * wgllm_weight_read. Vectors are in memory either way. */

@@ -6,7 +6,7 @@
  */
 #include "server/server.h"
 
-#include "base/strbuf.h"
+#include "wgllm_tools.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

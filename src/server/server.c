@@ -26,8 +26,7 @@
 #include "server/server.h"
 #include "cli/cli.h" /* wgllm_cli_serve: the entry of the command table */
 
-#include "base/base.h"
-#include "base/strbuf.h"
+#include "wgllm_tools.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -489,7 +488,7 @@ int wgllm_serve_main(int argc, char **argv) {
     const int n_ctx = wgllm_engine_n_ctx(eng);
     g_srv.api = (struct wgllm_openai_params){
         .model = model, .engine = eng, .model_id = g_srv.model_id, .model_alias = model_path,
-        .max_tokens = max_tokens ? max_tokens : WGLLM_MAX(65536, n_ctx), .n_ctx = n_ctx,
+        .max_tokens = max_tokens ? max_tokens : (n_ctx > 65536 ? n_ctx : 65536), .n_ctx = n_ctx,
         .upstream = client ? upstream_named : NULL, .upstream_user = client};
     g_srv.cors = cors;
     g_read_timeout = read_timeout;

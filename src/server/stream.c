@@ -26,8 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "base/base.h"
-#include "base/strbuf.h"
+#include "wgllm_tools.h"
 
 #define WAIT_SLICE_MS 100    /* how often a waiting owner looks for a reason to cancel */
 #define READER_SLICE_MS 250  /* how often an idle stream looks at its client's socket */

@@ -53,9 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/strbuf.h"
-#include "gguf/gguf.h"
-#include "model/model.h"
+#include "wgllm_tools.h"
 #include "wgllm.h"
 
 /* Progress of wgllm_model_load, forwarded to the JS host on the main thread
@@ -164,7 +162,7 @@ static enum wgllm_status web_read(void *user, int file, uint64_t off, void *dst,
  * and starts the engine; backend as enum wgllm_backend. NULL with the
  * message in `error`; *engine_failed says the model loaded but the engine
  * (its backend) could not start. */
-static struct web_state *load_state(const char *path, const struct wgllm_gguf_source *src, int n_threads, int n_ctx,
+static struct web_state *load_state(const char *path, const struct wgllm_model_source *src, int n_threads, int n_ctx,
                                     int n_slots, const char *chat_template, int backend, char *error,
                                     size_t error_cap, bool *engine_failed) {
     struct web_state *st = calloc(1, sizeof(*st));
@@ -240,7 +238,7 @@ struct web_load {
     bool engine_failed;
     /* a streamed load: the source (sizes and names are copied by the reader) */
     bool streamed;
-    struct wgllm_gguf_source src;
+    struct wgllm_model_source src;
     const char **names;
 };
 
@@ -333,7 +331,7 @@ EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_stream_start(int src, int n
     char *copy = memcpy((char *)(l->names + n_files), names, packed);
     for (int i = 0; i < n_files; i++, copy += strlen(copy) + 1) sz[i] = (uint64_t)sizes[i], l->names[i] = copy;
     l->streamed = true;
-    l->src = (struct wgllm_gguf_source){.n_files = n_files, .sizes = sz, .names = l->names, .read = web_read,
+    l->src = (struct wgllm_model_source){.n_files = n_files, .sizes = sz, .names = l->names, .read = web_read,
                                         .user = (void *)(intptr_t)src};
     return load_run(l);
 #else
