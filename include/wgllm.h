@@ -625,6 +625,10 @@ enum wgllm_status wgllm_chat(struct wgllm_engine *eng, const struct wgllm_messag
 enum wgllm_pooling { WGLLM_POOLING_MODEL = -1, WGLLM_POOLING_NONE = 0, WGLLM_POOLING_MEAN = 1,
                      WGLLM_POOLING_CLS = 2, WGLLM_POOLING_LAST = 3 };
 
+/* The pooling an embedding model declares (`<arch>.pooling_type`);
+ * UNSUPPORTED naming the key for a generation model, which has none. */
+enum wgllm_status wgllm_model_pooling(const struct wgllm_model *model, enum wgllm_pooling *out, struct wgllm_error *err);
+
 /* Embeds text into out[0..n_embd): the final normalized hidden states pooled
  * as `pooling` says (WGLLM_POOLING_MODEL: the GGUF's `<arch>.pooling_type`;
  * UNSUPPORTED when the model has none and no pooling is given), optionally

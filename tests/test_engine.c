@@ -319,7 +319,9 @@ TEST(embeddings) {
     struct wgllm_error err;
     /* a generation model declares no pooling */
     CHECK_EQ_INT(wgllm_embed(e, "hello", 5, WGLLM_POOLING_MODEL, true, a, E, &n, &err), WGLLM_STATUS_UNSUPPORTED);
-    CHECK(strstr(err.message, "pooling") != NULL);
+    CHECK(strstr(err.message, "embed: the model declares no pooling ('llama.pooling_type')") != NULL);
+    enum wgllm_pooling pool;
+    CHECK_EQ_INT(wgllm_model_pooling(model, &pool, NULL), WGLLM_STATUS_UNSUPPORTED);
     CHECK_EQ_INT(wgllm_embed(e, test_prompts[1], strlen(test_prompts[1]), WGLLM_POOLING_MEAN, true, a, E, &n, &err), WGLLM_STATUS_OK);
     CHECK_EQ_INT(n, E);
     double norm = 0;

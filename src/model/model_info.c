@@ -1,7 +1,7 @@
 /*
  * model_info.c - the public facts of a loaded model that live in lower
  * layers (the CPU's repacked copies, the chat template the vocabulary and
- * metadata point to), for wgllm.h callers that must not include model.h,
+ * metadata point to, the pooling an embedding model declares), for wgllm.h callers that must not include model.h,
  * chat.h or vocab.h (the `wgllm` command among them).
  */
 #include "wgllm.h"
@@ -10,10 +10,26 @@
 #include "model/model.h"
 #include "vocab/vocab.h"
 
+#include <stdio.h>
+
 uint64_t wgllm_model_repacked_size(const struct wgllm_model *model) {
     /* the count sits under the model's mutex, which locking does not change
      * as far as callers can see: the model itself is never const */
     return wgllm_model_repacked_bytes((struct wgllm_model *)model);
+}
+
+enum wgllm_status wgllm_model_pooling(const struct wgllm_model *model, enum wgllm_pooling *out, struct wgllm_error *err) {
+    char key[64];
+    snprintf(key, sizeof(key), "%s.pooling_type", model->arch_name);
+    uint32_t pt;
+    if (!wgllm_gguf_find(model->gguf, key) || wgllm_gguf_get_u32(model->gguf, key, &pt, NULL))
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "the model declares no pooling ('%s'): it is a generation model; "
+                               "pass a pooling explicitly to embed with it anyway", key);
+    if (pt > WGLLM_POOLING_LAST)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "pooling type %u of '%s' is not supported", pt, key);
+    *out = (enum wgllm_pooling)pt;
+    return WGLLM_STATUS_OK;
 }
 
 const char *wgllm_model_chat_template(const struct wgllm_model *model, size_t *len, const char **builtin) {

@@ -1056,17 +1056,11 @@ enum wgllm_status wgllm_embed(struct wgllm_engine *e, const char *text, size_t l
     *n_out = 0;
     const int E = wgllm_model_n_embd(e->model);
     if (pooling == WGLLM_POOLING_MODEL) {
-        char key[64];
-        snprintf(key, sizeof(key), "%s.pooling_type", e->model->arch_name);
-        uint32_t pt;
-        if (!wgllm_gguf_find(e->model->gguf, key) || wgllm_gguf_get_u32(e->model->gguf, key, &pt, NULL))
-            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                                   "embed: the model declares no pooling ('%s'): it is a generation model; "
-                                   "pass a pooling explicitly to embed with it anyway", key);
-        if (pt > WGLLM_POOLING_LAST)
-            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "embed: pooling type %u of '%s' is not supported", pt,
-                                   key);
-        pooling = (enum wgllm_pooling)pt;
+        const enum wgllm_status ps = wgllm_model_pooling(e->model, &pooling, err);
+        if (ps != WGLLM_STATUS_OK) {
+            wgllm_error_prefix(err, "embed: ");
+            return ps;
+        }
     }
     if (pooling < WGLLM_POOLING_NONE || pooling > WGLLM_POOLING_LAST)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "embed: unknown pooling %d", (int)pooling);
