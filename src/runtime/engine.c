@@ -668,7 +668,7 @@ static void load_template(struct wgllm_engine *e) {
     size_t len = src ? strlen(src) : 0;
     if (!src) {
         const char *builtin;
-        if (!wgllm_chat_template_find(e->model->gguf, e->model->vocab, &src, &len, &builtin)) {
+        if (!(src = wgllm_model_chat_template(e->model, &len, &builtin))) {
             snprintf(e->tmpl_error, sizeof(e->tmpl_error),
                      "the model has no chat template (tokenizer.chat_template) and none was given");
             return;
