@@ -170,6 +170,16 @@ static void logprobs_json(W *w, const struct wgllm_openai_params *p, const struc
     wgllm_json_w_end(w, '}');
 }
 
+/* The start every answer with one choice shares: the head, then "choices": [{"index": 0, ... */
+static void open_choice(W *w, struct wgllm_strbuf *b, const struct wgllm_openai_params *p,
+                        const struct wgllm_openai_request *g, const char *id, bool chunk) {
+    wgllm_json_w_init(w, b);
+    head(w, p, g, id, chunk);
+    wgllm_json_w_array(w, "choices");
+    wgllm_json_w_object(w, NULL);
+    wgllm_json_w_number(w, "index", 0);
+}
+
 static void result_logprobs(W *w, const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
                             const struct wgllm_result *r) {
     logprobs_json(w, p, g, r->tokens, r->logprobs, r->n_tokens, r->top_logprobs, r->top_logprobs ? r->n_top : 0);
@@ -179,11 +189,7 @@ char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wg
                             const struct wgllm_result *r) {
     struct wgllm_strbuf b = {0};
     W w;
-    wgllm_json_w_init(&w, &b);
-    head(&w, p, g, id, false);
-    wgllm_json_w_array(&w, "choices");
-    wgllm_json_w_object(&w, NULL);
-    wgllm_json_w_number(&w, "index", 0);
+    open_choice(&w, &b, p, g, id, false);
     if (g->endpoint == WGLLM_OPENAI_CHAT) {
         wgllm_json_w_object(&w, "message");
         wgllm_json_w_str(&w, "role", "assistant");
@@ -222,11 +228,7 @@ static char *chunk_ex(const struct wgllm_openai_params *p, const struct wgllm_op
                       const char *finish_reason) {
     struct wgllm_strbuf b = {0};
     W w;
-    wgllm_json_w_init(&w, &b);
-    head(&w, p, g, id, true);
-    wgllm_json_w_array(&w, "choices");
-    wgllm_json_w_object(&w, NULL);
-    wgllm_json_w_number(&w, "index", 0);
+    open_choice(&w, &b, p, g, id, true);
     if (g->endpoint == WGLLM_OPENAI_CHAT) {
         wgllm_json_w_object(&w, "delta");
         if (kind == 0) {
@@ -290,11 +292,7 @@ static char *logprobs_chunk(const struct wgllm_openai_params *p, const struct wg
                             const struct wgllm_result *r) {
     struct wgllm_strbuf b = {0};
     W w;
-    wgllm_json_w_init(&w, &b);
-    head(&w, p, g, id, true);
-    wgllm_json_w_array(&w, "choices");
-    wgllm_json_w_object(&w, NULL);
-    wgllm_json_w_number(&w, "index", 0);
+    open_choice(&w, &b, p, g, id, true);
     if (g->endpoint == WGLLM_OPENAI_CHAT) {
         wgllm_json_w_object(&w, "delta");
         wgllm_json_w_end(&w, '}');
