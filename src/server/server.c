@@ -29,6 +29,8 @@
 #include "wgllm_tools.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -309,8 +311,34 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- command line --------------------------------------------------------- */
 
+/* The handler may run on any thread of the process (the engine's and
+ * libmicrohttpd's threads do not block signals), so `pause()` in the main
+ * thread could sleep through it: the handler writes to a pipe the main
+ * thread polls instead, which wakes it whichever thread took the signal. */
 static volatile sig_atomic_t g_signal;
-static void on_signal(int sig) { g_signal = sig; }
+static int g_signal_pipe[2] = {-1, -1};
+static void on_signal(int sig) {
+    const int saved = errno;
+    g_signal = sig;
+    const char b = 1;
+    if (g_signal_pipe[1] >= 0 && write(g_signal_pipe[1], &b, 1) < 0) {
+        /* a full pipe already holds a wake-up */
+    }
+    errno = saved;
+}
+
+/* Waits up to `ms` milliseconds (-1: forever) for a signal; true when one came.
+ * The pipe is drained whatever poll() says: a signal taken by this thread
+ * interrupts poll (EINTR) after its handler has written the byte, which must
+ * not be left for the next wait to find. */
+static bool wait_signal(int ms) {
+    struct pollfd p = {.fd = g_signal_pipe[0], .events = POLLIN};
+    (void)poll(&p, 1, ms);
+    bool got = false;
+    char buf[16];
+    while (read(g_signal_pipe[0], buf, sizeof(buf)) > 0) got = true;
+    return got;
+}
 
 static const char *serve_usage =
     "usage: wgllm serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-size N]\n"
@@ -535,9 +563,20 @@ int wgllm_serve_main(int argc, char **argv) {
     fflush(stderr);
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    if (pipe(g_signal_pipe) != 0) {
+        fprintf(stderr, "wgllm serve: cannot create the signal pipe: %s\n", strerror(errno));
+        MHD_stop_daemon(d);
+        wgllm_engine_free(eng);
+        wgllm_model_free(model);
+        wgllm_client_free(client);
+        free(tmpl);
+        return 1;
+    }
+    for (int i = 0; i < 2; i++) fcntl(g_signal_pipe[i], F_SETFL, fcntl(g_signal_pipe[i], F_GETFL) | O_NONBLOCK);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    while (!g_signal) pause();
+    while (!g_signal) wait_signal(-1);
     const int sig = (int)g_signal;
     g_signal = 0;
     /* 1. refuse: the listening socket closes, open connections get 503 */
@@ -549,7 +588,8 @@ int wgllm_serve_main(int argc, char **argv) {
     fflush(stderr);
     /* 2. finish: in-flight requests run on until the deadline (a second signal cuts it short) */
     const int64_t deadline = wgllm_time_us() + (int64_t)stop_timeout * 1000000;
-    while (atomic_load(&g_srv.inflight) > 0 && !g_signal && wgllm_time_us() < deadline) usleep(20 * 1000);
+    while (atomic_load(&g_srv.inflight) > 0 && wgllm_time_us() < deadline)
+        if (wait_signal(20)) break;
     /* 3. cancel what still runs; each request's owner sees `stopping` within a wait slice */
     const int left = atomic_load(&g_srv.inflight);
     if (left > 0) fprintf(stderr, "wgllm serve: cancelling %d requests\n", left);
