@@ -594,6 +594,45 @@ struct wgllm_message {
 enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *eng, const struct wgllm_message *msgs, int n_msgs,
                                            const struct wgllm_request_params *params,
                                            struct wgllm_request **out, struct wgllm_error *err);
+/* Messages as an OpenAI-style JSON array (role, content, and tool_calls,
+ * tool_call_id, name as the template reads them), `tools_json` the tool
+ * definitions (a JSON array, NULL: `tools` undefined in the template) and
+ * `kwargs_json` extra template variables (a JSON object such as
+ * {"enable_thinking": false}, NULL: none), rendered with the engine's chat
+ * template. The messages' and tools' text is tokenized as text: control
+ * tokens are parsed in the template's own text only. */
+enum wgllm_status wgllm_engine_submit_chat_json(struct wgllm_engine *eng, const char *messages_json,
+                                                const char *tools_json, const char *kwargs_json,
+                                                const struct wgllm_request_params *params,
+                                                struct wgllm_request **out, struct wgllm_error *err);
+
+/* How the model of a chat template writes a tool call, told from the
+ * template's text as llama.cpp's chat parser tells it. */
+enum wgllm_tool_format {
+    WGLLM_TOOLS_GENERIC = 0,  /* the template has no call syntax: the answer is JSON, {"tool_calls": [{"name",
+                                 "arguments"}, ...]} or {"response": "..."}, as llama.cpp's generic format */
+    WGLLM_TOOLS_HERMES,       /* <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes 2 Pro, Qwen 2.5, Qwen 3) */
+    WGLLM_TOOLS_LLAMA3,       /* {"name": ..., "parameters": {...}} (Llama 3.1 / 3.2 / 3.3: the ipython role) */
+    WGLLM_TOOLS_MISTRAL,      /* [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": "9 chars"}] (Mistral Nemo, Small) */
+    WGLLM_TOOLS_DEEPSEEK_R1,  /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+                                 <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> */
+    WGLLM_TOOLS_FUNCTIONARY,  /* >>>NAME\n{...} (functionary v3.2) */
+    WGLLM_TOOLS_COMMAND_R,    /* <|START_ACTION|>[{"tool_call_id", "tool_name", "parameters"}]<|END_ACTION|> */
+};
+/* What the engine's chat template does, probed once at engine init by
+ * rendering small conversations (as llama.cpp's chat layer probes it):
+ * what tells the OpenAI layer how to hand it tool calls and text of its own. */
+struct wgllm_template_caps {
+    enum wgllm_tool_format tool_format; /* the syntax its model writes calls in */
+    int thinks;            /* wgllm_engine_template_thinks */
+    bool system_role;      /* it shows a system message (Gemma's refuses one) */
+    bool string_arguments; /* it writes a call's `arguments` string as given (DeepSeek-R1's concatenates it);
+                              false: it wants the object (tojson of a string would quote it) */
+};
+struct wgllm_template_caps wgllm_engine_template_caps(const struct wgllm_engine *eng);
+/* Its name: "generic", "hermes", "llama3", "mistral", "deepseek-r1", "functionary", "command-r". */
+const char *wgllm_tool_format_name(enum wgllm_tool_format f);
+
 /* Blocks until the request ends, fills *result, frees the handle. */
 void wgllm_request_wait(struct wgllm_request *req, struct wgllm_result *result);
 /* Asks the request to stop (takes effect at the next tick). Safe from any thread
@@ -760,6 +799,19 @@ struct wgllm_openai_think {
     size_t n_hold;
 };
 
+/* Where a stream is in the tool-call split of a chat answer (src/api/tools.c):
+ * text that is or may become a call is held until it is known. */
+struct wgllm_openai_toolsplit {
+    char *held;   /* malloc'd */
+    size_t n_held, cap;
+    bool calls;   /* the held text began a call (or is JSON the format answers in) */
+    bool seen;    /* some non-space text came */
+};
+
+/* tool_choice */
+enum wgllm_openai_tool_choice { WGLLM_TOOL_CHOICE_AUTO = 0, WGLLM_TOOL_CHOICE_NONE, WGLLM_TOOL_CHOICE_REQUIRED,
+                                WGLLM_TOOL_CHOICE_FUNCTION };
+
 struct wgllm_openai_request {
     enum wgllm_openai_endpoint endpoint;
     const char *upstream;      /* forwarded there (what upstream() returned), NULL = served here */
@@ -787,7 +839,27 @@ struct wgllm_openai_request {
     bool reasoning;
     bool think_open; /* the answer begins inside the block */
     struct wgllm_openai_think think;
+    /* chat served here: the messages as the template reads them (JSON; tool
+     * calls' arguments as objects), the tools it is shown (NULL: none) and
+     * chat_template_kwargs (NULL: none); wgllm_openai_submit renders them */
+    char *messages_json, *tools_json, *kwargs_json;
+    /* tools: answers are split into content and tool_calls in tool_format's
+     * syntax (enum wgllm_tool_format) when `tools` is set */
+    bool tools;
+    int tool_format;
+    enum wgllm_openai_tool_choice tool_choice;
+    bool parallel_tool_calls;
+    struct wgllm_openai_toolsplit split;
 };
+
+/* Most chunks wgllm_openai_chunks_end writes. */
+#define WGLLM_OPENAI_END_CHUNKS 4
+
+/* Submits a parsed chat or completions request served here (not upstream)
+ * to eng: the completions prompt as a query, the chat messages through the
+ * template with the tools and chat_template_kwargs. */
+enum wgllm_status wgllm_openai_submit(struct wgllm_engine *eng, const struct wgllm_openai_request *req,
+                                      struct wgllm_request **out, struct wgllm_error *err);
 
 /* Parses and validates a request body (len bytes of JSON text) for `endpoint`.
  * false with *err set (status, param, code, message); the request is then
@@ -817,10 +889,13 @@ char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wg
                             const char *id, const struct wgllm_result *r);
 /* A stream, chunk by chunk: first (chat: the role chunk; NULL for completions),
  * then one per piece of on_token (NULL: nothing to send for this piece), then
- * the end: up to 3 chunks for `r` into out[] (with top_logprobs, every token's
- * logprobs in one chunk, since the engine hands the alternatives over only in
- * the result; the finish chunk; the include_usage chunk), or, when r failed,
- * one error object; returns how many (0 when out of memory). */
+ * the end: up to WGLLM_OPENAI_END_CHUNKS chunks for `r` into out[] (with
+ * top_logprobs, every token's logprobs in one chunk, since the engine hands
+ * the alternatives over only in the result; the tool calls, as
+ * delta.tool_calls[i] with id, type, function name and the whole arguments;
+ * the finish chunk; the include_usage chunk), or, when r failed, one error
+ * object; returns how many (0 when out of memory). Text that may begin a
+ * tool call is held back from the token chunks until it is known. */
 char *wgllm_openai_chunk_first(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
                                const char *id);
 /* The chunk of one streamed piece into *chunk, or NULL when there is nothing
@@ -829,7 +904,7 @@ char *wgllm_openai_chunk_first(const struct wgllm_openai_params *p, const struct
 bool wgllm_openai_chunk_token(const struct wgllm_openai_params *p, struct wgllm_openai_request *req, const char *id,
                               const char *text, size_t len, int32_t token, float logprob, char **chunk);
 int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_openai_request *req,
-                            const char *id, const struct wgllm_result *r, char *out[3]);
+                            const char *id, const struct wgllm_result *r, char *out[WGLLM_OPENAI_END_CHUNKS]);
 /* Runs an embeddings request on p->engine (blocking) and answers it; NULL
  * with *err on failure. */
 char *wgllm_openai_embeddings(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,

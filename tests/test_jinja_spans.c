@@ -30,7 +30,7 @@ static struct rendering render(const char *src, const char *msgs, const char *to
     struct rendering r = {0};
     struct wgllm_chat_template *t = NULL;
     if (wgllm_chat_template_parse(src, strlen(src), &t, err) == WGLLM_STATUS_OK)
-        wgllm_chat_template_render_json_spans(t, msgs, tools, true, "<s>", "</s>", &r.out, &r.sp, &r.n, err);
+        wgllm_chat_template_render_json_spans(t, msgs, tools, NULL, true, "<s>", "</s>", &r.out, &r.sp, &r.n, err);
     wgllm_chat_template_free(t);
     return r;
 }

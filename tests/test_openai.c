@@ -168,9 +168,7 @@ static void run(enum wgllm_openai_endpoint ep, const char *body) {
     rq.rp.user_data = &c;
     struct wgllm_request *req = NULL;
     struct wgllm_error err = {0};
-    const enum wgllm_status st = ep == WGLLM_OPENAI_CHAT
-                                     ? wgllm_engine_submit_chat(g_eng, rq.msgs, rq.n_msgs, &rq.rp, &req, &err)
-                                     : wgllm_engine_submit_query(g_eng, rq.prompt, rq.prompt_len, &rq.rp, &req, &err);
+    const enum wgllm_status st = wgllm_openai_submit(g_eng, &rq, &req, &err);
     CHECK_EQ_INT(st, WGLLM_STATUS_OK);
     if (st != WGLLM_STATUS_OK) {
         fprintf(stderr, "  submit: %s\n", err.message);
@@ -214,7 +212,7 @@ static void run(enum wgllm_openai_endpoint ep, const char *body) {
     wgllm_json_doc_free(&d);
     free(resp);
     /* the stream's end: [logprobs], finish, [usage] */
-    char *end[3];
+    char *end[WGLLM_OPENAI_END_CHUNKS];
     const int n = wgllm_openai_chunks_end(&g_p, &rq, "id-1", &r, end);
     CHECK_EQ_INT(n, 1 + (rq.logprobs && rq.top_logprobs > 0) + rq.include_usage);
     for (int i = 0; i < n; i++) {
@@ -250,9 +248,7 @@ static char *answer(enum wgllm_openai_endpoint ep, const char *body, struct wgll
     }
     struct wgllm_request *req = NULL;
     struct wgllm_error err = {0};
-    const enum wgllm_status st = ep == WGLLM_OPENAI_CHAT
-                                     ? wgllm_engine_submit_chat(g_eng, rq.msgs, rq.n_msgs, &rq.rp, &req, &err)
-                                     : wgllm_engine_submit_query(g_eng, rq.prompt, rq.prompt_len, &rq.rp, &req, &err);
+    const enum wgllm_status st = wgllm_openai_submit(g_eng, &rq, &req, &err);
     if (st != WGLLM_STATUS_OK) {
         wgllm_openai_error_from_engine(oe, &rq, st, err.message);
         wgllm_openai_request_free(&rq);
@@ -426,7 +422,7 @@ static void think_run(struct wgllm_engine *e, const char *body, const char *cont
         if (streamed) rq.rp.on_token = on_delta, rq.rp.user_data = &d;
         struct wgllm_request *req = NULL;
         struct wgllm_error err = {0};
-        CHECK_EQ_INT(wgllm_engine_submit_chat(e, rq.msgs, rq.n_msgs, &rq.rp, &req, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_openai_submit(e, &rq, &req, &err), WGLLM_STATUS_OK);
         if (!req) {
             fprintf(stderr, "  submit: %s\n", err.message);
             wgllm_openai_request_free(&rq);
@@ -435,7 +431,7 @@ static void think_run(struct wgllm_engine *e, const char *body, const char *cont
         struct wgllm_result r;
         wgllm_request_wait(req, &r);
         if (streamed) {
-            char *end[3];
+            char *end[WGLLM_OPENAI_END_CHUNKS];
             const int n = wgllm_openai_chunks_end(&p, &rq, "id", &r, end);
             for (int i = 0; i < n; i++) take_delta(&d, end[i]);
             CHECK_STR(d.content.data ? d.content.data : "", content);

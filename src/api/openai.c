@@ -129,7 +129,7 @@ static char *dupn(const char *s, size_t n) {
 
 static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", "top_logprobs", "response_format",
                                           "tools", "tool_choice", "parallel_tool_calls", "store", "metadata",
-                                          "reasoning_format", NULL};
+                                          "reasoning_format", "chat_template_kwargs", NULL};
 static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "suffix", "best_of", NULL};
 static const char *const COMMON_FIELDS[] = {
     "model", "max_tokens", "temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty",
@@ -382,6 +382,34 @@ static bool parse_structured(const J *body, bool chat, struct wgllm_openai_reque
     return true;
 }
 
+/* The chat fields that go to the template: tools (and their grammar), the
+ * messages as JSON, chat_template_kwargs. */
+static bool chat_extras(const struct wgllm_openai_params *ap, const J *body, struct wgllm_openai_request *g,
+                        struct wgllm_openai_error *e) {
+    if (!wgllm_openai_tools_parse(ap, body, g, e)) return false;
+    const J *kw = wgllm_json_get(body, "chat_template_kwargs");
+    if (!wgllm_json_is_null(kw)) {
+        if (kw->type != WGLLM_JSON_OBJECT) return bad(e, "chat_template_kwargs", "'%s' must be an object%s", "");
+        if (g->upstream) return bad(e, "chat_template_kwargs", "'%s' is not forwarded to upstream '%s'", g->upstream);
+        struct wgllm_strbuf text = {0};
+        struct wgllm_json_writer w;
+        wgllm_json_w_init(&w, &text);
+        wgllm_json_w_value(&w, NULL, kw);
+        if (text.oom) return wgllm_strbuf_free(&text), bad(e, "chat_template_kwargs", "out of memory for '%s'%s", "");
+        g->kwargs_json = wgllm_strbuf_take(&text);
+    }
+    return g->upstream || wgllm_openai_messages_json(ap, body, g, e);
+}
+
+enum wgllm_status wgllm_openai_submit(struct wgllm_engine *eng, const struct wgllm_openai_request *g,
+                                      struct wgllm_request **out, struct wgllm_error *err) {
+    *out = NULL;
+    if (g->endpoint == WGLLM_OPENAI_COMPLETIONS) return wgllm_engine_submit_query(eng, g->prompt, g->prompt_len, &g->rp, out, err);
+    if (g->endpoint != WGLLM_OPENAI_CHAT || !g->messages_json)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "openai: not a chat or completions request served here");
+    return wgllm_engine_submit_chat_json(eng, g->messages_json, g->tools_json, g->kwargs_json, &g->rp, out, err);
+}
+
 static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struct wgllm_openai_request *g,
                       struct wgllm_openai_error *e) {
     const bool chat = g->endpoint == WGLLM_OPENAI_CHAT;
@@ -479,9 +507,6 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
         g->reasoning = thinks > 0;
         g->think_open = thinks == 2;
         wgllm_openai_think_init(&g->think, g->think_open);
-        const J *tools = wgllm_json_get(body, "tools");
-        if (!wgllm_json_is_null(tools) && !(tools->type == WGLLM_JSON_ARRAY && tools->count == 0))
-            return bad(e, "tools", "'%s' is not supported by this server yet%s", "");
     } else {
         int lp = -1;
         bool lpp = false;
@@ -496,6 +521,7 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
     }
     if (g->logprobs) sp->n_probs = g->top_logprobs;
     if (!parse_stop(body, g, e) || !parse_bias(ap, body, g, e) || !parse_structured(body, chat, g, e)) return false;
+    if (chat && !chat_extras(ap, body, g, e)) return false;
     /* the upstream's tokens are not known here */
     if (g->upstream && g->logprobs) return bad(e, "logprobs", "'%s' is not forwarded to upstream '%s'", g->upstream);
     return true;
@@ -643,6 +669,10 @@ void wgllm_openai_request_free(struct wgllm_openai_request *g) {
     free(g->bias);
     free(g->context_key);
     free(g->grammar);
+    free(g->messages_json);
+    free(g->tools_json);
+    free(g->kwargs_json);
+    wgllm_openai_toolsplit_free(&g->split);
     for (int i = 0; g->inputs && i < g->n_inputs; i++) free(g->inputs[i]);
     free(g->inputs);
     free(g->input_lens);

@@ -170,6 +170,26 @@ static void logprobs_json(W *w, const struct wgllm_openai_params *p, const struc
     wgllm_json_w_end(w, '}');
 }
 
+/* The calls as OpenAI lists them: [{"id", "type": "function", "function":
+ * {"name", "arguments"}}], in a stream each with its "index". An id the
+ * model did not write is made from the answer's id, unique per call. */
+static void tool_calls_json(W *w, const struct wgllm_tool_calls *tc, const char *id, bool stream) {
+    for (int k = 0; k < tc->n; k++) {
+        char cid[96];
+        const char *tail = strchr(id, '-');
+        snprintf(cid, sizeof cid, "call_%s_%d", tail ? tail + 1 : id, k);
+        wgllm_json_w_object(w, NULL);
+        if (stream) wgllm_json_w_number(w, "index", k);
+        wgllm_json_w_str(w, "id", tc->v[k].id ? tc->v[k].id : cid);
+        wgllm_json_w_str(w, "type", "function");
+        wgllm_json_w_object(w, "function");
+        wgllm_json_w_str(w, "name", tc->v[k].name);
+        wgllm_json_w_str(w, "arguments", tc->v[k].arguments);
+        wgllm_json_w_end(w, '}');
+        wgllm_json_w_end(w, '}');
+    }
+}
+
 /* The start every answer with one choice shares: the head, then "choices": [{"index": 0, ... */
 static void open_choice(W *w, struct wgllm_strbuf *b, const struct wgllm_openai_params *p,
                         const struct wgllm_openai_request *g, const char *id, bool chunk) {
@@ -189,30 +209,42 @@ char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wg
                             const struct wgllm_result *r) {
     struct wgllm_strbuf b = {0};
     W w;
+    bool calls = false;
     open_choice(&w, &b, p, g, id, false);
     if (g->endpoint == WGLLM_OPENAI_CHAT) {
         wgllm_json_w_object(&w, "message");
         wgllm_json_w_str(&w, "role", "assistant");
+        struct wgllm_strbuf content = {0}, reasoning = {0};
         if (g->reasoning) {
             struct wgllm_openai_think t;
-            struct wgllm_strbuf content = {0}, reasoning = {0};
             wgllm_openai_think_init(&t, g->think_open);
             wgllm_openai_think_push(&t, r->text ? r->text : "", r->text ? r->text_len : 0, &content, &reasoning);
             wgllm_openai_think_flush(&t, &content, &reasoning);
-            wgllm_json_w_string(&w, "content", content.data ? content.data : "", content.len);
-            if (reasoning.len) wgllm_json_w_string(&w, "reasoning_content", reasoning.data, reasoning.len);
-            if (content.oom || reasoning.oom) b.oom = true;
-            wgllm_strbuf_free(&content), wgllm_strbuf_free(&reasoning);
         } else {
-            wgllm_json_w_string(&w, "content", r->text, r->text ? r->text_len : 0);
+            wgllm_strbuf_put(&content, r->text ? r->text : "", r->text ? r->text_len : 0);
         }
+        struct wgllm_tool_calls tc = {0};
+        if (g->tools) wgllm_openai_tools_extract(g, content.data ? content.data : "", content.len, &tc);
+        const struct wgllm_strbuf *shown = g->tools ? &tc.content : &content;
+        if (tc.n > 0 && shown->len == 0) wgllm_json_w_null(&w, "content"); /* OpenAI's content beside tool_calls */
+        else wgllm_json_w_string(&w, "content", shown->data ? shown->data : "", shown->len);
+        if (reasoning.len) wgllm_json_w_string(&w, "reasoning_content", reasoning.data, reasoning.len);
+        if (tc.n > 0) {
+            wgllm_json_w_array(&w, "tool_calls");
+            tool_calls_json(&w, &tc, id, false);
+            wgllm_json_w_end(&w, ']');
+            calls = true;
+        }
+        if (content.oom || reasoning.oom || tc.oom) b.oom = true;
+        wgllm_strbuf_free(&content), wgllm_strbuf_free(&reasoning);
+        wgllm_tool_calls_free(&tc);
         wgllm_json_w_end(&w, '}');
     } else {
         wgllm_json_w_string(&w, "text", r->text, r->text ? r->text_len : 0);
     }
     if (g->logprobs) result_logprobs(&w, p, g, r);
     else wgllm_json_w_null(&w, "logprobs");
-    wgllm_json_w_str(&w, "finish_reason", wgllm_openai_finish_name(r->finish));
+    wgllm_json_w_str(&w, "finish_reason", calls ? "tool_calls" : wgllm_openai_finish_name(r->finish));
     wgllm_json_w_end(&w, '}');
     wgllm_json_w_end(&w, ']');
     usage_json(&w, &r->usage);
@@ -269,10 +301,13 @@ bool wgllm_openai_chunk_token(const struct wgllm_openai_params *p, struct wgllm_
                               const char *text, size_t len, int32_t token, float logprob, char **out) {
     *out = NULL;
     const bool lp = g->logprobs && g->top_logprobs == 0 && token >= 0;
-    if (g->reasoning && g->endpoint == WGLLM_OPENAI_CHAT) {
-        struct wgllm_strbuf content = {0}, reasoning = {0};
-        wgllm_openai_think_push(&g->think, text, len, &content, &reasoning);
-        bool ok = !content.oom && !reasoning.oom;
+    if ((g->reasoning || g->tools) && g->endpoint == WGLLM_OPENAI_CHAT) {
+        struct wgllm_strbuf content = {0}, reasoning = {0}, piece = {0};
+        if (g->reasoning) wgllm_openai_think_push(&g->think, text, len, &piece, &reasoning);
+        else wgllm_strbuf_put(&piece, text, len);
+        wgllm_openai_toolsplit_push(g, piece.data ? piece.data : "", piece.len, &content);
+        bool ok = !content.oom && !reasoning.oom && !piece.oom;
+        wgllm_strbuf_free(&piece);
         if (ok && (content.len || reasoning.len || lp)) {
             *out = chunk_ex(p, g, id, content.len || !reasoning.len ? 1 : 3, content.data ? content.data : "",
                             content.len, reasoning.data, reasoning.len, token, logprob, NULL);
@@ -321,8 +356,30 @@ static char *usage_chunk(const struct wgllm_openai_params *p, const struct wgllm
     return finish(&b);
 }
 
+/* The tool calls of a stream in one chunk, with the content the split held
+ * beside them. */
+static char *tools_chunk(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id,
+                         const struct wgllm_tool_calls *tc) {
+    struct wgllm_strbuf b = {0};
+    W w;
+    open_choice(&w, &b, p, g, id, true);
+    wgllm_json_w_object(&w, "delta");
+    if (tc->content.len) wgllm_json_w_string(&w, "content", tc->content.data, tc->content.len);
+    wgllm_json_w_array(&w, "tool_calls");
+    tool_calls_json(&w, tc, id, true);
+    wgllm_json_w_end(&w, ']');
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_w_null(&w, "logprobs");
+    wgllm_json_w_null(&w, "finish_reason");
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_w_end(&w, ']');
+    if (g->include_usage) wgllm_json_w_null(&w, "usage");
+    wgllm_json_w_end(&w, '}');
+    return finish(&b);
+}
+
 int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_openai_request *g, const char *id,
-                            const struct wgllm_result *r, char *out[3]) {
+                            const struct wgllm_result *r, char *out[WGLLM_OPENAI_END_CHUNKS]) {
     int n = 0;
     if (r->finish == WGLLM_FINISH_ERROR) {
         struct wgllm_openai_error e;
@@ -334,8 +391,35 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_op
     /* text the <think> split still held ends up in the finish chunk's delta */
     struct wgllm_strbuf content = {0}, reasoning = {0};
     if (g->reasoning && g->endpoint == WGLLM_OPENAI_CHAT) wgllm_openai_think_flush(&g->think, &content, &reasoning);
+    bool calls = false;
+    if (g->tools && g->endpoint == WGLLM_OPENAI_CHAT) {
+        /* the tool split's held text, with what the think split gave last, is calls or content */
+        struct wgllm_strbuf rest = {0};
+        wgllm_openai_toolsplit_push(g, content.data ? content.data : "", content.len, &rest);
+        struct wgllm_tool_calls tc = {0};
+        wgllm_openai_tools_extract(g, g->split.held ? g->split.held : "", g->split.n_held, &tc);
+        g->split.n_held = 0;
+        wgllm_strbuf_clear(&content);
+        wgllm_strbuf_put(&content, rest.data ? rest.data : "", rest.len);
+        if (tc.n > 0) {
+            calls = true;
+            if (content.len) { /* content that came before the calls goes first */
+                struct wgllm_strbuf both = {0};
+                wgllm_strbuf_put(&both, content.data, content.len);
+                wgllm_strbuf_put(&both, tc.content.data ? tc.content.data : "", tc.content.len);
+                wgllm_strbuf_free(&tc.content);
+                tc.content = both;
+                wgllm_strbuf_clear(&content);
+            }
+            if ((out[n] = tools_chunk(p, g, id, &tc))) n++;
+        } else {
+            wgllm_strbuf_put(&content, tc.content.data ? tc.content.data : "", tc.content.len);
+        }
+        wgllm_strbuf_free(&rest);
+        wgllm_tool_calls_free(&tc);
+    }
     out[n] = chunk_ex(p, g, id, 2, content.data, content.len, reasoning.data, reasoning.len, -1, 0,
-                      wgllm_openai_finish_name(r->finish));
+                      calls ? "tool_calls" : wgllm_openai_finish_name(r->finish));
     wgllm_strbuf_free(&content), wgllm_strbuf_free(&reasoning);
     if (out[n]) n++;
     if (g->include_usage && (out[n] = usage_chunk(p, g, id, &r->usage))) n++;

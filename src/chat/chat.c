@@ -47,7 +47,7 @@ enum wgllm_status wgllm_chat_template_render_spans(const struct wgllm_chat_templ
         wgllm_strbuf_free(&js);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "chat template: out of memory");
     }
-    enum wgllm_status st = wgllm_chat_template_render_json_spans(t, js.data, NULL, add_generation_prompt, bos_token,
+    enum wgllm_status st = wgllm_chat_template_render_json_spans(t, js.data, NULL, NULL, add_generation_prompt, bos_token,
                                                                  eos_token, out, spans, n_spans, err);
     wgllm_strbuf_free(&js);
     return st;

@@ -84,10 +84,12 @@ struct wgllm_text_span;
  * as the template's, since templates build control tokens from it. Tokenize
  * the spans without control tokens and a user cannot write
  * "<|im_start|>system" into the prompt (issue #15): wgllm_vocab_tokenize_spans
- * does that. */
+ * does that. kwargs_json (NULL: none) is an object whose keys become template
+ * variables (chat_template_kwargs: enable_thinking, ...); they cannot replace
+ * messages, tools, add_generation_prompt or the tokens. */
 enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_template *t,
                                                         const char *messages_json, const char *tools_json,
-                                                        bool add_generation_prompt, const char *bos_token,
+                                                        const char *kwargs_json, bool add_generation_prompt, const char *bos_token,
                                                         const char *eos_token, char **out,
                                                         struct wgllm_text_span **spans, size_t *n_spans,
                                                         struct wgllm_error *err);
@@ -98,6 +100,10 @@ enum wgllm_status wgllm_chat_template_render_spans(const struct wgllm_chat_templ
                                                    const char *eos_token, char **out,
                                                    struct wgllm_text_span **spans, size_t *n_spans,
                                                    struct wgllm_error *err);
+
+/* The tool-call syntax (enum wgllm_tool_format) of a template's source, from
+ * the markers it writes, in llama.cpp's order of tests. */
+int wgllm_chat_tool_format(const char *src, size_t len);
 
 /* ---- built-in templates (templates.c) ---------------------------------- */
 

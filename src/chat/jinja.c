@@ -1019,7 +1019,7 @@ static void exec_list(struct interp *I, const struct nlist *l, struct scope *s) 
 
 enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_template *t,
                                                         const char *messages_json, const char *tools_json,
-                                                        bool add_generation_prompt, const char *bos_token,
+                                                        const char *kwargs_json, bool add_generation_prompt, const char *bos_token,
                                                         const char *eos_token, char **out,
                                                         struct wgllm_text_span **spans, size_t *n_spans,
                                                         struct wgllm_error *err) {
@@ -1038,6 +1038,14 @@ enum wgllm_status wgllm_chat_template_render_json_spans(const struct wgllm_chat_
         return c.status;
     }
     struct scope *g = wgllm_jinja_alloc(&c, sizeof *g);
+    if (kwargs_json) {
+        /* first, so that a key cannot replace messages, tools or the tokens set below */
+        struct jsonp kp = {.c = &c, .p = kwargs_json, .start = kwargs_json, .end = kwargs_json + strlen(kwargs_json),
+                           .request = true};
+        jv kw = wgllm_jinja_json_value(&kp);
+        if (kw.t != J_DICT) wgllm_jinja_fail(&c, WGLLM_STATUS_INVALID_ARGUMENT, "template arguments must be a JSON object");
+        for (size_t i = 0; i < kw.u.d->n; i++) wgllm_jinja_dict_set(&c, &g->vars, kw.u.d->kp[i], kw.u.d->kn[i], kw.u.d->v[i]);
+    }
     struct jsonp jp = {.c = &c, .p = messages_json, .start = messages_json,
                        .end = messages_json + strlen(messages_json), .request = true};
     jv msgs = wgllm_jinja_json_value(&jp);
@@ -1079,6 +1087,6 @@ enum wgllm_status wgllm_chat_template_render_json(const struct wgllm_chat_templa
                                                   const char *tools_json, bool add_generation_prompt,
                                                   const char *bos_token, const char *eos_token, char **out,
                                                   struct wgllm_error *err) {
-    return wgllm_chat_template_render_json_spans(t, messages_json, tools_json, add_generation_prompt, bos_token,
+    return wgllm_chat_template_render_json_spans(t, messages_json, tools_json, NULL, add_generation_prompt, bos_token,
                                                  eos_token, out, NULL, NULL, err);
 }

@@ -158,3 +158,21 @@ bool wgllm_chat_template_find(const struct wgllm_gguf *g, const struct wgllm_voc
     if (builtin) *builtin = name;
     return true;
 }
+
+static bool has(const char *src, size_t len, const char *marker) { return memmem(src, len, marker, strlen(marker)) != NULL; }
+
+int wgllm_chat_tool_format(const char *src, size_t len) {
+    if (!src) return WGLLM_TOOLS_GENERIC;
+    if (has(src, len, "<|START_ACTION|>")) return WGLLM_TOOLS_COMMAND_R;
+    if (has(src, len, "[TOOL_CALLS]")) return WGLLM_TOOLS_MISTRAL;
+    if (has(src, len, "<｜tool▁calls▁begin｜>")) return WGLLM_TOOLS_DEEPSEEK_R1;
+    if (has(src, len, ">>>all")) return WGLLM_TOOLS_FUNCTIONARY;
+    if (has(src, len, "<|start_header_id|>") && has(src, len, "ipython")) return WGLLM_TOOLS_LLAMA3;
+    if (has(src, len, "<tool_call>")) return WGLLM_TOOLS_HERMES;
+    return WGLLM_TOOLS_GENERIC;
+}
+
+const char *wgllm_tool_format_name(enum wgllm_tool_format f) {
+    static const char *const names[] = {"generic", "hermes", "llama3", "mistral", "deepseek-r1", "functionary", "command-r"};
+    return (unsigned)f < sizeof names / sizeof *names ? names[f] : "unknown";
+}

@@ -121,4 +121,26 @@ enum wgllm_status wgllm_grammar_state_mask(struct wgllm_grammar_state *st, const
 /* how many masks came from the cache, for tests and benchmarks */
 uint64_t wgllm_grammar_state_mask_cache_hits(const struct wgllm_grammar_state *st);
 
+/* ---- JSON Schema rules inside a larger grammar (schema.c) -----------------
+ * What tool calls need: each function's `parameters` schema becomes a rule,
+ * and hand-written rules wrap them in a model family's call syntax. Rule
+ * names are made unique (name, name-1, ...); the functions return the name
+ * given to the rule, NULL on failure (the builder then keeps the error and
+ * every later call fails too). wgllm_json_schema_to_grammar is the one-schema
+ * case. */
+struct wgllm_schema_grammar;
+struct wgllm_strbuf;
+enum wgllm_status wgllm_schema_grammar_init(struct wgllm_schema_grammar **out, struct wgllm_error *err);
+void wgllm_schema_grammar_free(struct wgllm_schema_grammar *b);
+/* The rule of one schema (JSON text); its $refs resolve inside it. */
+const char *wgllm_schema_grammar_add(struct wgllm_schema_grammar *b, const char *schema, size_t len, const char *name,
+                                     struct wgllm_error *err);
+/* A hand-written rule (GBNF body); it may name `space` and the rules made so far. */
+const char *wgllm_schema_grammar_rule(struct wgllm_schema_grammar *b, const char *name, const char *body);
+/* Appends the GBNF literal of n bytes ("..." with escapes) to sb. */
+void wgllm_schema_grammar_literal(struct wgllm_strbuf *sb, const char *s, size_t n);
+/* The grammar text, starting at rule `root` (*out malloc'd). */
+enum wgllm_status wgllm_schema_grammar_finish(struct wgllm_schema_grammar *b, const char *root, char **out,
+                                              struct wgllm_error *err);
+
 #endif

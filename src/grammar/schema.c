@@ -881,32 +881,90 @@ static const char *visit(struct conv *c, const struct wgllm_json *s, const char 
     return r;
 }
 
-enum wgllm_status wgllm_json_schema_to_grammar(const char *schema, size_t len, char **out, struct wgllm_error *err) {
-    *out = NULL;
+/* ---- the builder: several schemas and hand-written rules in one grammar ---- */
+
+struct wgllm_schema_grammar {
+    struct conv c;
+};
+
+enum wgllm_status wgllm_schema_grammar_init(struct wgllm_schema_grammar **out, struct wgllm_error *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "json schema: out of memory");
+    (*out)->c.err = err;
+    return WGLLM_STATUS_OK;
+}
+
+void wgllm_schema_grammar_free(struct wgllm_schema_grammar *b) {
+    if (!b) return;
+    struct conv *c = &b->c;
+    for (size_t i = 0; i < c->n_rules; i++) free(c->rules[i].name), free(c->rules[i].body);
+    for (size_t i = 0; i < c->n_refs; i++) free(c->refs[i].ptr), free(c->refs[i].name);
+    free(c->rules), free(c->refs);
+    free(b);
+}
+
+const char *wgllm_schema_grammar_add(struct wgllm_schema_grammar *b, const char *schema, size_t len, const char *name,
+                                     struct wgllm_error *err) {
+    struct conv *c = &b->c;
+    c->err = err;
+    if (c->st != WGLLM_STATUS_OK) return NULL;
     struct wgllm_json_doc d = {0};
     struct wgllm_json_error je;
     const struct wgllm_json_limits lim = {.max_depth = 128, .max_nodes = 1 << 20, .max_bytes = 16u << 20};
-    if (!wgllm_json_parse(schema, len, &lim, &d, &je))
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "json schema: not JSON at byte %zu: %s", je.offset, je.message);
-    struct conv c = {.root = wgllm_json_root(&d), .err = err};
-    const char *root = visit(&c, c.root, "root");
-    struct wgllm_strbuf sb = {0};
-    if (root && c.st == WGLLM_STATUS_OK) {
-        /* the start rule is `root`: the root schema's own rule, or one that names what it is (root ::= string) */
-        if (strcmp(root, "root")) wgllm_strbuf_printf(&sb, "root ::= %s\n", root);
-        for (size_t i = 0; i < c.n_rules; i++) wgllm_strbuf_printf(&sb, "%s ::= %s\n", c.rules[i].name, c.rules[i].body);
-        if (sb.oom) oom(&c);
-    } else if (c.st == WGLLM_STATUS_OK) {
-        oom(&c);
+    if (!wgllm_json_parse(schema, len, &lim, &d, &je)) {
+        c->st = wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "json schema: not JSON at byte %zu: %s", je.offset,
+                                je.message);
+        return NULL;
     }
-    for (size_t i = 0; i < c.n_rules; i++) free(c.rules[i].name), free(c.rules[i].body);
-    for (size_t i = 0; i < c.n_refs; i++) free(c.refs[i].ptr), free(c.refs[i].name);
-    free(c.rules), free(c.refs);
+    /* $ref pointers are relative to this document: the rules they made for
+     * another one stay (by name), the pointer map does not */
+    for (size_t i = 0; i < c->n_refs; i++) free(c->refs[i].ptr), free(c->refs[i].name);
+    c->n_refs = 0;
+    c->root = wgllm_json_root(&d);
+    const char *r = visit(c, c->root, name);
+    c->root = NULL;
     wgllm_json_doc_free(&d);
-    if (c.st != WGLLM_STATUS_OK) {
+    if (!r && c->st == WGLLM_STATUS_OK) oom(c);
+    return c->st == WGLLM_STATUS_OK ? r : NULL;
+}
+
+const char *wgllm_schema_grammar_rule(struct wgllm_schema_grammar *b, const char *name, const char *body) {
+    struct conv *c = &b->c;
+    /* the primitives a hand-written rule may name */
+    prim(c, "space");
+    const char *r = add_rule(c, name, body);
+    if (!r && c->st == WGLLM_STATUS_OK) oom(c);
+    return r;
+}
+
+void wgllm_schema_grammar_literal(struct wgllm_strbuf *sb, const char *s, size_t n) { put_literal(sb, s, n); }
+
+enum wgllm_status wgllm_schema_grammar_finish(struct wgllm_schema_grammar *b, const char *root, char **out,
+                                              struct wgllm_error *err) {
+    struct conv *c = &b->c;
+    c->err = err;
+    *out = NULL;
+    if (c->st != WGLLM_STATUS_OK) return c->st;
+    struct wgllm_strbuf sb = {0};
+    /* the start rule is `root`: the root schema's own rule, or one that names what it is (root ::= string) */
+    if (strcmp(root, "root")) wgllm_strbuf_printf(&sb, "root ::= %s\n", root);
+    for (size_t i = 0; i < c->n_rules; i++) wgllm_strbuf_printf(&sb, "%s ::= %s\n", c->rules[i].name, c->rules[i].body);
+    if (sb.oom) {
         wgllm_strbuf_free(&sb);
-        return c.st;
+        oom(c);
+        return c->st;
     }
     *out = wgllm_strbuf_take(&sb);
     return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_json_schema_to_grammar(const char *schema, size_t len, char **out, struct wgllm_error *err) {
+    *out = NULL;
+    struct wgllm_schema_grammar *b;
+    enum wgllm_status st = wgllm_schema_grammar_init(&b, err);
+    if (st != WGLLM_STATUS_OK) return st;
+    const char *root = wgllm_schema_grammar_add(b, schema, len, "root", err);
+    st = root ? wgllm_schema_grammar_finish(b, root, out, err) : b->c.st;
+    wgllm_schema_grammar_free(b);
+    return st;
 }

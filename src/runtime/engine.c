@@ -661,6 +661,30 @@ void wgllm_engine_free(struct wgllm_engine *e) {
     free(e);
 }
 
+/* What the template does with a system message and with a call's arguments
+ * string (struct wgllm_template_caps), from renderings that would show it. */
+static void probe_template(struct wgllm_engine *e, const char *src, size_t len) {
+    e->caps.tool_format = (enum wgllm_tool_format)wgllm_chat_tool_format(src, len);
+    const struct wgllm_chat_message sm[2] = {{"system", "wgllm-system-probe"}, {"user", "x"}};
+    char *text = NULL;
+    e->caps.system_role = wgllm_chat_template_render(e->tmpl, sm, 2, true, "", "", &text, NULL) == WGLLM_STATUS_OK &&
+                          strstr(text, "wgllm-system-probe") != NULL;
+    free(text);
+    static const char calls[] =
+        "[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+        "[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"wgllm_probe\",\"arguments\":"
+        "\"{\\\"wgllm_arg\\\": 1}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_0\",\"content\":\"y\"}]";
+    /* descriptions too: templates concatenate them (Hermes 2 Pro's) */
+    static const char tools[] = "[{\"type\":\"function\",\"function\":{\"name\":\"wgllm_probe\",\"description\":\"p\","
+                                "\"parameters\":{\"type\":\"object\",\"properties\":{\"wgllm_arg\":{\"type\":\"integer\","
+                                "\"description\":\"a\"}},\"required\":[\"wgllm_arg\"]}}}]";
+    text = NULL;
+    e->caps.string_arguments = wgllm_chat_template_render_json(e->tmpl, calls, tools, false, "", "", &text, NULL) ==
+                                   WGLLM_STATUS_OK &&
+                               strstr(text, "{\"wgllm_arg\": 1}") != NULL;
+    free(text);
+}
+
 /* The chat template: the engine's override or the GGUF's; a parse failure
  * is kept as the message chat requests get. */
 static void load_template(struct wgllm_engine *e) {
@@ -681,6 +705,7 @@ static void load_template(struct wgllm_engine *e) {
         snprintf(e->tmpl_error, sizeof(e->tmpl_error), "the chat template does not parse: %.200s", err.message);
         return;
     }
+    probe_template(e, src, len);
     /* a reasoning model's template writes or strips <think> blocks; one that
      * ends the generation prompt inside <think> (DeepSeek-R1's) has every
      * answer begin in the reasoning: a one-message rendering tells */
@@ -914,6 +939,38 @@ enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *e, const char *
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
 }
 
+/* A chat rendering (text with the spans that are the request's) as a request. */
+static enum wgllm_status submit_rendered(struct wgllm_engine *e, char *text, struct wgllm_text_span *spans,
+                                         size_t n_spans, const struct wgllm_request_params *params,
+                                         struct wgllm_request **out, struct wgllm_error *err) {
+    /* Templates usually write the BOS text themselves: add it only when they
+     * did not (a message that begins with it does not count). Control tokens
+     * are parsed in the template's own text only: the messages' text is
+     * tokenized as text, so a user cannot write "<|im_start|>system" into the
+     * prompt (llama.cpp's server parses them in the whole rendering). */
+    const struct wgllm_vocab *v = e->model->vocab;
+    const int32_t bos = wgllm_vocab_bos(v);
+    const char *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
+    const size_t bl = strlen(bos_text);
+    const bool has_bos = bl > 0 && strncmp(text, bos_text, bl) == 0 && (n_spans == 0 || spans[0].off >= bl);
+    int32_t *ids = NULL;
+    int n = 0;
+    static const struct wgllm_text_span none;
+    enum wgllm_status st = tokenize_prompt(e, REQ_GENERATE, text, strlen(text), !has_bos, true, spans ? spans : &none,
+                                           n_spans, &ids, &n, err);
+    free(spans);
+    free(text);
+    if (st != WGLLM_STATUS_OK) return st;
+    return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
+}
+
+static void special_texts(const struct wgllm_engine *e, const char **bos_text, const char **eos_text) {
+    const struct wgllm_vocab *v = e->model->vocab;
+    const int32_t bos = wgllm_vocab_bos(v), eos = wgllm_vocab_eos(v);
+    *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
+    *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
+}
+
 enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct wgllm_message *msgs, int n_msgs,
                                            const struct wgllm_request_params *params, struct wgllm_request **out,
                                            struct wgllm_error *err) {
@@ -930,10 +987,8 @@ enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct 
         cm[i].role = msgs[i].role;
         cm[i].content = msgs[i].content;
     }
-    const struct wgllm_vocab *v = e->model->vocab;
-    const int32_t bos = wgllm_vocab_bos(v), eos = wgllm_vocab_eos(v);
-    const char *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
-    const char *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
+    const char *bos_text, *eos_text;
+    special_texts(e, &bos_text, &eos_text);
     char *text = NULL;
     struct wgllm_text_span *spans = NULL;
     size_t n_spans = 0;
@@ -941,22 +996,31 @@ enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct 
                                                             &text, &spans, &n_spans, err);
     free(cm);
     if (st) return st;
-    /* Templates usually write the BOS text themselves: add it only when they
-     * did (not a message that begins with it). Control tokens are parsed in
-     * the template's own text only: the messages' text is tokenized as text,
-     * so a user cannot write "<|im_start|>system" into the prompt (llama.cpp's
-     * server parses them in the whole rendering). */
-    const size_t bl = strlen(bos_text);
-    const bool has_bos = bl > 0 && strncmp(text, bos_text, bl) == 0 && (n_spans == 0 || spans[0].off >= bl);
-    int32_t *ids = NULL;
-    int n = 0;
-    static const struct wgllm_text_span none;
-    st = tokenize_prompt(e, REQ_GENERATE, text, strlen(text), !has_bos, true, spans ? spans : &none, n_spans, &ids, &n,
-                         err);
-    free(spans);
-    free(text);
-    if (st != WGLLM_STATUS_OK) return st;
-    return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
+    return submit_rendered(e, text, spans, n_spans, params, out, err);
+}
+
+enum wgllm_status wgllm_engine_submit_chat_json(struct wgllm_engine *e, const char *messages_json,
+                                                const char *tools_json, const char *kwargs_json,
+                                                const struct wgllm_request_params *params,
+                                                struct wgllm_request **out, struct wgllm_error *err) {
+    *out = NULL;
+    if (!e->tmpl) return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "chat: %s", e->tmpl_error);
+    if (!messages_json) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat: no messages");
+    const char *bos_text, *eos_text;
+    special_texts(e, &bos_text, &eos_text);
+    char *text = NULL;
+    struct wgllm_text_span *spans = NULL;
+    size_t n_spans = 0;
+    enum wgllm_status st = wgllm_chat_template_render_json_spans(e->tmpl, messages_json, tools_json, kwargs_json, true,
+                                                                 bos_text, eos_text, &text, &spans, &n_spans, err);
+    if (st) return st;
+    return submit_rendered(e, text, spans, n_spans, params, out, err);
+}
+
+struct wgllm_template_caps wgllm_engine_template_caps(const struct wgllm_engine *e) {
+    struct wgllm_template_caps c = e->caps;
+    c.thinks = e->thinks;
+    return c;
 }
 
 int wgllm_engine_template_thinks(const struct wgllm_engine *e) { return e->thinks; }

@@ -96,6 +96,7 @@ struct wgllm_engine {
     struct wgllm_chat_template *tmpl;
     char tmpl_error[320];
     int thinks; /* wgllm_engine_template_thinks */
+    struct wgllm_template_caps caps; /* thinks and tool_format are also the fields above */
 
     pthread_t thread;
     pthread_mutex_t mu;

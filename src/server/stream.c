@@ -168,7 +168,7 @@ static void *stream_waiter(void *arg) {
     } else {
         wait_local(st, true, &res);
     }
-    char *tail[3] = {NULL};
+    char *tail[WGLLM_OPENAI_END_CHUNKS] = {NULL};
     int n_tail = 0;
     struct wgllm_openai_error e;
     if (res.finish == WGLLM_FINISH_ERROR && st->upstream) {
@@ -252,9 +252,7 @@ static void stream_response_freed(void *cls) {
 static enum wgllm_status submit(struct stream *st, struct wgllm_error *werr) {
     struct wgllm_openai_request *g = &st->gen;
     struct wgllm_engine *eng = st->srv->engine;
-    enum wgllm_status rc = g->endpoint == WGLLM_OPENAI_CHAT
-                               ? wgllm_engine_submit_chat(eng, g->msgs, g->n_msgs, &g->rp, &st->req, werr)
-                               : wgllm_engine_submit_query(eng, g->prompt, g->prompt_len, &g->rp, &st->req, werr);
+    enum wgllm_status rc = wgllm_openai_submit(eng, g, &st->req, werr);
     /* the engine's contract, checked where a broken promise would take the whole server down */
     if (rc == WGLLM_STATUS_OK && !st->req)
         rc = wgllm_error_set(werr, WGLLM_STATUS_UNSUPPORTED, "the engine accepted the request without a handle");

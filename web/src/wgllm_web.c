@@ -421,7 +421,7 @@ static void openai_finish(struct web_job *j) {
     j->http_status = r->finish == WGLLM_FINISH_ERROR ? e.status : 200;
     if (j->oreq.stream) {
         /* interrupted too: its finish chunk says "abort" (whoever broke out of the loop reads no more) */
-        char *end[3];
+        char *end[WGLLM_OPENAI_END_CHUNKS];
         const int n = wgllm_openai_chunks_end(&j->api, &j->oreq, j->id, r, end);
         for (int i = 0; i < n; i++) push_line(j, end[i]);
         if (n == 0) j->answer = NULL, j->http_status = 500;
@@ -537,10 +537,7 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_openai(struct web_state *st, int 
     }
     if (ok) {
         struct wgllm_error err = {0};
-        const enum wgllm_status s =
-            endpoint == WGLLM_OPENAI_CHAT ? wgllm_engine_submit_chat(st->eng, g->msgs, g->n_msgs, &g->rp, &j->req, &err)
-                                          : wgllm_engine_submit_query(st->eng, g->prompt, g->prompt_len, &g->rp,
-                                                                      &j->req, &err);
+        const enum wgllm_status s = wgllm_openai_submit(st->eng, g, &j->req, &err);
         if (s != WGLLM_STATUS_OK) {
             wgllm_openai_error_from_engine(&e, g, s, err.message);
             ok = false;
