@@ -739,9 +739,12 @@ enum wgllm_status wgllm_engine_snapshots_import(struct wgllm_engine *eng, const 
  * 0..5), n (1 only), user, stream, stream_options.include_usage,
  * ignore_eos, cache_prompt (accepted; the engine always reuses), context_key
  * (the engine's KV reuse key). Chat: messages (roles system, developer =
- * system, user, assistant, tool; content a string, null or text parts),
- * response_format (text only), tools (empty only), tool_choice,
- * parallel_tool_calls, store, metadata. Completions: prompt (a string or one
+ * system, user, assistant, tool; content a string, null or text parts;
+ * assistant tool_calls, tool_call_id, name), response_format (text,
+ * json_object, json_schema), tools, tool_choice (none, auto, required, a
+ * named function), parallel_tool_calls, chat_template_kwargs,
+ * reasoning_format, store, metadata; grammar and json_schema (both
+ * endpoints, local only). Completions: prompt (a string or one
  * string in an array), echo (false only), suffix (null only), best_of (1).
  * Unknown fields are refused (400 naming the field), never ignored: a client
  * never silently loses a parameter it thinks it set. Strings that become C

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-if [ ! -d tools/peer/node_modules/node-llama-cpp ] || [ ! -d tools/peer/node_modules/openai ]; then
+if [ ! -d tools/peer/node_modules/node-llama-cpp ] || [ ! -d tools/peer/node_modules/openai ] || [ ! -d tools/peer/node_modules/zod ] ||
+   [ ! -d tools/peer/node_modules/ajv ]; then
   echo "peer: installing node-llama-cpp (CPU build only)" >&2
   (cd tools/peer && npm ci --omit=optional --no-audit --no-fund)
 fi

@@ -176,6 +176,18 @@ test('valid requests: the same answers, streamed and whole', { timeout: 300000 }
       ok: { type: 'boolean' } }, required: ['n', 'ok'] } } } }, 'response_format json_schema');
   await same('completions', { prompt: PROMPT, max_tokens: 12, seed: 5, grammar: 'root ::= ("yes" | "no") " " [a-z]{1,6}' },
     'seeded grammar');
+  // tool calls (ChatML has no call syntax: the generic JSON format), whole and streamed as delta.tool_calls
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'The weather', parameters: { type: 'object',
+    properties: { city: { type: 'string', maxLength: 8 }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+    required: ['city', 'days'], additionalProperties: false } } }];
+  const call = await same('chat', { messages: MSGS, max_tokens: 120, temperature: 0, tools, tool_choice: 'required' },
+    'required tool call');
+  assert.equal(call.json.choices[0].finish_reason, 'tool_calls');
+  await same('chat', { messages: MSGS, max_tokens: 120, temperature: 0, tools, tool_choice: 'required', stream: true },
+    'required tool call streamed');
+  await same('chat', { messages: [...MSGS, call.json.choices[0].message, { role: 'tool',
+    tool_call_id: call.json.choices[0].message.tool_calls[0].id, content: 'sunny' }], max_tokens: 40, temperature: 0, tools },
+  'a tool answer, then auto');
   // context_key: the second request reuses the first one's cache, on both sides alike
   const k1 = await same('chat', { messages: MSGS, max_tokens: 4, temperature: 0, ignore_eos: true, context_key: 'conv' },
     'context_key, first');
@@ -198,6 +210,8 @@ test('invalid requests: the same errors', { timeout: 120000 }, async () => {
     ['chat', { messages: [] }, 'messages'],
     ['chat', { messages: [{ role: 'user', content: 'a\u0000b' }] }, 'messages[0].content'],
     ['chat', { messages: MSGS, top_logprobs: 2 }, 'top_logprobs'],
+    ['chat', { messages: MSGS, tool_choice: 'required' }, 'tool_choice'],
+    ['chat', { messages: MSGS, tools: [{ type: 'function', function: { name: 'a b' } }] }, 'tools[0].function.name'],
     ['chat', { messages: MSGS, stream: 'yes' }, 'stream'],
     ['chat', { messages: [{ role: 'robot', content: 'x' }] }, 'messages[0].role'],
     ['chat', { messages: MSGS, response_format: { type: 'json_schema', json_schema: { schema: { not: {} } } } }, 'response_format'],
