@@ -60,7 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char *out = NULL;
         struct wgllm_text_span *sp = NULL;
         size_t n = 0;
-        st = wgllm_chat_template_render_json_spans(t, msgs ? msgs : MESSAGES, agp ? TOOLS : NULL, agp, "<s>", "</s>",
+        st = wgllm_chat_template_render_json_spans(t, msgs ? msgs : MESSAGES, agp ? TOOLS : NULL,
+                                                   agp ? NULL : "{\"enable_thinking\":false}", agp, "<s>", "</s>",
                                                    &out, &sp, &n, &err);
         if ((st == WGLLM_STATUS_OK) != (out != NULL)) abort();
         if (st != WGLLM_STATUS_OK && (!err.message[0] || sp || n)) abort();

@@ -3,7 +3,9 @@
  * the browser) on arbitrary bodies: the JSON budgets, then the field mapping
  * and validation for chat, completions and embeddings, served here and
  * forwarded (an upstream named "up"), and the answers built from what was
- * accepted (response, every kind of chunk, with token logprobs). A synthetic
+ * accepted (response, every kind of chunk, with token logprobs), and a
+ * chat message's text as the answer of every tool-call family (whole and
+ * streamed in small pieces). A synthetic
  * tiny model (made once, in /tmp) gives the vocabulary and the token texts;
  * nothing is generated. An accepted request must respect every bound; a
  * violation aborts (a finding, like a crash).
@@ -83,10 +85,35 @@ static void check_accepted(const struct wgllm_openai_params *p, struct wgllm_ope
     char *piece = NULL;
     require(wgllm_openai_chunk_token(p, g, id, text, len, toks[1], lps[1], &piece), "a chunk (not out of memory)");
     free(piece);
-    char *end[3];
+    char *end[WGLLM_OPENAI_END_CHUNKS];
     const int n = wgllm_openai_chunks_end(p, g, id, &r, end);
-    require(n >= 1 && n <= 3, "a stream ends in 1 to 3 chunks");
+    require(n >= 1 && n <= WGLLM_OPENAI_END_CHUNKS, "a stream ends in 1 to 4 chunks");
     for (int i = 0; i < n; i++) free(end[i]);
+    if (chat && !g->upstream) {
+        /* the text as every family's answer: split into content and tool calls, whole and streamed
+         * in pieces of 1 to 5 bytes */
+        const bool had = g->tools;
+        const int fmt = g->tool_format;
+        g->tools = true;
+        for (int f = WGLLM_TOOLS_GENERIC; f <= WGLLM_TOOLS_COMMAND_R; f++) {
+            g->tool_format = f;
+            char *whole = wgllm_openai_response(p, g, id, &r);
+            require(whole != NULL && !strchr(whole, '\n'), "a tool-call answer on one line");
+            free(whole);
+            for (size_t i = 0, k = 1; i < len; i += k, k = k % 5 + 1) {
+                char *c = NULL;
+                require(wgllm_openai_chunk_token(p, g, id, text + i, len - i < k ? len - i : k, -1, 0, &c), "a chunk");
+                require(!c || !strchr(c, '\n'), "a chunk on one line");
+                free(c);
+            }
+            const int m = wgllm_openai_chunks_end(p, g, id, &r, end);
+            require(m >= 1 && m <= WGLLM_OPENAI_END_CHUNKS, "a tool stream ends in 1 to 4 chunks");
+            for (int i = 0; i < m; i++) free(end[i]);
+            require(g->split.n_held == 0, "the end sends what the split held");
+        }
+        g->tools = had;
+        g->tool_format = fmt;
+    }
     r.finish = WGLLM_FINISH_ERROR;
     r.status = WGLLM_STATUS_CONTEXT_FULL;
     require(wgllm_openai_chunks_end(p, g, id, &r, end) == 1, "a failed stream ends in its error");

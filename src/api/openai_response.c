@@ -399,6 +399,7 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_op
         struct wgllm_tool_calls tc = {0};
         wgllm_openai_tools_extract(g, g->split.held ? g->split.held : "", g->split.n_held, &tc);
         g->split.n_held = 0;
+        g->split.calls = g->split.seen = false; /* the stream is over */
         wgllm_strbuf_clear(&content);
         wgllm_strbuf_put(&content, rest.data ? rest.data : "", rest.len);
         if (tc.n > 0) {

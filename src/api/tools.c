@@ -804,9 +804,9 @@ void wgllm_openai_toolsplit_push(struct wgllm_openai_request *g, const char *tex
         wgllm_strbuf_put(content, text, len);
         return;
     }
-    memcpy(t->held + t->n_held, text, len);
+    if (len) memcpy(t->held + t->n_held, text, len);
     t->n_held += len;
-    if (t->calls) return;
+    if (t->calls || t->n_held == 0) return;
     const char *op = opener(g->tool_format);
     if (!op) {
         /* Llama 3 calls are JSON from the first character: text that starts otherwise is content.
