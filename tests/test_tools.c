@@ -44,13 +44,17 @@ static struct wgllm_engine *engine_with(const char *tmpl) {
 }
 
 static struct wgllm_openai_params params_for(struct wgllm_engine *e) {
-    return (struct wgllm_openai_params){.model = g_model, .engine = e, .model_id = "tiny.gguf", .max_tokens = 4096,
-                                        .n_ctx = 1024};
+    return (struct wgllm_openai_params){
+        .model = g_model, .engine = e, .model_id = "tiny.gguf", .max_tokens = 4096, .n_ctx = 1024};
 }
 
 TEST(formats_are_told_from_the_templates) {
     /* system: shows a system message; str: writes a call's arguments string as given */
-    static const struct { const char *file; enum wgllm_tool_format f; bool system, str; } T[] = {
+    static const struct {
+        const char *file;
+        enum wgllm_tool_format f;
+        bool system, str;
+    } T[] = {
         {"Qwen-Qwen2.5-7B-Instruct.jinja", WGLLM_TOOLS_HERMES, true, false},
         /* the tool-use template of Hermes 2 Pro renders only with tools (it loops over them unguarded) */
         {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", WGLLM_TOOLS_HERMES, false, true},
@@ -69,8 +73,8 @@ TEST(formats_are_told_from_the_templates) {
         if (e) {
             const struct wgllm_template_caps c = wgllm_engine_template_caps(e);
             if (c.tool_format != T[i].f || c.system_role != T[i].system || c.string_arguments != T[i].str)
-                fprintf(stderr, "  %s: %s system %d string arguments %d\n", T[i].file, wgllm_tool_format_name(c.tool_format),
-                        c.system_role, c.string_arguments);
+                fprintf(stderr, "  %s: %s system %d string arguments %d\n", T[i].file,
+                        wgllm_tool_format_name(c.tool_format), c.system_role, c.string_arguments);
             CHECK_EQ_INT((int)c.tool_format, (int)T[i].f);
             CHECK_EQ_INT(c.system_role, T[i].system);
             CHECK_EQ_INT(c.string_arguments, T[i].str);
@@ -329,32 +333,42 @@ static void split_case(int format, const char *text, const char *content, int n_
 
 TEST(every_family_syntax_is_split) {
     const char *A = "{\"city\":\"Oslo\",\"days\":2}";
-    split_case(WGLLM_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>",
-               "", 1, "get_weather", A);
-    split_case(WGLLM_TOOLS_HERMES, "Let me see. <tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call>\n"
+    split_case(
+        WGLLM_TOOLS_HERMES,
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>", "",
+        1, "get_weather", A);
+    split_case(WGLLM_TOOLS_HERMES,
+               "Let me see. <tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call>\n"
                "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\",\"days\":2}}</tool_call>",
                "Let me see. \n", 2, "add", "{\"a\":1,\"b\":2}");
-    split_case(WGLLM_TOOLS_HERMES, "No tools needed: 1 < 2 and <tool is not a tag.", "No tools needed: 1 < 2 and <tool is not a tag.", 0, NULL, NULL);
+    split_case(WGLLM_TOOLS_HERMES, "No tools needed: 1 < 2 and <tool is not a tag.",
+               "No tools needed: 1 < 2 and <tool is not a tag.", 0, NULL, NULL);
     split_case(WGLLM_TOOLS_HERMES, "<tool_call>{\"name\": broken", "<tool_call>{\"name\": broken", 0, NULL, NULL);
-    split_case(WGLLM_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 2}}", "", 1,
-               "get_weather", A);
-    split_case(WGLLM_TOOLS_LLAMA3, "<|python_tag|>{\"type\": \"function\", \"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}", "", 1,
+    split_case(WGLLM_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 2}}", "",
+               1, "get_weather", A);
+    split_case(WGLLM_TOOLS_LLAMA3,
+               "<|python_tag|>{\"type\": \"function\", \"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}", "", 1,
                "add", "{\"a\":1,\"b\":2}");
     split_case(WGLLM_TOOLS_LLAMA3, "The answer is {not json}", "The answer is {not json}", 0, NULL, NULL);
-    split_case(WGLLM_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}, \"id\": \"abc123XYZ\"}]",
+    split_case(WGLLM_TOOLS_MISTRAL,
+               "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}, \"id\": "
+               "\"abc123XYZ\"}]",
                "", 1, "get_weather", A);
-    split_case(WGLLM_TOOLS_DEEPSEEK_R1,
-               "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\", "
-               "\"days\": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-               "", 1, "get_weather", A);
+    split_case(
+        WGLLM_TOOLS_DEEPSEEK_R1,
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\", "
+        "\"days\": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "", 1, "get_weather", A);
     split_case(WGLLM_TOOLS_COMMAND_R,
-               "<|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", "
+               "<|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": "
+               "\"Oslo\", "
                "\"days\": 2}}]<|END_ACTION|>",
                "", 1, "get_weather", A);
     split_case(WGLLM_TOOLS_FUNCTIONARY, "get_weather\n{\"city\": \"Oslo\", \"days\": 2}", "", 1, "get_weather", A);
     split_case(WGLLM_TOOLS_FUNCTIONARY, "all\nHello there", "Hello there", 0, NULL, NULL);
-    split_case(WGLLM_TOOLS_GENERIC, "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}]}",
-               "", 1, "get_weather", A);
+    split_case(WGLLM_TOOLS_GENERIC,
+               "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}]}", "",
+               1, "get_weather", A);
     split_case(WGLLM_TOOLS_GENERIC, "{\"response\": \"Hello \\\"you\\\"\"}", "Hello \"you\"", 0, NULL, NULL);
 }
 
@@ -369,12 +383,13 @@ TEST(earlier_calls_and_answers_go_through_the_template) {
     }
     const struct wgllm_openai_params p = params_for(e);
     char body[4096];
-    snprintf(body, sizeof body,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"},"
-             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
-             "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\",\\\"days\\\":1}\"}}]},"
-             "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"sunny, 21 C\"}],\"tools\":%s,\"max_tokens\":4}",
-             TOOLS);
+    snprintf(
+        body, sizeof body,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\",\\\"days\\\":1}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"sunny, 21 C\"}],\"tools\":%s,\"max_tokens\":4}",
+        TOOLS);
     struct wgllm_openai_request rq;
     struct wgllm_openai_error oe;
     CHECK(wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, body, strlen(body), &rq, &oe));
@@ -384,7 +399,8 @@ TEST(earlier_calls_and_answers_go_through_the_template) {
                  WGLLM_STATUS_OK);
     if (prompt) {
         /* the arguments string became the object the template writes with tojson */
-        CHECK(strstr(prompt, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 1}}\n</tool_call>") != NULL);
+        CHECK(strstr(prompt, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": "
+                             "1}}\n</tool_call>") != NULL);
         CHECK(strstr(prompt, "<tool_response>\nsunny, 21 C\n</tool_response>") != NULL);
         CHECK(strstr(prompt, "\"name\": \"get_weather\"") != NULL); /* the tools in the system part */
         if (!strstr(prompt, "<tool_response>")) fprintf(stderr, "%s\n", prompt);
@@ -415,12 +431,14 @@ TEST(generic_format_answers_in_json) {
     const struct wgllm_openai_params p = params_for(e);
     char body[4096];
     /* tool_choice auto: a call or a {"response": ...}, either way parsed, never raw JSON in content */
-    snprintf(body, sizeof body,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
-             "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":1,\\\"b\\\":2}\"}}]},"
-             "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"3\"}],\"tools\":%s,\"max_tokens\":150,\"seed\":3,"
-             "\"response_format\":{\"type\":\"text\"}}",
-             TOOLS);
+    snprintf(
+        body, sizeof body,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+        "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":1,\\\"b\\\":2}"
+        "\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"3\"}],\"tools\":%s,\"max_tokens\":150,\"seed\":3,"
+        "\"response_format\":{\"type\":\"text\"}}",
+        TOOLS);
     struct wgllm_openai_request rq;
     struct wgllm_openai_error oe;
     const bool parsed = wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, body, strlen(body), &rq, &oe);
@@ -436,7 +454,10 @@ TEST(generic_format_answers_in_json) {
     if (!prompt) fprintf(stderr, "  render: %s\n", err.message);
     CHECK(prompt && strstr(prompt, "<start_of_turn>user\nYou can call these tools") != NULL);
     CHECK(prompt && strstr(prompt, "{\"tool_response\":{\"tool_call_id\":\"c1\",\"content\":\"3\"}}") != NULL);
-    CHECK(prompt && strstr(prompt, "<start_of_turn>model\n{\"tool_calls\":[{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}]}") != NULL);
+    CHECK(
+        prompt &&
+        strstr(prompt, "<start_of_turn>model\n{\"tool_calls\":[{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}]}") !=
+            NULL);
     free(prompt);
     struct wgllm_request *req = NULL;
     CHECK_EQ_INT(wgllm_openai_submit(e, &rq, &req, &err), WGLLM_STATUS_OK);
@@ -475,7 +496,8 @@ TEST(a_reasoning_model_may_think_before_its_call) {
     }
     const struct wgllm_openai_params p = params_for(e);
     char body[4096];
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":%s,\"tool_choice\":\"required\"}", TOOLS);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":%s,\"tool_choice\":\"required\"}", TOOLS);
     struct wgllm_openai_request rq;
     struct wgllm_openai_error oe;
     CHECK(wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, body, strlen(body), &rq, &oe));
@@ -483,9 +505,10 @@ TEST(a_reasoning_model_may_think_before_its_call) {
     struct wgllm_error err = {0};
     const struct wgllm_grammar_params gp = wgllm_grammar_default_params();
     CHECK(rq.grammar && wgllm_grammar_parse(rq.grammar, strlen(rq.grammar), &gp, &g, &err) == WGLLM_STATUS_OK);
-    static const char *answer = "The user wants the weather.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
-                                "<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\", \"days\": 3}\n```<｜tool▁call▁end｜>"
-                                "<｜tool▁calls▁end｜>";
+    static const char *answer =
+        "The user wants the weather.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
+        "<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\", \"days\": 3}\n```<｜tool▁call▁end｜>"
+        "<｜tool▁calls▁end｜>";
     struct wgllm_grammar_state *st = NULL;
     if (g && wgllm_grammar_state_init(g, &st, &err) == WGLLM_STATUS_OK) {
         const enum wgllm_status s = wgllm_grammar_state_accept_text(st, answer, strlen(answer), &err);
@@ -495,8 +518,9 @@ TEST(a_reasoning_model_may_think_before_its_call) {
         wgllm_grammar_state_free(st);
     }
     /* and an answer that breaks the schema is not */
-    static const char *bad = "ok</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
-                             "{\"city\": \"Oslo\", \"days\": 9}";
+    static const char *bad =
+        "ok</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+        "{\"city\": \"Oslo\", \"days\": 9}";
     if (g && wgllm_grammar_state_init(g, &st, &err) == WGLLM_STATUS_OK) {
         CHECK(wgllm_grammar_state_accept_text(st, bad, strlen(bad), &err) != WGLLM_STATUS_OK);
         wgllm_grammar_state_free(st);
@@ -515,7 +539,8 @@ static void refused(struct wgllm_engine *e, const char *tools_and_choice, const 
     struct wgllm_openai_error oe;
     const bool ok = wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, body, strlen(body), &rq, &oe);
     wgllm_openai_request_free(&rq);
-    if (ok || strcmp(oe.param, param)) fprintf(stderr, "  %s -> %s '%s': %s\n", body, ok ? "accepted" : "refused", oe.param, oe.message);
+    if (ok || strcmp(oe.param, param))
+        fprintf(stderr, "  %s -> %s '%s': %s\n", body, ok ? "accepted" : "refused", oe.param, oe.message);
     CHECK(!ok);
     CHECK_EQ_INT(oe.status, 400);
     CHECK_STR(oe.param, param);
@@ -532,23 +557,32 @@ TEST(bad_tools_are_refused) {
     refused(e, ",\"tools\":{}", "tools");
     refused(e, ",\"tools\":[{\"type\":\"function\"}]", "tools[0]");
     refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", "tools[0].function.name");
-    refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}},{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]",
+    refused(e,
+            ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}},{\"type\":\"function\",\"function\":{"
+            "\"name\":\"a\"}}]",
             "tools[1].function.name");
-    refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":3}}]", "tools[0].function.parameters");
-    refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"object\",\"not\":{}}}}],"
-               "\"tool_choice\":\"required\"",
+    refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":3}}]",
             "tools[0].function.parameters");
-    refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":\"sometimes\"", "tool_choice");
-    refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":{\"type\":\"function\","
-               "\"function\":{\"name\":\"b\"}}",
+    refused(e,
+            ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"object\","
+            "\"not\":{}}}}],"
+            "\"tool_choice\":\"required\"",
+            "tools[0].function.parameters");
+    refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":\"sometimes\"",
+            "tool_choice");
+    refused(e,
+            ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":{\"type\":\"function\","
+            "\"function\":{\"name\":\"b\"}}",
             "tool_choice");
     refused(e, ",\"tool_choice\":\"required\"", "tool_choice");
-    refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":\"required\","
-               "\"response_format\":{\"type\":\"json_object\"}",
+    refused(e,
+            ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":\"required\","
+            "\"response_format\":{\"type\":\"json_object\"}",
             "response_format");
     refused(e, ",\"parallel_tool_calls\":1", "parallel_tool_calls");
     const struct wgllm_openai_params p = params_for(e);
-    static const char *bad_msgs = "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":3}]}]}";
+    static const char *bad_msgs =
+        "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":3}]}]}";
     struct wgllm_openai_request rq;
     struct wgllm_openai_error oe;
     CHECK(!wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, bad_msgs, strlen(bad_msgs), &rq, &oe));

@@ -244,7 +244,9 @@ char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wg
     }
     if (g->logprobs) result_logprobs(&w, p, g, r);
     else wgllm_json_w_null(&w, "logprobs");
-    wgllm_json_w_str(&w, "finish_reason", calls ? "tool_calls" : wgllm_openai_finish_name(r->finish));
+    /* an answer cut by max_tokens says so, calls or not */
+    const bool called = calls && r->finish == WGLLM_FINISH_STOP;
+    wgllm_json_w_str(&w, "finish_reason", called ? "tool_calls" : wgllm_openai_finish_name(r->finish));
     wgllm_json_w_end(&w, '}');
     wgllm_json_w_end(&w, ']');
     usage_json(&w, &r->usage);
@@ -420,7 +422,7 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_op
         wgllm_tool_calls_free(&tc);
     }
     out[n] = chunk_ex(p, g, id, 2, content.data, content.len, reasoning.data, reasoning.len, -1, 0,
-                      calls ? "tool_calls" : wgllm_openai_finish_name(r->finish));
+                      calls && r->finish == WGLLM_FINISH_STOP ? "tool_calls" : wgllm_openai_finish_name(r->finish));
     wgllm_strbuf_free(&content), wgllm_strbuf_free(&reasoning);
     if (out[n]) n++;
     if (g->include_usage && (out[n] = usage_chunk(p, g, id, &r->usage))) n++;

@@ -55,11 +55,16 @@ static bool name_ok(const J *n) {
  * answer is JSON from its first character, or is held whole). */
 static const char *opener(int format) {
     switch (format) {
-    case WGLLM_TOOLS_HERMES: return "<tool_call>";
-    case WGLLM_TOOLS_MISTRAL: return "[TOOL_CALLS]";
-    case WGLLM_TOOLS_DEEPSEEK_R1: return "<｜tool▁calls▁begin｜>";
-    case WGLLM_TOOLS_COMMAND_R: return "<|START_ACTION|>";
-    default: return NULL;
+        case WGLLM_TOOLS_HERMES:
+            return "<tool_call>";
+        case WGLLM_TOOLS_MISTRAL:
+            return "[TOOL_CALLS]";
+        case WGLLM_TOOLS_DEEPSEEK_R1:
+            return "<｜tool▁calls▁begin｜>";
+        case WGLLM_TOOLS_COMMAND_R:
+            return "<|START_ACTION|>";
+        default:
+            return NULL;
     }
 }
 
@@ -166,56 +171,59 @@ static bool tools_grammar(const J *tools, const char *only, struct wgllm_openai_
         const char *call = wgllm_schema_grammar_rule(b, "call", alts.data ? alts.data : "\"\"");
         struct wgllm_strbuf cs = {0};
         switch (g->tool_format) {
-        case WGLLM_TOOLS_HERMES:
-            wgllm_strbuf_puts(&cs, "\"<tool_call>\\n\" ");
-            wgllm_strbuf_printf(&cs, "%s \"</tool_call>\"", call);
-            if (many) wgllm_strbuf_printf(&cs, " (\"\\n\" \"<tool_call>\\n\" %s \"</tool_call>\")*", call);
-            break;
-        case WGLLM_TOOLS_MISTRAL:
-            wgllm_strbuf_printf(&cs, "\"[TOOL_CALLS]\" \"[\" space %s", call);
-            if (many) wgllm_strbuf_printf(&cs, " (\",\" space %s)*", call);
-            wgllm_strbuf_puts(&cs, " \"]\"");
-            break;
-        case WGLLM_TOOLS_DEEPSEEK_R1:
-            put_lit(&cs, "<｜tool▁calls▁begin｜>");
-            wgllm_strbuf_printf(&cs, " %s", call);
-            if (many) wgllm_strbuf_printf(&cs, " (\"\\n\"? %s)*", call);
-            wgllm_strbuf_putc(&cs, ' ');
-            put_lit(&cs, "<｜tool▁calls▁end｜>");
-            break;
-        case WGLLM_TOOLS_COMMAND_R:
-            wgllm_strbuf_printf(&cs, "\"<|START_ACTION|>\" \"[\" space %s", call);
-            if (many) wgllm_strbuf_printf(&cs, " (\",\" space %s)*", call);
-            wgllm_strbuf_puts(&cs, " \"]\" space \"<|END_ACTION|>\"");
-            break;
-        case WGLLM_TOOLS_FUNCTIONARY:
-            wgllm_strbuf_printf(&cs, "%s", call);
-            if (many) wgllm_strbuf_printf(&cs, " (\">>>\" %s)*", call);
-            break;
-        case WGLLM_TOOLS_LLAMA3:
-            wgllm_strbuf_printf(&cs, "%s", call);
-            break;
-        default: /* generic */
-            wgllm_strbuf_puts(&cs, "\"{\" space ");
-            put_key(&cs, "tool_calls");
-            wgllm_strbuf_printf(&cs, "\"[\" space %s", call);
-            if (many) wgllm_strbuf_printf(&cs, " (\",\" space %s)*", call);
-            wgllm_strbuf_puts(&cs, " \"]\" space \"}\" space");
-            if (g->tool_choice == WGLLM_TOOL_CHOICE_AUTO) {
-                const char *str = wgllm_schema_grammar_add(b, "{\"type\":\"string\"}", 17, "response-text", &err);
-                wgllm_strbuf_puts(&cs, " | \"{\" space ");
-                put_key(&cs, "response");
-                wgllm_strbuf_printf(&cs, "%s \"}\" space", str ? str : "string");
-            }
-            break;
+            case WGLLM_TOOLS_HERMES:
+                wgllm_strbuf_puts(&cs, "\"<tool_call>\\n\" ");
+                wgllm_strbuf_printf(&cs, "%s \"</tool_call>\"", call);
+                if (many) wgllm_strbuf_printf(&cs, " (\"\\n\" \"<tool_call>\\n\" %s \"</tool_call>\")*", call);
+                break;
+            case WGLLM_TOOLS_MISTRAL:
+                wgllm_strbuf_printf(&cs, "\"[TOOL_CALLS]\" \"[\" space %s", call);
+                if (many) wgllm_strbuf_printf(&cs, " (\",\" space %s)*", call);
+                wgllm_strbuf_puts(&cs, " \"]\"");
+                break;
+            case WGLLM_TOOLS_DEEPSEEK_R1:
+                put_lit(&cs, "<｜tool▁calls▁begin｜>");
+                wgllm_strbuf_printf(&cs, " %s", call);
+                if (many) wgllm_strbuf_printf(&cs, " (\"\\n\"? %s)*", call);
+                wgllm_strbuf_putc(&cs, ' ');
+                put_lit(&cs, "<｜tool▁calls▁end｜>");
+                break;
+            case WGLLM_TOOLS_COMMAND_R:
+                wgllm_strbuf_printf(&cs, "\"<|START_ACTION|>\" \"[\" space %s", call);
+                if (many) wgllm_strbuf_printf(&cs, " (\",\" space %s)*", call);
+                wgllm_strbuf_puts(&cs, " \"]\" space \"<|END_ACTION|>\"");
+                break;
+            case WGLLM_TOOLS_FUNCTIONARY:
+                wgllm_strbuf_printf(&cs, "%s", call);
+                if (many) wgllm_strbuf_printf(&cs, " (\">>>\" %s)*", call);
+                break;
+            case WGLLM_TOOLS_LLAMA3:
+                wgllm_strbuf_printf(&cs, "%s", call);
+                break;
+            default: /* generic */
+                wgllm_strbuf_puts(&cs, "\"{\" space ");
+                put_key(&cs, "tool_calls");
+                wgllm_strbuf_printf(&cs, "\"[\" space %s", call);
+                if (many) wgllm_strbuf_printf(&cs, " (\",\" space %s)*", call);
+                wgllm_strbuf_puts(&cs, " \"]\" space \"}\" space");
+                if (g->tool_choice == WGLLM_TOOL_CHOICE_AUTO) {
+                    const char *str = wgllm_schema_grammar_add(b, "{\"type\":\"string\"}", 17, "response-text", &err);
+                    wgllm_strbuf_puts(&cs, " | \"{\" space ");
+                    put_key(&cs, "response");
+                    wgllm_strbuf_printf(&cs, "%s \"}\" space", str ? str : "string");
+                }
+                break;
         }
         calls = call && !cs.oom ? wgllm_schema_grammar_rule(b, "calls", cs.data) : NULL;
         wgllm_strbuf_free(&cs);
         if (calls) {
             /* a reasoning model thinks first: DeepSeek-R1's answer begins inside <think> */
-            if (g->reasoning && g->think_open) wgllm_strbuf_printf(&root, "[^<]* \"</think>\" space %s", calls);
-            else if (g->reasoning) wgllm_strbuf_printf(&root, "(\"<think>\" [^<]* \"</think>\" space)? %s", calls);
-            else wgllm_strbuf_printf(&root, "%s", calls);
+            if (g->reasoning && g->think_open)
+                wgllm_strbuf_printf(&root, "[^<]* \"</think>\" space %s", calls);
+            else if (g->reasoning)
+                wgllm_strbuf_printf(&root, "(\"<think>\" [^<]* \"</think>\" space)? %s", calls);
+            else
+                wgllm_strbuf_printf(&root, "%s", calls);
         }
         const char *r = calls && !root.oom ? wgllm_schema_grammar_rule(b, "tools-root", root.data) : NULL;
         if (!r || wgllm_schema_grammar_finish(b, r, &g->grammar, &err) != WGLLM_STATUS_OK) {
@@ -252,8 +260,8 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
         char param[48];
         snprintf(param, sizeof param, "tools[%d]", i);
         const J *type = wgllm_json_get(t, "type"), *fn = wgllm_json_get(t, "function");
-        if (!wgllm_json_is(t, WGLLM_JSON_OBJECT) || !wgllm_json_is(type, WGLLM_JSON_STRING) || strcmp(type->str, "function") ||
-            !wgllm_json_is(fn, WGLLM_JSON_OBJECT))
+        if (!wgllm_json_is(t, WGLLM_JSON_OBJECT) || !wgllm_json_is(type, WGLLM_JSON_STRING) ||
+            strcmp(type->str, "function") || !wgllm_json_is(fn, WGLLM_JSON_OBJECT))
             return bad(e, param, "'%s' must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}%s", "");
         snprintf(param, sizeof param, "tools[%d].function.name", i);
         const J *name = wgllm_json_get(fn, "name");
@@ -265,12 +273,14 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
             snprintf(param, sizeof param, "tools[%d].function.%.16s", i, m->key);
             if (!strcmp(m->key, "name")) continue;
             if (!strcmp(m->key, "description")) {
-                if (!wgllm_json_is(m, WGLLM_JSON_STRING) && !wgllm_json_is_null(m)) return bad(e, param, "'%s' must be a string%s", "");
+                if (!wgllm_json_is(m, WGLLM_JSON_STRING) && !wgllm_json_is_null(m))
+                    return bad(e, param, "'%s' must be a string%s", "");
             } else if (!strcmp(m->key, "parameters")) {
                 if (!wgllm_json_is(m, WGLLM_JSON_OBJECT) && !wgllm_json_is_null(m))
                     return bad(e, param, "'%s' must be a JSON Schema object%s", "");
             } else if (!strcmp(m->key, "strict")) {
-                if (!wgllm_json_is_bool(m) && !wgllm_json_is_null(m)) return bad(e, param, "'%s' must be true or false%s", "");
+                if (!wgllm_json_is_bool(m) && !wgllm_json_is_null(m))
+                    return bad(e, param, "'%s' must be true or false%s", "");
             } else {
                 return bad(e, param, "unknown field '%s'%s", "");
             }
@@ -280,14 +290,21 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
     g->tool_choice = WGLLM_TOOL_CHOICE_AUTO;
     if (!wgllm_json_is_null(tc)) {
         if (wgllm_json_is(tc, WGLLM_JSON_STRING)) {
-            if (!strcmp(tc->str, "none")) g->tool_choice = WGLLM_TOOL_CHOICE_NONE;
-            else if (!strcmp(tc->str, "auto")) g->tool_choice = WGLLM_TOOL_CHOICE_AUTO;
-            else if (!strcmp(tc->str, "required")) g->tool_choice = WGLLM_TOOL_CHOICE_REQUIRED;
-            else return bad(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or a function, not '%s'", tc->str);
+            if (!strcmp(tc->str, "none"))
+                g->tool_choice = WGLLM_TOOL_CHOICE_NONE;
+            else if (!strcmp(tc->str, "auto"))
+                g->tool_choice = WGLLM_TOOL_CHOICE_AUTO;
+            else if (!strcmp(tc->str, "required"))
+                g->tool_choice = WGLLM_TOOL_CHOICE_REQUIRED;
+            else
+                return bad(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or a function, not '%s'",
+                           tc->str);
         } else {
             const J *type = wgllm_json_get(tc, "type"), *name = wgllm_json_get(wgllm_json_get(tc, "function"), "name");
-            if (!wgllm_json_is(type, WGLLM_JSON_STRING) || strcmp(type->str, "function") || !wgllm_json_is(name, WGLLM_JSON_STRING))
-                return bad(e, "tool_choice", "'%s' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}%s", "");
+            if (!wgllm_json_is(type, WGLLM_JSON_STRING) || strcmp(type->str, "function") ||
+                !wgllm_json_is(name, WGLLM_JSON_STRING))
+                return bad(e, "tool_choice",
+                           "'%s' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}%s", "");
             bool found = false;
             for (const J *t = none ? NULL : wgllm_json_first(tools); t && !found; t = wgllm_json_next(tools, t))
                 found = !strcmp(wgllm_json_get(wgllm_json_get(t, "function"), "name")->str, name->str);
@@ -300,7 +317,8 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
     }
     if (none || g->tool_choice == WGLLM_TOOL_CHOICE_NONE) return true;
     if (g->upstream)
-        return bad(e, "tools", "'%s' is not forwarded to upstream '%s' (tool calls run on the local model)", g->upstream);
+        return bad(e, "tools", "'%s' is not forwarded to upstream '%s' (tool calls run on the local model)",
+                   g->upstream);
     g->tools = true;
     g->tool_format = ap->engine ? (int)wgllm_engine_template_caps(ap->engine).tool_format : WGLLM_TOOLS_GENERIC;
     /* the tools as the template sees them */
@@ -310,12 +328,14 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
     wgllm_json_w_value(&w, NULL, tools);
     if (text.oom) return wgllm_strbuf_free(&text), oom(e, "tools");
     g->tools_json = wgllm_strbuf_take(&text);
-    const bool constrained = g->tool_choice == WGLLM_TOOL_CHOICE_REQUIRED || g->tool_choice == WGLLM_TOOL_CHOICE_FUNCTION ||
-                             g->tool_format == WGLLM_TOOLS_GENERIC;
+    const bool constrained = g->tool_choice == WGLLM_TOOL_CHOICE_REQUIRED ||
+                             g->tool_choice == WGLLM_TOOL_CHOICE_FUNCTION || g->tool_format == WGLLM_TOOLS_GENERIC;
     if (!constrained) return true;
     if (g->grammar)
-        return bad(e, g->grammar_param, "'%s' cannot be combined with tools that must be called (tool_choice "
-                                        "required, a named function, or a template without tool syntax)%s", "");
+        return bad(e, g->grammar_param,
+                   "'%s' cannot be combined with tools that must be called (tool_choice "
+                   "required, a named function, or a template without tool syntax)%s",
+                   "");
     return tools_grammar(tools, only, g, e);
 }
 
@@ -372,8 +392,10 @@ static bool check_tool_calls(const J *calls, int i, struct wgllm_openai_error *e
             !wgllm_json_is(name, WGLLM_JSON_STRING) ||
             !(wgllm_json_is_null(args) || args->type == WGLLM_JSON_STRING || args->type == WGLLM_JSON_OBJECT) ||
             !(wgllm_json_is_null(id) || id->type == WGLLM_JSON_STRING))
-            return bad(e, param, "'%s' must be {\"id\": ..., \"type\": \"function\", \"function\": {\"name\": ..., "
-                                 "\"arguments\": \"...\"}}%s", "");
+            return bad(e, param,
+                       "'%s' must be {\"id\": ..., \"type\": \"function\", \"function\": {\"name\": ..., "
+                       "\"arguments\": \"...\"}}%s",
+                       "");
     }
     return true;
 }
@@ -419,15 +441,17 @@ bool wgllm_openai_messages_json(const struct wgllm_openai_params *ap, const J *b
         char param[64];
         snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
         const J *tid = wgllm_json_get(it, "tool_call_id");
-        if (!wgllm_json_is_null(tid) && tid->type != WGLLM_JSON_STRING) return bad(e, param, "'%s' must be a string%s", "");
+        if (!wgllm_json_is_null(tid) && tid->type != WGLLM_JSON_STRING)
+            return bad(e, param, "'%s' must be a string%s", "");
         snprintf(param, sizeof param, "messages[%d].name", i);
         const J *name = wgllm_json_get(it, "name");
-        if (!wgllm_json_is_null(name) && name->type != WGLLM_JSON_STRING) return bad(e, param, "'%s' must be a string%s", "");
+        if (!wgllm_json_is_null(name) && name->type != WGLLM_JSON_STRING)
+            return bad(e, param, "'%s' must be a string%s", "");
     }
     struct wgllm_strbuf text = {0}, sys = {0};
     if (generic) generic_instructions(g, &sys);
-    const struct wgllm_template_caps caps = ap->engine ? wgllm_engine_template_caps(ap->engine)
-                                                       : (struct wgllm_template_caps){.system_role = true};
+    const struct wgllm_template_caps caps =
+        ap->engine ? wgllm_engine_template_caps(ap->engine) : (struct wgllm_template_caps){.system_role = true};
     const bool system_role = caps.system_role;
     W w;
     wgllm_json_w_init(&w, &text);
@@ -468,8 +492,10 @@ bool wgllm_openai_messages_json(const struct wgllm_openai_params *ap, const J *b
         }
         if (!placed && ((has_system && i == 0) || (!has_system && !strcmp(role, "user")))) {
             struct wgllm_strbuf joined = {0};
-            if (has_system) wgllm_strbuf_printf(&joined, "%s\n\n%s", c.data ? c.data : "", sys.data ? sys.data : "");
-            else wgllm_strbuf_printf(&joined, "%s\n\n%s", sys.data ? sys.data : "", c.data ? c.data : "");
+            if (has_system)
+                wgllm_strbuf_printf(&joined, "%s\n\n%s", c.data ? c.data : "", sys.data ? sys.data : "");
+            else
+                wgllm_strbuf_printf(&joined, "%s\n\n%s", sys.data ? sys.data : "", c.data ? c.data : "");
             wgllm_strbuf_free(&c);
             c = joined;
             placed = true;
@@ -477,14 +503,16 @@ bool wgllm_openai_messages_json(const struct wgllm_openai_params *ap, const J *b
         wgllm_json_w_object(&w, NULL);
         wgllm_json_w_str(&w, "role", role);
         /* a call without text keeps its null content: templates test `content is none` (DeepSeek-R1's) */
-        if (!generic && !wgllm_json_is_null(calls) && calls->count > 0 && wgllm_json_is_null(wgllm_json_get(it, "content")))
+        if (!generic && !wgllm_json_is_null(calls) && calls->count > 0 &&
+            wgllm_json_is_null(wgllm_json_get(it, "content")))
             wgllm_json_w_null(&w, "content");
         else
             wgllm_json_w_string(&w, "content", c.data ? c.data : "", c.len);
         if (c.oom) text.oom = true;
         wgllm_strbuf_free(&c);
         if (wgllm_json_is(name, WGLLM_JSON_STRING)) wgllm_json_w_string(&w, "name", name->str, name->len);
-        if (!generic && wgllm_json_is(tid, WGLLM_JSON_STRING)) wgllm_json_w_string(&w, "tool_call_id", tid->str, tid->len);
+        if (!generic && wgllm_json_is(tid, WGLLM_JSON_STRING))
+            wgllm_json_w_string(&w, "tool_call_id", tid->str, tid->len);
         if (!generic && !wgllm_json_is_null(calls)) {
             wgllm_json_w_array(&w, "tool_calls");
             for (const J *tc = wgllm_json_first(calls); tc; tc = wgllm_json_next(calls, tc)) {
@@ -525,8 +553,10 @@ static size_t json_end(const char *s, size_t n, size_t i) {
     for (; i < n; i++) {
         const char c = s[i];
         if (str) {
-            if (c == '\\') i++;
-            else if (c == '"') str = false;
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                str = false;
         } else if (c == '"') {
             str = true;
         } else if (c == '{' || c == '[') {
@@ -738,44 +768,48 @@ static bool parse_functionary(const char *s, size_t n, struct wgllm_tool_calls *
 
 static bool split_calls(int format, const char *s, size_t n, struct wgllm_tool_calls *out) {
     switch (format) {
-    case WGLLM_TOOLS_HERMES: return parse_hermes(s, n, out);
-    case WGLLM_TOOLS_LLAMA3: {
-        size_t i = skip_ws(s, n, 0);
-        if (starts(s, n, i, "<|python_tag|>")) i = skip_ws(s, n, i + 14);
-        while (i < n && s[i] == '{') {
-            const size_t e = json_end(s, n, i);
-            if (!e || !json_call(out, s, i, e, "name")) break;
-            i = skip_ws(s, n, e);
-            if (i < n && s[i] == ';') i = skip_ws(s, n, i + 1);
+        case WGLLM_TOOLS_HERMES:
+            return parse_hermes(s, n, out);
+        case WGLLM_TOOLS_LLAMA3: {
+            size_t i = skip_ws(s, n, 0);
+            if (starts(s, n, i, "<|python_tag|>")) i = skip_ws(s, n, i + 14);
+            while (i < n && s[i] == '{') {
+                const size_t e = json_end(s, n, i);
+                if (!e || !json_call(out, s, i, e, "name")) break;
+                i = skip_ws(s, n, e);
+                if (i < n && s[i] == ';') i = skip_ws(s, n, i + 1);
+            }
+            if (out->n) wgllm_strbuf_put(&out->content, s + i, n - i);
+            return out->n > 0;
         }
-        if (out->n) wgllm_strbuf_put(&out->content, s + i, n - i);
-        return out->n > 0;
-    }
-    case WGLLM_TOOLS_MISTRAL: {
-        const size_t at = find(s, n, 0, "[TOOL_CALLS]");
-        if (at == (size_t)-1) return false;
-        const size_t j = skip_ws(s, n, at + 12);
-        const size_t e = j < n && s[j] == '[' ? json_end(s, n, j) : 0;
-        if (!e || !json_calls(out, s, j, e, "name")) return false;
-        wgllm_strbuf_put(&out->content, s, at);
-        wgllm_strbuf_put(&out->content, s + e, n - e);
-        return true;
-    }
-    case WGLLM_TOOLS_DEEPSEEK_R1: return parse_r1(s, n, out);
-    case WGLLM_TOOLS_COMMAND_R: {
-        const size_t at = find(s, n, 0, "<|START_ACTION|>");
-        if (at == (size_t)-1) return false;
-        const size_t j = skip_ws(s, n, at + 16);
-        const size_t e = j < n && s[j] == '[' ? json_end(s, n, j) : 0;
-        if (!e || !json_calls(out, s, j, e, "tool_name")) return false;
-        wgllm_strbuf_put(&out->content, s, at);
-        size_t k = skip_ws(s, n, e);
-        if (starts(s, n, k, "<|END_ACTION|>")) k += 14;
-        wgllm_strbuf_put(&out->content, s + k, n - k);
-        return true;
-    }
-    case WGLLM_TOOLS_FUNCTIONARY: return parse_functionary(s, n, out);
-    default: return parse_generic(s, n, out);
+        case WGLLM_TOOLS_MISTRAL: {
+            const size_t at = find(s, n, 0, "[TOOL_CALLS]");
+            if (at == (size_t)-1) return false;
+            const size_t j = skip_ws(s, n, at + 12);
+            const size_t e = j < n && s[j] == '[' ? json_end(s, n, j) : 0;
+            if (!e || !json_calls(out, s, j, e, "name")) return false;
+            wgllm_strbuf_put(&out->content, s, at);
+            wgllm_strbuf_put(&out->content, s + e, n - e);
+            return true;
+        }
+        case WGLLM_TOOLS_DEEPSEEK_R1:
+            return parse_r1(s, n, out);
+        case WGLLM_TOOLS_COMMAND_R: {
+            const size_t at = find(s, n, 0, "<|START_ACTION|>");
+            if (at == (size_t)-1) return false;
+            const size_t j = skip_ws(s, n, at + 16);
+            const size_t e = j < n && s[j] == '[' ? json_end(s, n, j) : 0;
+            if (!e || !json_calls(out, s, j, e, "tool_name")) return false;
+            wgllm_strbuf_put(&out->content, s, at);
+            size_t k = skip_ws(s, n, e);
+            if (starts(s, n, k, "<|END_ACTION|>")) k += 14;
+            wgllm_strbuf_put(&out->content, s + k, n - k);
+            return true;
+        }
+        case WGLLM_TOOLS_FUNCTIONARY:
+            return parse_functionary(s, n, out);
+        default:
+            return parse_generic(s, n, out);
     }
 }
 
@@ -793,7 +827,8 @@ void wgllm_openai_tools_extract(const struct wgllm_openai_request *g, const char
 
 /* ---- streams: what may be sent as content before the end ----------------------- */
 
-void wgllm_openai_toolsplit_push(struct wgllm_openai_request *g, const char *text, size_t len, struct wgllm_strbuf *content) {
+void wgllm_openai_toolsplit_push(struct wgllm_openai_request *g, const char *text, size_t len,
+                                 struct wgllm_strbuf *content) {
     struct wgllm_openai_toolsplit *t = &g->split;
     if (!g->tools || (t->seen && !t->calls)) {
         wgllm_strbuf_put(content, text, len);
