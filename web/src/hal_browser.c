@@ -34,7 +34,8 @@
 #define HAL_MSG 1024
 #define WRITE_CHUNK ((size_t)16 << 20) /* bytes per direct queue write */
 #define DEFER_MAX 4096                 /* writes up to this size wait for the next submit */
-#define WAIT_MS 120000.0               /* longest wait for a promise (device lost resolves them earlier) */
+#define WAIT_MS 120000.0               /* longest wait for navigator.gpu's adapter and device */
+#define FAULT_GRACE_MS 10000.0         /* after a device fault, how long its pending promises get to reject */
 
 /* Completed by the JS side (WGHAL.done): state 0 -> 1, then status and msg. */
 struct hal_wait {
@@ -54,6 +55,7 @@ extern void wgllm_hal_js_readback(struct hal_wait *w, int dev, int id, double of
 extern int wgllm_hal_js_pipeline(struct hal_wait *w, int dev, const char *src, const char *label);
 extern int wgllm_hal_js_bindgroup(struct hal_wait *w, int dev, int pipeline, int n, const double *entries);
 extern int wgllm_hal_js_take_error(int dev, char *msg, int cap);
+extern int wgllm_hal_js_has_error(int dev);
 
 struct wgllm_gpu_buffer {
     int id;
@@ -98,6 +100,23 @@ static bool wait_done(struct hal_wait *w) {
     while (atomic_load(&w->state) == 0) {
         if (emscripten_get_now() - t0 > WAIT_MS) return false;
         emscripten_futex_wait((void *)&w->state, 0, 1000.0);
+    }
+    return true;
+}
+
+/* Sleeps until JS completes `w`, a wait for GPU work. There is no time
+ * limit: on a slow adapter (SwiftShader, a 1B model's prefill) a pass may
+ * take minutes, which is progress, not a failure. The wait gives up only
+ * when the device reports a fault (an error, or lost: its pending promises
+ * then reject, which normally ends the wait first) and the promise still has
+ * not answered FAULT_GRACE_MS later; `w` is leaked then, as in wait_done. */
+static bool wait_gpu(struct wgllm_gpu *g, struct hal_wait *w) {
+    double fault_at = 0;
+    while (atomic_load(&w->state) == 0) {
+        emscripten_futex_wait((void *)&w->state, 0, 1000.0);
+        if (atomic_load(&w->state) != 0) break;
+        if (fault_at == 0 && wgllm_hal_js_has_error(g->dev)) fault_at = emscripten_get_now();
+        if (fault_at != 0 && emscripten_get_now() - fault_at > FAULT_GRACE_MS) return false;
     }
     return true;
 }
@@ -290,8 +309,10 @@ enum wgllm_status wgllm_gpu_readback(struct wgllm_gpu *g, struct wgllm_gpu_buffe
     struct hal_wait *w = wait_new();
     if (!w) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for a readback");
     wgllm_hal_js_readback(w, g->dev, rb->id, (double)offset, (double)msize, dst, (double)size);
-    if (!wait_done(w))
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "GPU readback: no answer within %.0f s", WAIT_MS / 1000);
+    if (!wait_gpu(g, w)) {
+        enum wgllm_status st = take_error(g, err, "GPU readback: the device failed and the readback never answered");
+        return st ? st : wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "GPU readback: the device failed");
+    }
     enum wgllm_status st = WGLLM_STATUS_OK;
     if (w->status) {
         st = take_error(g, err, "GPU readback");
@@ -314,9 +335,10 @@ struct wgllm_gpu_pipeline *wgllm_gpu_pipeline_get(struct wgllm_gpu *g, const cha
         return NULL;
     }
     int id = wgllm_hal_js_pipeline(w, g->dev, wgsl, label);
-    if (!wait_done(w)) {
-        wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "compiling WGSL kernel '%s': no answer within %.0f s",
-                        label ? label : "", WAIT_MS / 1000);
+    if (!wait_gpu(g, w)) {
+        char what[160];
+        snprintf(what, sizeof what, "compiling WGSL kernel '%s': the device failed", label ? label : "");
+        if (!take_error(g, err, what)) wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "%s", what);
         return NULL;
     }
     if (w->status) {
@@ -358,9 +380,10 @@ struct wgllm_gpu_bindgroup *wgllm_gpu_bindgroup_create(struct wgllm_gpu *g, stru
         return NULL;
     }
     int id = wgllm_hal_js_bindgroup(w, g->dev, p->id, n, ent);
-    if (!wait_done(w)) {
+    if (!wait_gpu(g, w)) {
         free(r);
-        wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "creating a bind group: no answer within %.0f s", WAIT_MS / 1000);
+        if (!take_error(g, err, "creating a bind group: the device failed"))
+            wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "creating a bind group: the device failed");
         return NULL;
     }
     if (w->status || !id) {

@@ -290,6 +290,14 @@ var LibraryWgllmHal = {
 
   // The first device error since the last call, copied to msg (cap bytes);
   // returns 1 when there was one.
+  // whether the device has recorded a fault (error or loss), without taking it
+  wgllm_hal_js_has_error__deps: ['$WGHAL'],
+  wgllm_hal_js_has_error__proxy: 'sync',
+  wgllm_hal_js_has_error: function(dev) {
+    var d = WGHAL.objs[dev];
+    return d && d.error ? 1 : 0;
+  },
+
   wgllm_hal_js_take_error__deps: ['$WGHAL'],
   wgllm_hal_js_take_error__proxy: 'sync',
   wgllm_hal_js_take_error: function(dev, msg, cap) {
