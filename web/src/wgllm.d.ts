@@ -94,7 +94,7 @@ export interface EngineInfo {
   worker?: boolean;
 }
 
-export type FinishReason = 'stop' | 'length' | 'abort';
+export type FinishReason = 'stop' | 'length' | 'abort' | 'tool_calls';
 
 /** The request fields of `wgllm serve` (the same OpenAI layer checks both): unknown fields, wrong
  *  types and out-of-range values are refused with an OpenAIError naming the field. */
@@ -154,9 +154,44 @@ export interface Usage {
   extra: { ttft_ms: number; prefill_tokens_per_s: number; decode_tokens_per_s: number; total_ms: number };
 }
 
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  /** arguments: JSON text, as OpenAI sends it */
+  function: { name: string; arguments: string };
+}
+
+/** A streamed piece of a call (delta.tool_calls[i]): assembled by index, strings appended. */
+export interface ToolCallDelta {
+  index: number;
+  id?: string;
+  type?: 'function';
+  function?: { name?: string; arguments?: string };
+}
+
+export interface Tool {
+  type: 'function';
+  /** parameters: a JSON Schema; a required or named call is constrained to satisfy it */
+  function: { name: string; description?: string; parameters?: object; strict?: boolean };
+}
+
 export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool' | string;
-  content: string | { type: 'text'; text: string }[];
+  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool' | string;
+  content: string | null | { type: 'text'; text: string }[];
+  /** an assistant's earlier calls, rendered back through the model's template */
+  tool_calls?: ToolCall[];
+  /** role 'tool': the call this answers */
+  tool_call_id?: string;
+  name?: string;
+}
+
+export interface AssistantMessage {
+  role: 'assistant';
+  /** null beside tool_calls */
+  content: string | null;
+  /** the <think> part of a reasoning model's answer (reasoning_format other than 'none') */
+  reasoning_content?: string;
+  tool_calls?: ToolCall[];
 }
 
 export interface ChatCompletion {
@@ -164,7 +199,7 @@ export interface ChatCompletion {
   object: 'chat.completion';
   created: number;
   model: string;
-  choices: { index: 0; message: { role: 'assistant'; content: string }; logprobs: ChatLogprobs | null; finish_reason: FinishReason }[];
+  choices: { index: 0; message: AssistantMessage; logprobs: ChatLogprobs | null; finish_reason: FinishReason }[];
   usage: Usage;
   system_fingerprint: string;
 }
@@ -174,7 +209,9 @@ export interface ChatCompletionChunk {
   object: 'chat.completion.chunk';
   created: number;
   model: string;
-  choices: { index: 0; delta: { role?: 'assistant'; content?: string }; logprobs: ChatLogprobs | null; finish_reason: FinishReason | null }[];
+  choices: { index: 0; delta: { role?: 'assistant'; content?: string; reasoning_content?: string;
+                                tool_calls?: ToolCallDelta[] };
+             logprobs: ChatLogprobs | null; finish_reason: FinishReason | null }[];
   /** With stream_options.include_usage: null on every chunk but the last (whose choices are []). */
   usage?: Usage | null;
   system_fingerprint: string;
@@ -201,7 +238,18 @@ export interface ChatParams {
   messages: ChatMessage[];
   logprobs?: boolean;
   top_logprobs?: number;
-  response_format?: { type: 'text' };
+  response_format?: { type: 'text' } | { type: 'json_object' } |
+    { type: 'json_schema'; json_schema: { name: string; schema: object; strict?: boolean; description?: string } };
+  tools?: Tool[];
+  tool_choice?: 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } };
+  parallel_tool_calls?: boolean;
+  /** extra variables for the chat template, e.g. { enable_thinking: false } */
+  chat_template_kwargs?: Record<string, unknown>;
+  /** 'none' keeps <think> blocks in content; 'auto' / 'deepseek' (default) split them into reasoning_content */
+  reasoning_format?: 'none' | 'auto' | 'deepseek';
+  /** llama.cpp's local fields: a GBNF grammar, or a JSON Schema, the answer must follow */
+  grammar?: string;
+  json_schema?: object;
 }
 
 export interface Engine {
