@@ -43,6 +43,18 @@ static struct wgllm_engine *engine_with(const char *tmpl) {
     return e;
 }
 
+/* An engine on the shared template `file`; *tmpl gets its text (free both). NULL after a failed check. */
+static struct wgllm_engine *engine_on(const char *file, char **tmpl) {
+    *tmpl = read_template(file);
+    struct wgllm_engine *e = *tmpl ? engine_with(*tmpl) : NULL;
+    CHECK(e != NULL);
+    if (!e) {
+        free(*tmpl);
+        *tmpl = NULL;
+    }
+    return e;
+}
+
 static struct wgllm_openai_params params_for(struct wgllm_engine *e) {
     return (struct wgllm_openai_params){
         .model = g_model, .engine = e, .model_id = "tiny.gguf", .max_tokens = 4096, .n_ctx = 1024};
@@ -373,14 +385,9 @@ TEST(every_family_syntax_is_split) {
 }
 
 TEST(earlier_calls_and_answers_go_through_the_template) {
-    char *t = read_template("Qwen-Qwen2.5-7B-Instruct.jinja");
-    CHECK(t != NULL);
-    struct wgllm_engine *e = t ? engine_with(t) : NULL;
-    CHECK(e != NULL);
-    if (!e) {
-        free(t);
-        return;
-    }
+    char *t;
+    struct wgllm_engine *e = engine_on("Qwen-Qwen2.5-7B-Instruct.jinja", &t);
+    if (!e) return;
     const struct wgllm_openai_params p = params_for(e);
     char body[4096];
     snprintf(
@@ -421,13 +428,9 @@ TEST(earlier_calls_and_answers_go_through_the_template) {
 }
 
 TEST(generic_format_answers_in_json) {
-    char *t = read_template("google-gemma-2-2b-it.jinja");
-    struct wgllm_engine *e = t ? engine_with(t) : NULL;
-    CHECK(e != NULL);
-    if (!e) {
-        free(t);
-        return;
-    }
+    char *t;
+    struct wgllm_engine *e = engine_on("google-gemma-2-2b-it.jinja", &t);
+    if (!e) return;
     const struct wgllm_openai_params p = params_for(e);
     char body[4096];
     /* tool_choice auto: a call or a {"response": ...}, either way parsed, never raw JSON in content */
@@ -487,13 +490,9 @@ TEST(generic_format_answers_in_json) {
 }
 
 TEST(a_reasoning_model_may_think_before_its_call) {
-    char *t = read_template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
-    struct wgllm_engine *e = t ? engine_with(t) : NULL;
-    CHECK(e != NULL);
-    if (!e) {
-        free(t);
-        return;
-    }
+    char *t;
+    struct wgllm_engine *e = engine_on("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", &t);
+    if (!e) return;
     const struct wgllm_openai_params p = params_for(e);
     char body[4096];
     snprintf(body, sizeof body,
@@ -547,13 +546,9 @@ static void refused(struct wgllm_engine *e, const char *tools_and_choice, const 
 }
 
 TEST(bad_tools_are_refused) {
-    char *t = read_template("Qwen-Qwen2.5-7B-Instruct.jinja");
-    struct wgllm_engine *e = t ? engine_with(t) : NULL;
-    CHECK(e != NULL);
-    if (!e) {
-        free(t);
-        return;
-    }
+    char *t;
+    struct wgllm_engine *e = engine_on("Qwen-Qwen2.5-7B-Instruct.jinja", &t);
+    if (!e) return;
     refused(e, ",\"tools\":{}", "tools");
     refused(e, ",\"tools\":[{\"type\":\"function\"}]", "tools[0]");
     refused(e, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", "tools[0].function.name");

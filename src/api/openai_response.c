@@ -200,6 +200,16 @@ static void open_choice(W *w, struct wgllm_strbuf *b, const struct wgllm_openai_
     wgllm_json_w_number(w, "index", 0);
 }
 
+/* The end every chunk with one choice shares: the choice, the array, the
+ * include_usage null, the object. */
+static char *close_chunk(W *w, struct wgllm_strbuf *b, const struct wgllm_openai_request *g) {
+    wgllm_json_w_end(w, '}');
+    wgllm_json_w_end(w, ']');
+    if (g->include_usage) wgllm_json_w_null(w, "usage");
+    wgllm_json_w_end(w, '}');
+    return finish(b);
+}
+
 static void result_logprobs(W *w, const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
                             const struct wgllm_result *r) {
     logprobs_json(w, p, g, r->tokens, r->logprobs, r->n_tokens, r->top_logprobs, r->top_logprobs ? r->n_top : 0);
@@ -282,11 +292,7 @@ static char *chunk_ex(const struct wgllm_openai_params *p, const struct wgllm_op
         wgllm_json_w_null(&w, "logprobs");
     if (finish_reason) wgllm_json_w_str(&w, "finish_reason", finish_reason);
     else wgllm_json_w_null(&w, "finish_reason");
-    wgllm_json_w_end(&w, '}');
-    wgllm_json_w_end(&w, ']');
-    if (g->include_usage) wgllm_json_w_null(&w, "usage");
-    wgllm_json_w_end(&w, '}');
-    return finish(&b);
+    return close_chunk(&w, &b, g);
 }
 
 static char *chunk(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id, int kind,
@@ -338,11 +344,7 @@ static char *logprobs_chunk(const struct wgllm_openai_params *p, const struct wg
     }
     result_logprobs(&w, p, g, r);
     wgllm_json_w_null(&w, "finish_reason");
-    wgllm_json_w_end(&w, '}');
-    wgllm_json_w_end(&w, ']');
-    if (g->include_usage) wgllm_json_w_null(&w, "usage");
-    wgllm_json_w_end(&w, '}');
-    return finish(&b);
+    return close_chunk(&w, &b, g);
 }
 
 static char *usage_chunk(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id,
@@ -373,11 +375,7 @@ static char *tools_chunk(const struct wgllm_openai_params *p, const struct wgllm
     wgllm_json_w_end(&w, '}');
     wgllm_json_w_null(&w, "logprobs");
     wgllm_json_w_null(&w, "finish_reason");
-    wgllm_json_w_end(&w, '}');
-    wgllm_json_w_end(&w, ']');
-    if (g->include_usage) wgllm_json_w_null(&w, "usage");
-    wgllm_json_w_end(&w, '}');
-    return finish(&b);
+    return close_chunk(&w, &b, g);
 }
 
 int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_openai_request *g, const char *id,
