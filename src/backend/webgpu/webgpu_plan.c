@@ -273,6 +273,13 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     /* output rows one pass keeps: OUT_BYTES of logits, at least one per sequence */
     sz->out_cap = (int)WGLLM_MAX((uint64_t)sz->n_seq, OUT_BYTES / smul(V, 4));
     const int n_ctx0 = sz->n_ctx, n_batch0 = sz->n_batch, out0 = sz->out_cap;
+    /* the logits of a pass and their readback copy within a binding, down to one row per sequence */
+    const uint64_t out_row = smul(WGLLM_MAX(V, E), 4);
+    if (smul((uint64_t)sz->out_cap, out_row) > max_bind && sz->out_cap > sz->n_seq) {
+        sz->out_cap = (int)WGLLM_MAX((uint64_t)sz->n_seq, max_bind / out_row);
+        snprintf(why, sizeof why, "a pass's output rows must fit the device's %llu-byte binding",
+                 (unsigned long long)max_bind);
+    }
 
     const uint64_t row_max = smul(WGLLM_MAX(WGLLM_MAX(WGLLM_MAX(E, F), WGLLM_MAX(QD, OD)), WGLLM_MAX(WGLLM_MAX(KD, VD), w.rot)), 4);
     if (smul((uint64_t)sz->n_batch, row_max) > max_bind) {
@@ -351,6 +358,11 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
         if (k < (int)cap) snprintf(note + k, cap - k, "because %s", why);
     }
     sz->estimate = sadd(fixed, smul(kv_pos, (uint64_t)sz->n_ctx));
+    /* each buffer is checked below; their sum (weights of 16 pieces past a
+     * binding each, say) must not wrap either */
+    if (sz->estimate == SAT)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: the plan needs more than 2^64 bytes (weights, "
+                               "KV cache and scratch of %d sequences x %d positions)", sz->n_seq, sz->n_ctx);
 
     /* every buffer, as plan_alloc creates it */
     const uint64_t B = (uint64_t)sz->n_batch, OC = (uint64_t)sz->out_cap, rows = (uint64_t)sz->n_seq * sz->n_ctx;
