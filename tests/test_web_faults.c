@@ -1,0 +1,395 @@
+/*
+ * test_web_faults.c - allocation failures in the browser package's C side
+ * (web/src/wgllm_web.c, compiled natively here: its single-threaded core's
+ * paths, the ones web/dist/wgllm-core-st.js runs).
+ *
+ * This binary is linked with -Wl,--wrap=malloc,--wrap=calloc,... (Makefile),
+ * so every allocation of the glue and of the core beneath it goes through
+ * the counter below, which makes the Nth one fail. One sequence is what a
+ * page does: load a synthetic model (with a chat template of its own), a
+ * streamed and a whole chat completion through wgllm_web_openai stepped to
+ * their end, an embedding, a snapshot export and import, a load that fails,
+ * then unload. It runs once clean (the reference), then once per fault
+ * point N = 1, 2, ... until a run passes without reaching N. At each point
+ * every call must either give the reference result or fail with a clear
+ * error (a message; an OpenAI error object with its HTTP status), never
+ * crash, abort, hang (steps are bounded) or leak (LeakSanitizer checks
+ * after each point under ASan); and a fresh clean sequence after it must
+ * still give the reference results.
+ *
+ * Points are taken with a stride over the core's allocations when there are
+ * many (WGLLM_FAULT_STRIDE, default 1 = all; the default suite sets none),
+ * but every allocation made by the glue itself is always failed: the glue
+ * is #included below with its malloc/calloc/strdup renamed to tag them,
+ * and the test fails unless each of its allocation calls was reached.
+ */
+#include "test.h"
+
+#include "model/synth.h"
+#include "quant/quant.h"
+#include "wgllm_tools.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define HAVE_LSAN 1
+#else
+#define HAVE_LSAN 0
+#endif
+
+/* ---- the fault counter ------------------------------------------------------ */
+
+static _Atomic long n_alloc;   /* allocations since the sequence began */
+static _Atomic long fail_at;   /* the allocation to fail (1-based); 0: none */
+static _Atomic bool counting;  /* off outside the sequences (the harness's own allocations) */
+static _Atomic int cur_site;   /* glue line of the allocation being made; 0: the core's */
+#define MAX_ALLOCS (1 << 20)
+static int *site_of;           /* reference run: glue line of allocation i (0: the core's) */
+
+static bool fail_now(void) {
+    const int site = atomic_exchange(&cur_site, 0);
+    if (!atomic_load(&counting)) return false;
+    const long n = atomic_fetch_add(&n_alloc, 1) + 1;
+    if (site_of && n < MAX_ALLOCS) site_of[n] = site;
+    return n == atomic_load(&fail_at);
+}
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+char *__real_strdup(const char *s);
+char *__real_strndup(const char *s, size_t n);
+int __real_posix_memalign(void **p, size_t align, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+char *__wrap_strdup(const char *s);
+char *__wrap_strndup(const char *s, size_t n);
+int __wrap_posix_memalign(void **p, size_t align, size_t n);
+
+void *__wrap_malloc(size_t n) { return fail_now() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t size) { return fail_now() ? NULL : __real_calloc(n, size); }
+void *__wrap_realloc(void *p, size_t n) { return fail_now() ? NULL : __real_realloc(p, n); }
+char *__wrap_strdup(const char *s) { return fail_now() ? NULL : __real_strdup(s); }
+char *__wrap_strndup(const char *s, size_t n) { return fail_now() ? NULL : __real_strndup(s, n); }
+int __wrap_posix_memalign(void **p, size_t align, size_t n) {
+    return fail_now() ? ENOMEM : __real_posix_memalign(p, align, n);
+}
+
+/* The glue, with its own allocation calls tagged by line (they still go
+ * through the wrapped functions above). */
+static void *glue_tag(int line) {
+    atomic_store(&cur_site, line);
+    return NULL;
+}
+#define malloc(n) (glue_tag(__LINE__), malloc(n))
+#define calloc(n, s) (glue_tag(__LINE__), calloc(n, s))
+#define realloc(p, n) (glue_tag(__LINE__), realloc(p, n))
+#define strdup(s) (glue_tag(__LINE__), strdup(s))
+#include "../web/src/wgllm_web.c"
+#undef malloc
+#undef calloc
+#undef realloc
+#undef strdup
+
+/* ---- one sequence ----------------------------------------------------------- */
+
+#define MAX_STEPS 20000 /* a request of 4 tokens takes a few dozen; more is a hang */
+
+static const char TEMPLATE[] = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}<assistant>{% endif %}";
+static const char BODY_STREAM[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
+                                  "\"max_tokens\":4,\"temperature\":0,\"stream\":true,"
+                                  "\"stream_options\":{\"include_usage\":true}}";
+static const char BODY_WHOLE[] = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                                 "{\"role\":\"user\",\"content\":\"The lighthouse keeper\"}],"
+                                 "\"max_tokens\":4,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}";
+static const char EMBED_TEXT[] = "A small brass lamp";
+
+/* What one sequence gave: per call, ok (the result), or the error it said. */
+enum { OP_LOAD, OP_STREAM, OP_WHOLE, OP_EMBED, OP_EXPORT, OP_IMPORT, OP_BAD_LOAD, N_OPS };
+static const char *const OP_NAMES[N_OPS] = {"load", "streamed chat", "whole chat", "embed", "snapshot export",
+                                            "snapshot import", "failing load"};
+struct outcome {
+    bool ok[N_OPS];
+    bool ran[N_OPS];
+    char text[2][256];    /* the two chats' texts */
+    char stream_end[512]; /* the stream's last line */
+    float vec[256];
+    int n_vec;
+    bool problem;         /* a failure that was not a clear error */
+    char why[600];
+};
+
+static void problem(struct outcome *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(struct outcome *o, const char *fmt, ...) {
+    if (o->problem) return; /* the first one says it */
+    o->problem = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->why, sizeof o->why, fmt, ap);
+    va_end(ap);
+}
+
+/* The last complete line of the stream text s (len bytes). */
+static void last_line(const char *s, size_t len, char *out, size_t cap) {
+    size_t end = len;
+    while (end > 0 && s[end - 1] == '\n') end--;
+    size_t start = end;
+    while (start > 0 && s[start - 1] != '\n') start--;
+    snprintf(out, cap, "%.*s", (int)(end - start), s + start);
+}
+
+/* An OpenAI job stepped to its end; true when it ended well (text in
+ * *text, the stream's last line in *end). A failure must be an error the
+ * page can show: an OpenAI error object (the answer, or the stream's last
+ * line) with a status that is not 200. */
+static bool run_chat(struct outcome *o, struct web_state *st, const char *body, bool stream, char *text, size_t cap) {
+    struct web_job *j = wgllm_web_openai(st, WGLLM_OPENAI_CHAT, body, (int)strlen(body), "tiny");
+    if (!j) {
+        if (!wgllm_web_last_error()[0]) problem(o, "wgllm_web_openai returned NULL without a message");
+        return false;
+    }
+    static char streamed[1 << 16];
+    size_t n_streamed = 0;
+    int steps = 0;
+    while (!wgllm_web_job_done(j) && steps++ < MAX_STEPS) {
+        wgllm_web_step(st, j);
+        int len;
+        const char *t = wgllm_web_job_take(j, &len); /* as JS takes them between steps */
+        if (len > 0 && n_streamed + (size_t)len < sizeof streamed) memcpy(streamed + n_streamed, t, (size_t)len), n_streamed += (size_t)len;
+    }
+    int len;
+    const char *t = wgllm_web_job_take(j, &len);
+    if (len > 0 && n_streamed + (size_t)len < sizeof streamed) memcpy(streamed + n_streamed, t, (size_t)len), n_streamed += (size_t)len;
+    bool ok = false;
+    if (!wgllm_web_job_done(j)) {
+        problem(o, "a chat job still not done after %d steps", MAX_STEPS);
+        wgllm_web_job_cancel(j);
+        while (!wgllm_web_job_done(j) && steps++ < 2 * MAX_STEPS) wgllm_web_step(st, j);
+        if (!wgllm_web_job_done(j)) return false; /* leaked: cannot be freed while running */
+    } else {
+        const int http = (int)wgllm_web_job_num(j, 11), status = (int)wgllm_web_job_num(j, 0);
+        const char *answer = wgllm_web_job_answer(j);
+        char end[512];
+        last_line(streamed, n_streamed, end, sizeof end);
+        if (http == 200 && status == 0) {
+            /* a whole answer holds the choices; a stream ends with its usage chunk after the finish chunk */
+            if (!stream && !strstr(answer, "\"choices\""))
+                problem(o, "a whole chat ended well but its answer is \"%.200s\"", answer);
+            else if (stream && (answer[0] || !strstr(streamed, "\"finish_reason\":\"length\"") || !strstr(end, "\"usage\"")))
+                problem(o, "a stream ended well but its chunks end with \"%.200s\" (answer \"%.100s\")", end, answer);
+            else
+                ok = true;
+            snprintf(text, cap, "%s", wgllm_web_job_text(j));
+            if (stream) snprintf(o->stream_end, sizeof o->stream_end, "%s", end);
+        } else {
+            const char *err = stream && !answer[0] ? end : answer;
+            if (http == 200 || http < 400 || !strstr(err, "\"error\"") || !strstr(err, "\"message\":\"") ||
+                strstr(err, "\"message\":\"\""))
+                problem(o, "a failed chat (HTTP %d, status %d, message \"%s\") says \"%.200s\"", http, status,
+                        wgllm_web_job_message(j), err);
+        }
+    }
+    wgllm_web_job_free(j);
+    return ok;
+}
+
+/* A job of the other kinds (done at once in this build): ok, or a clear error. */
+static bool job_result(struct outcome *o, struct web_job *j, const char *what) {
+    if (!j) {
+        if (!wgllm_web_last_error()[0]) problem(o, "%s returned NULL without a message", what);
+        return false;
+    }
+    if (!wgllm_web_job_done(j)) {
+        problem(o, "%s is not done in the single-threaded build", what);
+        return false;
+    }
+    const bool ok = wgllm_web_job_num(j, 0) == 0;
+    if (!ok && !wgllm_web_job_message(j)[0]) problem(o, "%s failed without a message", what);
+    return ok;
+}
+
+static const char *model_path;
+
+static void run_sequence(struct outcome *o, long fault) {
+    memset(o, 0, sizeof *o);
+    g_error[0] = 0;
+    atomic_store(&n_alloc, 0);
+    atomic_store(&fail_at, fault);
+    atomic_store(&counting, true);
+    o->ran[OP_LOAD] = true;
+    struct web_state *st = wgllm_web_load(model_path, 1, 256, 1, TEMPLATE);
+    if (!st) {
+        if (!wgllm_web_last_error()[0]) problem(o, "wgllm_web_load returned NULL without a message");
+    } else {
+        o->ok[OP_LOAD] = true;
+        o->ran[OP_STREAM] = o->ran[OP_WHOLE] = o->ran[OP_EMBED] = o->ran[OP_EXPORT] = true;
+        o->ok[OP_STREAM] = run_chat(o, st, BODY_STREAM, true, o->text[0], sizeof o->text[0]);
+        o->ok[OP_WHOLE] = run_chat(o, st, BODY_WHOLE, false, o->text[1], sizeof o->text[1]);
+        struct web_job *j = wgllm_web_embed(st, EMBED_TEXT, (int)strlen(EMBED_TEXT), WGLLM_POOLING_MEAN, 1);
+        if ((o->ok[OP_EMBED] = job_result(o, j, "an embedding"))) {
+            o->n_vec = (int)wgllm_web_job_num(j, 10);
+            if (o->n_vec > 0 && o->n_vec <= 256) memcpy(o->vec, wgllm_web_job_vec(j), sizeof(float) * (size_t)o->n_vec);
+        }
+        wgllm_web_job_free(j);
+        j = wgllm_web_snapshots(st, 0, NULL, 0);
+        if ((o->ok[OP_EXPORT] = job_result(o, j, "a snapshot export"))) {
+            int len;
+            const void *blob = wgllm_web_job_blob(j, &len);
+            o->ran[OP_IMPORT] = true;
+            struct web_job *k = wgllm_web_snapshots(st, 1, blob, len);
+            o->ok[OP_IMPORT] = job_result(o, k, "a snapshot import");
+            wgllm_web_job_free(k);
+        }
+        wgllm_web_job_free(j);
+        wgllm_web_unload(st);
+    }
+    /* a load that fails (no such file) on its own pthread: its error must still say why */
+    o->ran[OP_BAD_LOAD] = true;
+    struct web_load *l = wgllm_web_load_start("/nonexistent/model.gguf", 1, 256, 1, TEMPLATE, WGLLM_BACKEND_CPU);
+    if (!l) {
+        if (!wgllm_web_last_error()[0]) problem(o, "wgllm_web_load_start returned NULL without a message");
+    } else {
+        const struct timespec ms = {0, 1000000};
+        for (int i = 0; !wgllm_web_load_done(l) && i < 10000; i++) nanosleep(&ms, NULL);
+        if (!wgllm_web_load_done(l)) {
+            problem(o, "a failing load did not end in 10 s");
+        } else {
+            struct web_state *bad = wgllm_web_load_finish(l);
+            if (bad) {
+                problem(o, "a load of a missing file succeeded");
+                wgllm_web_unload(bad);
+            } else if (!strstr(wgllm_web_last_error(), "model.gguf") && !strstr(wgllm_web_last_error(), "memory")) {
+                problem(o, "a failing load says \"%s\"", wgllm_web_last_error());
+            }
+        }
+    }
+    atomic_store(&counting, false);
+    atomic_store(&fail_at, 0);
+}
+
+/* Differences from the reference: every call that succeeded must give its result. */
+static bool same_results(const struct outcome *ref, const struct outcome *o, char *why, size_t cap) {
+    if (o->ok[OP_STREAM] && strcmp(o->text[0], ref->text[0])) {
+        snprintf(why, cap, "the streamed chat gave \"%s\", not \"%s\"", o->text[0], ref->text[0]);
+        return false;
+    }
+    if (o->ok[OP_WHOLE] && strcmp(o->text[1], ref->text[1])) {
+        snprintf(why, cap, "the whole chat gave \"%s\", not \"%s\"", o->text[1], ref->text[1]);
+        return false;
+    }
+    if (o->ok[OP_EMBED] && (o->n_vec != ref->n_vec || memcmp(o->vec, ref->vec, sizeof(float) * (size_t)ref->n_vec))) {
+        snprintf(why, cap, "the embedding differs (%d floats, want %d)", o->n_vec, ref->n_vec);
+        return false;
+    }
+    return true;
+}
+
+static bool all_ok(const struct outcome *o) {
+    for (int i = 0; i < N_OPS; i++)
+        if (i != OP_BAD_LOAD && !o->ok[i]) return false;
+    return !o->problem;
+}
+
+static bool leak_check(void) {
+#if HAVE_LSAN
+    return __lsan_do_recoverable_leak_check() == 0;
+#else
+    return true;
+#endif
+}
+
+TEST(every_allocation_failure_is_a_clear_error) {
+    static struct outcome ref, o, again;
+    site_of = __real_calloc(MAX_ALLOCS, sizeof *site_of);
+    CHECK(site_of != NULL);
+    if (!site_of) return;
+    run_sequence(&ref, 0);
+    const long total = atomic_load(&n_alloc);
+    if (!all_ok(&ref)) {
+        fprintf(stderr, "  the clean sequence failed: %s\n", ref.problem ? ref.why : "a call failed");
+        for (int i = 0; i < N_OPS; i++) fprintf(stderr, "    %s: %s\n", OP_NAMES[i], ref.ok[i] ? "ok" : "failed");
+        CHECK(0);
+        return;
+    }
+    CHECK(ref.text[0][0] && ref.text[1][0] && ref.n_vec == 256);
+    CHECK(total < MAX_ALLOCS);
+    int *sites = __real_calloc(MAX_ALLOCS, sizeof *sites); /* the reference's tags: later runs overwrite site_of */
+    CHECK(sites != NULL);
+    if (!sites) return;
+    memcpy(sites, site_of, sizeof *sites * (size_t)WGLLM_MIN(total + 1, MAX_ALLOCS));
+    const char *s = getenv("WGLLM_FAULT_STRIDE");
+    const long stride = s && atol(s) > 0 ? atol(s) : 1;
+    long points = 0, absorbed = 0, glue_points = 0, problems = 0;
+    int glue_lines[64], n_glue_lines = 0;
+    for (long n = 1; n <= total + 1; n++) {
+        const bool glue = n <= total && sites[n] != 0;
+        if (!glue && n % stride != 0 && n != total + 1) continue;
+        run_sequence(&o, n);
+        points++;
+        char why[700] = "";
+        const bool reached = atomic_load(&n_alloc) >= n;
+        if (o.problem || !same_results(&ref, &o, why, sizeof why) || !leak_check()) {
+            problems++;
+            if (problems <= 10)
+                fprintf(stderr, "  allocation %ld (glue line %d): %s\n", n, sites[n < MAX_ALLOCS ? n : 0],
+                        o.problem ? o.why : why[0] ? why : "a leak (above)");
+        }
+        if (glue) {
+            glue_points++;
+            bool seen = false;
+            for (int i = 0; i < n_glue_lines; i++) seen |= glue_lines[i] == sites[n];
+            if (!seen && n_glue_lines < 64) glue_lines[n_glue_lines++] = sites[n];
+        }
+        if (!reached) { /* past the sequence's last allocation: it ran clean */
+            CHECK(all_ok(&o));
+            break;
+        }
+        absorbed += all_ok(&o); /* the core found another way (a cache left out, say) */
+        /* a fresh sequence after the failure still gives the reference */
+        run_sequence(&again, 0);
+        if (!all_ok(&again) || !same_results(&ref, &again, why, sizeof why)) {
+            problems++;
+            if (problems <= 10)
+                fprintf(stderr, "  after allocation %ld failed, a clean sequence: %s\n", n,
+                        again.problem ? again.why : why[0] ? why : "a call failed");
+        }
+    }
+    CHECK_EQ_INT(problems, 0);
+    /* the glue's allocation calls compiled here (native, single-threaded:
+     * web_read and the streamed load's copies are the threaded build's) */
+    static const char *const glue_calls[] = {"calloc(1, sizeof(*st))", "strdup(chat_template)",
+                                             "calloc(1, sizeof(*l))", "strdup(path)",
+                                             "strdup(chat_template) : NULL", "malloc(sizeof(float) * (size_t)n_embd)",
+                                             "calloc(1, sizeof(*j))", "strdup(model_id ? model_id : \"\")",
+                                             "malloc(j->text_len + 1)", "malloc(len > 0 ? (size_t)len : 1)"};
+    const int n_calls = (int)(sizeof glue_calls / sizeof *glue_calls);
+    printf("test_web_faults: %ld allocations in a sequence, %ld fault points run (stride %ld), %ld of them the "
+           "glue's own at %d call sites; %ld absorbed (the sequence still gave every result)\n",
+           total, points, stride, glue_points, n_glue_lines, absorbed);
+    CHECK_EQ_INT(n_glue_lines, n_calls);
+    free(sites);
+    free(site_of);
+    site_of = NULL;
+}
+
+int main(void) {
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = "tiny";
+    sp.type = WGLLM_TYPE_Q8_0;
+    sp.n_layer = 1;
+    if (!(model_path = test_synth_path(&sp))) {
+        printf("test_web_faults: cannot write the synthetic model\n");
+        return 1; /* a setup that fails is a failure */
+    }
+    RUN(every_allocation_failure_is_a_clear_error);
+    remove(model_path);
+    return test_summary("test_web_faults");
+}
