@@ -26,9 +26,12 @@
 #include "test.h"
 
 #include "model/synth.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "vocab/vocab.h"
 #include "wgllm_tools.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -51,14 +54,16 @@ static _Atomic bool counting;  /* off outside the sequences (the harness's own a
 static _Atomic int cur_site;   /* glue line of the allocation being made; 0: the core's */
 #define MAX_ALLOCS (1 << 20)
 static int *site_of;           /* reference run: glue line of allocation i (0: the core's) */
+static void **caller_of;       /* ... and the address it was called from (WGLLM_FAULT_VERBOSE) */
 
-static bool fail_now(void) {
+static bool fail_now(void *caller) {
     const int site = atomic_exchange(&cur_site, 0);
     if (!atomic_load(&counting)) return false;
     const long n = atomic_fetch_add(&n_alloc, 1) + 1;
-    if (site_of && n < MAX_ALLOCS) site_of[n] = site;
+    if (site_of && n < MAX_ALLOCS) site_of[n] = site, caller_of[n] = caller;
     return n == atomic_load(&fail_at);
 }
+#define FAIL_NOW() fail_now(__builtin_return_address(0))
 
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t n, size_t size);
@@ -73,13 +78,21 @@ char *__wrap_strdup(const char *s);
 char *__wrap_strndup(const char *s, size_t n);
 int __wrap_posix_memalign(void **p, size_t align, size_t n);
 
-void *__wrap_malloc(size_t n) { return fail_now() ? NULL : __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t size) { return fail_now() ? NULL : __real_calloc(n, size); }
-void *__wrap_realloc(void *p, size_t n) { return fail_now() ? NULL : __real_realloc(p, n); }
-char *__wrap_strdup(const char *s) { return fail_now() ? NULL : __real_strdup(s); }
-char *__wrap_strndup(const char *s, size_t n) { return fail_now() ? NULL : __real_strndup(s, n); }
+void *__wrap_malloc(size_t n) { return FAIL_NOW() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t size) { return FAIL_NOW() ? NULL : __real_calloc(n, size); }
+void *__wrap_realloc(void *p, size_t n) { return FAIL_NOW() ? NULL : __real_realloc(p, n); }
+char *__wrap_strdup(const char *s) { return FAIL_NOW() ? NULL : __real_strdup(s); }
+char *__wrap_strndup(const char *s, size_t n) { return FAIL_NOW() ? NULL : __real_strndup(s, n); }
 int __wrap_posix_memalign(void **p, size_t align, size_t n) {
-    return fail_now() ? ENOMEM : __real_posix_memalign(p, align, n);
+    return FAIL_NOW() ? ENOMEM : __real_posix_memalign(p, align, n);
+}
+
+/* "file offset of the caller" for addr2line -e THIS_BINARY */
+static void print_caller(const char *what, long n, void *const *callers) {
+    Dl_info info;
+    if (callers[n] && dladdr(callers[n], &info) && info.dli_fbase)
+        fprintf(stderr, "  %s allocation %ld: called from %s+0x%lx\n", what, n, info.dli_fname,
+                (unsigned long)((char *)callers[n] - (char *)info.dli_fbase));
 }
 
 /* The glue, with its own allocation calls tagged by line (they still go
@@ -123,6 +136,7 @@ struct outcome {
     char stream_end[512]; /* the stream's last line */
     float vec[256];
     int n_vec;
+    char load_error[512]; /* what a failed load said */
     bool problem;         /* a failure that was not a clear error */
     char why[600];
 };
@@ -227,6 +241,7 @@ static void run_sequence(struct outcome *o, long fault) {
     o->ran[OP_LOAD] = true;
     struct web_state *st = wgllm_web_load(model_path, 1, 256, 1, TEMPLATE);
     if (!st) {
+        snprintf(o->load_error, sizeof o->load_error, "%s", wgllm_web_last_error());
         if (!wgllm_web_last_error()[0]) problem(o, "wgllm_web_load returned NULL without a message");
     } else {
         o->ok[OP_LOAD] = true;
@@ -309,22 +324,30 @@ static bool leak_check(void) {
 TEST(every_allocation_failure_is_a_clear_error) {
     static struct outcome ref, o, again;
     site_of = __real_calloc(MAX_ALLOCS, sizeof *site_of);
-    CHECK(site_of != NULL);
-    if (!site_of) return;
+    caller_of = __real_calloc(MAX_ALLOCS, sizeof *caller_of);
+    CHECK(site_of != NULL && caller_of != NULL);
+    if (!site_of || !caller_of) return;
+    const bool verbose = getenv("WGLLM_FAULT_VERBOSE") != NULL;
     run_sequence(&ref, 0);
     const long total = atomic_load(&n_alloc);
     if (!all_ok(&ref)) {
-        fprintf(stderr, "  the clean sequence failed: %s\n", ref.problem ? ref.why : "a call failed");
+        fprintf(stderr, "  the clean sequence failed: %s (load: %s)\n", ref.problem ? ref.why : "a call failed",
+                ref.load_error);
         for (int i = 0; i < N_OPS; i++) fprintf(stderr, "    %s: %s\n", OP_NAMES[i], ref.ok[i] ? "ok" : "failed");
         CHECK(0);
         return;
     }
     CHECK(ref.text[0][0] && ref.text[1][0] && ref.n_vec == 256);
     CHECK(total < MAX_ALLOCS);
+    /* the same sequence again: its allocations must be the same ones, or the points below mean nothing */
+    run_sequence(&o, 0);
+    CHECK_EQ_INT(atomic_load(&n_alloc), total);
     int *sites = __real_calloc(MAX_ALLOCS, sizeof *sites); /* the reference's tags: later runs overwrite site_of */
-    CHECK(sites != NULL);
-    if (!sites) return;
+    void **callers = __real_calloc(MAX_ALLOCS, sizeof *callers);
+    CHECK(sites != NULL && callers != NULL);
+    if (!sites || !callers) return;
     memcpy(sites, site_of, sizeof *sites * (size_t)WGLLM_MIN(total + 1, MAX_ALLOCS));
+    memcpy(callers, caller_of, sizeof *callers * (size_t)WGLLM_MIN(total + 1, MAX_ALLOCS));
     const char *s = getenv("WGLLM_FAULT_STRIDE");
     const long stride = s && atol(s) > 0 ? atol(s) : 1;
     long points = 0, absorbed = 0, glue_points = 0, problems = 0;
@@ -338,9 +361,11 @@ TEST(every_allocation_failure_is_a_clear_error) {
         const bool reached = atomic_load(&n_alloc) >= n;
         if (o.problem || !same_results(&ref, &o, why, sizeof why) || !leak_check()) {
             problems++;
-            if (problems <= 10)
+            if (problems <= 10) {
                 fprintf(stderr, "  allocation %ld (glue line %d): %s\n", n, sites[n < MAX_ALLOCS ? n : 0],
                         o.problem ? o.why : why[0] ? why : "a leak (above)");
+                print_caller("failing", n, callers);
+            }
         }
         if (glue) {
             glue_points++;
@@ -353,6 +378,7 @@ TEST(every_allocation_failure_is_a_clear_error) {
             break;
         }
         absorbed += all_ok(&o); /* the core found another way (a cache left out, say) */
+        if (verbose && all_ok(&o)) print_caller("absorbed", n, callers);
         /* a fresh sequence after the failure still gives the reference */
         run_sequence(&again, 0);
         if (!all_ok(&again) || !same_results(&ref, &again, why, sizeof why)) {
@@ -376,20 +402,59 @@ TEST(every_allocation_failure_is_a_clear_error) {
            total, points, stride, glue_points, n_glue_lines, absorbed);
     CHECK_EQ_INT(n_glue_lines, n_calls);
     free(sites);
+    free(callers);
     free(site_of);
+    free(caller_of);
     site_of = NULL;
+}
+
+/* A vocabulary of the 256 bytes and BOS/EOS (byte-level BPE, no merge that
+ * applies): the sequence's cost is then the glue's and the engine's, not
+ * the sampling over 32000 logits and the hashing of 32000 tokens, which
+ * under ASan would make the hundreds of sequences below minutes. */
+static const char *byte_vocab_path(void) {
+    static char bytes[256][4];
+    const char *texts[258];
+    int32_t types[258];
+    for (int b = 0; b < 256; b++) {
+        test_gpt2_byte_text(b, bytes[b]);
+        texts[b] = bytes[b], types[b] = WGLLM_TOKEN_TYPE_NORMAL;
+    }
+    texts[256] = "<s>", texts[257] = "</s>";
+    types[256] = types[257] = WGLLM_TOKEN_TYPE_CONTROL;
+    struct wgllm_gguf_writer *w = wgllm_gguf_writer_init();
+    wgllm_gguf_writer_set_str(w, "general.name", "bytes");
+    wgllm_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    wgllm_gguf_writer_set_str(w, "tokenizer.ggml.pre", "deepseek-coder"); /* regexes compiled at load: their allocations fail too */
+    wgllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", texts, 258);
+    wgllm_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", WGLLM_GGUF_TYPE_INT32, types, 258);
+    const char *merges[] = {"\x01 \x02"}; /* the bytes' symbols are other codepoints: never applies */
+    wgllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    wgllm_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 256);
+    wgllm_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 257);
+    const char *path = test_tmp_path(".gguf");
+    struct wgllm_error err = {0};
+    const enum wgllm_status st = wgllm_gguf_writer_write(w, path, NULL, NULL, &err);
+    wgllm_gguf_writer_free(w);
+    if (st) fprintf(stderr, "  byte vocabulary: %s\n", err.message);
+    return st ? NULL : path;
 }
 
 int main(void) {
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     sp.shape = "tiny";
-    sp.type = WGLLM_TYPE_Q8_0;
+    sp.type = WGLLM_TYPE_Q4_0;
     sp.n_layer = 1;
-    if (!(model_path = test_synth_path(&sp))) {
+    char vocab[512];
+    const char *vp = byte_vocab_path();
+    if (vp) snprintf(vocab, sizeof vocab, "%s", vp); /* test_tmp_path's buffer is reused by the next call */
+    sp.vocab_path = vp ? vocab : NULL;
+    if (!vp || !(model_path = test_synth_path(&sp))) {
         printf("test_web_faults: cannot write the synthetic model\n");
         return 1; /* a setup that fails is a failure */
     }
     RUN(every_allocation_failure_is_a_clear_error);
     remove(model_path);
+    remove(vocab);
     return test_summary("test_web_faults");
 }

@@ -281,7 +281,7 @@ static struct web_load *load_new(const char *path, int n_threads, int n_ctx, int
         l->chat_template = chat_template && chat_template[0] ? strdup(chat_template) : NULL;
     }
     if (!l || !l->path || (chat_template && chat_template[0] && !l->chat_template)) {
-        if (l) free(l->chat_template);
+        if (l) free(l->path), free(l->chat_template);
         free(l);
         snprintf(g_error, sizeof(g_error), "out of memory");
         return NULL;
