@@ -574,9 +574,14 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     for (int i = 0; i < nv; i++) *vl[i].off = (uint32_t)total, total += vl[i].n;
     WGLLM_ASSERT(total * 4 == sz.vectors); /* the layout the plan counted */
     g->vecs = wgllm_webgpu_gbuf(g, sz.vectors, WGLLM_GPU_STORAGE, "vectors", &g->plan.vectors, err);
-    /* each vector's bytes fit size_t: they are in host memory already (the model's) */
-    for (int i = 0; g->vecs && i < nv && !st; i++)
-        st = upload(g, g->vecs, *vl[i].off * 4ull, vl[i].data, (size_t)vl[i].n * sizeof(float), &pending, err);
+    /* each vector is in host memory already (the model's), so its bytes fit size_t; checked all the same */
+    for (int i = 0; g->vecs && i < nv && !st; i++) {
+        size_t bytes;
+        st = wgllm_size_mul(vl[i].n, sizeof(float), &bytes)
+                 ? upload(g, g->vecs, *vl[i].off * 4ull, vl[i].data, bytes, &pending, err)
+                 : wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: a vector of %llu floats is past size_t",
+                                   (unsigned long long)vl[i].n);
+    }
     free(vl);
     if (!g->vecs || st) {
         free(offs);
