@@ -115,15 +115,16 @@ static void *glue_tag(int line) {
 
 #define MAX_STEPS 20000 /* a request of 4 tokens takes a few dozen; more is a hang */
 
-static const char TEMPLATE[] = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
-                               "{% if add_generation_prompt %}<assistant>{% endif %}";
-static const char BODY_STREAM[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
+/* short texts: with one token per byte, the prefills are most of the run time */
+static const char TEMPLATE[] = "{% for m in messages %}{{ m.role[0] }}:{{ m.content }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}a:{% endif %}";
+static const char BODY_STREAM[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}],"
                                   "\"max_tokens\":4,\"temperature\":0,\"stream\":true,"
                                   "\"stream_options\":{\"include_usage\":true}}";
-static const char BODY_WHOLE[] = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
-                                 "{\"role\":\"user\",\"content\":\"The lighthouse keeper\"}],"
+static const char BODY_WHOLE[] = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be\"},"
+                                 "{\"role\":\"user\",\"content\":\"Hi\"}],"
                                  "\"max_tokens\":4,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}";
-static const char EMBED_TEXT[] = "A small brass lamp";
+static const char EMBED_TEXT[] = "lamp";
 
 /* What one sequence gave: per call, ok (the result), or the error it said. */
 enum { OP_LOAD, OP_STREAM, OP_WHOLE, OP_EMBED, OP_EXPORT, OP_IMPORT, OP_BAD_LOAD, N_OPS };
@@ -239,7 +240,7 @@ static void run_sequence(struct outcome *o, long fault) {
     atomic_store(&fail_at, fault);
     atomic_store(&counting, true);
     o->ran[OP_LOAD] = true;
-    struct web_state *st = wgllm_web_load(model_path, 1, 256, 1, TEMPLATE);
+    struct web_state *st = wgllm_web_load(model_path, 1, 64, 1, TEMPLATE);
     if (!st) {
         snprintf(o->load_error, sizeof o->load_error, "%s", wgllm_web_last_error());
         if (!wgllm_web_last_error()[0]) problem(o, "wgllm_web_load returned NULL without a message");
