@@ -7,9 +7,9 @@
  * so every allocation of the glue and of the core beneath it goes through
  * the counter below, which makes the Nth one fail. One sequence is what a
  * page does: load a synthetic model (with a chat template of its own), a
- * streamed and a whole chat completion through wgllm_web_openai stepped to
- * their end, an embedding, a snapshot export and import, a load that fails,
- * then unload. It runs once clean (the reference), then once per fault
+ * streamed and a whole chat completion and a streamed completion through
+ * wgllm_web_openai stepped to their end, a request the layer refuses, an
+ * embedding, a snapshot export and import, unload, and a load that fails. It runs once clean (the reference), then once per fault
  * point N = 1, 2, ... until a run passes without reaching N. At each point
  * every call must either give the reference result or fail with a clear
  * error (a message; an OpenAI error object with its HTTP status), never
@@ -124,16 +124,20 @@ static const char BODY_STREAM[] = "{\"messages\":[{\"role\":\"user\",\"content\"
 static const char BODY_WHOLE[] = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be\"},"
                                  "{\"role\":\"user\",\"content\":\"Hi\"}],"
                                  "\"max_tokens\":4,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}";
+static const char BODY_COMPLETE[] = "{\"prompt\":\"Hi\",\"max_tokens\":2,\"temperature\":0,\"stream\":true,"
+                                   "\"stream_options\":{\"include_usage\":true}}";
+static const char BODY_REFUSED[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":-3}";
 static const char EMBED_TEXT[] = "lamp";
 
 /* What one sequence gave: per call, ok (the result), or the error it said. */
-enum { OP_LOAD, OP_STREAM, OP_WHOLE, OP_EMBED, OP_EXPORT, OP_IMPORT, OP_BAD_LOAD, N_OPS };
-static const char *const OP_NAMES[N_OPS] = {"load", "streamed chat", "whole chat", "embed", "snapshot export",
-                                            "snapshot import", "failing load"};
+enum { OP_LOAD, OP_STREAM, OP_WHOLE, OP_COMPLETE, OP_REFUSED, OP_EMBED, OP_EXPORT, OP_IMPORT, OP_BAD_LOAD, N_OPS };
+static const char *const OP_NAMES[N_OPS] = {"load", "streamed chat", "whole chat", "streamed completion",
+                                            "refused chat", "embed", "snapshot export", "snapshot import",
+                                            "failing load"};
 struct outcome {
     bool ok[N_OPS];
     bool ran[N_OPS];
-    char text[2][256];    /* the two chats' texts */
+    char text[3][256];    /* the chats' and the completion's texts */
     char stream_end[512]; /* the stream's last line */
     float vec[256];
     int n_vec;
@@ -165,8 +169,9 @@ static void last_line(const char *s, size_t len, char *out, size_t cap) {
  * *text, the stream's last line in *end). A failure must be an error the
  * page can show: an OpenAI error object (the answer, or the stream's last
  * line) with a status that is not 200. */
-static bool run_chat(struct outcome *o, struct web_state *st, const char *body, bool stream, char *text, size_t cap) {
-    struct web_job *j = wgllm_web_openai(st, WGLLM_OPENAI_CHAT, body, (int)strlen(body), "tiny");
+static bool run_chat(struct outcome *o, struct web_state *st, int endpoint, const char *body, bool stream, char *text,
+                     size_t cap, bool refused) {
+    struct web_job *j = wgllm_web_openai(st, endpoint, body, (int)strlen(body), "tiny");
     if (!j) {
         if (!wgllm_web_last_error()[0]) problem(o, "wgllm_web_openai returned NULL without a message");
         return false;
@@ -194,7 +199,9 @@ static bool run_chat(struct outcome *o, struct web_state *st, const char *body, 
         const char *answer = wgllm_web_job_answer(j);
         char end[512];
         last_line(streamed, n_streamed, end, sizeof end);
-        if (http == 200 && status == 0) {
+        if (http == 200 && status == 0 && refused) {
+            problem(o, "a request with max_tokens -3 was answered");
+        } else if (http == 200 && status == 0) {
             /* a whole answer holds the choices; a stream ends with its usage chunk after the finish chunk */
             if (!stream && !strstr(answer, "\"choices\""))
                 problem(o, "a whole chat ended well but its answer is \"%.200s\"", answer);
@@ -210,6 +217,8 @@ static bool run_chat(struct outcome *o, struct web_state *st, const char *body, 
                 strstr(err, "\"message\":\"\""))
                 problem(o, "a failed chat (HTTP %d, status %d, message \"%s\") says \"%.200s\"", http, status,
                         wgllm_web_job_message(j), err);
+            /* the refusal itself, or (out of memory) a 500 that says so: clear either way */
+            if (refused) ok = http == 400 && strstr(err, "max_tokens") != NULL;
         }
     }
     wgllm_web_job_free(j);
@@ -247,8 +256,12 @@ static void run_sequence(struct outcome *o, long fault) {
     } else {
         o->ok[OP_LOAD] = true;
         o->ran[OP_STREAM] = o->ran[OP_WHOLE] = o->ran[OP_EMBED] = o->ran[OP_EXPORT] = true;
-        o->ok[OP_STREAM] = run_chat(o, st, BODY_STREAM, true, o->text[0], sizeof o->text[0]);
-        o->ok[OP_WHOLE] = run_chat(o, st, BODY_WHOLE, false, o->text[1], sizeof o->text[1]);
+        o->ran[OP_COMPLETE] = o->ran[OP_REFUSED] = true;
+        o->ok[OP_STREAM] = run_chat(o, st, WGLLM_OPENAI_CHAT, BODY_STREAM, true, o->text[0], sizeof o->text[0], false);
+        o->ok[OP_WHOLE] = run_chat(o, st, WGLLM_OPENAI_CHAT, BODY_WHOLE, false, o->text[1], sizeof o->text[1], false);
+        o->ok[OP_COMPLETE] =
+            run_chat(o, st, WGLLM_OPENAI_COMPLETIONS, BODY_COMPLETE, true, o->text[2], sizeof o->text[2], false);
+        o->ok[OP_REFUSED] = run_chat(o, st, WGLLM_OPENAI_CHAT, BODY_REFUSED, false, NULL, 0, true);
         struct web_job *j = wgllm_web_embed(st, EMBED_TEXT, (int)strlen(EMBED_TEXT), WGLLM_POOLING_MEAN, 1);
         if ((o->ok[OP_EMBED] = job_result(o, j, "an embedding"))) {
             o->n_vec = (int)wgllm_web_job_num(j, 10);
@@ -299,6 +312,10 @@ static bool same_results(const struct outcome *ref, const struct outcome *o, cha
     }
     if (o->ok[OP_WHOLE] && strcmp(o->text[1], ref->text[1])) {
         snprintf(why, cap, "the whole chat gave \"%s\", not \"%s\"", o->text[1], ref->text[1]);
+        return false;
+    }
+    if (o->ok[OP_COMPLETE] && strcmp(o->text[2], ref->text[2])) {
+        snprintf(why, cap, "the completion gave \"%s\", not \"%s\"", o->text[2], ref->text[2]);
         return false;
     }
     if (o->ok[OP_EMBED] && (o->n_vec != ref->n_vec || memcmp(o->vec, ref->vec, sizeof(float) * (size_t)ref->n_vec))) {
@@ -371,7 +388,7 @@ TEST(every_allocation_failure_is_a_clear_error) {
         CHECK(0);
         return;
     }
-    CHECK(ref.text[0][0] && ref.text[1][0] && ref.n_vec == 256);
+    CHECK(ref.text[0][0] && ref.text[1][0] && ref.text[2][0] && ref.n_vec == 256);
     CHECK(total < MAX_ALLOCS);
     /* the same sequence again: its allocations must be the same ones, or the points below mean nothing */
     run_sequence(&o, 0);
