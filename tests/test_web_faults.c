@@ -15,7 +15,9 @@
  * error (a message; an OpenAI error object with its HTTP status), never
  * crash, abort, hang (steps are bounded) or leak (LeakSanitizer checks
  * after each point under ASan); and a fresh clean sequence after it must
- * still give the reference results.
+ * still give the reference results. A second pass makes every allocation
+ * from the point on fail (memory that stays exhausted), at every 4th point:
+ * the error paths must need no memory to say what went wrong.
  *
  * Points are taken with a stride over the core's allocations when there are
  * many (WGLLM_FAULT_STRIDE, default 1 = all; the default suite sets none),
@@ -52,6 +54,7 @@ static _Atomic long n_alloc;   /* allocations since the sequence began */
 static _Atomic long fail_at;   /* the allocation to fail (1-based); 0: none */
 static _Atomic bool counting;  /* off outside the sequences (the harness's own allocations) */
 static _Atomic int cur_site;   /* glue line of the allocation being made; 0: the core's */
+static bool fail_rest;         /* every allocation from fail_at on fails (memory that stays exhausted) */
 #define MAX_ALLOCS (1 << 20)
 static int *site_of;           /* reference run: glue line of allocation i (0: the core's) */
 static void **caller_of;       /* ... and the address it was called from (WGLLM_FAULT_VERBOSE) */
@@ -61,7 +64,8 @@ static bool fail_now(void *caller) {
     if (!atomic_load(&counting)) return false;
     const long n = atomic_fetch_add(&n_alloc, 1) + 1;
     if (site_of && n < MAX_ALLOCS) site_of[n] = site, caller_of[n] = caller;
-    return n == atomic_load(&fail_at);
+    const long at = atomic_load(&fail_at);
+    return at && (n == at || (fail_rest && n > at));
 }
 #define FAIL_NOW() fail_now(__builtin_return_address(0))
 
@@ -372,15 +376,76 @@ static bool leak_check(void) {
 #endif
 }
 
+/* The reference run's record of each allocation (glue line, caller). */
+static int *ref_sites;
+static void **ref_callers;
+static long ref_total;
+static struct outcome ref;
+
+struct sweep {
+    long points, absorbed, glue_points, problems;
+    int glue_lines[64], n_glue_lines;
+};
+
+/* One pass over the fault points: every glue allocation, every stride-th
+ * one of the core's, and the one past the end (which must run clean). With
+ * rest, every allocation from the point on fails too (memory that stays
+ * exhausted: the error paths must not need any). */
+static void sweep(bool rest, long stride, struct sweep *w) {
+    static struct outcome o, again;
+    const bool verbose = getenv("WGLLM_FAULT_VERBOSE") != NULL;
+    const char *mode = rest ? "from allocation" : "allocation";
+    memset(w, 0, sizeof *w);
+    fail_rest = rest;
+    for (long n = 1; n <= ref_total + 1; n++) {
+        const bool glue = n <= ref_total && ref_sites[n] != 0;
+        if (!glue && n % stride != 0 && n != ref_total + 1) continue;
+        run_sequence(&o, n);
+        w->points++;
+        char why[700] = "";
+        const bool reached = atomic_load(&n_alloc) >= n;
+        if (o.problem || !same_results(&ref, &o, why, sizeof why) || !leak_check()) {
+            if (++w->problems <= 10) {
+                fprintf(stderr, "  %s %ld on (glue line %d): %s\n", mode, n, ref_sites[n < MAX_ALLOCS ? n : 0],
+                        o.problem ? o.why : why[0] ? why : "a leak (above)");
+                print_caller("failing", n, ref_callers);
+            }
+        }
+        if (glue) {
+            w->glue_points++;
+            bool seen = false;
+            for (int i = 0; i < w->n_glue_lines; i++) seen |= w->glue_lines[i] == ref_sites[n];
+            if (!seen && w->n_glue_lines < 64) w->glue_lines[w->n_glue_lines++] = ref_sites[n];
+        }
+        if (!reached) { /* past the sequence's last allocation: it ran clean */
+            CHECK(all_ok(&o));
+            break;
+        }
+        w->absorbed += all_ok(&o); /* the core found another way (a cache left out, say) */
+        if (verbose && all_ok(&o)) print_caller("absorbed", n, ref_callers);
+        /* a fresh sequence after the failure still gives the reference */
+        fail_rest = false;
+        run_sequence(&again, 0);
+        fail_rest = rest;
+        if (!all_ok(&again) || !same_results(&ref, &again, why, sizeof why)) {
+            if (++w->problems <= 10)
+                fprintf(stderr, "  after %s %ld failed, a clean sequence: %s\n", mode, n,
+                        again.problem ? again.why : why[0] ? why : "a call failed");
+        }
+    }
+    fail_rest = false;
+}
+
 TEST(every_allocation_failure_is_a_clear_error) {
-    static struct outcome ref, o, again;
+    static struct outcome o;
     site_of = __real_calloc(MAX_ALLOCS, sizeof *site_of);
     caller_of = __real_calloc(MAX_ALLOCS, sizeof *caller_of);
-    CHECK(site_of != NULL && caller_of != NULL);
-    if (!site_of || !caller_of) return;
-    const bool verbose = getenv("WGLLM_FAULT_VERBOSE") != NULL;
+    ref_sites = __real_calloc(MAX_ALLOCS, sizeof *ref_sites); /* later runs overwrite site_of */
+    ref_callers = __real_calloc(MAX_ALLOCS, sizeof *ref_callers);
+    CHECK(site_of && caller_of && ref_sites && ref_callers);
+    if (!site_of || !caller_of || !ref_sites || !ref_callers) return;
     run_sequence(&ref, 0);
-    const long total = atomic_load(&n_alloc);
+    ref_total = atomic_load(&n_alloc);
     if (!all_ok(&ref)) {
         fprintf(stderr, "  the clean sequence failed: %s (load: %s)\n", ref.problem ? ref.why : "a call failed",
                 ref.load_error);
@@ -389,76 +454,40 @@ TEST(every_allocation_failure_is_a_clear_error) {
         return;
     }
     CHECK(ref.text[0][0] && ref.text[1][0] && ref.text[2][0] && ref.n_vec == 256);
-    CHECK(total < MAX_ALLOCS);
-    /* the same sequence again: its allocations must be the same ones, or the points below mean nothing */
+    CHECK(ref_total < MAX_ALLOCS);
+    memcpy(ref_sites, site_of, sizeof *ref_sites * (size_t)WGLLM_MIN(ref_total + 1, MAX_ALLOCS));
+    memcpy(ref_callers, caller_of, sizeof *ref_callers * (size_t)WGLLM_MIN(ref_total + 1, MAX_ALLOCS));
+    /* the same sequence again: its allocations must be the same ones, or the points mean nothing */
     run_sequence(&o, 0);
-    CHECK_EQ_INT(atomic_load(&n_alloc), total);
-    int *sites = __real_calloc(MAX_ALLOCS, sizeof *sites); /* the reference's tags: later runs overwrite site_of */
-    void **callers = __real_calloc(MAX_ALLOCS, sizeof *callers);
-    CHECK(sites != NULL && callers != NULL);
-    if (!sites || !callers) return;
-    memcpy(sites, site_of, sizeof *sites * (size_t)WGLLM_MIN(total + 1, MAX_ALLOCS));
-    memcpy(callers, caller_of, sizeof *callers * (size_t)WGLLM_MIN(total + 1, MAX_ALLOCS));
+    CHECK_EQ_INT(atomic_load(&n_alloc), ref_total);
+
+    /* one allocation fails; then memory that stays exhausted (every 4th point: the second pass
+     * costs as much as the first, and most of its points repeat the first's error paths) */
     const char *s = getenv("WGLLM_FAULT_STRIDE");
-    const long stride = s && atol(s) > 0 ? atol(s) : 1;
-    long points = 0, absorbed = 0, glue_points = 0, problems = 0;
-    int glue_lines[64], n_glue_lines = 0;
-    for (long n = 1; n <= total + 1; n++) {
-        const bool glue = n <= total && sites[n] != 0;
-        if (!glue && n % stride != 0 && n != total + 1) continue;
-        run_sequence(&o, n);
-        points++;
-        char why[700] = "";
-        const bool reached = atomic_load(&n_alloc) >= n;
-        if (o.problem || !same_results(&ref, &o, why, sizeof why) || !leak_check()) {
-            problems++;
-            if (problems <= 10) {
-                fprintf(stderr, "  allocation %ld (glue line %d): %s\n", n, sites[n < MAX_ALLOCS ? n : 0],
-                        o.problem ? o.why : why[0] ? why : "a leak (above)");
-                print_caller("failing", n, callers);
-            }
-        }
-        if (glue) {
-            glue_points++;
-            bool seen = false;
-            for (int i = 0; i < n_glue_lines; i++) seen |= glue_lines[i] == sites[n];
-            if (!seen && n_glue_lines < 64) glue_lines[n_glue_lines++] = sites[n];
-        }
-        if (!reached) { /* past the sequence's last allocation: it ran clean */
-            CHECK(all_ok(&o));
-            break;
-        }
-        absorbed += all_ok(&o); /* the core found another way (a cache left out, say) */
-        if (verbose && all_ok(&o)) print_caller("absorbed", n, callers);
-        /* a fresh sequence after the failure still gives the reference */
-        run_sequence(&again, 0);
-        if (!all_ok(&again) || !same_results(&ref, &again, why, sizeof why)) {
-            problems++;
-            if (problems <= 10)
-                fprintf(stderr, "  after allocation %ld failed, a clean sequence: %s\n", n,
-                        again.problem ? again.why : why[0] ? why : "a call failed");
-        }
-    }
-    CHECK_EQ_INT(problems, 0);
+    const long stride = s && atol(s) > 0 ? atol(s) : 1, rest_stride = 4 * stride;
+    struct sweep one, rest;
+    sweep(false, stride, &one);
+    sweep(true, rest_stride, &rest);
+    CHECK_EQ_INT(one.problems, 0);
+    CHECK_EQ_INT(rest.problems, 0);
     /* every allocation call the glue compiles natively was failed at least once */
     int src_lines[64];
     const int n_src = glue_alloc_lines(src_lines, 64);
     CHECK(n_src > 0);
     for (int i = 0; i < n_src; i++) {
         bool hit = false;
-        for (int k = 0; k < n_glue_lines; k++) hit |= glue_lines[k] == src_lines[i];
+        for (int k = 0; k < one.n_glue_lines; k++) hit |= one.glue_lines[k] == src_lines[i];
         if (!hit) fprintf(stderr, "  web/src/wgllm_web.c:%d allocates, but the sequence never reached it\n", src_lines[i]);
         CHECK(hit);
     }
-    printf("test_web_faults: %ld allocations in a sequence, %ld fault points run (stride %ld), %ld of them the "
-           "glue's own at %d of its %d call sites; %ld absorbed (the sequence still gave every result)\n",
-           total, points, stride, glue_points, n_glue_lines, n_src, absorbed);
-    CHECK_EQ_INT(n_glue_lines, n_src);
-    free(sites);
-    free(callers);
-    free(site_of);
-    free(caller_of);
-    site_of = NULL;
+    printf("test_web_faults: %ld allocations in a sequence; one failing: %ld points (stride %ld), %ld of them the "
+           "glue's own at %d of its %d call sites, %ld absorbed (every result still given); all failing from a "
+           "point on: %ld points (stride %ld), %ld absorbed\n",
+           ref_total, one.points, stride, one.glue_points, one.n_glue_lines, n_src, one.absorbed, rest.points,
+           rest_stride, rest.absorbed);
+    CHECK_EQ_INT(one.n_glue_lines, n_src);
+    free(ref_sites), free(ref_callers), free(site_of), free(caller_of);
+    ref_sites = NULL, ref_callers = NULL, site_of = NULL, caller_of = NULL;
 }
 
 /* A vocabulary of the 256 bytes and BOS/EOS (byte-level BPE, no merge that
