@@ -77,6 +77,12 @@ $(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_COMMON_OBJ) $(OUT)/libwgllm.a
 $(CLIENT_TEST_BIN): $(OUT)/tests/%: $(OUT)/tests/%.o $(TEST_COMMON_OBJ) $(CLIENT_OBJ) $(OUT)/libwgllm.a
 	$(CC) $(LDFLAGS_MODE) $(LDFLAGS) -o $@ $< $(TEST_COMMON_OBJ) $(CLIENT_OBJ) $(OUT)/libwgllm.a -lcurl -lcjson $(LDLIBS)
 
+# tests/test_web_faults.c makes the Nth allocation fail: its binary alone
+# routes the allocator through the test's counter (the web glue and the core
+# under it, linked from the same objects as every other test)
+FAULT_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup,--wrap=posix_memalign
+$(OUT)/tests/test_web_faults: LDFLAGS += $(FAULT_WRAP)
+
 test:
 	bash tests/run.sh
 

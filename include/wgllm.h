@@ -906,6 +906,10 @@ char *wgllm_openai_chunk_first(const struct wgllm_openai_params *p, const struct
  * false only when out of memory. */
 bool wgllm_openai_chunk_token(const struct wgllm_openai_params *p, struct wgllm_openai_request *req, const char *id,
                               const char *text, size_t len, int32_t token, float logprob, char **chunk);
+/* The chunks that end a stream into out[0..n): logprobs (when asked), the
+ * finish chunk, usage (when asked), or the error object of a failed result.
+ * Returns n; 0 only when out of memory (then none is made: a stream never
+ * ends with some of them and not the others). */
 int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_openai_request *req,
                             const char *id, const struct wgllm_result *r, char *out[WGLLM_OPENAI_END_CHUNKS]);
 /* Runs an embeddings request on p->engine (blocking) and answers it; NULL

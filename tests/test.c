@@ -140,8 +140,7 @@ int test_common_prefix(const struct wgllm_model *m, const char *a, const char *b
     return n;
 }
 
-/* GPT-2's printable codepoint of each byte, as UTF-8. */
-static void gpt2_byte_text(int b, char out[4]) {
+void test_gpt2_byte_text(int b, char out[4]) {
     int cp = b, k = 0;
 #define PRINTABLE(x) (((x) >= 33 && (x) <= 126) || ((x) >= 161 && (x) <= 172) || ((x) >= 174 && (x) <= 255))
     if (!PRINTABLE(b)) {
@@ -166,7 +165,7 @@ struct wgllm_vocab *test_byte_vocab(const char *const *special, const int32_t *t
     int32_t *tt = malloc(sizeof *tt * (size_t)n);
     static char bytes[256][4];
     for (int b = 0; b < 256; b++) {
-        gpt2_byte_text(b, bytes[b]);
+        test_gpt2_byte_text(b, bytes[b]);
         texts[b] = bytes[b];
         tt[b] = WGLLM_TOKEN_TYPE_NORMAL;
     }

@@ -112,6 +112,8 @@ int test_chain_expected(const float *l, int nv, int top_k, float top_p, float mi
  * with general.name and tokenizer.ggml.pre as given, then opened; NULL
  * after printing why. */
 struct wgllm_vocab;
+/* GPT-2's printable codepoint of byte b, as UTF-8 (that vocabulary's token text of the byte). */
+void test_gpt2_byte_text(int b, char out[4]);
 struct wgllm_vocab *test_byte_vocab(const char *const *special, const int32_t *types, int n_special,
                                     const char *name, const char *pre);
 

@@ -387,7 +387,13 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_op
         if ((out[n] = wgllm_openai_error_json(&e))) n++;
         return n;
     }
-    if (g->logprobs && g->top_logprobs > 0 && (out[n] = logprobs_chunk(p, g, id, r))) n++;
+    /* all or nothing: a stream must not end without its finish chunk, nor
+     * with the usage but without the logprobs asked for */
+    bool oom = false;
+    if (g->logprobs && g->top_logprobs > 0) {
+        if ((out[n] = logprobs_chunk(p, g, id, r))) n++;
+        else oom = true;
+    }
     /* text the <think> split still held ends up in the finish chunk's delta */
     struct wgllm_strbuf content = {0}, reasoning = {0};
     if (g->reasoning && g->endpoint == WGLLM_OPENAI_CHAT) wgllm_openai_think_flush(&g->think, &content, &reasoning);
@@ -423,7 +429,15 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_op
                       calls && r->finish == WGLLM_FINISH_STOP ? "tool_calls" : wgllm_openai_finish_name(r->finish));
     wgllm_strbuf_free(&content), wgllm_strbuf_free(&reasoning);
     if (out[n]) n++;
-    if (g->include_usage && (out[n] = usage_chunk(p, g, id, &r->usage))) n++;
+    else oom = true;
+    if (g->include_usage) {
+        if ((out[n] = usage_chunk(p, g, id, &r->usage))) n++;
+        else oom = true;
+    }
+    if (oom) {
+        for (int i = 0; i < n; i++) free(out[i]), out[i] = NULL;
+        return 0;
+    }
     return n;
 }
 

@@ -90,7 +90,7 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     if (p.n_ctx == 0) /* a file whose context_length is 0, and no n_ctx given */
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                "the model's training context is 0 positions: give the context's n_ctx");
-    p.n_batch = WGLLM_MIN(p.n_batch, p.n_ctx * p.n_seq);
+    p.n_batch = (int)WGLLM_MIN((int64_t)p.n_batch, (int64_t)p.n_ctx * p.n_seq); /* 64-bit: n_ctx may be near INT_MAX */
     if ((unsigned)p.backend > WGLLM_BACKEND_AUTO)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "unknown backend %d", (int)p.backend);
     static const char streamed_msg[] = "the model was loaded with its weights left in the file (stream_weights), "

@@ -73,15 +73,20 @@ static void finish(struct wgllm_engine *e, struct wgllm_request *r, enum wgllm_f
         size_t n;
         const char *rest = wgllm_stop_matcher_flush(r->stop, &n);
         if (n && r->p.on_token) r->p.on_token(rest, n, -1, 0.0f, r->p.user_data);
-        text_append(r, rest, n);
+        if (!text_append(r, rest, n)) /* a result without its tail would be a wrong text, not a short one */
+            why = WGLLM_FINISH_ERROR, st = WGLLM_STATUS_OUT_OF_MEMORY, msg = "out of memory for the generated text";
     }
+    /* every result has a text ("" at least), which callers print */
+    char *text = r->text ? r->text : dup_str("");
+    if (!text && why != WGLLM_FINISH_ERROR)
+        why = WGLLM_FINISH_ERROR, st = WGLLM_STATUS_OUT_OF_MEMORY, msg = "out of memory for the generated text";
     r->t_end = wgllm_time_us();
     struct wgllm_result *res = &r->result;
     memset(res, 0, sizeof(*res));
     res->status = st;
     if (msg) snprintf(res->message, sizeof(res->message), "%s", msg);
     res->finish = why;
-    res->text = r->text ? r->text : dup_str("");
+    res->text = text;
     res->text_len = r->text_len;
     r->text = NULL;
     res->tokens = r->tokens;
@@ -368,7 +373,10 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
     bool stopped = false;
     const char *out = wgllm_stop_matcher_push(r->stop, piece, n, &n, &stopped);
     if (n || r->p.on_token) {
-        text_append(r, out, n);
+        if (!text_append(r, out, n)) { /* never a result text with a hole in it */
+            finish(e, r, WGLLM_FINISH_ERROR, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the generated text");
+            return;
+        }
         if (r->p.on_token && !r->p.on_token(out, n, tok, lp, r->p.user_data)) {
             finish(e, r, WGLLM_FINISH_CANCELLED, WGLLM_STATUS_OK, NULL);
             return;

@@ -6,6 +6,7 @@
 #include "vocab/unicode.h"
 #include "base/strbuf.h"
 
+#include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -353,6 +354,7 @@ struct node {
     struct node **kids;
     int nk;
     size_t kids_cap;
+    struct node *next_alloc; /* the compile's list of every node (struct compile) */
 };
 
 struct rx {
@@ -378,41 +380,62 @@ struct parser {
     struct rx *rx;
 };
 
-static void *xcalloc(size_t n, size_t s) {
-    void *p = calloc(n ? n : 1, s);
-    if (!p) WGLLM_ABORT("out of memory");
-    return p;
+/* One regex compile (compile()): every node and scratch array it made, and
+ * where an allocation that fails jumps to. The parser and the code
+ * generator are recursive, and a failed allocation can happen at any depth
+ * with subtrees held only by the frames above; so instead of unwinding each
+ * frame by hand, every allocation is listed here, a failure longjmps back to
+ * compile(), and compile() frees the list either way. (Previously a failure
+ * aborted the process while loading a model.) The context is per thread:
+ * models may load on several threads at once. */
+struct scratch {
+    struct scratch *next;
+    int v[];
+};
+struct compile {
+    jmp_buf oom;
+    struct node *nodes;
+    struct scratch *scratch;
+};
+static _Thread_local struct compile *cur_compile;
+
+static _Noreturn void compile_oom(void) {
+    WGLLM_ASSERT(cur_compile != NULL); /* allocations below happen only inside compile() */
+    longjmp(cur_compile->oom, 1);
 }
 
 static struct node *mk(int type) {
-    struct node *nd = xcalloc(1, sizeof *nd);
+    struct node *nd = calloc(1, sizeof *nd);
+    if (!nd) compile_oom();
     nd->type = type;
+    nd->next_alloc = cur_compile->nodes;
+    cur_compile->nodes = nd;
     return nd;
 }
 
+/* n ints of scratch for gen(), freed with the compile */
+static int *scratch_ints(size_t n) {
+    struct scratch *t = calloc(1, sizeof *t + sizeof(int) * (n ? n : 1));
+    if (!t) compile_oom();
+    t->next = cur_compile->scratch;
+    cur_compile->scratch = t;
+    return t->v;
+}
+
 static void add_kid(struct node *nd, struct node *k) {
-    if (!wgllm_grow((void **)&nd->kids, &nd->kids_cap, (size_t)nd->nk + 1, sizeof *nd->kids))
-        WGLLM_ABORT("out of memory");
+    if (!wgllm_grow((void **)&nd->kids, &nd->kids_cap, (size_t)nd->nk + 1, sizeof *nd->kids)) compile_oom();
     nd->kids[nd->nk++] = k;
 }
 
-static void free_node(struct node *nd) {
-    if (!nd) return;
-    for (int i = 0; i < nd->nk; i++) free_node(nd->kids[i]);
-    free(nd->kids);
-    free(nd);
-}
-
 static void cls_range(struct cls *c, uint32_t lo, uint32_t hi) {
-    if (!wgllm_grow((void **)&c->r, &c->cap, (size_t)c->nr + 1, sizeof *c->r)) WGLLM_ABORT("out of memory");
+    if (!wgllm_grow((void **)&c->r, &c->cap, (size_t)c->nr + 1, sizeof *c->r)) compile_oom();
     c->r[c->nr][0] = lo;
     c->r[c->nr][1] = hi;
     c->nr++;
 }
 
 static int new_cls(struct rx *rx) {
-    if (!wgllm_grow((void **)&rx->cls, &rx->cls_cap, (size_t)rx->ncls + 1, sizeof *rx->cls))
-        WGLLM_ABORT("out of memory");
+    if (!wgllm_grow((void **)&rx->cls, &rx->cls_cap, (size_t)rx->ncls + 1, sizeof *rx->cls)) compile_oom();
     memset(&rx->cls[rx->ncls], 0, sizeof rx->cls[0]);
     return rx->ncls++;
 }
@@ -645,7 +668,7 @@ static struct node *parse_alt(struct parser *ps) {
 }
 
 static int emit(struct rx *rx, uint8_t op) {
-    if (!wgllm_grow((void **)&rx->prog, &rx->cap, (size_t)rx->n + 1, sizeof *rx->prog)) WGLLM_ABORT("out of memory");
+    if (!wgllm_grow((void **)&rx->prog, &rx->cap, (size_t)rx->n + 1, sizeof *rx->prog)) compile_oom();
     memset(&rx->prog[rx->n], 0, sizeof rx->prog[0]);
     rx->prog[rx->n].op = op;
     return rx->n++;
@@ -662,7 +685,7 @@ static void gen(struct rx *rx, const struct node *nd) {
         for (int i = 0; i < nd->nk; i++) gen(rx, nd->kids[i]);
         break;
     case N_ALT: {
-        int *jmps = xcalloc((size_t)nd->nk, sizeof *jmps);
+        int *jmps = scratch_ints((size_t)nd->nk);
         for (int i = 0; i < nd->nk; i++) {
             int split = -1;
             if (i + 1 < nd->nk) split = emit(rx, OP_SPLIT);
@@ -674,7 +697,6 @@ static void gen(struct rx *rx, const struct node *nd) {
             }
         }
         for (int i = 0; i + 1 < nd->nk; i++) rx->prog[jmps[i]].x = rx->n;
-        free(jmps);
         break;
     }
     case N_REP: {
@@ -697,7 +719,7 @@ static void gen(struct rx *rx, const struct node *nd) {
             rx->prog[split].y = nd->lazy ? body : out;
         } else {
             int nopt = nd->max - nd->min;
-            int *splits = xcalloc((size_t)(nopt > 0 ? nopt : 1), sizeof *splits);
+            int *splits = scratch_ints((size_t)(nopt > 0 ? nopt : 1));
             for (int i = 0; i < nopt; i++) {
                 splits[i] = emit(rx, OP_SPLIT);
                 gen(rx, nd->kids[0]);
@@ -707,7 +729,6 @@ static void gen(struct rx *rx, const struct node *nd) {
                 rx->prog[splits[i]].x = nd->lazy ? out : body;
                 rx->prog[splits[i]].y = nd->lazy ? body : out;
             }
-            free(splits);
         }
         break;
     }
@@ -873,21 +894,25 @@ static void rx_free(struct rx *rx) {
     free(rx->cls);
 }
 
-enum wgllm_status wgllm_pretok_init(const char *const *exprs, int n_exprs,
-                                    struct wgllm_pretok **out, struct wgllm_error *err) {
-    struct wgllm_pretok *p = xcalloc(1, sizeof *p);
-    p->rx = xcalloc((size_t)n_exprs, sizeof *p->rx);
-    p->n = n_exprs;
-    *out = NULL;
-    for (int k = 0; k < n_exprs; k++) {
-        struct rx *rx = &p->rx[k];
-        const char *e = exprs[k];
-        if (strcmp(e, k_gpt2_expr) == 0) { rx->custom = 1; continue; }
-        if (strcmp(e, k_llama3_expr_a) == 0 || strcmp(e, k_llama3_expr_b) == 0) { rx->custom = 2; continue; }
-        rx->collapsed = uses_category(e);
-        size_t len = strlen(e);
-        uint32_t *cp = xcalloc(len, sizeof *cp);
-        size_t ncp = wgllm_unicode_decode(e, len, cp);
+enum compiled { COMPILED, COMPILE_BAD, COMPILE_OOM };
+
+/* Parses e and generates its program into rx (struct compile above). */
+static enum compiled compile(struct rx *rx, const char *e) {
+    const size_t len = strlen(e);
+    /* on the heap, not in this frame: what changes between setjmp and
+     * longjmp must not be a local of the function that called setjmp */
+    struct compile *cc = calloc(1, sizeof *cc);
+    uint32_t *cp = calloc(len ? len : 1, sizeof *cp);
+    if (!cc || !cp) {
+        free(cc), free(cp);
+        return COMPILE_OOM;
+    }
+    enum compiled result;
+    cur_compile = cc;
+    if (setjmp(cc->oom)) {
+        result = COMPILE_OOM;
+    } else {
+        const size_t ncp = wgllm_unicode_decode(e, len, cp);
         struct parser ps = {.p = cp, .n = ncp, .collapsed = rx->collapsed, .rx = rx};
         for (size_t i = 0; i < ncp && rx->collapsed; i++)
             if (cp[i] >= 128) ps.bad = true; /* llama.cpp refuses this mix too */
@@ -897,10 +922,44 @@ enum wgllm_status wgllm_pretok_init(const char *const *exprs, int n_exprs,
             gen(rx, root);
             emit(rx, OP_MATCH);
         }
-        free_node(root);
-        free(cp);
-        if (ps.bad) {
+        result = ps.bad ? COMPILE_BAD : COMPILED;
+    }
+    cur_compile = NULL;
+    for (struct node *nd = cc->nodes, *next; nd; nd = next) {
+        next = nd->next_alloc;
+        free(nd->kids);
+        free(nd);
+    }
+    for (struct scratch *t = cc->scratch, *next; t; t = next) {
+        next = t->next;
+        free(t);
+    }
+    free(cc);
+    free(cp);
+    return result;
+}
+
+enum wgllm_status wgllm_pretok_init(const char *const *exprs, int n_exprs,
+                                    struct wgllm_pretok **out, struct wgllm_error *err) {
+    *out = NULL;
+    struct wgllm_pretok *p = calloc(1, sizeof *p);
+    if (p) p->rx = calloc(n_exprs > 0 ? (size_t)n_exprs : 1, sizeof *p->rx);
+    if (!p || !p->rx) {
+        free(p);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the pre-tokenizer");
+    }
+    p->n = n_exprs;
+    for (int k = 0; k < n_exprs; k++) {
+        struct rx *rx = &p->rx[k];
+        const char *e = exprs[k];
+        if (strcmp(e, k_gpt2_expr) == 0) { rx->custom = 1; continue; }
+        if (strcmp(e, k_llama3_expr_a) == 0 || strcmp(e, k_llama3_expr_b) == 0) { rx->custom = 2; continue; }
+        rx->collapsed = uses_category(e);
+        const enum compiled c = compile(rx, e);
+        if (c != COMPILED) {
             wgllm_pretok_free(p);
+            if (c == COMPILE_OOM)
+                return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for pre-tokenizer regex %d", k);
             return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
                                    "pre-tokenizer regex %d cannot be parsed: '%s'", k, e);
         }

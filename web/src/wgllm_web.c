@@ -42,7 +42,13 @@
  * engine or GPU generator) freed by wgllm_web_unload; every job returned by
  * a submit is freed by wgllm_web_job_free once JS has seen done != 0.
  */
+#ifdef __EMSCRIPTEN__
 #include <emscripten.h>
+#else
+/* a native build (tests/test_web_faults.c): the single-threaded core's
+ * paths, with nothing to export to JS */
+#define EMSCRIPTEN_KEEPALIVE
+#endif
 #ifdef __EMSCRIPTEN_PTHREADS__
 #include <emscripten/threading.h>
 #endif
@@ -58,7 +64,11 @@
 
 /* Progress of wgllm_model_load, forwarded to the JS host on the main thread
  * (wgllm_web.lib.js; asynchronous: the loading pthread never waits). */
+#ifdef __EMSCRIPTEN__
 extern void wgllm_web_js_progress(double p);
+#else
+static void wgllm_web_js_progress(double p) { (void)p; } /* native: no JS host to tell */
+#endif
 
 struct web_state {
     struct wgllm_model *model;
@@ -100,6 +110,7 @@ struct web_job {
     char id[48];
     int http_status; /* 200, or the error's status */
     char *answer;    /* the final JSON text: the response, or an error object; NULL for a stream that ended well */
+    bool answer_lost; /* no memory for the answer (or a stream's last chunks): OOM_ANSWER says so instead */
     enum wgllm_status status;
     char message[512];
 };
@@ -270,7 +281,7 @@ static struct web_load *load_new(const char *path, int n_threads, int n_ctx, int
         l->chat_template = chat_template && chat_template[0] ? strdup(chat_template) : NULL;
     }
     if (!l || !l->path || (chat_template && chat_template[0] && !l->chat_template)) {
-        if (l) free(l->chat_template);
+        if (l) free(l->path), free(l->chat_template);
         free(l);
         snprintf(g_error, sizeof(g_error), "out of memory");
         return NULL;
@@ -404,6 +415,19 @@ static bool on_openai_token(const char *text, size_t len, int32_t token, float l
     return ok && !atomic_load(&j->cancel);
 }
 
+/* What a job whose answer found no memory answers: static, so it needs none. */
+static const char OOM_ANSWER[] = "{\"error\":{\"message\":\"out of memory for the answer\",\"type\":\"server_error\","
+                                 "\"param\":null,\"code\":null}}";
+
+/* The answer (or a stream's end) could not be made: the job fails with a
+ * status and message that say so, whatever the request's own result was. */
+static void answer_lost(struct web_job *j, const char *what) {
+    j->answer_lost = true;
+    j->http_status = 500;
+    j->status = WGLLM_STATUS_OUT_OF_MEMORY;
+    snprintf(j->message, sizeof(j->message), "out of memory for %s", what);
+}
+
 /* The end of an OpenAI job: the stream's last chunks, or the whole answer. */
 static void openai_finish(struct web_job *j) {
     wgllm_request_wait(j->req, &j->res);
@@ -423,12 +447,13 @@ static void openai_finish(struct web_job *j) {
         /* interrupted too: its finish chunk says "abort" (whoever broke out of the loop reads no more) */
         char *end[WGLLM_OPENAI_END_CHUNKS];
         const int n = wgllm_openai_chunks_end(&j->api, &j->oreq, j->id, r, end);
-        for (int i = 0; i < n; i++) push_line(j, end[i]);
-        if (n == 0) j->answer = NULL, j->http_status = 500;
+        bool pushed = n > 0; /* 0: out of memory (chunks_end makes all of them or none) */
+        for (int i = 0; i < n; i++) pushed = push_line(j, end[i]) && pushed; /* each pushed or freed */
+        if (!pushed) answer_lost(j, "the stream's last chunks");
     } else {
         j->answer = r->finish == WGLLM_FINISH_ERROR ? wgllm_openai_error_json(&e)
                                                     : wgllm_openai_response(&j->api, &j->oreq, j->id, r);
-        if (!j->answer) j->http_status = 500;
+        if (!j->answer) answer_lost(j, "the answer");
     }
 }
 
@@ -556,6 +581,7 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_openai(struct web_state *st, int 
         pthread_mutex_unlock(&j->mu);
         j->http_status = e.status;
         j->answer = wgllm_openai_error_json(&e);
+        j->answer_lost = !j->answer; /* the message below still says what went wrong */
         j->status = WGLLM_STATUS_INVALID_ARGUMENT;
         snprintf(j->message, sizeof(j->message), "%s", e.message);
         atomic_store(&j->done, 1);
@@ -564,8 +590,11 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_openai(struct web_state *st, int 
     return j;
 }
 
-/* The final JSON text of an OpenAI job once done ("" for a stream that ended well). */
-EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_answer(struct web_job *j) { return j->answer ? j->answer : ""; }
+/* The final JSON text of an OpenAI job once done ("" for a stream, whose
+ * end is in its lines; OOM_ANSWER when there was no memory for it). */
+EMSCRIPTEN_KEEPALIVE const char *wgllm_web_job_answer(struct web_job *j) {
+    return j->answer ? j->answer : j->answer_lost ? OOM_ANSWER : "";
+}
 
 /* Embeds the len bytes of `text` (copied; NULs are text) on a helper thread
  * (the engine computes it); pooling as enum wgllm_pooling. */

@@ -123,7 +123,7 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struc
     g->n_ctx = params->n_ctx > 0 ? params->n_ctx : WGLLM_MIN(model->hp.n_ctx_train, 4096);
     g->n_seq = params->n_seq > 0 ? params->n_seq : 1;
     g->n_batch = params->n_batch > 0 ? params->n_batch : 512;
-    g->n_batch = WGLLM_MIN(g->n_batch, g->n_ctx * g->n_seq);
+    g->n_batch = (int)WGLLM_MIN((int64_t)g->n_batch, (int64_t)g->n_ctx * g->n_seq); /* 64-bit: n_ctx may be near INT_MAX */
     g->gpu_mem = params->gpu_mem;
     enum wgllm_status st = create(g, err);
     if (st) {

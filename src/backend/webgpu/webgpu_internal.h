@@ -20,6 +20,7 @@
 #include "backend/webgpu/forward_webgpu.h"
 #include "backend/webgpu/hal.h"
 #include "backend/webgpu/kernels.h"
+#include "backend/webgpu/webgpu_plan.h"
 
 struct wgllm_model;
 struct wgllm_weight;
@@ -35,7 +36,6 @@ struct wgllm_weight;
 #define KP_PRIVATE_SAMPLE 0x53414d50u
 #define KP_PRIVATE_SAMPLE_ROWS 0x524f5753u
 
-#define MAX_PIECES 16
 #define SLOT_BYTES 256
 
 /* A matrix on the GPU: rows split across buffers when needed. */

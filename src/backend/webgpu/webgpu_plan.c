@@ -1,7 +1,7 @@
 /*
  * webgpu_plan.c - the WebGPU backend's memory plan and buffers
  * (webgpu_internal.h): the plan fitted to the device's limits and the
- * caller's budget before anything is allocated (fit_plan: n_batch, the
+ * caller's budget before anything is allocated (wgllm_webgpu_plan_sizes, webgpu_plan.h: n_batch, the
  * output rows per pass and n_ctx shrink, with a note saying why), then
  * every buffer: the weights (split by rows where a tensor exceeds a binding;
  * uploaded from the mapped file, or streamed from it through one bounded
@@ -77,40 +77,386 @@ static enum wgllm_status upload_streamed(struct wgllm_webgpu_ctx *g, const struc
     return WGLLM_STATUS_OK;
 }
 
-/* Rows per piece: within the binding size and the dispatch limit of the
- * mat-vec (rows_matvec rows per workgroup), and whole u32 words. */
-static enum wgllm_status plan_weight(struct wgllm_webgpu_ctx *g, const struct wgllm_weight *w, struct gweight *gw,
-                                     uint64_t *pending, struct wgllm_error *err) {
-    const struct wgllm_gpu_info *info = wgllm_gpu_get_info(g->gpu);
-    gw->type = w->type, gw->ne0 = w->ne0, gw->ne1 = w->ne1, gw->row_size = w->row_size;
-    uint64_t max_bytes = WGLLM_MIN(info->max_storage_binding_size, info->max_buffer_size);
+/* ---- sizes (webgpu_plan.h) ------------------------------------------------
+ * Saturating 64-bit arithmetic: a result past 2^64 stays UINT64_MAX, which
+ * exceeds every device limit and every budget, so an overflow can only end
+ * in an error naming the quantity, never in a small wrapped size. */
+#define SAT UINT64_MAX
+static uint64_t smul(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return wgllm_mul_overflow(a, b, &r) ? SAT : r;
+}
+static uint64_t sadd(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return wgllm_add_overflow(a, b, &r) ? SAT : r;
+}
+static uint64_t smul3(uint64_t a, uint64_t b, uint64_t c) { return smul(smul(a, b), c); }
+static uint64_t round16(uint64_t b) { return b > SAT - 15 ? SAT : (b + 15) & ~(uint64_t)15; }
+static uint64_t sceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+/* A byte count for messages: saturated ones overflowed. */
+static const char *bytes_str(uint64_t v, char *buf, size_t cap) {
+    if (v == SAT) snprintf(buf, cap, "more than 2^64");
+    else snprintf(buf, cap, "%llu", (unsigned long long)v);
+    return buf;
+}
+
+const char *const wgllm_webgpu_act_names[WGLLM_ACT_COUNT] = {"x",  "xn",  "q",   "k",  "v",  "att", "tmp",  "gate",
+                                                              "up", "ffh", "qr", "kr", "xr", "xo",  "att_o"};
+
+void wgllm_webgpu_limits_of(const struct wgllm_gpu_info *info, const struct wgllm_wgsl_tune *tune,
+                            struct wgllm_webgpu_limits *lim) {
+    *lim = (struct wgllm_webgpu_limits){.max_buffer_size = info->max_buffer_size,
+                                        .max_storage_binding_size = info->max_storage_binding_size,
+                                        .max_workgroups_per_dim = info->max_workgroups_per_dim,
+                                        .wg_elem = tune->wg_elem,
+                                        .rows_matvec = tune->rows_matvec,
+                                        .wg_attn = tune->wg_attn,
+                                        .attn_max_dims = tune->attn_max_dims};
     /* WGLLM_WEBGPU_MAX_WEIGHT_BYTES: a smaller piece size, so that the split
      * path runs (tests) or a browser's 128 MiB limit is mimicked natively */
     const char *cap = getenv("WGLLM_WEBGPU_MAX_WEIGHT_BYTES");
-    if (cap && strtoull(cap, NULL, 10) > 0) max_bytes = WGLLM_MIN(max_bytes, strtoull(cap, NULL, 10));
-    int64_t max_rows = (int64_t)(max_bytes / w->row_size);
-    int64_t disp_rows = (int64_t)info->max_workgroups_per_dim * g->tune->rows_matvec;
+    if (cap) lim->max_weight_bytes = strtoull(cap, NULL, 10);
+}
+
+/* Rows per piece: within the binding size and the dispatch limit of the
+ * mat-vec (rows_matvec rows per workgroup), and whole u32 words. */
+enum wgllm_status wgllm_webgpu_weight_rows(const struct wgllm_webgpu_limits *lim, const struct wgllm_weight *w,
+                                           int64_t *max_rows_out, int *n_pieces_out, struct wgllm_error *err) {
+    if (w->ne0 < 1 || w->ne1 < 1 || w->row_size < 1)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "WebGPU: tensor %s has %lld x %lld elements in rows of %zu bytes: nothing to plan",
+                               w->name, (long long)w->ne0, (long long)w->ne1, w->row_size);
+    uint64_t max_bytes = WGLLM_MIN(lim->max_storage_binding_size, lim->max_buffer_size);
+    if (lim->max_weight_bytes > 0) max_bytes = WGLLM_MIN(max_bytes, lim->max_weight_bytes);
+    uint64_t max_rows = max_bytes / w->row_size;
+    const uint64_t disp_rows = (uint64_t)lim->max_workgroups_per_dim * lim->rows_matvec;
     if (disp_rows < max_rows) max_rows = disp_rows;
-    while (max_rows > 1 && (max_rows * (int64_t)w->row_size) % 4) max_rows--;
+    while (max_rows > 1 && (max_rows * (uint64_t)w->row_size) % 4) max_rows--; /* no overflow: <= max_bytes */
     if (max_rows < 1)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor %s: a row of %zu bytes exceeds the device's "
                                "storage binding size %llu", w->name, w->row_size, (unsigned long long)max_bytes);
-    const int64_t n_pieces = (w->ne1 + max_rows - 1) / max_rows;
+    /* rounded up without ne1 + max_rows - 1, which a hostile ne1 overflows */
+    const uint64_t n_pieces = ((uint64_t)w->ne1 - 1) / max_rows + 1;
     if (n_pieces > MAX_PIECES) /* checked before it is stored: ctx_free walks n_pieces */
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor %s needs %lld pieces of at most %lld rows (limit %d)",
-                               w->name, (long long)n_pieces, (long long)max_rows, MAX_PIECES);
-    gw->n_pieces = (int)n_pieces;
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor %s needs %llu pieces of at most %llu rows (limit %d)",
+                               w->name, (unsigned long long)n_pieces, (unsigned long long)max_rows, MAX_PIECES);
+    *max_rows_out = (int64_t)max_rows; /* < ne1 * MAX_PIECES or ne1 itself: fits */
+    *n_pieces_out = (int)n_pieces;
+    return WGLLM_STATUS_OK;
+}
+
+static const struct wgllm_weight *layer_weight(const struct wgllm_layer *L, int j) {
+    const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return ws[j];
+}
+
+/* The model's widths in 64 bits (each >= 1 once check_hparams passed). */
+struct widths {
+    uint64_t E, F, V, dk, dv, QD, KD, VD, OD, rot, n_layer, n_head;
+};
+
+static struct widths widths_of(const struct wgllm_hparams *hp) {
+    const uint64_t dk = (uint64_t)hp->head_dim_k, dv = (uint64_t)hp->head_dim_v;
+    return (struct widths){.E = (uint64_t)hp->n_embd, .F = (uint64_t)hp->n_ff, .V = (uint64_t)hp->n_vocab, .dk = dk,
+                           .dv = dv, .QD = (uint64_t)hp->n_head * dk, .KD = (uint64_t)hp->n_head_kv * dk,
+                           .VD = (uint64_t)hp->n_head_kv * dv, .OD = (uint64_t)hp->n_head * dv,
+                           .rot = (uint64_t)hp->n_rot, .n_layer = (uint64_t)hp->n_layer, .n_head = (uint64_t)hp->n_head};
+}
+
+/* GPU bytes of everything but the KV cache, as create() allocates it, for
+ * batches of B tokens and OC output rows (an upper bound: the vectors and
+ * the parameter arena are counted generously). Saturates. */
+static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, uint64_t B, uint64_t OC) {
+    const uint64_t E = w->E, F = w->F, V = w->V, QD = w->QD, KD = w->KD, VD = w->VD, OD = w->OD, dk = w->dk;
+    uint64_t fixed = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        for (int j = 0; j < 7; j++) {
+            const struct wgllm_weight *wt = layer_weight(&m->layers[il], j);
+            fixed = sadd(fixed, round16(smul(wt->row_size, (uint64_t)wt->ne1)));
+        }
+        fixed = sadd(fixed, smul(sadd(sadd(sadd(sadd(smul(2, E), QD), KD), VD), smul(2, dk)), 4)); /* vectors, at most */
+    }
+    fixed = sadd(fixed, round16(smul(m->tok_embd.row_size, (uint64_t)m->tok_embd.ne1)));
+    if (m->output.tensor != m->tok_embd.tensor)
+        fixed = sadd(fixed, round16(smul(m->output.row_size, (uint64_t)m->output.ne1)));
+    uint64_t per_tok = 0; /* floats per token of the activations, the rope table and the step words */
+    const uint64_t terms[] = {smul(2, E), QD, KD, VD, OD, E, smul(3, F), m->layers[0].q_norm ? sadd(QD, KD) : 0,
+                              WGLLM_MAX(WGLLM_MAX(E, F), OD), w->rot, 4};
+    for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) per_tok = sadd(per_tok, terms[i]);
+    fixed = sadd(fixed, smul3(B, per_tok, 4));
+    /* outputs, readback, parameter arena */
+    fixed = sadd(fixed, smul3(OC, sadd(sadd(smul(2, E), OD), V), 4));
+    fixed = sadd(fixed, sadd(smul3(OC, WGLLM_MAX(V, E), 4), 64 * 1024));
+    return fixed;
+}
+
+static enum wgllm_status check_hparams(const struct wgllm_model *m, const struct wgllm_webgpu_limits *lim,
+                                       const struct wgllm_webgpu_sizes *sz, struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct {
+        const char *name;
+        int v;
+    } need[] = {{"n_embd", hp->n_embd},       {"n_head", hp->n_head},         {"n_head_kv", hp->n_head_kv},
+                {"head_dim_k", hp->head_dim_k}, {"head_dim_v", hp->head_dim_v}, {"n_ff", hp->n_ff},
+                {"n_vocab", hp->n_vocab},     {"n_layer", hp->n_layer}};
+    for (size_t i = 0; i < sizeof need / sizeof *need; i++)
+        if (need[i].v < 1)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "WebGPU: the model's %s is %d (at least 1)",
+                                   need[i].name, need[i].v);
+    /* also bounds 7 * n_layer + 2 weights and the vector offsets' table */
+    if (hp->n_layer > 512) return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: %d layers (at most 512)", hp->n_layer);
+    if (hp->n_rot < 0)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "WebGPU: the model's n_rot is %d", hp->n_rot);
+    const struct {
+        const char *name;
+        int v;
+    } req[] = {{"n_ctx", sz->n_ctx}, {"n_seq", sz->n_seq}, {"n_batch", sz->n_batch}};
+    for (size_t i = 0; i < sizeof req / sizeof *req; i++)
+        if (req[i].v < 1)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "WebGPU: %s %d (at least 1)", req[i].name, req[i].v);
+    if (lim->wg_elem < 1 || lim->rows_matvec < 1 || lim->max_workgroups_per_dim < 1)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "WebGPU: a tune or device limit of 0 (wg_elem %u, "
+                               "rows_matvec %u, workgroups per dimension %u)", lim->wg_elem, lim->rows_matvec,
+                               lim->max_workgroups_per_dim);
+    const struct widths w = widths_of(hp);
+    if (w.KD % 2 || w.VD % 2 || w.dk % 2)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: odd K/V widths (%llu, %llu) are not supported",
+                               (unsigned long long)w.KD, (unsigned long long)w.VD);
+    const uint64_t attn = (uint64_t)lim->wg_attn * lim->attn_max_dims;
+    if (w.dk > attn || w.dv > attn)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: head dims %llu/%llu exceed the attention kernel's %llu",
+                               (unsigned long long)w.dk, (unsigned long long)w.dv, (unsigned long long)attn);
+    /* every weight's pieces, before anything is allocated */
+    int64_t rows;
+    int pieces;
+    enum wgllm_status st = WGLLM_STATUS_OK;
+    for (int il = 0; il < hp->n_layer && !st; il++)
+        for (int j = 0; j < 7 && !st; j++) st = wgllm_webgpu_weight_rows(lim, layer_weight(&m->layers[il], j), &rows, &pieces, err);
+    if (!st) st = wgllm_webgpu_weight_rows(lim, &m->tok_embd, &rows, &pieces, err);
+    if (!st) st = wgllm_webgpu_weight_rows(lim, &m->output, &rows, &pieces, err);
+    return st;
+}
+
+/* Floats of every f32 vector the vectors buffer holds (as plan_alloc lays them out). */
+static uint64_t vector_floats(const struct wgllm_model *m, const struct widths *w) {
+    uint64_t total = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct wgllm_layer *L = &m->layers[il];
+        const float *d[7] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
+        const uint64_t n[7] = {w->E, w->E, w->QD, w->KD, w->VD, w->dk, w->dk};
+        for (int j = 0; j < 7; j++)
+            if (d[j]) total = sadd(total, n[j]);
+    }
+    return sadd(total, w->E); /* the output norm */
+}
+
+/* Fits the plan to the device and the budget before anything is allocated:
+ * n_batch shrinks so that an activation of the batch fits one binding;
+ * n_ctx so that a layer's K or V cache of all sequences fits one binding
+ * (and the cache rows of all sequences stay 32-bit indices). With a budget
+ * (gpu_mem), the output rows per pass and then n_batch shrink first (down to
+ * n_seq rows and 32 tokens: they cost speed, not results) while the budget
+ * cannot hold min(n_ctx, 256) positions, then n_ctx shrinks to what the
+ * budget holds. Says what changed and why (sz->note). Then every buffer is
+ * sized and checked against the device's limits. */
+enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const struct wgllm_webgpu_limits *lim,
+                                          struct wgllm_webgpu_sizes *sz, struct wgllm_error *err) {
+    sz->note[0] = 0;
+    enum wgllm_status st = check_hparams(m, lim, sz, err);
+    if (st) return st;
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct widths w = widths_of(hp);
+    const uint64_t E = w.E, F = w.F, V = w.V, QD = w.QD, KD = w.KD, VD = w.VD, OD = w.OD;
+    const uint64_t max_bind = WGLLM_MIN(lim->max_storage_binding_size, lim->max_buffer_size);
+    char why[160] = "", b1[32];
+    /* output rows one pass keeps: OUT_BYTES of logits, at least one per sequence */
+    sz->out_cap = (int)WGLLM_MAX((uint64_t)sz->n_seq, OUT_BYTES / smul(V, 4));
+    const int n_ctx0 = sz->n_ctx, n_batch0 = sz->n_batch, out0 = sz->out_cap;
+    /* the logits of a pass and their readback copy within a binding, down to one row per sequence */
+    const uint64_t out_row = smul(WGLLM_MAX(V, E), 4);
+    if (smul((uint64_t)sz->out_cap, out_row) > max_bind && sz->out_cap > sz->n_seq) {
+        sz->out_cap = (int)WGLLM_MAX((uint64_t)sz->n_seq, max_bind / out_row);
+        snprintf(why, sizeof why, "a pass's output rows must fit the device's %llu-byte binding",
+                 (unsigned long long)max_bind);
+    }
+
+    const uint64_t row_max = smul(WGLLM_MAX(WGLLM_MAX(WGLLM_MAX(E, F), WGLLM_MAX(QD, OD)), WGLLM_MAX(WGLLM_MAX(KD, VD), w.rot)), 4);
+    if (smul((uint64_t)sz->n_batch, row_max) > max_bind) {
+        if (row_max > max_bind)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: one token's widest activation row needs %s "
+                                   "bytes, the device allows %llu per binding", bytes_str(row_max, b1, sizeof b1),
+                                   (unsigned long long)max_bind);
+        sz->n_batch = (int)(max_bind / row_max);
+        snprintf(why, sizeof why, "a batch's activations must fit the device's %llu-byte binding",
+                 (unsigned long long)max_bind);
+    }
+    /* grids that grow with the batch along x: element-wise ops over all rows
+     * (SwiGLU, the activation rounding) and one workgroup per head row */
+    const uint64_t max_wg = lim->max_workgroups_per_dim;
+    const uint64_t per_tok = WGLLM_MAX(WGLLM_MAX(sceil_div(F, lim->wg_elem), sceil_div(WGLLM_MAX(E, OD), smul(32, lim->wg_elem))),
+                                       w.n_head);
+    if (smul((uint64_t)sz->n_batch, per_tok) > max_wg) {
+        if (per_tok > max_wg)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: one token's element-wise grid needs %llu "
+                                   "workgroups, the device allows %llu per dimension", (unsigned long long)per_tok,
+                                   (unsigned long long)max_wg);
+        sz->n_batch = (int)(max_wg / per_tok);
+        snprintf(why, sizeof why, "a batch's element-wise grids must fit the device's %llu workgroups per dimension",
+                 (unsigned long long)max_wg);
+    }
+    const uint64_t kv_row = smul(WGLLM_MAX(KD, VD), 2);
+    if (smul3((uint64_t)sz->n_seq, (uint64_t)sz->n_ctx, kv_row) > max_bind) {
+        const uint64_t per_pos = smul(kv_row, (uint64_t)sz->n_seq);
+        if (per_pos > max_bind)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: one position of a layer's K/V cache for %d "
+                                   "sequences needs %s bytes, the device allows %llu per binding", sz->n_seq,
+                                   bytes_str(per_pos, b1, sizeof b1), (unsigned long long)max_bind);
+        sz->n_ctx = (int)(max_bind / per_pos); /* < the n_ctx asked: fits */
+        snprintf(why, sizeof why, "a layer's K/V cache of %d sequences must fit the device's %llu-byte binding",
+                 sz->n_seq, (unsigned long long)max_bind);
+    }
+    /* cache rows are u32 in the step buffer and int in the host's row arithmetic */
+    if ((int64_t)sz->n_seq * sz->n_ctx > INT32_MAX) {
+        sz->n_ctx = INT32_MAX / sz->n_seq;
+        snprintf(why, sizeof why, "the cache rows of %d sequences must have 32-bit indices", sz->n_seq);
+    }
+    sz->out_cap = WGLLM_MIN(sz->out_cap, sz->n_batch);
+    /* bytes per position of every slot, and of the context shift's scratch */
+    const uint64_t kv_pos = sadd(smul3(w.n_layer, (uint64_t)sz->n_seq, smul(sadd(KD, VD), 2)), kv_row);
+    uint64_t fixed = plan_fixed(m, &w, (uint64_t)sz->n_batch, (uint64_t)sz->out_cap);
+    if (sz->gpu_mem && sadd(fixed, smul(kv_pos, (uint64_t)sz->n_ctx)) > sz->gpu_mem) {
+        const uint64_t want = sadd(fixed, smul(kv_pos, (uint64_t)sz->n_ctx));
+        const int min_ctx = WGLLM_MIN(sz->n_ctx, 256);
+        while (sadd(fixed, smul(kv_pos, (uint64_t)min_ctx)) > sz->gpu_mem && (sz->out_cap > sz->n_seq || sz->n_batch > 32)) {
+            if (sz->out_cap > sz->n_seq) sz->out_cap = WGLLM_MAX(sz->n_seq, sz->out_cap / 2);
+            else sz->n_batch = WGLLM_MAX(32, sz->n_batch / 2), sz->out_cap = WGLLM_MIN(sz->out_cap, sz->n_batch);
+            fixed = plan_fixed(m, &w, (uint64_t)sz->n_batch, (uint64_t)sz->out_cap);
+        }
+        if (sadd(fixed, kv_pos) > sz->gpu_mem)
+            return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "the GPU memory budget of %.1f MiB is too small: "
+                                   "weights and scratch need %.1f MiB before any KV cache (%d sequences, batches of "
+                                   "%d tokens)", sz->gpu_mem / 1048576.0, fixed / 1048576.0, sz->n_seq, sz->n_batch);
+        if (sadd(fixed, smul(kv_pos, (uint64_t)sz->n_ctx)) > sz->gpu_mem)
+            sz->n_ctx = (int)((sz->gpu_mem - fixed) / kv_pos); /* < the n_ctx asked: fits */
+        snprintf(why, sizeof why, "%d sequences x %d positions need %.1f MiB, more than the GPU memory budget of "
+                 "%.1f MiB", sz->n_seq, n_ctx0, want / 1048576.0, sz->gpu_mem / 1048576.0);
+    }
+    if (sz->n_ctx < 1)
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "no room for a KV cache of %d sequences", sz->n_seq);
+    sz->n_batch = (int)WGLLM_MIN((int64_t)sz->n_batch, (int64_t)sz->n_ctx * sz->n_seq);
+    sz->out_cap = WGLLM_MIN(sz->out_cap, sz->n_batch);
+    if (why[0]) {
+        char *note = sz->note;
+        const size_t cap = sizeof sz->note;
+        int k = 0;
+        if (sz->n_ctx != n_ctx0) k += snprintf(note + k, cap - k, "context %d -> %d positions, ", n_ctx0, sz->n_ctx);
+        if (sz->n_batch != n_batch0 && k < (int)cap)
+            k += snprintf(note + k, cap - k, "batches %d -> %d tokens, ", n_batch0, sz->n_batch);
+        if (sz->out_cap != WGLLM_MIN(out0, n_batch0) && k < (int)cap)
+            k += snprintf(note + k, cap - k, "output rows per pass %d -> %d, ", WGLLM_MIN(out0, n_batch0), sz->out_cap);
+        if (k < (int)cap) snprintf(note + k, cap - k, "because %s", why);
+    }
+    sz->estimate = sadd(fixed, smul(kv_pos, (uint64_t)sz->n_ctx));
+    /* each buffer is checked below; their sum (weights of 16 pieces past a
+     * binding each, say) must not wrap either */
+    if (sz->estimate == SAT)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: the plan needs more than 2^64 bytes (weights, "
+                               "KV cache and scratch of %d sequences x %d positions)", sz->n_seq, sz->n_ctx);
+
+    /* every buffer, as plan_alloc creates it */
+    const uint64_t B = (uint64_t)sz->n_batch, OC = (uint64_t)sz->out_cap, rows = (uint64_t)sz->n_seq * sz->n_ctx;
+    const bool qk_norm = m->layers[0].q_norm != NULL;
+    sz->step = smul3(4, B, 4);
+    sz->readback = smul3(OC, WGLLM_MAX(V, E), 4);
+    sz->samp_in = smul3(OC, 8, 4);
+    sz->samp_out = smul3(OC, 2, 4);
+    const uint64_t n_vec = vector_floats(m, &w);
+    if (n_vec > UINT32_MAX) /* the kernels address the vectors by u32 float offsets */
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: the model's vectors hold %s floats, more than "
+                               "32-bit offsets reach", bytes_str(n_vec, b1, sizeof b1));
+    sz->vectors = smul(n_vec, 4);
+    sz->k_cache = smul3(rows, KD, 2);
+    sz->v_cache = smul3(rows, VD, 2);
+    sz->shift = smul3((uint64_t)sz->n_ctx, WGLLM_MAX(KD, VD), 2);
+    const uint64_t act_rows[WGLLM_ACT_COUNT] = {
+        [WGLLM_ACT_X] = smul(B, E),    [WGLLM_ACT_XN] = smul(B, E),   [WGLLM_ACT_Q] = smul(B, QD),
+        [WGLLM_ACT_K] = smul(B, KD),   [WGLLM_ACT_V] = smul(B, VD),   [WGLLM_ACT_ATT] = smul(B, OD),
+        [WGLLM_ACT_TMP] = smul(B, E),  [WGLLM_ACT_GATE] = smul(B, F), [WGLLM_ACT_UP] = smul(B, F),
+        [WGLLM_ACT_FFH] = smul(B, F),  [WGLLM_ACT_QR] = qk_norm ? smul(B, QD) : 0,
+        [WGLLM_ACT_KR] = qk_norm ? smul(B, KD) : 0, [WGLLM_ACT_XR] = smul(B, WGLLM_MAX(WGLLM_MAX(E, F), OD)),
+        [WGLLM_ACT_XO] = smul(OC, E),  [WGLLM_ACT_ATT_O] = smul(OC, OD)};
+    for (int i = 0; i < WGLLM_ACT_COUNT; i++) sz->act[i] = smul(act_rows[i], 4);
+    sz->logits = smul3(OC, V, 4);
+    sz->rope_cs = smul3(B, w.rot, 4);
+    /* storage buffers within a binding (and a buffer); the readback only within a buffer */
+    const struct {
+        const char *name;
+        uint64_t bytes;
+        bool storage;
+    } bufs[] = {{"step", sz->step, true},         {"output readback", sz->readback, false},
+                {"sample rows in", sz->samp_in, true}, {"sample rows out", sz->samp_out, true},
+                {"vectors", sz->vectors, true},   {"k cache", sz->k_cache, true},
+                {"v cache", sz->v_cache, true},   {"shift scratch", sz->shift, true},
+                {"logits", sz->logits, true},     {"rope cos/sin", sz->rope_cs, true}};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs + WGLLM_ACT_COUNT; i++) {
+        const bool is_act = i >= sizeof bufs / sizeof *bufs;
+        const size_t a = i - sizeof bufs / sizeof *bufs;
+        const char *name = is_act ? wgllm_webgpu_act_names[a] : bufs[i].name;
+        const uint64_t bytes = is_act ? sz->act[a] : bufs[i].bytes;
+        const bool storage = is_act || bufs[i].storage;
+        const uint64_t limit = storage ? max_bind : lim->max_buffer_size;
+        if (bytes > limit)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: the %s buffer needs %s bytes, the device "
+                                   "allows %llu (%s)", name, bytes_str(bytes, b1, sizeof b1), (unsigned long long)limit,
+                                   storage ? "maxStorageBufferBindingSize" : "maxBufferSize");
+    }
+    /* host copies: element counts whose bytes fit size_t (32 bits on wasm32) */
+    const struct {
+        const char *name;
+        uint64_t n;
+        size_t elem;
+        size_t *out;
+    } host[] = {{"step", smul(4, B), sizeof(uint32_t), &sz->step_host},
+                {"rope table", smul(B, w.rot), sizeof(float), &sz->rope_host},
+                {"sampled rows", smul(OC, 8), sizeof(uint32_t), &sz->samp_host},
+                {"output row index", OC, sizeof(int), &sz->samp_row}};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++) {
+        size_t bytes;
+        if (!wgllm_size_mul(host[i].n, host[i].elem, &bytes))
+            return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "WebGPU: the host's %s copy needs %s bytes, more "
+                                   "than this process can address", host[i].name,
+                                   bytes_str(smul(host[i].n, host[i].elem), b1, sizeof b1));
+        *host[i].out = (size_t)host[i].n;
+    }
+    return WGLLM_STATUS_OK;
+}
+
+/* Streams a weight's rows into its pieces (wgllm_webgpu_weight_rows). */
+static enum wgllm_status plan_weight(struct wgllm_webgpu_ctx *g, const struct wgllm_webgpu_limits *lim,
+                                     const struct wgllm_weight *w, struct gweight *gw, uint64_t *pending,
+                                     struct wgllm_error *err) {
+    gw->type = w->type, gw->ne0 = w->ne0, gw->ne1 = w->ne1, gw->row_size = w->row_size;
+    int64_t max_rows;
+    int n_pieces;
+    enum wgllm_status st = wgllm_webgpu_weight_rows(lim, w, &max_rows, &n_pieces, err);
+    if (st) return st;
+    gw->n_pieces = n_pieces;
     if (gw->n_pieces > 1) g->plan.n_split_tensors++;
     for (int p = 0; p < gw->n_pieces; p++) {
-        int64_t r0 = p * max_rows, rows = WGLLM_MIN(max_rows, w->ne1 - r0);
-        size_t bytes = (size_t)rows * w->row_size;
+        const int64_t r0 = p * max_rows, rows = WGLLM_MIN(max_rows, w->ne1 - r0);
+        /* a piece is at most a binding; the row offset is inside the tensor */
+        const uint64_t off = (uint64_t)r0 * w->row_size, bytes64 = (uint64_t)rows * w->row_size;
+        size_t bytes, off_sz;
+        if (!wgllm_size_from_u64(bytes64, &bytes) || !wgllm_size_from_u64(off, &off_sz))
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor %s: a piece of %llu bytes at %llu is past "
+                                   "what this process can address", w->name, (unsigned long long)bytes64,
+                                   (unsigned long long)off);
         gw->piece[p].row0 = r0, gw->piece[p].rows = rows;
-        gw->piece[p].buf = wgllm_webgpu_gbuf(g, bytes, WGLLM_GPU_STORAGE, w->name, &g->plan.weights, err);
+        gw->piece[p].buf = wgllm_webgpu_gbuf(g, bytes64, WGLLM_GPU_STORAGE, w->name, &g->plan.weights, err);
         if (!gw->piece[p].buf) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-        enum wgllm_status st = w->data ? upload(g, gw->piece[p].buf, 0, (const char *)w->data + (size_t)r0 * w->row_size,
-                                                bytes, pending, err)
-                                       : upload_streamed(g, w, gw->piece[p].buf, (uint64_t)r0 * w->row_size, bytes,
-                                                         pending, err);
+        st = w->data ? upload(g, gw->piece[p].buf, 0, (const char *)w->data + off_sz, bytes, pending, err)
+                     : upload_streamed(g, w, gw->piece[p].buf, off, bytes, pending, err);
         if (st) return st;
     }
     return WGLLM_STATUS_OK;
@@ -121,116 +467,6 @@ static bool weight_ok(const struct wgllm_weight *w, enum wgllm_kernel k, char *w
     snprintf(why, cap, "tensor %s is %s, which has no WebGPU kernel yet (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS have)", w->name,
              wgllm_type_name(w->type));
     return false;
-}
-
-static uint64_t round16(uint64_t b) { return (b + 15) & ~(uint64_t)15; }
-
-/* GPU bytes of everything but the KV cache, as create() allocates it, for
- * batches of B tokens and OC output rows (an upper bound: the vectors and
- * the parameter arena are counted generously). */
-static uint64_t plan_fixed(const struct wgllm_webgpu_ctx *g, uint64_t B, uint64_t OC) {
-    const struct wgllm_model *m = g->model;
-    const struct wgllm_hparams *hp = &m->hp;
-    const uint64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab, dk = hp->head_dim_k, dv = hp->head_dim_v;
-    const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
-    uint64_t fixed = 0;
-    for (int il = 0; il < hp->n_layer; il++) {
-        const struct wgllm_layer *L = &m->layers[il];
-        const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int j = 0; j < 7; j++) fixed += round16((uint64_t)ws[j]->row_size * ws[j]->ne1);
-        fixed += (2 * E + QD + KD + VD + 2 * dk) * 4; /* vectors, at most */
-    }
-    fixed += round16((uint64_t)m->tok_embd.row_size * m->tok_embd.ne1);
-    if (m->output.tensor != m->tok_embd.tensor) fixed += round16((uint64_t)m->output.row_size * m->output.ne1);
-    fixed += B * (2 * E + QD + KD + VD + OD + E + 3 * F + (m->layers[0].q_norm ? QD + KD : 0) +
-                  WGLLM_MAX(WGLLM_MAX(E, F), OD) + hp->n_rot + 4) * 4;
-    fixed += OC * (2 * E + OD + V) * 4 + OC * WGLLM_MAX(V, E) * 4 + 64 * 1024; /* outputs, readback, parameter arena */
-    return fixed;
-}
-
-/* Fits the plan to the device and the budget before anything is allocated:
- * n_batch shrinks so that an activation of the batch fits one binding;
- * n_ctx so that a layer's K or V cache of all sequences fits one binding.
- * With a budget (gpu_mem), the output rows per pass and then n_batch shrink
- * first (down to n_seq rows and 32 tokens: they cost speed, not results)
- * while the budget cannot hold min(n_ctx, 256) positions, then n_ctx
- * shrinks to what the budget holds. Says what changed and why (plan.note
- * and a warning). */
-static enum wgllm_status fit_plan(struct wgllm_webgpu_ctx *g, struct wgllm_error *err) {
-    const struct wgllm_model *m = g->model;
-    const struct wgllm_hparams *hp = &m->hp;
-    const struct wgllm_gpu_info *info = wgllm_gpu_get_info(g->gpu);
-    const uint64_t E = hp->n_embd, F = hp->n_ff, dk = hp->head_dim_k, dv = hp->head_dim_v;
-    const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
-    const uint64_t max_bind = WGLLM_MIN(info->max_storage_binding_size, info->max_buffer_size);
-    const int n_ctx0 = g->n_ctx, n_batch0 = g->n_batch, out0 = g->out_cap;
-    char why[160] = "";
-
-    const uint64_t row_max = WGLLM_MAX(WGLLM_MAX(E, F), WGLLM_MAX(QD, OD)) * 4;
-    if ((uint64_t)g->n_batch * row_max > max_bind) {
-        g->n_batch = (int)(max_bind / row_max);
-        snprintf(why, sizeof why, "a batch's activations must fit the device's %llu-byte binding",
-                 (unsigned long long)max_bind);
-    }
-    /* grids that grow with the batch along x: element-wise ops over all rows
-     * (SwiGLU, the activation rounding) and one workgroup per head row */
-    const uint64_t max_wg = info->max_workgroups_per_dim;
-    const uint64_t per_tok = WGLLM_MAX(WGLLM_MAX(ceil_div(F, g->tune->wg_elem), ceil_div(WGLLM_MAX(E, OD), 32ull * g->tune->wg_elem)),
-                                       (uint64_t)hp->n_head);
-    if ((uint64_t)g->n_batch * per_tok > max_wg) {
-        g->n_batch = (int)(max_wg / per_tok);
-        snprintf(why, sizeof why, "a batch's element-wise grids must fit the device's %llu workgroups per dimension",
-                 (unsigned long long)max_wg);
-    }
-    const uint64_t kv_row = WGLLM_MAX(KD, VD) * 2;
-    if ((uint64_t)g->n_seq * g->n_ctx * kv_row > max_bind) {
-        g->n_ctx = (int)(max_bind / (kv_row * (uint64_t)g->n_seq));
-        snprintf(why, sizeof why, "a layer's K/V cache of %d sequences must fit the device's %llu-byte binding",
-                 g->n_seq, (unsigned long long)max_bind);
-    }
-    g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
-    /* bytes per position of every slot, and of the context shift's scratch */
-    const uint64_t kv_pos = (uint64_t)hp->n_layer * g->n_seq * (KD + VD) * 2 + WGLLM_MAX(KD, VD) * 2;
-    uint64_t fixed = plan_fixed(g, (uint64_t)g->n_batch, (uint64_t)g->out_cap);
-    g->plan.budget = g->gpu_mem;
-    if (g->gpu_mem && fixed + kv_pos * (uint64_t)g->n_ctx > g->gpu_mem) {
-        const uint64_t want = fixed + kv_pos * (uint64_t)g->n_ctx;
-        const int min_ctx = WGLLM_MIN(g->n_ctx, 256);
-        while (fixed + kv_pos * (uint64_t)min_ctx > g->gpu_mem && (g->out_cap > g->n_seq || g->n_batch > 32)) {
-            if (g->out_cap > g->n_seq) g->out_cap = WGLLM_MAX(g->n_seq, g->out_cap / 2);
-            else g->n_batch = WGLLM_MAX(32, g->n_batch / 2), g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
-            fixed = plan_fixed(g, (uint64_t)g->n_batch, (uint64_t)g->out_cap);
-        }
-        if (fixed + kv_pos > g->gpu_mem)
-            return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "the GPU memory budget of %.1f MiB is too small: "
-                                   "weights and scratch need %.1f MiB before any KV cache (%d sequences, batches of "
-                                   "%d tokens)", g->gpu_mem / 1048576.0, fixed / 1048576.0, g->n_seq, g->n_batch);
-        if (fixed + kv_pos * (uint64_t)g->n_ctx > g->gpu_mem) g->n_ctx = (int)((g->gpu_mem - fixed) / kv_pos);
-        snprintf(why, sizeof why, "%d sequences x %d positions need %.1f MiB, more than the GPU memory budget of "
-                 "%.1f MiB", g->n_seq, n_ctx0, want / 1048576.0, g->gpu_mem / 1048576.0);
-    }
-    if (g->n_ctx < 1)
-        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "no room for a KV cache of %d sequences", g->n_seq);
-    g->n_batch = WGLLM_MIN(g->n_batch, g->n_ctx * g->n_seq);
-    g->out_cap = WGLLM_MIN(g->out_cap, g->n_batch);
-    if (why[0]) {
-        char *note = g->plan.note;
-        const size_t cap = sizeof g->plan.note;
-        int k = 0;
-        if (g->n_ctx != n_ctx0) k += snprintf(note + k, cap - k, "context %d -> %d positions, ", n_ctx0, g->n_ctx);
-        if (g->n_batch != n_batch0 && k < (int)cap)
-            k += snprintf(note + k, cap - k, "batches %d -> %d tokens, ", n_batch0, g->n_batch);
-        if (g->out_cap != WGLLM_MIN(out0, n_batch0) && k < (int)cap)
-            k += snprintf(note + k, cap - k, "output rows per pass %d -> %d, ", WGLLM_MIN(out0, n_batch0), g->out_cap);
-        if (k < (int)cap) snprintf(note + k, cap - k, "because %s", why);
-        wgllm_log(WGLLM_LOG_WARN, "webgpu: %s", note);
-    }
-    g->plan.n_ctx = g->n_ctx;
-    g->plan.n_ctx_requested = n_ctx0;
-    g->plan.n_seq = g->n_seq;
-    g->plan.n_batch = g->n_batch;
-    g->plan.estimate = fixed + kv_pos * (uint64_t)g->n_ctx;
-    return WGLLM_STATUS_OK;
 }
 
 /* Formats first (wgllm_webgpu_ctx_create): no device is opened for a model
@@ -246,67 +482,68 @@ bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t 
     return ok;
 }
 
-/* The plan, then every buffer in the order the upload's waits need them
- * (webgpu_internal.h). */
+/* The plan (wgllm_webgpu_plan_sizes), then every buffer in the order the
+ * upload's waits need them (webgpu_internal.h), each of the size the plan
+ * checked. */
 enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec_offsets *vo_out,
                                           struct wgllm_error *err) {
     struct wgllm_model *m = g->model;
     const struct wgllm_hparams *hp = &m->hp;
-    const uint64_t E = hp->n_embd, F = hp->n_ff, dk = hp->head_dim_k, dv = hp->head_dim_v;
-    const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv, OD = hp->n_head * dv;
-    if (KD % 2 || VD % 2 || dk % 2)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: odd K/V widths (%llu, %llu) are not supported",
-                               (unsigned long long)KD, (unsigned long long)VD);
-    if (dk > (uint64_t)g->tune->wg_attn * g->tune->attn_max_dims || dv > (uint64_t)g->tune->wg_attn * g->tune->attn_max_dims)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: head dims %llu/%llu exceed the attention kernel's %u",
-                               (unsigned long long)dk, (unsigned long long)dv, g->tune->wg_attn * g->tune->attn_max_dims);
-    const uint64_t V = hp->n_vocab;
-    g->out_cap = (int)WGLLM_MAX((uint64_t)g->n_seq, OUT_BYTES / (V * 4));
-    enum wgllm_status st = fit_plan(g, err);
+    struct wgllm_webgpu_limits lim;
+    wgllm_webgpu_limits_of(wgllm_gpu_get_info(g->gpu), g->tune, &lim);
+    struct wgllm_webgpu_sizes sz = {.n_ctx = g->n_ctx, .n_seq = g->n_seq, .n_batch = g->n_batch, .gpu_mem = g->gpu_mem};
+    enum wgllm_status st = wgllm_webgpu_plan_sizes(m, &lim, &sz, err);
     if (st) return st;
-    const uint64_t B = (uint64_t)g->n_batch, OC = (uint64_t)g->out_cap;
+    if (sz.note[0]) wgllm_log(WGLLM_LOG_WARN, "webgpu: %s", sz.note);
+    snprintf(g->plan.note, sizeof g->plan.note, "%s", sz.note);
+    g->plan.budget = g->gpu_mem;
+    g->plan.n_ctx_requested = g->n_ctx;
+    g->n_ctx = sz.n_ctx, g->n_batch = sz.n_batch, g->out_cap = sz.out_cap;
+    g->plan.n_ctx = g->n_ctx;
+    g->plan.n_seq = g->n_seq;
+    g->plan.n_batch = g->n_batch;
+    g->plan.estimate = sz.estimate;
+    const uint64_t E = hp->n_embd, dk = hp->head_dim_k;
+    const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * (uint64_t)hp->head_dim_v;
 
     /* small buffers first: the step buffer and readback are needed by the upload's waits */
-    g->step = wgllm_webgpu_gbuf(g, 4 * B * 4, WGLLM_GPU_STORAGE, "step", &g->plan.params, err);
-    g->readback = g->step ? wgllm_webgpu_gbuf(g, OC * WGLLM_MAX(V, E) * 4, WGLLM_GPU_READBACK, "output readback", &g->plan.logits, err) : NULL;
+    g->step = wgllm_webgpu_gbuf(g, sz.step, WGLLM_GPU_STORAGE, "step", &g->plan.params, err);
+    g->readback = g->step ? wgllm_webgpu_gbuf(g, sz.readback, WGLLM_GPU_READBACK, "output readback", &g->plan.logits, err) : NULL;
     for (int i = 0; i < 2 && g->readback; i++)
         if (!(g->id_rb[i] = wgllm_webgpu_gbuf(g, 16, WGLLM_GPU_READBACK, "id readback", &g->plan.params, err))) g->readback = NULL;
     if (!g->readback) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-    g->samp_in = wgllm_webgpu_gbuf(g, OC * 8 * 4, WGLLM_GPU_STORAGE, "sample rows in", &g->plan.params, err);
-    g->samp_out = g->samp_in ? wgllm_webgpu_gbuf(g, OC * 2 * 4, WGLLM_GPU_STORAGE, "sample rows out", &g->plan.params, err) : NULL;
+    g->samp_in = wgllm_webgpu_gbuf(g, sz.samp_in, WGLLM_GPU_STORAGE, "sample rows in", &g->plan.params, err);
+    g->samp_out = g->samp_in ? wgllm_webgpu_gbuf(g, sz.samp_out, WGLLM_GPU_STORAGE, "sample rows out", &g->plan.params, err) : NULL;
     if (!g->samp_out) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-    g->samp_host = calloc(OC * 8, sizeof(uint32_t));
-    g->samp_row = calloc(OC, sizeof(int));
+    /* counts the plan checked to fit size_t */
+    g->samp_host = calloc(sz.samp_host, sizeof(uint32_t));
+    g->samp_row = calloc(sz.samp_row, sizeof(int));
     if (!g->samp_host || !g->samp_row) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-    g->step_host = calloc(4 * B, sizeof(uint32_t));
-    g->rope_host = wgllm_malloc_array((uint64_t)B * (uint64_t)hp->n_rot, sizeof(float)); /* NULL past size_t (wasm32) */
+    g->step_host = calloc(sz.step_host, sizeof(uint32_t));
+    g->rope_host = wgllm_malloc_array(sz.rope_host, sizeof(float)); /* n_rot 0: one byte, never NULL for it */
     if (!g->step_host || !g->rope_host)
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-    wgllm_gpu_buffer_write(g->gpu, g->step, 0, g->step_host, 4 * B * 4);
+    wgllm_gpu_buffer_write(g->gpu, g->step, 0, g->step_host, sz.step_host * sizeof(uint32_t));
 
-    /* weights */
+    /* weights (n_layer <= 512: the plan checked) */
     uint64_t pending = 0;
     g->n_w = 7 * hp->n_layer + 2;
     g->w = calloc((size_t)g->n_w, sizeof *g->w);
     g->kc = calloc((size_t)hp->n_layer, sizeof *g->kc);
     g->vc = calloc((size_t)hp->n_layer, sizeof *g->vc);
     if (!g->w || !g->kc || !g->vc) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-    for (int il = 0; il < hp->n_layer && !st; il++) {
-        const struct wgllm_layer *L = &m->layers[il];
-        const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int j = 0; j < 7 && !st; j++) st = plan_weight(g, ws[j], &g->w[7 * il + j], &pending, err);
-    }
-    if (!st) st = plan_weight(g, &m->tok_embd, &g->w[7 * hp->n_layer], &pending, err);
+    for (int il = 0; il < hp->n_layer && !st; il++)
+        for (int j = 0; j < 7 && !st; j++) st = plan_weight(g, &lim, layer_weight(&m->layers[il], j), &g->w[7 * il + j], &pending, err);
+    if (!st) st = plan_weight(g, &lim, &m->tok_embd, &g->w[7 * hp->n_layer], &pending, err);
     if (st) return st;
     if (m->output.tensor == m->tok_embd.tensor && m->output.type == m->tok_embd.type)
         g->w[7 * hp->n_layer + 1] = g->w[7 * hp->n_layer]; /* tied: the same buffers */
-    else if ((st = plan_weight(g, &m->output, &g->w[7 * hp->n_layer + 1], &pending, err)))
+    else if ((st = plan_weight(g, &lim, &m->output, &g->w[7 * hp->n_layer + 1], &pending, err)))
         return st;
     free(g->staging);
     g->staging = NULL;
 
-    /* vectors: one buffer, offsets in floats */
-    if (hp->n_layer > 512) return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: %d layers (at most 512)", hp->n_layer);
+    /* vectors: one buffer, offsets in floats (their sum fits u32: the plan checked) */
     uint32_t *offs = calloc((size_t)hp->n_layer * 7, sizeof(uint32_t));
     if (!offs) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     struct vec_offsets vo = {offs, offs + hp->n_layer, offs + 2 * hp->n_layer, offs + 3 * hp->n_layer,
@@ -335,8 +572,16 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     }
     vl[nv++] = (struct vec_src){&vo.output_norm, m->output_norm, E};
     for (int i = 0; i < nv; i++) *vl[i].off = (uint32_t)total, total += vl[i].n;
-    g->vecs = wgllm_webgpu_gbuf(g, total * 4, WGLLM_GPU_STORAGE, "vectors", &g->plan.vectors, err);
-    for (int i = 0; g->vecs && i < nv && !st; i++) st = upload(g, g->vecs, *vl[i].off * 4ull, vl[i].data, vl[i].n * 4, &pending, err);
+    WGLLM_ASSERT(total * 4 == sz.vectors); /* the layout the plan counted */
+    g->vecs = wgllm_webgpu_gbuf(g, sz.vectors, WGLLM_GPU_STORAGE, "vectors", &g->plan.vectors, err);
+    /* each vector is in host memory already (the model's), so its bytes fit size_t; checked all the same */
+    for (int i = 0; g->vecs && i < nv && !st; i++) {
+        size_t bytes;
+        st = wgllm_size_mul(vl[i].n, sizeof(float), &bytes)
+                 ? upload(g, g->vecs, *vl[i].off * 4ull, vl[i].data, bytes, &pending, err)
+                 : wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: a vector of %llu floats is past size_t",
+                                   (unsigned long long)vl[i].n);
+    }
     free(vl);
     if (!g->vecs || st) {
         free(offs);
@@ -344,43 +589,36 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     }
 
     /* KV cache and activations */
-    const uint64_t rows = (uint64_t)g->n_seq * g->n_ctx;
     for (int il = 0; il < hp->n_layer; il++) {
-        g->kc[il] = wgllm_webgpu_gbuf(g, rows * KD * 2, WGLLM_GPU_STORAGE, "k cache", &g->plan.kv_cache, err);
-        g->vc[il] = g->kc[il] ? wgllm_webgpu_gbuf(g, rows * VD * 2, WGLLM_GPU_STORAGE, "v cache", &g->plan.kv_cache, err) : NULL;
+        g->kc[il] = wgllm_webgpu_gbuf(g, sz.k_cache, WGLLM_GPU_STORAGE, "k cache", &g->plan.kv_cache, err);
+        g->vc[il] = g->kc[il] ? wgllm_webgpu_gbuf(g, sz.v_cache, WGLLM_GPU_STORAGE, "v cache", &g->plan.kv_cache, err) : NULL;
         if (!g->vc[il]) {
             free(offs);
             return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
         }
     }
-    g->shift_tmp = wgllm_webgpu_gbuf(g, (uint64_t)g->n_ctx * WGLLM_MAX(KD, VD) * 2, WGLLM_GPU_STORAGE, "shift scratch",
-                        &g->plan.kv_cache, err);
+    g->shift_tmp = wgllm_webgpu_gbuf(g, sz.shift, WGLLM_GPU_STORAGE, "shift scratch", &g->plan.kv_cache, err);
     g->shift_bg = calloc((size_t)hp->n_layer, sizeof *g->shift_bg);
     if (!g->shift_tmp || !g->shift_bg) {
         free(offs);
         return g->shift_tmp ? wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory")
                             : err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     }
-    const bool qk_norm = m->layers[0].q_norm != NULL;
-    struct {
-        struct wgllm_gpu_buffer **b;
-        uint64_t n;
-        const char *name;
-    } acts[] = {{&g->x, B * E, "x"},       {&g->xn, B * E, "xn"},   {&g->q, B * QD, "q"},   {&g->k, B * KD, "k"},
-                {&g->v, B * VD, "v"},      {&g->att, B * OD, "att"}, {&g->tmp, B * E, "tmp"}, {&g->gate, B * F, "gate"},
-                {&g->up, B * F, "up"},     {&g->ffh, B * F, "ffh"},  {&g->qr, qk_norm ? B * QD : 0, "qr"},
-                {&g->kr, qk_norm ? B * KD : 0, "kr"}, {&g->xr, B * WGLLM_MAX(WGLLM_MAX(E, F), OD), "xr"},
-                {&g->xo, OC * E, "xo"},   {&g->att_o, OC * OD, "att_o"}};
-    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) {
-        if (!acts[i].n) continue;
-        *acts[i].b = wgllm_webgpu_gbuf(g, acts[i].n * 4, WGLLM_GPU_STORAGE, acts[i].name, &g->plan.activations, err);
-        if (!*acts[i].b) {
+    struct wgllm_gpu_buffer **acts[WGLLM_ACT_COUNT] = {
+        [WGLLM_ACT_X] = &g->x,       [WGLLM_ACT_XN] = &g->xn,     [WGLLM_ACT_Q] = &g->q,     [WGLLM_ACT_K] = &g->k,
+        [WGLLM_ACT_V] = &g->v,       [WGLLM_ACT_ATT] = &g->att,   [WGLLM_ACT_TMP] = &g->tmp, [WGLLM_ACT_GATE] = &g->gate,
+        [WGLLM_ACT_UP] = &g->up,     [WGLLM_ACT_FFH] = &g->ffh,   [WGLLM_ACT_QR] = &g->qr,   [WGLLM_ACT_KR] = &g->kr,
+        [WGLLM_ACT_XR] = &g->xr,     [WGLLM_ACT_XO] = &g->xo,     [WGLLM_ACT_ATT_O] = &g->att_o};
+    for (int i = 0; i < WGLLM_ACT_COUNT; i++) {
+        if (!sz.act[i]) continue;
+        *acts[i] = wgllm_webgpu_gbuf(g, sz.act[i], WGLLM_GPU_STORAGE, wgllm_webgpu_act_names[i], &g->plan.activations, err);
+        if (!*acts[i]) {
             free(offs);
             return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
         }
     }
-    g->logits = wgllm_webgpu_gbuf(g, OC * V * 4, WGLLM_GPU_STORAGE, "logits", &g->plan.logits, err);
-    g->rope_cs = g->logits ? wgllm_webgpu_gbuf(g, B * hp->n_rot * 4, WGLLM_GPU_STORAGE, "rope cos/sin", &g->plan.params, err) : NULL;
+    g->logits = wgllm_webgpu_gbuf(g, sz.logits, WGLLM_GPU_STORAGE, "logits", &g->plan.logits, err);
+    g->rope_cs = g->logits ? wgllm_webgpu_gbuf(g, sz.rope_cs, WGLLM_GPU_STORAGE, "rope cos/sin", &g->plan.params, err) : NULL;
     if (!g->rope_cs) {
         free(offs);
         return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
