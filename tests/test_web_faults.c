@@ -119,12 +119,17 @@ static void *glue_tag(int line) {
 
 #define MAX_STEPS 20000 /* a request of 4 tokens takes a few dozen; more is a hang */
 
-/* short texts: with one token per byte, the prefills are most of the run time */
-static const char TEMPLATE[] = "{% for m in messages %}{{ m.role[0] }}:{{ m.content }}\n{% endfor %}"
+/* short texts: with one token per byte, the prefills are most of the run time; the comment names
+ * Hermes' call syntax, so tools add no instructions to the prompt (the generic format's would not fit) */
+static const char TEMPLATE[] = "{# <tool_call> #}{% for m in messages %}{{ m.role[0] }}:{{ m.content }}\n{% endfor %}"
                                "{% if add_generation_prompt %}a:{% endif %}";
+/* the streamed chat offers a tool (auto: the tools' checks, the messages' JSON and the held stream,
+ * without a grammar, whose token table would double the sequence's allocations) */
 static const char BODY_STREAM[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}],"
                                   "\"max_tokens\":4,\"temperature\":0,\"stream\":true,"
-                                  "\"stream_options\":{\"include_usage\":true}}";
+                                  "\"stream_options\":{\"include_usage\":true},\"tools\":[{\"type\":\"function\","
+                                  "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                                  "\"properties\":{\"a\":{\"type\":\"integer\"}}}}}],\"tool_choice\":\"auto\"}";
 static const char BODY_WHOLE[] = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be\"},"
                                  "{\"role\":\"user\",\"content\":\"Hi\"}],"
                                  "\"max_tokens\":4,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}";

@@ -419,9 +419,11 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_op
                 wgllm_strbuf_clear(&content);
             }
             if ((out[n] = tools_chunk(p, g, id, &tc))) n++;
+            else oom = true;
         } else {
             wgllm_strbuf_put(&content, tc.content.data ? tc.content.data : "", tc.content.len);
         }
+        if (rest.oom || tc.oom || content.oom) oom = true;
         wgllm_strbuf_free(&rest);
         wgllm_tool_calls_free(&tc);
     }
