@@ -24,6 +24,7 @@ struct opts {
     float temp, top_p, min_p;
     uint64_t seed;
     bool ids, no_special, parse_special, json, ignore_eos, seed_set;
+    bool split0; /* tokenize --split0: the file holds NUL-terminated texts */
     const char *parallel; /* bench: "1,4,8" concurrent streams through the engine */
     int prefix_reuse;     /* bench: shared-prefix length for the cache-reuse timing */
     const char *json_schema; /* bench: a JSON Schema file: constrained vs unconstrained decoding */

@@ -33,7 +33,9 @@ static const struct cli_command commands[] = {
      "           of the tokens after the first N (default: the prompt) and go on, instead of failing\n",
      .run = wgllm_cli_run},
     {"tokenize",
-     "-m MODEL (-p TEXT | --file PATH) [--ids] [--no-special] [--parse-special]\n",
+     "-m MODEL (-p TEXT | --file PATH) [--ids] [--no-special] [--parse-special]\n"
+     "           [--file PATH --split0 --ids]  many texts, each ended by a NUL byte: one line of ids\n"
+     "           (or \"error: ...\") per text, with the model loaded once\n",
      .run = wgllm_cli_tokenize},
     {"template",
      "-m MODEL --messages F.json [--tools F.json] [--template-file F] [--add-generation-prompt]\n"

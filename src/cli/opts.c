@@ -135,6 +135,7 @@ int wgllm_cli_parse_opts(int argc, char **argv, struct opts *o) {
         else if (FLAG("--ids")) o->ids = true;
         else if (FLAG("--no-special")) o->no_special = true;
         else if (FLAG("--parse-special")) o->parse_special = true;
+        else if (FLAG("--split0")) o->split0 = true;
         else if (FLAG("--json")) o->json = true;
         else if (FLAG("--ignore-eos")) o->ignore_eos = true;
         else if (FLAG("--context-shift")) o->context_shift = true;

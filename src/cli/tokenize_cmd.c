@@ -1,7 +1,10 @@
 /*
  * tokenize_cmd.c - `wgllm tokenize -m MODEL (-p TEXT | --file PATH) [--ids]
  * [--no-special] [--parse-special]`: token ids and their pieces, or with
- * --ids one line of ids as llama-tokenize --ids prints them.
+ * --ids one line of ids as llama-tokenize --ids prints them. With --split0
+ * the file holds many texts, each ended by a NUL byte, and each gets its
+ * line (a failure is "error: MESSAGE" on its line): what a test that
+ * compares thousands of texts runs instead of one process per text.
  */
 #include "cli.h"
 
@@ -20,6 +23,34 @@ int wgllm_cli_tokenize(const struct opts *o) {
         return 1;
     }
     if (!o->file) len = strlen(text);
+    if (o->split0) {
+        if (!o->file || !o->ids) {
+            free(text);
+            wgllm_model_free(m);
+            return wgllm_cli_usage_error("--split0 needs --file PATH and --ids%s", "");
+        }
+        for (size_t at = 0; at < len;) {
+            const char *end = memchr(text + at, 0, len - at);
+            const size_t n_text = end ? (size_t)(end - (text + at)) : len - at;
+            int32_t *ids = NULL;
+            struct wgllm_error err;
+            const int32_t n = wgllm_tokenize_alloc(m, text + at, n_text, !o->no_special, o->parse_special, &ids, &err);
+            if (n < 0) {
+                /* one line per text whatever happens: a newline in the message would shift the others */
+                for (char *c = err.message; *c; c++)
+                    if (*c == '\n' || *c == '\r') *c = ' ';
+                printf("error: %s\n", err.message);
+            } else {
+                for (int32_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+                putchar('\n');
+            }
+            free(ids);
+            at += n_text + 1;
+        }
+        free(text);
+        wgllm_model_free(m);
+        return 0;
+    }
     int32_t *ids;
     int n = wgllm_cli_tokenize_text(m, text, len, !o->no_special, o->parse_special, &ids);
     free(text);

@@ -54,7 +54,6 @@ m = L.llama_model_load_from_file(req['model'].encode(), p)
 if not m:
     sys.exit('bytes_tokenize: llama.cpp could not load ' + req['model'])
 v = L.llama_model_get_vocab(m)
-out = []
 for item in req['items']:
     b = bytes.fromhex(item['hex'])
     cap = len(b) * 2 + 16
@@ -62,8 +61,9 @@ for item in req['items']:
     n = L.llama_tokenize(v, b, len(b), buf, cap, item['add'], item['parse'])
     if n < 0:
         sys.exit('bytes_tokenize: buffer too small')
-    out.append(list(buf[:n]))
-json.dump(out, sys.stdout)
+    # one line per item, flushed: when llama.cpp aborts on an item, the lines before it stand
+    sys.stdout.write(json.dumps(list(buf[:n])) + '\n')
+    sys.stdout.flush()
 `;
 
 function runBatch(modelPath, items) {
@@ -85,16 +85,26 @@ function runBatch(modelPath, items) {
  * array of token-id arrays, in order. An entry is null where llama.cpp itself dies
  * on that input: its BPE pre-tokenizer throws std::invalid_argument ("invalid
  * codepoint") on e.g. F4 90 80 80 (above U+10FFFF) and the exception escapes
- * llama_tokenize, aborting the process, so there is no reference answer there. */
+ * llama_tokenize, aborting the process, so there is no reference answer there.
+ * The process prints each answer as it goes: after an abort, the answers before
+ * the item stand and a new process takes the items after it (one process per
+ * abort, not one per item). */
 export function tokenizeBytes(modelPath, items) {
   if (!existsSync(join(BINS, 'libllama.v0.4.0.so')))
     throw new Error(`bytes_tokenize: ${BINS}/libllama.v0.4.0.so missing (run npm ci --omit=optional in tools/peer)`);
-  const r = runBatch(modelPath, items);
-  if (r.status === 0) return JSON.parse(r.stdout);
-  if (r.signal == null || items.length === 1) {
-    if (items.length === 1 && r.signal != null) return [null];
-    throw new Error(`bytes_tokenize failed (status ${r.status}, signal ${r.signal}): ${r.stderr.slice(-1000)}`);
+  const out = [];
+  while (out.length < items.length) {
+    const rest = items.slice(out.length);
+    const r = runBatch(modelPath, rest);
+    const lines = r.stdout.split('\n').filter((l) => l !== '');
+    if (r.status === 0 && lines.length === rest.length) {
+      for (const l of lines) out.push(JSON.parse(l));
+      break;
+    }
+    if (r.signal == null || lines.length >= rest.length)
+      throw new Error(`bytes_tokenize failed (status ${r.status}, signal ${r.signal}): ${r.stderr.slice(-1000)}`);
+    for (const l of lines) out.push(JSON.parse(l));
+    out.push(null); // the item it died on
   }
-  // something aborted: find which items, one process each
-  return items.map((it) => tokenizeBytes(modelPath, [it])[0]);
+  return out;
 }

@@ -88,6 +88,35 @@ function lastIds(args, r) {
   return line.split(' ').map(Number);
 }
 
+/* Many texts (strings or byte Buffers, none holding a NUL) through one `wgllm
+ * tokenize --split0` process: an array with, per text, its ids or an Error
+ * naming what wgllm said. */
+export function wgllmTokenizeMany(model, texts, { addSpecial = true, parseSpecial = false } = {}) {
+  if (texts.length === 0) return [];
+  tmpDir ??= mkdtempSync(join(tmpdir(), 'wgllm-peer-'));
+  const f = join(tmpDir, 'texts.bin');
+  const parts = [];
+  for (const t of texts) {
+    const b = typeof t === 'string' ? Buffer.from(t, 'utf8') : Buffer.from(t);
+    if (b.includes(0)) throw new Error('wgllmTokenizeMany: a text holds a NUL byte');
+    parts.push(b, Buffer.from([0]));
+  }
+  writeFileSync(f, Buffer.concat(parts));
+  const args = ['tokenize', '-m', model, '--file', f, '--split0', '--ids'];
+  if (!addSpecial) args.push('--no-special');
+  if (parseSpecial) args.push('--parse-special');
+  const r = mustSucceed(args, runWgllm(args));
+  const lines = r.stdout.split('\n');
+  if (lines.length !== texts.length + 1 || lines[texts.length] !== '')
+    throw new Error(`wgllm ${args.join(' ')}: ${lines.length - 1} lines for ${texts.length} texts`);
+  return lines.slice(0, texts.length).map((line) => {
+    if (line.startsWith('error: ')) return new Error(line);
+    if (line === '') return [];
+    if (!/^[0-9]+( [0-9]+)*$/.test(line)) return new Error(`not a line of ids: ${JSON.stringify(line)}`);
+    return line.split(' ').map(Number);
+  });
+}
+
 /* The same, returning the raw process result (for inputs without a reference). */
 export function wgllmTokenizeRaw(model, text, opts = {}) {
   return wgllmTokenizeRun(model, text, opts).r;
