@@ -24,6 +24,11 @@ void wgllm_rope_table(float *cs, int pos, const struct wgllm_model *m) {
     wgllm_op_rope_cache(cs, pos, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, m->rope_freqs);
 }
 
+void wgllm_rope_table_swa(float *cs, int pos, const struct wgllm_model *m) {
+    const struct wgllm_hparams *hp = &m->hp;
+    wgllm_op_rope_cache(cs, pos, hp->n_rot, hp->rope_freq_base_swa, hp->rope_freq_scale_swa, m->rope_freqs);
+}
+
 void wgllm_op_rope(float *x, const float *cs, int n_rot, bool neox) {
     const int half = n_rot / 2;
     for (int i = 0; i < half; i++) {

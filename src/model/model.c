@@ -9,27 +9,77 @@
 #include "quant/quant.h"
 #include "quant/repack.h"
 
+#include <math.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* What an architecture is, as llama.cpp defines it (src/models/<arch>.cpp of
+ * the release the peer binds): the llama block plus these differences. */
 struct arch_info {
     const char *name;
     enum wgllm_arch arch;
     enum wgllm_rope_type rope;
     bool has_qkv_bias, has_qk_norm;
+    /* the gemma block: embeddings x sqrt(n_embd), queries scaled by 1/sqrt(head
+     * dim) instead of the scores, post-attention/post-FFN RMSNorms, GeGLU */
+    bool gemma;
+    bool output_always_tied;  /* gemma2: token_embd is the output, output.weight is not read */
+    int swa_period;           /* default attention.sliding_window_pattern (0: no SWA) */
+    int swa_window;           /* default attention.sliding_window; 0: SWA only when the key is there and > 0 */
+    float attn_softcap;       /* default attn_logit_softcapping; 0: never soft-capped (the key is not read) */
+    float final_softcap;      /* default final_logit_softcapping (0: none unless the key says) */
+    bool swa_rope_is_global;  /* local layers rotate like the global ones unless rope.freq_base_swa
+                                 (gemma2); else with base 10000, scale 1 (gemma3) */
+    int big_n_layer;          /* the 27B model's block count: its query scale is 1/sqrt(n_embd/n_head) */
 };
 
 static const struct arch_info arch_table[] = {
-    {"llama", WGLLM_ARCH_LLAMA, WGLLM_ROPE_NORM, false, false},
-    {"mistral", WGLLM_ARCH_LLAMA, WGLLM_ROPE_NORM, false, false},
-    {"qwen2", WGLLM_ARCH_QWEN2, WGLLM_ROPE_NEOX, true, false},
-    {"qwen3", WGLLM_ARCH_QWEN3, WGLLM_ROPE_NEOX, false, true},
+    {.name = "llama", .arch = WGLLM_ARCH_LLAMA, .rope = WGLLM_ROPE_NORM},
+    {.name = "mistral", .arch = WGLLM_ARCH_LLAMA, .rope = WGLLM_ROPE_NORM},
+    {.name = "qwen2", .arch = WGLLM_ARCH_QWEN2, .rope = WGLLM_ROPE_NEOX, .has_qkv_bias = true},
+    {.name = "qwen3", .arch = WGLLM_ARCH_QWEN3, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true},
+    {.name = "gemma2", .arch = WGLLM_ARCH_GEMMA2, .rope = WGLLM_ROPE_NEOX, .gemma = true, .output_always_tied = true,
+     .swa_period = 2, .swa_window = 4096, .attn_softcap = 50.0f, .final_softcap = 30.0f, .swa_rope_is_global = true,
+     .big_n_layer = 46},
+    {.name = "gemma3", .arch = WGLLM_ARCH_GEMMA3, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .gemma = true,
+     .swa_period = 6, .big_n_layer = 62},
 };
+#define N_ARCHS (sizeof(arch_table) / sizeof(arch_table[0]))
 
 const char *wgllm_arch_name(enum wgllm_arch arch) {
-    for (size_t i = 0; i < sizeof(arch_table) / sizeof(arch_table[0]); i++)
+    for (size_t i = 0; i < N_ARCHS; i++)
         if (arch_table[i].arch == arch) return arch_table[i].name;
     return "unknown";
+}
+
+bool wgllm_model_has_swa_rope(const struct wgllm_model *m) {
+    const struct wgllm_hparams *hp = &m->hp;
+    return hp->n_swa > 0 &&
+           (hp->rope_freq_base_swa != hp->rope_freq_base || hp->rope_freq_scale_swa != hp->rope_freq_scale);
+}
+
+bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t cap) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct {
+        bool on;
+        const char *what;
+    } f[] = {
+        {hp->embd_scale != 1.0f, "scaled embeddings"},
+        {hp->q_scale != 1.0f, "scaled queries"},
+        {hp->post_norms, "post-attention/FFN norms"},
+        {hp->ffn_act != WGLLM_FFN_SILU, "GeGLU"},
+        {hp->attn_softcap > 0.0f, "attention soft-capping"},
+        {hp->final_softcap > 0.0f, "final logit soft-capping"},
+        {hp->n_swa > 0, "sliding-window attention"},
+    };
+    size_t n = 0;
+    if (cap) buf[0] = 0;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (!f[i].on) continue;
+        if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", f[i].what);
+        else n++;
+    }
+    return n > 0;
 }
 
 /* ---- hyper-parameters ------------------------------------------------- */
@@ -125,6 +175,100 @@ static enum wgllm_status check_arch_keys(const struct wgllm_model *m, struct wgl
     return WGLLM_STATUS_OK;
 }
 
+/* A soft-capping value: > 0 and finite, or 0 (none) where zero_ok. */
+static enum wgllm_status check_cap(const struct wgllm_model *m, const char *suffix, float v, bool zero_ok,
+                                   struct wgllm_error *err) {
+    if (isfinite(v) && (v > 0.0f || (zero_ok && v == 0.0f))) return WGLLM_STATUS_OK;
+    return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.%s = %g must be a positive number%s", m->arch_name,
+                           suffix, (double)v, zero_ok ? " (or 0: none)" : "");
+}
+
+/* Keys of llama.cpp's SWA variants (gemma3n/gemma4) that change the local
+ * layers' geometry: wgllm computes every layer with the global one, so a
+ * file that says otherwise is refused by name. */
+static enum wgllm_status check_swa_geometry(const struct wgllm_model *m, struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct {
+        const char *suffix;
+        int same_as;
+    } keys[] = {{"attention.key_length_swa", hp->head_dim_k},
+                {"attention.value_length_swa", hp->head_dim_v},
+                {"rope.dimension_count_swa", hp->n_rot}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        int v = keys[i].same_as;
+        enum wgllm_status st = get_arch_u32(m, keys[i].suffix, false, &v, err);
+        if (st) return st;
+        if (v != keys[i].same_as)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "%s.%s = %d differs from the global layers' %d, which wgllm does not support yet",
+                                   m->arch_name, keys[i].suffix, v, keys[i].same_as);
+    }
+    return WGLLM_STATUS_OK;
+}
+
+/* The gemma block's hyper-parameters, read as llama.cpp reads them for the
+ * architecture (src/models/gemma2.cpp, gemma3.cpp). */
+static enum wgllm_status read_gemma_hparams(struct wgllm_model *m, const struct arch_info *ai,
+                                            struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    enum wgllm_status st;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->ffn_act = WGLLM_FFN_GELU;
+    hp->post_norms = true;
+    /* the scale multiplies the queries (before they are rounded to f16 for
+     * q.K, as in llama.cpp), and the softmax gets 1 */
+    hp->kq_scale = 1.0f;
+    hp->q_scale = hp->n_layer == ai->big_n_layer ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                                  : 1.0f / sqrtf((float)hp->head_dim_k);
+    if (ai->attn_softcap > 0.0f) {
+        hp->attn_softcap = ai->attn_softcap;
+        if ((st = get_arch_f32(m, "attn_logit_softcapping", &hp->attn_softcap, err)) ||
+            (st = check_cap(m, "attn_logit_softcapping", hp->attn_softcap, false, err)))
+            return st;
+    }
+    hp->final_softcap = ai->final_softcap;
+    if ((st = get_arch_f32(m, "final_logit_softcapping", &hp->final_softcap, err)) ||
+        (st = check_cap(m, "final_logit_softcapping", hp->final_softcap, ai->final_softcap == 0.0f, err)))
+        return st;
+
+    /* sliding window: gemma2 always has one (4096 unless the key says),
+     * gemma3 only when attention.sliding_window is there and > 0 */
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", m->arch_name);
+    const bool has_window = wgllm_gguf_find(m->gguf, key) != NULL;
+    int window = ai->swa_window;
+    if ((st = get_arch_u32(m, "attention.sliding_window", false, &window, err))) return st;
+    if (ai->swa_window > 0 && window <= 0)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "%s = 0: a sliding window must hold at least the token itself", key);
+    if (ai->swa_window > 0 || (has_window && window > 0)) {
+        hp->n_swa = window;
+        hp->swa_period = ai->swa_period;
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch_name);
+        const struct wgllm_gguf_value *pv = wgllm_gguf_find(m->gguf, key);
+        if (pv && pv->type == WGLLM_GGUF_TYPE_ARRAY)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "'%s' is a per-layer array, which wgllm does not support yet (a number is)", key);
+        if ((st = get_arch_u32(m, "attention.sliding_window_pattern", false, &hp->swa_period, err))) return st;
+        /* local layers: base and scale of their own */
+        hp->rope_freq_base_swa = ai->swa_rope_is_global ? hp->rope_freq_base : 10000.0f;
+        hp->rope_freq_scale_swa = ai->swa_rope_is_global ? hp->rope_freq_scale : 1.0f;
+        if ((st = get_arch_f32(m, "rope.freq_base_swa", &hp->rope_freq_base_swa, err))) return st;
+        if (!(hp->rope_freq_base_swa > 0.0f) || !isfinite(hp->rope_freq_base_swa))
+            return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.rope.freq_base_swa = %g must be positive",
+                                   m->arch_name, (double)hp->rope_freq_base_swa);
+        if ((st = check_swa_geometry(m, err))) return st;
+    }
+    return WGLLM_STATUS_OK;
+}
+
+/* Layer il is a local (sliding-window) layer: of each swa_period layers all
+ * but the last, every layer for a period of 0 (llama.cpp's set_swa_pattern). */
+static bool layer_is_swa(const struct wgllm_hparams *hp, int il) {
+    if (hp->n_swa <= 0) return false;
+    return hp->swa_period == 0 || il % hp->swa_period < hp->swa_period - 1;
+}
+
 static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_info *ai,
                                       struct wgllm_error *err) {
     struct wgllm_hparams *hp = &m->hp;
@@ -197,6 +341,14 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     if (wgllm_vocab_type(m->vocab) == WGLLM_VOCAB_TYPE_NONE &&
         (st = get_arch_u32(m, "vocab_size", false, &hp->n_vocab, err)))
         return st;
+    /* the llama block, unless the architecture says otherwise */
+    hp->embd_scale = 1.0f;
+    hp->q_scale = 1.0f;
+    hp->kq_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    hp->ffn_act = WGLLM_FFN_SILU;
+    hp->rope_freq_base_swa = hp->rope_freq_base;
+    hp->rope_freq_scale_swa = hp->rope_freq_scale;
+    if (ai->gemma && (st = read_gemma_hparams(m, ai, err))) return st;
     return check_hparams(m, err);
 }
 
@@ -310,9 +462,10 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
     enum wgllm_status st;
     if ((st = bind_matrix(b, "token_embd.weight", E, V, true, &tok_embd, err)) ||
         (st = bind_vector(b, "output_norm.weight", E, true, &output_norm, err)) ||
-        (st = bind_matrix(b, "output.weight", E, V, false, &output, err)) ||
         (st = bind_vector(b, "rope_freqs.weight", hp->n_rot / 2, false, &rope_freqs, err)))
         return st;
+    memset(&output, 0, sizeof output);
+    if (!ai->output_always_tied && (st = bind_matrix(b, "output.weight", E, V, false, &output, err))) return st;
     if (!wgllm_type_traits(tok_embd.type)->to_float)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "token_embd.weight type %s cannot be read",
                                wgllm_type_name(tok_embd.type));
@@ -336,7 +489,12 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
             (st = bind_matrix(b, NAME("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
             (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)))
             return st;
-        L->bq = L->bk = L->bv = L->q_norm = L->k_norm = NULL;
+        L->bq = L->bk = L->bv = L->q_norm = L->k_norm = L->post_attn_norm = L->post_ffn_norm = NULL;
+        L->swa = layer_is_swa(hp, il);
+        if (hp->post_norms &&
+            ((st = bind_vector(b, NAME("post_attention_norm.weight"), E, true, &L->post_attn_norm, err)) ||
+             (st = bind_vector(b, NAME("post_ffw_norm.weight"), E, true, &L->post_ffn_norm, err))))
+            return st;
         if (ai->has_qkv_bias &&
             ((st = bind_vector(b, NAME("attn_q.bias"), QD, false, &L->bq, err)) ||
              (st = bind_vector(b, NAME("attn_k.bias"), KD, false, &L->bk, err)) ||
@@ -435,12 +593,15 @@ enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_
         return WGLLM_STATUS_OK;
     }
     const struct arch_info *ai = NULL;
-    for (size_t i = 0; i < sizeof(arch_table) / sizeof(arch_table[0]); i++)
+    for (size_t i = 0; i < N_ARCHS; i++)
         if (!strcmp(arch_table[i].name, m->arch_name)) ai = &arch_table[i];
     if (!ai) {
-        st = wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                             "architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
-                             m->arch_name);
+        char list[256];
+        size_t n = 0;
+        for (size_t i = 0; i < N_ARCHS && n < sizeof list; i++)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", arch_table[i].name);
+        st = wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
+                             m->arch_name, list);
     } else {
         m->arch = ai->arch;
         if (!(st = read_hparams(m, ai, err))) st = bind_tensors(m, ai, err);
@@ -617,6 +778,11 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
     h = fnv1a_bytes(h, dims, sizeof dims);
     const float f[] = {hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps};
     h = fnv1a_bytes(h, f, sizeof f);
+    if (wgllm_model_extra_features(m, NULL, 0)) { /* only then: llama-block fingerprints stay as they were */
+        const float g[] = {hp->embd_scale, hp->q_scale, hp->kq_scale, hp->attn_softcap, hp->final_softcap,
+                           hp->rope_freq_base_swa, hp->rope_freq_scale_swa, (float)hp->n_swa, (float)hp->swa_period};
+        h = fnv1a_bytes(h, g, sizeof g);
+    }
     if (m->vocab_only) return h;
     h = fingerprint_weight(h, m, &m->tok_embd);
     h = fingerprint_weight(h, m, &m->output);
@@ -669,6 +835,18 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
            hp->n_rot, (double)hp->rope_freq_base, (double)hp->rope_freq_scale,
            m->rope_freqs ? ", frequency factors" : "");
     APPEND("rms epsilon:   %g\n", (double)hp->rms_eps);
+    char extra[256];
+    if (wgllm_model_extra_features(m, extra, sizeof extra)) APPEND("block:         %s\n", extra);
+    if (hp->n_swa > 0) {
+        int n_local = 0;
+        for (int il = 0; il < hp->n_layer; il++) n_local += m->layers[il].swa;
+        APPEND("sliding window: %d positions on %d of %d layers (period %d), local rope base %g, scale %g\n",
+               hp->n_swa, n_local, hp->n_layer, hp->swa_period, (double)hp->rope_freq_base_swa,
+               (double)hp->rope_freq_scale_swa);
+    }
+    if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
+        APPEND("soft-capping:  attention %g, final %g (0: none)\n", (double)hp->attn_softcap,
+               (double)hp->final_softcap);
     APPEND("output:        %s\n", m->output.tensor == m->tok_embd.tensor ? "tied to token_embd" : "separate");
     /* bytes per tensor type */
     uint64_t by_type[WGLLM_TYPE_COUNT] = {0};

@@ -20,14 +20,25 @@
  * shapes use GPT-2's byte-level BPE vocabulary instead, which is tokenized by
  * the same kind of tokenizer. */
 static const struct wgllm_synth_shape synth_shapes[] = {
-    /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied   rope variant */
-    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0},
-    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0},
-    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0},
-    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1},
-    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2},
-    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0},
-    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0},
+    /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied   rope variant, swa, attn cap, final cap, template */
+    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1, 0, 0.0f, 0.0f, NULL},
+    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2, 0, 0.0f, 0.0f, NULL},
+    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0.0f, 0.0f, NULL},
+    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0.0f, 0.0f, NULL},
+    /* gemma: Gemma's own vocabulary (256k tokens) is not available here; they use
+     * LLaMA's SentencePiece one (the same kind of tokenizer, BOS added) with
+     * Gemma's chat template. The tiny ones have a sliding window of 8, so a
+     * 64-token test sequence sees it, and layers of both kinds: gemma2
+     * alternates local/global, gemma3 has 5 local layers per global one. Their
+     * head dim is not n_embd / n_head (as in the real models), and tiny-gemma2's
+     * attention cap is small enough that its scores reach the bend of tanh. */
+    {"tiny-gemma3",    "gemma3", "ggml-vocab-llama-spm.gguf", 6, 256, 4,  2, 128, 512,  512,   1e6f, 1e-6f, false, true,  true, 0, 8,   0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
+    {"tiny-gemma2",    "gemma2", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 128, 512,  512,   1e4f, 1e-6f, false, false, true, 0, 8,   5.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
+    {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
+    {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
 };
 #define SYNTH_N_SHAPES (sizeof(synth_shapes) / sizeof(synth_shapes[0]))
 
@@ -183,6 +194,8 @@ static void synth_add(struct synth_ctx *c, const char *name, uint32_t type, uint
     if ((int64_t)ne0 > c->scratch_n) c->scratch_n = (int64_t)ne0;
 }
 
+static bool synth_is_gemma(const struct wgllm_synth_shape *s) { return strncmp(s->arch, "gemma", 5) == 0; }
+
 /* llama.cpp's tensors for the shape; ggml shapes: a map n_in -> n_out is {n_in, n_out}. */
 static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, int n_layer,
                         uint64_t n_vocab, uint32_t wt, uint64_t seed) {
@@ -193,6 +206,7 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     const float g_in = SYNTH_SCALES.proj_gain, g_out = SYNTH_SCALES.out_proj_gain;
     const float logit = SYNTH_SCALES.logit_std / sqrtf((float)E);
     const float out_gain = s->tied_output ? SYNTH_SCALES.tied_out_gain : 1.0f;
+    const bool gemma = synth_is_gemma(s);
     char nm[64];
 
     synth_add(c, "token_embd.weight", wt, E, n_vocab, 0.0f,
@@ -213,10 +227,15 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
             BLK("attn_q_norm.weight", F32, (uint64_t)s->head_dim, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
             BLK("attn_k_norm.weight", F32, (uint64_t)s->head_dim, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
         }
+        /* gemma's post-norms (as GGUF stores them: 1 + the checkpoint's weight)
+         * scale what each block adds to the residual stream; out_proj_gain
+         * keeps it below the stream, as the projections' gain does without them */
+        if (gemma) { BLK("post_attention_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
         BLK("ffn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise);
         BLK("ffn_gate.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
         BLK("ffn_up.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
         BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F));
+        if (gemma) { BLK("post_ffw_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
 #undef BLK
     }
     synth_add(c, "output_norm.weight", F32, E, 0, out_gain, out_gain * SYNTH_SCALES.norm_noise, seed);
@@ -257,8 +276,8 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     const struct wgllm_synth_shape *s = wgllm_synth_shape(p->shape);
     if (!s)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                               "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, "
-                               "tinyllama-1.1b, qwen2-0.5b)",
+                               "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, tiny-gemma2, "
+                               "tiny-gemma3, tinyllama-1.1b, qwen2-0.5b, gemma2-2b, gemma3-1b)",
                                p->shape ? p->shape : "(null)");
     int ftype = wgllm_synth_file_type(p->type);
     const struct wgllm_type_traits *tt = wgllm_type_traits(p->type);
@@ -334,6 +353,18 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         synth_key_name(k, sizeof(k), A, "rope.scaling.factor");
         wgllm_gguf_writer_set_f32(w, k, 4.0f);
     }
+    if (s->n_swa > 0) {
+        synth_key_name(k, sizeof(k), A, "attention.sliding_window");
+        wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_swa);
+    }
+    if (s->attn_softcap > 0.0f) {
+        synth_key_name(k, sizeof(k), A, "attn_logit_softcapping");
+        wgllm_gguf_writer_set_f32(w, k, s->attn_softcap);
+    }
+    if (s->final_softcap > 0.0f) {
+        synth_key_name(k, sizeof(k), A, "final_logit_softcapping");
+        wgllm_gguf_writer_set_f32(w, k, s->final_softcap);
+    }
     if (s->head_dim * s->n_head != s->n_embd) {
         /* llama.cpp assumes n_embd / n_head unless these say otherwise */
         synth_key_name(k, sizeof(k), A, "attention.key_length");
@@ -349,6 +380,21 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         memcpy(k, kv->key.data, (size_t)kv->key.len);
         k[kv->key.len] = '\0';
         wgllm_gguf_writer_set_value(w, k, &kv->value);
+    }
+    if (s->template_file) {
+        char tpath[1024];
+        const char *root = getenv("WGLLM_SHARED");
+        snprintf(tpath, sizeof(tpath), "%s/templates/%s", root && *root ? root : "../shared", s->template_file);
+        char *tmpl = NULL;
+        st = wgllm_read_file(tpath, 1 << 20, &tmpl, NULL, err);
+        if (st != WGLLM_STATUS_OK) {
+            wgllm_error_prefix(err, "synth: reading the chat template: ");
+            wgllm_gguf_writer_free(w);
+            wgllm_gguf_free(vocab);
+            return st;
+        }
+        wgllm_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl);
+        free(tmpl);
     }
 
     struct synth_ctx c = {0};

@@ -27,13 +27,14 @@ struct wgllm_synth_params {
 struct wgllm_synth_params wgllm_synth_default_params(void);
 
 /* The shapes, NULL-terminated: "tiny", "tiny-qwen2", "tiny-qwen3",
- * "tinyllama-1.1b", "qwen2-0.5b". */
+ * "tiny-gemma2", "tiny-gemma3", ..., "tinyllama-1.1b", "qwen2-0.5b",
+ * "gemma2-2b", "gemma3-1b". */
 const char *const *wgllm_synth_shape_names(void);
 
 /* Hyper-parameters of a shape, for callers that build inputs to match. */
 struct wgllm_synth_shape {
     const char *name;
-    const char *arch;       /* "llama", "qwen2", "qwen3" */
+    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3" */
     const char *vocab_file; /* file name under vocab/ */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx;
     float rope_freq_base, rms_eps;
@@ -46,6 +47,11 @@ struct wgllm_synth_shape {
      * whether they are applied); 2 linear scaling (`rope.scaling.type` linear,
      * factor 4). */
     int rope_variant;
+    /* gemma (arch gemma2/gemma3: post-norms, GeGLU, q/k norms for gemma3) */
+    int n_swa;              /* attention.sliding_window; 0: not written */
+    float attn_softcap;     /* attn_logit_softcapping; 0: not written */
+    float final_softcap;    /* final_logit_softcapping; 0: not written */
+    const char *template_file; /* tokenizer.chat_template from templates/<this>; NULL: the vocab's */
 };
 /* NULL when the name is unknown. */
 const struct wgllm_synth_shape *wgllm_synth_shape(const char *name);
