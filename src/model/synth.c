@@ -20,25 +20,31 @@
  * shapes use GPT-2's byte-level BPE vocabulary instead, which is tokenized by
  * the same kind of tokenizer. */
 static const struct wgllm_synth_shape synth_shapes[] = {
-    /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied   rope variant, swa, attn cap, final cap, template */
-    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1, 0, 0.0f, 0.0f, NULL},
-    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2, 0, 0.0f, 0.0f, NULL},
-    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0.0f, 0.0f, NULL},
-    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0.0f, 0.0f, NULL},
+    /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied   rope variant, swa, swa pattern, attn cap, final cap, template */
+    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2, 0, 0, 0.0f, 0.0f, NULL},
+    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
     /* gemma: Gemma's own vocabulary (256k tokens) is not available here; they use
      * LLaMA's SentencePiece one (the same kind of tokenizer, BOS added) with
      * Gemma's chat template. The tiny ones have a sliding window of 8, so a
      * 64-token test sequence sees it, and layers of both kinds: gemma2
-     * alternates local/global, gemma3 has 5 local layers per global one. Their
-     * head dim is not n_embd / n_head (as in the real models), and tiny-gemma2's
-     * attention cap is small enough that its scores reach the bend of tanh. */
-    {"tiny-gemma3",    "gemma3", "ggml-vocab-llama-spm.gguf", 6, 256, 4,  2, 128, 512,  512,   1e6f, 1e-6f, false, true,  true, 0, 8,   0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
-    {"tiny-gemma2",    "gemma2", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 128, 512,  512,   1e4f, 1e-6f, false, false, true, 0, 8,   5.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
-    {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
-    {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
+     * alternates local/global by default; tiny-gemma3 has 2 local layers per
+     * global one (sliding_window_pattern 3, not the default 6) so that 3 layers
+     * have both kinds. Few layers because GeGLU rounds its input to f16 (ggml's
+     * table): a float-noise difference that moves a value across an f16
+     * rounding boundary becomes an f16-sized one, and each layer multiplies
+     * such differences, so two engines that agree to 1e-12 on one layer differ
+     * by ~1e-6 (f32) and ~4e-3 (q8_0, scalar kernels) after six. Their head dim
+     * is not n_embd / n_head (as in the real models), and tiny-gemma2's
+     * attention cap (5) is small enough to change the scores measurably. */
+    {"tiny-gemma3",    "gemma3", "ggml-vocab-llama-spm.gguf", 3, 256, 4,  2, 128, 512,  512,   1e6f, 1e-6f, false, true,  true, 0, 8, 3,   0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
+    {"tiny-gemma2",    "gemma2", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 128, 512,  512,   1e4f, 1e-6f, false, false, true, 0, 8, 0,   5.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
+    {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
+    {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
 };
 #define SYNTH_N_SHAPES (sizeof(synth_shapes) / sizeof(synth_shapes[0]))
 
@@ -205,8 +211,12 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     const uint32_t F32 = WGLLM_TYPE_F32;
     const float g_in = SYNTH_SCALES.proj_gain, g_out = SYNTH_SCALES.out_proj_gain;
     const float logit = SYNTH_SCALES.logit_std / sqrtf((float)E);
-    const float out_gain = s->tied_output ? SYNTH_SCALES.tied_out_gain : 1.0f;
     const bool gemma = synth_is_gemma(s);
+    /* gemma multiplies the embeddings by sqrt(n_embd) as they enter: a tied
+     * gemma model's token_embd is that much smaller again (and output_norm that
+     * much larger), so the stream starts as small as a tied llama's */
+    const float out_gain =
+        s->tied_output ? SYNTH_SCALES.tied_out_gain * (gemma ? sqrtf((float)E) : 1.0f) : 1.0f;
     char nm[64];
 
     synth_add(c, "token_embd.weight", wt, E, n_vocab, 0.0f,
@@ -356,6 +366,10 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     if (s->n_swa > 0) {
         synth_key_name(k, sizeof(k), A, "attention.sliding_window");
         wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_swa);
+    }
+    if (s->swa_pattern > 0) {
+        synth_key_name(k, sizeof(k), A, "attention.sliding_window_pattern");
+        wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->swa_pattern);
     }
     if (s->attn_softcap > 0.0f) {
         synth_key_name(k, sizeof(k), A, "attn_logit_softcapping");

@@ -49,6 +49,7 @@ struct wgllm_synth_shape {
     int rope_variant;
     /* gemma (arch gemma2/gemma3: post-norms, GeGLU, q/k norms for gemma3) */
     int n_swa;              /* attention.sliding_window; 0: not written */
+    int swa_pattern;        /* attention.sliding_window_pattern; 0: not written (the arch's default) */
     float attn_softcap;     /* attn_logit_softcapping; 0: not written */
     float final_softcap;    /* final_logit_softcapping; 0: not written */
     const char *template_file; /* tokenizer.chat_template from templates/<this>; NULL: the vocab's */
