@@ -37,6 +37,9 @@ static struct wgllm_model *load(const char *path, int threads) {
     return m;
 }
 
+static bool rename_key(const char *path, const char *key, const char *to);
+static void check_load_fails(const char *path, enum wgllm_status st, const char *what);
+
 /* ---- naive reference ---------------------------------------------------- */
 
 static double *deq(const struct wgllm_weight *w) {
@@ -209,6 +212,33 @@ TEST(rope_frequency_factors_match_reference) { test_reference("tiny-ropefreqs");
 TEST(rope_linear_scaling_matches_reference) { test_reference("tiny-ropescale"); }
 TEST(gemma2_matches_reference) { test_reference("tiny-gemma2"); }
 TEST(gemma3_matches_reference) { test_reference("tiny-gemma3"); }
+TEST(phi3_matches_reference) { test_reference("tiny-phi3"); }
+
+/* phi3's fused matrices are bound as blocks of rows (q, k, v; gate, up),
+ * and LongRoPE files are refused by name */
+TEST(phi3_fused_matrices_and_longrope) {
+    const char *p = make_model("tiny-phi3", WGLLM_TYPE_Q8_0);
+    CHECK(p != NULL);
+    if (!p) return;
+    struct wgllm_model *m = load(p, 1);
+    CHECK(m != NULL);
+    if (m) {
+        const struct wgllm_layer *L = &m->layers[1];
+        const size_t row = L->wq.row_size;
+        CHECK(L->wq.tensor == L->wk.tensor && L->wk.tensor == L->wv.tensor);
+        CHECK_EQ_INT(L->wq.ne1, 256);
+        CHECK_EQ_INT(L->wk.ne1, 128);
+        CHECK_EQ_INT(L->wv.offset, (256 + 128) * row);
+        CHECK((const char *)L->wv.data == (const char *)L->wq.data + (256 + 128) * row);
+        CHECK(L->w_gate.tensor == L->w_up.tensor && L->w_up.offset == 512 * L->w_gate.row_size);
+        CHECK(strstr(L->wk.name, "attn_qkv") != NULL);
+        CHECK(m->hp.q_scale == 1.0f / sqrtf(32.0f) && m->hp.kq_scale == 1.0f);
+        wgllm_model_free(m);
+    }
+    CHECK(rename_key(p, "blk.0.attn_output.weight", "rope_factors_long.weight"));
+    check_load_fails(p, WGLLM_STATUS_UNSUPPORTED, "'rope_factors_long.weight': LongRoPE");
+    remove(p);
+}
 
 /* ---- gemma's metadata ---------------------------------------------------- */
 
@@ -595,6 +625,8 @@ int main(void) {
     RUN(rope_linear_scaling_matches_reference);
     RUN(gemma2_matches_reference);
     RUN(gemma3_matches_reference);
+    RUN(phi3_matches_reference);
+    RUN(phi3_fused_matrices_and_longrope);
     RUN(gemma_hparams_are_read_as_llama_cpp_reads_them);
     if (q8_path) {
         RUN(batch_sequential_and_threads_agree);

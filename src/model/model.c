@@ -31,6 +31,11 @@ struct arch_info {
     bool swa_rope_is_global;  /* local layers rotate like the global ones unless rope.freq_base_swa
                                  (gemma2); else with base 10000, scale 1 (gemma3) */
     int big_n_layer;          /* the 27B model's block count: its query scale is 1/sqrt(n_embd/n_head) */
+    /* phi3 (src/models/phi3.cpp): attn_qkv.weight may hold q, k and v (rows in
+     * that order) instead of three tensors; ffn_up.weight holds the gate's rows
+     * then the up projection's (2 n_ff rows, ggml_swiglu of one tensor); the
+     * queries are scaled by 1/sqrt(head_dim) and the scores by 1 */
+    bool fused_qkv, fused_gate_up, q_scaled;
 };
 
 static const struct arch_info arch_table[] = {
@@ -43,6 +48,8 @@ static const struct arch_info arch_table[] = {
      .big_n_layer = 46},
     {.name = "gemma3", .arch = WGLLM_ARCH_GEMMA3, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .gemma = true,
      .swa_period = 6, .big_n_layer = 62},
+    {.name = "phi3", .arch = WGLLM_ARCH_PHI3, .rope = WGLLM_ROPE_NEOX, .fused_qkv = true, .fused_gate_up = true,
+     .q_scaled = true},
 };
 #define N_ARCHS (sizeof(arch_table) / sizeof(arch_table[0]))
 
@@ -112,8 +119,9 @@ static enum wgllm_status get_arch_f32(const struct wgllm_model *m, const char *s
 
 /* Largest dimension any weight may have; the per-key limit of get_arch_u32. */
 #define MODEL_MAX_DIM ((uint64_t)1 << 30)
-/* Tensors every layer has at least (attn_norm, q, k, v, output, ffn_norm, gate, up, down). */
-#define MODEL_TENSORS_PER_LAYER 9
+/* Tensors every layer has at least (attn_norm, q/k/v fused, output, ffn_norm,
+ * gate/up fused, down: phi3's six). */
+#define MODEL_TENSORS_PER_LAYER 6
 
 /* What the keys imply, before anything is sized from them: products of two
  * keys (checked in 64 bits) stay within one dimension's range, and the layer
@@ -349,6 +357,26 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     hp->rope_freq_base_swa = hp->rope_freq_base;
     hp->rope_freq_scale_swa = hp->rope_freq_scale;
     if (ai->gemma && (st = read_gemma_hparams(m, ai, err))) return st;
+    if (ai->q_scaled) {
+        hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+        hp->kq_scale = 1.0f;
+    }
+    /* LongRoPE (Phi-3.5, Phi-3 128k): per-pair factors chosen by the context
+     * size and a factor on cos/sin that llama.cpp applies to every
+     * architecture; wgllm has neither yet, so such files are refused by name */
+    float attn_factor = 1.0f;
+    if ((st = get_arch_f32(m, "rope.scaling.attn_factor", &attn_factor, err))) return st;
+    if (attn_factor != 1.0f)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "%s.rope.scaling.attn_factor = %g (LongRoPE / YaRN attention factor) is not supported yet",
+                               m->arch_name, (double)attn_factor);
+    static const char *const longrope[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+    for (size_t i = 0; i < 2; i++)
+        if (wgllm_gguf_find_tensor(m->gguf, longrope[i]))
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "tensor '%s': LongRoPE frequency factors are not supported yet", longrope[i]);
+    /* phi3 files carry a sliding window that llama.cpp ignores (it computes
+     * every layer with full attention), so wgllm does not read it either */
     return check_hparams(m, err);
 }
 
@@ -402,6 +430,16 @@ static enum wgllm_status bind_matrix(struct binder *b, const char *name, int64_t
     w->tensor = t;
     if (!b->dry) b->m->weight_bytes += t->size;
     return WGLLM_STATUS_OK;
+}
+
+/* Rows [r0, r0 + n) of the fused matrix w, as a weight of its own. */
+static struct wgllm_weight weight_rows(const struct wgllm_weight *w, int64_t r0, int64_t n, const char *part) {
+    struct wgllm_weight v = *w;
+    v.ne1 = n;
+    v.offset = w->offset + (uint64_t)r0 * w->row_size;
+    if (w->data) v.data = (const char *)w->data + (size_t)r0 * w->row_size;
+    snprintf(v.name, sizeof v.name, "%.50s[%s]", w->name, part);
+    return v;
 }
 
 /* A 1-D tensor of n elements: checked in the first pass, converted to f32 at
@@ -479,14 +517,29 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
         struct wgllm_layer scratch, *L = b->dry ? &scratch : &m->layers[il];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, il), n)
+        struct wgllm_weight fused = {0};
+        if (ai->fused_qkv && (st = bind_matrix(b, NAME("attn_qkv.weight"), E, QD + KD + VD, false, &fused, err)))
+            return st;
+        if (fused.tensor) {
+            L->wq = weight_rows(&fused, 0, QD, "q");
+            L->wk = weight_rows(&fused, QD, KD, "k");
+            L->wv = weight_rows(&fused, QD + KD, VD, "v");
+        } else if ((st = bind_matrix(b, NAME("attn_q.weight"), E, QD, true, &L->wq, err)) ||
+                   (st = bind_matrix(b, NAME("attn_k.weight"), E, KD, true, &L->wk, err)) ||
+                   (st = bind_matrix(b, NAME("attn_v.weight"), E, VD, true, &L->wv, err))) {
+            return st;
+        }
+        if (ai->fused_gate_up) {
+            if ((st = bind_matrix(b, NAME("ffn_up.weight"), E, 2 * F, true, &fused, err))) return st;
+            L->w_gate = weight_rows(&fused, 0, F, "gate");
+            L->w_up = weight_rows(&fused, F, F, "up");
+        } else if ((st = bind_matrix(b, NAME("ffn_gate.weight"), E, F, true, &L->w_gate, err)) ||
+                   (st = bind_matrix(b, NAME("ffn_up.weight"), E, F, true, &L->w_up, err))) {
+            return st;
+        }
         if ((st = bind_vector(b, NAME("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
-            (st = bind_matrix(b, NAME("attn_q.weight"), E, QD, true, &L->wq, err)) ||
-            (st = bind_matrix(b, NAME("attn_k.weight"), E, KD, true, &L->wk, err)) ||
-            (st = bind_matrix(b, NAME("attn_v.weight"), E, VD, true, &L->wv, err)) ||
             (st = bind_matrix(b, NAME("attn_output.weight"), OD, E, true, &L->wo, err)) ||
             (st = bind_vector(b, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, err)) ||
-            (st = bind_matrix(b, NAME("ffn_gate.weight"), E, F, true, &L->w_gate, err)) ||
-            (st = bind_matrix(b, NAME("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
             (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)))
             return st;
         L->bq = L->bk = L->bv = L->q_norm = L->k_norm = L->post_attn_norm = L->post_ffn_norm = NULL;
@@ -727,7 +780,7 @@ enum wgllm_status wgllm_model_load_source(const struct wgllm_model_source *src, 
 
 enum wgllm_status wgllm_weight_read(const struct wgllm_model *m, const struct wgllm_weight *w, uint64_t offset,
                                     void *dst, size_t n, struct wgllm_error *err) {
-    return wgllm_gguf_read_tensor(m->gguf, w->tensor, offset, dst, n, err);
+    return wgllm_gguf_read_tensor(m->gguf, w->tensor, w->offset + offset, dst, n, err);
 }
 
 void wgllm_model_free(struct wgllm_model *m) {
@@ -757,7 +810,7 @@ static uint64_t fingerprint_weight(uint64_t h, const struct wgllm_model *m, cons
     const uint64_t meta[4] = {w->type, (uint64_t)w->ne0, (uint64_t)w->ne1, w->row_size};
     h = fnv1a_bytes(h, meta, sizeof meta);
     /* 64-bit offsets: a streamed matrix may be larger than a 32-bit size_t */
-    const uint64_t total = w->tensor->size;
+    const uint64_t total = (uint64_t)w->row_size * (uint64_t)w->ne1; /* the tensor's size, or the view's */
     const size_t n = (size_t)WGLLM_MIN(total, (uint64_t)256);
     const uint64_t at[3] = {0, total / 2 - WGLLM_MIN(total / 2, (uint64_t)n / 2), total - n};
     unsigned char sample[256];

@@ -22,6 +22,7 @@ enum wgllm_arch {
     WGLLM_ARCH_QWEN3, /* per-head q/k RMSNorm, neox RoPE */
     WGLLM_ARCH_GEMMA2, /* post-norms, GeGLU, soft-capping, sliding window every other layer */
     WGLLM_ARCH_GEMMA3, /* gemma2's block with q/k norms, 5 local layers per global one */
+    WGLLM_ARCH_PHI3,   /* fused q/k/v and gate/up matrices, queries scaled, neox RoPE */
 };
 
 /* The feed-forward's gate activation: act(gate) * up. */
@@ -76,6 +77,8 @@ struct wgllm_weight {
     const void *data;
     char name[64];    /* the tensor's name, for messages (GGUF names are < 64 bytes) */
     const struct wgllm_gguf_tensor *tensor; /* where its bytes are in the file (data may be NULL: streamed) */
+    uint64_t offset; /* where in `tensor` its rows start: a block of rows of a fused matrix
+                        (phi3's attn_qkv, ffn_up) is a weight of its own; 0 otherwise */
     /* The same matrix in the row-interleaved layout of quant/repack.h when this
      * CPU has a kernel for it (Q4_0/Q8_0) and a CPU context was created (the
      * CPU backend's init makes it), else NULL; owned by the

@@ -43,6 +43,10 @@ static const struct wgllm_synth_shape synth_shapes[] = {
      * attention cap (5) is small enough to change the scores measurably. */
     {"tiny-gemma3",    "gemma3", "ggml-vocab-llama-spm.gguf", 3, 256, 4,  2, 128, 512,  512,   1e6f, 1e-6f, false, true,  true, 0, 8, 3,   0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
     {"tiny-gemma2",    "gemma2", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 128, 512,  512,   1e4f, 1e-6f, false, false, true, 0, 8, 0,   5.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
+    /* phi3: fused attn_qkv and ffn_up (gate rows, then up rows), as llama.cpp's
+     * converter writes Phi-3; no LongRoPE factors (Phi-3-mini-4k style) */
+    {"tiny-phi3",      "phi3",   "ggml-vocab-phi-3.gguf",     2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
+    {"phi3-mini",      "phi3",   "ggml-vocab-phi-3.gguf",     32, 3072, 32, 32, 96, 8192, 4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
     {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
     {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
 };
@@ -201,6 +205,8 @@ static void synth_add(struct synth_ctx *c, const char *name, uint32_t type, uint
 }
 
 static bool synth_is_gemma(const struct wgllm_synth_shape *s) { return strncmp(s->arch, "gemma", 5) == 0; }
+/* phi3 stores q/k/v as one attn_qkv matrix and gate/up as one ffn_up */
+static bool synth_is_fused(const struct wgllm_synth_shape *s) { return strcmp(s->arch, "phi3") == 0; }
 
 /* llama.cpp's tensors for the shape; ggml shapes: a map n_in -> n_out is {n_in, n_out}. */
 static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, int n_layer,
@@ -211,7 +217,7 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     const uint32_t F32 = WGLLM_TYPE_F32;
     const float g_in = SYNTH_SCALES.proj_gain, g_out = SYNTH_SCALES.out_proj_gain;
     const float logit = SYNTH_SCALES.logit_std / sqrtf((float)E);
-    const bool gemma = synth_is_gemma(s);
+    const bool gemma = synth_is_gemma(s), fused = synth_is_fused(s);
     /* gemma multiplies the embeddings by sqrt(n_embd) as they enter: a tied
      * gemma model's token_embd is that much smaller again (and output_norm that
      * much larger), so the stream starts as small as a tied llama's */
@@ -226,12 +232,16 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     snprintf(nm, sizeof(nm), "blk.%d.%s", l, suffix);                                     \
     synth_add(c, nm, type, ne0, ne1, mean, std, seed)
         BLK("attn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise);
-        BLK("attn_q.weight", wt, E, Q, 0.0f, g_in / sqrtf((float)E));
-        if (s->qkv_bias) { BLK("attn_q.bias", F32, Q, 0, 0.0f, SYNTH_SCALES.bias_std); }
-        BLK("attn_k.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
-        if (s->qkv_bias) { BLK("attn_k.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
-        BLK("attn_v.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
-        if (s->qkv_bias) { BLK("attn_v.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
+        if (fused) {
+            BLK("attn_qkv.weight", wt, E, Q + 2 * KV, 0.0f, g_in / sqrtf((float)E));
+        } else {
+            BLK("attn_q.weight", wt, E, Q, 0.0f, g_in / sqrtf((float)E));
+            if (s->qkv_bias) { BLK("attn_q.bias", F32, Q, 0, 0.0f, SYNTH_SCALES.bias_std); }
+            BLK("attn_k.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
+            if (s->qkv_bias) { BLK("attn_k.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
+            BLK("attn_v.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
+            if (s->qkv_bias) { BLK("attn_v.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
+        }
         BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q));
         if (s->qk_norm) {
             BLK("attn_q_norm.weight", F32, (uint64_t)s->head_dim, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
@@ -242,8 +252,12 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
          * keeps it below the stream, as the projections' gain does without them */
         if (gemma) { BLK("post_attention_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
         BLK("ffn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise);
-        BLK("ffn_gate.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
-        BLK("ffn_up.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
+        if (fused) {
+            BLK("ffn_up.weight", wt, E, 2 * F, 0.0f, g_in / sqrtf((float)E));
+        } else {
+            BLK("ffn_gate.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
+            BLK("ffn_up.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
+        }
         BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F));
         if (gemma) { BLK("post_ffw_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
 #undef BLK
@@ -287,7 +301,7 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     if (!s)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, tiny-gemma2, "
-                               "tiny-gemma3, tinyllama-1.1b, qwen2-0.5b, gemma2-2b, gemma3-1b)",
+                               "tiny-gemma3, tiny-phi3, tinyllama-1.1b, qwen2-0.5b, phi3-mini, gemma2-2b, gemma3-1b)",
                                p->shape ? p->shape : "(null)");
     int ftype = wgllm_synth_file_type(p->type);
     const struct wgllm_type_traits *tt = wgllm_type_traits(p->type);

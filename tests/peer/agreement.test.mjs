@@ -60,13 +60,14 @@ import { loadVocab, tokenizeWith, loadModelContext, nextTokenLogProbs, greedyGen
 import { modelPath, wgllmLogits, wgllmGreedy, runWgllm, logSoftmax, klLog, argmax, hasNonFinite, kernelLevels } from '../../tools/peer/wgllm.mjs';
 import { withF32, withF32Tensor, withU32 } from '../../tools/peer/gguf.mjs';
 
-const SHAPES = (process.env.PEER_SHAPES || 'tiny,tiny-qwen2,tiny-qwen3,tiny-gemma3,tiny-gemma2').split(',');
+const SHAPES = (process.env.PEER_SHAPES || 'tiny,tiny-qwen2,tiny-qwen3,tiny-gemma3,tiny-gemma2,tiny-phi3').split(',');
 const ALL_TYPES = 'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs'.split(',');
-// The gemma shapes add their block (post-norms, GeGLU, soft-caps, sliding window) to
-// kernels the llama shapes already check in every type: one type per kind of
-// activation rounding is enough there, and keeps the suite within its time.
-// $PEER_TYPES, when set, is the list for every shape.
-const SHAPE_TYPES = { 'tiny-gemma3': ['f32', 'f16', 'q8_0', 'q4_0', 'q4_k'], 'tiny-gemma2': ['f32', 'f16', 'q8_0', 'q4_0', 'q4_k'] };
+// The gemma and phi3 shapes add their block (post-norms, GeGLU, soft-caps, sliding
+// window; fused matrices, scaled queries) to kernels the llama shapes already check
+// in every type: one type per kind of activation rounding is enough there, and keeps
+// the suite within its time. $PEER_TYPES, when set, is the list for every shape.
+const FEW_TYPES = ['f32', 'f16', 'q8_0', 'q4_0', 'q4_k'];
+const SHAPE_TYPES = { 'tiny-gemma3': FEW_TYPES, 'tiny-gemma2': FEW_TYPES, 'tiny-phi3': FEW_TYPES };
 const typesFor = (shape) => (process.env.PEER_TYPES ? process.env.PEER_TYPES.split(',') : SHAPE_TYPES[shape] ?? ALL_TYPES);
 const GREEDY_TYPES = ['f32', 'f16', 'q8_0'];
 // RoPE variants real files carry (Llama 3.1 frequency factors, linear scaling), in
