@@ -38,6 +38,7 @@ static struct wgllm_model *load(const char *path, int threads) {
 }
 
 static bool rename_key(const char *path, const char *key, const char *to);
+static bool patch_f32(const char *path, const char *key, float v);
 static void check_load_fails(const char *path, enum wgllm_status st, const char *what);
 
 /* ---- naive reference ---------------------------------------------------- */
@@ -76,7 +77,8 @@ static void rope(double *x, int pos, const struct wgllm_hparams *hp, const float
     const double fscale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
     for (int i = 0; i < half; i++) {
         double freq = pow(base, -2.0 * i / hp->n_rot) / (ff ? ff[i] : 1.0);
-        double th = pos * freq * fscale, c = cos(th), s = sin(th);
+        /* LongRoPE's attention factor scales the rotation (llama.cpp: cos and sin) */
+        double th = pos * freq * fscale, c = cos(th) * hp->rope_attn_factor, s = sin(th) * hp->rope_attn_factor;
         int a = hp->rope_type == WGLLM_ROPE_NEOX ? i : 2 * i, b = hp->rope_type == WGLLM_ROPE_NEOX ? i + half : 2 * i + 1;
         double x0 = x[a], x1 = x[b];
         x[a] = x0 * c - x1 * s;
@@ -98,6 +100,8 @@ static double *reference_forward(const struct wgllm_model *m, const int32_t *tok
     const int E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab, dk = hp->head_dim_k, dv = hp->head_dim_v;
     const int QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv;
     double *emb = deq(&m->tok_embd), *out = deq(&m->output);
+    /* the factors the context (n_ctx: the default, 4096 here) rotates with */
+    const float *ff = wgllm_model_rope_factors(m, 4096);
     double *x = calloc((size_t)n * E, sizeof(double)), *h = malloc(sizeof(double) * (size_t)E);
     double *q = malloc(sizeof(double) * (size_t)QD), *att = malloc(sizeof(double) * (size_t)QD);
     double *K = malloc(sizeof(double) * (size_t)n * KD), *Vc = malloc(sizeof(double) * (size_t)n * VD);
@@ -117,13 +121,13 @@ static double *reference_forward(const struct wgllm_model *m, const int32_t *tok
             mv(wv, h, Vc + (size_t)t * VD, E, VD, L->bv);
             for (int hh = 0; hh < hp->n_head; hh++) {
                 if (L->q_norm) rmsn(q + hh * dk, L->q_norm, q + hh * dk, dk, hp->rms_eps);
-                rope(q + hh * dk, t, hp, m->rope_freqs, L->swa);
+                rope(q + hh * dk, t, hp, ff, L->swa);
                 for (int d = 0; d < dk; d++) q[hh * dk + d] *= hp->q_scale;
             }
             for (int hh = 0; hh < hp->n_head_kv; hh++) {
                 double *kh = K + (size_t)t * KD + hh * dk;
                 if (L->k_norm) rmsn(kh, L->k_norm, kh, dk, hp->rms_eps);
-                rope(kh, t, hp, m->rope_freqs, L->swa);
+                rope(kh, t, hp, ff, L->swa);
             }
             for (int hh = 0; hh < hp->n_head; hh++) {
                 int kvh = hh / (hp->n_head / hp->n_head_kv);
@@ -213,9 +217,12 @@ TEST(rope_linear_scaling_matches_reference) { test_reference("tiny-ropescale"); 
 TEST(gemma2_matches_reference) { test_reference("tiny-gemma2"); }
 TEST(gemma3_matches_reference) { test_reference("tiny-gemma3"); }
 TEST(phi3_matches_reference) { test_reference("tiny-phi3"); }
+TEST(phi3_longrope_short_factors_match_reference) { test_reference("tiny-phi3-longrope"); }
+TEST(phi3_longrope_long_factors_match_reference) { test_reference("tiny-phi3-longctx"); }
 
-/* phi3's fused matrices are bound as blocks of rows (q, k, v; gate, up),
- * and LongRoPE files are refused by name */
+/* phi3's fused matrices are bound as blocks of rows (q, k, v; gate, up);
+ * LongRoPE's factors follow the context size; LongRoPE factors in another
+ * architecture's file and a bad attention factor are refused by name */
 TEST(phi3_fused_matrices_and_longrope) {
     const char *p = make_model("tiny-phi3", WGLLM_TYPE_Q8_0);
     CHECK(p != NULL);
@@ -235,8 +242,28 @@ TEST(phi3_fused_matrices_and_longrope) {
         CHECK(m->hp.q_scale == 1.0f / sqrtf(32.0f) && m->hp.kq_scale == 1.0f);
         wgllm_model_free(m);
     }
+    remove(p);
+    p = make_model("tiny-phi3-longctx", WGLLM_TYPE_F32);
+    CHECK(p != NULL);
+    if (!p) return;
+    m = load(p, 1);
+    CHECK(m != NULL);
+    if (m) {
+        CHECK(m->rope_factors_short && m->rope_factors_long);
+        CHECK_EQ_INT(m->hp.n_ctx_orig, 32);
+        CHECK(m->hp.rope_attn_factor == 1.1902f);
+        CHECK(wgllm_model_rope_factors(m, 32) == m->rope_factors_short); /* up to the original context */
+        CHECK(wgllm_model_rope_factors(m, 33) == m->rope_factors_long);
+        wgllm_model_free(m);
+    }
+    CHECK(patch_f32(p, "phi3.rope.scaling.attn_factor", -1.0f));
+    check_load_fails(p, WGLLM_STATUS_BAD_FORMAT, "phi3.rope.scaling.attn_factor = -1");
+    remove(p);
+    p = make_model("tiny", WGLLM_TYPE_F32);
+    CHECK(p != NULL);
+    if (!p) return;
     CHECK(rename_key(p, "blk.0.attn_output.weight", "rope_factors_long.weight"));
-    check_load_fails(p, WGLLM_STATUS_UNSUPPORTED, "'rope_factors_long.weight': LongRoPE");
+    check_load_fails(p, WGLLM_STATUS_UNSUPPORTED, "'rope_factors_long.weight': LongRoPE factors are read for phi3 only");
     remove(p);
 }
 
@@ -626,6 +653,8 @@ int main(void) {
     RUN(gemma2_matches_reference);
     RUN(gemma3_matches_reference);
     RUN(phi3_matches_reference);
+    RUN(phi3_longrope_short_factors_match_reference);
+    RUN(phi3_longrope_long_factors_match_reference);
     RUN(phi3_fused_matrices_and_longrope);
     RUN(gemma_hparams_are_read_as_llama_cpp_reads_them);
     if (q8_path) {

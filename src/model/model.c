@@ -36,6 +36,7 @@ struct arch_info {
      * then the up projection's (2 n_ff rows, ggml_swiglu of one tensor); the
      * queries are scaled by 1/sqrt(head_dim) and the scores by 1 */
     bool fused_qkv, fused_gate_up, q_scaled;
+    bool longrope; /* rope_factors_long/short.weight (phi3) */
 };
 
 static const struct arch_info arch_table[] = {
@@ -49,7 +50,7 @@ static const struct arch_info arch_table[] = {
     {.name = "gemma3", .arch = WGLLM_ARCH_GEMMA3, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .gemma = true,
      .swa_period = 6, .big_n_layer = 62},
     {.name = "phi3", .arch = WGLLM_ARCH_PHI3, .rope = WGLLM_ROPE_NEOX, .fused_qkv = true, .fused_gate_up = true,
-     .q_scaled = true},
+     .q_scaled = true, .longrope = true},
 };
 #define N_ARCHS (sizeof(arch_table) / sizeof(arch_table[0]))
 
@@ -65,6 +66,11 @@ bool wgllm_model_has_swa_rope(const struct wgllm_model *m) {
            (hp->rope_freq_base_swa != hp->rope_freq_base || hp->rope_freq_scale_swa != hp->rope_freq_scale);
 }
 
+const float *wgllm_model_rope_factors(const struct wgllm_model *m, int n_ctx) {
+    if (m->rope_freqs) return m->rope_freqs;
+    return n_ctx > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
+}
+
 bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t cap) {
     const struct wgllm_hparams *hp = &m->hp;
     const struct {
@@ -78,6 +84,7 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {hp->attn_softcap > 0.0f, "attention soft-capping"},
         {hp->final_softcap > 0.0f, "final logit soft-capping"},
         {hp->n_swa > 0, "sliding-window attention"},
+        {hp->rope_attn_factor != 1.0f || m->rope_factors_short || m->rope_factors_long, "LongRoPE"},
     };
     size_t n = 0;
     if (cap) buf[0] = 0;
@@ -361,20 +368,24 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
         hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
         hp->kq_scale = 1.0f;
     }
-    /* LongRoPE (Phi-3.5, Phi-3 128k): per-pair factors chosen by the context
-     * size and a factor on cos/sin that llama.cpp applies to every
-     * architecture; wgllm has neither yet, so such files are refused by name */
-    float attn_factor = 1.0f;
-    if ((st = get_arch_f32(m, "rope.scaling.attn_factor", &attn_factor, err))) return st;
-    if (attn_factor != 1.0f)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                               "%s.rope.scaling.attn_factor = %g (LongRoPE / YaRN attention factor) is not supported yet",
-                               m->arch_name, (double)attn_factor);
-    static const char *const longrope[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
-    for (size_t i = 0; i < 2; i++)
-        if (wgllm_gguf_find_tensor(m->gguf, longrope[i]))
-            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                                   "tensor '%s': LongRoPE frequency factors are not supported yet", longrope[i]);
+    /* LongRoPE (Phi-3.5, Phi-3 128k): a factor on cos and sin, which
+     * llama.cpp reads for every architecture (YaRN, which would change it,
+     * is refused above), and the factors' switch-over length */
+    hp->rope_attn_factor = 1.0f;
+    if ((st = get_arch_f32(m, "rope.scaling.attn_factor", &hp->rope_attn_factor, err))) return st;
+    if (!(hp->rope_attn_factor > 0.0f) || !isfinite(hp->rope_attn_factor))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.rope.scaling.attn_factor = %g must be positive",
+                               m->arch_name, (double)hp->rope_attn_factor);
+    hp->n_ctx_orig = hp->n_ctx_train;
+    if ((st = get_arch_u32(m, "rope.scaling.original_context_length", false, &hp->n_ctx_orig, err))) return st;
+    if (!ai->longrope)
+        for (size_t i = 0; i < 2; i++) {
+            static const char *const longrope[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+            if (wgllm_gguf_find_tensor(m->gguf, longrope[i]))
+                return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                       "tensor '%s': LongRoPE factors are read for phi3 only (as llama.cpp does)",
+                                       longrope[i]);
+        }
     /* phi3 files carry a sliding window that llama.cpp ignores (it computes
      * every layer with full attention), so wgllm does not read it either */
     return check_hparams(m, err);
@@ -502,6 +513,14 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
         (st = bind_vector(b, "output_norm.weight", E, true, &output_norm, err)) ||
         (st = bind_vector(b, "rope_freqs.weight", hp->n_rot / 2, false, &rope_freqs, err)))
         return st;
+    float *short_f = NULL, *long_f = NULL;
+    if (ai->longrope && ((st = bind_vector(b, "rope_factors_short.weight", hp->n_rot / 2, false, &short_f, err)) ||
+                         (st = bind_vector(b, "rope_factors_long.weight", hp->n_rot / 2, false, &long_f, err))))
+        return st;
+    if (!b->dry) {
+        m->rope_factors_short = short_f;
+        m->rope_factors_long = long_f;
+    }
     memset(&output, 0, sizeof output);
     if (!ai->output_always_tied && (st = bind_matrix(b, "output.weight", E, V, false, &output, err))) return st;
     if (!wgllm_type_traits(tok_embd.type)->to_float)

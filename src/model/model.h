@@ -67,6 +67,12 @@ struct wgllm_hparams {
     int n_swa;             /* attention.sliding_window; 0: no sliding-window layers */
     int swa_period;        /* attention.sliding_window_pattern: of each such many layers, all but the last are local */
     float rope_freq_base_swa, rope_freq_scale_swa;
+    /* LongRoPE (phi3): cos and sin are multiplied by this (rope.scaling.attn_factor,
+     * which llama.cpp applies to every architecture); the frequency factors are
+     * wgllm_model.rope_factors_short up to n_ctx_orig positions per sequence,
+     * rope_factors_long beyond */
+    float rope_attn_factor;
+    int n_ctx_orig;        /* rope.scaling.original_context_length, default n_ctx_train */
 };
 
 /* A 2-D view of a weight in its GGUF layout: ne1 rows of ne0 elements. */
@@ -107,6 +113,7 @@ struct wgllm_model {
     struct wgllm_weight tok_embd, output; /* output == tok_embd when tied */
     float *output_norm;
     float *rope_freqs; /* Llama 3 frequency factors, n_rot/2 floats; NULL when absent */
+    float *rope_factors_short, *rope_factors_long; /* phi3's LongRoPE factors (n_rot/2); NULL when absent */
     struct wgllm_layer *layers;
     float *vectors;    /* one allocation holding every f32 vector above */
     uint64_t weight_bytes;
@@ -135,6 +142,11 @@ const char *wgllm_arch_name(enum wgllm_arch arch);
 /* True when some layer is a sliding-window layer whose RoPE differs from the
  * global one, so that a backend needs a second RoPE table for them. */
 bool wgllm_model_has_swa_rope(const struct wgllm_model *m);
+/* The per-pair RoPE frequency factors a context of n_ctx positions per
+ * sequence rotates with (llama.cpp's get_rope_factors): rope_freqs when the
+ * file has it, else LongRoPE's long factors past n_ctx_orig and its short
+ * ones up to it; NULL for none. */
+const float *wgllm_model_rope_factors(const struct wgllm_model *m, int n_ctx);
 /* What of the model's block goes beyond the llama block (post-norms, GeGLU,
  * soft-capping, sliding window, scaled embeddings/queries), as a
  * comma-separated list into buf ("" for a llama-block model); returns

@@ -46,6 +46,8 @@ static const struct wgllm_synth_shape synth_shapes[] = {
     /* phi3: fused attn_qkv and ffn_up (gate rows, then up rows), as llama.cpp's
      * converter writes Phi-3; no LongRoPE factors (Phi-3-mini-4k style) */
     {"tiny-phi3",      "phi3",   "ggml-vocab-phi-3.gguf",     2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
+    {"tiny-phi3-longrope", "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 3, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
+    {"tiny-phi3-longctx",  "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  8192,  1e4f, 1e-5f, false, false, false, 4, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
     {"phi3-mini",      "phi3",   "ggml-vocab-phi-3.gguf",     32, 3072, 32, 32, 96, 8192, 4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
     {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
     {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
@@ -264,6 +266,10 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     }
     synth_add(c, "output_norm.weight", F32, E, 0, out_gain, out_gain * SYNTH_SCALES.norm_noise, seed);
     if (s->rope_variant == 1) synth_add(c, "rope_freqs.weight", F32, (uint64_t)s->head_dim / 2, 0, 2.5f, 0.5f, seed);
+    if (s->rope_variant >= 3) { /* LongRoPE: short factors near 1, long ones larger (as Phi-3.5's) */
+        synth_add(c, "rope_factors_short.weight", F32, (uint64_t)s->head_dim / 2, 0, 1.5f, 0.25f, seed);
+        synth_add(c, "rope_factors_long.weight", F32, (uint64_t)s->head_dim / 2, 0, 6.0f, 1.5f, seed);
+    }
     if (!s->tied_output) synth_add(c, "output.weight", wt, E, n_vocab, 0.0f, logit, seed);
 }
 
@@ -371,6 +377,13 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     wgllm_gguf_writer_set_f32(w, k, s->rope_freq_base);
     synth_key_name(k, sizeof(k), A, "rope.dimension_count");
     wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->head_dim);
+    if (s->rope_variant >= 3) {
+        /* Phi-3.5's: sqrt(1 + ln(32) / ln(4096)) */
+        synth_key_name(k, sizeof(k), A, "rope.scaling.attn_factor");
+        wgllm_gguf_writer_set_f32(w, k, 1.1902f);
+        synth_key_name(k, sizeof(k), A, "rope.scaling.original_context_length");
+        wgllm_gguf_writer_set_u32(w, k, s->rope_variant == 3 ? (uint32_t)s->n_ctx : 32u);
+    }
     if (s->rope_variant == 2) {
         synth_key_name(k, sizeof(k), A, "rope.scaling.type");
         wgllm_gguf_writer_set_str(w, k, "linear");

@@ -45,7 +45,11 @@ struct wgllm_synth_shape {
      * tensor of per-pair frequency divisors (Llama 3.1 style; random values in
      * about [0.8, 4.2] here so that every pair, not only the slow ones, shows
      * whether they are applied); 2 linear scaling (`rope.scaling.type` linear,
-     * factor 4). */
+     * factor 4); 3 LongRoPE (phi3: rope_factors_short/long.weight, an
+     * attention factor, original context = n_ctx, so the short factors
+     * apply); 4 the same with an original context of 32, so that a context
+     * of more positions uses the long factors (the tests' contexts: llama.cpp's
+     * 256, `wgllm logits`' as many as its tokens, 64). */
     int rope_variant;
     /* gemma (arch gemma2/gemma3: post-norms, GeGLU, q/k norms for gemma3) */
     int n_swa;              /* attention.sliding_window; 0: not written */

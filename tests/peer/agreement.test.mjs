@@ -72,7 +72,9 @@ const typesFor = (shape) => (process.env.PEER_TYPES ? process.env.PEER_TYPES.spl
 const GREEDY_TYPES = ['f32', 'f16', 'q8_0'];
 // RoPE variants real files carry (Llama 3.1 frequency factors, linear scaling), in
 // two types each: llama.cpp must read the metadata the same way wgllm does.
-const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']], ['tiny-ropescale', ['f32', 'q8_0']]];
+// Phi-3.5's LongRoPE, with the short factors (context within the original length) and the long ones.
+const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']], ['tiny-ropescale', ['f32', 'q8_0']],
+  ['tiny-phi3-longrope', ['f32', 'q8_0']], ['tiny-phi3-longctx', ['f32', 'q8_0']]];
 const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
 const LEVELS = kernelLevels();
 const N_POS = 64;
@@ -237,6 +239,9 @@ const MUTATIONS = [
   ['wrong RoPE base (x2), gemma2', 'tiny-gemma2', 'q8_0', (b) => withF32(b, 'gemma2.rope.freq_base', (v) => v * 2)],
   ['a wrong attention soft-cap (x1.5), gemma2', 'tiny-gemma2', 'q8_0', (b) => withF32(b, 'gemma2.attn_logit_softcapping', (v) => v * 1.5)],
   ['a wrong post-FFN norm (layer 1 +10%), gemma2', 'tiny-gemma2', 'f32', (b) => withF32Tensor(b, 'blk.1.post_ffw_norm.weight', (v) => v * 1.1)],
+  // phi3's LongRoPE: the long factors past the original context, and the attention factor on cos/sin
+  ['the short LongRoPE factors where the long ones apply, phi3', 'tiny-phi3-longctx', 'q8_0', (b) => withU32(b, 'phi3.rope.scaling.original_context_length', () => 4096)],
+  ['a wrong RoPE attention factor (x1.05), phi3', 'tiny-phi3-longrope', 'f32', (b) => withF32(b, 'phi3.rope.scaling.attn_factor', (v) => v * 1.05)],
 ];
 for (const [what, shape, type, mutate] of MUTATIONS) {
   test(`the comparison fails ${what}: ${shape}-${type}`, async () => {

@@ -52,6 +52,7 @@ struct cpu_ctx {
     wgllm_fp16 *tmp16; /* n_threads x (n_ctx + head_dim) */
     float *rope_cs;    /* n_batch x n_rot */
     float *rope_cs_swa; /* the same for the sliding-window layers when their RoPE differs, else NULL */
+    const float *rope_factors; /* wgllm_model_rope_factors for this context's n_ctx */
 
     /* the pass being computed (read by all threads) */
     const int32_t *tok, *pos, *seq;
@@ -239,8 +240,8 @@ static void forward_worker(void *arg, int ith, int nth) {
         et->to_float((const char *)m->tok_embd.data + (size_t)c->tok[t] * m->tok_embd.row_size, xt, E);
         if (hp->embd_scale != 1.0f)
             for (int i = 0; i < E; i++) xt[i] *= hp->embd_scale;
-        wgllm_rope_table(c->rope_cs + t * hp->n_rot, c->pos[t], m);
-        if (c->rope_cs_swa) wgllm_rope_table_swa(c->rope_cs_swa + t * hp->n_rot, c->pos[t], m);
+        wgllm_rope_table_for(c->rope_cs + t * hp->n_rot, c->pos[t], m, c->rope_factors, false);
+        if (c->rope_cs_swa) wgllm_rope_table_for(c->rope_cs_swa + t * hp->n_rot, c->pos[t], m, c->rope_factors, true);
     }
     wgllm_threadpool_barrier(tp);
 
@@ -491,6 +492,7 @@ static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_
     c->scores = ctx_alloc(c, scores);
     c->tmp16 = ctx_alloc(c, tmp16);
     c->rope_cs = ctx_alloc(c, rope);
+    c->rope_factors = wgllm_model_rope_factors(model, c->n_ctx);
     const bool swa_rope = wgllm_model_has_swa_rope(model);
     if (swa_rope) c->rope_cs_swa = ctx_alloc(c, rope);
     bool ok = c->tp && c->k_cache && c->v_cache && c->x && c->xn && c->q && c->k && c->v && c->att && c->gate &&
@@ -607,8 +609,10 @@ static void shift_worker(void *arg, int ith, int nth) {
 
 static enum wgllm_status cpu_seq_shift(void *b, int seq, int n, int keep, int discard, struct wgllm_error *err) {
     struct cpu_ctx *c = b;
-    wgllm_rope_table(c->rope_cs, -discard, c->model);
-    if (c->rope_cs_swa) wgllm_rope_table_swa(c->rope_cs_swa, -discard, c->model);
+    /* as llama.cpp's K-shift: the same factors and attention factor (which
+     * so multiplies the moved keys once more, as there) */
+    wgllm_rope_table_for(c->rope_cs, -discard, c->model, c->rope_factors, false);
+    if (c->rope_cs_swa) wgllm_rope_table_for(c->rope_cs_swa, -discard, c->model, c->rope_factors, true);
     struct shift_job j = {c, seq, keep, discard, n - keep - discard, c->rope_cs, c->rope_cs_swa};
     wgllm_threadpool_run(c->tp, shift_worker, &j);
     return WGLLM_STATUS_OK;
