@@ -319,7 +319,7 @@ static void forward_worker(void *arg, int ith, int nth) {
         wgllm_threadpool_barrier(tp);
         add_projection(c, &L->wo, ao, nr, L->post_attn_norm, ith, nth);
 
-        /* feed-forward: SwiGLU */
+        /* feed-forward: SwiGLU, or GeGLU (gemma) */
         wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
         for (int64_t t = lo; t < hi; t++) wgllm_op_rms_norm(c->x + t * E, L->ffn_norm, c->xn + t * E, E, hp->rms_eps);
         wgllm_threadpool_barrier(tp);
