@@ -397,9 +397,12 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
  * kept + surviving tokens at their new positions: V exactly (it only moved),
  * K up to f16 rounding (re-rotated from its f16 value), hence the logits of
  * what follows too. Every RoPE variant: normal (llama), neox (qwen2, qwen3
- * with q/k norm), frequency factors, linear scaling. */
+ * with q/k norm), frequency factors, linear scaling, gemma's local layers. */
 TEST(seq_shift_equals_fresh_evaluation_one_layer) {
-    static const char *shapes[] = {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-ropefreqs", "tiny-ropescale"};
+    /* gemma's one layer is a sliding-window layer: gemma3's rotates with its
+     * local base (10000, not rope.freq_base), gemma2's with the global one */
+    static const char *shapes[] = {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-ropefreqs", "tiny-ropescale",
+                                   "tiny-gemma3", "tiny-gemma2"};
     enum { N = 40, KEEP = 5, DISCARD = 13, M = 6, NS = N - DISCARD };
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         struct wgllm_model *m = shape_model(shapes[si], 1, WGLLM_TYPE_F16);
@@ -1024,7 +1027,11 @@ int main(void) {
     sp.shape = "tiny";
     sp.type = WGLLM_TYPE_Q8_0;
     struct wgllm_error err;
-    if (!(model_path = test_synth_path(&sp)) || wgllm_model_load(model_path, NULL, &model, &err) != WGLLM_STATUS_OK) {
+    /* a copy: test_tmp_path's buffers are a ring of 8 that later tests reuse */
+    static char path_copy[512];
+    const char *tmp = test_synth_path(&sp);
+    if (tmp) snprintf(path_copy, sizeof path_copy, "%s", tmp);
+    if (!(model_path = tmp ? path_copy : NULL) || wgllm_model_load(model_path, NULL, &model, &err) != WGLLM_STATUS_OK) {
         if (model_path) fprintf(stderr, "setup: %s\n", err.message);
         test_failed++;
         return test_summary("test_engine");

@@ -37,6 +37,10 @@ static struct wgllm_model *load(const char *path, int threads) {
     return m;
 }
 
+static bool rename_key(const char *path, const char *key, const char *to);
+static bool patch_f32(const char *path, const char *key, float v);
+static void check_load_fails(const char *path, enum wgllm_status st, const char *what);
+
 /* ---- naive reference ---------------------------------------------------- */
 
 static double *deq(const struct wgllm_weight *w) {
@@ -66,11 +70,15 @@ static void rmsn(const double *x, const float *w, double *y, int n, double eps) 
     for (int i = 0; i < n; i++) y[i] = x[i] * sc * (w ? w[i] : 1.0);
 }
 
-static void rope(double *x, int pos, const struct wgllm_hparams *hp, const float *ff) {
+/* swa: a sliding-window layer, which rotates with its own base and scale */
+static void rope(double *x, int pos, const struct wgllm_hparams *hp, const float *ff, bool swa) {
     int half = hp->n_rot / 2;
+    const double base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
+    const double fscale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
     for (int i = 0; i < half; i++) {
-        double freq = pow(hp->rope_freq_base, -2.0 * i / hp->n_rot) / (ff ? ff[i] : 1.0);
-        double th = pos * freq * hp->rope_freq_scale, c = cos(th), s = sin(th);
+        double freq = pow(base, -2.0 * i / hp->n_rot) / (ff ? ff[i] : 1.0);
+        /* LongRoPE's attention factor scales the rotation (llama.cpp: cos and sin) */
+        double th = pos * freq * fscale, c = cos(th) * hp->rope_attn_factor, s = sin(th) * hp->rope_attn_factor;
         int a = hp->rope_type == WGLLM_ROPE_NEOX ? i : 2 * i, b = hp->rope_type == WGLLM_ROPE_NEOX ? i + half : 2 * i + 1;
         double x0 = x[a], x1 = x[b];
         x[a] = x0 * c - x1 * s;
@@ -78,18 +86,29 @@ static void rope(double *x, int pos, const struct wgllm_hparams *hp, const float
     }
 }
 
-/* logits[t][V] for tokens[0..n) by the textbook definition, in double. */
+static double softcap(double x, double cap) { return cap > 0 ? cap * tanh(x / cap) : x; }
+
+/* The exact GELU (tanh form): the reference does not round it to f16 as ggml does. */
+static double gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+/* logits[t][V] for tokens[0..n) by the textbook definition, in double; the
+ * gemma block (scaled embeddings and queries, soft-caps, a sliding window
+ * of the hp->n_swa latest positions on local layers, GeGLU, post-norms) as
+ * Gemma's reference code defines it. */
 static double *reference_forward(const struct wgllm_model *m, const int32_t *tokens, int n) {
     const struct wgllm_hparams *hp = &m->hp;
     const int E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab, dk = hp->head_dim_k, dv = hp->head_dim_v;
     const int QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * dv;
     double *emb = deq(&m->tok_embd), *out = deq(&m->output);
+    /* the factors the context (n_ctx: the default, 4096 here) rotates with */
+    const float *ff = wgllm_model_rope_factors(m, 4096);
     double *x = calloc((size_t)n * E, sizeof(double)), *h = malloc(sizeof(double) * (size_t)E);
     double *q = malloc(sizeof(double) * (size_t)QD), *att = malloc(sizeof(double) * (size_t)QD);
     double *K = malloc(sizeof(double) * (size_t)n * KD), *Vc = malloc(sizeof(double) * (size_t)n * VD);
     double *g = malloc(sizeof(double) * (size_t)F), *u = malloc(sizeof(double) * (size_t)F), *o = malloc(sizeof(double) * (size_t)E);
     double *logits = malloc(sizeof(double) * (size_t)n * V), *sc = malloc(sizeof(double) * (size_t)n);
-    for (int t = 0; t < n; t++) memcpy(x + (size_t)t * E, emb + (size_t)tokens[t] * E, sizeof(double) * (size_t)E);
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)tokens[t] * E + i] * hp->embd_scale;
     for (int il = 0; il < hp->n_layer; il++) {
         const struct wgllm_layer *L = &m->layers[il];
         double *wq = deq(&L->wq), *wk = deq(&L->wk), *wv = deq(&L->wv), *wo = deq(&L->wo);
@@ -102,36 +121,41 @@ static double *reference_forward(const struct wgllm_model *m, const int32_t *tok
             mv(wv, h, Vc + (size_t)t * VD, E, VD, L->bv);
             for (int hh = 0; hh < hp->n_head; hh++) {
                 if (L->q_norm) rmsn(q + hh * dk, L->q_norm, q + hh * dk, dk, hp->rms_eps);
-                rope(q + hh * dk, t, hp, m->rope_freqs);
+                rope(q + hh * dk, t, hp, ff, L->swa);
+                for (int d = 0; d < dk; d++) q[hh * dk + d] *= hp->q_scale;
             }
             for (int hh = 0; hh < hp->n_head_kv; hh++) {
                 double *kh = K + (size_t)t * KD + hh * dk;
                 if (L->k_norm) rmsn(kh, L->k_norm, kh, dk, hp->rms_eps);
-                rope(kh, t, hp, m->rope_freqs);
+                rope(kh, t, hp, ff, L->swa);
             }
             for (int hh = 0; hh < hp->n_head; hh++) {
                 int kvh = hh / (hp->n_head / hp->n_head_kv);
                 double mx = -1e300, sum = 0;
-                for (int j = 0; j <= t; j++) {
+                const int j0 = L->swa && t - hp->n_swa + 1 > 0 ? t - hp->n_swa + 1 : 0;
+                for (int j = j0; j <= t; j++) {
                     double s = 0;
                     for (int d = 0; d < dk; d++) s += q[hh * dk + d] * K[(size_t)j * KD + kvh * dk + d];
-                    sc[j] = s / sqrt((double)dk);
+                    sc[j] = softcap(s, hp->attn_softcap) * hp->kq_scale;
                     mx = fmax(mx, sc[j]);
                 }
-                for (int j = 0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int j = j0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
                 for (int d = 0; d < dv; d++) {
                     double a = 0;
-                    for (int j = 0; j <= t; j++) a += sc[j] / sum * Vc[(size_t)j * VD + kvh * dv + d];
+                    for (int j = j0; j <= t; j++) a += sc[j] / sum * Vc[(size_t)j * VD + kvh * dv + d];
                     att[hh * dv + d] = a;
                 }
             }
             mv(wo, att, o, QD, E, NULL);
+            if (L->post_attn_norm) rmsn(o, L->post_attn_norm, o, E, hp->rms_eps);
             for (int i = 0; i < E; i++) xt[i] += o[i];
             rmsn(xt, L->ffn_norm, h, E, hp->rms_eps);
             mv(wg, h, g, E, F, NULL);
             mv(wu, h, u, E, F, NULL);
-            for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+            for (int i = 0; i < F; i++)
+                g[i] = (hp->ffn_act == WGLLM_FFN_GELU ? gelu(g[i]) : g[i] / (1 + exp(-g[i]))) * u[i];
             mv(wd, g, o, F, E, NULL);
+            if (L->post_ffn_norm) rmsn(o, L->post_ffn_norm, o, E, hp->rms_eps);
             for (int i = 0; i < E; i++) xt[i] += o[i];
         }
         free(wq), free(wk), free(wv), free(wo), free(wg), free(wu), free(wd);
@@ -139,6 +163,7 @@ static double *reference_forward(const struct wgllm_model *m, const int32_t *tok
     for (int t = 0; t < n; t++) {
         rmsn(x + (size_t)t * E, m->output_norm, h, E, hp->rms_eps);
         mv(out, h, logits + (size_t)t * V, E, V, NULL);
+        for (int j = 0; j < V; j++) logits[(size_t)t * V + j] = softcap(logits[(size_t)t * V + j], hp->final_softcap);
     }
     free(emb), free(out), free(x), free(h), free(q), free(att), free(K), free(Vc), free(g), free(u), free(o), free(sc);
     return logits;
@@ -189,6 +214,224 @@ TEST(qwen2_matches_reference) { test_reference("tiny-qwen2"); }
 TEST(qwen3_matches_reference) { test_reference("tiny-qwen3"); }
 TEST(rope_frequency_factors_match_reference) { test_reference("tiny-ropefreqs"); }
 TEST(rope_linear_scaling_matches_reference) { test_reference("tiny-ropescale"); }
+TEST(gemma2_matches_reference) { test_reference("tiny-gemma2"); }
+TEST(gemma3_matches_reference) { test_reference("tiny-gemma3"); }
+TEST(phi3_matches_reference) { test_reference("tiny-phi3"); }
+TEST(phi3_longrope_short_factors_match_reference) { test_reference("tiny-phi3-longrope"); }
+TEST(phi3_longrope_long_factors_match_reference) { test_reference("tiny-phi3-longctx"); }
+
+/* phi3's fused matrices are bound as blocks of rows (q, k, v; gate, up);
+ * LongRoPE's factors follow the context size; LongRoPE factors in another
+ * architecture's file and a bad attention factor are refused by name */
+TEST(phi3_fused_matrices_and_longrope) {
+    const char *p = make_model("tiny-phi3", WGLLM_TYPE_Q8_0);
+    CHECK(p != NULL);
+    if (!p) return;
+    struct wgllm_model *m = load(p, 1);
+    CHECK(m != NULL);
+    if (m) {
+        const struct wgllm_layer *L = &m->layers[1];
+        const size_t row = L->wq.row_size;
+        CHECK(L->wq.tensor == L->wk.tensor && L->wk.tensor == L->wv.tensor);
+        CHECK_EQ_INT(L->wq.ne1, 256);
+        CHECK_EQ_INT(L->wk.ne1, 128);
+        CHECK_EQ_INT(L->wv.offset, (256 + 128) * row);
+        CHECK((const char *)L->wv.data == (const char *)L->wq.data + (256 + 128) * row);
+        CHECK(L->w_gate.tensor == L->w_up.tensor && L->w_up.offset == 512 * L->w_gate.row_size);
+        CHECK(strstr(L->wk.name, "attn_qkv") != NULL);
+        CHECK(m->hp.q_scale == 1.0f / sqrtf(32.0f) && m->hp.kq_scale == 1.0f);
+        wgllm_model_free(m);
+    }
+    remove(p);
+    p = make_model("tiny-phi3-longctx", WGLLM_TYPE_F32);
+    CHECK(p != NULL);
+    if (!p) return;
+    m = load(p, 1);
+    CHECK(m != NULL);
+    if (m) {
+        CHECK(m->rope_factors_short && m->rope_factors_long);
+        CHECK_EQ_INT(m->hp.n_ctx_orig, 32);
+        CHECK(m->hp.rope_attn_factor == 1.1902f);
+        CHECK(wgllm_model_rope_factors(m, 32) == m->rope_factors_short); /* up to the original context */
+        CHECK(wgllm_model_rope_factors(m, 33) == m->rope_factors_long);
+        wgllm_model_free(m);
+    }
+    CHECK(patch_f32(p, "phi3.rope.scaling.attn_factor", -1.0f));
+    check_load_fails(p, WGLLM_STATUS_BAD_FORMAT, "phi3.rope.scaling.attn_factor = -1");
+    remove(p);
+    p = make_model("tiny", WGLLM_TYPE_F32);
+    CHECK(p != NULL);
+    if (!p) return;
+    CHECK(rename_key(p, "blk.0.attn_output.weight", "rope_factors_long.weight"));
+    check_load_fails(p, WGLLM_STATUS_UNSUPPORTED, "'rope_factors_long.weight': LongRoPE factors are read for phi3 only");
+    remove(p);
+}
+
+/* ---- gemma's metadata ---------------------------------------------------- */
+
+/* Overwrites, in the file at path, the value of the scalar key `key` (of
+ * GGUF type `type`, 4 bytes) with the 4 bytes at v: GGUF stores a key as its
+ * length, its bytes, its type, then the value. */
+static bool patch_key(const char *path, const char *key, uint32_t type, const void *v) {
+    size_t len;
+    char *buf = test_read_file(path, &len);
+    if (!buf) return false;
+    const size_t kl = strlen(key);
+    bool done = false;
+    for (size_t i = 8; !done && i + kl + 8 <= len; i++) {
+        uint64_t n;
+        uint32_t t;
+        memcpy(&n, buf + i - 8, 8);
+        if (n != kl || memcmp(buf + i, key, kl)) continue;
+        memcpy(&t, buf + i + kl, 4);
+        if (t != type) break;
+        memcpy(buf + i + kl + 4, v, 4);
+        done = true;
+    }
+    FILE *f = done ? fopen(path, "wb") : NULL;
+    if (f) {
+        done = fwrite(buf, 1, len, f) == len;
+        fclose(f);
+    }
+    free(buf);
+    return done;
+}
+
+/* Renames a key in place (to a name of the same length). */
+static bool rename_key(const char *path, const char *key, const char *to) {
+    size_t len;
+    char *buf = test_read_file(path, &len);
+    if (!buf || strlen(to) != strlen(key)) {
+        free(buf);
+        return false;
+    }
+    char *at = memmem(buf, len, key, strlen(key));
+    if (at) memcpy(at, to, strlen(to));
+    FILE *f = at ? fopen(path, "wb") : NULL;
+    bool ok = f && fwrite(buf, 1, len, f) == len;
+    if (f) fclose(f);
+    free(buf);
+    return ok;
+}
+
+static bool patch_f32(const char *path, const char *key, float v) { return patch_key(path, key, 6, &v); }
+static bool patch_u32(const char *path, const char *key, uint32_t v) { return patch_key(path, key, 4, &v); }
+
+/* The load fails with status st and a message naming `what`. */
+static void check_load_fails(const char *path, enum wgllm_status st, const char *what) {
+    struct wgllm_model *m = NULL;
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_model_load(path, NULL, &m, &err), st);
+    CHECK(m == NULL);
+    CHECK(strstr(err.message, what) != NULL);
+    if (!strstr(err.message, what)) fprintf(stderr, "  message: %s\n", err.message);
+    wgllm_model_free(m);
+}
+
+TEST(gemma_hparams_are_read_as_llama_cpp_reads_them) {
+    const char *p2 = make_model("tiny-gemma2", WGLLM_TYPE_F32), *p3 = make_model("tiny-gemma3", WGLLM_TYPE_F32);
+    CHECK(p2 && p3);
+    if (!p2 || !p3) return;
+    struct wgllm_model *m = load(p2, 1);
+    CHECK(m != NULL);
+    if (m) {
+        const struct wgllm_hparams *hp = &m->hp;
+        CHECK_EQ_INT(m->arch, WGLLM_ARCH_GEMMA2);
+        CHECK_EQ_INT(hp->n_swa, 8);
+        CHECK_EQ_INT(hp->swa_period, 2); /* the default: every other layer */
+        for (int il = 0; il < hp->n_layer; il++) CHECK_EQ_INT(m->layers[il].swa, il % 2 == 0);
+        CHECK(hp->attn_softcap == 5.0f && hp->final_softcap == 30.0f);
+        CHECK(hp->q_scale == 1.0f / sqrtf(128.0f) && hp->kq_scale == 1.0f);
+        CHECK(hp->embd_scale == 16.0f && hp->ffn_act == WGLLM_FFN_GELU && hp->post_norms);
+        CHECK(hp->rope_freq_base_swa == hp->rope_freq_base); /* gemma2's local layers rotate like the rest */
+        CHECK(m->layers[1].post_attn_norm && m->layers[1].post_ffn_norm && !m->layers[1].q_norm);
+        CHECK(m->output.tensor == m->tok_embd.tensor);
+        /* the WebGPU kernels compute the llama block only: refused by name,
+         * before any device is opened; auto runs the CPU and says why */
+        struct wgllm_context_params cp = wgllm_context_default_params();
+        cp.backend = WGLLM_BACKEND_WEBGPU;
+        struct wgllm_context *c = NULL;
+        struct wgllm_error err = {0};
+        CHECK_EQ_INT(wgllm_context_init(m, &cp, &c, &err), WGLLM_STATUS_UNSUPPORTED);
+        CHECK(c == NULL);
+        CHECK(strstr(err.message, "gemma2") && strstr(err.message, "WebGPU") && strstr(err.message, "soft-capping"));
+        cp.backend = WGLLM_BACKEND_AUTO;
+        CHECK_EQ_INT(wgllm_context_init(m, &cp, &c, &err), WGLLM_STATUS_OK);
+        if (c) {
+            CHECK(strncmp(wgllm_context_backend(c), "cpu (auto: ", 11) == 0);
+            CHECK(strstr(wgllm_context_backend(c), "gemma2") != NULL);
+            wgllm_context_free(c);
+        }
+        wgllm_model_free(m);
+    }
+    m = load(p3, 1);
+    CHECK(m != NULL);
+    if (m) {
+        const struct wgllm_hparams *hp = &m->hp;
+        CHECK_EQ_INT(hp->n_swa, 8);
+        CHECK_EQ_INT(hp->swa_period, 3); /* the shape's sliding_window_pattern: 2 local layers, then a global one */
+        for (int il = 0; il < hp->n_layer; il++) CHECK_EQ_INT(m->layers[il].swa, il % 3 < 2);
+        CHECK(hp->attn_softcap == 0.0f && hp->final_softcap == 0.0f);
+        CHECK(hp->rope_freq_base == 1e6f && hp->rope_freq_base_swa == 10000.0f && hp->rope_freq_scale_swa == 1.0f);
+        CHECK(wgllm_model_has_swa_rope(m));
+        CHECK(m->layers[0].q_norm && m->layers[0].k_norm && m->layers[0].post_ffn_norm);
+        wgllm_model_free(m);
+    }
+    /* without sliding_window_pattern (its name changed), gemma3's default of
+     * 5 local layers per global one: all 3 layers are local */
+    CHECK(rename_key(p3, "gemma3.attention.sliding_window_pattern", "gemma3.attention.sliding_window_patterX"));
+    m = load(p3, 1);
+    CHECK(m != NULL);
+    if (m) {
+        CHECK_EQ_INT(m->hp.swa_period, 6);
+        for (int il = 0; il < m->hp.n_layer; il++) CHECK(m->layers[il].swa);
+        wgllm_model_free(m);
+    }
+    /* keys that change the computation */
+    CHECK(patch_f32(p3, "gemma3.rope.freq_base", 5e5f));
+    CHECK(patch_u32(p3, "gemma3.attention.sliding_window", 0)); /* 0: no sliding window at all */
+    m = load(p3, 1);
+    CHECK(m != NULL);
+    if (m) {
+        CHECK(m->hp.rope_freq_base == 5e5f && m->hp.n_swa == 0 && !m->layers[0].swa);
+        CHECK(!wgllm_model_has_swa_rope(m));
+        wgllm_model_free(m);
+    }
+    /* bad values name the key */
+    CHECK(patch_f32(p2, "gemma2.attn_logit_softcapping", -1.0f));
+    check_load_fails(p2, WGLLM_STATUS_BAD_FORMAT, "gemma2.attn_logit_softcapping = -1");
+    CHECK(patch_f32(p2, "gemma2.attn_logit_softcapping", NAN));
+    check_load_fails(p2, WGLLM_STATUS_BAD_FORMAT, "gemma2.attn_logit_softcapping");
+    CHECK(patch_f32(p2, "gemma2.attn_logit_softcapping", 50.0f));
+    CHECK(patch_f32(p2, "gemma2.final_logit_softcapping", 0.0f)); /* gemma2 always caps: 0 would divide by 0 */
+    check_load_fails(p2, WGLLM_STATUS_BAD_FORMAT, "gemma2.final_logit_softcapping = 0");
+    CHECK(patch_f32(p2, "gemma2.final_logit_softcapping", 30.0f));
+    CHECK(patch_u32(p2, "gemma2.attention.sliding_window", 0));
+    check_load_fails(p2, WGLLM_STATUS_BAD_FORMAT, "gemma2.attention.sliding_window = 0");
+    CHECK(patch_u32(p2, "gemma2.attention.sliding_window", 8));
+    m = load(p2, 1); /* restored: loads again */
+    CHECK(m != NULL);
+    wgllm_model_free(m);
+    /* an architecture wgllm does not know: named, with the ones it does */
+    size_t len;
+    char *buf = test_read_file(p2, &len);
+    CHECK(buf != NULL);
+    if (buf) {
+        char *a = memmem(buf, len, "gemma2", 6); /* general.architecture's value comes first */
+        CHECK(a != NULL);
+        if (a) memcpy(a, "gemmaX", 6);
+        FILE *f = fopen(p2, "wb");
+        if (f) {
+            fwrite(buf, 1, len, f);
+            fclose(f);
+        }
+        free(buf);
+        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "architecture 'gemmaX' is not supported (supported: llama");
+        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "gemma2, gemma3");
+    }
+    remove(p2);
+    remove(p3);
+}
 
 /* ---- API behaviour ------------------------------------------------------ */
 
@@ -407,6 +650,13 @@ int main(void) {
     RUN(qwen3_matches_reference);
     RUN(rope_frequency_factors_match_reference);
     RUN(rope_linear_scaling_matches_reference);
+    RUN(gemma2_matches_reference);
+    RUN(gemma3_matches_reference);
+    RUN(phi3_matches_reference);
+    RUN(phi3_longrope_short_factors_match_reference);
+    RUN(phi3_longrope_long_factors_match_reference);
+    RUN(phi3_fused_matrices_and_longrope);
+    RUN(gemma_hparams_are_read_as_llama_cpp_reads_them);
     if (q8_path) {
         RUN(batch_sequential_and_threads_agree);
         RUN(errors_leave_the_context_usable);

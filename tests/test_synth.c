@@ -85,7 +85,7 @@ TEST(test_shape_names) {
     const char *const *names = wgllm_synth_shape_names();
     int n = 0;
     for (; names[n]; n++) CHECK(wgllm_synth_shape(names[n]) != NULL);
-    CHECK_EQ_INT(n, 7);
+    CHECK_EQ_INT(n, 15);
     CHECK(wgllm_synth_shape("nope") == NULL);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_Q8_0), 7);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_BF16), 32);
@@ -285,6 +285,65 @@ TEST(test_qwen_shapes) {
     }
 }
 
+/* gemma: llama.cpp's tensor names (post-norms, q/k norms for gemma3, no
+ * output.weight), the keys its loader reads, and Gemma's chat template */
+TEST(test_gemma_shapes) {
+    for (int q = 0; q < 2; q++) {
+        const char *shape = q == 0 ? "tiny-gemma2" : "tiny-gemma3", *A = q == 0 ? "gemma2" : "gemma3";
+        char path[512];
+        snprintf(path, sizeof(path), "%s", write_model(shape, WGLLM_TYPE_Q8_0, 3));
+        struct wgllm_gguf *g = NULL;
+        struct wgllm_error err;
+        CHECK_EQ_INT(wgllm_gguf_open(path, &g, &err), WGLLM_STATUS_OK);
+        if (!g) continue;
+        char k[96];
+        struct wgllm_gguf_str s;
+        CHECK_EQ_INT(wgllm_gguf_get_str(g, "general.architecture", &s, &err), WGLLM_STATUS_OK);
+        CHECK(wgllm_gguf_str_eq(s, A));
+        snprintf(k, sizeof(k), "%s.attention.sliding_window", A);
+        CHECK_EQ_INT(u32_key(g, k), 8);
+        snprintf(k, sizeof(k), "%s.attention.key_length", A);
+        CHECK_EQ_INT(u32_key(g, k), 128); /* not n_embd / n_head, as in the real models */
+        snprintf(k, sizeof(k), "%s.attention.sliding_window_pattern", A);
+        CHECK((wgllm_gguf_find(g, k) != NULL) == (q == 1)); /* gemma2 keeps llama.cpp's default */
+        snprintf(k, sizeof(k), "%s.attn_logit_softcapping", A);
+        float f = 0;
+        CHECK((wgllm_gguf_find(g, k) != NULL) == (q == 0));
+        if (q == 0) {
+            CHECK_EQ_INT(wgllm_gguf_get_f32(g, k, &f, &err), WGLLM_STATUS_OK);
+            CHECK(f == 5.0f);
+            CHECK_EQ_INT(wgllm_gguf_get_f32(g, "gemma2.final_logit_softcapping", &f, &err), WGLLM_STATUS_OK);
+            CHECK(f == 30.0f);
+        }
+        CHECK_EQ_INT(wgllm_gguf_get_str(g, "tokenizer.chat_template", &s, &err), WGLLM_STATUS_OK);
+        CHECK(s.len > 100 && memmem(s.data, s.len, "<start_of_turn>", 15) != NULL);
+        CHECK(wgllm_gguf_find_tensor(g, "output.weight") == NULL); /* tied */
+        const uint32_t F32 = WGLLM_TYPE_F32;
+        check_tensor(g, "blk.1.attn_q.weight", WGLLM_TYPE_Q8_0, 256, 512);
+        check_tensor(g, "blk.1.attn_output.weight", WGLLM_TYPE_Q8_0, 512, 256);
+        check_tensor(g, "blk.1.post_attention_norm.weight", F32, 256, 1);
+        check_tensor(g, "blk.1.post_ffw_norm.weight", F32, 256, 1);
+        if (q == 1) {
+            check_tensor(g, "blk.0.attn_q_norm.weight", F32, 128, 1);
+            check_tensor(g, "blk.0.attn_k_norm.weight", F32, 128, 1);
+        } else {
+            CHECK(wgllm_gguf_find_tensor(g, "blk.0.attn_q_norm.weight") == NULL);
+        }
+        const int n_layer = q == 0 ? 4 : 3, per_layer = q == 0 ? 11 : 13;
+        CHECK_EQ_INT(wgllm_gguf_n_tensors(g), 2 + n_layer * per_layer);
+        /* the embeddings enter multiplied by sqrt(n_embd) = 16: token_embd is
+         * that much smaller than a tied llama's, output_norm that much larger,
+         * so the logits keep their scale 8/sqrt(n_embd) */
+        double m, sd, m2, sd2;
+        stats(wgllm_gguf_find_tensor(g, "token_embd.weight"), &m, &sd);
+        stats(wgllm_gguf_find_tensor(g, "output_norm.weight"), &m2, &sd2);
+        CHECK_NEAR(sd * m2, 0.5, 0.05);
+        CHECK_NEAR(m2, 160.0, 1.0);
+        wgllm_gguf_free(g);
+        unlink(path);
+    }
+}
+
 TEST(test_every_type) {
     static const uint32_t types[] = {WGLLM_TYPE_BF16, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
@@ -356,6 +415,7 @@ int main(void) {
     RUN(test_tiny_f32);
     RUN(test_determinism_and_q8_0);
     RUN(test_qwen_shapes);
+    RUN(test_gemma_shapes);
     RUN(test_every_type);
     RUN(test_split_and_errors);
     return test_summary("test_synth");

@@ -24,6 +24,15 @@ void wgllm_rope_table(float *cs, int pos, const struct wgllm_model *m) {
     wgllm_op_rope_cache(cs, pos, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, m->rope_freqs);
 }
 
+void wgllm_rope_table_for(float *cs, int pos, const struct wgllm_model *m, const float *factors, bool swa) {
+    const struct wgllm_hparams *hp = &m->hp;
+    wgllm_op_rope_cache(cs, pos, hp->n_rot, swa ? hp->rope_freq_base_swa : hp->rope_freq_base,
+                        swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale, factors);
+    /* ggml multiplies cos and sin by the attention factor after computing them */
+    if (hp->rope_attn_factor != 1.0f)
+        for (int i = 0; i < hp->n_rot; i++) cs[i] *= hp->rope_attn_factor;
+}
+
 void wgllm_op_rope(float *x, const float *cs, int n_rot, bool neox) {
     const int half = n_rot / 2;
     for (int i = 0; i < half; i++) {

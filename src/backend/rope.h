@@ -21,6 +21,10 @@ void wgllm_op_rope_cache(float *cs, int pos, int n_rot, float freq_base, float f
  * factors (n_rot floats into cs). pos may be negative: the rotation of a
  * position delta (a context shift). */
 void wgllm_rope_table(float *cs, int pos, const struct wgllm_model *model);
+/* The general form the CPU backend uses: the given frequency factors
+ * (wgllm_model_rope_factors for its context), the local (swa) or global
+ * base and scale, and LongRoPE's attention factor on cos and sin. */
+void wgllm_rope_table_for(float *cs, int pos, const struct wgllm_model *model, const float *factors, bool swa);
 /* Rotates one head of head_dim values in place; neox pairs (i, i+n_rot/2),
  * normal pairs (2i, 2i+1). */
 void wgllm_op_rope(float *x, const float *cs, int n_rot, bool neox);

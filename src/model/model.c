@@ -9,27 +9,91 @@
 #include "quant/quant.h"
 #include "quant/repack.h"
 
+#include <math.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* What an architecture is, as llama.cpp defines it (src/models/<arch>.cpp of
+ * the release the peer binds): the llama block plus these differences. */
 struct arch_info {
     const char *name;
     enum wgllm_arch arch;
     enum wgllm_rope_type rope;
     bool has_qkv_bias, has_qk_norm;
+    /* the gemma block: embeddings x sqrt(n_embd), queries scaled by 1/sqrt(head
+     * dim) instead of the scores, post-attention/post-FFN RMSNorms, GeGLU */
+    bool gemma;
+    bool output_always_tied;  /* gemma2: token_embd is the output, output.weight is not read */
+    int swa_period;           /* default attention.sliding_window_pattern (0: no SWA) */
+    int swa_window;           /* default attention.sliding_window; 0: SWA only when the key is there and > 0 */
+    float attn_softcap;       /* default attn_logit_softcapping; 0: never soft-capped (the key is not read) */
+    float final_softcap;      /* default final_logit_softcapping (0: none unless the key says) */
+    bool swa_rope_is_global;  /* local layers rotate like the global ones unless rope.freq_base_swa
+                                 (gemma2); else with base 10000, scale 1 (gemma3) */
+    int big_n_layer;          /* the 27B model's block count: its query scale is 1/sqrt(n_embd/n_head) */
+    /* phi3 (src/models/phi3.cpp): attn_qkv.weight may hold q, k and v (rows in
+     * that order) instead of three tensors; ffn_up.weight holds the gate's rows
+     * then the up projection's (2 n_ff rows, ggml_swiglu of one tensor); the
+     * queries are scaled by 1/sqrt(head_dim) and the scores by 1 */
+    bool fused_qkv, fused_gate_up, q_scaled;
+    bool longrope; /* rope_factors_long/short.weight (phi3) */
 };
 
 static const struct arch_info arch_table[] = {
-    {"llama", WGLLM_ARCH_LLAMA, WGLLM_ROPE_NORM, false, false},
-    {"mistral", WGLLM_ARCH_LLAMA, WGLLM_ROPE_NORM, false, false},
-    {"qwen2", WGLLM_ARCH_QWEN2, WGLLM_ROPE_NEOX, true, false},
-    {"qwen3", WGLLM_ARCH_QWEN3, WGLLM_ROPE_NEOX, false, true},
+    {.name = "llama", .arch = WGLLM_ARCH_LLAMA, .rope = WGLLM_ROPE_NORM},
+    {.name = "mistral", .arch = WGLLM_ARCH_LLAMA, .rope = WGLLM_ROPE_NORM},
+    {.name = "qwen2", .arch = WGLLM_ARCH_QWEN2, .rope = WGLLM_ROPE_NEOX, .has_qkv_bias = true},
+    {.name = "qwen3", .arch = WGLLM_ARCH_QWEN3, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true},
+    {.name = "gemma2", .arch = WGLLM_ARCH_GEMMA2, .rope = WGLLM_ROPE_NEOX, .gemma = true, .output_always_tied = true,
+     .swa_period = 2, .swa_window = 4096, .attn_softcap = 50.0f, .final_softcap = 30.0f, .swa_rope_is_global = true,
+     .big_n_layer = 46},
+    {.name = "gemma3", .arch = WGLLM_ARCH_GEMMA3, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .gemma = true,
+     .swa_period = 6, .big_n_layer = 62},
+    {.name = "phi3", .arch = WGLLM_ARCH_PHI3, .rope = WGLLM_ROPE_NEOX, .fused_qkv = true, .fused_gate_up = true,
+     .q_scaled = true, .longrope = true},
 };
+#define N_ARCHS (sizeof(arch_table) / sizeof(arch_table[0]))
 
 const char *wgllm_arch_name(enum wgllm_arch arch) {
-    for (size_t i = 0; i < sizeof(arch_table) / sizeof(arch_table[0]); i++)
+    for (size_t i = 0; i < N_ARCHS; i++)
         if (arch_table[i].arch == arch) return arch_table[i].name;
     return "unknown";
+}
+
+bool wgllm_model_has_swa_rope(const struct wgllm_model *m) {
+    const struct wgllm_hparams *hp = &m->hp;
+    return hp->n_swa > 0 &&
+           (hp->rope_freq_base_swa != hp->rope_freq_base || hp->rope_freq_scale_swa != hp->rope_freq_scale);
+}
+
+const float *wgllm_model_rope_factors(const struct wgllm_model *m, int n_ctx) {
+    if (m->rope_freqs) return m->rope_freqs;
+    return n_ctx > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
+}
+
+bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t cap) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct {
+        bool on;
+        const char *what;
+    } f[] = {
+        {hp->embd_scale != 1.0f, "scaled embeddings"},
+        {hp->q_scale != 1.0f, "scaled queries"},
+        {hp->post_norms, "post-attention/FFN norms"},
+        {hp->ffn_act != WGLLM_FFN_SILU, "GeGLU"},
+        {hp->attn_softcap > 0.0f, "attention soft-capping"},
+        {hp->final_softcap > 0.0f, "final logit soft-capping"},
+        {hp->n_swa > 0, "sliding-window attention"},
+        {hp->rope_attn_factor != 1.0f || m->rope_factors_short || m->rope_factors_long, "LongRoPE"},
+    };
+    size_t n = 0;
+    if (cap) buf[0] = 0;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (!f[i].on) continue;
+        if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", f[i].what);
+        else n++;
+    }
+    return n > 0;
 }
 
 /* ---- hyper-parameters ------------------------------------------------- */
@@ -62,8 +126,9 @@ static enum wgllm_status get_arch_f32(const struct wgllm_model *m, const char *s
 
 /* Largest dimension any weight may have; the per-key limit of get_arch_u32. */
 #define MODEL_MAX_DIM ((uint64_t)1 << 30)
-/* Tensors every layer has at least (attn_norm, q, k, v, output, ffn_norm, gate, up, down). */
-#define MODEL_TENSORS_PER_LAYER 9
+/* Tensors every layer has at least (attn_norm, q/k/v fused, output, ffn_norm,
+ * gate/up fused, down: phi3's six). */
+#define MODEL_TENSORS_PER_LAYER 6
 
 /* What the keys imply, before anything is sized from them: products of two
  * keys (checked in 64 bits) stay within one dimension's range, and the layer
@@ -123,6 +188,100 @@ static enum wgllm_status check_arch_keys(const struct wgllm_model *m, struct wgl
                                "%s.vocab_size = %d but tokenizer.ggml.tokens has %d entries", m->arch_name,
                                vocab_size, wgllm_vocab_n_tokens(m->vocab));
     return WGLLM_STATUS_OK;
+}
+
+/* A soft-capping value: > 0 and finite, or 0 (none) where zero_ok. */
+static enum wgllm_status check_cap(const struct wgllm_model *m, const char *suffix, float v, bool zero_ok,
+                                   struct wgllm_error *err) {
+    if (isfinite(v) && (v > 0.0f || (zero_ok && v == 0.0f))) return WGLLM_STATUS_OK;
+    return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.%s = %g must be a positive number%s", m->arch_name,
+                           suffix, (double)v, zero_ok ? " (or 0: none)" : "");
+}
+
+/* Keys of llama.cpp's SWA variants (gemma3n/gemma4) that change the local
+ * layers' geometry: wgllm computes every layer with the global one, so a
+ * file that says otherwise is refused by name. */
+static enum wgllm_status check_swa_geometry(const struct wgllm_model *m, struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct {
+        const char *suffix;
+        int same_as;
+    } keys[] = {{"attention.key_length_swa", hp->head_dim_k},
+                {"attention.value_length_swa", hp->head_dim_v},
+                {"rope.dimension_count_swa", hp->n_rot}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        int v = keys[i].same_as;
+        enum wgllm_status st = get_arch_u32(m, keys[i].suffix, false, &v, err);
+        if (st) return st;
+        if (v != keys[i].same_as)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "%s.%s = %d differs from the global layers' %d, which wgllm does not support yet",
+                                   m->arch_name, keys[i].suffix, v, keys[i].same_as);
+    }
+    return WGLLM_STATUS_OK;
+}
+
+/* The gemma block's hyper-parameters, read as llama.cpp reads them for the
+ * architecture (src/models/gemma2.cpp, gemma3.cpp). */
+static enum wgllm_status read_gemma_hparams(struct wgllm_model *m, const struct arch_info *ai,
+                                            struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    enum wgllm_status st;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->ffn_act = WGLLM_FFN_GELU;
+    hp->post_norms = true;
+    /* the scale multiplies the queries (before they are rounded to f16 for
+     * q.K, as in llama.cpp), and the softmax gets 1 */
+    hp->kq_scale = 1.0f;
+    hp->q_scale = hp->n_layer == ai->big_n_layer ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                                  : 1.0f / sqrtf((float)hp->head_dim_k);
+    if (ai->attn_softcap > 0.0f) {
+        hp->attn_softcap = ai->attn_softcap;
+        if ((st = get_arch_f32(m, "attn_logit_softcapping", &hp->attn_softcap, err)) ||
+            (st = check_cap(m, "attn_logit_softcapping", hp->attn_softcap, false, err)))
+            return st;
+    }
+    hp->final_softcap = ai->final_softcap;
+    if ((st = get_arch_f32(m, "final_logit_softcapping", &hp->final_softcap, err)) ||
+        (st = check_cap(m, "final_logit_softcapping", hp->final_softcap, ai->final_softcap == 0.0f, err)))
+        return st;
+
+    /* sliding window: gemma2 always has one (4096 unless the key says),
+     * gemma3 only when attention.sliding_window is there and > 0 */
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", m->arch_name);
+    const bool has_window = wgllm_gguf_find(m->gguf, key) != NULL;
+    int window = ai->swa_window;
+    if ((st = get_arch_u32(m, "attention.sliding_window", false, &window, err))) return st;
+    if (ai->swa_window > 0 && window <= 0)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "%s = 0: a sliding window must hold at least the token itself", key);
+    if (ai->swa_window > 0 || (has_window && window > 0)) {
+        hp->n_swa = window;
+        hp->swa_period = ai->swa_period;
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch_name);
+        const struct wgllm_gguf_value *pv = wgllm_gguf_find(m->gguf, key);
+        if (pv && pv->type == WGLLM_GGUF_TYPE_ARRAY)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "'%s' is a per-layer array, which wgllm does not support yet (a number is)", key);
+        if ((st = get_arch_u32(m, "attention.sliding_window_pattern", false, &hp->swa_period, err))) return st;
+        /* local layers: base and scale of their own */
+        hp->rope_freq_base_swa = ai->swa_rope_is_global ? hp->rope_freq_base : 10000.0f;
+        hp->rope_freq_scale_swa = ai->swa_rope_is_global ? hp->rope_freq_scale : 1.0f;
+        if ((st = get_arch_f32(m, "rope.freq_base_swa", &hp->rope_freq_base_swa, err))) return st;
+        if (!(hp->rope_freq_base_swa > 0.0f) || !isfinite(hp->rope_freq_base_swa))
+            return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.rope.freq_base_swa = %g must be positive",
+                                   m->arch_name, (double)hp->rope_freq_base_swa);
+        if ((st = check_swa_geometry(m, err))) return st;
+    }
+    return WGLLM_STATUS_OK;
+}
+
+/* Layer il is a local (sliding-window) layer: of each swa_period layers all
+ * but the last, every layer for a period of 0 (llama.cpp's set_swa_pattern). */
+static bool layer_is_swa(const struct wgllm_hparams *hp, int il) {
+    if (hp->n_swa <= 0) return false;
+    return hp->swa_period == 0 || il % hp->swa_period < hp->swa_period - 1;
 }
 
 static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_info *ai,
@@ -197,6 +356,38 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     if (wgllm_vocab_type(m->vocab) == WGLLM_VOCAB_TYPE_NONE &&
         (st = get_arch_u32(m, "vocab_size", false, &hp->n_vocab, err)))
         return st;
+    /* the llama block, unless the architecture says otherwise */
+    hp->embd_scale = 1.0f;
+    hp->q_scale = 1.0f;
+    hp->kq_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    hp->ffn_act = WGLLM_FFN_SILU;
+    hp->rope_freq_base_swa = hp->rope_freq_base;
+    hp->rope_freq_scale_swa = hp->rope_freq_scale;
+    if (ai->gemma && (st = read_gemma_hparams(m, ai, err))) return st;
+    if (ai->q_scaled) {
+        hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+        hp->kq_scale = 1.0f;
+    }
+    /* LongRoPE (Phi-3.5, Phi-3 128k): a factor on cos and sin, which
+     * llama.cpp reads for every architecture (YaRN, which would change it,
+     * is refused above), and the factors' switch-over length */
+    hp->rope_attn_factor = 1.0f;
+    if ((st = get_arch_f32(m, "rope.scaling.attn_factor", &hp->rope_attn_factor, err))) return st;
+    if (!(hp->rope_attn_factor > 0.0f) || !isfinite(hp->rope_attn_factor))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.rope.scaling.attn_factor = %g must be positive",
+                               m->arch_name, (double)hp->rope_attn_factor);
+    hp->n_ctx_orig = hp->n_ctx_train;
+    if ((st = get_arch_u32(m, "rope.scaling.original_context_length", false, &hp->n_ctx_orig, err))) return st;
+    if (!ai->longrope)
+        for (size_t i = 0; i < 2; i++) {
+            static const char *const longrope[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+            if (wgllm_gguf_find_tensor(m->gguf, longrope[i]))
+                return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                       "tensor '%s': LongRoPE factors are read for phi3 only (as llama.cpp does)",
+                                       longrope[i]);
+        }
+    /* phi3 files carry a sliding window that llama.cpp ignores (it computes
+     * every layer with full attention), so wgllm does not read it either */
     return check_hparams(m, err);
 }
 
@@ -250,6 +441,16 @@ static enum wgllm_status bind_matrix(struct binder *b, const char *name, int64_t
     w->tensor = t;
     if (!b->dry) b->m->weight_bytes += t->size;
     return WGLLM_STATUS_OK;
+}
+
+/* Rows [r0, r0 + n) of the fused matrix w, as a weight of its own. */
+static struct wgllm_weight weight_rows(const struct wgllm_weight *w, int64_t r0, int64_t n, const char *part) {
+    struct wgllm_weight v = *w;
+    v.ne1 = n;
+    v.offset = w->offset + (uint64_t)r0 * w->row_size;
+    if (w->data) v.data = (const char *)w->data + (size_t)r0 * w->row_size;
+    snprintf(v.name, sizeof v.name, "%.50s[%s]", w->name, part);
+    return v;
 }
 
 /* A 1-D tensor of n elements: checked in the first pass, converted to f32 at
@@ -310,9 +511,18 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
     enum wgllm_status st;
     if ((st = bind_matrix(b, "token_embd.weight", E, V, true, &tok_embd, err)) ||
         (st = bind_vector(b, "output_norm.weight", E, true, &output_norm, err)) ||
-        (st = bind_matrix(b, "output.weight", E, V, false, &output, err)) ||
         (st = bind_vector(b, "rope_freqs.weight", hp->n_rot / 2, false, &rope_freqs, err)))
         return st;
+    float *short_f = NULL, *long_f = NULL;
+    if (ai->longrope && ((st = bind_vector(b, "rope_factors_short.weight", hp->n_rot / 2, false, &short_f, err)) ||
+                         (st = bind_vector(b, "rope_factors_long.weight", hp->n_rot / 2, false, &long_f, err))))
+        return st;
+    if (!b->dry) {
+        m->rope_factors_short = short_f;
+        m->rope_factors_long = long_f;
+    }
+    memset(&output, 0, sizeof output);
+    if (!ai->output_always_tied && (st = bind_matrix(b, "output.weight", E, V, false, &output, err))) return st;
     if (!wgllm_type_traits(tok_embd.type)->to_float)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "token_embd.weight type %s cannot be read",
                                wgllm_type_name(tok_embd.type));
@@ -326,17 +536,37 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
         struct wgllm_layer scratch, *L = b->dry ? &scratch : &m->layers[il];
         char n[96];
 #define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, il), n)
+        struct wgllm_weight fused = {0};
+        if (ai->fused_qkv && (st = bind_matrix(b, NAME("attn_qkv.weight"), E, QD + KD + VD, false, &fused, err)))
+            return st;
+        if (fused.tensor) {
+            L->wq = weight_rows(&fused, 0, QD, "q");
+            L->wk = weight_rows(&fused, QD, KD, "k");
+            L->wv = weight_rows(&fused, QD + KD, VD, "v");
+        } else if ((st = bind_matrix(b, NAME("attn_q.weight"), E, QD, true, &L->wq, err)) ||
+                   (st = bind_matrix(b, NAME("attn_k.weight"), E, KD, true, &L->wk, err)) ||
+                   (st = bind_matrix(b, NAME("attn_v.weight"), E, VD, true, &L->wv, err))) {
+            return st;
+        }
+        if (ai->fused_gate_up) {
+            if ((st = bind_matrix(b, NAME("ffn_up.weight"), E, 2 * F, true, &fused, err))) return st;
+            L->w_gate = weight_rows(&fused, 0, F, "gate");
+            L->w_up = weight_rows(&fused, F, F, "up");
+        } else if ((st = bind_matrix(b, NAME("ffn_gate.weight"), E, F, true, &L->w_gate, err)) ||
+                   (st = bind_matrix(b, NAME("ffn_up.weight"), E, F, true, &L->w_up, err))) {
+            return st;
+        }
         if ((st = bind_vector(b, NAME("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
-            (st = bind_matrix(b, NAME("attn_q.weight"), E, QD, true, &L->wq, err)) ||
-            (st = bind_matrix(b, NAME("attn_k.weight"), E, KD, true, &L->wk, err)) ||
-            (st = bind_matrix(b, NAME("attn_v.weight"), E, VD, true, &L->wv, err)) ||
             (st = bind_matrix(b, NAME("attn_output.weight"), OD, E, true, &L->wo, err)) ||
             (st = bind_vector(b, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, err)) ||
-            (st = bind_matrix(b, NAME("ffn_gate.weight"), E, F, true, &L->w_gate, err)) ||
-            (st = bind_matrix(b, NAME("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
             (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)))
             return st;
-        L->bq = L->bk = L->bv = L->q_norm = L->k_norm = NULL;
+        L->bq = L->bk = L->bv = L->q_norm = L->k_norm = L->post_attn_norm = L->post_ffn_norm = NULL;
+        L->swa = layer_is_swa(hp, il);
+        if (hp->post_norms &&
+            ((st = bind_vector(b, NAME("post_attention_norm.weight"), E, true, &L->post_attn_norm, err)) ||
+             (st = bind_vector(b, NAME("post_ffw_norm.weight"), E, true, &L->post_ffn_norm, err))))
+            return st;
         if (ai->has_qkv_bias &&
             ((st = bind_vector(b, NAME("attn_q.bias"), QD, false, &L->bq, err)) ||
              (st = bind_vector(b, NAME("attn_k.bias"), KD, false, &L->bk, err)) ||
@@ -435,12 +665,15 @@ enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_
         return WGLLM_STATUS_OK;
     }
     const struct arch_info *ai = NULL;
-    for (size_t i = 0; i < sizeof(arch_table) / sizeof(arch_table[0]); i++)
+    for (size_t i = 0; i < N_ARCHS; i++)
         if (!strcmp(arch_table[i].name, m->arch_name)) ai = &arch_table[i];
     if (!ai) {
-        st = wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                             "architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
-                             m->arch_name);
+        char list[256];
+        size_t n = 0;
+        for (size_t i = 0; i < N_ARCHS && n < sizeof list; i++)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", arch_table[i].name);
+        st = wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)",
+                             m->arch_name, list);
     } else {
         m->arch = ai->arch;
         if (!(st = read_hparams(m, ai, err))) st = bind_tensors(m, ai, err);
@@ -566,7 +799,7 @@ enum wgllm_status wgllm_model_load_source(const struct wgllm_model_source *src, 
 
 enum wgllm_status wgllm_weight_read(const struct wgllm_model *m, const struct wgllm_weight *w, uint64_t offset,
                                     void *dst, size_t n, struct wgllm_error *err) {
-    return wgllm_gguf_read_tensor(m->gguf, w->tensor, offset, dst, n, err);
+    return wgllm_gguf_read_tensor(m->gguf, w->tensor, w->offset + offset, dst, n, err);
 }
 
 void wgllm_model_free(struct wgllm_model *m) {
@@ -596,7 +829,7 @@ static uint64_t fingerprint_weight(uint64_t h, const struct wgllm_model *m, cons
     const uint64_t meta[4] = {w->type, (uint64_t)w->ne0, (uint64_t)w->ne1, w->row_size};
     h = fnv1a_bytes(h, meta, sizeof meta);
     /* 64-bit offsets: a streamed matrix may be larger than a 32-bit size_t */
-    const uint64_t total = w->tensor->size;
+    const uint64_t total = (uint64_t)w->row_size * (uint64_t)w->ne1; /* the tensor's size, or the view's */
     const size_t n = (size_t)WGLLM_MIN(total, (uint64_t)256);
     const uint64_t at[3] = {0, total / 2 - WGLLM_MIN(total / 2, (uint64_t)n / 2), total - n};
     unsigned char sample[256];
@@ -617,6 +850,11 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
     h = fnv1a_bytes(h, dims, sizeof dims);
     const float f[] = {hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps};
     h = fnv1a_bytes(h, f, sizeof f);
+    if (wgllm_model_extra_features(m, NULL, 0)) { /* only then: llama-block fingerprints stay as they were */
+        const float g[] = {hp->embd_scale, hp->q_scale, hp->kq_scale, hp->attn_softcap, hp->final_softcap,
+                           hp->rope_freq_base_swa, hp->rope_freq_scale_swa, (float)hp->n_swa, (float)hp->swa_period};
+        h = fnv1a_bytes(h, g, sizeof g);
+    }
     if (m->vocab_only) return h;
     h = fingerprint_weight(h, m, &m->tok_embd);
     h = fingerprint_weight(h, m, &m->output);
@@ -669,6 +907,18 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
            hp->n_rot, (double)hp->rope_freq_base, (double)hp->rope_freq_scale,
            m->rope_freqs ? ", frequency factors" : "");
     APPEND("rms epsilon:   %g\n", (double)hp->rms_eps);
+    char extra[256];
+    if (wgllm_model_extra_features(m, extra, sizeof extra)) APPEND("block:         %s\n", extra);
+    if (hp->n_swa > 0) {
+        int n_local = 0;
+        for (int il = 0; il < hp->n_layer; il++) n_local += m->layers[il].swa;
+        APPEND("sliding window: %d positions on %d of %d layers (period %d), local rope base %g, scale %g\n",
+               hp->n_swa, n_local, hp->n_layer, hp->swa_period, (double)hp->rope_freq_base_swa,
+               (double)hp->rope_freq_scale_swa);
+    }
+    if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
+        APPEND("soft-capping:  attention %g, final %g (0: none)\n", (double)hp->attn_softcap,
+               (double)hp->final_softcap);
     APPEND("output:        %s\n", m->output.tensor == m->tok_embd.tensor ? "tied to token_embd" : "separate");
     /* bytes per tensor type */
     uint64_t by_type[WGLLM_TYPE_COUNT] = {0};

@@ -20,6 +20,15 @@ enum wgllm_arch {
     WGLLM_ARCH_LLAMA, /* also Mistral, TinyLlama, SmolLM, Llama 2/3 */
     WGLLM_ARCH_QWEN2, /* q/k/v biases, neox RoPE */
     WGLLM_ARCH_QWEN3, /* per-head q/k RMSNorm, neox RoPE */
+    WGLLM_ARCH_GEMMA2, /* post-norms, GeGLU, soft-capping, sliding window every other layer */
+    WGLLM_ARCH_GEMMA3, /* gemma2's block with q/k norms, 5 local layers per global one */
+    WGLLM_ARCH_PHI3,   /* fused q/k/v and gate/up matrices, queries scaled, neox RoPE */
+};
+
+/* The feed-forward's gate activation: act(gate) * up. */
+enum wgllm_ffn_act {
+    WGLLM_FFN_SILU, /* SwiGLU (llama, qwen) */
+    WGLLM_FFN_GELU, /* GeGLU with the tanh approximation, through ggml's f16 table (gemma) */
 };
 
 enum wgllm_rope_type {
@@ -42,6 +51,28 @@ struct wgllm_hparams {
     float rope_freq_base;
     float rope_freq_scale; /* 1 / rope.scaling.factor for linear scaling */
     enum wgllm_rope_type rope_type;
+    /* What the forward pass does beyond the llama block; the defaults
+     * (1, 0, SILU) are the llama block. The architecture sets them at load
+     * (model.c), the backends only read them. */
+    float embd_scale;      /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
+    float q_scale;         /* each query is multiplied by this before q.K (gemma's attention scale) */
+    float kq_scale;        /* each score q.K is multiplied by this before the softmax (1/sqrt(head_dim_k)) */
+    float attn_softcap;    /* > 0: scores become cap * tanh(score / cap) before kq_scale (gemma2) */
+    float final_softcap;   /* > 0: the same on the logits */
+    enum wgllm_ffn_act ffn_act;
+    bool post_norms;       /* layers have post_attn_norm and post_ffn_norm (gemma) */
+    /* Sliding-window attention: a layer with `swa` set sees only the n_swa
+     * most recent positions (the query's own included), and rotates with
+     * the local RoPE base and scale below. */
+    int n_swa;             /* attention.sliding_window; 0: no sliding-window layers */
+    int swa_period;        /* attention.sliding_window_pattern: of each such many layers, all but the last are local */
+    float rope_freq_base_swa, rope_freq_scale_swa;
+    /* LongRoPE (phi3): cos and sin are multiplied by this (rope.scaling.attn_factor,
+     * which llama.cpp applies to every architecture); the frequency factors are
+     * wgllm_model.rope_factors_short up to n_ctx_orig positions per sequence,
+     * rope_factors_long beyond */
+    float rope_attn_factor;
+    int n_ctx_orig;        /* rope.scaling.original_context_length, default n_ctx_train */
 };
 
 /* A 2-D view of a weight in its GGUF layout: ne1 rows of ne0 elements. */
@@ -52,6 +83,8 @@ struct wgllm_weight {
     const void *data;
     char name[64];    /* the tensor's name, for messages (GGUF names are < 64 bytes) */
     const struct wgllm_gguf_tensor *tensor; /* where its bytes are in the file (data may be NULL: streamed) */
+    uint64_t offset; /* where in `tensor` its rows start: a block of rows of a fused matrix
+                        (phi3's attn_qkv, ffn_up) is a weight of its own; 0 otherwise */
     /* The same matrix in the row-interleaved layout of quant/repack.h when this
      * CPU has a kernel for it (Q4_0/Q8_0) and a CPU context was created (the
      * CPU backend's init makes it), else NULL; owned by the
@@ -65,7 +98,9 @@ struct wgllm_layer {
     struct wgllm_weight wq, wk, wv, wo, w_gate, w_up, w_down;
     float *attn_norm, *ffn_norm;
     float *bq, *bk, *bv;     /* qwen2 */
-    float *q_norm, *k_norm;  /* qwen3: per-head, head_dim_k floats */
+    float *q_norm, *k_norm;  /* qwen3, gemma3: per-head, head_dim_k floats */
+    float *post_attn_norm, *post_ffn_norm; /* gemma: RMSNorm weights of the attention and FFN outputs */
+    bool swa;                /* a sliding-window (local) layer: see wgllm_hparams.n_swa */
 };
 
 struct wgllm_model {
@@ -78,6 +113,7 @@ struct wgllm_model {
     struct wgllm_weight tok_embd, output; /* output == tok_embd when tied */
     float *output_norm;
     float *rope_freqs; /* Llama 3 frequency factors, n_rot/2 floats; NULL when absent */
+    float *rope_factors_short, *rope_factors_long; /* phi3's LongRoPE factors (n_rot/2); NULL when absent */
     struct wgllm_layer *layers;
     float *vectors;    /* one allocation holding every f32 vector above */
     uint64_t weight_bytes;
@@ -103,6 +139,19 @@ struct wgllm_model {
 enum wgllm_status wgllm_model_init_from_gguf(struct wgllm_gguf *g, struct wgllm_model *m,
                                              struct wgllm_error *err);
 const char *wgllm_arch_name(enum wgllm_arch arch);
+/* True when some layer is a sliding-window layer whose RoPE differs from the
+ * global one, so that a backend needs a second RoPE table for them. */
+bool wgllm_model_has_swa_rope(const struct wgllm_model *m);
+/* The per-pair RoPE frequency factors a context of n_ctx positions per
+ * sequence rotates with (llama.cpp's get_rope_factors): rope_freqs when the
+ * file has it, else LongRoPE's long factors past n_ctx_orig and its short
+ * ones up to it; NULL for none. */
+const float *wgllm_model_rope_factors(const struct wgllm_model *m, int n_ctx);
+/* What of the model's block goes beyond the llama block (post-norms, GeGLU,
+ * soft-capping, sliding window, scaled embeddings/queries), as a
+ * comma-separated list into buf ("" for a llama-block model); returns
+ * whether there is any. For a backend that computes only the llama block. */
+bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t cap);
 
 /* wgllm_model_load_source: wgllm.h. */
 /* True when the weights are not in memory (wgllm_model_params.stream_weights,

@@ -20,14 +20,37 @@
  * shapes use GPT-2's byte-level BPE vocabulary instead, which is tokenized by
  * the same kind of tokenizer. */
 static const struct wgllm_synth_shape synth_shapes[] = {
-    /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied   rope variant */
-    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0},
-    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0},
-    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0},
-    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1},
-    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2},
-    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0},
-    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0},
+    /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied   rope variant, swa, swa pattern, attn cap, final cap, template */
+    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2, 0, 0, 0.0f, 0.0f, NULL},
+    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
+    /* gemma: Gemma's own vocabulary (256k tokens) is not available here; they use
+     * LLaMA's SentencePiece one (the same kind of tokenizer, BOS added) with
+     * Gemma's chat template. The tiny ones have a sliding window of 8, so a
+     * 64-token test sequence sees it, and layers of both kinds: gemma2
+     * alternates local/global by default; tiny-gemma3 has 2 local layers per
+     * global one (sliding_window_pattern 3, not the default 6) so that 3 layers
+     * have both kinds. Few layers because GeGLU rounds its input to f16 (ggml's
+     * table): a float-noise difference that moves a value across an f16
+     * rounding boundary becomes an f16-sized one, and each layer multiplies
+     * such differences, so two engines that agree to 1e-12 on one layer differ
+     * by ~1e-6 (f32) and ~4e-3 (q8_0, scalar kernels) after six. Their head dim
+     * is not n_embd / n_head (as in the real models), and tiny-gemma2's
+     * attention cap (5) is small enough to change the scores measurably. */
+    {"tiny-gemma3",    "gemma3", "ggml-vocab-llama-spm.gguf", 3, 256, 4,  2, 128, 512,  512,   1e6f, 1e-6f, false, true,  true, 0, 8, 3,   0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
+    {"tiny-gemma2",    "gemma2", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 128, 512,  512,   1e4f, 1e-6f, false, false, true, 0, 8, 0,   5.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
+    /* phi3: fused attn_qkv and ffn_up (gate rows, then up rows), as llama.cpp's
+     * converter writes Phi-3; no LongRoPE factors (Phi-3-mini-4k style) */
+    {"tiny-phi3",      "phi3",   "ggml-vocab-phi-3.gguf",     2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
+    {"tiny-phi3-longrope", "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 3, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
+    {"tiny-phi3-longctx",  "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  8192,  1e4f, 1e-5f, false, false, false, 4, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
+    {"phi3-mini",      "phi3",   "ggml-vocab-phi-3.gguf",     32, 3072, 32, 32, 96, 8192, 4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
+    {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
+    {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
 };
 #define SYNTH_N_SHAPES (sizeof(synth_shapes) / sizeof(synth_shapes[0]))
 
@@ -183,6 +206,10 @@ static void synth_add(struct synth_ctx *c, const char *name, uint32_t type, uint
     if ((int64_t)ne0 > c->scratch_n) c->scratch_n = (int64_t)ne0;
 }
 
+static bool synth_is_gemma(const struct wgllm_synth_shape *s) { return strncmp(s->arch, "gemma", 5) == 0; }
+/* phi3 stores q/k/v as one attn_qkv matrix and gate/up as one ffn_up */
+static bool synth_is_fused(const struct wgllm_synth_shape *s) { return strcmp(s->arch, "phi3") == 0; }
+
 /* llama.cpp's tensors for the shape; ggml shapes: a map n_in -> n_out is {n_in, n_out}. */
 static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, int n_layer,
                         uint64_t n_vocab, uint32_t wt, uint64_t seed) {
@@ -192,7 +219,12 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     const uint32_t F32 = WGLLM_TYPE_F32;
     const float g_in = SYNTH_SCALES.proj_gain, g_out = SYNTH_SCALES.out_proj_gain;
     const float logit = SYNTH_SCALES.logit_std / sqrtf((float)E);
-    const float out_gain = s->tied_output ? SYNTH_SCALES.tied_out_gain : 1.0f;
+    const bool gemma = synth_is_gemma(s), fused = synth_is_fused(s);
+    /* gemma multiplies the embeddings by sqrt(n_embd) as they enter: a tied
+     * gemma model's token_embd is that much smaller again (and output_norm that
+     * much larger), so the stream starts as small as a tied llama's */
+    const float out_gain =
+        s->tied_output ? SYNTH_SCALES.tied_out_gain * (gemma ? sqrtf((float)E) : 1.0f) : 1.0f;
     char nm[64];
 
     synth_add(c, "token_embd.weight", wt, E, n_vocab, 0.0f,
@@ -202,25 +234,42 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     snprintf(nm, sizeof(nm), "blk.%d.%s", l, suffix);                                     \
     synth_add(c, nm, type, ne0, ne1, mean, std, seed)
         BLK("attn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise);
-        BLK("attn_q.weight", wt, E, Q, 0.0f, g_in / sqrtf((float)E));
-        if (s->qkv_bias) { BLK("attn_q.bias", F32, Q, 0, 0.0f, SYNTH_SCALES.bias_std); }
-        BLK("attn_k.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
-        if (s->qkv_bias) { BLK("attn_k.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
-        BLK("attn_v.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
-        if (s->qkv_bias) { BLK("attn_v.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
+        if (fused) {
+            BLK("attn_qkv.weight", wt, E, Q + 2 * KV, 0.0f, g_in / sqrtf((float)E));
+        } else {
+            BLK("attn_q.weight", wt, E, Q, 0.0f, g_in / sqrtf((float)E));
+            if (s->qkv_bias) { BLK("attn_q.bias", F32, Q, 0, 0.0f, SYNTH_SCALES.bias_std); }
+            BLK("attn_k.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
+            if (s->qkv_bias) { BLK("attn_k.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
+            BLK("attn_v.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
+            if (s->qkv_bias) { BLK("attn_v.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
+        }
         BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q));
         if (s->qk_norm) {
             BLK("attn_q_norm.weight", F32, (uint64_t)s->head_dim, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
             BLK("attn_k_norm.weight", F32, (uint64_t)s->head_dim, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
         }
+        /* gemma's post-norms (as GGUF stores them: 1 + the checkpoint's weight)
+         * scale what each block adds to the residual stream; out_proj_gain
+         * keeps it below the stream, as the projections' gain does without them */
+        if (gemma) { BLK("post_attention_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
         BLK("ffn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise);
-        BLK("ffn_gate.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
-        BLK("ffn_up.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
+        if (fused) {
+            BLK("ffn_up.weight", wt, E, 2 * F, 0.0f, g_in / sqrtf((float)E));
+        } else {
+            BLK("ffn_gate.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
+            BLK("ffn_up.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
+        }
         BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F));
+        if (gemma) { BLK("post_ffw_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
 #undef BLK
     }
     synth_add(c, "output_norm.weight", F32, E, 0, out_gain, out_gain * SYNTH_SCALES.norm_noise, seed);
     if (s->rope_variant == 1) synth_add(c, "rope_freqs.weight", F32, (uint64_t)s->head_dim / 2, 0, 2.5f, 0.5f, seed);
+    if (s->rope_variant >= 3) { /* LongRoPE: short factors near 1, long ones larger (as Phi-3.5's) */
+        synth_add(c, "rope_factors_short.weight", F32, (uint64_t)s->head_dim / 2, 0, 1.5f, 0.25f, seed);
+        synth_add(c, "rope_factors_long.weight", F32, (uint64_t)s->head_dim / 2, 0, 6.0f, 1.5f, seed);
+    }
     if (!s->tied_output) synth_add(c, "output.weight", wt, E, n_vocab, 0.0f, logit, seed);
 }
 
@@ -257,8 +306,8 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     const struct wgllm_synth_shape *s = wgllm_synth_shape(p->shape);
     if (!s)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                               "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, "
-                               "tinyllama-1.1b, qwen2-0.5b)",
+                               "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, tiny-gemma2, "
+                               "tiny-gemma3, tiny-phi3, tinyllama-1.1b, qwen2-0.5b, phi3-mini, gemma2-2b, gemma3-1b)",
                                p->shape ? p->shape : "(null)");
     int ftype = wgllm_synth_file_type(p->type);
     const struct wgllm_type_traits *tt = wgllm_type_traits(p->type);
@@ -328,11 +377,34 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     wgllm_gguf_writer_set_f32(w, k, s->rope_freq_base);
     synth_key_name(k, sizeof(k), A, "rope.dimension_count");
     wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->head_dim);
+    if (s->rope_variant >= 3) {
+        /* Phi-3.5's: sqrt(1 + ln(32) / ln(4096)) */
+        synth_key_name(k, sizeof(k), A, "rope.scaling.attn_factor");
+        wgllm_gguf_writer_set_f32(w, k, 1.1902f);
+        synth_key_name(k, sizeof(k), A, "rope.scaling.original_context_length");
+        wgllm_gguf_writer_set_u32(w, k, s->rope_variant == 3 ? (uint32_t)s->n_ctx : 32u);
+    }
     if (s->rope_variant == 2) {
         synth_key_name(k, sizeof(k), A, "rope.scaling.type");
         wgllm_gguf_writer_set_str(w, k, "linear");
         synth_key_name(k, sizeof(k), A, "rope.scaling.factor");
         wgllm_gguf_writer_set_f32(w, k, 4.0f);
+    }
+    if (s->n_swa > 0) {
+        synth_key_name(k, sizeof(k), A, "attention.sliding_window");
+        wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_swa);
+    }
+    if (s->swa_pattern > 0) {
+        synth_key_name(k, sizeof(k), A, "attention.sliding_window_pattern");
+        wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->swa_pattern);
+    }
+    if (s->attn_softcap > 0.0f) {
+        synth_key_name(k, sizeof(k), A, "attn_logit_softcapping");
+        wgllm_gguf_writer_set_f32(w, k, s->attn_softcap);
+    }
+    if (s->final_softcap > 0.0f) {
+        synth_key_name(k, sizeof(k), A, "final_logit_softcapping");
+        wgllm_gguf_writer_set_f32(w, k, s->final_softcap);
     }
     if (s->head_dim * s->n_head != s->n_embd) {
         /* llama.cpp assumes n_embd / n_head unless these say otherwise */
@@ -349,6 +421,21 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         memcpy(k, kv->key.data, (size_t)kv->key.len);
         k[kv->key.len] = '\0';
         wgllm_gguf_writer_set_value(w, k, &kv->value);
+    }
+    if (s->template_file) {
+        char tpath[1024];
+        const char *root = getenv("WGLLM_SHARED");
+        snprintf(tpath, sizeof(tpath), "%s/templates/%s", root && *root ? root : "../shared", s->template_file);
+        char *tmpl = NULL;
+        st = wgllm_read_file(tpath, 1 << 20, &tmpl, NULL, err);
+        if (st != WGLLM_STATUS_OK) {
+            wgllm_error_prefix(err, "synth: reading the chat template: ");
+            wgllm_gguf_writer_free(w);
+            wgllm_gguf_free(vocab);
+            return st;
+        }
+        wgllm_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl);
+        free(tmpl);
     }
 
     struct synth_ctx c = {0};

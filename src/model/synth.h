@@ -27,13 +27,14 @@ struct wgllm_synth_params {
 struct wgllm_synth_params wgllm_synth_default_params(void);
 
 /* The shapes, NULL-terminated: "tiny", "tiny-qwen2", "tiny-qwen3",
- * "tinyllama-1.1b", "qwen2-0.5b". */
+ * "tiny-gemma2", "tiny-gemma3", ..., "tinyllama-1.1b", "qwen2-0.5b",
+ * "gemma2-2b", "gemma3-1b". */
 const char *const *wgllm_synth_shape_names(void);
 
 /* Hyper-parameters of a shape, for callers that build inputs to match. */
 struct wgllm_synth_shape {
     const char *name;
-    const char *arch;       /* "llama", "qwen2", "qwen3" */
+    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3" */
     const char *vocab_file; /* file name under vocab/ */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx;
     float rope_freq_base, rms_eps;
@@ -44,8 +45,18 @@ struct wgllm_synth_shape {
      * tensor of per-pair frequency divisors (Llama 3.1 style; random values in
      * about [0.8, 4.2] here so that every pair, not only the slow ones, shows
      * whether they are applied); 2 linear scaling (`rope.scaling.type` linear,
-     * factor 4). */
+     * factor 4); 3 LongRoPE (phi3: rope_factors_short/long.weight, an
+     * attention factor, original context = n_ctx, so the short factors
+     * apply); 4 the same with an original context of 32, so that a context
+     * of more positions uses the long factors (the tests' contexts: llama.cpp's
+     * 256, `wgllm logits`' as many as its tokens, 64). */
     int rope_variant;
+    /* gemma (arch gemma2/gemma3: post-norms, GeGLU, q/k norms for gemma3) */
+    int n_swa;              /* attention.sliding_window; 0: not written */
+    int swa_pattern;        /* attention.sliding_window_pattern; 0: not written (the arch's default) */
+    float attn_softcap;     /* attn_logit_softcapping; 0: not written */
+    float final_softcap;    /* final_logit_softcapping; 0: not written */
+    const char *template_file; /* tokenizer.chat_template from templates/<this>; NULL: the vocab's */
 };
 /* NULL when the name is unknown. */
 const struct wgllm_synth_shape *wgllm_synth_shape(const char *name);

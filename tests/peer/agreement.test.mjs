@@ -58,16 +58,24 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadVocab, tokenizeWith, loadModelContext, nextTokenLogProbs, greedyGenerate, vocabSize } from '../../tools/peer/peer.mjs';
 import { modelPath, wgllmLogits, wgllmGreedy, runWgllm, logSoftmax, klLog, argmax, hasNonFinite, kernelLevels } from '../../tools/peer/wgllm.mjs';
-import { withF32, withF32Tensor } from '../../tools/peer/gguf.mjs';
+import { withF32, withF32Tensor, withU32 } from '../../tools/peer/gguf.mjs';
 
-const SHAPES = (process.env.PEER_SHAPES || 'tiny,tiny-qwen2,tiny-qwen3').split(',');
-const TYPES = (process.env.PEER_TYPES ||
-  'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs').split(',');
+const SHAPES = (process.env.PEER_SHAPES || 'tiny,tiny-qwen2,tiny-qwen3,tiny-gemma3,tiny-gemma2,tiny-phi3').split(',');
+const ALL_TYPES = 'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs'.split(',');
+// The gemma and phi3 shapes add their block (post-norms, GeGLU, soft-caps, sliding
+// window; fused matrices, scaled queries) to kernels the llama shapes already check
+// in every type: one type per kind of activation rounding is enough there, and keeps
+// the suite within its time. $PEER_TYPES, when set, is the list for every shape.
+const FEW_TYPES = ['f32', 'f16', 'q8_0', 'q4_0', 'q4_k'];
+const SHAPE_TYPES = { 'tiny-gemma3': FEW_TYPES, 'tiny-gemma2': FEW_TYPES, 'tiny-phi3': FEW_TYPES };
+const typesFor = (shape) => (process.env.PEER_TYPES ? process.env.PEER_TYPES.split(',') : SHAPE_TYPES[shape] ?? ALL_TYPES);
 const GREEDY_TYPES = ['f32', 'f16', 'q8_0'];
 // RoPE variants real files carry (Llama 3.1 frequency factors, linear scaling), in
 // two types each: llama.cpp must read the metadata the same way wgllm does.
-const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']], ['tiny-ropescale', ['f32', 'q8_0']]];
-const MATRIX = [...SHAPES.map((s) => [s, TYPES]), ...EXTRA];
+// Phi-3.5's LongRoPE, with the short factors (context within the original length) and the long ones.
+const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']], ['tiny-ropescale', ['f32', 'q8_0']],
+  ['tiny-phi3-longrope', ['f32', 'q8_0']], ['tiny-phi3-longctx', ['f32', 'q8_0']]];
+const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
 const LEVELS = kernelLevels();
 const N_POS = 64;
 const N_PROMPT = 16, N_GEN = 32;
@@ -224,6 +232,16 @@ const MUTATIONS = [
   ['a missing K bias (layer 0)', 'tiny-qwen2', 'q8_0', (b) => withF32Tensor(b, 'blk.0.attn_k.bias', () => 0)],
   ['a sign-flipped V bias (layer 1)', 'tiny-qwen2', 'f16', (b) => withF32Tensor(b, 'blk.1.attn_v.bias', (v) => -v)],
   ['a wrong norm (layer 1 FFN norm +10%)', 'tiny', 'f32', (b) => withF32Tensor(b, 'blk.1.ffn_norm.weight', (v) => v * 1.1)],
+  // gemma: the sliding window, gemma2's local layers rotating with rope.freq_base (gemma3's
+  // use 10000 whatever it says), the attention soft-cap and a post-norm must each be
+  // computed as llama.cpp does
+  ['a wider sliding window (8 -> 12), gemma3', 'tiny-gemma3', 'q8_0', (b) => withU32(b, 'gemma3.attention.sliding_window', (v) => v + 4)],
+  ['wrong RoPE base (x2), gemma2', 'tiny-gemma2', 'q8_0', (b) => withF32(b, 'gemma2.rope.freq_base', (v) => v * 2)],
+  ['a wrong attention soft-cap (x1.5), gemma2', 'tiny-gemma2', 'q8_0', (b) => withF32(b, 'gemma2.attn_logit_softcapping', (v) => v * 1.5)],
+  ['a wrong post-FFN norm (layer 1 +10%), gemma2', 'tiny-gemma2', 'f32', (b) => withF32Tensor(b, 'blk.1.post_ffw_norm.weight', (v) => v * 1.1)],
+  // phi3's LongRoPE: the long factors past the original context, and the attention factor on cos/sin
+  ['the short LongRoPE factors where the long ones apply, phi3', 'tiny-phi3-longctx', 'q8_0', (b) => withU32(b, 'phi3.rope.scaling.original_context_length', () => 4096)],
+  ['a wrong RoPE attention factor (x1.05), phi3', 'tiny-phi3-longrope', 'f32', (b) => withF32(b, 'phi3.rope.scaling.attn_factor', (v) => v * 1.05)],
 ];
 for (const [what, shape, type, mutate] of MUTATIONS) {
   test(`the comparison fails ${what}: ${shape}-${type}`, async () => {

@@ -27,8 +27,12 @@ for shape in tiny tiny-qwen2 tiny-qwen3; do
     models+=("$shape $type")
   done
 done
-for shape in tiny-ropefreqs tiny-ropescale; do
+for shape in tiny-ropefreqs tiny-ropescale tiny-phi3-longrope tiny-phi3-longctx; do
   for type in f32 q8_0; do models+=("$shape $type"); done
+done
+# the gemma and phi3 shapes in the types agreement.test.mjs checks them in (SHAPE_TYPES)
+for shape in tiny-gemma3 tiny-gemma2 tiny-phi3; do
+  for type in f32 f16 q8_0 q4_0 q4_k; do models+=("$shape $type"); done
 done
 for m in "${models[@]}"; do
   read -r shape type <<<"$m"

@@ -54,6 +54,15 @@ export function withF32(buf, key, f) {
   return out;
 }
 
+/* A copy of buf with the u32 metadata value `key` replaced by f(old). */
+export function withU32(buf, key, f) {
+  const e = ggufLayout(buf).kv.get(key);
+  if (!e || e.type !== 4) throw new Error(`no u32 key ${key} in the file`);
+  const out = Buffer.from(buf);
+  out.writeUInt32LE(f(out.readUInt32LE(e.offset)), e.offset);
+  return out;
+}
+
 /* A copy of buf with each element of the F32 tensor `name` replaced by f(old, index). */
 export function withF32Tensor(buf, name, f) {
   const t = ggufLayout(buf).tensors.get(name);

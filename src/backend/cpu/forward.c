@@ -51,6 +51,8 @@ struct cpu_ctx {
     float *scores;     /* n_threads x n_ctx */
     wgllm_fp16 *tmp16; /* n_threads x (n_ctx + head_dim) */
     float *rope_cs;    /* n_batch x n_rot */
+    float *rope_cs_swa; /* the same for the sliding-window layers when their RoPE differs, else NULL */
+    const float *rope_factors; /* wgllm_model_rope_factors for this context's n_ctx */
 
     /* the pass being computed (read by all threads) */
     const int32_t *tok, *pos, *seq;
@@ -158,12 +160,17 @@ static uint32_t vdt(const struct wgllm_weight *w) { return wgllm_type_traits(w->
 
 /* ---- attention -------------------------------------------------------- */
 
-/* One head of one token: softmax(q.K^T * scale) . V over positions 0..pos.
- * q and the probabilities are rounded to f16 first because ggml multiplies
- * them with the f16 cache in f16 (its vec_dot_type). */
+/* One head of one token: softmax(cap(q.K^T) * kq_scale) . V over the
+ * positions the layer sees: 0..pos, or on a sliding-window layer the n_swa
+ * most recent ones (llama.cpp masks position j when pos - j >= n_swa).
+ * q (already multiplied by q_scale) and the probabilities are rounded to
+ * f16 first because ggml multiplies them with the f16 cache in f16 (its
+ * vec_dot_type). The soft-cap (gemma2) comes before the scale, as in
+ * llama.cpp's graph. */
 static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, const float *q, float *out,
                         int ith) {
     const struct wgllm_hparams *hp = &c->model->hp;
+    const int j0 = c->model->layers[il].swa ? WGLLM_MAX(0, pos - hp->n_swa + 1) : 0;
     const int dk = hp->head_dim_k, dv = hp->head_dim_v;
     const int kvh = h / (hp->n_head / hp->n_head_kv);
     const size_t krow = (size_t)hp->n_head_kv * dk;
@@ -176,19 +183,43 @@ static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, cons
     wgllm_fp16 *tmp = c->tmp16 + (size_t)ith * (c->n_ctx + dk); /* q, then the probabilities */
     const wgllm_vec_dot_fn dot16 = wgllm_type_traits(WGLLM_TYPE_F16)->vec_dot;
     wgllm_fp32_to_fp16_row(q, tmp, dk);
-    const float scale = 1.0f / sqrtf((float)dk);
-    const int n = pos + 1;
-    for (int j = 0; j < n; j++) {
-        float d;
-        dot16(dk, &d, K + (size_t)j * krow, tmp);
-        s[j] = d * scale;
-    }
+    const float scale = hp->kq_scale, cap = hp->attn_softcap;
+    const int n = pos + 1 - j0;
+    for (int j = 0; j < n; j++) dot16(dk, &s[j], K + (size_t)(j0 + j) * krow, tmp);
+    if (cap > 0.0f) wgllm_op_softcap(s, n, cap);
+    for (int j = 0; j < n; j++) s[j] *= scale;
     wgllm_op_softmax(s, n);
     wgllm_fp32_to_fp16_row(s, tmp, n);
-    for (int d = 0; d < dv; d++) dot16(n, &out[d], Vt + (size_t)d * c->n_ctx, tmp);
+    for (int d = 0; d < dv; d++) dot16(n, &out[d], Vt + (size_t)d * c->n_ctx + j0, tmp);
 }
 
 /* ---- the forward pass ------------------------------------------------- */
+
+/* x += W a for the nr rows, each thread its share of W's rows; ends at a
+ * barrier. With a post-norm (gemma) W a goes to xn first, is RMS-normed
+ * with those weights row by row, and then added (llama.cpp: norm, then
+ * ggml_add with the residual). */
+static void add_projection(struct cpu_ctx *c, const struct wgllm_weight *w, struct act a, int nr, const float *post_norm,
+                           int ith, int nth) {
+    const struct wgllm_hparams *hp = &c->model->hp;
+    const int E = hp->n_embd;
+    struct wgllm_threadpool *tp = c->tp;
+    if (!post_norm) {
+        matmul(w, a, nr, c->x, E, ith, nth, true, NULL);
+        wgllm_threadpool_barrier(tp);
+        return;
+    }
+    matmul(w, a, nr, c->xn, E, ith, nth, false, NULL);
+    wgllm_threadpool_barrier(tp);
+    int64_t lo, hi;
+    wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float *y = c->xn + t * E, *x = c->x + t * E;
+        wgllm_op_rms_norm(y, post_norm, y, E, hp->rms_eps);
+        for (int i = 0; i < E; i++) x[i] += y[i];
+    }
+    wgllm_threadpool_barrier(tp);
+}
 
 static void forward_worker(void *arg, int ith, int nth) {
     struct cpu_ctx *c = arg;
@@ -205,8 +236,12 @@ static void forward_worker(void *arg, int ith, int nth) {
     const struct wgllm_type_traits *et = wgllm_type_traits(m->tok_embd.type);
     wgllm_split_range(n, ith, nth, 1, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
-        et->to_float((const char *)m->tok_embd.data + (size_t)c->tok[t] * m->tok_embd.row_size, c->x + t * E, E);
-        wgllm_rope_table(c->rope_cs + t * hp->n_rot, c->pos[t], m);
+        float *xt = c->x + t * E;
+        et->to_float((const char *)m->tok_embd.data + (size_t)c->tok[t] * m->tok_embd.row_size, xt, E);
+        if (hp->embd_scale != 1.0f)
+            for (int i = 0; i < E; i++) xt[i] *= hp->embd_scale;
+        wgllm_rope_table_for(c->rope_cs + t * hp->n_rot, c->pos[t], m, c->rope_factors, false);
+        if (c->rope_cs_swa) wgllm_rope_table_for(c->rope_cs_swa + t * hp->n_rot, c->pos[t], m, c->rope_factors, true);
     }
     wgllm_threadpool_barrier(tp);
 
@@ -233,17 +268,22 @@ static void forward_worker(void *arg, int ith, int nth) {
         matmul(&L->wv, av, n, c->v, VD, ith, nth, false, L->bv);
         wgllm_threadpool_barrier(tp);
 
-        /* per-head q/k norm (qwen3), RoPE, and the new keys/values into the cache */
+        /* per-head q/k norm (qwen3, gemma3), RoPE (the local table on a
+         * sliding-window layer), the query scale, and the new keys/values
+         * into the cache */
+        const float *rope_l = L->swa && c->rope_cs_swa ? c->rope_cs_swa : c->rope_cs;
         const int items = n * (hp->n_head + hp->n_head_kv);
         wgllm_split_range(items, ith, nth, 1, &lo, &hi);
         for (int64_t it = lo; it < hi; it++) {
             const int t = (int)(it / (hp->n_head + hp->n_head_kv));
             const int hh = (int)(it % (hp->n_head + hp->n_head_kv));
-            const float *cs = c->rope_cs + (size_t)t * hp->n_rot;
+            const float *cs = rope_l + (size_t)t * hp->n_rot;
             if (hh < hp->n_head) {
                 float *qh = c->q + (size_t)t * QD + (size_t)hh * dk;
                 if (L->q_norm) wgllm_op_rms_norm(qh, L->q_norm, qh, dk, hp->rms_eps);
                 wgllm_op_rope(qh, cs, hp->n_rot, neox);
+                if (hp->q_scale != 1.0f)
+                    for (int d = 0; d < dk; d++) qh[d] *= hp->q_scale;
             } else {
                 const int h = hh - hp->n_head;
                 float *kh = c->k + (size_t)t * KD + (size_t)h * dk;
@@ -274,13 +314,12 @@ static void forward_worker(void *arg, int ith, int nth) {
         wgllm_threadpool_barrier(tp);
         if (nr == 0) continue;
 
-        /* output projection into the residual stream */
+        /* output projection into the residual stream (through the post-norm, gemma) */
         struct act ao = act_prepare(c, ith, nth, 0, c->att, OD, nr, OD, vdt(&L->wo));
         wgllm_threadpool_barrier(tp);
-        matmul(&L->wo, ao, nr, c->x, E, ith, nth, true, NULL);
-        wgllm_threadpool_barrier(tp);
+        add_projection(c, &L->wo, ao, nr, L->post_attn_norm, ith, nth);
 
-        /* feed-forward: SwiGLU */
+        /* feed-forward: SwiGLU, or GeGLU (gemma) */
         wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
         for (int64_t t = lo; t < hi; t++) wgllm_op_rms_norm(c->x + t * E, L->ffn_norm, c->xn + t * E, E, hp->rms_eps);
         wgllm_threadpool_barrier(tp);
@@ -292,15 +331,17 @@ static void forward_worker(void *arg, int ith, int nth) {
             wgllm_split_range(F, ith, nth, 16, &f0, &f1);
             matmul_range(&L->w_gate, ag, nr, c->gate, F, f0, f1, false, NULL);
             matmul_range(&L->w_up, au, nr, c->up, F, f0, f1, false, NULL);
-            for (int t = 0; t < nr; t++)
-                wgllm_op_swiglu(c->gate + (size_t)t * F + f0, c->up + (size_t)t * F + f0, c->gate + (size_t)t * F + f0,
-                                (int)(f1 - f0));
+            for (int t = 0; t < nr; t++) {
+                float *g = c->gate + (size_t)t * F + f0;
+                const float *u = c->up + (size_t)t * F + f0;
+                if (hp->ffn_act == WGLLM_FFN_GELU) wgllm_op_geglu(g, u, g, (int)(f1 - f0));
+                else wgllm_op_swiglu(g, u, g, (int)(f1 - f0));
+            }
         }
         wgllm_threadpool_barrier(tp);
         struct act ad = act_prepare(c, ith, nth, 0, c->gate, F, nr, F, vdt(&L->w_down));
         wgllm_threadpool_barrier(tp);
-        matmul(&L->w_down, ad, nr, c->x, E, ith, nth, true, NULL);
-        wgllm_threadpool_barrier(tp);
+        add_projection(c, &L->w_down, ad, nr, L->post_ffn_norm, ith, nth);
     }
 
     /* final norm of the output rows, then logits or embeddings */
@@ -314,6 +355,13 @@ static void forward_worker(void *arg, int ith, int nth) {
     struct act a = act_prepare(c, ith, nth, 0, c->xn, E, nr, E, vdt(&m->output));
     wgllm_threadpool_barrier(tp);
     matmul(&m->output, a, nr, c->out_logits, hp->n_vocab, ith, nth, false, NULL);
+    if (hp->final_softcap > 0.0f) {
+        /* each thread caps the rows' columns it computed (matmul's split) */
+        int64_t r0, r1;
+        wgllm_split_range(m->output.ne1, ith, nth, 16, &r0, &r1);
+        for (int t = 0; t < nr && r1 > r0; t++)
+            wgllm_op_softcap(c->out_logits + (size_t)t * hp->n_vocab + r0, (int)(r1 - r0), hp->final_softcap);
+    }
 }
 
 /* ---- create / free ----------------------------------------------------- */
@@ -324,7 +372,7 @@ static void cpu_free(void *b) {
     wgllm_threadpool_free(c->tp);
     void *bufs[] = {c->k_cache, c->v_cache, c->x,     c->xn,         c->q,          c->k,
                     c->v,       c->att,     c->gate,  c->up,         c->scores,     c->tmp16,
-                    c->rope_cs, c->act_buf[0], c->act_buf[1], c->act_buf[2]};
+                    c->rope_cs, c->act_buf[0], c->act_buf[1], c->act_buf[2], c->rope_cs_swa};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) wgllm_free_aligned(bufs[i]);
     free(c);
 }
@@ -444,8 +492,11 @@ static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_
     c->scores = ctx_alloc(c, scores);
     c->tmp16 = ctx_alloc(c, tmp16);
     c->rope_cs = ctx_alloc(c, rope);
+    c->rope_factors = wgllm_model_rope_factors(model, c->n_ctx);
+    const bool swa_rope = wgllm_model_has_swa_rope(model);
+    if (swa_rope) c->rope_cs_swa = ctx_alloc(c, rope);
     bool ok = c->tp && c->k_cache && c->v_cache && c->x && c->xn && c->q && c->k && c->v && c->att && c->gate &&
-              c->up && c->scores && c->tmp16 && c->rope_cs;
+              c->up && c->scores && c->tmp16 && c->rope_cs && (!swa_rope || c->rope_cs_swa);
     for (int i = 0; i < N_ACT_SLOTS; i++) ok = ok && c->act_buf[i];
     if (!ok) {
         double kv = 2.0 * hp->n_layer * (double)(c->layer_k + c->layer_v) / 1048576.0;
@@ -524,7 +575,8 @@ static void cpu_seq_load(void *b, int seq, int n, const void *src) { seq_state_i
 struct shift_job {
     struct cpu_ctx *c;
     int seq, keep, discard, n_move;
-    const float *cs; /* the rotation of the delta (-discard) */
+    const float *cs;     /* the rotation of the delta (-discard) */
+    const float *cs_swa; /* the same for sliding-window layers whose RoPE differs; NULL: cs */
 };
 
 static void shift_worker(void *arg, int ith, int nth) {
@@ -540,11 +592,12 @@ static void shift_worker(void *arg, int ith, int nth) {
     wgllm_split_range((int64_t)hp->n_layer * hp->n_head_kv, ith, nth, 1, &lo, &hi);
     for (int64_t it = lo; it < hi; it++) {
         const int il = (int)(it / hp->n_head_kv), h = (int)(it % hp->n_head_kv);
+        const float *cs = c->model->layers[il].swa && j->cs_swa ? j->cs_swa : j->cs;
         wgllm_fp16 *k = c->k_cache + il * c->layer_k + (size_t)j->seq * c->seq_k + (size_t)h * dk;
         for (int p = 0; p < j->n_move; p++) { /* ascending: each source is read before it is overwritten */
             const wgllm_fp16 *src = k + (size_t)(j->keep + j->discard + p) * KD;
             wgllm_fp16_to_fp32_row(src, row, dk);
-            wgllm_op_rope(row, j->cs, hp->n_rot, neox);
+            wgllm_op_rope(row, cs, hp->n_rot, neox);
             wgllm_fp32_to_fp16_row(row, k + (size_t)(j->keep + p) * KD, dk);
         }
         wgllm_fp16 *v = c->v_cache + il * c->layer_v + (size_t)j->seq * c->seq_v + (size_t)h * dv * c->n_ctx;
@@ -556,8 +609,11 @@ static void shift_worker(void *arg, int ith, int nth) {
 
 static enum wgllm_status cpu_seq_shift(void *b, int seq, int n, int keep, int discard, struct wgllm_error *err) {
     struct cpu_ctx *c = b;
-    wgllm_rope_table(c->rope_cs, -discard, c->model);
-    struct shift_job j = {c, seq, keep, discard, n - keep - discard, c->rope_cs};
+    /* as llama.cpp's K-shift: the same factors and attention factor (which
+     * so multiplies the moved keys once more, as there) */
+    wgllm_rope_table_for(c->rope_cs, -discard, c->model, c->rope_factors, false);
+    if (c->rope_cs_swa) wgllm_rope_table_for(c->rope_cs_swa, -discard, c->model, c->rope_factors, true);
+    struct shift_job j = {c, seq, keep, discard, n - keep - discard, c->rope_cs, c->rope_cs_swa};
     wgllm_threadpool_run(c->tp, shift_worker, &j);
     return WGLLM_STATUS_OK;
 }

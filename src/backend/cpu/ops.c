@@ -35,3 +35,26 @@ void wgllm_op_softmax(float *x, int n) {
 void wgllm_op_swiglu(const float *g, const float *u, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
 }
+
+/* ggml's GELU (tanh form) in f32: the same expression in the same order, so
+ * that the f16 it is rounded to is the entry of ggml's table. */
+static float gelu_tanh(float x) {
+    const float a = 0.044715f, s = 0.79788456080286535587989211986876f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(s * x * (1.0f + a * x * x)));
+}
+
+void wgllm_op_geglu(const float *g, const float *u, float *y, int n) {
+    for (int i = 0; i < n; i++) {
+        const float x = g[i];
+        float a;
+        if (x <= -10.0f) a = 0.0f;
+        else if (x >= 10.0f) a = x;
+        else a = wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(gelu_tanh(wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(x)))));
+        y[i] = a * u[i];
+    }
+}
+
+void wgllm_op_softcap(float *x, int n, float cap) {
+    const float inv = 1.0f / cap;
+    for (int i = 0; i < n; i++) x[i] = tanhf(x[i] * inv) * cap;
+}

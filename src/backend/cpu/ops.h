@@ -20,4 +20,12 @@ void wgllm_op_softmax(float *x, int n);
 /* y[i] = silu(g[i]) * u[i] */
 void wgllm_op_swiglu(const float *g, const float *u, float *y, int n);
 
+/* y[i] = gelu(g[i]) * u[i], GELU with the tanh approximation, rounded as
+ * ggml's CPU backend computes it: the input rounded to f16, the GELU of
+ * that rounded to f16 again (its lookup table), exact outside [-10, 10]. */
+void wgllm_op_geglu(const float *g, const float *u, float *y, int n);
+
+/* In place: x[i] = cap * tanh(x[i] * (1/cap)), as ggml's scale, tanh, scale. */
+void wgllm_op_softcap(float *x, int n, float cap);
+
 #endif

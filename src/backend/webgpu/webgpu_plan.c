@@ -472,6 +472,15 @@ static bool weight_ok(const struct wgllm_weight *w, enum wgllm_kernel k, char *w
 /* Formats first (wgllm_webgpu_ctx_create): no device is opened for a model
  * the kernels cannot run. */
 bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t cap) {
+    /* The kernels compute the llama block only: a model whose block is more
+     * (gemma's post-norms, GeGLU, soft-capping, sliding window, ...) is
+     * refused by name rather than computed wrong; with -b auto the CPU runs it. */
+    char extra[200];
+    if (wgllm_model_extra_features(model, extra, sizeof extra)) {
+        snprintf(why, cap, "architecture '%s' is not supported by the WebGPU kernels yet (it needs %s); use the CPU backend",
+                 model->arch_name, extra);
+        return false;
+    }
     bool ok = weight_ok(&model->tok_embd, WGLLM_KERNEL_GET_ROWS, why, cap) &&
               weight_ok(&model->output, WGLLM_KERNEL_MATVEC, why, cap);
     for (int il = 0; ok && il < model->hp.n_layer; il++) {
