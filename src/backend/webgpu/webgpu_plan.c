@@ -274,7 +274,11 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     if (!g->readback) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     g->samp_in = wgllm_webgpu_gbuf(g, OC * 8 * 4, WGLLM_GPU_STORAGE, "sample rows in", &g->plan.params, err);
     g->samp_out = g->samp_in ? wgllm_webgpu_gbuf(g, OC * 2 * 4, WGLLM_GPU_STORAGE, "sample rows out", &g->plan.params, err) : NULL;
-    if (!g->samp_out) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
+    g->samp_mask_words = (uint32_t)((V + 31) / 32);
+    g->samp_mask = g->samp_out ? wgllm_webgpu_gbuf(g, OC * g->samp_mask_words * 4, WGLLM_GPU_STORAGE, "sample rows mask",
+                                                   &g->plan.params, err)
+                               : NULL;
+    if (!g->samp_mask) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     g->samp_host = calloc(OC * 8, sizeof(uint32_t));
     g->samp_row = calloc(OC, sizeof(int));
     if (!g->samp_host || !g->samp_row) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
