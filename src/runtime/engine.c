@@ -420,7 +420,8 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
             if (!r || !r->device || !r->grammar || r->mask || (r->phase != PHASE_DECODE && r->phase != PHASE_PREFILL))
                 continue;
             struct wgllm_error gerr;
-            if (!(r->mask = wgllm_constraint_bits(r->grammar, &gerr))) finish(e, r, WGLLM_FINISH_ERROR, gerr.status, gerr.message);
+            if (!(r->mask = wgllm_constraint_bits(r->grammar, &gerr)))
+                finish(e, r, WGLLM_FINISH_ERROR, gerr.status, gerr.message);
         }
     /* 1. one token for every generating stream */
     if (!embeddings)
