@@ -451,8 +451,11 @@ const char *wgllm_detokenizer_flush(struct wgllm_detokenizer *d, size_t *len);
  * only the token id and its logprob are read back instead of the whole row
  * of logits (wgllm_engine_metrics' device_sampled_tokens counts them). Other
  * requests are sampled on the host as on the CPU, request by request, so one
- * batch may mix both. Greedy picks are the same either way (the argmax of
- * the same logits). A device draw takes its uniform from a hash of the seed
+ * batch may mix both. A grammar (request `grammar`) does not change where:
+ * on the GPU its allowed tokens for the step go up as a bitset (n_vocab / 8
+ * bytes) made from the parse state before the step, and the device's sampler
+ * takes the others out before the chain, as the host does. Greedy picks are
+ * the same either way (the argmax of the same logits). A device draw takes its uniform from a hash of the seed
  * and the token's position, not from the CPU sampler's generator: the same
  * seed and prompt give the same text again on the same backend, but not the
  * text the CPU backend (or host sampling) draws for that seed. The logprobs

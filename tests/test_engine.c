@@ -941,7 +941,7 @@ TEST(cpu_has_no_device_sampling) {
     const int32_t tok[2] = {1, 2}, pos[2] = {0, 0}, seq[2] = {0, 1};
     const bool out[2] = {true, true};
     const struct wgllm_batch b = {.n = 2, .token = tok, .pos = pos, .seq = seq, .output = out};
-    const struct wgllm_row_sample rs[2] = {{&sp, 1}, {NULL, 1}};
+    const struct wgllm_row_sample rs[2] = {{&sp, 1, NULL}, {NULL, 1, NULL}};
     int32_t t[2] = {-1, -1};
     float lp[2] = {0, 0};
     struct wgllm_error err = {0};

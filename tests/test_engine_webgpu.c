@@ -11,6 +11,8 @@
  * ids read back; the tokens as host sampling picks them, the same seed the
  * same text), settings the device lacks (logprobs, penalties) fall back to
  * the host, also batched together with a device-sampled request.
+ * Grammar-constrained requests too: the mask goes up with each step and
+ * only ids come back (tokens as host sampling's, 8 bytes read back a token).
  *
  * Without a WebGPU library or adapter it prints SKIP and passes, unless
  * WGLLM_REQUIRE_WEBGPU is set.
@@ -477,6 +479,74 @@ TEST(seeded_device_sampling_is_deterministic) {
 }
 
 
+/* ---- grammar-constrained requests sampled on the device ------------------ */
+
+static const char *json_gbnf = "root ::= \"{\\\"name\\\": \\\"\" [a-z]{1,8} \"\\\", \\\"age\\\": \" [0-9]{1,2} \"}\"\n";
+
+/* A constrained request's result: the grammar completed it (STOP, below the
+ * cap), with `dev` tokens sampled on the device and `rb` bytes read back. */
+static bool constrained_query(const char *prompt, const struct wgllm_request_params *p, struct wgllm_result *r,
+                              uint64_t *dev, uint64_t *rb) {
+    struct wgllm_error err = {0};
+    const uint64_t d0 = device_sampled(gpu8), b0 = wgllm_gpu_readback_bytes();
+    const enum wgllm_status st = wgllm_query(gpu8, prompt, p, r, &err);
+    *dev = device_sampled(gpu8) - d0;
+    *rb = wgllm_gpu_readback_bytes() - b0;
+    if (st != WGLLM_STATUS_OK) fprintf(stderr, "  query: %s\n", err.message);
+    return st == WGLLM_STATUS_OK && r->finish == WGLLM_FINISH_STOP && r->n_tokens > 4 && r->n_tokens < p->max_tokens;
+}
+
+/* The grammar's mask goes to the GPU with each step: greedy and top-k 1
+ * draws equal host sampling's tokens (n_probs forces the host path, which
+ * reads each row back and masks it there) with the same raw logprobs, every
+ * token counts as device-sampled, and what comes back is 8 bytes a token,
+ * never a logits row. A seeded top-k 40 draw keeps to the grammar, ends
+ * where it completes and repeats with the seed. */
+TEST(constrained_requests_are_sampled_on_the_device) {
+    const int nv = wgllm_model_n_vocab(model);
+    struct wgllm_request_params p = test_greedy(64);
+    p.ignore_eos = false;
+    p.grammar = json_gbnf;
+    p.grammar_len = strlen(json_gbnf);
+    struct wgllm_request_params k1 = p; /* the chain's path on the device, one candidate: the pick is determined */
+    k1.sampling.temperature = 0.7f, k1.sampling.top_k = 1, k1.sampling.top_p = 0.9f, k1.sampling.seed = 9;
+    const struct wgllm_request_params *reqs[2] = {&p, &k1};
+    for (int q = 0; q < 2; q++) {
+        struct wgllm_request_params hp = *reqs[q];
+        hp.sampling.n_probs = 1;
+        struct wgllm_result dev, host;
+        uint64_t nd = 0, rb = 0, hnd = 0, hrb = 0;
+        CHECK(constrained_query(test_prompts[2 + q], reqs[q], &dev, &nd, &rb));
+        CHECK(constrained_query(test_prompts[2 + q], &hp, &host, &hnd, &hrb));
+        printf("  %s: %d tokens \"%.*s\"; read back %llu bytes on the device path, %llu on the host's\n",
+               q ? "top_k 1" : "greedy", dev.n_tokens, (int)dev.text_len, dev.text, (unsigned long long)rb,
+               (unsigned long long)hrb);
+        CHECK_EQ_INT(nd, dev.n_tokens);
+        CHECK_EQ_INT(hnd, 0);
+        CHECK_EQ_INT(rb, 8 * (uint64_t)dev.n_tokens); /* an id and a logprob per token */
+        CHECK(hrb >= (uint64_t)host.n_tokens * (uint64_t)nv * 4);
+        CHECK(same_tokens(&dev, &host));
+        for (int i = 0; i < dev.n_tokens && i < host.n_tokens; i++) CHECK_NEAR(dev.logprobs[i], host.logprobs[i], 1e-4);
+        wgllm_result_free(&dev);
+        wgllm_result_free(&host);
+    }
+    /* sampled from 40 candidates: the text is the grammar's, the same seed the same text */
+    struct wgllm_request_params sp = p;
+    sp.sampling.temperature = 1.0f, sp.sampling.top_k = 40, sp.sampling.seed = 4321;
+    struct wgllm_result a, b;
+    uint64_t nd = 0, rb = 0;
+    CHECK(constrained_query(test_prompts[0], &sp, &a, &nd, &rb));
+    CHECK_EQ_INT(nd, a.n_tokens);
+    CHECK_EQ_INT(rb, 8 * (uint64_t)a.n_tokens);
+    CHECK(constrained_query(test_prompts[0], &sp, &b, &nd, &rb));
+    CHECK(same_tokens(&a, &b));
+    CHECK(a.text_len > 20 && !memcmp(a.text, "{\"name\": \"", 10) && a.text[a.text_len - 1] == '}');
+    printf("  top_k 40 seed 4321: \"%.*s\"\n", (int)a.text_len, a.text);
+    wgllm_result_free(&a);
+    wgllm_result_free(&b);
+}
+
+
 static double log_softmax(const float *l, int nv, int tok) {
     double mx = l[0], sum = 0;
     for (int i = 1; i < nv; i++) mx = fmax(mx, l[i]);
@@ -519,7 +589,7 @@ TEST(sampled_rows_between_rows_read_back) {
     float *rows = malloc(sizeof(float) * (size_t)S * nv);
     CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, &err), WGLLM_STATUS_OK);
     for (int j = 0; j < S; j++) memcpy(rows + (size_t)j * nv, wgllm_context_output_logits(c, j), sizeof(float) * nv);
-    for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){j % 3 ? &greedy : NULL, 1}, st[j] = -1;
+    for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){j % 3 ? &greedy : NULL, 1, NULL}, st[j] = -1;
     rs[S - 1].sp = &pen; /* refused whole: nothing runs */
     CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, NULL), WGLLM_STATUS_UNSUPPORTED);
     rs[S - 1].sp = NULL;
@@ -548,7 +618,7 @@ TEST(sampled_rows_between_rows_read_back) {
     int count[6] = {0}, outside = 0, again = 0;
     int32_t first[S];
     for (int pass = 0; pass < PASSES; pass++) {
-        for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){&chain, 1 + pass * S + j};
+        for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){&chain, 1 + pass * S + j, NULL};
         CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, &err), WGLLM_STATUS_OK);
         for (int j = 0; j < S; j++) {
             int k = 0;
@@ -558,7 +628,7 @@ TEST(sampled_rows_between_rows_read_back) {
             if (pass == 0) first[j] = st[j];
         }
     }
-    for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){&chain, 1 + j};
+    for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){&chain, 1 + j, NULL};
     CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, &err), WGLLM_STATUS_OK);
     for (int j = 0; j < S; j++) again += st[j] == first[j]; /* same seed and position, same token */
     CHECK_EQ_INT(again, S);
@@ -572,6 +642,97 @@ TEST(sampled_rows_between_rows_read_back) {
     printf("  chain on %d equal rows: %d kept, worst deviation %.2f sd over %d draws\n", S, n, worst, (int)N_DRAWS);
     CHECK(worst < 4.5);
     free(rows);
+    wgllm_context_free(c);
+}
+
+/* Masks at the context call: a row allowed one token (the row's lowest)
+ * gives it, greedy or drawn, with the raw log-softmax; a mask that takes out
+ * the row's top 8 and every odd id gives the argmax of what is left, and
+ * draws that follow the host chain on the masked row (the masked tokens as
+ * -inf, as wgllm_sampler_sample_masked takes them out before top-k); an
+ * empty mask is refused before anything runs; only ids come back. */
+TEST(masked_rows_pick_only_allowed_tokens) {
+    enum { S = 32, PASSES = 8, ONE = 2 };
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.backend = WGLLM_BACKEND_WEBGPU;
+    cp.n_ctx = 4;
+    cp.n_seq = S;
+    cp.n_batch = S;
+    struct wgllm_context *c = NULL;
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_context_init(model, &cp, &c, &err), WGLLM_STATUS_OK);
+    if (!c) {
+        fprintf(stderr, "  context: %s\n", err.message);
+        return;
+    }
+    const int nv = wgllm_model_n_vocab(model), words = (nv + 31) / 32;
+    struct wgllm_sampler_params greedy = wgllm_sampler_default_params(), chain = greedy;
+    greedy.temperature = 0.0f;
+    chain.temperature = 1.0f, chain.top_k = 6, chain.top_p = 0.97f, chain.min_p = 0.02f, chain.seed = 5;
+    int32_t tok[S], pos[S], seq[S], st[S];
+    float lp[S];
+    bool out[S];
+    struct wgllm_row_sample rs[S];
+    for (int i = 0; i < S; i++) tok[i] = 4242, pos[i] = 0, seq[i] = i, out[i] = true;
+    const struct wgllm_batch b = {.n = S, .token = tok, .pos = pos, .seq = seq, .output = out};
+    float *row = malloc(sizeof(float) * (size_t)nv), *masked = malloc(sizeof(float) * (size_t)nv);
+    uint32_t *one = calloc((size_t)words, 4), *some = calloc((size_t)words, 4), *none = calloc((size_t)words, 4);
+    CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, &err), WGLLM_STATUS_OK);
+    memcpy(row, wgllm_context_output_logits(c, 0), sizeof(float) * (size_t)nv);
+    int lo = 0;
+    for (int i = 1; i < nv; i++)
+        if (row[i] < row[lo]) lo = i;
+    one[lo >> 5] |= 1u << (lo & 31);
+    memcpy(masked, row, sizeof(float) * (size_t)nv);
+    for (int i = 1; i < nv; i += 2) masked[i] = -INFINITY;
+    for (int k = 0; k < 8; k++) masked[wgllm_argmax(masked, nv)] = -INFINITY;
+    for (int i = 0; i < nv; i++)
+        if (masked[i] != -INFINITY) some[i >> 5] |= 1u << (i & 31);
+    const int want_greedy = wgllm_argmax(masked, nv);
+    CHECK(want_greedy != wgllm_argmax(row, nv));
+    /* rows 0, 1: the one token, greedy and drawn; 2: the masked argmax; the rest: draws */
+    for (int j = 0; j < S; j++) rs[j] = (struct wgllm_row_sample){&chain, 1 + j, some};
+    rs[0] = (struct wgllm_row_sample){&greedy, 1, one};
+    rs[1].mask = one;
+    rs[ONE].sp = &greedy;
+    rs[5].mask = none; /* refused whole: nothing runs */
+    CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, NULL), WGLLM_STATUS_INVALID_ARGUMENT);
+    rs[5].mask = some;
+    int ids[6];
+    double prob[6];
+    const int n = test_chain_expected(masked, nv, chain.top_k, chain.top_p, chain.min_p, chain.temperature, ids, prob);
+    int count[6] = {0}, outside = 0, draws = 0;
+    const uint64_t rb0 = wgllm_gpu_readback_bytes();
+    for (int pass = 0; pass < PASSES; pass++) {
+        for (int j = 3; j < S; j++) rs[j].pos = 1 + pass * S + j;
+        CHECK_EQ_INT(wgllm_context_decode_batch_sampled(c, &b, rs, st, lp, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(st[0], lo);
+        CHECK_EQ_INT(st[1], lo);
+        CHECK_EQ_INT(st[ONE], want_greedy);
+        CHECK_NEAR(lp[0], log_softmax(row, nv, lo), 1e-4);
+        CHECK_NEAR(lp[ONE], log_softmax(row, nv, want_greedy), 1e-4);
+        for (int j = 3; j < S; j++, draws++) {
+            int k = 0;
+            while (k < n && ids[k] != st[j]) k++;
+            if (k < n) {
+                count[k]++;
+                CHECK_NEAR(lp[j], log_softmax(row, nv, st[j]), 1e-4);
+            } else {
+                outside++;
+            }
+        }
+    }
+    CHECK_EQ_INT(wgllm_gpu_readback_bytes() - rb0, (uint64_t)PASSES * S * 8);
+    CHECK_EQ_INT(outside, 0);
+    double worst = 0;
+    for (int k = 0; k < n; k++) {
+        const double sd = sqrt(draws * prob[k] * (1 - prob[k])) + 1e-9;
+        worst = fmax(worst, fabs(count[k] - draws * prob[k]) / sd);
+    }
+    printf("  masked chain: %d kept, worst deviation %.2f sd over %d draws\n", n, worst, draws);
+    CHECK(n >= 2);
+    CHECK(worst < 4.5);
+    free(row), free(masked), free(one), free(some), free(none);
     wgllm_context_free(c);
 }
 
@@ -601,6 +762,8 @@ int main(void) {
         RUN(mixed_batch_of_device_and_host_sampling);
         RUN(seeded_device_sampling_is_deterministic);
         RUN(sampled_rows_between_rows_read_back);
+        RUN(constrained_requests_are_sampled_on_the_device);
+        RUN(masked_rows_pick_only_allowed_tokens);
     }
     wgllm_engine_free(gpu8);
     wgllm_model_free(model);

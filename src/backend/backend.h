@@ -87,10 +87,20 @@ enum wgllm_status wgllm_context_generate(struct wgllm_context *ctx, const struct
  * min-p, temperature) from a uniform that hashes sp->seed and `pos` (as
  * wgllm_context_generate draws: the same seed and position give the same
  * token; the CPU sampler's generator differs). Only the id and its raw
- * log-softmax come back, not the row. */
+ * log-softmax come back, not the row.
+ *
+ * A mask (a grammar's allowed tokens for this step, made on the host before
+ * the pass) takes every other token out before the argmax or the chain, as
+ * wgllm_sampler_sample_masked does with its `allowed` bytes (llama.cpp's
+ * grammar-first order); the logprob stays the raw log-softmax of the whole
+ * row, as the host sampler reports it. The mask crosses to the device as
+ * n_vocab bits (n_vocab / 8 bytes) instead of the row coming back. */
 struct wgllm_row_sample {
     const struct wgllm_sampler_params *sp; /* NULL: read this row's logits back */
     int32_t pos;                           /* hashed with the seed: the output token's position + 1 */
+    /* NULL: every token; else ceil(n_vocab / 32) words, token t allowed when
+     * bit t % 32 of word t / 32 is set; at least one set, none past n_vocab */
+    const uint32_t *mask;
 };
 /* True when the context's backend samples rows on the device and sp's
  * settings allow it: no repetition / presence / frequency penalties,
@@ -102,7 +112,8 @@ bool wgllm_context_can_sample_rows(const struct wgllm_context *ctx, const struct
  * lp[j] (the raw log-softmax of the token), and their logits rows are not
  * readable; the other rows' logits are, as after decode_batch (tok/lp
  * untouched there). UNSUPPORTED when the backend has no such path or an
- * rs[j].sp fails wgllm_context_can_sample_rows; nothing runs then. */
+ * rs[j].sp fails wgllm_context_can_sample_rows; INVALID_ARGUMENT when a
+ * mask allows no token or sets bits past the vocabulary; nothing runs then. */
 enum wgllm_status wgllm_context_decode_batch_sampled(struct wgllm_context *ctx, const struct wgllm_batch *b,
                                                      const struct wgllm_row_sample *rs, int32_t *tok, float *lp,
                                                      struct wgllm_error *err);

@@ -90,7 +90,9 @@ struct wgllm_backend_i {
      * (logits) where output row j with rs[j].sp set is not written to ub->out
      * but sampled on the device -- the argmax (temperature <= 0) or sp's
      * chain, as can_sample admits it, seeded by sp->seed and rs[j].pos --
-     * its id to tok[j] and raw log-softmax to lp[j]. The other rows are
+     * its id to tok[j] and raw log-softmax to lp[j]; with rs[j].mask only
+     * among the tokens it allows (checked: at least one, none past the
+     * vocabulary), the log-softmax still of the whole row. The other rows are
      * written to ub->out as decode writes them (their slots of the rows of
      * sampled outputs are left undefined). context.c checked every rs[j]
      * (backend.h's wgllm_context_can_sample_rows). */

@@ -241,6 +241,19 @@ void wgllm_context_truncate(struct wgllm_context *c, int n_past) {
     if (n_past < c->n_past) c->n_past = n_past;
 }
 
+/* A row's token mask (backend.h): the backend's sampler needs a candidate,
+ * and counts the set bits, so none may lie past the vocabulary. */
+static enum wgllm_status check_mask(const struct wgllm_context *c, const uint32_t *mask, int j, struct wgllm_error *err) {
+    const int words = (c->n_vocab + 31) / 32, tail = c->n_vocab % 32;
+    uint32_t any = 0;
+    for (int i = 0; i < words; i++) any |= mask[i];
+    if (!any) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "output %d: the token mask allows no token", j);
+    if (tail && mask[words - 1] >> tail)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "output %d: the token mask sets bits past the vocabulary (%d tokens)", j, c->n_vocab);
+    return WGLLM_STATUS_OK;
+}
+
 static enum wgllm_status decode_batch(struct wgllm_context *c, const struct wgllm_batch *b, bool embeddings,
                                       const struct wgllm_row_sample *rs, int32_t *s_tok, float *s_lp,
                                       struct wgllm_error *err) {
@@ -275,6 +288,7 @@ static enum wgllm_status decode_batch(struct wgllm_context *c, const struct wgll
                 return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                        "output %d: the %s backend cannot sample these settings on the device", j,
                                        c->be->name);
+            if (rs[j].mask && (st = check_mask(c, rs[j].mask, j, err))) return st;
             any = true;
         }
         if (!any) rs = NULL;

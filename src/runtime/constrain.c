@@ -10,6 +10,13 @@
  * resample-on-rejection path); logprobs still describe the model's logits. The chosen token
  * then advances the parse; a grammar that can take nothing more ends the
  * request as a stop.
+ *
+ * Where the backend samples on the device (WebGPU), the same mask is made
+ * from the parse state before the step's pass, as a bitset
+ * (wgllm_constraint_bits) that the device's sampler applies, so that no
+ * logits row comes back. It cannot see the logits, so it does not take out
+ * NaN logits as the host path does (a model that gives NaN is broken
+ * either way).
  */
 #include "runtime/engine_internal.h"
 
@@ -20,8 +27,12 @@ struct wgllm_constraint {
     struct wgllm_grammar_state *st;
     const struct wgllm_grammar_vocab *gv;
     uint8_t *allowed;
+    uint32_t *bits; /* wgllm_constraint_bits: allowed as ceil(n_vocab / 32) words */
     int n_vocab;
 };
+
+static const char no_token_msg[] =
+    "the grammar allows no token of this vocabulary here (the text so far cannot be continued)";
 
 /* The engine's grammar vocabulary, made on first use (any thread). */
 static const struct wgllm_grammar_vocab *engine_gvocab(struct wgllm_engine *e, struct wgllm_error *err) {
@@ -88,7 +99,8 @@ enum wgllm_status wgllm_constraint_init(struct wgllm_engine *e, const char *gram
     if (s == WGLLM_STATUS_OK) s = wgllm_grammar_state_init(c->g, &c->st, err);
     if (s == WGLLM_STATUS_OK) {
         c->allowed = malloc((size_t)c->n_vocab);
-        if (!c->allowed) s = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+        c->bits = malloc(sizeof(uint32_t) * (((size_t)c->n_vocab + 31) / 32));
+        if (!c->allowed || !c->bits) s = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     }
     if (s != WGLLM_STATUS_OK) {
         wgllm_constraint_free(c);
@@ -103,6 +115,7 @@ void wgllm_constraint_free(struct wgllm_constraint *c) {
     wgllm_grammar_state_free(c->st);
     wgllm_grammar_free(c->g);
     free(c->allowed);
+    free(c->bits);
     free(c);
 }
 
@@ -114,11 +127,27 @@ const uint8_t *wgllm_constraint_mask(struct wgllm_constraint *c, const float *lo
         n_allowed += c->allowed[t];
     }
     if (!n_allowed) {
-        wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                        "the grammar allows no token of this vocabulary here (the text so far cannot be continued)");
+        wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "%s", no_token_msg);
         return NULL;
     }
     return c->allowed;
+}
+
+const uint32_t *wgllm_constraint_bits(struct wgllm_constraint *c, struct wgllm_error *err) {
+    if (wgllm_grammar_state_mask(c->st, c->gv, c->allowed, err) != WGLLM_STATUS_OK) return NULL;
+    const int words = (c->n_vocab + 31) / 32;
+    memset(c->bits, 0, sizeof(uint32_t) * (size_t)words); /* the bits past the vocabulary stay 0 */
+    int n_allowed = 0;
+    for (int t = 0; t < c->n_vocab; t++)
+        if (c->allowed[t]) {
+            c->bits[t >> 5] |= 1u << (t & 31);
+            n_allowed++;
+        }
+    if (!n_allowed) {
+        wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "%s", no_token_msg);
+        return NULL;
+    }
+    return c->bits;
 }
 
 enum wgllm_status wgllm_constraint_accept(struct wgllm_constraint *c, int32_t token, struct wgllm_error *err) {

@@ -260,8 +260,9 @@ static bool prepare_generation(struct wgllm_engine *e, struct wgllm_request *r) 
     }
     /* the prompt counts for the repetition penalties, as in llama.cpp */
     for (int i = 0; i < r->n_prompt; i++) wgllm_sampler_accept(r->sampler, r->prompt[i]);
-    /* per request: settings the device implements are sampled there, the others on the host */
-    r->device = !r->grammar && wgllm_context_can_sample_rows(e->ctx, &r->p.sampling);
+    /* per request: settings the device implements are sampled there, the others on the host; a
+     * grammar's mask goes to the device with each step (run_batch), so it does not decide */
+    r->device = wgllm_context_can_sample_rows(e->ctx, &r->p.sampling);
     return true;
 }
 
@@ -343,6 +344,7 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
     wgllm_sampler_accept(r->sampler, tok);
     if (r->grammar) {
         struct wgllm_error gerr;
+        r->mask = NULL; /* the next step's is made from the state after tok */
         if (wgllm_constraint_accept(r->grammar, tok, &gerr) != WGLLM_STATUS_OK) {
             finish(e, r, WGLLM_FINISH_ERROR, gerr.status, gerr.message);
             return;
@@ -418,6 +420,17 @@ static bool embed_wants_output(const struct wgllm_request *r, int i) {
 static int run_batch(struct wgllm_engine *e, bool embeddings) {
     int nb = 0;
     const int S = e->p.n_slots;
+    /* 0. the grammar masks of the requests sampled on the device, from their parse states before
+     * the pass (the host path masks the row it reads back; here only the bits go up) */
+    if (!embeddings)
+        for (int s = 0; s < S; s++) {
+            struct wgllm_request *r = e->slots[s].req;
+            if (!r || !r->device || !r->grammar || r->mask || (r->phase != PHASE_DECODE && r->phase != PHASE_PREFILL))
+                continue;
+            struct wgllm_error gerr;
+            if (!(r->mask = wgllm_constraint_bits(r->grammar, &gerr)))
+                finish(e, r, WGLLM_FINISH_ERROR, gerr.status, gerr.message);
+        }
     /* 1. one token for every generating stream */
     if (!embeddings)
         for (int s = 0; s < S && nb < e->n_batch; s++) {
@@ -461,7 +474,8 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
             if (!e->b_out[i]) continue;
             struct wgllm_request *r = e->b_owner[i];
             /* the position the draw hashes: the token's attention length, as wgllm_context_generate's */
-            e->out_rs[j++] = (struct wgllm_row_sample){r->device ? &r->p.sampling : NULL, e->b_pos[i] + 1};
+            e->out_rs[j++] = (struct wgllm_row_sample){.sp = r->device ? &r->p.sampling : NULL,
+                                                       .pos = e->b_pos[i] + 1, .mask = r->device ? r->mask : NULL};
             n_dev += r->device;
         }
     struct wgllm_error err;

@@ -51,6 +51,7 @@ struct wgllm_request {
     bool device;       /* its tokens are sampled on the device (wgllm_context_can_sample_rows) */
     struct wgllm_sampler *sampler;
     struct wgllm_constraint *grammar; /* p.grammar, parsed at submit; NULL = unconstrained */
+    const uint32_t *mask; /* device + grammar: the allowed tokens of its next output; NULL until made */
     struct wgllm_detokenizer *detok;
     struct wgllm_stop_matcher *stop;
     char *text;
@@ -148,6 +149,10 @@ enum wgllm_status wgllm_constraint_init(struct wgllm_engine *e, const char *gram
 void wgllm_constraint_free(struct wgllm_constraint *c);
 /* allowed[t] for this step (n_vocab bytes); NULL (err set) when nothing is allowed or a budget ran out. */
 const uint8_t *wgllm_constraint_mask(struct wgllm_constraint *c, const float *logits, struct wgllm_error *err);
+/* The same mask from the parse state alone, as bits for the device's sampler
+ * (backend.h's wgllm_row_sample.mask; valid until the next call or accept);
+ * NULL (err set) as wgllm_constraint_mask. */
+const uint32_t *wgllm_constraint_bits(struct wgllm_constraint *c, struct wgllm_error *err);
 enum wgllm_status wgllm_constraint_accept(struct wgllm_constraint *c, int32_t token, struct wgllm_error *err);
 /* The grammar is complete and takes nothing more. */
 bool wgllm_constraint_complete(const struct wgllm_constraint *c);

@@ -46,7 +46,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         struct wgllm_gpu_buffer *bs[] = {g->vecs, g->x,   g->xn,  g->q,      g->k,    g->v,        g->qr,    g->kr,
                                          g->att,  g->tmp, g->gate, g->up,    g->ffh,  g->logits,   g->step,  g->arena,
                                          g->readback, g->xr, g->rope_cs, g->xo, g->att_o, g->id_rb[0], g->id_rb[1],
-                                         g->shift_tmp, g->samp_in, g->samp_out};
+                                         g->shift_tmp, g->samp_in, g->samp_out, g->samp_mask};
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) wgllm_gpu_buffer_destroy(g->gpu, bs[i]);
         wgllm_gpu_close(g->gpu);
     }
@@ -188,6 +188,8 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
         n_host = 0;
         for (int j = 0; j < n_out; j++)
             if (!rs[j].sp) g->samp_row[n_host++] = j;
+        const uint32_t MW = g->samp_mask_words;
+        uint32_t n_mask = 0;
         for (int j = 0; j < n_out; j++) {
             const struct wgllm_sampler_params *sp = rs[j].sp;
             if (!sp) continue;
@@ -201,6 +203,15 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
             memcpy(&w[5], &sp->top_p, 4);
             memcpy(&w[6], &sp->min_p, 4);
             w[7] = 0;
+            if (rs[j].mask) {
+                /* the kernel's top-k rounds must each find a candidate: no more rounds than allowed tokens */
+                uint32_t allowed = 0;
+                for (uint32_t i = 0; i < MW; i++) allowed += (uint32_t)__builtin_popcount(rs[j].mask[i]);
+                if (!greedy && w[1] > allowed) w[1] = allowed;
+                /* each pass's masks go to the buffer's front: at most out_cap rows, which it holds */
+                wgllm_gpu_buffer_write(g->gpu, g->samp_mask, (uint64_t)n_mask * MW * 4, rs[j].mask, (size_t)MW * 4);
+                w[7] = ++n_mask;
+            }
             g->samp_row[n_out - 1 - n_dev++] = j; /* from the end: the host rows fill the front */
         }
         wgllm_gpu_buffer_write(g->gpu, g->samp_in, 0, g->samp_host, (size_t)n_dev * 8 * 4);

@@ -122,5 +122,9 @@ int wgllm_gpu_buffer_count(const struct wgllm_gpu *g);
 /* Buffers ever created by every device of the process: tests check that a
  * component which hides its device (the engine) creates none after load. */
 uint64_t wgllm_gpu_buffers_created(void);
+/* Bytes wgllm_gpu_readback copied to the host from every device of the
+ * process: tests check what a step reads back (an id, not a logits row).
+ * Native HAL only, as wgllm_gpu_buffers_created. */
+uint64_t wgllm_gpu_readback_bytes(void);
 
 #endif

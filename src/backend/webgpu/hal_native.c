@@ -25,6 +25,8 @@ struct wgpu_fns {
 
 /* buffers created by any device of the process (wgllm_gpu_buffers_created) */
 static _Atomic uint64_t buffers_created;
+/* bytes wgllm_gpu_readback copied to the host, any device (wgllm_gpu_readback_bytes) */
+static _Atomic uint64_t readback_bytes;
 
 struct wgllm_gpu_buffer {
     WGPUBuffer buf;
@@ -453,6 +455,7 @@ struct wgllm_gpu_buffer *wgllm_gpu_buffer_create(struct wgllm_gpu *g, uint64_t s
 }
 
 uint64_t wgllm_gpu_buffers_created(void) { return atomic_load(&buffers_created); }
+uint64_t wgllm_gpu_readback_bytes(void) { return atomic_load(&readback_bytes); }
 
 void wgllm_gpu_buffer_destroy(struct wgllm_gpu *g, struct wgllm_gpu_buffer *b) {
     if (!b) return;
@@ -514,6 +517,7 @@ enum wgllm_status wgllm_gpu_readback(struct wgllm_gpu *g, struct wgllm_gpu_buffe
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "mapped GPU buffer range is not readable");
     }
     memcpy(dst, p, size);
+    atomic_fetch_add(&readback_bytes, (uint64_t)size);
     g->f.wgpuBufferUnmap(rb->buf);
     return take_error(g, err, "GPU work before the readback");
 }

@@ -296,11 +296,14 @@ enum wgllm_kernel {
      * position). The id goes to ST[p.b]. Bindings 1 X, 2 ST (u32). Dispatch (1, 1, 1). */
     WGLLM_KERNEL_SAMPLE,
     /* Sampling of several output rows at once (the engine's device sampling): workgroup w picks
-     * for PR[8w ..] = {row, k, seed hash, position, temperature, top_p, min_p (f32 bits), 0} from
+     * for PR[8w ..] = {row, k, seed hash, position, temperature, top_p, min_p (f32 bits), mask} from
      * logits X[row * p.n ..) (p.n entries): the argmax (k == 0; first on ties, as ARGMAX) or
      * SAMPLE's chain with top min(k, 64) and the draw's u = the same hash of the seed and the
-     * position. R[2w] = the id, R[2w + 1] = the f32 bits of its raw log-softmax (the logit minus
-     * the row's log-sum-exp). Bindings 1 X, 2 PR (u32, read), 3 R (u32). Dispatch (rows, 1, 1). */
+     * position. mask 0: every token; else only the tokens whose bit is set in the bitset
+     * M[(mask - 1) * ceil(p.n / 32) ..) (bit t % 32 of word t / 32) are candidates, and k must then
+     * be at most their number (>= 1). R[2w] = the id, R[2w + 1] = the f32 bits of its raw
+     * log-softmax (the logit minus the log-sum-exp of the whole row, masked or not). Bindings 1 X,
+     * 2 PR (u32, read), 3 R (u32), 4 M (u32, read). Dispatch (rows, 1, 1). */
     WGLLM_KERNEL_SAMPLE_ROWS,
 };
 

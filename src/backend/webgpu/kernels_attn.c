@@ -214,9 +214,13 @@ static const char *sample_fns =
  * the entries after the previous round's, reduced across the workgroup in
  * bv/bi; then all threads but thread 0 return. `idx` and `st` name the
  * round's index and the reduction's stride; `barrier_first`: the round
- * waits before writing bv/bi (another reduction used them just before). */
+ * waits before writing bv/bi (another reduction used them just before).
+ * `cand`, when set, is a WGSL condition on i prefixed to the test ("ok(i) &&
+ * "): entries it rejects are never candidates (SAMPLE_ROWS's token mask);
+ * the caller then keeps K at most the number it accepts, since a round that
+ * finds nothing would leave a bogus candidate. */
 static void sample_top_k(struct wgllm_strbuf *sb, const char *k, const char *xbase, const char *idx, const char *st,
-                         bool barrier_first) {
+                         bool barrier_first, const char *cand) {
     wgllm_strbuf_printf(sb,
                         "  let K = min(min(%s, KMAX), p.n);\n"
                         "  var lastv = 0.0;\n"
@@ -226,7 +230,7 @@ static void sample_top_k(struct wgllm_strbuf *sb, const char *k, const char *xba
                         "    var %s = 0xffffffffu;\n"
                         "    for (var i = tid; i < p.n; i += WGR) {\n"
                         "      let x = X[%s + i];\n"
-                        "      if ((r == 0u || before(lastv, lasti, x, i)) && (%s == 0xffffffffu || before(x, i, v, %s))) { v = x; %s = i; }\n"
+                        "      if (%s(r == 0u || before(lastv, lasti, x, i)) && (%s == 0xffffffffu || before(x, i, v, %s))) { v = x; %s = i; }\n"
                         "    }\n"
                         "%s"
                         "    bv[tid] = v;\n"
@@ -246,7 +250,7 @@ static void sample_top_k(struct wgllm_strbuf *sb, const char *k, const char *xba
                         "    workgroupBarrier();\n"
                         "  }\n"
                         "  if (tid != 0u) { return; }\n",
-                        k, idx, xbase, idx, idx, idx, barrier_first ? "    workgroupBarrier();\n" : "", idx, st, st, st, st,
+                        k, idx, xbase, cand ? cand : "", idx, idx, idx, barrier_first ? "    workgroupBarrier();\n" : "", idx, st, st, st, st,
                         st, st);
 }
 
@@ -295,7 +299,7 @@ static char *sample(const struct wgllm_wgsl_tune *t) {
                         "fn main(@builtin(local_invocation_id) lid: vec3<u32>) {\n"
                         "  let tid = lid.x;\n",
                         t->wg_row, sample_fns);
-    sample_top_k(&sb, "p.k", "p.a", "idx", "s", false);
+    sample_top_k(&sb, "p.k", "p.a", "idx", "s", false, NULL);
     sample_cut(&sb, "mx", "p.f1", "p.f2", "p.f0");
     wgllm_strbuf_puts(&sb, "  let u = f32(pcg(pcg(p.c) ^ (ST[p.d] * 2654435761u)) >> 8u) / 16777216.0;\n"
                            "  let r = u * total;\n"
@@ -312,7 +316,10 @@ static char *sample(const struct wgllm_wgsl_tune *t) {
 }
 
 /* Workgroup w samples row PR[8w] (kernels.h), after one pass for the argmax
- * and the log-sum-exp. */
+ * among the allowed tokens and the log-sum-exp of the whole row. A row with
+ * a mask (PR[8w + 7] = 1 + its index in M) takes only the tokens whose bit
+ * is set, as the host sampler masks the grammar's tokens before the chain;
+ * its logprob is still the raw log-softmax, as the host reports it. */
 static char *sample_rows(const struct wgllm_wgsl_tune *t) {
     struct wgllm_strbuf sb = {0};
     wgllm_strbuf_printf(&sb,
@@ -321,44 +328,56 @@ static char *sample_rows(const struct wgllm_wgsl_tune *t) {
                         "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
                         "@group(0) @binding(2) var<storage, read> PR: array<u32>;\n"
                         "@group(0) @binding(3) var<storage, read_write> R: array<u32>;\n"
+                        "@group(0) @binding(4) var<storage, read> M: array<u32>;\n"
                         "var<workgroup> bv: array<f32, WGR>;\n"
                         "var<workgroup> bi: array<u32, WGR>;\n"
+                        "var<workgroup> bm: array<f32, WGR>;\n"
                         "var<workgroup> bs: array<f32, WGR>;\n"
                         "var<workgroup> cv: array<f32, KMAX>;\n"
                         "var<workgroup> ci: array<u32, KMAX>;\n"
                         "var<workgroup> wk: u32;\n"
+                        "var<private> mk: u32;\n"
+                        "var<private> mb: u32;\n"
                         "%s"
+                        "fn ok(i: u32) -> bool { return mk == 0u || ((M[mb + (i >> 5u)] >> (i & 31u)) & 1u) != 0u; }\n"
                         "@compute @workgroup_size(WGR)\n"
                         "fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {\n"
                         "  let tid = lid.x;\n"
                         "  let q = wid.x * 8u;\n"
                         "  let base = PR[q] * p.n;\n"
+                        "  mk = PR[q + 7u];\n"
+                        "  mb = select(0u, (mk - 1u) * ((p.n + 31u) / 32u), mk != 0u);\n"
                         "  if (tid == 0u) { wk = PR[q + 1u]; }\n"
                         "  let kk = workgroupUniformLoad(&wk);\n"
-                        /* the argmax and the log-sum-exp in one pass: a running max and the sum relative to it */
+                        /* one pass: the allowed argmax, and the row's running max with the sum relative to it */
                         "  var m = -3.4e38;\n"
-                        "  var idx = 0xffffffffu;\n"
                         "  var s = 0.0;\n"
+                        "  var am = -3.4e38;\n"
+                        "  var idx = 0xffffffffu;\n"
                         "  for (var i = tid; i < p.n; i += WGR) {\n"
                         "    let x = X[base + i];\n"
-                        "    if (idx == 0xffffffffu || x > m) { s = s * exp(m - x) + 1.0; m = x; idx = i; } else { s += exp(x - m); }\n"
+                        "    if (s == 0.0 || x > m) { s = s * exp(m - x) + 1.0; m = x; } else { s += exp(x - m); }\n"
+                        "    if (ok(i) && (idx == 0xffffffffu || x > am)) { am = x; idx = i; }\n"
                         "  }\n"
-                        "  bv[tid] = m;\n"
+                        "  bv[tid] = am;\n"
                         "  bi[tid] = idx;\n"
+                        "  bm[tid] = m;\n"
                         "  bs[tid] = s;\n"
                         "  workgroupBarrier();\n"
                         "  for (var st = WGR / 2u; st > 0u; st >>= 1u) {\n"
                         "    if (tid < st) {\n"
                         "      let ov = bv[tid + st];\n"
                         "      let oi = bi[tid + st];\n"
+                        "      if (oi != 0xffffffffu && (bi[tid] == 0xffffffffu || before(ov, oi, bv[tid], bi[tid]))) { bv[tid] = ov; bi[tid] = oi; }\n"
+                        "      let om = bm[tid + st];\n"
                         "      let os = bs[tid + st];\n"
-                        "      if (oi != 0xffffffffu) {\n"
-                        "        if (bi[tid] == 0xffffffffu) { bv[tid] = ov; bi[tid] = oi; bs[tid] = os; }\n"
+                        "      if (os != 0.0) {\n"
+                        "        if (bs[tid] == 0.0) { bm[tid] = om; bs[tid] = os; }\n"
                         "        else {\n"
-                        "          let mv = bv[tid];\n"
-                        "          let nm = max(mv, ov);\n"
-                        "          bs[tid] = bs[tid] * exp(mv - nm) + os * exp(ov - nm);\n"
-                        "          if (before(ov, oi, mv, bi[tid])) { bv[tid] = ov; bi[tid] = oi; }\n"
+                        "          let mv = bm[tid];\n"
+                        "          let nm = max(mv, om);\n"
+                        "          bs[tid] = bs[tid] * exp(mv - nm) + os * exp(om - nm);\n"
+                        "          bm[tid] = nm;\n"
                         "        }\n"
                         "      }\n"
                         "    }\n"
@@ -366,9 +385,9 @@ static char *sample_rows(const struct wgllm_wgsl_tune *t) {
                         "  }\n"
                         "  let mx = bv[0];\n"
                         "  let best = bi[0];\n"
-                        "  let lse = mx + log(bs[0]);\n",
+                        "  let lse = bm[0] + log(bs[0]);\n",
                         t->wg_row, sample_fns);
-    sample_top_k(&sb, "kk", "base", "id", "st", true);
+    sample_top_k(&sb, "kk", "base", "id", "st", true, "ok(i) && ");
     wgllm_strbuf_puts(&sb, "  if (K == 0u) {\n"
                            "    R[2u * wid.x] = best;\n"
                            "    R[2u * wid.x + 1u] = bitcast<u32>(mx - lse);\n"

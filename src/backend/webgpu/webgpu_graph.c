@@ -319,10 +319,10 @@ enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const str
         if (!(g->shift_bg[il] = wgllm_gpu_bindgroup_create(g->gpu, g->shift_pipe, 4, sb, err)))
             return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     }
-    const struct wgllm_gpu_binding srb[4] = {
+    const struct wgllm_gpu_binding srb[5] = {
         {g->arena, (uint64_t)samp_slot * SLOT_BYTES, sizeof(union wgllm_kparams)},
-        {g->logits, 0, 0}, {g->samp_in, 0, 0}, {g->samp_out, 0, 0}};
-    if (!(g->samp_bg = wgllm_gpu_bindgroup_create(g->gpu, g->samp_pipe, 4, srb, err)))
+        {g->logits, 0, 0}, {g->samp_in, 0, 0}, {g->samp_out, 0, 0}, {g->samp_mask, 0, 0}};
+    if (!(g->samp_bg = wgllm_gpu_bindgroup_create(g->gpu, g->samp_pipe, 5, srb, err)))
         return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     for (int i = 0; i < g->n_slots; i++)
         wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)i * SLOT_BYTES, &g->slots[i], sizeof g->slots[i]);

@@ -99,11 +99,14 @@ struct wgllm_webgpu_ctx {
     int shift_slot;
     struct wgllm_gpu_buffer *id_rb[2]; /* greedy on the GPU: the sampled ids, read back alternately */
     /* device sampling of a pass's output rows (decode_sampled): SAMPLE_ROWS reads 8 words per
-       sampled row from samp_in and writes id + logprob to samp_out; host copies of out_cap rows */
-    struct wgllm_gpu_buffer *samp_in, *samp_out;
+       sampled row from samp_in and writes id + logprob to samp_out; host copies of out_cap rows.
+       samp_mask: the token bitsets of the masked rows (grammars), samp_mask_words each, uploaded
+       with the pass (n_vocab / 8 bytes a row instead of reading n_vocab floats back) */
+    struct wgllm_gpu_buffer *samp_in, *samp_out, *samp_mask;
     struct wgllm_gpu_pipeline *samp_pipe;
     struct wgllm_gpu_bindgroup *samp_bg;
     uint32_t *samp_host; /* out_cap x 8 words */
+    uint32_t samp_mask_words; /* ceil(n_vocab / 32) */
     int *samp_row;       /* out_cap: the output row of each row read back, then of each sampled one */
     float *rope_host;
     uint32_t *step_host;

@@ -185,8 +185,9 @@ static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, 
                               WGLLM_MAX(WGLLM_MAX(E, F), OD), w->rot, 4};
     for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) per_tok = sadd(per_tok, terms[i]);
     fixed = sadd(fixed, smul3(B, per_tok, 4));
-    /* outputs, readback, parameter arena */
+    /* outputs, readback, parameter arena; the sampled rows' words (8 in, 2 out) and grammar mask (a bit per token) */
     fixed = sadd(fixed, smul3(OC, sadd(sadd(smul(2, E), OD), V), 4));
+    fixed = sadd(fixed, smul3(OC, 10 + (V + 31) / 32, 4));
     fixed = sadd(fixed, sadd(smul3(OC, WGLLM_MAX(V, E), 4), 64 * 1024));
     return fixed;
 }
@@ -371,6 +372,7 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     sz->readback = smul3(OC, WGLLM_MAX(V, E), 4);
     sz->samp_in = smul3(OC, 8, 4);
     sz->samp_out = smul3(OC, 2, 4);
+    sz->samp_mask = smul3(OC, (V + 31) / 32, 4); /* a grammar's allowed tokens, one bit each, per output row */
     const uint64_t n_vec = vector_floats(m, &w);
     if (n_vec > UINT32_MAX) /* the kernels address the vectors by u32 float offsets */
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: the model's vectors hold %s floats, more than "
@@ -396,6 +398,7 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
         bool storage;
     } bufs[] = {{"step", sz->step, true},         {"output readback", sz->readback, false},
                 {"sample rows in", sz->samp_in, true}, {"sample rows out", sz->samp_out, true},
+                {"sample rows mask", sz->samp_mask, true},
                 {"vectors", sz->vectors, true},   {"k cache", sz->k_cache, true},
                 {"v cache", sz->v_cache, true},   {"shift scratch", sz->shift, true},
                 {"logits", sz->logits, true},     {"rope cos/sin", sz->rope_cs, true}};
@@ -523,7 +526,11 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     if (!g->readback) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     g->samp_in = wgllm_webgpu_gbuf(g, sz.samp_in, WGLLM_GPU_STORAGE, "sample rows in", &g->plan.params, err);
     g->samp_out = g->samp_in ? wgllm_webgpu_gbuf(g, sz.samp_out, WGLLM_GPU_STORAGE, "sample rows out", &g->plan.params, err) : NULL;
-    if (!g->samp_out) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
+    g->samp_mask_words = (uint32_t)(((uint64_t)hp->n_vocab + 31) / 32);
+    g->samp_mask = g->samp_out ? wgllm_webgpu_gbuf(g, sz.samp_mask, WGLLM_GPU_STORAGE, "sample rows mask",
+                                                   &g->plan.params, err)
+                               : NULL;
+    if (!g->samp_mask) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     /* counts the plan checked to fit size_t */
     g->samp_host = calloc(sz.samp_host, sizeof(uint32_t));
     g->samp_row = calloc(sz.samp_row, sizeof(int));

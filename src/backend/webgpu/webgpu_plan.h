@@ -61,7 +61,7 @@ struct wgllm_webgpu_sizes {
     uint64_t estimate;  /* what the plan is expected to take on the device */
     char note[320];     /* what shrank and why ("" when nothing) */
     /* bytes of each buffer as it is created (the device rounds them up to 16) */
-    uint64_t step, readback, samp_in, samp_out, vectors, k_cache, v_cache, shift, logits, rope_cs;
+    uint64_t step, readback, samp_in, samp_out, samp_mask, vectors, k_cache, v_cache, shift, logits, rope_cs;
     uint64_t act[WGLLM_ACT_COUNT]; /* 0: not created (qr, kr without q/k norms) */
     /* element counts of the host arrays, known to fit size_t */
     size_t step_host, rope_host, samp_host, samp_row;
