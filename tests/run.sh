@@ -24,19 +24,20 @@ note_result() { # $1 = summary line "x: N passed, N failed"
     passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
 }
 
-echo "== build (release + asan)"
+echo "== build (release + asan) [at ${SECONDS} s]"
 if ! make -j"$jobs" >/tmp/wgllm-build.log 2>&1 || ! make -j"$jobs" MODE=asan >>/tmp/wgllm-build.log 2>&1; then
     tail -40 /tmp/wgllm-build.log
     echo "total: 0 passed, 1 failed"
     exit 1
 fi
 
-echo "== unit tests (ASan + UBSan)"
+echo "== unit tests (ASan + UBSan) [at ${SECONDS} s]"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 for t in build/asan/tests/test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
+    t0=$SECONDS
     out=$("$t" 2>/tmp/wgllm-"$name".err)
     rc=$?
     line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -1)
@@ -45,11 +46,11 @@ for t in build/asan/tests/test_*; do
         [ -n "$line" ] || line="$name: 0 passed, 1 failed"
         [ $rc -ne 0 ] && ! grep -q ' [1-9][0-9]* failed' <<<"$line" && line="$name: 0 passed, 1 failed (exit $rc)"
     fi
-    echo "$line"
+    echo "$line ($((SECONDS - t0)) s)"
     note_result "$line"
 done
 
-echo "== threaded tests (ThreadSanitizer)"
+echo "== threaded tests (ThreadSanitizer) [at ${SECONDS} s]"
 # the thread pool, the engine's scheduler thread and the stepped engine; a race
 # report fails the test (TSan's exit code 66 at exit, halt_on_error for the first)
 TSAN_TESTS="test_threadpool test_engine_step test_engine"
@@ -72,7 +73,7 @@ fi
 
 # scripts that end with one line "x: N passed, N failed"
 script_suite() { # $1 = title, $2... = command
-    echo "== $1"
+    echo "== $1 [at ${SECONDS} s]"
     shift
     local out line
     out=$("$@" 2>&1)
@@ -88,7 +89,7 @@ script_suite "README's first command in a fresh clone of HEAD (tests/demo_test.s
 
 # node --test suites: their closing lines "# pass N" / "# fail N"
 node_suite() { # $1 = title, $2 = script
-    echo "== $1"
+    echo "== $1 [at ${SECONDS} s]"
     local out rc p f
     out=$(bash "$2" 2>&1)
     rc=$?
@@ -104,5 +105,6 @@ node_suite() { # $1 = title, $2 = script
 node_suite "agreement with llama.cpp, server, chat templates (tests/peer)" tests/peer/run.sh
 node_suite "the browser package in headless Chromium (tests/web)" tests/web/run.sh
 
+echo "suite time: ${SECONDS} s"
 echo "total: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
