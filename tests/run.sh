@@ -84,7 +84,7 @@ script_suite() { # $1 = title, $2... = command
     [ $rc -ne 0 ] && ! grep -q ' [1-9][0-9]* failed' <<<"$line" && line="x: 0 passed, 1 failed"
     note_result "$line"
 }
-script_suite "fuzz targets, 8 s each (fuzz/run.sh; the long run is documented in fuzz/README.md)" bash fuzz/run.sh 8
+script_suite "fuzz targets, 4 s each (fuzz/run.sh; the long run is documented in fuzz/README.md)" bash fuzz/run.sh 4
 script_suite "README's first command in a fresh clone of HEAD (tests/demo_test.sh)" bash tests/demo_test.sh
 
 # node --test suites: their closing lines "# pass N" / "# fail N"
