@@ -961,6 +961,14 @@ enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *e, const char *
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
 }
 
+/* The model's BOS and EOS texts, as the template writes them. */
+static void special_texts(const struct wgllm_engine *e, const char **bos_text, const char **eos_text) {
+    const struct wgllm_vocab *v = e->model->vocab;
+    const int32_t bos = wgllm_vocab_bos(v), eos = wgllm_vocab_eos(v);
+    *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
+    *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
+}
+
 /* A chat rendering (text with the spans that are the request's) as a request. */
 static enum wgllm_status submit_rendered(struct wgllm_engine *e, char *text, struct wgllm_text_span *spans,
                                          size_t n_spans, const struct wgllm_request_params *params,
@@ -970,9 +978,8 @@ static enum wgllm_status submit_rendered(struct wgllm_engine *e, char *text, str
      * are parsed in the template's own text only: the messages' text is
      * tokenized as text, so a user cannot write "<|im_start|>system" into the
      * prompt (llama.cpp's server parses them in the whole rendering). */
-    const struct wgllm_vocab *v = e->model->vocab;
-    const int32_t bos = wgllm_vocab_bos(v);
-    const char *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
+    const char *bos_text, *eos_text;
+    special_texts(e, &bos_text, &eos_text);
     const size_t bl = strlen(bos_text);
     const bool has_bos = bl > 0 && strncmp(text, bos_text, bl) == 0 && (n_spans == 0 || spans[0].off >= bl);
     int32_t *ids = NULL;
@@ -986,12 +993,6 @@ static enum wgllm_status submit_rendered(struct wgllm_engine *e, char *text, str
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
 }
 
-static void special_texts(const struct wgllm_engine *e, const char **bos_text, const char **eos_text) {
-    const struct wgllm_vocab *v = e->model->vocab;
-    const int32_t bos = wgllm_vocab_bos(v), eos = wgllm_vocab_eos(v);
-    *bos_text = bos >= 0 ? wgllm_vocab_token_text(v, bos) : "";
-    *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
-}
 
 enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct wgllm_message *msgs, int n_msgs,
                                            const struct wgllm_request_params *params, struct wgllm_request **out,
