@@ -2,11 +2,12 @@
  * fuzz_sse.c - what a hostile upstream sends the gateway: bytes of a streamed
  * answer through the client's SSE framing (http.c), split into pieces the
  * input chooses, each event through the client's chunk parser (client.c's
- * on_event: text, finish reason, usage, errors); then the same bytes as a
+ * on_event: text, finish reason, usage, errors, tool-call deltas); then the same bytes as a
  * whole (non-streamed) answer. client.c is included, not linked, because its
  * parsers are static. Bounds that must hold: the pending event never
  * outgrows its limit, usage counts stay in [0, WGLLM_USAGE_MAX] with cached
- * <= prompt, and the text is what the pieces carried.
+ * <= prompt, the text is what the pieces carried, and the tool calls
+ * assembled are one JSON array entry per named call.
  */
 #include "client/client.c"
 
@@ -32,6 +33,20 @@ static void check_usage(const struct wgllm_usage *u) {
     if (u->prompt_tokens < 0 || u->prompt_tokens > WGLLM_USAGE_MAX || u->completion_tokens < 0 ||
         u->completion_tokens > WGLLM_USAGE_MAX || u->cached_tokens < 0 || u->cached_tokens > u->prompt_tokens)
         abort();
+}
+
+/* The assembled calls: one JSON array entry per named call, in index order. */
+static void check_calls(const struct gen_state *g) {
+    if (g->n_calls < 0 || g->n_calls > WGLLM_CLIENT_MAX_CALLS) abort();
+    int named = 0;
+    for (int i = 0; i < g->n_calls; i++) named += g->calls[i].name.len > 0;
+    char *json;
+    if (!calls_json(g, &json)) return; /* out of memory */
+    if (!json != !named) abort();
+    cJSON *a = json ? cJSON_Parse(json) : NULL;
+    if (json && (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != named)) abort();
+    cJSON_Delete(a);
+    free(json);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -61,7 +76,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (g.text.len != seen.bytes || (g.text.data && strlen(g.text.data) != g.text.len)) abort();
     if (p.max_tokens > 0 && seen.pieces > 2 * p.max_tokens + 16) abort();
     wgllm_sse_free(&sse);
-    wgllm_strbuf_free(&g.text);
+    check_calls(&g);
+    gen_state_free(&g);
 
     /* the same bytes as a whole answer */
     struct gen_state w = {.ep = &ep, .p = &p, .chat = data[0] & 8};
@@ -73,6 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cJSON_Delete(o);
     }
     check_usage(&w.usage);
-    wgllm_strbuf_free(&w.text);
+    check_calls(&w);
+    gen_state_free(&w);
     return 0;
 }

@@ -578,6 +578,16 @@ struct wgllm_result {
     int n_top;
     struct wgllm_usage usage;
     struct wgllm_timings timings;
+    /* An upstream's answer (the gateway's client, wgllm_client_chat_json):
+     * the tool calls it returned, as OpenAI's JSON array
+     * [{"id", "type": "function", "function": {"name", "arguments"}}]
+     * (malloc'd), else NULL. A local engine's calls are in `text`, in the
+     * model's own syntax, and the OpenAI layer splits them out. */
+    char *tool_calls_json;
+    /* An upstream's answer: the reasoning_content it sent beside the text
+     * (malloc'd, NUL-terminated), else NULL. A local engine's <think> block
+     * is in `text`. */
+    char *reasoning_content;
 };
 
 void wgllm_result_free(struct wgllm_result *r);
@@ -793,7 +803,11 @@ struct wgllm_openai_params {
     int n_ctx;                       /* KV positions per slot: repeat_last_n is capped to it; 0 = no cap */
     /* Forwarding (the server's --upstream): a `model` that is not this one's
      * and that upstream() names (returns non-NULL) is parsed for that
-     * upstream: no model or vocabulary checks there, no logprobs. NULL = none. */
+     * upstream: no model or vocabulary checks there, no logprobs, and no
+     * grammar or json_schema (local-only). The chat fields the upstream's own
+     * template and parser handle (messages as given, tools, tool_choice,
+     * parallel_tool_calls, response_format, chat_template_kwargs,
+     * reasoning_format) go to it as forward_json. NULL = none. */
     const char *(*upstream)(void *user, const char *model);
     void *upstream_user;
 };
@@ -856,6 +870,11 @@ struct wgllm_openai_request {
     enum wgllm_openai_tool_choice tool_choice;
     bool parallel_tool_calls;
     struct wgllm_openai_toolsplit split;
+    /* chat for an upstream: a JSON object of the fields it is sent as given
+     * (messages, and tools ... reasoning_format when present), for
+     * wgllm_client_chat_json; the calls it answers come back in
+     * wgllm_result.tool_calls_json */
+    char *forward_json;
 };
 
 /* Most chunks wgllm_openai_chunks_end writes. */

@@ -502,6 +502,83 @@ TEST(reasoning_content) {
     wgllm_engine_free(er);
 }
 
+static const char *only_up(void *user, const char *model) {
+    (void)user;
+    return !strcmp(model, "up") ? "up" : NULL;
+}
+
+/* A chat for an upstream: the fields its own template and parser handle go in
+ * forward_json as given, GBNF stays local, and the calls it answers
+ * (wgllm_result.tool_calls_json) come out whole and streamed, ids kept. */
+TEST(forwarded_to_an_upstream) {
+    const struct wgllm_openai_params saved = g_p;
+    g_p.upstream = only_up;
+    static const char BODY[] =
+        "{\"model\":\"up\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null,"
+        "\"tool_calls\":[{\"id\":\"c9\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c9\",\"content\":\"1\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+        "{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false,"
+        "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"object\"}}},"
+        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"max_tokens\":3,\"temperature\":0}";
+    struct wgllm_openai_request rq;
+    struct wgllm_openai_error e;
+    CHECK(parse(WGLLM_OPENAI_CHAT, BODY, &rq, &e));
+    CHECK(rq.upstream && !strcmp(rq.upstream, "up"));
+    CHECK(!rq.tools && !rq.grammar && !rq.messages_json); /* nothing of it runs here */
+    CHECK(rq.forward_json != NULL);
+    /* forward_json holds exactly these fields, each equal to what was sent */
+    struct wgllm_json_doc sent = {0}, fwd = {0};
+    struct wgllm_json_error je;
+    const struct wgllm_json_limits lim = {.max_depth = 32, .max_nodes = 4096};
+    CHECK(wgllm_json_parse(BODY, sizeof BODY - 1, &lim, &sent, &je));
+    CHECK(rq.forward_json && wgllm_json_parse(rq.forward_json, strlen(rq.forward_json), &lim, &fwd, &je));
+    static const char *const KEYS[] = {"messages", "tools", "tool_choice", "parallel_tool_calls", "response_format",
+                                       "chat_template_kwargs"};
+    const struct wgllm_json *root = wgllm_json_root(&fwd);
+    CHECK_EQ_INT((int)root->count, 6);
+    for (int i = 0; i < 6; i++) {
+        struct wgllm_strbuf a = {0}, b = {0};
+        struct wgllm_json_writer wa, wb;
+        wgllm_json_w_init(&wa, &a), wgllm_json_w_init(&wb, &b);
+        wgllm_json_w_value(&wa, NULL, wgllm_json_get(wgllm_json_root(&sent), KEYS[i]));
+        wgllm_json_w_value(&wb, NULL, wgllm_json_get(root, KEYS[i]));
+        if (!a.data || !b.data || strcmp(a.data, b.data)) fprintf(stderr, "  %s: %s != %s\n", KEYS[i], a.data, b.data);
+        CHECK(a.data && b.data && !strcmp(a.data, b.data));
+        wgllm_strbuf_free(&a), wgllm_strbuf_free(&b);
+    }
+    wgllm_json_doc_free(&sent), wgllm_json_doc_free(&fwd);
+
+    /* the upstream's calls in the answer, whole and as the stream's end */
+    struct wgllm_result r = {.finish = WGLLM_FINISH_STOP, .text = strdup(""),
+                             .tool_calls_json = strdup("[{\"id\":\"call_up1\",\"type\":\"function\",\"function\":{\"name\":"
+                                                       "\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}}]")};
+    char *resp = wgllm_openai_response(&g_p, &rq, "chatcmpl-7", &r);
+    CHECK(resp && strstr(resp, "\"content\":null,\"tool_calls\":[{\"id\":\"call_up1\",\"type\":\"function\","
+                               "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}}]"));
+    CHECK(resp && strstr(resp, "\"finish_reason\":\"tool_calls\""));
+    free(resp);
+    char *end[WGLLM_OPENAI_END_CHUNKS] = {0};
+    const int n = wgllm_openai_chunks_end(&g_p, &rq, "chatcmpl-7", &r, end);
+    CHECK_EQ_INT(n, 2);
+    CHECK(n == 2 && strstr(end[0], "\"tool_calls\":[{\"index\":0,\"id\":\"call_up1\""));
+    CHECK(n == 2 && strstr(end[1], "\"finish_reason\":\"tool_calls\""));
+    for (int i = 0; i < n; i++) free(end[i]);
+    /* cut by max_tokens, calls or not, the answer says so */
+    r.finish = WGLLM_FINISH_LENGTH;
+    resp = wgllm_openai_response(&g_p, &rq, "chatcmpl-7", &r);
+    CHECK(resp && strstr(resp, "\"finish_reason\":\"length\""));
+    free(resp);
+    wgllm_result_free(&r);
+    wgllm_openai_request_free(&rq);
+
+    /* GBNF and the bare json_schema field are local extensions */
+    refused(WGLLM_OPENAI_CHAT, "{\"model\":\"up\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"grammar\":\"root ::= \\\"a\\\"\"}",
+            400, "grammar", NULL);
+    refused(WGLLM_OPENAI_CHAT, "{\"model\":\"up\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"json_schema\":{}}", 400,
+            "json_schema", NULL);
+    g_p = saved;
+}
+
 int main(void) {
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     g_model = test_synth_model(&sp);
@@ -522,6 +599,7 @@ int main(void) {
     RUN(embeddings);
     RUN(structured_output);
     RUN(reasoning_content);
+    RUN(forwarded_to_an_upstream);
     wgllm_engine_free(g_eng);
     wgllm_model_free(g_model);
     return test_summary("test_openai");

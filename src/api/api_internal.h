@@ -40,6 +40,8 @@ struct wgllm_tool_calls {
 void wgllm_openai_tools_extract(const struct wgllm_openai_request *g, const char *s, size_t n,
                                 struct wgllm_tool_calls *out);
 void wgllm_tool_calls_free(struct wgllm_tool_calls *c);
+/* The calls of an upstream's answer (wgllm_result.tool_calls_json), ids kept. */
+void wgllm_tool_calls_from_json(const char *json, struct wgllm_tool_calls *out);
 /* A stream's next piece of content: what may be sent now goes to `content`,
  * what is or may become a call is held in g->split. */
 void wgllm_openai_toolsplit_push(struct wgllm_openai_request *g, const char *text, size_t len,

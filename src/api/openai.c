@@ -353,9 +353,12 @@ static bool parse_structured(const J *body, bool chat, struct wgllm_openai_reque
     const int given = !wgllm_json_is_null(rf) + !wgllm_json_is_null(gr) + !wgllm_json_is_null(js);
     if (given > 1) return bad(e, "grammar", "'%s', 'json_schema' and 'response_format' exclude each other%s", "");
     if (given == 0) return true;
+    /* an upstream gets response_format as given (forward_json) and applies it
+     * itself; GBNF and the bare json_schema field are llama.cpp's local extensions */
+    if (g->upstream && wgllm_json_is_null(gr) && wgllm_json_is_null(js)) return true;
     if (g->upstream)
-        return bad(e, !wgllm_json_is_null(gr) ? "grammar" : !wgllm_json_is_null(js) ? "json_schema" : "response_format",
-                   "'%s' is not forwarded to upstream '%s' (structured output runs on the local model)", g->upstream);
+        return bad(e, !wgllm_json_is_null(gr) ? "grammar" : "json_schema",
+                   "'%s' is local-only and not forwarded to upstream '%s' (use response_format)", g->upstream);
     if (!wgllm_json_is_null(gr)) {
         if (!wgllm_json_is(gr, WGLLM_JSON_STRING) || !gr->len) return bad(e, "grammar", "'%s' must be a non-empty string (GBNF)%s", "");
         if (!c_string(gr, "grammar", e)) return false;
@@ -382,6 +385,25 @@ static bool parse_structured(const J *body, bool chat, struct wgllm_openai_reque
     return true;
 }
 
+/* An upstream chat's fields that its own template, tool-call parser and
+ * structured output handle, as the client gave them (validated already). */
+static bool forward_fields(const J *body, struct wgllm_openai_request *g, struct wgllm_openai_error *e) {
+    static const char *const FORWARDED[] = {"messages", "tools", "tool_choice", "parallel_tool_calls",
+                                            "response_format", "chat_template_kwargs", "reasoning_format"};
+    struct wgllm_strbuf text = {0};
+    struct wgllm_json_writer w;
+    wgllm_json_w_init(&w, &text);
+    wgllm_json_w_object(&w, NULL);
+    for (size_t i = 0; i < sizeof FORWARDED / sizeof *FORWARDED; i++) {
+        const J *v = wgllm_json_get(body, FORWARDED[i]);
+        if (v) wgllm_json_w_value(&w, FORWARDED[i], v);
+    }
+    wgllm_json_w_end(&w, '}');
+    if (text.oom) return wgllm_strbuf_free(&text), bad(e, "messages", "out of memory for '%s'%s", "");
+    g->forward_json = wgllm_strbuf_take(&text);
+    return true;
+}
+
 /* The chat fields that go to the template: tools (and their grammar), the
  * messages as JSON, chat_template_kwargs. */
 static bool chat_extras(const struct wgllm_openai_params *ap, const J *body, struct wgllm_openai_request *g,
@@ -390,7 +412,7 @@ static bool chat_extras(const struct wgllm_openai_params *ap, const J *body, str
     const J *kw = wgllm_json_get(body, "chat_template_kwargs");
     if (!wgllm_json_is_null(kw)) {
         if (kw->type != WGLLM_JSON_OBJECT) return bad(e, "chat_template_kwargs", "'%s' must be an object%s", "");
-        if (g->upstream) return bad(e, "chat_template_kwargs", "'%s' is not forwarded to upstream '%s'", g->upstream);
+        if (g->upstream) return forward_fields(body, g, e);
         struct wgllm_strbuf text = {0};
         struct wgllm_json_writer w;
         wgllm_json_w_init(&w, &text);
@@ -398,7 +420,7 @@ static bool chat_extras(const struct wgllm_openai_params *ap, const J *body, str
         if (text.oom) return wgllm_strbuf_free(&text), bad(e, "chat_template_kwargs", "out of memory for '%s'%s", "");
         g->kwargs_json = wgllm_strbuf_take(&text);
     }
-    return g->upstream || wgllm_openai_messages_json(ap, body, g, e);
+    return g->upstream ? forward_fields(body, g, e) : wgllm_openai_messages_json(ap, body, g, e);
 }
 
 enum wgllm_status wgllm_openai_submit(struct wgllm_engine *eng, const struct wgllm_openai_request *g,
@@ -671,6 +693,7 @@ void wgllm_openai_request_free(struct wgllm_openai_request *g) {
     free(g->grammar);
     free(g->messages_json);
     free(g->tools_json);
+    free(g->forward_json);
     free(g->kwargs_json);
     wgllm_openai_toolsplit_free(&g->split);
     for (int i = 0; g->inputs && i < g->n_inputs; i++) free(g->inputs[i]);

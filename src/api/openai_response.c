@@ -232,9 +232,11 @@ char *wgllm_openai_response(const struct wgllm_openai_params *p, const struct wg
             wgllm_openai_think_flush(&t, &content, &reasoning);
         } else {
             wgllm_strbuf_put(&content, r->text ? r->text : "", r->text ? r->text_len : 0);
+            if (r->reasoning_content) wgllm_strbuf_puts(&reasoning, r->reasoning_content); /* an upstream's */
         }
         struct wgllm_tool_calls tc = {0};
         if (g->tools) wgllm_openai_tools_extract(g, content.data ? content.data : "", content.len, &tc);
+        else wgllm_tool_calls_from_json(r->tool_calls_json, &tc); /* an upstream's, parsed there */
         const struct wgllm_strbuf *shown = g->tools ? &tc.content : &content;
         if (tc.n > 0 && shown->len == 0) wgllm_json_w_null(&w, "content"); /* OpenAI's content beside tool_calls */
         else wgllm_json_w_string(&w, "content", shown->data ? shown->data : "", shown->len);
@@ -397,6 +399,8 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_op
     /* text the <think> split still held ends up in the finish chunk's delta */
     struct wgllm_strbuf content = {0}, reasoning = {0};
     if (g->reasoning && g->endpoint == WGLLM_OPENAI_CHAT) wgllm_openai_think_flush(&g->think, &content, &reasoning);
+    /* an upstream's reasoning, which the client gathered apart from the text, comes with the finish */
+    if (r->reasoning_content && g->endpoint == WGLLM_OPENAI_CHAT) wgllm_strbuf_puts(&reasoning, r->reasoning_content);
     bool calls = false;
     if (g->tools && g->endpoint == WGLLM_OPENAI_CHAT) {
         /* the tool split's held text, with what the think split gave last, is calls or content */
@@ -425,6 +429,17 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_op
         }
         if (rest.oom || tc.oom || content.oom) oom = true;
         wgllm_strbuf_free(&rest);
+        wgllm_tool_calls_free(&tc);
+    } else if (r->tool_calls_json && g->endpoint == WGLLM_OPENAI_CHAT) {
+        /* an upstream's calls, assembled from its deltas by the client */
+        struct wgllm_tool_calls tc = {0};
+        wgllm_tool_calls_from_json(r->tool_calls_json, &tc);
+        if (tc.n > 0) {
+            calls = true;
+            if ((out[n] = tools_chunk(p, g, id, &tc))) n++;
+            else oom = true;
+        }
+        if (tc.oom) oom = true;
         wgllm_tool_calls_free(&tc);
     }
     out[n] = chunk_ex(p, g, id, 2, content.data, content.len, reasoning.data, reasoning.len, -1, 0,

@@ -316,9 +316,8 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
             return bad(e, "tool_choice", "'%s' needs 'tools'%s", "");
     }
     if (none || g->tool_choice == WGLLM_TOOL_CHOICE_NONE) return true;
-    if (g->upstream)
-        return bad(e, "tools", "'%s' is not forwarded to upstream '%s' (tool calls run on the local model)",
-                   g->upstream);
+    /* an upstream gets the tools as given (forward_json) and parses its model's calls itself */
+    if (g->upstream) return true;
     g->tools = true;
     g->tool_format = ap->engine ? (int)wgllm_engine_template_caps(ap->engine).tool_format : WGLLM_TOOLS_GENERIC;
     /* the tools as the template sees them */
@@ -651,6 +650,28 @@ void wgllm_tool_calls_free(struct wgllm_tool_calls *out) {
     free(out->v);
     wgllm_strbuf_free(&out->content);
     memset(out, 0, sizeof *out);
+}
+
+void wgllm_tool_calls_from_json(const char *json, struct wgllm_tool_calls *out) {
+    if (!json) return;
+    struct wgllm_json_doc d = {0};
+    struct wgllm_json_error je;
+    const struct wgllm_json_limits lim = {.max_depth = 64, .max_nodes = 1 << 20};
+    if (!wgllm_json_parse(json, strlen(json), &lim, &d, &je)) {
+        out->oom = true; /* the client wrote it: only memory can make it unreadable */
+        return;
+    }
+    const J *arr = wgllm_json_root(&d);
+    for (const J *c = arr->type == WGLLM_JSON_ARRAY ? wgllm_json_first(arr) : NULL; c; c = wgllm_json_next(arr, c)) {
+        const J *fn = wgllm_json_get(c, "function");
+        const J *name = wgllm_json_get(fn, "name");
+        if (!wgllm_json_is(name, WGLLM_JSON_STRING)) continue;
+        if (!add_call(out, name->str, name->len, wgllm_json_get(fn, "arguments"), wgllm_json_get(c, "id"))) {
+            out->oom = true;
+            break;
+        }
+    }
+    wgllm_json_doc_free(&d);
 }
 
 /* Hermes: <tool_call>{...}</tool_call>, any number, text around them is content. */

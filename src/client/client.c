@@ -217,6 +217,7 @@ struct gen_state {
     const struct wgllm_request_params *p;
     bool chat;
     struct wgllm_strbuf text; /* the answer so far (text.oom: some of it was lost) */
+    struct wgllm_strbuf reasoning; /* chat: the reasoning_content so far */
     enum wgllm_finish_reason finish;
     bool have_finish;
     struct wgllm_usage usage;
@@ -224,7 +225,87 @@ struct gen_state {
     int64_t t0, t_first;
     int pieces;   /* streamed text pieces so far */
     bool overrun; /* the upstream streamed far more pieces than max_tokens allows: cut as LENGTH */
+    /* tool calls, whole or assembled from stream deltas by their index */
+    struct remote_call {
+        struct wgllm_strbuf id, name, args;
+    } calls[WGLLM_CLIENT_MAX_CALLS];
+    int n_calls;
+    bool calls_past; /* an index past WGLLM_CLIENT_MAX_CALLS */
 };
+
+static void gen_state_free(struct gen_state *g) {
+    wgllm_strbuf_free(&g->text);
+    wgllm_strbuf_free(&g->reasoning);
+    for (int i = 0; i < g->n_calls; i++) {
+        wgllm_strbuf_free(&g->calls[i].id);
+        wgllm_strbuf_free(&g->calls[i].name);
+        wgllm_strbuf_free(&g->calls[i].args);
+    }
+    g->n_calls = 0;
+}
+
+/* A message's or delta's tool_calls. OpenAI streams a call as deltas of one
+ * index: the id, type and name first, then the arguments in pieces; whole
+ * answers have no index (their position is it). */
+static void read_calls(struct gen_state *g, const cJSON *m) {
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
+    if (!cJSON_IsArray(tc)) return;
+    int k = 0;
+    cJSON_ArrayForEach(c, tc) {
+        const cJSON *ix = cJSON_GetObjectItemCaseSensitive(c, "index");
+        const double i = cJSON_IsNumber(ix) ? ix->valuedouble : k;
+        k++;
+        if (!(i >= 0 && i < WGLLM_CLIENT_MAX_CALLS)) {
+            g->calls_past = true;
+            continue;
+        }
+        struct remote_call *rc = &g->calls[(int)i];
+        if ((int)i >= g->n_calls) g->n_calls = (int)i + 1;
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (cJSON_IsString(id) && !rc->id.len) wgllm_strbuf_puts(&rc->id, id->valuestring);
+        if (cJSON_IsString(name) && !rc->name.len) wgllm_strbuf_puts(&rc->name, name->valuestring);
+        if (cJSON_IsString(args)) {
+            wgllm_strbuf_puts(&rc->args, args->valuestring);
+        } else if (cJSON_IsObject(args)) { /* some servers send the object itself */
+            char *t = cJSON_PrintUnformatted(args);
+            if (t) wgllm_strbuf_puts(&rc->args, t);
+            else rc->args.oom = true;
+            free(t);
+        }
+    }
+}
+
+/* The calls as OpenAI's array, for wgllm_result.tool_calls_json; NULL when
+ * there are none. Indexes the upstream skipped, or calls without a name, are
+ * left out. false: out of memory. */
+static bool calls_json(const struct gen_state *g, char **out) {
+    *out = NULL;
+    bool oom = false;
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < g->n_calls; i++) {
+        const struct remote_call *rc = &g->calls[i];
+        oom |= rc->id.oom || rc->name.oom || rc->args.oom;
+        if (!rc->name.len) continue;
+        cJSON *o = cJSON_CreateObject(), *fn = o ? cJSON_AddObjectToObject(o, "function") : NULL;
+        if (!fn) {
+            cJSON_Delete(o);
+            oom = true;
+            break;
+        }
+        if (rc->id.len) cJSON_AddStringToObject(o, "id", rc->id.data);
+        cJSON_AddStringToObject(o, "type", "function");
+        cJSON_AddStringToObject(fn, "name", rc->name.data);
+        cJSON_AddStringToObject(fn, "arguments", rc->args.len ? rc->args.data : "{}");
+        cJSON_AddItemToArray(arr, o);
+    }
+    if (!arr) return false;
+    if (cJSON_GetArraySize(arr) > 0 && !(*out = cJSON_PrintUnformatted(arr))) oom = true;
+    cJSON_Delete(arr);
+    return !oom;
+}
 
 /* An upstream's count as an int the server can add and print: absurd or
  * negative numbers are clamped, never trusted into an overflow. */
@@ -254,9 +335,15 @@ static bool read_choice(struct gen_state *g, const cJSON *root, bool stream) {
     const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0);
     if (!cJSON_IsObject(ch)) return true;
     const cJSON *t;
-    if (g->chat) t = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(ch, stream ? "delta" : "message"), "content");
-    else t = cJSON_GetObjectItemCaseSensitive(ch, "text");
+    if (g->chat) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(ch, stream ? "delta" : "message");
+        t = cJSON_GetObjectItemCaseSensitive(m, "content");
+        read_calls(g, m);
+        const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+        if (cJSON_IsString(rc)) wgllm_strbuf_puts(&g->reasoning, rc->valuestring);
+    } else {
+        t = cJSON_GetObjectItemCaseSensitive(ch, "text");
+    }
     bool keep = true;
     if (cJSON_IsString(t) && *t->valuestring) {
         size_t n = strlen(t->valuestring);
@@ -340,7 +427,13 @@ static enum wgllm_status remote_generate(const struct endpoint *ep, const char *
     }
     if (st == WGLLM_STATUS_OK && g.error[0])
         st = wgllm_error_set(err, WGLLM_STATUS_IO, "endpoint '%s' failed mid-stream: %s", ep->d.name, g.error);
-    if (st == WGLLM_STATUS_OK && g.text.oom) st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    if (st == WGLLM_STATUS_OK && (g.text.oom || g.reasoning.oom)) st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    if (st == WGLLM_STATUS_OK && g.calls_past)
+        st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "endpoint '%s' answered a tool call past the %d this client takes",
+                             ep->d.name, WGLLM_CLIENT_MAX_CALLS);
+    char *calls = NULL;
+    if (st == WGLLM_STATUS_OK && !calls_json(&g, &calls))
+        st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory for the tool calls");
     if (g.overrun) { /* cut by read_choice, not by the caller */
         r.aborted = false;
         g.have_finish = true;
@@ -355,6 +448,9 @@ static enum wgllm_status remote_generate(const struct endpoint *ep, const char *
     if (st != WGLLM_STATUS_OK && err) snprintf(res->message, sizeof(res->message), "%.255s", err->message);
     res->text_len = g.text.len;
     res->text = wgllm_strbuf_take(&g.text);
+    res->tool_calls_json = calls;
+    if (g.reasoning.len) res->reasoning_content = wgllm_strbuf_take(&g.reasoning);
+    gen_state_free(&g);
     res->usage = g.usage;
     res->n_tokens = g.usage.completion_tokens;
     const int64_t now = wgllm_time_us();
@@ -406,6 +502,36 @@ enum wgllm_status wgllm_client_chat(struct wgllm_client *c, const char *endpoint
         cJSON_AddStringToObject(o, "content", msgs[i].content ? msgs[i].content : "");
         cJSON_AddItemToArray(m, o);
     }
+    return remote_generate(ep, "/chat/completions", b, params, true, result, err);
+}
+
+enum wgllm_status wgllm_client_chat_json(struct wgllm_client *c, const char *endpoint, const char *fields_json,
+                                         const struct wgllm_request_params *params, struct wgllm_result *result,
+                                         struct wgllm_error *err) {
+    struct endpoint *ep;
+    enum wgllm_status st = resolve(c, endpoint, WGLLM_OP_CHAT, &ep, err);
+    if (st != WGLLM_STATUS_OK) return empty_result(result, st, err);
+    if (ep->d.kind == WGLLM_ENDPOINT_LOCAL) {
+        wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                        "client: endpoint '%s' is local; its tools and response_format run in the OpenAI layer "
+                        "(wgllm_openai_parse, wgllm_openai_submit), not through chat_json", ep->d.name);
+        return empty_result(result, WGLLM_STATUS_UNSUPPORTED, err);
+    }
+    if ((st = check_remote_params(ep, params, err)) != WGLLM_STATUS_OK) return empty_result(result, st, err);
+    cJSON *f = fields_json ? cJSON_Parse(fields_json) : NULL;
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(f, "messages"), *it;
+    if (!cJSON_IsObject(f) || !cJSON_IsArray(msgs)) {
+        cJSON_Delete(f);
+        wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: chat_json needs an object with a 'messages' array");
+        return empty_result(result, WGLLM_STATUS_INVALID_ARGUMENT, err);
+    }
+    cJSON *b = remote_body(ep, params, params->on_token != NULL);
+    cJSON_ArrayForEach(it, f) {
+        /* the typed parameters (model, stream, ...) are the client's own */
+        if (cJSON_GetObjectItemCaseSensitive(b, it->string)) continue;
+        cJSON_AddItemToObject(b, it->string, cJSON_Duplicate(it, true));
+    }
+    cJSON_Delete(f);
     return remote_generate(ep, "/chat/completions", b, params, true, result, err);
 }
 

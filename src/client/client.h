@@ -83,6 +83,20 @@ enum wgllm_status wgllm_client_query(struct wgllm_client *c, const char *endpoin
 enum wgllm_status wgllm_client_chat(struct wgllm_client *c, const char *endpoint, const struct wgllm_message *msgs,
                                     int n_msgs, const struct wgllm_request_params *params,
                                     struct wgllm_result *result, struct wgllm_error *err);
+/* Chat with a remote endpoint from OpenAI request fields as given (what a
+ * gateway forwards): fields_json is an object with `messages` (tool calls,
+ * tool results and content parts as OpenAI takes them) and any other chat
+ * fields the upstream applies itself: tools, tool_choice,
+ * parallel_tool_calls, response_format, chat_template_kwargs, ... They go into
+ * the body beside the typed parameters, which win over a field of the same
+ * name. The calls the upstream answers (whole, or assembled from streamed
+ * deltas) come back in result->tool_calls_json, at most
+ * WGLLM_CLIENT_MAX_CALLS of them (more is BAD_FORMAT). Local endpoints:
+ * UNSUPPORTED (a local engine's tools run in the OpenAI layer). */
+#define WGLLM_CLIENT_MAX_CALLS 64
+enum wgllm_status wgllm_client_chat_json(struct wgllm_client *c, const char *endpoint, const char *fields_json,
+                                         const struct wgllm_request_params *params, struct wgllm_result *result,
+                                         struct wgllm_error *err);
 /* Remote: pooling must be WGLLM_POOLING_MODEL (the server decides; put a
  * server's own pooling field in options_json); normalize L2-normalizes here. */
 enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoint, const char *text, size_t len,

@@ -1106,6 +1106,10 @@ void wgllm_result_free(struct wgllm_result *r) {
     free(r->tokens);
     free(r->logprobs);
     free(r->top_logprobs);
+    free(r->tool_calls_json);
+    free(r->reasoning_content);
+    r->tool_calls_json = NULL;
+    r->reasoning_content = NULL;
     r->text = NULL;
     r->tokens = NULL;
     r->logprobs = NULL;

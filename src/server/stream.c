@@ -127,7 +127,7 @@ static void shutting_down(struct wgllm_openai_error *e) {
 static enum wgllm_status upstream_call(struct stream *st, struct wgllm_result *res, struct wgllm_error *werr) {
     struct wgllm_openai_request *g = &st->gen;
     struct wgllm_client *cl = st->srv->client;
-    if (g->endpoint == WGLLM_OPENAI_CHAT) return wgllm_client_chat(cl, st->upstream, g->msgs, g->n_msgs, &g->rp, res, werr);
+    if (g->endpoint == WGLLM_OPENAI_CHAT) return wgllm_client_chat_json(cl, st->upstream, g->forward_json, &g->rp, res, werr);
     return wgllm_client_query(cl, st->upstream, g->prompt, &g->rp, res, werr);
 }
 

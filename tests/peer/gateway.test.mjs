@@ -2,10 +2,13 @@
 // names an upstream to the first one (through the C client, libcurl), so the
 // official `openai` client gets the same greedy text either way, streaming
 // too; plus malformed requests against the gateway (4xx, and it keeps
-// serving). Loopback only; both servers pick free ports and are killed at the end.
+// serving); tools, tool results and response_format forwarded as given, and
+// the upstream's calls (whole, or streamed as OpenAI's deltas) coming back.
+// Loopback only; the servers pick free ports and are killed at the end.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { MODEL, MODEL_ID, CTX, OpenAI, startServer, stopServers } from '../../tools/peer/serve.mjs';
+import http from 'node:http';
+import { MODEL, MODEL_ID, CTX, SHARED, OpenAI, startServer, stopServers } from '../../tools/peer/serve.mjs';
 
 let s1, s2, c1, c2;
 before(async () => {
@@ -189,4 +192,174 @@ test('abandoning a stream at the gateway cancels the request on the upstream', a
   assert.ok(await metric('generated_tokens_total') < 3000);
   const ok = await client.chat.completions.create({ model: 'long', messages: MSGS, max_tokens: 2 });
   assert.equal(ok.choices.length, 1);
+});
+
+const TOOL_USER = [{ role: 'user', content: 'What is the weather in Paris, and what is 2 + 3?' }];
+const TOOLS = [
+  { type: 'function', function: { name: 'get_weather', description: 'The weather in a city', parameters: {
+    type: 'object', properties: { city: { type: 'string', maxLength: 12 }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+    required: ['city', 'days'], additionalProperties: false } } },
+  { type: 'function', function: { name: 'add', parameters: {
+    type: 'object', properties: { a: { type: 'integer', minimum: 0, maximum: 99 }, b: { type: 'integer', minimum: 0, maximum: 99 } },
+    required: ['a', 'b'], additionalProperties: false } } },
+];
+const callsOf = (m) => (m.tool_calls ?? []).map((c) => [c.type, c.function.name, c.function.arguments]);
+
+test('tools, tool results and response_format reach a wgllm upstream; its calls come back, streamed too', async () => {
+  // the tools in Qwen's system prompt need more than the default 256 positions
+  const up = await startServer(['--ctx-size', '2048']);
+  const gwy = await startServer(['--upstream', `tooly=${up.url}/v1`]);
+  const opts = { apiKey: 'unused', maxRetries: 0, timeout: 120000 };
+  const direct = new OpenAI({ baseURL: `${up.url}/v1`, ...opts });
+  const via = new OpenAI({ baseURL: `${gwy.url}/v1`, ...opts });
+  let last;
+  for (const [seed, tool_choice] of [[1, 'required'], [3, { type: 'function', function: { name: 'add' } }]]) {
+    // the same seed and sampler on both sides: the upstream draws the same tokens
+    const req = { messages: TOOL_USER, tools: TOOLS, tool_choice, max_tokens: 300, temperature: 1, seed };
+    const a = await direct.chat.completions.create({ ...req, model: MODEL_ID });
+    const b = await via.chat.completions.create({ ...req, model: 'tooly' });
+    assert.equal(a.choices[0].finish_reason, 'tool_calls', JSON.stringify(a.choices[0]));
+    assert.equal(b.choices[0].finish_reason, 'tool_calls', JSON.stringify(b.choices[0]));
+    assert.equal(b.model, 'tooly');
+    assert.deepEqual(callsOf(b.choices[0].message), callsOf(a.choices[0].message));
+    assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+    const ids = b.choices[0].message.tool_calls.map((c) => c.id);
+    assert.ok(ids.every((id) => /^call_/.test(id)) && new Set(ids).size === ids.length, ids.join());
+    if (typeof tool_choice === 'object') assert.ok(b.choices[0].message.tool_calls.every((c) => c.function.name === 'add'));
+    // streamed through the gateway, the SDK's helper assembles the same calls
+    const full = await via.chat.completions.stream({ ...req, model: 'tooly' }).finalChatCompletion();
+    assert.equal(full.choices[0].finish_reason, 'tool_calls');
+    assert.deepEqual(callsOf(full.choices[0].message), callsOf(a.choices[0].message));
+    last = a.choices[0].message;
+  }
+  // the call and the tool's answer go through the upstream's template: the same prompt there
+  const messages = [...TOOL_USER, last, { role: 'tool', tool_call_id: last.tool_calls[0].id, content: '{"value": 5}' }];
+  const req = { messages, tools: TOOLS, tool_choice: 'none', max_tokens: 6, temperature: 0 };
+  const r1 = await direct.chat.completions.create({ ...req, model: MODEL_ID });
+  const r2 = await via.chat.completions.create({ ...req, model: 'tooly' });
+  assert.equal(r2.usage.prompt_tokens, r1.usage.prompt_tokens);
+  assert.ok(r2.usage.prompt_tokens > 100, 'the tools, the call and its answer were rendered');
+  assert.equal(r2.choices[0].message.content, r1.choices[0].message.content);
+  // response_format json_schema: the upstream constrains its answer
+  const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 8 }, age: { type: 'integer', minimum: 0,
+    maximum: 120 } }, required: ['name', 'age'], additionalProperties: false };
+  const rf = { messages: TOOL_USER, max_tokens: 120, temperature: 1, seed: 4,
+    response_format: { type: 'json_schema', json_schema: { name: 'person', schema } } };
+  const j1 = await direct.chat.completions.create({ ...rf, model: MODEL_ID });
+  const j2 = await via.chat.completions.create({ ...rf, model: 'tooly' });
+  assert.equal(j2.choices[0].message.content, j1.choices[0].message.content);
+  if (j2.choices[0].finish_reason === 'stop') assert.deepEqual(Object.keys(JSON.parse(j2.choices[0].message.content)), ['name', 'age']);
+  // GBNF and the bare json_schema field are local extensions: refused for an upstream, by name
+  for (const [param, value] of [['grammar', 'root ::= "a"'], ['json_schema', { type: 'object' }]]) {
+    const r = await fetch(`${gwy.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'tooly', messages: TOOL_USER, [param]: value }) });
+    const e = await r.json();
+    assert.equal(r.status, 400, JSON.stringify(e));
+    assert.equal(e.error.param, param);
+    assert.match(e.error.message, /local-only.*tooly/);
+  }
+});
+
+/* An upstream that answers as OpenAI's API does: two parallel calls, whole,
+ * or streamed with the id and name first and the arguments in pieces; and
+ * what it was sent, to compare with what the client gave the gateway. */
+async function openaiUpstream() {
+  const got = [];
+  const calls = [
+    { id: 'call_Ab1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris", "days": 3}' } },
+    { id: 'call_Cd2', type: 'function', function: { name: 'add', arguments: '{"a": 2, "b": 3}' } },
+  ];
+  const server = http.createServer(async (req, res) => {
+    let body = '';
+    for await (const d of req) body += d;
+    const b = JSON.parse(body);
+    got.push(b);
+    const head = { id: 'chatcmpl-x', object: 'chat.completion.chunk', created: 1, model: 'm' };
+    const bad = b.messages[0].content === 'index past the limit';
+    if (!b.stream) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ ...head, object: 'chat.completion', choices: [{ index: 0, finish_reason: 'tool_calls',
+        message: { role: 'assistant', content: null, tool_calls: calls } }],
+      usage: { prompt_tokens: 20, completion_tokens: 30, total_tokens: 50 } }));
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const ev = (delta, finish = null) => res.write(`data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta,
+      finish_reason: finish }] })}\n\n`);
+    ev({ role: 'assistant', content: null });
+    calls.forEach((c, i) => {
+      const index = bad && i === 1 ? 1000 : i;
+      ev({ tool_calls: [{ index, id: c.id, type: 'function', function: { name: c.function.name, arguments: '' } }] });
+      const a = c.function.arguments;
+      for (let k = 0; k < a.length; k += 5) ev({ tool_calls: [{ index, function: { arguments: a.slice(k, k + 5) } }] });
+    });
+    ev({}, 'tool_calls');
+    res.end('data: [DONE]\n\n');
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${server.address().port}`, got, calls, close: () => server.close() };
+}
+
+test("an OpenAI upstream's parallel calls and streamed argument pieces come back whole", async () => {
+  const up = await openaiUpstream();
+  try {
+    const gwy = await startServer(['--upstream', `oai=${up.url}/v1#gpt-x`]);
+    const via = new OpenAI({ baseURL: `${gwy.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+    const rf = { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' }, strict: true } };
+    const messages = [...TOOL_USER, { role: 'assistant', content: null, tool_calls: [up.calls[1]] },
+      { role: 'tool', tool_call_id: 'call_Cd2', content: '5' }];
+    const req = { model: 'oai', messages, tools: TOOLS, tool_choice: 'auto', parallel_tool_calls: true,
+      response_format: rf, max_tokens: 50 };
+    const whole = await via.chat.completions.create(req);
+    assert.equal(whole.choices[0].finish_reason, 'tool_calls');
+    assert.equal(whole.choices[0].message.content, null);
+    assert.deepEqual(whole.choices[0].message.tool_calls, up.calls);
+    // what the upstream was sent: these fields as the client gave them, the endpoint's model name
+    const sent = up.got.at(-1);
+    assert.equal(sent.model, 'gpt-x');
+    for (const k of ['messages', 'tools', 'tool_choice', 'parallel_tool_calls', 'response_format'])
+      assert.deepEqual(sent[k], req[k], k);
+    const streamed = await via.chat.completions.stream(req).finalChatCompletion();
+    assert.equal(streamed.choices[0].finish_reason, 'tool_calls');
+    assert.deepEqual(streamed.choices[0].message.tool_calls.map(({ id, type, function: f }) => ({ id, type,
+      function: { name: f.name, arguments: f.arguments } })), up.calls);
+    assert.equal(up.got.at(-1).stream, true);
+    // a call index past what the client takes is a clear error at the end of the stream
+    const r = await fetch(`${gwy.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'oai', messages: [{ role: 'user', content: 'index past the limit' }], stream: true }) });
+    const text = await r.text();
+    assert.match(text, /data: \{"error":\{"message":"[^"]*tool call past the 64/);
+    assert.equal((await fetch(`${gwy.url}/health`)).status, 200);
+  } finally {
+    up.close();
+  }
+});
+
+test("a reasoning upstream's reasoning_content comes back, whole and streamed", async () => {
+  // DeepSeek-R1's template opens the <think> block: a random model's answer is reasoning
+  const r1 = ['--chat-template', `${SHARED}/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja`];
+  const up = await startServer(r1);
+  const gwy = await startServer(['--upstream', `think=${up.url}/v1`]);
+  const opts = { apiKey: 'unused', maxRetries: 0, timeout: 60000 };
+  const direct = new OpenAI({ baseURL: `${up.url}/v1`, ...opts });
+  const via = new OpenAI({ baseURL: `${gwy.url}/v1`, ...opts });
+  const req = { messages: MSGS, max_tokens: 12, temperature: 0 };
+  const a = await direct.chat.completions.create({ ...req, model: MODEL_ID });
+  const b = await via.chat.completions.create({ ...req, model: 'think' });
+  assert.ok(a.choices[0].message.reasoning_content?.length > 0, JSON.stringify(a.choices[0].message));
+  assert.equal(b.choices[0].message.reasoning_content, a.choices[0].message.reasoning_content);
+  assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+  let reasoning = '', content = '';
+  for await (const chunk of await via.chat.completions.create({ ...req, model: 'think', stream: true })) {
+    for (const c of chunk.choices) {
+      reasoning += c.delta?.reasoning_content ?? '';
+      content += c.delta?.content ?? '';
+    }
+  }
+  assert.equal(reasoning, a.choices[0].message.reasoning_content);
+  assert.equal(content, a.choices[0].message.content);
+  // reasoning_format goes to the upstream: "none" keeps the block in its content
+  const n = await via.chat.completions.create({ ...req, model: 'think', reasoning_format: 'none' });
+  assert.equal(n.choices[0].message.reasoning_content, undefined);
+  assert.ok(n.choices[0].message.content.includes(a.choices[0].message.reasoning_content.trim().slice(0, 8)));
 });
