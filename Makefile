@@ -116,10 +116,10 @@ $(FUZZ_OUT)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OUT)/libwgllm.a
 
 # the target of the native-only HTTP code (not in libwgllm.a): fuzz_sse
 # includes client.c (its stream parsers are static) and links the client's
-# SSE framing (http.c). (fuzz_openai needs only the library: the OpenAI
+# SSE framing (http.c) and replica table (replicas.c). (fuzz_openai needs only the library: the OpenAI
 # layer is in the core.)
 FUZZ_NET_LIBS := -lcurl -lcjson
-$(FUZZ_OUT)/fuzz_sse: fuzz/fuzz_sse.c src/client/client.c $(FUZZ_OUT)/src/client/http.o $(FUZZ_OUT)/libwgllm.a
+$(FUZZ_OUT)/fuzz_sse: fuzz/fuzz_sse.c src/client/client.c $(FUZZ_OUT)/src/client/http.o $(FUZZ_OUT)/src/client/replicas.o $(FUZZ_OUT)/libwgllm.a
 	$(FUZZ_CC) $(CFLAGS_COMMON) -O1 $(FUZZ_SAN) -fsanitize=fuzzer $< $(filter %.o %.a,$^) $(FUZZ_NET_LIBS) $(LDLIBS) -o $@
 
 # `make wasm`: the browser build (web/wasm.mk)

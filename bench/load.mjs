@@ -2,7 +2,11 @@
 // clients, each phase a bounded time, on loopback. Reports requests/s,
 // generated tokens/s, p50/p99 time to first token and errors (must be 0).
 //   node bench/load.mjs [--model build/models/tinyllama-1.1b-q4_0.gguf] [--seconds 20]
-//        [--parallel 8] [--threads 2] [--max-tokens 32] [--clients 1,8,32]
+//        [--parallel 8] [--threads 2] [--max-tokens 32] [--clients 1,8,32] [--replicas N]
+// --replicas N (N >= 1): N servers of --threads each behind a gateway
+// (`wgllm serve --upstream pool=URL1,...,URLN`) that the clients call instead:
+// its aggregate against one server's. Through a gateway ignore_eos is local-only,
+// so requests may end early at an end-of-generation token (tok/s counts what came).
 // The model is synthesized once if missing. Exits 1 when any request failed.
 import { join } from 'node:path';
 import { loadavg } from 'node:os';
@@ -15,8 +19,17 @@ const THREADS = Number(arg('threads', 2));
 const MAX_TOKENS = Number(arg('max-tokens', 32));
 const CLIENTS = arg('clients', '1,8,32').split(',').map(Number);
 
+const REPLICAS = Number(arg('replicas', 0));
+
 ensureModel(MODEL, 'tinyllama-1.1b', 'q4_0');
-const { srv, base } = await startServe(MODEL, { parallel: PARALLEL, threads: THREADS });
+const servers = [];
+for (let i = 0; i < Math.max(1, REPLICAS); i++) servers.push(await startServe(MODEL, { parallel: PARALLEL, threads: THREADS }));
+let { srv, base } = servers[0];
+if (REPLICAS > 0) {
+  // the gateway forwards only: its own engine gets one thread and one slot
+  ({ srv, base } = await startServe(MODEL, { parallel: 1, threads: 1, extra: ['--upstream',
+    `pool=${servers.map((s) => `${s.base}/v1`).join(',')}`, '--upstream-check', '0'] }));
+}
 
 const TOPICS = ['a dragon', 'the sea', 'a robot', 'winter', 'a city', 'music', 'a garden', 'the moon'];
 
@@ -26,7 +39,8 @@ async function one(i) {
   const r = await fetch(`${base}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ messages: [{ role: 'user', content: `Write about ${TOPICS[i % TOPICS.length]} (#${i}).` }],
-      max_tokens: MAX_TOKENS, temperature: 0.7, seed: i, ignore_eos: true, stream: true,
+      max_tokens: MAX_TOKENS, temperature: 0.7, seed: i, stream: true,
+      ...(REPLICAS > 0 ? { model: 'pool' } : { ignore_eos: true }),
       stream_options: { include_usage: true } }),
   });
   if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
@@ -79,8 +93,10 @@ for (const n of CLIENTS) {
     'ttft p99 ms': pct(ttfts, 99).toFixed(0), errors });
   if (firstErr) console.error(`clients=${n}: first error: ${firstErr.message}`);
 }
-console.log(`wgllm serve ${MODEL.split('/').pop()} --parallel ${PARALLEL} --threads ${THREADS}, ` +
+console.log(`wgllm serve ${MODEL.split('/').pop()} --parallel ${PARALLEL} --threads ${THREADS}` +
+  `${REPLICAS > 0 ? `, ${REPLICAS} of them behind a gateway` : ''}, ` +
   `${MAX_TOKENS} tokens per request, ${SECONDS} s per phase, load average ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
 console.table(rows);
 srv.kill('SIGKILL');
+for (const s of servers) s.srv.kill('SIGKILL');
 process.exit(rows.some((r) => r.errors > 0) ? 1 : 0);

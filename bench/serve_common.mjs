@@ -25,11 +25,11 @@ export function ensureModel(model, shape, type) {
 }
 
 /* Starts `wgllm serve` on 127.0.0.1 (a free port, the Qwen chat template when
- * ../shared has it); resolves to { srv, base, log() } once it listens. The
+ * ../shared has it; `extra` arguments after the others); resolves to { srv, base, log() } once it listens. The
  * process is killed when this one exits. */
-export async function startServe(model, { parallel, threads }) {
+export async function startServe(model, { parallel, threads, extra = [] }) {
   const args = ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', '--parallel', String(parallel),
-    '--threads', String(threads), '--ctx-size', '1024', '--max-queue', '1024'];
+    '--threads', String(threads), '--ctx-size', '1024', '--max-queue', '1024', ...extra];
   if (existsSync(TEMPLATE)) args.push('--chat-template', TEMPLATE);
   const srv = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';

@@ -1,7 +1,8 @@
 /* test_client.c - the endpoint client without a server: descriptor
  * validation, resolution, operation checks, local-only fields refused for
  * remote endpoints, a transport failure against a closed loopback port, and
- * the SSE framing of streamed answers (any split, limits, linear time).
+ * the SSE framing of streamed answers (any split, limits, linear time), and
+ * the replica table (parsing, the pick order, cooldowns).
  * (Forwarding to a live server is covered by tests/peer/gateway.test.mjs,
  * hostile upstreams by tests/peer/hardening.test.mjs.) */
 #include <stdlib.h>
@@ -175,10 +176,68 @@ TEST(sse_limits_and_linear_time) {
     wgllm_sse_free(&p);
 }
 
+TEST(replicas_parse_pick_and_cool) {
+    struct wgllm_replica_set *s = NULL;
+    struct wgllm_error err = {0};
+    CHECK(wgllm_replicas_init(&s, "x", "http://a/v1,ftp://b/v1", 0, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "ftp://b/v1") && strstr(err.message, "'x'"));
+    CHECK(wgllm_replicas_init(&s, "x", "http://a/v1,", 0, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    char many[64 * 16 + 32] = "";
+    for (int i = 0; i <= WGLLM_CLIENT_MAX_REPLICAS; i++) strcat(many, i ? ",http://h/v1" : "http://h/v1");
+    CHECK(wgllm_replicas_init(&s, "x", many, 0, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "more than 64 replicas") != NULL);
+
+    CHECK(wgllm_replicas_init(&s, "x", "http://a/v1/,http://b/v1,https://c/v1", 1, &err) == WGLLM_STATUS_OK);
+    if (!s) return;
+    CHECK_EQ_INT(wgllm_replicas_count(s), 3);
+    CHECK_STR(wgllm_replicas_url(s, 0), "http://a/v1");
+    /* equals in turn; then the fewest in flight */
+    CHECK_EQ_INT(wgllm_replicas_pick(s, 0), 0);
+    CHECK_EQ_INT(wgllm_replicas_pick(s, 0), 1);
+    CHECK_EQ_INT(wgllm_replicas_pick(s, 0), 2);
+    wgllm_replicas_done(s, 1, true, false, 5.0);
+    CHECK_EQ_INT(wgllm_replicas_pick(s, 0), 1);       /* the only one with none in flight */
+    CHECK_EQ_INT(wgllm_replicas_pick(s, 1u << 1), 2); /* 1 tried already: of the equals, the next in turn */
+    wgllm_replicas_done(s, 0, true, false, 5.0);
+    wgllm_replicas_done(s, 1, true, false, 5.0);
+    wgllm_replicas_done(s, 2, true, false, 5.0);
+    wgllm_replicas_done(s, 2, true, false, 5.0);
+    /* a failure cools a replica: skipped while another is free, tried when all are cooling */
+    CHECK_EQ_INT(wgllm_replicas_pick(s, 0), 0);
+    wgllm_replicas_done(s, 0, false, true, 0);
+    struct wgllm_replica_stats st;
+    wgllm_replicas_stats(s, 0, &st);
+    CHECK(st.cooling && !st.healthy && st.failures == 1 && st.retries == 1 && st.in_flight == 0 && st.requests == 2);
+    for (int i = 0; i < 4; i++) {
+        const int k = wgllm_replicas_pick(s, 0);
+        CHECK(k == 1 || k == 2);
+        wgllm_replicas_done(s, k, true, false, 1.0);
+    }
+    CHECK_EQ_INT(wgllm_replicas_pick(s, 1u << 1 | 1u << 2), 0); /* the others tried: the cooling one */
+    wgllm_replicas_done(s, 0, false, false, 0);
+    const int k1 = wgllm_replicas_pick(s, 1u << 0);
+    wgllm_replicas_done(s, k1, false, false, 0);
+    const int k2 = wgllm_replicas_pick(s, 1u << 0 | 1u << k1);
+    CHECK(k1 != k2 && k2 != 0);
+    wgllm_replicas_done(s, k2, false, false, 0); /* all three cooling now */
+    CHECK_EQ_INT(wgllm_replicas_pick(s, 0), 0);   /* its cooldown ends first */
+    wgllm_replicas_done(s, 0, true, false, 1.0);
+    wgllm_replicas_stats(s, 0, &st);
+    CHECK(!st.cooling && st.healthy && st.latency_ms > 0);
+    CHECK_EQ_INT(wgllm_replicas_pick(s, 0x7), -1); /* all tried */
+    /* the cooldown (1 s) ends */
+    struct timespec ts = {1, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    wgllm_replicas_stats(s, k1, &st);
+    CHECK(!st.cooling && !st.healthy); /* cooled off, but not known to be up */
+    wgllm_replicas_free(s);
+}
+
 int main(void) {
     RUN(add_validates_descriptors);
     RUN(sse_events_whatever_the_split);
     RUN(sse_limits_and_linear_time);
     RUN(calls_resolve_check_and_refuse_local_only_fields);
+    RUN(replicas_parse_pick_and_cool);
     return test_summary("test_client");
 }

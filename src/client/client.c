@@ -19,6 +19,7 @@ struct endpoint {
     struct wgllm_endpoint_desc d; /* strings below owned */
     char *key;                    /* the API key read at add time */
     cJSON *options;               /* parsed options_json, or NULL */
+    struct wgllm_replica_set *reps; /* remote: the servers of base_url */
 };
 
 struct wgllm_client {
@@ -45,6 +46,7 @@ void wgllm_client_free(struct wgllm_client *c) {
         free((char *)e->d.options_json);
         free(e->key);
         cJSON_Delete(e->options);
+        wgllm_replicas_free(e->reps);
     }
     free(c->eps);
     free(c);
@@ -63,21 +65,26 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
     if (!remote && d->kind != WGLLM_ENDPOINT_LOCAL)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: endpoint '%s' has unknown kind %d", d->name,
                                (int)d->kind);
-    if (remote && (!d->base_url || (strncmp(d->base_url, "http://", 7) && strncmp(d->base_url, "https://", 8))))
+    if (remote && !d->base_url)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
-                               "client: endpoint '%s' needs base_url starting with http:// or https:// (got '%s')",
-                               d->name, d->base_url ? d->base_url : "");
+                               "client: endpoint '%s' needs base_url starting with http:// or https:// (got '')",
+                               d->name);
+    struct wgllm_replica_set *reps = NULL;
+    if (remote) {
+        const enum wgllm_status rs = wgllm_replicas_init(&reps, d->name, d->base_url, d->cooldown_s, err);
+        if (rs != WGLLM_STATUS_OK) return rs;
+    }
     if (d->ops & ~(unsigned)WGLLM_OP_ALL)
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: endpoint '%s' has unknown ops bits 0x%x",
+        return wgllm_replicas_free(reps), wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: endpoint '%s' has unknown ops bits 0x%x",
                                d->name, d->ops);
     char *key = NULL;
     if (d->kind == WGLLM_ENDPOINT_PROVIDER && (!d->api_key_env || !*d->api_key_env))
-        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+        return wgllm_replicas_free(reps), wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                "client: provider '%s' needs api_key_env (the variable holding its key)", d->name);
     if (remote && d->api_key_env && *d->api_key_env) {
         const char *v = getenv(d->api_key_env);
         if (!v || !*v)
-            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+            return wgllm_replicas_free(reps), wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                    "client: endpoint '%s': environment variable %s (its API key) is not set", d->name,
                                    d->api_key_env);
         key = strdup(v);
@@ -86,6 +93,7 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
     if (d->options_json) {
         if (!remote) {
             free(key);
+            wgllm_replicas_free(reps);
             return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                    "client: endpoint '%s': options_json is for gateways and providers", d->name);
         }
@@ -93,6 +101,7 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
         if (!cJSON_IsObject(opts)) {
             cJSON_Delete(opts);
             free(key);
+            wgllm_replicas_free(reps);
             return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                    "client: endpoint '%s': options_json is not a JSON object", d->name);
         }
@@ -100,6 +109,7 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
             if (cJSON_GetObjectItemCaseSensitive(opts, TYPED_FIELDS[i])) {
                 cJSON_Delete(opts);
                 free(key);
+                wgllm_replicas_free(reps);
                 return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                        "client: endpoint '%s': options_json may not set the typed field '%s'", d->name,
                                        TYPED_FIELDS[i]);
@@ -108,6 +118,7 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
     if (!wgllm_grow((void **)&c->eps, &c->cap, (size_t)c->n + 1, sizeof *c->eps)) {
         cJSON_Delete(opts);
         free(key);
+        wgllm_replicas_free(reps);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
     }
     struct endpoint *e = &c->eps[c->n++];
@@ -121,6 +132,7 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
     if (!e->d.ops) e->d.ops = WGLLM_OP_ALL;
     e->key = key;
     e->options = opts;
+    e->reps = reps;
     return WGLLM_STATUS_OK;
 }
 
@@ -134,6 +146,21 @@ int wgllm_client_count(const struct wgllm_client *c) { return c ? c->n : 0; }
 
 const struct wgllm_endpoint_desc *wgllm_client_at(const struct wgllm_client *c, int i) {
     return c && i >= 0 && i < c->n ? &c->eps[i].d : NULL;
+}
+
+int wgllm_client_replica_count(const struct wgllm_client *c, int i) {
+    return c && i >= 0 && i < c->n ? wgllm_replicas_count(c->eps[i].reps) : 0;
+}
+
+void wgllm_client_replica_stats(const struct wgllm_client *c, int i, int k, struct wgllm_replica_stats *out) {
+    wgllm_replicas_stats(c->eps[i].reps, k, out);
+}
+
+int wgllm_client_check(struct wgllm_client *c, int timeout_s, const atomic_bool *stop) {
+    int failed = 0;
+    for (int i = 0; c && i < c->n; i++)
+        if (c->eps[i].reps) failed += wgllm_replicas_check(c->eps[i].reps, c->eps[i].key, timeout_s, stop);
+    return failed;
 }
 
 static const char *op_name(unsigned op) { return op == WGLLM_OP_QUERY ? "query" : op == WGLLM_OP_CHAT ? "chat" : "embed"; }
@@ -307,6 +334,17 @@ static bool calls_json(const struct gen_state *g, char **out) {
     return !oom;
 }
 
+/* Before a retry on another replica: true (and the state emptied) when no
+ * piece of the failed attempt reached the caller. */
+static bool gen_fresh(void *user) {
+    struct gen_state *g = user;
+    if (g->pieces > 0) return false;
+    const struct gen_state keep = {.ep = g->ep, .p = g->p, .chat = g->chat, .t0 = g->t0};
+    gen_state_free(g);
+    *g = keep;
+    return true;
+}
+
 /* An upstream's count as an int the server can add and print: absurd or
  * negative numbers are clamped, never trusted into an overflow. */
 static int usage_count(const cJSON *v) {
@@ -397,21 +435,47 @@ static enum wgllm_status http_error(const struct endpoint *ep, const struct wgll
     return st;
 }
 
+/* POSTs json to `route` on one of ep's replicas, and again on the next one
+ * not tried after a failure of the replica (no connection, a reset, a
+ * timeout, a 5xx) for as long as fresh(user) says nothing reached the
+ * caller yet (it also readies user's state for the next attempt). */
+static enum wgllm_status post_replicas(const struct endpoint *ep, const char *route, const char *json,
+                                       wgllm_http_event_fn on_ev, void *user, bool (*fresh)(void *user),
+                                       struct wgllm_http_reply *r, struct wgllm_error *err) {
+    uint64_t tried = 0;
+    const int n = wgllm_replicas_count(ep->reps);
+    for (int attempt = 1;; attempt++) {
+        const int k = wgllm_replicas_pick(ep->reps, tried);
+        tried |= 1ull << k;
+        char url[2048];
+        snprintf(url, sizeof url, "%.2000s%s", wgllm_replicas_url(ep->reps, k), route);
+        const int64_t t0 = wgllm_time_us();
+        enum wgllm_status st = wgllm_http_post(url, ep->key, json, ep->d.timeout_s, on_ev, user, r, err);
+        if (st == WGLLM_STATUS_OK && r->status >= 400) st = http_error(ep, r, err);
+        const bool broke = !r->aborted && (r->failed || r->status >= 500);
+        const bool again = broke && attempt < n && (!fresh || fresh(user));
+        wgllm_replicas_done(ep->reps, k, !broke, again, (double)(wgllm_time_us() - t0) / 1e3);
+        if (!again) {
+            if (broke && attempt > 1 && err)
+                snprintf(err->message + strlen(err->message), sizeof err->message - strlen(err->message),
+                         " (the last of %d replicas tried)", attempt);
+            return st;
+        }
+        wgllm_http_reply_free(r);
+    }
+}
+
 static enum wgllm_status remote_generate(const struct endpoint *ep, const char *route, cJSON *body,
                                          const struct wgllm_request_params *p, bool chat,
                                          struct wgllm_result *res, struct wgllm_error *err) {
-    char url[2048];
-    size_t bl = strlen(ep->d.base_url);
-    snprintf(url, sizeof(url), "%.*s%s", (int)(bl && ep->d.base_url[bl - 1] == '/' ? bl - 1 : bl), ep->d.base_url, route);
     char *json = cJSON_PrintUnformatted(body);
     cJSON_Delete(body);
     if (!json) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory for the request");
     struct gen_state g = {.ep = ep, .p = p, .chat = chat, .t0 = wgllm_time_us()};
     struct wgllm_http_reply r;
     const bool stream = p->on_token != NULL;
-    enum wgllm_status st = wgllm_http_post(url, ep->key, json, ep->d.timeout_s, stream ? on_event : NULL, &g, &r, err);
+    enum wgllm_status st = post_replicas(ep, route, json, stream ? on_event : NULL, &g, gen_fresh, &r, err);
     free(json);
-    if (st == WGLLM_STATUS_OK && r.status >= 400) st = http_error(ep, &r, err);
     if (st == WGLLM_STATUS_OK && !r.streamed) {
         cJSON *o = cJSON_Parse(r.body);
         if (!o) {
@@ -567,17 +631,12 @@ enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoin
         if (!cJSON_GetObjectItemCaseSensitive(b, o->string))
             cJSON_AddItemToObject(b, o->string, cJSON_Duplicate(o, true));
     }
-    char url[2048];
-    size_t bl = strlen(ep->d.base_url);
-    snprintf(url, sizeof(url), "%.*s/embeddings", (int)(bl && ep->d.base_url[bl - 1] == '/' ? bl - 1 : bl),
-             ep->d.base_url);
     char *json = cJSON_PrintUnformatted(b);
     cJSON_Delete(b);
     if (!json) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
     struct wgllm_http_reply r;
-    st = wgllm_http_post(url, ep->key, json, ep->d.timeout_s, NULL, NULL, &r, err);
+    st = post_replicas(ep, "/embeddings", json, NULL, NULL, NULL, &r, err);
     free(json);
-    if (st == WGLLM_STATUS_OK && r.status >= 400) st = http_error(ep, &r, err);
     if (st == WGLLM_STATUS_OK) {
         cJSON *root = cJSON_Parse(r.body);
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(

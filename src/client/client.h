@@ -31,6 +31,8 @@
 #include "wgllm.h"
 #include "wgllm_tools.h"
 
+#include <stdatomic.h>
+
 enum wgllm_endpoint_kind {
     WGLLM_ENDPOINT_LOCAL,    /* a wgllm_engine in this process */
     WGLLM_ENDPOINT_GATEWAY,  /* an OpenAI-compatible base URL (wgllm serve, llama.cpp server, vLLM) */
@@ -49,13 +51,36 @@ struct wgllm_endpoint_desc {
     const char *name;              /* what calls name it by (copied) */
     enum wgllm_endpoint_kind kind;
     struct wgllm_engine *engine;   /* LOCAL: not owned, must outlive the client */
-    const char *base_url;          /* GATEWAY/PROVIDER: ".../v1" (routes are appended) */
+    const char *base_url;          /* GATEWAY/PROVIDER: ".../v1" (routes are appended); several
+                                    * servers of the same model as "URL1,URL2,...": replicas (below) */
     const char *model;             /* remote model name sent as `model`; NULL = the field is left out */
     const char *api_key_env;       /* PROVIDER (required) / GATEWAY (optional): the variable holding the key */
     const char *options_json;      /* remote: a JSON object merged into every request body; may not
                                     * name model, prompt, messages, input, stream or stream_options */
     unsigned ops;                  /* WGLLM_OP_* offered; 0 = all */
     int timeout_s;                 /* remote: whole-request limit; 0 = 600 */
+    int cooldown_s;                /* remote: how long a failing replica is skipped; 0 = 10 */
+};
+
+/* Replicas: a remote endpoint with several base URLs sends each call to the
+ * one with the fewest calls in flight among those not cooling down (ties in
+ * turn). A call that fails there before any piece reached the caller (no
+ * connection, a reset, a timeout, an HTTP 5xx) is sent again to the next
+ * replica not yet tried; once a piece was delivered (on_token) it is never
+ * retried, its failure is the call's. A failing replica cools down for
+ * cooldown_s; when every replica is cooling, the one that ends first is
+ * tried. wgllm_client_check probes GET {URL}/models on each: an answer
+ * (any status below 500) ends the cooldown, a failure starts one. */
+#define WGLLM_CLIENT_MAX_REPLICAS 64
+struct wgllm_replica_stats {
+    const char *url;          /* owned by the client */
+    int in_flight;
+    bool cooling;             /* failed within its cooldown: skipped while another is available */
+    bool healthy;             /* its last call or check succeeded */
+    uint64_t requests;        /* calls sent to it, retries included */
+    uint64_t failures;        /* of them, or of the checks, those that failed */
+    uint64_t retries;         /* failed calls that were sent on to another replica */
+    double latency_ms;        /* moving average of its successful calls: first piece (streams) or whole answer */
 };
 
 struct wgllm_client;
@@ -71,6 +96,13 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
 const struct wgllm_endpoint_desc *wgllm_client_find(const struct wgllm_client *c, const char *name);
 int wgllm_client_count(const struct wgllm_client *c);
 const struct wgllm_endpoint_desc *wgllm_client_at(const struct wgllm_client *c, int i);
+/* Endpoint i's replicas (0 for a local one) and the state of replica k. */
+int wgllm_client_replica_count(const struct wgllm_client *c, int i);
+void wgllm_client_replica_stats(const struct wgllm_client *c, int i, int k, struct wgllm_replica_stats *out);
+/* One round of health checks over every remote replica (each GET bounded by
+ * timeout_s), ending early once *stop (may be NULL) is set; returns how many
+ * failed. Safe beside calls in other threads. */
+int wgllm_client_check(struct wgllm_client *c, int timeout_s, const atomic_bool *stop);
 
 /* The calls: resolve the endpoint (NOT_FOUND-like INVALID_ARGUMENT "no
  * endpoint named ..."), check that it offers the operation (UNSUPPORTED),
@@ -103,6 +135,23 @@ enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoin
                                      enum wgllm_pooling pooling, bool normalize, float *out, int max_out, int *n_out,
                                      struct wgllm_error *err);
 
+/* ---- replicas.c: the servers behind one endpoint (internal) -------------- */
+
+struct wgllm_replica_set;
+/* base_urls split at commas, each checked (http:// or https://). */
+enum wgllm_status wgllm_replicas_init(struct wgllm_replica_set **out, const char *name, const char *base_urls,
+                                      int cooldown_s, struct wgllm_error *err);
+void wgllm_replicas_free(struct wgllm_replica_set *s);
+int wgllm_replicas_count(const struct wgllm_replica_set *s);
+const char *wgllm_replicas_url(const struct wgllm_replica_set *s, int k); /* without a trailing '/' */
+/* The replica for the next attempt among those not in `tried` (bit k), -1
+ * when none is left; counted in flight until wgllm_replicas_done. */
+int wgllm_replicas_pick(struct wgllm_replica_set *s, uint64_t tried);
+/* ok: the call succeeded (ms: its latency); retried: it failed and goes on to another. */
+void wgllm_replicas_done(struct wgllm_replica_set *s, int k, bool ok, bool retried, double ms);
+int wgllm_replicas_check(struct wgllm_replica_set *s, const char *bearer, int timeout_s, const atomic_bool *stop);
+void wgllm_replicas_stats(struct wgllm_replica_set *s, int k, struct wgllm_replica_stats *out);
+
 /* ---- http.c: one OpenAI-style POST (internal to the client) -------------- */
 
 struct wgllm_http_reply {
@@ -111,6 +160,7 @@ struct wgllm_http_reply {
     size_t body_len;
     bool aborted;     /* on_event returned false */
     bool streamed;    /* the answer came as SSE events (else whole, in body) */
+    bool failed;      /* the transfer broke: no connection, a reset, a timeout (not a limit of ours) */
 };
 
 /* Called for each SSE event's data (without "data: "), NUL-terminated. Return false to abort. */
@@ -149,6 +199,9 @@ void wgllm_sse_free(struct wgllm_sse *p);
 enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const char *json, int timeout_s,
                                   wgllm_http_event_fn on_event, void *user, struct wgllm_http_reply *reply,
                                   struct wgllm_error *err);
+/* A GET of url, the answer collected whole (health checks). */
+enum wgllm_status wgllm_http_get(const char *url, const char *bearer, int timeout_s, struct wgllm_http_reply *reply,
+                                 struct wgllm_error *err);
 void wgllm_http_reply_free(struct wgllm_http_reply *r);
 
 #endif

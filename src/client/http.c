@@ -1,5 +1,5 @@
 /*
- * http.c - the client's transport: one JSON POST over libcurl, the answer
+ * http.c - the client's transport: one JSON POST (or a GET) over libcurl, the answer
  * either collected whole or read as server-sent events (`data:` lines, events
  * ended by a blank line) and handed over one event at a time, so a remote
  * stream reaches on_token as it arrives.
@@ -151,9 +151,10 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud) {
     return wgllm_strbuf_put(&x->body, p, bytes) ? bytes : 0;
 }
 
-enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const char *json, int timeout_s,
-                                  wgllm_http_event_fn on_event, void *user, struct wgllm_http_reply *reply,
-                                  struct wgllm_error *err) {
+/* One request: a POST of json, or a GET when json is NULL. */
+static enum wgllm_status perform(const char *url, const char *bearer, const char *json, int timeout_s,
+                                 wgllm_http_event_fn on_event, void *user, struct wgllm_http_reply *reply,
+                                 struct wgllm_error *err) {
     memset(reply, 0, sizeof(*reply));
     pthread_once(&g_curl_once, curl_once);
     CURL *curl = curl_easy_init();
@@ -170,14 +171,16 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     char cerr[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(json));
+    if (json) {
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(json));
+    }
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &x);
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, cerr);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, (long)(timeout_s > 0 ? timeout_s : 600));
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 30L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, (long)(timeout_s > 0 && timeout_s < 30 ? timeout_s : 30));
     curl_easy_setopt(curl, CURLOPT_USERAGENT, "wgllm-client");
     /* an announced body over the limit is refused before any of it arrives */
     curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)WGLLM_HTTP_BODY_LIMIT);
@@ -202,7 +205,8 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     } else if (x.body.oom || x.sse.oom) {
         st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "http: out of memory reading the answer from %.200s", url);
     } else if (rc != CURLE_OK) {
-        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: POST %.200s failed: %.200s", url,
+        reply->failed = true;
+        st = wgllm_error_set(err, WGLLM_STATUS_IO, "http: %s %.200s failed: %.200s", json ? "POST" : "GET", url,
                              cerr[0] ? cerr : curl_easy_strerror(rc));
     }
     reply->streamed = x.is_sse;
@@ -213,6 +217,17 @@ enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const cha
     wgllm_strbuf_free(&x.body);
     wgllm_sse_free(&x.sse);
     return st;
+}
+
+enum wgllm_status wgllm_http_post(const char *url, const char *bearer, const char *json, int timeout_s,
+                                  wgllm_http_event_fn on_event, void *user, struct wgllm_http_reply *reply,
+                                  struct wgllm_error *err) {
+    return perform(url, bearer, json ? json : "", timeout_s, on_event, user, reply, err);
+}
+
+enum wgllm_status wgllm_http_get(const char *url, const char *bearer, int timeout_s, struct wgllm_http_reply *reply,
+                                 struct wgllm_error *err) {
+    return perform(url, bearer, NULL, timeout_s, NULL, NULL, reply, err);
 }
 
 void wgllm_http_reply_free(struct wgllm_http_reply *r) {

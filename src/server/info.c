@@ -52,6 +52,49 @@ static void metric(struct wgllm_strbuf *b, const char *name, const char *type, c
     wgllm_strbuf_printf(b, "# HELP wgllm_%s %s\n# TYPE wgllm_%s %s\nwgllm_%s %.17g\n", name, help, name, type, name, v);
 }
 
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void label(struct wgllm_strbuf *b, const char *v) {
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') wgllm_strbuf_putc(b, '\\'), wgllm_strbuf_putc(b, *v);
+        else if (*v == '\n') wgllm_strbuf_puts(b, "\\n");
+        else wgllm_strbuf_putc(b, *v);
+    }
+}
+
+/* Each --upstream replica's state (the client's), one labelled line per replica. */
+static void upstream_metrics(struct wgllm_strbuf *b, const struct wgllm_client *c) {
+    static const struct {
+        const char *name, *type, *help;
+    } M[] = {
+        {"upstream_requests_total", "counter", "Calls sent to an upstream replica, retries included."},
+        {"upstream_failures_total", "counter", "Calls or health checks that failed on a replica."},
+        {"upstream_retries_total", "counter", "Failed calls sent on to another replica of the upstream."},
+        {"upstream_in_flight", "gauge", "Calls running on a replica."},
+        {"upstream_cooling", "gauge", "1 while a replica that failed is skipped (its cooldown)."},
+        {"upstream_healthy", "gauge", "1 when the replica's last call or health check succeeded."},
+        {"upstream_latency_ms", "gauge", "Moving average of a replica's successful calls, in ms."},
+    };
+    const int n = wgllm_client_count(c);
+    bool any = false;
+    for (int i = 0; i < n; i++) any |= wgllm_client_replica_count(c, i) > 0;
+    if (!any) return;
+    for (size_t m = 0; m < sizeof M / sizeof *M; m++) {
+        wgllm_strbuf_printf(b, "# HELP wgllm_%s %s\n# TYPE wgllm_%s %s\n", M[m].name, M[m].help, M[m].name, M[m].type);
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < wgllm_client_replica_count(c, i); k++) {
+                struct wgllm_replica_stats st;
+                wgllm_client_replica_stats(c, i, k, &st);
+                const double v[] = {(double)st.requests, (double)st.failures, (double)st.retries, st.in_flight,
+                                    st.cooling, st.healthy, st.latency_ms};
+                wgllm_strbuf_printf(b, "wgllm_%s{upstream=\"", M[m].name);
+                label(b, wgllm_client_at(c, i)->name);
+                wgllm_strbuf_puts(b, "\",url=\"");
+                label(b, st.url);
+                wgllm_strbuf_printf(b, "\"} %.17g\n", v[m]);
+            }
+    }
+}
+
 char *srv_metrics(struct srv *s) {
     struct wgllm_engine_metrics m;
     wgllm_engine_metrics(s->engine, &m);
@@ -83,6 +126,7 @@ char *srv_metrics(struct srv *s) {
     metric(&b, "http_requests_total", "counter", "HTTP requests answered.", (double)atomic_load(&s->http_requests));
     metric(&b, "http_errors_total", "counter", "HTTP requests answered with a 4xx or 5xx status.",
            (double)atomic_load(&s->http_errors));
+    upstream_metrics(&b, s->client);
     if (b.oom) { /* a partial page would read as metrics gone to zero: answer 500 instead */
         wgllm_strbuf_free(&b);
         return NULL;

@@ -28,6 +28,7 @@
 
 #include "wgllm_tools.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -346,7 +347,7 @@ static const char *serve_usage =
     "                   [--alias NAME] [--max-queue N] [--timeout SECONDS] [--upstream NAME=URL[#MODEL]]...\n"
     "                   [--context-shift [--keep N]] [--max-tokens N] [--cors ORIGIN[,ORIGIN...]]\n"
     "                   [--max-connections N] [--max-connections-per-ip N] [--idle-timeout SECONDS]\n"
-    "                   [--read-timeout SECONDS] [--shutdown-timeout SECONDS]\n"
+    "                   [--read-timeout SECONDS] [--shutdown-timeout SECONDS] [--upstream-check SECONDS]\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
     "  /v1/models, /health, /metrics. --port 0 picks a free port (printed on stderr).\n"
     "  --upstream (repeatable): requests whose `model` is NAME are forwarded to the\n"
@@ -356,6 +357,13 @@ static const char *serve_usage =
     "  chat_template_kwargs go as given, and the upstream's tool calls come back;\n"
     "  grammar, json_schema, logprobs and sampler knobs OpenAI lacks are refused;\n"
     "  --timeout bounds each forwarded request (default 600).\n"
+    "  Several servers of one upstream: NAME=URL1,URL2,...[#MODEL]. A request goes to the one\n"
+    "  with the fewest in flight; one that cannot connect, breaks or answers 5xx before any\n"
+    "  token reached the client is sent to the next (never after), and that server is\n"
+    "  skipped for a cooldown (10 s). --upstream-check (default 10, 0 = off): every SECONDS,\n"
+    "  GET URL/models on each; an answer ends a cooldown, a failure starts one. Per upstream,\n"
+    "  from the environment (NAME upper-cased, other characters as _): WGLLM_UPSTREAM_NAME_KEY\n"
+    "  (its bearer key), _TIMEOUT and _COOLDOWN (seconds). /metrics: wgllm_upstream_*.\n"
     "  A generation that fills its slot's context (--ctx-size) fails with context_length_exceeded,\n"
     "  or with --context-shift drops the oldest half of the tokens after the first N (--keep;\n"
     "  default -1: the whole prompt) and goes on, as llama.cpp's context shift; without\n"
@@ -378,11 +386,52 @@ static bool parse_num(const char *v, int lo, int hi, int *out) {
     return true;
 }
 
+/* An upstream's settings from the environment (keys must not be on the
+ * command line, where ps shows them): WGLLM_UPSTREAM_<NAME>_KEY names the
+ * key's variable for the client; _TIMEOUT and _COOLDOWN are seconds. */
+static bool upstream_env(struct wgllm_endpoint_desc *d, char *key_var, size_t cap) {
+    char prefix[128];
+    size_t n = (size_t)snprintf(prefix, sizeof prefix, "WGLLM_UPSTREAM_");
+    for (const char *p = d->name; *p && n + 1 < sizeof prefix; p++)
+        prefix[n++] = (char)(isalnum((unsigned char)*p) ? toupper((unsigned char)*p) : '_');
+    prefix[n] = 0;
+    snprintf(key_var, cap, "%s_KEY", prefix);
+    if (getenv(key_var) && *getenv(key_var)) d->api_key_env = key_var;
+    static const char *const NUM[] = {"TIMEOUT", "COOLDOWN"};
+    for (int i = 0; i < 2; i++) {
+        char var[160];
+        snprintf(var, sizeof var, "%s_%s", prefix, NUM[i]);
+        const char *v = getenv(var);
+        if (!v || !*v) continue;
+        int x;
+        if (!parse_num(v, 1, 1 << 20, &x)) {
+            fprintf(stderr, "wgllm serve: %s=%s: expected seconds (1 to %d)\n", var, v, 1 << 20);
+            return false;
+        }
+        *(i ? &d->cooldown_s : &d->timeout_s) = x;
+    }
+    return true;
+}
+
+/* --upstream-check: health checks of every upstream replica, until the server drains. */
+static int g_check_s;
+static void *health_loop(void *arg) {
+    struct wgllm_client *c = arg;
+    for (;;) {
+        for (int i = 0; i < g_check_s * 10; i++) {
+            if (atomic_load(&g_srv.draining)) return NULL;
+            usleep(100 * 1000);
+        }
+        wgllm_client_check(c, g_check_s < 5 ? g_check_s : 5, &g_srv.draining);
+    }
+}
+
 int wgllm_serve_main(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = NULL, *tmpl_path = NULL, *alias = NULL;
     const char *backend = "cpu";
     int port = 8080, parallel = 4, ctx = 0, threads = 0, max_queue = 256, timeout = 600, keep = -1;
     int max_tokens = 0, max_conns = 1024, max_conns_ip = 64, idle_timeout = 30, read_timeout = 60, stop_timeout = 10;
+    int check_s = 10;
     const char *cors = NULL;
     bool context_shift = false;
     enum { MAX_UPSTREAMS = 16 };
@@ -418,6 +467,7 @@ int wgllm_serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--idle-timeout")) ok = parse_num(v, 1, 1 << 20, &idle_timeout);
         else if (!strcmp(a, "--read-timeout")) ok = parse_num(v, 1, 1 << 20, &read_timeout);
         else if (!strcmp(a, "--shutdown-timeout")) ok = parse_num(v, 0, 1 << 20, &stop_timeout);
+        else if (!strcmp(a, "--upstream-check")) ok = parse_num(v, 0, 1 << 20, &check_s);
         else if (!strcmp(a, "--cors")) ok = *(cors = v) != 0;
         else if (!strcmp(a, "--api-key")) ok = *(api_key = v) != 0; /* an empty key would open the server */
         else if (!strcmp(a, "--chat-template")) tmpl_path = v;
@@ -474,6 +524,12 @@ int wgllm_serve_main(int argc, char **argv) {
         struct wgllm_endpoint_desc d = {.name = spec, .kind = WGLLM_ENDPOINT_GATEWAY, .base_url = eq + 1,
                                         .model = hash && hash[1] ? hash + 1 : NULL,
                                         .ops = WGLLM_OP_QUERY | WGLLM_OP_CHAT, .timeout_s = timeout};
+        char key_var[160];
+        if (!upstream_env(&d, key_var, sizeof key_var)) {
+            wgllm_client_free(client);
+            free(tmpl);
+            return 2;
+        }
         if (wgllm_client_add(client, &d, &err) != WGLLM_STATUS_OK) {
             fprintf(stderr, "wgllm serve: --upstream %s: %s\n", upstreams[i], err.message);
             wgllm_client_free(client);
@@ -579,6 +635,9 @@ int wgllm_serve_main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) fcntl(g_signal_pipe[i], F_SETFL, fcntl(g_signal_pipe[i], F_GETFL) | O_NONBLOCK);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    pthread_t health;
+    g_check_s = check_s;
+    const bool checking = client && check_s > 0 && pthread_create(&health, NULL, health_loop, client) == 0;
     while (!g_signal) wait_signal(-1);
     const int sig = (int)g_signal;
     g_signal = 0;
@@ -608,6 +667,7 @@ int wgllm_serve_main(int argc, char **argv) {
         fflush(stderr);
         _exit(1);
     }
+    if (checking) pthread_join(health, NULL);
     fprintf(stderr, "wgllm serve: stopped\n");
     wgllm_engine_free(eng);
     wgllm_model_free(model);

@@ -363,3 +363,164 @@ test("a reasoning upstream's reasoning_content comes back, whole and streamed", 
   assert.equal(n.choices[0].message.reasoning_content, undefined);
   assert.ok(n.choices[0].message.content.includes(a.choices[0].message.reasoning_content.trim().slice(0, 8)));
 });
+
+/* The gateway's wgllm_upstream_* metrics as {`${upstream} ${url}`: {name: value}}. */
+async function upstreamMetrics(url) {
+  const out = {};
+  const text = await (await fetch(`${url}/metrics`)).text();
+  for (const m of text.matchAll(/^wgllm_upstream_(\w+?)(?:_total)?\{upstream="([^"]*)",url="([^"]*)"\} (\S+)$/gm))
+    (out[`${m[2]} ${m[3]}`] ??= {})[m[1]] = Number(m[4]);
+  return out;
+}
+
+/* A replica that fails: /500/v1 answers HTTP 500, /cut/v1 streams two pieces and then breaks the connection. */
+async function flakyUpstream() {
+  const hits = { '500': 0, cut: 0 };
+  const server = http.createServer(async (req, res) => {
+    for await (const _ of req) { /* the body */ }
+    const mode = req.url.split('/')[1];
+    hits[mode] = (hits[mode] ?? 0) + 1;
+    if (mode === '500') {
+      res.writeHead(500, { 'content-type': 'application/json' });
+      res.end('{"error":{"message":"overloaded","type":"server_error"}}');
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    for (const piece of ['Once', ' upon'])
+      res.write(`data: {"choices":[{"index":0,"delta":{"content":"${piece}"},"finish_reason":null}]}\n\n`);
+    setTimeout(() => res.destroy(), 50);
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${server.address().port}`, hits, close: () => server.close() };
+}
+
+async function streamText(client, req) {
+  let text = '', error = null;
+  try {
+    for await (const chunk of await client.chat.completions.create({ ...req, stream: true }))
+      text += chunk.choices[0]?.delta?.content ?? '';
+  } catch (e) { error = e; }
+  return { text, error };
+}
+
+test('replicas: no connection or a 5xx before the first token goes to the next replica, never after', async () => {
+  const flaky = await flakyUpstream();
+  try {
+    const live = `${s1.url}/v1`;
+    const gwy = await startServer(['--upstream-check', '0', '--upstream', `pool=http://127.0.0.1:9/v1,${live}`,
+      '--upstream', `p500=${flaky.url}/500/v1,${live}`, '--upstream', `pcut=${flaky.url}/cut/v1,${live}`]);
+    const via = new OpenAI({ baseURL: `${gwy.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+    const req = { messages: MSGS, max_tokens: 8, temperature: 0 };
+    const want = (await c1.chat.completions.create({ ...req, model: MODEL_ID })).choices[0].message.content;
+    // the first call of each pool goes to its first replica (ties are taken in turn): it fails, the live one answers
+    for (const model of ['pool', 'p500']) {
+      const r = await via.chat.completions.create({ ...req, model });
+      assert.equal(r.choices[0].message.content, want, model);
+      assert.equal((await streamText(via, { ...req, model })).text, want, `${model}, streamed`);
+    }
+    assert.equal(flaky.hits['500'], 1, 'the replica that failed cools down: the next call skips it');
+    const m = await upstreamMetrics(gwy.url);
+    assert.equal(m['pool http://127.0.0.1:9/v1'].failures, 1);
+    assert.equal(m['pool http://127.0.0.1:9/v1'].retries, 1);
+    assert.equal(m['pool http://127.0.0.1:9/v1'].cooling, 1);
+    assert.equal(m['pool http://127.0.0.1:9/v1'].healthy, 0);
+    assert.equal(m[`pool ${live}`].requests, 2);
+    assert.equal(m[`p500 ${flaky.url}/500/v1`].failures, 1);
+    assert.equal(m[`p500 ${live}`].healthy, 1);
+    // a stream that broke after its first pieces is not sent again: the client gets the pieces, then an error
+    const cut = await streamText(via, { ...req, model: 'pcut' });
+    assert.equal(cut.text, 'Once upon');
+    assert.ok(cut.error, 'the stream ended with an error');
+    assert.equal(flaky.hits.cut, 1);
+    const mc = await upstreamMetrics(gwy.url);
+    assert.equal(mc[`pcut ${live}`].requests, 0, 'no retry after pieces reached the client');
+    assert.equal(mc[`pcut ${flaky.url}/cut/v1`].retries, 0);
+    assert.equal((await streamText(via, { ...req, model: 'pcut' })).text, want, 'the next call skips the cooling replica');
+  } finally {
+    flaky.close();
+  }
+});
+
+test('replicas: calls spread by in-flight count; killing one mid-load loses no call that had not started streaming', async () => {
+  const a = await startServer(['--parallel', '1', '--ctx-size', '1024']);
+  const b = await startServer(['--parallel', '1', '--ctx-size', '1024']);
+  // a cooldown longer than the test, however slow the build (ASan) makes it
+  process.env.WGLLM_UPSTREAM_TWO_COOLDOWN = '600';
+  const gwy = await startServer(['--upstream-check', '0', '--upstream', `two=${a.url}/v1,${b.url}/v1`])
+    .finally(() => delete process.env.WGLLM_UPSTREAM_TWO_COOLDOWN);
+  const via = new OpenAI({ baseURL: `${gwy.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+  const req = { model: 'two', messages: MSGS, max_tokens: 300, temperature: 0 };
+  const submitted = async (u) => Number(/^wgllm_requests_submitted_total (\S+)$/m.exec(await (await fetch(`${u}/metrics`)).text())[1]);
+  // six streams at once: three to each replica (one running, two queued there)
+  let firstPiece;
+  const sawPiece = new Promise((r) => { firstPiece = r; });
+  const runs = Array.from({ length: 6 }, async () => {
+    let text = '', error = null;
+    try {
+      for await (const chunk of await via.chat.completions.create({ ...req, stream: true })) {
+        const piece = chunk.choices[0]?.delta?.content ?? '';
+        if (piece) { text += piece; firstPiece(); }
+      }
+    } catch (e) { error = e; }
+    return { text, error };
+  });
+  await sawPiece;
+  const [na, nb] = [await submitted(a.url), await submitted(b.url)];
+  assert.ok(na >= 1 && nb >= 1, `both replicas got calls (${na}, ${nb})`);
+  a.proc.kill('SIGKILL');
+  const results = await Promise.all(runs);
+  const direct = new OpenAI({ baseURL: `${b.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+  const full = (await direct.chat.completions.create({ ...req, model: MODEL_ID })).choices[0].message.content;
+  for (const r of results) {
+    if (r.error) assert.ok(r.text.length > 0, `a call failed before any piece reached it: ${r.error}`);
+    else assert.equal(r.text, full);
+  }
+  assert.ok(results.filter((r) => !r.error).length >= 4, results.map((r) => String(r.error)).join());
+  const m = await upstreamMetrics(gwy.url);
+  assert.ok(m[`two ${a.url}/v1`].retries >= 1, JSON.stringify(m));
+  assert.equal(m[`two ${a.url}/v1`].cooling, 1);
+});
+
+test('replicas: health checks end and start cooldowns; keys and timeouts come from the environment', async () => {
+  // a port nothing listens on yet
+  const probe = http.createServer();
+  await new Promise((r) => probe.listen(0, '127.0.0.1', r));
+  const port = probe.address().port;
+  await new Promise((r) => probe.close(r));
+  const keyed = await startServer(['--api-key', 'sesame']);
+  process.env.WGLLM_UPSTREAM_KEYED_UP_KEY = 'sesame';
+  process.env.WGLLM_UPSTREAM_LATE_COOLDOWN = '600';
+  let gwy;
+  try {
+    gwy = await startServer(['--upstream-check', '1', '--upstream', `late=http://127.0.0.1:${port}/v1`,
+      '--upstream', `keyed-up=${keyed.url}/v1`, '--upstream', `nokey=${keyed.url}/v1`]);
+  } finally {
+    delete process.env.WGLLM_UPSTREAM_KEYED_UP_KEY;
+    delete process.env.WGLLM_UPSTREAM_LATE_COOLDOWN;
+  }
+  const key = `late http://127.0.0.1:${port}/v1`;
+  const until = async (cond, what) => {
+    for (let i = 0; i < 60; i++) {
+      const m = await upstreamMetrics(gwy.url);
+      if (cond(m)) return m;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.fail(`${what}: ${JSON.stringify(await upstreamMetrics(gwy.url))}`);
+  };
+  await until((m) => m[key].failures >= 1 && m[key].cooling === 1 && m[key].healthy === 0, 'a failed check cools it down');
+  // it comes up: the next check ends its 600 s cooldown
+  const late = http.createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end('{"object":"list","data":[]}');
+  });
+  await new Promise((r) => late.listen(port, '127.0.0.1', r));
+  try {
+    await until((m) => m[key].healthy === 1 && m[key].cooling === 0, 'an answered check brings it back');
+  } finally {
+    late.close();
+  }
+  const via = new OpenAI({ baseURL: `${gwy.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+  const r = await via.chat.completions.create({ model: 'keyed-up', messages: MSGS, max_tokens: 2 });
+  assert.equal(r.choices.length, 1, 'the key from WGLLM_UPSTREAM_KEYED_UP_KEY reached the upstream');
+  await assert.rejects(via.chat.completions.create({ model: 'nokey', messages: MSGS, max_tokens: 2 }), (e) => e.status === 401);
+});
