@@ -5,7 +5,7 @@
  * forwarded (an upstream named "up"), and the answers built from what was
  * accepted (response, every kind of chunk, with token logprobs), and a
  * chat message's text as the answer of every tool-call family (whole and
- * streamed in small pieces). A synthetic
+ * streamed in small pieces); /tokenize and /detokenize on the same bodies. A synthetic
  * tiny model (made once, in /tmp) gives the vocabulary and the token texts;
  * nothing is generated. An accepted request must respect every bound; a
  * violation aborts (a finding, like a crash).
@@ -151,6 +151,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(j);
         }
         wgllm_openai_request_free(&g);
+    }
+    /* llama.cpp's token routes on the same bodies */
+    for (int k = 0; k < 2; k++) {
+        struct wgllm_openai_error e;
+        char *out = k ? wgllm_openai_detokenize(&p, (const char *)data, size, &e)
+                      : wgllm_openai_tokenize(&p, (const char *)data, size, &e);
+        if (out) {
+            require(out[0] == '{' && out[strlen(out) - 1] == '}', "a token answer is one JSON object");
+            free(out);
+        } else {
+            require(e.status >= 400 && e.status < 600 && e.message[0], "a token route refusal has a status and a message");
+        }
     }
     return 0;
 }

@@ -936,6 +936,18 @@ int wgllm_openai_chunks_end(const struct wgllm_openai_params *p, struct wgllm_op
                             const char *id, const struct wgllm_result *r, char *out[WGLLM_OPENAI_END_CHUNKS]);
 /* Runs an embeddings request on p->engine (blocking) and answers it; NULL
  * with *err on failure. */
+/* llama.cpp server's token routes on p->model, each a request body in and
+ * the answer JSON out (malloc'd), or NULL with *err (400 naming the field).
+ * /tokenize: {"content": "...", "add_special": false, "parse_special": true,
+ * "with_pieces": false} -> {"tokens": [ids]}, or with pieces [{"id", "piece"}]
+ * where a piece that is not whole UTF-8 is its bytes as numbers.
+ * /detokenize: {"tokens": [ids]} -> {"content": "..."} (the pieces, control
+ * tokens as their text). `model` may be given and is not checked. */
+char *wgllm_openai_tokenize(const struct wgllm_openai_params *p, const char *body, size_t len,
+                            struct wgllm_openai_error *err);
+char *wgllm_openai_detokenize(const struct wgllm_openai_params *p, const char *body, size_t len,
+                              struct wgllm_openai_error *err);
+
 char *wgllm_openai_embeddings(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
                               struct wgllm_openai_error *err);
 

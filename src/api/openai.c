@@ -701,3 +701,118 @@ void wgllm_openai_request_free(struct wgllm_openai_request *g) {
     free(g->input_lens);
     memset(g, 0, sizeof(*g));
 }
+
+/* ---- llama.cpp server's /tokenize and /detokenize ------------------------ */
+
+static char *writer_text(struct wgllm_strbuf *b, struct wgllm_openai_error *e) {
+    if (b->oom) {
+        wgllm_strbuf_free(b);
+        wgllm_openai_error_set(e, 500, "server_error", NULL, NULL, "out of memory for the answer");
+        return NULL;
+    }
+    return wgllm_strbuf_take(b);
+}
+
+/* One token's piece as llama.cpp's server shows it: a string when it is whole
+ * UTF-8, else the bytes as numbers (a piece may be part of a character). */
+static void piece_json(struct wgllm_json_writer *w, const struct wgllm_model *m, int32_t id) {
+    char buf[256], *p = buf;
+    int32_t n = wgllm_token_to_piece(m, id, buf, (int32_t)sizeof buf, true);
+    if (n < 0 && (p = malloc((size_t)-n))) n = wgllm_token_to_piece(m, id, p, -n, true);
+    if (n < 0) n = 0, p = p ? p : buf;
+    if (wgllm_json_utf8_check(p, (size_t)n) == (size_t)n && !memchr(p, 0, (size_t)n)) {
+        wgllm_json_w_string(w, "piece", p, (size_t)n);
+    } else {
+        wgllm_json_w_array(w, "piece");
+        for (int32_t i = 0; i < n; i++) wgllm_json_w_number(w, NULL, (unsigned char)p[i]);
+        wgllm_json_w_end(w, ']');
+    }
+    if (p != buf) free(p);
+}
+
+char *wgllm_openai_tokenize(const struct wgllm_openai_params *p, const char *body, size_t len,
+                            struct wgllm_openai_error *e) {
+    static const char *const FIELDS[] = {"content", "add_special", "parse_special", "with_pieces", "model", NULL};
+    struct wgllm_json_doc doc;
+    if (!parse_body(body, len, &doc, e)) return NULL;
+    const J *root = wgllm_json_root(&doc), *content = wgllm_json_get(root, "content");
+    bool add_special = false, parse_special = true, with_pieces = false, ok = true;
+    if (root->type != WGLLM_JSON_OBJECT) ok = bad(e, "body", "the request %s must be a JSON object%s", "");
+    else if (!known_fields(root, FIELDS, NULL, e)) ok = false;
+    else if (!wgllm_json_is(content, WGLLM_JSON_STRING)) ok = bad(e, "content", "'%s' must be a string%s", "");
+    else ok = get_bool(root, "add_special", &add_special, e) && get_bool(root, "parse_special", &parse_special, e) &&
+              get_bool(root, "with_pieces", &with_pieces, e);
+    int32_t *toks = NULL, n = 0;
+    struct wgllm_error err = {0};
+    if (ok && (n = wgllm_tokenize_alloc(p->model, content->str, content->len, add_special, parse_special, &toks, &err)) < 0) {
+        wgllm_openai_error_set(e, 400, "invalid_request_error", "content", NULL, "%s", err.message);
+        ok = false;
+    }
+    wgllm_json_doc_free(&doc);
+    if (!ok) return free(toks), NULL;
+    struct wgllm_strbuf b = {0};
+    struct wgllm_json_writer w;
+    wgllm_json_w_init(&w, &b);
+    wgllm_json_w_object(&w, NULL);
+    wgllm_json_w_array(&w, "tokens");
+    for (int32_t i = 0; i < n; i++) {
+        if (!with_pieces) {
+            wgllm_json_w_number(&w, NULL, toks[i]);
+            continue;
+        }
+        wgllm_json_w_object(&w, NULL);
+        wgllm_json_w_number(&w, "id", toks[i]);
+        piece_json(&w, p->model, toks[i]);
+        wgllm_json_w_end(&w, '}');
+    }
+    wgllm_json_w_end(&w, ']');
+    wgllm_json_w_end(&w, '}');
+    free(toks);
+    return writer_text(&b, e);
+}
+
+char *wgllm_openai_detokenize(const struct wgllm_openai_params *p, const char *body, size_t len,
+                              struct wgllm_openai_error *e) {
+    static const char *const FIELDS[] = {"tokens", "model", NULL};
+    struct wgllm_json_doc doc;
+    if (!parse_body(body, len, &doc, e)) return NULL;
+    const J *root = wgllm_json_root(&doc), *toks = wgllm_json_get(root, "tokens");
+    bool ok = true;
+    if (root->type != WGLLM_JSON_OBJECT) ok = bad(e, "body", "the request %s must be a JSON object%s", "");
+    else if (!known_fields(root, FIELDS, NULL, e)) ok = false;
+    else if (!wgllm_json_is(toks, WGLLM_JSON_ARRAY)) ok = bad(e, "tokens", "'%s' must be an array of token ids%s", "");
+    const int n_vocab = wgllm_model_n_vocab(p->model);
+    struct wgllm_strbuf text = {0};
+    int i = 0;
+    for (const J *t = ok ? wgllm_json_first(toks) : NULL; t; t = wgllm_json_next(toks, t), i++) {
+        if (t->type != WGLLM_JSON_NUMBER || t->num != floor(t->num) || t->num < 0 || t->num >= n_vocab) {
+            wgllm_openai_error_set(e, 400, "invalid_request_error", "tokens", NULL,
+                                   "'tokens[%d]' is not a token id of this model (0 to %d)", i, n_vocab - 1);
+            ok = false;
+            break;
+        }
+        char buf[256];
+        const int32_t k = wgllm_token_to_piece(p->model, (int32_t)t->num, buf, (int32_t)sizeof buf, true);
+        if (k >= 0) {
+            wgllm_strbuf_put(&text, buf, (size_t)k);
+        } else {
+            char *big = malloc((size_t)-k);
+            if (big && wgllm_token_to_piece(p->model, (int32_t)t->num, big, -k, true) == -k)
+                wgllm_strbuf_put(&text, big, (size_t)-k);
+            else text.oom = true;
+            free(big);
+        }
+    }
+    wgllm_json_doc_free(&doc);
+    if (!ok) return wgllm_strbuf_free(&text), NULL;
+    struct wgllm_strbuf b = {0};
+    struct wgllm_json_writer w;
+    wgllm_json_w_init(&w, &b);
+    wgllm_json_w_object(&w, NULL);
+    /* bytes of a character cut between tokens become U+FFFD, as JSON needs */
+    wgllm_json_w_string(&w, "content", text.data ? text.data : "", text.len);
+    wgllm_json_w_end(&w, '}');
+    if (text.oom) b.oom = true;
+    wgllm_strbuf_free(&text);
+    return writer_text(&b, e);
+}

@@ -132,7 +132,7 @@ bool srv_client_gone(int fd) {
 
 /* ---- per-request state ---------------------------------------------------------- */
 
-enum route { ROUTE_CHAT = 1, ROUTE_COMPLETIONS, ROUTE_EMBEDDINGS };
+enum route { ROUTE_CHAT = 1, ROUTE_COMPLETIONS, ROUTE_EMBEDDINGS, ROUTE_TOKENIZE, ROUTE_DETOKENIZE };
 
 struct conn {
     enum route route; /* a route that takes a body; 0 = answered before the body */
@@ -220,6 +220,8 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
     enum route r = !strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions") ? ROUTE_CHAT
                    : !strcmp(url, "/v1/completions") || !strcmp(url, "/completions")       ? ROUTE_COMPLETIONS
                    : !strcmp(url, "/v1/embeddings") || !strcmp(url, "/embeddings")         ? ROUTE_EMBEDDINGS
+                   : !strcmp(url, "/tokenize")                                              ? ROUTE_TOKENIZE
+                   : !strcmp(url, "/detokenize")                                            ? ROUTE_DETOKENIZE
                                                                                            : 0;
     if (!r) return send_errf(c, 404, "invalid_request_error", NULL, "not_found", "unknown route %s %.200s", method, url);
     if (!post) return send_errf(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST on this route");
@@ -266,6 +268,12 @@ static enum MHD_Result embeddings(struct MHD_Connection *c, const char *body, si
 static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
     const char *text = cn->body.data ? cn->body.data : "";
     if (cn->route == ROUTE_EMBEDDINGS) return embeddings(c, text, cn->body.len);
+    if (cn->route == ROUTE_TOKENIZE || cn->route == ROUTE_DETOKENIZE) {
+        struct wgllm_openai_error e;
+        char *out = cn->route == ROUTE_TOKENIZE ? wgllm_openai_tokenize(&g_srv.api, text, cn->body.len, &e)
+                                                : wgllm_openai_detokenize(&g_srv.api, text, cn->body.len, &e);
+        return out ? srv_send_text(&g_srv, c, 200, "application/json", out) : srv_send_err(&g_srv, c, &e);
+    }
     return srv_generate(&g_srv, c, text, cn->body.len, cn->route == ROUTE_CHAT);
 }
 
@@ -349,7 +357,8 @@ static const char *serve_usage =
     "                   [--max-connections N] [--max-connections-per-ip N] [--idle-timeout SECONDS]\n"
     "                   [--read-timeout SECONDS] [--shutdown-timeout SECONDS] [--upstream-check SECONDS]\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
-    "  /v1/models, /health, /metrics. --port 0 picks a free port (printed on stderr).\n"
+    "  /v1/models, /health, /metrics, and llama.cpp's /tokenize and /detokenize.\n"
+    "  --port 0 picks a free port (printed on stderr).\n"
     "  --upstream (repeatable): requests whose `model` is NAME are forwarded to the\n"
     "  OpenAI-compatible base URL (e.g. http://host:8080/v1), as MODEL when given\n"
     "  (else without a `model` field); chat and completions, streaming included;\n"

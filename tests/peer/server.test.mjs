@@ -1,13 +1,15 @@
 // `wgllm serve` against the official `openai` npm client (installed under
 // tools/peer) and plain fetch: chat and completions (streaming and not),
 // usage with cached tokens, stop strings, length limits, embeddings (float and
-// base64), /v1/models, /health, /metrics, OpenAI-shaped errors, API keys and a
-// client that abandons a stream. Loopback only; servers pick a free port
+// base64), /v1/models, /health, /metrics, /tokenize and /detokenize (against
+// llama.cpp's tokenizer), OpenAI-shaped errors, API keys and a client that
+// abandons a stream. Loopback only; servers pick a free port
 // (--port 0) and are killed at the end.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { BIN, MODEL, MODEL_ID, CTX, OpenAI, startServer, stopServers } from '../../tools/peer/serve.mjs';
+import { loadVocab, tokenizeWith } from '../../tools/peer/peer.mjs';
 
 let base, client;
 before(async () => {
@@ -431,4 +433,34 @@ test('--backend webgpu serves the same greedy text as the CPU server (SwiftShade
   });
   assert.equal(bad.code, 2);
   assert.match(bad.err, /unknown backend 'metal'/);
+});
+
+test("/tokenize and /detokenize: llama.cpp server's routes, llama.cpp's tokens", async () => {
+  const vocab = await loadVocab(MODEL);
+  for (const [content, addSpecial, parseSpecial] of [['Hello world, héllo 😀!', false, true], ['<s>x</s> y', true, true],
+    ['<s>x</s> y', false, false], ['', true, true]]) {
+    const r = await post('/tokenize', { content, add_special: addSpecial, parse_special: parseSpecial });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual(r.json.tokens, Array.from(tokenizeWith(vocab, content, { addSpecial, parseSpecial })), content);
+  }
+  // the defaults are llama.cpp server's: no BOS, specials parsed
+  const d = await post('/tokenize', { content: '<s>x' });
+  assert.deepEqual(d.json.tokens, Array.from(tokenizeWith(vocab, '<s>x', { addSpecial: false, parseSpecial: true })));
+  // pieces: a string when whole UTF-8, else the bytes
+  const p = await post('/tokenize', { content: 'ab 😀', with_pieces: true });
+  assert.ok(p.json.tokens.every((t) => Number.isInteger(t.id) && (typeof t.piece === 'string' || Array.isArray(t.piece))));
+  const bytes = Buffer.concat(p.json.tokens.map((t) => (typeof t.piece === 'string' ? Buffer.from(t.piece) : Buffer.from(t.piece))));
+  assert.equal(bytes.toString().trimStart(), 'ab 😀');
+  // round trip
+  const t = await post('/tokenize', { content: 'Once upon a time, 1234.' });
+  const back = await post('/detokenize', { tokens: t.json.tokens });
+  assert.equal(back.status, 200);
+  assert.equal(back.json.content.trimStart(), 'Once upon a time, 1234.');
+  // refusals name the field
+  assertError(await post('/tokenize', { text: 'x' }), 400, 'text');
+  assertError(await post('/tokenize', { content: 5 }), 400, 'content');
+  assertError(await post('/detokenize', { tokens: [1, 1e9] }), 400, 'tokens');
+  assertError(await post('/detokenize', { tokens: [1.5] }), 400, 'tokens');
+  assertError(await post('/detokenize', { tokens: 'abc' }), 400, 'tokens');
+  assertError(await post('/detokenize', '{"tokens": ['), 400, null, 'invalid_json');
 });
