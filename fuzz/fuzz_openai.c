@@ -5,7 +5,8 @@
  * forwarded (an upstream named "up"), and the answers built from what was
  * accepted (response, every kind of chunk, with token logprobs), and a
  * chat message's text as the answer of every tool-call family (whole and
- * streamed in small pieces); /tokenize and /detokenize on the same bodies. A synthetic
+ * streamed in small pieces); /tokenize, /detokenize and Anthropic's
+ * /v1/messages (through the chat it becomes) on the same bodies. A synthetic
  * tiny model (made once, in /tmp) gives the vocabulary and the token texts;
  * nothing is generated. An accepted request must respect every bound; a
  * violation aborts (a finding, like a crash).
@@ -151,6 +152,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(j);
         }
         wgllm_openai_request_free(&g);
+    }
+    /* Anthropic's Messages body: what it becomes must be a chat body the layer reads or refuses */
+    {
+        struct wgllm_openai_error e;
+        char *chat = wgllm_anthropic_to_chat((const char *)data, size, &e);
+        if (chat) {
+            struct wgllm_openai_request g;
+            if (wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, chat, strlen(chat), &g, &e)) check_accepted(&p, &g);
+            else require(e.status >= 400 && e.status < 500 && e.message[0], "a refusal of the chat it means is a 4xx");
+            wgllm_openai_request_free(&g);
+            free(chat);
+        } else {
+            require(e.status >= 400 && e.message[0], "a Messages refusal has a status and a message");
+            char *j = wgllm_anthropic_error_json(&e);
+            require(j != NULL, "an Anthropic error object");
+            free(j);
+        }
     }
     /* llama.cpp's token routes on the same bodies */
     for (int k = 0; k < 2; k++) {

@@ -948,6 +948,37 @@ char *wgllm_openai_tokenize(const struct wgllm_openai_params *p, const char *bod
 char *wgllm_openai_detokenize(const struct wgllm_openai_params *p, const char *body, size_t len,
                               struct wgllm_openai_error *err);
 
+/* Anthropic's Messages API (/v1/messages, src/api/anthropic.c) on this
+ * layer. A Messages body becomes the chat body it means (malloc'd), which
+ * then goes through wgllm_openai_parse(WGLLM_OPENAI_CHAT) like any chat:
+ * system, user / assistant turns with text, tool_use and tool_result blocks,
+ * tools (input_schema), tool_choice (auto, any, tool, none;
+ * disable_parallel_tool_use), stop_sequences, max_tokens (required),
+ * temperature (default 1), top_p, top_k, stream, metadata.user_id, thinking
+ * (disabled: enable_thinking false). Other fields, image and document
+ * blocks, and server tools are refused (400 naming them); thinking blocks
+ * of earlier turns are dropped. The answers: wgllm_anthropic_response turns
+ * the layer's chat response into a Message (thinking, text and tool_use
+ * blocks; stop_reason end_turn, max_tokens or tool_use: a stop sequence
+ * shows as end_turn); a stream's chat chunks, each in turn, become SSE
+ * events (`event:` and `data:` lines) through wgllm_anthropic_stream_chunk:
+ * message_start, content_block_start / _delta / _stop, message_delta with
+ * the usage, message_stop (the chat request must include the usage chunk:
+ * wgllm_anthropic_to_chat asks for it), or an `error` event. */
+struct wgllm_anthropic_stream {
+    bool started, ended; /* message_start sent; message_stop or error sent */
+    int block;           /* the open content block's kind (0 = none) */
+    int index;           /* the open (or next) block's index */
+    char stop_reason[16];
+};
+char *wgllm_anthropic_to_chat(const char *body, size_t len, struct wgllm_openai_error *err);
+char *wgllm_anthropic_response(const char *chat_response_json);
+/* {"type": "error", "error": {"type": ..., "message": ...}}, the type from the status. */
+char *wgllm_anthropic_error_json(const struct wgllm_openai_error *e);
+void wgllm_anthropic_stream_init(struct wgllm_anthropic_stream *s);
+/* The events for one chat chunk ("" when it makes none); NULL: out of memory. */
+char *wgllm_anthropic_stream_chunk(struct wgllm_anthropic_stream *s, const char *chunk_json);
+
 char *wgllm_openai_embeddings(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
                               struct wgllm_openai_error *err);
 

@@ -57,6 +57,7 @@ npm_ci() { # $1 = folder, $2 = a package that shows it is installed
 }
 npm_ci tools/peer node-llama-cpp
 npm_ci tools/peer openai
+npm_ci tools/peer @anthropic-ai/sdk
 npm_ci tools/dawn bun-webgpu-linux-x64
 npm_ci web playwright-core
 exit 0

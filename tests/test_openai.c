@@ -579,6 +579,111 @@ TEST(forwarded_to_an_upstream) {
     g_p = saved;
 }
 
+/* Anthropic's Messages API: the chat a body means, a Message from a chat
+ * answer, and the events a stream's chat chunks become, in order. */
+TEST(anthropic_messages) {
+    static const char BODY[] =
+        "{\"model\":\"tiny.gguf\",\"max_tokens\":20,\"system\":[{\"type\":\"text\",\"text\":\"be brief\"}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\",\"content\":[{\"type\":"
+        "\"text\",\"text\":\"ok\"},{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"w\",\"input\":{\"c\":\"x\"}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":[{\"type\":"
+        "\"text\",\"text\":\"sunny\"}]},{\"type\":\"text\",\"text\":\"and?\"}]}],\"tools\":[{\"name\":\"w\","
+        "\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"any\",\"disable_parallel_tool_use\":true},"
+        "\"stream\":true,\"thinking\":{\"type\":\"disabled\"}}";
+    struct wgllm_openai_error e;
+    char *chat = wgllm_anthropic_to_chat(BODY, sizeof BODY - 1, &e);
+    CHECK(chat != NULL);
+    if (!chat) return;
+    static const char *const WANT[] = {
+        "\"model\":\"tiny.gguf\",\"max_tokens\":20,\"stream\":true,\"temperature\":1,\"stream_options\":"
+        "{\"include_usage\":true},\"chat_template_kwargs\":{\"enable_thinking\":false},\"tools\":[{\"type\":"
+        "\"function\",\"function\":{\"name\":\"w\",\"parameters\":{\"type\":\"object\"}}}],\"tool_choice\":"
+        "\"required\",\"parallel_tool_calls\":false,\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+        "{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\",\"content\":\"ok\",\"tool_calls\":"
+        "[{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":\"{\\\"c\\\":\\\"x\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"t1\",\"content\":\"sunny\"},{\"role\":\"user\",\"content\":\"and?\"}]}",
+    };
+    if (!strstr(chat, WANT[0])) fprintf(stderr, "  chat: %s\n", chat);
+    CHECK(strstr(chat, WANT[0]) != NULL);
+    struct wgllm_openai_request rq;
+    CHECK(parse(WGLLM_OPENAI_CHAT, chat, &rq, &e)); /* the chat it means is one the layer takes */
+    wgllm_openai_request_free(&rq);
+    free(chat);
+
+    static const char RESP[] =
+        "{\"id\":\"chatcmpl-abc\",\"model\":\"tiny.gguf\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+        "\"content\":\"hi\",\"reasoning_content\":\"hmm\",\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"w\",\"arguments\":\"{\\\"c\\\": 2}\"}}]},\"finish_reason\":\"tool_calls\"}],"
+        "\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":4,\"prompt_tokens_details\":{\"cached_tokens\":3}}}";
+    char *msg = wgllm_anthropic_response(RESP);
+    CHECK_STR(msg ? msg : "",
+              "{\"id\":\"msg_abc\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"tiny.gguf\",\"content\":["
+              "{\"type\":\"thinking\",\"thinking\":\"hmm\",\"signature\":\"\"},{\"type\":\"text\",\"text\":\"hi\"},"
+              "{\"type\":\"tool_use\",\"id\":\"call_1\",\"name\":\"w\",\"input\":{\"c\":2}}],\"stop_reason\":\"tool_use\","
+              "\"stop_sequence\":null,\"usage\":{\"input_tokens\":7,\"cache_read_input_tokens\":3,\"output_tokens\":4}}");
+    free(msg);
+
+    static const char *const CHUNKS[] = {
+        "{\"id\":\"chatcmpl-abc\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}",
+        "{\"id\":\"chatcmpl-abc\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"r\"}}]}",
+        "{\"id\":\"chatcmpl-abc\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}",
+        "{\"id\":\"chatcmpl-abc\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"}}]}",
+        "{\"id\":\"chatcmpl-abc\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":\"{}\"}}]}}]}",
+        "{\"id\":\"chatcmpl-abc\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}",
+        "{\"id\":\"chatcmpl-abc\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3}}",
+    };
+    struct wgllm_anthropic_stream as;
+    wgllm_anthropic_stream_init(&as);
+    struct wgllm_strbuf all = {0};
+    for (int i = 0; i < 7; i++) {
+        char *ev = wgllm_anthropic_stream_chunk(&as, CHUNKS[i]);
+        CHECK(ev != NULL);
+        if (ev) wgllm_strbuf_puts(&all, ev);
+        free(ev);
+    }
+    CHECK(as.ended);
+    /* the event names in order, and the blocks' indexes */
+    static const char *const ORDER[] = {
+        "event: message_start", "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+        "\"content_block\":{\"type\":\"thinking\"", "\"thinking_delta\",\"thinking\":\"r\"",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}",
+        "\"index\":1,\"content_block\":{\"type\":\"text\"", "\"text_delta\",\"text\":\"Hel\"", "\"text_delta\",\"text\":\"lo\"",
+        "{\"type\":\"content_block_stop\",\"index\":1}", "\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"c1\"",
+        "\"input_json_delta\",\"partial_json\":\"{}\"", "{\"type\":\"content_block_stop\",\"index\":2}",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"",
+        "\"output_tokens\":3", "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    };
+    const char *at = all.data ? all.data : "";
+    for (size_t i = 0; i < sizeof ORDER / sizeof *ORDER; i++) {
+        const char *f = strstr(at, ORDER[i]);
+        if (!f) fprintf(stderr, "  missing (in order) %s in:\n%s\n", ORDER[i], all.data ? all.data : "");
+        CHECK(f != NULL);
+        if (f) at = f + strlen(ORDER[i]);
+    }
+    wgllm_strbuf_free(&all);
+
+    /* refusals name the field */
+    const char *bad[][2] = {{"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens"},
+                            {"{\"max_tokens\":3,\"messages\":[]}", "messages"},
+                            {"{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":2}", "temperature"},
+                            {"{\"max_tokens\":3,\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages[0]"},
+                            {"{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}",
+                             "messages[0].content[0]"},
+                            {"{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"x\"}}",
+                             "tool_choice"},
+                            {"{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":1}",
+                             "top_logprobs"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *c = wgllm_anthropic_to_chat(bad[i][0], strlen(bad[i][0]), &e);
+        CHECK(c == NULL);
+        free(c);
+        if (strcmp(e.param, bad[i][1])) fprintf(stderr, "  %s -> '%s': %s\n", bad[i][0], e.param, e.message);
+        CHECK_STR(e.param, bad[i][1]);
+        CHECK_EQ_INT(e.status, 400);
+    }
+}
+
 int main(void) {
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     g_model = test_synth_model(&sp);
@@ -600,6 +705,7 @@ int main(void) {
     RUN(structured_output);
     RUN(reasoning_content);
     RUN(forwarded_to_an_upstream);
+    RUN(anthropic_messages);
     wgllm_engine_free(g_eng);
     wgllm_model_free(g_model);
     return test_summary("test_openai");

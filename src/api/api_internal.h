@@ -18,6 +18,9 @@ void wgllm_openai_think_flush(struct wgllm_openai_think *t, struct wgllm_strbuf 
 
 /* Tool calls (tools.c). */
 struct wgllm_json;
+struct wgllm_json_doc;
+/* A request body's JSON under the layer's budgets, the limits it breaks mapped to their codes. */
+bool wgllm_openai_parse_body(const char *body, size_t len, struct wgllm_json_doc *doc, struct wgllm_openai_error *e);
 bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const struct wgllm_json *body,
                               struct wgllm_openai_request *g, struct wgllm_openai_error *e);
 /* g->messages_json from the body's messages (whose roles and texts g->msgs holds). */

@@ -606,7 +606,7 @@ static bool embed_parse(const struct wgllm_openai_params *ap, const J *body, str
 }
 
 /* The body's JSON, with the limits a hostile client meets mapped to their codes. */
-static bool parse_body(const char *body, size_t len, struct wgllm_json_doc *doc, struct wgllm_openai_error *e) {
+bool wgllm_openai_parse_body(const char *body, size_t len, struct wgllm_json_doc *doc, struct wgllm_openai_error *e) {
     if (len > BODY_MAX_BYTES) {
         wgllm_openai_error_set(e, 413, "invalid_request_error", NULL, "request_too_large",
                                "the request body is larger than %zu MiB", BODY_MAX_BYTES >> 20);
@@ -651,7 +651,7 @@ bool wgllm_openai_parse(const struct wgllm_openai_params *p, enum wgllm_openai_e
         return false;
     }
     struct wgllm_json_doc doc;
-    if (!parse_body(body, len, &doc, err)) return false;
+    if (!wgllm_openai_parse_body(body, len, &doc, err)) return false;
     const J *root = wgllm_json_root(&doc);
     bool ok;
     if (root->type != WGLLM_JSON_OBJECT) {
@@ -734,7 +734,7 @@ char *wgllm_openai_tokenize(const struct wgllm_openai_params *p, const char *bod
                             struct wgllm_openai_error *e) {
     static const char *const FIELDS[] = {"content", "add_special", "parse_special", "with_pieces", "model", NULL};
     struct wgllm_json_doc doc;
-    if (!parse_body(body, len, &doc, e)) return NULL;
+    if (!wgllm_openai_parse_body(body, len, &doc, e)) return NULL;
     const J *root = wgllm_json_root(&doc), *content = wgllm_json_get(root, "content");
     bool add_special = false, parse_special = true, with_pieces = false, ok = true;
     if (root->type != WGLLM_JSON_OBJECT) ok = bad(e, "body", "the request %s must be a JSON object%s", "");
@@ -775,7 +775,7 @@ char *wgllm_openai_detokenize(const struct wgllm_openai_params *p, const char *b
                               struct wgllm_openai_error *e) {
     static const char *const FIELDS[] = {"tokens", "model", NULL};
     struct wgllm_json_doc doc;
-    if (!parse_body(body, len, &doc, e)) return NULL;
+    if (!wgllm_openai_parse_body(body, len, &doc, e)) return NULL;
     const J *root = wgllm_json_root(&doc), *toks = wgllm_json_get(root, "tokens");
     bool ok = true;
     if (root->type != WGLLM_JSON_OBJECT) ok = bad(e, "body", "the request %s must be a JSON object%s", "");

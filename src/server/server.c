@@ -132,7 +132,7 @@ bool srv_client_gone(int fd) {
 
 /* ---- per-request state ---------------------------------------------------------- */
 
-enum route { ROUTE_CHAT = 1, ROUTE_COMPLETIONS, ROUTE_EMBEDDINGS, ROUTE_TOKENIZE, ROUTE_DETOKENIZE };
+enum route { ROUTE_CHAT = 1, ROUTE_COMPLETIONS, ROUTE_EMBEDDINGS, ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_MESSAGES };
 
 struct conn {
     enum route route; /* a route that takes a body; 0 = answered before the body */
@@ -144,8 +144,9 @@ struct conn {
 static bool authorized(struct MHD_Connection *c) {
     if (!g_srv.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return false;
-    h += 7;
+    if (h && !strncmp(h, "Bearer ", 7)) h += 7;
+    /* Anthropic's clients send the key as x-api-key */
+    else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"))) return false;
     /* compared in time independent of where the first difference is */
     size_t a = strlen(h), b = strlen(g_srv.api_key);
     unsigned diff = a != b;
@@ -182,7 +183,7 @@ static enum MHD_Result preflight(struct MHD_Connection *c) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", any ? "*" : origin);
         if (!any) MHD_add_response_header(r, "Vary", "Origin");
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
     atomic_fetch_add(&g_srv.http_requests, 1);
@@ -212,7 +213,7 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
     if (!strcmp(url, "/health") && get) return srv_send_text(&g_srv, c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
     if (!authorized(c))
         return send_errf(c, 401, "invalid_request_error", NULL, "invalid_api_key",
-                         "missing or wrong API key: send 'Authorization: Bearer <key>'");
+                         "missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
     if (!strcmp(url, "/metrics") && get)
         return srv_send_text(&g_srv, c, 200, "text/plain; version=0.0.4", srv_metrics(&g_srv));
     if ((!strcmp(url, "/v1/models") || !strcmp(url, "/models")) && get)
@@ -220,6 +221,7 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
     enum route r = !strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions") ? ROUTE_CHAT
                    : !strcmp(url, "/v1/completions") || !strcmp(url, "/completions")       ? ROUTE_COMPLETIONS
                    : !strcmp(url, "/v1/embeddings") || !strcmp(url, "/embeddings")         ? ROUTE_EMBEDDINGS
+                   : !strcmp(url, "/v1/messages")                                           ? ROUTE_MESSAGES
                    : !strcmp(url, "/tokenize")                                              ? ROUTE_TOKENIZE
                    : !strcmp(url, "/detokenize")                                            ? ROUTE_DETOKENIZE
                                                                                            : 0;
@@ -274,7 +276,8 @@ static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
                                                 : wgllm_openai_detokenize(&g_srv.api, text, cn->body.len, &e);
         return out ? srv_send_text(&g_srv, c, 200, "application/json", out) : srv_send_err(&g_srv, c, &e);
     }
-    return srv_generate(&g_srv, c, text, cn->body.len, cn->route == ROUTE_CHAT);
+    return srv_generate(&g_srv, c, text, cn->body.len,
+                        cn->route == ROUTE_MESSAGES ? SRV_ANTHROPIC : cn->route == ROUTE_CHAT ? SRV_CHAT : SRV_COMPLETIONS);
 }
 
 /* The OpenAI layer's question for a `model` that is not the served one: an
@@ -357,7 +360,8 @@ static const char *serve_usage =
     "                   [--max-connections N] [--max-connections-per-ip N] [--idle-timeout SECONDS]\n"
     "                   [--read-timeout SECONDS] [--shutdown-timeout SECONDS] [--upstream-check SECONDS]\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
-    "  /v1/models, /health, /metrics, and llama.cpp's /tokenize and /detokenize.\n"
+    "  /v1/models, /health, /metrics, llama.cpp's /tokenize and /detokenize, and Anthropic's\n"
+    "  /v1/messages (served as the chat it means; the key also as x-api-key).\n"
     "  --port 0 picks a free port (printed on stderr).\n"
     "  --upstream (repeatable): requests whose `model` is NAME are forwarded to the\n"
     "  OpenAI-compatible base URL (e.g. http://host:8080/v1), as MODEL when given\n"

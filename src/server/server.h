@@ -63,6 +63,12 @@ bool srv_client_gone(int fd);
 /* Answers a generation request (len bytes of body; the local engine, or the
  * upstream its `model` names), streaming or not; the request is cancelled
  * when the client goes away or the server stops. */
-enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char *body, size_t len, bool chat);
+enum srv_dialect {
+    SRV_COMPLETIONS, /* /v1/completions */
+    SRV_CHAT,        /* /v1/chat/completions */
+    SRV_ANTHROPIC,   /* /v1/messages: Anthropic's Messages API, served as the chat it means */
+};
+enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char *body, size_t len,
+                             enum srv_dialect dialect);
 
 #endif

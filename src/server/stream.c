@@ -45,6 +45,8 @@ struct stream {
     const char *upstream; /* forwarded through the client instead of the engine (gen.upstream) */
     int fd;               /* the client's socket while the connection lives */
     char id[48];
+    bool anthropic;       /* /v1/messages: answers and events in Anthropic's shape */
+    struct wgllm_anthropic_stream an;
 };
 
 static void stream_free(struct stream *st) {
@@ -73,6 +75,17 @@ static char *sse(char *json) {
     return out;
 }
 
+/* A chat chunk (JSON, freed) as the stream's bytes: one `data:` event, or
+ * the Anthropic events it becomes. The chunks come in order from one thread
+ * at a time (the handler, then the engine, then the waiter), so the
+ * translation's state needs no lock. */
+static char *event(struct stream *st, char *json) {
+    if (!st->anthropic) return sse(json);
+    char *ev = json ? wgllm_anthropic_stream_chunk(&st->an, json) : NULL;
+    free(json);
+    return ev;
+}
+
 /* Appends (and frees) a chunk; caller holds mu. */
 static void stream_push_locked(struct stream *st, char *chunk) {
     if (!chunk) return;
@@ -87,7 +100,7 @@ static bool stream_on_token(const char *text, size_t len, int32_t token, float l
     struct srv *s = st->srv;
     char *piece = NULL;
     wgllm_openai_chunk_token(&s->api, &st->gen, st->id, text, len, token, logprob, &piece); /* out of memory drops it */
-    char *chunk = sse(piece);
+    char *chunk = event(st, piece);
     pthread_mutex_lock(&st->mu);
     const bool keep = !st->gone && !atomic_load(&s->stopping);
     if (keep) stream_push_locked(st, chunk);
@@ -155,7 +168,15 @@ static void wait_local(struct stream *st, bool streaming, struct wgllm_result *r
     st->req = NULL;
 }
 
-static char *sse_error(const struct wgllm_openai_error *e) { return sse(wgllm_openai_error_json(e)); }
+static char *sse_error(struct stream *st, const struct wgllm_openai_error *e) {
+    return event(st, wgllm_openai_error_json(e));
+}
+
+/* An error answer in the request's dialect. */
+static enum MHD_Result send_err(struct stream *st, struct MHD_Connection *c, const struct wgllm_openai_error *e) {
+    if (!st->anthropic) return srv_send_err(st->srv, c, e);
+    return srv_send_text(st->srv, c, (unsigned)e->status, "application/json", wgllm_anthropic_error_json(e));
+}
 
 static void *stream_waiter(void *arg) {
     struct stream *st = arg;
@@ -173,19 +194,19 @@ static void *stream_waiter(void *arg) {
     struct wgllm_openai_error e;
     if (res.finish == WGLLM_FINISH_ERROR && st->upstream) {
         upstream_err(&e, &st->gen, res.status, res.message);
-        tail[n_tail++] = sse_error(&e);
+        tail[n_tail++] = sse_error(st, &e);
     } else if (res.finish == WGLLM_FINISH_CANCELLED && atomic_load(&s->stopping)) {
         shutting_down(&e);
-        tail[n_tail++] = sse_error(&e);
+        tail[n_tail++] = sse_error(st, &e);
     } else {
         /* the layer's end of a stream: logprobs, finish and usage chunks, or the error */
         n_tail = wgllm_openai_chunks_end(&s->api, &st->gen, st->id, &res, tail);
-        for (int i = 0; i < n_tail; i++) tail[i] = sse(tail[i]);
+        for (int i = 0; i < n_tail; i++) tail[i] = event(st, tail[i]);
     }
     wgllm_result_free(&res);
     pthread_mutex_lock(&st->mu);
     for (int i = 0; i < n_tail; i++) stream_push_locked(st, tail[i]);
-    stream_push_locked(st, strdup("data: [DONE]\n\n"));
+    if (!st->anthropic) stream_push_locked(st, strdup("data: [DONE]\n\n")); /* Anthropic's ends with message_stop */
     st->done = true;
     pthread_cond_broadcast(&st->cv);
     stream_unref_locked(st);
@@ -276,7 +297,7 @@ static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c)
         rc = submit(st, &werr);
         if (rc != WGLLM_STATUS_OK) {
             wgllm_openai_error_from_engine(&e, g, rc, werr.message);
-            return srv_send_err(s, c, &e);
+            return send_err(st, c, &e);
         }
         wait_local(st, false, &res);
         if (res.finish == WGLLM_FINISH_ERROR) wgllm_openai_error_from_engine(&e, g, res.status, res.message);
@@ -284,20 +305,27 @@ static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c)
     enum MHD_Result ret;
     if (res.finish == WGLLM_FINISH_CANCELLED && atomic_load(&s->stopping)) {
         shutting_down(&e);
-        ret = srv_send_err(s, c, &e);
+        ret = send_err(st, c, &e);
     } else if (res.finish == WGLLM_FINISH_CANCELLED) {
         ret = MHD_NO; /* the client left: nobody to answer, close */
     } else if (rc != WGLLM_STATUS_OK || res.finish == WGLLM_FINISH_ERROR) {
         if (st->upstream && rc == WGLLM_STATUS_OK) upstream_err(&e, g, res.status, werr.message);
-        ret = srv_send_err(s, c, &e);
+        ret = send_err(st, c, &e);
     } else {
-        ret = srv_send_text(s, c, 200, "application/json", wgllm_openai_response(&s->api, g, st->id, &res));
+        char *chat = wgllm_openai_response(&s->api, g, st->id, &res);
+        if (st->anthropic) {
+            char *msg = chat ? wgllm_anthropic_response(chat) : NULL;
+            free(chat);
+            chat = msg;
+        }
+        ret = srv_send_text(s, c, 200, "application/json", chat);
     }
     wgllm_result_free(&res);
     return ret;
 }
 
-enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char *body, size_t len, bool chat) {
+enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char *body, size_t len,
+                             enum srv_dialect dialect) {
     struct wgllm_openai_error e;
     struct stream *st = calloc(1, sizeof(*st));
     if (!st) {
@@ -306,12 +334,28 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     }
     atomic_fetch_add(&s->inflight, 1);
     st->srv = s;
+    st->anthropic = dialect == SRV_ANTHROPIC;
+    wgllm_anthropic_stream_init(&st->an);
+    const bool chat = dialect != SRV_COMPLETIONS;
+    char *messages_chat = NULL; /* a Messages body, as the chat body it means */
+    if (st->anthropic) {
+        if (!(messages_chat = wgllm_anthropic_to_chat(body, len, &e))) {
+            enum MHD_Result ret = send_err(st, c, &e);
+            stream_free(st);
+            return ret;
+        }
+        body = messages_chat, len = strlen(messages_chat);
+    }
     st->fd = srv_client_fd(c);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
-    if (!wgllm_openai_parse(&s->api, chat ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS, body, len, &st->gen, &e)) {
+    const bool parsed = wgllm_openai_parse(&s->api, chat ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS, body, len,
+                                           &st->gen, &e);
+    free(messages_chat);
+    if (!parsed) {
+        enum MHD_Result ret = send_err(st, c, &e);
         stream_free(st);
-        return srv_send_err(s, c, &e);
+        return ret;
     }
     struct wgllm_openai_request *g = &st->gen;
     const char *upstream = st->upstream = g->upstream; /* a `model` naming an upstream goes there */
@@ -323,14 +367,15 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     }
     g->rp.on_token = stream_on_token;
     g->rp.user_data = st;
-    stream_push_locked(st, sse(wgllm_openai_chunk_first(&s->api, g, st->id))); /* chat: the role chunk */
+    stream_push_locked(st, event(st, wgllm_openai_chunk_first(&s->api, g, st->id))); /* chat: the role chunk */
     /* an upstream starts in the waiter thread; its failures arrive as an error event */
     struct wgllm_error werr = {0};
     enum wgllm_status rc = upstream ? WGLLM_STATUS_OK : submit(st, &werr);
     if (rc != WGLLM_STATUS_OK) {
         wgllm_openai_error_from_engine(&e, g, rc, werr.message);
+        enum MHD_Result ret = send_err(st, c, &e);
         stream_free(st);
-        return srv_send_err(s, c, &e);
+        return ret;
     }
     st->refs = 2;
     struct MHD_Response *r =
