@@ -5,8 +5,8 @@
  * forwarded (an upstream named "up"), and the answers built from what was
  * accepted (response, every kind of chunk, with token logprobs), and a
  * chat message's text as the answer of every tool-call family (whole and
- * streamed in small pieces); /tokenize, /detokenize and Anthropic's
- * /v1/messages (through the chat it becomes) on the same bodies. A synthetic
+ * streamed in small pieces); /tokenize, /detokenize, Anthropic's
+ * /v1/messages and /v1/responses (through the chat each becomes) on the same bodies. A synthetic
  * tiny model (made once, in /tmp) gives the vocabulary and the token texts;
  * nothing is generated. An accepted request must respect every bound; a
  * violation aborts (a finding, like a crash).
@@ -153,10 +153,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         wgllm_openai_request_free(&g);
     }
-    /* Anthropic's Messages body: what it becomes must be a chat body the layer reads or refuses */
-    {
+    /* Anthropic's Messages and OpenAI's Responses bodies: what they become must be a chat body the
+     * layer reads or refuses */
+    for (int k = 0; k < 2; k++) {
         struct wgllm_openai_error e;
-        char *chat = wgllm_anthropic_to_chat((const char *)data, size, &e);
+        char *chat = k ? wgllm_responses_to_chat((const char *)data, size, &e)
+                       : wgllm_anthropic_to_chat((const char *)data, size, &e);
         if (chat) {
             struct wgllm_openai_request g;
             if (wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, chat, strlen(chat), &g, &e)) check_accepted(&p, &g);

@@ -979,6 +979,25 @@ void wgllm_anthropic_stream_init(struct wgllm_anthropic_stream *s);
 /* The events for one chat chunk ("" when it makes none); NULL: out of memory. */
 char *wgllm_anthropic_stream_chunk(struct wgllm_anthropic_stream *s, const char *chunk_json);
 
+/* OpenAI's Responses API (/v1/responses, src/api/responses.c) on this layer,
+ * as Anthropic's above: the body becomes the chat body it means
+ * (instructions; input as a string or message / function_call /
+ * function_call_output items; function tools, tool_choice,
+ * parallel_tool_calls, text.format, max_output_tokens, temperature, top_p,
+ * stream; reasoning, metadata, user, store, truncation and include
+ * accepted; previous_response_id refused: no responses are kept), the
+ * chat response a Response (output items reasoning, message, function_call;
+ * status completed or incomplete), and a stream's chat chunks its events
+ * (response.created ... response.completed, each with its sequence_number)
+ * through an opaque state made per stream. */
+struct wgllm_responses_stream;
+char *wgllm_responses_to_chat(const char *body, size_t len, struct wgllm_openai_error *err);
+char *wgllm_responses_response(const char *chat_response_json);
+struct wgllm_responses_stream *wgllm_responses_stream_init(void); /* NULL: out of memory */
+void wgllm_responses_stream_free(struct wgllm_responses_stream *s);
+/* The events for one chat chunk ("" when it makes none); NULL: out of memory. */
+char *wgllm_responses_stream_chunk(struct wgllm_responses_stream *s, const char *chunk_json);
+
 char *wgllm_openai_embeddings(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
                               struct wgllm_openai_error *err);
 

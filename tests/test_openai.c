@@ -684,6 +684,93 @@ TEST(anthropic_messages) {
     }
 }
 
+/* The Responses API: the chat a body means (items joined into turns), a
+ * Response from a chat answer, and a stream's events in order, numbered. */
+TEST(responses_api) {
+    static const char BODY[] =
+        "{\"model\":\"tiny.gguf\",\"instructions\":\"be brief\",\"max_output_tokens\":9,\"input\":[{\"role\":\"user\","
+        "\"content\":[{\"type\":\"input_text\",\"text\":\"hi\"}]},{\"type\":\"message\",\"role\":\"assistant\",\"content\":"
+        "\"ok\"},{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"w\",\"arguments\":\"{}\"},{\"type\":"
+        "\"function_call_output\",\"call_id\":\"c1\",\"output\":\"sunny\"},{\"type\":\"reasoning\",\"id\":\"rs_1\"}],"
+        "\"tools\":[{\"type\":\"function\",\"name\":\"w\",\"parameters\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":"
+        "\"function\",\"name\":\"w\"},\"text\":{\"format\":{\"type\":\"json_object\"}},\"store\":false}";
+    struct wgllm_openai_error e;
+    char *chat = wgllm_responses_to_chat(BODY, sizeof BODY - 1, &e);
+    CHECK(chat != NULL);
+    if (!chat) return;
+    static const char WANT[] =
+        "{\"model\":\"tiny.gguf\",\"max_tokens\":9,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\","
+        "\"parameters\":{\"type\":\"object\"}}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"w\"}},"
+        "\"response_format\":{\"type\":\"json_object\"},\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+        "{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"ok\",\"tool_calls\":[{\"id\":\"c1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":"
+        "\"c1\",\"content\":\"sunny\"}]}";
+    CHECK_STR(chat, WANT);
+    free(chat);
+    static const char RESP[] =
+        "{\"id\":\"chatcmpl-q\",\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
+        "\"hi\",\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":\"{}\"}}]},"
+        "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":4}}";
+    char *r = wgllm_responses_response(RESP);
+    CHECK(r && strstr(r, "\"id\":\"resp_q\",\"object\":\"response\""));
+    CHECK(r && strstr(r, "\"status\":\"incomplete\""));
+    CHECK(r && strstr(r, "\"incomplete_details\":{\"reason\":\"max_output_tokens\"}"));
+    CHECK(r && strstr(r, "\"output\":[{\"type\":\"message\",\"id\":\"msg_q_0\",\"status\":\"completed\",\"role\":"
+                         "\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"hi\",\"annotations\":[]}]},"
+                         "{\"type\":\"function_call\",\"id\":\"fc_q_1\",\"call_id\":\"call_1\",\"name\":\"w\",\"arguments\":"
+                         "\"{}\",\"status\":\"completed\"}]"));
+    CHECK(r && strstr(r, "\"total_tokens\":14"));
+    free(r);
+    static const char *const CHUNKS[] = {
+        "{\"id\":\"chatcmpl-q\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}",
+        "{\"id\":\"chatcmpl-q\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"r\"}}]}",
+        "{\"id\":\"chatcmpl-q\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}",
+        "{\"id\":\"chatcmpl-q\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"}}]}",
+        "{\"id\":\"chatcmpl-q\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}",
+        "{\"id\":\"chatcmpl-q\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3}}",
+    };
+    struct wgllm_responses_stream *rs = wgllm_responses_stream_init();
+    CHECK(rs != NULL);
+    struct wgllm_strbuf all = {0};
+    for (int i = 0; rs && i < 6; i++) {
+        char *ev = wgllm_responses_stream_chunk(rs, CHUNKS[i]);
+        CHECK(ev != NULL);
+        if (ev) wgllm_strbuf_puts(&all, ev);
+        free(ev);
+    }
+    wgllm_responses_stream_free(rs);
+    static const char *const ORDER[] = {
+        "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0",
+        "\"type\":\"response.in_progress\",\"sequence_number\":1",
+        "\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{\"type\":\"reasoning\"",
+        "\"type\":\"response.reasoning_text.delta\"", "\"delta\":\"r\"", "\"type\":\"response.reasoning_text.done\"",
+        "\"type\":\"response.output_item.done\"", "\"output_index\":1,\"item\":{\"type\":\"message\"",
+        "\"type\":\"response.content_part.added\"", "\"delta\":\"Hel\"", "\"delta\":\"lo\"",
+        "\"type\":\"response.output_text.done\"", "\"text\":\"Hello\"", "\"type\":\"response.content_part.done\"",
+        "\"type\":\"response.output_item.done\"", "event: response.completed\ndata: {\"type\":\"response.completed\"",
+        "\"status\":\"completed\"", "\"output_tokens\":3",
+    };
+    const char *at = all.data ? all.data : "";
+    for (size_t i = 0; i < sizeof ORDER / sizeof *ORDER; i++) {
+        const char *f = strstr(at, ORDER[i]);
+        if (!f) fprintf(stderr, "  missing (in order) %s in:\n%s\n", ORDER[i], all.data ? all.data : "");
+        CHECK(f != NULL);
+        if (f) at = f + strlen(ORDER[i]);
+    }
+    wgllm_strbuf_free(&all);
+    const char *bad[][2] = {{"{\"input\":\"x\",\"previous_response_id\":\"r\"}", "previous_response_id"},
+                            {"{\"input\":[]}", "input"},
+                            {"{\"input\":\"x\",\"tools\":[{\"type\":\"file_search\"}]}", "tools[0]"},
+                            {"{\"input\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "input[0]"},
+                            {"{\"input\":\"x\",\"seed\":1}", "seed"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *c = wgllm_responses_to_chat(bad[i][0], strlen(bad[i][0]), &e);
+        CHECK(c == NULL);
+        free(c);
+        CHECK_STR(e.param, bad[i][1]);
+    }
+}
+
 int main(void) {
     struct wgllm_synth_params sp = wgllm_synth_default_params();
     g_model = test_synth_model(&sp);
@@ -706,6 +793,7 @@ int main(void) {
     RUN(reasoning_content);
     RUN(forwarded_to_an_upstream);
     RUN(anthropic_messages);
+    RUN(responses_api);
     wgllm_engine_free(g_eng);
     wgllm_model_free(g_model);
     return test_summary("test_openai");

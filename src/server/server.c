@@ -132,7 +132,8 @@ bool srv_client_gone(int fd) {
 
 /* ---- per-request state ---------------------------------------------------------- */
 
-enum route { ROUTE_CHAT = 1, ROUTE_COMPLETIONS, ROUTE_EMBEDDINGS, ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_MESSAGES };
+enum route { ROUTE_CHAT = 1, ROUTE_COMPLETIONS, ROUTE_EMBEDDINGS, ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_MESSAGES,
+             ROUTE_RESPONSES };
 
 struct conn {
     enum route route; /* a route that takes a body; 0 = answered before the body */
@@ -222,6 +223,7 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
                    : !strcmp(url, "/v1/completions") || !strcmp(url, "/completions")       ? ROUTE_COMPLETIONS
                    : !strcmp(url, "/v1/embeddings") || !strcmp(url, "/embeddings")         ? ROUTE_EMBEDDINGS
                    : !strcmp(url, "/v1/messages")                                           ? ROUTE_MESSAGES
+                   : !strcmp(url, "/v1/responses") || !strcmp(url, "/responses")           ? ROUTE_RESPONSES
                    : !strcmp(url, "/tokenize")                                              ? ROUTE_TOKENIZE
                    : !strcmp(url, "/detokenize")                                            ? ROUTE_DETOKENIZE
                                                                                            : 0;
@@ -277,7 +279,10 @@ static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
         return out ? srv_send_text(&g_srv, c, 200, "application/json", out) : srv_send_err(&g_srv, c, &e);
     }
     return srv_generate(&g_srv, c, text, cn->body.len,
-                        cn->route == ROUTE_MESSAGES ? SRV_ANTHROPIC : cn->route == ROUTE_CHAT ? SRV_CHAT : SRV_COMPLETIONS);
+                        cn->route == ROUTE_MESSAGES    ? SRV_ANTHROPIC
+                        : cn->route == ROUTE_RESPONSES ? SRV_RESPONSES
+                        : cn->route == ROUTE_CHAT      ? SRV_CHAT
+                                                       : SRV_COMPLETIONS);
 }
 
 /* The OpenAI layer's question for a `model` that is not the served one: an
@@ -361,7 +366,8 @@ static const char *serve_usage =
     "                   [--read-timeout SECONDS] [--shutdown-timeout SECONDS] [--upstream-check SECONDS]\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
     "  /v1/models, /health, /metrics, llama.cpp's /tokenize and /detokenize, and Anthropic's\n"
-    "  /v1/messages (served as the chat it means; the key also as x-api-key).\n"
+    "  /v1/messages and OpenAI's /v1/responses (each served as the chat it means; the key\n"
+    "  also as x-api-key).\n"
     "  --port 0 picks a free port (printed on stderr).\n"
     "  --upstream (repeatable): requests whose `model` is NAME are forwarded to the\n"
     "  OpenAI-compatible base URL (e.g. http://host:8080/v1), as MODEL when given\n"

@@ -67,6 +67,7 @@ enum srv_dialect {
     SRV_COMPLETIONS, /* /v1/completions */
     SRV_CHAT,        /* /v1/chat/completions */
     SRV_ANTHROPIC,   /* /v1/messages: Anthropic's Messages API, served as the chat it means */
+    SRV_RESPONSES,   /* /v1/responses: OpenAI's Responses API, the same way */
 };
 enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char *body, size_t len,
                              enum srv_dialect dialect);

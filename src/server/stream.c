@@ -47,12 +47,15 @@ struct stream {
     char id[48];
     bool anthropic;       /* /v1/messages: answers and events in Anthropic's shape */
     struct wgllm_anthropic_stream an;
+    struct wgllm_responses_stream *rs; /* /v1/responses, streaming: its events' state (NULL otherwise) */
+    bool gen_responses;   /* /v1/responses: answers as a Response */
 };
 
 static void stream_free(struct stream *st) {
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     wgllm_openai_request_free(&st->gen);
+    wgllm_responses_stream_free(st->rs);
     wgllm_strbuf_free(&st->buf);
     atomic_fetch_sub(&st->srv->inflight, 1);
     free(st);
@@ -80,8 +83,8 @@ static char *sse(char *json) {
  * at a time (the handler, then the engine, then the waiter), so the
  * translation's state needs no lock. */
 static char *event(struct stream *st, char *json) {
-    if (!st->anthropic) return sse(json);
-    char *ev = json ? wgllm_anthropic_stream_chunk(&st->an, json) : NULL;
+    if (!st->anthropic && !st->rs) return sse(json);
+    char *ev = !json ? NULL : st->rs ? wgllm_responses_stream_chunk(st->rs, json) : wgllm_anthropic_stream_chunk(&st->an, json);
     free(json);
     return ev;
 }
@@ -206,7 +209,8 @@ static void *stream_waiter(void *arg) {
     wgllm_result_free(&res);
     pthread_mutex_lock(&st->mu);
     for (int i = 0; i < n_tail; i++) stream_push_locked(st, tail[i]);
-    if (!st->anthropic) stream_push_locked(st, strdup("data: [DONE]\n\n")); /* Anthropic's ends with message_stop */
+    /* Anthropic's ends with message_stop, a Response's with response.completed */
+    if (!st->anthropic && !st->rs) stream_push_locked(st, strdup("data: [DONE]\n\n"));
     st->done = true;
     pthread_cond_broadcast(&st->cv);
     stream_unref_locked(st);
@@ -313,8 +317,8 @@ static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c)
         ret = send_err(st, c, &e);
     } else {
         char *chat = wgllm_openai_response(&s->api, g, st->id, &res);
-        if (st->anthropic) {
-            char *msg = chat ? wgllm_anthropic_response(chat) : NULL;
+        if (st->anthropic || st->gen_responses) {
+            char *msg = !chat ? NULL : st->anthropic ? wgllm_anthropic_response(chat) : wgllm_responses_response(chat);
             free(chat);
             chat = msg;
         }
@@ -335,11 +339,13 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     atomic_fetch_add(&s->inflight, 1);
     st->srv = s;
     st->anthropic = dialect == SRV_ANTHROPIC;
+    st->gen_responses = dialect == SRV_RESPONSES;
     wgllm_anthropic_stream_init(&st->an);
     const bool chat = dialect != SRV_COMPLETIONS;
-    char *messages_chat = NULL; /* a Messages body, as the chat body it means */
-    if (st->anthropic) {
-        if (!(messages_chat = wgllm_anthropic_to_chat(body, len, &e))) {
+    char *messages_chat = NULL; /* a Messages or Responses body, as the chat body it means */
+    if (st->anthropic || st->gen_responses) {
+        messages_chat = st->anthropic ? wgllm_anthropic_to_chat(body, len, &e) : wgllm_responses_to_chat(body, len, &e);
+        if (!messages_chat) {
             enum MHD_Result ret = send_err(st, c, &e);
             stream_free(st);
             return ret;
@@ -362,6 +368,12 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     wgllm_openai_new_id(g, st->id, sizeof(st->id));
     if (!g->stream) {
         enum MHD_Result ret = answer_whole(st, c);
+        stream_free(st);
+        return ret;
+    }
+    if (st->gen_responses && !(st->rs = wgllm_responses_stream_init())) {
+        wgllm_openai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+        enum MHD_Result ret = send_err(st, c, &e);
         stream_free(st);
         return ret;
     }
