@@ -514,6 +514,9 @@ struct wgllm_request_params {
     const char *const *stop;              /* stop strings (copied); the text ends before the first match */
     int n_stop;
     const char *context_key;              /* NULL = no reuse across requests (copied) */
+    const char *cache_partition;          /* whose KV caches this request may reuse: slots, snapshots
+                                             and context_keys of the same partition only (a tenant, an
+                                             API key); NULL = the shared one (copied) */
     bool ignore_eos;                      /* keep generating past end-of-generation tokens */
     bool add_special;                     /* query: add BOS as the model asks (default true) */
     const char *grammar;                  /* GBNF text (llama.cpp's grammar language, copied) that the

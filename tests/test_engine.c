@@ -149,6 +149,49 @@ TEST(eviction_and_snapshot_restore) {
     wgllm_engine_free(e);
 }
 
+/* Tenants: a partition's caches (its slots, its snapshots, its context_keys)
+ * are never reused by another, nor by the shared one; its own are. */
+TEST(cache_partitions_never_share) {
+    struct wgllm_engine *e = new_engine(2, 256, 64 << 20);
+    if (!e) return;
+    struct wgllm_request_params p = test_greedy(4);
+    const char *a = "The lighthouse keeper climbed the spiral stairs every evening at dusk to light the lamp";
+    struct wgllm_result r;
+    p.context_key = "k";
+    p.cache_partition = "alice";
+    CHECK_EQ_INT(wgllm_query(e, a, &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.usage.cached_tokens, 0);
+    wgllm_result_free(&r);
+    /* the same key and prompt from another tenant, and from the shared partition: nothing reused */
+    p.cache_partition = "bob";
+    CHECK_EQ_INT(wgllm_query(e, a, &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.usage.cached_tokens, 0);
+    wgllm_result_free(&r);
+    p.cache_partition = NULL;
+    p.context_key = NULL;
+    CHECK_EQ_INT(wgllm_query(e, a, &p, &r, NULL), WGLLM_STATUS_OK); /* evicts one of them into a snapshot */
+    CHECK_EQ_INT(r.usage.cached_tokens, 0);
+    wgllm_result_free(&r);
+    /* each tenant finds its own again, from its slot or its snapshot */
+    p.context_key = "k";
+    for (int i = 0; i < 2; i++) {
+        p.cache_partition = i ? "bob" : "alice";
+        CHECK_EQ_INT(wgllm_query(e, a, &p, &r, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(r.usage.cached_tokens, r.usage.prompt_tokens - 1);
+        wgllm_result_free(&r);
+    }
+    /* and a shared request after them reuses only the shared one's */
+    p.cache_partition = NULL;
+    p.context_key = NULL;
+    CHECK_EQ_INT(wgllm_query(e, a, &p, &r, NULL), WGLLM_STATUS_OK);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK(m.snapshots_saved >= 1);
+    CHECK_EQ_INT(r.usage.cached_tokens, r.usage.prompt_tokens - 1);
+    wgllm_result_free(&r);
+    wgllm_engine_free(e);
+}
+
 static bool stop_after_three(const char *text, size_t len, int32_t token, float lp, void *ud) {
     int *count = ud;
     return ++*count < 3;
@@ -1057,6 +1100,7 @@ int main(void) {
     RUN(chat_message_text_is_never_control_tokens);
     RUN(cpu_has_no_device_sampling);
     RUN(grammar_constrains_the_text);
+    RUN(cache_partitions_never_share);
     wgllm_model_free(model);
     remove(model_path);
     return test_summary("test_engine");

@@ -46,6 +46,7 @@ static bool text_append(struct wgllm_request *r, const char *s, size_t n) {
 static void request_destroy(struct wgllm_request *r) {
     if (!r) return;
     free(r->key);
+    free(r->part);
     if (r->stops)
         for (int i = 0; i < r->p.n_stop; i++) free(r->stops[i]);
     free(r->stops);
@@ -179,7 +180,9 @@ static int pick_slot(struct wgllm_engine *e, const struct wgllm_request *r) {
     int best = -1;
     if (r->key)
         for (int i = 0; i < e->p.n_slots; i++)
-            if (e->slots[i].state == SLOT_IDLE && e->slots[i].key && !strcmp(e->slots[i].key, r->key)) return i;
+            if (e->slots[i].state == SLOT_IDLE && e->slots[i].key && !strcmp(e->slots[i].key, r->key) &&
+                wgllm_same_partition(e->slots[i].part, r->part))
+                return i;
     for (int i = 0; i < e->p.n_slots; i++)
         if (e->slots[i].state == SLOT_FREE) return i;
     for (int i = 0; i < e->p.n_slots; i++)
@@ -192,7 +195,8 @@ static int pick_slot(struct wgllm_engine *e, const struct wgllm_request *r) {
  * slot, or a snapshot. */
 static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
     struct slot *sl = &e->slots[s];
-    const bool same_key = r->key && sl->key && !strcmp(sl->key, r->key);
+    const bool same_part = wgllm_same_partition(sl->part, r->part);
+    const bool same_key = same_part && r->key && sl->key && !strcmp(sl->key, r->key);
     if (sl->state == SLOT_IDLE && !same_key && sl->n_tokens > 0) {
         wgllm_snapshot_save(e, s);
         pthread_mutex_lock(&e->mu);
@@ -201,17 +205,23 @@ static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
     }
     /* at least one prompt token is always computed: its logits start generation */
     const int limit = r->kind == REQ_EMBED ? 0 : r->n_prompt - 1;
-    int cached = WGLLM_MIN(wgllm_engine_common_prefix(sl->tokens, wgllm_engine_slot_reusable(sl), r->prompt, r->n_prompt), limit);
+    /* another partition's cache is never reused: its prefix would tell what it held (cached_tokens, timing) */
+    int cached = !same_part ? 0
+                            : WGLLM_MIN(wgllm_engine_common_prefix(sl->tokens, wgllm_engine_slot_reusable(sl), r->prompt,
+                                                                   r->n_prompt),
+                                        limit);
     int src_slot = -1, src_snap = -1;
     for (int i = 0; i < e->p.n_slots && limit > 0; i++) {
-        if (i == s || wgllm_engine_slot_reusable(&e->slots[i]) <= cached) continue;
+        if (i == s || wgllm_engine_slot_reusable(&e->slots[i]) <= cached ||
+            !wgllm_same_partition(e->slots[i].part, r->part))
+            continue;
         int c = WGLLM_MIN(wgllm_engine_common_prefix(e->slots[i].tokens, wgllm_engine_slot_reusable(&e->slots[i]), r->prompt, r->n_prompt),
                           limit);
         /* an active slot's cache only grows past its prompt (or shifts past its kept
          * tokens), and the copy is made now, so the prefix copied is stable */
         if (c > cached) cached = c, src_slot = i, src_snap = -1;
     }
-    const int snap = wgllm_snapshot_lookup(e, r->prompt, r->n_prompt, limit, &cached);
+    const int snap = wgllm_snapshot_lookup(e, r->part, r->prompt, r->n_prompt, limit, &cached);
     if (snap >= 0) src_snap = snap, src_slot = -1;
     if (src_slot >= 0) {
         wgllm_context_seq_copy(e->ctx, src_slot, s, cached);
@@ -223,6 +233,8 @@ static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
     sl->shifted = false; /* what it keeps is an exact prefix */
     free(sl->key);
     sl->key = dup_str(r->key);
+    free(sl->part);
+    sl->part = dup_str(r->part);
     pthread_mutex_lock(&e->mu);
     if (sl->state == SLOT_IDLE) e->m.idle_slots--;
     e->m.active_slots++;
@@ -659,6 +671,7 @@ void wgllm_engine_free(struct wgllm_engine *e) {
     if (e->slots)
         for (int i = 0; i < e->p.n_slots; i++) {
             free(e->slots[i].key);
+            free(e->slots[i].part);
             free(e->slots[i].tokens);
         }
     wgllm_snapshot_clear(e);
@@ -858,6 +871,8 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
     pthread_cond_init(&r->done_cv, NULL);
     r->key = dup_str(p.context_key);
     r->p.context_key = NULL;
+    r->part = dup_str(p.cache_partition);
+    r->p.cache_partition = NULL;
     if (p.grammar && kind == REQ_GENERATE) {
         /* a bad grammar fails the submit, with the reader's line:column message */
         const enum wgllm_status gs = wgllm_constraint_init(e, p.grammar, p.grammar_len, &r->grammar, err);

@@ -31,6 +31,7 @@ struct wgllm_request {
     enum req_phase phase;
     struct wgllm_request_params p;
     char *key;         /* copy of p.context_key */
+    char *part;        /* copy of p.cache_partition: whose caches it may reuse */
     char **stops;      /* copies of p.stop */
     int32_t *prompt;
     int n_prompt;
@@ -71,6 +72,7 @@ struct wgllm_request {
 struct slot {
     enum slot_state state;
     char *key;       /* the context_key of the conversation it holds, or NULL */
+    char *part;      /* the cache partition of what it holds (NULL: the shared one) */
     int32_t *tokens; /* what the KV cache of this slot holds, n_ctx capacity */
     int n_tokens;
     bool shifted;    /* a context shift moved tokens since the slot was admitted */
@@ -80,6 +82,7 @@ struct slot {
 };
 
 struct snapshot {
+    char *part;      /* the cache partition it belongs to (NULL: the shared one) */
     int32_t *tokens;
     int n;
     void *state;
@@ -163,17 +166,20 @@ void wgllm_snapshot_drop(struct wgllm_engine *e, int i);
 /* Drops them all (engine teardown). */
 void wgllm_snapshot_clear(struct wgllm_engine *e);
 /* True when a snapshot already covers tokens[0, n). */
-bool wgllm_snapshot_covered(const struct wgllm_engine *e, const int32_t *tokens, int n);
+bool wgllm_snapshot_covered(const struct wgllm_engine *e, const char *part, const int32_t *tokens, int n);
 /* Drops least recently used snapshots until one of `bytes` fits; false when it never can. */
 bool wgllm_snapshot_make_room(struct wgllm_engine *e, size_t bytes);
 /* Stores a snapshot (after wgllm_snapshot_make_room); takes tokens and state. */
-void wgllm_snapshot_add(struct wgllm_engine *e, int32_t *tokens, int n, void *state, size_t bytes);
+void wgllm_snapshot_add(struct wgllm_engine *e, char *part, int32_t *tokens, int n, void *state, size_t bytes);
 /* Saves what slot s holds before it is reused, when worth it and not already saved. */
 void wgllm_snapshot_save(struct wgllm_engine *e, int s);
 /* The snapshot sharing the longest prefix with prompt[0, n) (capped at
  * `limit`) that is longer than *cached: its index, with *cached raised to that
  * length; -1 (and *cached unchanged) when none is longer. */
-int wgllm_snapshot_lookup(const struct wgllm_engine *e, const int32_t *prompt, int n, int limit, int *cached);
+int wgllm_snapshot_lookup(const struct wgllm_engine *e, const char *part, const int32_t *prompt, int n, int limit,
+                          int *cached);
+/* Caches of one partition are reused only by requests of the same one (both NULL: the shared one). */
+static inline bool wgllm_same_partition(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
 /* Loads snapshot i into sequence s and copies its first `cached` tokens to
  * `tokens`; marks it used. */
 void wgllm_snapshot_restore(struct wgllm_engine *e, int i, int s, int32_t *tokens, int cached);

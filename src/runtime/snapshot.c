@@ -14,13 +14,14 @@ void wgllm_snapshot_drop(struct wgllm_engine *e, int i) {
     e->m.snapshot_bytes_used = e->snap_bytes; /* engine thread or free(): no reader races a gauge */
     free(e->snaps[i].tokens);
     free(e->snaps[i].state);
+    free(e->snaps[i].part);
     e->snaps[i] = e->snaps[--e->n_snaps];
 }
 
 /* True when a snapshot already covers tokens[0, n). */
-bool wgllm_snapshot_covered(const struct wgllm_engine *e, const int32_t *tokens, int n) {
+bool wgllm_snapshot_covered(const struct wgllm_engine *e, const char *part, const int32_t *tokens, int n) {
     for (int i = 0; i < e->n_snaps; i++)
-        if (e->snaps[i].n >= n && wgllm_engine_common_prefix(e->snaps[i].tokens, e->snaps[i].n, tokens, n) == n) return true;
+        if (wgllm_same_partition(e->snaps[i].part, part) && e->snaps[i].n >= n && wgllm_engine_common_prefix(e->snaps[i].tokens, e->snaps[i].n, tokens, n) == n) return true;
     return false;
 }
 
@@ -37,8 +38,8 @@ bool wgllm_snapshot_make_room(struct wgllm_engine *e, size_t bytes) {
 }
 
 /* Stores a snapshot (after wgllm_snapshot_make_room); takes tokens and state. */
-void wgllm_snapshot_add(struct wgllm_engine *e, int32_t *tokens, int n, void *state, size_t bytes) {
-    e->snaps[e->n_snaps++] = (struct snapshot){.tokens = tokens, .n = n, .state = state, .bytes = bytes,
+void wgllm_snapshot_add(struct wgllm_engine *e, char *part, int32_t *tokens, int n, void *state, size_t bytes) {
+    e->snaps[e->n_snaps++] = (struct snapshot){.part = part, .tokens = tokens, .n = n, .state = state, .bytes = bytes,
                                                .last_used = ++e->clock};
     e->snap_bytes += bytes;
     pthread_mutex_lock(&e->mu);
@@ -50,19 +51,21 @@ void wgllm_snapshot_add(struct wgllm_engine *e, int32_t *tokens, int n, void *st
 void wgllm_snapshot_save(struct wgllm_engine *e, int s) {
     struct slot *sl = &e->slots[s];
     const int n = wgllm_engine_slot_reusable(sl);
-    if (n < e->p.min_snapshot_tokens || wgllm_snapshot_covered(e, sl->tokens, n)) return;
+    if (n < e->p.min_snapshot_tokens || wgllm_snapshot_covered(e, sl->part, sl->tokens, n)) return;
     size_t bytes = wgllm_context_seq_state_size(e->ctx, n);
     if (!wgllm_snapshot_make_room(e, bytes)) return;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n);
     void *state = malloc(bytes);
-    if (!tokens || !state) {
+    char *part = sl->part ? strdup(sl->part) : NULL;
+    if (!tokens || !state || (sl->part && !part)) {
         free(tokens);
         free(state);
+        free(part);
         return;
     }
     memcpy(tokens, sl->tokens, sizeof(int32_t) * (size_t)n);
     wgllm_context_seq_save(e->ctx, s, n, state);
-    wgllm_snapshot_add(e, tokens, n, state, bytes);
+    wgllm_snapshot_add(e, part, tokens, n, state, bytes);
     pthread_mutex_lock(&e->mu);
     e->m.snapshots_saved++;
     pthread_mutex_unlock(&e->mu);
@@ -72,9 +75,11 @@ void wgllm_snapshot_clear(struct wgllm_engine *e) {
     while (e->n_snaps > 0) wgllm_snapshot_drop(e, e->n_snaps - 1);
 }
 
-int wgllm_snapshot_lookup(const struct wgllm_engine *e, const int32_t *prompt, int n, int limit, int *cached) {
+int wgllm_snapshot_lookup(const struct wgllm_engine *e, const char *part, const int32_t *prompt, int n, int limit,
+                          int *cached) {
     int best = -1;
     for (int i = 0; i < e->n_snaps && limit > 0; i++) {
+        if (!wgllm_same_partition(e->snaps[i].part, part)) continue;
         int c = WGLLM_MIN(wgllm_engine_common_prefix(e->snaps[i].tokens, e->snaps[i].n, prompt, n), limit);
         if (c > *cached) *cached = c, best = i;
     }

@@ -159,7 +159,8 @@ static void import_op(struct wgllm_engine *e, void *arg) {
         int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n[0]);
         if (!tokens) continue;
         memcpy(tokens, tok, sizeof(int32_t) * (size_t)n[0]);
-        if (wgllm_snapshot_covered(e, tokens, (int)n[0]) || !wgllm_snapshot_make_room(e, bytes)) {
+        /* an imported prefix belongs to the shared partition */
+        if (wgllm_snapshot_covered(e, NULL, tokens, (int)n[0]) || !wgllm_snapshot_make_room(e, bytes)) {
             free(tokens);
             continue;
         }
@@ -169,7 +170,7 @@ static void import_op(struct wgllm_engine *e, void *arg) {
             continue;
         }
         memcpy(copy, state, bytes);
-        wgllm_snapshot_add(e, tokens, (int)n[0], copy, bytes);
+        wgllm_snapshot_add(e, NULL, tokens, (int)n[0], copy, bytes);
     }
 }
 

@@ -52,8 +52,7 @@ static void metric(struct wgllm_strbuf *b, const char *name, const char *type, c
     wgllm_strbuf_printf(b, "# HELP wgllm_%s %s\n# TYPE wgllm_%s %s\nwgllm_%s %.17g\n", name, help, name, type, name, v);
 }
 
-/* A Prometheus label value: backslash, quote and newline escaped. */
-static void label(struct wgllm_strbuf *b, const char *v) {
+void srv_metric_label(struct wgllm_strbuf *b, const char *v) {
     for (; *v; v++) {
         if (*v == '\\' || *v == '"') wgllm_strbuf_putc(b, '\\'), wgllm_strbuf_putc(b, *v);
         else if (*v == '\n') wgllm_strbuf_puts(b, "\\n");
@@ -87,9 +86,9 @@ static void upstream_metrics(struct wgllm_strbuf *b, const struct wgllm_client *
                 const double v[] = {(double)st.requests, (double)st.failures, (double)st.retries, st.in_flight,
                                     st.cooling, st.healthy, st.latency_ms};
                 wgllm_strbuf_printf(b, "wgllm_%s{upstream=\"", M[m].name);
-                label(b, wgllm_client_at(c, i)->name);
+                srv_metric_label(b, wgllm_client_at(c, i)->name);
                 wgllm_strbuf_puts(b, "\",url=\"");
-                label(b, st.url);
+                srv_metric_label(b, st.url);
                 wgllm_strbuf_printf(b, "\"} %.17g\n", v[m]);
             }
     }
@@ -127,6 +126,7 @@ char *srv_metrics(struct srv *s) {
     metric(&b, "http_errors_total", "counter", "HTTP requests answered with a 4xx or 5xx status.",
            (double)atomic_load(&s->http_errors));
     upstream_metrics(&b, s->client);
+    srv_policy_metrics(s->policy, &b);
     if (b.oom) { /* a partial page would read as metrics gone to zero: answer 500 instead */
         wgllm_strbuf_free(&b);
         return NULL;

@@ -137,22 +137,42 @@ enum route { ROUTE_CHAT = 1, ROUTE_COMPLETIONS, ROUTE_EMBEDDINGS, ROUTE_TOKENIZE
 
 struct conn {
     enum route route; /* a route that takes a body; 0 = answered before the body */
+    int tenant;       /* --api-key-file: whose key it came with (-1: none) */
     struct wgllm_strbuf body; /* as it arrives; upload() holds it to BODY_LIMIT */
     int64_t t0;       /* when the request's headers were complete */
     bool refused;     /* the body broke a limit: whatever else arrives is dropped */
 };
 
-static bool authorized(struct MHD_Connection *c) {
-    if (!g_srv.api_key) return true;
+/* The request's key is --api-key, or one of --api-key-file's (*tenant: whose). */
+static bool authorized(struct MHD_Connection *c, int *tenant) {
+    *tenant = -1;
+    if (!g_srv.api_key && !g_srv.policy) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (h && !strncmp(h, "Bearer ", 7)) h += 7;
     /* Anthropic's clients send the key as x-api-key */
     else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"))) return false;
-    /* compared in time independent of where the first difference is */
-    size_t a = strlen(h), b = strlen(g_srv.api_key);
-    unsigned diff = a != b;
-    for (size_t i = 0; i < a; i++) diff |= (unsigned char)h[i] ^ (unsigned char)g_srv.api_key[i % b];
-    return diff == 0;
+    if (g_srv.policy) return (*tenant = srv_policy_tenant(g_srv.policy, h)) >= 0;
+    return srv_same_secret(h, g_srv.api_key);
+}
+
+/* 429 with Retry-After: a tenant over its rate limits. */
+static enum MHD_Result rate_limited(struct MHD_Connection *c, int tenant, int retry) {
+    struct wgllm_openai_error e;
+    wgllm_openai_error_set(&e, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
+                           "'%s' is over its rate limit (--api-key-file); retry after %d s",
+                           srv_policy_name(g_srv.policy, tenant), retry);
+    char *text = wgllm_openai_error_json(&e);
+    struct MHD_Response *r = text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!r) return free(text), MHD_NO;
+    srv_add_headers(&g_srv, c, r, "application/json");
+    char secs[16];
+    snprintf(secs, sizeof secs, "%d", retry);
+    MHD_add_response_header(r, "Retry-After", secs);
+    atomic_fetch_add(&g_srv.http_requests, 1);
+    atomic_fetch_add(&g_srv.http_errors, 1);
+    enum MHD_Result ret = MHD_queue_response(c, 429, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 struct header_tally {
@@ -212,7 +232,7 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
                          "the server is shutting down; send the request to another server");
     if (!strcmp(method, "OPTIONS")) return preflight(c);
     if (!strcmp(url, "/health") && get) return srv_send_text(&g_srv, c, 200, "application/json", strdup("{\"status\":\"ok\"}"));
-    if (!authorized(c))
+    if (!authorized(c, &cn->tenant))
         return send_errf(c, 401, "invalid_request_error", NULL, "invalid_api_key",
                          "missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
     if (!strcmp(url, "/metrics") && get)
@@ -229,6 +249,9 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
                                                                                            : 0;
     if (!r) return send_errf(c, 404, "invalid_request_error", NULL, "not_found", "unknown route %s %.200s", method, url);
     if (!post) return send_errf(c, 405, "invalid_request_error", NULL, "method_not_allowed", "use POST on this route");
+    /* before the body is read: a tenant over its limit costs nothing more */
+    const int retry = srv_policy_admit(g_srv.policy, cn->tenant);
+    if (retry > 0) return rate_limited(c, cn->tenant, retry);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > BODY_LIMIT)
         return send_errf(c, 413, "invalid_request_error", NULL, "request_too_large",
@@ -271,6 +294,13 @@ static enum MHD_Result embeddings(struct MHD_Connection *c, const char *body, si
 /* The whole body is in: the OpenAI layer parses and checks it; answer. */
 static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
     const char *text = cn->body.data ? cn->body.data : "";
+    if (cn->route == ROUTE_EMBEDDINGS || cn->route == ROUTE_TOKENIZE || cn->route == ROUTE_DETOKENIZE) {
+        /* these run on the served model only */
+        if (!srv_policy_allows(g_srv.policy, cn->tenant, g_srv.model_id))
+            return send_errf(c, 403, "permission_error", "model", "model_not_allowed",
+                             "the key of '%s' may not use the model '%s'", srv_policy_name(g_srv.policy, cn->tenant),
+                             g_srv.model_id);
+    }
     if (cn->route == ROUTE_EMBEDDINGS) return embeddings(c, text, cn->body.len);
     if (cn->route == ROUTE_TOKENIZE || cn->route == ROUTE_DETOKENIZE) {
         struct wgllm_openai_error e;
@@ -282,7 +312,8 @@ static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
                         cn->route == ROUTE_MESSAGES    ? SRV_ANTHROPIC
                         : cn->route == ROUTE_RESPONSES ? SRV_RESPONSES
                         : cn->route == ROUTE_CHAT      ? SRV_CHAT
-                                                       : SRV_COMPLETIONS);
+                                                       : SRV_COMPLETIONS,
+                        cn->tenant);
 }
 
 /* The OpenAI layer's question for a `model` that is not the served one: an
@@ -364,6 +395,7 @@ static const char *serve_usage =
     "                   [--context-shift [--keep N]] [--max-tokens N] [--cors ORIGIN[,ORIGIN...]]\n"
     "                   [--max-connections N] [--max-connections-per-ip N] [--idle-timeout SECONDS]\n"
     "                   [--read-timeout SECONDS] [--shutdown-timeout SECONDS] [--upstream-check SECONDS]\n"
+    "                   [--api-key-file FILE]\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
     "  /v1/models, /health, /metrics, llama.cpp's /tokenize and /detokenize, and Anthropic's\n"
     "  /v1/messages and OpenAI's /v1/responses (each served as the chat it means; the key\n"
@@ -383,6 +415,10 @@ static const char *serve_usage =
     "  GET URL/models on each; an answer ends a cooldown, a failure starts one. Per upstream,\n"
     "  from the environment (NAME upper-cased, other characters as _): WGLLM_UPSTREAM_NAME_KEY\n"
     "  (its bearer key), _TIMEOUT and _COOLDOWN (seconds). /metrics: wgllm_upstream_*.\n"
+    "  --api-key-file: several keys, each a tenant: {\"keys\": [{\"name\", \"key\" or \"key_env\",\n"
+    "  \"models\": [...], \"requests_per_minute\", \"tokens_per_minute\"}]}. A model not in its list\n"
+    "  is a 403, a limit a 429 with Retry-After; a tenant's KV caches (prefix reuse,\n"
+    "  context_key, cached_tokens) are never reused by another. /metrics: wgllm_tenant_*.\n"
     "  A generation that fills its slot's context (--ctx-size) fails with context_length_exceeded,\n"
     "  or with --context-shift drops the oldest half of the tokens after the first N (--keep;\n"
     "  default -1: the whole prompt) and goes on, as llama.cpp's context shift; without\n"
@@ -451,7 +487,7 @@ int wgllm_serve_main(int argc, char **argv) {
     int port = 8080, parallel = 4, ctx = 0, threads = 0, max_queue = 256, timeout = 600, keep = -1;
     int max_tokens = 0, max_conns = 1024, max_conns_ip = 64, idle_timeout = 30, read_timeout = 60, stop_timeout = 10;
     int check_s = 10;
-    const char *cors = NULL;
+    const char *cors = NULL, *key_file = NULL;
     bool context_shift = false;
     enum { MAX_UPSTREAMS = 16 };
     const char *upstreams[MAX_UPSTREAMS];
@@ -489,6 +525,7 @@ int wgllm_serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--upstream-check")) ok = parse_num(v, 0, 1 << 20, &check_s);
         else if (!strcmp(a, "--cors")) ok = *(cors = v) != 0;
         else if (!strcmp(a, "--api-key")) ok = *(api_key = v) != 0; /* an empty key would open the server */
+        else if (!strcmp(a, "--api-key-file")) key_file = v;
         else if (!strcmp(a, "--chat-template")) tmpl_path = v;
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--backend") || !strcmp(a, "-b")) backend = v;
@@ -520,6 +557,18 @@ int wgllm_serve_main(int argc, char **argv) {
     if ((int)be < 0) {
         fprintf(stderr, "wgllm serve: unknown backend '%s' (use cpu, webgpu or auto)\n", backend);
         return 2;
+    }
+    if (api_key && key_file) {
+        fprintf(stderr, "wgllm serve: --api-key and --api-key-file exclude each other (put the key in the file)\n");
+        return 2;
+    }
+    struct srv_policy *policy = NULL;
+    if (key_file) {
+        char msg[256];
+        if (!(policy = srv_policy_load(key_file, msg, sizeof msg))) {
+            fprintf(stderr, "wgllm serve: --api-key-file %s: %s\n", key_file, msg);
+            return 2;
+        }
     }
     char *tmpl = NULL;
     struct wgllm_error err; /* no size bound: the template parser has its own memory budget */
@@ -591,6 +640,7 @@ int wgllm_serve_main(int argc, char **argv) {
     g_srv.api_key = api_key;
     g_srv.created = (long)time(NULL);
     g_srv.client = client;
+    g_srv.policy = policy;
     const int n_ctx = wgllm_engine_n_ctx(eng);
     g_srv.api = (struct wgllm_openai_params){
         .model = model, .engine = eng, .model_id = g_srv.model_id, .model_alias = model_path,
@@ -688,6 +738,7 @@ int wgllm_serve_main(int argc, char **argv) {
     }
     if (checking) pthread_join(health, NULL);
     fprintf(stderr, "wgllm serve: stopped\n");
+    srv_policy_free(policy);
     wgllm_engine_free(eng);
     wgllm_model_free(model);
     wgllm_client_free(client);

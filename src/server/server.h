@@ -4,9 +4,10 @@
  * Native only (libmicrohttpd + cJSON), linked into the `wgllm` command and
  * never into libwgllm.a. server.c owns HTTP (daemon, routing, auth, body
  * limits), stream.c generation requests (SSE streaming, disconnects,
- * upstreams), info.c /v1/models and /metrics. The JSON of requests and
- * answers is the core's OpenAI layer (wgllm_openai_*), the one the browser
- * package uses too.
+ * upstreams; the OpenAI, Anthropic and Responses dialects), info.c
+ * /v1/models and /metrics, policy.c the tenants of --api-key-file. The JSON
+ * of requests and answers is the core's OpenAI layer (wgllm_openai_*,
+ * wgllm_anthropic_*, wgllm_responses_*), the one the browser package uses too.
  */
 #ifndef WGLLM_SERVER_H
 #define WGLLM_SERVER_H
@@ -37,6 +38,7 @@ struct srv {
     atomic_int inflight;    /* generation and embedding requests being answered */
     atomic_ullong http_requests, http_errors;
     struct wgllm_client *client; /* --upstream endpoints (gateways), NULL = none */
+    struct srv_policy *policy;   /* --api-key-file tenants, NULL = none (then api_key, or open) */
 };
 
 /* The OpenAI side (requests, answers, errors) is the core's layer
@@ -45,6 +47,28 @@ struct srv {
 char *srv_models(struct srv *s);
 /* Prometheus exposition text. */
 char *srv_metrics(struct srv *s);
+/* A Prometheus label value, backslash, quote and newline escaped. */
+void srv_metric_label(struct wgllm_strbuf *b, const char *v);
+
+/* ---- policy.c: --api-key-file tenants ---------------------------------------- */
+
+struct srv_policy;
+/* NULL with msg on a file that does not read or is wrong (naming the entry and field). */
+struct srv_policy *srv_policy_load(const char *path, char *msg, size_t cap);
+void srv_policy_free(struct srv_policy *p);
+/* The tenant whose key this is, -1 when none (every key compared, in constant time each). */
+int srv_policy_tenant(const struct srv_policy *p, const char *key);
+const char *srv_policy_name(const struct srv_policy *p, int tenant); /* NULL for -1 or no policy */
+/* Whether the tenant may use `model` (the served model's id or an --upstream name). */
+bool srv_policy_allows(const struct srv_policy *p, int tenant, const char *model);
+/* A request starts: 0 when admitted (its request token taken), else the
+ * seconds to wait (429 Retry-After). */
+int srv_policy_admit(struct srv_policy *p, int tenant);
+/* A request's prompt and generated tokens, charged when it ends. */
+void srv_policy_charge(struct srv_policy *p, int tenant, int tokens);
+void srv_policy_metrics(struct srv_policy *p, struct wgllm_strbuf *b);
+/* Two secrets equal, in time that does not depend on where they first differ. */
+bool srv_same_secret(const char *a, const char *b);
 
 /* ---- server.c: HTTP helpers shared with stream.c ------------------------- */
 
@@ -70,6 +94,6 @@ enum srv_dialect {
     SRV_RESPONSES,   /* /v1/responses: OpenAI's Responses API, the same way */
 };
 enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char *body, size_t len,
-                             enum srv_dialect dialect);
+                             enum srv_dialect dialect, int tenant);
 
 #endif

@@ -49,6 +49,7 @@ struct stream {
     struct wgllm_anthropic_stream an;
     struct wgllm_responses_stream *rs; /* /v1/responses, streaming: its events' state (NULL otherwise) */
     bool gen_responses;   /* /v1/responses: answers as a Response */
+    int tenant;           /* --api-key-file: whose request (-1: none), charged its tokens at the end */
 };
 
 static void stream_free(struct stream *st) {
@@ -192,6 +193,7 @@ static void *stream_waiter(void *arg) {
     } else {
         wait_local(st, true, &res);
     }
+    srv_policy_charge(s->policy, st->tenant, res.usage.prompt_tokens + res.usage.completion_tokens);
     char *tail[WGLLM_OPENAI_END_CHUNKS] = {NULL};
     int n_tail = 0;
     struct wgllm_openai_error e;
@@ -306,6 +308,7 @@ static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c)
         wait_local(st, false, &res);
         if (res.finish == WGLLM_FINISH_ERROR) wgllm_openai_error_from_engine(&e, g, res.status, res.message);
     }
+    srv_policy_charge(s->policy, st->tenant, res.usage.prompt_tokens + res.usage.completion_tokens);
     enum MHD_Result ret;
     if (res.finish == WGLLM_FINISH_CANCELLED && atomic_load(&s->stopping)) {
         shutting_down(&e);
@@ -329,7 +332,7 @@ static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c)
 }
 
 enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char *body, size_t len,
-                             enum srv_dialect dialect) {
+                             enum srv_dialect dialect, int tenant) {
     struct wgllm_openai_error e;
     struct stream *st = calloc(1, sizeof(*st));
     if (!st) {
@@ -338,6 +341,7 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     }
     atomic_fetch_add(&s->inflight, 1);
     st->srv = s;
+    st->tenant = tenant;
     st->anthropic = dialect == SRV_ANTHROPIC;
     st->gen_responses = dialect == SRV_RESPONSES;
     wgllm_anthropic_stream_init(&st->an);
@@ -365,6 +369,16 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     }
     struct wgllm_openai_request *g = &st->gen;
     const char *upstream = st->upstream = g->upstream; /* a `model` naming an upstream goes there */
+    if (!srv_policy_allows(s->policy, tenant, upstream ? upstream : s->model_id)) {
+        wgllm_openai_error_set(&e, 403, "permission_error", "model", "model_not_allowed",
+                               "the key of '%s' may not use the model '%s'", srv_policy_name(s->policy, tenant),
+                               upstream ? upstream : s->model_id);
+        enum MHD_Result ret = send_err(st, c, &e);
+        stream_free(st);
+        return ret;
+    }
+    /* a tenant's KV caches are its own */
+    g->rp.cache_partition = srv_policy_name(s->policy, tenant);
     wgllm_openai_new_id(g, st->id, sizeof(st->id));
     if (!g->stream) {
         enum MHD_Result ret = answer_whole(st, c);
