@@ -289,6 +289,10 @@ TEST(granite_olmo2_smollm3_hparams) {
     check_load_fails(po, WGLLM_STATUS_BAD_FORMAT, "missing tensor 'blk.1.post_ffw_norm.weight'");
     CHECK(rename_key(ps, "blk.0.attn_k.weight", "blk.0.attn_k.weighX"));
     check_load_fails(ps, WGLLM_STATUS_BAD_FORMAT, "missing tensor 'blk.0.attn_k.weight'");
+    /* a bias llama.cpp would add, which wgllm does not compute with for these yet */
+    CHECK(rename_key(ps, "blk.0.attn_k.weighX", "blk.0.attn_k.weight"));
+    CHECK(rename_key(ps, "blk.0.ffn_up.weight", "blk.0.ffn_down.bias"));
+    check_load_fails(ps, WGLLM_STATUS_UNSUPPORTED, "tensor 'blk.0.ffn_down.bias' is not supported for smollm3 yet");
     remove(pg);
     remove(po);
     remove(ps);

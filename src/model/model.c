@@ -352,6 +352,23 @@ static enum wgllm_status read_olmo2_hparams(struct wgllm_model *m, struct wgllm_
     return WGLLM_STATUS_OK;
 }
 
+/* Tensors llama.cpp also reads for granite, olmo2 and smollm3 (a fused
+ * attn_qkv, optional biases) that wgllm does not compute with for them:
+ * refused by name rather than left out of the computation. */
+static enum wgllm_status check_unread_tensors(const struct wgllm_model *m, struct wgllm_error *err) {
+    static const char *const names[] = {"attn_qkv.weight", "attn_q.bias",    "attn_k.bias",   "attn_v.bias",
+                                        "attn_output.bias", "ffn_gate.bias", "ffn_up.bias",   "ffn_down.bias"};
+    for (int il = 0; il < m->hp.n_layer; il++)
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            char n[96];
+            snprintf(n, sizeof n, "blk.%d.%s", il, names[i]);
+            if (wgllm_gguf_find_tensor(m->gguf, n))
+                return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' is not supported for %s yet", n,
+                                       m->arch_name);
+        }
+    return WGLLM_STATUS_OK;
+}
+
 /* Layer il is a local (sliding-window) layer: of each swa_period layers all
  * but the last, every layer for a period of 0 (llama.cpp's set_swa_pattern). */
 static bool layer_is_swa(const struct wgllm_hparams *hp, int il) {
@@ -445,6 +462,7 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     if (ai->gemma && (st = read_gemma_hparams(m, ai, err))) return st;
     if (ai->granite && (st = read_granite_hparams(m, err))) return st;
     if (ai->olmo2 && (st = read_olmo2_hparams(m, err))) return st;
+    if ((ai->granite || ai->olmo2 || ai->no_rope_step) && (st = check_unread_tensors(m, err))) return st;
     if (ai->q_scaled) {
         hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
         hp->kq_scale = 1.0f;
