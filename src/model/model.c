@@ -1030,6 +1030,15 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
     if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
         APPEND("soft-capping:  attention %g, final %g (0: none)\n", (double)hp->attn_softcap,
                (double)hp->final_softcap);
+    if (hp->residual_scale != 1.0f || hp->logit_scale != 1.0f) /* granite */
+        APPEND("scales:        embeddings x%g, residuals x%g, scores x%g, logits x%g\n", (double)hp->embd_scale,
+               (double)hp->residual_scale, (double)hp->kq_scale, (double)hp->logit_scale);
+    if (hp->no_rope_step > 0) {
+        int n_rope = 0;
+        for (int il = 0; il < hp->n_layer; il++) n_rope += m->layers[il].rope;
+        APPEND("no RoPE:       on %d of %d layers (the last of every %d)\n", hp->n_layer - n_rope, hp->n_layer,
+               hp->no_rope_step);
+    }
     APPEND("output:        %s\n", m->output.tensor == m->tok_embd.tensor ? "tied to token_embd" : "separate");
     /* bytes per tensor type */
     uint64_t by_type[WGLLM_TYPE_COUNT] = {0};
