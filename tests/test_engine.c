@@ -445,7 +445,7 @@ TEST(seq_shift_equals_fresh_evaluation_one_layer) {
     /* gemma's one layer is a sliding-window layer: gemma3's rotates with its
      * local base (10000, not rope.freq_base), gemma2's with the global one */
     static const char *shapes[] = {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-ropefreqs", "tiny-ropescale",
-                                   "tiny-gemma3", "tiny-gemma2"};
+                                   "tiny-gemma3", "tiny-gemma2", "tiny-granite", "tiny-olmo2"};
     enum { N = 40, KEEP = 5, DISCARD = 13, M = 6, NS = N - DISCARD };
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         struct wgllm_model *m = shape_model(shapes[si], 1, WGLLM_TYPE_F16);
@@ -527,6 +527,39 @@ TEST(seq_shift_equals_fresh_evaluation_one_layer) {
         wgllm_context_free(b);
         wgllm_model_free(m);
     }
+}
+
+/* smollm3's 4th layer has no RoPE: a shift moves its keys as they are
+ * (bit for bit, like the values), while the other layers' are re-rotated. */
+TEST(seq_shift_leaves_no_rope_layers_unrotated) {
+    enum { N = 40, KEEP = 4, DISCARD = 10, NS = N - DISCARD };
+    struct wgllm_model *m = shape_model("tiny-smollm3", 4, WGLLM_TYPE_Q8_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    const struct wgllm_hparams *hp = &m->hp;
+    const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
+    CHECK(!m->layers[3].rope && m->layers[0].rope);
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = 64;
+    struct wgllm_context *c;
+    CHECK_EQ_INT(wgllm_context_init(m, &cp, &c, NULL), WGLLM_STATUS_OK);
+    const int nv = wgllm_model_n_vocab(m);
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 104729 + 7) % nv);
+    CHECK_EQ_INT(wgllm_decode(c, tok, N, false, NULL), WGLLM_STATUS_OK);
+    wgllm_fp16 *before = malloc(wgllm_context_seq_state_size(c, N)), *after = malloc(wgllm_context_seq_state_size(c, NS));
+    wgllm_context_seq_save(c, 0, N, before);
+    CHECK_EQ_INT(wgllm_context_shift(c, KEEP, DISCARD, NULL), WGLLM_STATUS_OK);
+    wgllm_context_seq_save(c, 0, NS, after);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const wgllm_fp16 *kb = before + (size_t)il * N * (KD + VD), *ka = after + (size_t)il * NS * (KD + VD);
+        const bool moved = memcmp(ka + KEEP * KD, kb + (KEEP + DISCARD) * KD, (NS - KEEP) * KD * sizeof(wgllm_fp16)) == 0;
+        CHECK_EQ_INT(moved, !m->layers[il].rope);
+        CHECK(memcmp(ka, kb, KEEP * KD * sizeof(wgllm_fp16)) == 0);
+    }
+    free(before), free(after);
+    wgllm_context_free(c);
+    wgllm_model_free(m);
 }
 
 /* Every layer of a deeper model: the kept positions are untouched, the
@@ -1091,6 +1124,7 @@ int main(void) {
     RUN(chat_renders_the_template);
     RUN(seq_shift_equals_fresh_evaluation_one_layer);
     RUN(seq_shift_moves_every_layer);
+    RUN(seq_shift_leaves_no_rope_layers_unrotated);
     RUN(context_shift_single_sequence_api);
     RUN(engine_shift_continues_like_a_fresh_evaluation);
     RUN(context_full_fails_clearly_and_frees_the_slot);

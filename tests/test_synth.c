@@ -85,7 +85,7 @@ TEST(test_shape_names) {
     const char *const *names = wgllm_synth_shape_names();
     int n = 0;
     for (; names[n]; n++) CHECK(wgllm_synth_shape(names[n]) != NULL);
-    CHECK_EQ_INT(n, 15);
+    CHECK_EQ_INT(n, 21);
     CHECK(wgllm_synth_shape("nope") == NULL);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_Q8_0), 7);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_BF16), 32);
@@ -344,6 +344,52 @@ TEST(test_gemma_shapes) {
     }
 }
 
+/* granite, olmo2, smollm3: llama.cpp's tensor names (olmo2: no pre-norms,
+ * post-norms, q/k norms over the whole projection), granite's scales as keys
+ * and undone in the weights */
+TEST(test_granite_olmo2_smollm3_shapes) {
+    static const char *const shapes[] = {"tiny-granite", "tiny-olmo2", "tiny-smollm3"};
+    static const int per_layer[] = {9, 11, 9}, n_layer[] = {2, 2, 4};
+    const uint32_t F32 = WGLLM_TYPE_F32, Q8 = WGLLM_TYPE_Q8_0;
+    for (int q = 0; q < 3; q++) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s", write_model(shapes[q], Q8, 3));
+        struct wgllm_gguf *g = NULL;
+        struct wgllm_error err;
+        CHECK_EQ_INT(wgllm_gguf_open(path, &g, &err), WGLLM_STATUS_OK);
+        if (!g) continue;
+        CHECK_EQ_INT(wgllm_gguf_n_tensors(g), 3 + n_layer[q] * per_layer[q]); /* + token_embd, output(_norm) */
+        CHECK(wgllm_gguf_find_tensor(g, "output.weight") != NULL);
+        check_tensor(g, "blk.1.attn_k.weight", Q8, 256, 128);
+        if (q == 1) {
+            CHECK(wgllm_gguf_find_tensor(g, "blk.0.attn_norm.weight") == NULL);
+            CHECK(wgllm_gguf_find_tensor(g, "blk.0.ffn_norm.weight") == NULL);
+            check_tensor(g, "blk.1.attn_q_norm.weight", F32, 256, 1);
+            check_tensor(g, "blk.1.attn_k_norm.weight", F32, 128, 1);
+            check_tensor(g, "blk.1.post_attention_norm.weight", F32, 256, 1);
+            check_tensor(g, "blk.1.post_ffw_norm.weight", F32, 256, 1);
+        } else {
+            check_tensor(g, "blk.1.attn_norm.weight", F32, 256, 1);
+            CHECK(wgllm_gguf_find_tensor(g, "blk.0.attn_q_norm.weight") == NULL);
+        }
+        if (q == 0) {
+            float f = 0;
+            CHECK_EQ_INT(wgllm_gguf_get_f32(g, "granite.residual_scale", &f, &err), WGLLM_STATUS_OK);
+            CHECK(f == 0.22f);
+            CHECK_EQ_INT(wgllm_gguf_get_f32(g, "granite.logit_scale", &f, &err), WGLLM_STATUS_OK);
+            CHECK(f == 8.0f);
+            /* the scales are undone: output_norm x 8 (logits / 8), attn_output / 0.22 */
+            double m, sd;
+            stats(wgllm_gguf_find_tensor(g, "output_norm.weight"), &m, &sd);
+            CHECK_NEAR(m, 8.0, 0.1);
+            stats(wgllm_gguf_find_tensor(g, "blk.0.attn_output.weight"), &m, &sd);
+            CHECK_NEAR(sd, 0.5 / 16 / 0.22, 0.01);
+        }
+        wgllm_gguf_free(g);
+        unlink(path);
+    }
+}
+
 TEST(test_every_type) {
     static const uint32_t types[] = {WGLLM_TYPE_BF16, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
@@ -416,6 +462,7 @@ int main(void) {
     RUN(test_determinism_and_q8_0);
     RUN(test_qwen_shapes);
     RUN(test_gemma_shapes);
+    RUN(test_granite_olmo2_smollm3_shapes);
     RUN(test_every_type);
     RUN(test_split_and_errors);
     return test_summary("test_synth");

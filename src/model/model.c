@@ -37,6 +37,12 @@ struct arch_info {
      * queries are scaled by 1/sqrt(head_dim) and the scores by 1 */
     bool fused_qkv, fused_gate_up, q_scaled;
     bool longrope; /* rope_factors_long/short.weight (phi3) */
+    /* granite (src/models/granite.cpp): the four scales of read_granite_hparams */
+    bool granite;
+    /* olmo2 (src/models/olmo2.cpp): no pre-norms, post-attention/post-FFN norms,
+     * q/k norms over the whole projection, output.weight required */
+    bool olmo2;
+    int no_rope_step; /* smollm3: every such many-th layer has no RoPE (llama.cpp's n_no_rope_layer_step) */
 };
 
 static const struct arch_info arch_table[] = {
@@ -51,6 +57,10 @@ static const struct arch_info arch_table[] = {
      .swa_period = 6, .big_n_layer = 62},
     {.name = "phi3", .arch = WGLLM_ARCH_PHI3, .rope = WGLLM_ROPE_NEOX, .fused_qkv = true, .fused_gate_up = true,
      .q_scaled = true, .longrope = true},
+    {.name = "granite", .arch = WGLLM_ARCH_GRANITE, .rope = WGLLM_ROPE_NORM, .granite = true},
+    {.name = "olmo2", .arch = WGLLM_ARCH_OLMO2, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .olmo2 = true},
+    /* the step is fixed in llama.cpp (no key says it): 4 */
+    {.name = "smollm3", .arch = WGLLM_ARCH_SMOLLM3, .rope = WGLLM_ROPE_NORM, .no_rope_step = 4},
 };
 #define N_ARCHS (sizeof(arch_table) / sizeof(arch_table[0]))
 
@@ -85,6 +95,12 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {hp->final_softcap > 0.0f, "final logit soft-capping"},
         {hp->n_swa > 0, "sliding-window attention"},
         {hp->rope_attn_factor != 1.0f || m->rope_factors_short || m->rope_factors_long, "LongRoPE"},
+        {hp->q_scale == 1.0f && hp->kq_scale != 1.0f / sqrtf((float)hp->head_dim_k), "an attention scale of its own"},
+        {hp->residual_scale != 1.0f, "scaled residuals"},
+        {hp->logit_scale != 1.0f, "scaled logits"},
+        {!hp->pre_norms, "no pre-norms"},
+        {hp->qk_norm_whole, "q/k norms over the whole projection"},
+        {hp->no_rope_step > 0, "layers without RoPE"},
     };
     size_t n = 0;
     if (cap) buf[0] = 0;
@@ -277,6 +293,82 @@ static enum wgllm_status read_gemma_hparams(struct wgllm_model *m, const struct 
     return WGLLM_STATUS_OK;
 }
 
+/* A granite scale: finite; 0 (llama.cpp: the scale is not applied) gives
+ * `none`, as an absent key does unless `required`. */
+static enum wgllm_status read_scale(const struct wgllm_model *m, const char *suffix, bool required, float none,
+                                    float *out, struct wgllm_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    float v = 0.0f;
+    enum wgllm_status st;
+    if (required && !wgllm_gguf_find(m->gguf, key))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing metadata key '%s'", key);
+    if ((st = get_arch_f32(m, suffix, &v, err))) return st;
+    if (!isfinite(v) || (required && v == 0.0f))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s = %g must be a finite%s number", key, (double)v,
+                               required ? ", non-zero" : "");
+    *out = v == 0.0f ? none : v;
+    return WGLLM_STATUS_OK;
+}
+
+/* Granite's hyper-parameters as llama.cpp reads and applies them: the
+ * embeddings are multiplied by embedding_scale, each block's attention and
+ * FFN outputs by residual_scale before their add, the scores by
+ * attention.scale (instead of 1/sqrt(head_dim)), and the logits by
+ * 1/logit_scale (a required key); RoPE is on unless rope.scaling.finetuned
+ * is false. */
+static enum wgllm_status read_granite_hparams(struct wgllm_model *m, struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    enum wgllm_status st;
+    float logit = 1.0f;
+    if ((st = read_scale(m, "logit_scale", true, 1.0f, &logit, err)) ||
+        (st = read_scale(m, "residual_scale", false, 1.0f, &hp->residual_scale, err)) ||
+        (st = read_scale(m, "embedding_scale", false, 1.0f, &hp->embd_scale, err)) ||
+        (st = read_scale(m, "attention.scale", false, hp->kq_scale, &hp->kq_scale, err)))
+        return st;
+    hp->logit_scale = 1.0f / logit; /* as llama.cpp's ggml_scale(logits, 1.0f / f_logit_scale) */
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", m->arch_name);
+    bool rope = true;
+    if (wgllm_gguf_find(m->gguf, key) && (st = wgllm_gguf_get_bool(m->gguf, key, &rope, err))) return st;
+    if (!rope) hp->no_rope_step = 1;
+    return WGLLM_STATUS_OK;
+}
+
+/* OLMo 2's block (olmo2.cpp); OLMo 3's sliding window, which llama.cpp also
+ * reads for this architecture, is refused by name. */
+static enum wgllm_status read_olmo2_hparams(struct wgllm_model *m, struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    int window = 0;
+    enum wgllm_status st = get_arch_u32(m, "attention.sliding_window", false, &window, err);
+    if (st) return st;
+    if (window > 0)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "%s.attention.sliding_window = %d (OLMo 3's sliding window) is not supported yet",
+                               m->arch_name, window);
+    hp->pre_norms = false;
+    hp->post_norms = true;
+    hp->qk_norm_whole = true;
+    return WGLLM_STATUS_OK;
+}
+
+/* Tensors llama.cpp also reads for granite, olmo2 and smollm3 (a fused
+ * attn_qkv, optional biases) that wgllm does not compute with for them:
+ * refused by name rather than left out of the computation. */
+static enum wgllm_status check_unread_tensors(const struct wgllm_model *m, struct wgllm_error *err) {
+    static const char *const names[] = {"attn_qkv.weight", "attn_q.bias",    "attn_k.bias",   "attn_v.bias",
+                                        "attn_output.bias", "ffn_gate.bias", "ffn_up.bias",   "ffn_down.bias"};
+    for (int il = 0; il < m->hp.n_layer; il++)
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            char n[96];
+            snprintf(n, sizeof n, "blk.%d.%s", il, names[i]);
+            if (wgllm_gguf_find_tensor(m->gguf, n))
+                return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' is not supported for %s yet", n,
+                                       m->arch_name);
+        }
+    return WGLLM_STATUS_OK;
+}
+
 /* Layer il is a local (sliding-window) layer: of each swa_period layers all
  * but the last, every layer for a period of 0 (llama.cpp's set_swa_pattern). */
 static bool layer_is_swa(const struct wgllm_hparams *hp, int il) {
@@ -363,7 +455,14 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     hp->ffn_act = WGLLM_FFN_SILU;
     hp->rope_freq_base_swa = hp->rope_freq_base;
     hp->rope_freq_scale_swa = hp->rope_freq_scale;
+    hp->residual_scale = 1.0f;
+    hp->logit_scale = 1.0f;
+    hp->pre_norms = true;
+    hp->no_rope_step = ai->no_rope_step;
     if (ai->gemma && (st = read_gemma_hparams(m, ai, err))) return st;
+    if (ai->granite && (st = read_granite_hparams(m, err))) return st;
+    if (ai->olmo2 && (st = read_olmo2_hparams(m, err))) return st;
+    if ((ai->granite || ai->olmo2 || ai->no_rope_step) && (st = check_unread_tensors(m, err))) return st;
     if (ai->q_scaled) {
         hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
         hp->kq_scale = 1.0f;
@@ -522,7 +621,7 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
         m->rope_factors_long = long_f;
     }
     memset(&output, 0, sizeof output);
-    if (!ai->output_always_tied && (st = bind_matrix(b, "output.weight", E, V, false, &output, err))) return st;
+    if (!ai->output_always_tied && (st = bind_matrix(b, "output.weight", E, V, ai->olmo2, &output, err))) return st;
     if (!wgllm_type_traits(tok_embd.type)->to_float)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "token_embd.weight type %s cannot be read",
                                wgllm_type_name(tok_embd.type));
@@ -556,13 +655,16 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
                    (st = bind_matrix(b, NAME("ffn_up.weight"), E, F, true, &L->w_up, err))) {
             return st;
         }
-        if ((st = bind_vector(b, NAME("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
-            (st = bind_matrix(b, NAME("attn_output.weight"), OD, E, true, &L->wo, err)) ||
-            (st = bind_vector(b, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, err)) ||
+        L->attn_norm = L->ffn_norm = NULL;
+        if (hp->pre_norms && ((st = bind_vector(b, NAME("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
+                              (st = bind_vector(b, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, err))))
+            return st;
+        if ((st = bind_matrix(b, NAME("attn_output.weight"), OD, E, true, &L->wo, err)) ||
             (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)))
             return st;
         L->bq = L->bk = L->bv = L->q_norm = L->k_norm = L->post_attn_norm = L->post_ffn_norm = NULL;
         L->swa = layer_is_swa(hp, il);
+        L->rope = !(hp->no_rope_step > 0 && (il + 1) % hp->no_rope_step == 0);
         if (hp->post_norms &&
             ((st = bind_vector(b, NAME("post_attention_norm.weight"), E, true, &L->post_attn_norm, err)) ||
              (st = bind_vector(b, NAME("post_ffw_norm.weight"), E, true, &L->post_ffn_norm, err))))
@@ -573,8 +675,10 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
              (st = bind_vector(b, NAME("attn_v.bias"), VD, false, &L->bv, err))))
             return st;
         if (ai->has_qk_norm &&
-            ((st = bind_vector(b, NAME("attn_q_norm.weight"), hp->head_dim_k, true, &L->q_norm, err)) ||
-             (st = bind_vector(b, NAME("attn_k_norm.weight"), hp->head_dim_k, true, &L->k_norm, err))))
+            ((st = bind_vector(b, NAME("attn_q_norm.weight"), hp->qk_norm_whole ? QD : hp->head_dim_k, true,
+                               &L->q_norm, err)) ||
+             (st = bind_vector(b, NAME("attn_k_norm.weight"), hp->qk_norm_whole ? KD : hp->head_dim_k, true,
+                               &L->k_norm, err))))
             return st;
 #undef NAME
     }
@@ -855,6 +959,12 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
                            hp->rope_freq_base_swa, hp->rope_freq_scale_swa, (float)hp->n_swa, (float)hp->swa_period};
         h = fnv1a_bytes(h, g, sizeof g);
     }
+    if (hp->residual_scale != 1.0f || hp->logit_scale != 1.0f || !hp->pre_norms || hp->qk_norm_whole ||
+        hp->no_rope_step > 0) { /* granite, olmo2, smollm3: what the gemma block above does not cover */
+        const float g[] = {hp->residual_scale, hp->logit_scale, (float)hp->pre_norms, (float)hp->qk_norm_whole,
+                           (float)hp->no_rope_step};
+        h = fnv1a_bytes(h, g, sizeof g);
+    }
     if (m->vocab_only) return h;
     h = fingerprint_weight(h, m, &m->tok_embd);
     h = fingerprint_weight(h, m, &m->output);
@@ -862,7 +972,8 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
         const struct wgllm_layer *L = &m->layers[il];
         const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int j = 0; j < 7; j++) h = fingerprint_weight(h, m, ws[j]);
-        h = fnv1a_bytes(h, L->attn_norm, sizeof(float) * (size_t)hp->n_embd);
+        /* olmo2 has no attention pre-norm: its post-norm stands for it */
+        h = fnv1a_bytes(h, L->attn_norm ? L->attn_norm : L->post_attn_norm, sizeof(float) * (size_t)hp->n_embd);
     }
     return h;
 }
@@ -919,6 +1030,15 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
     if (hp->attn_softcap > 0.0f || hp->final_softcap > 0.0f)
         APPEND("soft-capping:  attention %g, final %g (0: none)\n", (double)hp->attn_softcap,
                (double)hp->final_softcap);
+    if (hp->residual_scale != 1.0f || hp->logit_scale != 1.0f) /* granite */
+        APPEND("scales:        embeddings x%g, residuals x%g, scores x%g, logits x%g\n", (double)hp->embd_scale,
+               (double)hp->residual_scale, (double)hp->kq_scale, (double)hp->logit_scale);
+    if (hp->no_rope_step > 0) {
+        int n_rope = 0;
+        for (int il = 0; il < hp->n_layer; il++) n_rope += m->layers[il].rope;
+        APPEND("no RoPE:       on %d of %d layers (the last of every %d)\n", hp->n_layer - n_rope, hp->n_layer,
+               hp->no_rope_step);
+    }
     APPEND("output:        %s\n", m->output.tensor == m->tok_embd.tensor ? "tied to token_embd" : "separate");
     /* bytes per tensor type */
     uint64_t by_type[WGLLM_TYPE_COUNT] = {0};

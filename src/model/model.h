@@ -23,6 +23,9 @@ enum wgllm_arch {
     WGLLM_ARCH_GEMMA2, /* post-norms, GeGLU, soft-capping, sliding window every other layer */
     WGLLM_ARCH_GEMMA3, /* gemma2's block with q/k norms, 5 local layers per global one */
     WGLLM_ARCH_PHI3,   /* fused q/k/v and gate/up matrices, queries scaled, neox RoPE */
+    WGLLM_ARCH_GRANITE, /* the llama block with embedding, residual, attention and logit scales */
+    WGLLM_ARCH_OLMO2,   /* post-norms only, q/k RMSNorm over the whole projection, neox RoPE */
+    WGLLM_ARCH_SMOLLM3, /* the llama block without RoPE on every 4th layer */
 };
 
 /* The feed-forward's gate activation: act(gate) * up. */
@@ -73,6 +76,13 @@ struct wgllm_hparams {
      * rope_factors_long beyond */
     float rope_attn_factor;
     int n_ctx_orig;        /* rope.scaling.original_context_length, default n_ctx_train */
+    /* granite, olmo2, smollm3 (the defaults 1, 1, true, false, 0 are the llama block) */
+    float residual_scale;  /* each block's attention and FFN outputs are multiplied by this before the add */
+    float logit_scale;     /* the logits are multiplied by this (granite: 1 / granite.logit_scale) */
+    bool pre_norms;        /* layers have attn_norm and ffn_norm before attention and FFN (all but olmo2) */
+    bool qk_norm_whole;    /* q_norm/k_norm span the whole projection (n_head x head_dim, olmo2), not a head */
+    int no_rope_step;      /* > 0: layer il has no RoPE when (il + 1) % no_rope_step == 0 (smollm3: 4;
+                              1: no layer rotates, granite without rope.scaling.finetuned) */
 };
 
 /* A 2-D view of a weight in its GGUF layout: ne1 rows of ne0 elements. */
@@ -96,11 +106,13 @@ struct wgllm_weight {
  * their type in the file; NULL when the architecture has none. */
 struct wgllm_layer {
     struct wgllm_weight wq, wk, wv, wo, w_gate, w_up, w_down;
-    float *attn_norm, *ffn_norm;
+    float *attn_norm, *ffn_norm; /* NULL without pre-norms (olmo2) */
     float *bq, *bk, *bv;     /* qwen2 */
-    float *q_norm, *k_norm;  /* qwen3, gemma3: per-head, head_dim_k floats */
+    float *q_norm, *k_norm;  /* qwen3, gemma3: per-head, head_dim_k floats; olmo2: the whole
+                                q (n_head x head_dim_k) and k (n_head_kv x head_dim_k) projection */
     float *post_attn_norm, *post_ffn_norm; /* gemma: RMSNorm weights of the attention and FFN outputs */
     bool swa;                /* a sliding-window (local) layer: see wgllm_hparams.n_swa */
+    bool rope;               /* its queries and keys are rotated (see wgllm_hparams.no_rope_step) */
 };
 
 struct wgllm_model {

@@ -49,6 +49,28 @@ static const struct wgllm_synth_shape synth_shapes[] = {
     {"tiny-phi3-longrope", "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 3, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
     {"tiny-phi3-longctx",  "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  8192,  1e4f, 1e-5f, false, false, false, 4, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
     {"phi3-mini",      "phi3",   "ggml-vocab-phi-3.gguf",     32, 3072, 32, 32, 96, 8192, 4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
+    /* granite, olmo2, smollm3: their own vocabularies (49k, 100k, 128k byte-level
+     * BPE tokens) are not available here: the realistic shapes use GPT-2's (the
+     * same kind), the tiny ones LLaMA's SentencePiece one (32k tokens: the
+     * peer tests' cost is mostly the vocabulary's size); none of their chat
+     * templates is in shared/templates, so the vocabulary's (none) applies.
+     * tiny-granite carries Granite 3.0's scales (synth_granite: all far
+     * from 1 and from each other, so a missing or swapped one shows);
+     * tiny-olmo2 has fewer K/V heads than heads, so its whole-projection k norm
+     * is shorter than its q norm; tiny-smollm3 has 4 layers, the last of
+     * which has no RoPE. The tiny ones have an output.weight (the real
+     * granite and smollm3 tie it): a tied tiny model's logits follow the
+     * last hidden state so closely (output_norm's gain) that the float-order
+     * differences between kernel levels, grown through 4 layers, come near
+     * the q8_0 bound (tiny-smollm3 with GPT-2's vocabulary, mean KL against
+     * llama.cpp: 3.5e-3 on the scalar kernels, 3.6e-5 on the best; untied:
+     * 3.8e-4). */
+    {"tiny-granite",   "granite", "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-olmo2",     "olmo2",   "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-smollm3",   "smollm3", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 64,  512,  512,   1e4f, 1e-6f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"granite-3-2b",   "granite", "ggml-vocab-gpt-2.gguf",    40, 2048, 32, 8, 64, 8192, 4096, 1e4f, 1e-5f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"olmo2-1b",       "olmo2",   "ggml-vocab-gpt-2.gguf",    16, 2048, 16, 16, 128, 8192, 4096, 5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"smollm3-3b",     "smollm3", "ggml-vocab-gpt-2.gguf",    36, 2048, 16, 4, 128, 11008, 65536, 5e6f, 1e-6f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
     {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
     {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
 };
@@ -207,6 +229,13 @@ static void synth_add(struct synth_ctx *c, const char *name, uint32_t type, uint
 }
 
 static bool synth_is_gemma(const struct wgllm_synth_shape *s) { return strncmp(s->arch, "gemma", 5) == 0; }
+static bool synth_is_olmo2(const struct wgllm_synth_shape *s) { return strcmp(s->arch, "olmo2") == 0; }
+
+/* Granite 3.0 2B's scales, which every granite shape writes:
+ * granite.embedding_scale, .residual_scale, .attention.scale, .logit_scale */
+static const struct {
+    float embedding, residual, attention, logit;
+} synth_granite = {12.0f, 0.22f, 0.015625f, 8.0f};
 /* phi3 stores q/k/v as one attn_qkv matrix and gate/up as one ffn_up */
 static bool synth_is_fused(const struct wgllm_synth_shape *s) { return strcmp(s->arch, "phi3") == 0; }
 
@@ -219,52 +248,65 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     const uint32_t F32 = WGLLM_TYPE_F32;
     const float g_in = SYNTH_SCALES.proj_gain, g_out = SYNTH_SCALES.out_proj_gain;
     const float logit = SYNTH_SCALES.logit_std / sqrtf((float)E);
-    const bool gemma = synth_is_gemma(s), fused = synth_is_fused(s);
+    const bool gemma = synth_is_gemma(s), fused = synth_is_fused(s), olmo2 = synth_is_olmo2(s);
+    const bool granite = strcmp(s->arch, "granite") == 0;
+    /* granite's scales are undone in its weights, so that its stream, scores
+     * and logits are as large as a llama's: the embeddings are multiplied by
+     * embedding_scale as they enter, what a block adds by residual_scale, the
+     * scores by attention.scale instead of 1/sqrt(head_dim) (the queries make
+     * up for it), the logits divided by logit_scale (output_norm makes up) */
+    const float in_mul = granite ? synth_granite.embedding : 1.0f, res = granite ? synth_granite.residual : 1.0f;
+    const float q_mul = granite ? 1.0f / (sqrtf((float)s->head_dim) * synth_granite.attention) : 1.0f;
+    const float logit_div = granite ? synth_granite.logit : 1.0f;
     /* gemma multiplies the embeddings by sqrt(n_embd) as they enter: a tied
      * gemma model's token_embd is that much smaller again (and output_norm that
      * much larger), so the stream starts as small as a tied llama's */
     const float out_gain =
-        s->tied_output ? SYNTH_SCALES.tied_out_gain * (gemma ? sqrtf((float)E) : 1.0f) : 1.0f;
+        s->tied_output ? SYNTH_SCALES.tied_out_gain * (gemma ? sqrtf((float)E) : in_mul) : 1.0f;
     char nm[64];
 
     synth_add(c, "token_embd.weight", wt, E, n_vocab, 0.0f,
-              s->tied_output ? logit / out_gain : SYNTH_SCALES.embd_std, seed);
+              s->tied_output ? logit / out_gain : SYNTH_SCALES.embd_std / in_mul, seed);
     for (int l = 0; l < n_layer; l++) {
 #define BLK(suffix, type, ne0, ne1, mean, std)                                            \
     snprintf(nm, sizeof(nm), "blk.%d.%s", l, suffix);                                     \
     synth_add(c, nm, type, ne0, ne1, mean, std, seed)
-        BLK("attn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise);
+        if (!olmo2) { BLK("attn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise); }
         if (fused) {
             BLK("attn_qkv.weight", wt, E, Q + 2 * KV, 0.0f, g_in / sqrtf((float)E));
         } else {
-            BLK("attn_q.weight", wt, E, Q, 0.0f, g_in / sqrtf((float)E));
+            BLK("attn_q.weight", wt, E, Q, 0.0f, g_in * q_mul / sqrtf((float)E));
             if (s->qkv_bias) { BLK("attn_q.bias", F32, Q, 0, 0.0f, SYNTH_SCALES.bias_std); }
             BLK("attn_k.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
             if (s->qkv_bias) { BLK("attn_k.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
             BLK("attn_v.weight", wt, E, KV, 0.0f, g_in / sqrtf((float)E));
             if (s->qkv_bias) { BLK("attn_v.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
         }
-        BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q));
-        if (s->qk_norm) {
+        BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q) / res);
+        if (s->qk_norm && olmo2) { /* over the whole q and k projections */
+            BLK("attn_q_norm.weight", F32, Q, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
+            BLK("attn_k_norm.weight", F32, KV, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
+        } else if (s->qk_norm) {
             BLK("attn_q_norm.weight", F32, (uint64_t)s->head_dim, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
             BLK("attn_k_norm.weight", F32, (uint64_t)s->head_dim, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
         }
         /* gemma's post-norms (as GGUF stores them: 1 + the checkpoint's weight)
          * scale what each block adds to the residual stream; out_proj_gain
          * keeps it below the stream, as the projections' gain does without them */
-        if (gemma) { BLK("post_attention_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
-        BLK("ffn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise);
+        if (gemma || olmo2) { BLK("post_attention_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
+        if (!olmo2) { BLK("ffn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise); }
         if (fused) {
             BLK("ffn_up.weight", wt, E, 2 * F, 0.0f, g_in / sqrtf((float)E));
         } else {
             BLK("ffn_gate.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
             BLK("ffn_up.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
         }
-        BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F));
-        if (gemma) { BLK("post_ffw_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
+        BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F) / res);
+        if (gemma || olmo2) { BLK("post_ffw_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
 #undef BLK
     }
-    synth_add(c, "output_norm.weight", F32, E, 0, out_gain, out_gain * SYNTH_SCALES.norm_noise, seed);
+    synth_add(c, "output_norm.weight", F32, E, 0, out_gain * logit_div, out_gain * logit_div * SYNTH_SCALES.norm_noise,
+              seed);
     if (s->rope_variant == 1) synth_add(c, "rope_freqs.weight", F32, (uint64_t)s->head_dim / 2, 0, 2.5f, 0.5f, seed);
     if (s->rope_variant >= 3) { /* LongRoPE: short factors near 1, long ones larger (as Phi-3.5's) */
         synth_add(c, "rope_factors_short.weight", F32, (uint64_t)s->head_dim / 2, 0, 1.5f, 0.25f, seed);
@@ -307,7 +349,8 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     if (!s)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, tiny-gemma2, "
-                               "tiny-gemma3, tiny-phi3, tinyllama-1.1b, qwen2-0.5b, phi3-mini, gemma2-2b, gemma3-1b)",
+                               "tiny-gemma3, tiny-phi3, tiny-granite, tiny-olmo2, tiny-smollm3, tinyllama-1.1b, qwen2-0.5b, "
+                               "phi3-mini, gemma2-2b, gemma3-1b, granite-3-2b, olmo2-1b, smollm3-3b)",
                                p->shape ? p->shape : "(null)");
     int ftype = wgllm_synth_file_type(p->type);
     const struct wgllm_type_traits *tt = wgllm_type_traits(p->type);
@@ -405,6 +448,19 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     if (s->final_softcap > 0.0f) {
         synth_key_name(k, sizeof(k), A, "final_logit_softcapping");
         wgllm_gguf_writer_set_f32(w, k, s->final_softcap);
+    }
+    if (strcmp(A, "granite") == 0) {
+        const struct {
+            const char *suffix;
+            float v;
+        } g[] = {{"embedding_scale", synth_granite.embedding},
+                 {"residual_scale", synth_granite.residual},
+                 {"attention.scale", synth_granite.attention},
+                 {"logit_scale", synth_granite.logit}};
+        for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+            synth_key_name(k, sizeof(k), A, g[i].suffix);
+            wgllm_gguf_writer_set_f32(w, k, g[i].v);
+        }
     }
     if (s->head_dim * s->n_head != s->n_embd) {
         /* llama.cpp assumes n_embd / n_head unless these say otherwise */

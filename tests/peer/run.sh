@@ -34,6 +34,9 @@ done
 for shape in tiny-gemma3 tiny-gemma2 tiny-phi3; do
   for type in f32 f16 q8_0 q4_0 q4_k; do models+=("$shape $type"); done
 done
+for shape in tiny-granite tiny-olmo2 tiny-smollm3; do
+  for type in f32 q8_0 q4_k; do models+=("$shape $type"); done
+done
 for m in "${models[@]}"; do
   read -r shape type <<<"$m"
   {

@@ -73,3 +73,18 @@ export function withF32Tensor(buf, name, f) {
   for (let i = 0; i < n; i++) out.writeFloatLE(f(out.readFloatLE(t.offset + 4 * i), i), t.offset + 4 * i);
   return out;
 }
+
+/* A copy of buf read as another architecture: every occurrence of the name `from`
+ * in the metadata (general.architecture's value and the `from.` prefix of its keys)
+ * becomes `to`, which must be as long (so that no offset moves). */
+export function withArch(buf, from, to) {
+  if (Buffer.byteLength(from) !== Buffer.byteLength(to)) throw new Error(`'${from}' and '${to}' differ in length`);
+  const { tensors } = ggufLayout(buf);
+  const end = Math.min(...[...tensors.values()].map((t) => t.offset));
+  const out = Buffer.from(buf);
+  const f = Buffer.from(from), t = Buffer.from(to);
+  let n = 0;
+  for (let i = out.indexOf(f); i >= 0 && i < end; i = out.indexOf(f, i + f.length)) { t.copy(out, i); n++; }
+  if (!n) throw new Error(`'${from}' is not in the metadata`);
+  return out;
+}

@@ -196,15 +196,17 @@ static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, cons
 /* ---- the forward pass ------------------------------------------------- */
 
 /* x += W a for the nr rows, each thread its share of W's rows; ends at a
- * barrier. With a post-norm (gemma) W a goes to xn first, is RMS-normed
- * with those weights row by row, and then added (llama.cpp: norm, then
- * ggml_add with the residual). */
+ * barrier. With a post-norm (gemma, olmo2) or a residual scale (granite)
+ * W a goes to xn first, is RMS-normed with those weights and/or multiplied
+ * by the scale row by row, and then added (llama.cpp: norm or ggml_scale,
+ * then ggml_add with the residual). */
 static void add_projection(struct cpu_ctx *c, const struct wgllm_weight *w, struct act a, int nr, const float *post_norm,
                            int ith, int nth) {
     const struct wgllm_hparams *hp = &c->model->hp;
     const int E = hp->n_embd;
     struct wgllm_threadpool *tp = c->tp;
-    if (!post_norm) {
+    const float rs = hp->residual_scale;
+    if (!post_norm && rs == 1.0f) {
         matmul(w, a, nr, c->x, E, ith, nth, true, NULL);
         wgllm_threadpool_barrier(tp);
         return;
@@ -215,7 +217,9 @@ static void add_projection(struct cpu_ctx *c, const struct wgllm_weight *w, stru
     wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
         float *y = c->xn + t * E, *x = c->x + t * E;
-        wgllm_op_rms_norm(y, post_norm, y, E, hp->rms_eps);
+        if (post_norm) wgllm_op_rms_norm(y, post_norm, y, E, hp->rms_eps);
+        if (rs != 1.0f)
+            for (int i = 0; i < E; i++) y[i] *= rs;
         for (int i = 0; i < E; i++) x[i] += y[i];
     }
     wgllm_threadpool_barrier(tp);
@@ -253,24 +257,37 @@ static void forward_worker(void *arg, int ith, int nth) {
         const bool last = il == hp->n_layer - 1;
         const int nr = last ? c->n_out : n;
 
-        /* attention norm, then q/k/v */
-        wgllm_split_range(n, ith, nth, 1, &lo, &hi);
-        for (int64_t t = lo; t < hi; t++) wgllm_op_rms_norm(c->x + t * E, L->attn_norm, c->xn + t * E, E, hp->rms_eps);
-        wgllm_threadpool_barrier(tp);
-        struct act aq = act_prepare(c, ith, nth, 0, c->xn, E, n, E, vdt(&L->wq));
-        struct act ak = vdt(&L->wk) == vdt(&L->wq) ? aq : act_prepare(c, ith, nth, 1, c->xn, E, n, E, vdt(&L->wk));
+        /* attention norm (none in olmo2: the stream itself goes in), then q/k/v */
+        const float *ain = L->attn_norm ? c->xn : c->x;
+        if (L->attn_norm) {
+            wgllm_split_range(n, ith, nth, 1, &lo, &hi);
+            for (int64_t t = lo; t < hi; t++)
+                wgllm_op_rms_norm(c->x + t * E, L->attn_norm, c->xn + t * E, E, hp->rms_eps);
+            wgllm_threadpool_barrier(tp);
+        }
+        struct act aq = act_prepare(c, ith, nth, 0, ain, E, n, E, vdt(&L->wq));
+        struct act ak = vdt(&L->wk) == vdt(&L->wq) ? aq : act_prepare(c, ith, nth, 1, ain, E, n, E, vdt(&L->wk));
         struct act av = vdt(&L->wv) == vdt(&L->wq) ? aq
                         : vdt(&L->wv) == vdt(&L->wk) ? ak
-                                                     : act_prepare(c, ith, nth, 2, c->xn, E, n, E, vdt(&L->wv));
+                                                     : act_prepare(c, ith, nth, 2, ain, E, n, E, vdt(&L->wv));
         wgllm_threadpool_barrier(tp);
         matmul(&L->wq, aq, n, c->q, QD, ith, nth, false, L->bq);
         matmul(&L->wk, ak, n, c->k, KD, ith, nth, false, L->bk);
         matmul(&L->wv, av, n, c->v, VD, ith, nth, false, L->bv);
         wgllm_threadpool_barrier(tp);
+        if (hp->qk_norm_whole) { /* olmo2: q and k normed as whole rows, before the split into heads */
+            wgllm_split_range(n, ith, nth, 1, &lo, &hi);
+            for (int64_t t = lo; t < hi; t++) {
+                wgllm_op_rms_norm(c->q + t * QD, L->q_norm, c->q + t * QD, QD, hp->rms_eps);
+                wgllm_op_rms_norm(c->k + t * KD, L->k_norm, c->k + t * KD, KD, hp->rms_eps);
+            }
+            wgllm_threadpool_barrier(tp);
+        }
 
         /* per-head q/k norm (qwen3, gemma3), RoPE (the local table on a
-         * sliding-window layer), the query scale, and the new keys/values
-         * into the cache */
+         * sliding-window layer; none on smollm3's no-RoPE layers), the query
+         * scale, and the new keys/values into the cache */
+        const bool head_norm = !hp->qk_norm_whole;
         const float *rope_l = L->swa && c->rope_cs_swa ? c->rope_cs_swa : c->rope_cs;
         const int items = n * (hp->n_head + hp->n_head_kv);
         wgllm_split_range(items, ith, nth, 1, &lo, &hi);
@@ -280,15 +297,15 @@ static void forward_worker(void *arg, int ith, int nth) {
             const float *cs = rope_l + (size_t)t * hp->n_rot;
             if (hh < hp->n_head) {
                 float *qh = c->q + (size_t)t * QD + (size_t)hh * dk;
-                if (L->q_norm) wgllm_op_rms_norm(qh, L->q_norm, qh, dk, hp->rms_eps);
-                wgllm_op_rope(qh, cs, hp->n_rot, neox);
+                if (L->q_norm && head_norm) wgllm_op_rms_norm(qh, L->q_norm, qh, dk, hp->rms_eps);
+                if (L->rope) wgllm_op_rope(qh, cs, hp->n_rot, neox);
                 if (hp->q_scale != 1.0f)
                     for (int d = 0; d < dk; d++) qh[d] *= hp->q_scale;
             } else {
                 const int h = hh - hp->n_head;
                 float *kh = c->k + (size_t)t * KD + (size_t)h * dk;
-                if (L->k_norm) wgllm_op_rms_norm(kh, L->k_norm, kh, dk, hp->rms_eps);
-                wgllm_op_rope(kh, cs, hp->n_rot, neox);
+                if (L->k_norm && head_norm) wgllm_op_rms_norm(kh, L->k_norm, kh, dk, hp->rms_eps);
+                if (L->rope) wgllm_op_rope(kh, cs, hp->n_rot, neox);
                 const size_t pos = (size_t)c->pos[t];
                 const size_t sq = (size_t)c->seq[t];
                 wgllm_fp32_to_fp16_row(kh, c->k_cache + il * c->layer_k + sq * c->seq_k + pos * KD + (size_t)h * dk, dk);
@@ -319,12 +336,17 @@ static void forward_worker(void *arg, int ith, int nth) {
         wgllm_threadpool_barrier(tp);
         add_projection(c, &L->wo, ao, nr, L->post_attn_norm, ith, nth);
 
-        /* feed-forward: SwiGLU, or GeGLU (gemma) */
-        wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
-        for (int64_t t = lo; t < hi; t++) wgllm_op_rms_norm(c->x + t * E, L->ffn_norm, c->xn + t * E, E, hp->rms_eps);
-        wgllm_threadpool_barrier(tp);
-        struct act ag = act_prepare(c, ith, nth, 0, c->xn, E, nr, E, vdt(&L->w_gate));
-        struct act au = vdt(&L->w_up) == vdt(&L->w_gate) ? ag : act_prepare(c, ith, nth, 1, c->xn, E, nr, E, vdt(&L->w_up));
+        /* feed-forward (on the stream itself without a pre-norm, olmo2): SwiGLU, or GeGLU (gemma) */
+        const float *fin = L->ffn_norm ? c->xn : c->x;
+        if (L->ffn_norm) {
+            wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
+            for (int64_t t = lo; t < hi; t++)
+                wgllm_op_rms_norm(c->x + t * E, L->ffn_norm, c->xn + t * E, E, hp->rms_eps);
+            wgllm_threadpool_barrier(tp);
+        }
+        struct act ag = act_prepare(c, ith, nth, 0, fin, E, nr, E, vdt(&L->w_gate));
+        struct act au =
+            vdt(&L->w_up) == vdt(&L->w_gate) ? ag : act_prepare(c, ith, nth, 1, fin, E, nr, E, vdt(&L->w_up));
         wgllm_threadpool_barrier(tp);
         {
             int64_t f0, f1;
@@ -355,12 +377,17 @@ static void forward_worker(void *arg, int ith, int nth) {
     struct act a = act_prepare(c, ith, nth, 0, c->xn, E, nr, E, vdt(&m->output));
     wgllm_threadpool_barrier(tp);
     matmul(&m->output, a, nr, c->out_logits, hp->n_vocab, ith, nth, false, NULL);
-    if (hp->final_softcap > 0.0f) {
-        /* each thread caps the rows' columns it computed (matmul's split) */
+    if (hp->final_softcap > 0.0f || hp->logit_scale != 1.0f) {
+        /* each thread caps (gemma2) or scales (granite) the rows' columns it
+         * computed (matmul's split) */
         int64_t r0, r1;
         wgllm_split_range(m->output.ne1, ith, nth, 16, &r0, &r1);
-        for (int t = 0; t < nr && r1 > r0; t++)
-            wgllm_op_softcap(c->out_logits + (size_t)t * hp->n_vocab + r0, (int)(r1 - r0), hp->final_softcap);
+        for (int t = 0; t < nr && r1 > r0; t++) {
+            float *l = c->out_logits + (size_t)t * hp->n_vocab + r0;
+            if (hp->final_softcap > 0.0f) wgllm_op_softcap(l, (int)(r1 - r0), hp->final_softcap);
+            if (hp->logit_scale != 1.0f)
+                for (int64_t j = 0; j < r1 - r0; j++) l[j] *= hp->logit_scale;
+        }
     }
 }
 
@@ -571,7 +598,11 @@ static void cpu_seq_load(void *b, int seq, int n, const void *src) { seq_state_i
 /* The keys were stored rotated for their old position p; RoPE angles are
  * linear in the position (frequency scale and factors included), so
  * rotating by the position delta gives the key of p + delta, as llama.cpp's
- * K-shift does. Values carry no position: they only move. */
+ * K-shift does. Values carry no position: they only move, and neither do
+ * the keys of a layer without RoPE (smollm3's every 4th layer). llama.cpp
+ * (the release the peer binds) rotates those too, since smollm3 leaves its
+ * per-layer rope_pattern at "all layers"; its shifted cache is wrong there,
+ * wgllm's is not. */
 struct shift_job {
     struct cpu_ctx *c;
     int seq, keep, discard, n_move;
@@ -592,13 +623,19 @@ static void shift_worker(void *arg, int ith, int nth) {
     wgllm_split_range((int64_t)hp->n_layer * hp->n_head_kv, ith, nth, 1, &lo, &hi);
     for (int64_t it = lo; it < hi; it++) {
         const int il = (int)(it / hp->n_head_kv), h = (int)(it % hp->n_head_kv);
-        const float *cs = c->model->layers[il].swa && j->cs_swa ? j->cs_swa : j->cs;
+        const struct wgllm_layer *L = &c->model->layers[il];
+        const float *cs = L->swa && j->cs_swa ? j->cs_swa : j->cs;
         wgllm_fp16 *k = c->k_cache + il * c->layer_k + (size_t)j->seq * c->seq_k + (size_t)h * dk;
         for (int p = 0; p < j->n_move; p++) { /* ascending: each source is read before it is overwritten */
             const wgllm_fp16 *src = k + (size_t)(j->keep + j->discard + p) * KD;
+            wgllm_fp16 *dst = k + (size_t)(j->keep + p) * KD;
+            if (!L->rope) { /* a layer without RoPE (smollm3): its keys carry no position, they only move */
+                memmove(dst, src, (size_t)dk * sizeof(wgllm_fp16));
+                continue;
+            }
             wgllm_fp16_to_fp32_row(src, row, dk);
             wgllm_op_rope(row, cs, hp->n_rot, neox);
-            wgllm_fp32_to_fp16_row(row, k + (size_t)(j->keep + p) * KD, dk);
+            wgllm_fp32_to_fp16_row(row, dst, dk);
         }
         wgllm_fp16 *v = c->v_cache + il * c->layer_v + (size_t)j->seq * c->seq_v + (size_t)h * dv * c->n_ctx;
         for (int d = 0; d < dv; d++)
