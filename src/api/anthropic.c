@@ -39,11 +39,6 @@
 typedef struct wgllm_json J;
 typedef struct wgllm_json_writer W;
 
-static bool refuse(struct wgllm_openai_error *e, const char *param, const char *fmt, const char *a) {
-    wgllm_openai_error_set(e, 400, "invalid_request_error", param, NULL, fmt, param, a);
-    return false;
-}
-
 /* The text of a content that is a string or an array of text blocks (other
  * block types are the caller's); false when it is neither. */
 static bool text_of(const J *c, struct wgllm_strbuf *out, bool *other) {
@@ -71,13 +66,13 @@ static bool turn(W *w, const J *m, int i, struct wgllm_openai_error *e) {
     const J *role = wgllm_json_get(m, "role"), *content = wgllm_json_get(m, "content");
     if (!wgllm_json_is(m, WGLLM_JSON_OBJECT) || !wgllm_json_is(role, WGLLM_JSON_STRING) ||
         (strcmp(role->str, "user") && strcmp(role->str, "assistant")))
-        return refuse(e, param, "'%s' must be {\"role\": \"user\" or \"assistant\", \"content\": ...}%s", "");
+        return wgllm_openai_bad(e, param, "'%s' must be {\"role\": \"user\" or \"assistant\", \"content\": ...}%s", "");
     const bool user = !strcmp(role->str, "user");
     struct wgllm_strbuf text = {0};
     bool blocks = false;
     if (!text_of(content, &text, &blocks)) {
         wgllm_strbuf_free(&text);
-        return refuse(e, param, "'%s'.content must be a string or an array of content blocks%s", "");
+        return wgllm_openai_bad(e, param, "'%s'.content must be a string or an array of content blocks%s", "");
     }
     /* the blocks that are not text, checked and then written in chat's terms */
     int calls = 0, k = 0;
@@ -90,7 +85,7 @@ static bool turn(W *w, const J *m, int i, struct wgllm_openai_error *e) {
             struct wgllm_strbuf r = {0};
             if (!wgllm_json_is(id, WGLLM_JSON_STRING) || !(wgllm_json_is_null(c) || text_of(c, &r, NULL))) {
                 wgllm_strbuf_free(&r), wgllm_strbuf_free(&text);
-                return refuse(e, param, "'%s' must be a tool_result with a tool_use_id and text content%s", "");
+                return wgllm_openai_bad(e, param, "'%s' must be a tool_result with a tool_use_id and text content%s", "");
             }
             const J *is_error = wgllm_json_get(b, "is_error");
             wgllm_json_w_object(w, NULL);
@@ -112,7 +107,7 @@ static bool turn(W *w, const J *m, int i, struct wgllm_openai_error *e) {
             if (!wgllm_json_is(id, WGLLM_JSON_STRING) || !wgllm_json_is(name, WGLLM_JSON_STRING) ||
                 !wgllm_json_is(input, WGLLM_JSON_OBJECT)) {
                 wgllm_strbuf_free(&text);
-                return refuse(e, param, "'%s' must be a tool_use with an id, a name and an input object%s", "");
+                return wgllm_openai_bad(e, param, "'%s' must be a tool_use with an id, a name and an input object%s", "");
             }
             calls++;
         } else {
@@ -160,7 +155,7 @@ static bool turn(W *w, const J *m, int i, struct wgllm_openai_error *e) {
 
 static bool tools_of(W *w, const J *tools, const J *choice, struct wgllm_openai_error *e) {
     if (!wgllm_json_is_null(tools)) {
-        if (!wgllm_json_is(tools, WGLLM_JSON_ARRAY)) return refuse(e, "tools", "'%s' must be an array%s", "");
+        if (!wgllm_json_is(tools, WGLLM_JSON_ARRAY)) return wgllm_openai_bad(e, "tools", "'%s' must be an array%s", "");
         wgllm_json_w_array(w, "tools");
         int i = 0;
         for (const J *t = wgllm_json_first(tools); t; t = wgllm_json_next(tools, t), i++) {
@@ -169,10 +164,10 @@ static bool tools_of(W *w, const J *tools, const J *choice, struct wgllm_openai_
             const J *name = wgllm_json_get(t, "name"), *schema = wgllm_json_get(t, "input_schema");
             const J *type = wgllm_json_get(t, "type");
             if (!wgllm_json_is_null(type) && !(wgllm_json_is(type, WGLLM_JSON_STRING) && !strcmp(type->str, "custom")))
-                return refuse(e, param, "'%s' is a server tool (type '%s'); only client tools (name, input_schema) run here",
+                return wgllm_openai_bad(e, param, "'%s' is a server tool (type '%s'); only client tools (name, input_schema) run here",
                               wgllm_json_is(type, WGLLM_JSON_STRING) ? type->str : "?");
             if (!wgllm_json_is(name, WGLLM_JSON_STRING) || !wgllm_json_is(schema, WGLLM_JSON_OBJECT))
-                return refuse(e, param, "'%s' must have a name and an input_schema object%s", "");
+                return wgllm_openai_bad(e, param, "'%s' must have a name and an input_schema object%s", "");
             wgllm_json_w_object(w, NULL);
             wgllm_json_w_str(w, "type", "function");
             wgllm_json_w_object(w, "function");
@@ -188,7 +183,7 @@ static bool tools_of(W *w, const J *tools, const J *choice, struct wgllm_openai_
     if (wgllm_json_is_null(choice)) return true;
     const J *type = wgllm_json_get(choice, "type"), *name = wgllm_json_get(choice, "name");
     if (!wgllm_json_is(type, WGLLM_JSON_STRING))
-        return refuse(e, "tool_choice", "'%s' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}%s", "");
+        return wgllm_openai_bad(e, "tool_choice", "'%s' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}%s", "");
     if (!strcmp(type->str, "auto") || !strcmp(type->str, "none")) {
         wgllm_json_w_value(w, "tool_choice", type);
     } else if (!strcmp(type->str, "any")) {
@@ -201,7 +196,7 @@ static bool tools_of(W *w, const J *tools, const J *choice, struct wgllm_openai_
         wgllm_json_w_end(w, '}');
         wgllm_json_w_end(w, '}');
     } else {
-        return refuse(e, "tool_choice", "'%s': type must be auto, any, none or tool (with a name), not '%s'", type->str);
+        return wgllm_openai_bad(e, "tool_choice", "'%s': type must be auto, any, none or tool (with a name), not '%s'", type->str);
     }
     const J *dp = wgllm_json_get(choice, "disable_parallel_tool_use");
     if (wgllm_json_is_bool(dp)) wgllm_json_w_bool(w, "parallel_tool_calls", dp->type == WGLLM_JSON_FALSE);
@@ -220,24 +215,17 @@ char *wgllm_anthropic_to_chat(const char *body, size_t len, struct wgllm_openai_
     wgllm_json_w_init(&w, &out);
     bool ok = true;
     if (root->type != WGLLM_JSON_OBJECT) {
-        ok = refuse(e, "body", "the request %s must be a JSON object%s", "");
+        ok = wgllm_openai_bad(e, "body", "the request %s must be a JSON object%s", "");
         goto done;
     }
-    for (const J *f = wgllm_json_first(root); f; f = wgllm_json_next(root, f)) {
-        bool known = false;
-        for (int i = 0; FIELDS[i] && !known; i++) known = !strcmp(f->key, FIELDS[i]);
-        if (!known) {
-            ok = refuse(e, f->key, "'%s' is not a Messages API field this server takes%s", "");
-            goto done;
-        }
-    }
+    if (!(ok = wgllm_openai_known_fields(root, FIELDS, NULL, e))) goto done;
     const J *msgs = wgllm_json_get(root, "messages"), *mt = wgllm_json_get(root, "max_tokens");
     if (!wgllm_json_is(msgs, WGLLM_JSON_ARRAY) || !msgs->count) {
-        ok = refuse(e, "messages", "'%s' is required: a non-empty array of turns%s", "");
+        ok = wgllm_openai_bad(e, "messages", "'%s' is required: a non-empty array of turns%s", "");
         goto done;
     }
     if (!wgllm_json_is(mt, WGLLM_JSON_NUMBER)) {
-        ok = refuse(e, "max_tokens", "'%s' is required (a number of tokens)%s", "");
+        ok = wgllm_openai_bad(e, "max_tokens", "'%s' is required (a number of tokens)%s", "");
         goto done;
     }
     wgllm_json_w_object(&w, NULL);
@@ -248,7 +236,7 @@ char *wgllm_anthropic_to_chat(const char *body, size_t len, struct wgllm_openai_
     }
     const J *temp = wgllm_json_get(root, "temperature");
     if (temp && !(wgllm_json_is(temp, WGLLM_JSON_NUMBER) && temp->num >= 0 && temp->num <= 1)) {
-        ok = refuse(e, "temperature", "'%s' must be a number from 0 to 1 (Anthropic's range)%s", "");
+        ok = wgllm_openai_bad(e, "temperature", "'%s' must be a number from 0 to 1 (Anthropic's range)%s", "");
         goto done;
     }
     if (temp) wgllm_json_w_value(&w, "temperature", temp);
@@ -263,14 +251,14 @@ char *wgllm_anthropic_to_chat(const char *body, size_t len, struct wgllm_openai_
     }
     const J *md = wgllm_json_get(root, "metadata"), *uid = wgllm_json_get(md, "user_id");
     if (!wgllm_json_is_null(md) && !wgllm_json_is(md, WGLLM_JSON_OBJECT)) {
-        ok = refuse(e, "metadata", "'%s' must be an object%s", "");
+        ok = wgllm_openai_bad(e, "metadata", "'%s' must be an object%s", "");
         goto done;
     }
     if (wgllm_json_is(uid, WGLLM_JSON_STRING)) wgllm_json_w_value(&w, "user", uid);
     const J *th = wgllm_json_get(root, "thinking"), *tht = wgllm_json_get(th, "type");
     if (!wgllm_json_is_null(th)) {
         if (!wgllm_json_is(tht, WGLLM_JSON_STRING) || (strcmp(tht->str, "enabled") && strcmp(tht->str, "disabled"))) {
-            ok = refuse(e, "thinking", "'%s' must be {\"type\": \"enabled\" | \"disabled\"}%s", "");
+            ok = wgllm_openai_bad(e, "thinking", "'%s' must be {\"type\": \"enabled\" | \"disabled\"}%s", "");
             goto done;
         }
         if (!strcmp(tht->str, "disabled")) {
@@ -286,7 +274,7 @@ char *wgllm_anthropic_to_chat(const char *body, size_t len, struct wgllm_openai_
         struct wgllm_strbuf t = {0};
         if (!text_of(sys, &t, NULL)) {
             wgllm_strbuf_free(&t);
-            ok = refuse(e, "system", "'%s' must be a string or an array of text blocks%s", "");
+            ok = wgllm_openai_bad(e, "system", "'%s' must be a string or an array of text blocks%s", "");
             goto done;
         }
         wgllm_json_w_object(&w, NULL);
@@ -352,15 +340,9 @@ static void usage_of(W *w, const J *u) {
     wgllm_json_w_end(w, '}');
 }
 
-static bool parse_own(const char *json, struct wgllm_json_doc *d) {
-    struct wgllm_json_error je;
-    const struct wgllm_json_limits lim = {.max_depth = 64, .max_nodes = 1u << 24};
-    return json && wgllm_json_parse(json, strlen(json), &lim, d, &je);
-}
-
 char *wgllm_anthropic_response(const char *chat_json) {
     struct wgllm_json_doc d;
-    if (!parse_own(chat_json, &d)) return NULL;
+    if (!wgllm_openai_parse_own(chat_json, &d)) return NULL;
     const J *r = wgllm_json_root(&d);
     const J *ch = wgllm_json_at(wgllm_json_get(r, "choices"), 0), *m = wgllm_json_get(ch, "message");
     const J *fin = wgllm_json_get(ch, "finish_reason");
@@ -510,11 +492,12 @@ void wgllm_anthropic_stream_init(struct wgllm_anthropic_stream *s) { memset(s, 0
 
 char *wgllm_anthropic_stream_chunk(struct wgllm_anthropic_stream *s, const char *chunk_json) {
     struct wgllm_json_doc d;
-    if (!parse_own(chunk_json, &d)) return NULL;
-    const J *r = wgllm_json_root(&d);
+    if (!wgllm_openai_parse_own(chunk_json, &d)) return NULL;
+    struct wgllm_openai_chunk_view v;
+    wgllm_openai_chunk_view(&d, &v);
+    const J *r = v.root, *err = v.error;
     struct wgllm_strbuf out = {0};
     W w;
-    const J *err = wgllm_json_get(r, "error");
     if (err) {
         /* the chat error object, in Anthropic's shape */
         struct wgllm_openai_error e = {.status = 500};
@@ -546,19 +529,15 @@ char *wgllm_anthropic_stream_chunk(struct wgllm_anthropic_stream *s, const char 
             event_end(&out, &w);
             s->started = true;
         }
-        const J *ch = wgllm_json_at(wgllm_json_get(r, "choices"), 0), *delta = wgllm_json_get(ch, "delta");
-        const J *rc = wgllm_json_get(delta, "reasoning_content"), *c = wgllm_json_get(delta, "content");
-        if (wgllm_json_is(rc, WGLLM_JSON_STRING) && rc->len) block_delta(s, &out, BLOCK_THINKING, rc);
-        if (wgllm_json_is(c, WGLLM_JSON_STRING) && c->len) block_delta(s, &out, BLOCK_TEXT, c);
-        const J *calls = wgllm_json_get(delta, "tool_calls");
-        for (const J *t = wgllm_json_first(calls); t; t = wgllm_json_next(calls, t)) tool_block(s, &out, t);
-        const J *fin = wgllm_json_get(ch, "finish_reason");
-        if (wgllm_json_is(fin, WGLLM_JSON_STRING)) {
+        if (v.reasoning) block_delta(s, &out, BLOCK_THINKING, v.reasoning);
+        if (v.content) block_delta(s, &out, BLOCK_TEXT, v.content);
+        for (const J *t = wgllm_json_first(v.tool_calls); t; t = wgllm_json_next(v.tool_calls, t)) tool_block(s, &out, t);
+        if (v.finish) {
             block_stop(s, &out);
-            snprintf(s->stop_reason, sizeof s->stop_reason, "%s", stop_reason(fin->str));
+            snprintf(s->stop_reason, sizeof s->stop_reason, "%s", stop_reason(v.finish->str));
         }
-        const J *u = wgllm_json_get(r, "usage");
-        if (wgllm_json_is(u, WGLLM_JSON_OBJECT) && s->stop_reason[0]) {
+        const J *u = v.usage;
+        if (u && s->stop_reason[0]) {
             event_begin(&out, &w, "message_delta");
             wgllm_json_w_object(&w, "delta");
             wgllm_json_w_str(&w, "stop_reason", s->stop_reason);

@@ -19,6 +19,18 @@ void wgllm_openai_think_flush(struct wgllm_openai_think *t, struct wgllm_strbuf 
 /* Tool calls (tools.c). */
 struct wgllm_json;
 struct wgllm_json_doc;
+/* A 400 naming param; fmt has two %s: the param, then a. Returns false. */
+bool wgllm_openai_bad(struct wgllm_openai_error *e, const char *param, const char *fmt, const char *a);
+/* Every member of body is named in list a or b (NULL-terminated; b may be NULL), else a 400 naming it. */
+bool wgllm_openai_known_fields(const struct wgllm_json *body, const char *const *a, const char *const *b,
+                               struct wgllm_openai_error *e);
+/* JSON the layer made itself (an answer, a chunk), read back by the other dialects. */
+bool wgllm_openai_parse_own(const char *json, struct wgllm_json_doc *d);
+/* What one chat stream chunk carries (NULL: not there; text only when non-empty). */
+struct wgllm_openai_chunk_view {
+    const struct wgllm_json *root, *error, *reasoning, *content, *tool_calls, *finish, *usage;
+};
+void wgllm_openai_chunk_view(const struct wgllm_json_doc *d, struct wgllm_openai_chunk_view *v);
 /* A request body's JSON under the layer's budgets, the limits it breaks mapped to their codes. */
 bool wgllm_openai_parse_body(const char *body, size_t len, struct wgllm_json_doc *doc, struct wgllm_openai_error *e);
 bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const struct wgllm_json *body,

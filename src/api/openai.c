@@ -41,8 +41,7 @@ void wgllm_openai_error_set(struct wgllm_openai_error *e, int status, const char
     va_end(ap);
 }
 
-/* A 400 naming param; fmt has two %s: the param, then a. */
-static bool bad(struct wgllm_openai_error *e, const char *param, const char *fmt, const char *a) {
+bool wgllm_openai_bad(struct wgllm_openai_error *e, const char *param, const char *fmt, const char *a) {
     wgllm_openai_error_set(e, 400, "invalid_request_error", param, NULL, fmt, param, a);
     return false;
 }
@@ -82,7 +81,7 @@ static bool get_number(const J *o, const char *k, double lo, double hi, double *
     const J *v = wgllm_json_get(o, k);
     if (present) *present = false;
     if (wgllm_json_is_null(v)) return true;
-    if (v->type != WGLLM_JSON_NUMBER || !isfinite(v->num)) return bad(e, k, "'%s' must be a number%s", "");
+    if (v->type != WGLLM_JSON_NUMBER || !isfinite(v->num)) return wgllm_openai_bad(e, k, "'%s' must be a number%s", "");
     if (v->num < lo || v->num > hi) {
         wgllm_openai_error_set(e, 400, "invalid_request_error", k, NULL, "'%s' is %g; it must be in [%g, %g]", k,
                                v->num, lo, hi);
@@ -98,7 +97,7 @@ static bool get_int(const J *o, const char *k, double lo, double hi, int *out, b
     double d;
     bool p = false;
     if (!get_number(o, k, lo, hi, &d, &p, e)) return false;
-    if (p && d != floor(d)) return bad(e, k, "'%s' must be an integer%s", "");
+    if (p && d != floor(d)) return wgllm_openai_bad(e, k, "'%s' must be an integer%s", "");
     if (p) *out = (int)d;
     if (present) *present = p;
     return true;
@@ -107,7 +106,7 @@ static bool get_int(const J *o, const char *k, double lo, double hi, int *out, b
 static bool get_bool(const J *o, const char *k, bool *out, struct wgllm_openai_error *e) {
     const J *v = wgllm_json_get(o, k);
     if (wgllm_json_is_null(v)) return true;
-    if (!wgllm_json_is_bool(v)) return bad(e, k, "'%s' must be true or false%s", "");
+    if (!wgllm_json_is_bool(v)) return wgllm_openai_bad(e, k, "'%s' must be true or false%s", "");
     *out = v->type == WGLLM_JSON_TRUE;
     return true;
 }
@@ -115,7 +114,7 @@ static bool get_bool(const J *o, const char *k, bool *out, struct wgllm_openai_e
 /* A string the engine takes as a C string: no NUL inside. */
 static bool c_string(const J *v, const char *param, struct wgllm_openai_error *e) {
     if (!has_nul(v)) return true;
-    return bad(e, param, "'%s' contains a NUL character (\\u0000), which the engine cannot take there%s", "");
+    return wgllm_openai_bad(e, param, "'%s' contains a NUL character (\\u0000), which the engine cannot take there%s", "");
 }
 
 static char *dupn(const char *s, size_t n) {
@@ -146,13 +145,12 @@ static bool in_list(const char *const *l, const J *member) {
     return false;
 }
 
-/* Every member of the body is a field of the endpoint. */
-static bool known_fields(const J *body, const char *const *a, const char *const *b, struct wgllm_openai_error *e) {
+bool wgllm_openai_known_fields(const J *body, const char *const *a, const char *const *b, struct wgllm_openai_error *e) {
     for (const J *it = wgllm_json_first(body); it; it = wgllm_json_next(body, it)) {
         if (in_list(a, it) || (b && in_list(b, it))) continue;
         char name[48]; /* the name as the error's param holds it (a NUL in it ends it there) */
         snprintf(name, sizeof(name), "%s", it->key);
-        return bad(e, name, "unknown field '%s'%s", "");
+        return wgllm_openai_bad(e, name, "unknown field '%s'%s", "");
     }
     return true;
 }
@@ -178,7 +176,7 @@ static bool message_text(const J *c, int i, char **out, struct wgllm_openai_erro
         *out = dupn(c->str, c->len);
         return true;
     }
-    if (c->type != WGLLM_JSON_ARRAY) return bad(e, param, "'%s' must be a string or an array of text parts%s", "");
+    if (c->type != WGLLM_JSON_ARRAY) return wgllm_openai_bad(e, param, "'%s' must be a string or an array of text parts%s", "");
     size_t total = 0;
     int j = 0;
     for (const J *part = wgllm_json_first(c); part; part = wgllm_json_next(c, part), j++) {
@@ -195,7 +193,7 @@ static bool message_text(const J *c, int i, char **out, struct wgllm_openai_erro
         total += tx->len;
     }
     char *s = malloc(total + 1), *q = s;
-    if (!s) return bad(e, param, "out of memory for '%s'%s", "");
+    if (!s) return wgllm_openai_bad(e, param, "out of memory for '%s'%s", "");
     for (const J *part = wgllm_json_first(c); part; part = wgllm_json_next(c, part)) {
         const J *tx = wgllm_json_get(part, "text");
         memcpy(q, tx->str, tx->len);
@@ -208,47 +206,47 @@ static bool message_text(const J *c, int i, char **out, struct wgllm_openai_erro
 
 static bool parse_messages(const J *body, struct wgllm_openai_request *g, struct wgllm_openai_error *e) {
     const J *m = wgllm_json_get(body, "messages");
-    if (!m) return bad(e, "messages", "'%s' is required%s", "");
+    if (!m) return wgllm_openai_bad(e, "messages", "'%s' is required%s", "");
     if (m->type != WGLLM_JSON_ARRAY || m->count == 0)
-        return bad(e, "messages", "'%s' must be a non-empty array of messages%s", "");
+        return wgllm_openai_bad(e, "messages", "'%s' must be a non-empty array of messages%s", "");
     g->msgs = calloc(m->count, sizeof(*g->msgs));
-    if (!g->msgs) return bad(e, "messages", "out of memory for '%s'%s", "");
+    if (!g->msgs) return wgllm_openai_bad(e, "messages", "out of memory for '%s'%s", "");
     for (const J *it = wgllm_json_first(m); it; it = wgllm_json_next(m, it)) {
         const int i = g->n_msgs;
         char param[64];
         snprintf(param, sizeof(param), "messages[%d].role", i);
         const J *role = wgllm_json_get(it, "role");
         if (it->type != WGLLM_JSON_OBJECT || !wgllm_json_is(role, WGLLM_JSON_STRING))
-            return bad(e, param, "'%s' must be a string%s", "");
+            return wgllm_openai_bad(e, param, "'%s' must be a string%s", "");
         if (!c_string(role, param, e)) return false;
         const char *r = role->str;
         if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
         if ((strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")))
-            return bad(e, param, "'%s' is '%s'; expected system, developer, user, assistant or tool", r);
+            return wgllm_openai_bad(e, param, "'%s' is '%s'; expected system, developer, user, assistant or tool", r);
         char *text = NULL;
         if (!message_text(wgllm_json_get(it, "content"), i, &text, e)) return false;
         g->msgs[i].role = dupn(r, strlen(r));
         g->msgs[i].content = text;
         g->n_msgs++;
-        if (!g->msgs[i].role || !text) return bad(e, "messages", "out of memory for '%s'%s", "");
+        if (!g->msgs[i].role || !text) return wgllm_openai_bad(e, "messages", "out of memory for '%s'%s", "");
     }
     return true;
 }
 
 static bool parse_prompt(const J *body, struct wgllm_openai_request *g, struct wgllm_openai_error *e) {
     const J *p = wgllm_json_get(body, "prompt");
-    if (!p) return bad(e, "prompt", "'%s' is required%s", "");
+    if (!p) return wgllm_openai_bad(e, "prompt", "'%s' is required%s", "");
     if (p->type == WGLLM_JSON_ARRAY) {
         if (p->count != 1 || !wgllm_json_is(wgllm_json_first(p), WGLLM_JSON_STRING))
-            return bad(e, "prompt", "'%s' must be a string or an array of exactly one string (token arrays and "
+            return wgllm_openai_bad(e, "prompt", "'%s' must be a string or an array of exactly one string (token arrays and "
                                     "several prompts are not supported)%s", "");
         p = wgllm_json_first(p);
     }
-    if (p->type != WGLLM_JSON_STRING) return bad(e, "prompt", "'%s' must be a string%s", "");
+    if (p->type != WGLLM_JSON_STRING) return wgllm_openai_bad(e, "prompt", "'%s' must be a string%s", "");
     /* the prompt goes to the engine with its length: a NUL in it is text */
     g->prompt = dupn(p->str, p->len);
     g->prompt_len = p->len;
-    if (!g->prompt) return bad(e, "prompt", "out of memory for '%s'%s", "");
+    if (!g->prompt) return wgllm_openai_bad(e, "prompt", "out of memory for '%s'%s", "");
     return true;
 }
 
@@ -259,19 +257,19 @@ static bool parse_stop(const J *body, struct wgllm_openai_request *g, struct wgl
     if (s->type == WGLLM_JSON_STRING) {
         n = 1;
     } else if (s->type == WGLLM_JSON_ARRAY) {
-        if (s->count > MAX_STOPS) return bad(e, "stop", "'%s' has more than 16 strings%s", "");
+        if (s->count > MAX_STOPS) return wgllm_openai_bad(e, "stop", "'%s' has more than 16 strings%s", "");
         n = (int)s->count;
     } else {
-        return bad(e, "stop", "'%s' must be a string or an array of strings%s", "");
+        return wgllm_openai_bad(e, "stop", "'%s' must be a string or an array of strings%s", "");
     }
     g->stops = calloc((size_t)(n ? n : 1), sizeof(char *));
-    if (!g->stops) return bad(e, "stop", "out of memory for '%s'%s", "");
+    if (!g->stops) return wgllm_openai_bad(e, "stop", "out of memory for '%s'%s", "");
     const J *it = s->type == WGLLM_JSON_STRING ? s : wgllm_json_first(s);
     for (int i = 0; i < n; i++, it = s->type == WGLLM_JSON_STRING ? NULL : wgllm_json_next(s, it)) {
-        if (it->type != WGLLM_JSON_STRING) return bad(e, "stop", "'%s' must contain only strings%s", "");
-        if (it->len > MAX_STOP_BYTES) return bad(e, "stop", "'%s' strings are at most 1024 bytes%s", "");
+        if (it->type != WGLLM_JSON_STRING) return wgllm_openai_bad(e, "stop", "'%s' must contain only strings%s", "");
+        if (it->len > MAX_STOP_BYTES) return wgllm_openai_bad(e, "stop", "'%s' strings are at most 1024 bytes%s", "");
         if (!c_string(it, "stop", e)) return false;
-        if (!(g->stops[i] = dupn(it->str, it->len))) return bad(e, "stop", "out of memory for '%s'%s", "");
+        if (!(g->stops[i] = dupn(it->str, it->len))) return wgllm_openai_bad(e, "stop", "out of memory for '%s'%s", "");
         g->rp.n_stop = i + 1;
     }
     g->rp.stop = (const char *const *)g->stops;
@@ -283,7 +281,7 @@ static bool parse_bias(const struct wgllm_openai_params *ap, const J *body, stru
     const bool local = !g->upstream;
     const J *b = wgllm_json_get(body, "logit_bias");
     if (wgllm_json_is_null(b)) return true;
-    if (b->type != WGLLM_JSON_OBJECT) return bad(e, "logit_bias", "'%s' must be an object of token id -> bias%s", "");
+    if (b->type != WGLLM_JSON_OBJECT) return wgllm_openai_bad(e, "logit_bias", "'%s' must be an object of token id -> bias%s", "");
     const int n_vocab_i = ap->model ? wgllm_model_n_vocab(ap->model) : 0;
     const long n_vocab = local ? (long)n_vocab_i : 2147483647L;
     const uint32_t n = b->count;
@@ -294,7 +292,7 @@ static bool parse_bias(const struct wgllm_openai_params *ap, const J *body, stru
         return false;
     }
     g->bias = calloc(n ? n : 1, sizeof(*g->bias));
-    if (!g->bias) return bad(e, "logit_bias", "out of memory for '%s'%s", "");
+    if (!g->bias) return wgllm_openai_bad(e, "logit_bias", "out of memory for '%s'%s", "");
     int i = 0;
     for (const J *it = wgllm_json_first(b); it; it = wgllm_json_next(b, it)) {
         char *end;
@@ -302,9 +300,9 @@ static bool parse_bias(const struct wgllm_openai_params *ap, const J *body, stru
         /* digits only: strtol would also take spaces and a sign */
         const bool digits = it->key_len > 0 && it->key[0] >= '0' && it->key[0] <= '9';
         if (!digits || end != it->key + it->key_len || t < 0 || t >= n_vocab)
-            return bad(e, "logit_bias", "'%s' has key '%s', which is not a token id of this model", it->key);
+            return wgllm_openai_bad(e, "logit_bias", "'%s' has key '%s', which is not a token id of this model", it->key);
         if (it->type != WGLLM_JSON_NUMBER || it->num < -100 || it->num > 100)
-            return bad(e, "logit_bias", "'%s' values must be numbers in [-100, 100] (token %s)", it->key);
+            return wgllm_openai_bad(e, "logit_bias", "'%s' values must be numbers in [-100, 100] (token %s)", it->key);
         g->bias[i].token = (int32_t)t;
         /* -100 is OpenAI's "ban" */
         g->bias[i].bias = it->num <= -100 ? -INFINITY : (float)it->num;
@@ -319,12 +317,12 @@ static bool parse_bias(const struct wgllm_openai_params *ap, const J *body, stru
 static bool schema_grammar(const J *schema, const char *param, struct wgllm_openai_request *g,
                            struct wgllm_openai_error *e) {
     if (!wgllm_json_is(schema, WGLLM_JSON_OBJECT) && !wgllm_json_is(schema, WGLLM_JSON_TRUE))
-        return bad(e, param, "'%s' must be a JSON Schema (an object)%s", "");
+        return wgllm_openai_bad(e, param, "'%s' must be a JSON Schema (an object)%s", "");
     struct wgllm_strbuf text = {0};
     struct wgllm_json_writer w;
     wgllm_json_w_init(&w, &text);
     wgllm_json_w_value(&w, NULL, schema);
-    if (text.oom) return wgllm_strbuf_free(&text), bad(e, param, "out of memory for '%s'%s", "");
+    if (text.oom) return wgllm_strbuf_free(&text), wgllm_openai_bad(e, param, "out of memory for '%s'%s", "");
     struct wgllm_error err = {0};
     const enum wgllm_status st = wgllm_json_schema_to_grammar(text.data, text.len, &g->grammar, &err);
     wgllm_strbuf_free(&text);
@@ -345,24 +343,24 @@ static bool parse_structured(const J *body, bool chat, struct wgllm_openai_reque
     const J *rft = wgllm_json_get(rf, "type");
     if (!wgllm_json_is_null(rf)) {
         if (!wgllm_json_is(rf, WGLLM_JSON_OBJECT) || !wgllm_json_is(rft, WGLLM_JSON_STRING))
-            return bad(e, "response_format", "'%s' must be an object with a string 'type'%s", "");
+            return wgllm_openai_bad(e, "response_format", "'%s' must be an object with a string 'type'%s", "");
         if (!strcmp(rft->str, "text")) rf = NULL;
         else if (strcmp(rft->str, "json_object") && strcmp(rft->str, "json_schema"))
-            return bad(e, "response_format", "'%s': type must be text, json_object or json_schema, not '%s'", rft->str);
+            return wgllm_openai_bad(e, "response_format", "'%s': type must be text, json_object or json_schema, not '%s'", rft->str);
     }
     const int given = !wgllm_json_is_null(rf) + !wgllm_json_is_null(gr) + !wgllm_json_is_null(js);
-    if (given > 1) return bad(e, "grammar", "'%s', 'json_schema' and 'response_format' exclude each other%s", "");
+    if (given > 1) return wgllm_openai_bad(e, "grammar", "'%s', 'json_schema' and 'response_format' exclude each other%s", "");
     if (given == 0) return true;
     /* an upstream gets response_format as given (forward_json) and applies it
      * itself; GBNF and the bare json_schema field are llama.cpp's local extensions */
     if (g->upstream && wgllm_json_is_null(gr) && wgllm_json_is_null(js)) return true;
     if (g->upstream)
-        return bad(e, !wgllm_json_is_null(gr) ? "grammar" : "json_schema",
+        return wgllm_openai_bad(e, !wgllm_json_is_null(gr) ? "grammar" : "json_schema",
                    "'%s' is local-only and not forwarded to upstream '%s' (use response_format)", g->upstream);
     if (!wgllm_json_is_null(gr)) {
-        if (!wgllm_json_is(gr, WGLLM_JSON_STRING) || !gr->len) return bad(e, "grammar", "'%s' must be a non-empty string (GBNF)%s", "");
+        if (!wgllm_json_is(gr, WGLLM_JSON_STRING) || !gr->len) return wgllm_openai_bad(e, "grammar", "'%s' must be a non-empty string (GBNF)%s", "");
         if (!c_string(gr, "grammar", e)) return false;
-        if (!(g->grammar = dupn(gr->str, gr->len))) return bad(e, "grammar", "out of memory for '%s'%s", "");
+        if (!(g->grammar = dupn(gr->str, gr->len))) return wgllm_openai_bad(e, "grammar", "out of memory for '%s'%s", "");
         g->grammar_param = "grammar";
     } else if (!wgllm_json_is_null(js)) {
         if (!schema_grammar(js, "json_schema", g, e)) return false;
@@ -370,14 +368,14 @@ static bool parse_structured(const J *body, bool chat, struct wgllm_openai_reque
         static const char OBJECT[] = "{\"type\":\"object\"}";
         struct wgllm_error err = {0};
         if (wgllm_json_schema_to_grammar(OBJECT, sizeof OBJECT - 1, &g->grammar, &err) != WGLLM_STATUS_OK)
-            return bad(e, "response_format", "'%s': %s", err.message);
+            return wgllm_openai_bad(e, "response_format", "'%s': %s", err.message);
         g->grammar_param = "response_format";
     } else {
         const J *jsd = wgllm_json_get(rf, "json_schema");
         if (!wgllm_json_is(jsd, WGLLM_JSON_OBJECT))
-            return bad(e, "response_format", "'%s': type json_schema needs 'json_schema': {name, schema}%s", "");
+            return wgllm_openai_bad(e, "response_format", "'%s': type json_schema needs 'json_schema': {name, schema}%s", "");
         const J *sch = wgllm_json_get(jsd, "schema");
-        if (!sch) return bad(e, "response_format", "'%s': json_schema needs a 'schema'%s", "");
+        if (!sch) return wgllm_openai_bad(e, "response_format", "'%s': json_schema needs a 'schema'%s", "");
         if (!schema_grammar(sch, "response_format", g, e)) return false;
     }
     g->rp.grammar = g->grammar;
@@ -399,7 +397,7 @@ static bool forward_fields(const J *body, struct wgllm_openai_request *g, struct
         if (v) wgllm_json_w_value(&w, FORWARDED[i], v);
     }
     wgllm_json_w_end(&w, '}');
-    if (text.oom) return wgllm_strbuf_free(&text), bad(e, "messages", "out of memory for '%s'%s", "");
+    if (text.oom) return wgllm_strbuf_free(&text), wgllm_openai_bad(e, "messages", "out of memory for '%s'%s", "");
     g->forward_json = wgllm_strbuf_take(&text);
     return true;
 }
@@ -411,13 +409,13 @@ static bool chat_extras(const struct wgllm_openai_params *ap, const J *body, str
     if (!wgllm_openai_tools_parse(ap, body, g, e)) return false;
     const J *kw = wgllm_json_get(body, "chat_template_kwargs");
     if (!wgllm_json_is_null(kw)) {
-        if (kw->type != WGLLM_JSON_OBJECT) return bad(e, "chat_template_kwargs", "'%s' must be an object%s", "");
+        if (kw->type != WGLLM_JSON_OBJECT) return wgllm_openai_bad(e, "chat_template_kwargs", "'%s' must be an object%s", "");
         if (g->upstream) return forward_fields(body, g, e);
         struct wgllm_strbuf text = {0};
         struct wgllm_json_writer w;
         wgllm_json_w_init(&w, &text);
         wgllm_json_w_value(&w, NULL, kw);
-        if (text.oom) return wgllm_strbuf_free(&text), bad(e, "chat_template_kwargs", "out of memory for '%s'%s", "");
+        if (text.oom) return wgllm_strbuf_free(&text), wgllm_openai_bad(e, "chat_template_kwargs", "out of memory for '%s'%s", "");
         g->kwargs_json = wgllm_strbuf_take(&text);
     }
     return g->upstream ? forward_fields(body, g, e) : wgllm_openai_messages_json(ap, body, g, e);
@@ -439,10 +437,10 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
     g->rp.max_tokens = 0;                /* OpenAI: until the end of generation or of the context */
     g->rp.sampling.temperature = 0.8f;   /* llama.cpp server's defaults; the rest are the sampler's */
     g->rp.sampling.seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)g ^ (uint64_t)wgllm_time_us() << 20;
-    if (!known_fields(body, COMMON_FIELDS, chat ? CHAT_FIELDS : COMPLETION_FIELDS, e)) return false;
+    if (!wgllm_openai_known_fields(body, COMMON_FIELDS, chat ? CHAT_FIELDS : COMPLETION_FIELDS, e)) return false;
     const J *model = wgllm_json_get(body, "model");
     if (!wgllm_json_is_null(model)) {
-        if (model->type != WGLLM_JSON_STRING) return bad(e, "model", "'%s' must be a string%s", "");
+        if (model->type != WGLLM_JSON_STRING) return wgllm_openai_bad(e, "model", "'%s' must be a string%s", "");
         if (!g->upstream && (has_nul(model) || !model_matches(ap, model->str))) {
             wgllm_openai_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
                                    "the model '%s' does not exist; this server serves '%s'", model->str,
@@ -477,52 +475,52 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
     /* llama.cpp's name and WebLLM's / transformers' name of the same thing: one field */
     const char *rpn = wgllm_json_get(body, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
     if (wgllm_json_get(body, "repetition_penalty") && wgllm_json_get(body, "repeat_penalty"))
-        return bad(e, "repetition_penalty", "'%s' and 'repeat_penalty' are the same field: give one%s", "");
+        return wgllm_openai_bad(e, "repetition_penalty", "'%s' and 'repeat_penalty' are the same field: give one%s", "");
     if (!get_number(body, rpn, 0, 100, &d, &p, e)) return false;
     /* logits are divided by it: 0 would make them infinite */
-    if (p && d <= 0) return bad(e, rpn, "'%s' must be greater than 0 (1 = off)%s", "");
+    if (p && d <= 0) return wgllm_openai_bad(e, rpn, "'%s' must be greater than 0 (1 = off)%s", "");
     if (p) sp->repeat_penalty = (float)d;
     if (!get_int(body, "repeat_last_n", -1, 1 << 30, &sp->penalty_last_n, NULL, e)) return false;
     /* a window longer than a slot's context sees no more tokens; the sampler sizes a ring by it */
     if (ap->n_ctx > 0 && sp->penalty_last_n > ap->n_ctx) sp->penalty_last_n = ap->n_ctx;
     if (!get_number(body, "seed", -9.2e18, 1.8e19, &d, &p, e)) return false;
     if (p) {
-        if (d != floor(d)) return bad(e, "seed", "'%s' must be an integer%s", "");
+        if (d != floor(d)) return wgllm_openai_bad(e, "seed", "'%s' must be an integer%s", "");
         sp->seed = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
     }
     int n = 1;
     if (!get_int(body, "n", 1, 1 << 30, &n, NULL, e)) return false;
-    if (n != 1) return bad(e, "n", "'%s' > 1 is not supported: send one request per completion%s", "");
+    if (n != 1) return wgllm_openai_bad(e, "n", "'%s' > 1 is not supported: send one request per completion%s", "");
     if (!get_bool(body, "ignore_eos", &g->rp.ignore_eos, e)) return false;
     bool cache_prompt = true;
     if (!get_bool(body, "cache_prompt", &cache_prompt, e)) return false; /* accepted: the engine always reuses */
     if (!get_bool(body, "stream", &g->stream, e)) return false;
     const J *so = wgllm_json_get(body, "stream_options");
     if (!wgllm_json_is_null(so)) {
-        if (so->type != WGLLM_JSON_OBJECT) return bad(e, "stream_options", "'%s' must be an object%s", "");
+        if (so->type != WGLLM_JSON_OBJECT) return wgllm_openai_bad(e, "stream_options", "'%s' must be an object%s", "");
         if (!get_bool(so, "include_usage", &g->include_usage, e)) return false;
     }
     const J *ck = wgllm_json_get(body, "context_key");
     if (!wgllm_json_is_null(ck)) {
-        if (ck->type != WGLLM_JSON_STRING) return bad(e, "context_key", "'%s' must be a string%s", "");
-        if (ck->len > MAX_KEY_BYTES) return bad(e, "context_key", "'%s' is at most 1024 bytes%s", "");
+        if (ck->type != WGLLM_JSON_STRING) return wgllm_openai_bad(e, "context_key", "'%s' must be a string%s", "");
+        if (ck->len > MAX_KEY_BYTES) return wgllm_openai_bad(e, "context_key", "'%s' is at most 1024 bytes%s", "");
         if (!c_string(ck, "context_key", e)) return false;
-        if (!(g->context_key = dupn(ck->str, ck->len))) return bad(e, "context_key", "out of memory for '%s'%s", "");
+        if (!(g->context_key = dupn(ck->str, ck->len))) return wgllm_openai_bad(e, "context_key", "out of memory for '%s'%s", "");
         g->rp.context_key = g->context_key;
     }
     const J *u = wgllm_json_get(body, "user");
-    if (!wgllm_json_is_null(u) && u->type != WGLLM_JSON_STRING) return bad(e, "user", "'%s' must be a string%s", "");
+    if (!wgllm_json_is_null(u) && u->type != WGLLM_JSON_STRING) return wgllm_openai_bad(e, "user", "'%s' must be a string%s", "");
     if (chat) {
         if (!get_bool(body, "logprobs", &g->logprobs, e)) return false;
         if (!get_int(body, "top_logprobs", 0, 20, &g->top_logprobs, NULL, e)) return false;
-        if (g->top_logprobs > 0 && !g->logprobs) return bad(e, "top_logprobs", "'%s' needs 'logprobs': true%s", "");
+        if (g->top_logprobs > 0 && !g->logprobs) return wgllm_openai_bad(e, "top_logprobs", "'%s' needs 'logprobs': true%s", "");
         /* llama.cpp's reasoning_format: "none" keeps <think> blocks in content; "auto" / "deepseek" split them */
         const J *rf = wgllm_json_get(body, "reasoning_format");
         bool split = true;
         if (!wgllm_json_is_null(rf)) {
             if (!wgllm_json_is(rf, WGLLM_JSON_STRING) ||
                 (strcmp(rf->str, "none") && strcmp(rf->str, "auto") && strcmp(rf->str, "deepseek")))
-                return bad(e, "reasoning_format", "'%s' must be \"none\", \"auto\" or \"deepseek\"%s", "");
+                return wgllm_openai_bad(e, "reasoning_format", "'%s' must be \"none\", \"auto\" or \"deepseek\"%s", "");
             split = strcmp(rf->str, "none") != 0;
         }
         const int thinks = split && !g->upstream && ap->engine ? wgllm_engine_template_thinks(ap->engine) : 0;
@@ -536,8 +534,8 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
         if (lpp) g->logprobs = true, g->top_logprobs = lp;
         bool echo = false;
         if (!get_bool(body, "echo", &echo, e)) return false;
-        if (echo) return bad(e, "echo", "'%s' is not supported%s", "");
-        if (!wgllm_json_is_null(wgllm_json_get(body, "suffix"))) return bad(e, "suffix", "'%s' is not supported%s", "");
+        if (echo) return wgllm_openai_bad(e, "echo", "'%s' is not supported%s", "");
+        if (!wgllm_json_is_null(wgllm_json_get(body, "suffix"))) return wgllm_openai_bad(e, "suffix", "'%s' is not supported%s", "");
         int best_of = 1;
         if (!get_int(body, "best_of", 1, 1, &best_of, NULL, e)) return false;
     }
@@ -545,13 +543,13 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
     if (!parse_stop(body, g, e) || !parse_bias(ap, body, g, e) || !parse_structured(body, chat, g, e)) return false;
     if (chat && !chat_extras(ap, body, g, e)) return false;
     /* the upstream's tokens are not known here */
-    if (g->upstream && g->logprobs) return bad(e, "logprobs", "'%s' is not forwarded to upstream '%s'", g->upstream);
+    if (g->upstream && g->logprobs) return wgllm_openai_bad(e, "logprobs", "'%s' is not forwarded to upstream '%s'", g->upstream);
     return true;
 }
 
 static bool embed_parse(const struct wgllm_openai_params *ap, const J *body, struct wgllm_openai_request *g,
                         struct wgllm_openai_error *e) {
-    if (!known_fields(body, EMBED_FIELDS, NULL, e)) return false;
+    if (!wgllm_openai_known_fields(body, EMBED_FIELDS, NULL, e)) return false;
     const J *model = wgllm_json_get(body, "model");
     if (!wgllm_json_is_null(model) &&
         (model->type != WGLLM_JSON_STRING || has_nul(model) || !model_matches(ap, model->str))) {
@@ -561,18 +559,18 @@ static bool embed_parse(const struct wgllm_openai_params *ap, const J *body, str
         return false;
     }
     const J *in = wgllm_json_get(body, "input");
-    if (!in) return bad(e, "input", "'%s' is required%s", "");
+    if (!in) return wgllm_openai_bad(e, "input", "'%s' is required%s", "");
     const bool arr = in->type == WGLLM_JSON_ARRAY;
     const uint32_t n_in = arr ? in->count : 1;
     if (!(in->type == WGLLM_JSON_STRING || arr) || n_in < 1 || n_in > MAX_EMBED_INPUTS)
-        return bad(e, "input", "'%s' must be a string or an array of 1 to 256 strings%s", "");
+        return wgllm_openai_bad(e, "input", "'%s' must be a string or an array of 1 to 256 strings%s", "");
     for (const J *it = arr ? wgllm_json_first(in) : NULL; it; it = wgllm_json_next(in, it))
         if (it->type != WGLLM_JSON_STRING)
-            return bad(e, "input", "'%s' must contain only strings (token arrays are not supported)%s", "");
+            return wgllm_openai_bad(e, "input", "'%s' must contain only strings (token arrays are not supported)%s", "");
     const J *ef = wgllm_json_get(body, "encoding_format");
     if (!wgllm_json_is_null(ef)) {
         if (ef->type != WGLLM_JSON_STRING || (strcmp(ef->str, "float") && strcmp(ef->str, "base64")))
-            return bad(e, "encoding_format", "'%s' must be \"float\" or \"base64\"%s", "");
+            return wgllm_openai_bad(e, "encoding_format", "'%s' must be \"float\" or \"base64\"%s", "");
         g->base64 = !strcmp(ef->str, "base64");
     }
     const int n_embd = ap->model ? wgllm_model_n_embd(ap->model) : 0;
@@ -583,7 +581,7 @@ static bool embed_parse(const struct wgllm_openai_params *ap, const J *body, str
         return false;
     }
     const J *u = wgllm_json_get(body, "user");
-    if (!wgllm_json_is_null(u) && u->type != WGLLM_JSON_STRING) return bad(e, "user", "'%s' must be a string%s", "");
+    if (!wgllm_json_is_null(u) && u->type != WGLLM_JSON_STRING) return wgllm_openai_bad(e, "user", "'%s' must be a string%s", "");
     g->pooling = WGLLM_POOLING_MODEL;
     const J *pl = wgllm_json_get(body, "pooling");
     if (!wgllm_json_is_null(pl)) {
@@ -591,14 +589,14 @@ static bool embed_parse(const struct wgllm_openai_params *ap, const J *body, str
         if (!strcmp(v, "mean")) g->pooling = WGLLM_POOLING_MEAN;
         else if (!strcmp(v, "last")) g->pooling = WGLLM_POOLING_LAST;
         else if (!strcmp(v, "cls")) g->pooling = WGLLM_POOLING_CLS;
-        else return bad(e, "pooling", "'%s' must be \"mean\", \"last\" or \"cls\"%s", "");
+        else return wgllm_openai_bad(e, "pooling", "'%s' must be \"mean\", \"last\" or \"cls\"%s", "");
     }
     g->inputs = calloc(n_in, sizeof(*g->inputs));
     g->input_lens = calloc(n_in, sizeof(*g->input_lens));
-    if (!g->inputs || !g->input_lens) return bad(e, "input", "out of memory for '%s'%s", "");
+    if (!g->inputs || !g->input_lens) return wgllm_openai_bad(e, "input", "out of memory for '%s'%s", "");
     const J *it = arr ? wgllm_json_first(in) : in;
     for (uint32_t i = 0; i < n_in; i++, it = arr ? wgllm_json_next(in, it) : NULL) {
-        if (!(g->inputs[i] = dupn(it->str, it->len))) return bad(e, "input", "out of memory for '%s'%s", "");
+        if (!(g->inputs[i] = dupn(it->str, it->len))) return wgllm_openai_bad(e, "input", "out of memory for '%s'%s", "");
         g->input_lens[i] = it->len;
         g->n_inputs = (int)i + 1;
     }
@@ -655,7 +653,7 @@ bool wgllm_openai_parse(const struct wgllm_openai_params *p, enum wgllm_openai_e
     const J *root = wgllm_json_root(&doc);
     bool ok;
     if (root->type != WGLLM_JSON_OBJECT) {
-        ok = bad(err, "body", "the request %s must be a JSON object%s", "");
+        ok = wgllm_openai_bad(err, "body", "the request %s must be a JSON object%s", "");
     } else {
         /* a `model` naming an upstream goes there (generation only) */
         const J *m = wgllm_json_get(root, "model");
@@ -737,9 +735,9 @@ char *wgllm_openai_tokenize(const struct wgllm_openai_params *p, const char *bod
     if (!wgllm_openai_parse_body(body, len, &doc, e)) return NULL;
     const J *root = wgllm_json_root(&doc), *content = wgllm_json_get(root, "content");
     bool add_special = false, parse_special = true, with_pieces = false, ok = true;
-    if (root->type != WGLLM_JSON_OBJECT) ok = bad(e, "body", "the request %s must be a JSON object%s", "");
-    else if (!known_fields(root, FIELDS, NULL, e)) ok = false;
-    else if (!wgllm_json_is(content, WGLLM_JSON_STRING)) ok = bad(e, "content", "'%s' must be a string%s", "");
+    if (root->type != WGLLM_JSON_OBJECT) ok = wgllm_openai_bad(e, "body", "the request %s must be a JSON object%s", "");
+    else if (!wgllm_openai_known_fields(root, FIELDS, NULL, e)) ok = false;
+    else if (!wgllm_json_is(content, WGLLM_JSON_STRING)) ok = wgllm_openai_bad(e, "content", "'%s' must be a string%s", "");
     else ok = get_bool(root, "add_special", &add_special, e) && get_bool(root, "parse_special", &parse_special, e) &&
               get_bool(root, "with_pieces", &with_pieces, e);
     int32_t *toks = NULL, n = 0;
@@ -778,9 +776,9 @@ char *wgllm_openai_detokenize(const struct wgllm_openai_params *p, const char *b
     if (!wgllm_openai_parse_body(body, len, &doc, e)) return NULL;
     const J *root = wgllm_json_root(&doc), *toks = wgllm_json_get(root, "tokens");
     bool ok = true;
-    if (root->type != WGLLM_JSON_OBJECT) ok = bad(e, "body", "the request %s must be a JSON object%s", "");
-    else if (!known_fields(root, FIELDS, NULL, e)) ok = false;
-    else if (!wgllm_json_is(toks, WGLLM_JSON_ARRAY)) ok = bad(e, "tokens", "'%s' must be an array of token ids%s", "");
+    if (root->type != WGLLM_JSON_OBJECT) ok = wgllm_openai_bad(e, "body", "the request %s must be a JSON object%s", "");
+    else if (!wgllm_openai_known_fields(root, FIELDS, NULL, e)) ok = false;
+    else if (!wgllm_json_is(toks, WGLLM_JSON_ARRAY)) ok = wgllm_openai_bad(e, "tokens", "'%s' must be an array of token ids%s", "");
     const int n_vocab = wgllm_model_n_vocab(p->model);
     struct wgllm_strbuf text = {0};
     int i = 0;
@@ -815,4 +813,26 @@ char *wgllm_openai_detokenize(const struct wgllm_openai_params *p, const char *b
     if (text.oom) b.oom = true;
     wgllm_strbuf_free(&text);
     return writer_text(&b, e);
+}
+
+bool wgllm_openai_parse_own(const char *json, struct wgllm_json_doc *d) {
+    struct wgllm_json_error je;
+    const struct wgllm_json_limits lim = {.max_depth = 64, .max_nodes = 1u << 24};
+    return json && wgllm_json_parse(json, strlen(json), &lim, d, &je);
+}
+
+void wgllm_openai_chunk_view(const struct wgllm_json_doc *d, struct wgllm_openai_chunk_view *v) {
+    const J *r = wgllm_json_root(d);
+    const J *ch = wgllm_json_at(wgllm_json_get(r, "choices"), 0), *delta = wgllm_json_get(ch, "delta");
+    const J *rc = wgllm_json_get(delta, "reasoning_content"), *c = wgllm_json_get(delta, "content");
+    const J *fin = wgllm_json_get(ch, "finish_reason"), *u = wgllm_json_get(r, "usage");
+    *v = (struct wgllm_openai_chunk_view){
+        .root = r,
+        .error = wgllm_json_get(r, "error"),
+        .reasoning = wgllm_json_is(rc, WGLLM_JSON_STRING) && rc->len ? rc : NULL,
+        .content = wgllm_json_is(c, WGLLM_JSON_STRING) && c->len ? c : NULL,
+        .tool_calls = wgllm_json_get(delta, "tool_calls"),
+        .finish = wgllm_json_is(fin, WGLLM_JSON_STRING) ? fin : NULL,
+        .usage = wgllm_json_is(u, WGLLM_JSON_OBJECT) ? u : NULL,
+    };
 }

@@ -38,11 +38,6 @@
 typedef struct wgllm_json J;
 typedef struct wgllm_json_writer W;
 
-static bool refuse(struct wgllm_openai_error *e, const char *param, const char *fmt, const char *a) {
-    wgllm_openai_error_set(e, 400, "invalid_request_error", param, NULL, fmt, param, a);
-    return false;
-}
-
 /* A message's content: a string, or text parts (input_text, output_text, text). */
 static bool content_text(const J *c, struct wgllm_strbuf *out) {
     if (wgllm_json_is(c, WGLLM_JSON_STRING)) return wgllm_strbuf_put(out, c->str, c->len), true;
@@ -99,15 +94,15 @@ static bool input_item(W *w, struct pending *p, const J *it, int i, struct wgllm
     snprintf(param, sizeof param, "input[%d]", i);
     const J *type = wgllm_json_get(it, "type"), *role = wgllm_json_get(it, "role");
     const char *t = wgllm_json_is(type, WGLLM_JSON_STRING) ? type->str : wgllm_json_is(role, WGLLM_JSON_STRING) ? "message" : "";
-    if (!wgllm_json_is(it, WGLLM_JSON_OBJECT)) return refuse(e, param, "'%s' must be an object%s", "");
+    if (!wgllm_json_is(it, WGLLM_JSON_OBJECT)) return wgllm_openai_bad(e, param, "'%s' must be an object%s", "");
     if (!strcmp(t, "message")) {
         const char *r = wgllm_json_is(role, WGLLM_JSON_STRING) ? role->str : "";
         struct wgllm_strbuf text = {0};
         if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant"))
-            return refuse(e, param, "'%s'.role must be user, system, developer or assistant%s", "");
+            return wgllm_openai_bad(e, param, "'%s'.role must be user, system, developer or assistant%s", "");
         if (!content_text(wgllm_json_get(it, "content"), &text)) {
             wgllm_strbuf_free(&text);
-            return refuse(e, param, "'%s'.content must be a string or input_text / output_text parts%s", "");
+            return wgllm_openai_bad(e, param, "'%s'.content must be a string or input_text / output_text parts%s", "");
         }
         if (!strcmp(r, "assistant")) {
             flush(w, p);
@@ -128,7 +123,7 @@ static bool input_item(W *w, struct pending *p, const J *it, int i, struct wgllm
         const J *args = wgllm_json_get(it, "arguments");
         if (!wgllm_json_is(id, WGLLM_JSON_STRING) || !wgllm_json_is(name, WGLLM_JSON_STRING) ||
             !wgllm_json_is(args, WGLLM_JSON_STRING))
-            return refuse(e, param, "'%s' must be a function_call with call_id, name and arguments strings%s", "");
+            return wgllm_openai_bad(e, param, "'%s' must be a function_call with call_id, name and arguments strings%s", "");
         p->open = true;
         W cw;
         wgllm_json_w_init(&cw, &p->calls);
@@ -149,7 +144,7 @@ static bool input_item(W *w, struct pending *p, const J *it, int i, struct wgllm
         struct wgllm_strbuf text = {0};
         if (!wgllm_json_is(id, WGLLM_JSON_STRING) || !content_text(out, &text)) {
             wgllm_strbuf_free(&text);
-            return refuse(e, param, "'%s' must be a function_call_output with a call_id and a text output%s", "");
+            return wgllm_openai_bad(e, param, "'%s' must be a function_call_output with a call_id and a text output%s", "");
         }
         flush(w, p);
         wgllm_json_w_object(w, NULL);
@@ -170,7 +165,7 @@ static bool input_item(W *w, struct pending *p, const J *it, int i, struct wgllm
 static bool tools_of(W *w, const J *root, struct wgllm_openai_error *e) {
     const J *tools = wgllm_json_get(root, "tools"), *choice = wgllm_json_get(root, "tool_choice");
     if (!wgllm_json_is_null(tools)) {
-        if (!wgllm_json_is(tools, WGLLM_JSON_ARRAY)) return refuse(e, "tools", "'%s' must be an array%s", "");
+        if (!wgllm_json_is(tools, WGLLM_JSON_ARRAY)) return wgllm_openai_bad(e, "tools", "'%s' must be an array%s", "");
         wgllm_json_w_array(w, "tools");
         int i = 0;
         for (const J *t = wgllm_json_first(tools); t; t = wgllm_json_next(tools, t), i++) {
@@ -178,9 +173,9 @@ static bool tools_of(W *w, const J *root, struct wgllm_openai_error *e) {
             snprintf(param, sizeof param, "tools[%d]", i);
             const J *type = wgllm_json_get(t, "type"), *name = wgllm_json_get(t, "name");
             if (!wgllm_json_is(type, WGLLM_JSON_STRING) || strcmp(type->str, "function"))
-                return refuse(e, param, "'%s': only function tools run here, not '%s'",
+                return wgllm_openai_bad(e, param, "'%s': only function tools run here, not '%s'",
                               wgllm_json_is(type, WGLLM_JSON_STRING) ? type->str : "?");
-            if (!wgllm_json_is(name, WGLLM_JSON_STRING)) return refuse(e, param, "'%s' needs a name%s", "");
+            if (!wgllm_json_is(name, WGLLM_JSON_STRING)) return wgllm_openai_bad(e, param, "'%s' needs a name%s", "");
             wgllm_json_w_object(w, NULL);
             wgllm_json_w_str(w, "type", "function");
             wgllm_json_w_object(w, "function");
@@ -200,7 +195,7 @@ static bool tools_of(W *w, const J *root, struct wgllm_openai_error *e) {
     } else if (!wgllm_json_is_null(choice)) {
         const J *type = wgllm_json_get(choice, "type"), *name = wgllm_json_get(choice, "name");
         if (!wgllm_json_is(type, WGLLM_JSON_STRING) || strcmp(type->str, "function") || !wgllm_json_is(name, WGLLM_JSON_STRING))
-            return refuse(e, "tool_choice", "'%s' must be auto, none, required or {\"type\": \"function\", \"name\": ...}%s", "");
+            return wgllm_openai_bad(e, "tool_choice", "'%s' must be auto, none, required or {\"type\": \"function\", \"name\": ...}%s", "");
         wgllm_json_w_object(w, "tool_choice");
         wgllm_json_w_str(w, "type", "function");
         wgllm_json_w_object(w, "function");
@@ -215,16 +210,16 @@ static bool tools_of(W *w, const J *root, struct wgllm_openai_error *e) {
 static bool format_of(W *w, const J *text, struct wgllm_openai_error *e) {
     if (wgllm_json_is_null(text)) return true;
     const J *f = wgllm_json_get(text, "format"), *type = wgllm_json_get(f, "type");
-    if (!wgllm_json_is(text, WGLLM_JSON_OBJECT)) return refuse(e, "text", "'%s' must be an object%s", "");
+    if (!wgllm_json_is(text, WGLLM_JSON_OBJECT)) return wgllm_openai_bad(e, "text", "'%s' must be an object%s", "");
     if (wgllm_json_is_null(f)) return true;
-    if (!wgllm_json_is(type, WGLLM_JSON_STRING)) return refuse(e, "text.format", "'%s' needs a type%s", "");
+    if (!wgllm_json_is(type, WGLLM_JSON_STRING)) return wgllm_openai_bad(e, "text.format", "'%s' needs a type%s", "");
     if (!strcmp(type->str, "text")) return true;
     wgllm_json_w_object(w, "response_format");
     wgllm_json_w_value(w, "type", type);
     if (!strcmp(type->str, "json_schema")) {
         const J *schema = wgllm_json_get(f, "schema");
         if (!wgllm_json_is(schema, WGLLM_JSON_OBJECT))
-            return refuse(e, "text.format", "'%s': type json_schema needs a schema object%s", "");
+            return wgllm_openai_bad(e, "text.format", "'%s': type json_schema needs a schema object%s", "");
         wgllm_json_w_object(w, "json_schema");
         static const char *const KEEP[] = {"name", "schema", "strict", "description"};
         for (int k = 0; k < 4; k++) {
@@ -233,7 +228,7 @@ static bool format_of(W *w, const J *text, struct wgllm_openai_error *e) {
         }
         wgllm_json_w_end(w, '}');
     } else if (strcmp(type->str, "json_object")) {
-        return refuse(e, "text.format", "'%s': type must be text, json_object or json_schema, not '%s'", type->str);
+        return wgllm_openai_bad(e, "text.format", "'%s': type must be text, json_object or json_schema, not '%s'", type->str);
     }
     wgllm_json_w_end(w, '}');
     return true;
@@ -253,23 +248,18 @@ char *wgllm_responses_to_chat(const char *body, size_t len, struct wgllm_openai_
     struct pending p = {0};
     bool ok = true;
     if (root->type != WGLLM_JSON_OBJECT) {
-        ok = refuse(e, "body", "the request %s must be a JSON object%s", "");
+        ok = wgllm_openai_bad(e, "body", "the request %s must be a JSON object%s", "");
         goto done;
     }
-    for (const J *f = wgllm_json_first(root); f && ok; f = wgllm_json_next(root, f)) {
-        bool known = false;
-        for (int i = 0; FIELDS[i] && !known; i++) known = !strcmp(f->key, FIELDS[i]);
-        if (!known) ok = refuse(e, f->key, "'%s' is not a Responses API field this server takes%s", "");
-    }
-    if (!ok) goto done;
+    if (!(ok = wgllm_openai_known_fields(root, FIELDS, NULL, e))) goto done;
     if (!wgllm_json_is_null(wgllm_json_get(root, "previous_response_id"))) {
-        ok = refuse(e, "previous_response_id",
+        ok = wgllm_openai_bad(e, "previous_response_id",
                     "'%s': this server keeps no responses; send the whole conversation in input%s", "");
         goto done;
     }
     const J *input = wgllm_json_get(root, "input");
     if (!wgllm_json_is(input, WGLLM_JSON_STRING) && !(wgllm_json_is(input, WGLLM_JSON_ARRAY) && input->count)) {
-        ok = refuse(e, "input", "'%s' is required: a string or a non-empty array of items%s", "");
+        ok = wgllm_openai_bad(e, "input", "'%s' is required: a string or a non-empty array of items%s", "");
         goto done;
     }
     wgllm_json_w_object(&w, NULL);
@@ -290,7 +280,7 @@ char *wgllm_responses_to_chat(const char *body, size_t len, struct wgllm_openai_
     const J *ins = wgllm_json_get(root, "instructions");
     if (!wgllm_json_is_null(ins)) {
         if (!wgllm_json_is(ins, WGLLM_JSON_STRING)) {
-            ok = refuse(e, "instructions", "'%s' must be a string%s", "");
+            ok = wgllm_openai_bad(e, "instructions", "'%s' must be a string%s", "");
             goto done;
         }
         wgllm_json_w_object(&w, NULL);
@@ -480,12 +470,6 @@ static void write_response(W *w, const char *key, const struct wgllm_responses_s
     wgllm_json_w_end(w, '}');
 }
 
-static bool parse_own(const char *json, struct wgllm_json_doc *d) {
-    struct wgllm_json_error je;
-    const struct wgllm_json_limits lim = {.max_depth = 64, .max_nodes = 1u << 24};
-    return json && wgllm_json_parse(json, strlen(json), &lim, d, &je);
-}
-
 struct wgllm_responses_stream *wgllm_responses_stream_init(void) { return calloc(1, sizeof(struct wgllm_responses_stream)); }
 
 void wgllm_responses_stream_free(struct wgllm_responses_stream *s) {
@@ -499,7 +483,7 @@ void wgllm_responses_stream_free(struct wgllm_responses_stream *s) {
 
 char *wgllm_responses_response(const char *chat_json) {
     struct wgllm_json_doc d;
-    if (!parse_own(chat_json, &d)) return NULL;
+    if (!wgllm_openai_parse_own(chat_json, &d)) return NULL;
     struct wgllm_responses_stream *s = wgllm_responses_stream_init();
     char *out = NULL;
     if (s) {
@@ -651,11 +635,12 @@ static void call_events(struct wgllm_responses_stream *s, struct wgllm_strbuf *o
 
 char *wgllm_responses_stream_chunk(struct wgllm_responses_stream *s, const char *chunk_json) {
     struct wgllm_json_doc d;
-    if (!parse_own(chunk_json, &d)) return NULL;
-    const J *r = wgllm_json_root(&d);
+    if (!wgllm_openai_parse_own(chunk_json, &d)) return NULL;
+    struct wgllm_openai_chunk_view v;
+    wgllm_openai_chunk_view(&d, &v);
+    const J *r = v.root, *err = v.error;
     struct wgllm_strbuf out = {0};
     W w;
-    const J *err = wgllm_json_get(r, "error");
     if (err) {
         ev_begin(s, &out, &w, "error");
         const J *code = wgllm_json_get(err, "code"), *msg = wgllm_json_get(err, "message"), *param = wgllm_json_get(err, "param");
@@ -677,19 +662,15 @@ char *wgllm_responses_stream_chunk(struct wgllm_responses_stream *s, const char 
             ev_end(&out, &w);
             s->started = true;
         }
-        const J *ch = wgllm_json_at(wgllm_json_get(r, "choices"), 0), *dl = wgllm_json_get(ch, "delta");
-        const J *rc = wgllm_json_get(dl, "reasoning_content"), *c = wgllm_json_get(dl, "content");
-        if (wgllm_json_is(rc, WGLLM_JSON_STRING) && rc->len) delta(s, &out, OPEN_REASONING, rc);
-        if (wgllm_json_is(c, WGLLM_JSON_STRING) && c->len) delta(s, &out, OPEN_MESSAGE, c);
-        const J *calls = wgllm_json_get(dl, "tool_calls");
-        for (const J *t = wgllm_json_first(calls); t; t = wgllm_json_next(calls, t)) call_events(s, &out, t);
-        const J *fin = wgllm_json_get(ch, "finish_reason");
-        if (wgllm_json_is(fin, WGLLM_JSON_STRING)) {
+        if (v.reasoning) delta(s, &out, OPEN_REASONING, v.reasoning);
+        if (v.content) delta(s, &out, OPEN_MESSAGE, v.content);
+        for (const J *t = wgllm_json_first(v.tool_calls); t; t = wgllm_json_next(v.tool_calls, t)) call_events(s, &out, t);
+        if (v.finish) {
             close_item(s, &out);
-            s->incomplete = !strcmp(fin->str, "length");
+            s->incomplete = !strcmp(v.finish->str, "length");
         }
-        const J *u = wgllm_json_get(r, "usage");
-        if (wgllm_json_is(u, WGLLM_JSON_OBJECT)) {
+        const J *u = v.usage;
+        if (u) {
             close_item(s, &out);
             read_usage(s, u);
             ev_begin(s, &out, &w, s->incomplete ? "response.incomplete" : "response.completed");

@@ -29,11 +29,6 @@
 typedef struct wgllm_json J;
 typedef struct wgllm_json_writer W;
 
-static bool bad(struct wgllm_openai_error *e, const char *param, const char *fmt, const char *a) {
-    wgllm_openai_error_set(e, 400, "invalid_request_error", param, NULL, fmt, param, a);
-    return false;
-}
-
 static bool oom(struct wgllm_openai_error *e, const char *param) {
     wgllm_openai_error_set(e, 500, "server_error", param, NULL, "out of memory for '%s'", param);
     return false;
@@ -247,13 +242,13 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
     g->parallel_tool_calls = true;
     const J *ptc = wgllm_json_get(body, "parallel_tool_calls");
     if (!wgllm_json_is_null(ptc)) {
-        if (!wgllm_json_is_bool(ptc)) return bad(e, "parallel_tool_calls", "'%s' must be true or false%s", "");
+        if (!wgllm_json_is_bool(ptc)) return wgllm_openai_bad(e, "parallel_tool_calls", "'%s' must be true or false%s", "");
         g->parallel_tool_calls = ptc->type == WGLLM_JSON_TRUE;
     }
     const bool none = wgllm_json_is_null(tools) || (tools->type == WGLLM_JSON_ARRAY && tools->count == 0);
     if (!wgllm_json_is_null(tools) && tools->type != WGLLM_JSON_ARRAY)
-        return bad(e, "tools", "'%s' must be an array of {\"type\": \"function\", \"function\": {...}}%s", "");
-    if (!none && tools->count > MAX_TOOLS) return bad(e, "tools", "'%s' has more than 128 tools%s", "");
+        return wgllm_openai_bad(e, "tools", "'%s' must be an array of {\"type\": \"function\", \"function\": {...}}%s", "");
+    if (!none && tools->count > MAX_TOOLS) return wgllm_openai_bad(e, "tools", "'%s' has more than 128 tools%s", "");
     /* every tool is checked, the names are unique */
     int i = 0;
     for (const J *t = none ? NULL : wgllm_json_first(tools); t; t = wgllm_json_next(tools, t), i++) {
@@ -262,27 +257,27 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
         const J *type = wgllm_json_get(t, "type"), *fn = wgllm_json_get(t, "function");
         if (!wgllm_json_is(t, WGLLM_JSON_OBJECT) || !wgllm_json_is(type, WGLLM_JSON_STRING) ||
             strcmp(type->str, "function") || !wgllm_json_is(fn, WGLLM_JSON_OBJECT))
-            return bad(e, param, "'%s' must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}%s", "");
+            return wgllm_openai_bad(e, param, "'%s' must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}%s", "");
         snprintf(param, sizeof param, "tools[%d].function.name", i);
         const J *name = wgllm_json_get(fn, "name");
-        if (!name_ok(name)) return bad(e, param, "'%s' must be 1 to 64 letters, digits, '_' or '-'%s", "");
+        if (!name_ok(name)) return wgllm_openai_bad(e, param, "'%s' must be 1 to 64 letters, digits, '_' or '-'%s", "");
         for (const J *u = wgllm_json_first(tools); u != t; u = wgllm_json_next(tools, u))
             if (!strcmp(wgllm_json_get(wgllm_json_get(u, "function"), "name")->str, name->str))
-                return bad(e, param, "'%s': two tools are called '%s'", name->str);
+                return wgllm_openai_bad(e, param, "'%s': two tools are called '%s'", name->str);
         for (const J *m = wgllm_json_first(fn); m; m = wgllm_json_next(fn, m)) {
             snprintf(param, sizeof param, "tools[%d].function.%.16s", i, m->key);
             if (!strcmp(m->key, "name")) continue;
             if (!strcmp(m->key, "description")) {
                 if (!wgllm_json_is(m, WGLLM_JSON_STRING) && !wgllm_json_is_null(m))
-                    return bad(e, param, "'%s' must be a string%s", "");
+                    return wgllm_openai_bad(e, param, "'%s' must be a string%s", "");
             } else if (!strcmp(m->key, "parameters")) {
                 if (!wgllm_json_is(m, WGLLM_JSON_OBJECT) && !wgllm_json_is_null(m))
-                    return bad(e, param, "'%s' must be a JSON Schema object%s", "");
+                    return wgllm_openai_bad(e, param, "'%s' must be a JSON Schema object%s", "");
             } else if (!strcmp(m->key, "strict")) {
                 if (!wgllm_json_is_bool(m) && !wgllm_json_is_null(m))
-                    return bad(e, param, "'%s' must be true or false%s", "");
+                    return wgllm_openai_bad(e, param, "'%s' must be true or false%s", "");
             } else {
-                return bad(e, param, "unknown field '%s'%s", "");
+                return wgllm_openai_bad(e, param, "unknown field '%s'%s", "");
             }
         }
     }
@@ -297,23 +292,23 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
             else if (!strcmp(tc->str, "required"))
                 g->tool_choice = WGLLM_TOOL_CHOICE_REQUIRED;
             else
-                return bad(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or a function, not '%s'",
+                return wgllm_openai_bad(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or a function, not '%s'",
                            tc->str);
         } else {
             const J *type = wgllm_json_get(tc, "type"), *name = wgllm_json_get(wgllm_json_get(tc, "function"), "name");
             if (!wgllm_json_is(type, WGLLM_JSON_STRING) || strcmp(type->str, "function") ||
                 !wgllm_json_is(name, WGLLM_JSON_STRING))
-                return bad(e, "tool_choice",
+                return wgllm_openai_bad(e, "tool_choice",
                            "'%s' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}%s", "");
             bool found = false;
             for (const J *t = none ? NULL : wgllm_json_first(tools); t && !found; t = wgllm_json_next(tools, t))
                 found = !strcmp(wgllm_json_get(wgllm_json_get(t, "function"), "name")->str, name->str);
-            if (!found) return bad(e, "tool_choice", "'%s' names '%s', which is not one of the tools", name->str);
+            if (!found) return wgllm_openai_bad(e, "tool_choice", "'%s' names '%s', which is not one of the tools", name->str);
             g->tool_choice = WGLLM_TOOL_CHOICE_FUNCTION;
             only = name->str;
         }
         if (none && g->tool_choice != WGLLM_TOOL_CHOICE_NONE && g->tool_choice != WGLLM_TOOL_CHOICE_AUTO)
-            return bad(e, "tool_choice", "'%s' needs 'tools'%s", "");
+            return wgllm_openai_bad(e, "tool_choice", "'%s' needs 'tools'%s", "");
     }
     if (none || g->tool_choice == WGLLM_TOOL_CHOICE_NONE) return true;
     /* an upstream gets the tools as given (forward_json) and parses its model's calls itself */
@@ -331,7 +326,7 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
                              g->tool_choice == WGLLM_TOOL_CHOICE_FUNCTION || g->tool_format == WGLLM_TOOLS_GENERIC;
     if (!constrained) return true;
     if (g->grammar)
-        return bad(e, g->grammar_param,
+        return wgllm_openai_bad(e, g->grammar_param,
                    "'%s' cannot be combined with tools that must be called (tool_choice "
                    "required, a named function, or a template without tool syntax)%s",
                    "");
@@ -380,7 +375,7 @@ static void put_arguments(W *w, const J *args, bool as_string) {
 static bool check_tool_calls(const J *calls, int i, struct wgllm_openai_error *e) {
     char param[64];
     snprintf(param, sizeof param, "messages[%d].tool_calls", i);
-    if (calls->type != WGLLM_JSON_ARRAY) return bad(e, param, "'%s' must be an array%s", "");
+    if (calls->type != WGLLM_JSON_ARRAY) return wgllm_openai_bad(e, param, "'%s' must be an array%s", "");
     int k = 0;
     for (const J *c = wgllm_json_first(calls); c; c = wgllm_json_next(calls, c), k++) {
         snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, k);
@@ -391,7 +386,7 @@ static bool check_tool_calls(const J *calls, int i, struct wgllm_openai_error *e
             !wgllm_json_is(name, WGLLM_JSON_STRING) ||
             !(wgllm_json_is_null(args) || args->type == WGLLM_JSON_STRING || args->type == WGLLM_JSON_OBJECT) ||
             !(wgllm_json_is_null(id) || id->type == WGLLM_JSON_STRING))
-            return bad(e, param,
+            return wgllm_openai_bad(e, param,
                        "'%s' must be {\"id\": ..., \"type\": \"function\", \"function\": {\"name\": ..., "
                        "\"arguments\": \"...\"}}%s",
                        "");
@@ -441,11 +436,11 @@ bool wgllm_openai_messages_json(const struct wgllm_openai_params *ap, const J *b
         snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
         const J *tid = wgllm_json_get(it, "tool_call_id");
         if (!wgllm_json_is_null(tid) && tid->type != WGLLM_JSON_STRING)
-            return bad(e, param, "'%s' must be a string%s", "");
+            return wgllm_openai_bad(e, param, "'%s' must be a string%s", "");
         snprintf(param, sizeof param, "messages[%d].name", i);
         const J *name = wgllm_json_get(it, "name");
         if (!wgllm_json_is_null(name) && name->type != WGLLM_JSON_STRING)
-            return bad(e, param, "'%s' must be a string%s", "");
+            return wgllm_openai_bad(e, param, "'%s' must be a string%s", "");
     }
     struct wgllm_strbuf text = {0}, sys = {0};
     if (generic) generic_instructions(g, &sys);
