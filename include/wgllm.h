@@ -813,6 +813,7 @@ struct wgllm_openai_params {
      * reasoning_format) go to it as forward_json. NULL = none. */
     const char *(*upstream)(void *user, const char *model);
     void *upstream_user;
+    const char *upstream_names; /* "a, b": what a 404 for an unknown model lists beside model_id; NULL = none */
 };
 
 /* Where a stream is in the <think> split of a chat answer (src/api/reasoning.c). */

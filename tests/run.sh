@@ -31,22 +31,38 @@ if ! make -j"$jobs" >/tmp/wgllm-build.log 2>&1 || ! make -j"$jobs" MODE=asan >>/
     exit 1
 fi
 
-echo "== unit tests (ASan + UBSan) [at ${SECONDS} s]"
+echo "== unit tests (ASan + UBSan), $jobs at a time [at ${SECONDS} s]"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-for t in build/asan/tests/test_*; do
-    [ -x "$t" ] || continue
+# The tests are independent processes (temporary files carry the pid): one per
+# core, so the phase takes about its longest tests' time, not their sum.
+run_unit() { # $1 = test binary: its output, stderr, exit status and seconds in /tmp/wgllm-NAME.*
+    local name t0=$SECONDS
+    name=$(basename "$1")
+    "$1" >/tmp/wgllm-"$name".out 2>/tmp/wgllm-"$name".err
+    echo $? >/tmp/wgllm-"$name".rc
+    echo $((SECONDS - t0)) >/tmp/wgllm-"$name".sec
+}
+units=()
+for t in build/asan/tests/test_*; do [ -x "$t" ] && units+=("$t"); done
+running=0
+for t in "${units[@]}"; do
+    run_unit "$t" &
+    running=$((running + 1))
+    if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
+for t in "${units[@]}"; do
     name=$(basename "$t")
-    t0=$SECONDS
-    out=$("$t" 2>/tmp/wgllm-"$name".err)
-    rc=$?
+    out=$(cat /tmp/wgllm-"$name".out)
+    rc=$(cat /tmp/wgllm-"$name".rc)
     line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -1)
     if [ $rc -ne 0 ] || [ -z "$line" ]; then
         cat /tmp/wgllm-"$name".err | tail -30
         [ -n "$line" ] || line="$name: 0 passed, 1 failed"
         [ $rc -ne 0 ] && ! grep -q ' [1-9][0-9]* failed' <<<"$line" && line="$name: 0 passed, 1 failed (exit $rc)"
     fi
-    echo "$line ($((SECONDS - t0)) s)"
+    echo "$line ($(cat /tmp/wgllm-"$name".sec) s)"
     note_result "$line"
 done
 

@@ -443,8 +443,9 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
         if (model->type != WGLLM_JSON_STRING) return wgllm_openai_bad(e, "model", "'%s' must be a string%s", "");
         if (!g->upstream && (has_nul(model) || !model_matches(ap, model->str))) {
             wgllm_openai_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
-                                   "the model '%s' does not exist; this server serves '%s'", model->str,
-                                   ap->model_id ? ap->model_id : "");
+                                   "the model '%s' does not exist; this server serves '%s'%s%s%s", model->str,
+                                   ap->model_id ? ap->model_id : "", ap->upstream_names ? " and forwards '" : "",
+                                   ap->upstream_names ? ap->upstream_names : "", ap->upstream_names ? "'" : "");
             return false;
         }
     }

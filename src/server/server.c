@@ -574,12 +574,14 @@ int wgllm_serve_main(int argc, char **argv) {
     struct wgllm_error err; /* no size bound: the template parser has its own memory budget */
     if (tmpl_path && wgllm_read_file(tmpl_path, 0, &tmpl, NULL, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: cannot read chat template: %s\n", err.message);
+        srv_policy_free(policy);
         return 1;
     }
     struct wgllm_client *client = NULL;
     if (n_up > 0 && wgllm_client_init(&client, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
         free(tmpl);
+        srv_policy_free(policy);
         return 1;
     }
     for (int i = 0; i < n_up; i++) {
@@ -596,12 +598,14 @@ int wgllm_serve_main(int argc, char **argv) {
         if (!upstream_env(&d, key_var, sizeof key_var)) {
             wgllm_client_free(client);
             free(tmpl);
+            srv_policy_free(policy);
             return 2;
         }
         if (wgllm_client_add(client, &d, &err) != WGLLM_STATUS_OK) {
             fprintf(stderr, "wgllm serve: --upstream %s: %s\n", upstreams[i], err.message);
             wgllm_client_free(client);
             free(tmpl);
+            srv_policy_free(policy);
             return 2;
         }
     }
@@ -612,6 +616,7 @@ int wgllm_serve_main(int argc, char **argv) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
         wgllm_client_free(client);
         free(tmpl);
+        srv_policy_free(policy);
         return 1;
     }
     struct wgllm_engine_params ep = wgllm_engine_default_params();
@@ -629,6 +634,7 @@ int wgllm_serve_main(int argc, char **argv) {
         wgllm_model_free(model);
         wgllm_client_free(client);
         free(tmpl);
+        srv_policy_free(policy);
         return 1;
     }
     const char *base = strrchr(model_path, '/');
@@ -642,10 +648,14 @@ int wgllm_serve_main(int argc, char **argv) {
     g_srv.client = client;
     g_srv.policy = policy;
     const int n_ctx = wgllm_engine_n_ctx(eng);
+    /* the names an unknown model's 404 lists */
+    struct wgllm_strbuf up_names = {0};
+    for (int i = 0; i < wgllm_client_count(client); i++)
+        wgllm_strbuf_printf(&up_names, "%s%s", i ? "', '" : "", wgllm_client_at(client, i)->name);
     g_srv.api = (struct wgllm_openai_params){
         .model = model, .engine = eng, .model_id = g_srv.model_id, .model_alias = model_path,
         .max_tokens = max_tokens ? max_tokens : (n_ctx > 65536 ? n_ctx : 65536), .n_ctx = n_ctx,
-        .upstream = client ? upstream_named : NULL, .upstream_user = client};
+        .upstream = client ? upstream_named : NULL, .upstream_user = client, .upstream_names = up_names.data};
     g_srv.cors = cors;
     g_read_timeout = read_timeout;
     g_idle_timeout = idle_timeout;
@@ -663,6 +673,8 @@ int wgllm_serve_main(int argc, char **argv) {
         wgllm_model_free(model);
         wgllm_client_free(client);
         free(tmpl);
+        wgllm_strbuf_free(&up_names);
+        srv_policy_free(policy);
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -682,6 +694,8 @@ int wgllm_serve_main(int argc, char **argv) {
         wgllm_model_free(model);
         wgllm_client_free(client);
         free(tmpl);
+        wgllm_strbuf_free(&up_names);
+        srv_policy_free(policy);
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -699,6 +713,8 @@ int wgllm_serve_main(int argc, char **argv) {
         wgllm_model_free(model);
         wgllm_client_free(client);
         free(tmpl);
+        wgllm_strbuf_free(&up_names);
+        srv_policy_free(policy);
         return 1;
     }
     for (int i = 0; i < 2; i++) fcntl(g_signal_pipe[i], F_SETFL, fcntl(g_signal_pipe[i], F_GETFL) | O_NONBLOCK);
@@ -739,6 +755,7 @@ int wgllm_serve_main(int argc, char **argv) {
     if (checking) pthread_join(health, NULL);
     fprintf(stderr, "wgllm serve: stopped\n");
     srv_policy_free(policy);
+    wgllm_strbuf_free(&up_names);
     wgllm_engine_free(eng);
     wgllm_model_free(model);
     wgllm_client_free(client);
