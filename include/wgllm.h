@@ -525,6 +525,12 @@ struct wgllm_request_params {
                                              BAD_FORMAT naming line:column); the request then samples on
                                              the host, and ends (STOP) when the grammar is complete */
     size_t grammar_len;                   /* bytes of grammar */
+    const char *const *grammar_triggers;  /* a lazy grammar (llama.cpp's, for tool calls): the text is
+                                             free until one of these texts appears in it; from where it
+                                             begins the text must fit the grammar (if what came with it
+                                             does not, the grammar is dropped). NULL = from the start
+                                             (copied) */
+    int n_grammar_triggers;
     wgllm_token_fn on_token;              /* NULL = no streaming */
     void *user_data;                      /* passed to on_token */
 };

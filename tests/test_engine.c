@@ -149,6 +149,58 @@ TEST(eviction_and_snapshot_restore) {
     wgllm_engine_free(e);
 }
 
+/* A lazy grammar (tool_choice auto's): free text until the trigger, the
+ * grammar from there; one whose trigger never comes changes nothing. */
+TEST(lazy_grammar_waits_for_its_trigger) {
+    struct wgllm_engine *e = new_engine(2, 256, 0);
+    if (!e) return;
+    const char *gbnf = "root ::= \"e\" [a-z]*";
+    const char *const trig_e[] = {"e"}, *const trig_never[] = {"QQ\x01ZZ"};
+    int activated = 0;
+    for (int i = 0; i < 4; i++) {
+        struct wgllm_request_params p = test_greedy(40);
+        struct wgllm_result u, l, n;
+        CHECK_EQ_INT(wgllm_query(e, test_prompts[i], &p, &u, NULL), WGLLM_STATUS_OK);
+        p.grammar = gbnf;
+        p.grammar_len = strlen(gbnf);
+        p.grammar_triggers = trig_never;
+        p.n_grammar_triggers = 1;
+        CHECK_EQ_INT(wgllm_query(e, test_prompts[i], &p, &n, NULL), WGLLM_STATUS_OK);
+        CHECK_STR(n.text, u.text);
+        p.grammar_triggers = trig_e;
+        CHECK_EQ_INT(wgllm_query(e, test_prompts[i], &p, &l, NULL), WGLLM_STATUS_OK);
+        const char *k = strchr(u.text, 'e');
+        if (!k) {
+            CHECK_STR(l.text, u.text);
+        } else {
+            const size_t at = (size_t)(k - u.text);
+            /* the same free text up to the trigger, then only what the grammar takes (or, when the
+             * token that brought the trigger brought more than the grammar takes, nothing changes) */
+            CHECK(l.text_len > at && !memcmp(l.text, u.text, at + 1));
+            bool letters = true;
+            for (size_t j = at + 1; j < l.text_len; j++) letters &= l.text[j] >= 'a' && l.text[j] <= 'z';
+            if (strcmp(l.text, u.text)) {
+                if (!letters) fprintf(stderr, "  lazy '%s' vs free '%s'\n", l.text, u.text);
+                CHECK(letters);
+                activated++;
+            }
+        }
+        wgllm_result_free(&u), wgllm_result_free(&l), wgllm_result_free(&n);
+    }
+    CHECK(activated >= 1); /* the trigger came and the grammar took over at least once */
+    struct wgllm_request_params p = test_greedy(4);
+    const char *const empty[] = {""};
+    p.grammar = gbnf;
+    p.grammar_len = strlen(gbnf);
+    p.grammar_triggers = empty;
+    p.n_grammar_triggers = 1;
+    struct wgllm_result r;
+    struct wgllm_error err;
+    CHECK_EQ_INT(wgllm_query(e, test_prompts[0], &p, &r, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "trigger 0 is empty") != NULL);
+    wgllm_engine_free(e);
+}
+
 /* Tenants: a partition's caches (its slots, its snapshots, its context_keys)
  * are never reused by another, nor by the shared one; its own are. */
 TEST(cache_partitions_never_share) {
@@ -1135,6 +1187,7 @@ int main(void) {
     RUN(cpu_has_no_device_sampling);
     RUN(grammar_constrains_the_text);
     RUN(cache_partitions_never_share);
+    RUN(lazy_grammar_waits_for_its_trigger);
     wgllm_model_free(model);
     remove(model_path);
     return test_summary("test_engine");

@@ -530,6 +530,80 @@ TEST(a_reasoning_model_may_think_before_its_call) {
     free(t);
 }
 
+/* Whether rq's grammar takes `text` whole. */
+static bool takes(const struct wgllm_openai_request *rq, const char *text) {
+    struct wgllm_grammar *g = NULL;
+    struct wgllm_grammar_state *st = NULL;
+    struct wgllm_error err = {0};
+    const struct wgllm_grammar_params gp = wgllm_grammar_default_params();
+    bool ok = rq->grammar && wgllm_grammar_parse(rq->grammar, strlen(rq->grammar), &gp, &g, &err) == WGLLM_STATUS_OK &&
+              wgllm_grammar_state_init(g, &st, &err) == WGLLM_STATUS_OK &&
+              wgllm_grammar_state_accept_text(st, text, strlen(text), &err) == WGLLM_STATUS_OK &&
+              wgllm_grammar_state_can_end(st);
+    wgllm_grammar_state_free(st);
+    wgllm_grammar_free(g);
+    return ok;
+}
+
+/* tool_choice auto: free until the model opens a call, which is then constrained (a lazy grammar
+ * that waits for the family's opener); families without an opener, and response_format, keep
+ * the answer free of it. */
+TEST(auto_calls_are_constrained_once_opened) {
+    static const struct {
+        const char *file, *trigger, *call;
+    } F[] = {
+        {"Qwen-Qwen2.5-7B-Instruct.jinja", "<tool_call>",
+         "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>"},
+        {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "[TOOL_CALLS]",
+         "[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}, \"id\": \"abcdefghi\"}]"},
+        {"meta-llama-Llama-3.1-8B-Instruct.jinja", NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof F / sizeof *F; i++) {
+        char *t;
+        struct wgllm_engine *e = engine_on(F[i].file, &t);
+        if (!e) continue;
+        const struct wgllm_openai_params p = params_for(e);
+        char body[4096];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Add 1 and 2.\"}],\"tools\":%s,\"tool_choice\":\"auto\","
+                 "\"parallel_tool_calls\":false,\"max_tokens\":12,\"temperature\":0}",
+                 TOOLS);
+        struct wgllm_openai_request rq;
+        struct wgllm_openai_error oe;
+        CHECK(wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, body, strlen(body), &rq, &oe));
+        if (!F[i].trigger) {
+            CHECK(rq.grammar == NULL && rq.rp.n_grammar_triggers == 0);
+        } else {
+            CHECK_EQ_INT(rq.rp.n_grammar_triggers, 1);
+            CHECK(rq.rp.n_grammar_triggers == 1 && !strcmp(rq.rp.grammar_triggers[0], F[i].trigger));
+            CHECK(takes(&rq, F[i].call));
+            /* a call that breaks the schema is not taken once opened */
+            CHECK(!takes(&rq, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 500, \"b\": 2}}\n</tool_call>"));
+            /* on a random model the opener does not come: the answer is the free one */
+            struct wgllm_request *req = NULL;
+            struct wgllm_error err = {0};
+            CHECK_EQ_INT(wgllm_openai_submit(e, &rq, &req, &err), WGLLM_STATUS_OK);
+            struct wgllm_result r;
+            if (req) {
+                wgllm_request_wait(req, &r);
+                CHECK(r.finish == WGLLM_FINISH_STOP || r.finish == WGLLM_FINISH_LENGTH);
+                wgllm_result_free(&r);
+            }
+        }
+        wgllm_openai_request_free(&rq);
+        /* response_format constrains the whole answer: no lazy call grammar beside it */
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":%s,\"tool_choice\":\"auto\","
+                 "\"response_format\":{\"type\":\"json_object\"}}",
+                 TOOLS);
+        CHECK(wgllm_openai_parse(&p, WGLLM_OPENAI_CHAT, body, strlen(body), &rq, &oe));
+        CHECK(rq.grammar != NULL && rq.rp.n_grammar_triggers == 0);
+        wgllm_openai_request_free(&rq);
+        wgllm_engine_free(e);
+        free(t);
+    }
+}
+
 static void refused(struct wgllm_engine *e, const char *tools_and_choice, const char *param) {
     const struct wgllm_openai_params p = params_for(e);
     char body[4096];
@@ -639,6 +713,7 @@ int main(void) {
     RUN(generic_format_answers_in_json);
     RUN(a_reasoning_model_may_think_before_its_call);
     RUN(required_calls_satisfy_the_schema);
+    RUN(auto_calls_are_constrained_once_opened);
     wgllm_model_free(g_model);
     return test_summary("test_tools");
 }

@@ -63,6 +63,22 @@ static const char *opener(int format) {
     }
 }
 
+/* The text that opens a call in the format, as the lazy grammar of tool_choice
+ * auto waits for it (NULL: no such opener, the call stays free). functionary's
+ * calls follow the prompt's own ">>>", and Llama 3's JSON has none, so their
+ * auto answers are not constrained. */
+static const char *const *lazy_triggers(int format) {
+    static const char *const HERMES[] = {"<tool_call>"}, *const MISTRAL[] = {"[TOOL_CALLS]"},
+                             *const DEEPSEEK[] = {"<｜tool▁calls▁begin｜>"}, *const COMMAND_R[] = {"<|START_ACTION|>"};
+    switch (format) {
+        case WGLLM_TOOLS_HERMES: return HERMES;
+        case WGLLM_TOOLS_MISTRAL: return MISTRAL;
+        case WGLLM_TOOLS_DEEPSEEK_R1: return DEEPSEEK;
+        case WGLLM_TOOLS_COMMAND_R: return COMMAND_R;
+        default: return NULL;
+    }
+}
+
 static void put_lit(struct wgllm_strbuf *sb, const char *s) { wgllm_schema_grammar_literal(sb, s, strlen(s)); }
 
 /* `"key" space ":" space` as the schema rules write object members */
@@ -124,7 +140,7 @@ static const char *call_rule(struct wgllm_schema_grammar *b, int format, int i, 
 
 /* The grammar of an answer that calls (one of) the functions, or, for the
  * generic format with tool_choice auto, answers in {"response": ...}. */
-static bool tools_grammar(const J *tools, const char *only, struct wgllm_openai_request *g,
+static bool tools_grammar(const J *tools, const char *only, bool lazy, struct wgllm_openai_request *g,
                           struct wgllm_openai_error *e) {
     struct wgllm_error err = {0};
     struct wgllm_schema_grammar *b;
@@ -212,8 +228,11 @@ static bool tools_grammar(const J *tools, const char *only, struct wgllm_openai_
         calls = call && !cs.oom ? wgllm_schema_grammar_rule(b, "calls", cs.data) : NULL;
         wgllm_strbuf_free(&cs);
         if (calls) {
-            /* a reasoning model thinks first: DeepSeek-R1's answer begins inside <think> */
-            if (g->reasoning && g->think_open)
+            /* a reasoning model thinks first: DeepSeek-R1's answer begins inside <think> (a lazy
+             * grammar starts at the call: what came before it was free) */
+            if (lazy)
+                wgllm_strbuf_printf(&root, "%s", calls);
+            else if (g->reasoning && g->think_open)
                 wgllm_strbuf_printf(&root, "[^<]* \"</think>\" space %s", calls);
             else if (g->reasoning)
                 wgllm_strbuf_printf(&root, "(\"<think>\" [^<]* \"</think>\" space)? %s", calls);
@@ -324,13 +343,22 @@ bool wgllm_openai_tools_parse(const struct wgllm_openai_params *ap, const J *bod
     g->tools_json = wgllm_strbuf_take(&text);
     const bool constrained = g->tool_choice == WGLLM_TOOL_CHOICE_REQUIRED ||
                              g->tool_choice == WGLLM_TOOL_CHOICE_FUNCTION || g->tool_format == WGLLM_TOOLS_GENERIC;
-    if (!constrained) return true;
+    if (!constrained) {
+        /* auto: the answer is free until the model opens a call; the call itself is then constrained
+         * (llama.cpp's lazy grammar), unless response_format constrains the whole answer already */
+        const char *const *triggers = lazy_triggers(g->tool_format);
+        if (!triggers || g->grammar) return true;
+        if (!tools_grammar(tools, NULL, true, g, e)) return false;
+        g->rp.grammar_triggers = triggers;
+        g->rp.n_grammar_triggers = 1;
+        return true;
+    }
     if (g->grammar)
         return wgllm_openai_bad(e, g->grammar_param,
                    "'%s' cannot be combined with tools that must be called (tool_choice "
                    "required, a named function, or a template without tool syntax)%s",
                    "");
-    return tools_grammar(tools, only, g, e);
+    return tools_grammar(tools, only, false, g, e);
 }
 
 /* ---- the messages as the template reads them --------------------------------- */

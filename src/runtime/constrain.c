@@ -11,6 +11,11 @@
  * then advances the parse; a grammar that can take nothing more ends the
  * request as a stop.
  *
+ * A lazy grammar (triggers) leaves the text free until one of its trigger
+ * texts appears in it, as llama.cpp's lazy grammars for tool calls: from
+ * there the text must fit the grammar, fed what came from the trigger on.
+ * While it waits nothing is masked (on the host or the device).
+ *
  * Where the backend samples on the device (WebGPU), the same mask is made
  * from the parse state before the step's pass, as a bitset
  * (wgllm_constraint_bits) that the device's sampler applies, so that no
@@ -22,6 +27,11 @@
 
 #include <math.h>
 
+/* A lazy grammar waits for a trigger text; one that the text after its
+ * trigger does not fit is dropped (the rest of the answer is free, as
+ * before it). */
+enum mode { MODE_ACTIVE, MODE_WAITING, MODE_DROPPED };
+
 struct wgllm_constraint {
     struct wgllm_grammar *g;
     struct wgllm_grammar_state *st;
@@ -29,6 +39,13 @@ struct wgllm_constraint {
     uint8_t *allowed;
     uint32_t *bits; /* wgllm_constraint_bits: allowed as ceil(n_vocab / 32) words */
     int n_vocab;
+    enum mode mode;
+    const struct wgllm_model *model;
+    char **triggers;
+    int n_triggers;
+    size_t max_trigger;
+    char *tail; /* waiting: the generated text's last bytes, where a trigger may be beginning */
+    size_t n_tail;
 };
 
 static const char no_token_msg[] =
@@ -83,11 +100,31 @@ static int32_t token_of(void *user, const char *text, size_t len) {
 }
 
 enum wgllm_status wgllm_constraint_init(struct wgllm_engine *e, const char *grammar, size_t len,
-                                        struct wgllm_constraint **out, struct wgllm_error *err) {
+                                        const char *const *triggers, int n_triggers, struct wgllm_constraint **out,
+                                        struct wgllm_error *err) {
     *out = NULL;
     struct wgllm_constraint *c = calloc(1, sizeof *c);
     if (!c) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     c->n_vocab = wgllm_model_n_vocab(e->model);
+    c->model = e->model;
+    if (n_triggers > 0) {
+        c->mode = MODE_WAITING;
+        c->triggers = calloc((size_t)n_triggers, sizeof *c->triggers);
+        for (int i = 0; c->triggers && i < n_triggers; i++) {
+            if (!triggers[i] || !triggers[i][0]) {
+                wgllm_constraint_free(c);
+                return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "grammar: trigger %d is empty", i);
+            }
+            if (!(c->triggers[i] = strdup(triggers[i]))) break;
+            c->n_triggers = i + 1;
+            const size_t n = strlen(triggers[i]);
+            if (n > c->max_trigger) c->max_trigger = n;
+        }
+        if (c->n_triggers != n_triggers) {
+            wgllm_constraint_free(c);
+            return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+        }
+    }
     struct wgllm_grammar_params gp = wgllm_grammar_default_params();
     gp.token_of = token_of;
     gp.token_user = e;
@@ -116,6 +153,9 @@ void wgllm_constraint_free(struct wgllm_constraint *c) {
     wgllm_grammar_free(c->g);
     free(c->allowed);
     free(c->bits);
+    for (int i = 0; i < c->n_triggers; i++) free(c->triggers[i]);
+    free(c->triggers);
+    free(c->tail);
     free(c);
 }
 
@@ -150,10 +190,54 @@ const uint32_t *wgllm_constraint_bits(struct wgllm_constraint *c, struct wgllm_e
     return c->bits;
 }
 
+bool wgllm_constraint_active(const struct wgllm_constraint *c) { return c->mode == MODE_ACTIVE; }
+
+/* Waiting: the token's text joins the tail; at the first trigger in it the
+ * grammar starts, fed the text from the trigger on. */
+static enum wgllm_status wait_for_trigger(struct wgllm_constraint *c, int32_t token) {
+    char buf[256], *piece = buf;
+    int32_t n = wgllm_token_to_piece(c->model, token, buf, (int32_t)sizeof buf, true);
+    if (n < 0 && (piece = malloc((size_t)-n))) n = wgllm_token_to_piece(c->model, token, piece, -n, true);
+    if (n < 0) n = 0, piece = piece ? piece : buf;
+    char *t = realloc(c->tail, c->n_tail + (size_t)n);
+    if (!t) {
+        if (piece != buf) free(piece);
+        c->mode = MODE_DROPPED; /* out of memory: unconstrained rather than failed */
+        return WGLLM_STATUS_OK;
+    }
+    c->tail = t;
+    memcpy(c->tail + c->n_tail, piece, (size_t)n);
+    c->n_tail += (size_t)n;
+    if (piece != buf) free(piece);
+    size_t at = (size_t)-1;
+    for (int i = 0; i < c->n_triggers; i++) {
+        const size_t k = strlen(c->triggers[i]);
+        for (size_t j = 0; j + k <= c->n_tail && j < at; j++)
+            if (!memcmp(c->tail + j, c->triggers[i], k)) at = j;
+    }
+    if (at != (size_t)-1) {
+        struct wgllm_error gerr;
+        c->mode = wgllm_grammar_state_accept_text(c->st, c->tail + at, c->n_tail - at, &gerr) == WGLLM_STATUS_OK
+                      ? MODE_ACTIVE
+                      : MODE_DROPPED;
+        c->n_tail = 0;
+        return WGLLM_STATUS_OK;
+    }
+    /* only a trigger's beginning can still matter */
+    const size_t keep = c->max_trigger - 1;
+    if (c->n_tail > keep) {
+        memmove(c->tail, c->tail + c->n_tail - keep, keep);
+        c->n_tail = keep;
+    }
+    return WGLLM_STATUS_OK;
+}
+
 enum wgllm_status wgllm_constraint_accept(struct wgllm_constraint *c, int32_t token, struct wgllm_error *err) {
+    if (c->mode == MODE_WAITING) return wait_for_trigger(c, token);
+    if (c->mode == MODE_DROPPED) return WGLLM_STATUS_OK;
     return wgllm_grammar_state_accept_token(c->st, c->gv, token, err);
 }
 
 bool wgllm_constraint_complete(const struct wgllm_constraint *c) {
-    return wgllm_grammar_state_can_end(c->st) && !wgllm_grammar_state_can_continue(c->st);
+    return c->mode == MODE_ACTIVE && wgllm_grammar_state_can_end(c->st) && !wgllm_grammar_state_can_continue(c->st);
 }

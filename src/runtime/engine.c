@@ -342,7 +342,7 @@ static void on_logits(struct wgllm_engine *e, struct wgllm_request *r, const flo
         r->top = t;
     }
     const uint8_t *allowed = NULL;
-    if (logits && r->grammar) {
+    if (logits && r->grammar && wgllm_constraint_active(r->grammar)) {
         struct wgllm_error gerr;
         if (!(allowed = wgllm_constraint_mask(r->grammar, logits, &gerr))) {
             finish(e, r, WGLLM_FINISH_ERROR, gerr.status, gerr.message);
@@ -437,7 +437,8 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
     if (!embeddings)
         for (int s = 0; s < S; s++) {
             struct wgllm_request *r = e->slots[s].req;
-            if (!r || !r->device || !r->grammar || r->mask || (r->phase != PHASE_DECODE && r->phase != PHASE_PREFILL))
+            if (!r || !r->device || !r->grammar || r->mask || !wgllm_constraint_active(r->grammar) ||
+                (r->phase != PHASE_DECODE && r->phase != PHASE_PREFILL))
                 continue;
             struct wgllm_error gerr;
             if (!(r->mask = wgllm_constraint_bits(r->grammar, &gerr)))
@@ -875,13 +876,16 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
     r->p.cache_partition = NULL;
     if (p.grammar && kind == REQ_GENERATE) {
         /* a bad grammar fails the submit, with the reader's line:column message */
-        const enum wgllm_status gs = wgllm_constraint_init(e, p.grammar, p.grammar_len, &r->grammar, err);
+        const enum wgllm_status gs = wgllm_constraint_init(e, p.grammar, p.grammar_len, p.grammar_triggers,
+                                                           p.n_grammar_triggers, &r->grammar, err);
         if (gs != WGLLM_STATUS_OK) {
             request_destroy(r);
             return gs;
         }
     }
     r->p.grammar = NULL;
+    r->p.grammar_triggers = NULL; /* copied by the constraint */
+    r->p.n_grammar_triggers = 0;
     if (p.n_stop > 0) {
         r->stops = calloc((size_t)p.n_stop, sizeof(char *));
         for (int i = 0; r->stops && i < p.n_stop; i++) r->stops[i] = dup_str(p.stop[i]);

@@ -147,8 +147,12 @@ void wgllm_engine_run_on_thread(struct wgllm_engine *e, void (*fn)(struct wgllm_
 
 /* constrain.c: a request's grammar (see there). */
 struct wgllm_constraint;
+/* triggers (n_triggers > 0): a lazy grammar, see wgllm_request_params.grammar_triggers. */
 enum wgllm_status wgllm_constraint_init(struct wgllm_engine *e, const char *grammar, size_t len,
-                                        struct wgllm_constraint **out, struct wgllm_error *err);
+                                        const char *const *triggers, int n_triggers, struct wgllm_constraint **out,
+                                        struct wgllm_error *err);
+/* Whether the grammar applies now (a lazy one only once triggered); mask, bits and complete need it. */
+bool wgllm_constraint_active(const struct wgllm_constraint *c);
 void wgllm_constraint_free(struct wgllm_constraint *c);
 /* allowed[t] for this step (n_vocab bytes); NULL (err set) when nothing is allowed or a budget ran out. */
 const uint8_t *wgllm_constraint_mask(struct wgllm_constraint *c, const float *logits, struct wgllm_error *err);
