@@ -75,10 +75,27 @@ static void rope(double *x, int pos, const struct wgllm_hparams *hp, const float
     int half = hp->n_rot / 2;
     const double base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
     const double fscale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
+    /* YaRN (Peng et al., 2023): the pairs whose wavelength fits more than
+     * beta_fast times into the original context keep their trained angle,
+     * those fitting fewer than beta_slow times are interpolated, a linear
+     * ramp between; cos and sin gain 1 + 0.1 ln(scale factor) */
+    double lo = 0, hi = 0, mag = hp->rope_attn_factor;
+    if (hp->yarn_ext_factor != 0.0f) {
+        const double dim_fast = hp->n_rot * log(hp->n_ctx_orig / (hp->yarn_beta_fast * 2 * M_PI)) / (2 * log(base));
+        const double dim_slow = hp->n_rot * log(hp->n_ctx_orig / (hp->yarn_beta_slow * 2 * M_PI)) / (2 * log(base));
+        lo = fmax(0, floor(dim_fast));
+        hi = fmin(hp->n_rot - 1, ceil(dim_slow));
+        mag = hp->yarn_attn_factor * (1 + 0.1 * log(1 / fscale));
+    }
     for (int i = 0; i < half; i++) {
         double freq = pow(base, -2.0 * i / hp->n_rot) / (ff ? ff[i] : 1.0);
+        double th = pos * freq * fscale;
+        if (hp->yarn_ext_factor != 0.0f) {
+            const double keep = 1 - fmin(1, fmax(0, (i - lo) / fmax(0.001, hi - lo)));
+            th = th * (1 - keep) + pos * freq * keep;
+        }
         /* LongRoPE's attention factor scales the rotation (llama.cpp: cos and sin) */
-        double th = pos * freq * fscale, c = cos(th) * hp->rope_attn_factor, s = sin(th) * hp->rope_attn_factor;
+        double c = cos(th) * mag, s = sin(th) * mag;
         int a = hp->rope_type == WGLLM_ROPE_NEOX ? i : 2 * i, b = hp->rope_type == WGLLM_ROPE_NEOX ? i + half : 2 * i + 1;
         double x0 = x[a], x1 = x[b];
         x[a] = x0 * c - x1 * s;
@@ -129,7 +146,11 @@ static double *reference_forward(const struct wgllm_model *m, const int32_t *tok
             for (int hh = 0; hh < hp->n_head; hh++) {
                 if (L->q_norm && !hp->qk_norm_whole) rmsn(q + hh * dk, L->q_norm, q + hh * dk, dk, hp->rms_eps);
                 if (L->rope) rope(q + hh * dk, t, hp, ff, L->swa);
-                for (int d = 0; d < dk; d++) q[hh * dk + d] *= hp->q_scale;
+                /* Llama 4's attention temperature: queries past each multiple of the floor sharpen */
+                const double temp = hp->attn_temp_scale != 0.0f
+                                        ? 1 + hp->attn_temp_scale * log(floor((double)t / hp->attn_temp_floor) + 1)
+                                        : 1.0;
+                for (int d = 0; d < dk; d++) q[hh * dk + d] *= hp->q_scale * temp;
             }
             for (int hh = 0; hh < hp->n_head_kv; hh++) {
                 double *kh = K + (size_t)t * KD + hh * dk;
@@ -223,6 +244,8 @@ TEST(qwen2_matches_reference) { test_reference("tiny-qwen2"); }
 TEST(qwen3_matches_reference) { test_reference("tiny-qwen3"); }
 TEST(rope_frequency_factors_match_reference) { test_reference("tiny-ropefreqs"); }
 TEST(rope_linear_scaling_matches_reference) { test_reference("tiny-ropescale"); }
+TEST(rope_yarn_matches_reference) { test_reference("tiny-yarn"); }
+TEST(mistral3_matches_reference) { test_reference("tiny-mistral3"); }
 TEST(gemma2_matches_reference) { test_reference("tiny-gemma2"); }
 TEST(gemma3_matches_reference) { test_reference("tiny-gemma3"); }
 TEST(phi3_matches_reference) { test_reference("tiny-phi3"); }
@@ -506,7 +529,7 @@ TEST(gemma_hparams_are_read_as_llama_cpp_reads_them) {
         free(buf);
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "architecture 'gemmaX' is not supported (supported: llama");
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "gemma2, gemma3");
-        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3)");
+        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3, mistral3)");
     }
     remove(p2);
     remove(p3);
@@ -732,6 +755,8 @@ int main(void) {
     RUN(qwen3_matches_reference);
     RUN(rope_frequency_factors_match_reference);
     RUN(rope_linear_scaling_matches_reference);
+    RUN(rope_yarn_matches_reference);
+    RUN(mistral3_matches_reference);
     RUN(gemma2_matches_reference);
     RUN(gemma3_matches_reference);
     RUN(phi3_matches_reference);

@@ -244,6 +244,8 @@ TEST(llama_q2_k_mix) {
 TEST(qwen2_q8_0) { compare("tiny-qwen2", WGLLM_TYPE_Q8_0); }
 TEST(qwen3_q4_0) { compare("tiny-qwen3", WGLLM_TYPE_Q4_0); }
 TEST(qwen3_f32) { compare("tiny-qwen3", WGLLM_TYPE_F32); }
+/* YaRN is in the host's RoPE table: the kernels rotate by it, magnitude included */
+TEST(yarn_f32) { compare("tiny-yarn", WGLLM_TYPE_F32); }
 TEST(ropefreqs_q8_0) { compare("tiny-ropefreqs", WGLLM_TYPE_Q8_0); }
 
 /* all_logits prompt rows, argument errors, the engine's batch call, auto selection */
@@ -614,6 +616,7 @@ int main(void) {
     RUN(qwen2_q8_0);
     RUN(qwen3_q4_0);
     RUN(qwen3_f32);
+    RUN(yarn_f32);
     RUN(ropefreqs_q8_0);
     RUN(api_behaviour);
     RUN(batch_of_three_sequences);

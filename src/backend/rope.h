@@ -17,8 +17,16 @@ struct wgllm_model;
  * of the angle of pair i (n_rot/2 pairs). */
 void wgllm_op_rope_cache(float *cs, int pos, int n_rot, float freq_base, float freq_scale,
                          const float *freq_factors);
+/* The same with YaRN's blend (wgllm_hparams.yarn_ext_factor; 0: none, and
+ * corr may be NULL) between the pairs corr[0] and corr[1]. */
+void wgllm_op_rope_cache_yarn(float *cs, int pos, int n_rot, float freq_base, float freq_scale,
+                              const float *freq_factors, float ext_factor, const float corr[2]);
+/* YaRN's ramp bounds for a table of frequency base `base` (llama.cpp's
+ * ggml_rope_yarn_corr_dims). */
+struct wgllm_hparams;
+void wgllm_rope_yarn_corr(const struct wgllm_hparams *hp, float base, float corr[2]);
 /* The same with the model's n_rot, frequency base and scale and its frequency
- * factors (n_rot floats into cs). pos may be negative: the rotation of a
+ * factors (n_rot floats into cs), YaRN and the attention factor included. pos may be negative: the rotation of a
  * position delta (a context shift). */
 void wgllm_rope_table(float *cs, int pos, const struct wgllm_model *model);
 /* The general form the CPU backend uses: the given frequency factors

@@ -43,6 +43,9 @@ struct arch_info {
      * q/k norms over the whole projection, output.weight required */
     bool olmo2;
     int no_rope_step; /* smollm3: every such many-th layer has no RoPE (llama.cpp's n_no_rope_layer_step) */
+    /* mistral3 (src/models/mistral3.cpp): reads YaRN's betas and log multiplier
+     * and Llama 4's attention temperature */
+    bool mistral3;
 };
 
 static const struct arch_info arch_table[] = {
@@ -61,6 +64,7 @@ static const struct arch_info arch_table[] = {
     {.name = "olmo2", .arch = WGLLM_ARCH_OLMO2, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .olmo2 = true},
     /* the step is fixed in llama.cpp (no key says it): 4 */
     {.name = "smollm3", .arch = WGLLM_ARCH_SMOLLM3, .rope = WGLLM_ROPE_NORM, .no_rope_step = 4},
+    {.name = "mistral3", .arch = WGLLM_ARCH_MISTRAL3, .rope = WGLLM_ROPE_NORM, .mistral3 = true},
 };
 #define N_ARCHS (sizeof(arch_table) / sizeof(arch_table[0]))
 
@@ -101,6 +105,7 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {!hp->pre_norms, "no pre-norms"},
         {hp->qk_norm_whole, "q/k norms over the whole projection"},
         {hp->no_rope_step > 0, "layers without RoPE"},
+        {hp->attn_temp_scale != 0.0f, "attention temperature scaling"},
     };
     size_t n = 0;
     if (cap) buf[0] = 0;
@@ -376,6 +381,55 @@ static bool layer_is_swa(const struct wgllm_hparams *hp, int il) {
     return hp->swa_period == 0 || il % hp->swa_period < hp->swa_period - 1;
 }
 
+/* YaRN's remaining constants as llama.cpp's context derives them (after
+ * rope.scaling.* and the original context are read): mistral3's files may
+ * move the ramp (yarn_beta_fast/slow) and correct the magnitude
+ * (yarn_log_multiplier); llama.cpp reads those keys for mistral3 only. The
+ * attention temperature's floor is the original context (as llama.cpp sets
+ * it: no key says it). */
+static enum wgllm_status read_yarn_hparams(struct wgllm_model *m, const struct arch_info *ai,
+                                           struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    enum wgllm_status st;
+    float log_mul = 0.0f;
+    if (ai->mistral3) {
+        if ((st = get_arch_f32(m, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, err)) ||
+            (st = get_arch_f32(m, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, err)) ||
+            (st = get_arch_f32(m, "rope.scaling.yarn_log_multiplier", &log_mul, err)) ||
+            (st = get_arch_f32(m, "attention.temperature_scale", &hp->attn_temp_scale, err)))
+            return st;
+        if (!isfinite(log_mul) || !isfinite(hp->attn_temp_scale))
+            return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                                   "%s.rope.scaling.yarn_log_multiplier = %g or attention.temperature_scale = %g "
+                                   "is not finite", m->arch_name, (double)log_mul, (double)hp->attn_temp_scale);
+        if (hp->attn_temp_scale != 0.0f) {
+            if (hp->n_ctx_orig <= 0)
+                return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                                       "%s.attention.temperature_scale needs a positive original context length",
+                                       m->arch_name);
+            hp->attn_temp_floor = hp->n_ctx_orig;
+        }
+    }
+    hp->yarn_attn_factor = hp->rope_attn_factor;
+    if (hp->yarn_ext_factor == 0.0f) return WGLLM_STATUS_OK;
+    if (!(hp->yarn_beta_fast > 0.0f) || !(hp->yarn_beta_slow > 0.0f) || !isfinite(hp->yarn_beta_fast) ||
+        !isfinite(hp->yarn_beta_slow) || hp->n_ctx_orig <= 0)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "YaRN needs positive betas and original context (%s: beta_fast %g, beta_slow %g, "
+                               "original_context_length %d)", m->arch_name, (double)hp->yarn_beta_fast,
+                               (double)hp->yarn_beta_slow, hp->n_ctx_orig);
+    /* llama.cpp's get_mscale, then the cancellation of the magnitude its
+     * kernel multiplies in again (llama-context.cpp, in float as there) */
+    const float factor = 1.0f / hp->rope_freq_scale;
+    const float g1 = factor <= 1.0f ? 1.0f : 0.1f * logf(factor) + 1.0f;
+    float a = g1;
+    if (log_mul != 0.0f) a = g1 / (factor <= 1.0f ? 1.0f : 0.1f * log_mul * logf(factor) + 1.0f);
+    a *= 1.0f / (1.0f + 0.1f * logf(factor));
+    a *= hp->rope_attn_factor;
+    hp->yarn_attn_factor = a;
+    return WGLLM_STATUS_OK;
+}
+
 static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_info *ai,
                                       struct wgllm_error *err) {
     struct wgllm_hparams *hp = &m->hp;
@@ -429,13 +483,18 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     struct wgllm_gguf_str stype = {0};
     if (wgllm_gguf_find(m->gguf, key) && (st = wgllm_gguf_get_str(m->gguf, key, &stype, err))) return st;
     if ((st = get_arch_f32(m, "rope.scaling.factor", &factor, err))) return st;
-    if (stype.len && !wgllm_gguf_str_eq(stype, "none") && !wgllm_gguf_str_eq(stype, "linear")) {
+    const bool yarn = wgllm_gguf_str_eq(stype, "yarn");
+    if (stype.len && !yarn && !wgllm_gguf_str_eq(stype, "none") && !wgllm_gguf_str_eq(stype, "linear")) {
         if (factor > 1.0f)
             return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                                   "rope scaling type '%.*s' is not supported yet (linear and Llama 3 "
+                                   "rope scaling type '%.*s' is not supported yet (linear, yarn and Llama 3 "
                                    "frequency factors are)", (int)stype.len, stype.data);
         factor = 0.0f;
     }
+    /* llama.cpp's context turns YaRN's blend on for the type alone, whatever the factor */
+    hp->yarn_ext_factor = yarn ? 1.0f : 0.0f;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
     if (wgllm_gguf_str_eq(stype, "none")) factor = 0.0f;
     if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
     if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
@@ -462,7 +521,7 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     if (ai->gemma && (st = read_gemma_hparams(m, ai, err))) return st;
     if (ai->granite && (st = read_granite_hparams(m, err))) return st;
     if (ai->olmo2 && (st = read_olmo2_hparams(m, err))) return st;
-    if ((ai->granite || ai->olmo2 || ai->no_rope_step) && (st = check_unread_tensors(m, err))) return st;
+    if ((ai->granite || ai->olmo2 || ai->no_rope_step || ai->mistral3) && (st = check_unread_tensors(m, err))) return st;
     if (ai->q_scaled) {
         hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
         hp->kq_scale = 1.0f;
@@ -477,6 +536,7 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
                                m->arch_name, (double)hp->rope_attn_factor);
     hp->n_ctx_orig = hp->n_ctx_train;
     if ((st = get_arch_u32(m, "rope.scaling.original_context_length", false, &hp->n_ctx_orig, err))) return st;
+    if ((st = read_yarn_hparams(m, ai, err))) return st;
     if (!ai->longrope)
         for (size_t i = 0; i < 2; i++) {
             static const char *const longrope[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
@@ -965,6 +1025,11 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
                            (float)hp->no_rope_step};
         h = fnv1a_bytes(h, g, sizeof g);
     }
+    if (hp->yarn_ext_factor != 0.0f || hp->attn_temp_scale != 0.0f) { /* YaRN, mistral3 */
+        const float g[] = {hp->yarn_ext_factor, hp->yarn_beta_fast, hp->yarn_beta_slow, hp->yarn_attn_factor,
+                           (float)hp->n_ctx_orig, hp->attn_temp_scale, (float)hp->attn_temp_floor};
+        h = fnv1a_bytes(h, g, sizeof g);
+    }
     if (m->vocab_only) return h;
     h = fingerprint_weight(h, m, &m->tok_embd);
     h = fingerprint_weight(h, m, &m->output);
@@ -1017,6 +1082,13 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
     APPEND("rope:          %s, %d dims, base %g, scale %g%s\n", hp->rope_type == WGLLM_ROPE_NEOX ? "neox" : "normal",
            hp->n_rot, (double)hp->rope_freq_base, (double)hp->rope_freq_scale,
            m->rope_freqs ? ", frequency factors" : "");
+    if (hp->yarn_ext_factor != 0.0f)
+        APPEND("yarn:          original context %d, beta fast %g / slow %g, cos/sin x%g\n", hp->n_ctx_orig,
+               (double)hp->yarn_beta_fast, (double)hp->yarn_beta_slow,
+               (double)(hp->yarn_attn_factor * (1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale))));
+    if (hp->attn_temp_scale != 0.0f)
+        APPEND("temperature:   queries x(1 + %g ln(floor(pos / %d) + 1))\n", (double)hp->attn_temp_scale,
+               hp->attn_temp_floor);
     APPEND("rms epsilon:   %g\n", (double)hp->rms_eps);
     char extra[256];
     if (wgllm_model_extra_features(m, extra, sizeof extra)) APPEND("block:         %s\n", extra);

@@ -26,6 +26,7 @@ enum wgllm_arch {
     WGLLM_ARCH_GRANITE, /* the llama block with embedding, residual, attention and logit scales */
     WGLLM_ARCH_OLMO2,   /* post-norms only, q/k RMSNorm over the whole projection, neox RoPE */
     WGLLM_ARCH_SMOLLM3, /* the llama block without RoPE on every 4th layer */
+    WGLLM_ARCH_MISTRAL3, /* the llama block with YaRN's keys and Llama 4's attention temperature (Ministral 3) */
 };
 
 /* The feed-forward's gate activation: act(gate) * up. */
@@ -76,6 +77,22 @@ struct wgllm_hparams {
      * rope_factors_long beyond */
     float rope_attn_factor;
     int n_ctx_orig;        /* rope.scaling.original_context_length, default n_ctx_train */
+    /* YaRN (rope.scaling.type yarn, any architecture, as llama.cpp's context
+     * applies it): each pair's angle blends the interpolated (scaled) and the
+     * extrapolated (unscaled) one by a ramp over the pairs that
+     * yarn_beta_fast/slow bound (at n_ctx_orig), and cos/sin gain YaRN's
+     * magnitude 1 + 0.1 ln(1 / freq_scale) of the table's own scale. */
+    float yarn_ext_factor;  /* the blend's weight: 1 for YaRN, 0 (no blend) otherwise */
+    float yarn_beta_fast, yarn_beta_slow;
+    /* what cos and sin are multiplied by before YaRN's magnitude: llama.cpp's
+     * cparams.yarn_attn_factor (rope_attn_factor, with YaRN also corrected by
+     * rope.scaling.yarn_log_multiplier); == rope_attn_factor without YaRN */
+    float yarn_attn_factor;
+    /* Llama 4's attention temperature (mistral3): the queries at position p are
+     * multiplied by 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1);
+     * 0: off */
+    float attn_temp_scale;
+    int attn_temp_floor;
     /* granite, olmo2, smollm3 (the defaults 1, 1, true, false, 0 are the llama block) */
     float residual_scale;  /* each block's attention and FFN outputs are multiplied by this before the add */
     float logit_scale;     /* the logits are multiplied by this (granite: 1 / granite.logit_scale) */

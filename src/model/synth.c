@@ -26,6 +26,11 @@ static const struct wgllm_synth_shape synth_shapes[] = {
     {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0, 0, 0, 0.0f, 0.0f, NULL},
     {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1, 0, 0, 0.0f, 0.0f, NULL},
     {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2, 0, 0, 0.0f, 0.0f, NULL},
+    /* YaRN (factor 4 from an original context of 128, llama); mistral3 with
+     * Ministral 3's YaRN keys (factor 16, log multiplier 1) and attention
+     * temperature from an original context of 16 */
+    {"tiny-yarn",      "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 5, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-mistral3", "mistral3", "ggml-vocab-llama-spm.gguf", 2, 256, 8,  4, 32,  512,  512,   1e6f, 1e-5f, false, false, false, 6, 0, 0, 0.0f, 0.0f, NULL},
     {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
     {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
     /* gemma: Gemma's own vocabulary (256k tokens) is not available here; they use
@@ -308,7 +313,7 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     synth_add(c, "output_norm.weight", F32, E, 0, out_gain * logit_div, out_gain * logit_div * SYNTH_SCALES.norm_noise,
               seed);
     if (s->rope_variant == 1) synth_add(c, "rope_freqs.weight", F32, (uint64_t)s->head_dim / 2, 0, 2.5f, 0.5f, seed);
-    if (s->rope_variant >= 3) { /* LongRoPE: short factors near 1, long ones larger (as Phi-3.5's) */
+    if (s->rope_variant == 3 || s->rope_variant == 4) { /* LongRoPE: short factors near 1, long ones larger (as Phi-3.5's) */
         synth_add(c, "rope_factors_short.weight", F32, (uint64_t)s->head_dim / 2, 0, 1.5f, 0.25f, seed);
         synth_add(c, "rope_factors_long.weight", F32, (uint64_t)s->head_dim / 2, 0, 6.0f, 1.5f, seed);
     }
@@ -420,18 +425,34 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     wgllm_gguf_writer_set_f32(w, k, s->rope_freq_base);
     synth_key_name(k, sizeof(k), A, "rope.dimension_count");
     wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->head_dim);
-    if (s->rope_variant >= 3) {
+    if (s->rope_variant == 3 || s->rope_variant == 4) {
         /* Phi-3.5's: sqrt(1 + ln(32) / ln(4096)) */
         synth_key_name(k, sizeof(k), A, "rope.scaling.attn_factor");
         wgllm_gguf_writer_set_f32(w, k, 1.1902f);
         synth_key_name(k, sizeof(k), A, "rope.scaling.original_context_length");
         wgllm_gguf_writer_set_u32(w, k, s->rope_variant == 3 ? (uint32_t)s->n_ctx : 32u);
     }
-    if (s->rope_variant == 2) {
+    if (s->rope_variant == 2 || s->rope_variant == 5 || s->rope_variant == 6) {
         synth_key_name(k, sizeof(k), A, "rope.scaling.type");
-        wgllm_gguf_writer_set_str(w, k, "linear");
+        wgllm_gguf_writer_set_str(w, k, s->rope_variant == 2 ? "linear" : "yarn");
         synth_key_name(k, sizeof(k), A, "rope.scaling.factor");
-        wgllm_gguf_writer_set_f32(w, k, 4.0f);
+        wgllm_gguf_writer_set_f32(w, k, s->rope_variant == 6 ? 16.0f : 4.0f);
+    }
+    if (s->rope_variant == 5 || s->rope_variant == 6) {
+        /* an original context the tests' 64-token sequences pass (mistral3's:
+         * the attention temperature's floor), and, for mistral3, Ministral 3's
+         * YaRN keys and Llama 4 scaling beta */
+        synth_key_name(k, sizeof(k), A, "rope.scaling.original_context_length");
+        wgllm_gguf_writer_set_u32(w, k, s->rope_variant == 5 ? (uint32_t)s->n_ctx / 4 : 16u);
+    }
+    if (s->rope_variant == 6) {
+        static const struct { const char *name; float v; } yk[] = {
+            {"rope.scaling.yarn_beta_fast", 32.0f}, {"rope.scaling.yarn_beta_slow", 1.0f},
+            {"rope.scaling.yarn_log_multiplier", 1.0f}, {"attention.temperature_scale", 0.1f}};
+        for (size_t i = 0; i < sizeof yk / sizeof yk[0]; i++) {
+            synth_key_name(k, sizeof(k), A, yk[i].name);
+            wgllm_gguf_writer_set_f32(w, k, yk[i].v);
+        }
     }
     if (s->n_swa > 0) {
         synth_key_name(k, sizeof(k), A, "attention.sliding_window");

@@ -50,7 +50,9 @@ struct wgllm_synth_shape {
      * attention factor, original context = n_ctx, so the short factors
      * apply); 4 the same with an original context of 32, so that a context
      * of more positions uses the long factors (the tests' contexts: llama.cpp's
-     * 256, `wgllm logits`' as many as its tokens, 64). */
+     * 256, `wgllm logits`' as many as its tokens, 64); 5 YaRN (factor 4,
+     * original context n_ctx / 4); 6 mistral3's YaRN (factor 16, original
+     * context 16, betas, log multiplier) and attention temperature. */
     int rope_variant;
     /* gemma (arch gemma2/gemma3: post-norms, GeGLU, q/k norms for gemma3) */
     int n_swa;              /* attention.sliding_window; 0: not written */

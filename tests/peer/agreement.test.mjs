@@ -85,7 +85,9 @@ const greedyFor = (shape, type) => (SHAPE_GREEDY[shape] ?? GREEDY_TYPES).include
 // two types each: llama.cpp must read the metadata the same way wgllm does.
 // Phi-3.5's LongRoPE, with the short factors (context within the original length) and the long ones.
 const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']], ['tiny-ropescale', ['f32', 'q8_0']],
-  ['tiny-phi3-longrope', ['f32', 'q8_0']], ['tiny-phi3-longctx', ['f32', 'q8_0']]];
+  ['tiny-phi3-longrope', ['f32', 'q8_0']], ['tiny-phi3-longctx', ['f32', 'q8_0']],
+  // YaRN (llama), and mistral3's YaRN keys with its attention temperature past the original context
+  ['tiny-yarn', ['f32']], ['tiny-mistral3', ['f32', 'q8_0']]];
 const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
 const LEVELS = kernelLevels();
 const N_POS = 64;
@@ -271,6 +273,9 @@ const MUTATIONS = [
   ['a wrong residual scale (x1.1), granite', 'tiny-granite', 'q8_0', (b) => withF32(b, 'granite.residual_scale', (v) => v * 1.1), { greedy: false }],
   ['a wrong post-FFN norm (layer 1 +10%), olmo2', 'tiny-olmo2', 'f32', (b) => withF32Tensor(b, 'blk.1.post_ffw_norm.weight', (v) => v * 1.1), { greedy: false }],
   ['RoPE on the no-RoPE layer (read as mistral), smollm3', 'tiny-smollm3', 'q8_0', (b) => withArch(b, 'smollm3', 'mistral'), { greedy: false }],
+  // YaRN's ramp is placed by the original context; mistral3's queries past it are scaled by the temperature
+  ['a wrong YaRN original context (x4), llama', 'tiny-yarn', 'f32', (b) => withU32(b, 'llama.rope.scaling.original_context_length', (v) => v * 4), { greedy: false }],
+  ['a wrong attention temperature scale (x2), mistral3', 'tiny-mistral3', 'f32', (b) => withF32(b, 'mistral3.attention.temperature_scale', (v) => v * 2), { greedy: false }],
 ];
 for (const [what, shape, type, mutate, opts] of MUTATIONS) {
   test(`the comparison fails ${what}: ${shape}-${type}`, async () => {
