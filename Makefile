@@ -122,6 +122,11 @@ FUZZ_NET_LIBS := -lcurl -lcjson
 $(FUZZ_OUT)/fuzz_sse: fuzz/fuzz_sse.c src/client/client.c $(FUZZ_OUT)/src/client/http.o $(FUZZ_OUT)/src/client/replicas.o $(FUZZ_OUT)/libwgllm.a
 	$(FUZZ_CC) $(CFLAGS_COMMON) -O1 $(FUZZ_SAN) -fsanitize=fuzzer $< $(filter %.o %.a,$^) $(FUZZ_NET_LIBS) $(LDLIBS) -o $@
 
+# the key file of `wgllm serve --api-key-file` (policy.c), with the /metrics
+# label writer it uses (info.c, which needs the client)
+$(FUZZ_OUT)/fuzz_policy: fuzz/fuzz_policy.c $(FUZZ_OUT)/src/server/policy.o $(FUZZ_OUT)/src/server/info.o $(FUZZ_OUT)/src/client/client.o $(FUZZ_OUT)/src/client/http.o $(FUZZ_OUT)/src/client/replicas.o $(FUZZ_OUT)/libwgllm.a
+	$(FUZZ_CC) $(CFLAGS_COMMON) -O1 $(FUZZ_SAN) -fsanitize=fuzzer $< $(filter %.o %.a,$^) $(FUZZ_NET_LIBS) -lmicrohttpd $(LDLIBS) -o $@
+
 # `make wasm`: the browser build (web/wasm.mk)
 include web/wasm.mk
 

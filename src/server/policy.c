@@ -98,6 +98,7 @@ static bool tenant_of(const cJSON *o, struct srv_tenant *t, int i, char *msg, si
     if (strlen(k) < 8) return fail(msg, cap, "the key must have 8 characters or more%s", "", i);
     t->name = strdup(name->valuestring);
     t->key = strdup(k);
+    if (!t->name || !t->key) return fail(msg, cap, "out of memory%s", "", i);
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(o, "models");
     if (models) {
         if (!cJSON_IsArray(models)) return fail(msg, cap, "'models' must be an array of names%s", "", i);
@@ -107,7 +108,8 @@ static bool tenant_of(const cJSON *o, struct srv_tenant *t, int i, char *msg, si
         const cJSON *m;
         cJSON_ArrayForEach(m, models) {
             if (!cJSON_IsString(m)) return fail(msg, cap, "'models' must be an array of names%s", "", i);
-            t->models[t->n_models++] = strdup(m->valuestring);
+            if (!(t->models[t->n_models] = strdup(m->valuestring))) return fail(msg, cap, "out of memory%s", "", i);
+            t->n_models++;
         }
     }
     if (!limit_of(o, "requests_per_minute", &t->rpm, msg, cap, i) || !limit_of(o, "tokens_per_minute", &t->tpm, msg, cap, i))
@@ -121,12 +123,17 @@ static bool tenant_of(const cJSON *o, struct srv_tenant *t, int i, char *msg, si
 struct srv_policy *srv_policy_load(const char *path, char *msg, size_t cap) {
     char *text = NULL;
     struct wgllm_error err = {0};
-    if (wgllm_read_file(path, 1 << 20, &text, NULL, &err) != WGLLM_STATUS_OK) {
+    if (wgllm_read_file(path, SRV_POLICY_MAX_BYTES, &text, NULL, &err) != WGLLM_STATUS_OK) {
         snprintf(msg, cap, "%s", err.message);
         return NULL;
     }
-    cJSON *root = cJSON_Parse(text);
+    struct srv_policy *p = srv_policy_parse(text, msg, cap);
     free(text);
+    return p;
+}
+
+struct srv_policy *srv_policy_parse(const char *text, char *msg, size_t cap) {
+    cJSON *root = cJSON_Parse(text);
     const cJSON *keys = cJSON_GetObjectItemCaseSensitive(root, "keys");
     struct srv_policy *p = calloc(1, sizeof *p);
     bool ok = p != NULL;

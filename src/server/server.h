@@ -54,7 +54,10 @@ void srv_metric_label(struct wgllm_strbuf *b, const char *v);
 
 struct srv_policy;
 /* NULL with msg on a file that does not read or is wrong (naming the entry and field). */
+#define SRV_POLICY_MAX_BYTES (1 << 20) /* a key file larger than this is refused */
 struct srv_policy *srv_policy_load(const char *path, char *msg, size_t cap);
+/* The same from the file's text (NUL-terminated): NULL with msg on a problem. */
+struct srv_policy *srv_policy_parse(const char *text, char *msg, size_t cap);
 void srv_policy_free(struct srv_policy *p);
 /* The tenant whose key this is, -1 when none (every key compared, in constant time each). */
 int srv_policy_tenant(const struct srv_policy *p, const char *key);
