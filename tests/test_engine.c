@@ -823,6 +823,23 @@ TEST(context_full_fails_clearly_and_frees_the_slot) {
  * one. The conversation is "the the the ..." (a logit bias keeps generating
  * " the") so that the shifted tokens are a prefix of the follow-up's prompt:
  * wrong reuse would show. The 2-layer model makes wrong reuse change logits. */
+/* A mixture-of-experts model through the engine: a pass groups the batch's
+ * rows by expert (prompts and decode rows of several slots together), which
+ * must give each request what it gets alone and what a plain decode loop
+ * gets; prefix reuse and snapshots are the KV cache's and work unchanged.
+ * The tests above run on the MoE model in place of the dense one. */
+TEST(moe_batching_prefix_reuse_and_snapshots) {
+    struct wgllm_model *dense = model, *moe = shape_model("tiny-qwen3moe", 2, WGLLM_TYPE_Q8_0);
+    CHECK(moe != NULL);
+    if (!moe) return;
+    model = moe;
+    batched_results_equal_alone_and_plain_decode();
+    context_key_reuses_the_prefix();
+    eviction_and_snapshot_restore();
+    model = dense;
+    wgllm_model_free(moe);
+}
+
 TEST(context_key_after_a_shift_reuses_only_kept_tokens) {
     int32_t the[8];
     CHECK_EQ_INT(wgllm_tokenize(model, "the the", 7, the, 8, false, false, NULL), 2);
@@ -1165,6 +1182,7 @@ int main(void) {
         return test_summary("test_engine");
     }
     RUN(batched_results_equal_alone_and_plain_decode);
+    RUN(moe_batching_prefix_reuse_and_snapshots);
     RUN(context_key_reuses_the_prefix);
     RUN(eviction_and_snapshot_restore);
     RUN(cancellation_frees_the_slot);

@@ -108,6 +108,42 @@ static double softcap(double x, double cap) { return cap > 0 ? cap * tanh(x / ca
 /* The exact GELU (tanh form): the reference does not round it to f16 as ggml does. */
 static double gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
+/* A mixture-of-experts FFN as Mixtral's / Qwen3-MoE's reference code defines
+ * it: x += sum over the top-k experts of the router's softmax of
+ * p_e / (sum of the chosen p, when renormalized) * SwiGLU_e(h); wg/wu/wd
+ * are the experts' stacks. */
+static void moe_reference(const struct wgllm_layer *L, const struct wgllm_hparams *hp, const double *h, double *x,
+                          double *g, double *u, double *o, const double *wg, const double *wu, const double *wd) {
+    const int E = hp->n_embd, X = hp->n_expert, FE = hp->n_ff_exp;
+    double *wr = deq(&L->gate_inp), *p = malloc(sizeof(double) * (size_t)X);
+    mv(wr, h, p, E, X, NULL);
+    double mx = -1e300, sum = 0, wsum = 0;
+    for (int e = 0; e < X; e++) mx = fmax(mx, p[e]);
+    for (int e = 0; e < X; e++) sum += (p[e] = exp(p[e] - mx));
+    for (int e = 0; e < X; e++) p[e] /= sum;
+    int chosen[64];
+    for (int k = 0; k < hp->n_expert_used; k++) {
+        int best = -1;
+        for (int e = 0; e < X; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= chosen[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        chosen[k] = best;
+        wsum += p[best];
+    }
+    for (int k = 0; k < hp->n_expert_used; k++) {
+        const int e = chosen[k];
+        mv(wg + (size_t)e * FE * E, h, g, E, FE, NULL);
+        mv(wu + (size_t)e * FE * E, h, u, E, FE, NULL);
+        for (int i = 0; i < FE; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+        mv(wd + (size_t)e * E * FE, g, o, FE, E, NULL);
+        const double w = hp->moe_norm_w ? p[e] / wsum : p[e];
+        for (int i = 0; i < E; i++) x[i] += w * o[i];
+    }
+    free(wr), free(p);
+}
+
 /* logits[t][V] for tokens[0..n) by the textbook definition, in double; the
  * gemma block (scaled embeddings and queries, soft-caps, a sliding window
  * of the hp->n_swa latest positions on local layers, GeGLU, post-norms) as
@@ -124,7 +160,8 @@ static double *reference_forward(const struct wgllm_model *m, const int32_t *tok
     double *x = calloc((size_t)n * E, sizeof(double)), *h = malloc(sizeof(double) * (size_t)E);
     double *q = malloc(sizeof(double) * (size_t)QD), *att = malloc(sizeof(double) * (size_t)QD);
     double *K = malloc(sizeof(double) * (size_t)n * KD), *Vc = malloc(sizeof(double) * (size_t)n * VD);
-    double *g = malloc(sizeof(double) * (size_t)F), *u = malloc(sizeof(double) * (size_t)F), *o = malloc(sizeof(double) * (size_t)E);
+    const int FF = F > hp->n_ff_exp ? F : hp->n_ff_exp; /* the dense FFN's or an expert's */
+    double *g = malloc(sizeof(double) * (size_t)FF), *u = malloc(sizeof(double) * (size_t)FF), *o = malloc(sizeof(double) * (size_t)E);
     double *logits = malloc(sizeof(double) * (size_t)n * V), *sc = malloc(sizeof(double) * (size_t)n);
     for (int t = 0; t < n; t++)
         for (int i = 0; i < E; i++) x[(size_t)t * E + i] = emb[(size_t)tokens[t] * E + i] * hp->embd_scale;
@@ -179,6 +216,10 @@ static double *reference_forward(const struct wgllm_model *m, const int32_t *tok
             for (int i = 0; i < E; i++) xt[i] += o[i] * hp->residual_scale;
             if (L->ffn_norm) rmsn(xt, L->ffn_norm, h, E, hp->rms_eps);
             else memcpy(h, xt, sizeof(double) * (size_t)E);
+            if (L->gate_inp.ne1) {
+                moe_reference(L, hp, h, xt, g, u, o, wg, wu, wd);
+                continue;
+            }
             mv(wg, h, g, E, F, NULL);
             mv(wu, h, u, E, F, NULL);
             for (int i = 0; i < F; i++)
@@ -246,6 +287,9 @@ TEST(rope_frequency_factors_match_reference) { test_reference("tiny-ropefreqs");
 TEST(rope_linear_scaling_matches_reference) { test_reference("tiny-ropescale"); }
 TEST(rope_yarn_matches_reference) { test_reference("tiny-yarn"); }
 TEST(mistral3_matches_reference) { test_reference("tiny-mistral3"); }
+TEST(qwen3moe_matches_reference) { test_reference("tiny-qwen3moe"); }
+TEST(mixtral_matches_reference) { test_reference("tiny-mixtral"); }
+TEST(olmoe_matches_reference) { test_reference("tiny-olmoe"); }
 TEST(gemma2_matches_reference) { test_reference("tiny-gemma2"); }
 TEST(gemma3_matches_reference) { test_reference("tiny-gemma3"); }
 TEST(phi3_matches_reference) { test_reference("tiny-phi3"); }
@@ -529,7 +573,7 @@ TEST(gemma_hparams_are_read_as_llama_cpp_reads_them) {
         free(buf);
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "architecture 'gemmaX' is not supported (supported: llama");
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "gemma2, gemma3");
-        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3, mistral3)");
+        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3, mistral3, qwen3moe, olmoe)");
     }
     remove(p2);
     remove(p3);
@@ -757,6 +801,9 @@ int main(void) {
     RUN(rope_linear_scaling_matches_reference);
     RUN(rope_yarn_matches_reference);
     RUN(mistral3_matches_reference);
+    RUN(qwen3moe_matches_reference);
+    RUN(mixtral_matches_reference);
+    RUN(olmoe_matches_reference);
     RUN(gemma2_matches_reference);
     RUN(gemma3_matches_reference);
     RUN(phi3_matches_reference);

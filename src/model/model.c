@@ -46,11 +46,16 @@ struct arch_info {
     /* mistral3 (src/models/mistral3.cpp): reads YaRN's betas and log multiplier
      * and Llama 4's attention temperature */
     bool mistral3;
+    /* experts: MOE_OPTIONAL (llama, mistral: Mixtral when expert_count > 1,
+     * renormalized), required and renormalized (qwen3moe), required and not
+     * (olmoe) */
+    enum { MOE_NONE, MOE_OPTIONAL, MOE_NORM, MOE_PLAIN } moe;
+    bool qk_norm_whole; /* olmoe: q/k norms over the whole projection with the llama block's pre-norms */
 };
 
 static const struct arch_info arch_table[] = {
-    {.name = "llama", .arch = WGLLM_ARCH_LLAMA, .rope = WGLLM_ROPE_NORM},
-    {.name = "mistral", .arch = WGLLM_ARCH_LLAMA, .rope = WGLLM_ROPE_NORM},
+    {.name = "llama", .arch = WGLLM_ARCH_LLAMA, .rope = WGLLM_ROPE_NORM, .moe = MOE_OPTIONAL},
+    {.name = "mistral", .arch = WGLLM_ARCH_LLAMA, .rope = WGLLM_ROPE_NORM, .moe = MOE_OPTIONAL},
     {.name = "qwen2", .arch = WGLLM_ARCH_QWEN2, .rope = WGLLM_ROPE_NEOX, .has_qkv_bias = true},
     {.name = "qwen3", .arch = WGLLM_ARCH_QWEN3, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true},
     {.name = "gemma2", .arch = WGLLM_ARCH_GEMMA2, .rope = WGLLM_ROPE_NEOX, .gemma = true, .output_always_tied = true,
@@ -65,6 +70,9 @@ static const struct arch_info arch_table[] = {
     /* the step is fixed in llama.cpp (no key says it): 4 */
     {.name = "smollm3", .arch = WGLLM_ARCH_SMOLLM3, .rope = WGLLM_ROPE_NORM, .no_rope_step = 4},
     {.name = "mistral3", .arch = WGLLM_ARCH_MISTRAL3, .rope = WGLLM_ROPE_NORM, .mistral3 = true},
+    {.name = "qwen3moe", .arch = WGLLM_ARCH_QWEN3MOE, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .moe = MOE_NORM},
+    {.name = "olmoe", .arch = WGLLM_ARCH_OLMOE, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .qk_norm_whole = true,
+     .moe = MOE_PLAIN},
 };
 #define N_ARCHS (sizeof(arch_table) / sizeof(arch_table[0]))
 
@@ -106,6 +114,7 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {hp->qk_norm_whole, "q/k norms over the whole projection"},
         {hp->no_rope_step > 0, "layers without RoPE"},
         {hp->attn_temp_scale != 0.0f, "attention temperature scaling"},
+        {hp->n_expert > 0, "mixture of experts"},
     };
     size_t n = 0;
     if (cap) buf[0] = 0;
@@ -195,12 +204,7 @@ static enum wgllm_status check_hparams(const struct wgllm_model *m, struct wgllm
  * with what is read elsewhere. */
 static enum wgllm_status check_arch_keys(const struct wgllm_model *m, struct wgllm_error *err) {
     enum wgllm_status st;
-    int experts = 0, vocab_size = -1;
-    if ((st = get_arch_u32(m, "expert_count", false, &experts, err))) return st;
-    if (experts > 0)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                               "%s.expert_count = %d: mixture-of-experts models are not supported yet", m->arch_name,
-                               experts);
+    int vocab_size = -1;
     if ((st = get_arch_u32(m, "vocab_size", false, &vocab_size, err))) return st;
     /* only a tokenizer's token list can disagree: a `none` tokenizer has none */
     if (vocab_size >= 0 && wgllm_vocab_type(m->vocab) != WGLLM_VOCAB_TYPE_NONE &&
@@ -381,6 +385,51 @@ static bool layer_is_swa(const struct wgllm_hparams *hp, int il) {
     return hp->swa_period == 0 || il % hp->swa_period < hp->swa_period - 1;
 }
 
+/* The experts' counts (src/llama-model.cpp, models/<arch>.cpp): one expert
+ * or none is a dense model, as llama.cpp reads it; an architecture without
+ * experts in wgllm refuses a file that has them. */
+static enum wgllm_status read_moe_hparams(struct wgllm_model *m, const struct arch_info *ai,
+                                          struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    enum wgllm_status st;
+    int n = 0, used = 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_used_count", m->arch_name);
+    const struct wgllm_gguf_value *uv = wgllm_gguf_find(m->gguf, key);
+    if (uv && uv->type == WGLLM_GGUF_TYPE_ARRAY)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "'%s' varies per layer, which wgllm does not support yet",
+                               key);
+    if ((st = get_arch_u32(m, "expert_count", false, &n, err)) ||
+        (st = get_arch_u32(m, "expert_used_count", false, &used, err)))
+        return st;
+    if (n <= 1) {
+        if (ai->moe == MOE_NORM || ai->moe == MOE_PLAIN)
+            return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.expert_count = %d: %s needs experts",
+                                   m->arch_name, n, m->arch_name);
+        return WGLLM_STATUS_OK;
+    }
+    if (ai->moe == MOE_NONE)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "%s.expert_count = %d: experts are not supported for %s yet (they are for llama, "
+                               "mistral, qwen3moe and olmoe)", m->arch_name, n, m->arch_name);
+    /* llama.cpp's LLAMA_MAX_EXPERTS */
+    if (n > 512 || used <= 0 || used > n)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "%s.expert_count = %d, expert_used_count = %d: expected 1 <= used <= count <= 512",
+                               m->arch_name, n, used);
+    hp->n_expert = n;
+    hp->n_expert_used = used;
+    /* qwen3moe: expert_feed_forward_length, else n_ff / used; the others: n_ff */
+    hp->n_ff_exp = ai->moe == MOE_NORM ? hp->n_ff / used : hp->n_ff;
+    if (ai->moe == MOE_NORM && (st = get_arch_u32(m, "expert_feed_forward_length", false, &hp->n_ff_exp, err)))
+        return st;
+    if (hp->n_ff_exp <= 0 || hp->n_ff_exp > (1 << 20))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s: expert feed-forward length %d is out of range",
+                               m->arch_name, hp->n_ff_exp);
+    hp->moe_norm_w = ai->moe != MOE_PLAIN;
+    return WGLLM_STATUS_OK;
+}
+
 /* YaRN's remaining constants as llama.cpp's context derives them (after
  * rope.scaling.* and the original context are read): mistral3's files may
  * move the ramp (yarn_beta_fast/slow) and correct the magnitude
@@ -537,6 +586,8 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     hp->n_ctx_orig = hp->n_ctx_train;
     if ((st = get_arch_u32(m, "rope.scaling.original_context_length", false, &hp->n_ctx_orig, err))) return st;
     if ((st = read_yarn_hparams(m, ai, err))) return st;
+    if ((st = read_moe_hparams(m, ai, err))) return st;
+    if (ai->qk_norm_whole) hp->qk_norm_whole = true;
     if (!ai->longrope)
         for (size_t i = 0; i < 2; i++) {
             static const char *const longrope[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
@@ -610,6 +661,63 @@ static struct wgllm_weight weight_rows(const struct wgllm_weight *w, int64_t r0,
     if (w->data) v.data = (const char *)w->data + (size_t)r0 * w->row_size;
     snprintf(v.name, sizeof v.name, "%.50s[%s]", w->name, part);
     return v;
+}
+
+/* A stack of n_expert matrices of ne1 rows of ne0 (a 3-D tensor
+ * [ne0, ne1, n_expert]) as one weight of n_expert * ne1 rows. */
+static enum wgllm_status bind_experts(struct binder *b, const char *name, int64_t ne0, int64_t ne1, int n_expert,
+                                      struct wgllm_weight *w, struct wgllm_error *err) {
+    memset(w, 0, sizeof(*w));
+    const struct wgllm_gguf_tensor *t = wgllm_gguf_find_tensor(b->m->gguf, name);
+    if (!t) return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing tensor '%s'", name);
+    if (t->n_dims != 3 || t->ne[0] != (uint64_t)ne0 || t->ne[1] != (uint64_t)ne1 || t->ne[2] != (uint64_t)n_expert) {
+        char shape[96];
+        shape_str(shape, sizeof shape, t);
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tensor '%s' has shape %s, expected [%lld, %lld, %d]",
+                               name, shape, (long long)ne0, (long long)ne1, n_expert);
+    }
+    if (!wgllm_type_supported(t->type))
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "tensor '%s' has type %s, which wgllm cannot compute with yet", name,
+                               wgllm_type_name(t->type));
+    w->type = t->type;
+    w->ne0 = ne0;
+    w->ne1 = ne1 * n_expert; /* check_hparams and read_moe_hparams bounded both */
+    w->row_size = wgllm_row_size(t->type, ne0);
+    w->data = t->data;
+    w->n_expert = n_expert;
+    snprintf(w->name, sizeof w->name, "%s", name);
+    w->tensor = t;
+    if (!b->dry) b->m->weight_bytes += t->size;
+    return WGLLM_STATUS_OK;
+}
+
+/* A mixture-of-experts FFN: the router and the stacks (llama.cpp's names);
+ * the dense FFN's tensors or an old per-expert layout (ffn_gate.0.weight)
+ * alongside are refused by name rather than left out. */
+static enum wgllm_status bind_moe(struct binder *b, int il, struct wgllm_layer *L, struct wgllm_error *err) {
+    const struct wgllm_hparams *hp = &b->m->hp;
+    const int64_t E = hp->n_embd, FE = hp->n_ff_exp;
+    const int X = hp->n_expert;
+    char n[96];
+    enum wgllm_status st;
+    static const char *const dense[] = {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_gate.0.weight",
+                                        "ffn_gate_up_exps.weight", "ffn_gate_shexp.weight", "ffn_gate_inp.bias",
+                                        "ffn_gate_exps.bias", "ffn_down_exps.bias", "exp_probs_b.bias"};
+    for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+        snprintf(n, sizeof n, "blk.%d.%s", il, dense[i]);
+        if (wgllm_gguf_find_tensor(b->m->gguf, n))
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' is not supported in a %s "
+                                   "mixture-of-experts layer yet", n, b->m->arch_name);
+    }
+#define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, il), n)
+    if ((st = bind_matrix(b, NAME("ffn_gate_inp.weight"), E, X, true, &L->gate_inp, err)) ||
+        (st = bind_experts(b, NAME("ffn_gate_exps.weight"), E, FE, X, &L->w_gate, err)) ||
+        (st = bind_experts(b, NAME("ffn_up_exps.weight"), E, FE, X, &L->w_up, err)) ||
+        (st = bind_experts(b, NAME("ffn_down_exps.weight"), FE, E, X, &L->w_down, err)))
+        return st;
+#undef NAME
+    return WGLLM_STATUS_OK;
 }
 
 /* A 1-D tensor of n elements: checked in the first pass, converted to f32 at
@@ -707,7 +815,10 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
                    (st = bind_matrix(b, NAME("attn_v.weight"), E, VD, true, &L->wv, err))) {
             return st;
         }
-        if (ai->fused_gate_up) {
+        memset(&L->gate_inp, 0, sizeof L->gate_inp);
+        if (hp->n_expert > 0) {
+            if ((st = bind_moe(b, il, L, err))) return st;
+        } else if (ai->fused_gate_up) {
             if ((st = bind_matrix(b, NAME("ffn_up.weight"), E, 2 * F, true, &fused, err))) return st;
             L->w_gate = weight_rows(&fused, 0, F, "gate");
             L->w_up = weight_rows(&fused, F, F, "up");
@@ -720,7 +831,7 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
                               (st = bind_vector(b, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, err))))
             return st;
         if ((st = bind_matrix(b, NAME("attn_output.weight"), OD, E, true, &L->wo, err)) ||
-            (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)))
+            (hp->n_expert == 0 && (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err))))
             return st;
         L->bq = L->bk = L->bv = L->q_norm = L->k_norm = L->post_attn_norm = L->post_ffn_norm = NULL;
         L->swa = layer_is_swa(hp, il);
@@ -1025,6 +1136,10 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
                            (float)hp->no_rope_step};
         h = fnv1a_bytes(h, g, sizeof g);
     }
+    if (hp->n_expert > 0) {
+        const int g[] = {hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->moe_norm_w};
+        h = fnv1a_bytes(h, g, sizeof g);
+    }
     if (hp->yarn_ext_factor != 0.0f || hp->attn_temp_scale != 0.0f) { /* YaRN, mistral3 */
         const float g[] = {hp->yarn_ext_factor, hp->yarn_beta_fast, hp->yarn_beta_slow, hp->yarn_attn_factor,
                            (float)hp->n_ctx_orig, hp->attn_temp_scale, (float)hp->attn_temp_floor};
@@ -1037,6 +1152,7 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
         const struct wgllm_layer *L = &m->layers[il];
         const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int j = 0; j < 7; j++) h = fingerprint_weight(h, m, ws[j]);
+        if (L->gate_inp.ne1) h = fingerprint_weight(h, m, &L->gate_inp);
         /* olmo2 has no attention pre-norm: its post-norm stands for it */
         h = fnv1a_bytes(h, L->attn_norm ? L->attn_norm : L->post_attn_norm, sizeof(float) * (size_t)hp->n_embd);
     }
@@ -1128,5 +1244,18 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
     APPEND("\n");
     APPEND("weights:       %.1f MiB%s\n", m->weight_bytes / 1048576.0,
            wgllm_model_streamed(m) ? " (streamed from the file: read when the WebGPU backend uploads them)" : "");
+    if (hp->n_expert > 0) {
+        /* what one token reads: everything but the experts it did not choose */
+        uint64_t experts = 0;
+        for (int il = 0; il < hp->n_layer; il++) {
+            const struct wgllm_layer *L = &m->layers[il];
+            experts += L->w_gate.tensor->size + L->w_up.tensor->size + L->w_down.tensor->size;
+        }
+        const double unused = (double)experts * (1.0 - (double)hp->n_expert_used / hp->n_expert);
+        APPEND("experts:       %d per layer, %d used per token, FFN %d each, weights %s; a token reads %.1f MiB "
+               "of the %.1f MiB (%.0f%%)\n", hp->n_expert, hp->n_expert_used, hp->n_ff_exp,
+               hp->moe_norm_w ? "renormalized" : "as routed", ((double)m->weight_bytes - unused) / 1048576.0,
+               m->weight_bytes / 1048576.0, 100.0 * ((double)m->weight_bytes - unused) / (double)m->weight_bytes);
+    }
     return len;
 }

@@ -27,6 +27,8 @@ enum wgllm_arch {
     WGLLM_ARCH_OLMO2,   /* post-norms only, q/k RMSNorm over the whole projection, neox RoPE */
     WGLLM_ARCH_SMOLLM3, /* the llama block without RoPE on every 4th layer */
     WGLLM_ARCH_MISTRAL3, /* the llama block with YaRN's keys and Llama 4's attention temperature (Ministral 3) */
+    WGLLM_ARCH_QWEN3MOE, /* qwen3's block with a mixture-of-experts FFN */
+    WGLLM_ARCH_OLMOE,    /* the llama block, q/k RMSNorm over the whole projection, experts without renormalization */
 };
 
 /* The feed-forward's gate activation: act(gate) * up. */
@@ -93,6 +95,13 @@ struct wgllm_hparams {
      * 0: off */
     float attn_temp_scale;
     int attn_temp_floor;
+    /* Mixture of experts (expert_count > 0: qwen3moe, olmoe, llama/mistral
+     * with experts as Mixtral): each layer's FFN is n_expert SwiGLU FFNs of
+     * n_ff_exp; a router (ffn_gate_inp) softmaxes its logits over them, the
+     * n_expert_used most probable run, and their outputs are summed weighted
+     * by those probabilities, renormalized to sum 1 when moe_norm_w. */
+    int n_expert, n_expert_used, n_ff_exp;
+    bool moe_norm_w;
     /* granite, olmo2, smollm3 (the defaults 1, 1, true, false, 0 are the llama block) */
     float residual_scale;  /* each block's attention and FFN outputs are multiplied by this before the add */
     float logit_scale;     /* the logits are multiplied by this (granite: 1 / granite.logit_scale) */
@@ -110,6 +119,8 @@ struct wgllm_weight {
     const void *data;
     char name[64];    /* the tensor's name, for messages (GGUF names are < 64 bytes) */
     const struct wgllm_gguf_tensor *tensor; /* where its bytes are in the file (data may be NULL: streamed) */
+    int n_expert; /* > 0: a stack of experts (ffn_*_exps, 3-D in the file): expert e is rows
+                     [e * ne1 / n_expert, (e + 1) * ne1 / n_expert) */
     uint64_t offset; /* where in `tensor` its rows start: a block of rows of a fused matrix
                         (phi3's attn_qkv, ffn_up) is a weight of its own; 0 otherwise */
     /* The same matrix in the row-interleaved layout of quant/repack.h when this
@@ -122,7 +133,10 @@ struct wgllm_weight {
 /* Vectors (norm weights, biases) are converted to f32 at load, whatever
  * their type in the file; NULL when the architecture has none. */
 struct wgllm_layer {
-    struct wgllm_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    /* on a mixture-of-experts layer w_gate, w_up and w_down are the experts'
+     * stacks (wgllm_weight.n_expert) and gate_inp the router (n_expert rows);
+     * gate_inp.ne1 is 0 otherwise */
+    struct wgllm_weight wq, wk, wv, wo, w_gate, w_up, w_down, gate_inp;
     float *attn_norm, *ffn_norm; /* NULL without pre-norms (olmo2) */
     float *bq, *bk, *bv;     /* qwen2 */
     float *q_norm, *k_norm;  /* qwen3, gemma3: per-head, head_dim_k floats; olmo2: the whole

@@ -21,18 +21,27 @@
  * the same kind of tokenizer. */
 static const struct wgllm_synth_shape synth_shapes[] = {
     /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied   rope variant, swa, swa pattern, attn cap, final cap, template */
-    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
     /* YaRN (factor 4 from an original context of 128, llama); mistral3 with
      * Ministral 3's YaRN keys (factor 16, log multiplier 1) and attention
      * temperature from an original context of 16 */
-    {"tiny-yarn",      "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 5, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-mistral3", "mistral3", "ggml-vocab-llama-spm.gguf", 2, 256, 8,  4, 32,  512,  512,   1e6f, 1e-5f, false, false, false, 6, 0, 0, 0.0f, 0.0f, NULL},
-    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
+    {"tiny-yarn",      "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 5, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-mistral3", "mistral3", "ggml-vocab-llama-spm.gguf", 2, 256, 8,  4, 32,  512,  512,   1e6f, 1e-5f, false, false, false, 6, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    /* mixture of experts: 8 experts, 2 used (qwen3moe: an expert FFN of its
+     * own length, GPT-2's vocabulary as tiny-qwen3); Mixtral's (llama with
+     * experts: 4 experts of n_ff); olmoe's (no GQA, as llama.cpp reads its k norm as n_embd long; q/k norms over the whole
+     * projection, weights not renormalized); and a realistic 16-expert,
+     * 2-active qwen3moe of ~2B parameters (~0.4B active) for the benchmark */
+    {"tiny-qwen3moe", "qwen3moe", "ggml-vocab-gpt-2.gguf", 2, 256, 4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true,  0, 0, 0, 0.0f, 0.0f, NULL, 8, 2, 256},
+    {"tiny-mixtral",  "llama",    "ggml-vocab-llama-spm.gguf", 2, 256, 8, 4, 32, 256, 512,  1e6f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 4, 2, 256},
+    {"tiny-olmoe",    "olmoe",    "ggml-vocab-llama-spm.gguf", 2, 256, 8, 8, 32, 256, 512,  1e4f, 1e-5f, false, true,  false, 0, 0, 0, 0.0f, 0.0f, NULL, 8, 2, 256},
+    {"qwen3moe-16x2", "qwen3moe", "ggml-vocab-gpt-2.gguf", 24, 1536, 16, 4, 128, 8192, 32768, 1e6f, 1e-6f, false, true, true, 0, 0, 0, 0.0f, 0.0f, NULL, 16, 2, 1024},
+    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
     /* gemma: Gemma's own vocabulary (256k tokens) is not available here; they use
      * LLaMA's SentencePiece one (the same kind of tokenizer, BOS added) with
      * Gemma's chat template. The tiny ones have a sliding window of 8, so a
@@ -46,14 +55,14 @@ static const struct wgllm_synth_shape synth_shapes[] = {
      * by ~1e-6 (f32) and ~4e-3 (q8_0, scalar kernels) after six. Their head dim
      * is not n_embd / n_head (as in the real models), and tiny-gemma2's
      * attention cap (5) is small enough to change the scores measurably. */
-    {"tiny-gemma3",    "gemma3", "ggml-vocab-llama-spm.gguf", 3, 256, 4,  2, 128, 512,  512,   1e6f, 1e-6f, false, true,  true, 0, 8, 3,   0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
-    {"tiny-gemma2",    "gemma2", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 128, 512,  512,   1e4f, 1e-6f, false, false, true, 0, 8, 0,   5.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
+    {"tiny-gemma3",    "gemma3", "ggml-vocab-llama-spm.gguf", 3, 256, 4,  2, 128, 512,  512,   1e6f, 1e-6f, false, true,  true, 0, 8, 3,   0.0f,  0.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
+    {"tiny-gemma2",    "gemma2", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 128, 512,  512,   1e4f, 1e-6f, false, false, true, 0, 8, 0,   5.0f, 30.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
     /* phi3: fused attn_qkv and ffn_up (gate rows, then up rows), as llama.cpp's
      * converter writes Phi-3; no LongRoPE factors (Phi-3-mini-4k style) */
-    {"tiny-phi3",      "phi3",   "ggml-vocab-phi-3.gguf",     2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
-    {"tiny-phi3-longrope", "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 3, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
-    {"tiny-phi3-longctx",  "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  8192,  1e4f, 1e-5f, false, false, false, 4, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
-    {"phi3-mini",      "phi3",   "ggml-vocab-phi-3.gguf",     32, 3072, 32, 32, 96, 8192, 4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja"},
+    {"tiny-phi3",      "phi3",   "ggml-vocab-phi-3.gguf",     2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0},
+    {"tiny-phi3-longrope", "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 3, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0},
+    {"tiny-phi3-longctx",  "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  8192,  1e4f, 1e-5f, false, false, false, 4, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0},
+    {"phi3-mini",      "phi3",   "ggml-vocab-phi-3.gguf",     32, 3072, 32, 32, 96, 8192, 4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0},
     /* granite, olmo2, smollm3: their own vocabularies (49k, 100k, 128k byte-level
      * BPE tokens) are not available here: the realistic shapes use GPT-2's (the
      * same kind), the tiny ones LLaMA's SentencePiece one (32k tokens: the
@@ -70,14 +79,14 @@ static const struct wgllm_synth_shape synth_shapes[] = {
      * the q8_0 bound (tiny-smollm3 with GPT-2's vocabulary, mean KL against
      * llama.cpp: 3.5e-3 on the scalar kernels, 3.6e-5 on the best; untied:
      * 3.8e-4). */
-    {"tiny-granite",   "granite", "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-olmo2",     "olmo2",   "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"tiny-smollm3",   "smollm3", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 64,  512,  512,   1e4f, 1e-6f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"granite-3-2b",   "granite", "ggml-vocab-gpt-2.gguf",    40, 2048, 32, 8, 64, 8192, 4096, 1e4f, 1e-5f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"olmo2-1b",       "olmo2",   "ggml-vocab-gpt-2.gguf",    16, 2048, 16, 16, 128, 8192, 4096, 5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"smollm3-3b",     "smollm3", "ggml-vocab-gpt-2.gguf",    36, 2048, 16, 4, 128, 11008, 65536, 5e6f, 1e-6f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL},
-    {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja"},
-    {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja"},
+    {"tiny-granite",   "granite", "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-olmo2",     "olmo2",   "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-smollm3",   "smollm3", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 64,  512,  512,   1e4f, 1e-6f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"granite-3-2b",   "granite", "ggml-vocab-gpt-2.gguf",    40, 2048, 32, 8, 64, 8192, 4096, 1e4f, 1e-5f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"olmo2-1b",       "olmo2",   "ggml-vocab-gpt-2.gguf",    16, 2048, 16, 16, 128, 8192, 4096, 5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"smollm3-3b",     "smollm3", "ggml-vocab-gpt-2.gguf",    36, 2048, 16, 4, 128, 11008, 65536, 5e6f, 1e-6f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
+    {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
 };
 #define SYNTH_N_SHAPES (sizeof(synth_shapes) / sizeof(synth_shapes[0]))
 
@@ -205,7 +214,7 @@ struct synth_tensor {
     char name[64];
     uint32_t type;
     uint32_t n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3]; /* a 3-D tensor (a stack of experts) is ne[1] * ne[2] rows */
     float mean, std;
     uint64_t key;
 };
@@ -227,10 +236,22 @@ static void synth_add(struct synth_ctx *c, const char *name, uint32_t type, uint
     t->n_dims = ne1 > 0 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 > 0 ? ne1 : 1;
+    t->ne[2] = 1;
     t->mean = mean;
     t->std = std;
     t->key = synth_key(seed, name);
     if ((int64_t)ne0 > c->scratch_n) c->scratch_n = (int64_t)ne0;
+}
+
+/* blk.L.NAME: a stack of n experts' [ne0, ne1] matrices, N(0, std^2) */
+static void synth_add_experts(struct synth_ctx *c, int l, const char *name, uint32_t type, uint64_t ne0, uint64_t ne1,
+                              uint64_t n, float std, uint64_t seed) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "blk.%d.%s", l, name);
+    synth_add(c, nm, type, ne0, ne1, 0.0f, std, seed);
+    struct synth_tensor *t = &c->t[c->n - 1];
+    t->n_dims = 3;
+    t->ne[2] = n;
 }
 
 static bool synth_is_gemma(const struct wgllm_synth_shape *s) { return strncmp(s->arch, "gemma", 5) == 0; }
@@ -288,7 +309,7 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
             if (s->qkv_bias) { BLK("attn_v.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
         }
         BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q) / res);
-        if (s->qk_norm && olmo2) { /* over the whole q and k projections */
+        if (s->qk_norm && (olmo2 || strcmp(s->arch, "olmoe") == 0)) { /* over the whole q and k projections */
             BLK("attn_q_norm.weight", F32, Q, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
             BLK("attn_k_norm.weight", F32, KV, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
         } else if (s->qk_norm) {
@@ -302,11 +323,21 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
         if (!olmo2) { BLK("ffn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise); }
         if (fused) {
             BLK("ffn_up.weight", wt, E, 2 * F, 0.0f, g_in / sqrtf((float)E));
+        } else if (s->n_expert > 0) {
+            /* the router's logits have std ~3 so that the chosen experts are
+             * well apart from the next (no near-ties for float noise to
+             * flip); it stays f32 in every type, as llama.cpp's quantizer
+             * keeps ffn_gate_inp */
+            const uint64_t X = (uint64_t)s->n_expert, FE = (uint64_t)s->n_ff_exp;
+            BLK("ffn_gate_inp.weight", F32, E, X, 0.0f, 3.0f / sqrtf((float)E));
+            synth_add_experts(c, l, "ffn_gate_exps.weight", wt, E, FE, X, g_in / sqrtf((float)E), seed);
+            synth_add_experts(c, l, "ffn_up_exps.weight", wt, E, FE, X, g_in / sqrtf((float)E), seed);
+            synth_add_experts(c, l, "ffn_down_exps.weight", wt, FE, E, X, g_out / sqrtf((float)FE) / res, seed);
         } else {
             BLK("ffn_gate.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
             BLK("ffn_up.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
         }
-        BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F) / res);
+        if (s->n_expert == 0) { BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F) / res); }
         if (gemma || olmo2) { BLK("post_ffw_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
 #undef BLK
     }
@@ -326,8 +357,8 @@ static bool synth_fill(int64_t index, void *buf, uint64_t size, void *user) {
     const struct wgllm_type_traits *tt = wgllm_type_traits(t->type);
     const int64_t ne0 = (int64_t)t->ne[0];
     const size_t row = (size_t)(ne0 / tt->blck_size) * tt->type_size;
-    WGLLM_ASSERT((uint64_t)row * t->ne[1] == size);
-    for (uint64_t r = 0; r < t->ne[1]; r++) {
+    WGLLM_ASSERT((uint64_t)row * t->ne[1] * t->ne[2] == size);
+    for (uint64_t r = 0; r < t->ne[1] * t->ne[2]; r++) {
         uint8_t *dst = (uint8_t *)buf + r * row;
         if (t->type == WGLLM_TYPE_F32) {
             synth_gen((float *)(void *)dst, ne0, t->key, r * (uint64_t)ne0, t->mean, t->std);
@@ -432,6 +463,16 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         synth_key_name(k, sizeof(k), A, "rope.scaling.original_context_length");
         wgllm_gguf_writer_set_u32(w, k, s->rope_variant == 3 ? (uint32_t)s->n_ctx : 32u);
     }
+    if (s->n_expert > 0) {
+        synth_key_name(k, sizeof(k), A, "expert_count");
+        wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_expert);
+        synth_key_name(k, sizeof(k), A, "expert_used_count");
+        wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_expert_used);
+        if (strcmp(s->arch, "qwen3moe") == 0) {
+            synth_key_name(k, sizeof(k), A, "expert_feed_forward_length");
+            wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_ff_exp);
+        }
+    }
     if (s->rope_variant == 2 || s->rope_variant == 5 || s->rope_variant == 6) {
         synth_key_name(k, sizeof(k), A, "rope.scaling.type");
         wgllm_gguf_writer_set_str(w, k, s->rope_variant == 2 ? "linear" : "yarn");
@@ -517,10 +558,19 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
 
     struct synth_ctx c = {0};
     synth_build(&c, s, n_layer, n_vocab, p->type, p->seed);
-    for (int i = 0; i < c.n; i++)
-        wgllm_gguf_writer_add_tensor(w, c.t[i].name, c.t[i].type, c.t[i].n_dims, c.t[i].ne);
-    c.scratch = malloc((size_t)c.scratch_n * sizeof(float));
-    if (!c.scratch) {
+    int bad = -1; /* a row the type's blocks do not divide (e.g. Q4_K's 256 in a 128-wide expert) */
+    for (int i = 0; i < c.n && bad < 0; i++)
+        if (c.t[i].ne[0] % (uint64_t)wgllm_type_traits(c.t[i].type)->blck_size) bad = i;
+    if (bad < 0)
+        for (int i = 0; i < c.n; i++)
+            wgllm_gguf_writer_add_tensor(w, c.t[i].name, c.t[i].type, c.t[i].n_dims, c.t[i].ne);
+    c.scratch = bad >= 0 ? NULL : malloc((size_t)c.scratch_n * sizeof(float));
+    if (bad >= 0) {
+        st = wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                             "shape '%s' cannot be written in %s: tensor '%s' has rows of %llu, not a "
+                             "multiple of the type's block of %d", s->name, wgllm_type_name(p->type), c.t[bad].name,
+                             (unsigned long long)c.t[bad].ne[0], (int)wgllm_type_traits(c.t[bad].type)->blck_size);
+    } else if (!c.scratch) {
         st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "synth: no memory");
     } else if (p->max_split_bytes > 0) {
         st = wgllm_gguf_writer_write_split(w, path, p->max_split_bytes, synth_fill, &c, err);

@@ -60,6 +60,8 @@ struct wgllm_synth_shape {
     float attn_softcap;     /* attn_logit_softcapping; 0: not written */
     float final_softcap;    /* final_logit_softcapping; 0: not written */
     const char *template_file; /* tokenizer.chat_template from templates/<this>; NULL: the vocab's */
+    /* mixture of experts (qwen3moe, olmoe, llama as Mixtral): 0 experts: a dense FFN */
+    int n_expert, n_expert_used, n_ff_exp;
 };
 /* NULL when the name is unknown. */
 const struct wgllm_synth_shape *wgllm_synth_shape(const char *name);

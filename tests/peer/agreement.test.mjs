@@ -87,7 +87,11 @@ const greedyFor = (shape, type) => (SHAPE_GREEDY[shape] ?? GREEDY_TYPES).include
 const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']], ['tiny-ropescale', ['f32', 'q8_0']],
   ['tiny-phi3-longrope', ['f32', 'q8_0']], ['tiny-phi3-longctx', ['f32', 'q8_0']],
   // YaRN (llama), and mistral3's YaRN keys with its attention temperature past the original context
-  ['tiny-yarn', ['f32']], ['tiny-mistral3', ['f32', 'q8_0']]];
+  ['tiny-yarn', ['f32']], ['tiny-mistral3', ['f32', 'q8_0']],
+  // mixture of experts: qwen3moe (renormalized), Mixtral (llama with experts), olmoe (not renormalized).
+  // Not in K-quants here: the router's choice turns a quantization-sized difference at a near-tie
+  // into a different expert (tiny-qwen3moe q4_k: mean KL 3e-3 at the AVX2 level, 4e-4 on scalar).
+  ['tiny-qwen3moe', ['f32', 'q8_0']], ['tiny-mixtral', ['f32', 'q8_0']], ['tiny-olmoe', ['f32']]];
 const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
 const LEVELS = kernelLevels();
 const N_POS = 64;
@@ -275,6 +279,7 @@ const MUTATIONS = [
   ['RoPE on the no-RoPE layer (read as mistral), smollm3', 'tiny-smollm3', 'q8_0', (b) => withArch(b, 'smollm3', 'mistral'), { greedy: false }],
   // YaRN's ramp is placed by the original context; mistral3's queries past it are scaled by the temperature
   ['a wrong YaRN original context (x4), llama', 'tiny-yarn', 'f32', (b) => withU32(b, 'llama.rope.scaling.original_context_length', (v) => v * 4), { greedy: false }],
+  ['one more expert used per token (2 -> 3), qwen3moe', 'tiny-qwen3moe', 'f32', (b) => withU32(b, 'qwen3moe.expert_used_count', (v) => v + 1), { greedy: false }],
   ['a wrong attention temperature scale (x2), mistral3', 'tiny-mistral3', 'f32', (b) => withF32(b, 'mistral3.attention.temperature_scale', (v) => v * 2), { greedy: false }],
 ];
 for (const [what, shape, type, mutate, opts] of MUTATIONS) {

@@ -62,6 +62,21 @@ struct cpu_ctx {
     float *out_logits; /* the context's rows; NULL when computing embeddings */
     float *out_embd;   /* the context's rows; NULL when computing logits */
     uint64_t bytes;    /* allocated, for host_memory */
+
+    /* mixture of experts (model->hp.n_expert > 0), for n_batch tokens x
+     * n_expert_used choices = R rows grouped by expert */
+    struct {
+        float *logits;       /* n_batch x n_expert: router logits, then probabilities */
+        int32_t *sel;        /* n_batch x used: the chosen experts, most probable first */
+        float *w;            /* n_batch x used: their weights */
+        int32_t *row_of;     /* n_batch x used: the row of (token, choice) */
+        int32_t *tok_of;     /* R: the token of a row */
+        int32_t *cnt, *off;  /* n_expert (+1): rows per expert, the first row of each */
+        float *rows;         /* R x n_embd: gathered f32 inputs, then the experts' outputs */
+        void *xq[2];         /* R rows of the gate's / up's input in their vec_dot_type */
+        float *g, *u;        /* R x n_ff_exp */
+        void *dq;            /* R rows of the down projection's input in its vec_dot_type */
+    } moe;
 };
 
 /* ---- matrix products ---------------------------------------------------- */
@@ -191,6 +206,142 @@ static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, cons
     wgllm_op_softmax(s, n);
     wgllm_fp32_to_fp16_row(s, tmp, n);
     for (int d = 0; d < dv; d++) dot16(n, &out[d], Vt + (size_t)d * c->n_ctx + j0, tmp);
+}
+
+/* ---- mixture of experts ------------------------------------------------ */
+
+/* Expert e of a stack (wgllm_weight.n_expert) as a weight of its own. */
+static struct wgllm_weight expert_view(const struct wgllm_weight *w, int e) {
+    struct wgllm_weight v = *w;
+    v.ne1 = w->ne1 / w->n_expert;
+    v.data = (const char *)w->data + (size_t)e * (size_t)v.ne1 * w->row_size;
+    v.rp = NULL;
+    return v;
+}
+
+/* Converts f32 rows src[idx[r]] (ld floats apart; idx NULL: row r) for r in
+ * [0, n) into `type` at dst, each thread its share of rows. */
+static struct act moe_gather(void *dst, const float *src, int ld, const int32_t *idx, int n, int64_t K, uint32_t type,
+                             int ith, int nth) {
+    const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+    const size_t stride = type == WGLLM_TYPE_F32 ? (size_t)K * sizeof(float) : wgllm_row_size(type, K);
+    int64_t lo, hi;
+    wgllm_split_range(n, ith, nth, 1, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = src + (size_t)(idx ? idx[r] : r) * (size_t)ld;
+        char *d = (char *)dst + (size_t)r * stride;
+        if (type == WGLLM_TYPE_F32) memcpy(d, x, (size_t)K * sizeof(float));
+        else tr->from_float(x, d, K);
+    }
+    return (struct act){dst, stride};
+}
+
+/* x[t] += sum of the chosen experts' SwiGLU FFNs of fin[t], weighted, as
+ * llama.cpp's build_moe_ffn: softmax over the router's logits, the
+ * n_expert_used most probable (ties: the lower index), their probabilities
+ * renormalized (moe_norm_w: divided by their sum, at least 2^-14); each
+ * expert's rows read once per pass for all the tokens that chose it
+ * (MUL_MAT_ID); the weighted outputs summed in the order chosen, then
+ * added to the stream. Ends at a barrier. */
+static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float *fin, int nr, int ith, int nth) {
+    const struct wgllm_hparams *hp = &c->model->hp;
+    struct wgllm_threadpool *tp = c->tp;
+    const int E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, FE = hp->n_ff_exp, R = nr * K;
+    int64_t lo, hi;
+
+    struct act ar = act_prepare(c, ith, nth, 0, fin, E, nr, E, vdt(&L->gate_inp));
+    wgllm_threadpool_barrier(tp);
+    matmul(&L->gate_inp, ar, nr, c->moe.logits, X, ith, nth, false, NULL);
+    wgllm_threadpool_barrier(tp);
+
+    wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float *p = c->moe.logits + (size_t)t * X;
+        wgllm_op_softmax(p, X);
+        int32_t *sel = c->moe.sel + (size_t)t * K;
+        float *w = c->moe.w + (size_t)t * K, sum = 0.0f;
+        for (int i = 0; i < K; i++) {
+            int best = -1;
+            for (int e = 0; e < X; e++) {
+                bool taken = false;
+                for (int j = 0; j < i && !taken; j++) taken = sel[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[i] = best;
+            w[i] = p[best];
+            sum += w[i];
+        }
+        if (hp->moe_norm_w) {
+            sum = fmaxf(sum, 6.103515625e-5f);
+            for (int i = 0; i < K; i++) w[i] /= sum;
+        }
+    }
+    wgllm_threadpool_barrier(tp);
+
+    if (ith == 0) { /* rows grouped by expert, tokens in order within each */
+        memset(c->moe.cnt, 0, sizeof(int32_t) * (size_t)X);
+        for (int r = 0; r < R; r++) c->moe.cnt[c->moe.sel[r]]++;
+        c->moe.off[0] = 0;
+        for (int e = 0; e < X; e++) c->moe.off[e + 1] = c->moe.off[e] + c->moe.cnt[e];
+        memset(c->moe.cnt, 0, sizeof(int32_t) * (size_t)X);
+        for (int r = 0; r < R; r++) {
+            const int e = c->moe.sel[r], row = c->moe.off[e] + c->moe.cnt[e]++;
+            c->moe.row_of[r] = row;
+            c->moe.tok_of[row] = r / K;
+        }
+    }
+    wgllm_threadpool_barrier(tp);
+
+    const uint32_t tg = vdt(&L->w_gate), tu = vdt(&L->w_up);
+    const struct act xg = moe_gather(tg == WGLLM_TYPE_F32 ? (void *)c->moe.rows : c->moe.xq[0], fin, E,
+                                     c->moe.tok_of, R, E, tg, ith, nth);
+    const struct act xu = tu == tg ? xg
+                                   : moe_gather(tu == WGLLM_TYPE_F32 ? (void *)c->moe.rows : c->moe.xq[1], fin, E,
+                                                c->moe.tok_of, R, E, tu, ith, nth);
+    wgllm_threadpool_barrier(tp);
+    int64_t f0, f1;
+    wgllm_split_range(FE, ith, nth, 16, &f0, &f1);
+    for (int e = 0; e < X && f1 > f0; e++) {
+        const int n = c->moe.off[e + 1] - c->moe.off[e], r0 = c->moe.off[e];
+        if (!n) continue;
+        const struct wgllm_weight gv = expert_view(&L->w_gate, e), uv = expert_view(&L->w_up, e);
+        const struct act ag = {(const char *)xg.data + (size_t)r0 * xg.stride, xg.stride};
+        const struct act au = {(const char *)xu.data + (size_t)r0 * xu.stride, xu.stride};
+        matmul_range(&gv, ag, n, c->moe.g + (size_t)r0 * FE, FE, f0, f1, false, NULL);
+        matmul_range(&uv, au, n, c->moe.u + (size_t)r0 * FE, FE, f0, f1, false, NULL);
+        for (int t = 0; t < n; t++) {
+            float *g = c->moe.g + (size_t)(r0 + t) * FE + f0;
+            wgllm_op_swiglu(g, c->moe.u + (size_t)(r0 + t) * FE + f0, g, (int)(f1 - f0));
+        }
+    }
+    wgllm_threadpool_barrier(tp);
+    const uint32_t td = vdt(&L->w_down);
+    const struct act xd =
+        td == WGLLM_TYPE_F32 ? (struct act){c->moe.g, (size_t)FE * sizeof(float)}
+                             : moe_gather(c->moe.dq, c->moe.g, FE, NULL, R, FE, td, ith, nth);
+    wgllm_threadpool_barrier(tp);
+    int64_t e0, e1;
+    wgllm_split_range(E, ith, nth, 16, &e0, &e1);
+    for (int e = 0; e < X && e1 > e0; e++) {
+        const int n = c->moe.off[e + 1] - c->moe.off[e], r0 = c->moe.off[e];
+        if (!n) continue;
+        const struct wgllm_weight dv = expert_view(&L->w_down, e);
+        const struct act ad = {(const char *)xd.data + (size_t)r0 * xd.stride, xd.stride};
+        matmul_range(&dv, ad, n, c->moe.rows + (size_t)r0 * E, E, e0, e1, false, NULL);
+    }
+    wgllm_threadpool_barrier(tp);
+    wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float *x = c->x + (size_t)t * E;
+        const int32_t *rows = c->moe.row_of + (size_t)t * K;
+        const float *w = c->moe.w + (size_t)t * K;
+        for (int i = 0; i < E; i++) {
+            float s = w[0] * c->moe.rows[(size_t)rows[0] * E + i];
+            for (int j = 1; j < K; j++) s += w[j] * c->moe.rows[(size_t)rows[j] * E + i];
+            x[i] += s;
+        }
+    }
+    wgllm_threadpool_barrier(tp);
 }
 
 /* ---- the forward pass ------------------------------------------------- */
@@ -350,6 +501,10 @@ static void forward_worker(void *arg, int ith, int nth) {
                 wgllm_op_rms_norm(c->x + t * E, L->ffn_norm, c->xn + t * E, E, hp->rms_eps);
             wgllm_threadpool_barrier(tp);
         }
+        if (L->gate_inp.ne1) {
+            moe_ffn(c, L, fin, nr, ith, nth);
+            continue;
+        }
         struct act ag = act_prepare(c, ith, nth, 0, fin, E, nr, E, vdt(&L->w_gate));
         struct act au =
             vdt(&L->w_up) == vdt(&L->w_gate) ? ag : act_prepare(c, ith, nth, 1, fin, E, nr, E, vdt(&L->w_up));
@@ -405,7 +560,9 @@ static void cpu_free(void *b) {
     wgllm_threadpool_free(c->tp);
     void *bufs[] = {c->k_cache, c->v_cache, c->x,     c->xn,         c->q,          c->k,
                     c->v,       c->att,     c->gate,  c->up,         c->scores,     c->tmp16,
-                    c->rope_cs, c->act_buf[0], c->act_buf[1], c->act_buf[2], c->rope_cs_swa};
+                    c->rope_cs, c->act_buf[0], c->act_buf[1], c->act_buf[2], c->rope_cs_swa,
+                    c->moe.logits, c->moe.sel, c->moe.w, c->moe.row_of, c->moe.tok_of, c->moe.cnt, c->moe.off,
+                    c->moe.rows, c->moe.xq[0], c->moe.xq[1], c->moe.g, c->moe.u, c->moe.dq};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) wgllm_free_aligned(bufs[i]);
     free(c);
 }
@@ -427,7 +584,9 @@ static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_erro
     uint64_t bytes = 0;
     for (int i = 0; i < n && !st; i++) {
         struct wgllm_weight *w = mats[i];
-        if (!wgllm_repack_supported(w->type, w->ne0, w->ne1)) continue;
+        /* experts are read a few rows at a time, in the file's layout (a
+         * repacked copy of every expert would double a MoE model's memory) */
+        if (w->n_expert > 0 || !wgllm_repack_supported(w->type, w->ne0, w->ne1)) continue;
         if (!(w->rp = calloc(1, sizeof(*w->rp)))) {
             st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
             break;
@@ -466,6 +625,34 @@ static enum wgllm_status cpu_weights(struct wgllm_model *m, struct wgllm_error *
     }
     pthread_mutex_unlock(&m->cpu_mu);
     return st;
+}
+
+/* The experts' scratch (cpu_ctx.moe) for n_batch tokens; false when it
+ * cannot be addressed or allocated. */
+static bool moe_alloc(struct cpu_ctx *c) {
+    const struct wgllm_hparams *hp = &c->model->hp;
+    const uint64_t B = (uint64_t)c->n_batch, X = (uint64_t)hp->n_expert, R = B * (uint64_t)hp->n_expert_used;
+    size_t logits, choice, rowsz, rows, ff;
+    /* f32-sized bounds: any vec_dot_type row is at most 4 bytes per element */
+    if (!wgllm_size_mul(B * X, sizeof(float), &logits) || !wgllm_size_mul(R, sizeof(int32_t), &choice) ||
+        !wgllm_size_mul(R * 4, (uint64_t)hp->n_embd, &rows) || !wgllm_size_mul(R * 4, (uint64_t)hp->n_ff_exp, &ff) ||
+        !wgllm_size_mul(X + 1, sizeof(int32_t), &rowsz))
+        return false;
+    c->moe.logits = ctx_alloc(c, logits);
+    c->moe.sel = ctx_alloc(c, choice);
+    c->moe.w = ctx_alloc(c, choice);
+    c->moe.row_of = ctx_alloc(c, choice);
+    c->moe.tok_of = ctx_alloc(c, choice);
+    c->moe.cnt = ctx_alloc(c, rowsz);
+    c->moe.off = ctx_alloc(c, rowsz);
+    c->moe.rows = ctx_alloc(c, rows);
+    c->moe.xq[0] = ctx_alloc(c, rows);
+    c->moe.xq[1] = ctx_alloc(c, rows);
+    c->moe.g = ctx_alloc(c, ff);
+    c->moe.u = ctx_alloc(c, ff);
+    c->moe.dq = ctx_alloc(c, ff);
+    return c->moe.logits && c->moe.sel && c->moe.w && c->moe.row_of && c->moe.tok_of && c->moe.cnt && c->moe.off &&
+           c->moe.rows && c->moe.xq[0] && c->moe.xq[1] && c->moe.g && c->moe.u && c->moe.dq;
 }
 
 static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_context_params *p, void **out,
@@ -530,6 +717,12 @@ static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_
     if (swa_rope) c->rope_cs_swa = ctx_alloc(c, rope);
     bool ok = c->tp && c->k_cache && c->v_cache && c->x && c->xn && c->q && c->k && c->v && c->att && c->gate &&
               c->up && c->scores && c->tmp16 && c->rope_cs && (!swa_rope || c->rope_cs_swa);
+    if (ok && hp->n_expert > 0 && !moe_alloc(c)) {
+        cpu_free(c);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY,
+                               "out of memory for the experts' scratch of a batch of %d tokens (%d experts, %d used)",
+                               p->n_batch, hp->n_expert, hp->n_expert_used);
+    }
     for (int i = 0; i < N_ACT_SLOTS; i++) ok = ok && c->act_buf[i];
     if (!ok) {
         double kv = 2.0 * hp->n_layer * (double)(c->layer_k + c->layer_v) / 1048576.0;
