@@ -29,13 +29,14 @@ struct wgllm_synth_params wgllm_synth_default_params(void);
 /* The shapes, NULL-terminated: "tiny", "tiny-qwen2", "tiny-qwen3",
  * "tiny-gemma2", "tiny-gemma3", ..., "tinyllama-1.1b", "qwen2-0.5b",
  * "gemma2-2b", "gemma3-1b", "tiny-granite", "tiny-olmo2", "tiny-smollm3",
- * "granite-3-2b", "olmo2-1b", "smollm3-3b". */
+ * "granite-3-2b", "olmo2-1b", "smollm3-3b", and the encoders "tiny-bert",
+ * "bge-small". */
 const char *const *wgllm_synth_shape_names(void);
 
 /* Hyper-parameters of a shape, for callers that build inputs to match. */
 struct wgllm_synth_shape {
     const char *name;
-    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2", "smollm3" */
+    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2", "smollm3", "bert" */
     const char *vocab_file; /* file name under vocab/ */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx;
     float rope_freq_base, rms_eps;
@@ -59,6 +60,9 @@ struct wgllm_synth_shape {
     float final_softcap;    /* final_logit_softcapping; 0: not written */
     const char *template_file; /* tokenizer.chat_template from templates/<this>; NULL: the vocab's */
 };
+/* bert shapes (encoders): rms_eps is their LayerNorms' epsilon, rope_freq_base
+ * is unused, qkv_bias means every projection has a bias; their pooling is
+ * synth.c's (tiny-bert mean, bge-small cls). */
 /* NULL when the name is unknown. */
 const struct wgllm_synth_shape *wgllm_synth_shape(const char *name);
 
