@@ -252,13 +252,17 @@ static uint32_t synth_bert_pooling(const struct wgllm_synth_shape *s) { return s
 
 /* bert's tensors (llama.cpp's LLM_ARCH_BERT list): post-LayerNorms (weights
  * 1 + noise, biases small) keep the stream at unit scale whatever the
- * projections add, so these only keep each branch comparable to the stream;
- * positions and the token type are smaller than the token's own row. */
+ * projections add; attn_output and ffn_down have the decoders' out_proj_gain,
+ * so that each block adds less than the stream holds: with gain 1 a block
+ * amplifies the float-order noise of its input more (bge-small at q8_0,
+ * where each matrix product rounds its input to 8 bits: cosine 0.99989 to
+ * llama.cpp and between wgllm's own kernel levels, against 0.99995 with
+ * 0.5). Positions and the token type are smaller than the token's own row. */
 static void synth_build_bert(struct synth_ctx *c, const struct wgllm_synth_shape *s, int n_layer, uint64_t n_vocab,
                              uint32_t wt, uint64_t seed) {
     const uint64_t E = (uint64_t)s->n_embd, F = (uint64_t)s->n_ff, Q = (uint64_t)s->head_dim * (uint64_t)s->n_head;
     const uint32_t F32 = WGLLM_TYPE_F32;
-    const float noise = SYNTH_SCALES.norm_noise, bias = SYNTH_SCALES.bias_std;
+    const float noise = SYNTH_SCALES.norm_noise, bias = SYNTH_SCALES.bias_std, g_out = SYNTH_SCALES.out_proj_gain;
     char nm[64];
     synth_add(c, "token_embd.weight", wt, E, n_vocab, 0.0f, SYNTH_SCALES.embd_std, seed);
     synth_add(c, "token_types.weight", F32, E, 2, 0.0f, 0.5f, seed);
@@ -275,13 +279,13 @@ static void synth_build_bert(struct synth_ctx *c, const struct wgllm_synth_shape
         BLK("attn_k.bias", F32, Q, 0, 0.0f, bias);
         BLK("attn_v.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
         BLK("attn_v.bias", F32, Q, 0, 0.0f, bias);
-        BLK("attn_output.weight", wt, Q, E, 0.0f, 1.0f / sqrtf((float)Q));
+        BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q));
         BLK("attn_output.bias", F32, E, 0, 0.0f, bias);
         BLK("attn_output_norm.weight", F32, E, 0, 1.0f, noise);
         BLK("attn_output_norm.bias", F32, E, 0, 0.0f, bias);
         BLK("ffn_up.weight", wt, E, F, 0.0f, 1.0f / sqrtf((float)E));
         BLK("ffn_up.bias", F32, F, 0, 0.0f, bias);
-        BLK("ffn_down.weight", wt, F, E, 0.0f, 1.0f / sqrtf((float)F));
+        BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F));
         BLK("ffn_down.bias", F32, E, 0, 0.0f, bias);
         BLK("layer_output_norm.weight", F32, E, 0, 1.0f, noise);
         BLK("layer_output_norm.bias", F32, E, 0, 0.0f, bias);
