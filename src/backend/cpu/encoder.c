@@ -246,6 +246,8 @@ static enum wgllm_status enc_init(struct wgllm_model *model, const struct wgllm_
     *out = NULL;
     const struct wgllm_hparams *hp = &model->hp;
     WGLLM_ASSERT(hp->encoder);
+    enum wgllm_status wst = wgllm_cpu_weights_prepare(model, err);
+    if (wst) return wst;
     struct enc_ctx *c = calloc(1, sizeof *c);
     if (!c) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     c->model = model;

@@ -10,7 +10,7 @@
  * steps, does its share of each (rows of a matrix product, heads of
  * attention) and meets the others at a barrier. Weights stay in their GGUF
  * block format, except Q4_0/Q8_0 matrices, which the first CPU context of a
- * model copies into the repacked layout (cpu_weights); each matrix product
+ * model copies into the repacked layout (matmul.c); each matrix product
  * first converts its input rows to the weight type's vec_dot_type (Q8_0 for
  * Q4_0/Q8_0, ...) as llama.cpp does.
  * Nothing is allocated per token.
@@ -319,64 +319,11 @@ static void *ctx_alloc(struct cpu_ctx *c, size_t bytes) {
     return wgllm_alloc_aligned(bytes);
 }
 
-/* Copies the matrices that have a faster kernel into the repacked layout
- * (quant/repack.h); called under m->cpu_mu. A failure frees what was made
- * (no context has seen it), so a later context tries again. */
-static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_error *err) {
-    enum { CAP = 4096 };
-    struct wgllm_weight **mats = malloc(CAP * sizeof(*mats));
-    if (!mats) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-    const int n = wgllm_model_matrices(m, mats, CAP);
-    enum wgllm_status st = WGLLM_STATUS_OK;
-    uint64_t bytes = 0;
-    for (int i = 0; i < n && !st; i++) {
-        struct wgllm_weight *w = mats[i];
-        if (!wgllm_repack_supported(w->type, w->ne0, w->ne1)) continue;
-        if (!(w->rp = calloc(1, sizeof(*w->rp)))) {
-            st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
-            break;
-        }
-        if ((st = wgllm_repack(w->data, w->type, w->ne0, w->ne1, w->rp, err))) break;
-        bytes += w->rp->size;
-        /* token_embd's rows are still read when it doubles as the output */
-        if (w->data != m->tok_embd.data) wgllm_model_release_pages(m, w);
-    }
-    if (st) { /* the released pages fault back in from the file */
-        for (int i = 0; i < n; i++)
-            if (mats[i]->rp) {
-                wgllm_repacked_free(mats[i]->rp);
-                free(mats[i]->rp);
-                mats[i]->rp = NULL;
-            }
-    } else {
-        m->repacked_bytes = bytes;
-    }
-    free(mats);
-    return st;
-}
-
-/* The CPU's weight layouts, made once per model: the first CPU context pays
- * for them and every later one, on any thread, shares them (the model owns
- * and frees them). Made here rather than at load so that a model only the
- * WebGPU backend runs never holds them. WGLLM_NO_REPACK=1 (read at the first
- * CPU context) keeps the GGUF layout. */
-static enum wgllm_status cpu_weights(struct wgllm_model *m, struct wgllm_error *err) {
-    pthread_mutex_lock(&m->cpu_mu);
-    enum wgllm_status st = WGLLM_STATUS_OK;
-    if (!m->cpu_weights_ready) {
-        const char *env = getenv("WGLLM_NO_REPACK");
-        if (!env || !strcmp(env, "0")) st = repack_weights(m, err);
-        m->cpu_weights_ready = st == WGLLM_STATUS_OK;
-    }
-    pthread_mutex_unlock(&m->cpu_mu);
-    return st;
-}
-
 static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_context_params *p, void **out,
                                   int *n_ctx, int *n_batch, char *desc, size_t desc_cap, struct wgllm_error *err) {
     *out = NULL;
     const struct wgllm_hparams *hp = &model->hp;
-    enum wgllm_status wst = cpu_weights(model, err);
+    enum wgllm_status wst = wgllm_cpu_weights_prepare(model, err);
     if (wst) return wst;
     struct cpu_ctx *c = calloc(1, sizeof(*c));
     if (!c) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");

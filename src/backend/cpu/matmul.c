@@ -8,6 +8,9 @@
 #include "quant/quant.h"
 #include "quant/repack.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 struct wgllm_cpu_act wgllm_cpu_act_prepare(void *buf, size_t cap, int ith, int nth, const float *src, int ld, int n,
                                            int64_t K, uint32_t type) {
     if (type == WGLLM_TYPE_F32) return (struct wgllm_cpu_act){src, (size_t)ld * sizeof(float)};
@@ -94,4 +97,59 @@ void wgllm_cpu_matmul(const struct wgllm_weight *w, struct wgllm_cpu_act x, int 
     int64_t r0, r1;
     wgllm_split_range(w->ne1, ith, nth, 16, &r0, &r1);
     wgllm_cpu_matmul_range(w, x, n, y, ldy, r0, r1, accumulate, bias);
+}
+
+/* ---- the CPU's weight layouts ---------------------------------------------- */
+
+/* Copies the matrices that have a faster kernel into the repacked layout
+ * (quant/repack.h); called under m->cpu_mu. A failure frees what was made
+ * (no context has seen it), so a later context tries again. */
+static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_error *err) {
+    enum { CAP = 4096 };
+    struct wgllm_weight **mats = malloc(CAP * sizeof(*mats));
+    if (!mats) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    const int n = wgllm_model_matrices(m, mats, CAP);
+    enum wgllm_status st = WGLLM_STATUS_OK;
+    uint64_t bytes = 0;
+    for (int i = 0; i < n && !st; i++) {
+        struct wgllm_weight *w = mats[i];
+        if (!wgllm_repack_supported(w->type, w->ne0, w->ne1)) continue;
+        if (!(w->rp = calloc(1, sizeof(*w->rp)))) {
+            st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
+            break;
+        }
+        if ((st = wgllm_repack(w->data, w->type, w->ne0, w->ne1, w->rp, err))) break;
+        bytes += w->rp->size;
+        /* token_embd's rows are still read when it doubles as the output */
+        if (w->data != m->tok_embd.data) wgllm_model_release_pages(m, w);
+    }
+    if (st) { /* the released pages fault back in from the file */
+        for (int i = 0; i < n; i++)
+            if (mats[i]->rp) {
+                wgllm_repacked_free(mats[i]->rp);
+                free(mats[i]->rp);
+                mats[i]->rp = NULL;
+            }
+    } else {
+        m->repacked_bytes = bytes;
+    }
+    free(mats);
+    return st;
+}
+
+/* The CPU's weight layouts, made once per model: the first CPU context pays
+ * for them and every later one, on any thread, shares them (the model owns
+ * and frees them). Made here rather than at load so that a model only the
+ * WebGPU backend runs never holds them. WGLLM_NO_REPACK=1 (read at the first
+ * CPU context) keeps the GGUF layout. */
+enum wgllm_status wgllm_cpu_weights_prepare(struct wgllm_model *m, struct wgllm_error *err) {
+    pthread_mutex_lock(&m->cpu_mu);
+    enum wgllm_status st = WGLLM_STATUS_OK;
+    if (!m->cpu_weights_ready) {
+        const char *env = getenv("WGLLM_NO_REPACK");
+        if (!env || !strcmp(env, "0")) st = repack_weights(m, err);
+        m->cpu_weights_ready = st == WGLLM_STATUS_OK;
+    }
+    pthread_mutex_unlock(&m->cpu_mu);
+    return st;
 }
