@@ -20,11 +20,11 @@
 
 static const int c_embd = 128; /* tiny-bert's n_embd (checked where a model loads) */
 
-static const char *make_bert(uint32_t type) {
+static const char *make_shape(const char *shape, uint32_t type) {
     static char paths[8][512];
     static int next;
     struct wgllm_synth_params sp = wgllm_synth_default_params();
-    sp.shape = "tiny-bert";
+    sp.shape = shape;
     sp.type = type;
     sp.seed = 5;
     const char *path = test_synth_path(&sp);
@@ -33,6 +33,8 @@ static const char *make_bert(uint32_t type) {
     snprintf(p, 512, "%s", path);
     return p;
 }
+
+static const char *make_bert(uint32_t type) { return make_shape("tiny-bert", type); }
 
 static struct wgllm_model *load(const char *path) {
     struct wgllm_model_params mp = wgllm_model_default_params();
@@ -111,11 +113,12 @@ static void reference(const struct wgllm_model *m, const int32_t *tok, int n, fl
     double *x = calloc((size_t)n * E, sizeof(double)), *h = calloc((size_t)n * E, sizeof(double));
     double *q = calloc((size_t)n * E, sizeof(double)), *k = calloc((size_t)n * E, sizeof(double));
     double *v = calloc((size_t)n * E, sizeof(double)), *a = calloc((size_t)n * E, sizeof(double));
-    double *u = calloc((size_t)F, sizeof(double)), *p = calloc((size_t)n, sizeof(double));
+    double *u = calloc((size_t)F, sizeof(double)), *g = calloc((size_t)F, sizeof(double));
+    double *p = calloc((size_t)n, sizeof(double));
     const float *te = m->tok_embd.data, *pe = m->pos_embd.data, *ty = m->type_embd.data;
     for (int t = 0; t < n; t++) {
         for (int i = 0; i < E; i++)
-            x[t * E + i] = (double)te[(size_t)tok[t] * E + i] + ty[i] + pe[(size_t)t * E + i];
+            x[t * E + i] = (double)te[(size_t)tok[t] * E + i] + ty[i] + (pe ? pe[(size_t)t * E + i] : 0.0);
         ref_layer_norm(x + t * E, m->embd_norm, m->embd_norm_b, E, hp->norm_eps);
     }
     for (int il = 0; il < hp->n_layer; il++) {
@@ -124,6 +127,16 @@ static void reference(const struct wgllm_model *m, const int32_t *tok, int n, fl
             ref_matvec(&L->wq, L->bq, x + t * E, q + t * E);
             ref_matvec(&L->wk, L->bk, x + t * E, k + t * E);
             ref_matvec(&L->wv, L->bv, x + t * E, v + t * E);
+            for (int hd = 0; L->rope && hd < H; hd++) /* nomic-bert: neox RoPE, pairs (i, i + n_rot/2) */
+                for (int i = 0; i < hp->n_rot / 2; i++) {
+                    const double th = t * pow(hp->rope_freq_base, -2.0 * i / hp->n_rot);
+                    double *qk[2] = {q + t * E + hd * D, k + t * E + hd * D};
+                    for (int j = 0; j < 2; j++) {
+                        const double a0 = qk[j][i], a1 = qk[j][i + hp->n_rot / 2];
+                        qk[j][i] = a0 * cos(th) - a1 * sin(th);
+                        qk[j][i + hp->n_rot / 2] = a0 * sin(th) + a1 * cos(th);
+                    }
+                }
         }
         for (int t = 0; t < n; t++)
             for (int hd = 0; hd < H; hd++) { /* every position: no mask */
@@ -147,15 +160,20 @@ static void reference(const struct wgllm_model *m, const int32_t *tok, int n, fl
             for (int i = 0; i < E; i++) ht[i] += xt[i];
             ref_layer_norm(ht, L->attn_out_norm, L->attn_out_norm_b, E, hp->norm_eps);
             ref_matvec(&L->w_up, L->b_up, ht, u);
-            for (int f = 0; f < F; f++) /* GELU, tanh form */
-                u[f] = 0.5 * u[f] * (1.0 + tanh(0.7978845608028654 * (u[f] + 0.044715 * u[f] * u[f] * u[f])));
+            if (L->w_gate.tensor) { /* nomic-bert: SwiGLU */
+                ref_matvec(&L->w_gate, NULL, ht, g);
+                for (int f = 0; f < F; f++) u[f] *= g[f] / (1.0 + exp(-g[f]));
+            } else {
+                for (int f = 0; f < F; f++) /* GELU, tanh form */
+                    u[f] = 0.5 * u[f] * (1.0 + tanh(0.7978845608028654 * (u[f] + 0.044715 * u[f] * u[f] * u[f])));
+            }
             ref_matvec(&L->w_down, L->b_down, u, xt);
             for (int i = 0; i < E; i++) xt[i] += ht[i];
             ref_layer_norm(xt, L->layer_out_norm, L->layer_out_norm_b, E, hp->norm_eps);
         }
     }
     for (int i = 0; i < n * E; i++) out[i] = (float)x[i];
-    free(x), free(h), free(q), free(k), free(v), free(a), free(u), free(p);
+    free(x), free(h), free(q), free(k), free(v), free(a), free(u), free(g), free(p);
 }
 
 static double cosine(const float *a, const float *b, int n) {
@@ -174,8 +192,8 @@ static const char *const texts[] = {
     "like this one has more tokens than the short ones, so attention spans many positions at once.",
 };
 
-TEST(encoder_matches_the_reference) {
-    struct wgllm_model *m = load(make_bert(WGLLM_TYPE_F32));
+static void check_reference(const char *shape) {
+    struct wgllm_model *m = load(make_shape(shape, WGLLM_TYPE_F32));
     struct wgllm_context *c = m ? new_ctx(m, 1, WGLLM_BACKEND_CPU) : NULL;
     if (!c) {
         wgllm_model_free(m);
@@ -197,20 +215,25 @@ TEST(encoder_matches_the_reference) {
         }
         /* f32 rounding and GELU's f16 table: about 1e-7 from the exact block */
         CHECK(worst >= 0.99999);
-        if (worst < 0.99999) fprintf(stderr, "  text %zu: worst token cosine %.9f\n", i, worst);
+        if (worst < 0.99999) fprintf(stderr, "  %s text %zu: worst token cosine %.9f\n", shape, i, worst);
     }
     free(got), free(want);
     wgllm_context_free(c);
     wgllm_model_free(m);
 }
 
-TEST(encoder_is_deterministic_bidirectional_and_per_sequence) {
+TEST(encoder_matches_the_reference) {
+    check_reference("tiny-bert");
+    check_reference("tiny-nomic-bert"); /* RoPE, SwiGLU, a fused attn_qkv */
+}
+
+static void check_determinism(const char *shape) {
     static const uint32_t types[] = {WGLLM_TYPE_F32, WGLLM_TYPE_F16, WGLLM_TYPE_BF16, WGLLM_TYPE_Q8_0,
                                      WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1,
                                      WGLLM_TYPE_IQ4_NL};
     float *ref32 = NULL;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        struct wgllm_model *m = load(make_bert(types[ti]));
+        struct wgllm_model *m = load(make_shape(shape, types[ti]));
         struct wgllm_context *c = m ? new_ctx(m, 2, WGLLM_BACKEND_CPU) : NULL;
         if (!c) {
             wgllm_model_free(m);
@@ -246,13 +269,19 @@ TEST(encoder_is_deterministic_bidirectional_and_per_sequence) {
             /* 4- and 5-bit weights: their quantization error, about 1e-2 on tiny-bert */
             const bool low = types[ti] != WGLLM_TYPE_F16 && types[ti] != WGLLM_TYPE_BF16 && types[ti] != WGLLM_TYPE_Q8_0;
             CHECK(worst > (low ? 0.97 : 0.999));
-            if (!(worst > (low ? 0.97 : 0.999))) fprintf(stderr, "  %s: cosine to f32 %.6f\n", wgllm_type_name(types[ti]), worst);
+            if (!(worst > (low ? 0.97 : 0.999)))
+                fprintf(stderr, "  %s %s: cosine to f32 %.6f\n", shape, wgllm_type_name(types[ti]), worst);
         }
         free(a), free(b);
         wgllm_context_free(c);
         wgllm_model_free(m);
     }
     free(ref32);
+}
+
+TEST(encoder_is_deterministic_bidirectional_and_per_sequence) {
+    check_determinism("tiny-bert");
+    check_determinism("tiny-nomic-bert");
 }
 
 TEST(engine_pools_the_encoder_states) {

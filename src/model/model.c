@@ -63,6 +63,7 @@ static const struct arch_info arch_table[] = {
     /* the step is fixed in llama.cpp (no key says it): 4 */
     {.name = "smollm3", .arch = WGLLM_ARCH_SMOLLM3, .rope = WGLLM_ROPE_NORM, .no_rope_step = 4},
     {.name = "bert", .arch = WGLLM_ARCH_BERT, .rope = WGLLM_ROPE_NORM, .encoder = true},
+    {.name = "nomic-bert", .arch = WGLLM_ARCH_NOMIC_BERT, .rope = WGLLM_ROPE_NEOX, .encoder = true},
 };
 #define N_ARCHS (sizeof(arch_table) / sizeof(arch_table[0]))
 
@@ -103,7 +104,7 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {!hp->pre_norms, "no pre-norms"},
         {hp->qk_norm_whole, "q/k norms over the whole projection"},
         {hp->no_rope_step > 0, "layers without RoPE"},
-        {hp->encoder, "a bidirectional encoder (LayerNorm, GELU, learned positions)"},
+        {hp->encoder, "a bidirectional encoder (bert's block: post-LayerNorms, biases, no KV cache)"},
     };
     size_t n = 0;
     if (cap) buf[0] = 0;
@@ -402,6 +403,12 @@ static enum wgllm_status read_bert_hparams(struct wgllm_model *m, struct wgllm_e
                                "tokenizer.ggml.token_type_count = %u: a %s model needs 1..65536 token types", types,
                                m->arch_name);
     hp->n_token_types = (int)types;
+    int moe_every = 0;
+    if ((st = get_arch_u32(m, "moe_every_n_layers", false, &moe_every, err))) return st;
+    if (moe_every > 0)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "%s.moe_every_n_layers = %d: mixture-of-experts layers are not supported yet",
+                               m->arch_name, moe_every);
     if (hp->n_head_kv != hp->n_head || hp->head_dim_k != hp->head_dim_v)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "%s with %d key/value heads for %d heads or key length %d != value length %d is not "
@@ -641,16 +648,19 @@ static enum wgllm_status bind_vector(struct binder *b, const char *name, int64_t
 /* bert's tensors (llama.cpp's load_arch_tensors for LLM_ARCH_BERT): q/k/v as
  * three matrices or one attn_qkv (rows q, k, v), biases where the file has
  * them, LayerNorm weights and biases required. cls/cls.output (a ranking
- * head, for pooling type rank only) are not read. */
+ * head, for pooling type rank only) are not read. nomic-bert (the same
+ * graph in llama.cpp): no position table (RoPE), a gate (SwiGLU), and FFN
+ * biases, which llama.cpp's graph does not apply for it, refused. */
 static enum wgllm_status bind_bert(struct binder *b, struct wgllm_error *err) {
     struct wgllm_model *m = b->m;
     const struct wgllm_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, QD = (int64_t)hp->n_head * hp->head_dim_k;
+    const bool nomic = m->arch == WGLLM_ARCH_NOMIC_BERT;
     struct wgllm_weight tok_embd, pos_embd, type_embd;
     float *norm, *norm_b;
     enum wgllm_status st;
     if ((st = bind_matrix(b, "token_embd.weight", E, V, true, &tok_embd, err)) ||
-        (st = bind_matrix(b, "position_embd.weight", E, hp->n_ctx_train, true, &pos_embd, err)) ||
+        (st = bind_matrix(b, "position_embd.weight", E, hp->n_ctx_train, !nomic, &pos_embd, err)) ||
         (st = bind_matrix(b, "token_types.weight", E, hp->n_token_types, false, &type_embd, err)) ||
         (st = bind_vector(b, "token_embd_norm.weight", E, true, &norm, err)) ||
         (st = bind_vector(b, "token_embd_norm.bias", E, true, &norm_b, err)))
@@ -695,24 +705,28 @@ static enum wgllm_status bind_bert(struct binder *b, struct wgllm_error *err) {
             (st = bind_vector(b, NAME("attn_output_norm.weight"), E, true, &L->attn_out_norm, err)) ||
             (st = bind_vector(b, NAME("attn_output_norm.bias"), E, true, &L->attn_out_norm_b, err)) ||
             (st = bind_matrix(b, NAME("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
-            (st = bind_vector(b, NAME("ffn_up.bias"), F, false, &L->b_up, err)) ||
+            (!nomic && (st = bind_vector(b, NAME("ffn_up.bias"), F, false, &L->b_up, err))) ||
             (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)) ||
-            (st = bind_vector(b, NAME("ffn_down.bias"), E, false, &L->b_down, err)) ||
+            (!nomic && (st = bind_vector(b, NAME("ffn_down.bias"), E, false, &L->b_down, err))) ||
+            (nomic && (st = bind_matrix(b, NAME("ffn_gate.weight"), E, F, true, &L->w_gate, err))) ||
             (st = bind_vector(b, NAME("layer_output_norm.weight"), E, true, &L->layer_out_norm, err)) ||
             (st = bind_vector(b, NAME("layer_output_norm.bias"), E, true, &L->layer_out_norm_b, err)))
             return st;
-        /* what llama.cpp computes for other bert-like architectures only (a
-         * gate: nomic-bert; MoE layers; jina's q/k norms): refused by name */
-        static const char *const unread[] = {"ffn_gate.weight", "ffn_gate_inp.weight", "attn_q_norm.weight",
-                                             "attn_k_norm.weight", "attn_norm_2.weight"};
-        for (size_t i = 0; i < sizeof unread / sizeof unread[0]; i++) {
-            char u[96];
-            snprintf(u, sizeof u, "blk.%d.%s", il, unread[i]);
-            if (wgllm_gguf_find_tensor(m->gguf, u))
-                return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' is not supported for %s yet", u,
+        /* what llama.cpp computes for other bert-like architectures only (MoE
+         * layers, jina's q/k norms, a gate in bert) or does not apply (FFN
+         * biases in nomic-bert): refused by name */
+        static const char *const unread_bert[] = {"ffn_gate_inp.weight", "attn_q_norm.weight", "attn_k_norm.weight",
+                                                  "attn_norm_2.weight", "ffn_gate.weight", NULL};
+        static const char *const unread_nomic[] = {"ffn_gate_inp.weight", "attn_q_norm.weight", "attn_k_norm.weight",
+                                                   "attn_norm_2.weight", "ffn_up.bias", "ffn_down.bias", NULL};
+        for (const char *const *u = nomic ? unread_nomic : unread_bert; *u; u++) {
+            char un[96];
+            snprintf(un, sizeof un, "blk.%d.%s", il, *u);
+            if (wgllm_gguf_find_tensor(m->gguf, un))
+                return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' is not supported for %s yet", un,
                                        m->arch_name);
         }
-        L->rope = false;
+        L->rope = nomic;
 #undef NAME
     }
     return WGLLM_STATUS_OK;
@@ -1140,7 +1154,7 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
     APPEND("heads:         %d (kv %d), head dim %d/%d\n", hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->head_dim_v);
     APPEND("feed-forward:  %d\n", hp->n_ff);
     APPEND("context:       %d (training)\n", hp->n_ctx_train);
-    if (!hp->encoder) /* bert's positions are a learned table */
+    if (!m->pos_embd.tensor) /* bert's positions are a learned table */
         APPEND("rope:          %s, %d dims, base %g, scale %g%s\n", hp->rope_type == WGLLM_ROPE_NEOX ? "neox" : "normal",
            hp->n_rot, (double)hp->rope_freq_base, (double)hp->rope_freq_scale,
            m->rope_freqs ? ", frequency factors" : "");

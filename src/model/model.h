@@ -28,6 +28,7 @@ enum wgllm_arch {
     WGLLM_ARCH_SMOLLM3, /* the llama block without RoPE on every 4th layer */
     WGLLM_ARCH_BERT,    /* an encoder (BGE, arctic-embed): learned positions, post-LayerNorms, GELU,
                            attention over the whole input; embeddings only (backend/cpu/encoder.c) */
+    WGLLM_ARCH_NOMIC_BERT, /* bert's encoder with neox RoPE instead of learned positions and SwiGLU (nomic-embed) */
 };
 
 /* The feed-forward's gate activation: act(gate) * up. */

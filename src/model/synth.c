@@ -78,6 +78,9 @@ static const struct wgllm_synth_shape synth_shapes[] = {
      * cheaply) for tests, and bge-small-en-v1.5's shape (CLS pooling) */
     {"tiny-bert",      "bert",   "ggml-vocab-bert-bge.gguf",  2, 128, 4, 4, 32, 512, 128, 0.0f, 1e-12f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
     {"bge-small",      "bert",   "ggml-vocab-bert-bge.gguf", 12, 384, 12, 12, 32, 1536, 512, 0.0f, 1e-12f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
+    /* nomic-embed-text's block (nomic-bert): fused attn_qkv, no biases but the
+     * LayerNorms', neox RoPE (base 1000) instead of a position table, SwiGLU */
+    {"tiny-nomic-bert", "nomic-bert", "ggml-vocab-bert-bge.gguf", 2, 128, 4, 4, 32, 256, 256, 1000.0f, 1e-12f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL},
 };
 #define SYNTH_N_SHAPES (sizeof(synth_shapes) / sizeof(synth_shapes[0]))
 
@@ -244,7 +247,9 @@ static const struct {
 /* phi3 stores q/k/v as one attn_qkv matrix and gate/up as one ffn_up */
 static bool synth_is_fused(const struct wgllm_synth_shape *s) { return strcmp(s->arch, "phi3") == 0; }
 
-static bool synth_is_bert(const struct wgllm_synth_shape *s) { return strcmp(s->arch, "bert") == 0; }
+static bool synth_is_bert(const struct wgllm_synth_shape *s) {
+    return strcmp(s->arch, "bert") == 0 || strcmp(s->arch, "nomic-bert") == 0;
+}
 
 /* bert.pooling_type (llama.cpp's LLAMA_POOLING_TYPE): BGE pools the CLS
  * token's state (2); tiny-bert the mean (1), so both are covered */
@@ -265,28 +270,34 @@ static void synth_build_bert(struct synth_ctx *c, const struct wgllm_synth_shape
     const float noise = SYNTH_SCALES.norm_noise, bias = SYNTH_SCALES.bias_std, g_out = SYNTH_SCALES.out_proj_gain;
     char nm[64];
     synth_add(c, "token_embd.weight", wt, E, n_vocab, 0.0f, SYNTH_SCALES.embd_std, seed);
+    const bool nomic = strcmp(s->arch, "nomic-bert") == 0;
     synth_add(c, "token_types.weight", F32, E, 2, 0.0f, 0.5f, seed);
-    synth_add(c, "position_embd.weight", wt, E, (uint64_t)s->n_ctx, 0.0f, 0.5f, seed);
+    if (!nomic) synth_add(c, "position_embd.weight", wt, E, (uint64_t)s->n_ctx, 0.0f, 0.5f, seed);
     synth_add(c, "token_embd_norm.weight", F32, E, 0, 1.0f, noise, seed);
     synth_add(c, "token_embd_norm.bias", F32, E, 0, 0.0f, bias, seed);
     for (int l = 0; l < n_layer; l++) {
 #define BLK(suffix, type, ne0, ne1, mean, std)                                            \
     snprintf(nm, sizeof(nm), "blk.%d.%s", l, suffix);                                     \
     synth_add(c, nm, type, ne0, ne1, mean, std, seed)
-        BLK("attn_q.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
-        BLK("attn_q.bias", F32, Q, 0, 0.0f, bias);
-        BLK("attn_k.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
-        BLK("attn_k.bias", F32, Q, 0, 0.0f, bias);
-        BLK("attn_v.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
-        BLK("attn_v.bias", F32, Q, 0, 0.0f, bias);
+        if (s->qkv_bias) {
+            BLK("attn_q.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
+            BLK("attn_q.bias", F32, Q, 0, 0.0f, bias);
+            BLK("attn_k.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
+            BLK("attn_k.bias", F32, Q, 0, 0.0f, bias);
+            BLK("attn_v.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
+            BLK("attn_v.bias", F32, Q, 0, 0.0f, bias);
+        } else {
+            BLK("attn_qkv.weight", wt, E, 3 * Q, 0.0f, 1.0f / sqrtf((float)E));
+        }
         BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q));
-        BLK("attn_output.bias", F32, E, 0, 0.0f, bias);
+        if (s->qkv_bias) { BLK("attn_output.bias", F32, E, 0, 0.0f, bias); }
         BLK("attn_output_norm.weight", F32, E, 0, 1.0f, noise);
         BLK("attn_output_norm.bias", F32, E, 0, 0.0f, bias);
+        if (nomic) { BLK("ffn_gate.weight", wt, E, F, 0.0f, 1.0f / sqrtf((float)E)); }
         BLK("ffn_up.weight", wt, E, F, 0.0f, 1.0f / sqrtf((float)E));
-        BLK("ffn_up.bias", F32, F, 0, 0.0f, bias);
+        if (!nomic) { BLK("ffn_up.bias", F32, F, 0, 0.0f, bias); }
         BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F));
-        BLK("ffn_down.bias", F32, E, 0, 0.0f, bias);
+        if (!nomic) { BLK("ffn_down.bias", F32, E, 0, 0.0f, bias); }
         BLK("layer_output_norm.weight", F32, E, 0, 1.0f, noise);
         BLK("layer_output_norm.bias", F32, E, 0, 0.0f, bias);
 #undef BLK
@@ -405,7 +416,7 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
                                "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, tiny-gemma2, "
                                "tiny-gemma3, tiny-phi3, tiny-granite, tiny-olmo2, tiny-smollm3, tinyllama-1.1b, qwen2-0.5b, "
                                "phi3-mini, gemma2-2b, gemma3-1b, granite-3-2b, olmo2-1b, smollm3-3b, tiny-bert, "
-                               "bge-small)",
+                               "bge-small, tiny-nomic-bert)",
                                p->shape ? p->shape : "(null)");
     int ftype = wgllm_synth_file_type(p->type);
     const struct wgllm_type_traits *tt = wgllm_type_traits(p->type);
@@ -476,6 +487,10 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         wgllm_gguf_writer_set_bool(w, k, false);
         synth_key_name(k, sizeof(k), A, "pooling_type");
         wgllm_gguf_writer_set_u32(w, k, synth_bert_pooling(s));
+        if (s->rope_freq_base > 0.0f) { /* nomic-bert's RoPE */
+            synth_key_name(k, sizeof(k), A, "rope.freq_base");
+            wgllm_gguf_writer_set_f32(w, k, s->rope_freq_base);
+        }
     } else {
         synth_key_name(k, sizeof(k), A, "attention.layer_norm_rms_epsilon");
         wgllm_gguf_writer_set_f32(w, k, s->rms_eps);

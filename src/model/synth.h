@@ -30,7 +30,7 @@ struct wgllm_synth_params wgllm_synth_default_params(void);
  * "tiny-gemma2", "tiny-gemma3", ..., "tinyllama-1.1b", "qwen2-0.5b",
  * "gemma2-2b", "gemma3-1b", "tiny-granite", "tiny-olmo2", "tiny-smollm3",
  * "granite-3-2b", "olmo2-1b", "smollm3-3b", and the encoders "tiny-bert",
- * "bge-small". */
+ * "bge-small", "tiny-nomic-bert". */
 const char *const *wgllm_synth_shape_names(void);
 
 /* Hyper-parameters of a shape, for callers that build inputs to match. */
@@ -60,9 +60,11 @@ struct wgllm_synth_shape {
     float final_softcap;    /* final_logit_softcapping; 0: not written */
     const char *template_file; /* tokenizer.chat_template from templates/<this>; NULL: the vocab's */
 };
-/* bert shapes (encoders): rms_eps is their LayerNorms' epsilon, rope_freq_base
- * is unused, qkv_bias means every projection has a bias; their pooling is
- * synth.c's (tiny-bert mean, bge-small cls). */
+/* bert shapes (encoders, bert and nomic-bert): rms_eps is their LayerNorms'
+ * epsilon, rope_freq_base nomic-bert's RoPE base (0: none, bert's learned
+ * positions), qkv_bias means every projection has a bias (else nomic's fused
+ * attn_qkv without any); their pooling is synth.c's (bge-small cls, the
+ * others mean). */
 /* NULL when the name is unknown. */
 const struct wgllm_synth_shape *wgllm_synth_shape(const char *name);
 

@@ -1,6 +1,7 @@
-// bert embedding models against llama.cpp (node-llama-cpp's embedding context):
+// bert and nomic-bert embedding models against llama.cpp (node-llama-cpp's embedding context):
 // synthetic tiny-bert (mean pooling) at f32, f16, q8_0, q4_0 and bge-small's
-// shape (CLS pooling, 12 layers) at f16 and q8_0, each embedded by `wgllm serve`'s
+// shape (CLS pooling, 12 layers) at f16 and q8_0, tiny-nomic-bert (RoPE,
+// SwiGLU, a fused attn_qkv) at f32 and q8_0, each embedded by `wgllm serve`'s
 // /v1/embeddings (several inputs per request, so that sequences share the
 // encoder's passes) and by the official openai client; cosine >= 0.9999 per
 // input, inputs from one word to past 64 tokens (bge-small: past 256). Also
@@ -24,7 +25,7 @@ import { WGLLM, modelPath, runWgllm } from '../../tools/peer/wgllm.mjs';
 
 const MODELS = [
   ['tiny-bert', 'f32'], ['tiny-bert', 'f16'], ['tiny-bert', 'q8_0'], ['tiny-bert', 'q4_0'], ['bge-small', 'f16'],
-  ['bge-small', 'q8_0'],
+  ['bge-small', 'q8_0'], ['tiny-nomic-bert', 'f32'], ['tiny-nomic-bert', 'q8_0'],
 ];
 const LONG = 'The lighthouse keeper climbed the narrow stairs every evening, counting the steps, listening to '
   + 'the gulls and the sea, and lit the great lamp so that the fishing boats, far out in the dark water, '

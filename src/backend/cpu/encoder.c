@@ -9,7 +9,10 @@
  *               h = LayerNorm(x + W_o a + b_o)                  (attn_output_norm)
  *               x = LayerNorm(h + W_down gelu(W_up h + b_up) + b_down)  (layer_output_norm)
  *
- * with no causal mask: every token of a sequence sees every other one, so a
+ * nomic-bert is the same graph with RoPE (neox) on q and k instead of the
+ * position table, and SwiGLU (down(silu(gate h) * up h)) instead of GELU.
+ *
+ * There is no causal mask: every token of a sequence sees every other one, so a
  * sequence must come whole in one pass (positions 0..n-1) and nothing is
  * cached between passes (the sequence operations have nothing to act on).
  * Attention is all f32 as in llama.cpp without flash attention (its K and V
@@ -34,6 +37,8 @@ struct enc_ctx {
     struct wgllm_threadpool *tp;
     /* scratch, n_batch rows each */
     float *x, *h, *q, *k, *v, *att, *up;
+    float *gate;     /* SwiGLU's gate rows (nomic-bert), else NULL */
+    float *rope_cs;  /* n_batch x n_rot RoPE table of the pass's positions (nomic-bert), else NULL */
     float *vt;       /* V transposed: [n_embd][n_batch], tokens in seq_tok order */
     void *act_buf;   /* activations in a weight's vec_dot_type */
     size_t act_bytes;
@@ -96,7 +101,8 @@ static void encoder_worker(void *arg, int ith, int nth) {
         wgllm_type_traits(m->tok_embd.type)->to_float((const char *)m->tok_embd.data +
                                                           (size_t)ub->token[t] * m->tok_embd.row_size, xt, E);
         for (int i = 0; i < E; i++) xt[i] += c->type_row[i];
-        add_row(&m->pos_embd, ub->pos[t], xt, tmp, E);
+        if (m->pos_embd.tensor) add_row(&m->pos_embd, ub->pos[t], xt, tmp, E);
+        if (c->rope_cs) wgllm_rope_table_for(c->rope_cs + t * hp->n_rot, ub->pos[t], m, NULL, false);
         wgllm_op_layer_norm(xt, m->embd_norm, m->embd_norm_b, xt, E, eps);
     }
     wgllm_threadpool_barrier(tp);
@@ -122,6 +128,18 @@ static void encoder_worker(void *arg, int ith, int nth) {
         }
         wgllm_cpu_matmul(&L->wv, a, n, c->v, QD, ith, nth, false, L->bv);
         wgllm_threadpool_barrier(tp);
+        if (L->rope) { /* nomic-bert: q and k of every head rotated by the token's position */
+            const int D = hp->head_dim_k, items = n * hp->n_head;
+            const bool neox = hp->rope_type == WGLLM_ROPE_NEOX;
+            wgllm_split_range(items, ith, nth, 1, &lo, &hi);
+            for (int64_t it = lo; it < hi; it++) {
+                const int64_t t = it / hp->n_head, hd = it % hp->n_head;
+                const float *cs = c->rope_cs + t * hp->n_rot;
+                wgllm_op_rope(c->q + t * QD + hd * D, cs, hp->n_rot, neox);
+                wgllm_op_rope(c->k + t * QD + hd * D, cs, hp->n_rot, neox);
+            }
+            wgllm_threadpool_barrier(tp);
+        }
         /* V transposed, its columns in sequence order */
         SHARE(n);
         for (int64_t i = lo; i < hi; i++) {
@@ -147,14 +165,32 @@ static void encoder_worker(void *arg, int ith, int nth) {
         }
         wgllm_threadpool_barrier(tp);
 
-        /* x = LayerNorm(h + W_down gelu(W_up h + b_up) + b_down) */
+        /* x = LayerNorm(h + W_down gelu(W_up h + b_up) + b_down), or with
+         * silu(W_gate h) * W_up h (nomic-bert) */
         a = wgllm_cpu_act_prepare(c->act_buf, c->act_bytes, ith, nth, c->h, E, n, E, wgllm_cpu_vdt(&L->w_up));
         wgllm_threadpool_barrier(tp);
         {
             int64_t f0, f1;
             wgllm_split_range(F, ith, nth, 16, &f0, &f1);
             wgllm_cpu_matmul_range(&L->w_up, a, n, c->up, F, f0, f1, false, L->b_up);
-            for (int t = 0; t < n && f1 > f0; t++) wgllm_op_gelu(c->up + (size_t)t * F + f0, (int)(f1 - f0));
+            if (L->w_gate.tensor) {
+                /* the gate's own conversion of h when its type differs: only
+                 * this thread's rows are read, so the up rows above are kept */
+                struct wgllm_cpu_act ag = a;
+                if (wgllm_cpu_vdt(&L->w_gate) != wgllm_cpu_vdt(&L->w_up)) {
+                    wgllm_threadpool_barrier(tp);
+                    ag = wgllm_cpu_act_prepare(c->act_buf, c->act_bytes, ith, nth, c->h, E, n, E,
+                                               wgllm_cpu_vdt(&L->w_gate));
+                    wgllm_threadpool_barrier(tp);
+                }
+                wgllm_cpu_matmul_range(&L->w_gate, ag, n, c->gate, F, f0, f1, false, NULL);
+                for (int t = 0; t < n && f1 > f0; t++) {
+                    float *u = c->up + (size_t)t * F + f0;
+                    wgllm_op_swiglu(c->gate + (size_t)t * F + f0, u, u, (int)(f1 - f0));
+                }
+            } else {
+                for (int t = 0; t < n && f1 > f0; t++) wgllm_op_gelu(c->up + (size_t)t * F + f0, (int)(f1 - f0));
+            }
         }
         wgllm_threadpool_barrier(tp);
         a = wgllm_cpu_act_prepare(c->act_buf, c->act_bytes, ith, nth, c->up, F, n, F, wgllm_cpu_vdt(&L->w_down));
@@ -223,7 +259,7 @@ static void enc_free(void *b) {
     if (!c) return;
     wgllm_threadpool_free(c->tp);
     void *bufs[] = {c->x,        c->h,      c->q,       c->k,       c->v,
-                    c->att,      c->up,     c->vt,      c->act_buf, c->scores,
+                    c->att,      c->up,     c->vt,      c->act_buf, c->scores, c->gate, c->rope_cs,
                     c->type_row, c->seq_tok, c->seq_first, c->seq_len};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) wgllm_free_aligned(bufs[i]);
     free(c);
@@ -268,6 +304,13 @@ static enum wgllm_status enc_init(struct wgllm_model *model, const struct wgllm_
     c->vt = enc_alloc(c, B * QD, sizeof(float), &ok);
     c->att = enc_alloc(c, B * QD, sizeof(float), &ok);
     c->up = enc_alloc(c, B * F, sizeof(float), &ok);
+    bool gated = false, rope = false;
+    for (int il = 0; il < hp->n_layer; il++) {
+        gated |= model->layers[il].w_gate.tensor != NULL;
+        rope |= model->layers[il].rope;
+    }
+    if (gated) c->gate = enc_alloc(c, B * F, sizeof(float), &ok);
+    if (rope) c->rope_cs = enc_alloc(c, B * (uint64_t)hp->n_rot, sizeof(float), &ok);
     c->act_bytes = (size_t)(B * K * 4); /* no vec_dot_type row is more than 4 bytes an element */
     c->act_buf = enc_alloc(c, B * K, 4, &ok);
     c->scores = enc_alloc(c, (uint64_t)c->n_threads * (uint64_t)c->n_ctx, sizeof(float), &ok);
