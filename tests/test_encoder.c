@@ -227,12 +227,13 @@ TEST(encoder_matches_the_reference) {
     check_reference("tiny-nomic-bert"); /* RoPE, SwiGLU, a fused attn_qkv */
 }
 
-static void check_determinism(const char *shape) {
-    static const uint32_t types[] = {WGLLM_TYPE_F32, WGLLM_TYPE_F16, WGLLM_TYPE_BF16, WGLLM_TYPE_Q8_0,
-                                     WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1,
+/* The first n_types of these (f32 first: the others are compared with it). */
+static void check_determinism(const char *shape, size_t n_types) {
+    static const uint32_t types[] = {WGLLM_TYPE_F32,  WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_0, WGLLM_TYPE_F16,
+                                     WGLLM_TYPE_BF16, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1,
                                      WGLLM_TYPE_IQ4_NL};
     float *ref32 = NULL;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    for (size_t ti = 0; ti < n_types && ti < sizeof types / sizeof types[0]; ti++) {
         struct wgllm_model *m = load(make_shape(shape, types[ti]));
         struct wgllm_context *c = m ? new_ctx(m, 2, WGLLM_BACKEND_CPU) : NULL;
         if (!c) {
@@ -280,8 +281,8 @@ static void check_determinism(const char *shape) {
 }
 
 TEST(encoder_is_deterministic_bidirectional_and_per_sequence) {
-    check_determinism("tiny-bert");
-    check_determinism("tiny-nomic-bert");
+    check_determinism("tiny-bert", 9);        /* every type tiny-bert's rows allow (not the K-quants: 128) */
+    check_determinism("tiny-nomic-bert", 3); /* its gate and RoPE do not depend on the type */
 }
 
 TEST(engine_pools_the_encoder_states) {
