@@ -293,6 +293,8 @@ TEST(engine_pools_the_encoder_states) {
     ep.n_slots = 2;
     ep.n_threads = 2;
     ep.prefill_budget = 8; /* less than a text: the encoder still gets each whole */
+    ep.snapshot_bytes = 1 << 20; /* an evicted slot of an encoder has no state to snapshot */
+    ep.min_snapshot_tokens = 1;
     struct wgllm_error err = {0};
     if (c && wgllm_engine_init(m, &ep, &e, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "  engine: %s\n", err.message);
@@ -328,6 +330,9 @@ TEST(engine_pools_the_encoder_states) {
         if (!(worst < 1e-5)) fprintf(stderr, "  pooling %d: max diff %g\n", (int)cases[k].pooling, worst);
     }
     CHECK(cosine(mean, h, E) < 0.999); /* the poolings differ */
+    struct wgllm_engine_metrics em;
+    wgllm_engine_metrics(e, &em);
+    CHECK_EQ_INT(em.snapshots_saved, 0); /* four texts on two slots evicted twice, saving nothing */
     CHECK(cosine(h, h + (size_t)(n - 1) * E, E) < 0.999);
     /* normalized: unit length, the same direction */
     int n_out = 0;

@@ -510,8 +510,10 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
     for (int i = 0; i < nb; i++) {
         struct wgllm_request *r = e->b_owner[i];
         struct slot *sl = &e->slots[e->b_seq[i]];
-        sl->tokens[e->b_pos[i]] = e->b_tok[i];
-        sl->n_tokens = e->b_pos[i] + 1;
+        if (!e->model->hp.encoder) { /* an encoder caches nothing: its slots hold no prefix to reuse or snapshot */
+            sl->tokens[e->b_pos[i]] = e->b_tok[i];
+            sl->n_tokens = e->b_pos[i] + 1;
+        }
         if (r->phase == PHASE_PREFILL) r->n_done_prompt = e->b_pos[i] + 1;
         if (e->b_out[i]) e->out_owner[n_out++] = r;
     }
