@@ -93,8 +93,8 @@ static void encoder_worker(void *arg, int ith, int nth) {
     float *s = c->scores + (size_t)ith * c->n_ctx;
     int64_t lo, hi;
 
-    /* embeddings: token + type 0 + position, then their LayerNorm (the
-     * attention output buffer is free scratch for the row conversions) */
+    /* embeddings: token + type 0 + position (or the RoPE table of the
+     * position), then their LayerNorm; h is free scratch until the first layer */
     SHARE(n);
     for (int64_t t = lo; t < hi; t++) {
         float *xt = c->x + t * E, *tmp = c->h + t * E;
