@@ -104,7 +104,7 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {!hp->pre_norms, "no pre-norms"},
         {hp->qk_norm_whole, "q/k norms over the whole projection"},
         {hp->no_rope_step > 0, "layers without RoPE"},
-        {hp->encoder, "a bidirectional encoder (bert's block: post-LayerNorms, biases, no KV cache)"},
+        {hp->encoder, "a bidirectional encoder (bert's post-LayerNorm block, no KV cache)"},
     };
     size_t n = 0;
     if (cap) buf[0] = 0;
