@@ -573,7 +573,7 @@ TEST(gemma_hparams_are_read_as_llama_cpp_reads_them) {
         free(buf);
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "architecture 'gemmaX' is not supported (supported: llama");
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "gemma2, gemma3");
-        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3, mistral3, qwen3moe, olmoe)");
+        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3, mistral3, qwen3moe, olmoe, bert, nomic-bert)");
     }
     remove(p2);
     remove(p3);

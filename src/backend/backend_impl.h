@@ -102,6 +102,7 @@ struct wgllm_backend_i {
 
 extern const struct wgllm_backend_i wgllm_backend_cpu_i;
 extern const struct wgllm_backend_i wgllm_backend_webgpu_i;
+extern const struct wgllm_backend_i wgllm_backend_cpu_encoder_i; /* encoder models (bert) on the CPU */
 
 /* The state of the context's backend when it is `be`, else NULL: for the
  * backend-specific accessors that still leak it (wgllm_context_webgpu). */

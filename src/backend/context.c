@@ -110,7 +110,9 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
      * whether to use it (a hardware adapter and kernels for every weight
      * format) or why the CPU runs instead, which becomes the description */
     enum wgllm_status st = WGLLM_STATUS_OK;
-    c->be = &wgllm_backend_cpu_i;
+    /* an encoder has a CPU pass of its own; the WebGPU backend refuses it by name */
+    const struct wgllm_backend_i *cpu = hp->encoder ? &wgllm_backend_cpu_encoder_i : &wgllm_backend_cpu_i;
+    c->be = cpu;
     if (p.backend != WGLLM_BACKEND_CPU) {
         st = wgllm_backend_webgpu_i.init(model, &p, &c->b, &c->n_ctx, &c->n_batch, c->desc, sizeof c->desc, err);
         if (!st && c->b) c->be = &wgllm_backend_webgpu_i;
@@ -119,7 +121,7 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     }
     if (!st && !c->b) {
         char cpu_desc[sizeof c->desc]; /* "cpu"; an auto choice keeps the reason WebGPU gave */
-        st = wgllm_backend_cpu_i.init(model, &p, &c->b, &c->n_ctx, &c->n_batch,
+        st = cpu->init(model, &p, &c->b, &c->n_ctx, &c->n_batch,
                                       p.backend == WGLLM_BACKEND_CPU ? c->desc : cpu_desc, sizeof c->desc, err);
     }
     if (st) {
@@ -374,6 +376,7 @@ size_t wgllm_context_seq_state_size(const struct wgllm_context *c, int n) {
      * than a 32-bit size_t can address; SIZE_MAX then, which no snapshot
      * budget admits and no snapshot file matches. */
     uint64_t bytes;
+    if (hp->encoder && n >= 0) return 0; /* an encoder caches nothing */
     if (n < 0 || wgllm_mul_overflow((uint64_t)hp->n_layer * (uint64_t)n,
                                     (uint64_t)hp->n_head_kv * (uint64_t)(hp->head_dim_k + hp->head_dim_v) *
                                         sizeof(wgllm_fp16),

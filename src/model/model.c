@@ -51,6 +51,7 @@ struct arch_info {
      * (olmoe) */
     enum { MOE_NONE, MOE_OPTIONAL, MOE_NORM, MOE_PLAIN } moe;
     bool qk_norm_whole; /* olmoe: q/k norms over the whole projection with the llama block's pre-norms */
+    bool encoder;     /* bert (src/models/bert.cpp): a block of its own, bound by bind_bert */
 };
 
 static const struct arch_info arch_table[] = {
@@ -73,6 +74,8 @@ static const struct arch_info arch_table[] = {
     {.name = "qwen3moe", .arch = WGLLM_ARCH_QWEN3MOE, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .moe = MOE_NORM},
     {.name = "olmoe", .arch = WGLLM_ARCH_OLMOE, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .qk_norm_whole = true,
      .moe = MOE_PLAIN},
+    {.name = "bert", .arch = WGLLM_ARCH_BERT, .rope = WGLLM_ROPE_NORM, .encoder = true},
+    {.name = "nomic-bert", .arch = WGLLM_ARCH_NOMIC_BERT, .rope = WGLLM_ROPE_NEOX, .encoder = true},
 };
 #define N_ARCHS (sizeof(arch_table) / sizeof(arch_table[0]))
 
@@ -115,6 +118,7 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {hp->no_rope_step > 0, "layers without RoPE"},
         {hp->attn_temp_scale != 0.0f, "attention temperature scaling"},
         {hp->n_expert > 0, "mixture of experts"},
+        {hp->encoder, "a bidirectional encoder (bert's post-LayerNorm block, no KV cache)"},
     };
     size_t n = 0;
     if (cap) buf[0] = 0;
@@ -378,6 +382,50 @@ static enum wgllm_status check_unread_tensors(const struct wgllm_model *m, struc
     return WGLLM_STATUS_OK;
 }
 
+/* bert's keys as llama.cpp reads them (src/models/bert.cpp, llama-vocab.cpp):
+ * the LayerNorm epsilon is required, a token type count must be given, and
+ * causal attention (a key llama.cpp honours for any model) is refused by
+ * name rather than computed without its mask. */
+static enum wgllm_status read_bert_hparams(struct wgllm_model *m, struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    char key[128];
+    enum wgllm_status st;
+    snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", m->arch_name);
+    if (!wgllm_gguf_find(m->gguf, key))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing metadata key '%s'", key);
+    if ((st = get_arch_f32(m, "attention.layer_norm_epsilon", &hp->norm_eps, err))) return st;
+    if (!(hp->norm_eps > 0.0f) || !isfinite(hp->norm_eps))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s = %g must be positive", key, (double)hp->norm_eps);
+    snprintf(key, sizeof key, "%s.attention.causal", m->arch_name);
+    bool causal = false;
+    if (wgllm_gguf_find(m->gguf, key) && (st = wgllm_gguf_get_bool(m->gguf, key, &causal, err))) return st;
+    if (causal)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "%s = true: a causal %s encoder is not supported yet (bidirectional attention is)", key,
+                               m->arch_name);
+    uint32_t types = 0;
+    if (wgllm_gguf_find(m->gguf, "tokenizer.ggml.token_type_count") &&
+        (st = wgllm_gguf_get_u32(m->gguf, "tokenizer.ggml.token_type_count", &types, err)))
+        return st;
+    if (types == 0 || types > (1u << 16))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "tokenizer.ggml.token_type_count = %u: a %s model needs 1..65536 token types", types,
+                               m->arch_name);
+    hp->n_token_types = (int)types;
+    int moe_every = 0;
+    if ((st = get_arch_u32(m, "moe_every_n_layers", false, &moe_every, err))) return st;
+    if (moe_every > 0)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "%s.moe_every_n_layers = %d: mixture-of-experts layers are not supported yet",
+                               m->arch_name, moe_every);
+    if (hp->n_head_kv != hp->n_head || hp->head_dim_k != hp->head_dim_v)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "%s with %d key/value heads for %d heads or key length %d != value length %d is not "
+                               "supported", m->arch_name, hp->n_head_kv, hp->n_head, hp->head_dim_k, hp->head_dim_v);
+    hp->encoder = true;
+    return WGLLM_STATUS_OK;
+}
+
 /* Layer il is a local (sliding-window) layer: of each swa_period layers all
  * but the last, every layer for a period of 0 (llama.cpp's set_swa_pattern). */
 static bool layer_is_swa(const struct wgllm_hparams *hp, int il) {
@@ -570,6 +618,7 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     if (ai->gemma && (st = read_gemma_hparams(m, ai, err))) return st;
     if (ai->granite && (st = read_granite_hparams(m, err))) return st;
     if (ai->olmo2 && (st = read_olmo2_hparams(m, err))) return st;
+    if (ai->encoder && (st = read_bert_hparams(m, err))) return st;
     if ((ai->granite || ai->olmo2 || ai->no_rope_step || ai->mistral3) && (st = check_unread_tensors(m, err))) return st;
     if (ai->q_scaled) {
         hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
@@ -764,6 +813,93 @@ static enum wgllm_status bind_vector(struct binder *b, const char *name, int64_t
     return WGLLM_STATUS_OK;
 }
 
+/* bert's tensors (llama.cpp's load_arch_tensors for LLM_ARCH_BERT): q/k/v as
+ * three matrices or one attn_qkv (rows q, k, v), biases where the file has
+ * them, LayerNorm weights and biases required. cls/cls.output (a ranking
+ * head, for pooling type rank only) are not read. nomic-bert (the same
+ * graph in llama.cpp): no position table (RoPE), a gate (SwiGLU), and FFN
+ * biases, which llama.cpp's graph does not apply for it, refused. */
+static enum wgllm_status bind_bert(struct binder *b, struct wgllm_error *err) {
+    struct wgllm_model *m = b->m;
+    const struct wgllm_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff, QD = (int64_t)hp->n_head * hp->head_dim_k;
+    const bool nomic = m->arch == WGLLM_ARCH_NOMIC_BERT;
+    struct wgllm_weight tok_embd, pos_embd, type_embd;
+    float *norm, *norm_b;
+    enum wgllm_status st;
+    if ((st = bind_matrix(b, "token_embd.weight", E, V, true, &tok_embd, err)) ||
+        (st = bind_matrix(b, "position_embd.weight", E, hp->n_ctx_train, !nomic, &pos_embd, err)) ||
+        (st = bind_matrix(b, "token_types.weight", E, hp->n_token_types, false, &type_embd, err)) ||
+        (st = bind_vector(b, "token_embd_norm.weight", E, true, &norm, err)) ||
+        (st = bind_vector(b, "token_embd_norm.bias", E, true, &norm_b, err)))
+        return st;
+    const struct wgllm_weight *rows[] = {&tok_embd, &pos_embd, &type_embd};
+    for (size_t i = 0; i < 3; i++)
+        if (rows[i]->tensor && !wgllm_type_traits(rows[i]->type)->to_float)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "%s type %s cannot be read", rows[i]->name,
+                                   wgllm_type_name(rows[i]->type));
+    if (!b->dry) {
+        m->tok_embd = tok_embd;
+        m->pos_embd = pos_embd;
+        m->type_embd = type_embd;
+        m->embd_norm = norm;
+        m->embd_norm_b = norm_b;
+        memset(&m->output, 0, sizeof m->output); /* an encoder has no output layer */
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        struct wgllm_layer scratch, *L = b->dry ? &scratch : &m->layers[il];
+        memset(L, 0, sizeof *L);
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof(n), "blk.%d." s, il), n)
+        struct wgllm_weight fused = {0};
+        if ((st = bind_matrix(b, NAME("attn_qkv.weight"), E, 3 * QD, false, &fused, err))) return st;
+        if (fused.tensor) {
+            float *bqkv;
+            L->wq = weight_rows(&fused, 0, QD, "q");
+            L->wk = weight_rows(&fused, QD, QD, "k");
+            L->wv = weight_rows(&fused, 2 * QD, QD, "v");
+            if ((st = bind_vector(b, NAME("attn_qkv.bias"), 3 * QD, false, &bqkv, err))) return st;
+            if (bqkv) L->bq = bqkv, L->bk = bqkv + QD, L->bv = bqkv + 2 * QD;
+        } else if ((st = bind_matrix(b, NAME("attn_q.weight"), E, QD, true, &L->wq, err)) ||
+                   (st = bind_matrix(b, NAME("attn_k.weight"), E, QD, true, &L->wk, err)) ||
+                   (st = bind_matrix(b, NAME("attn_v.weight"), E, QD, true, &L->wv, err)) ||
+                   (st = bind_vector(b, NAME("attn_q.bias"), QD, false, &L->bq, err)) ||
+                   (st = bind_vector(b, NAME("attn_k.bias"), QD, false, &L->bk, err)) ||
+                   (st = bind_vector(b, NAME("attn_v.bias"), QD, false, &L->bv, err))) {
+            return st;
+        }
+        if ((st = bind_matrix(b, NAME("attn_output.weight"), QD, E, true, &L->wo, err)) ||
+            (st = bind_vector(b, NAME("attn_output.bias"), E, false, &L->bo, err)) ||
+            (st = bind_vector(b, NAME("attn_output_norm.weight"), E, true, &L->attn_out_norm, err)) ||
+            (st = bind_vector(b, NAME("attn_output_norm.bias"), E, true, &L->attn_out_norm_b, err)) ||
+            (st = bind_matrix(b, NAME("ffn_up.weight"), E, F, true, &L->w_up, err)) ||
+            (!nomic && (st = bind_vector(b, NAME("ffn_up.bias"), F, false, &L->b_up, err))) ||
+            (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err)) ||
+            (!nomic && (st = bind_vector(b, NAME("ffn_down.bias"), E, false, &L->b_down, err))) ||
+            (nomic && (st = bind_matrix(b, NAME("ffn_gate.weight"), E, F, true, &L->w_gate, err))) ||
+            (st = bind_vector(b, NAME("layer_output_norm.weight"), E, true, &L->layer_out_norm, err)) ||
+            (st = bind_vector(b, NAME("layer_output_norm.bias"), E, true, &L->layer_out_norm_b, err)))
+            return st;
+        /* what llama.cpp computes for other bert-like architectures only (MoE
+         * layers, jina's q/k norms, a gate in bert) or does not apply (FFN
+         * biases in nomic-bert): refused by name */
+        static const char *const unread_bert[] = {"ffn_gate_inp.weight", "attn_q_norm.weight", "attn_k_norm.weight",
+                                                  "attn_norm_2.weight", "ffn_gate.weight", NULL};
+        static const char *const unread_nomic[] = {"ffn_gate_inp.weight", "attn_q_norm.weight", "attn_k_norm.weight",
+                                                   "attn_norm_2.weight", "ffn_up.bias", "ffn_down.bias", NULL};
+        for (const char *const *u = nomic ? unread_nomic : unread_bert; *u; u++) {
+            char un[96];
+            snprintf(un, sizeof un, "blk.%d.%s", il, *u);
+            if (wgllm_gguf_find_tensor(m->gguf, un))
+                return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' is not supported for %s yet", un,
+                                       m->arch_name);
+        }
+        L->rope = nomic;
+#undef NAME
+    }
+    return WGLLM_STATUS_OK;
+}
+
 /* One pass over every tensor of the architecture (see above). In the dry
  * pass the matrices are bound into scratch copies. */
 static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai, struct wgllm_error *err) {
@@ -776,6 +912,7 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
     struct wgllm_weight tok_embd, output;
     float *output_norm, *rope_freqs;
     enum wgllm_status st;
+    if (ai->encoder) return bind_bert(b, err);
     if ((st = bind_matrix(b, "token_embd.weight", E, V, true, &tok_embd, err)) ||
         (st = bind_vector(b, "output_norm.weight", E, true, &output_norm, err)) ||
         (st = bind_vector(b, "rope_freqs.weight", hp->n_rot / 2, false, &rope_freqs, err)))
@@ -887,9 +1024,10 @@ int wgllm_model_matrices(struct wgllm_model *m, struct wgllm_weight **out, int c
     for (int il = 0; il < m->hp.n_layer; il++) {
         struct wgllm_layer *L = &m->layers[il];
         struct wgllm_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && n < cap; i++) out[n++] = ws[i];
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && n < cap; i++)
+            if (ws[i]->tensor) out[n++] = ws[i]; /* bert has no gate */
     }
-    if (n < cap) out[n++] = &m->output;
+    if (n < cap && m->output.tensor) out[n++] = &m->output; /* an encoder has none */
     return n;
 }
 
@@ -1101,6 +1239,7 @@ static uint64_t fnv1a_bytes(uint64_t h, const void *p, size_t n) {
  * at each load; two different models that agree on every sample do not
  * occur in practice). */
 static uint64_t fingerprint_weight(uint64_t h, const struct wgllm_model *m, const struct wgllm_weight *w) {
+    if (!w->tensor) return h; /* a slot the architecture does not have (bert's gate and output) */
     const uint64_t meta[4] = {w->type, (uint64_t)w->ne0, (uint64_t)w->ne1, w->row_size};
     h = fnv1a_bytes(h, meta, sizeof meta);
     /* 64-bit offsets: a streamed matrix may be larger than a 32-bit size_t */
@@ -1154,7 +1293,8 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
         for (int j = 0; j < 7; j++) h = fingerprint_weight(h, m, ws[j]);
         if (L->gate_inp.ne1) h = fingerprint_weight(h, m, &L->gate_inp);
         /* olmo2 has no attention pre-norm: its post-norm stands for it */
-        h = fnv1a_bytes(h, L->attn_norm ? L->attn_norm : L->post_attn_norm, sizeof(float) * (size_t)hp->n_embd);
+        const float *norm = L->attn_norm ? L->attn_norm : L->post_attn_norm ? L->post_attn_norm : L->attn_out_norm;
+        h = fnv1a_bytes(h, norm, sizeof(float) * (size_t)hp->n_embd);
     }
     return h;
 }
@@ -1195,7 +1335,8 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
     APPEND("heads:         %d (kv %d), head dim %d/%d\n", hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->head_dim_v);
     APPEND("feed-forward:  %d\n", hp->n_ff);
     APPEND("context:       %d (training)\n", hp->n_ctx_train);
-    APPEND("rope:          %s, %d dims, base %g, scale %g%s\n", hp->rope_type == WGLLM_ROPE_NEOX ? "neox" : "normal",
+    if (!m->pos_embd.tensor) /* bert's positions are a learned table */
+        APPEND("rope:          %s, %d dims, base %g, scale %g%s\n", hp->rope_type == WGLLM_ROPE_NEOX ? "neox" : "normal",
            hp->n_rot, (double)hp->rope_freq_base, (double)hp->rope_freq_scale,
            m->rope_freqs ? ", frequency factors" : "");
     if (hp->yarn_ext_factor != 0.0f)
@@ -1205,7 +1346,11 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
     if (hp->attn_temp_scale != 0.0f)
         APPEND("temperature:   queries x(1 + %g ln(floor(pos / %d) + 1))\n", (double)hp->attn_temp_scale,
                hp->attn_temp_floor);
-    APPEND("rms epsilon:   %g\n", (double)hp->rms_eps);
+    if (hp->encoder)
+        APPEND("layer norm:    epsilon %g; %d token types%s\n", (double)hp->norm_eps, hp->n_token_types,
+               m->type_embd.tensor ? "" : " (no token_types tensor)");
+    else
+        APPEND("rms epsilon:   %g\n", (double)hp->rms_eps);
     char extra[256];
     if (wgllm_model_extra_features(m, extra, sizeof extra)) APPEND("block:         %s\n", extra);
     if (hp->n_swa > 0) {
@@ -1227,7 +1372,8 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
         APPEND("no RoPE:       on %d of %d layers (the last of every %d)\n", hp->n_layer - n_rope, hp->n_layer,
                hp->no_rope_step);
     }
-    APPEND("output:        %s\n", m->output.tensor == m->tok_embd.tensor ? "tied to token_embd" : "separate");
+    APPEND("output:        %s\n", hp->encoder ? "none (an encoder: embeddings only)"
+                                   : m->output.tensor == m->tok_embd.tensor ? "tied to token_embd" : "separate");
     /* bytes per tensor type */
     uint64_t by_type[WGLLM_TYPE_COUNT] = {0};
     int64_t cnt[WGLLM_TYPE_COUNT] = {0};

@@ -29,6 +29,9 @@ enum wgllm_arch {
     WGLLM_ARCH_MISTRAL3, /* the llama block with YaRN's keys and Llama 4's attention temperature (Ministral 3) */
     WGLLM_ARCH_QWEN3MOE, /* qwen3's block with a mixture-of-experts FFN */
     WGLLM_ARCH_OLMOE,    /* the llama block, q/k RMSNorm over the whole projection, experts without renormalization */
+    WGLLM_ARCH_BERT,    /* an encoder (BGE, arctic-embed): learned positions, post-LayerNorms, GELU,
+                           attention over the whole input; embeddings only (backend/cpu/encoder.c) */
+    WGLLM_ARCH_NOMIC_BERT, /* bert's encoder with neox RoPE instead of learned positions and SwiGLU (nomic-embed) */
 };
 
 /* The feed-forward's gate activation: act(gate) * up. */
@@ -109,6 +112,11 @@ struct wgllm_hparams {
     bool qk_norm_whole;    /* q_norm/k_norm span the whole projection (n_head x head_dim, olmo2), not a head */
     int no_rope_step;      /* > 0: layer il has no RoPE when (il + 1) % no_rope_step == 0 (smollm3: 4;
                               1: no layer rotates, granite without rope.scaling.finetuned) */
+    /* bert: none of the decoder fields above apply to its block except the
+     * head geometry and kq_scale; it is computed by the CPU encoder only */
+    bool encoder;          /* no causal mask, no KV cache, no output layer: embeddings only */
+    float norm_eps;        /* attention.layer_norm_epsilon: its LayerNorms' epsilon */
+    int n_token_types;     /* tokenizer.ggml.token_type_count */
 };
 
 /* A 2-D view of a weight in its GGUF layout: ne1 rows of ne0 elements. */
@@ -144,6 +152,10 @@ struct wgllm_layer {
     float *post_attn_norm, *post_ffn_norm; /* gemma: RMSNorm weights of the attention and FFN outputs */
     bool swa;                /* a sliding-window (local) layer: see wgllm_hparams.n_swa */
     bool rope;               /* its queries and keys are rotated (see wgllm_hparams.no_rope_step) */
+    /* bert: the biases of the other projections (NULL when the file has
+     * none) and the LayerNorms after attention and after the FFN */
+    float *bo, *b_up, *b_down;
+    float *attn_out_norm, *attn_out_norm_b, *layer_out_norm, *layer_out_norm_b;
 };
 
 struct wgllm_model {
@@ -158,6 +170,10 @@ struct wgllm_model {
     float *rope_freqs; /* Llama 3 frequency factors, n_rot/2 floats; NULL when absent */
     float *rope_factors_short, *rope_factors_long; /* phi3's LongRoPE factors (n_rot/2); NULL when absent */
     struct wgllm_layer *layers;
+    /* bert: learned positions [n_ctx_train rows], token types (row 0 is
+     * added; tensor NULL when absent), the LayerNorm of the embeddings */
+    struct wgllm_weight pos_embd, type_embd;
+    float *embd_norm, *embd_norm_b;
     float *vectors;    /* one allocation holding every f32 vector above */
     uint64_t weight_bytes;
     int n_threads;

@@ -87,6 +87,14 @@ static const struct wgllm_synth_shape synth_shapes[] = {
     {"smollm3-3b",     "smollm3", "ggml-vocab-gpt-2.gguf",    36, 2048, 16, 4, 128, 11008, 65536, 5e6f, 1e-6f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
     {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
     {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
+    /* bert encoders with the real BGE WordPiece vocabulary: tiny-bert (mean
+     * pooling, a position table of 128 so that a longer input is refused
+     * cheaply) for tests, and bge-small-en-v1.5's shape (CLS pooling) */
+    {"tiny-bert",      "bert",   "ggml-vocab-bert-bge.gguf",  2, 128, 4, 4, 32, 512, 128, 0.0f, 1e-12f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"bge-small",      "bert",   "ggml-vocab-bert-bge.gguf", 12, 384, 12, 12, 32, 1536, 512, 0.0f, 1e-12f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    /* nomic-embed-text's block (nomic-bert): fused attn_qkv, no biases but the
+     * LayerNorms', neox RoPE (base 1000) instead of a position table, SwiGLU */
+    {"tiny-nomic-bert", "nomic-bert", "ggml-vocab-bert-bge.gguf", 2, 128, 4, 4, 32, 256, 256, 1000.0f, 1e-12f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
 };
 #define SYNTH_N_SHAPES (sizeof(synth_shapes) / sizeof(synth_shapes[0]))
 
@@ -265,6 +273,63 @@ static const struct {
 /* phi3 stores q/k/v as one attn_qkv matrix and gate/up as one ffn_up */
 static bool synth_is_fused(const struct wgllm_synth_shape *s) { return strcmp(s->arch, "phi3") == 0; }
 
+static bool synth_is_bert(const struct wgllm_synth_shape *s) {
+    return strcmp(s->arch, "bert") == 0 || strcmp(s->arch, "nomic-bert") == 0;
+}
+
+/* bert.pooling_type (llama.cpp's LLAMA_POOLING_TYPE): BGE pools the CLS
+ * token's state (2); tiny-bert the mean (1), so both are covered */
+static uint32_t synth_bert_pooling(const struct wgllm_synth_shape *s) { return strcmp(s->name, "bge-small") ? 1 : 2; }
+
+/* bert's tensors (llama.cpp's LLM_ARCH_BERT list): post-LayerNorms (weights
+ * 1 + noise, biases small) keep the stream at unit scale whatever the
+ * projections add; attn_output and ffn_down have the decoders' out_proj_gain,
+ * so that each block adds less than the stream holds: with gain 1 a block
+ * amplifies the float-order noise of its input more (bge-small at q8_0,
+ * where each matrix product rounds its input to 8 bits: cosine 0.99989 to
+ * llama.cpp and between wgllm's own kernel levels, against 0.99995 with
+ * 0.5). Positions and the token type are smaller than the token's own row. */
+static void synth_build_bert(struct synth_ctx *c, const struct wgllm_synth_shape *s, int n_layer, uint64_t n_vocab,
+                             uint32_t wt, uint64_t seed) {
+    const uint64_t E = (uint64_t)s->n_embd, F = (uint64_t)s->n_ff, Q = (uint64_t)s->head_dim * (uint64_t)s->n_head;
+    const uint32_t F32 = WGLLM_TYPE_F32;
+    const float noise = SYNTH_SCALES.norm_noise, bias = SYNTH_SCALES.bias_std, g_out = SYNTH_SCALES.out_proj_gain;
+    char nm[64];
+    synth_add(c, "token_embd.weight", wt, E, n_vocab, 0.0f, SYNTH_SCALES.embd_std, seed);
+    const bool nomic = strcmp(s->arch, "nomic-bert") == 0;
+    synth_add(c, "token_types.weight", F32, E, 2, 0.0f, 0.5f, seed);
+    if (!nomic) synth_add(c, "position_embd.weight", wt, E, (uint64_t)s->n_ctx, 0.0f, 0.5f, seed);
+    synth_add(c, "token_embd_norm.weight", F32, E, 0, 1.0f, noise, seed);
+    synth_add(c, "token_embd_norm.bias", F32, E, 0, 0.0f, bias, seed);
+    for (int l = 0; l < n_layer; l++) {
+#define BLK(suffix, type, ne0, ne1, mean, std)                                            \
+    snprintf(nm, sizeof(nm), "blk.%d.%s", l, suffix);                                     \
+    synth_add(c, nm, type, ne0, ne1, mean, std, seed)
+        if (s->qkv_bias) {
+            BLK("attn_q.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
+            BLK("attn_q.bias", F32, Q, 0, 0.0f, bias);
+            BLK("attn_k.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
+            BLK("attn_k.bias", F32, Q, 0, 0.0f, bias);
+            BLK("attn_v.weight", wt, E, Q, 0.0f, 1.0f / sqrtf((float)E));
+            BLK("attn_v.bias", F32, Q, 0, 0.0f, bias);
+        } else {
+            BLK("attn_qkv.weight", wt, E, 3 * Q, 0.0f, 1.0f / sqrtf((float)E));
+        }
+        BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q));
+        if (s->qkv_bias) { BLK("attn_output.bias", F32, E, 0, 0.0f, bias); }
+        BLK("attn_output_norm.weight", F32, E, 0, 1.0f, noise);
+        BLK("attn_output_norm.bias", F32, E, 0, 0.0f, bias);
+        if (nomic) { BLK("ffn_gate.weight", wt, E, F, 0.0f, 1.0f / sqrtf((float)E)); }
+        BLK("ffn_up.weight", wt, E, F, 0.0f, 1.0f / sqrtf((float)E));
+        if (!nomic) { BLK("ffn_up.bias", F32, F, 0, 0.0f, bias); }
+        BLK("ffn_down.weight", wt, F, E, 0.0f, g_out / sqrtf((float)F));
+        if (!nomic) { BLK("ffn_down.bias", F32, E, 0, 0.0f, bias); }
+        BLK("layer_output_norm.weight", F32, E, 0, 1.0f, noise);
+        BLK("layer_output_norm.bias", F32, E, 0, 0.0f, bias);
+#undef BLK
+    }
+}
+
 /* llama.cpp's tensors for the shape; ggml shapes: a map n_in -> n_out is {n_in, n_out}. */
 static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, int n_layer,
                         uint64_t n_vocab, uint32_t wt, uint64_t seed) {
@@ -386,7 +451,8 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, tiny-gemma2, "
                                "tiny-gemma3, tiny-phi3, tiny-granite, tiny-olmo2, tiny-smollm3, tinyllama-1.1b, qwen2-0.5b, "
-                               "phi3-mini, gemma2-2b, gemma3-1b, granite-3-2b, olmo2-1b, smollm3-3b)",
+                               "phi3-mini, gemma2-2b, gemma3-1b, granite-3-2b, olmo2-1b, smollm3-3b, tiny-bert, "
+                               "bge-small, tiny-nomic-bert)",
                                p->shape ? p->shape : "(null)");
     int ftype = wgllm_synth_file_type(p->type);
     const struct wgllm_type_traits *tt = wgllm_type_traits(p->type);
@@ -450,12 +516,25 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         synth_key_name(k, sizeof(k), A, hparams[i].name);
         wgllm_gguf_writer_set_u32(w, k, hparams[i].v);
     }
-    synth_key_name(k, sizeof(k), A, "attention.layer_norm_rms_epsilon");
-    wgllm_gguf_writer_set_f32(w, k, s->rms_eps);
-    synth_key_name(k, sizeof(k), A, "rope.freq_base");
-    wgllm_gguf_writer_set_f32(w, k, s->rope_freq_base);
-    synth_key_name(k, sizeof(k), A, "rope.dimension_count");
-    wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->head_dim);
+    if (synth_is_bert(s)) { /* the keys llama.cpp's bert reads (no RoPE, no RMSNorm) */
+        synth_key_name(k, sizeof(k), A, "attention.layer_norm_epsilon");
+        wgllm_gguf_writer_set_f32(w, k, s->rms_eps);
+        synth_key_name(k, sizeof(k), A, "attention.causal");
+        wgllm_gguf_writer_set_bool(w, k, false);
+        synth_key_name(k, sizeof(k), A, "pooling_type");
+        wgllm_gguf_writer_set_u32(w, k, synth_bert_pooling(s));
+        if (s->rope_freq_base > 0.0f) { /* nomic-bert's RoPE */
+            synth_key_name(k, sizeof(k), A, "rope.freq_base");
+            wgllm_gguf_writer_set_f32(w, k, s->rope_freq_base);
+        }
+    } else {
+        synth_key_name(k, sizeof(k), A, "attention.layer_norm_rms_epsilon");
+        wgllm_gguf_writer_set_f32(w, k, s->rms_eps);
+        synth_key_name(k, sizeof(k), A, "rope.freq_base");
+        wgllm_gguf_writer_set_f32(w, k, s->rope_freq_base);
+        synth_key_name(k, sizeof(k), A, "rope.dimension_count");
+        wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->head_dim);
+    }
     if (s->rope_variant == 3 || s->rope_variant == 4) {
         /* Phi-3.5's: sqrt(1 + ln(32) / ln(4096)) */
         synth_key_name(k, sizeof(k), A, "rope.scaling.attn_factor");
@@ -557,7 +636,10 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     }
 
     struct synth_ctx c = {0};
-    synth_build(&c, s, n_layer, n_vocab, p->type, p->seed);
+    if (synth_is_bert(s))
+        synth_build_bert(&c, s, n_layer, n_vocab, p->type, p->seed);
+    else
+        synth_build(&c, s, n_layer, n_vocab, p->type, p->seed);
     int bad = -1; /* a row the type's blocks do not divide (e.g. Q4_K's 256 in a 128-wide expert) */
     for (int i = 0; i < c.n && bad < 0; i++)
         if (c.t[i].ne[0] % (uint64_t)wgllm_type_traits(c.t[i].type)->blck_size) bad = i;

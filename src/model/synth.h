@@ -29,13 +29,14 @@ struct wgllm_synth_params wgllm_synth_default_params(void);
 /* The shapes, NULL-terminated: "tiny", "tiny-qwen2", "tiny-qwen3",
  * "tiny-gemma2", "tiny-gemma3", ..., "tinyllama-1.1b", "qwen2-0.5b",
  * "gemma2-2b", "gemma3-1b", "tiny-granite", "tiny-olmo2", "tiny-smollm3",
- * "granite-3-2b", "olmo2-1b", "smollm3-3b". */
+ * "granite-3-2b", "olmo2-1b", "smollm3-3b", and the encoders "tiny-bert",
+ * "bge-small", "tiny-nomic-bert". */
 const char *const *wgllm_synth_shape_names(void);
 
 /* Hyper-parameters of a shape, for callers that build inputs to match. */
 struct wgllm_synth_shape {
     const char *name;
-    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2", "smollm3" */
+    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2", "smollm3", "bert" */
     const char *vocab_file; /* file name under vocab/ */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx;
     float rope_freq_base, rms_eps;
@@ -63,6 +64,11 @@ struct wgllm_synth_shape {
     /* mixture of experts (qwen3moe, olmoe, llama as Mixtral): 0 experts: a dense FFN */
     int n_expert, n_expert_used, n_ff_exp;
 };
+/* bert shapes (encoders, bert and nomic-bert): rms_eps is their LayerNorms'
+ * epsilon, rope_freq_base nomic-bert's RoPE base (0: none, bert's learned
+ * positions), qkv_bias means every projection has a bias (else nomic's fused
+ * attn_qkv without any); their pooling is synth.c's (bge-small cls, the
+ * others mean). */
 /* NULL when the name is unknown. */
 const struct wgllm_synth_shape *wgllm_synth_shape(const char *name);
 

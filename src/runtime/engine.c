@@ -467,7 +467,13 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
             if (!placed && (!pick || r->t_admit < pick->t_admit)) pick = r;
         }
         if (!pick || budget <= 0) break;
-        const int k = WGLLM_MIN(budget, pick->n_prompt - pick->n_done_prompt);
+        int k = WGLLM_MIN(budget, pick->n_prompt - pick->n_done_prompt);
+        /* an encoder sees a text whole in one pass: never a part of one (the
+         * context's n_ctx <= n_batch, so one always fits an empty batch) */
+        if (e->model->hp.encoder && k < pick->n_prompt) {
+            if (nb > 0) break;
+            k = pick->n_prompt;
+        }
         for (int i = 0; i < k; i++) {
             const int idx = pick->n_done_prompt + i;
             e->b_tok[nb] = pick->prompt[idx];
@@ -504,8 +510,10 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
     for (int i = 0; i < nb; i++) {
         struct wgllm_request *r = e->b_owner[i];
         struct slot *sl = &e->slots[e->b_seq[i]];
-        sl->tokens[e->b_pos[i]] = e->b_tok[i];
-        sl->n_tokens = e->b_pos[i] + 1;
+        if (!e->model->hp.encoder) { /* an encoder caches nothing: its slots hold no prefix to reuse or snapshot */
+            sl->tokens[e->b_pos[i]] = e->b_tok[i];
+            sl->n_tokens = e->b_pos[i] + 1;
+        }
         if (r->phase == PHASE_PREFILL) r->n_done_prompt = e->b_pos[i] + 1;
         if (e->b_out[i]) e->out_owner[n_out++] = r;
     }
@@ -838,9 +846,20 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
         if (ec) free(ec->acc);
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "the prompt is empty");
     }
+    if (kind != REQ_EMBED && e->model->hp.encoder) {
+        free(prompt);
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "the model is an embedding model (a %s encoder): it computes embeddings "
+                               "(wgllm_embed, /v1/embeddings), not text",
+                               e->model->arch_name);
+    }
     if (n_prompt >= e->n_ctx + (kind == REQ_EMBED)) {
         free(prompt);
         if (ec) free(ec->acc);
+        if (e->model->hp.encoder)
+            return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL,
+                                   "the input has %d tokens; this %s encoder takes at most %d (its position table has "
+                                   "%d)", n_prompt, e->model->arch_name, e->n_ctx, e->model->hp.n_ctx_train);
         return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL,
                                "the prompt has %d tokens; the context holds %d per slot%s%s", n_prompt, e->n_ctx,
                                kind == REQ_EMBED ? "" : " (and at least one more is needed to generate)",
@@ -918,6 +937,10 @@ static enum wgllm_status submit(struct wgllm_engine *e, enum req_kind kind, int3
 /* The message of a prompt that cannot fit (`what`: "%d tokens" or "%zu bytes, so at least %d tokens"). */
 static enum wgllm_status prompt_too_long(const struct wgllm_engine *e, enum req_kind kind, const char *what,
                                          struct wgllm_error *err) {
+    if (e->model->hp.encoder)
+        return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL,
+                               "the input has %s; this %s encoder takes at most %d (its position table has %d)", what,
+                               e->model->arch_name, e->n_ctx, e->model->hp.n_ctx_train);
     return wgllm_error_set(err, WGLLM_STATUS_CONTEXT_FULL, "the prompt has %s; the context holds %d per slot%s%s", what,
                            e->n_ctx, kind == REQ_EMBED ? "" : " (and at least one more is needed to generate)",
                            e->p.context_shift ? "; context shifting applies to generated tokens, not prompts" : "");

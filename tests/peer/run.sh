@@ -39,6 +39,10 @@ done
 for shape in tiny-granite tiny-olmo2 tiny-smollm3; do
   for type in f32 q8_0 q4_k; do models+=("$shape $type"); done
 done
+# the bert encoders bert.test.mjs compares (embeddings)
+for type in f32 f16 q8_0 q4_0; do models+=("tiny-bert $type"); done
+for type in f16 q8_0; do models+=("bge-small $type"); done
+for type in f32 q8_0; do models+=("tiny-nomic-bert $type"); done
 for m in "${models[@]}"; do
   read -r shape type <<<"$m"
   {

@@ -10,12 +10,13 @@
  * steps, does its share of each (rows of a matrix product, heads of
  * attention) and meets the others at a barrier. Weights stay in their GGUF
  * block format, except Q4_0/Q8_0 matrices, which the first CPU context of a
- * model copies into the repacked layout (cpu_weights); each matrix product
+ * model copies into the repacked layout (matmul.c); each matrix product
  * first converts its input rows to the weight type's vec_dot_type (Q8_0 for
  * Q4_0/Q8_0, ...) as llama.cpp does.
  * Nothing is allocated per token.
  */
 #include "backend/backend_impl.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "base/threadpool.h"
 #include "model/model.h"
@@ -27,11 +28,6 @@
 #include <string.h>
 
 #define N_ACT_SLOTS 3 /* distinct vec_dot_types one matmul group can need (q, k, v) */
-
-struct act {
-    const void *data; /* row t starts at data + t * stride */
-    size_t stride;
-};
 
 struct cpu_ctx {
     struct wgllm_model *model;
@@ -79,99 +75,13 @@ struct cpu_ctx {
     } moe;
 };
 
-/* ---- matrix products ---------------------------------------------------- */
+/* ---- matrix products (matmul.c) ------------------------------------------- */
 
-/* Converts rows [0,n) of src (ld floats apart) to `type`, each thread taking
- * its share of rows; returns where the converted rows are. */
-static struct act act_prepare(struct cpu_ctx *c, int ith, int nth, int slot, const float *src,
-                              int ld, int n, int64_t K, uint32_t type) {
-    if (type == WGLLM_TYPE_F32) return (struct act){src, (size_t)ld * sizeof(float)};
-    const struct wgllm_type_traits *tr = wgllm_type_traits(type);
-    size_t stride = wgllm_row_size(type, K);
-    WGLLM_ASSERT(stride * (size_t)n <= c->act_slot_bytes);
-    char *dst = c->act_buf[slot];
-    int64_t lo, hi;
-    if (n >= nth) {
-        wgllm_split_range(n, ith, nth, 1, &lo, &hi);
-        for (int64_t t = lo; t < hi; t++) tr->from_float(src + t * ld, dst + t * stride, K);
-    } else {
-        /* few rows (decode): split each row by blocks instead */
-        int64_t nb = K / tr->blck_size;
-        wgllm_split_range(nb, ith, nth, 1, &lo, &hi);
-        if (hi > lo)
-            for (int t = 0; t < n; t++)
-                tr->from_float(src + t * ld + lo * tr->blck_size, dst + t * stride + (size_t)lo * tr->type_size,
-                               (hi - lo) * tr->blck_size);
-    }
-    return (struct act){dst, stride};
+/* Rows [0,n) of src in `type`, into activation slot `slot` of the context. */
+static struct wgllm_cpu_act act_prepare(struct cpu_ctx *c, int ith, int nth, int slot, const float *src, int ld, int n, int64_t K,
+                         uint32_t type) {
+    return wgllm_cpu_act_prepare(c->act_buf[slot], c->act_slot_bytes, ith, nth, src, ld, n, K, type);
 }
-
-/* y[t*ldy + r] (+)= W[r] . x[t] for this thread's share of the rows r0..r1. */
-static void matmul_rows(const struct wgllm_weight *w, struct act x, int n, float *y, int ldy, int64_t r0,
-                        int64_t r1, bool accumulate, const float *bias) {
-    const struct wgllm_type_traits *tt = wgllm_type_traits(w->type);
-    const wgllm_vec_dot_fn dot = tt->vec_dot;
-    const char *wd = w->data;
-    enum { RB = 16, TB = 8 };
-    /* Several tokens: each weight block is unpacked once per tile of TB
-     * tokens (bit-identical to vec_dot, so prompt == token by token). */
-    if (tt->vec_dot_mt && n >= 2) {
-        for (int64_t rb = r0; rb < r1; rb += RB) {
-            const int64_t re = WGLLM_MIN(r1, rb + RB);
-            for (int t0 = 0; t0 < n; t0 += TB) {
-                const int nt = WGLLM_MIN(TB, n - t0);
-                const char *xt = (const char *)x.data + (size_t)t0 * x.stride;
-                for (int64_t r = rb; r < re; r++) {
-                    float s[TB];
-                    tt->vec_dot_mt(w->ne0, s, 1, wd + (size_t)r * w->row_size, xt, x.stride, nt);
-                    for (int k = 0; k < nt; k++) {
-                        float *yr = y + (size_t)(t0 + k) * ldy + r;
-                        const float v = bias ? s[k] + bias[r] : s[k];
-                        *yr = accumulate ? *yr + v : v;
-                    }
-                }
-            }
-        }
-        return;
-    }
-    for (int64_t rb = r0; rb < r1; rb += RB) {
-        const int64_t re = WGLLM_MIN(r1, rb + RB);
-        for (int t = 0; t < n; t++) {
-            const char *xt = (const char *)x.data + (size_t)t * x.stride;
-            float *yt = y + (size_t)t * ldy;
-            for (int64_t r = rb; r < re; r++) {
-                float s;
-                dot(w->ne0, &s, wd + (size_t)r * w->row_size, xt);
-                if (bias) s += bias[r];
-                yt[r] = accumulate ? yt[r] + s : s;
-            }
-        }
-    }
-}
-
-/* Rows r0..r1 (multiples of 16 except at the end) through the repacked
- * kernel when the weight has one, else row by row. */
-static void matmul_range(const struct wgllm_weight *w, struct act x, int n, float *y, int ldy, int64_t r0,
-                         int64_t r1, bool accumulate, const float *bias) {
-    if (r1 <= r0) return;
-    if (!w->rp) {
-        matmul_rows(w, x, n, y, ldy, r0, r1, accumulate, bias);
-        return;
-    }
-    wgllm_repacked_matmul(w->rp, r0, r1, x.data, x.stride, n, y, ldy, accumulate);
-    if (bias)
-        for (int t = 0; t < n; t++)
-            for (int64_t r = r0; r < r1; r++) y[(size_t)t * ldy + r] += bias[r];
-}
-
-static void matmul(const struct wgllm_weight *w, struct act x, int n, float *y, int ldy, int ith, int nth,
-                   bool accumulate, const float *bias) {
-    int64_t r0, r1;
-    wgllm_split_range(w->ne1, ith, nth, 16, &r0, &r1);
-    matmul_range(w, x, n, y, ldy, r0, r1, accumulate, bias);
-}
-
-static uint32_t vdt(const struct wgllm_weight *w) { return wgllm_type_traits(w->type)->vec_dot_type; }
 
 /* ---- attention -------------------------------------------------------- */
 
@@ -221,7 +131,7 @@ static struct wgllm_weight expert_view(const struct wgllm_weight *w, int e) {
 
 /* Converts f32 rows src[idx[r]] (ld floats apart; idx NULL: row r) for r in
  * [0, n) into `type` at dst, each thread its share of rows. */
-static struct act moe_gather(void *dst, const float *src, int ld, const int32_t *idx, int n, int64_t K, uint32_t type,
+static struct wgllm_cpu_act moe_gather(void *dst, const float *src, int ld, const int32_t *idx, int n, int64_t K, uint32_t type,
                              int ith, int nth) {
     const struct wgllm_type_traits *tr = wgllm_type_traits(type);
     const size_t stride = type == WGLLM_TYPE_F32 ? (size_t)K * sizeof(float) : wgllm_row_size(type, K);
@@ -233,7 +143,7 @@ static struct act moe_gather(void *dst, const float *src, int ld, const int32_t 
         if (type == WGLLM_TYPE_F32) memcpy(d, x, (size_t)K * sizeof(float));
         else tr->from_float(x, d, K);
     }
-    return (struct act){dst, stride};
+    return (struct wgllm_cpu_act){dst, stride};
 }
 
 /* x[t] += sum of the chosen experts' SwiGLU FFNs of fin[t], weighted, as
@@ -249,9 +159,9 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
     const int E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used, FE = hp->n_ff_exp, R = nr * K;
     int64_t lo, hi;
 
-    struct act ar = act_prepare(c, ith, nth, 0, fin, E, nr, E, vdt(&L->gate_inp));
+    struct wgllm_cpu_act ar = act_prepare(c, ith, nth, 0, fin, E, nr, E, wgllm_cpu_vdt(&L->gate_inp));
     wgllm_threadpool_barrier(tp);
-    matmul(&L->gate_inp, ar, nr, c->moe.logits, X, ith, nth, false, NULL);
+    wgllm_cpu_matmul(&L->gate_inp, ar, nr, c->moe.logits, X, ith, nth, false, NULL);
     wgllm_threadpool_barrier(tp);
 
     wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
@@ -292,10 +202,10 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
     }
     wgllm_threadpool_barrier(tp);
 
-    const uint32_t tg = vdt(&L->w_gate), tu = vdt(&L->w_up);
-    const struct act xg = moe_gather(tg == WGLLM_TYPE_F32 ? (void *)c->moe.rows : c->moe.xq[0], fin, E,
+    const uint32_t tg = wgllm_cpu_vdt(&L->w_gate), tu = wgllm_cpu_vdt(&L->w_up);
+    const struct wgllm_cpu_act xg = moe_gather(tg == WGLLM_TYPE_F32 ? (void *)c->moe.rows : c->moe.xq[0], fin, E,
                                      c->moe.tok_of, R, E, tg, ith, nth);
-    const struct act xu = tu == tg ? xg
+    const struct wgllm_cpu_act xu = tu == tg ? xg
                                    : moe_gather(tu == WGLLM_TYPE_F32 ? (void *)c->moe.rows : c->moe.xq[1], fin, E,
                                                 c->moe.tok_of, R, E, tu, ith, nth);
     wgllm_threadpool_barrier(tp);
@@ -305,19 +215,19 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
         const int n = c->moe.off[e + 1] - c->moe.off[e], r0 = c->moe.off[e];
         if (!n) continue;
         const struct wgllm_weight gv = expert_view(&L->w_gate, e), uv = expert_view(&L->w_up, e);
-        const struct act ag = {(const char *)xg.data + (size_t)r0 * xg.stride, xg.stride};
-        const struct act au = {(const char *)xu.data + (size_t)r0 * xu.stride, xu.stride};
-        matmul_range(&gv, ag, n, c->moe.g + (size_t)r0 * FE, FE, f0, f1, false, NULL);
-        matmul_range(&uv, au, n, c->moe.u + (size_t)r0 * FE, FE, f0, f1, false, NULL);
+        const struct wgllm_cpu_act ag = {(const char *)xg.data + (size_t)r0 * xg.stride, xg.stride};
+        const struct wgllm_cpu_act au = {(const char *)xu.data + (size_t)r0 * xu.stride, xu.stride};
+        wgllm_cpu_matmul_range(&gv, ag, n, c->moe.g + (size_t)r0 * FE, FE, f0, f1, false, NULL);
+        wgllm_cpu_matmul_range(&uv, au, n, c->moe.u + (size_t)r0 * FE, FE, f0, f1, false, NULL);
         for (int t = 0; t < n; t++) {
             float *g = c->moe.g + (size_t)(r0 + t) * FE + f0;
             wgllm_op_swiglu(g, c->moe.u + (size_t)(r0 + t) * FE + f0, g, (int)(f1 - f0));
         }
     }
     wgllm_threadpool_barrier(tp);
-    const uint32_t td = vdt(&L->w_down);
-    const struct act xd =
-        td == WGLLM_TYPE_F32 ? (struct act){c->moe.g, (size_t)FE * sizeof(float)}
+    const uint32_t td = wgllm_cpu_vdt(&L->w_down);
+    const struct wgllm_cpu_act xd =
+        td == WGLLM_TYPE_F32 ? (struct wgllm_cpu_act){c->moe.g, (size_t)FE * sizeof(float)}
                              : moe_gather(c->moe.dq, c->moe.g, FE, NULL, R, FE, td, ith, nth);
     wgllm_threadpool_barrier(tp);
     int64_t e0, e1;
@@ -326,8 +236,8 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
         const int n = c->moe.off[e + 1] - c->moe.off[e], r0 = c->moe.off[e];
         if (!n) continue;
         const struct wgllm_weight dv = expert_view(&L->w_down, e);
-        const struct act ad = {(const char *)xd.data + (size_t)r0 * xd.stride, xd.stride};
-        matmul_range(&dv, ad, n, c->moe.rows + (size_t)r0 * E, E, e0, e1, false, NULL);
+        const struct wgllm_cpu_act ad = {(const char *)xd.data + (size_t)r0 * xd.stride, xd.stride};
+        wgllm_cpu_matmul_range(&dv, ad, n, c->moe.rows + (size_t)r0 * E, E, e0, e1, false, NULL);
     }
     wgllm_threadpool_barrier(tp);
     wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
@@ -351,18 +261,18 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
  * W a goes to xn first, is RMS-normed with those weights and/or multiplied
  * by the scale row by row, and then added (llama.cpp: norm or ggml_scale,
  * then ggml_add with the residual). */
-static void add_projection(struct cpu_ctx *c, const struct wgllm_weight *w, struct act a, int nr, const float *post_norm,
+static void add_projection(struct cpu_ctx *c, const struct wgllm_weight *w, struct wgllm_cpu_act a, int nr, const float *post_norm,
                            int ith, int nth) {
     const struct wgllm_hparams *hp = &c->model->hp;
     const int E = hp->n_embd;
     struct wgllm_threadpool *tp = c->tp;
     const float rs = hp->residual_scale;
     if (!post_norm && rs == 1.0f) {
-        matmul(w, a, nr, c->x, E, ith, nth, true, NULL);
+        wgllm_cpu_matmul(w, a, nr, c->x, E, ith, nth, true, NULL);
         wgllm_threadpool_barrier(tp);
         return;
     }
-    matmul(w, a, nr, c->xn, E, ith, nth, false, NULL);
+    wgllm_cpu_matmul(w, a, nr, c->xn, E, ith, nth, false, NULL);
     wgllm_threadpool_barrier(tp);
     int64_t lo, hi;
     wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
@@ -416,15 +326,15 @@ static void forward_worker(void *arg, int ith, int nth) {
                 wgllm_op_rms_norm(c->x + t * E, L->attn_norm, c->xn + t * E, E, hp->rms_eps);
             wgllm_threadpool_barrier(tp);
         }
-        struct act aq = act_prepare(c, ith, nth, 0, ain, E, n, E, vdt(&L->wq));
-        struct act ak = vdt(&L->wk) == vdt(&L->wq) ? aq : act_prepare(c, ith, nth, 1, ain, E, n, E, vdt(&L->wk));
-        struct act av = vdt(&L->wv) == vdt(&L->wq) ? aq
-                        : vdt(&L->wv) == vdt(&L->wk) ? ak
-                                                     : act_prepare(c, ith, nth, 2, ain, E, n, E, vdt(&L->wv));
+        struct wgllm_cpu_act aq = act_prepare(c, ith, nth, 0, ain, E, n, E, wgllm_cpu_vdt(&L->wq));
+        struct wgllm_cpu_act ak = wgllm_cpu_vdt(&L->wk) == wgllm_cpu_vdt(&L->wq) ? aq : act_prepare(c, ith, nth, 1, ain, E, n, E, wgllm_cpu_vdt(&L->wk));
+        struct wgllm_cpu_act av = wgllm_cpu_vdt(&L->wv) == wgllm_cpu_vdt(&L->wq) ? aq
+                        : wgllm_cpu_vdt(&L->wv) == wgllm_cpu_vdt(&L->wk) ? ak
+                                                     : act_prepare(c, ith, nth, 2, ain, E, n, E, wgllm_cpu_vdt(&L->wv));
         wgllm_threadpool_barrier(tp);
-        matmul(&L->wq, aq, n, c->q, QD, ith, nth, false, L->bq);
-        matmul(&L->wk, ak, n, c->k, KD, ith, nth, false, L->bk);
-        matmul(&L->wv, av, n, c->v, VD, ith, nth, false, L->bv);
+        wgllm_cpu_matmul(&L->wq, aq, n, c->q, QD, ith, nth, false, L->bq);
+        wgllm_cpu_matmul(&L->wk, ak, n, c->k, KD, ith, nth, false, L->bk);
+        wgllm_cpu_matmul(&L->wv, av, n, c->v, VD, ith, nth, false, L->bv);
         wgllm_threadpool_barrier(tp);
         if (hp->qk_norm_whole) { /* olmo2: q and k normed as whole rows, before the split into heads */
             wgllm_split_range(n, ith, nth, 1, &lo, &hi);
@@ -489,7 +399,7 @@ static void forward_worker(void *arg, int ith, int nth) {
         if (nr == 0) continue;
 
         /* output projection into the residual stream (through the post-norm, gemma) */
-        struct act ao = act_prepare(c, ith, nth, 0, c->att, OD, nr, OD, vdt(&L->wo));
+        struct wgllm_cpu_act ao = act_prepare(c, ith, nth, 0, c->att, OD, nr, OD, wgllm_cpu_vdt(&L->wo));
         wgllm_threadpool_barrier(tp);
         add_projection(c, &L->wo, ao, nr, L->post_attn_norm, ith, nth);
 
@@ -505,15 +415,15 @@ static void forward_worker(void *arg, int ith, int nth) {
             moe_ffn(c, L, fin, nr, ith, nth);
             continue;
         }
-        struct act ag = act_prepare(c, ith, nth, 0, fin, E, nr, E, vdt(&L->w_gate));
-        struct act au =
-            vdt(&L->w_up) == vdt(&L->w_gate) ? ag : act_prepare(c, ith, nth, 1, fin, E, nr, E, vdt(&L->w_up));
+        struct wgllm_cpu_act ag = act_prepare(c, ith, nth, 0, fin, E, nr, E, wgllm_cpu_vdt(&L->w_gate));
+        struct wgllm_cpu_act au =
+            wgllm_cpu_vdt(&L->w_up) == wgllm_cpu_vdt(&L->w_gate) ? ag : act_prepare(c, ith, nth, 1, fin, E, nr, E, wgllm_cpu_vdt(&L->w_up));
         wgllm_threadpool_barrier(tp);
         {
             int64_t f0, f1;
             wgllm_split_range(F, ith, nth, 16, &f0, &f1);
-            matmul_range(&L->w_gate, ag, nr, c->gate, F, f0, f1, false, NULL);
-            matmul_range(&L->w_up, au, nr, c->up, F, f0, f1, false, NULL);
+            wgllm_cpu_matmul_range(&L->w_gate, ag, nr, c->gate, F, f0, f1, false, NULL);
+            wgllm_cpu_matmul_range(&L->w_up, au, nr, c->up, F, f0, f1, false, NULL);
             for (int t = 0; t < nr; t++) {
                 float *g = c->gate + (size_t)t * F + f0;
                 const float *u = c->up + (size_t)t * F + f0;
@@ -522,7 +432,7 @@ static void forward_worker(void *arg, int ith, int nth) {
             }
         }
         wgllm_threadpool_barrier(tp);
-        struct act ad = act_prepare(c, ith, nth, 0, c->gate, F, nr, F, vdt(&L->w_down));
+        struct wgllm_cpu_act ad = act_prepare(c, ith, nth, 0, c->gate, F, nr, F, wgllm_cpu_vdt(&L->w_down));
         wgllm_threadpool_barrier(tp);
         add_projection(c, &L->w_down, ad, nr, L->post_ffn_norm, ith, nth);
     }
@@ -535,9 +445,9 @@ static void forward_worker(void *arg, int ith, int nth) {
     for (int64_t t = lo; t < hi; t++) wgllm_op_rms_norm(c->x + t * E, m->output_norm, dst + t * E, E, hp->rms_eps);
     if (c->out_embd) return;
     wgllm_threadpool_barrier(tp);
-    struct act a = act_prepare(c, ith, nth, 0, c->xn, E, nr, E, vdt(&m->output));
+    struct wgllm_cpu_act a = act_prepare(c, ith, nth, 0, c->xn, E, nr, E, wgllm_cpu_vdt(&m->output));
     wgllm_threadpool_barrier(tp);
-    matmul(&m->output, a, nr, c->out_logits, hp->n_vocab, ith, nth, false, NULL);
+    wgllm_cpu_matmul(&m->output, a, nr, c->out_logits, hp->n_vocab, ith, nth, false, NULL);
     if (hp->final_softcap > 0.0f || hp->logit_scale != 1.0f) {
         /* each thread caps (gemma2) or scales (granite) the rows' columns it
          * computed (matmul's split) */
@@ -572,61 +482,6 @@ static void *ctx_alloc(struct cpu_ctx *c, size_t bytes) {
     return wgllm_alloc_aligned(bytes);
 }
 
-/* Copies the matrices that have a faster kernel into the repacked layout
- * (quant/repack.h); called under m->cpu_mu. A failure frees what was made
- * (no context has seen it), so a later context tries again. */
-static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_error *err) {
-    enum { CAP = 4096 };
-    struct wgllm_weight **mats = malloc(CAP * sizeof(*mats));
-    if (!mats) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-    const int n = wgllm_model_matrices(m, mats, CAP);
-    enum wgllm_status st = WGLLM_STATUS_OK;
-    uint64_t bytes = 0;
-    for (int i = 0; i < n && !st; i++) {
-        struct wgllm_weight *w = mats[i];
-        /* experts are read a few rows at a time, in the file's layout (a
-         * repacked copy of every expert would double a MoE model's memory) */
-        if (w->n_expert > 0 || !wgllm_repack_supported(w->type, w->ne0, w->ne1)) continue;
-        if (!(w->rp = calloc(1, sizeof(*w->rp)))) {
-            st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
-            break;
-        }
-        if ((st = wgllm_repack(w->data, w->type, w->ne0, w->ne1, w->rp, err))) break;
-        bytes += w->rp->size;
-        /* token_embd's rows are still read when it doubles as the output */
-        if (w->data != m->tok_embd.data) wgllm_model_release_pages(m, w);
-    }
-    if (st) { /* the released pages fault back in from the file */
-        for (int i = 0; i < n; i++)
-            if (mats[i]->rp) {
-                wgllm_repacked_free(mats[i]->rp);
-                free(mats[i]->rp);
-                mats[i]->rp = NULL;
-            }
-    } else {
-        m->repacked_bytes = bytes;
-    }
-    free(mats);
-    return st;
-}
-
-/* The CPU's weight layouts, made once per model: the first CPU context pays
- * for them and every later one, on any thread, shares them (the model owns
- * and frees them). Made here rather than at load so that a model only the
- * WebGPU backend runs never holds them. WGLLM_NO_REPACK=1 (read at the first
- * CPU context) keeps the GGUF layout. */
-static enum wgllm_status cpu_weights(struct wgllm_model *m, struct wgllm_error *err) {
-    pthread_mutex_lock(&m->cpu_mu);
-    enum wgllm_status st = WGLLM_STATUS_OK;
-    if (!m->cpu_weights_ready) {
-        const char *env = getenv("WGLLM_NO_REPACK");
-        if (!env || !strcmp(env, "0")) st = repack_weights(m, err);
-        m->cpu_weights_ready = st == WGLLM_STATUS_OK;
-    }
-    pthread_mutex_unlock(&m->cpu_mu);
-    return st;
-}
-
 /* The experts' scratch (cpu_ctx.moe) for n_batch tokens; false when it
  * cannot be addressed or allocated. */
 static bool moe_alloc(struct cpu_ctx *c) {
@@ -659,7 +514,7 @@ static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_
                                   int *n_ctx, int *n_batch, char *desc, size_t desc_cap, struct wgllm_error *err) {
     *out = NULL;
     const struct wgllm_hparams *hp = &model->hp;
-    enum wgllm_status wst = cpu_weights(model, err);
+    enum wgllm_status wst = wgllm_cpu_weights_prepare(model, err);
     if (wst) return wst;
     struct cpu_ctx *c = calloc(1, sizeof(*c));
     if (!c) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");

@@ -19,6 +19,21 @@ void wgllm_op_rms_norm(const float *x, const float *w, float *y, int n, float ep
         for (int i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
+void wgllm_op_layer_norm(const float *x, const float *w, const float *b, float *y, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)x[i];
+    const float mean = (float)sum / (float)n;
+    double sum2 = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float v = x[i] - mean;
+        y[i] = v;
+        sum2 += (double)(v * v);
+    }
+    const float var = (float)(sum2 / n);
+    const float scale = 1.0f / sqrtf(var + eps);
+    for (int i = 0; i < n; i++) y[i] = (y[i] * scale) * w[i] + b[i];
+}
+
 void wgllm_op_softmax(float *x, int n) {
     float max = -INFINITY;
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
@@ -43,15 +58,20 @@ static float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(s * x * (1.0f + a * x * x)));
 }
 
+/* ggml's table lookup: the input rounded to f16, its GELU rounded to f16,
+ * exact outside [-10, 10]. */
+static float gelu_f16(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(gelu_tanh(wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(x)))));
+}
+
 void wgllm_op_geglu(const float *g, const float *u, float *y, int n) {
-    for (int i = 0; i < n; i++) {
-        const float x = g[i];
-        float a;
-        if (x <= -10.0f) a = 0.0f;
-        else if (x >= 10.0f) a = x;
-        else a = wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(gelu_tanh(wgllm_fp16_to_fp32(wgllm_fp32_to_fp16(x)))));
-        y[i] = a * u[i];
-    }
+    for (int i = 0; i < n; i++) y[i] = gelu_f16(g[i]) * u[i];
+}
+
+void wgllm_op_gelu(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = gelu_f16(x[i]);
 }
 
 void wgllm_op_softcap(float *x, int n, float cap) {

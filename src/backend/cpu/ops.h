@@ -14,6 +14,11 @@
 /* y = (x * 1/sqrt(mean(x^2) + eps)) * w   (w may be NULL) */
 void wgllm_op_rms_norm(const float *x, const float *w, float *y, int n, float eps);
 
+/* y = (x - mean) / sqrt(var + eps) * w + b, as ggml_norm then the weight's
+ * mul and the bias's add: mean and variance summed in double, each rounded
+ * to float (bert's LayerNorm). */
+void wgllm_op_layer_norm(const float *x, const float *w, const float *b, float *y, int n, float eps);
+
 /* In place: x[i] = exp(x[i] - max) / sum, sums in double. */
 void wgllm_op_softmax(float *x, int n);
 
@@ -24,6 +29,9 @@ void wgllm_op_swiglu(const float *g, const float *u, float *y, int n);
  * ggml's CPU backend computes it: the input rounded to f16, the GELU of
  * that rounded to f16 again (its lookup table), exact outside [-10, 10]. */
 void wgllm_op_geglu(const float *g, const float *u, float *y, int n);
+
+/* In place: x[i] = gelu(x[i]) as wgllm_op_geglu rounds it (ggml_gelu). */
+void wgllm_op_gelu(float *x, int n);
 
 /* In place: x[i] = cap * tanh(x[i] * (1/cap)), as ggml's scale, tanh, scale. */
 void wgllm_op_softcap(float *x, int n, float cap);

@@ -1,0 +1,157 @@
+/*
+ * matmul.c - the CPU backend's matrix products (matmul.h), moved out of
+ * forward.c so that the encoder multiplies exactly as the decoder does.
+ */
+#include "backend/cpu/matmul.h"
+
+#include "base/threadpool.h"
+#include "quant/quant.h"
+#include "quant/repack.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct wgllm_cpu_act wgllm_cpu_act_prepare(void *buf, size_t cap, int ith, int nth, const float *src, int ld, int n,
+                                           int64_t K, uint32_t type) {
+    if (type == WGLLM_TYPE_F32) return (struct wgllm_cpu_act){src, (size_t)ld * sizeof(float)};
+    const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+    size_t stride = wgllm_row_size(type, K);
+    WGLLM_ASSERT(stride * (size_t)n <= cap);
+    char *dst = buf;
+    int64_t lo, hi;
+    if (n >= nth) {
+        wgllm_split_range(n, ith, nth, 1, &lo, &hi);
+        for (int64_t t = lo; t < hi; t++) tr->from_float(src + t * ld, dst + t * stride, K);
+    } else {
+        /* few rows (decode): split each row by blocks instead */
+        int64_t nb = K / tr->blck_size;
+        wgllm_split_range(nb, ith, nth, 1, &lo, &hi);
+        if (hi > lo)
+            for (int t = 0; t < n; t++)
+                tr->from_float(src + t * ld + lo * tr->blck_size, dst + t * stride + (size_t)lo * tr->type_size,
+                               (hi - lo) * tr->blck_size);
+    }
+    return (struct wgllm_cpu_act){dst, stride};
+}
+
+/* y[t*ldy + r] (+)= W[r] . x[t] for this thread's share of the rows r0..r1. */
+static void matmul_rows(const struct wgllm_weight *w, struct wgllm_cpu_act x, int n, float *y, int ldy, int64_t r0,
+                        int64_t r1, bool accumulate, const float *bias) {
+    const struct wgllm_type_traits *tt = wgllm_type_traits(w->type);
+    const wgllm_vec_dot_fn dot = tt->vec_dot;
+    const char *wd = w->data;
+    enum { RB = 16, TB = 8 };
+    /* Several tokens: each weight block is unpacked once per tile of TB
+     * tokens (bit-identical to vec_dot, so prompt == token by token). */
+    if (tt->vec_dot_mt && n >= 2) {
+        for (int64_t rb = r0; rb < r1; rb += RB) {
+            const int64_t re = WGLLM_MIN(r1, rb + RB);
+            for (int t0 = 0; t0 < n; t0 += TB) {
+                const int nt = WGLLM_MIN(TB, n - t0);
+                const char *xt = (const char *)x.data + (size_t)t0 * x.stride;
+                for (int64_t r = rb; r < re; r++) {
+                    float s[TB];
+                    tt->vec_dot_mt(w->ne0, s, 1, wd + (size_t)r * w->row_size, xt, x.stride, nt);
+                    for (int k = 0; k < nt; k++) {
+                        float *yr = y + (size_t)(t0 + k) * ldy + r;
+                        const float v = bias ? s[k] + bias[r] : s[k];
+                        *yr = accumulate ? *yr + v : v;
+                    }
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t rb = r0; rb < r1; rb += RB) {
+        const int64_t re = WGLLM_MIN(r1, rb + RB);
+        for (int t = 0; t < n; t++) {
+            const char *xt = (const char *)x.data + (size_t)t * x.stride;
+            float *yt = y + (size_t)t * ldy;
+            for (int64_t r = rb; r < re; r++) {
+                float s;
+                dot(w->ne0, &s, wd + (size_t)r * w->row_size, xt);
+                if (bias) s += bias[r];
+                yt[r] = accumulate ? yt[r] + s : s;
+            }
+        }
+    }
+}
+
+/* Rows r0..r1 (multiples of 16 except at the end) through the repacked
+ * kernel when the weight has one, else row by row. */
+void wgllm_cpu_matmul_range(const struct wgllm_weight *w, struct wgllm_cpu_act x, int n, float *y, int ldy,
+                            int64_t r0, int64_t r1, bool accumulate, const float *bias) {
+    if (r1 <= r0) return;
+    if (!w->rp) {
+        matmul_rows(w, x, n, y, ldy, r0, r1, accumulate, bias);
+        return;
+    }
+    wgllm_repacked_matmul(w->rp, r0, r1, x.data, x.stride, n, y, ldy, accumulate);
+    if (bias)
+        for (int t = 0; t < n; t++)
+            for (int64_t r = r0; r < r1; r++) y[(size_t)t * ldy + r] += bias[r];
+}
+
+void wgllm_cpu_matmul(const struct wgllm_weight *w, struct wgllm_cpu_act x, int n, float *y, int ldy, int ith,
+                      int nth, bool accumulate, const float *bias) {
+    int64_t r0, r1;
+    wgllm_split_range(w->ne1, ith, nth, 16, &r0, &r1);
+    wgllm_cpu_matmul_range(w, x, n, y, ldy, r0, r1, accumulate, bias);
+}
+
+/* ---- the CPU's weight layouts ---------------------------------------------- */
+
+/* Copies the matrices that have a faster kernel into the repacked layout
+ * (quant/repack.h); called under m->cpu_mu. A failure frees what was made
+ * (no context has seen it), so a later context tries again. */
+static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_error *err) {
+    enum { CAP = 4096 };
+    struct wgllm_weight **mats = malloc(CAP * sizeof(*mats));
+    if (!mats) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    const int n = wgllm_model_matrices(m, mats, CAP);
+    enum wgllm_status st = WGLLM_STATUS_OK;
+    uint64_t bytes = 0;
+    for (int i = 0; i < n && !st; i++) {
+        struct wgllm_weight *w = mats[i];
+        /* experts are read a few rows at a time, in the file's layout (a
+         * repacked copy of every expert would double a MoE model's memory) */
+        if (w->n_expert > 0 || !wgllm_repack_supported(w->type, w->ne0, w->ne1)) continue;
+        if (!(w->rp = calloc(1, sizeof(*w->rp)))) {
+            st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
+            break;
+        }
+        if ((st = wgllm_repack(w->data, w->type, w->ne0, w->ne1, w->rp, err))) break;
+        bytes += w->rp->size;
+        /* token_embd's rows are still read when it doubles as the output */
+        if (w->data != m->tok_embd.data) wgllm_model_release_pages(m, w);
+    }
+    if (st) { /* the released pages fault back in from the file */
+        for (int i = 0; i < n; i++)
+            if (mats[i]->rp) {
+                wgllm_repacked_free(mats[i]->rp);
+                free(mats[i]->rp);
+                mats[i]->rp = NULL;
+            }
+    } else {
+        m->repacked_bytes = bytes;
+    }
+    free(mats);
+    return st;
+}
+
+/* The CPU's weight layouts, made once per model: the first CPU context pays
+ * for them and every later one, on any thread, shares them (the model owns
+ * and frees them). Made here rather than at load so that a model only the
+ * WebGPU backend runs never holds them. WGLLM_NO_REPACK=1 (read at the first
+ * CPU context) keeps the GGUF layout. */
+enum wgllm_status wgllm_cpu_weights_prepare(struct wgllm_model *m, struct wgllm_error *err) {
+    pthread_mutex_lock(&m->cpu_mu);
+    enum wgllm_status st = WGLLM_STATUS_OK;
+    if (!m->cpu_weights_ready) {
+        const char *env = getenv("WGLLM_NO_REPACK");
+        if (!env || !strcmp(env, "0")) st = repack_weights(m, err);
+        m->cpu_weights_ready = st == WGLLM_STATUS_OK;
+    }
+    pthread_mutex_unlock(&m->cpu_mu);
+    return st;
+}
