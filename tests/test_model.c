@@ -132,6 +132,7 @@ static void moe_reference(const struct wgllm_layer *L, const struct wgllm_hparam
         chosen[k] = best;
         wsum += p[best];
     }
+    double *y = calloc((size_t)E, sizeof(double));
     for (int k = 0; k < hp->n_expert_used; k++) {
         const int e = chosen[k];
         mv(wg + (size_t)e * FE * E, h, g, E, FE, NULL);
@@ -139,9 +140,26 @@ static void moe_reference(const struct wgllm_layer *L, const struct wgllm_hparam
         for (int i = 0; i < FE; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
         mv(wd + (size_t)e * E * FE, g, o, FE, E, NULL);
         const double w = hp->moe_norm_w ? p[e] / wsum : p[e];
-        for (int i = 0; i < E; i++) x[i] += w * o[i];
+        for (int i = 0; i < E; i++) y[i] += w * o[i];
     }
-    free(wr), free(p);
+    if (L->sh_gate.ne1) { /* the shared expert, gated by a sigmoid where it has a gate (qwen2moe) */
+        const int FS = hp->n_ff_shexp;
+        double *sg = deq(&L->sh_gate), *su = deq(&L->sh_up), *sd = deq(&L->sh_down), gate = 1;
+        mv(sg, h, g, E, FS, NULL);
+        mv(su, h, u, E, FS, NULL);
+        for (int i = 0; i < FS; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+        mv(sd, g, o, FS, E, NULL);
+        if (L->sh_gate_inp.ne1) {
+            double *gi = deq(&L->sh_gate_inp);
+            mv(gi, h, &gate, E, 1, NULL);
+            gate = 1 / (1 + exp(-gate));
+            free(gi);
+        }
+        for (int i = 0; i < E; i++) y[i] += gate * o[i];
+        free(sg), free(su), free(sd);
+    }
+    for (int i = 0; i < E; i++) x[i] += y[i] * hp->residual_scale; /* granitemoe's scale */
+    free(wr), free(p), free(y);
 }
 
 /* logits[t][V] for tokens[0..n) by the textbook definition, in double; the
@@ -290,6 +308,8 @@ TEST(mistral3_matches_reference) { test_reference("tiny-mistral3"); }
 TEST(qwen3moe_matches_reference) { test_reference("tiny-qwen3moe"); }
 TEST(mixtral_matches_reference) { test_reference("tiny-mixtral"); }
 TEST(olmoe_matches_reference) { test_reference("tiny-olmoe"); }
+TEST(qwen2moe_matches_reference) { test_reference("tiny-qwen2moe"); }
+TEST(granitemoe_matches_reference) { test_reference("tiny-granitemoe"); }
 TEST(gemma2_matches_reference) { test_reference("tiny-gemma2"); }
 TEST(gemma3_matches_reference) { test_reference("tiny-gemma3"); }
 TEST(phi3_matches_reference) { test_reference("tiny-phi3"); }
@@ -573,7 +593,7 @@ TEST(gemma_hparams_are_read_as_llama_cpp_reads_them) {
         free(buf);
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "architecture 'gemmaX' is not supported (supported: llama");
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "gemma2, gemma3");
-        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3, mistral3, qwen3moe, olmoe, bert, nomic-bert)");
+        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3, mistral3, qwen3moe, qwen2moe, granitemoe, olmoe, bert, nomic-bert)");
     }
     remove(p2);
     remove(p3);
@@ -804,6 +824,8 @@ int main(void) {
     RUN(qwen3moe_matches_reference);
     RUN(mixtral_matches_reference);
     RUN(olmoe_matches_reference);
+    RUN(qwen2moe_matches_reference);
+    RUN(granitemoe_matches_reference);
     RUN(gemma2_matches_reference);
     RUN(gemma3_matches_reference);
     RUN(phi3_matches_reference);

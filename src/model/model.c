@@ -50,6 +50,10 @@ struct arch_info {
      * renormalized), required and renormalized (qwen3moe), required and not
      * (olmoe) */
     enum { MOE_NONE, MOE_OPTIONAL, MOE_NORM, MOE_PLAIN } moe;
+    bool moe_ff_key; /* expert_feed_forward_length, default n_ff / used (qwen*moe); else the experts' FFN is n_ff */
+    /* a shared expert: SHEXP_OPTIONAL when expert_shared_feed_forward_length > 0
+     * (granitemoe), SHEXP_GATED always, of that length or n_ff, with its sigmoid gate (qwen2moe) */
+    enum { SHEXP_NONE, SHEXP_OPTIONAL, SHEXP_GATED } shexp;
     bool qk_norm_whole; /* olmoe: q/k norms over the whole projection with the llama block's pre-norms */
     bool encoder;     /* bert (src/models/bert.cpp): a block of its own, bound by bind_bert */
 };
@@ -71,7 +75,12 @@ static const struct arch_info arch_table[] = {
     /* the step is fixed in llama.cpp (no key says it): 4 */
     {.name = "smollm3", .arch = WGLLM_ARCH_SMOLLM3, .rope = WGLLM_ROPE_NORM, .no_rope_step = 4},
     {.name = "mistral3", .arch = WGLLM_ARCH_MISTRAL3, .rope = WGLLM_ROPE_NORM, .mistral3 = true},
-    {.name = "qwen3moe", .arch = WGLLM_ARCH_QWEN3MOE, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .moe = MOE_NORM},
+    {.name = "qwen3moe", .arch = WGLLM_ARCH_QWEN3MOE, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .moe = MOE_NORM,
+     .moe_ff_key = true},
+    {.name = "qwen2moe", .arch = WGLLM_ARCH_QWEN2MOE, .rope = WGLLM_ROPE_NEOX, .has_qkv_bias = true, .moe = MOE_PLAIN,
+     .moe_ff_key = true, .shexp = SHEXP_GATED},
+    {.name = "granitemoe", .arch = WGLLM_ARCH_GRANITEMOE, .rope = WGLLM_ROPE_NORM, .granite = true, .moe = MOE_NORM,
+     .shexp = SHEXP_OPTIONAL},
     {.name = "olmoe", .arch = WGLLM_ARCH_OLMOE, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .qk_norm_whole = true,
      .moe = MOE_PLAIN},
     {.name = "bert", .arch = WGLLM_ARCH_BERT, .rope = WGLLM_ROPE_NORM, .encoder = true},
@@ -459,7 +468,7 @@ static enum wgllm_status read_moe_hparams(struct wgllm_model *m, const struct ar
     if (ai->moe == MOE_NONE)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "%s.expert_count = %d: experts are not supported for %s yet (they are for llama, "
-                               "mistral, qwen3moe and olmoe)", m->arch_name, n, m->arch_name);
+                               "mistral, qwen3moe, qwen2moe, olmoe and granitemoe)", m->arch_name, n, m->arch_name);
     /* llama.cpp's LLAMA_MAX_EXPERTS */
     if (n > 512 || used <= 0 || used > n)
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
@@ -467,10 +476,18 @@ static enum wgllm_status read_moe_hparams(struct wgllm_model *m, const struct ar
                                m->arch_name, n, used);
     hp->n_expert = n;
     hp->n_expert_used = used;
-    /* qwen3moe: expert_feed_forward_length, else n_ff / used; the others: n_ff */
-    hp->n_ff_exp = ai->moe == MOE_NORM ? hp->n_ff / used : hp->n_ff;
-    if (ai->moe == MOE_NORM && (st = get_arch_u32(m, "expert_feed_forward_length", false, &hp->n_ff_exp, err)))
+    hp->n_ff_exp = ai->moe_ff_key ? hp->n_ff / used : hp->n_ff;
+    if (ai->moe_ff_key && (st = get_arch_u32(m, "expert_feed_forward_length", false, &hp->n_ff_exp, err)))
         return st;
+    hp->n_ff_shexp = ai->shexp == SHEXP_GATED ? hp->n_ff : 0;
+    if (ai->shexp && (st = get_arch_u32(m, "expert_shared_feed_forward_length", false, &hp->n_ff_shexp, err)))
+        return st;
+    if (ai->shexp == SHEXP_GATED && hp->n_ff_shexp <= 0)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.expert_shared_feed_forward_length = %d must be positive",
+                               m->arch_name, hp->n_ff_shexp);
+    if (hp->n_ff_shexp < 0 || hp->n_ff_shexp > (1 << 20))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s: shared expert feed-forward length %d is out of range",
+                               m->arch_name, hp->n_ff_shexp);
     if (hp->n_ff_exp <= 0 || hp->n_ff_exp > (1 << 20))
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s: expert feed-forward length %d is out of range",
                                m->arch_name, hp->n_ff_exp);
@@ -619,7 +636,10 @@ static enum wgllm_status read_hparams(struct wgllm_model *m, const struct arch_i
     if (ai->granite && (st = read_granite_hparams(m, err))) return st;
     if (ai->olmo2 && (st = read_olmo2_hparams(m, err))) return st;
     if (ai->encoder && (st = read_bert_hparams(m, err))) return st;
-    if ((ai->granite || ai->olmo2 || ai->no_rope_step || ai->mistral3) && (st = check_unread_tensors(m, err))) return st;
+    if ((ai->granite || ai->olmo2 || ai->no_rope_step || ai->mistral3 ||
+         ((ai->moe == MOE_NORM || ai->moe == MOE_PLAIN) && !ai->has_qkv_bias)) &&
+        (st = check_unread_tensors(m, err)))
+        return st;
     if (ai->q_scaled) {
         hp->q_scale = 1.0f / sqrtf((float)hp->head_dim_k);
         hp->kq_scale = 1.0f;
@@ -751,9 +771,12 @@ static enum wgllm_status bind_moe(struct binder *b, int il, struct wgllm_layer *
     char n[96];
     enum wgllm_status st;
     static const char *const dense[] = {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_gate.0.weight",
-                                        "ffn_gate_up_exps.weight", "ffn_gate_shexp.weight", "ffn_gate_inp.bias",
-                                        "ffn_gate_exps.bias", "ffn_down_exps.bias", "exp_probs_b.bias"};
-    for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+                                        "ffn_gate_up_exps.weight", "ffn_gate_inp.bias", "ffn_gate_exps.bias",
+                                        "ffn_down_exps.bias", "exp_probs_b.bias",
+                                        /* the shared expert's, where the file has none */
+                                        "ffn_gate_shexp.weight", "ffn_gate_inp_shexp.weight"};
+    const size_t n_refused = sizeof dense / sizeof dense[0] - (hp->n_ff_shexp > 0 ? 2 : 0);
+    for (size_t i = 0; i < n_refused; i++) {
         snprintf(n, sizeof n, "blk.%d.%s", il, dense[i]);
         if (wgllm_gguf_find_tensor(b->m->gguf, n))
             return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' is not supported in a %s "
@@ -764,6 +787,18 @@ static enum wgllm_status bind_moe(struct binder *b, int il, struct wgllm_layer *
         (st = bind_experts(b, NAME("ffn_gate_exps.weight"), E, FE, X, &L->w_gate, err)) ||
         (st = bind_experts(b, NAME("ffn_up_exps.weight"), E, FE, X, &L->w_up, err)) ||
         (st = bind_experts(b, NAME("ffn_down_exps.weight"), FE, E, X, &L->w_down, err)))
+        return st;
+    memset(&L->sh_gate, 0, sizeof L->sh_gate);
+    memset(&L->sh_up, 0, sizeof L->sh_up);
+    memset(&L->sh_down, 0, sizeof L->sh_down);
+    memset(&L->sh_gate_inp, 0, sizeof L->sh_gate_inp);
+    const int64_t FS = hp->n_ff_shexp;
+    if (FS > 0 && ((st = bind_matrix(b, NAME("ffn_gate_shexp.weight"), E, FS, true, &L->sh_gate, err)) ||
+                   (st = bind_matrix(b, NAME("ffn_up_shexp.weight"), E, FS, true, &L->sh_up, err)) ||
+                   (st = bind_matrix(b, NAME("ffn_down_shexp.weight"), FS, E, true, &L->sh_down, err))))
+        return st;
+    /* qwen2moe's gate: a vector of n_embd, one row */
+    if (FS > 0 && (st = bind_matrix(b, NAME("ffn_gate_inp_shexp.weight"), E, 1, false, &L->sh_gate_inp, err)))
         return st;
 #undef NAME
     return WGLLM_STATUS_OK;
@@ -1276,7 +1311,7 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
         h = fnv1a_bytes(h, g, sizeof g);
     }
     if (hp->n_expert > 0) {
-        const int g[] = {hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->moe_norm_w};
+        const int g[] = {hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->moe_norm_w, hp->n_ff_shexp};
         h = fnv1a_bytes(h, g, sizeof g);
     }
     if (hp->yarn_ext_factor != 0.0f || hp->attn_temp_scale != 0.0f) { /* YaRN, mistral3 */
@@ -1292,6 +1327,9 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
         const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int j = 0; j < 7; j++) h = fingerprint_weight(h, m, ws[j]);
         if (L->gate_inp.ne1) h = fingerprint_weight(h, m, &L->gate_inp);
+        const struct wgllm_weight *sh[4] = {&L->sh_gate, &L->sh_up, &L->sh_down, &L->sh_gate_inp};
+        for (int j = 0; j < 4; j++)
+            if (sh[j]->ne1) h = fingerprint_weight(h, m, sh[j]);
         /* olmo2 has no attention pre-norm: its post-norm stands for it */
         const float *norm = L->attn_norm ? L->attn_norm : L->post_attn_norm ? L->post_attn_norm : L->attn_out_norm;
         h = fnv1a_bytes(h, norm, sizeof(float) * (size_t)hp->n_embd);
@@ -1398,6 +1436,9 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
             experts += L->w_gate.tensor->size + L->w_up.tensor->size + L->w_down.tensor->size;
         }
         const double unused = (double)experts * (1.0 - (double)hp->n_expert_used / hp->n_expert);
+        if (hp->n_ff_shexp > 0)
+            APPEND("shared expert: FFN %d on every token%s\n", hp->n_ff_shexp,
+                   m->layers[0].sh_gate_inp.ne1 ? ", gated by sigmoid(ffn_gate_inp_shexp . x)" : "");
         APPEND("experts:       %d per layer, %d used per token, FFN %d each, weights %s; a token reads %.1f MiB "
                "of the %.1f MiB (%.0f%%)\n", hp->n_expert, hp->n_expert_used, hp->n_ff_exp,
                hp->moe_norm_w ? "renormalized" : "as routed", ((double)m->weight_bytes - unused) / 1048576.0,

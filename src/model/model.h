@@ -29,6 +29,8 @@ enum wgllm_arch {
     WGLLM_ARCH_MISTRAL3, /* the llama block with YaRN's keys and Llama 4's attention temperature (Ministral 3) */
     WGLLM_ARCH_QWEN3MOE, /* qwen3's block with a mixture-of-experts FFN */
     WGLLM_ARCH_OLMOE,    /* the llama block, q/k RMSNorm over the whole projection, experts without renormalization */
+    WGLLM_ARCH_QWEN2MOE, /* qwen2's block with experts and a sigmoid-gated shared expert (Qwen1.5-MoE, Qwen2-57B-A14B) */
+    WGLLM_ARCH_GRANITEMOE, /* granite's block with experts, and a shared expert where the file has one */
     WGLLM_ARCH_BERT,    /* an encoder (BGE, arctic-embed): learned positions, post-LayerNorms, GELU,
                            attention over the whole input; embeddings only (backend/cpu/encoder.c) */
     WGLLM_ARCH_NOMIC_BERT, /* bert's encoder with neox RoPE instead of learned positions and SwiGLU (nomic-embed) */
@@ -105,6 +107,10 @@ struct wgllm_hparams {
      * by those probabilities, renormalized to sum 1 when moe_norm_w. */
     int n_expert, n_expert_used, n_ff_exp;
     bool moe_norm_w;
+    /* > 0: a shared expert of this FFN length runs on every token beside the
+     * routed ones and is added to their sum, multiplied by
+     * sigmoid(sh_gate_inp . x) where the layer has that gate (qwen2moe) */
+    int n_ff_shexp;
     /* granite, olmo2, smollm3 (the defaults 1, 1, true, false, 0 are the llama block) */
     float residual_scale;  /* each block's attention and FFN outputs are multiplied by this before the add */
     float logit_scale;     /* the logits are multiplied by this (granite: 1 / granite.logit_scale) */
@@ -145,6 +151,7 @@ struct wgllm_layer {
      * stacks (wgllm_weight.n_expert) and gate_inp the router (n_expert rows);
      * gate_inp.ne1 is 0 otherwise */
     struct wgllm_weight wq, wk, wv, wo, w_gate, w_up, w_down, gate_inp;
+    struct wgllm_weight sh_gate, sh_up, sh_down, sh_gate_inp; /* the shared expert (ne1 0: none) */
     float *attn_norm, *ffn_norm; /* NULL without pre-norms (olmo2) */
     float *bq, *bk, *bv;     /* qwen2 */
     float *q_norm, *k_norm;  /* qwen3, gemma3: per-head, head_dim_k floats; olmo2: the whole

@@ -21,27 +21,31 @@
  * the same kind of tokenizer. */
 static const struct wgllm_synth_shape synth_shapes[] = {
     /* name              arch     vocab file                  L   embd head kv hdim  ff    ctx    rope   eps   bias   qknorm tied   rope variant, swa, swa pattern, attn cap, final cap, template */
-    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny",           "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"tiny-qwen2",     "qwen2", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"tiny-qwen3",     "qwen3", "ggml-vocab-gpt-2.gguf",     2,  256,  4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"tiny-ropefreqs", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   5e5f, 1e-5f, false, false, false, 1, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"tiny-ropescale", "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 2, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
     /* YaRN (factor 4 from an original context of 128, llama); mistral3 with
      * Ministral 3's YaRN keys (factor 16, log multiplier 1) and attention
      * temperature from an original context of 16 */
-    {"tiny-yarn",      "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 5, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"tiny-mistral3", "mistral3", "ggml-vocab-llama-spm.gguf", 2, 256, 8,  4, 32,  512,  512,   1e6f, 1e-5f, false, false, false, 6, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-yarn",      "llama", "ggml-vocab-llama-spm.gguf", 2,  256,  8,  4, 32,  512,  512,   1e4f, 1e-5f, false, false, false, 5, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"tiny-mistral3", "mistral3", "ggml-vocab-llama-spm.gguf", 2, 256, 8,  4, 32,  512,  512,   1e6f, 1e-5f, false, false, false, 6, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
     /* mixture of experts: 8 experts, 2 used (qwen3moe: an expert FFN of its
      * own length, GPT-2's vocabulary as tiny-qwen3); Mixtral's (llama with
      * experts: 4 experts of n_ff); olmoe's (no GQA, as llama.cpp reads its k norm as n_embd long; q/k norms over the whole
      * projection, weights not renormalized); and a realistic 16-expert,
      * 2-active qwen3moe of ~2B parameters (~0.4B active) for the benchmark */
-    {"tiny-qwen3moe", "qwen3moe", "ggml-vocab-gpt-2.gguf", 2, 256, 4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true,  0, 0, 0, 0.0f, 0.0f, NULL, 8, 2, 256},
-    {"tiny-mixtral",  "llama",    "ggml-vocab-llama-spm.gguf", 2, 256, 8, 4, 32, 256, 512,  1e6f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 4, 2, 256},
-    {"tiny-olmoe",    "olmoe",    "ggml-vocab-llama-spm.gguf", 2, 256, 8, 8, 32, 256, 512,  1e4f, 1e-5f, false, true,  false, 0, 0, 0, 0.0f, 0.0f, NULL, 8, 2, 256},
-    {"qwen3moe-16x2", "qwen3moe", "ggml-vocab-gpt-2.gguf", 24, 1536, 16, 4, 128, 8192, 32768, 1e6f, 1e-6f, false, true, true, 0, 0, 0, 0.0f, 0.0f, NULL, 16, 2, 1024},
-    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-qwen3moe", "qwen3moe", "ggml-vocab-gpt-2.gguf", 2, 256, 4,  2, 64,  512,  512,   1e6f, 1e-6f, false, true,  true,  0, 0, 0, 0.0f, 0.0f, NULL, 8, 2, 256, 0},
+    {"tiny-mixtral",  "llama",    "ggml-vocab-llama-spm.gguf", 2, 256, 8, 4, 32, 256, 512,  1e6f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 4, 2, 256, 0},
+    {"tiny-olmoe",    "olmoe",    "ggml-vocab-llama-spm.gguf", 2, 256, 8, 8, 32, 256, 512,  1e4f, 1e-5f, false, true,  false, 0, 0, 0, 0.0f, 0.0f, NULL, 8, 2, 256, 0},
+    /* qwen2moe's sigmoid-gated shared expert (and qwen2's q/k/v biases);
+     * granitemoe's scales with a plain shared expert (Granite MoE Shared) */
+    {"tiny-qwen2moe", "qwen2moe", "ggml-vocab-gpt-2.gguf", 2, 256, 4, 2, 64, 512, 512, 1e6f, 1e-6f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 8, 2, 256, 512},
+    {"tiny-granitemoe", "granitemoe", "ggml-vocab-llama-spm.gguf", 2, 256, 4, 2, 64, 256, 512, 1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 4, 2, 256, 256},
+    {"qwen3moe-16x2", "qwen3moe", "ggml-vocab-gpt-2.gguf", 24, 1536, 16, 4, 128, 8192, 32768, 1e6f, 1e-6f, false, true, true, 0, 0, 0, 0.0f, 0.0f, NULL, 16, 2, 1024, 0},
+    {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
     /* gemma: Gemma's own vocabulary (256k tokens) is not available here; they use
      * LLaMA's SentencePiece one (the same kind of tokenizer, BOS added) with
      * Gemma's chat template. The tiny ones have a sliding window of 8, so a
@@ -55,14 +59,14 @@ static const struct wgllm_synth_shape synth_shapes[] = {
      * by ~1e-6 (f32) and ~4e-3 (q8_0, scalar kernels) after six. Their head dim
      * is not n_embd / n_head (as in the real models), and tiny-gemma2's
      * attention cap (5) is small enough to change the scores measurably. */
-    {"tiny-gemma3",    "gemma3", "ggml-vocab-llama-spm.gguf", 3, 256, 4,  2, 128, 512,  512,   1e6f, 1e-6f, false, true,  true, 0, 8, 3,   0.0f,  0.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
-    {"tiny-gemma2",    "gemma2", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 128, 512,  512,   1e4f, 1e-6f, false, false, true, 0, 8, 0,   5.0f, 30.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
+    {"tiny-gemma3",    "gemma3", "ggml-vocab-llama-spm.gguf", 3, 256, 4,  2, 128, 512,  512,   1e6f, 1e-6f, false, true,  true, 0, 8, 3,   0.0f,  0.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0, 0},
+    {"tiny-gemma2",    "gemma2", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 128, 512,  512,   1e4f, 1e-6f, false, false, true, 0, 8, 0,   5.0f, 30.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0, 0},
     /* phi3: fused attn_qkv and ffn_up (gate rows, then up rows), as llama.cpp's
      * converter writes Phi-3; no LongRoPE factors (Phi-3-mini-4k style) */
-    {"tiny-phi3",      "phi3",   "ggml-vocab-phi-3.gguf",     2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0},
-    {"tiny-phi3-longrope", "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 3, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0},
-    {"tiny-phi3-longctx",  "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  8192,  1e4f, 1e-5f, false, false, false, 4, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0},
-    {"phi3-mini",      "phi3",   "ggml-vocab-phi-3.gguf",     32, 3072, 32, 32, 96, 8192, 4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0},
+    {"tiny-phi3",      "phi3",   "ggml-vocab-phi-3.gguf",     2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0, 0},
+    {"tiny-phi3-longrope", "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  4096,  1e4f, 1e-5f, false, false, false, 3, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0, 0},
+    {"tiny-phi3-longctx",  "phi3", "ggml-vocab-phi-3.gguf",  2, 256, 8,  4, 32,  512,  8192,  1e4f, 1e-5f, false, false, false, 4, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0, 0},
+    {"phi3-mini",      "phi3",   "ggml-vocab-phi-3.gguf",     32, 3072, 32, 32, 96, 8192, 4096,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, "microsoft-Phi-3.5-mini-instruct.jinja", 0, 0, 0, 0},
     /* granite, olmo2, smollm3: their own vocabularies (49k, 100k, 128k byte-level
      * BPE tokens) are not available here: the realistic shapes use GPT-2's (the
      * same kind), the tiny ones LLaMA's SentencePiece one (32k tokens: the
@@ -79,22 +83,22 @@ static const struct wgllm_synth_shape synth_shapes[] = {
      * the q8_0 bound (tiny-smollm3 with GPT-2's vocabulary, mean KL against
      * llama.cpp: 3.5e-3 on the scalar kernels, 3.6e-5 on the best; untied:
      * 3.8e-4). */
-    {"tiny-granite",   "granite", "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"tiny-olmo2",     "olmo2",   "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"tiny-smollm3",   "smollm3", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 64,  512,  512,   1e4f, 1e-6f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"granite-3-2b",   "granite", "ggml-vocab-gpt-2.gguf",    40, 2048, 32, 8, 64, 8192, 4096, 1e4f, 1e-5f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"olmo2-1b",       "olmo2",   "ggml-vocab-gpt-2.gguf",    16, 2048, 16, 16, 128, 8192, 4096, 5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"smollm3-3b",     "smollm3", "ggml-vocab-gpt-2.gguf",    36, 2048, 16, 4, 128, 11008, 65536, 5e6f, 1e-6f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
-    {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0},
+    {"tiny-granite",   "granite", "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"tiny-olmo2",     "olmo2",   "ggml-vocab-llama-spm.gguf", 2, 256, 4,  2, 64,  512,  512,   5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"tiny-smollm3",   "smollm3", "ggml-vocab-llama-spm.gguf", 4, 256, 4,  2, 64,  512,  512,   1e4f, 1e-6f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"granite-3-2b",   "granite", "ggml-vocab-gpt-2.gguf",    40, 2048, 32, 8, 64, 8192, 4096, 1e4f, 1e-5f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"olmo2-1b",       "olmo2",   "ggml-vocab-gpt-2.gguf",    16, 2048, 16, 16, 128, 8192, 4096, 5e5f, 1e-6f, false, true, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"smollm3-3b",     "smollm3", "ggml-vocab-gpt-2.gguf",    36, 2048, 16, 4, 128, 11008, 65536, 5e6f, 1e-6f, false, false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"gemma3-1b",      "gemma3", "ggml-vocab-llama-spm.gguf", 26, 1152, 4, 1, 256, 6912, 32768, 1e6f, 1e-6f, false, true, true, 0, 512, 0, 0.0f,  0.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0, 0},
+    {"gemma2-2b",      "gemma2", "ggml-vocab-llama-spm.gguf", 26, 2304, 8, 4, 256, 9216, 8192,  1e4f, 1e-6f, false, false, true, 0, 4096, 0, 50.0f, 30.0f, "google-gemma-2-2b-it.jinja", 0, 0, 0, 0},
     /* bert encoders with the real BGE WordPiece vocabulary: tiny-bert (mean
      * pooling, a position table of 128 so that a longer input is refused
      * cheaply) for tests, and bge-small-en-v1.5's shape (CLS pooling) */
-    {"tiny-bert",      "bert",   "ggml-vocab-bert-bge.gguf",  2, 128, 4, 4, 32, 512, 128, 0.0f, 1e-12f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
-    {"bge-small",      "bert",   "ggml-vocab-bert-bge.gguf", 12, 384, 12, 12, 32, 1536, 512, 0.0f, 1e-12f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-bert",      "bert",   "ggml-vocab-bert-bge.gguf",  2, 128, 4, 4, 32, 512, 128, 0.0f, 1e-12f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
+    {"bge-small",      "bert",   "ggml-vocab-bert-bge.gguf", 12, 384, 12, 12, 32, 1536, 512, 0.0f, 1e-12f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
     /* nomic-embed-text's block (nomic-bert): fused attn_qkv, no biases but the
      * LayerNorms', neox RoPE (base 1000) instead of a position table, SwiGLU */
-    {"tiny-nomic-bert", "nomic-bert", "ggml-vocab-bert-bge.gguf", 2, 128, 4, 4, 32, 256, 256, 1000.0f, 1e-12f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0},
+    {"tiny-nomic-bert", "nomic-bert", "ggml-vocab-bert-bge.gguf", 2, 128, 4, 4, 32, 256, 256, 1000.0f, 1e-12f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
 };
 #define SYNTH_N_SHAPES (sizeof(synth_shapes) / sizeof(synth_shapes[0]))
 
@@ -340,7 +344,7 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     const float g_in = SYNTH_SCALES.proj_gain, g_out = SYNTH_SCALES.out_proj_gain;
     const float logit = SYNTH_SCALES.logit_std / sqrtf((float)E);
     const bool gemma = synth_is_gemma(s), fused = synth_is_fused(s), olmo2 = synth_is_olmo2(s);
-    const bool granite = strcmp(s->arch, "granite") == 0;
+    const bool granite = strncmp(s->arch, "granite", 7) == 0; /* granite, granitemoe */
     /* granite's scales are undone in its weights, so that its stream, scores
      * and logits are as large as a llama's: the embeddings are multiplied by
      * embedding_scale as they enter, what a block adds by residual_scale, the
@@ -398,6 +402,13 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
             synth_add_experts(c, l, "ffn_gate_exps.weight", wt, E, FE, X, g_in / sqrtf((float)E), seed);
             synth_add_experts(c, l, "ffn_up_exps.weight", wt, E, FE, X, g_in / sqrtf((float)E), seed);
             synth_add_experts(c, l, "ffn_down_exps.weight", wt, FE, E, X, g_out / sqrtf((float)FE) / res, seed);
+            if (s->n_ff_shexp > 0) {
+                const uint64_t FS = (uint64_t)s->n_ff_shexp;
+                if (strcmp(s->arch, "qwen2moe") == 0) { BLK("ffn_gate_inp_shexp.weight", F32, E, 0, 0.0f, 1.0f / sqrtf((float)E)); }
+                BLK("ffn_gate_shexp.weight", wt, E, FS, 0.0f, g_in / sqrtf((float)E));
+                BLK("ffn_up_shexp.weight", wt, E, FS, 0.0f, g_in / sqrtf((float)E));
+                BLK("ffn_down_shexp.weight", wt, FS, E, 0.0f, g_out / sqrtf((float)FS) / res);
+            }
         } else {
             BLK("ffn_gate.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
             BLK("ffn_up.weight", wt, E, F, 0.0f, g_in / sqrtf((float)E));
@@ -547,9 +558,13 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_expert);
         synth_key_name(k, sizeof(k), A, "expert_used_count");
         wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_expert_used);
-        if (strcmp(s->arch, "qwen3moe") == 0) {
+        if (strncmp(s->arch, "qwen", 4) == 0) {
             synth_key_name(k, sizeof(k), A, "expert_feed_forward_length");
             wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_ff_exp);
+        }
+        if (s->n_ff_shexp > 0) {
+            synth_key_name(k, sizeof(k), A, "expert_shared_feed_forward_length");
+            wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_ff_shexp);
         }
     }
     if (s->rope_variant == 2 || s->rope_variant == 5 || s->rope_variant == 6) {
@@ -590,7 +605,7 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         synth_key_name(k, sizeof(k), A, "final_logit_softcapping");
         wgllm_gguf_writer_set_f32(w, k, s->final_softcap);
     }
-    if (strcmp(A, "granite") == 0) {
+    if (strncmp(A, "granite", 7) == 0) {
         const struct {
             const char *suffix;
             float v;

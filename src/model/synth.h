@@ -63,6 +63,7 @@ struct wgllm_synth_shape {
     const char *template_file; /* tokenizer.chat_template from templates/<this>; NULL: the vocab's */
     /* mixture of experts (qwen3moe, olmoe, llama as Mixtral): 0 experts: a dense FFN */
     int n_expert, n_expert_used, n_ff_exp;
+    int n_ff_shexp; /* > 0: a shared expert of this length (granitemoe; qwen2moe's has a sigmoid gate) */
 };
 /* bert shapes (encoders, bert and nomic-bert): rms_eps is their LayerNorms'
  * epsilon, rope_freq_base nomic-bert's RoPE base (0: none, bert's learned

@@ -91,7 +91,9 @@ const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']
   // mixture of experts: qwen3moe (renormalized), Mixtral (llama with experts), olmoe (not renormalized).
   // Not in K-quants here: the router's choice turns a quantization-sized difference at a near-tie
   // into a different expert (tiny-qwen3moe q4_k: mean KL 3e-3 at the AVX2 level, 4e-4 on scalar).
-  ['tiny-qwen3moe', ['f32', 'q8_0']], ['tiny-mixtral', ['f32', 'q8_0']], ['tiny-olmoe', ['f32']]];
+  ['tiny-qwen3moe', ['f32', 'q8_0']], ['tiny-mixtral', ['f32', 'q8_0']], ['tiny-olmoe', ['f32']],
+  // and the shared experts: qwen2moe's sigmoid-gated one, granitemoe's plain one (with granite's scales)
+  ['tiny-qwen2moe', ['f32']], ['tiny-granitemoe', ['f32']]];
 const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
 const LEVELS = kernelLevels();
 const N_POS = 64;

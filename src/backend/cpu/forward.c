@@ -72,6 +72,7 @@ struct cpu_ctx {
         void *xq[2];         /* R rows of the gate's / up's input in their vec_dot_type */
         float *g, *u;        /* R x n_ff_exp */
         void *dq;            /* R rows of the down projection's input in its vec_dot_type */
+        float *shg;          /* n_batch: the shared expert's gate, sigmoid(sh_gate_inp . x) */
     } moe;
 };
 
@@ -144,6 +145,46 @@ static struct wgllm_cpu_act moe_gather(void *dst, const float *src, int ld, cons
         else tr->from_float(x, d, K);
     }
     return (struct wgllm_cpu_act){dst, stride};
+}
+
+/* The shared expert of a MoE layer on every row of fin: its SwiGLU FFN into
+ * c->xn (fin may be c->xn: it is read before the barrier that precedes the
+ * down projection) and, where the layer has one, its gate sigmoid(g . x)
+ * into c->moe.shg, computed as llama.cpp does (silu(v) / v). Ends at a
+ * barrier. */
+static void shared_expert(struct cpu_ctx *c, const struct wgllm_layer *L, const float *fin, int nr, int ith,
+                          int nth) {
+    const struct wgllm_hparams *hp = &c->model->hp;
+    struct wgllm_threadpool *tp = c->tp;
+    const int E = hp->n_embd, FS = hp->n_ff_shexp;
+    const uint32_t tg = wgllm_cpu_vdt(&L->sh_gate), tu = wgllm_cpu_vdt(&L->sh_up);
+    struct wgllm_cpu_act ag = act_prepare(c, ith, nth, 0, fin, E, nr, E, tg);
+    struct wgllm_cpu_act au = tu == tg ? ag : act_prepare(c, ith, nth, 1, fin, E, nr, E, tu);
+    struct wgllm_cpu_act ai = {0};
+    if (L->sh_gate_inp.ne1) {
+        const uint32_t ti = wgllm_cpu_vdt(&L->sh_gate_inp);
+        ai = ti == tg ? ag : ti == tu ? au : act_prepare(c, ith, nth, 2, fin, E, nr, E, ti);
+    }
+    wgllm_threadpool_barrier(tp);
+    int64_t f0, f1;
+    wgllm_split_range(FS, ith, nth, 16, &f0, &f1);
+    wgllm_cpu_matmul_range(&L->sh_gate, ag, nr, c->gate, FS, f0, f1, false, NULL);
+    wgllm_cpu_matmul_range(&L->sh_up, au, nr, c->up, FS, f0, f1, false, NULL);
+    for (int t = 0; t < nr; t++)
+        wgllm_op_swiglu(c->gate + (size_t)t * FS + f0, c->up + (size_t)t * FS + f0, c->gate + (size_t)t * FS + f0,
+                        (int)(f1 - f0));
+    if (L->sh_gate_inp.ne1 && ith == 0) {
+        wgllm_cpu_matmul_range(&L->sh_gate_inp, ai, nr, c->moe.shg, 1, 0, 1, false, NULL);
+        for (int t = 0; t < nr; t++) {
+            const float v = c->moe.shg[t];
+            c->moe.shg[t] = (v / (1.0f + expf(-v))) / v;
+        }
+    }
+    wgllm_threadpool_barrier(tp);
+    struct wgllm_cpu_act ad = act_prepare(c, ith, nth, 0, c->gate, FS, nr, FS, wgllm_cpu_vdt(&L->sh_down));
+    wgllm_threadpool_barrier(tp);
+    wgllm_cpu_matmul(&L->sh_down, ad, nr, c->xn, E, ith, nth, false, NULL);
+    wgllm_threadpool_barrier(tp);
 }
 
 /* x[t] += sum of the chosen experts' SwiGLU FFNs of fin[t], weighted, as
@@ -240,14 +281,21 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
         wgllm_cpu_matmul_range(&dv, ad, n, c->moe.rows + (size_t)r0 * E, E, e0, e1, false, NULL);
     }
     wgllm_threadpool_barrier(tp);
+    if (L->sh_gate.ne1) shared_expert(c, L, fin, nr, ith, nth);
+    /* (routed sum + shared expert [x gate]) [x granite's residual scale], then the stream's add */
+    const float rs = hp->residual_scale;
     wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
         float *x = c->x + (size_t)t * E;
+        const float *sh = L->sh_gate.ne1 ? c->xn + (size_t)t * E : NULL;
+        const float shg = L->sh_gate_inp.ne1 ? c->moe.shg[t] : 1.0f;
         const int32_t *rows = c->moe.row_of + (size_t)t * K;
         const float *w = c->moe.w + (size_t)t * K;
         for (int i = 0; i < E; i++) {
             float s = w[0] * c->moe.rows[(size_t)rows[0] * E + i];
             for (int j = 1; j < K; j++) s += w[j] * c->moe.rows[(size_t)rows[j] * E + i];
+            if (sh) s += L->sh_gate_inp.ne1 ? sh[i] * shg : sh[i];
+            if (rs != 1.0f) s *= rs;
             x[i] += s;
         }
     }
@@ -472,7 +520,7 @@ static void cpu_free(void *b) {
                     c->v,       c->att,     c->gate,  c->up,         c->scores,     c->tmp16,
                     c->rope_cs, c->act_buf[0], c->act_buf[1], c->act_buf[2], c->rope_cs_swa,
                     c->moe.logits, c->moe.sel, c->moe.w, c->moe.row_of, c->moe.tok_of, c->moe.cnt, c->moe.off,
-                    c->moe.rows, c->moe.xq[0], c->moe.xq[1], c->moe.g, c->moe.u, c->moe.dq};
+                    c->moe.rows, c->moe.xq[0], c->moe.xq[1], c->moe.g, c->moe.u, c->moe.dq, c->moe.shg};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) wgllm_free_aligned(bufs[i]);
     free(c);
 }
@@ -506,8 +554,9 @@ static bool moe_alloc(struct cpu_ctx *c) {
     c->moe.g = ctx_alloc(c, ff);
     c->moe.u = ctx_alloc(c, ff);
     c->moe.dq = ctx_alloc(c, ff);
+    c->moe.shg = ctx_alloc(c, (size_t)B * sizeof(float));
     return c->moe.logits && c->moe.sel && c->moe.w && c->moe.row_of && c->moe.tok_of && c->moe.cnt && c->moe.off &&
-           c->moe.rows && c->moe.xq[0] && c->moe.xq[1] && c->moe.g && c->moe.u && c->moe.dq;
+           c->moe.rows && c->moe.xq[0] && c->moe.xq[1] && c->moe.g && c->moe.u && c->moe.dq && c->moe.shg;
 }
 
 static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_context_params *p, void **out,
@@ -527,7 +576,9 @@ static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_
     /* The model's dimensions were checked at load (each at most 2^30); the
      * sizes here multiply them with n_ctx, n_seq and n_batch, so each is
      * computed in checked 64 bits and must fit size_t (32 bits on wasm32). */
-    const uint64_t B = (uint64_t)c->n_batch, E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
+    /* F: the dense FFN's length, or a MoE layer's shared expert's */
+    const uint64_t B = (uint64_t)c->n_batch, E = (uint64_t)hp->n_embd,
+                   F = (uint64_t)WGLLM_MAX(hp->n_ff, hp->n_ff_shexp);
     const uint64_t QD = (uint64_t)hp->n_head * hp->head_dim_k, KD = (uint64_t)hp->n_head_kv * hp->head_dim_k,
                    VD = (uint64_t)hp->n_head_kv * hp->head_dim_v, OD = (uint64_t)hp->n_head * hp->head_dim_v;
     const uint64_t kmax = WGLLM_MAX(WGLLM_MAX(E, F), OD);
