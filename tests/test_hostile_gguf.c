@@ -255,8 +255,17 @@ TEST(head_products_out_of_range) {
 TEST(keys_that_cannot_be_honoured) {
     struct mini m = mini_default();
     struct wgllm_gguf_writer *w = mini_writer(&m);
+    /* experts: a count without a used count, then a count the tensors do not have */
     set_u32(w, &m, "expert_count", 8);
-    EXPECT_LOAD(w, WGLLM_STATUS_UNSUPPORTED, "llama.expert_count = 8");
+    EXPECT_LOAD(w, WGLLM_STATUS_BAD_FORMAT, "llama.expert_count = 8, expert_used_count = 0");
+    w = mini_writer(&m);
+    set_u32(w, &m, "expert_count", 8);
+    set_u32(w, &m, "expert_used_count", 9);
+    EXPECT_LOAD(w, WGLLM_STATUS_BAD_FORMAT, "expected 1 <= used <= count <= 512");
+    w = mini_writer(&m);
+    set_u32(w, &m, "expert_count", 8);
+    set_u32(w, &m, "expert_used_count", 2);
+    EXPECT_LOAD(w, WGLLM_STATUS_UNSUPPORTED, "tensor 'blk.0.ffn_gate.weight' is not supported in a llama mixture-of-experts layer");
     w = mini_writer(&m);
     set_u32(w, &m, "vocab_size", MINI_V + 1);
     EXPECT_LOAD(w, WGLLM_STATUS_BAD_FORMAT, "llama.vocab_size = 9 but tokenizer.ggml.tokens has 8 entries");
