@@ -82,6 +82,25 @@ static void shape_str(char *buf, size_t cap, const struct wgllm_gguf_tensor *t) 
     if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
+/* w as the found tensor t of ne1 rows of ne0 (whose shape the caller checked),
+ * when wgllm computes with its type. */
+static enum wgllm_status bind_found(struct binder *b, const struct wgllm_gguf_tensor *t, const char *name, int64_t ne0,
+                                    int64_t ne1, struct wgllm_weight *w, struct wgllm_error *err) {
+    if (!wgllm_type_supported(t->type))
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "tensor '%s' has type %s, which wgllm cannot compute with yet", name,
+                               wgllm_type_name(t->type));
+    w->type = t->type;
+    w->ne0 = ne0;
+    w->ne1 = ne1;
+    w->row_size = wgllm_row_size(t->type, ne0);
+    w->data = t->data;
+    snprintf(w->name, sizeof w->name, "%s", name); /* the lookup key is the tensor's name */
+    w->tensor = t;
+    if (!b->dry) b->m->weight_bytes += t->size;
+    return WGLLM_STATUS_OK;
+}
+
 static enum wgllm_status bind_matrix(struct binder *b, const char *name, int64_t ne0, int64_t ne1, bool required,
                                      struct wgllm_weight *w, struct wgllm_error *err) {
     memset(w, 0, sizeof(*w));
@@ -96,19 +115,7 @@ static enum wgllm_status bind_matrix(struct binder *b, const char *name, int64_t
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tensor '%s' has shape %s, expected [%lld, %lld]", name,
                                shape, (long long)ne0, (long long)ne1);
     }
-    if (!wgllm_type_supported(t->type))
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                               "tensor '%s' has type %s, which wgllm cannot compute with yet", name,
-                               wgllm_type_name(t->type));
-    w->type = t->type;
-    w->ne0 = ne0;
-    w->ne1 = ne1;
-    w->row_size = wgllm_row_size(t->type, ne0);
-    w->data = t->data;
-    snprintf(w->name, sizeof w->name, "%s", name); /* the lookup key is the tensor's name */
-    w->tensor = t;
-    if (!b->dry) b->m->weight_bytes += t->size;
-    return WGLLM_STATUS_OK;
+    return bind_found(b, t, name, ne0, ne1, w, err);
 }
 
 /* Rows [r0, r0 + n) of the fused matrix w, as a weight of its own. */
@@ -134,20 +141,10 @@ static enum wgllm_status bind_experts(struct binder *b, const char *name, int64_
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tensor '%s' has shape %s, expected [%lld, %lld, %d]",
                                name, shape, (long long)ne0, (long long)ne1, n_expert);
     }
-    if (!wgllm_type_supported(t->type))
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                               "tensor '%s' has type %s, which wgllm cannot compute with yet", name,
-                               wgllm_type_name(t->type));
-    w->type = t->type;
-    w->ne0 = ne0;
-    w->ne1 = ne1 * n_expert; /* check_hparams and read_moe_hparams bounded both */
-    w->row_size = wgllm_row_size(t->type, ne0);
-    w->data = t->data;
+    /* check_hparams and read_moe_hparams bounded both factors */
+    enum wgllm_status st = bind_found(b, t, name, ne0, ne1 * n_expert, w, err);
     w->n_expert = n_expert;
-    snprintf(w->name, sizeof w->name, "%s", name);
-    w->tensor = t;
-    if (!b->dry) b->m->weight_bytes += t->size;
-    return WGLLM_STATUS_OK;
+    return st;
 }
 
 /* A mixture-of-experts FFN: the router and the stacks (llama.cpp's names);
