@@ -24,6 +24,10 @@ void wgllm_op_swiglu(const float *g, const float *u, float *y, int n);
  * ggml's CPU backend computes it: the input rounded to f16, the GELU of
  * that rounded to f16 again (its lookup table), exact outside [-10, 10]. */
 void wgllm_op_geglu(const float *g, const float *u, float *y, int n);
+/* That GELU of every f16 input h (0..65535): t[h] = f16(gelu(h)) for
+ * |h| < 10, so that another backend (WebGPU) looks up exactly what
+ * wgllm_op_geglu computes; entries outside (-10, 10) are unused there. */
+void wgllm_op_gelu_f16_table(wgllm_fp16 *t);
 
 /* In place: x[i] = cap * tanh(x[i] * (1/cap)), as ggml's scale, tanh, scale. */
 void wgllm_op_softcap(float *x, int n, float cap);
