@@ -193,7 +193,10 @@ static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, 
         const float *d[LAYER_VECS];
         uint64_t n[LAYER_VECS];
         layer_vectors(m, &m->layers[il], w, d, n);
-        for (int j = 0; j < LAYER_VECS; j++) fixed = sadd(fixed, smul(n[j], 4)); /* vectors, at most */
+        /* vectors, at most: the llama block's seven counted whether present or
+         * not (as plans always were), the post-norms where the layer has them */
+        for (int j = 0; j < LAYER_VECS; j++)
+            if (j < 7 || d[j]) fixed = sadd(fixed, smul(n[j], 4));
     }
     fixed = sadd(fixed, round16(smul(m->tok_embd.row_size, (uint64_t)m->tok_embd.ne1)));
     if (m->output.tensor != m->tok_embd.tensor)
