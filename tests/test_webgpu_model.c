@@ -146,9 +146,10 @@ static double kl_div(const float *p, const float *q, int n) {
  * (4..16) tokens decoded in one pass (from MM_MIN_TOKENS = 8 tokens on, the
  * layers' products run as the mat-mat; for F32 weights its sums differ
  * from the mat-vec's in order, so the re-decode below is bitwise only for
- * quantized ones) and n_steps (<= N_STEPS) greedy steps, within tl. */
+ * quantized ones) and n_steps (<= N_STEPS) greedy steps, within tl; with
+ * `redecode`, truncation and re-decoding give the same logits bit for bit. */
 static void compare_full(const char *shape, uint32_t type, int n_ctx, int n_prompt, int n_steps, struct tol tl,
-                         double kl_max) {
+                         double kl_max, bool redecode) {
     struct wgllm_model *m = synth_model(shape, type);
     CHECK(m != NULL);
     if (!m) return;
@@ -215,6 +216,7 @@ static void compare_full(const char *shape, uint32_t type, int n_ctx, int n_prom
     CHECK_EQ_INT(wgllm_context_gpu_memory(gc), bytes0);
 
     /* truncate and decode the first generated token again: the same logits, exactly */
+    if (!redecode) goto freed;
     wgllm_context_truncate(gc, n_prompt);
     CHECK_EQ_INT(wgllm_context_n_past(gc), n_prompt);
     CHECK_EQ_INT(wgllm_decode(gc, &gen_g[0], 1, false, &err), WGLLM_STATUS_OK);
@@ -225,6 +227,7 @@ static void compare_full(const char *shape, uint32_t type, int n_ctx, int n_prom
     const float *again = wgllm_get_logits(gc);
     CHECK(again && !memcmp(again, first, sizeof(float) * (size_t)V));
     CHECK_EQ_INT(wgllm_context_gpu_memory(gc), bytes0);
+freed:
     free(first);
 done:
     wgllm_context_free(gc);
@@ -233,24 +236,32 @@ done:
 }
 
 /* measured on SwiftShader: mean KL <= 3e-6 f32/f16, ~1e-12 q8_0/q4_0, 1e-4 tiny-qwen2 q8_0 */
-static void compare(const char *shape, uint32_t type) { compare_full(shape, type, 32, 4, N_STEPS, tolerance(type), 1e-3); }
+static void compare(const char *shape, uint32_t type) {
+    compare_full(shape, type, 32, 4, N_STEPS, tolerance(type), 1e-3, true);
+}
 
-/* The blocks beyond llama's: a 7-token prompt and 5 steps (past tiny-gemma's window of
- * 8). F32 keeps the tolerances above. Quantized: the CPU's and the GPU's
- * f32 sums differ in order by ~1e-7, and where that moves a value across a
- * rounding boundary (the Q8_0 activation grid, an f16 of q, K, V, the
- * probabilities or GeGLU's input) it moves by a grid step; in the prompt
- * that difference stays in the K/V cache for every later step. The llama
- * models above happen to see none; these see one in about half the seeds
- * (gemma's f16 GeGLU input and 3-4 layers more often: tiny-gemma3 q8_0 in 4
- * of 4), measured at 2-8e-2 of the logits' rms and a mean KL up to 8e-3
- * (tiny-gemma3 Q4_K_M, which is why gemma3 runs q4_0 here), with the same
- * top-1 at every step. A missing or
- * wrong feature moves the logits by 0.2-1.5 (the mutations tried, see the
- * commit), which both bounds still catch. */
-static void compare_arch(const char *shape, uint32_t type, int n_ctx, int n_prompt) {
+/* The blocks beyond llama's, kept short (this test runs under ASan in the
+ * suite; a context costs ~2.5 s of pipeline compiles and uploads there,
+ * which is why each architecture runs once, in F32 where the tolerances
+ * above are tight: the mutations tried, a missing soft-cap, window, local
+ * RoPE table, scale, post-norm, GeGLU, whole-projection norm, LongRoPE
+ * factor or weight offset, move the logits by 0.14-31 of their rms): a
+ * 9-token prompt in one pass (the mat-mats, their epilogue included) and
+ * 3 steps, 12 positions (past tiny-gemma's window of 8); truncation is the
+ * llama tests' (the same code for every block). smollm3 runs as Q4_K_M
+ * (its mutation moves the logits by 0.32, past the looser bounds that
+ * quantized weights need here): the CPU's and the GPU's f32 sums differ in
+ * order by ~1e-7, and where that moves a value across a rounding boundary
+ * (the Q8_0/Q8_K activation grid, an f16 of q, K, V, the probabilities or
+ * GeGLU's input) it moves by a grid step, and in the prompt the step stays
+ * in the K/V cache for every later token. The llama models above happen to
+ * see none; the six new blocks see one in about half the seeds (tiny-gemma3
+ * q8_0 in 4 of 4: gemma's f16 GeGLU input, 3-4 layers), measured at 2-8e-2
+ * of the logits' rms and a mean KL up to 8e-3 (tiny-gemma3 Q4_K_M), with
+ * the same top-1 at every step; hence the looser bounds for them. */
+static void compare_arch(const char *shape, uint32_t type, int n_ctx) {
     const bool f32 = type == WGLLM_TYPE_F32;
-    compare_full(shape, type, n_ctx, n_prompt, 6, f32 ? tolerance(type) : (struct tol){1e-1, 1e-1}, f32 ? 1e-3 : 1e-2);
+    compare_full(shape, type, n_ctx, 9, 4, f32 ? tolerance(type) : (struct tol){1e-1, 1e-1}, f32 ? 1e-3 : 1e-2, false);
 }
 
 TEST(llama_f32) { compare("tiny", WGLLM_TYPE_F32); }
@@ -278,26 +289,20 @@ TEST(ropefreqs_q8_0) { compare("tiny-ropefreqs", WGLLM_TYPE_Q8_0); }
 /* The blocks beyond llama's (model.h): 12 positions see tiny-gemma's window
  * of 8, gemma3's local layers rotate with their own base, gemma2 caps the
  * scores and the logits; phi3's fused matrices are split into weights at
- * offsets of their tensors, tiny-phi3-longctx rotates by LongRoPE's long
+ * offsets of their tensors, and tiny-phi3-longctx rotates by LongRoPE's long
  * factors and attention factor (a context of 64 is past its original 32);
- * granite scales embeddings, residuals, scores and logits (its 9-token
- * prompt runs the layers as mat-mats, their epilogue included); olmo2 has
- * only post-norms and whole-projection q/k norms; smollm3's last layer has
- * no RoPE. */
-TEST(gemma2_f32) { compare_arch("tiny-gemma2", WGLLM_TYPE_F32, 32, 7); }
-TEST(gemma2_q4_0) { compare_arch("tiny-gemma2", WGLLM_TYPE_Q4_0, 32, 7); }
-TEST(gemma3_f32) { compare_arch("tiny-gemma3", WGLLM_TYPE_F32, 32, 7); }
-TEST(gemma3_q4_0) { compare_arch("tiny-gemma3", WGLLM_TYPE_Q4_0, 32, 7); }
-TEST(phi3_f32) { compare_arch("tiny-phi3", WGLLM_TYPE_F32, 32, 7); }
-TEST(phi3_longctx_q4_0) { compare_arch("tiny-phi3-longctx", WGLLM_TYPE_Q4_0, 64, 7); }
-TEST(granite_f32) { compare_arch("tiny-granite", WGLLM_TYPE_F32, 32, 7); }
-TEST(granite_q8_0) { compare_arch("tiny-granite", WGLLM_TYPE_Q8_0, 32, 9); }
-TEST(olmo2_f32) { compare_arch("tiny-olmo2", WGLLM_TYPE_F32, 32, 7); }
-TEST(olmo2_q8_0) { compare_arch("tiny-olmo2", WGLLM_TYPE_Q8_0, 32, 7); }
-TEST(smollm3_f32) { compare_arch("tiny-smollm3", WGLLM_TYPE_F32, 32, 7); }
+ * granite scales embeddings, residuals, scores and logits (the prompt's
+ * mat-mats carry the residual scale in their epilogue); olmo2 has only
+ * post-norms and whole-projection q/k norms; smollm3's last layer has no
+ * RoPE. test_engine_webgpu runs gemma3 and phi3 in Q4_0. */
+TEST(gemma2_f32) { compare_arch("tiny-gemma2", WGLLM_TYPE_F32, 32); }
+TEST(gemma3_f32) { compare_arch("tiny-gemma3", WGLLM_TYPE_F32, 32); }
+TEST(phi3_longctx_f32) { compare_arch("tiny-phi3-longctx", WGLLM_TYPE_F32, 64); }
+TEST(granite_f32) { compare_arch("tiny-granite", WGLLM_TYPE_F32, 32); }
+TEST(olmo2_f32) { compare_arch("tiny-olmo2", WGLLM_TYPE_F32, 32); }
 TEST(smollm3_q4_k_m) {
     quant_preset = "Q4_K_M";
-    compare_arch("tiny-smollm3", WGLLM_TYPE_Q4_K, 32, 7);
+    compare_arch("tiny-smollm3", WGLLM_TYPE_Q4_K, 32);
     quant_preset = NULL;
 }
 
@@ -671,16 +676,10 @@ int main(void) {
     RUN(qwen3_f32);
     RUN(ropefreqs_q8_0);
     RUN(gemma2_f32);
-    RUN(gemma2_q4_0);
     RUN(gemma3_f32);
-    RUN(gemma3_q4_0);
-    RUN(phi3_f32);
-    RUN(phi3_longctx_q4_0);
+    RUN(phi3_longctx_f32);
     RUN(granite_f32);
-    RUN(granite_q8_0);
     RUN(olmo2_f32);
-    RUN(olmo2_q8_0);
-    RUN(smollm3_f32);
     RUN(smollm3_q4_k_m);
     RUN(api_behaviour);
     RUN(batch_of_three_sequences);
