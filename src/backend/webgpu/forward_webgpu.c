@@ -149,6 +149,15 @@ static void rope_rows(struct wgllm_webgpu_ctx *g, int i, int pos) {
         wgllm_rope_table_for(g->rope_host + ((size_t)g->n_batch + i) * n_rot, pos, g->model, g->rope_factors, true);
 }
 
+/* Token i at the position of token i - 1 (sequences side by side): its rows. */
+static void rope_repeat(struct wgllm_webgpu_ctx *g, int i) {
+    const size_t n_rot = (size_t)g->model->hp.n_rot;
+    for (int t = 0; t < (g->rope_swa_off ? 2 : 1); t++) {
+        float *cs = g->rope_host + ((size_t)t * g->n_batch + i) * n_rot;
+        memcpy(cs, cs - n_rot, sizeof(float) * n_rot);
+    }
+}
+
 /* Uploads the first n rows of each table. */
 static void rope_upload(struct wgllm_webgpu_ctx *g, int n) {
     const size_t row = (size_t)g->model->hp.n_rot * sizeof(float);
@@ -189,7 +198,8 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
         st[B + i] = (uint32_t)(seq[i] * g->n_ctx + pos[i]);
         st[2 * B + i] = (uint32_t)pos[i] + 1;
         if (want[i]) st[3 * B + n_out++] = (uint32_t)i;
-        rope_rows(g, i, pos[i]);
+        if (i > 0 && pos[i] == pos[i - 1]) rope_repeat(g, i);
+        else rope_rows(g, i, pos[i]);
     }
     for (int a = 0; a < 4; a++)
         if (a < 3 || n_out) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)a * B * 4, st + a * B, (size_t)(a < 3 ? n : n_out) * 4);
