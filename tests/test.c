@@ -14,6 +14,20 @@ int test_checks_failed_in_current;
 int test_passed, test_failed;
 
 void test_run(const char *name, void (*fn)(void)) {
+    /* WGLLM_TEST_ONLY=a,b: run only the tests whose names contain one of
+     * these (while working on them; the suite never sets it) */
+    const char *only = getenv("WGLLM_TEST_ONLY");
+    if (only && *only) {
+        bool hit = false;
+        for (const char *p = only; *p && !hit;) {
+            const size_t n = strcspn(p, ",");
+            char part[128];
+            snprintf(part, sizeof part, "%.*s", (int)WGLLM_MIN(n, sizeof part - 1), p);
+            hit = part[0] && strstr(name, part) != NULL;
+            p += n + (p[n] == ',');
+        }
+        if (!hit) return;
+    }
     test_checks_failed_in_current = 0;
     fn();
     if (test_checks_failed_in_current == 0) {

@@ -559,7 +559,7 @@ TEST(get_rows_formats) {
         size_t wbytes;
         void *w = make_weights(type, M, K, deq, &wbytes);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(ids, sizeof ids), upload(NULL, sizeof y)};
-        const union wgllm_kparams kp = {.get_rows = {.width = K}};
+        const union wgllm_kparams kp = {.get_rows = {.width = K, .scale = 1.0f}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * 96));
         int bad = 0;
@@ -794,7 +794,8 @@ static bool attn_batch_case(const struct attn_case *c, const struct wgllm_wgsl_t
     const float scale = 1.0f / sqrtf((float)dk);
     const union wgllm_kparams kp = {.attn = {.dk = (uint32_t)dk, .dv = (uint32_t)dv, .q_stride = (uint32_t)qa,
                                              .o_stride = (uint32_t)od, .k_stride = (uint32_t)ke, .v_stride = (uint32_t)vi,
-                                             .gqa = (uint32_t)gqa, .row_at = row_at, .len_at = len_at, .scale = scale}};
+                                             .gqa = (uint32_t)gqa, .row_at = row_at, .len_at = len_at, .scale = scale,
+                                             .q_scale = 1.0f}};
     struct wgllm_kernel_key key = {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false};
     bool ok = (src ? run_wgsl(src, "attn_batch mutant", &kp, 5, bufs, (uint32_t)H, (uint32_t)T, 1)
                    : run_kernel_tuned(&key, tune, &kp, 5, bufs, (uint32_t)H, (uint32_t)T, 1)) &&
@@ -869,7 +870,7 @@ TEST(attention_batch) {
         }
     /* the bound is tight enough to see a kernel that is slightly wrong */
     static const char *mut[][2] = {
-        {"wlen = ST[p.c + tok];", "wlen = ST[p.c + tok] - 1u;"},                 /* one position short */
+        {"wlen = len;", "wlen = len - 1u;"},                                     /* one position short */
         {"let kvh = h / p.g;", "let kvh = h / (2u * p.g);"},                     /* the wrong kv head */
         {"let cnt = min(WGA, n - j0);", "let cnt = min(WGA - 1u, n - j0);"},      /* a tile's last position */
         {"for (var w = WGA / 2u; w > 0u;", "for (var w = WGA / 4u; w > 0u;"},     /* half the normalizer */
@@ -1044,7 +1045,7 @@ TEST(get_rows_w8_formats) {
         size_t wbytes;
         void *w = make_weights(type, M, K, deq, &wbytes);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(ids, sizeof ids), upload(NULL, 4 * (size_t)K * 4)};
-        const union wgllm_kparams kp = {.get_rows = {.width = K}};
+        const union wgllm_kparams kp = {.get_rows = {.width = K, .scale = 1.0f}};
         struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
         CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * (size_t)K));
         int bad = 0, inexact = 0;

@@ -23,6 +23,7 @@
 #include "backend/webgpu/webgpu_plan.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "quant/quant.h"
 
 #include <limits.h>
 
@@ -231,6 +232,40 @@ TEST(normal_models_plan_as_before_on_device) {
 }
 
 /* ---- hostile requests ------------------------------------------------------ */
+
+/* The blocks beyond llama's plan what their graph binds: gemma3's local
+ * layers their own cos/sin table at a 256-byte boundary of rope_cs (a
+ * binding offset of the context shift) and GeGLU's f16 table; olmo2's
+ * whole-projection q/k norms and post-norms in the vectors; llama none of it. */
+TEST(new_blocks_plan_their_tables) {
+    static const char *const shapes[] = {"tiny", "tiny-gemma3", "tiny-olmo2"};
+    for (int i = 0; i < 3; i++) {
+        struct wgllm_synth_params sp = wgllm_synth_default_params();
+        sp.shape = shapes[i];
+        sp.type = WGLLM_TYPE_Q8_0;
+        struct wgllm_model *m = test_synth_model(&sp);
+        CHECK(m != NULL);
+        if (!m) continue;
+        const struct wgllm_hparams *hp = &m->hp;
+        const struct wgllm_webgpu_limits l = swiftshader_limits();
+        struct wgllm_webgpu_sizes sz = ask(64, 1, 100, 0);
+        CHECK_EQ_INT(wgllm_webgpu_plan_sizes(m, &l, &sz, NULL), WGLLM_STATUS_OK);
+        const uint64_t table = (uint64_t)sz.n_batch * hp->n_rot * 4;
+        const uint64_t E = hp->n_embd, QD = (uint64_t)hp->n_head * hp->head_dim_k,
+                       KD = (uint64_t)hp->n_head_kv * hp->head_dim_k;
+        if (i == 1) {
+            CHECK(sz.rope_swa_off >= table && sz.rope_swa_off % 256 == 0 && sz.rope_swa_off < table + 256);
+            CHECK(sz.rope_cs == sz.rope_swa_off + table);
+            CHECK_EQ_INT((int)sz.rope_host, 2 * sz.n_batch * hp->n_rot);
+            CHECK_EQ_INT((int)sz.gelu_table, 65536 * 2);
+        } else {
+            CHECK(sz.rope_swa_off == 0 && sz.rope_cs == table && sz.gelu_table == 0);
+        }
+        if (i == 2) /* per layer q_norm (QD), k_norm (KD), two post-norms; the output norm */
+            CHECK(sz.vectors == 4 * ((uint64_t)hp->n_layer * (QD + KD + 2 * E) + E));
+        wgllm_model_free(m);
+    }
+}
 
 TEST(requests_near_int_max) {
     const struct wgllm_model *m = MODELS[0];
@@ -534,6 +569,7 @@ int main(void) {
     RUN(widths_past_2_64);
     RUN(tiny_and_zero_device_limits);
     RUN(host_arrays_on_32_bit_size_t);
+    RUN(new_blocks_plan_their_tables);
     RUN(normal_models_plan_as_before_on_device);
     RUN(hostile_contexts_on_device);
     for (int s = 0; s < N_SHAPES; s++) wgllm_model_free(MODELS[s]);

@@ -5,7 +5,8 @@
 // up to the same text, interrupt() stops a long generation, the page keeps
 // painting frames meanwhile, embeddings, a corrupt file's error, and the
 // on-page engine; then the WebGPU backend over navigator.gpu (SwiftShader):
-// same tokens as native `wgllm run` on CPU and Dawn, the capability report,
+// same tokens as native `wgllm run` on CPU and Dawn (tiny, and gemma3's
+// block), the capability report,
 // `auto` choosing the CPU on a software adapter, no page stalls, and the
 // fallback without navigator.gpu. Loopback only; the browser and the server
 // close at the end.
@@ -284,6 +285,29 @@ test('backend webgpu: greedy tokens equal native wgllm run (cpu and webgpu); cap
   const b = r.usage.extra.decode_tokens_per_s;
   console.log(`# WebGPU on SwiftShader, tiny q8_0 decode: browser ${b.toFixed(2)} tok/s, native (Dawn) ${gpu.tokS.toFixed(2)} tok/s`);
   assert.ok(b > 0.5, `decode ${b} tok/s`);
+});
+
+// gemma3's block on WebGPU (sliding-window layers with their own RoPE table,
+// GeGLU through the CPU's f16 table, post-norms, q/k norms, scaled
+// embeddings and queries): 5 prompt tokens and 16 more run past its window of 8.
+test('backend webgpu runs gemma3: greedy tokens equal native wgllm run on WebGPU and on the CPU', { timeout: 180000 }, async () => {
+  const G3 = 'tiny-gemma3-q4_0.gguf';
+  synthModel(G3, 'tiny-gemma3', 'q4_0');
+  const gpu = nativeRun(PROMPT, 16, 'webgpu', G3);
+  assert.match(gpu.stderr, /webgpu: SwiftShader/, 'the native reference ran on WebGPU');
+  const cpu = nativeRun(PROMPT, 16, 'cpu', G3);
+  const r = await page.evaluate(async (url) => {
+    const e = await wgllm.createWorkerEngine({ model: url, backend: 'webgpu' });
+    const c = await e.completions.create({ prompt: 'Once upon a time', max_tokens: 16, temperature: 0, ignore_eos: true });
+    const out = { text: c.choices[0].text, n: c.usage.completion_tokens, backend: e.info.backend, arch: e.info.arch };
+    await e.unload();
+    return out;
+  }, `/models/${G3}`);
+  assert.equal(r.backend, 'webgpu');
+  assert.equal(r.arch, 'gemma3');
+  assert.equal(r.n, 16);
+  assert.equal(r.text, gpu.text, 'browser WebGPU = native WebGPU (Dawn) on gemma3');
+  assert.equal(r.text, cpu.text, 'browser WebGPU = native CPU on gemma3');
 });
 
 test('backend webgpu: streaming, stop strings and chat agree with the CPU engine', { timeout: 120000 }, async () => {

@@ -74,6 +74,11 @@ void wgllm_op_gelu(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = gelu_f16(x[i]);
 }
 
+void wgllm_op_gelu_f16_table(wgllm_fp16 *t) {
+    for (uint32_t h = 0; h < 65536; h++)
+        t[h] = wgllm_fp32_to_fp16(gelu_tanh(wgllm_fp16_to_fp32((wgllm_fp16)h)));
+}
+
 void wgllm_op_softcap(float *x, int n, float cap) {
     const float inv = 1.0f / cap;
     for (int i = 0; i < n; i++) x[i] = tanhf(x[i] * inv) * cap;

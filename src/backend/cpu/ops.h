@@ -29,6 +29,10 @@ void wgllm_op_swiglu(const float *g, const float *u, float *y, int n);
  * ggml's CPU backend computes it: the input rounded to f16, the GELU of
  * that rounded to f16 again (its lookup table), exact outside [-10, 10]. */
 void wgllm_op_geglu(const float *g, const float *u, float *y, int n);
+/* That GELU of every f16 input h (0..65535): t[h] = f16(gelu(h)) for
+ * |h| < 10, so that another backend (WebGPU) looks up exactly what
+ * wgllm_op_geglu computes; entries outside (-10, 10) are unused there. */
+void wgllm_op_gelu_f16_table(wgllm_fp16 *t);
 
 /* In place: x[i] = gelu(x[i]) as wgllm_op_geglu rounds it (ggml_gelu). */
 void wgllm_op_gelu(float *x, int n);

@@ -45,7 +45,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         for (int il = 0; g->vc && il < g->model->hp.n_layer; il++) wgllm_gpu_buffer_destroy(g->gpu, g->vc[il]);
         struct wgllm_gpu_buffer *bs[] = {g->vecs, g->x,   g->xn,  g->q,      g->k,    g->v,        g->qr,    g->kr,
                                          g->att,  g->tmp, g->gate, g->up,    g->ffh,  g->logits,   g->step,  g->arena,
-                                         g->readback, g->xr, g->rope_cs, g->xo, g->att_o, g->id_rb[0], g->id_rb[1],
+                                         g->readback, g->xr, g->rope_cs, g->gelu_tab, g->xo, g->att_o, g->id_rb[0], g->id_rb[1],
                                          g->shift_tmp, g->samp_in, g->samp_out, g->samp_mask};
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) wgllm_gpu_buffer_destroy(g->gpu, bs[i]);
         wgllm_gpu_close(g->gpu);
@@ -139,6 +139,34 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struc
 
 /* ---- a pass ------------------------------------------------------------ */
 
+/* Token i's cos/sin rows of position pos: the table the CPU backend
+ * rotates by (backend/rope.h, libm's cos/sin, LongRoPE's factors and
+ * attention factor), and the local layers' when their RoPE differs. */
+static void rope_rows(struct wgllm_webgpu_ctx *g, int i, int pos) {
+    const int n_rot = g->model->hp.n_rot;
+    wgllm_rope_table_for(g->rope_host + (size_t)i * n_rot, pos, g->model, g->rope_factors, false);
+    if (g->rope_swa_off)
+        wgllm_rope_table_for(g->rope_host + ((size_t)g->n_batch + i) * n_rot, pos, g->model, g->rope_factors, true);
+}
+
+/* Token i at the position of token i - 1 (sequences side by side): its rows. */
+static void rope_repeat(struct wgllm_webgpu_ctx *g, int i) {
+    const size_t n_rot = (size_t)g->model->hp.n_rot;
+    for (int t = 0; t < (g->rope_swa_off ? 2 : 1); t++) {
+        float *cs = g->rope_host + ((size_t)t * g->n_batch + i) * n_rot;
+        memcpy(cs, cs - n_rot, sizeof(float) * n_rot);
+    }
+}
+
+/* Uploads the first n rows of each table. */
+static void rope_upload(struct wgllm_webgpu_ctx *g, int n) {
+    const size_t row = (size_t)g->model->hp.n_rot * sizeof(float);
+    wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)n * row);
+    if (g->rope_swa_off)
+        wgllm_gpu_buffer_write(g->gpu, g->rope_cs, g->rope_swa_off, g->rope_host + (size_t)g->n_batch * g->model->hp.n_rot,
+                               (size_t)n * row);
+}
+
 static void record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count) {
     for (int i = i0; i < i1; i++) {
         const struct gop *o = &g->ops[i];
@@ -170,16 +198,12 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
         st[B + i] = (uint32_t)(seq[i] * g->n_ctx + pos[i]);
         st[2 * B + i] = (uint32_t)pos[i] + 1;
         if (want[i]) st[3 * B + n_out++] = (uint32_t)i;
-        /* the table the CPU backend rotates by (backend/rope.h): both use libm's cos/sin */
-        float *cs = g->rope_host + (size_t)i * hp->n_rot;
-        if (i > 0 && pos[i] == pos[i - 1])
-            memcpy(cs, cs - hp->n_rot, sizeof(float) * (size_t)hp->n_rot);
-        else
-            wgllm_rope_table(cs, pos[i], g->model);
+        if (i > 0 && pos[i] == pos[i - 1]) rope_repeat(g, i);
+        else rope_rows(g, i, pos[i]);
     }
     for (int a = 0; a < 4; a++)
         if (a < 3 || n_out) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)a * B * 4, st + a * B, (size_t)(a < 3 ? n : n_out) * 4);
-    wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)n * hp->n_rot * sizeof(float));
+    rope_upload(g, n);
     wgllm_gpu_batch_begin(g->gpu);
     record(g, 0, g->n_ops_layers, n);
     const uint64_t width = embeddings ? (uint64_t)hp->n_embd : (uint64_t)hp->n_vocab;
@@ -301,7 +325,6 @@ static enum wgllm_status webgpu_decode_sampled(void *b, const struct wgllm_ubatc
  * the step's own argmax goes there too and is copied to id_rb[rb]. */
 static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, bool sampled, int32_t tok, int pos, int rb,
                                            struct wgllm_error *err) {
-    const struct wgllm_hparams *hp = &g->model->hp;
     const uint64_t B = (uint64_t)g->n_batch;
     const uint32_t v[3] = {(uint32_t)pos, (uint32_t)pos + 1, 0}; /* cache row (sequence 0), length, output row */
     if (tok >= 0) {
@@ -309,8 +332,8 @@ static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, bool samp
         wgllm_gpu_buffer_write(g->gpu, g->step, 0, &t, 4);
     }
     for (int a = 0; a < 3; a++) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)(a + 1) * B * 4, &v[a], 4);
-    wgllm_rope_table(g->rope_host, pos, g->model);
-    wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
+    rope_rows(g, 0, pos);
+    rope_upload(g, 1);
     wgllm_gpu_batch_begin(g->gpu);
     record(g, 0, g->n_ops_layers, 1);
     record(g, g->n_ops_layers, g->n_ops_logits, 1);
@@ -483,8 +506,10 @@ static enum wgllm_status webgpu_seq_shift(void *b, int seq, int n, int keep, int
     const int n_move = n - keep - discard;
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint64_t KD = (uint64_t)hp->n_head_kv * hp->head_dim_k, VD = (uint64_t)hp->n_head_kv * hp->head_dim_v;
-    wgllm_rope_table(g->rope_host, -discard, g->model);
-    wgllm_gpu_buffer_write(g->gpu, g->rope_cs, 0, g->rope_host, (size_t)hp->n_rot * sizeof(float));
+    /* as the CPU's shift: the same factors and attention factor (which so
+     * multiplies the moved keys once more, as llama.cpp's K-shift does) */
+    rope_rows(g, 0, -discard);
+    rope_upload(g, 1);
     const uint64_t row0 = (uint64_t)seq * g->n_ctx;
     const union wgllm_kparams kp = {.rope_shift = {.words = (uint32_t)((uint64_t)n_move * KD / 2),
                                                    .row_words = (uint32_t)(KD / 2), .head_dim = (uint32_t)hp->head_dim_k,
@@ -496,7 +521,10 @@ static enum wgllm_status webgpu_seq_shift(void *b, int seq, int n, int keep, int
     wgllm_gpu_batch_begin(g->gpu);
     for (int il = 0; il < hp->n_layer; il++) {
         wgllm_gpu_copy(g->gpu, g->kc[il], (row0 + keep + discard) * KD * 2, g->shift_tmp, 0, (uint64_t)n_move * KD * 2);
-        wgllm_gpu_dispatch(g->gpu, g->shift_pipe, g->shift_bg[il], gx, gy, 1);
+        if (g->model->layers[il].rope)
+            wgllm_gpu_dispatch(g->gpu, g->shift_pipe, g->shift_bg[il], gx, gy, 1);
+        else /* a layer without RoPE (smollm3): its keys carry no position, they only move */
+            wgllm_gpu_copy(g->gpu, g->shift_tmp, 0, g->kc[il], (row0 + keep) * KD * 2, (uint64_t)n_move * KD * 2);
         wgllm_gpu_copy(g->gpu, g->vc[il], (row0 + keep + discard) * VD * 2, g->shift_tmp, 0, (uint64_t)n_move * VD * 2);
         wgllm_gpu_copy(g->gpu, g->shift_tmp, 0, g->vc[il], (row0 + keep) * VD * 2, (uint64_t)n_move * VD * 2);
     }

@@ -97,13 +97,14 @@ static void sb_add(struct sb *b, const char *fmt, ...) {
 _Static_assert(sizeof(union wgllm_kparams) == 64 && sizeof(struct wgllm_kp_raw) == 64, "the block is 64 bytes");
 _Static_assert(sizeof(struct wgllm_kp_matvec) == 64, "wgllm_kp_matvec is the whole block");
 KP_AT(matvec, rows, n); KP_AT(matvec, k, k); KP_AT(matvec, w_off, a); KP_AT(matvec, x_off, b);
-KP_AT(matvec, y_off, c); KP_AT(matvec, tokens, h);
+KP_AT(matvec, y_off, c); KP_AT(matvec, tokens, h); KP_AT(matvec, epi, j); KP_AT(matvec, scale, f0);
+KP_AT(matvec, cap, f1); KP_AT(matvec, inv_cap, f2);
 _Static_assert(sizeof(struct wgllm_kp_get_rows) == 64, "wgllm_kp_get_rows is the whole block");
 KP_AT(get_rows, width, k); KP_AT(get_rows, w_off, a); KP_AT(get_rows, ids_off, b); KP_AT(get_rows, y_off, c);
-KP_AT(get_rows, piece_row0, d); KP_AT(get_rows, piece_rows, e);
+KP_AT(get_rows, piece_row0, d); KP_AT(get_rows, piece_rows, e); KP_AT(get_rows, scale, f0);
 _Static_assert(sizeof(struct wgllm_kp_rms_norm) == 64, "wgllm_kp_rms_norm is the whole block");
 KP_AT(rms_norm, width, n); KP_AT(rms_norm, x_off, a); KP_AT(rms_norm, w_off, b); KP_AT(rms_norm, y_off, c);
-KP_AT(rms_norm, eps, f0);
+KP_AT(rms_norm, eps, f0); KP_AT(rms_norm, add, d); KP_AT(rms_norm, scale, f1);
 _Static_assert(sizeof(struct wgllm_kp_rope) == 64, "wgllm_kp_rope is the whole block");
 KP_AT(rope, heads, n); KP_AT(rope, n_rot, m); KP_AT(rope, head_dim, k); KP_AT(rope, x_off, a);
 KP_AT(rope, tok_stride, b); KP_AT(rope, cs_off, c);
@@ -116,7 +117,8 @@ KP_AT(round_act, count, n); KP_AT(round_act, x_off, a); KP_AT(round_act, y_off, 
 _Static_assert(sizeof(struct wgllm_kp_attn) == 64, "wgllm_kp_attn is the whole block");
 KP_AT(attn, dv, m); KP_AT(attn, dk, k); KP_AT(attn, q_stride, a); KP_AT(attn, row_at, b); KP_AT(attn, len_at, c);
 KP_AT(attn, o_stride, d); KP_AT(attn, k_stride, e); KP_AT(attn, gqa, g); KP_AT(attn, v_stride, i);
-KP_AT(attn, scale, f0);
+KP_AT(attn, scale, f0); KP_AT(attn, window, h); KP_AT(attn, q_scale, f1); KP_AT(attn, softcap, f2);
+KP_AT(attn, inv_softcap, f3);
 _Static_assert(sizeof(struct wgllm_kp_store_kv) == 64, "wgllm_kp_store_kv is the whole block");
 KP_AT(store_kv, words, n); KP_AT(store_kv, x_stride, k); KP_AT(store_kv, x_off, a); KP_AT(store_kv, row_at, b);
 KP_AT(store_kv, y_off, c); KP_AT(store_kv, y_stride, e);
@@ -168,6 +170,33 @@ static const char *round_wgsl =
     "  let b = split(n);\n"
     "  let pe = ((a.x * b.x - pr) + a.x * b.y + a.y * b.x) + a.y * b.y;\n"
     "  return q + (((hi - pr) - pe) + lo) / n;\n"
+    "}\n";
+
+/* tanh for the soft-caps and GELU: WGSL's builtin has no stated precision
+ * (and may overflow to NaN through exp for large arguments), so a series
+ * near 0, where 1 - e^-2x cancels, and the exp form elsewhere; a few f32
+ * ulps from libm's tanhf either way. */
+static const char *tanh_wgsl =
+    "fn tanh_f(x: f32) -> f32 {\n"
+    "  let a = abs(x);\n"
+    "  var t: f32;\n"
+    "  if (a < 0.125) {\n"
+    "    let z = a * a;\n"
+    "    t = a + a * z * (-0.33333333333333333 + z * (0.13333333333333333 + z * (-0.053968253968253968 + z * 0.021869488536155203)));\n"
+    "  } else {\n"
+    "    let e = exp(-2.0 * a);\n"
+    "    t = (1.0 - e) / (1.0 + e);\n"
+    "  }\n"
+    "  return select(t, -t, x < 0.0);\n"
+    "}\n";
+
+/* The mat-vec / mat-mat epilogue (WGLLM_EPI_*), in the CPU's order. */
+static const char *epi_wgsl =
+    "fn epi(v: f32) -> f32 {\n"
+    "  var r = v;\n"
+    "  if ((p.j & 1u) != 0u) { r = tanh_f(r * p.f2) * p.f1; }\n"
+    "  if ((p.j & 2u) != 0u) { r = r * p.f0; }\n"
+    "  return r;\n"
     "}\n";
 
 /* Byte access to a flat array<u32> named W (little-endian). Offsets of the
@@ -510,7 +539,8 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
 }
 
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
-    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "argmax", "round_act", "matmul"};
+    static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "argmax", "round_act", "matmul",
+                                  "geglu"};
     if (k >= WGLLM_KERNEL_ATTN_BATCH) return wgllm_wgsl_batch_kernel_name(k);
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
 }
@@ -525,7 +555,8 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
     } kernels[] = {
         {WGLLM_KERNEL_MATVEC, -1, false},        {WGLLM_KERNEL_GET_ROWS, -1, false},
         {WGLLM_KERNEL_RMS_NORM, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ROPE, WGLLM_TYPE_F32, true},
-        {WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, false},   {WGLLM_KERNEL_ARGMAX, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, false},   {WGLLM_KERNEL_GEGLU, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_ARGMAX, WGLLM_TYPE_F32, false},
         {WGLLM_KERNEL_ROUND_ACT, -1, false},
         {WGLLM_KERNEL_MATMUL, -1, false},        {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false},
         {WGLLM_KERNEL_STORE_KV, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false},
@@ -580,20 +611,20 @@ static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const s
     if (t->matvec_thread_rows) { /* rdot's stride WGM is 1: a thread walks its whole row */
         sb_add(b, "const WGM: u32 = 1u;\nconst ROWS: u32 = %uu;\n", t->rows_matvec);
         sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
-                  "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
+                  "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n%s%s", tanh_wgsl, epi_wgsl);
         emit_format(b, key->type, true);
         sb_add(b, "@compute @workgroup_size(ROWS)\n"
                   "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
                   "  let row = gid.x;\n"
                   "  let tok = gid.y;\n"
                   "  if (row >= p.n) { return; }\n"
-                  "  Y[p.c + tok * p.n + row] = rdot(row_base(row), p.b + tok * p.k, 0u);\n"
+                  "  Y[p.c + tok * p.n + row] = epi(rdot(row_base(row), p.b + tok * p.k, 0u));\n"
                   "}\n");
         return;
     }
     sb_add(b, "const WGM: u32 = %uu;\nconst ROWS: u32 = %uu;\n", t->wg_matvec, t->rows_matvec);
     sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
-              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n%s%s", tanh_wgsl, epi_wgsl);
     emit_format(b, key->type, true);
     if (t->matvec_subgroups) {
         /* subgroupAdd, then one partial per subgroup in workgroup memory and
@@ -618,7 +649,7 @@ static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const s
                   "    if (tid == 0u && row < p.n) {\n"
                   "      var tot = 0.0;\n"
                   "      for (var i = 0u; i < nsg; i++) { tot += red[i]; }\n"
-                  "      Y[p.c + tok * p.n + row] = tot;\n"
+                  "      Y[p.c + tok * p.n + row] = epi(tot);\n"
                   "    }\n"
                   "    workgroupBarrier();\n"
                   "  }\n"
@@ -641,7 +672,7 @@ static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const s
               "      if (tid < s) { red[tid] += red[tid + s]; }\n"
               "      workgroupBarrier();\n"
               "    }\n"
-              "    if (tid == 0u && row < p.n) { Y[p.c + tok * p.n + row] = red[0]; }\n"
+              "    if (tid == 0u && row < p.n) { Y[p.c + tok * p.n + row] = epi(red[0]); }\n"
               "    workgroupBarrier();\n"
               "  }\n"
               "}\n");
@@ -662,7 +693,7 @@ static void gen_get_rows(struct sb *b, const struct wgllm_kernel_key *key, const
               "    if (id < p.d || id >= p.d + p.e) { return; }\n"
               "    id = id - p.d;\n"
               "  }\n"
-              "  Y[p.c + tok * p.k + e] = wget(row_base(id), e);\n"
+              "  Y[p.c + tok * p.k + e] = wget(row_base(id), e) * p.f0;\n"
               "}\n");
 }
 
@@ -701,6 +732,10 @@ static void gen_rms_norm(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "  }\n"
               "  let mean = div_exact(rh[0], rl[0], f32(p.n));\n"
               "  let scale = 1.0 / sqrt(mean + p.f0);\n"
+              "  if (p.d == 1u) {\n"
+              "    for (var i = tid; i < p.n; i += WGR) { Y[yb + i] = Y[yb + i] + ((X[xb + i] * scale) * NW[p.b + i]) * p.f1; }\n"
+              "    return;\n"
+              "  }\n"
               "  for (var i = tid; i < p.n; i += WGR) { Y[yb + i] = (X[xb + i] * scale) * NW[p.b + i]; }\n"
               "}\n");
 }
@@ -743,6 +778,32 @@ static void gen_swiglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "  if (i >= p.n) { return; }\n"
               "  let g = G[p.a + i];\n"
               "  Y[p.c + i] = (g / (1.0 + exp(-g))) * U[p.b + i];\n"
+              "}\n");
+}
+
+/* GeGLU as ggml computes it on the CPU (wgllm_op_geglu): the GELU of the
+ * input rounded to f16 is looked up in the CPU's own table
+ * (wgllm_op_gelu_f16_table, uploaded once), so both backends agree bit for
+ * bit; a device's tanh differs from libm's by ulps, which the f16 rounding
+ * would turn into 2^-11 jumps. The f16 bits come from the exact to_f16. */
+static void gen_geglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
+    sb_add(b, "const WGE: u32 = %uu;\n%s", t->wg_elem, round_wgsl);
+    sb_add(b, "@group(0) @binding(1) var<storage, read> G: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read> U: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
+              "@group(0) @binding(4) var<storage, read> T: array<u32>;\n"
+              "fn gelu(x: f32) -> f32 {\n"
+              "  if (x <= -10.0) { return 0.0; }\n"
+              "  if (x >= 10.0) { return x; }\n"
+              "  let h = pack2x16float(vec2<f32>(to_f16(x), 0.0)) & 0xffffu;\n"
+              "  let v = unpack2x16float(T[h >> 1u]);\n"
+              "  return select(v.x, v.y, (h & 1u) == 1u);\n"
+              "}\n"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "  let i = gid.x;\n"
+              "  if (i >= p.n) { return; }\n"
+              "  Y[p.c + i] = gelu(G[p.a + i]) * U[p.b + i];\n"
               "}\n");
 }
 
@@ -977,7 +1038,7 @@ static void emit_mm_block(struct sb *b, uint32_t type) {
     "    if (tok >= p.h) { continue; }\n"                                                          \
     "    for (var i = 0u; i < RN; i++) {\n"                                                        \
     "      let r = r0 + tr + i * GN;\n"                                                           \
-    "      if (r < p.n) { Y[p.c + tok * p.n + r] = acc[j * RN + i]; }\n"                          \
+    "      if (r < p.n) { Y[p.c + tok * p.n + r] = epi(acc[j * RN + i]); }\n"                          \
     "    }\n"                                                                                      \
     "  }\n"                                                                                        \
     "}\n"
@@ -990,7 +1051,7 @@ static void gen_matmul_direct(struct sb *b, const struct wgllm_kernel_key *key, 
            t->mm_tile_m, t->mm_micro_n, t->mm_micro_m);
     sb_add(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\n");
     sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
-              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n%s%s", tanh_wgsl, epi_wgsl);
     emit_format(b, key->type, false);
     emit_mm_block(b, key->type);
     sb_add(b, "@compute @workgroup_size(NT)\n"
@@ -1026,7 +1087,7 @@ static void gen_matmul(struct sb *b, const struct wgllm_kernel_key *key, const s
     sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
               "var<workgroup> WS: array<f32, TN * TK>;\n"
-              "var<workgroup> XS: array<f32, TM * TK>;\n");
+              "var<workgroup> XS: array<f32, TM * TK>;\n%s%s", tanh_wgsl, epi_wgsl);
     emit_format(b, key->type, false);
     const uint32_t upb = emit_mm_unit(b, key->type);
     sb_add(b, "const UPB: u32 = %uu;\n", upb);
@@ -1113,6 +1174,7 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_RMS_NORM: gen_rms_norm(&b, tune); break;
     case WGLLM_KERNEL_ROPE: gen_rope(&b, key, tune); break;
     case WGLLM_KERNEL_SWIGLU: gen_swiglu(&b, tune); break;
+    case WGLLM_KERNEL_GEGLU: gen_geglu(&b, tune); break;
     case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
     case WGLLM_KERNEL_ROUND_ACT: gen_round_act(&b, key, tune); break;
     case WGLLM_KERNEL_MATMUL: gen_matmul(&b, key, tune); break;
@@ -1126,3 +1188,4 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
 }
 
 const char *wgllm_wgsl_f16_helpers(void) { return round_wgsl; }
+const char *wgllm_wgsl_tanh_helper(void) { return tanh_wgsl; }

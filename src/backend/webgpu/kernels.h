@@ -71,9 +71,16 @@ struct wgllm_kp_matvec {
     uint32_t y_off;  /* c: y element of token 0 (token t's row at y_off + t * rows) */
     uint32_t _d, _e, _g;
     uint32_t tokens; /* h: MATMUL: tokens it may write (the last tile's extra rows are skipped) */
-    uint32_t _i, _j;
-    float _f0, _f1, _f2, _f3;
+    uint32_t _i;
+    uint32_t epi;    /* j: what happens to each output before it is stored (WGLLM_EPI_*) */
+    float scale;     /* f0: WGLLM_EPI_SCALE's factor */
+    float cap;       /* f1: WGLLM_EPI_SOFTCAP's cap */
+    float inv_cap;   /* f2: 1 / cap, rounded on the host as the CPU rounds it */
+    float _f3;
 };
+/* The mat-vec epilogue (kp_matvec.epi): the soft-cap first, then the scale,
+ * in the CPU backend's order (final_softcap, then logit_scale). */
+enum { WGLLM_EPI_SOFTCAP = 1, WGLLM_EPI_SCALE = 2 };
 
 /* GET_ROWS */
 struct wgllm_kp_get_rows {
@@ -85,7 +92,8 @@ struct wgllm_kp_get_rows {
     uint32_t piece_row0; /* d: the first row this piece of a split table holds */
     uint32_t piece_rows; /* e: rows of the piece; 0: the whole table */
     uint32_t _g, _h, _i, _j;
-    float _f0, _f1, _f2, _f3;
+    float scale;         /* f0: every element is multiplied by it (1: a plain gather; gemma's sqrt(n_embd)) */
+    float _f1, _f2, _f3;
 };
 
 /* RMS_NORM */
@@ -95,9 +103,11 @@ struct wgllm_kp_rms_norm {
     uint32_t x_off; /* a: x element of row 0 */
     uint32_t w_off; /* b: the norm's weights */
     uint32_t y_off; /* c: y element of row 0 */
-    uint32_t _d, _e, _g, _h, _i, _j;
+    uint32_t add;   /* d: 1: y += norm * scale (a post-norm into the residual stream), 0: y = norm */
+    uint32_t _e, _g, _h, _i, _j;
     float eps;      /* f0 */
-    float _f1, _f2, _f3;
+    float scale;    /* f1: with add, the residual scale (1: none) */
+    float _f2, _f3;
 };
 
 /* ROPE */
@@ -112,7 +122,7 @@ struct wgllm_kp_rope {
     float _f0, _f1, _f2, _f3;
 };
 
-/* SWIGLU */
+/* SWIGLU, GEGLU */
 struct wgllm_kp_swiglu {
     uint32_t count; /* n: elements (all rows) */
     uint32_t _m, _k;
@@ -155,11 +165,13 @@ struct wgllm_kp_attn {
     uint32_t o_stride; /* d: output elements per token */
     uint32_t k_stride; /* e: K cache elements per row */
     uint32_t gqa;      /* g: query heads per kv head */
-    uint32_t _h;
+    uint32_t window;   /* h: > 0: only the last `window` positions are attended (a sliding-window layer) */
     uint32_t v_stride; /* i: V cache elements per row */
     uint32_t _j;
-    float scale;       /* f0: the scores' factor, 1/sqrt(dk) */
-    float _f1, _f2, _f3;
+    float scale;       /* f0: the scores' factor (kq_scale, 1/sqrt(dk) by default) */
+    float q_scale;     /* f1: q is multiplied by it before its f16 rounding (1: none) */
+    float softcap;     /* f2: > 0: a score s becomes softcap * tanh(s / softcap) before the scale */
+    float inv_softcap; /* f3: 1 / softcap, rounded on the host as the CPU rounds it */
 };
 
 /* STORE_KV */
@@ -236,17 +248,18 @@ union wgllm_kparams {
 };
 
 enum wgllm_kernel {
-    /* y[c + t*n + r] = dot(W row r, x[b + t*k ..]) for r < n rows, K = k; W
-     * starts at u32 word a (element a for F32). Bindings 1 W, 2 x, 3 y.
+    /* y[c + t*n + r] = epi(dot(W row r, x[b + t*k ..])) for r < n rows, K = k; W
+     * starts at u32 word a (element a for F32); epi per j (WGLLM_EPI_*: soft-cap
+     * by f1, then scale by f0; j = 0: none). Bindings 1 W, 2 x, 3 y.
      * Dispatch (ceil(n / rows_matvec), tokens, 1). */
     WGLLM_KERNEL_MATVEC,
-    /* y[c + t*k + e] = W row ids[b + t], element e < k. Bindings 1 W, 2 ids
+    /* y[c + t*k + e] = W row ids[b + t], element e < k, times f0. Bindings 1 W, 2 ids
      * (u32), 3 y. When e != 0, W holds only rows [d, d+e) of the table (one
      * piece of a table split across buffers): other ids are skipped and row
      * id is read at id - d. Dispatch (ceil(k / wg_elem), tokens, 1). */
     WGLLM_KERNEL_GET_ROWS,
-    /* y[c + r*n ..] = x[a + r*n ..] / sqrt(mean(x^2) + f0) * w[b ..]. Bindings
-     * 1 x, 2 w, 3 y. Dispatch (rows, 1, 1). */
+    /* y[c + r*n ..] = x[a + r*n ..] / sqrt(mean(x^2) + f0) * w[b ..]; with d = 1
+     * y[c + r*n ..] += that * f1 instead. Bindings 1 x, 2 w, 3 y. Dispatch (rows, 1, 1). */
     WGLLM_KERNEL_RMS_NORM,
     /* In place on x: token t's head hd at a + t*b + hd*k, n heads, n_rot m;
      * pair i turns by cos CS[c + t*m + 2i], sin CS[c + t*m + 2i + 1] (the
@@ -273,10 +286,15 @@ enum wgllm_kernel {
      * for its mm_micro_m tokens). k a multiple of 32 for the block formats,
      * even for F16. Dispatch (ceil(n / mm_tile_n), ceil(h / mm_tile_m), 1). */
     WGLLM_KERNEL_MATMUL,
+    /* y[c+i] = gelu(g[a+i]) * u[b+i], i < n, with ggml's CPU GELU: 0 at or below -10, x at or
+     * above 10, else T's f16 entry for f16(x) (T: 65536 f16 in u32 pairs, the host's
+     * wgllm_op_gelu_f16_table). Bindings 1 g, 2 u, 3 y, 4 T. Dispatch (ceil(n / wg_elem), 1, 1). */
+    WGLLM_KERNEL_GEGLU,
     /* Batched kernels (kernels_attn.c; numbered apart so kernels above can be added freely).
      * ST is the step buffer: ROW[t] = ST[b + t] = seq * n_ctx + pos, LEN[t] = ST[c + t] = pos + 1.
-     * ATTN_BATCH: token t = wid.y, head h = wid.x: O[t*d + h*m ..] = softmax(q.K^T * f0) V over
-     * the cache rows ROW[t]+1-LEN[t] .. ROW[t]; q at t*a + h*k; K row r of kv head h/g at r*e +
+     * ATTN_BATCH: token t = wid.y, head h = wid.x: O[t*d + h*m ..] = softmax(cap(f16(q * f1).K^T)
+     * * f0) V (cap: f2 * tanh(s * f3) when f2 > 0) over the cache rows ROW[t]+1-L .. ROW[t], L =
+     * LEN[t], or min(LEN[t], h) when h > 0; q at t*a + h*k; K row r of kv head h/g at r*e +
      * (h/g)*k, V at r*i + (h/g)*m (f16 caches); head dims k, m. Bindings 1 Q, 2 K, 3 V, 4 O, 5 ST.
      * Dispatch (heads, tokens, 1).
      * STORE_KV: Y word c + ROW[t]*e + i = pack2x16float(x[a + t*k + 2i], x[.. + 1]), i < n.
@@ -318,6 +336,8 @@ char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgl
 const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k);
 /* kernels.c's WGSL helpers (to_f16 by integer rounding, two_sum, div_exact) for kernels_attn.c. */
 const char *wgllm_wgsl_f16_helpers(void);
+/* kernels.c's tanh_f (the soft-caps' tanh) for kernels_attn.c. */
+const char *wgllm_wgsl_tanh_helper(void);
 
 /* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 and
  * the 8-element-unit formats of kernels.c's w8_block, Q4_K/Q5_K/Q6_K..., for

@@ -38,10 +38,13 @@
  * CPU backend did not move from the exact two-pass kernel it replaced to this one
  * (Q8_0/Q4_0 median 4.8-7.1e-7 of the logits' rms, F32 1.6e-4 / 2.6e-3
  * worst, F16 1.4e-3; greedy tokens equal), i.e. below the f32 sum-order noise.
+ * The gemma block's extras follow the CPU's attend_head: q times q_scale
+ * before its f16 rounding, the soft-cap of each score before the scale, and
+ * a sliding window as a shorter span (the last `window` positions).
  */
 static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
     const char *fmt =
-        "const WGA: u32 = %uu;\nconst MAXD: u32 = %uu;\n%s"
+        "const WGA: u32 = %uu;\nconst MAXD: u32 = %uu;\n%s%s"
         "@group(0) @binding(1) var<storage, read> Q: array<f32>;\n"
         "@group(0) @binding(2) var<storage, read> K: array<u32>;\n"
         "@group(0) @binding(3) var<storage, read> V: array<u32>;\n"
@@ -60,6 +63,7 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "  let kb = row * p.e + kvh * p.k;\n"
         "  var d = 0.0;\n"
         "  for (var i = 0u; i < p.k; i++) { d += qs[i] * kget(kb + i); }\n"
+        "  if (p.f2 > 0.0) { d = tanh_f(d * p.f3) * p.f2; }\n"
         "  return d * p.f0;\n"
         "}\n"
         "@compute @workgroup_size(WGA)\n"
@@ -69,10 +73,12 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "  let tok = wid.y;\n"
         "  let kvh = h / p.g;\n"
         "  if (tid == 0u) {\n"
-        "    wlen = ST[p.c + tok];\n"
-        "    wbase = ST[p.b + tok] + 1u - ST[p.c + tok];\n"
+        "    var len = ST[p.c + tok];\n"
+        "    if (p.h > 0u) { len = min(len, p.h); }\n"
+        "    wlen = len;\n"
+        "    wbase = ST[p.b + tok] + 1u - len;\n"
         "  }\n"
-        "  for (var i = tid; i < p.k; i += WGA) { qs[i] = to_f16(Q[tok * p.a + h * p.k + i]); }\n"
+        "  for (var i = tid; i < p.k; i += WGA) { qs[i] = to_f16(Q[tok * p.a + h * p.k + i] * p.f1); }\n"
         "  let n = workgroupUniformLoad(&wlen);\n"
         "  let base = workgroupUniformLoad(&wbase);\n"
         "  var m = -3.4e38;\n"
@@ -135,9 +141,9 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "    if (dd < p.m) { O[tok * p.d + h * p.m + dd] = acc[r]; }\n"
         "  }\n"
         "}\n";
-    size_t n = strlen(fmt) + strlen(helpers_wgsl) + 64;
+    size_t n = strlen(fmt) + strlen(helpers_wgsl) + strlen(wgllm_wgsl_tanh_helper()) + 64;
     *s = malloc(n);
-    if (*s) snprintf(*s, n, fmt, t->wg_attn, t->attn_max_dims, helpers_wgsl);
+    if (*s) snprintf(*s, n, fmt, t->wg_attn, t->attn_max_dims, helpers_wgsl, wgllm_wgsl_tanh_helper());
 }
 
 static char *dup_fmt(const char *fmt, unsigned wg) {

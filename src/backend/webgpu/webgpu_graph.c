@@ -18,6 +18,17 @@
  * the CPU sums in double, and the RoPE cos/sin table made on the host by
  * the code the CPU uses (backend/rope.h).
  *
+ * The blocks beyond llama's (model.h) are parameters of these dispatches,
+ * not dispatches of their own: the embedding scale in get_rows; the
+ * attention and query scales, the score soft-cap and the sliding window in
+ * the attention; the logit soft-cap, the logit scale and granite's residual
+ * scale in the mat-vec epilogue; a post-norm (gemma, olmo2) is an RMSNorm
+ * that adds into the stream in place of the residual add; without pre-norms
+ * (olmo2) the products read x itself; whole-projection q/k norms (olmo2) are
+ * one norm row per token; a layer without RoPE (smollm3) skips its two RoPE
+ * dispatches, a local layer rotates by the second cos/sin table; GeGLU is
+ * SWIGLU's twin, looking GELU up in the CPU's f16 table.
+ *
  * Every dispatch is recorded once with its grid for one token and how the
  * grid grows with the batch (struct gop): the kernels take the token index
  * from the grid (gid.y / wid.y, or rows for the row kernels), so parameter
@@ -122,8 +133,8 @@ static struct gop *add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, cons
 /* An element-wise op over `per` elements of each row, all rows in one grid. */
 static void add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp, uint32_t per,
                       uint32_t div, int nb, struct wgllm_gpu_buffer *b1, struct wgllm_gpu_buffer *b2,
-                      struct wgllm_gpu_buffer *b3) {
-    struct gop *o = add_op(bd, p, kp, GROW_XE, 1, nb, b1, b2, b3, NULL);
+                      struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4) {
+    struct gop *o = add_op(bd, p, kp, GROW_XE, 1, nb, b1, b2, b3, b4);
     if (o) o->per = per, o->div = div;
 }
 
@@ -134,15 +145,27 @@ static void add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const un
  * and greedy decoding agrees even on near-ties; consecutive mat-vecs of one
  * input share the rounding. `cap` is the row capacity of y (n_batch or
  * out_cap), for per-token ops of row-split weights. */
+/* What a mat-vec does to its outputs before storing them (WGLLM_EPI_*):
+ * the final soft-cap and logit scale, granite's residual scale. */
+struct epilogue {
+    float softcap, scale; /* 0: no soft-cap; 1: no scale */
+};
+static const struct epilogue EPI_NONE = {0.0f, 1.0f};
+
+static void set_epilogue(struct wgllm_kp_matvec *kp, struct epilogue e) {
+    if (e.softcap > 0.0f) kp->epi |= WGLLM_EPI_SOFTCAP, kp->cap = e.softcap, kp->inv_cap = 1.0f / e.softcap;
+    if (e.scale != 1.0f) kp->epi |= WGLLM_EPI_SCALE, kp->scale = e.scale;
+}
+
 static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
-                       struct wgllm_gpu_buffer *y, int cap) {
+                       struct wgllm_gpu_buffer *y, int cap, struct epilogue epi) {
     struct wgllm_webgpu_ctx *g = bd->g;
     const uint32_t vt = wgllm_type_traits(w->type)->vec_dot_type;
     if (vt != WGLLM_TYPE_F32 && wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vt)) {
         if (bd->rsrc != x || bd->rtype != vt) {
             const union wgllm_kparams kp = {.round_act = {.count = (uint32_t)w->ne0 * (uint32_t)cap}};
             add_elems(bd, pipe_of(g, WGLLM_KERNEL_ROUND_ACT, vt, false, bd->err), &kp, (uint32_t)w->ne0,
-                      32 * g->tune->wg_elem, 2, x, g->xr, NULL);
+                      32 * g->tune->wg_elem, 2, x, g->xr, NULL, NULL);
             bd->rsrc = x, bd->rtype = vt;
         }
         x = g->xr;
@@ -151,6 +174,7 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
     if (w->n_pieces == 1) {
         const bool mm = cap >= MM_MIN_TOKENS && wgllm_wgsl_supports(WGLLM_KERNEL_MATMUL, w->type);
         union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)w->ne1, .k = (uint32_t)w->ne0}};
+        set_epilogue(&kp.matvec, epi);
         struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err), &kp, GROW_Y,
                                ceil_div(kp.matvec.rows, g->tune->rows_matvec), 3, w->piece[0].buf, x, y, NULL);
         if (o && mm) o->when = WHEN_FEW;
@@ -167,9 +191,10 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
          * several pieces each token gets its own dispatches */
         for (int t = 0; t < cap; t++)
             for (int i = 0; i < w->n_pieces; i++) {
-                const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)w->piece[i].rows, .k = (uint32_t)w->ne0,
-                                                           .x_off = (uint32_t)(t * w->ne0),
-                                                           .y_off = (uint32_t)(t * w->ne1 + w->piece[i].row0)}};
+                union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)w->piece[i].rows, .k = (uint32_t)w->ne0,
+                                                     .x_off = (uint32_t)(t * w->ne0),
+                                                     .y_off = (uint32_t)(t * w->ne1 + w->piece[i].row0)}};
+                set_epilogue(&kp.matvec, epi);
                 struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err), &kp, GROW_Y,
                                        ceil_div(kp.matvec.rows, g->tune->rows_matvec), 3, w->piece[i].buf, x, y, NULL);
                 if (o) o->tok = t, o->div = 1u << 30; /* y = 1 */
@@ -178,11 +203,30 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
     bd->keep_round = false;
 }
 
+static void add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
+                     uint32_t n, uint32_t y_stride);
+
 static void add_rms(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t w_off,
                     uint32_t n, uint32_t rows_per_tok) {
     struct wgllm_webgpu_ctx *g = bd->g;
     const union wgllm_kparams kp = {.rms_norm = {.width = n, .w_off = w_off, .eps = g->model->hp.rms_eps}};
     add_op(bd, pipe_of(g, WGLLM_KERNEL_RMS_NORM, 0, false, bd->err), &kp, GROW_X, rows_per_tok, 3, x, g->vecs, y, NULL);
+}
+
+/* x[t] += y[t] (a projection into the residual stream): through the
+ * post-norm at w_off when the layer has one (gemma, olmo2: the norm adds
+ * into x itself, no dispatch more than the plain add), times the residual
+ * scale (granite: put on the mat-vec's epilogue by the caller otherwise). */
+static void add_residual(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t n,
+                         const float *post_norm, uint32_t w_off) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    if (!post_norm) {
+        add_rows(bd, x, y, 0, n, n);
+        return;
+    }
+    const union wgllm_kparams kp = {.rms_norm = {.width = n, .w_off = w_off, .eps = g->model->hp.rms_eps, .add = 1,
+                                                 .scale = g->model->hp.residual_scale}};
+    add_op(bd, pipe_of(g, WGLLM_KERNEL_RMS_NORM, 0, false, bd->err), &kp, GROW_X, 1, 3, y, g->vecs, x, NULL);
 }
 
 /* x[t] += y[t] (y_stride n), or x[t] += y (y_stride 0: a bias at y_off). */
@@ -207,7 +251,7 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
     const struct gweight *emb = &g->w[7 * hp->n_layer];
     struct wgllm_gpu_pipeline *pg = pipe_of(g, WGLLM_KERNEL_GET_ROWS, emb->type, false, bd->err);
     for (int i = 0; i < emb->n_pieces; i++) {
-        union wgllm_kparams kp = {.get_rows = {.width = E, .ids_off = 0, .y_off = 0}};
+        union wgllm_kparams kp = {.get_rows = {.width = E, .ids_off = 0, .y_off = 0, .scale = hp->embd_scale}};
         if (emb->n_pieces > 1)
             kp.get_rows.piece_row0 = (uint32_t)emb->piece[i].row0, kp.get_rows.piece_rows = (uint32_t)emb->piece[i].rows;
         add_op(bd, pg, &kp, GROW_Y, ceil_div(E, t->wg_elem), 3, emb->piece[i].buf, g->step, g->x, NULL);
@@ -216,37 +260,52 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
     struct wgllm_gpu_pipeline *prope = pipe_of(g, WGLLM_KERNEL_ROPE, 0, neox, bd->err);
     struct wgllm_gpu_pipeline *pstore = pipe_of(g, WGLLM_KERNEL_STORE_KV, 0, false, bd->err);
     struct wgllm_gpu_pipeline *pattn = pipe_of(g, WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false, bd->err);
-    struct wgllm_gpu_pipeline *pswi = pipe_of(g, WGLLM_KERNEL_SWIGLU, 0, false, bd->err);
+    const bool gelu = hp->ffn_act == WGLLM_FFN_GELU;
+    struct wgllm_gpu_pipeline *pswi = pipe_of(g, gelu ? WGLLM_KERNEL_GEGLU : WGLLM_KERNEL_SWIGLU, 0, false, bd->err);
+    /* granite's residual scale rides on the projections' epilogue; with a
+     * post-norm it is the norm's (add_residual) */
+    const struct epilogue res_epi = {0.0f, hp->residual_scale};
     for (int il = 0; il < hp->n_layer && !bd->failed; il++) {
         const struct gweight *W = &g->w[7 * il];
         const struct wgllm_layer *L = &m->layers[il];
-        add_rms(bd, g->x, g->xn, vo->attn_norm[il], E, 1);
-        /* q and k: straight into q/k, or through qr/kr and the per-head norm */
-        add_matvec(bd, &W[0], g->xn, L->q_norm ? g->qr : g->q, g->n_batch);
-        add_matvec(bd, &W[1], g->xn, L->k_norm ? g->kr : g->k, g->n_batch);
-        add_matvec(bd, &W[2], g->xn, g->v, g->n_batch);
+        /* the attention's input: the pre-norm of x, or x itself (olmo2) */
+        struct wgllm_gpu_buffer *ain = g->x;
+        if (L->attn_norm) add_rms(bd, g->x, g->xn, vo->attn_norm[il], E, 1), ain = g->xn;
+        /* q and k: straight into q/k, or through qr/kr and the q/k norm:
+         * per head (qwen3, gemma3) or over the whole projection (olmo2) */
+        add_matvec(bd, &W[0], ain, L->q_norm ? g->qr : g->q, g->n_batch, EPI_NONE);
+        add_matvec(bd, &W[1], ain, L->k_norm ? g->kr : g->k, g->n_batch, EPI_NONE);
+        add_matvec(bd, &W[2], ain, g->v, g->n_batch, EPI_NONE);
         if (L->bq) add_rows(bd, g->q, g->vecs, vo->bq[il], QD, 0);
         if (L->bk) add_rows(bd, g->k, g->vecs, vo->bk[il], KD, 0);
         if (L->bv) add_rows(bd, g->v, g->vecs, vo->bv[il], VD, 0);
-        if (L->q_norm) add_rms(bd, g->qr, g->q, vo->q_norm[il], dk, (uint32_t)hp->n_head);
-        if (L->k_norm) add_rms(bd, g->kr, g->k, vo->k_norm[il], dk, (uint32_t)hp->n_head_kv);
-        const union wgllm_kparams rq = {.rope = {.heads = (uint32_t)hp->n_head, .n_rot = (uint32_t)hp->n_rot,
-                                                 .head_dim = dk, .tok_stride = QD}};
-        const union wgllm_kparams rk = {.rope = {.heads = (uint32_t)hp->n_head_kv, .n_rot = (uint32_t)hp->n_rot,
-                                                 .head_dim = dk, .tok_stride = KD}};
-        add_op(bd, prope, &rq, GROW_Y, ceil_div((uint64_t)rq.rope.heads * (rq.rope.n_rot / 2), t->wg_elem), 2, g->q,
-               g->rope_cs, NULL, NULL);
-        add_op(bd, prope, &rk, GROW_Y, ceil_div((uint64_t)rk.rope.heads * (rk.rope.n_rot / 2), t->wg_elem), 2, g->k,
-               g->rope_cs, NULL, NULL);
+        const bool whole = hp->qk_norm_whole;
+        if (L->q_norm) add_rms(bd, g->qr, g->q, vo->q_norm[il], whole ? QD : dk, whole ? 1 : (uint32_t)hp->n_head);
+        if (L->k_norm) add_rms(bd, g->kr, g->k, vo->k_norm[il], whole ? KD : dk, whole ? 1 : (uint32_t)hp->n_head_kv);
+        if (L->rope) { /* smollm3's every 4th layer has none; a local layer may have its own table */
+            const uint32_t cs_off = L->swa && g->rope_swa_off ? (uint32_t)(g->rope_swa_off / 4) : 0;
+            const union wgllm_kparams rq = {.rope = {.heads = (uint32_t)hp->n_head, .n_rot = (uint32_t)hp->n_rot,
+                                                     .head_dim = dk, .tok_stride = QD, .cs_off = cs_off}};
+            const union wgllm_kparams rk = {.rope = {.heads = (uint32_t)hp->n_head_kv, .n_rot = (uint32_t)hp->n_rot,
+                                                     .head_dim = dk, .tok_stride = KD, .cs_off = cs_off}};
+            add_op(bd, prope, &rq, GROW_Y, ceil_div((uint64_t)rq.rope.heads * (rq.rope.n_rot / 2), t->wg_elem), 2,
+                   g->q, g->rope_cs, NULL, NULL);
+            add_op(bd, prope, &rk, GROW_Y, ceil_div((uint64_t)rk.rope.heads * (rk.rope.n_rot / 2), t->wg_elem), 2,
+                   g->k, g->rope_cs, NULL, NULL);
+        }
         /* the step buffer's rows (cache rows) start at word B */
         const union wgllm_kparams sk = {.store_kv = {.words = KD / 2, .x_stride = KD, .row_at = B, .y_stride = KD / 2}};
         const union wgllm_kparams sv = {.store_kv = {.words = VD / 2, .x_stride = VD, .row_at = B, .y_stride = VD / 2}};
         add_op(bd, pstore, &sk, GROW_Y, ceil_div(sk.store_kv.words, t->wg_elem), 3, g->k, g->step, g->kc[il], NULL);
         add_op(bd, pstore, &sv, GROW_Y, ceil_div(sv.store_kv.words, t->wg_elem), 3, g->v, g->step, g->vc[il], NULL);
+        const float cap = hp->attn_softcap;
         const union wgllm_kparams ak = {.attn = {.dk = dk, .dv = dv, .k_stride = KD, .v_stride = VD,
                                                  .gqa = (uint32_t)(hp->n_head / hp->n_head_kv), .q_stride = QD,
                                                  .o_stride = OD, .row_at = B, .len_at = 2 * B,
-                                                 .scale = 1.0f / sqrtf((float)dk)}};
+                                                 .window = L->swa ? (uint32_t)hp->n_swa : 0,
+                                                 .scale = hp->kq_scale, .q_scale = hp->q_scale,
+                                                 .softcap = cap > 0.0f ? cap : 0.0f,
+                                                 .inv_softcap = cap > 0.0f ? 1.0f / cap : 0.0f}};
         struct gop *o = add_op(bd, pattn, &ak, GROW_Y, (uint32_t)hp->n_head, 4, g->q, g->kc[il], g->vc[il], g->att);
         if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){g->step, 0, 0};
         /* In the last layer only the rows whose outputs are wanted go on after
@@ -254,31 +313,34 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
          * they are gathered (x and att as F32 tables, the step's output rows
          * as ids) into xo / att_o, and the ops from here on run per output. */
         struct wgllm_gpu_buffer *xa = g->x, *aa = g->att;
-        int cap = g->n_batch;
+        int cap_rows = g->n_batch;
         if (il == hp->n_layer - 1) {
             g->n_ops_layers = g->n_ops;
             struct wgllm_gpu_pipeline *pgf = pipe_of(g, WGLLM_KERNEL_GET_ROWS, WGLLM_TYPE_F32, false, bd->err);
             /* the step buffer's output rows (ids of the gathered rows) start at word 3B */
-            const union wgllm_kparams gx = {.get_rows = {.width = E, .ids_off = 3 * B}},
-                                      ga = {.get_rows = {.width = OD, .ids_off = 3 * B}};
+            const union wgllm_kparams gx = {.get_rows = {.width = E, .ids_off = 3 * B, .scale = 1.0f}},
+                                      ga = {.get_rows = {.width = OD, .ids_off = 3 * B, .scale = 1.0f}};
             add_op(bd, pgf, &gx, GROW_Y, ceil_div(E, t->wg_elem), 3, g->x, g->step, g->xo, NULL);
             add_op(bd, pgf, &ga, GROW_Y, ceil_div(OD, t->wg_elem), 3, g->att, g->step, g->att_o, NULL);
-            xa = g->xo, aa = g->att_o, cap = g->out_cap;
+            xa = g->xo, aa = g->att_o, cap_rows = g->out_cap;
         }
-        add_matvec(bd, &W[3], aa, g->tmp, cap);
-        add_rows(bd, xa, g->tmp, 0, E, E);
-        add_rms(bd, xa, g->xn, vo->ffn_norm[il], E, 1);
-        add_matvec(bd, &W[4], g->xn, g->gate, cap);
-        add_matvec(bd, &W[5], g->xn, g->up, cap);
-        const union wgllm_kparams sw = {.swiglu = {.count = F * (uint32_t)cap}};
-        add_elems(bd, pswi, &sw, F, t->wg_elem, 3, g->gate, g->up, g->ffh);
-        add_matvec(bd, &W[6], g->ffh, g->tmp, cap);
-        add_rows(bd, xa, g->tmp, 0, E, E);
+        add_matvec(bd, &W[3], aa, g->tmp, cap_rows, L->post_attn_norm ? EPI_NONE : res_epi);
+        add_residual(bd, xa, g->tmp, E, L->post_attn_norm, L->post_attn_norm ? vo->post_attn_norm[il] : 0);
+        /* the FFN's input: the pre-norm of x, or x itself (olmo2) */
+        struct wgllm_gpu_buffer *fin = xa;
+        if (L->ffn_norm) add_rms(bd, xa, g->xn, vo->ffn_norm[il], E, 1), fin = g->xn;
+        add_matvec(bd, &W[4], fin, g->gate, cap_rows, EPI_NONE);
+        add_matvec(bd, &W[5], fin, g->up, cap_rows, EPI_NONE);
+        const union wgllm_kparams sw = {.swiglu = {.count = F * (uint32_t)cap_rows}};
+        add_elems(bd, pswi, &sw, F, t->wg_elem, gelu ? 4 : 3, g->gate, g->up, g->ffh, gelu ? g->gelu_tab : NULL);
+        add_matvec(bd, &W[6], g->ffh, g->tmp, cap_rows, L->post_ffn_norm ? EPI_NONE : res_epi);
+        add_residual(bd, xa, g->tmp, E, L->post_ffn_norm, L->post_ffn_norm ? vo->post_ffn_norm[il] : 0);
     }
-    /* the final norm of the output rows, then the logits */
+    /* the final norm of the output rows, then the logits (soft-capped, gemma2; scaled, granite) */
     add_rms(bd, g->xo, g->xn, vo->output_norm, E, 1);
     g->n_ops_norm = g->n_ops;
-    add_matvec(bd, &g->w[7 * hp->n_layer + 1], g->xn, g->logits, g->out_cap);
+    const struct epilogue out_epi = {hp->final_softcap > 0.0f ? hp->final_softcap : 0.0f, hp->logit_scale};
+    add_matvec(bd, &g->w[7 * hp->n_layer + 1], g->xn, g->logits, g->out_cap, out_epi);
     g->n_ops_logits = g->n_ops;
     const union wgllm_kparams am = {.argmax = {.count = (uint32_t)hp->n_vocab}};
     struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_ARGMAX, 0, false, bd->err), &am, GROW_Y, 1, 2, g->logits, g->step,
@@ -313,9 +375,11 @@ enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const str
     g->shift_pipe = pipe_of(g, WGLLM_KERNEL_ROPE_SHIFT_F16, WGLLM_TYPE_F16, hp->rope_type == WGLLM_ROPE_NEOX, err);
     if (!g->shift_pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     for (int il = 0; il < hp->n_layer; il++) {
-        const struct wgllm_gpu_binding sb[4] = {
+        struct wgllm_gpu_binding sb[4] = {
             {g->arena, (uint64_t)g->shift_slot * SLOT_BYTES, sizeof(union wgllm_kparams)},
             {g->shift_tmp, 0, 0}, {g->rope_cs, 0, 0}, {g->kc[il], 0, 0}};
+        /* a local layer with its own RoPE turns by the second table (webgpu_seq_shift writes both) */
+        if (g->model->layers[il].swa && g->rope_swa_off) sb[2] = (struct wgllm_gpu_binding){g->rope_cs, g->rope_swa_off, 0};
         if (!(g->shift_bg[il] = wgllm_gpu_bindgroup_create(g->gpu, g->shift_pipe, 4, sb, err)))
             return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     }

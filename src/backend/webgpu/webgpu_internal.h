@@ -88,7 +88,11 @@ struct wgllm_webgpu_ctx {
     /* activations, n_batch rows each (xo and logits: out_cap rows) */
     struct wgllm_gpu_buffer *x, *xn, *q, *k, *v, *qr, *kr, *att, *tmp, *gate, *up, *ffh, *xo, *att_o, *logits;
     struct wgllm_gpu_buffer *xr;      /* a mat-vec input rounded as the CPU rounds it (ROUND_ACT) */
-    struct wgllm_gpu_buffer *rope_cs; /* cos/sin pairs of each token's position (n_batch x n_rot floats) */
+    struct wgllm_gpu_buffer *rope_cs; /* cos/sin pairs of each token's position (n_batch x n_rot floats), and
+                                         at rope_swa_off the local layers' (wgllm_model_has_swa_rope) */
+    uint64_t rope_swa_off;            /* bytes; 0: no second table */
+    struct wgllm_gpu_buffer *gelu_tab; /* GeGLU models: the CPU's GELU of every f16 (wgllm_op_gelu_f16_table) */
+    const float *rope_factors;        /* wgllm_model_rope_factors for this context's n_ctx */
     struct wgllm_gpu_buffer *step;    /* u32 [4][n_batch]: token ids, cache rows, attention lengths, output rows */
     struct wgllm_gpu_buffer *arena, *readback;
     /* context shift: n_ctx rows of K or V of one layer; ROPE_SHIFT_F16 from it into each layer's K cache
@@ -131,7 +135,7 @@ struct wgllm_webgpu_ctx {
 
 /* Offsets (in floats) of the model's vectors inside the vecs buffer. */
 struct vec_offsets {
-    uint32_t *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm; /* per layer */
+    uint32_t *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm; /* per layer */
     uint32_t output_norm;
 };
 

@@ -14,6 +14,7 @@
  */
 #include "backend/webgpu/webgpu_internal.h"
 #include "backend/backend.h"
+#include "backend/cpu/ops.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "wgllm.h"
@@ -25,6 +26,7 @@
 #define UPLOAD_CHUNK ((size_t)16 << 20)       /* bytes per queue write */
 #define UPLOAD_SYNC_BYTES ((uint64_t)64 << 20) /* queued bytes before waiting: bounds Dawn's staging */
 #define OUT_BYTES ((uint64_t)16 << 20)         /* logits rows one pass keeps on the GPU (at least n_seq rows) */
+#define GELU_TABLE_BYTES ((uint64_t)65536 * 2)  /* GeGLU's table: an f16 per f16 input */
 
 struct wgllm_gpu_buffer *wgllm_webgpu_gbuf(struct wgllm_webgpu_ctx *g, uint64_t bytes, int usage, const char *label,
                                           uint64_t *category, struct wgllm_error *err) {
@@ -164,31 +166,51 @@ static struct widths widths_of(const struct wgllm_hparams *hp) {
                            .rot = (uint64_t)hp->n_rot, .n_layer = (uint64_t)hp->n_layer, .n_head = (uint64_t)hp->n_head};
 }
 
+/* A layer's f32 vectors in the order the vectors buffer holds them (NULL:
+ * absent) and their lengths: olmo2's q/k norms span the whole projection. */
+#define LAYER_VECS 9
+static void layer_vectors(const struct wgllm_model *m, const struct wgllm_layer *L, const struct widths *w,
+                          const float *d[LAYER_VECS], uint64_t n[LAYER_VECS]) {
+    const bool whole = m->hp.qk_norm_whole;
+    const float *dd[LAYER_VECS] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm,
+                                   L->post_attn_norm, L->post_ffn_norm};
+    const uint64_t nn[LAYER_VECS] = {w->E, w->E, w->QD, w->KD, w->VD, whole ? w->QD : w->dk, whole ? w->KD : w->dk,
+                                     w->E, w->E};
+    for (int j = 0; j < LAYER_VECS; j++) d[j] = dd[j], n[j] = nn[j];
+}
+
 /* GPU bytes of everything but the KV cache, as create() allocates it, for
  * batches of B tokens and OC output rows (an upper bound: the vectors and
  * the parameter arena are counted generously). Saturates. */
 static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, uint64_t B, uint64_t OC) {
-    const uint64_t E = w->E, F = w->F, V = w->V, QD = w->QD, KD = w->KD, VD = w->VD, OD = w->OD, dk = w->dk;
+    const uint64_t E = w->E, F = w->F, V = w->V, QD = w->QD, KD = w->KD, VD = w->VD, OD = w->OD;
     uint64_t fixed = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         for (int j = 0; j < 7; j++) {
             const struct wgllm_weight *wt = layer_weight(&m->layers[il], j);
             fixed = sadd(fixed, round16(smul(wt->row_size, (uint64_t)wt->ne1)));
         }
-        fixed = sadd(fixed, smul(sadd(sadd(sadd(sadd(smul(2, E), QD), KD), VD), smul(2, dk)), 4)); /* vectors, at most */
+        const float *d[LAYER_VECS];
+        uint64_t n[LAYER_VECS];
+        layer_vectors(m, &m->layers[il], w, d, n);
+        /* vectors, at most: the llama block's seven counted whether present or
+         * not (as plans always were), the post-norms where the layer has them */
+        for (int j = 0; j < LAYER_VECS; j++)
+            if (j < 7 || d[j]) fixed = sadd(fixed, smul(n[j], 4));
     }
     fixed = sadd(fixed, round16(smul(m->tok_embd.row_size, (uint64_t)m->tok_embd.ne1)));
     if (m->output.tensor != m->tok_embd.tensor)
         fixed = sadd(fixed, round16(smul(m->output.row_size, (uint64_t)m->output.ne1)));
     uint64_t per_tok = 0; /* floats per token of the activations, the rope table and the step words */
     const uint64_t terms[] = {smul(2, E), QD, KD, VD, OD, E, smul(3, F), m->layers[0].q_norm ? sadd(QD, KD) : 0,
-                              WGLLM_MAX(WGLLM_MAX(E, F), OD), w->rot, 4};
+                              WGLLM_MAX(WGLLM_MAX(E, F), OD), w->rot, wgllm_model_has_swa_rope(m) ? w->rot : 0, 4};
     for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) per_tok = sadd(per_tok, terms[i]);
     fixed = sadd(fixed, smul3(B, per_tok, 4));
     /* outputs, readback, parameter arena; the sampled rows' words (8 in, 2 out) and grammar mask (a bit per token) */
     fixed = sadd(fixed, smul3(OC, sadd(sadd(smul(2, E), OD), V), 4));
     fixed = sadd(fixed, smul3(OC, 10 + (V + 31) / 32, 4));
     fixed = sadd(fixed, sadd(smul3(OC, WGLLM_MAX(V, E), 4), 64 * 1024));
+    if (m->hp.ffn_act == WGLLM_FFN_GELU) fixed = sadd(fixed, GELU_TABLE_BYTES);
     return fixed;
 }
 
@@ -243,10 +265,10 @@ static enum wgllm_status check_hparams(const struct wgllm_model *m, const struct
 static uint64_t vector_floats(const struct wgllm_model *m, const struct widths *w) {
     uint64_t total = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
-        const struct wgllm_layer *L = &m->layers[il];
-        const float *d[7] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
-        const uint64_t n[7] = {w->E, w->E, w->QD, w->KD, w->VD, w->dk, w->dk};
-        for (int j = 0; j < 7; j++)
+        const float *d[LAYER_VECS];
+        uint64_t n[LAYER_VECS];
+        layer_vectors(m, &m->layers[il], w, d, n);
+        for (int j = 0; j < LAYER_VECS; j++)
             if (d[j]) total = sadd(total, n[j]);
     }
     return sadd(total, w->E); /* the output norm */
@@ -390,7 +412,12 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
         [WGLLM_ACT_XO] = smul(OC, E),  [WGLLM_ACT_ATT_O] = smul(OC, OD)};
     for (int i = 0; i < WGLLM_ACT_COUNT; i++) sz->act[i] = smul(act_rows[i], 4);
     sz->logits = smul3(OC, V, 4);
-    sz->rope_cs = smul3(B, w.rot, 4);
+    /* the local layers' table at the next 256-byte boundary (a binding offset of the context shift) */
+    const uint64_t rope_bytes = smul3(B, w.rot, 4);
+    const bool swa_rope = wgllm_model_has_swa_rope(m);
+    sz->rope_swa_off = swa_rope ? (rope_bytes > SAT - 255 ? SAT : (rope_bytes + 255) & ~(uint64_t)255) : 0;
+    sz->rope_cs = swa_rope ? sadd(sz->rope_swa_off, rope_bytes) : rope_bytes;
+    sz->gelu_table = hp->ffn_act == WGLLM_FFN_GELU ? GELU_TABLE_BYTES : 0;
     /* storage buffers within a binding (and a buffer); the readback only within a buffer */
     const struct {
         const char *name;
@@ -421,7 +448,7 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
         size_t elem;
         size_t *out;
     } host[] = {{"step", smul(4, B), sizeof(uint32_t), &sz->step_host},
-                {"rope table", smul(B, w.rot), sizeof(float), &sz->rope_host},
+                {"rope table", smul3(swa_rope ? 2 : 1, B, w.rot), sizeof(float), &sz->rope_host},
                 {"sampled rows", smul(OC, 8), sizeof(uint32_t), &sz->samp_host},
                 {"output row index", OC, sizeof(int), &sz->samp_row}};
     for (size_t i = 0; i < sizeof host / sizeof *host; i++) {
@@ -475,13 +502,20 @@ static bool weight_ok(const struct wgllm_weight *w, enum wgllm_kernel k, char *w
 /* Formats first (wgllm_webgpu_ctx_create): no device is opened for a model
  * the kernels cannot run. */
 bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t cap) {
-    /* The kernels compute the llama block only: a model whose block is more
-     * (gemma's post-norms, GeGLU, soft-capping, sliding window, ...) is
-     * refused by name rather than computed wrong; with -b auto the CPU runs it. */
-    char extra[200];
-    if (wgllm_model_extra_features(model, extra, sizeof extra)) {
-        snprintf(why, cap, "architecture '%s' is not supported by the WebGPU kernels yet (it needs %s); use the CPU backend",
-                 model->arch_name, extra);
+    /* The block features wgllm_model_extra_features lists (gemma's scales,
+     * post-norms, GeGLU, soft-caps and sliding window, LongRoPE, granite's
+     * scales, olmo2's norms, smollm3's layers without RoPE) are computed by
+     * the graph (webgpu_graph.c), and YaRN is in the host's RoPE table; the
+     * blocks below are not, and are refused by name rather than computed
+     * wrong (with -b auto the CPU runs them). */
+    const struct wgllm_hparams *hp = &model->hp;
+    const char *missing = hp->n_expert > 0            ? "mixture of experts"
+                          : hp->attn_temp_scale != 0.0f ? "attention temperature scaling"
+                          : hp->encoder                 ? "a bidirectional encoder"
+                                                        : NULL;
+    if (missing) {
+        snprintf(why, cap, "architecture '%s' is not supported by the WebGPU kernels yet (it needs %s); use the CPU "
+                 "backend", model->arch_name, missing);
         return false;
     }
     bool ok = weight_ok(&model->tok_embd, WGLLM_KERNEL_GET_ROWS, why, cap) &&
@@ -515,8 +549,7 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     g->plan.n_seq = g->n_seq;
     g->plan.n_batch = g->n_batch;
     g->plan.estimate = sz.estimate;
-    const uint64_t E = hp->n_embd, dk = hp->head_dim_k;
-    const uint64_t QD = hp->n_head * dk, KD = hp->n_head_kv * dk, VD = hp->n_head_kv * (uint64_t)hp->head_dim_v;
+    const uint64_t E = hp->n_embd;
 
     /* small buffers first: the step buffer and readback are needed by the upload's waits */
     g->step = wgllm_webgpu_gbuf(g, sz.step, WGLLM_GPU_STORAGE, "step", &g->plan.params, err);
@@ -560,30 +593,33 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     g->staging = NULL;
 
     /* vectors: one buffer, offsets in floats (their sum fits u32: the plan checked) */
-    uint32_t *offs = calloc((size_t)hp->n_layer * 7, sizeof(uint32_t));
+    uint32_t *offs = calloc((size_t)hp->n_layer * LAYER_VECS, sizeof(uint32_t));
     if (!offs) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     struct vec_offsets vo = {offs, offs + hp->n_layer, offs + 2 * hp->n_layer, offs + 3 * hp->n_layer,
-                             offs + 4 * hp->n_layer, offs + 5 * hp->n_layer, offs + 6 * hp->n_layer, 0};
-    /* what goes where: up to 7 vectors per layer and the output norm; on the
-     * heap, as 7 * 512 + 1 of them would take 86 KB of stack */
+                             offs + 4 * hp->n_layer, offs + 5 * hp->n_layer, offs + 6 * hp->n_layer,
+                             offs + 7 * hp->n_layer, offs + 8 * hp->n_layer, 0};
+    /* what goes where: up to LAYER_VECS vectors per layer and the output norm;
+     * on the heap, as 9 * 512 + 1 of them would take 110 KB of stack */
     struct vec_src {
         uint32_t *off;
         const float *data;
         uint64_t n;
-    } *vl = calloc((size_t)hp->n_layer * 7 + 1, sizeof *vl);
+    } *vl = calloc((size_t)hp->n_layer * LAYER_VECS + 1, sizeof *vl);
     if (!vl) {
         free(offs);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     }
     int nv = 0;
     uint64_t total = 0;
+    const struct widths wd = widths_of(hp);
     for (int il = 0; il < hp->n_layer; il++) {
-        const struct wgllm_layer *L = &m->layers[il];
-        const float *d[7] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
-        const uint64_t n[7] = {E, E, QD, KD, VD, dk, dk};
-        uint32_t *o[7] = {&vo.attn_norm[il], &vo.ffn_norm[il], &vo.bq[il], &vo.bk[il], &vo.bv[il], &vo.q_norm[il],
-                          &vo.k_norm[il]};
-        for (int j = 0; j < 7; j++)
+        const float *d[LAYER_VECS];
+        uint64_t n[LAYER_VECS];
+        layer_vectors(m, &m->layers[il], &wd, d, n);
+        uint32_t *o[LAYER_VECS] = {&vo.attn_norm[il], &vo.ffn_norm[il], &vo.bq[il],     &vo.bk[il],
+                                   &vo.bv[il],        &vo.q_norm[il],  &vo.k_norm[il], &vo.post_attn_norm[il],
+                                   &vo.post_ffn_norm[il]};
+        for (int j = 0; j < LAYER_VECS; j++)
             if (d[j]) vl[nv++] = (struct vec_src){o[j], d[j], n[j]};
     }
     vl[nv++] = (struct vec_src){&vo.output_norm, m->output_norm, E};
@@ -635,6 +671,18 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     }
     g->logits = wgllm_webgpu_gbuf(g, sz.logits, WGLLM_GPU_STORAGE, "logits", &g->plan.logits, err);
     g->rope_cs = g->logits ? wgllm_webgpu_gbuf(g, sz.rope_cs, WGLLM_GPU_STORAGE, "rope cos/sin", &g->plan.params, err) : NULL;
+    g->rope_swa_off = sz.rope_swa_off;
+    if (sz.gelu_table) {
+        wgllm_fp16 *tab = malloc(sz.gelu_table);
+        if (!tab) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the GELU table");
+        wgllm_op_gelu_f16_table(tab);
+        g->gelu_tab = wgllm_webgpu_gbuf(g, sz.gelu_table, WGLLM_GPU_STORAGE, "gelu table", &g->plan.params, err);
+        st = g->gelu_tab ? upload(g, g->gelu_tab, 0, tab, (size_t)sz.gelu_table, &pending, err)
+                         : err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
+        free(tab);
+        if (st) return st;
+    }
+    g->rope_factors = wgllm_model_rope_factors(m, g->n_ctx);
     if (!g->rope_cs) {
         free(offs);
         return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;

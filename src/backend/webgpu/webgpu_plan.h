@@ -62,6 +62,9 @@ struct wgllm_webgpu_sizes {
     char note[320];     /* what shrank and why ("" when nothing) */
     /* bytes of each buffer as it is created (the device rounds them up to 16) */
     uint64_t step, readback, samp_in, samp_out, samp_mask, vectors, k_cache, v_cache, shift, logits, rope_cs;
+    uint64_t gelu_table;   /* GeGLU's f16 table (65536 entries); 0: a SwiGLU model */
+    uint64_t rope_swa_off; /* bytes: where the sliding-window layers' cos/sin table starts in rope_cs
+                              (a binding offset, so 256-aligned); 0: they share the global one */
     uint64_t act[WGLLM_ACT_COUNT]; /* 0: not created (qr, kr without q/k norms) */
     /* element counts of the host arrays, known to fit size_t */
     size_t step_host, rope_host, samp_host, samp_row;
