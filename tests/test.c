@@ -246,3 +246,29 @@ int test_chain_expected(const float *l, int nv, int top_k, float top_p, float mi
     for (int i = 0; i < n; i++) prob[i] = exp((l[ids[i]] - mx) / temp) / total;
     return n;
 }
+
+/* Overwrites the value of `key` (type `type`, `n` bytes) in a GGUF file;
+ * false when the key is not there. */
+bool test_patch_key(const char *path, const char *key, uint32_t type, const void *v, size_t n) {
+    size_t len;
+    char *buf = test_read_file(path, &len);
+    bool done = false;
+    const size_t kl = strlen(key);
+    for (size_t i = 8; buf && !done && i + kl + 4 + n <= len; i++) {
+        uint64_t l;
+        uint32_t t;
+        memcpy(&l, buf + i - 8, 8);
+        if (l != kl || memcmp(buf + i, key, kl)) continue;
+        memcpy(&t, buf + i + kl, 4);
+        if (t != type) break;
+        memcpy(buf + i + kl + 4, v, n);
+        done = true;
+    }
+    FILE *f = done ? fopen(path, "wb") : NULL;
+    if (f) {
+        done = fwrite(buf, 1, len, f) == len;
+        fclose(f);
+    }
+    free(buf);
+    return done;
+}

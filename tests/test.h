@@ -11,6 +11,8 @@
 #ifndef WGLLM_TEST_H
 #define WGLLM_TEST_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +74,9 @@ const char *test_shared_path(const char *rel);
 void test_rerun_with_cpu_cap(const char *cap);
 /* A whole file, malloc'd and NUL-terminated (not counted in *len); NULL when unreadable. */
 char *test_read_file(const char *path, size_t *len);
+/* Overwrites the value of `key` (GGUF type `type`, `n` bytes) in a GGUF file
+ * in place; false when the key is not there with that type. */
+bool test_patch_key(const char *path, const char *key, uint32_t type, const void *v, size_t n);
 /* A fresh temporary file path (removed by the OS's tmp cleaning, not by us). */
 const char *test_tmp_path(const char *suffix);
 

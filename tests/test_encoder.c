@@ -393,31 +393,6 @@ TEST(webgpu_refuses_the_encoder_by_name) {
     wgllm_model_free(m);
 }
 
-/* Overwrites the value of `key` (type `type`, `n` bytes) in a GGUF file;
- * false when the key is not there. */
-static bool patch_key(const char *path, const char *key, uint32_t type, const void *v, size_t n) {
-    size_t len;
-    char *buf = test_read_file(path, &len);
-    bool done = false;
-    const size_t kl = strlen(key);
-    for (size_t i = 8; buf && !done && i + kl + 4 + n <= len; i++) {
-        uint64_t l;
-        uint32_t t;
-        memcpy(&l, buf + i - 8, 8);
-        if (l != kl || memcmp(buf + i, key, kl)) continue;
-        memcpy(&t, buf + i + kl, 4);
-        if (t != type) break;
-        memcpy(buf + i + kl + 4, v, n);
-        done = true;
-    }
-    FILE *f = done ? fopen(path, "wb") : NULL;
-    if (f) {
-        done = fwrite(buf, 1, len, f) == len;
-        fclose(f);
-    }
-    free(buf);
-    return done;
-}
 
 static void check_load_fails(const char *path, enum wgllm_status st, const char *what) {
     struct wgllm_model *m = NULL;
@@ -435,20 +410,20 @@ TEST(bert_files_asking_for_more_are_refused_by_name) {
         return;
     }
     const uint8_t yes = 1;
-    CHECK(patch_key(p, "bert.attention.causal", 7 /* bool */, &yes, 1));
+    CHECK(test_patch_key(p, "bert.attention.causal", 7 /* bool */, &yes, 1));
     check_load_fails(p, WGLLM_STATUS_UNSUPPORTED, "bert.attention.causal = true");
     const uint8_t no = 0;
-    CHECK(patch_key(p, "bert.attention.causal", 7, &no, 1));
+    CHECK(test_patch_key(p, "bert.attention.causal", 7, &no, 1));
     const uint32_t zero = 0, four = 4;
-    CHECK(patch_key(p, "tokenizer.ggml.token_type_count", 4 /* u32 */, &zero, 4));
+    CHECK(test_patch_key(p, "tokenizer.ggml.token_type_count", 4 /* u32 */, &zero, 4));
     check_load_fails(p, WGLLM_STATUS_BAD_FORMAT, "tokenizer.ggml.token_type_count = 0");
     /* 4 types: token_types.weight holds 2 rows */
-    CHECK(patch_key(p, "tokenizer.ggml.token_type_count", 4, &four, 4));
+    CHECK(test_patch_key(p, "tokenizer.ggml.token_type_count", 4, &four, 4));
     check_load_fails(p, WGLLM_STATUS_BAD_FORMAT, "token_types.weight");
     const uint32_t two = 2, rank = 4;
-    CHECK(patch_key(p, "tokenizer.ggml.token_type_count", 4, &two, 4));
+    CHECK(test_patch_key(p, "tokenizer.ggml.token_type_count", 4, &two, 4));
     /* pooling "rank" (a classifier head): the model loads, embedding with its pooling does not */
-    CHECK(patch_key(p, "bert.pooling_type", 4, &rank, 4));
+    CHECK(test_patch_key(p, "bert.pooling_type", 4, &rank, 4));
     struct wgllm_model *m = load(p);
     if (m) {
         enum wgllm_pooling pt;

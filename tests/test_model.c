@@ -432,33 +432,6 @@ TEST(phi3_fused_matrices_and_longrope) {
 
 /* ---- gemma's metadata ---------------------------------------------------- */
 
-/* Overwrites, in the file at path, the value of the scalar key `key` (of
- * GGUF type `type`, 4 bytes) with the 4 bytes at v: GGUF stores a key as its
- * length, its bytes, its type, then the value. */
-static bool patch_key(const char *path, const char *key, uint32_t type, const void *v) {
-    size_t len;
-    char *buf = test_read_file(path, &len);
-    if (!buf) return false;
-    const size_t kl = strlen(key);
-    bool done = false;
-    for (size_t i = 8; !done && i + kl + 8 <= len; i++) {
-        uint64_t n;
-        uint32_t t;
-        memcpy(&n, buf + i - 8, 8);
-        if (n != kl || memcmp(buf + i, key, kl)) continue;
-        memcpy(&t, buf + i + kl, 4);
-        if (t != type) break;
-        memcpy(buf + i + kl + 4, v, 4);
-        done = true;
-    }
-    FILE *f = done ? fopen(path, "wb") : NULL;
-    if (f) {
-        done = fwrite(buf, 1, len, f) == len;
-        fclose(f);
-    }
-    free(buf);
-    return done;
-}
 
 /* Renames a key in place (to a name of the same length). */
 static bool rename_key(const char *path, const char *key, const char *to) {
@@ -477,8 +450,8 @@ static bool rename_key(const char *path, const char *key, const char *to) {
     return ok;
 }
 
-static bool patch_f32(const char *path, const char *key, float v) { return patch_key(path, key, 6, &v); }
-static bool patch_u32(const char *path, const char *key, uint32_t v) { return patch_key(path, key, 4, &v); }
+static bool patch_f32(const char *path, const char *key, float v) { return test_patch_key(path, key, 6, &v, 4); }
+static bool patch_u32(const char *path, const char *key, uint32_t v) { return test_patch_key(path, key, 4, &v, 4); }
 
 /* The load fails with status st and a message naming `what`. */
 static void check_load_fails(const char *path, enum wgllm_status st, const char *what) {
