@@ -16,11 +16,10 @@
 // false), where its encoder's attention is all f32, as wgllm's is.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { peerLlama } from '../../tools/peer/peer.mjs';
-import { OpenAI } from '../../tools/peer/serve.mjs';
+import { OpenAI, startServerWith, stopServers } from '../../tools/peer/serve.mjs';
 import { WGLLM, modelPath, runWgllm } from '../../tools/peer/wgllm.mjs';
 
 const MODELS = [
@@ -44,23 +43,12 @@ function ensureModel(shape, type) {
   return p;
 }
 
-const servers = [];
-after(() => { for (const p of servers) p.kill('SIGKILL'); });
+after(() => stopServers());
 
-function startServer(model) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(WGLLM, ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', '--parallel', '2',
-      '--threads', '2'], { stdio: ['ignore', 'ignore', 'pipe'] });
-    servers.push(p);
-    let log = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 30000);
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
-      if (m) { clearTimeout(timer); resolve(m[1]); }
-    });
-    p.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}: ${log}`)); });
-  });
+async function startServer(model) {
+  const { url } = await startServerWith(['-m', model, '--host', '127.0.0.1', '--port', '0', '--parallel', '2',
+    '--threads', '2']);
+  return url;
 }
 
 async function post(url, path, body) {

@@ -28,10 +28,14 @@ const servers = [];
 
 /* Starts `wgllm serve` on the tiny model and resolves with { url, proc }. */
 export function startServer(extra = []) {
+  return startServerWith(['-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--parallel', '2',
+    '--ctx-size', String(CTX), '--threads', '1', '--chat-template', TEMPLATE, ...extra]);
+}
+
+/* The same with the whole argument list of `wgllm serve` (a free port: --port 0). */
+export function startServerWith(args) {
   return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--parallel', '2',
-      '--ctx-size', String(CTX), '--threads', '1', '--chat-template', TEMPLATE, ...extra],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
+    const p = spawn(BIN, ['serve', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
     servers.push(p);
     let log = '';
     const timer = setTimeout(() => reject(new Error(`server did not start: ${log}`)), 30000);
