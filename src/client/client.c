@@ -605,8 +605,8 @@ enum wgllm_status wgllm_client_chat_json(struct wgllm_client *c, const char *end
  * numbers are written back exactly (the same doubles), not cJSON's way. */
 static enum wgllm_status embed_answer(const struct endpoint *ep, const struct wgllm_http_reply *r, char **out,
                                       struct wgllm_error *err) {
-    /* 256 inputs of 4096 dimensions are 1M values: room for 4 */
-    const struct wgllm_json_limits lim = {.max_depth = WGLLM_JSON_WRITER_DEPTH, .max_nodes = (size_t)1 << 22};
+    /* 256 inputs of 4096 dimensions are 1M values: room for 4; an answer nests 4 deep */
+    const struct wgllm_json_limits lim = {.max_depth = 32, .max_nodes = (size_t)1 << 22};
     struct wgllm_json_doc doc;
     struct wgllm_json_error je = {0};
     if (!r->body || !wgllm_json_parse(r->body, r->body_len, &lim, &doc, &je))

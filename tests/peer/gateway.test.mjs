@@ -355,6 +355,11 @@ test("embeddings go to an OpenAI upstream as given and its answer comes back unc
       res.end('{"error":{"message":"input rejected here","type":"invalid_request_error"}}');
       return;
     }
+    if (got.at(-1).body.input === 'garbage') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(got.length % 2 ? '{"data": [0.1, ' : '{"object":"list","embeddings":[]}');
+      return;
+    }
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[${vec.join(',')}]}],` +
       '"model":"emb-x","usage":{"prompt_tokens":3,"total_tokens":3}}');
@@ -378,6 +383,17 @@ test("embeddings go to an OpenAI upstream as given and its answer comes back unc
     const fj = await f.json();
     assert.equal(f.status, 422, JSON.stringify(fj));
     assert.match(fj.error.message, /oemb.*input rejected here/);
+    // an answer that is not JSON, or has no data: 502, naming the upstream
+    const bad = [];
+    for (let i = 0; i < 2; i++) {
+      const g = await fetch(`${gwy.url}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'oemb', input: 'garbage' }) });
+      const gj = await g.json();
+      assert.equal(g.status, 502, JSON.stringify(gj));
+      bad.push(gj.error.message);
+    }
+    assert.ok(bad.some((m) => /oemb.*not read as JSON/.test(m)) && bad.some((m) => /oemb.*without a 'data'/.test(m)),
+      bad.join(' / '));
     // checked at the gateway before anything is sent
     const n = got.length;
     for (const [body, param] of [[{ model: 'oemb', input: [1, 2] }, 'input'], [{ model: 'oemb', input: 'x', dimensions: 0 },
