@@ -14,10 +14,11 @@
 #   --native  all of llama.cpp, Release, -DGGML_NATIVE=ON (this CPU's
 #             instructions): any of its targets (llama-bench, llama-server, ...).
 # Cache: $WGLLM_LLAMACPP_CACHE, default ${XDG_CACHE_HOME:-~/.cache}/wgllm/llamacpp,
-# one folder per key (the bundle's SHA-256, this script's and the CMake
-# project's, the flavor), outside the work tree so that fresh clones on the
-# same machine (CI) find it. A target is built once per key; a second run
-# only checks. Jobs: $WGLLM_LLAMACPP_JOBS (default 2).
+# one folder per key (the bundle's SHA-256 and the configuration: the CMake
+# options, and for the default flavor the CMake project and the prebuilt
+# libraries), outside the work tree so that fresh clones on the same machine
+# (CI) find it. A target is built once per key; a second run only checks.
+# Jobs: $WGLLM_LLAMACPP_JOBS (default 2).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -52,9 +53,21 @@ if [ $native = 0 ]; then
   [ "$release" = "$tag" ] || die "the bundle is llama.cpp $tag but the prebuilt libraries are $release: their headers may differ"
 fi
 
-flavor=$([ $native = 1 ] && echo native || echo prebuilt)
-key="$( { sha256sum "$bundle" "$0" "$here/prebuilt/CMakeLists.txt" | cut -d' ' -f1; echo "$flavor"; } | sha256sum | cut -c1-16)"
-cache="${WGLLM_LLAMACPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wgllm/llamacpp}"
+# the configure line of each flavor: what the key is made of, with the inputs below
+common=(-DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF) # never a download
+if [ $native = 1 ]; then
+  flavor=native
+  config=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF "${common[@]}")
+  inputs=("$bundle")
+else
+  flavor=prebuilt
+  # -O1 without -g: the server's own code is not where the time goes (the prebuilt libraries compute)
+  config=(-DCMAKE_BUILD_TYPE= -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 "${common[@]}")
+  inputs=("$bundle" "$here/prebuilt/CMakeLists.txt" "$prebuilt"/*.so)
+fi
+key="$( { sha256sum "${inputs[@]}" | cut -d' ' -f1; echo "$flavor ${config[*]}"; } | sha256sum | cut -c1-16)"
+cache="${WGLLM_LLAMACPP_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/wgllm/llamacpp}"
 dir="$cache/$tag-$flavor-$key"
 mkdir -p "$dir"
 # one build per key at a time (two test files, or a bench beside the tests)
@@ -80,19 +93,14 @@ if [ ! -f "$dir/build/CMakeCache.txt" ]; then
   gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   if [ $native = 1 ]; then
-    say "configuring all of llama.cpp (Release, GGML_NATIVE=ON)"
-    cmake -S "$dir/src" -B "$dir/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-      -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-      >"$dir/configure.log" 2>&1 ||
-      { tail -20 "$dir/configure.log" >&2; die "cmake configure failed (log: $dir/configure.log)"; }
+    say "configuring all of llama.cpp: ${config[*]}"
+    src=("$dir/src")
   else
-    say "configuring llama-server against the prebuilt libraries of $prebuilt (-O1)"
-    # -O1 without -g: the server's own code is not where the time goes (the prebuilt libraries compute)
-    cmake -S "$here/prebuilt" -B "$dir/build" "${gen[@]}" -DCMAKE_BUILD_TYPE= -DCMAKE_C_FLAGS=-O1 \
-      -DCMAKE_CXX_FLAGS=-O1 -DLLAMA_SRC="$dir/src" -DPREBUILT="$prebuilt" >"$dir/configure.log" 2>&1 ||
-      { tail -20 "$dir/configure.log" >&2; die "cmake configure failed (log: $dir/configure.log)"; }
+    say "configuring llama-server against the prebuilt libraries of $prebuilt: ${config[*]}"
+    src=("$here/prebuilt" -DLLAMA_SRC="$dir/src" -DPREBUILT="$prebuilt")
   fi
+  cmake -S "${src[@]}" -B "$dir/build" "${gen[@]}" "${config[@]}" >"$dir/configure.log" 2>&1 ||
+    { tail -20 "$dir/configure.log" >&2; die "cmake configure failed (log: $dir/configure.log)"; }
 fi
 jobs="${WGLLM_LLAMACPP_JOBS:-2}"
 say "building ${todo[*]} with $jobs jobs (log: $dir/build.log)"
