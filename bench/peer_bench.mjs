@@ -1,7 +1,12 @@
 // Speed of wgllm against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU build) on
 // the same GGUF files: prompt processing (pp) and generation (tg) in tokens/s.
 //
-// usage: node bench/peer_bench.mjs [--peer-only] [-p 128] [-n 32] [-r 3] [-t 2] TYPE=PATH...
+// usage: node bench/peer_bench.mjs [--peer-only] [--native DIR] [-p 128] [-n 32] [-r 3] [-t 2] TYPE=PATH...
+//
+// --native DIR: also llama.cpp built for this CPU (DIR/llama-bench, from
+// tools/llamacpp/build.sh --native llama-bench), with llama-bench's own timing
+// (-p P -n N -r R -t T, one warm-up run, the median of its samples), in the
+// columns "native"; the prebuilt build is not always the stronger peer.
 //
 // llama.cpp side (see benchModel in tools/peer/peer.mjs): per repetition, the KV
 // cache is cleared, then
@@ -16,21 +21,41 @@
 import { loadModelContext, benchModel, seededIds, vocabSize, peerLlama } from '../tools/peer/peer.mjs';
 import { wgllmBench, WGLLM } from '../tools/peer/wgllm.mjs';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import os from 'node:os';
 
 const argv = process.argv.slice(2);
-const opts = { p: 128, n: 32, r: 3, t: 2, peerOnly: false };
+const opts = { p: 128, n: 32, r: 3, t: 2, peerOnly: false, native: null };
 const models = [];
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i];
   if (a === '--peer-only') opts.peerOnly = true;
+  else if (a === '--native') opts.native = argv[++i];
   else if (['-p', '-n', '-r', '-t'].includes(a)) opts[a[1]] = Number(argv[++i]);
   else if (a.includes('=')) { const [type, path] = a.split(/=(.*)/s); models.push({ type, path }); }
   else { console.error(`peer_bench: unknown argument ${a}`); process.exit(2); }
 }
 if (!models.length) { console.error('peer_bench: give TYPE=PATH for each model'); process.exit(2); }
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+
+/* llama-bench's pp and tg tokens/s on path: the median of its samples. */
+function nativeBench(path) {
+  const bin = join(opts.native, 'llama-bench');
+  const r = spawnSync(bin, ['-m', path, '-p', String(opts.p), '-n', String(opts.n), '-r', String(opts.r), '-t', String(opts.t),
+    '-o', 'json'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+  if (r.status !== 0)
+    throw new Error(`${bin} failed (${r.error ?? r.signal ?? `exit ${r.status}`}): ${(r.stderr ?? '').slice(-1000)}`);
+  const out = {};
+  for (const t of JSON.parse(r.stdout)) {
+    if (t.n_prompt > 0 && t.n_gen === 0) out.pp = { median: median(t.samples_ts), samples: t.samples_ts };
+    if (t.n_gen > 0 && t.n_prompt === 0) out.tg = { median: median(t.samples_ts), samples: t.samples_ts };
+  }
+  if (!out.pp || !out.tg) throw new Error(`${bin}: no pp and tg results in ${r.stdout.slice(0, 500)}`);
+  return out;
+}
 
 await peerLlama({ threads: opts.t });
 const results = [];
@@ -50,19 +75,28 @@ for (const { type, path } of models) {
   } finally {
     await mc.dispose();
   }
+  if (opts.native) {
+    process.stderr.write(`llama-bench (native) ${type} ...\n`);
+    res.native = nativeBench(path);
+  }
   results.push(res);
 }
 
 const f = (x) => (x == null ? '-' : x.toFixed(1));
 const ratio = (a, b) => (a == null || b == null ? '-' : (a / b).toFixed(2));
+const nat = opts.native != null;
 const lines = [
-  `pp ${opts.p} tokens, tg ${opts.n} tokens, ${opts.t} threads, median of ${opts.r}; ratio = wgllm / llama.cpp`,
-  '| type | wgllm pp t/s | llama.cpp pp t/s | ratio | wgllm tg t/s | llama.cpp tg t/s | ratio |',
-  '|------|-------------:|-----------------:|------:|-------------:|-----------------:|------:|',
+  `pp ${opts.p} tokens, tg ${opts.n} tokens, ${opts.t} threads, median of ${opts.r}; ratio = wgllm / llama.cpp` +
+    (nat ? ' (prebuilt); native = llama.cpp built for this CPU (llama-bench)' : ''),
+  '| type | wgllm pp t/s | llama.cpp pp t/s | ratio |' + (nat ? ' native pp t/s |' : '') +
+    ' wgllm tg t/s | llama.cpp tg t/s | ratio |' + (nat ? ' native tg t/s |' : ''),
+  '|------|-------------:|-----------------:|------:|' + (nat ? '-------------:|' : '') +
+    '-------------:|-----------------:|------:|' + (nat ? '-------------:|' : ''),
 ];
 for (const r of results) {
   const wp = r.wgllm?.pp?.median, lp = r.llama.pp.median, wt = r.wgllm?.tg?.median, lt = r.llama.tg.median;
-  lines.push(`| ${r.type} | ${f(wp)} | ${f(lp)} | ${ratio(wp, lp)} | ${f(wt)} | ${f(lt)} | ${ratio(wt, lt)} |`);
+  lines.push(`| ${r.type} | ${f(wp)} | ${f(lp)} | ${ratio(wp, lp)} |` + (nat ? ` ${f(r.native.pp.median)} |` : '') +
+    ` ${f(wt)} | ${f(lt)} | ${ratio(wt, lt)} |` + (nat ? ` ${f(r.native.tg.median)} |` : ''));
 }
 console.log(lines.join('\n'));
 

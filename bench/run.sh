@@ -2,32 +2,49 @@
 # wgllm vs llama.cpp speed on a TinyLlama-1.1B-shaped synthetic model (q4_0, q8_0,
 # f16, and Q4_K_M, Q5_K_M, Q6_K, IQ4_XS quantized from the f16 one): prompt 128
 # tokens, 32 generated, 2 threads, median of 3.
-# Usage: bash bench/run.sh [--peer-only]   (the models, ~4 GB, are made once into build/models)
+# Usage: bash bench/run.sh [--peer-only] [--native] [TYPE...]   (the models, ~4 GB, are made once
+# into build/models; TYPE: only those, e.g. q4_0 q8_0)
+#   --native  also llama.cpp built for this CPU: llama-bench from node-llama-cpp's source with
+#             -DGGML_NATIVE=ON (tools/llamacpp/build.sh --native, cached; 20+ minutes the first time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ ! -d tools/peer/node_modules/node-llama-cpp ]; then
   (cd tools/peer && npm ci --omit=optional --no-audit --no-fund)
 fi
-if [ "${1:-}" != "--peer-only" ]; then
+peer_only=0 native=0 only=()
+for a in "$@"; do
+  case "$a" in
+    --peer-only) peer_only=1 ;;
+    --native) native=1 ;;
+    -*) echo "bench: unknown option $a (usage: bench/run.sh [--peer-only] [--native] [TYPE...])" >&2; exit 2 ;;
+    *) only+=("$a") ;;
+  esac
+done
+if [ $peer_only = 0 ]; then
   make -j2
 fi
+want() { [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $1 "* ]]; }
 
 mkdir -p build/models
 args=()
+need_f16=0 # the quantized presets below are made from the f16 file
+for p in q4_k_m q5_k_m q6_k iq4_xs; do want $p && need_f16=1; done
 for type in q4_0 q8_0 f16; do
   out="build/models/tinyllama-1.1b-${type}.gguf"
+  want "$type" || { [ "$type" = f16 ] && [ $need_f16 = 1 ]; } || continue
   if [ ! -s "$out" ]; then
     echo "bench: synthesizing $out" >&2
     build/release/wgllm synth --shape tinyllama-1.1b --type "$type" --seed 1 -o "$out.tmp"
     mv "$out.tmp" "$out"
   fi
-  args+=("$type=$out")
+  want "$type" && args+=("$type=$out")
 done
 # llama.cpp's mixed presets and IQ4_XS, made from the F16 file by `wgllm quantize`
 # (whose tensor bytes equal llama-quantize's: tests/peer/quantize.test.mjs)
 for preset in Q4_K_M Q5_K_M Q6_K IQ4_XS; do
   lower=$(echo "$preset" | tr 'A-Z' 'a-z')
+  want "$lower" || continue
   out="build/models/tinyllama-1.1b-${lower}.gguf"
   if [ ! -s "$out" ]; then
     echo "bench: quantizing $out" >&2
@@ -38,4 +55,8 @@ for preset in Q4_K_M Q5_K_M Q6_K IQ4_XS; do
 done
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cpus" >&2
-exec node bench/peer_bench.mjs "$@" -p 128 -n 32 -r 3 -t 2 "${args[@]}"
+[ ${#args[@]} -gt 0 ] || { echo "bench: no model among: ${only[*]}" >&2; exit 2; }
+opts=()
+[ $peer_only = 1 ] && opts+=(--peer-only)
+[ $native = 1 ] && opts+=(--native "$(bash tools/llamacpp/build.sh --native llama-bench)")
+exec node bench/peer_bench.mjs "${opts[@]}" -p 128 -n 32 -r 3 -t 2 "${args[@]}"

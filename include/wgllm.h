@@ -816,7 +816,9 @@ struct wgllm_openai_params {
      * grammar or json_schema (local-only). The chat fields the upstream's own
      * template and parser handle (messages as given, tools, tool_choice,
      * parallel_tool_calls, response_format, chat_template_kwargs,
-     * reasoning_format) go to it as forward_json. NULL = none. */
+     * reasoning_format) go to it as forward_json; so do an embeddings
+     * request's input, encoding_format, dimensions and user (pooling is
+     * local-only). NULL = none. */
     const char *(*upstream)(void *user, const char *model);
     void *upstream_user;
     const char *upstream_names; /* "a, b": what a 404 for an unknown model lists beside model_id; NULL = none */
@@ -880,10 +882,11 @@ struct wgllm_openai_request {
     enum wgllm_openai_tool_choice tool_choice;
     bool parallel_tool_calls;
     struct wgllm_openai_toolsplit split;
-    /* chat for an upstream: a JSON object of the fields it is sent as given
-     * (messages, and tools ... reasoning_format when present), for
-     * wgllm_client_chat_json; the calls it answers come back in
-     * wgllm_result.tool_calls_json */
+    /* for an upstream: a JSON object of the fields it is sent as given. Chat:
+     * messages, and tools ... reasoning_format when present, for
+     * wgllm_client_chat_json (the calls it answers come back in
+     * wgllm_result.tool_calls_json). Embeddings: input, encoding_format,
+     * dimensions, user, for wgllm_client_embed_json. */
     char *forward_json;
 };
 

@@ -6,7 +6,9 @@
 #                                and npm (llama.cpp's npm package, the openai client),
 #                                Dawn (npm, tools/dawn) with SwiftShader's Vulkan ICD from
 #                                chromium-common and libvulkan1 (WebGPU without a GPU), and
-#                                emscripten + Chromium + playwright-core (the browser tests)
+#                                emscripten + Chromium + playwright-core (the browser tests),
+#                                and CMake + g++ (llama-server built from node-llama-cpp's
+#                                llama.cpp source for the gateway tests: tools/llamacpp/build.sh)
 # apt-get runs as root or through sudo. WGLLM_DEPS_WEB=1 is the same as `test`.
 set -u
 mode="${1:-build}"
@@ -29,6 +31,10 @@ if [ "$mode" = test ]; then
     [ -f /usr/lib/chromium/vk_swiftshader_icd.json ] || missing+=(chromium-common)
     ls /usr/lib/*/libvulkan.so.1 >/dev/null 2>&1 || missing+=(libvulkan1)
     command -v emcc >/dev/null || missing+=(emscripten)
+    # tools/llamacpp/build.sh (llama-server for tests/peer/llamacpp.test.mjs, llama-bench for bench/run.sh)
+    command -v cmake >/dev/null || missing+=(cmake)
+    command -v g++ >/dev/null || missing+=(g++)
+    command -v git >/dev/null || missing+=(git)
     [ -x /usr/bin/chromium ] || missing+=(chromium)
     # the fuzz targets (fuzz/run.sh): clang with libFuzzer and the sanitizers' runtime
     command -v clang >/dev/null || missing+=(clang)

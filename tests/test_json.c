@@ -219,6 +219,42 @@ TEST(writer_numbers_as_cjson) {
     }
 }
 
+/* An exact writer passes numbers on unchanged: each text reads back as the
+ * same double, in no more digits than that takes (an upstream's embeddings,
+ * printed with 17 digits, are cut to 15 by cJSON's rule). */
+TEST(writer_numbers_exact) {
+    const struct {
+        double d;
+        const char *want;
+    } cases[] = {
+        {0, "0"}, {42, "42"}, {0.1, "0.1"}, {1.0 / 3, "0.3333333333333333"}, {-0.07736420631408691, "-0.07736420631408691"},
+        {(double)-1.2345678f, "-1.2345677614212036"}, {1e-7, "1e-07"}, {NAN, "null"}, {5e-324, "4.94065645841247e-324"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        struct wgllm_strbuf sb = {0};
+        wgllm_json_put_number_exact(&sb, cases[i].d);
+        CHECK_STR(sb.data, cases[i].want);
+        wgllm_strbuf_free(&sb);
+    }
+    /* cJSON's rule loses the last bit of this one; the exact writer keeps it, through w_value too */
+    char *lossy = written(-0.07736420631408691);
+    CHECK(strtod(lossy, NULL) != -0.07736420631408691);
+    free(lossy);
+    static const char DOC[] = "{\"e\":[-0.07736420631408691,0.027385389432311058,1e-05]}";
+    struct wgllm_json_doc d;
+    struct wgllm_json_error je;
+    const struct wgllm_json_limits lim = {0};
+    CHECK(wgllm_json_parse(DOC, sizeof DOC - 1, &lim, &d, &je));
+    struct wgllm_strbuf sb = {0};
+    struct wgllm_json_writer w;
+    wgllm_json_w_init(&w, &sb);
+    w.exact = true;
+    wgllm_json_w_value(&w, NULL, wgllm_json_root(&d));
+    CHECK_STR(sb.data, DOC);
+    wgllm_strbuf_free(&sb);
+    wgllm_json_doc_free(&d);
+}
+
 TEST(writer_strings_and_structure) {
     struct wgllm_strbuf sb = {0};
     struct wgllm_json_writer w;
@@ -294,6 +330,7 @@ int main(void) {
     RUN(budgets);
     RUN(linear_time);
     RUN(writer_numbers_as_cjson);
+    RUN(writer_numbers_exact);
     RUN(writer_strings_and_structure);
     RUN(round_trip);
     RUN(utf8_helpers);

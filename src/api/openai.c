@@ -384,20 +384,24 @@ static bool parse_structured(const J *body, bool chat, struct wgllm_openai_reque
 }
 
 /* An upstream chat's fields that its own template, tool-call parser and
- * structured output handle, as the client gave them (validated already). */
-static bool forward_fields(const J *body, struct wgllm_openai_request *g, struct wgllm_openai_error *e) {
-    static const char *const FORWARDED[] = {"messages", "tools", "tool_choice", "parallel_tool_calls",
-                                            "response_format", "chat_template_kwargs", "reasoning_format"};
+ * structured output handle; an upstream embeddings request's fields. */
+static const char *const CHAT_FORWARDED[] = {"messages", "tools", "tool_choice", "parallel_tool_calls",
+                                             "response_format", "chat_template_kwargs", "reasoning_format", NULL};
+static const char *const EMBED_FORWARDED[] = {"input", "encoding_format", "dimensions", "user", NULL};
+
+/* The fields of `names` that body has, as the client gave them (validated already), into g->forward_json. */
+static bool forward_fields(const J *body, const char *const *names, struct wgllm_openai_request *g,
+                           struct wgllm_openai_error *e) {
     struct wgllm_strbuf text = {0};
     struct wgllm_json_writer w;
     wgllm_json_w_init(&w, &text);
     wgllm_json_w_object(&w, NULL);
-    for (size_t i = 0; i < sizeof FORWARDED / sizeof *FORWARDED; i++) {
-        const J *v = wgllm_json_get(body, FORWARDED[i]);
-        if (v) wgllm_json_w_value(&w, FORWARDED[i], v);
+    for (size_t i = 0; names[i]; i++) {
+        const J *v = wgllm_json_get(body, names[i]);
+        if (v) wgllm_json_w_value(&w, names[i], v);
     }
     wgllm_json_w_end(&w, '}');
-    if (text.oom) return wgllm_strbuf_free(&text), wgllm_openai_bad(e, "messages", "out of memory for '%s'%s", "");
+    if (text.oom) return wgllm_strbuf_free(&text), wgllm_openai_bad(e, names[0], "out of memory for '%s'%s", "");
     g->forward_json = wgllm_strbuf_take(&text);
     return true;
 }
@@ -410,7 +414,7 @@ static bool chat_extras(const struct wgllm_openai_params *ap, const J *body, str
     const J *kw = wgllm_json_get(body, "chat_template_kwargs");
     if (!wgllm_json_is_null(kw)) {
         if (kw->type != WGLLM_JSON_OBJECT) return wgllm_openai_bad(e, "chat_template_kwargs", "'%s' must be an object%s", "");
-        if (g->upstream) return forward_fields(body, g, e);
+        if (g->upstream) return forward_fields(body, CHAT_FORWARDED, g, e);
         struct wgllm_strbuf text = {0};
         struct wgllm_json_writer w;
         wgllm_json_w_init(&w, &text);
@@ -418,7 +422,7 @@ static bool chat_extras(const struct wgllm_openai_params *ap, const J *body, str
         if (text.oom) return wgllm_strbuf_free(&text), wgllm_openai_bad(e, "chat_template_kwargs", "out of memory for '%s'%s", "");
         g->kwargs_json = wgllm_strbuf_take(&text);
     }
-    return g->upstream ? forward_fields(body, g, e) : wgllm_openai_messages_json(ap, body, g, e);
+    return g->upstream ? forward_fields(body, CHAT_FORWARDED, g, e) : wgllm_openai_messages_json(ap, body, g, e);
 }
 
 enum wgllm_status wgllm_openai_submit(struct wgllm_engine *eng, const struct wgllm_openai_request *g,
@@ -552,7 +556,7 @@ static bool embed_parse(const struct wgllm_openai_params *ap, const J *body, str
                         struct wgllm_openai_error *e) {
     if (!wgllm_openai_known_fields(body, EMBED_FIELDS, NULL, e)) return false;
     const J *model = wgllm_json_get(body, "model");
-    if (!wgllm_json_is_null(model) &&
+    if (!g->upstream && !wgllm_json_is_null(model) &&
         (model->type != WGLLM_JSON_STRING || has_nul(model) || !model_matches(ap, model->str))) {
         wgllm_openai_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
                                "the model '%s' does not exist; this server serves '%s'",
@@ -576,7 +580,10 @@ static bool embed_parse(const struct wgllm_openai_params *ap, const J *body, str
     }
     const int n_embd = ap->model ? wgllm_model_n_embd(ap->model) : 0;
     const J *dim = wgllm_json_get(body, "dimensions");
-    if (!wgllm_json_is_null(dim) && (dim->type != WGLLM_JSON_NUMBER || dim->num != n_embd)) {
+    /* an upstream knows its own size */
+    if (g->upstream && !wgllm_json_is_null(dim) && (dim->type != WGLLM_JSON_NUMBER || dim->num < 1 || dim->num != floor(dim->num)))
+        return wgllm_openai_bad(e, "dimensions", "'%s' must be a positive integer%s", "");
+    if (!g->upstream && !wgllm_json_is_null(dim) && (dim->type != WGLLM_JSON_NUMBER || dim->num != n_embd)) {
         wgllm_openai_error_set(e, 400, "invalid_request_error", "dimensions", NULL,
                                "'dimensions' must be this model's embedding size, %d", n_embd);
         return false;
@@ -591,7 +598,12 @@ static bool embed_parse(const struct wgllm_openai_params *ap, const J *body, str
         else if (!strcmp(v, "last")) g->pooling = WGLLM_POOLING_LAST;
         else if (!strcmp(v, "cls")) g->pooling = WGLLM_POOLING_CLS;
         else return wgllm_openai_bad(e, "pooling", "'%s' must be \"mean\", \"last\" or \"cls\"%s", "");
+        if (g->upstream)
+            return wgllm_openai_bad(e, "pooling", "'%s' is local-only and not forwarded to upstream '%s' (its server pools as it was started)",
+                                    g->upstream);
     }
+    /* an upstream gets the body as given but for `model` (the client names the upstream's own) */
+    if (g->upstream) return forward_fields(body, EMBED_FORWARDED, g, e);
     g->inputs = calloc(n_in, sizeof(*g->inputs));
     g->input_lens = calloc(n_in, sizeof(*g->input_lens));
     if (!g->inputs || !g->input_lens) return wgllm_openai_bad(e, "input", "out of memory for '%s'%s", "");
@@ -656,19 +668,13 @@ bool wgllm_openai_parse(const struct wgllm_openai_params *p, enum wgllm_openai_e
     if (root->type != WGLLM_JSON_OBJECT) {
         ok = wgllm_openai_bad(err, "body", "the request %s must be a JSON object%s", "");
     } else {
-        /* a `model` naming an upstream goes there (generation only) */
+        /* a `model` naming an upstream goes there */
         const J *m = wgllm_json_get(root, "model");
         const char *up = NULL;
         if (wgllm_json_is(m, WGLLM_JSON_STRING) && !has_nul(m) && !model_matches(p, m->str) && p->upstream)
             up = p->upstream(p->upstream_user, m->str);
-        if (up && endpoint == WGLLM_OPENAI_EMBEDDINGS) {
-            wgllm_openai_error_set(err, 400, "invalid_request_error", "model", NULL,
-                                   "embeddings are not forwarded to upstreams; ask the upstream directly");
-            ok = false;
-        } else {
-            req->upstream = up;
-            ok = endpoint == WGLLM_OPENAI_EMBEDDINGS ? embed_parse(p, root, req, err) : gen_parse(p, root, req, err);
-        }
+        req->upstream = up;
+        ok = endpoint == WGLLM_OPENAI_EMBEDDINGS ? embed_parse(p, root, req, err) : gen_parse(p, root, req, err);
     }
     wgllm_json_doc_free(&doc);
     if (!ok) {

@@ -460,6 +460,16 @@ bool wgllm_json_put_number(struct wgllm_strbuf *out, double d) {
     return wgllm_strbuf_puts(out, buf);
 }
 
+bool wgllm_json_put_number_exact(struct wgllm_strbuf *out, double d) {
+    if (isnan(d) || isinf(d)) return wgllm_strbuf_puts(out, "null");
+    char buf[32];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, sizeof(buf), "%1.*g", digits, d);
+        if (strtod(buf, NULL) == d) break; /* 17 digits always read back */
+    }
+    return wgllm_strbuf_puts(out, buf);
+}
+
 void wgllm_json_w_init(struct wgllm_json_writer *w, struct wgllm_strbuf *out) {
     memset(w, 0, sizeof(*w));
     w->out = out;
@@ -506,7 +516,8 @@ void wgllm_json_w_str(struct wgllm_json_writer *w, const char *key, const char *
 
 void wgllm_json_w_number(struct wgllm_json_writer *w, const char *key, double d) {
     item(w, key);
-    wgllm_json_put_number(w->out, d);
+    if (w->exact) wgllm_json_put_number_exact(w->out, d);
+    else wgllm_json_put_number(w->out, d);
 }
 
 void wgllm_json_w_bool(struct wgllm_json_writer *w, const char *key, bool b) {
@@ -540,7 +551,10 @@ static void w_value(struct wgllm_json_writer *w, const char *key, size_t key_len
     case WGLLM_JSON_NULL: wgllm_strbuf_puts(w->out, "null"); break;
     case WGLLM_JSON_FALSE: wgllm_strbuf_puts(w->out, "false"); break;
     case WGLLM_JSON_TRUE: wgllm_strbuf_puts(w->out, "true"); break;
-    case WGLLM_JSON_NUMBER: wgllm_json_put_number(w->out, v->num); break;
+    case WGLLM_JSON_NUMBER:
+        if (w->exact) wgllm_json_put_number_exact(w->out, v->num);
+        else wgllm_json_put_number(w->out, v->num);
+        break;
     default: wgllm_json_put_string(w->out, v->str, v->len); break;
     }
 }

@@ -120,6 +120,8 @@ size_t wgllm_json_utf8_check(const char *s, size_t n);
 
 struct wgllm_json_writer {
     struct wgllm_strbuf *out;
+    bool exact; /* numbers in the fewest digits that read back as the same double (a value passed on
+                 * unchanged), not cJSON's 15 whenever those come within an epsilon of it */
     int depth;
     bool has_item[WGLLM_JSON_WRITER_DEPTH]; /* a comma goes before the next item at this depth */
 };
@@ -142,5 +144,6 @@ void wgllm_json_w_value(struct wgllm_json_writer *w, const char *key, const stru
 /* A JSON string (quoted, escaped, cleaned as above) / a number, appended to out. */
 bool wgllm_json_put_string(struct wgllm_strbuf *out, const char *s, size_t n);
 bool wgllm_json_put_number(struct wgllm_strbuf *out, double d);
+bool wgllm_json_put_number_exact(struct wgllm_strbuf *out, double d); /* see wgllm_json_writer.exact */
 
 #endif

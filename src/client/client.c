@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "wgllm_tools.h"
 
 struct endpoint {
@@ -597,6 +598,82 @@ enum wgllm_status wgllm_client_chat_json(struct wgllm_client *c, const char *end
     }
     cJSON_Delete(f);
     return remote_generate(ep, "/chat/completions", b, params, true, result, err);
+}
+
+/* The upstream's embeddings answer as it came but for `model`, which names the
+ * endpoint (as chat answers do): the caller asked for it by that name. The
+ * numbers are written back exactly (the same doubles), not cJSON's way. */
+static enum wgllm_status embed_answer(const struct endpoint *ep, const struct wgllm_http_reply *r, char **out,
+                                      struct wgllm_error *err) {
+    /* 256 inputs of 4096 dimensions are 1M values: room for 4; an answer nests 4 deep */
+    const struct wgllm_json_limits lim = {.max_depth = 32, .max_nodes = (size_t)1 << 22};
+    struct wgllm_json_doc doc;
+    struct wgllm_json_error je = {0};
+    if (!r->body || !wgllm_json_parse(r->body, r->body_len, &lim, &doc, &je))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "endpoint '%s' answered embeddings that do not read as JSON: %s",
+                               ep->d.name, r->body ? je.message : "no body");
+    const struct wgllm_json *root = wgllm_json_root(&doc);
+    if (!wgllm_json_is(root, WGLLM_JSON_OBJECT) || !wgllm_json_is(wgllm_json_get(root, "data"), WGLLM_JSON_ARRAY)) {
+        wgllm_json_doc_free(&doc);
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "endpoint '%s' answered embeddings without a 'data' array",
+                               ep->d.name);
+    }
+    struct wgllm_strbuf b = {0};
+    struct wgllm_json_writer w;
+    wgllm_json_w_init(&w, &b);
+    w.exact = true;
+    wgllm_json_w_object(&w, NULL);
+    bool named = false;
+    for (const struct wgllm_json *m = wgllm_json_first(root); m; m = wgllm_json_next(root, m)) {
+        if (strcmp(m->key, "model")) {
+            wgllm_json_w_value(&w, m->key, m);
+        } else if (!named) { /* where the upstream put it; a repeated key once */
+            wgllm_json_w_str(&w, "model", ep->d.name);
+            named = true;
+        }
+    }
+    if (!named) wgllm_json_w_str(&w, "model", ep->d.name);
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_doc_free(&doc);
+    if (b.oom) {
+        wgllm_strbuf_free(&b);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory for the answer");
+    }
+    *out = wgllm_strbuf_take(&b);
+    return WGLLM_STATUS_OK;
+}
+
+enum wgllm_status wgllm_client_embed_json(struct wgllm_client *c, const char *endpoint, const char *fields_json,
+                                          char **answer_json, struct wgllm_error *err) {
+    *answer_json = NULL;
+    struct endpoint *ep;
+    enum wgllm_status st = resolve(c, endpoint, WGLLM_OP_EMBED, &ep, err);
+    if (st != WGLLM_STATUS_OK) return st;
+    if (ep->d.kind == WGLLM_ENDPOINT_LOCAL)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "client: endpoint '%s' is local; its embeddings run in the OpenAI layer "
+                               "(wgllm_openai_embeddings), not through embed_json", ep->d.name);
+    cJSON *b = fields_json ? cJSON_Parse(fields_json) : NULL;
+    if (!cJSON_IsObject(b) || !cJSON_GetObjectItemCaseSensitive(b, "input")) {
+        cJSON_Delete(b);
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: embed_json needs an object with an 'input'");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(b, "model");
+    if (ep->d.model) cJSON_AddStringToObject(b, "model", ep->d.model);
+    const cJSON *o;
+    cJSON_ArrayForEach(o, ep->options) {
+        if (!cJSON_GetObjectItemCaseSensitive(b, o->string))
+            cJSON_AddItemToObject(b, o->string, cJSON_Duplicate(o, true));
+    }
+    char *json = cJSON_PrintUnformatted(b);
+    cJSON_Delete(b);
+    if (!json) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    struct wgllm_http_reply r;
+    st = post_replicas(ep, "/embeddings", json, NULL, NULL, NULL, &r, err);
+    free(json);
+    if (st == WGLLM_STATUS_OK) st = embed_answer(ep, &r, answer_json, err);
+    wgllm_http_reply_free(&r);
+    return st;
 }
 
 enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoint, const char *text, size_t len,

@@ -129,6 +129,16 @@ enum wgllm_status wgllm_client_chat(struct wgllm_client *c, const char *endpoint
 enum wgllm_status wgllm_client_chat_json(struct wgllm_client *c, const char *endpoint, const char *fields_json,
                                          const struct wgllm_request_params *params, struct wgllm_result *result,
                                          struct wgllm_error *err);
+/* Embeddings on a remote endpoint from OpenAI request fields as given (what
+ * a gateway forwards): fields_json is an object with `input` and any other
+ * embeddings fields (encoding_format, dimensions, user); `model` is the
+ * endpoint's. *answer_json (malloc'd) is the upstream's answer as it came,
+ * but for `model`, which names the endpoint. An upstream's HTTP error is
+ * INVALID_ARGUMENT (4xx) or IO (5xx) with "answered HTTP <status>: <its
+ * message>"; an answer without a `data` array is BAD_FORMAT. Local
+ * endpoints: UNSUPPORTED (wgllm_openai_embeddings runs them). */
+enum wgllm_status wgllm_client_embed_json(struct wgllm_client *c, const char *endpoint, const char *fields_json,
+                                          char **answer_json, struct wgllm_error *err);
 /* Remote: pooling must be WGLLM_POOLING_MODEL (the server decides; put a
  * server's own pooling field in options_json); normalize L2-normalizes here. */
 enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoint, const char *text, size_t len,

@@ -278,13 +278,23 @@ static enum MHD_Result upload(struct MHD_Connection *c, struct conn *cn, const c
     return wgllm_strbuf_put(&cn->body, data, n) ? MHD_YES : MHD_NO;
 }
 
-static enum MHD_Result embeddings(struct MHD_Connection *c, const char *body, size_t len) {
+static enum MHD_Result model_not_allowed(struct MHD_Connection *c, int tenant, const char *model) {
+    return send_errf(c, 403, "permission_error", "model", "model_not_allowed", "the key of '%s' may not use the model '%s'",
+                     srv_policy_name(g_srv.policy, tenant), model);
+}
+
+/* On the served model, or on the upstream that `model` names. */
+static enum MHD_Result embeddings(struct MHD_Connection *c, const char *body, size_t len, int tenant) {
     struct wgllm_openai_error e;
     struct wgllm_openai_request rq;
+    if (!wgllm_openai_parse(&g_srv.api, WGLLM_OPENAI_EMBEDDINGS, body, len, &rq, &e)) return srv_send_err(&g_srv, c, &e);
+    const char *model = rq.upstream ? rq.upstream : g_srv.model_id;
+    if (!srv_policy_allows(g_srv.policy, tenant, model)) {
+        wgllm_openai_request_free(&rq);
+        return model_not_allowed(c, tenant, model);
+    }
     atomic_fetch_add(&g_srv.inflight, 1);
-    char *out = wgllm_openai_parse(&g_srv.api, WGLLM_OPENAI_EMBEDDINGS, body, len, &rq, &e)
-                    ? wgllm_openai_embeddings(&g_srv.api, &rq, &e)
-                    : NULL;
+    char *out = rq.upstream ? srv_upstream_embeddings(&g_srv, &rq, &e) : wgllm_openai_embeddings(&g_srv.api, &rq, &e);
     wgllm_openai_request_free(&rq);
     enum MHD_Result ret = out ? srv_send_text(&g_srv, c, 200, "application/json", out) : srv_send_err(&g_srv, c, &e);
     atomic_fetch_sub(&g_srv.inflight, 1);
@@ -294,14 +304,11 @@ static enum MHD_Result embeddings(struct MHD_Connection *c, const char *body, si
 /* The whole body is in: the OpenAI layer parses and checks it; answer. */
 static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
     const char *text = cn->body.data ? cn->body.data : "";
-    if (cn->route == ROUTE_EMBEDDINGS || cn->route == ROUTE_TOKENIZE || cn->route == ROUTE_DETOKENIZE) {
-        /* these run on the served model only */
-        if (!srv_policy_allows(g_srv.policy, cn->tenant, g_srv.model_id))
-            return send_errf(c, 403, "permission_error", "model", "model_not_allowed",
-                             "the key of '%s' may not use the model '%s'", srv_policy_name(g_srv.policy, cn->tenant),
-                             g_srv.model_id);
-    }
-    if (cn->route == ROUTE_EMBEDDINGS) return embeddings(c, text, cn->body.len);
+    if (cn->route == ROUTE_EMBEDDINGS) return embeddings(c, text, cn->body.len, cn->tenant);
+    /* these run on the served model only */
+    if ((cn->route == ROUTE_TOKENIZE || cn->route == ROUTE_DETOKENIZE) &&
+        !srv_policy_allows(g_srv.policy, cn->tenant, g_srv.model_id))
+        return model_not_allowed(c, cn->tenant, g_srv.model_id);
     if (cn->route == ROUTE_TOKENIZE || cn->route == ROUTE_DETOKENIZE) {
         struct wgllm_openai_error e;
         char *out = cn->route == ROUTE_TOKENIZE ? wgllm_openai_tokenize(&g_srv.api, text, cn->body.len, &e)
@@ -403,7 +410,8 @@ static const char *serve_usage =
     "  --port 0 picks a free port (printed on stderr).\n"
     "  --upstream (repeatable): requests whose `model` is NAME are forwarded to the\n"
     "  OpenAI-compatible base URL (e.g. http://host:8080/v1), as MODEL when given\n"
-    "  (else without a `model` field); chat and completions, streaming included;\n"
+    "  (else without a `model` field); chat, completions (streaming included) and\n"
+    "  embeddings (input, encoding_format, dimensions, user as given; pooling is local);\n"
     "  messages, tools, tool_choice, parallel_tool_calls, response_format and\n"
     "  chat_template_kwargs go as given, and the upstream's tool calls come back;\n"
     "  grammar, json_schema, logprobs and sampler knobs OpenAI lacks are refused;\n"
@@ -593,7 +601,7 @@ int wgllm_serve_main(int argc, char **argv) {
         if (hash) *hash = 0;
         struct wgllm_endpoint_desc d = {.name = spec, .kind = WGLLM_ENDPOINT_GATEWAY, .base_url = eq + 1,
                                         .model = hash && hash[1] ? hash + 1 : NULL,
-                                        .ops = WGLLM_OP_QUERY | WGLLM_OP_CHAT, .timeout_s = timeout};
+                                        .ops = WGLLM_OP_ALL, .timeout_s = timeout};
         char key_var[160];
         if (!upstream_env(&d, key_var, sizeof key_var)) {
             wgllm_client_free(client);

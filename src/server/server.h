@@ -85,7 +85,7 @@ void srv_add_headers(struct srv *s, struct MHD_Connection *c, struct MHD_Respons
 int srv_client_fd(struct MHD_Connection *c);
 bool srv_client_gone(int fd);
 
-/* ---- stream.c: chat and completion requests --------------------------------- */
+/* ---- stream.c: chat and completion requests, upstream embeddings ------------ */
 
 /* Answers a generation request (len bytes of body; the local engine, or the
  * upstream its `model` names), streaming or not; the request is cancelled
@@ -98,5 +98,8 @@ enum srv_dialect {
 };
 enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char *body, size_t len,
                              enum srv_dialect dialect, int tenant);
+/* An embeddings request for the upstream g->upstream: its answer (malloc'd),
+ * or NULL with e set (the upstream's own status when it answered one). */
+char *srv_upstream_embeddings(struct srv *s, const struct wgllm_openai_request *g, struct wgllm_openai_error *e);
 
 #endif

@@ -148,6 +148,14 @@ static enum wgllm_status upstream_call(struct stream *st, struct wgllm_result *r
     return wgllm_client_query(cl, st->upstream, g->prompt, &g->rp, res, werr);
 }
 
+char *srv_upstream_embeddings(struct srv *s, const struct wgllm_openai_request *g, struct wgllm_openai_error *e) {
+    struct wgllm_error werr = {0};
+    char *out = NULL;
+    const enum wgllm_status st = wgllm_client_embed_json(s->client, g->upstream, g->forward_json, &out, &werr);
+    if (st != WGLLM_STATUS_OK) upstream_err(e, g, st, werr.message);
+    return st == WGLLM_STATUS_OK ? out : NULL;
+}
+
 /* The owner's wait for a local request: in slices, cancelling it (once) when
  * the client is gone (streams: the reader or MHD said so; otherwise the
  * socket is looked at) or the server stops; then collects the result. */

@@ -109,8 +109,15 @@ test('local-only fields and upstream failures are clear errors', async () => {
   assert.equal(s.status, 200);
   assert.match(s.text, /data: \{"error"/);
   assert.match(s.text, /data: \[DONE\]/);
+  // embeddings go to the upstream, whose own 400 (this model has no pooling of its own) comes back
   const emb = await post(JSON.stringify({ model: 'local2', input: 'x' }), '/v1/embeddings');
-  assert.equal(emb.status, 400);
+  assert.equal(emb.status, 400, emb.text);
+  assert.match(emb.json.error.message, /local2.*pooling/);
+  // pooling is wgllm's own field: refused by name, not forwarded
+  const pool = await post(JSON.stringify({ model: 'local2', input: 'x', pooling: 'mean' }), '/v1/embeddings');
+  assert.equal(pool.status, 400, pool.text);
+  assert.equal(pool.json.error.param, 'pooling');
+  assert.match(pool.json.error.message, /local-only.*local2/);
 });
 
 test('malformed requests get 4xx and the gateway keeps serving', async () => {
@@ -332,6 +339,73 @@ test("an OpenAI upstream's parallel calls and streamed argument pieces come back
     assert.equal((await fetch(`${gwy.url}/health`)).status, 200);
   } finally {
     up.close();
+  }
+});
+
+test("embeddings go to an OpenAI upstream as given and its answer comes back unchanged", async () => {
+  // 17 digits, as llama.cpp's server prints them: cJSON's 15-digit rule would change the last bit
+  const vec = [-0.07736420631408691, 0.027385389432311058, -0.11487864702939987, 1e-05];
+  const got = [];
+  const server = http.createServer(async (req, res) => {
+    let body = '';
+    for await (const d of req) body += d;
+    got.push({ url: req.url, body: JSON.parse(body) });
+    if (got.at(-1).body.input === 'fail') {
+      res.writeHead(422, { 'content-type': 'application/json' });
+      res.end('{"error":{"message":"input rejected here","type":"invalid_request_error"}}');
+      return;
+    }
+    if (got.at(-1).body.input === 'garbage') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(got.length % 2 ? '{"data": [0.1, ' : '{"object":"list","embeddings":[]}');
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[${vec.join(',')}]}],` +
+      '"model":"emb-x","usage":{"prompt_tokens":3,"total_tokens":3}}');
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    const gwy = await startServer(['--upstream', `oemb=http://127.0.0.1:${server.address().port}/v1#emb-x`]);
+    const r = await fetch(`${gwy.url}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'oemb', input: ['a', 'b'], encoding_format: 'float', dimensions: 4, user: 'u1' }) });
+    const text = await r.text();
+    assert.equal(r.status, 200, text);
+    const j = JSON.parse(text);
+    assert.equal(j.model, 'oemb');
+    assert.deepEqual(j.data[0].embedding, vec);
+    assert.deepEqual(j.usage, { prompt_tokens: 3, total_tokens: 3 });
+    assert.equal(got.at(-1).url, '/v1/embeddings');
+    assert.deepEqual(got.at(-1).body, { input: ['a', 'b'], encoding_format: 'float', dimensions: 4, user: 'u1', model: 'emb-x' });
+    // the upstream's own error, status and message
+    const f = await fetch(`${gwy.url}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'oemb', input: 'fail' }) });
+    const fj = await f.json();
+    assert.equal(f.status, 422, JSON.stringify(fj));
+    assert.match(fj.error.message, /oemb.*input rejected here/);
+    // an answer that is not JSON, or has no data: 502, naming the upstream
+    const bad = [];
+    for (let i = 0; i < 2; i++) {
+      const g = await fetch(`${gwy.url}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'oemb', input: 'garbage' }) });
+      const gj = await g.json();
+      assert.equal(g.status, 502, JSON.stringify(gj));
+      bad.push(gj.error.message);
+    }
+    assert.ok(bad.some((m) => /oemb.*not read as JSON/.test(m)) && bad.some((m) => /oemb.*without a 'data'/.test(m)),
+      bad.join(' / '));
+    // checked at the gateway before anything is sent
+    const n = got.length;
+    for (const [body, param] of [[{ model: 'oemb', input: [1, 2] }, 'input'], [{ model: 'oemb', input: 'x', dimensions: 0 },
+      'dimensions'], [{ model: 'oemb', input: 'x', bogus: 1 }, 'bogus']]) {
+      const e = await fetch(`${gwy.url}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body) });
+      assert.equal(e.status, 400, param);
+      assert.equal((await e.json()).error.param, param);
+    }
+    assert.equal(got.length, n);
+  } finally {
+    server.close();
   }
 });
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Agreement tests against llama.cpp (node-llama-cpp, CPU build): tokenizer ids,
 # teacher-forced distributions, greedy generation, damaged-file handling.
-# Usage: bash tests/peer/run.sh   (from anywhere; ~10 minutes on 2 cores)
+# Usage: bash tests/peer/run.sh   (from anywhere; ~10 minutes on 2 cores, +2 the first time: llama-server)
 # Extra arguments go to `node --test` (e.g. --test-name-pattern=tiny-f32).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,5 +55,10 @@ for m in "${models[@]}"; do
     fi
   }
 done
+
+# llama.cpp's own server, for tests/peer/llamacpp.test.mjs (the gateway in front of it):
+# compiled once from node-llama-cpp's source against its prebuilt libraries, then cached
+# (about 2 CPU-minutes; tools/llamacpp/build.sh says where)
+bash tools/llamacpp/build.sh llama-server >/dev/null
 
 exec node --test "$@" tests/peer/
