@@ -84,18 +84,22 @@ const greedyFor = (shape, type) => (SHAPE_GREEDY[shape] ?? GREEDY_TYPES).include
 // RoPE variants real files carry (Llama 3.1 frequency factors, linear scaling), in
 // two types each: llama.cpp must read the metadata the same way wgllm does.
 // Phi-3.5's LongRoPE, with the short factors (context within the original length) and the long ones.
+const LEVELS = kernelLevels();
+const BEST = ['best'];
 const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']], ['tiny-ropescale', ['f32', 'q8_0']],
   ['tiny-phi3-longrope', ['f32', 'q8_0']], ['tiny-phi3-longctx', ['f32', 'q8_0']],
-  // YaRN (llama), and mistral3's YaRN keys with its attention temperature past the original context
-  ['tiny-yarn', ['f32']], ['tiny-mistral3', ['f32', 'q8_0']],
-  // mixture of experts: qwen3moe (renormalized), Mixtral (llama with experts), olmoe (not renormalized).
-  // Not in K-quants here: the router's choice turns a quantization-sized difference at a near-tie
-  // into a different expert (tiny-qwen3moe q4_k: mean KL 3e-3 at the AVX2 level, 4e-4 on scalar).
-  ['tiny-qwen3moe', ['f32', 'q8_0']], ['tiny-mixtral', ['f32', 'q8_0']], ['tiny-olmoe', ['f32']],
-  // and the shared experts: qwen2moe's sigmoid-gated one, granitemoe's plain one (with granite's scales)
-  ['tiny-qwen2moe', ['f32']], ['tiny-granitemoe', ['f32']]];
+  // The blocks below add no kernel of their own (their matrix products are the ones the shapes
+  // above check at every level), so they run at the best level only:
+  // YaRN (llama), and mistral3's YaRN keys with its attention temperature past the original context;
+  ['tiny-yarn', ['f32'], BEST], ['tiny-mistral3', ['f32'], BEST],
+  // mixture of experts: qwen3moe (renormalized; q8_0 for the experts' activation rounding), Mixtral
+  // (llama with experts), olmoe (not renormalized), and the shared experts: qwen2moe's
+  // sigmoid-gated one, granitemoe's plain one (with granite's scales). Not in K-quants here: the
+  // router's choice turns a quantization-sized difference at a near-tie into a different expert
+  // (tiny-qwen3moe q4_k: mean KL 3e-3 at the AVX2 level, 4e-4 on scalar).
+  ['tiny-qwen3moe', ['f32', 'q8_0'], BEST], ['tiny-mixtral', ['f32'], BEST], ['tiny-olmoe', ['f32'], BEST],
+  ['tiny-qwen2moe', ['f32'], BEST], ['tiny-granitemoe', ['f32'], BEST]];
 const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
-const LEVELS = kernelLevels();
 const N_POS = 64;
 const N_PROMPT = 16, N_GEN = 32;
 const BOUND = { f32: 1e-4, f16: 1e-3, bf16: 3e-3, q8_0: 3e-3, q4_0: 1e-2, q4_1: 1e-2, q5_0: 1e-2, q5_1: 1e-2,
@@ -224,16 +228,16 @@ after(() => {
 });
 
 const peerRuns = new Map();   // name -> llama.cpp's run, kept until the last level used it
-for (const [shape, types] of MATRIX) {
+for (const [shape, types, levels = LEVELS] of MATRIX) {
   for (const type of types) {
     const file = modelPath(shape, type);
     const name = `${shape}-${type}`;
-    for (const cpu of LEVELS) {
+    for (const cpu of levels) {
       test(`logits agree with llama.cpp: ${name}${cpu === 'best' ? '' : ` (WGLLM_CPU=${cpu})`}`, async () => {
         assert.ok(existsSync(file), `${file} missing: run tests/peer/run.sh (it synthesizes the models)`);
         if (!peerRuns.has(name)) peerRuns.set(name, await peerRun(file, shape, type));
         const ref = peerRuns.get(name);
-        if (cpu === LEVELS[LEVELS.length - 1]) peerRuns.delete(name);
+        if (cpu === levels[levels.length - 1]) peerRuns.delete(name);
         const { row, problems } = compare(file, ref, type, cpu);
         rows.push({ name, cpu, ...row });
         if (row.agree !== undefined) { top1.get(cpu).agree += row.agree; top1.get(cpu).total += N_POS; }

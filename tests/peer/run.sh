@@ -30,9 +30,9 @@ done
 for shape in tiny-ropefreqs tiny-ropescale tiny-phi3-longrope tiny-phi3-longctx; do
   for type in f32 q8_0; do models+=("$shape $type"); done
 done
-models+=("tiny-yarn f32" "tiny-mistral3 f32" "tiny-mistral3 q8_0")
-models+=("tiny-qwen3moe f32" "tiny-qwen3moe q8_0" "tiny-mixtral f32" "tiny-mixtral q8_0" "tiny-olmoe f32"
-         "tiny-qwen2moe f32" "tiny-granitemoe f32")
+models+=("tiny-yarn f32" "tiny-mistral3 f32")
+models+=("tiny-qwen3moe f32" "tiny-qwen3moe q8_0" "tiny-mixtral f32" "tiny-olmoe f32" "tiny-qwen2moe f32"
+         "tiny-granitemoe f32")
 # the gemma and phi3 shapes in the types agreement.test.mjs checks them in (SHAPE_TYPES)
 for shape in tiny-gemma3 tiny-gemma2 tiny-phi3; do
   for type in f32 f16 q8_0 q4_0 q4_k; do models+=("$shape $type"); done
