@@ -83,18 +83,25 @@ function hook(req, res, headers) {
     }
     const a = Number(range[1]);
     const b = Math.min(Number(range[2]), body.length - 1);
+    // In flight until its answer starts (or the client goes away): counted down before the
+    // answer is written, since a client can read it and send its next request before the
+    // server's end callback runs (on a loaded machine, a serial reader then looks like two).
+    let open = true;
+    const done = () => { if (open) { open = false; ranged.inFlight--; } };
     setTimeout(() => {
-      if (fault && !fault.swap) { res.writeHead(500, headers); res.end('broken', () => { ranged.inFlight--; }); return; }
+      if (!open) return; // the client went away during the delay
+      done();
+      if (fault && !fault.swap) { res.writeHead(500, headers); res.end('broken'); return; }
       if (a > b) {
         res.writeHead(416, { ...headers, ...etc, 'Content-Range': `bytes */${body.length}` });
-        res.end(() => { ranged.inFlight--; });
+        res.end();
         return;
       }
       res.writeHead(206, { ...headers, ...etc, 'Content-Type': 'application/octet-stream', 'Content-Length': b - a + 1,
         'Content-Range': `bytes ${a}-${b}/${body.length}` });
-      res.end(body.subarray(a, b + 1), () => { ranged.inFlight--; });
+      res.end(body.subarray(a, b + 1));
     }, rangeDelay);
-    res.on('close', () => { if (!res.writableFinished) ranged.inFlight--; });
+    res.on('close', done);
     return true;
   }
   if (req.headers.range) rangeRequests++;
