@@ -203,6 +203,15 @@ static enum wgllm_status check_remote_params(const struct endpoint *ep, const st
                            field, ep->d.name);
 }
 
+/* The endpoint's options fill in only what the request's own fields left unset. */
+static void add_options(const struct endpoint *ep, cJSON *b) {
+    const cJSON *o;
+    cJSON_ArrayForEach(o, ep->options) {
+        if (!cJSON_GetObjectItemCaseSensitive(b, o->string))
+            cJSON_AddItemToObject(b, o->string, cJSON_Duplicate(o, true));
+    }
+}
+
 static cJSON *remote_body(const struct endpoint *ep, const struct wgllm_request_params *p, bool stream) {
     cJSON *b = cJSON_CreateObject();
     if (ep->d.model) cJSON_AddStringToObject(b, "model", ep->d.model);
@@ -231,12 +240,7 @@ static cJSON *remote_body(const struct endpoint *ep, const struct wgllm_request_
         cJSON_AddTrueToObject(b, "stream");
         cJSON_AddTrueToObject(cJSON_AddObjectToObject(b, "stream_options"), "include_usage");
     }
-    /* the endpoint's options fill in only what the typed parameters left unset */
-    const cJSON *o;
-    cJSON_ArrayForEach(o, ep->options) {
-        if (!cJSON_GetObjectItemCaseSensitive(b, o->string))
-            cJSON_AddItemToObject(b, o->string, cJSON_Duplicate(o, true));
-    }
+    add_options(ep, b);
     return b;
 }
 
@@ -600,6 +604,19 @@ enum wgllm_status wgllm_client_chat_json(struct wgllm_client *c, const char *end
     return remote_generate(ep, "/chat/completions", b, params, true, result, err);
 }
 
+/* Posts body b (freed here) to the endpoint's /embeddings, its options added. */
+static enum wgllm_status post_embeddings(const struct endpoint *ep, cJSON *b, struct wgllm_http_reply *r,
+                                         struct wgllm_error *err) {
+    add_options(ep, b);
+    char *json = cJSON_PrintUnformatted(b);
+    cJSON_Delete(b);
+    memset(r, 0, sizeof *r);
+    if (!json) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    enum wgllm_status st = post_replicas(ep, "/embeddings", json, NULL, NULL, NULL, r, err);
+    free(json);
+    return st;
+}
+
 /* The upstream's embeddings answer as it came but for `model`, which names the
  * endpoint (as chat answers do): the caller asked for it by that name. The
  * numbers are written back exactly (the same doubles), not cJSON's way. */
@@ -660,17 +677,8 @@ enum wgllm_status wgllm_client_embed_json(struct wgllm_client *c, const char *en
     }
     cJSON_DeleteItemFromObjectCaseSensitive(b, "model");
     if (ep->d.model) cJSON_AddStringToObject(b, "model", ep->d.model);
-    const cJSON *o;
-    cJSON_ArrayForEach(o, ep->options) {
-        if (!cJSON_GetObjectItemCaseSensitive(b, o->string))
-            cJSON_AddItemToObject(b, o->string, cJSON_Duplicate(o, true));
-    }
-    char *json = cJSON_PrintUnformatted(b);
-    cJSON_Delete(b);
-    if (!json) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
     struct wgllm_http_reply r;
-    st = post_replicas(ep, "/embeddings", json, NULL, NULL, NULL, &r, err);
-    free(json);
+    st = post_embeddings(ep, b, &r, err);
     if (st == WGLLM_STATUS_OK) st = embed_answer(ep, &r, answer_json, err);
     wgllm_http_reply_free(&r);
     return st;
@@ -703,17 +711,8 @@ enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoin
     cJSON_ReplaceItemInObjectCaseSensitive(b, "input", cJSON_CreateString(t));
     free(t);
     cJSON_AddStringToObject(b, "encoding_format", "float");
-    const cJSON *o;
-    cJSON_ArrayForEach(o, ep->options) {
-        if (!cJSON_GetObjectItemCaseSensitive(b, o->string))
-            cJSON_AddItemToObject(b, o->string, cJSON_Duplicate(o, true));
-    }
-    char *json = cJSON_PrintUnformatted(b);
-    cJSON_Delete(b);
-    if (!json) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
     struct wgllm_http_reply r;
-    st = post_replicas(ep, "/embeddings", json, NULL, NULL, NULL, &r, err);
-    free(json);
+    st = post_embeddings(ep, b, &r, err);
     if (st == WGLLM_STATUS_OK) {
         cJSON *root = cJSON_Parse(r.body);
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(
