@@ -8,7 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { MODEL, MODEL_ID, CTX, SHARED, OpenAI, startServer, stopServers } from '../../tools/peer/serve.mjs';
+import { MODEL, MODEL_ID, CTX, SHARED, OpenAI, startServer, stopServers, readThenAbort } from '../../tools/peer/serve.mjs';
 
 let s1, s2, c1, c2;
 before(async () => {
@@ -179,14 +179,7 @@ test('abandoning a stream at the gateway cancels the request on the upstream', a
   const ac = new AbortController();
   const stream = await client.chat.completions.create({ model: 'long', messages: MSGS, stream: true,
     max_tokens: 3000, temperature: 0 }, { signal: ac.signal });
-  let n = 0;
-  try {
-    for await (const chunk of stream) {
-      if (chunk.choices[0]?.delta?.content && ++n === 2) ac.abort();
-    }
-  } catch (e) {
-    assert.ok(ac.signal.aborted, String(e));
-  }
+  const n = await readThenAbort(stream, ac, 2);
   // ignore_eos is local-only: the model and prompt are fixed (greedy), so a
   // generation that ends before the abort is a change to look at, not a skip
   assert.ok(n >= 2, `the generation ended after ${n} content chunks, before the abort: nothing was cancelled`);

@@ -10,7 +10,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { MODEL, MODEL_ID, TEMPLATE, ROOT, OpenAI, startServer, stopServers } from '../../tools/peer/serve.mjs';
+import { MODEL, MODEL_ID, TEMPLATE, ROOT, OpenAI, startServer, stopServers, readThenAbort } from '../../tools/peer/serve.mjs';
 
 const procs = [];
 
@@ -180,14 +180,7 @@ test('abandoning a stream at the gateway cancels it on llama-server', async () =
   const ac = new AbortController();
   const stream = await via.chat.completions.create({ model: 'lc', messages: MSGS, stream: true, max_tokens: 3000,
     temperature: 0, logit_bias }, { signal: ac.signal });
-  let n = 0;
-  try {
-    for await (const chunk of stream) {
-      if (chunk.choices[0]?.delta?.content && ++n === 2) ac.abort();
-    }
-  } catch (e) {
-    assert.ok(ac.signal.aborted, String(e));
-  }
+  const n = await readThenAbort(stream, ac, 2);
   assert.ok(n >= 2, `the generation ended after ${n} content chunks, before the abort: nothing was cancelled`);
   let busy = 1;
   for (let i = 0; i < 100 && busy > 0; i++) {

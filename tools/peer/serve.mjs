@@ -49,3 +49,17 @@ export function startServerWith(args) {
 }
 
 export function stopServers() { for (const p of servers) p.kill('SIGKILL'); }
+
+/* Reads a streamed chat answer until its n-th content chunk, then aborts it through ac;
+ * resolves with the content chunks read (fewer than n: the answer ended first). */
+export async function readThenAbort(stream, ac, n) {
+  let k = 0;
+  try {
+    for await (const chunk of stream) {
+      if (chunk.choices[0]?.delta?.content && ++k === n) ac.abort();
+    }
+  } catch (e) {
+    assert.ok(ac.signal.aborted, String(e));
+  }
+  return k;
+}
