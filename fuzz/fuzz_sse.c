@@ -7,7 +7,8 @@
  * parsers are static. Bounds that must hold: the pending event never
  * outgrows its limit, usage counts stay in [0, WGLLM_USAGE_MAX] with cached
  * <= prompt, the text is what the pieces carried, and the tool calls
- * assembled are one JSON array entry per named call.
+ * assembled are one JSON array entry per named call. Last, the bytes as an
+ * upstream's embeddings answer (embed_answer): passed on renamed, or refused.
  */
 #include "client/client.c"
 
@@ -91,5 +92,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_usage(&w.usage);
     check_calls(&w);
     gen_state_free(&w);
+
+    /* the same bytes as an upstream's embeddings answer: passed on with the
+     * gateway's model name, or refused with a message */
+    char *body = malloc(n + 1);
+    if (!body) return 0;
+    memcpy(body, text, n);
+    body[n] = 0;
+    struct wgllm_http_reply r = {.status = 200, .body = body, .body_len = n};
+    char *answer = NULL;
+    struct wgllm_error err = {0};
+    if (embed_answer(&ep, &r, &answer, &err) == WGLLM_STATUS_OK) {
+        cJSON *a = answer ? cJSON_Parse(answer) : NULL;
+        const cJSON *model = cJSON_GetObjectItemCaseSensitive(a, "model");
+        if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(a, "data")) || !cJSON_IsString(model) ||
+            strcmp(model->valuestring, "fuzz"))
+            abort();
+        cJSON_Delete(a);
+    } else if (!err.message[0]) {
+        abort();
+    }
+    free(answer);
+    free(body);
     return 0;
 }
