@@ -227,6 +227,9 @@ struct wgllm_context_params {
     uint64_t gpu_mem;  /* WebGPU: bytes the context may allocate on the GPU (0 = the device's limits only);
                           a plan that does not fit shrinks the batch and then n_ctx (wgllm_context_n_ctx),
                           with a warning saying from what to what, instead of failing later */
+    bool swa_full; /* sliding-window layers keep all n_ctx positions, as the other layers (llama.cpp's
+                      swa_full); false: only a ring of n_swa + n_batch cells each, which context shift
+                      cannot move (wgllm_context_shift answers UNSUPPORTED then) */
 };
 
 struct wgllm_context_params wgllm_context_default_params(void);
@@ -248,9 +251,16 @@ const char *wgllm_context_backend(const struct wgllm_context *ctx);
 /* GPU memory the context allocated (weights, KV cache, activations, kernel
  * parameters): fixed at init, never grows while decoding; 0 on the CPU. */
 uint64_t wgllm_context_gpu_memory(const struct wgllm_context *ctx);
+/* Bytes of the context's f16 KV cache (all sequences, all layers) and, in
+ * *full (may be NULL), what it would take if the sliding-window layers kept
+ * all n_ctx positions (swa_full); the two are equal without a ring. *ring:
+ * the cells a sliding-window layer keeps per sequence, 0 without a ring. */
+uint64_t wgllm_context_kv_memory(const struct wgllm_context *ctx, uint64_t *full, int *ring);
 /* Number of tokens currently in the KV cache (the next token's position). */
 int wgllm_context_n_past(const struct wgllm_context *ctx);
-/* Forgets every cached position >= n_past (0 clears the cache). */
+/* Forgets every cached position >= n_past (0 clears the cache). With a
+ * sliding-window ring, a decode after it fails (INVALID_ARGUMENT) where the
+ * ring no longer holds the window of position n_past; 0 always works. */
 void wgllm_context_truncate(struct wgllm_context *ctx, int n_past);
 /*
  * Makes room in a full context as llama.cpp's context shift does: keeps the
@@ -259,7 +269,10 @@ void wgllm_context_truncate(struct wgllm_context *ctx, int n_past);
  * for their new positions; n_past drops by the number discarded. The moved
  * tokens keep what they attended to before, so what follows is an
  * approximation of a run without the discarded tokens (exact for the kept
- * ones). Both backends (CPU and WebGPU) support it.
+ * ones). Both backends (CPU and WebGPU) support it; a context whose
+ * sliding-window layers keep only a ring (swa_full false) answers
+ * UNSUPPORTED, as llama.cpp's SWA cache does: the ring has already dropped
+ * the kept tokens that the window of the moved ones would see.
  */
 enum wgllm_status wgllm_context_shift(struct wgllm_context *ctx, int keep, int discard, struct wgllm_error *err);
 
@@ -483,7 +496,9 @@ struct wgllm_engine_params {
      * keeps the first context_keep tokens, drops half of the others (the
      * oldest) and goes on. A shifted slot's cache is reused by a later request
      * (context_key) only up to its kept tokens. Prompts longer than the
-     * context fail at submit either way. */
+     * context fail at submit either way. On a model with sliding-window
+     * layers, true also keeps their whole caches (swa_full): a ring cannot
+     * be shifted. */
     bool context_shift;
     int context_keep; /* tokens a shift keeps after the BOS (llama.cpp's n_keep); -1 = the whole
                          prompt (default); capped at half the context */

@@ -36,11 +36,28 @@ int wgllm_context_n_outputs(const struct wgllm_context *ctx);
 const float *wgllm_context_output_logits(const struct wgllm_context *ctx, int j); /* n_vocab floats */
 const float *wgllm_context_output_embd(const struct wgllm_context *ctx, int j);   /* n_embd floats */
 
-/* Copies positions [0, n) of sequence src into sequence dst (prefix sharing). */
+/* The sliding-window ring (backend/kv_window.h). With swa_full unset, a
+ * sliding-window layer keeps only a ring of n_swa + n_batch cells per
+ * sequence, so a sequence that went past it has forgotten its oldest
+ * positions there: seq_pos_min is the oldest it still holds (0 without a
+ * ring or before it wraps), state_pos_min the same for a snapshot of n
+ * positions once restored, and can_continue whether a sequence holding
+ * positions from pos_min on can go on at position n (reuse its prefix
+ * [0, n)): only then may a pass, a seq_copy or a snapshot restore of that
+ * prefix be used; else the prefix is computed again from 0 (a pass that
+ * would read forgotten cells is refused, INVALID_ARGUMENT). */
+int wgllm_context_seq_pos_min(const struct wgllm_context *ctx, int seq);
+int wgllm_context_state_pos_min(const struct wgllm_context *ctx, int n);
+bool wgllm_context_can_continue(const struct wgllm_context *ctx, int pos_min, int n);
+
+/* Copies positions [0, n) of sequence src into sequence dst (prefix sharing);
+ * dst then holds what src does (the same pos_min). */
 void wgllm_context_seq_copy(struct wgllm_context *ctx, int src, int dst, int n);
 /* Bytes that positions [0, n) of one sequence occupy in a snapshot. */
 size_t wgllm_context_seq_state_size(const struct wgllm_context *ctx, int n);
-/* Saves / restores positions [0, n) of a sequence to / from host memory. */
+/* Saves / restores positions [0, n) of a sequence to / from host memory (a
+ * ring: its last min(n, ring) positions, whole only when seq_pos_min <=
+ * state_pos_min(n); a restored sequence has pos_min state_pos_min(n)). */
 void wgllm_context_seq_save(const struct wgllm_context *ctx, int seq, int n, void *dst);
 void wgllm_context_seq_load(struct wgllm_context *ctx, int seq, int n, const void *src);
 /* Context shift of one sequence holding n positions, as llama.cpp's: keeps
@@ -49,8 +66,8 @@ void wgllm_context_seq_load(struct wgllm_context *ctx, int seq, int n, const voi
  * delta, with the model's frequency scale and factors); the sequence then
  * holds n - discard positions. The moved tokens keep what they attended to
  * before (an approximation, as in llama.cpp), so only [0, keep) stays equal to
- * a fresh evaluation. INVALID_ARGUMENT when keep + discard > n. Does not
- * change the single-sequence n_past. */
+ * a fresh evaluation. INVALID_ARGUMENT when keep + discard > n; UNSUPPORTED
+ * with a ring (swa_full unset). Does not change the single-sequence n_past. */
 enum wgllm_status wgllm_context_seq_shift(struct wgllm_context *ctx, int seq, int n, int keep, int discard,
                                           struct wgllm_error *err);
 

@@ -66,8 +66,14 @@ struct wgllm_backend_i {
 
     /* Sequence operations; ranges already checked (0 <= seq < n_seq,
      * 0 < n <= n_ctx, src != dst). Snapshots hold, per layer, the n keys and
-     * then the n values of each V row (wgllm_context_seq_state_size bytes),
-     * the same layout on every backend, so a snapshot moves between them. */
+     * then the n values of each V row (wgllm_context_seq_state_size bytes);
+     * a local layer with a ring (kv_window.h: wgllm_kv_ring of the
+     * backend's n_ctx, n_batch and p->swa_full) holds only the last
+     * m = min(n, ring) positions [n - m, n), in position order. seq_copy
+     * of a ring copies cells [0, min(n, ring)). A backend with a ring
+     * stores position p in cell p mod ring and a token at p attends to the
+     * n_swa positions up to p through the modulo; context.c checks that
+     * those cells still hold them and refuses the shift of a ring. */
     void (*seq_copy)(void *b, int src, int dst, int n);
     void (*seq_save)(void *b, int seq, int n, void *dst);
     void (*seq_load)(void *b, int seq, int n, const void *src);

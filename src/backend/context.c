@@ -13,6 +13,7 @@
  */
 #include "backend/backend.h"
 #include "backend/backend_impl.h"
+#include "backend/kv_window.h"
 #include "model/model.h"
 
 #include <stdio.h>
@@ -24,6 +25,13 @@ struct wgllm_context {
     int n_ctx, n_seq, n_batch; /* as the backend planned them */
     int n_vocab, n_embd;
     int n_past; /* of sequence 0, for the single-sequence API */
+    /* the sliding-window ring (backend/kv_window.h): cells per sequence of a
+     * local layer (0: none), and per sequence the oldest position the ring
+     * still holds, kept here from the positions of every pass so that each
+     * backend only stores and reads by the modulo */
+    int ring;
+    int *pos_min;
+    int *b_first; /* n_seq: a pass's first position of each sequence, -1 when absent */
 
     /* outputs of the last call: rows of n_vocab (logits) or n_embd floats */
     float *out;
@@ -55,6 +63,8 @@ void wgllm_context_free(struct wgllm_context *c) {
     free(c->b_seq);
     free(c->b_idx);
     free(c->b_want);
+    free(c->pos_min);
+    free(c->b_first);
     free(c);
 }
 
@@ -135,7 +145,12 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
     c->b_seq = calloc(B, sizeof(int32_t));
     c->b_idx = wgllm_malloc_array(B, sizeof(int32_t));
     c->b_want = calloc(B, sizeof(bool));
-    if (!c->b_pos || !c->b_seq || !c->b_idx || !c->b_want || !out_reserve(c, (uint64_t)c->n_vocab)) {
+    /* the backends size their rings from the same inputs (kv_window.h) */
+    c->ring = wgllm_kv_ring(model, c->n_ctx, c->n_batch, p.swa_full);
+    c->pos_min = calloc((size_t)c->n_seq, sizeof(int));
+    c->b_first = malloc((size_t)c->n_seq * sizeof(int));
+    if (!c->b_pos || !c->b_seq || !c->b_idx || !c->b_want || !c->pos_min || !c->b_first ||
+        !out_reserve(c, (uint64_t)c->n_vocab)) {
         wgllm_context_free(c);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     }
@@ -175,6 +190,55 @@ static enum wgllm_status check_tokens(const struct wgllm_context *c, const int32
     return WGLLM_STATUS_OK;
 }
 
+/* ---- the sliding-window ring ------------------------------------------- */
+
+/* Each sequence's first position in a pass into b_first; INVALID_ARGUMENT
+ * when the ring no longer holds the window of one of them (a prefix reused,
+ * or the cache truncated, below what the ring remembers): the pass would
+ * attend to cells that hold other positions. */
+static enum wgllm_status window_check(struct wgllm_context *c, const int32_t *pos, const int32_t *seq, int n,
+                                      struct wgllm_error *err) {
+    if (!c->ring) return WGLLM_STATUS_OK;
+    for (int s = 0; s < c->n_seq; s++) c->b_first[s] = -1;
+    for (int i = 0; i < n; i++)
+        if (c->b_first[seq[i]] < 0) c->b_first[seq[i]] = pos[i];
+    for (int s = 0; s < c->n_seq; s++)
+        if (c->b_first[s] >= 0 && !wgllm_kv_can_continue(c->model, c->pos_min[s], c->b_first[s]))
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "sequence %d cannot go on at position %d: its sliding-window layers keep a ring of "
+                                   "%d cells, which holds positions from %d on, not the window of %d before it "
+                                   "(start the sequence again from position 0)",
+                                   s, c->b_first[s], c->ring, c->pos_min[s], c->model->hp.n_swa);
+    return WGLLM_STATUS_OK;
+}
+
+/* After a pass that window_check admitted: a sequence started over at 0
+ * holds only what this pass wrote, and a ring of R cells keeps the R
+ * positions up to the newest one written (a sequence's positions ascend). */
+static void window_note(struct wgllm_context *c, const int32_t *pos, const int32_t *seq, int n) {
+    if (!c->ring) return;
+    for (int s = 0; s < c->n_seq; s++)
+        if (c->b_first[s] == 0) c->pos_min[s] = 0;
+    for (int i = 0; i < n; i++) c->pos_min[seq[i]] = WGLLM_MAX(c->pos_min[seq[i]], pos[i] + 1 - c->ring);
+}
+
+int wgllm_context_seq_pos_min(const struct wgllm_context *c, int seq) {
+    WGLLM_ASSERT(seq >= 0 && seq < c->n_seq);
+    return c->pos_min[seq];
+}
+
+int wgllm_context_state_pos_min(const struct wgllm_context *c, int n) { return c->ring ? WGLLM_MAX(0, n - c->ring) : 0; }
+
+bool wgllm_context_can_continue(const struct wgllm_context *c, int pos_min, int n) {
+    return wgllm_kv_can_continue(c->model, pos_min, n);
+}
+
+uint64_t wgllm_context_kv_memory(const struct wgllm_context *c, uint64_t *full, int *ring) {
+    if (full) *full = wgllm_kv_bytes(c->model, c->n_ctx, c->n_seq, 0);
+    if (ring) *ring = c->ring;
+    return wgllm_kv_bytes(c->model, c->n_ctx, c->n_seq, c->ring);
+}
+
 /* One pass of n validated tokens with output flags `want` through the
  * backend; the output rows go to `out`. */
 /* One pass through the backend; with rs (logits only, the backend has
@@ -186,10 +250,13 @@ static enum wgllm_status run_pass_sampled(struct wgllm_context *c, const int32_t
     int n_out = 0;
     for (int i = 0; i < n; i++)
         if (want[i]) c->b_idx[n_out++] = i;
+    enum wgllm_status st = window_check(c, pos, seq, n, err);
+    if (st) return st;
     const struct wgllm_ubatch ub = {.n = n, .token = tok, .pos = pos, .seq = seq, .output = want,
                                     .out_idx = c->b_idx, .n_out = n_out, .embeddings = embeddings, .out = out};
-    if (rs) return c->be->decode_sampled(c->b, &ub, rs, s_tok, s_lp, err);
-    return c->be->decode(c->b, &ub, err);
+    st = rs ? c->be->decode_sampled(c->b, &ub, rs, s_tok, s_lp, err) : c->be->decode(c->b, &ub, err);
+    if (!st) window_note(c, pos, seq, n);
+    return st;
 }
 
 static enum wgllm_status run_pass(struct wgllm_context *c, const int32_t *tok, const int32_t *pos, const int32_t *seq,
@@ -356,8 +423,15 @@ enum wgllm_status wgllm_context_generate(struct wgllm_context *c, const struct w
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "generation needs the logits of a decode first");
     if (n <= 0) return WGLLM_STATUS_OK;
     if (sp && sp->temperature <= 0.0f) sp = NULL; /* greedy */
+    const int32_t p0 = c->n_past, zero = 0;
+    enum wgllm_status st = window_check(c, &p0, &zero, 1, err);
+    if (st) return st;
     struct wgllm_gen_state gs = {&c->n_past, &c->n_logits, c->out};
-    return c->be->generate(c->b, sp, &gs, n, on_token, user, n_out, err);
+    st = c->be->generate(c->b, sp, &gs, n, on_token, user, n_out, err);
+    /* the steps wrote positions up to the last token given (n_past), at most */
+    const int32_t last = c->n_past;
+    if (*n_out > 0) window_note(c, &last, &zero, 1);
+    return st;
 }
 
 /* ---- sequences --------------------------------------------------------- */
@@ -366,24 +440,22 @@ void wgllm_context_seq_copy(struct wgllm_context *c, int src, int dst, int n) {
     WGLLM_ASSERT(src >= 0 && src < c->n_seq && dst >= 0 && dst < c->n_seq && n >= 0 && n <= c->n_ctx);
     if (src == dst || n == 0) return;
     c->be->seq_copy(c->b, src, dst, n);
+    c->pos_min[dst] = c->pos_min[src]; /* a ring is copied whole: what src still holds, dst now does */
 }
 
 /* Every backend lays a snapshot out the same way (backend_impl.h): f16 keys
- * and values of each layer. */
+ * and values of each layer; a local layer with a ring gives only the ring's
+ * live cells, its last min(n, ring) positions. */
 size_t wgllm_context_seq_state_size(const struct wgllm_context *c, int n) {
     const struct wgllm_hparams *hp = &c->model->hp;
+    if (hp->encoder && n >= 0) return 0; /* an encoder caches nothing */
+    if (n < 0) return SIZE_MAX;
     /* In 64 bits: a WebGPU KV cache lives in GPU memory and may hold more
      * than a 32-bit size_t can address; SIZE_MAX then, which no snapshot
      * budget admits and no snapshot file matches. */
-    uint64_t bytes;
-    if (hp->encoder && n >= 0) return 0; /* an encoder caches nothing */
-    if (n < 0 || wgllm_mul_overflow((uint64_t)hp->n_layer * (uint64_t)n,
-                                    (uint64_t)hp->n_head_kv * (uint64_t)(hp->head_dim_k + hp->head_dim_v) *
-                                        sizeof(wgllm_fp16),
-                                    &bytes))
-        return SIZE_MAX;
+    const uint64_t bytes = wgllm_kv_bytes(c->model, n, 1, c->ring && n > c->ring ? c->ring : 0);
     size_t out;
-    return wgllm_size_from_u64(bytes, &out) ? out : SIZE_MAX;
+    return bytes != UINT64_MAX && wgllm_size_from_u64(bytes, &out) ? out : SIZE_MAX;
 }
 
 void wgllm_context_seq_save(const struct wgllm_context *c, int seq, int n, void *dst) {
@@ -394,6 +466,7 @@ void wgllm_context_seq_save(const struct wgllm_context *c, int seq, int n, void 
 void wgllm_context_seq_load(struct wgllm_context *c, int seq, int n, const void *src) {
     WGLLM_ASSERT(seq >= 0 && seq < c->n_seq && n >= 0 && n <= c->n_ctx);
     if (n > 0) c->be->seq_load(c->b, seq, n, src);
+    c->pos_min[seq] = wgllm_context_state_pos_min(c, n);
 }
 
 enum wgllm_status wgllm_context_seq_shift(struct wgllm_context *c, int seq, int n, int keep, int discard,
@@ -403,6 +476,11 @@ enum wgllm_status wgllm_context_seq_shift(struct wgllm_context *c, int seq, int 
                                "context shift of sequence %d (of %d): keep %d + discard %d must fit in its %d "
                                "positions (context %d)", seq, c->n_seq, keep, discard, n, c->n_ctx);
     if (discard == 0 || keep + discard == n) return WGLLM_STATUS_OK; /* nothing moves */
+    if (c->ring)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "context shift of a model with sliding-window layers needs their full caches (context "
+                               "param swa_full; the engine sets it with context_shift): a ring of %d cells no longer "
+                               "holds the kept tokens the moved ones would see", c->ring);
     return c->be->seq_shift(c->b, seq, n, keep, discard, err);
 }
 

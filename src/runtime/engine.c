@@ -210,6 +210,10 @@ static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
                             : WGLLM_MIN(wgllm_engine_common_prefix(sl->tokens, wgllm_engine_slot_reusable(sl), r->prompt,
                                                                    r->n_prompt),
                                         limit);
+    /* a sliding-window ring that has forgotten the window of the prefix's
+     * end cannot provide it: the prompt is computed from 0 (llama.cpp's
+     * server reprocesses it whole then) */
+    if (!wgllm_context_can_continue(e->ctx, wgllm_context_seq_pos_min(e->ctx, s), cached)) cached = 0;
     int src_slot = -1, src_snap = -1;
     for (int i = 0; i < e->p.n_slots && limit > 0; i++) {
         if (i == s || wgllm_engine_slot_reusable(&e->slots[i]) <= cached ||
@@ -219,7 +223,8 @@ static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
                           limit);
         /* an active slot's cache only grows past its prompt (or shifts past its kept
          * tokens), and the copy is made now, so the prefix copied is stable */
-        if (c > cached) cached = c, src_slot = i, src_snap = -1;
+        if (c > cached && wgllm_context_can_continue(e->ctx, wgllm_context_seq_pos_min(e->ctx, i), c))
+            cached = c, src_slot = i, src_snap = -1;
     }
     const int snap = wgllm_snapshot_lookup(e, r->part, r->prompt, r->n_prompt, limit, &cached);
     if (snap >= 0) src_snap = snap, src_slot = -1;
@@ -788,6 +793,10 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
     cp.n_threads = p.n_threads;
     cp.n_seq = p.n_slots;
     cp.backend = p.backend, cp.gpu_mem = p.gpu_mem;
+    /* a sliding-window ring cannot be shifted (wgllm_context_shift): with
+     * shifting on, those layers keep their whole caches, as llama.cpp's
+     * server needs swa_full for it */
+    cp.swa_full = p.context_shift;
     enum wgllm_status st = wgllm_context_init(model, &cp, &e->ctx, err);
     if (st) {
         e->p.n_slots = 0;

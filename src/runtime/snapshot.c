@@ -52,6 +52,8 @@ void wgllm_snapshot_save(struct wgllm_engine *e, int s) {
     struct slot *sl = &e->slots[s];
     const int n = wgllm_engine_slot_reusable(sl);
     if (n < e->p.min_snapshot_tokens || wgllm_snapshot_covered(e, sl->part, sl->tokens, n)) return;
+    /* a sliding-window ring saves its last positions; they must all still be there */
+    if (wgllm_context_seq_pos_min(e->ctx, s) > wgllm_context_state_pos_min(e->ctx, n)) return;
     size_t bytes = wgllm_context_seq_state_size(e->ctx, n);
     if (!wgllm_snapshot_make_room(e, bytes)) return;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n);
@@ -81,7 +83,9 @@ int wgllm_snapshot_lookup(const struct wgllm_engine *e, const char *part, const 
     for (int i = 0; i < e->n_snaps && limit > 0; i++) {
         if (!wgllm_same_partition(e->snaps[i].part, part)) continue;
         int c = WGLLM_MIN(wgllm_engine_common_prefix(e->snaps[i].tokens, e->snaps[i].n, prompt, n), limit);
-        if (c > *cached) *cached = c, best = i;
+        /* a ring's snapshot holds only its last positions: not every prefix */
+        if (c > *cached && wgllm_context_can_continue(e->ctx, wgllm_context_state_pos_min(e->ctx, e->snaps[i].n), c))
+            *cached = c, best = i;
     }
     return best;
 }

@@ -16,6 +16,7 @@
  * Nothing is allocated per token.
  */
 #include "backend/backend_impl.h"
+#include "backend/kv_window.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "base/threadpool.h"
@@ -34,11 +35,17 @@ struct cpu_ctx {
     int n_ctx, n_seq, n_batch, n_threads;
     struct wgllm_threadpool *tp;
 
-    /* K: [layer][seq][pos][n_head_kv * head_dim_k]
-     * V: [layer][seq][n_head_kv * head_dim_v][pos] (transposed, see attend_head) */
+    /* K: [layer][seq][cell][n_head_kv * head_dim_k]
+     * V: [layer][seq][n_head_kv * head_dim_v][cell] (transposed, see attend_head)
+     * A layer keeps n_ctx cells per sequence, a local layer with a ring
+     * (kv_window.h) `ring`; position p lives in cell p mod cells. */
     wgllm_fp16 *k_cache, *v_cache;
-    size_t seq_k, seq_v;     /* elements per sequence and layer */
-    size_t layer_k, layer_v; /* elements per layer */
+    struct cpu_kv_layer {
+        size_t k0, v0;       /* the layer's first element */
+        size_t seq_k, seq_v; /* elements per sequence */
+        int cells;           /* cells per sequence */
+    } *kvl;
+    int ring;
 
     /* scratch, n_batch rows each */
     float *x, *xn, *q, *k, *v, *att, *gate, *up;
@@ -100,23 +107,36 @@ static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, cons
     const int dk = hp->head_dim_k, dv = hp->head_dim_v;
     const int kvh = h / (hp->n_head / hp->n_head_kv);
     const size_t krow = (size_t)hp->n_head_kv * dk;
-    const wgllm_fp16 *K = c->k_cache + il * c->layer_k + (size_t)seq * c->seq_k + (size_t)kvh * dk;
-    /* V is stored transposed ([dim][position]) as ggml does without flash
+    const struct cpu_kv_layer *kl = &c->kvl[il];
+    const int R = kl->cells;
+    const wgllm_fp16 *K = c->k_cache + kl->k0 + (size_t)seq * kl->seq_k + (size_t)kvh * dk;
+    /* V is stored transposed ([dim][cell]) as ggml does without flash
      * attention, so that each output dimension is one f16 dot product over
-     * positions, summed in the same order as llama.cpp. */
-    const wgllm_fp16 *Vt = c->v_cache + il * c->layer_v + (size_t)seq * c->seq_v + (size_t)kvh * dv * c->n_ctx;
+     * positions, summed in the same order as llama.cpp (in two pieces where
+     * the window wraps around a ring). */
+    const wgllm_fp16 *Vt = c->v_cache + kl->v0 + (size_t)seq * kl->seq_v + (size_t)kvh * dv * R;
     float *s = c->scores + (size_t)ith * c->n_ctx;
     wgllm_fp16 *tmp = c->tmp16 + (size_t)ith * (c->n_ctx + dk); /* q, then the probabilities */
     const wgllm_vec_dot_fn dot16 = wgllm_type_traits(WGLLM_TYPE_F16)->vec_dot;
     wgllm_fp32_to_fp16_row(q, tmp, dk);
     const float scale = hp->kq_scale, cap = hp->attn_softcap;
     const int n = pos + 1 - j0;
-    for (int j = 0; j < n; j++) dot16(dk, &s[j], K + (size_t)(j0 + j) * krow, tmp);
+    for (int j = 0, cell = j0 % R; j < n; j++, cell = cell + 1 == R ? 0 : cell + 1)
+        dot16(dk, &s[j], K + (size_t)cell * krow, tmp);
     if (cap > 0.0f) wgllm_op_softcap(s, n, cap);
     for (int j = 0; j < n; j++) s[j] *= scale;
     wgllm_op_softmax(s, n);
     wgllm_fp32_to_fp16_row(s, tmp, n);
-    for (int d = 0; d < dv; d++) dot16(n, &out[d], Vt + (size_t)d * c->n_ctx + j0, tmp);
+    const int c0 = j0 % R, n1 = WGLLM_MIN(n, R - c0);
+    for (int d = 0; d < dv; d++) {
+        const wgllm_fp16 *row = Vt + (size_t)d * R;
+        dot16(n1, &out[d], row + c0, tmp);
+        if (n1 < n) {
+            float rest;
+            dot16(n - n1, &rest, row, tmp + n1);
+            out[d] += rest;
+        }
+    }
 }
 
 /* ---- mixture of experts ------------------------------------------------ */
@@ -421,12 +441,13 @@ static void forward_worker(void *arg, int ith, int nth) {
                 float *kh = c->k + (size_t)t * KD + (size_t)h * dk;
                 if (L->k_norm && head_norm) wgllm_op_rms_norm(kh, L->k_norm, kh, dk, hp->rms_eps);
                 if (L->rope) wgllm_op_rope(kh, cs, hp->n_rot, neox);
-                const size_t pos = (size_t)c->pos[t];
+                const struct cpu_kv_layer *kl = &c->kvl[il];
+                const size_t cell = (size_t)(c->pos[t] % kl->cells);
                 const size_t sq = (size_t)c->seq[t];
-                wgllm_fp32_to_fp16_row(kh, c->k_cache + il * c->layer_k + sq * c->seq_k + pos * KD + (size_t)h * dk, dk);
+                wgllm_fp32_to_fp16_row(kh, c->k_cache + kl->k0 + sq * kl->seq_k + cell * KD + (size_t)h * dk, dk);
                 const float *vh = c->v + (size_t)t * VD + (size_t)h * dv;
-                wgllm_fp16 *vt = c->v_cache + il * c->layer_v + sq * c->seq_v + (size_t)h * dv * c->n_ctx + pos;
-                for (int d = 0; d < dv; d++) vt[(size_t)d * c->n_ctx] = wgllm_fp32_to_fp16(vh[d]);
+                wgllm_fp16 *vt = c->v_cache + kl->v0 + sq * kl->seq_v + (size_t)h * dv * kl->cells + cell;
+                for (int d = 0; d < dv; d++) vt[(size_t)d * kl->cells] = wgllm_fp32_to_fp16(vh[d]);
             }
         }
         wgllm_threadpool_barrier(tp);
@@ -516,6 +537,7 @@ static void cpu_free(void *b) {
     struct cpu_ctx *c = b;
     if (!c) return;
     wgllm_threadpool_free(c->tp);
+    free(c->kvl);
     void *bufs[] = {c->k_cache, c->v_cache, c->x,     c->xn,         c->q,          c->k,
                     c->v,       c->att,     c->gate,  c->up,         c->scores,     c->tmp16,
                     c->rope_cs, c->act_buf[0], c->act_buf[1], c->act_buf[2], c->rope_cs_swa,
@@ -583,11 +605,26 @@ static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_
                    VD = (uint64_t)hp->n_head_kv * hp->head_dim_v, OD = (uint64_t)hp->n_head * hp->head_dim_v;
     const uint64_t kmax = WGLLM_MAX(WGLLM_MAX(E, F), OD);
     size_t kv_k_bytes = 0, kv_v_bytes = 0, be, bq, bk, bv, bo, bf, scores, tmp16, rope;
-    bool fits = wgllm_size_mul(c->n_ctx, KD, &c->seq_k) && wgllm_size_mul(c->n_ctx, VD, &c->seq_v) &&
-                wgllm_size_mul(c->seq_k, (uint64_t)c->n_seq, &c->layer_k) &&
-                wgllm_size_mul(c->seq_v, (uint64_t)c->n_seq, &c->layer_v) &&
-                wgllm_size_mul(c->layer_k, (uint64_t)hp->n_layer * sizeof(wgllm_fp16), &kv_k_bytes) &&
-                wgllm_size_mul(c->layer_v, (uint64_t)hp->n_layer * sizeof(wgllm_fp16), &kv_v_bytes) &&
+    /* each layer's cells: n_ctx, or the ring of a local layer */
+    c->ring = wgllm_kv_ring(model, c->n_ctx, c->n_batch, p->swa_full);
+    c->kvl = calloc((size_t)hp->n_layer, sizeof *c->kvl);
+    if (!c->kvl) {
+        cpu_free(c);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    size_t kv_k = 0, kv_v = 0; /* elements */
+    bool fits = true;
+    for (int il = 0; il < hp->n_layer && fits; il++) {
+        struct cpu_kv_layer *kl = &c->kvl[il];
+        kl->cells = wgllm_kv_layer_cells(model, il, c->n_ctx, c->ring);
+        kl->k0 = kv_k, kl->v0 = kv_v;
+        size_t lk, lv;
+        fits = wgllm_size_mul((uint64_t)kl->cells, KD, &kl->seq_k) && wgllm_size_mul((uint64_t)kl->cells, VD, &kl->seq_v) &&
+               wgllm_size_mul(kl->seq_k, (uint64_t)c->n_seq, &lk) && wgllm_size_mul(kl->seq_v, (uint64_t)c->n_seq, &lv) &&
+               wgllm_size_mul_add(1, kv_k, lk, &kv_k) && wgllm_size_mul_add(1, kv_v, lv, &kv_v);
+    }
+    fits = fits && wgllm_size_mul(kv_k, sizeof(wgllm_fp16), &kv_k_bytes) &&
+                wgllm_size_mul(kv_v, sizeof(wgllm_fp16), &kv_v_bytes) &&
                 wgllm_size_mul(B * sizeof(float), E, &be) && wgllm_size_mul(B * sizeof(float), QD, &bq) &&
                 wgllm_size_mul(B * sizeof(float), KD, &bk) && wgllm_size_mul(B * sizeof(float), VD, &bv) &&
                 wgllm_size_mul(B * sizeof(float), OD, &bo) && wgllm_size_mul(B * sizeof(float), F, &bf) &&
@@ -631,7 +668,7 @@ static enum wgllm_status cpu_init(struct wgllm_model *model, const struct wgllm_
     }
     for (int i = 0; i < N_ACT_SLOTS; i++) ok = ok && c->act_buf[i];
     if (!ok) {
-        double kv = 2.0 * hp->n_layer * (double)(c->layer_k + c->layer_v) / 1048576.0;
+        double kv = ((double)kv_k_bytes + (double)kv_v_bytes) / 1048576.0;
         cpu_free(c);
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY,
                                "out of memory allocating a context of %d x %d tokens (KV cache %.1f MiB)", p->n_seq,
@@ -664,34 +701,48 @@ static enum wgllm_status cpu_decode(void *b, const struct wgllm_ubatch *ub, stru
 
 /* ---- sequences --------------------------------------------------------- */
 
+/* Cells [0, min(n, cells)) of each layer: all n positions of a full cache,
+ * the whole ring of a local layer past it. */
 static void cpu_seq_copy(void *b, int src, int dst, int n) {
     struct cpu_ctx *c = b;
     const struct wgllm_hparams *hp = &c->model->hp;
     const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
     for (int il = 0; il < hp->n_layer; il++) {
-        wgllm_fp16 *k = c->k_cache + il * c->layer_k;
-        memcpy(k + (size_t)dst * c->seq_k, k + (size_t)src * c->seq_k, (size_t)n * KD * sizeof(wgllm_fp16));
-        wgllm_fp16 *v = c->v_cache + il * c->layer_v;
+        const struct cpu_kv_layer *kl = &c->kvl[il];
+        const size_t m = (size_t)WGLLM_MIN(n, kl->cells);
+        wgllm_fp16 *k = c->k_cache + kl->k0;
+        memcpy(k + (size_t)dst * kl->seq_k, k + (size_t)src * kl->seq_k, m * KD * sizeof(wgllm_fp16));
+        wgllm_fp16 *v = c->v_cache + kl->v0;
         for (size_t d = 0; d < VD; d++)
-            memcpy(v + (size_t)dst * c->seq_v + d * c->n_ctx, v + (size_t)src * c->seq_v + d * c->n_ctx,
-                   (size_t)n * sizeof(wgllm_fp16));
+            memcpy(v + (size_t)dst * kl->seq_v + d * kl->cells, v + (size_t)src * kl->seq_v + d * kl->cells,
+                   m * sizeof(wgllm_fp16));
     }
 }
 
-/* Snapshots hold, per layer, the n keys then the n values of every V row. */
+/* Copies `len` elements of `count` positions from cell c0 of a ring of
+ * `cells` (rows of `len` elements) to / from buf in position order; the
+ * positions wrap to cell 0 past the end. Returns buf's end. */
+static char *ring_io(wgllm_fp16 *ring, int cells, int c0, int count, size_t len, char *buf, bool save) {
+    const int first = WGLLM_MIN(count, cells - c0);
+    const size_t b1 = (size_t)first * len * sizeof(wgllm_fp16), b2 = (size_t)(count - first) * len * sizeof(wgllm_fp16);
+    if (save) memcpy(buf, ring + (size_t)c0 * len, b1), memcpy(buf + b1, ring, b2);
+    else memcpy(ring + (size_t)c0 * len, buf, b1), memcpy(ring, buf + b1, b2);
+    return buf + b1 + b2;
+}
+
+/* Snapshots hold, per layer, the keys then the values of every V row of
+ * positions [n - m, n), m = min(n, cells): every position of a full cache,
+ * the live cells of a ring (backend_impl.h). */
 static void seq_state_io(struct cpu_ctx *c, int seq, int n, char *buf, bool save) {
     const struct wgllm_hparams *hp = &c->model->hp;
     const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
     for (int il = 0; il < hp->n_layer; il++) {
-        wgllm_fp16 *k = c->k_cache + il * c->layer_k + (size_t)seq * c->seq_k;
-        const size_t kb = (size_t)n * KD * sizeof(wgllm_fp16);
-        if (save) memcpy(buf, k, kb); else memcpy(k, buf, kb);
-        buf += kb;
-        for (size_t d = 0; d < VD; d++) {
-            wgllm_fp16 *v = c->v_cache + il * c->layer_v + (size_t)seq * c->seq_v + d * c->n_ctx;
-            if (save) memcpy(buf, v, (size_t)n * sizeof(wgllm_fp16)); else memcpy(v, buf, (size_t)n * sizeof(wgllm_fp16));
-            buf += (size_t)n * sizeof(wgllm_fp16);
-        }
+        const struct cpu_kv_layer *kl = &c->kvl[il];
+        const int m = WGLLM_MIN(n, kl->cells), c0 = (n - m) % kl->cells;
+        buf = ring_io(c->k_cache + kl->k0 + (size_t)seq * kl->seq_k, kl->cells, c0, m, KD, buf, save);
+        for (size_t d = 0; d < VD; d++)
+            buf = ring_io(c->v_cache + kl->v0 + (size_t)seq * kl->seq_v + d * kl->cells, kl->cells, c0, m, 1, buf,
+                          save);
     }
 }
 
@@ -730,7 +781,9 @@ static void shift_worker(void *arg, int ith, int nth) {
         const int il = (int)(it / hp->n_head_kv), h = (int)(it % hp->n_head_kv);
         const struct wgllm_layer *L = &c->model->layers[il];
         const float *cs = L->swa && j->cs_swa ? j->cs_swa : j->cs;
-        wgllm_fp16 *k = c->k_cache + il * c->layer_k + (size_t)j->seq * c->seq_k + (size_t)h * dk;
+        /* context.c refuses the shift of a ring: every layer has n_ctx cells here */
+        const struct cpu_kv_layer *kl = &c->kvl[il];
+        wgllm_fp16 *k = c->k_cache + kl->k0 + (size_t)j->seq * kl->seq_k + (size_t)h * dk;
         for (int p = 0; p < j->n_move; p++) { /* ascending: each source is read before it is overwritten */
             const wgllm_fp16 *src = k + (size_t)(j->keep + j->discard + p) * KD;
             wgllm_fp16 *dst = k + (size_t)(j->keep + p) * KD;
@@ -742,7 +795,7 @@ static void shift_worker(void *arg, int ith, int nth) {
             wgllm_op_rope(row, cs, hp->n_rot, neox);
             wgllm_fp32_to_fp16_row(row, dst, dk);
         }
-        wgllm_fp16 *v = c->v_cache + il * c->layer_v + (size_t)j->seq * c->seq_v + (size_t)h * dv * c->n_ctx;
+        wgllm_fp16 *v = c->v_cache + kl->v0 + (size_t)j->seq * kl->seq_v + (size_t)h * dv * c->n_ctx;
         for (int d = 0; d < dv; d++)
             memmove(v + (size_t)d * c->n_ctx + j->keep, v + (size_t)d * c->n_ctx + j->keep + j->discard,
                     (size_t)j->n_move * sizeof(wgllm_fp16));

@@ -125,6 +125,7 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struc
     g->n_batch = params->n_batch > 0 ? params->n_batch : 512;
     g->n_batch = (int)WGLLM_MIN((int64_t)g->n_batch, (int64_t)g->n_ctx * g->n_seq); /* 64-bit: n_ctx may be near INT_MAX */
     g->gpu_mem = params->gpu_mem;
+    g->swa_full = params->swa_full;
     enum wgllm_status st = create(g, err);
     if (st) {
         wgllm_error_prefix(err, "WebGPU backend on %s: ", info->name);
@@ -197,12 +198,14 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
         st[i] = (uint32_t)tok[i];
         st[B + i] = (uint32_t)(seq[i] * g->n_ctx + pos[i]);
         st[2 * B + i] = (uint32_t)pos[i] + 1;
+        if (g->ring) st[4 * B + i] = (uint32_t)(seq[i] * g->ring + pos[i] % g->ring);
         if (want[i]) st[3 * B + n_out++] = (uint32_t)i;
         if (i > 0 && pos[i] == pos[i - 1]) rope_repeat(g, i);
         else rope_rows(g, i, pos[i]);
     }
-    for (int a = 0; a < 4; a++)
-        if (a < 3 || n_out) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)a * B * 4, st + a * B, (size_t)(a < 3 ? n : n_out) * 4);
+    for (int a = 0; a < (g->ring ? WGLLM_STEP_REGIONS : WGLLM_STEP_REGIONS - 1); a++)
+        if (a != 3 || n_out)
+            wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)a * B * 4, st + a * B, (size_t)(a != 3 ? n : n_out) * 4);
     rope_upload(g, n);
     wgllm_gpu_batch_begin(g->gpu);
     record(g, 0, g->n_ops_layers, n);
@@ -326,12 +329,14 @@ static enum wgllm_status webgpu_decode_sampled(void *b, const struct wgllm_ubatc
 static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, bool sampled, int32_t tok, int pos, int rb,
                                            struct wgllm_error *err) {
     const uint64_t B = (uint64_t)g->n_batch;
-    const uint32_t v[3] = {(uint32_t)pos, (uint32_t)pos + 1, 0}; /* cache row (sequence 0), length, output row */
+    /* cache row (sequence 0), length, output row, ring row */
+    const uint32_t v[4] = {(uint32_t)pos, (uint32_t)pos + 1, 0, g->ring ? (uint32_t)(pos % g->ring) : 0};
+    const int n_v = g->ring ? 4 : 3;
     if (tok >= 0) {
         const uint32_t t = (uint32_t)tok;
         wgllm_gpu_buffer_write(g->gpu, g->step, 0, &t, 4);
     }
-    for (int a = 0; a < 3; a++) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)(a + 1) * B * 4, &v[a], 4);
+    for (int a = 0; a < n_v; a++) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)(a + 1) * B * 4, &v[a], 4);
     rope_rows(g, 0, pos);
     rope_upload(g, 1);
     wgllm_gpu_batch_begin(g->gpu);
@@ -439,11 +444,17 @@ static enum wgllm_status webgpu_generate(void *b, const struct wgllm_sampler_par
 
 /* ---- sequences ------------------------------------------------------------ */
 
+/* Rows per sequence of layer il's caches: n_ctx, or a local layer's ring. */
+static uint64_t layer_cells(const struct wgllm_webgpu_ctx *g, int il) {
+    return (uint64_t)(g->ring && g->model->layers[il].swa ? g->ring : g->n_ctx);
+}
+
+/* Rows [0, min(n, cells)) of each layer: all n positions of a full cache,
+ * the whole ring of a local layer past it. */
 static void webgpu_seq_copy(void *b, int src, int dst, int n) {
     struct wgllm_webgpu_ctx *g = b;
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint64_t kr = (uint64_t)hp->n_head_kv * hp->head_dim_k * 2, vr = (uint64_t)hp->n_head_kv * hp->head_dim_v * 2;
-    const uint64_t ss = (uint64_t)g->n_ctx;
     /* WebGPU copies never have one buffer as both source and target: go
      * through a scratch activation buffer (free between passes), in pieces */
     struct wgllm_gpu_buffer *via = g->gate;
@@ -452,7 +463,8 @@ static void webgpu_seq_copy(void *b, int src, int dst, int n) {
     for (int il = 0; il < hp->n_layer; il++)
         for (int kv = 0; kv < 2; kv++) {
             struct wgllm_gpu_buffer *c = kv ? g->vc[il] : g->kc[il];
-            const uint64_t row = kv ? vr : kr, piece = cap / row * row, bytes = (uint64_t)n * row;
+            const uint64_t ss = layer_cells(g, il);
+            const uint64_t row = kv ? vr : kr, piece = cap / row * row, bytes = WGLLM_MIN((uint64_t)n, ss) * row;
             WGLLM_ASSERT(piece > 0);
             for (uint64_t o = 0; o < bytes; o += piece) {
                 const uint64_t sz = WGLLM_MIN(piece, bytes - o);
@@ -464,31 +476,39 @@ static void webgpu_seq_copy(void *b, int src, int dst, int n) {
     if (wgllm_gpu_batch_submit(g->gpu, &err)) wgllm_log(WGLLM_LOG_ERROR, "webgpu: sequence copy: %s", err.message);
 }
 
-/* Snapshots hold, per layer, the n keys then the n values (rows as the cache
- * holds them). Saving goes through the readback buffer in pieces. */
+/* `bytes` at byte `off` of cache c to / from buf; saving goes through the
+ * readback buffer in pieces. */
+static void cache_io(struct wgllm_webgpu_ctx *g, struct wgllm_gpu_buffer *c, uint64_t off, uint64_t bytes,
+                     uint64_t row, char *buf, bool save) {
+    if (!save) {
+        wgllm_gpu_buffer_write(g->gpu, c, off, buf, bytes);
+        return;
+    }
+    const uint64_t piece = wgllm_gpu_buffer_size(g->readback) / row * row;
+    for (uint64_t o = 0; o < bytes; o += piece) {
+        const uint64_t sz = WGLLM_MIN(piece, bytes - o);
+        struct wgllm_error err = {0};
+        wgllm_gpu_batch_begin(g->gpu);
+        wgllm_gpu_copy(g->gpu, c, off + o, g->readback, 0, sz);
+        if (wgllm_gpu_batch_submit(g->gpu, &err) || wgllm_gpu_readback(g->gpu, g->readback, 0, buf + o, sz, &err))
+            wgllm_log(WGLLM_LOG_ERROR, "webgpu: sequence save: %s", err.message);
+    }
+}
+
+/* Snapshots hold, per layer, the keys then the values (rows as the cache
+ * holds them) of positions [n - m, n), m = min(n, cells): every position of
+ * a full cache, the live rows of a ring in position order (backend_impl.h). */
 static void seq_io(struct wgllm_webgpu_ctx *g, int seq, int n, char *buf, bool save) {
     const struct wgllm_hparams *hp = &g->model->hp;
-    const uint64_t rb = wgllm_gpu_buffer_size(g->readback);
     for (int il = 0; il < hp->n_layer; il++)
         for (int kv = 0; kv < 2; kv++) {
             struct wgllm_gpu_buffer *c = kv ? g->vc[il] : g->kc[il];
             const uint64_t row = (uint64_t)hp->n_head_kv * (kv ? hp->head_dim_v : hp->head_dim_k) * 2;
-            const uint64_t off = (uint64_t)seq * g->n_ctx * row, bytes = (uint64_t)n * row;
-            if (!save) {
-                wgllm_gpu_buffer_write(g->gpu, c, off, buf, bytes);
-                buf += bytes;
-                continue;
-            }
-            const uint64_t piece = rb / row * row;
-            for (uint64_t o = 0; o < bytes; o += piece) {
-                const uint64_t sz = WGLLM_MIN(piece, bytes - o);
-                struct wgllm_error err = {0};
-                wgllm_gpu_batch_begin(g->gpu);
-                wgllm_gpu_copy(g->gpu, c, off + o, g->readback, 0, sz);
-                if (wgllm_gpu_batch_submit(g->gpu, &err) || wgllm_gpu_readback(g->gpu, g->readback, 0, buf + o, sz, &err))
-                    wgllm_log(WGLLM_LOG_ERROR, "webgpu: sequence save: %s", err.message);
-            }
-            buf += bytes;
+            const uint64_t cells = layer_cells(g, il), m = WGLLM_MIN((uint64_t)n, cells), c0 = ((uint64_t)n - m) % cells;
+            const uint64_t first = WGLLM_MIN(m, cells - c0), off = (uint64_t)seq * cells * row;
+            cache_io(g, c, off + c0 * row, first * row, row, buf, save);
+            if (m > first) cache_io(g, c, off, (m - first) * row, row, buf + first * row, save);
+            buf += m * row;
         }
 }
 
@@ -537,7 +557,8 @@ static enum wgllm_status webgpu_seq_shift(void *b, int seq, int n, int keep, int
 
 static uint64_t webgpu_host_memory(const void *b) {
     const struct wgllm_webgpu_ctx *g = b;
-    return (uint64_t)g->n_batch * (4 * 4 + g->model->hp.n_rot * 4); /* the step and RoPE tables */
+    const int regions = g->ring ? WGLLM_STEP_REGIONS : WGLLM_STEP_REGIONS - 1;
+    return (uint64_t)g->n_batch * (regions * 4 + g->model->hp.n_rot * 4); /* the step and RoPE tables */
 }
 
 static uint64_t webgpu_device_memory(const void *b) {

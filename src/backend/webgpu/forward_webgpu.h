@@ -27,7 +27,9 @@ struct wgllm_context_params;
 struct wgllm_webgpu_plan {
     uint64_t weights;     /* matrices in their GGUF formats */
     uint64_t vectors;     /* norms, biases, rope factors (f32) */
-    uint64_t kv_cache;    /* f16 K and V of every layer */
+    uint64_t kv_cache;    /* f16 K and V of every layer, and the context shift's scratch */
+    uint64_t kv_full;     /* f16 K and V of every layer if the sliding-window ones kept n_ctx positions */
+    int ring;             /* cells of a sliding-window layer's ring per sequence; 0: no ring */
     uint64_t activations; /* hidden states of n_batch tokens */
     uint64_t logits;      /* the logits buffer and its readback copy */
     uint64_t params;      /* the kernel-parameter arena and the step buffer */

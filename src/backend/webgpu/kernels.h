@@ -156,7 +156,7 @@ struct wgllm_kp_round_act {
 
 /* ATTN_BATCH */
 struct wgllm_kp_attn {
-    uint32_t _n;
+    uint32_t ring;     /* n: > 0: the caches are rings of `ring` rows per sequence, ROW[t] the token's ring row */
     uint32_t dv;       /* m: value head dims */
     uint32_t dk;       /* k: key head dims */
     uint32_t q_stride; /* a: q elements per token */
@@ -295,8 +295,10 @@ enum wgllm_kernel {
      * ATTN_BATCH: token t = wid.y, head h = wid.x: O[t*d + h*m ..] = softmax(cap(f16(q * f1).K^T)
      * * f0) V (cap: f2 * tanh(s * f3) when f2 > 0) over the cache rows ROW[t]+1-L .. ROW[t], L =
      * LEN[t], or min(LEN[t], h) when h > 0; q at t*a + h*k; K row r of kv head h/g at r*e +
-     * (h/g)*k, V at r*i + (h/g)*m (f16 caches); head dims k, m. Bindings 1 Q, 2 K, 3 V, 4 O, 5 ST.
-     * Dispatch (heads, tokens, 1).
+     * (h/g)*k, V at r*i + (h/g)*m (f16 caches); head dims k, m. With n > 0 the caches are rings
+     * of n rows per sequence (a sliding-window layer, backend/kv_window.h): ROW[t] = seq * n +
+     * pos % n, and position q of the span is row ROW[t] - pos % n + q % n. Bindings 1 Q, 2 K, 3
+     * V, 4 O, 5 ST. Dispatch (heads, tokens, 1).
      * STORE_KV: Y word c + ROW[t]*e + i = pack2x16float(x[a + t*k + 2i], x[.. + 1]), i < n.
      * Bindings 1 x, 2 ST, 3 Y. Dispatch (ceil(n / wg_elem), tokens, 1).
      * ADD_ROWS: x[a + t*n + i] += y[b + t*m + i], i < n (m = 0: a broadcast bias). Bindings 1 x,

@@ -40,7 +40,10 @@
  * worst, F16 1.4e-3; greedy tokens equal), i.e. below the f32 sum-order noise.
  * The gemma block's extras follow the CPU's attend_head: q times q_scale
  * before its f16 rounding, the soft-cap of each score before the scale, and
- * a sliding window as a shorter span (the last `window` positions).
+ * a sliding window as a shorter span (the last `window` positions). On a
+ * ring (p.n rows per sequence) the span's rows wrap through the modulo;
+ * the sums still run in position order, so a ring gives the very values of
+ * the full cache.
  */
 static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
     const char *fmt =
@@ -59,6 +62,12 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "var<workgroup> rl: array<f32, WGA>;\n"
         "var<workgroup> wlen: u32;\n"
         "var<workgroup> wbase: u32;\n"
+        "var<workgroup> wq0: u32;\n"
+        /* the cache row of the span's j-th position: consecutive rows, or through a ring */
+        "fn rowat(base: u32, q0: u32, j: u32) -> u32 {\n"
+        "  if (p.n == 0u) { return base + j; }\n"
+        "  return base + (q0 + j) %% p.n;\n"
+        "}\n"
         "fn score(row: u32, kvh: u32) -> f32 {\n"
         "  let kb = row * p.e + kvh * p.k;\n"
         "  var d = 0.0;\n"
@@ -77,15 +86,22 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "    if (p.h > 0u) { len = min(len, p.h); }\n"
         "    wlen = len;\n"
         "    wbase = ST[p.b + tok] + 1u - len;\n"
+        "    wq0 = 0u;\n"
+        "    if (p.n > 0u) {\n"
+        "      let pos = ST[p.c + tok] - 1u;\n"
+        "      wbase = ST[p.b + tok] - pos %% p.n;\n"
+        "      wq0 = pos + 1u - len;\n"
+        "    }\n"
         "  }\n"
         "  for (var i = tid; i < p.k; i += WGA) { qs[i] = to_f16(Q[tok * p.a + h * p.k + i] * p.f1); }\n"
         "  let n = workgroupUniformLoad(&wlen);\n"
         "  let base = workgroupUniformLoad(&wbase);\n"
+        "  let q0 = workgroupUniformLoad(&wq0);\n"
         "  var m = -3.4e38;\n"
         "  var hi = 0.0;\n"
         "  var lo = 0.0;\n"
         "  for (var j = tid; j < n; j += WGA) {\n"
-        "    let s = score(base + j, kvh);\n"
+        "    let s = score(rowat(base, q0, j), kvh);\n"
         "    if (s > m) {\n"
         "      let r = exp(m - s);\n"
         "      hi = hi * r;\n"
@@ -121,7 +137,7 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "  for (var j0 = 0u; j0 < n; j0 += WGA) {\n"
         "    let j = j0 + tid;\n"
         "    var pj = 0.0;\n"
-        "    if (j < n) { pj = to_f16(exp(score(base + j, kvh) - gmax) * inv); }\n"
+        "    if (j < n) { pj = to_f16(exp(score(rowat(base, q0, j), kvh) - gmax) * inv); }\n"
         "    workgroupBarrier();\n"
         "    pt[tid] = pj;\n"
         "    workgroupBarrier();\n"
@@ -129,9 +145,13 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "    for (var r = 0u; r < MAXD; r++) {\n"
         "      let dd = tid + r * WGA;\n"
         "      if (dd < p.m) {\n"
-        "        let vb = (base + j0) * p.i + kvh * p.m + dd;\n"
         "        var a = acc[r];\n"
-        "        for (var jj = 0u; jj < cnt; jj++) { a += pt[jj] * vget(vb + jj * p.i); }\n"
+        "        if (p.n == 0u) {\n"
+        "          let vb = (base + j0) * p.i + kvh * p.m + dd;\n"
+        "          for (var jj = 0u; jj < cnt; jj++) { a += pt[jj] * vget(vb + jj * p.i); }\n"
+        "        } else {\n"
+        "          for (var jj = 0u; jj < cnt; jj++) { a += pt[jj] * vget(rowat(base, q0, j0 + jj) * p.i + kvh * p.m + dd); }\n"
+        "        }\n"
         "        acc[r] = a;\n"
         "      }\n"
         "    }\n"

@@ -293,15 +293,19 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
             add_op(bd, prope, &rk, GROW_Y, ceil_div((uint64_t)rk.rope.heads * (rk.rope.n_rot / 2), t->wg_elem), 2,
                    g->k, g->rope_cs, NULL, NULL);
         }
-        /* the step buffer's rows (cache rows) start at word B */
-        const union wgllm_kparams sk = {.store_kv = {.words = KD / 2, .x_stride = KD, .row_at = B, .y_stride = KD / 2}};
-        const union wgllm_kparams sv = {.store_kv = {.words = VD / 2, .x_stride = VD, .row_at = B, .y_stride = VD / 2}};
+        /* the step buffer's rows (cache rows) start at word B, a ring's rows at 4B: a local
+         * layer's ring is a parameter of the same dispatches (backend/kv_window.h) */
+        const bool ring = g->ring && L->swa;
+        const uint32_t row_at = ring ? 4 * B : B;
+        const union wgllm_kparams sk = {.store_kv = {.words = KD / 2, .x_stride = KD, .row_at = row_at, .y_stride = KD / 2}};
+        const union wgllm_kparams sv = {.store_kv = {.words = VD / 2, .x_stride = VD, .row_at = row_at, .y_stride = VD / 2}};
         add_op(bd, pstore, &sk, GROW_Y, ceil_div(sk.store_kv.words, t->wg_elem), 3, g->k, g->step, g->kc[il], NULL);
         add_op(bd, pstore, &sv, GROW_Y, ceil_div(sv.store_kv.words, t->wg_elem), 3, g->v, g->step, g->vc[il], NULL);
         const float cap = hp->attn_softcap;
         const union wgllm_kparams ak = {.attn = {.dk = dk, .dv = dv, .k_stride = KD, .v_stride = VD,
                                                  .gqa = (uint32_t)(hp->n_head / hp->n_head_kv), .q_stride = QD,
-                                                 .o_stride = OD, .row_at = B, .len_at = 2 * B,
+                                                 .o_stride = OD, .row_at = row_at, .len_at = 2 * B,
+                                                 .ring = ring ? (uint32_t)g->ring : 0,
                                                  .window = L->swa ? (uint32_t)hp->n_swa : 0,
                                                  .scale = hp->kq_scale, .q_scale = hp->q_scale,
                                                  .softcap = cap > 0.0f ? cap : 0.0f,

@@ -80,11 +80,13 @@ struct wgllm_webgpu_ctx {
     const struct wgllm_wgsl_tune *tune;
     int n_ctx, n_seq, n_batch, out_cap;
     uint64_t gpu_mem;
+    bool swa_full; /* the caller's wgllm_context_params.swa_full */
+    int ring;      /* cells per sequence of a sliding-window layer's ring (kv_window.h); 0: none */
 
     struct gweight *w;  /* 7 per layer, then tok_embd, output */
     int n_w;
     struct wgllm_gpu_buffer *vecs;                 /* every f32 vector */
-    struct wgllm_gpu_buffer **kc, **vc;            /* per layer, [n_seq][n_ctx] rows */
+    struct wgllm_gpu_buffer **kc, **vc;            /* per layer, [n_seq][n_ctx] rows ([n_seq][ring] on a ring) */
     /* activations, n_batch rows each (xo and logits: out_cap rows) */
     struct wgllm_gpu_buffer *x, *xn, *q, *k, *v, *qr, *kr, *att, *tmp, *gate, *up, *ffh, *xo, *att_o, *logits;
     struct wgllm_gpu_buffer *xr;      /* a mat-vec input rounded as the CPU rounds it (ROUND_ACT) */
@@ -93,7 +95,9 @@ struct wgllm_webgpu_ctx {
     uint64_t rope_swa_off;            /* bytes; 0: no second table */
     struct wgllm_gpu_buffer *gelu_tab; /* GeGLU models: the CPU's GELU of every f16 (wgllm_op_gelu_f16_table) */
     const float *rope_factors;        /* wgllm_model_rope_factors for this context's n_ctx */
-    struct wgllm_gpu_buffer *step;    /* u32 [4][n_batch]: token ids, cache rows, attention lengths, output rows */
+    /* u32 [WGLLM_STEP_REGIONS][n_batch]: token ids, cache rows (seq * n_ctx + pos), attention
+       lengths (pos + 1), output rows, ring rows (seq * ring + pos % ring; only with a ring) */
+    struct wgllm_gpu_buffer *step;
     struct wgllm_gpu_buffer *arena, *readback;
     /* context shift: n_ctx rows of K or V of one layer; ROPE_SHIFT_F16 from it into each layer's K cache
        (bind groups per layer, parameters in the arena's last slot, written per shift) */

@@ -9,12 +9,14 @@
  * activations and output rows, the step, readback and sampling buffers.
  *
  * KV cache: per layer one f16 K buffer and one V buffer, each [n_seq][n_ctx]
- * rows of n_head_kv * head_dim, and a scratch of one layer's n_ctx rows for
- * the context shift.
+ * rows of n_head_kv * head_dim ([n_seq][ring] on a sliding-window layer
+ * with a ring, backend/kv_window.h), and a scratch of one layer's n_ctx rows
+ * for the context shift.
  */
 #include "backend/webgpu/webgpu_internal.h"
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/kv_window.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "wgllm.h"
@@ -345,16 +347,23 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
         snprintf(why, sizeof why, "the cache rows of %d sequences must have 32-bit indices", sz->n_seq);
     }
     sz->out_cap = WGLLM_MIN(sz->out_cap, sz->n_batch);
-    /* bytes per position of every slot, and of the context shift's scratch */
-    const uint64_t kv_pos = sadd(smul3(w.n_layer, (uint64_t)sz->n_seq, smul(sadd(KD, VD), 2)), kv_row);
-    uint64_t fixed = plan_fixed(m, &w, (uint64_t)sz->n_batch, (uint64_t)sz->out_cap);
+    /* bytes per position of every slot, and of the context shift's scratch;
+     * rings are fixed bytes (at the batch asked: shrinking only makes them
+     * smaller, or a full cache below the ring's size, so the estimate only
+     * errs high) */
+    int ring = wgllm_kv_ring(m, sz->n_ctx, sz->n_batch, sz->swa_full);
+    uint64_t n_local = 0;
+    for (int il = 0; ring && il < hp->n_layer; il++) n_local += m->layers[il].swa;
+    const uint64_t kv_pos = sadd(smul3(w.n_layer - n_local, (uint64_t)sz->n_seq, smul(sadd(KD, VD), 2)), kv_row);
+    const uint64_t ring_bytes = smul3(n_local, smul((uint64_t)sz->n_seq, (uint64_t)ring), smul(sadd(KD, VD), 2));
+    uint64_t fixed = sadd(plan_fixed(m, &w, (uint64_t)sz->n_batch, (uint64_t)sz->out_cap), ring_bytes);
     if (sz->gpu_mem && sadd(fixed, smul(kv_pos, (uint64_t)sz->n_ctx)) > sz->gpu_mem) {
         const uint64_t want = sadd(fixed, smul(kv_pos, (uint64_t)sz->n_ctx));
         const int min_ctx = WGLLM_MIN(sz->n_ctx, 256);
         while (sadd(fixed, smul(kv_pos, (uint64_t)min_ctx)) > sz->gpu_mem && (sz->out_cap > sz->n_seq || sz->n_batch > 32)) {
             if (sz->out_cap > sz->n_seq) sz->out_cap = WGLLM_MAX(sz->n_seq, sz->out_cap / 2);
             else sz->n_batch = WGLLM_MAX(32, sz->n_batch / 2), sz->out_cap = WGLLM_MIN(sz->out_cap, sz->n_batch);
-            fixed = plan_fixed(m, &w, (uint64_t)sz->n_batch, (uint64_t)sz->out_cap);
+            fixed = sadd(plan_fixed(m, &w, (uint64_t)sz->n_batch, (uint64_t)sz->out_cap), ring_bytes);
         }
         if (sadd(fixed, kv_pos) > sz->gpu_mem)
             return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "the GPU memory budget of %.1f MiB is too small: "
@@ -380,7 +389,14 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
             k += snprintf(note + k, cap - k, "output rows per pass %d -> %d, ", WGLLM_MIN(out0, n_batch0), sz->out_cap);
         if (k < (int)cap) snprintf(note + k, cap - k, "because %s", why);
     }
-    sz->estimate = sadd(fixed, smul(kv_pos, (uint64_t)sz->n_ctx));
+    /* the ring of what was planned */
+    sz->ring = ring = wgllm_kv_ring(m, sz->n_ctx, sz->n_batch, sz->swa_full);
+    n_local = 0;
+    for (int il = 0; ring && il < hp->n_layer; il++) n_local += m->layers[il].swa;
+    sz->estimate = sadd(sadd(plan_fixed(m, &w, (uint64_t)sz->n_batch, (uint64_t)sz->out_cap),
+                             smul3(n_local, smul((uint64_t)sz->n_seq, (uint64_t)ring), smul(sadd(KD, VD), 2))),
+                        smul(sadd(smul3(w.n_layer - n_local, (uint64_t)sz->n_seq, smul(sadd(KD, VD), 2)), kv_row),
+                             (uint64_t)sz->n_ctx));
     /* each buffer is checked below; their sum (weights of 16 pieces past a
      * binding each, say) must not wrap either */
     if (sz->estimate == SAT)
@@ -390,7 +406,9 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     /* every buffer, as plan_alloc creates it */
     const uint64_t B = (uint64_t)sz->n_batch, OC = (uint64_t)sz->out_cap, rows = (uint64_t)sz->n_seq * sz->n_ctx;
     const bool qk_norm = m->layers[0].q_norm != NULL;
-    sz->step = smul3(4, B, 4);
+    /* the ring rows' region only with a ring: other models plan as before */
+    const uint64_t step_regions = ring ? WGLLM_STEP_REGIONS : WGLLM_STEP_REGIONS - 1;
+    sz->step = smul3(step_regions, B, 4);
     sz->readback = smul3(OC, WGLLM_MAX(V, E), 4);
     sz->samp_in = smul3(OC, 8, 4);
     sz->samp_out = smul3(OC, 2, 4);
@@ -402,6 +420,9 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     sz->vectors = smul(n_vec, 4);
     sz->k_cache = smul3(rows, KD, 2);
     sz->v_cache = smul3(rows, VD, 2);
+    sz->k_ring = ring ? smul3(smul((uint64_t)sz->n_seq, (uint64_t)ring), KD, 2) : sz->k_cache;
+    sz->v_ring = ring ? smul3(smul((uint64_t)sz->n_seq, (uint64_t)ring), VD, 2) : sz->v_cache;
+    sz->kv_full = smul(w.n_layer, sadd(sz->k_cache, sz->v_cache));
     sz->shift = smul3((uint64_t)sz->n_ctx, WGLLM_MAX(KD, VD), 2);
     const uint64_t act_rows[WGLLM_ACT_COUNT] = {
         [WGLLM_ACT_X] = smul(B, E),    [WGLLM_ACT_XN] = smul(B, E),   [WGLLM_ACT_Q] = smul(B, QD),
@@ -447,7 +468,7 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
         uint64_t n;
         size_t elem;
         size_t *out;
-    } host[] = {{"step", smul(4, B), sizeof(uint32_t), &sz->step_host},
+    } host[] = {{"step", smul(step_regions, B), sizeof(uint32_t), &sz->step_host},
                 {"rope table", smul3(swa_rope ? 2 : 1, B, w.rot), sizeof(float), &sz->rope_host},
                 {"sampled rows", smul(OC, 8), sizeof(uint32_t), &sz->samp_host},
                 {"output row index", OC, sizeof(int), &sz->samp_row}};
@@ -537,7 +558,8 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     const struct wgllm_hparams *hp = &m->hp;
     struct wgllm_webgpu_limits lim;
     wgllm_webgpu_limits_of(wgllm_gpu_get_info(g->gpu), g->tune, &lim);
-    struct wgllm_webgpu_sizes sz = {.n_ctx = g->n_ctx, .n_seq = g->n_seq, .n_batch = g->n_batch, .gpu_mem = g->gpu_mem};
+    struct wgllm_webgpu_sizes sz = {.n_ctx = g->n_ctx, .n_seq = g->n_seq, .n_batch = g->n_batch, .gpu_mem = g->gpu_mem,
+                                    .swa_full = g->swa_full};
     enum wgllm_status st = wgllm_webgpu_plan_sizes(m, &lim, &sz, err);
     if (st) return st;
     if (sz.note[0]) wgllm_log(WGLLM_LOG_WARN, "webgpu: %s", sz.note);
@@ -546,6 +568,8 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     g->plan.n_ctx_requested = g->n_ctx;
     g->n_ctx = sz.n_ctx, g->n_batch = sz.n_batch, g->out_cap = sz.out_cap;
     g->plan.n_ctx = g->n_ctx;
+    g->ring = g->plan.ring = sz.ring;
+    g->plan.kv_full = sz.kv_full;
     g->plan.n_seq = g->n_seq;
     g->plan.n_batch = g->n_batch;
     g->plan.estimate = sz.estimate;
@@ -642,8 +666,10 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
 
     /* KV cache and activations */
     for (int il = 0; il < hp->n_layer; il++) {
-        g->kc[il] = wgllm_webgpu_gbuf(g, sz.k_cache, WGLLM_GPU_STORAGE, "k cache", &g->plan.kv_cache, err);
-        g->vc[il] = g->kc[il] ? wgllm_webgpu_gbuf(g, sz.v_cache, WGLLM_GPU_STORAGE, "v cache", &g->plan.kv_cache, err) : NULL;
+        const bool ring = sz.ring && m->layers[il].swa;
+        g->kc[il] = wgllm_webgpu_gbuf(g, ring ? sz.k_ring : sz.k_cache, WGLLM_GPU_STORAGE, "k cache", &g->plan.kv_cache, err);
+        g->vc[il] = g->kc[il] ? wgllm_webgpu_gbuf(g, ring ? sz.v_ring : sz.v_cache, WGLLM_GPU_STORAGE, "v cache",
+                                                  &g->plan.kv_cache, err) : NULL;
         if (!g->vc[il]) {
             free(offs);
             return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;

@@ -24,6 +24,8 @@
 
 /* Most pieces one weight is split into (struct gweight, webgpu_internal.h). */
 #define MAX_PIECES 16
+/* regions of n_batch words in the step buffer (webgpu_internal.h's step); the last (ring rows) only with a ring */
+#define WGLLM_STEP_REGIONS 5
 
 struct wgllm_model;
 struct wgllm_weight;
@@ -56,12 +58,16 @@ struct wgllm_webgpu_sizes {
     /* in: what the caller asks (each >= 1; gpu_mem 0: no budget); out: what was planned */
     int n_ctx, n_seq, n_batch;
     uint64_t gpu_mem;
+    bool swa_full;      /* sliding-window layers keep all n_ctx positions (no ring, kv_window.h) */
     /* out */
+    int ring;           /* cells a sliding-window layer keeps per sequence; 0: no ring */
     int out_cap;        /* output rows per pass */
     uint64_t estimate;  /* what the plan is expected to take on the device */
     char note[320];     /* what shrank and why ("" when nothing) */
     /* bytes of each buffer as it is created (the device rounds them up to 16) */
     uint64_t step, readback, samp_in, samp_out, samp_mask, vectors, k_cache, v_cache, shift, logits, rope_cs;
+    uint64_t k_ring, v_ring; /* a sliding-window layer's K and V caches with a ring (else k_cache, v_cache) */
+    uint64_t kv_full;        /* all layers' K and V caches if the sliding-window layers kept n_ctx positions */
     uint64_t gelu_table;   /* GeGLU's f16 table (65536 entries); 0: a SwiGLU model */
     uint64_t rope_swa_off; /* bytes: where the sliding-window layers' cos/sin table starts in rope_cs
                               (a binding offset, so 256-aligned); 0: they share the global one */

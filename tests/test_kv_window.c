@@ -1,0 +1,402 @@
+/*
+ * test_kv_window.c - the sliding-window KV ring (backend/kv_window.h) on
+ * tiny gemma models (a window of 8): with passes of 4 tokens a local layer
+ * keeps 12 cells instead of n_ctx, and 40 positions wrap the ring three
+ * times. A ring gives the logits of full caches (swa_full) on the CPU (its
+ * kernel levels: rerun with WGLLM_CPU=avx2 and scalar) and on WebGPU, with
+ * the prompt in several passes and the generation token by token; a
+ * sequence that went past its ring refuses a prefix whose window it
+ * forgot and serves those whose window it kept; snapshots hold only the
+ * ring's live cells and restore to the same continuation; context shift is
+ * refused on a ring. The engine: a prefix whose window a slot forgot is
+ * computed again (the same tokens as a fresh engine), one it kept is
+ * reused, and a snapshot of a ring restores the same continuation.
+ */
+#include "test.h"
+
+#include "backend/backend.h"
+#include "backend/webgpu/hal.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "quant/quant.h"
+
+enum { N_CTX = 64, N_BATCH = 4, RING = 8 + N_BATCH, N_PROMPT = 9, N_GEN = 31 };
+
+static struct wgllm_model *gemma(const char *shape) {
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = shape;
+    sp.type = WGLLM_TYPE_F32;
+    sp.seed = 5;
+    return test_synth_model(&sp);
+}
+
+static struct wgllm_context *new_ctx(struct wgllm_model *m, enum wgllm_backend b, bool full, int n_seq) {
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = N_CTX;
+    cp.n_batch = N_BATCH;
+    cp.n_seq = n_seq;
+    cp.backend = b;
+    cp.swa_full = full;
+    struct wgllm_context *c = NULL;
+    struct wgllm_error err = {0};
+    if (wgllm_context_init(m, &cp, &c, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  context: %s\n", err.message);
+        test_checks_failed_in_current++;
+        return NULL;
+    }
+    return c;
+}
+
+/* The largest |a - b| over n floats, relative to b's rms. */
+static double rel_diff(const float *a, const float *b, int n) {
+    double mx = 0, sq = 0;
+    for (int i = 0; i < n; i++) mx = fmax(mx, fabs((double)a[i] - b[i])), sq += (double)b[i] * b[i];
+    return mx / fmax(sqrt(sq / n), 1e-30);
+}
+
+/* A prompt of N_PROMPT tokens in passes of N_BATCH with every row's logits,
+ * then N_GEN greedy tokens one by one: rows[t] gets position t's logits
+ * (N_PROMPT + N_GEN rows of V); the generated tokens go to gen. */
+static bool run(struct wgllm_context *c, int V, float *rows, int32_t *gen) {
+    int32_t toks[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);
+    struct wgllm_error err = {0};
+    if (wgllm_decode(c, toks, N_PROMPT, true, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  decode: %s\n", err.message);
+        return false;
+    }
+    for (int t = 0; t < N_PROMPT; t++) memcpy(rows + (size_t)t * V, wgllm_get_logits_ith(c, t), sizeof(float) * (size_t)V);
+    for (int k = 0; k < N_GEN; k++) {
+        gen[k] = wgllm_argmax(rows + (size_t)(N_PROMPT - 1 + k) * V, V);
+        if (wgllm_decode(c, &gen[k], 1, false, &err) != WGLLM_STATUS_OK) {
+            fprintf(stderr, "  decode %d: %s\n", k, err.message);
+            return false;
+        }
+        memcpy(rows + (size_t)(N_PROMPT + k) * V, wgllm_get_logits(c), sizeof(float) * (size_t)V);
+    }
+    return true;
+}
+
+/* Ring and full caches on backend b: the same logits at every position and
+ * the same greedy tokens, and the ring's KV bytes are what kv_window says.
+ * Exactly on WebGPU, whose sums run in position order either way. The CPU's
+ * V product is two f16 dot products where the window wraps, which moves an
+ * output by an f32 ulp; measured ~1e-6 of the logits' rms, and up to 1.1e-3
+ * (avx2, scalar) where that ulp crosses an f16 rounding boundary of the next
+ * layer's K/V or GeGLU input; a wrong cell moves them by O(1). */
+static void ring_equals_full(const char *shape, enum wgllm_backend b) {
+    struct wgllm_model *m = gemma(shape);
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = m->hp.n_vocab, N = N_PROMPT + N_GEN;
+    struct wgllm_context *cr = new_ctx(m, b, false, 1), *cf = new_ctx(m, b, true, 1);
+    float *lr = malloc(sizeof(float) * (size_t)N * V), *lf = malloc(sizeof(float) * (size_t)N * V);
+    int32_t gr[N_GEN], gf[N_GEN];
+    if (cr && cf && lr && lf) {
+        uint64_t full_r, full_f;
+        int ring_r, ring_f;
+        const uint64_t kv_r = wgllm_context_kv_memory(cr, &full_r, &ring_r), kv_f = wgllm_context_kv_memory(cf, &full_f, &ring_f);
+        CHECK_EQ_INT(ring_r, RING);
+        CHECK_EQ_INT(ring_f, 0);
+        CHECK(kv_f == full_f && full_r == full_f);
+        int n_local = 0;
+        for (int il = 0; il < m->hp.n_layer; il++) n_local += m->layers[il].swa;
+        CHECK(n_local > 0);
+        const uint64_t row = (uint64_t)m->hp.n_head_kv * (m->hp.head_dim_k + m->hp.head_dim_v) * 2;
+        CHECK_EQ_INT(kv_r, row * ((uint64_t)(m->hp.n_layer - n_local) * N_CTX + (uint64_t)n_local * RING));
+        CHECK(run(cr, V, lr, gr));
+        CHECK(run(cf, V, lf, gf));
+        double worst = 0;
+        for (int t = 0; t < N; t++) {
+            worst = fmax(worst, rel_diff(lr + (size_t)t * V, lf + (size_t)t * V, V));
+        }
+        fprintf(stderr, "  %s %s: ring of %d cells vs full caches: worst logits difference %.3g of the rms over %d "
+                "positions\n", shape, b == WGLLM_BACKEND_CPU ? "cpu" : "webgpu", RING, worst, N);
+        CHECK(worst <= (b == WGLLM_BACKEND_CPU ? 5e-3 : 0.0));
+        CHECK(!memcmp(gr, gf, sizeof gr));
+    }
+    free(lr), free(lf);
+    wgllm_context_free(cr);
+    wgllm_context_free(cf);
+    wgllm_model_free(m);
+}
+
+TEST(cpu_gemma3_ring_equals_full) { ring_equals_full("tiny-gemma3", WGLLM_BACKEND_CPU); }
+TEST(cpu_gemma2_ring_equals_full) { ring_equals_full("tiny-gemma2", WGLLM_BACKEND_CPU); }
+TEST(webgpu_gemma3_ring_equals_full) { ring_equals_full("tiny-gemma3", WGLLM_BACKEND_WEBGPU); }
+TEST(webgpu_gemma2_ring_equals_full) { ring_equals_full("tiny-gemma2", WGLLM_BACKEND_WEBGPU); }
+
+/* One token at (pos, seq) of a multi-sequence context; its logits to out. */
+static enum wgllm_status one(struct wgllm_context *c, int32_t tok, int32_t pos, int32_t seq, float *out, int V) {
+    const bool want = true;
+    const struct wgllm_batch bt = {.n = 1, .token = &tok, .pos = &pos, .seq = &seq, .output = &want};
+    struct wgllm_error err = {0};
+    enum wgllm_status st = wgllm_context_decode_batch(c, &bt, false, &err);
+    if (!st && out) memcpy(out, wgllm_context_output_logits(c, 0), sizeof(float) * (size_t)V);
+    return st;
+}
+
+/* Which prefixes a ring still provides, on backend b: after 40 positions
+ * (the ring holds [28, 40)) a sequence goes on at 36 (its window [28, 36)
+ * is there) with the logits of full caches, not at 35 or below 28 (refused,
+ * INVALID_ARGUMENT), and again from 0; a copy of the sequence serves what it
+ * did; a snapshot is the ring's live cells and restores into another slot
+ * to the same continuation; a shift is refused. */
+static void ring_prefixes(enum wgllm_backend b) {
+    struct wgllm_model *m = gemma("tiny-gemma3");
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = m->hp.n_vocab, L = 40;
+    struct wgllm_context *cr = new_ctx(m, b, false, 3), *cf = new_ctx(m, b, true, 1);
+    float *a = malloc(sizeof(float) * (size_t)V), *f = malloc(sizeof(float) * (size_t)V);
+    if (!cr || !cf || !a || !f) goto done;
+    int32_t toks[64];
+    for (int i = 0; i < L; i++) toks[i] = (int32_t)((i * 104729 + 7) % V);
+    for (int i = 0; i < L; i++) CHECK_EQ_INT(one(cr, toks[i], i, 0, NULL, V), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_decode(cf, toks, L, false, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_seq_pos_min(cr, 0), L - RING);
+    CHECK(!wgllm_context_can_continue(cr, L - RING, 35) && wgllm_context_can_continue(cr, L - RING, 36));
+    CHECK(wgllm_context_can_continue(cr, 0, 3) && wgllm_context_can_continue(cr, L - RING, 0));
+
+    /* a snapshot of all 40 positions: the ring's 12 cells on local layers */
+    const size_t sz = wgllm_context_seq_state_size(cr, L);
+    int n_local = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) n_local += m->layers[il].swa;
+    const size_t row = (size_t)m->hp.n_head_kv * (m->hp.head_dim_k + m->hp.head_dim_v) * 2;
+    CHECK_EQ_INT(sz, row * ((size_t)(m->hp.n_layer - n_local) * L + (size_t)n_local * RING));
+    CHECK_EQ_INT(wgllm_context_state_pos_min(cr, L), L - RING);
+    void *snap = malloc(sz);
+    if (snap) wgllm_context_seq_save(cr, 0, L, snap);
+    /* a copy into slot 1 serves what slot 0 does */
+    wgllm_context_seq_copy(cr, 0, 1, L);
+    CHECK_EQ_INT(wgllm_context_seq_pos_min(cr, 1), L - RING);
+
+    struct wgllm_error err = {0};
+    CHECK_EQ_INT(wgllm_context_seq_shift(cr, 0, L, 4, 8, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "swa_full") != NULL);
+    /* refused: 35's window reaches 27, gone; so is anything below the ring */
+    CHECK_EQ_INT(one(cr, toks[35], 35, 0, a, V), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ_INT(one(cr, toks[10], 10, 0, a, V), WGLLM_STATUS_INVALID_ARGUMENT);
+    /* served: going on at 36 (overwriting 36..39), as the full cache truncated there */
+    wgllm_context_truncate(cf, 36);
+    CHECK_EQ_INT(one(cr, toks[36], 36, 0, a, V), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_decode(cf, &toks[36], 1, false, NULL), WGLLM_STATUS_OK);
+    memcpy(f, wgllm_get_logits(cf), sizeof(float) * (size_t)V);
+    CHECK(rel_diff(a, f, V) <= (b == WGLLM_BACKEND_CPU ? 5e-3 : 0.0));
+    /* the copy goes on at 40 as the original would have */
+    wgllm_context_truncate(cf, 37);
+    for (int p = 37; p < L; p++) CHECK_EQ_INT(wgllm_decode(cf, &toks[p], 1, false, NULL), WGLLM_STATUS_OK);
+    const int32_t next = 5;
+    CHECK_EQ_INT(one(cr, next, L, 1, a, V), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_decode(cf, &next, 1, false, NULL), WGLLM_STATUS_OK);
+    memcpy(f, wgllm_get_logits(cf), sizeof(float) * (size_t)V);
+    CHECK(rel_diff(a, f, V) <= (b == WGLLM_BACKEND_CPU ? 5e-3 : 0.0));
+    /* the snapshot restored into slot 2 (which never held anything) goes on the same way */
+    if (snap) {
+        wgllm_context_seq_load(cr, 2, L, snap);
+        CHECK_EQ_INT(wgllm_context_seq_pos_min(cr, 2), L - RING);
+        CHECK_EQ_INT(one(cr, next, L, 2, a, V), WGLLM_STATUS_OK);
+        CHECK(rel_diff(a, f, V) <= (b == WGLLM_BACKEND_CPU ? 5e-3 : 0.0));
+    }
+    free(snap);
+    /* starting over at 0 always works, and the ring holds only what it wrote since */
+    CHECK_EQ_INT(one(cr, toks[0], 0, 0, NULL, V), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_seq_pos_min(cr, 0), 0);
+done:
+    free(a), free(f);
+    wgllm_context_free(cr);
+    wgllm_context_free(cf);
+    wgllm_model_free(m);
+}
+
+TEST(cpu_ring_serves_only_the_prefixes_it_kept) { ring_prefixes(WGLLM_BACKEND_CPU); }
+TEST(webgpu_ring_serves_only_the_prefixes_it_kept) { ring_prefixes(WGLLM_BACKEND_WEBGPU); }
+
+struct collected {
+    int32_t t[N_GEN];
+    int n;
+};
+
+static bool collect_token(int32_t tok, void *ud) {
+    struct collected *c = ud;
+    if (c->n < N_GEN) c->t[c->n++] = tok;
+    return true;
+}
+
+/* Generation on the device (WebGPU) through the ring: the tokens of full caches. */
+TEST(webgpu_generation_on_the_device_through_the_ring) {
+    struct wgllm_model *m = gemma("tiny-gemma3");
+    CHECK(m != NULL);
+    if (!m) return;
+    struct wgllm_context *c[2] = {new_ctx(m, WGLLM_BACKEND_WEBGPU, false, 1), new_ctx(m, WGLLM_BACKEND_WEBGPU, true, 1)};
+    struct collected got[2] = {{{0}, 0}, {{0}, 0}};
+    for (int i = 0; i < 2 && c[0] && c[1]; i++) {
+        int32_t toks[N_PROMPT];
+        for (int j = 0; j < N_PROMPT; j++) toks[j] = (int32_t)((j * 7919 + 13) % m->hp.n_vocab);
+        CHECK_EQ_INT(wgllm_decode(c[i], toks, N_PROMPT, false, NULL), WGLLM_STATUS_OK);
+        int n_out = 0;
+        struct wgllm_error err = {0};
+        CHECK_EQ_INT(wgllm_context_generate(c[i], NULL, N_GEN, collect_token, &got[i], &n_out, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(n_out, N_GEN);
+    }
+    CHECK_EQ_INT(got[0].n, N_GEN);
+    CHECK(got[0].n == got[1].n && !memcmp(got[0].t, got[1].t, sizeof got[0].t));
+    wgllm_context_free(c[0]);
+    wgllm_context_free(c[1]);
+    wgllm_model_free(m);
+}
+
+/* ---- the engine ---------------------------------------------------------- */
+
+static struct wgllm_model *eng_model;
+
+static struct wgllm_engine *new_engine(size_t snapshot_bytes) {
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_slots = 1;
+    ep.n_ctx = 128;
+    ep.n_batch = N_BATCH;
+    ep.snapshot_bytes = snapshot_bytes;
+    ep.min_snapshot_tokens = 8;
+    struct wgllm_engine *e = NULL;
+    struct wgllm_error err;
+    if (wgllm_engine_init(eng_model, &ep, &e, &err) != WGLLM_STATUS_OK) {
+        fprintf(stderr, "  engine: %s\n", err.message);
+        test_checks_failed_in_current++;
+    }
+    return e;
+}
+
+/* What a fresh engine answers (nothing cached). */
+static bool fresh(const char *prompt, int max_tokens, struct wgllm_result *r) {
+    struct wgllm_engine *e = new_engine(0);
+    if (!e) return false;
+    struct wgllm_request_params p = test_greedy(max_tokens);
+    const bool ok = wgllm_query(e, prompt, &p, r, NULL) == WGLLM_STATUS_OK;
+    CHECK(ok);
+    wgllm_engine_free(e);
+    return ok;
+}
+
+static void check_same(const struct wgllm_result *a, const struct wgllm_result *b) {
+    CHECK_EQ_INT(a->n_tokens, b->n_tokens);
+    CHECK(a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens));
+    for (int i = 0; i < a->n_tokens && i < b->n_tokens; i++) CHECK_NEAR(a->logprobs[i], b->logprobs[i], 1e-4);
+}
+
+/* A prompt far longer than the ring (12 cells), a continuation of it, and a
+ * prompt sharing only its first words. */
+static const char *const P = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a lamp, "
+                             "a book and a thermos of tea, and he watched the ships pass far out at sea";
+static const char *const P_MORE = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a "
+                                  "lamp, a book and a thermos of tea, and he watched the ships pass far out at sea. "
+                                  "Then he slept";
+static const char *const P_SHORT = "The lighthouse keeper climbed down to the harbour";
+
+/* A slot past its ring: a follow-up inside the window it kept reuses the
+ * prefix (cached_tokens > 0); one sharing only a prefix whose window is
+ * gone is computed again from 0 (cached_tokens 0); both answer as a fresh
+ * engine does. */
+TEST(engine_reuses_only_what_the_ring_kept) {
+    struct wgllm_result cold_more, cold_short, r1, r2, r3;
+    if (!fresh(P_MORE, 6, &cold_more) || !fresh(P_SHORT, 6, &cold_short)) return;
+    struct wgllm_engine *e = new_engine(0);
+    if (!e) return;
+    struct wgllm_request_params p = test_greedy(2);
+    p.context_key = "conversation";
+    /* one generated token decoded after P: the ring holds P's last RING - 1 and it */
+    CHECK_EQ_INT(wgllm_query(e, P, &p, &r1, NULL), WGLLM_STATUS_OK);
+    p.max_tokens = 6;
+    CHECK(r1.usage.prompt_tokens > 3 * RING); /* the ring wrapped */
+    CHECK_EQ_INT(wgllm_query(e, P_MORE, &p, &r2, NULL), WGLLM_STATUS_OK);
+    const int lcp = test_common_prefix(eng_model, P, P_MORE, NULL);
+    CHECK(lcp > 3 * RING);
+    CHECK_EQ_INT(r2.usage.cached_tokens, lcp);
+    check_same(&r2, &cold_more);
+    CHECK_EQ_INT(wgllm_query(e, P_SHORT, &p, &r3, NULL), WGLLM_STATUS_OK);
+    CHECK(test_common_prefix(eng_model, P_MORE, P_SHORT, NULL) >= 4); /* shared, but its window is gone */
+    CHECK_EQ_INT(r3.usage.cached_tokens, 0);
+    check_same(&r3, &cold_short);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK_EQ_INT(m.cache_hits, 1);
+    wgllm_result_free(&r1), wgllm_result_free(&r2), wgllm_result_free(&r3);
+    wgllm_result_free(&cold_more), wgllm_result_free(&cold_short);
+    wgllm_engine_free(e);
+}
+
+/* One slot: P is evicted by another conversation into a snapshot of the
+ * ring's live cells, and comes back for its continuation with the answer of
+ * a fresh engine. */
+TEST(engine_snapshot_of_a_ring_restores_the_continuation) {
+    struct wgllm_result cold_more, ra, rb, ra2;
+    if (!fresh(P_MORE, 6, &cold_more)) return;
+    struct wgllm_engine *e = new_engine((size_t)64 << 20);
+    if (!e) return;
+    struct wgllm_request_params p = test_greedy(2);
+    p.context_key = "a";
+    CHECK_EQ_INT(wgllm_query(e, P, &p, &ra, NULL), WGLLM_STATUS_OK);
+    p.max_tokens = 6;
+    p.context_key = "b";
+    CHECK_EQ_INT(wgllm_query(e, "In winter the wind rattled the windows", &p, &rb, NULL), WGLLM_STATUS_OK);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK_EQ_INT(m.snapshots_saved, 1);
+    /* the slot held P and the token decoded after it: the global layer all
+     * of them, the local ones their last RING */
+    const struct wgllm_hparams *hp = &eng_model->hp;
+    int n_local = 0;
+    for (int il = 0; il < hp->n_layer; il++) n_local += eng_model->layers[il].swa;
+    const uint64_t n = (uint64_t)ra.usage.prompt_tokens + (uint64_t)ra.n_tokens - 1;
+    const uint64_t row = (uint64_t)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) * 2;
+    CHECK_EQ_INT(m.snapshot_bytes_used, row * ((uint64_t)(hp->n_layer - n_local) * n + (uint64_t)n_local * RING));
+    fprintf(stderr, "  snapshot of %llu positions: %llu bytes (full caches: %llu)\n", (unsigned long long)n,
+            (unsigned long long)m.snapshot_bytes_used, (unsigned long long)(row * hp->n_layer * n));
+    p.context_key = "a";
+    CHECK_EQ_INT(wgllm_query(e, P_MORE, &p, &ra2, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(ra2.usage.cached_tokens, test_common_prefix(eng_model, P, P_MORE, NULL));
+    wgllm_engine_metrics(e, &m);
+    CHECK_EQ_INT(m.snapshots_restored, 1);
+    check_same(&ra2, &cold_more);
+    wgllm_result_free(&ra), wgllm_result_free(&rb), wgllm_result_free(&ra2), wgllm_result_free(&cold_more);
+    wgllm_engine_free(e);
+}
+
+static bool webgpu_ok;
+
+static void run_webgpu(const char *name, void (*fn)(void)) {
+    if (webgpu_ok) test_run(name, fn);
+}
+
+int main(void) {
+    wgllm_base_init();
+    wgllm_quant_init();
+    RUN(cpu_gemma3_ring_equals_full);
+    RUN(cpu_gemma2_ring_equals_full);
+    RUN(cpu_ring_serves_only_the_prefixes_it_kept);
+    if (!getenv("WGLLM_CPU")) { /* the engine and WebGPU once; the CPU's kernel levels again below */
+        eng_model = gemma("tiny-gemma3");
+        CHECK(eng_model != NULL);
+        if (eng_model) {
+            RUN(engine_reuses_only_what_the_ring_kept);
+            RUN(engine_snapshot_of_a_ring_restores_the_continuation);
+        } else {
+            test_failed++;
+        }
+        wgllm_model_free(eng_model);
+        int required;
+        struct wgllm_gpu *g = test_webgpu_open("test_kv_window", &required);
+        if (g) {
+            wgllm_gpu_close(g);
+            webgpu_ok = true;
+        } else if (required) {
+            test_failed++;
+        }
+        run_webgpu("webgpu_gemma3_ring_equals_full", webgpu_gemma3_ring_equals_full);
+        run_webgpu("webgpu_gemma2_ring_equals_full", webgpu_gemma2_ring_equals_full);
+        run_webgpu("webgpu_ring_serves_only_the_prefixes_it_kept", webgpu_ring_serves_only_the_prefixes_it_kept);
+        run_webgpu("webgpu_generation_on_the_device_through_the_ring", webgpu_generation_on_the_device_through_the_ring);
+        if (wgllm_cpu_caps()->avx512vnni && wgllm_cpu_caps()->avx2) test_rerun_with_cpu_cap("avx2");
+        test_rerun_with_cpu_cap("scalar");
+    }
+    return test_summary("test_kv_window");
+}
