@@ -127,6 +127,45 @@ static enum wgllm_status one(struct wgllm_context *c, int32_t tok, int32_t pos, 
     return st;
 }
 
+/* The largest |a - b| over n f16 values, relative to b's rms. */
+static double rel_diff16(const wgllm_fp16 *a, const wgllm_fp16 *b, size_t n) {
+    double mx = 0, sq = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = wgllm_fp16_to_fp32(a[i]), y = wgllm_fp16_to_fp32(b[i]);
+        mx = fmax(mx, fabs(x - y)), sq += y * y;
+    }
+    return mx / fmax(sqrt(sq / (double)n), 1e-30);
+}
+
+/* A ring's snapshot of L positions holds, on a local layer, its last RING
+ * positions in position order: those of the full caches' snapshot (cf's
+ * sequence 0, holding the same L tokens) at [L - RING, L). The CPU keeps
+ * V transposed (rows per dimension), WebGPU rows per position. */
+static void check_snapshot_layout(struct wgllm_model *m, struct wgllm_context *cf, const void *ring_snap, int L,
+                                  bool cpu) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const size_t KD = (size_t)hp->n_head_kv * hp->head_dim_k, VD = (size_t)hp->n_head_kv * hp->head_dim_v;
+    wgllm_fp16 *full = malloc(wgllm_context_seq_state_size(cf, L));
+    CHECK(full != NULL);
+    if (!full) return;
+    wgllm_context_seq_save(cf, 0, L, full);
+    const wgllm_fp16 *r = ring_snap, *f = full;
+    double worst = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const size_t m_l = m->layers[il].swa ? RING : (size_t)L, skip = (size_t)L - m_l;
+        worst = fmax(worst, rel_diff16(r, f + skip * KD, m_l * KD)); /* keys: rows per position */
+        r += m_l * KD, f += (size_t)L * KD;
+        if (cpu)
+            for (size_t d = 0; d < VD; d++, r += m_l, f += L) worst = fmax(worst, rel_diff16(r, f + skip, m_l));
+        else
+            worst = fmax(worst, rel_diff16(r, f + skip * VD, m_l * VD)), r += m_l * VD, f += (size_t)L * VD;
+    }
+    /* the CPU's caches differ by f16 roundings past the first wrap (ring_equals_full) */
+    CHECK(worst <= (cpu ? 2e-2 : 0.0));
+    if (worst > (cpu ? 2e-2 : 0.0)) fprintf(stderr, "  snapshot layout: worst difference %.3g of the rms\n", worst);
+    free(full);
+}
+
 /* Which prefixes a ring (cr, 3 sequences) still provides, against full
  * caches (cf, sequence 0), both started over: after 28 positions (the ring
  * holds [16, 28)) a sequence goes on at 24 (its window [16, 24) is there)
@@ -165,7 +204,10 @@ static void ring_prefixes(struct wgllm_model *m, struct wgllm_context *cr, struc
     CHECK_EQ_INT(sz, row * ((size_t)(m->hp.n_layer - n_local) * L + (size_t)n_local * RING));
     CHECK_EQ_INT(wgllm_context_state_pos_min(cr, L), L - RING);
     void *snap = malloc(sz);
-    if (snap) wgllm_context_seq_save(cr, 0, L, snap);
+    if (snap) {
+        wgllm_context_seq_save(cr, 0, L, snap);
+        check_snapshot_layout(m, cf, snap, L, cpu);
+    }
     /* a copy into slot 1 serves what slot 0 does */
     wgllm_context_seq_copy(cr, 0, 1, L);
     CHECK_EQ_INT(wgllm_context_seq_pos_min(cr, 1), L - RING);
