@@ -200,7 +200,9 @@ struct wgllm_tools_gpu_plan {
     char adapter[320];    /* the adapter in use, as wgllm_context_backend words it */
     uint64_t weights;     /* matrices in their GGUF formats */
     uint64_t vectors;     /* norms, biases, rope factors (f32) */
-    uint64_t kv_cache;    /* f16 K and V of every layer */
+    uint64_t kv_cache;    /* f16 K and V of every layer (and the context shift's scratch) */
+    uint64_t kv_full;     /* kv_cache if the sliding-window layers kept every position (no ring) */
+    int ring;             /* cells a sliding-window layer keeps per sequence; 0: no ring */
     uint64_t activations; /* hidden states of one batch */
     uint64_t logits;      /* the logits buffer and its readback copy */
     uint64_t params;      /* the kernel-parameter arena and the step buffer */

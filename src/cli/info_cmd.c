@@ -28,6 +28,15 @@ int wgllm_cli_info(const struct opts *o) {
             if (rp) snprintf(rps, sizeof rps, " + %.1f MiB repacked for the CPU", rp / 1048576.0);
             printf("memory:        %.1f MiB weights (mapped)%s + %.1f MiB context (KV cache for %d tokens and scratch)\n",
                    wgllm_model_size(m) / 1048576.0, rps, wgllm_context_memory(c) / 1048576.0, n_ctx);
+            uint64_t full;
+            int ring;
+            const uint64_t kv = wgllm_context_kv_memory(c, &full, &ring);
+            if (ring)
+                printf("kv cache:      %.1f MiB (f16) with rings of %d cells on the sliding-window layers; %.1f MiB "
+                       "with full caches: saves %.1f MiB (%.0f%%)\n", kv / 1048576.0, ring, full / 1048576.0,
+                       (full - kv) / 1048576.0, 100.0 * (double)(full - kv) / (double)full);
+            else
+                printf("kv cache:      %.1f MiB (f16)\n", kv / 1048576.0);
             wgllm_context_free(c);
         }
     }
@@ -47,7 +56,12 @@ int wgllm_cli_info(const struct opts *o) {
             if (pl.note[0]) printf("  shrunk:      %s\n", pl.note);
             printf("  weights      %10.2f MiB (%d tensors split by rows)\n", pl.weights / 1048576.0, pl.n_split_tensors);
             printf("  vectors      %10.2f MiB\n", pl.vectors / 1048576.0);
-            printf("  kv cache     %10.2f MiB (f16)\n", pl.kv_cache / 1048576.0);
+            if (pl.ring)
+                printf("  kv cache     %10.2f MiB (f16; rings of %d cells on the sliding-window layers, %.2f MiB with "
+                       "full caches: saves %.2f MiB)\n", pl.kv_cache / 1048576.0, pl.ring, pl.kv_full / 1048576.0,
+                       (pl.kv_full - pl.kv_cache) / 1048576.0);
+            else
+                printf("  kv cache     %10.2f MiB (f16)\n", pl.kv_cache / 1048576.0);
             printf("  activations  %10.2f MiB\n", pl.activations / 1048576.0);
             printf("  logits       %10.2f MiB (%d rows per pass, with readback)\n", pl.logits / 1048576.0, pl.out_rows);
             printf("  params       %10.2f MiB (%d arena slots)\n", pl.params / 1048576.0, pl.n_param_slots);

@@ -197,6 +197,8 @@ enum wgllm_status wgllm_tools_gpu_plan(struct wgllm_model *model, int n_ctx, uin
     plan->weights = pl.weights;
     plan->vectors = pl.vectors;
     plan->kv_cache = pl.kv_cache;
+    plan->kv_full = pl.kv_full;
+    plan->ring = pl.ring;
     plan->activations = pl.activations;
     plan->logits = pl.logits;
     plan->params = pl.params;

@@ -28,7 +28,7 @@ struct wgllm_webgpu_plan {
     uint64_t weights;     /* matrices in their GGUF formats */
     uint64_t vectors;     /* norms, biases, rope factors (f32) */
     uint64_t kv_cache;    /* f16 K and V of every layer, and the context shift's scratch */
-    uint64_t kv_full;     /* f16 K and V of every layer if the sliding-window ones kept n_ctx positions */
+    uint64_t kv_full;     /* kv_cache if the sliding-window layers kept n_ctx positions (no ring) */
     int ring;             /* cells of a sliding-window layer's ring per sequence; 0: no ring */
     uint64_t activations; /* hidden states of n_batch tokens */
     uint64_t logits;      /* the logits buffer and its readback copy */

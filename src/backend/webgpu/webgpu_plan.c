@@ -422,7 +422,6 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     sz->v_cache = smul3(rows, VD, 2);
     sz->k_ring = ring ? smul3(smul((uint64_t)sz->n_seq, (uint64_t)ring), KD, 2) : sz->k_cache;
     sz->v_ring = ring ? smul3(smul((uint64_t)sz->n_seq, (uint64_t)ring), VD, 2) : sz->v_cache;
-    sz->kv_full = smul(w.n_layer, sadd(sz->k_cache, sz->v_cache));
     sz->shift = smul3((uint64_t)sz->n_ctx, WGLLM_MAX(KD, VD), 2);
     const uint64_t act_rows[WGLLM_ACT_COUNT] = {
         [WGLLM_ACT_X] = smul(B, E),    [WGLLM_ACT_XN] = smul(B, E),   [WGLLM_ACT_Q] = smul(B, QD),
@@ -569,7 +568,6 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     g->n_ctx = sz.n_ctx, g->n_batch = sz.n_batch, g->out_cap = sz.out_cap;
     g->plan.n_ctx = g->n_ctx;
     g->ring = g->plan.ring = sz.ring;
-    g->plan.kv_full = sz.kv_full;
     g->plan.n_seq = g->n_seq;
     g->plan.n_batch = g->n_batch;
     g->plan.estimate = sz.estimate;
@@ -664,9 +662,11 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
         return st ? st : err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     }
 
-    /* KV cache and activations */
+    /* KV cache and activations; kv_full: what full caches would take instead of the rings */
+    uint64_t ring_saved = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const bool ring = sz.ring && m->layers[il].swa;
+        if (ring) ring_saved += (sz.k_cache - sz.k_ring) + (sz.v_cache - sz.v_ring);
         g->kc[il] = wgllm_webgpu_gbuf(g, ring ? sz.k_ring : sz.k_cache, WGLLM_GPU_STORAGE, "k cache", &g->plan.kv_cache, err);
         g->vc[il] = g->kc[il] ? wgllm_webgpu_gbuf(g, ring ? sz.v_ring : sz.v_cache, WGLLM_GPU_STORAGE, "v cache",
                                                   &g->plan.kv_cache, err) : NULL;
@@ -676,6 +676,7 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
         }
     }
     g->shift_tmp = wgllm_webgpu_gbuf(g, sz.shift, WGLLM_GPU_STORAGE, "shift scratch", &g->plan.kv_cache, err);
+    g->plan.kv_full = g->plan.kv_cache + ring_saved;
     g->shift_bg = calloc((size_t)hp->n_layer, sizeof *g->shift_bg);
     if (!g->shift_tmp || !g->shift_bg) {
         free(offs);

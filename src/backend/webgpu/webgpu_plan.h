@@ -67,7 +67,6 @@ struct wgllm_webgpu_sizes {
     /* bytes of each buffer as it is created (the device rounds them up to 16) */
     uint64_t step, readback, samp_in, samp_out, samp_mask, vectors, k_cache, v_cache, shift, logits, rope_cs;
     uint64_t k_ring, v_ring; /* a sliding-window layer's K and V caches with a ring (else k_cache, v_cache) */
-    uint64_t kv_full;        /* all layers' K and V caches if the sliding-window layers kept n_ctx positions */
     uint64_t gelu_table;   /* GeGLU's f16 table (65536 entries); 0: a SwiGLU model */
     uint64_t rope_swa_off; /* bytes: where the sliding-window layers' cos/sin table starts in rope_cs
                               (a binding offset, so 256-aligned); 0: they share the global one */
