@@ -21,6 +21,7 @@
 struct opts {
     const char *model, *prompt, *file, *out, *shape, *type, *tokens, *prompt_ids;
     int n_predict, n_prompt, reps, threads, ctx, top_k;
+    int batch; /* --batch N: tokens per forward pass (0: the default, 512) */
     float temp, top_p, min_p;
     uint64_t seed;
     bool ids, no_special, parse_special, json, ignore_eos, seed_set;

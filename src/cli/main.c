@@ -86,7 +86,8 @@ static const char *usage_head =
 
 static const char *usage_tail =
     "\n"
-    "common options: -t/--threads N (default: all cores)\n"
+    "common options: -t/--threads N (default: all cores); --batch N (tokens per forward pass, default\n"
+    "                512; sliding-window layers keep rings of window + N cells)\n"
     "                -b/--backend cpu|webgpu|auto (run, bench, logits, info; default cpu; auto = WebGPU\n"
     "                on a hardware GPU adapter, else the CPU; info --plan prints the WebGPU memory plan)\n"
     "                --gpu-mem SIZE (WebGPU memory budget, e.g. 512M or 2G: the context shrinks to fit)\n"

@@ -93,6 +93,7 @@ int wgllm_cli_parse_opts(int argc, char **argv, struct opts *o) {
         else if (FLAG("-r") || FLAG("--repetitions")) INT_VALUE(o->reps);
         else if (FLAG("-t") || FLAG("--threads")) INT_VALUE(o->threads);
         else if (FLAG("-c") || FLAG("--ctx")) INT_VALUE(o->ctx);
+        else if (FLAG("--batch")) INT_VALUE(o->batch);
         else if (FLAG("--top-k")) INT_VALUE(o->top_k);
         else if (FLAG("--temp")) FLOAT_VALUE(o->temp);
         else if (FLAG("--top-p")) FLOAT_VALUE(o->top_p);
@@ -214,6 +215,7 @@ struct wgllm_model *wgllm_cli_load_model(const struct opts *o) {
 struct wgllm_context *wgllm_cli_new_context(struct wgllm_model *m, const struct opts *o, int n_ctx) {
     struct wgllm_context_params cp = wgllm_context_default_params();
     cp.n_ctx = n_ctx;
+    if (o->batch) cp.n_batch = o->batch; /* a negative one gets wgllm_context_init's error */
     cp.n_threads = o->threads;
     cp.backend = o->backend;
     cp.gpu_mem = o->gpu_mem;

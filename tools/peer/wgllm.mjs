@@ -141,10 +141,11 @@ function wgllmTokenizeRun(model, text, { addSpecial = true, parseSpecial = false
 process.on('exit', () => { if (tmpDir) rmSync(tmpDir, { recursive: true, force: true }); });
 
 /* `wgllm logits`: returns an array of Float32Array rows (n_tokens x n_vocab). */
-export function wgllmLogits(model, tokens, nVocab, { threads = 2, cpu } = {}) {
+export function wgllmLogits(model, tokens, nVocab, { threads = 2, cpu, batch } = {}) {
   tmpDir ??= mkdtempSync(join(tmpdir(), 'wgllm-peer-'));
   const out = join(tmpDir, 'logits.f32');
   const args = ['logits', '-m', model, '--tokens', tokens.join(','), '-o', out, '-t', String(threads)];
+  if (batch) args.push('--batch', String(batch));
   mustSucceed(args, runWgllm(args, { cpu }));
   const buf = readFileSync(out);
   if (buf.length !== tokens.length * nVocab * 4)
