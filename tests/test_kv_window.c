@@ -242,6 +242,13 @@ static void ring_prefixes(struct wgllm_model *m, struct wgllm_context *cr, struc
     /* starting over at 0 always works, and the ring holds only what it wrote since */
     CHECK_EQ_INT(one(cr, toks[0], 0, 0, NULL, V), WGLLM_STATUS_OK);
     CHECK_EQ_INT(wgllm_context_seq_pos_min(cr, 0), 0);
+    /* full caches shift (the single-sequence call too); the ring's context refuses it */
+    CHECK_EQ_INT(wgllm_context_shift(cf, 4, 8, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_n_past(cf), L + 1 - 8);
+    wgllm_context_truncate(cr, 0);
+    CHECK_EQ_INT(wgllm_decode(cr, toks, 12, false, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_context_shift(cr, 4, 4, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK_EQ_INT(wgllm_context_n_past(cr), 12);
     free(a), free(f);
 }
 

@@ -216,6 +216,7 @@ struct wgllm_context *wgllm_cli_new_context(struct wgllm_model *m, const struct 
     struct wgllm_context_params cp = wgllm_context_default_params();
     cp.n_ctx = n_ctx;
     if (o->batch) cp.n_batch = o->batch; /* a negative one gets wgllm_context_init's error */
+    cp.swa_full = o->context_shift;       /* a sliding-window ring cannot be shifted */
     cp.n_threads = o->threads;
     cp.backend = o->backend;
     cp.gpu_mem = o->gpu_mem;
