@@ -18,10 +18,14 @@ void wgllm_snapshot_drop(struct wgllm_engine *e, int i) {
     e->snaps[i] = e->snaps[--e->n_snaps];
 }
 
-/* True when a snapshot already covers tokens[0, n). */
+/* True when a snapshot already covers tokens[0, n) (and, a ring's, still
+ * holds the window of n: a longer one may not). */
 bool wgllm_snapshot_covered(const struct wgllm_engine *e, const char *part, const int32_t *tokens, int n) {
     for (int i = 0; i < e->n_snaps; i++)
-        if (wgllm_same_partition(e->snaps[i].part, part) && e->snaps[i].n >= n && wgllm_engine_common_prefix(e->snaps[i].tokens, e->snaps[i].n, tokens, n) == n) return true;
+        if (wgllm_same_partition(e->snaps[i].part, part) && e->snaps[i].n >= n &&
+            wgllm_engine_common_prefix(e->snaps[i].tokens, e->snaps[i].n, tokens, n) == n &&
+            wgllm_context_can_continue(e->ctx, wgllm_context_state_pos_min(e->ctx, e->snaps[i].n), n))
+            return true;
     return false;
 }
 
