@@ -228,6 +228,32 @@ TEST(run_context_full_or_shift) {
     run_free(&bad);
 }
 
+/* A sliding-window model in passes of 4 tokens: info says what its rings
+ * (window 8 + 4 cells) save, and run --context-shift keeps full caches for
+ * those layers (a ring cannot be shifted) and goes past the context. */
+TEST(sliding_window_rings_in_info_and_run) {
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = "tiny-gemma3";
+    sp.type = WGLLM_TYPE_Q8_0;
+    const char *path = test_synth_path(&sp);
+    CHECK(path != NULL);
+    if (!path) return;
+    char args[1024];
+    snprintf(args, sizeof(args), "info -m '%s' --ctx 64 --batch 4", path);
+    struct run r = run_cli(args, NULL);
+    CHECK_EQ_INT(r.status, 0);
+    CHECK(strstr(r.out, "with rings of 12 cells on the sliding-window layers") != NULL);
+    CHECK(strstr(r.out, "with full caches: saves") != NULL);
+    run_free(&r);
+    snprintf(args, sizeof(args), "run -m '%s' -p 'Once upon a time' -n 24 --ctx 16 --batch 4 --ids --ignore-eos -t 1 "
+             "--context-shift --keep 2", path);
+    r = run_cli(args, NULL);
+    CHECK_EQ_INT(r.status, 0);
+    if (r.status) fprintf(stderr, "  %s\n", r.err);
+    run_free(&r);
+    remove(path);
+}
+
 /* `wgllm help` is the command table: every command once, exit 0 on stdout;
  * no command: the same on stderr with 2; an unknown one: a usage error. */
 TEST(help_is_the_command_table) {
@@ -439,6 +465,7 @@ int main(int argc, char **argv) {
     RUN(bad_input_gives_named_errors);
     RUN(chat_keeps_earlier_turns_cached);
     RUN(run_context_full_or_shift);
+    RUN(sliding_window_rings_in_info_and_run);
     RUN(template_files_keep_their_lengths);
     RUN(help_is_the_command_table);
     RUN(template_finds_the_models_template);
