@@ -312,9 +312,9 @@ TEST(webgpu_gemma2_ring_equals_full) { checks("tiny-gemma2", WGLLM_BACKEND_WEBGP
 
 static struct wgllm_model *eng_model;
 
-static struct wgllm_engine *new_engine(size_t snapshot_bytes) {
+static struct wgllm_engine *new_engine(int n_slots, size_t snapshot_bytes) {
     struct wgllm_engine_params ep = wgllm_engine_default_params();
-    ep.n_slots = 1;
+    ep.n_slots = n_slots;
     ep.n_ctx = 128;
     ep.n_batch = N_BATCH;
     ep.snapshot_bytes = snapshot_bytes;
@@ -330,7 +330,7 @@ static struct wgllm_engine *new_engine(size_t snapshot_bytes) {
 
 /* What a fresh engine answers (nothing cached). */
 static bool fresh(const char *prompt, int max_tokens, struct wgllm_result *r) {
-    struct wgllm_engine *e = new_engine(0);
+    struct wgllm_engine *e = new_engine(1, 0);
     if (!e) return false;
     struct wgllm_request_params p = test_greedy(max_tokens);
     const bool ok = wgllm_query(e, prompt, &p, r, NULL) == WGLLM_STATUS_OK;
@@ -361,7 +361,7 @@ static const char *const P_SHORT = "The lighthouse keeper climbed down to the ha
 TEST(engine_reuses_only_what_the_ring_kept) {
     struct wgllm_result cold_more, cold_short, r1, r2, r3;
     if (!fresh(P_MORE, 6, &cold_more) || !fresh(P_SHORT, 6, &cold_short)) return;
-    struct wgllm_engine *e = new_engine(0);
+    struct wgllm_engine *e = new_engine(1, 0);
     if (!e) return;
     struct wgllm_request_params p = test_greedy(2);
     p.context_key = "conversation";
@@ -386,13 +386,37 @@ TEST(engine_reuses_only_what_the_ring_kept) {
     wgllm_engine_free(e);
 }
 
+/* Two slots: a request in the other slot copies the prefix of P's slot where
+ * its ring kept the window (cached_tokens > 0), and not where it did not. */
+TEST(engine_copies_from_another_slot_only_what_the_ring_kept) {
+    struct wgllm_result cold_more, cold_short, r1, r2, r3;
+    if (!fresh(P_MORE, 6, &cold_more) || !fresh(P_SHORT, 6, &cold_short)) return;
+    struct wgllm_engine *e = new_engine(2, 0);
+    if (!e) return;
+    struct wgllm_request_params p = test_greedy(2);
+    p.context_key = "p";
+    CHECK_EQ_INT(wgllm_query(e, P, &p, &r1, NULL), WGLLM_STATUS_OK); /* the slot of key p keeps P */
+    p.max_tokens = 6;
+    p.context_key = "s"; /* the free slot: only a copy of P's slot could give it a prefix */
+    CHECK_EQ_INT(wgllm_query(e, P_SHORT, &p, &r3, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r3.usage.cached_tokens, 0);
+    check_same(&r3, &cold_short);
+    /* key s's slot again (its own prefix is too short to keep): a copy from P's */
+    CHECK_EQ_INT(wgllm_query(e, P_MORE, &p, &r2, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r2.usage.cached_tokens, test_common_prefix(eng_model, P, P_MORE, NULL));
+    check_same(&r2, &cold_more);
+    wgllm_result_free(&r1), wgllm_result_free(&r2), wgllm_result_free(&r3);
+    wgllm_result_free(&cold_more), wgllm_result_free(&cold_short);
+    wgllm_engine_free(e);
+}
+
 /* One slot: P is evicted by another conversation into a snapshot of the
  * ring's live cells, and comes back for its continuation with the answer of
  * a fresh engine. */
 TEST(engine_snapshot_of_a_ring_restores_the_continuation) {
     struct wgllm_result cold_more, ra, rb, ra2;
     if (!fresh(P_MORE, 6, &cold_more)) return;
-    struct wgllm_engine *e = new_engine((size_t)64 << 20);
+    struct wgllm_engine *e = new_engine(1, (size_t)64 << 20);
     if (!e) return;
     struct wgllm_request_params p = test_greedy(2);
     p.context_key = "a";
@@ -434,6 +458,7 @@ int main(void) {
         if (eng_model) {
             RUN(engine_reuses_only_what_the_ring_kept);
             RUN(engine_snapshot_of_a_ring_restores_the_continuation);
+            RUN(engine_copies_from_another_slot_only_what_the_ring_kept);
         } else {
             test_failed++;
         }
