@@ -81,6 +81,25 @@ web/dist/wgllm-core-st.js: $(WASM_ST_OBJ) $(filter-out %hal_webgpu.lib.js,$(WASM
 	@mkdir -p web/dist
 	$(EMCC_ENV) $(EMCC) $(WASM_ST_LDFLAGS) -o $@ $(WASM_ST_OBJ) -lm
 
+# The single-threaded WebGPU core (web/dist/wgllm-core-st-gpu.js): the
+# single-threaded objects again (Asyncify is a link-time pass: no source is
+# compiled a third time) with the browser GPU HAL (hal_browser.c compiled
+# without -pthread) and -sASYNCIFY. Its only blocking call is the async import
+# wgllm_web_js_wait (wgllm_web.lib.js): the wasm stack unwinds to JS while a
+# GPU promise or a read is pending, so the page's event loop never blocks.
+# core.js picks it on pages without cross-origin isolation when WebGPU is
+# asked for (or `auto` finds a hardware adapter); the CPU-only core above
+# stays free of Asyncify's instrumentation (its decode speed and size).
+WASM_STG_OBJ := $(filter-out %/hal_none.o,$(WASM_ST_OBJ)) $(WASM_ST_OUT)/web/src/hal_browser.o
+WASM_STG_LDFLAGS := $(filter-out -sEXPORTED_RUNTIME_METHODS=%,$(WASM_ST_LDFLAGS)) --js-library web/src/hal_webgpu.lib.js \
+  -sEXPORTED_RUNTIME_METHODS=FS,UTF8ToString,stringToUTF8,lengthBytesUTF8,ccall \
+  -sASYNCIFY=1 -sASYNCIFY_IMPORTS=wgllm_web_js_wait -sASYNCIFY_STACK_SIZE=65536
+wasm: web/dist/wgllm-core-st-gpu.js
+
+web/dist/wgllm-core-st-gpu.js: $(WASM_STG_OBJ) $(WASM_JSLIB) web/src/hal_webgpu.lib.js
+	@mkdir -p web/dist
+	$(EMCC_ENV) $(EMCC) $(WASM_STG_LDFLAGS) -o $@ $(WASM_STG_OBJ) -lm
+
 # `make wasm-test`: tests/test_quant.c and tests/wasm/*.c built with emcc
 # against the single-threaded objects and run under node: the SIMD128
 # kernels against the scalar reference; and tests/test_hostile_gguf.c, the

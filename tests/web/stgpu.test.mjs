@@ -1,0 +1,157 @@
+// stgpu.test.mjs - WebGPU on a page WITHOUT cross-origin isolation (no
+// COOP/COEP headers, so no SharedArrayBuffer and no threads), the static-host
+// case: backend 'webgpu' runs the single-threaded WebGPU core
+// (wgllm-core-st-gpu.js: Asyncify, the browser GPU HAL) on SwiftShader; its
+// greedy tokens equal native `wgllm run` on WebGPU (Dawn) and the CPU, a
+// stream adds up to the same text, the page keeps painting meanwhile, the
+// weights are streamed, embeddings and snapshots work, and the capability
+// report names the core and the backend; `auto` on SwiftShader (a software
+// adapter) picks the single-threaded CPU core and says why.
+// Run through tests/web/run.sh (which builds web/dist and the native tool).
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { root, chromium, startServer, WGLLM, MODELS, WEBGPU_FLAGS, synthModel } from './setup.mjs';
+
+const MODEL = 'tiny-q8_0.gguf';
+const PROMPT = 'Once upon a time';
+const N = 12; // tokens: SwiftShader is slow
+
+let server, browser, page;
+const pageErrors = [];
+
+// Native `wgllm run` on a backend: the generated text and its generation tok/s.
+function nativeRun(prompt, n, backend) {
+  const env = { VK_ICD_FILENAMES: '/usr/lib/chromium/vk_swiftshader_icd.json', XDG_RUNTIME_DIR: '/tmp', ...process.env };
+  delete env.WGLLM_CPU;
+  const r = spawnSync(WGLLM, ['run', '-m', path.join(MODELS, MODEL), '-p', prompt, '-n', String(n), '-t', '1',
+    '--ignore-eos', '--backend', backend], { encoding: 'utf8', timeout: 60000, env });
+  assert.equal(r.status, 0, `native run --backend ${backend}: ${r.stderr}`);
+  assert.ok(r.stdout.startsWith(prompt));
+  const m = r.stderr.match(/generation: \d+ tokens, ([\d.]+) tok\/s/);
+  return { text: r.stdout.slice(prompt.length).replace(/\n$/, ''), tokS: m ? Number(m[1]) : 0, stderr: r.stderr };
+}
+
+before(async () => {
+  assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'wgllm-core-st-gpu.js')), 'web/dist is built (make wasm)');
+  synthModel(MODEL, 'tiny', 'q8_0');
+  server = await startServer({ models: MODELS, isolate: false });
+  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: WEBGPU_FLAGS, timeout: 60000 });
+  page = await browser.newPage();
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  page.on('console', (m) => { if (process.env.WGLLM_WEB_VERBOSE) console.log('[page]', m.text()); });
+  await page.goto(`${server.url}/blank.html`);
+  const r = await page.evaluate(async () => {
+    window.wgllm = await import('/dist/wgllm.js');
+    const a = navigator.gpu ? await navigator.gpu.requestAdapter() : null;
+    return { isolated: crossOriginIsolated, sab: typeof SharedArrayBuffer, adapter: !!a };
+  });
+  assert.deepEqual(r, { isolated: false, sab: 'undefined', adapter: true }, 'a plain page with a WebGPU adapter');
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (server) await server.close();
+});
+
+test('no COOP/COEP: backend webgpu runs the single-threaded WebGPU core with native greedy tokens; stream; capability report',
+  { timeout: 120000 }, async () => {
+    const gpu = nativeRun(PROMPT, N, 'webgpu');
+    assert.match(gpu.stderr, /webgpu: SwiftShader/, 'the native reference ran on WebGPU');
+    const cpu = nativeRun(PROMPT, N, 'cpu');
+    const r = await page.evaluate(async ({ url, n }) => {
+      window.gpuEngine = await wgllm.createEngine({ model: url, backend: 'webgpu' });
+      let frames = 0;
+      let running = true;
+      const tick = () => { frames++; if (running) requestAnimationFrame(tick); };
+      requestAnimationFrame(tick);
+      const t0 = performance.now();
+      const c = await gpuEngine.completions.create({ prompt: 'Once upon a time', max_tokens: n, temperature: 0, ignore_eos: true });
+      const ms = performance.now() - t0;
+      running = false;
+      const parts = [];
+      let finish = null;
+      for await (const k of await gpuEngine.completions.create({ prompt: 'Once upon a time', max_tokens: n, temperature: 0,
+        ignore_eos: true, stream: true })) {
+        parts.push(k.choices[0].text);
+        if (k.choices[0].finish_reason) finish = k.choices[0].finish_reason;
+      }
+      return { text: c.choices[0].text, usage: c.usage, frames, ms, parts, finish, info: gpuEngine.info,
+               caps: gpuEngine.capabilities };
+    }, { url: `/models/${MODEL}`, n: N });
+    assert.equal(r.info.threaded, false);
+    assert.equal(r.info.crossOriginIsolated, false);
+    assert.equal(r.info.core, 'single-threaded-webgpu');
+    assert.match(r.info.core_detail, /not cross-origin isolated.*Asyncify/);
+    assert.equal(r.caps.core, 'single-threaded-webgpu');
+    assert.equal(r.caps.backend, 'webgpu');
+    assert.match(r.caps.reason, /^webgpu: .+ \(browser, CPU\)$/);
+    assert.ok(r.caps.adapter && r.caps.adapter.length > 0, `adapter: ${r.caps.adapter}`);
+    assert.ok(r.caps.gpu_memory > 1e6, `GPU memory ${r.caps.gpu_memory}`);
+    assert.equal(r.info.weights_streamed, true, 'the weights went from OPFS into GPU buffers');
+    assert.equal(r.usage.completion_tokens, N);
+    assert.equal(r.text, gpu.text, 'single-threaded browser WebGPU = native WebGPU (Dawn)');
+    assert.equal(r.text, cpu.text, 'single-threaded browser WebGPU = native CPU');
+    assert.ok(r.parts.length > 2, `several chunks: ${r.parts.length}`);
+    assert.equal(r.parts.join(''), r.text, 'the stream adds up to the same text');
+    assert.equal(r.finish, 'length');
+    // the GPU's waits unwind to the event loop: frames keep coming while it generates
+    assert.ok(r.frames >= Math.max(3, (r.ms / 1000) * 10), `${r.frames} frames in ${r.ms.toFixed(0)} ms`);
+    const b = r.usage.extra.decode_tokens_per_s;
+    console.log(`# WebGPU on SwiftShader, tiny q8_0 decode, single-threaded core (no COOP/COEP): ${b.toFixed(2)} tok/s; ` +
+      `native (Dawn) ${gpu.tokS.toFixed(2)} tok/s`);
+    assert.ok(b > 0.5, `decode ${b} tok/s`);
+  });
+
+test('no COOP/COEP, WebGPU: embeddings like the CPU core; snapshots saved and restored skip the prefill', { timeout: 90000 },
+  async () => {
+    const r = await page.evaluate(async (url) => {
+      const prompt = 'You are the keeper of an old lighthouse on a rocky island. Every evening you climb the spiral ' +
+        'stairs, light the lamp, and write the weather, the ships and the gulls into a logbook. Today';
+      const req = { prompt, max_tokens: 4, temperature: 0, ignore_eos: true };
+      const gv = (await gpuEngine.embeddings.create({ input: 'The lighthouse keeper' })).data[0].embedding;
+      const first = await gpuEngine.completions.create(req);
+      const snap = await gpuEngine.snapshots.save();
+      await gpuEngine.unload();
+      const g2 = await wgllm.createEngine({ model: url, backend: 'webgpu' });
+      const restored = await g2.snapshots.restore(snap);
+      const again = await g2.completions.create(req);
+      await g2.unload();
+      const cpu = await wgllm.createEngine({ model: url, backend: 'cpu' });
+      const cv = (await cpu.embeddings.create({ input: 'The lighthouse keeper' })).data[0].embedding;
+      const cpuCore = cpu.info.core;
+      await cpu.unload();
+      let cos = 0;
+      for (let i = 0; i < cv.length; i++) cos += gv[i] * cv[i];
+      return { cos, n: gv.length, snapBytes: snap.length, restored, cpuCore, first: first.choices[0].text,
+               again: again.choices[0].text, usage: again.usage };
+    }, `/models/${MODEL}`);
+    assert.equal(r.cpuCore, 'single-threaded');
+    assert.ok(r.n > 0 && r.cos > 0.9999, `WebGPU vs CPU embedding: cosine ${r.cos} over ${r.n} dims`);
+    assert.ok(r.snapBytes > 1000, `snapshot file: ${r.snapBytes} bytes`);
+    assert.equal(r.restored, r.snapBytes);
+    const cached = r.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached > 30, `cached ${cached} of ${r.usage.prompt_tokens} prompt tokens after the restore`);
+    assert.equal(r.again, r.first, 'the restored KV gives the cold run\'s text');
+  });
+
+test("no COOP/COEP: 'auto' on SwiftShader picks the single-threaded CPU core and says why", { timeout: 60000 }, async () => {
+  const r = await page.evaluate(async ({ url, n }) => {
+    const e = await wgllm.createEngine({ model: url, backend: 'auto' });
+    const c = await e.completions.create({ prompt: 'Once upon a time', max_tokens: n, temperature: 0, ignore_eos: true });
+    await e.unload();
+    return { caps: e.capabilities, info: e.info, text: c.choices[0].text };
+  }, { url: `/models/${MODEL}`, n: N });
+  assert.equal(r.caps.backend, 'cpu');
+  assert.match(r.caps.reason, /^cpu \(auto: the WebGPU adapter '.+' is a software\/CPU adapter; the single-threaded CPU core\)$/);
+  assert.equal(r.info.core, 'single-threaded');
+  assert.equal(r.caps.core, 'single-threaded');
+  assert.equal(r.caps.adapter, null);
+  assert.equal(r.caps.gpu_memory, 0);
+  assert.equal(r.text, nativeRun(PROMPT, N, 'cpu').text);
+  assert.deepEqual(pageErrors, []);
+});
