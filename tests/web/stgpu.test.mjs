@@ -4,7 +4,8 @@
 // (wgllm-core-st-gpu.js: Asyncify, the browser GPU HAL) on SwiftShader; its
 // greedy tokens equal native `wgllm run` on WebGPU (Dawn) and the CPU, a
 // stream adds up to the same text, the page keeps painting meanwhile, the
-// weights are streamed, embeddings and snapshots work, and the capability
+// weights are streamed, two requests batch, embeddings and snapshots work, it
+// runs in a Worker too, and the capability
 // report names the core and the backend; `auto` on SwiftShader (a software
 // adapter) picks the single-threaded CPU core and says why.
 // Run through tests/web/run.sh (which builds web/dist and the native tool).
@@ -138,6 +139,39 @@ test('no COOP/COEP, WebGPU: embeddings like the CPU core; snapshots saved and re
     assert.ok(cached > 30, `cached ${cached} of ${r.usage.prompt_tokens} prompt tokens after the restore`);
     assert.equal(r.again, r.first, 'the restored KV gives the cold run\'s text');
   });
+
+// Two requests at once on two slots: both drive loops step the one engine,
+// whose suspended calls must not overlap (core.js runs them one at a time).
+test('no COOP/COEP, WebGPU: two concurrent requests are batched and each gets its own greedy text', { timeout: 60000 },
+  async () => {
+    const want = nativeRun(PROMPT, N, 'webgpu').text;
+    const r = await page.evaluate(async ({ url, n }) => {
+      const e = await wgllm.createEngine({ model: url, backend: 'webgpu', nSlots: 2 });
+      const req = (prompt) => e.completions.create({ prompt, max_tokens: n, temperature: 0, ignore_eos: true });
+      const [a, b] = await Promise.all([req('Once upon a time'), req('The lighthouse')]);
+      const b1 = await req('The lighthouse');
+      await e.unload();
+      return { a: a.choices[0].text, b: b.choices[0].text, b1: b1.choices[0].text };
+    }, { url: `/models/${MODEL}`, n: N });
+    assert.equal(r.a, want);
+    assert.equal(r.b, r.b1, 'the second request alongside the first = alone');
+    assert.notEqual(r.b, r.a);
+  });
+
+test('no COOP/COEP: the worker engine runs the single-threaded WebGPU core too', { timeout: 60000 }, async () => {
+  const want = nativeRun(PROMPT, N, 'webgpu').text;
+  const r = await page.evaluate(async ({ url, n }) => {
+    const e = await wgllm.createWorkerEngine({ model: url, backend: 'webgpu' });
+    const c = await e.completions.create({ prompt: 'Once upon a time', max_tokens: n, temperature: 0, ignore_eos: true });
+    const info = e.info;
+    await e.unload();
+    return { text: c.choices[0].text, info };
+  }, { url: `/models/${MODEL}`, n: N });
+  assert.equal(r.info.worker, true);
+  assert.equal(r.info.core, 'single-threaded-webgpu');
+  assert.equal(r.info.backend, 'webgpu');
+  assert.equal(r.text, want);
+});
 
 test("no COOP/COEP: 'auto' on SwiftShader picks the single-threaded CPU core and says why", { timeout: 60000 }, async () => {
   const r = await page.evaluate(async ({ url, n }) => {
