@@ -11,7 +11,8 @@
 # the JS-facing glue web/src/wgllm_web.c.
 # Threads: -pthread (the engine has its own thread, the CPU backend a pool),
 # so pages must be cross-origin isolated (COOP/COEP headers) for
-# SharedArrayBuffer (wgllm-core-st.js, below, serves the other pages). Memory
+# SharedArrayBuffer (wgllm-core-st.js and wgllm-core-st-gpu.js, below, serve
+# the other pages: CPU, and WebGPU through Asyncify). Memory
 # grows up to 4 GiB. For the CPU the model is copied once into the wasm heap by
 # web/src/store.js, whose files' mmap hands that block to the core; on WebGPU
 # the core reads the files in chunks through wgllm_web.lib.js and uploads them
@@ -62,8 +63,9 @@ web/dist/%: web/src/%
 # without -pthread, for pages that are not cross-origin isolated (no
 # SharedArrayBuffer). core.js picks it when crossOriginIsolated is false; the
 # engine has no thread there: JS drives it with wgllm_web_step. CPU only: the
-# GPU HAL is hal_none.c whatever WASM_HAL says (the browser HAL blocks a
-# pthread on JS promises, which a single thread cannot do).
+# GPU HAL is hal_none.c whatever WASM_HAL says (the browser HAL's waits need a
+# pthread to block, or Asyncify to unwind: that is the next core's job, kept
+# out of this one so that its CPU path carries no Asyncify instrumentation).
 WASM_ST_OUT := build/wasm-st
 WASM_ST_SRC := $(filter-out web/src/hal_browser.c web/src/hal_none.c,$(WASM_SRC)) web/src/hal_none.c
 WASM_ST_OBJ := $(WASM_ST_SRC:%.c=$(WASM_ST_OUT)/%.o)

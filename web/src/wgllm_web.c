@@ -315,7 +315,7 @@ static void load_delete(struct web_load *l) {
 }
 
 static struct web_load *load_run(struct web_load *l) {
-#ifndef __EMSCRIPTEN_PTHREADS__
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
     load_main(l); /* no thread to put it on: done when this returns (which may be a Promise's end on JS's side) */
     return l;
 #else
