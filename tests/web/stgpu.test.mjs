@@ -5,7 +5,7 @@
 // greedy tokens equal native `wgllm run` on WebGPU (Dawn) and the CPU, a
 // stream adds up to the same text, the page keeps painting meanwhile, the
 // weights are streamed, two requests batch, embeddings and snapshots work, it
-// runs in a Worker too, and the capability
+// runs in a Worker too, a GPU wait ends only on a lost device, and the capability
 // report names the core and the backend; `auto` on SwiftShader (a software
 // adapter) picks the single-threaded CPU core and says why.
 // Run through tests/web/run.sh (which builds web/dist and the native tool).
@@ -172,6 +172,65 @@ test('no COOP/COEP: the worker engine runs the single-threaded WebGPU core too',
   assert.equal(r.info.backend, 'webgpu');
   assert.equal(r.text, want);
 });
+
+// A GPU wait gives up only when the device is lost: an uncaptured error
+// while a readback takes 12 s (past the 10 s grace) does not end the wait
+// (the readback answers, then the error is reported); a lost device ends a
+// readback that never answers. The page's WebGPU is wrapped so that the test
+// controls mapAsync and device.lost.
+test('no COOP/COEP, WebGPU: a GPU wait ends only when the device is lost, not on an uncaptured error', { timeout: 90000 },
+  async () => {
+    const p = await browser.newPage();
+    try {
+      await p.goto(`${server.url}/blank.html`);
+      const r = await p.evaluate(async (url) => {
+        const reqDev = GPUAdapter.prototype.requestDevice;
+        let dev = null, fireLost = null;
+        GPUAdapter.prototype.requestDevice = async function (d) {
+          dev = await reqDev.call(this, d);
+          Object.defineProperty(dev, 'lost', { value: new Promise((res) => { fireLost = res; }) });
+          return dev;
+        };
+        let mapMode = 'normal';
+        const mapAsync = GPUBuffer.prototype.mapAsync;
+        GPUBuffer.prototype.mapAsync = function (...a) {
+          if (mapMode === 'never') return new Promise(() => {});
+          const done = mapAsync.apply(this, a);
+          return mapMode === 'slow' ? done.then((v) => new Promise((res) => setTimeout(() => res(v), 12000))) : done;
+        };
+        const wgllm = await import('/dist/wgllm.js');
+        const e = await wgllm.createEngine({ model: url, backend: 'webgpu' });
+        const gen = async () => {
+          const t0 = performance.now();
+          try {
+            const c = await e.completions.create({ prompt: 'Once upon a time', max_tokens: 2, temperature: 0, ignore_eos: true });
+            return { text: c.choices[0].text, ms: performance.now() - t0 };
+          } catch (x) { return { error: x.message, ms: performance.now() - t0 }; }
+        };
+        const ok = await gen();
+        mapMode = 'slow';
+        const pending = gen();
+        await new Promise((res) => setTimeout(res, 500));
+        dev.onuncapturederror({ error: { message: 'injected validation error' } });
+        const slow = await pending;
+        mapMode = 'never';
+        const lostRun = gen();
+        await new Promise((res) => setTimeout(res, 500));
+        fireLost({ reason: 'unknown', message: 'injected loss' });
+        const lost = await lostRun;
+        return { ok, slow, lost, core: e.info.core };
+      }, `/models/${MODEL}`);
+      assert.equal(r.core, 'single-threaded-webgpu');
+      assert.ok(r.ok.text !== undefined, `the first request: ${JSON.stringify(r.ok)}`);
+      assert.ok(r.slow.ms > 11000, `the slow readback was waited for: ${r.slow.ms.toFixed(0)} ms`);
+      assert.match(r.slow.error ?? '', /injected validation error/, 'the error is reported once the readback answered');
+      assert.doesNotMatch(r.slow.error ?? '', /never answered|lost/);
+      assert.match(r.lost.error ?? '', /lost/, `a lost device ends the wait: ${JSON.stringify(r.lost)}`);
+      assert.ok(r.lost.ms > 9000 && r.lost.ms < 40000, `after the grace: ${r.lost.ms.toFixed(0)} ms`);
+    } finally {
+      await p.close();
+    }
+  });
 
 test("no COOP/COEP: 'auto' on SwiftShader picks the single-threaded CPU core and says why", { timeout: 60000 }, async () => {
   const r = await page.evaluate(async ({ url, n }) => {
