@@ -26,10 +26,10 @@ let server, browser, page;
 const pageErrors = [];
 
 // Native `wgllm run` on a backend: the generated text and its generation tok/s.
-function nativeRun(prompt, n, backend) {
+function nativeRun(prompt, n, backend, model = MODEL) {
   const env = { VK_ICD_FILENAMES: '/usr/lib/chromium/vk_swiftshader_icd.json', XDG_RUNTIME_DIR: '/tmp', ...process.env };
   delete env.WGLLM_CPU;
-  const r = spawnSync(WGLLM, ['run', '-m', path.join(MODELS, MODEL), '-p', prompt, '-n', String(n), '-t', '1',
+  const r = spawnSync(WGLLM, ['run', '-m', path.join(MODELS, model), '-p', prompt, '-n', String(n), '-t', '1',
     '--ignore-eos', '--backend', backend], { encoding: 'utf8', timeout: 60000, env });
   assert.equal(r.status, 0, `native run --backend ${backend}: ${r.stderr}`);
   assert.ok(r.stdout.startsWith(prompt));
@@ -138,6 +138,36 @@ test('no COOP/COEP, WebGPU: embeddings like the CPU core; snapshots saved and re
     const cached = r.usage.prompt_tokens_details.cached_tokens;
     assert.ok(cached > 30, `cached ${cached} of ${r.usage.prompt_tokens} prompt tokens after the restore`);
     assert.equal(r.again, r.first, 'the restored KV gives the cold run\'s text');
+  });
+
+// tiny f32 (71 MB) is larger than the wasm memory's initial 64 MiB: a copy
+// of the weights in the heap would show in its size.
+test('no COOP/COEP, WebGPU: weights streamed from bytes and from range requests never enter the wasm memory',
+  { timeout: 90000 }, async () => {
+    const F32 = 'tiny-f32.gguf';
+    synthModel(F32, 'tiny', 'f32');
+    const size = fs.statSync(path.join(MODELS, F32)).size;
+    const want = nativeRun(PROMPT, 3, 'webgpu', F32).text;
+    const r = await page.evaluate(async (url) => {
+      const gen = async (e) => (await e.completions.create({ prompt: 'Once upon a time', max_tokens: 3, temperature: 0,
+        ignore_eos: true })).choices[0].text;
+      const bytes = await (await fetch(url)).arrayBuffer();
+      const a = await wgllm.createEngine({ model: bytes, backend: 'webgpu' });
+      const out = { bytes: a.info, bytesText: await gen(a) };
+      await a.unload();
+      const b = await wgllm.createEngine({ model: url, backend: 'webgpu', store: false });
+      out.net = b.info;
+      out.netText = await gen(b);
+      await b.unload();
+      return out;
+    }, `/models/${F32}`);
+    for (const k of ['bytes', 'net']) {
+      assert.equal(r[k].core, 'single-threaded-webgpu');
+      assert.equal(r[k].weights_streamed, true, `${k}: streamed`);
+      assert.ok(r[k].wasm_memory_bytes < size, `${k}: ${r[k].wasm_memory_bytes} bytes of wasm memory, model ${size}`);
+      assert.equal(r[`${k}Text`], want, `${k}: the tokens of native WebGPU`);
+    }
+    assert.equal(r.net.source, 'network');
   });
 
 // Two requests at once on two slots: both drive loops step the one engine,
