@@ -6,8 +6,9 @@
 // stream adds up to the same text, the page keeps painting meanwhile, the
 // weights are streamed, two requests batch, embeddings and snapshots work, it
 // runs in a Worker too, a GPU wait ends only on a lost device, and the capability
-// report names the core and the backend; `auto` on SwiftShader (a software
-// adapter) picks the single-threaded CPU core and says why.
+// report names the core and the backend; `auto` on a hardware adapter picks
+// the WebGPU core, on SwiftShader (a software adapter) the single-threaded
+// CPU core, saying why.
 // Run through tests/web/run.sh (which builds web/dist and the native tool).
 
 import { test, before, after } from 'node:test';
@@ -261,6 +262,39 @@ test('no COOP/COEP, WebGPU: a GPU wait ends only when the device is lost, not on
       await p.close();
     }
   });
+
+// `auto` on a hardware adapter: SwiftShader dressed up as one (its adapter
+// info without the software markers, for core.js's probe and the HAL alike).
+// The HAL then tunes the kernels for a GPU, which SwiftShader runs some 30x
+// slower than its CPU tuning (0.3 tok/s): two tokens only.
+test("no COOP/COEP: 'auto' on a hardware adapter picks the single-threaded WebGPU core", { timeout: 60000 }, async () => {
+  const want = nativeRun(PROMPT, N, 'webgpu').text;
+  const p = await browser.newPage();
+  try {
+    await p.goto(`${server.url}/blank.html`);
+    const r = await p.evaluate(async (url) => {
+      const real = Object.getOwnPropertyDescriptor(GPUAdapter.prototype, 'info').get;
+      Object.defineProperty(GPUAdapter.prototype, 'info', { configurable: true, get() {
+        const i = real.call(this);
+        return { vendor: 'acme', architecture: 'test-gpu', device: 'Acme Test GPU', description: '', isFallbackAdapter: false,
+                 subgroupMinSize: i.subgroupMinSize, subgroupMaxSize: i.subgroupMaxSize };
+      } });
+      Object.defineProperty(GPUAdapter.prototype, 'isFallbackAdapter', { configurable: true, get: () => false });
+      const wgllm = await import('/dist/wgllm.js');
+      const e = await wgllm.createEngine({ model: url, backend: 'auto' });
+      const c = await e.completions.create({ prompt: 'Once upon a time', max_tokens: 2, temperature: 0, ignore_eos: true });
+      await e.unload();
+      return { caps: e.capabilities, text: c.choices[0].text, n: c.usage.completion_tokens };
+    }, `/models/${MODEL}`);
+    assert.equal(r.caps.core, 'single-threaded-webgpu');
+    assert.equal(r.caps.backend, 'webgpu');
+    assert.match(r.caps.reason, /^webgpu: Acme Test GPU \(browser, /);
+    assert.equal(r.n, 2);
+    assert.ok(r.text.length > 0 && want.startsWith(r.text), `${JSON.stringify(r.text)} begins native's ${JSON.stringify(want)}`);
+  } finally {
+    await p.close();
+  }
+});
 
 test("no COOP/COEP: 'auto' on SwiftShader picks the single-threaded CPU core and says why", { timeout: 60000 }, async () => {
   const r = await page.evaluate(async ({ url, n }) => {
