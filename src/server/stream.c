@@ -50,6 +50,7 @@ struct stream {
     struct wgllm_responses_stream *rs; /* /v1/responses, streaming: its events' state (NULL otherwise) */
     bool gen_responses;   /* /v1/responses: answers as a Response */
     int tenant;           /* --api-key-file: whose request (-1: none), charged its tokens at the end */
+    char *route;          /* --route: the decision's JSON, added to the answer as wgllm.route (NULL: none) */
 };
 
 static void stream_free(struct stream *st) {
@@ -58,6 +59,7 @@ static void stream_free(struct stream *st) {
     wgllm_openai_request_free(&st->gen);
     wgllm_responses_stream_free(st->rs);
     wgllm_strbuf_free(&st->buf);
+    free(st->route);
     atomic_fetch_sub(&st->srv->inflight, 1);
     free(st);
 }
@@ -214,6 +216,8 @@ static void *stream_waiter(void *arg) {
     } else {
         /* the layer's end of a stream: logprobs, finish and usage chunks, or the error */
         n_tail = wgllm_openai_chunks_end(&s->api, &st->gen, st->id, &res, tail);
+        /* the route's decision rides on the last chunk (OpenAI streams: the other dialects' events have no room) */
+        if (n_tail > 0 && st->route && !st->anthropic && !st->rs) tail[n_tail - 1] = srv_with_route(tail[n_tail - 1], st->route);
         for (int i = 0; i < n_tail; i++) tail[i] = event(st, tail[i]);
     }
     wgllm_result_free(&res);
@@ -333,7 +337,7 @@ static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c)
             free(chat);
             chat = msg;
         }
-        ret = srv_send_text(s, c, 200, "application/json", chat);
+        ret = srv_send_text(s, c, 200, "application/json", srv_with_route(chat, st->route));
     }
     wgllm_result_free(&res);
     return ret;
@@ -367,8 +371,20 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     st->fd = srv_client_fd(c);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
-    const bool parsed = wgllm_openai_parse(&s->api, chat ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS, body, len,
-                                           &st->gen, &e);
+    /* a `model` naming a route: the tenant may use the route; the policy picks the target */
+    const char *route = srv_route_named(s, body, len);
+    if (route && !srv_policy_allows(s->policy, tenant, route)) {
+        free(messages_chat);
+        wgllm_openai_error_set(&e, 403, "permission_error", "model", "model_not_allowed",
+                               "the key of '%s' may not use the model '%s'", srv_policy_name(s->policy, tenant), route);
+        enum MHD_Result ret = send_err(st, c, &e);
+        stream_free(st);
+        return ret;
+    }
+    const enum wgllm_openai_endpoint endpoint = chat ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS;
+    const bool parsed = route ? srv_route_request(s, route, endpoint, body, len, srv_policy_name(s->policy, tenant),
+                                                  &st->gen, &st->route, &e)
+                              : wgllm_openai_parse(&s->api, endpoint, body, len, &st->gen, &e);
     free(messages_chat);
     if (!parsed) {
         enum MHD_Result ret = send_err(st, c, &e);
@@ -377,7 +393,7 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     }
     struct wgllm_openai_request *g = &st->gen;
     const char *upstream = st->upstream = g->upstream; /* a `model` naming an upstream goes there */
-    if (!srv_policy_allows(s->policy, tenant, upstream ? upstream : s->model_id)) {
+    if (!route && !srv_policy_allows(s->policy, tenant, upstream ? upstream : s->model_id)) {
         wgllm_openai_error_set(&e, 403, "permission_error", "model", "model_not_allowed",
                                "the key of '%s' may not use the model '%s'", srv_policy_name(s->policy, tenant),
                                upstream ? upstream : s->model_id);
