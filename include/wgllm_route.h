@@ -36,6 +36,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "wgllm.h"
+
 #define WGLLM_ROUTE_MAX_CANDIDATES 16
 
 enum wgllm_route_kind {
@@ -99,5 +101,13 @@ int wgllm_route_decide(const struct wgllm_route_params *p, struct wgllm_route_de
  * "in_flight", "cost_per_mtok", "estimated_ttft_ms", "estimated_cost",
  * "score"}]} -- the `wgllm.route` field of answers. */
 char *wgllm_route_json(const struct wgllm_route_decision *d);
+
+/* The first parameter of p that only a local engine honours (an OpenAI-
+ * compatible upstream has no such field, or no way to be told): context_key,
+ * ignore_eos, add_special = false, and top_k, min_p, typical_p,
+ * repeat_penalty, penalty_last_n, n_probs away from
+ * wgllm_sampler_default_params(); NULL when there is none. A request with
+ * one refuses every remote target. */
+const char *wgllm_route_local_only(const struct wgllm_request_params *p);
 
 #endif

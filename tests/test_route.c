@@ -147,6 +147,21 @@ TEST(decision_json_reports_inputs_and_scores) {
     free(j);
 }
 
+TEST(local_only_parameters) {
+    struct wgllm_request_params p = wgllm_request_default_params();
+    CHECK(wgllm_route_local_only(&p) == NULL);
+    p.sampling.top_k = 3;
+    CHECK_STR(wgllm_route_local_only(&p), "top_k");
+    p.context_key = "conv";
+    CHECK_STR(wgllm_route_local_only(&p), "context_key");
+    p = wgllm_request_default_params();
+    p.sampling.temperature = 0.1f; /* OpenAI has these */
+    p.sampling.top_p = 0.5f;
+    CHECK(wgllm_route_local_only(&p) == NULL);
+    p.add_special = false;
+    CHECK_STR(wgllm_route_local_only(&p), "add_special");
+}
+
 int main(void) {
     RUN(warm_local_beats_fast_upstream);
     RUN(cold_long_prompt_goes_to_faster_upstream);
@@ -155,5 +170,6 @@ int main(void) {
     RUN(refused_targets_never_win);
     RUN(queue_wait_defaults_and_ties);
     RUN(decision_json_reports_inputs_and_scores);
+    RUN(local_only_parameters);
     return test_summary("test_route");
 }

@@ -202,18 +202,7 @@ static enum wgllm_status resolve(struct wgllm_client *c, const char *name, unsig
 /* Local-only knobs a remote endpoint cannot honour: refused, never dropped. */
 static enum wgllm_status check_remote_params(const struct endpoint *ep, const struct wgllm_request_params *p,
                                              struct wgllm_error *err) {
-    const struct wgllm_sampler_params def = wgllm_sampler_default_params();
-    const struct wgllm_sampler_params *s = &p->sampling;
-    const char *field = p->context_key ? "context_key"
-                        : p->ignore_eos ? "ignore_eos"
-                        : !p->add_special ? "add_special"
-                        : s->top_k != def.top_k ? "top_k"
-                        : s->min_p != def.min_p ? "min_p"
-                        : s->typical_p != def.typical_p ? "typical_p"
-                        : s->repeat_penalty != def.repeat_penalty ? "repeat_penalty"
-                        : s->penalty_last_n != def.penalty_last_n ? "penalty_last_n"
-                        : s->n_probs > 0 ? "n_probs"
-                        : NULL;
+    const char *field = wgllm_route_local_only(p); /* the routing policy's rule too (wgllm_route.h) */
     if (!field) return WGLLM_STATUS_OK;
     return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                            "client: '%s' is local-only and endpoint '%s' is remote; leave it at its default (or put "

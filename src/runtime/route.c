@@ -59,6 +59,21 @@ int wgllm_route_decide(const struct wgllm_route_params *p, struct wgllm_route_de
     return d->chosen;
 }
 
+const char *wgllm_route_local_only(const struct wgllm_request_params *p) {
+    const struct wgllm_sampler_params def = wgllm_sampler_default_params();
+    const struct wgllm_sampler_params *s = &p->sampling;
+    return p->context_key ? "context_key"
+           : p->ignore_eos ? "ignore_eos"
+           : !p->add_special ? "add_special"
+           : s->top_k != def.top_k ? "top_k"
+           : s->min_p != def.min_p ? "min_p"
+           : s->typical_p != def.typical_p ? "typical_p"
+           : s->repeat_penalty != def.repeat_penalty ? "repeat_penalty"
+           : s->penalty_last_n != def.penalty_last_n ? "penalty_last_n"
+           : s->n_probs > 0 ? "n_probs"
+           : NULL;
+}
+
 char *wgllm_route_json(const struct wgllm_route_decision *d) {
     struct wgllm_strbuf b = {0};
     struct wgllm_json_writer w;
