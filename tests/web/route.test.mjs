@@ -12,6 +12,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
 import { root, chromium, startServer, WGLLM, MODELS, FLAGS, synthModel } from './setup.mjs';
@@ -19,10 +20,10 @@ import { root, chromium, startServer, WGLLM, MODELS, FLAGS, synthModel } from '.
 const MODEL = 'tiny-q8_0.gguf';
 let files, native, browser, page;
 
-function startNative(model) {
+function startNative(model, template) {
   return new Promise((resolve, reject) => {
     const p = spawn(WGLLM, ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', '--parallel', '1',
-      '--ctx-size', '512', '--threads', '1', '--cors', '*'], { stdio: ['ignore', 'ignore', 'pipe'] });
+      '--ctx-size', '512', '--threads', '1', '--cors', '*', '--chat-template', template], { stdio: ['ignore', 'ignore', 'pipe'] });
     let log = '';
     const timer = setTimeout(() => reject(new Error(`wgllm serve did not start: ${log}`)), 30000);
     p.stderr.on('data', (d) => {
@@ -36,14 +37,18 @@ function startNative(model) {
 
 before(async () => {
   assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'wgllm.js')), 'web/dist is built (make wasm)');
-  native = await startNative(synthModel(MODEL, 'tiny', 'q8_0'));
+  const model = synthModel(MODEL, 'tiny', 'q8_0');
   files = await startServer({ models: MODELS });
   browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
   page = await browser.newPage();
   page.on('console', (m) => { if (process.env.WGLLM_WEB_VERBOSE) console.log('[page]', m.text()); });
   await page.goto(`${files.url}/blank.html`);
+  // the server gets the page engine's chat template (the tiny model has none)
+  const chatml = await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); return wgllm.CHATML; });
+  const template = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'wgllm-route-')), 'chatml.jinja');
+  fs.writeFileSync(template, chatml);
+  native = await startNative(model, template);
   await page.evaluate(async ({ url, server }) => {
-    window.wgllm = await import('/dist/wgllm.js');
     window.engine = await wgllm.createWorkerEngine({ model: url, chatTemplate: wgllm.CHATML, backend: 'cpu',
       nThreads: 1, nCtx: 512, nSlots: 1, store: false });
     window.router = wgllm.createRouter({ routes: { auto: [{ engine }, { baseURL: `${server}/v1`, name: 'fast' }] } });

@@ -642,6 +642,7 @@ EMSCRIPTEN_KEEPALIVE char *wgllm_web_route(struct web_state *st, int endpoint, c
     struct wgllm_openai_params lp = {.model = st->model, .engine = st->eng, .max_tokens = n_ctx > 65536 ? n_ctx : 65536,
                                      .n_ctx = n_ctx, .model_alias = name->str};
     struct wgllm_openai_params rp = lp;
+    rp.model_alias = NULL; /* the route's name must not be this model's for the remote parse */
     rp.upstream = as_remote;
     rp.upstream_user = "remote";
     struct wgllm_openai_request gl = {0}, gr = {0};
