@@ -177,12 +177,14 @@ bool srv_route_request(struct srv *s, const char *route, enum wgllm_openai_endpo
     gl.rp.cache_partition = partition;
     gu.rp.cache_partition = partition;
     const struct wgllm_openai_request *g = ok_l ? &gl : &gu;
+    /* without a local parse no local target tokenizes (each is refused): the upstream's fields then
+     * stand in for the messages in the byte estimate of the prompt's tokens (the cost term) */
     char local_refused[300] = "", remote_refused[300] = "";
     if (has_local && !ok_l) snprintf(local_refused, sizeof local_refused, "%.290s", el.message);
     if (first_up && !ok_u) snprintf(remote_refused, sizeof remote_refused, "%.290s", eu.message);
     const struct wgllm_route_request rq = {
         .op = endpoint == WGLLM_OPENAI_CHAT ? WGLLM_OP_CHAT : WGLLM_OP_QUERY, .prompt = g->prompt,
-        .prompt_len = g->prompt_len, .add_special = g->rp.add_special, .messages_json = ok_l ? gl.messages_json : NULL,
+        .prompt_len = g->prompt_len, .add_special = g->rp.add_special, .messages_json = ok_l ? gl.messages_json : gu.forward_json,
         .tools_json = gl.tools_json, .kwargs_json = gl.kwargs_json, .cache_partition = partition,
         .max_tokens = g->rp.max_tokens, .params = ok_u ? &gu.rp : NULL,
         .remote_refused = *remote_refused ? remote_refused : NULL, .local_refused = *local_refused ? local_refused : NULL};
