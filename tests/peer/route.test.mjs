@@ -5,7 +5,9 @@
 // measured latency. A long cold conversation goes to the (fast) upstream; a
 // local-only field (logprobs) forces it local, which warms the cache; the
 // same conversation again then stays local; the decision and its inputs come
-// back as `wgllm.route` (the last chunk of a stream too) and in /metrics.
+// back as `wgllm.route` (the last chunk of a stream too) and in /metrics. An
+// upstream whose call failed is cooling, and the policy then sends to the
+// local engine although the upstream's score is lower.
 // Bad --route values and costs stop the server with a message naming them.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -125,6 +127,29 @@ test('routes: /v1/models lists the route, unknown models name it, a request no t
   const bad = await post({ model: 'auto', messages: LONG, temperature: 'hot' });
   assert.equal(bad.status, 400);
   assert.equal(bad.json.error.param, 'temperature');
+});
+
+test('routes: an upstream that failed is cooling and loses to the local engine', async () => {
+  const r2 = await startServerWith(['-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--ctx-size', '512',
+    '--threads', '1', '--chat-template', TEMPLATE, '--upstream', 'dead=http://127.0.0.1:9/v1', '--route', 'down=dead,local']);
+  const ask = async () => {
+    const r = await fetch(r2.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'down', messages: LONG, max_tokens: 2, temperature: 0 }) });
+    return { status: r.status, json: await r.json() };
+  };
+  // never tried: healthy, at the default 500 ms, against 1.8 s of cold prefill at the default rate
+  const first = await ask();
+  assert.equal(first.status, 502, JSON.stringify(first.json));
+  // its failure cools it down: now the slower local engine is the healthy choice
+  const second = await ask();
+  assert.equal(second.status, 200, JSON.stringify(second.json));
+  const rt = second.json.wgllm.route;
+  assert.equal(rt.target, 'local', JSON.stringify(rt));
+  assert.equal(cand(rt, 'dead').healthy, false);
+  assert.ok(cand(rt, 'dead').score < cand(rt, 'local').score); // it would have won on the score alone
+  const metrics = await (await fetch(r2.url + '/metrics')).text();
+  assert.match(metrics, /^wgllm_route_decisions_total\{route="down",target="dead"\} 1$/m);
+  assert.match(metrics, /^wgllm_route_decisions_total\{route="down",target="local"\} 1$/m);
 });
 
 test('routes: bad --route values and costs stop the server naming them', () => {
