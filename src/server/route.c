@@ -55,6 +55,10 @@ bool srv_routes_setup(struct srv *s, const char *const *specs, int n, char *msg,
     pthread_mutex_init(&s->route_mu, NULL);
     for (int i = 0; i < n; i++) {
         struct srv_route *r = &s->routes[i];
+        if (strlen(specs[i]) >= sizeof r->spec) {
+            snprintf(msg, cap, "--route %.60s...: longer than %zu bytes", specs[i], sizeof r->spec - 1);
+            return false;
+        }
         snprintf(r->spec, sizeof r->spec, "%s", specs[i]);
         char *eq = strchr(r->spec, '=');
         if (!eq || eq == r->spec || !eq[1]) {

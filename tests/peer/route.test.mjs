@@ -89,6 +89,12 @@ test('routes: cold long prompt upstream, local-only field local, the same conver
   assert.equal(events.indexOf(withRoute[0]), events.length - 1);
   assert.equal(withRoute[0].wgllm.route.target, 'local');
 
+  // Anthropic's Messages (served as the chat it means) carry the decision too
+  const msg = await post({ model: 'auto', system: LONG[0].content, messages: [LONG[1]], max_tokens: 4 }, '/v1/messages');
+  assert.equal(msg.status, 200, msg.text);
+  assert.equal(msg.json.type, 'message');
+  assert.equal(msg.json.wgllm.route.target, 'local');
+
   // completions too
   const comp = await post({ model: 'auto', prompt: 'Once upon a time', max_tokens: 2, temperature: 0 }, '/v1/completions');
   assert.equal(comp.status, 200, comp.text);
@@ -100,7 +106,7 @@ test('routes: cold long prompt upstream, local-only field local, the same conver
     assert.ok(m, `${name} ${target} in\n${metrics}`);
     return Number(m[1]);
   };
-  assert.equal(value('route_decisions_total', 'fast') + value('route_decisions_total', 'local'), 5);
+  assert.equal(value('route_decisions_total', 'fast') + value('route_decisions_total', 'local'), 6);
   assert.ok(value('route_decisions_total', 'local') >= 3);
   assert.ok(value('route_decisions_total', 'fast') >= 1);
   assert.equal(value('route_refused_total', 'fast'), 1);
