@@ -20,7 +20,8 @@
  *           time to first piece; default_latency_ms before any was measured)
  * Cost (in the unit of `cost`, e.g. dollars):
  *   cost * (prompt_tokens + completion_tokens) / 1e6, with completion_tokens the
- *   request's max_tokens, or expected_completion_tokens when it has none.
+ *   request's max_tokens, or expected_completion_tokens when it has none; a
+ *   local engine's cached tokens are left out (they are not computed again).
  * Score (lower wins): ttft_ms + cost_weight * cost_units.
  *
  * Hard rules, before the score: a candidate with `refused` set (a local-only

@@ -58,6 +58,16 @@ TEST(cost_weight_flips_the_decision) {
     CHECK_NEAR(d.c[1].score, 300 + 1000 * 0.02256, 1e-9);
     p.cost_weight = 1e6; /* a unit of cost is now worth 1000 s: 22560 ms of penalty */
     CHECK_EQ_INT(decide2(&p, local(2000, 0, 1000), up, &d), 0);
+    /* a local engine's cached tokens cost nothing: warm, the priced local engine beats the upstream */
+    struct wgllm_route_candidate priced = local(2000, 0, 1000);
+    priced.cost = 100; /* (2000 + 256) tokens: 0.2256, 225.6 ms at cost_weight 1000 */
+    p.cost_weight = 1000;
+    CHECK_EQ_INT(decide2(&p, priced, remote("free", 2000, 300), &d), 1);
+    CHECK_NEAR(d.c[0].cost_units, 0.2256, 1e-12);
+    priced.cached_tokens = 1990; /* 10 ms of prefill and (10 + 256) priced tokens: 26.6 ms */
+    CHECK_EQ_INT(decide2(&p, priced, remote("free", 2000, 300), &d), 0);
+    CHECK_NEAR(d.c[0].cost_units, 100 * 266 / 1e6, 1e-12);
+    p.cost_weight = 1e6;
     /* max_tokens is what is priced when given */
     memset(&d, 0, sizeof d);
     d.c[0] = up, d.n = 1;

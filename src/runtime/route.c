@@ -6,6 +6,7 @@
  */
 #include "wgllm_route.h"
 
+#include "base/base.h" /* WGLLM_MIN */
 #include "base/json.h"
 
 #include <stdlib.h>
@@ -31,7 +32,11 @@ static void estimate(const struct wgllm_route_params *p, struct wgllm_route_cand
         const int in_flight = c->in_flight > 0 ? c->in_flight : 0;
         c->ttft_ms = measured(c->latency_ms, p->default_latency_ms) * (1.0 + p->busy_factor * in_flight);
     }
-    const double tokens = (double)(c->prompt_tokens > 0 ? c->prompt_tokens : 0) + completion;
+    /* a local engine's cached tokens are not computed again, so they cost nothing; an upstream's
+     * prompt caching (if any) is not known here, so it is priced whole */
+    const int prompt = c->prompt_tokens > 0 ? c->prompt_tokens : 0;
+    const int cached = c->kind == WGLLM_ROUTE_LOCAL && c->cached_tokens > 0 ? WGLLM_MIN(c->cached_tokens, prompt) : 0;
+    const double tokens = (double)(prompt - cached) + completion;
     c->cost_units = (c->cost > 0 ? c->cost : 0.0) * tokens / 1e6;
     c->score = c->ttft_ms + p->cost_weight * c->cost_units;
 }
