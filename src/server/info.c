@@ -116,6 +116,7 @@ static void route_metrics(struct wgllm_strbuf *b, struct srv *s) {
         {"route_score", "gauge", "The last decision's score of this target (estimated ms plus cost_weight times cost; lower wins)."},
         {"route_prompt_tokens", "gauge", "The last decision's prompt tokens."},
         {"route_cached_tokens", "gauge", "The last decision's prompt tokens already cached on this target (local)."},
+        {"route_fallbacks_total", "counter", "Requests this target failed before any token that the local engine then answered."},
     };
     if (!s->n_routes) return;
     pthread_mutex_lock(&s->route_mu);
@@ -125,7 +126,7 @@ static void route_metrics(struct wgllm_strbuf *b, struct srv *s) {
             for (int k = 0; k < s->routes[i].n; k++) {
                 const struct srv_route_stats *t = &s->routes[i].st[k];
                 const double v[] = {(double)t->decisions, (double)t->refused, t->ttft_ms, t->score, t->prompt_tokens,
-                                    t->cached_tokens};
+                                    t->cached_tokens, (double)t->fallbacks};
                 wgllm_strbuf_printf(b, "wgllm_%s{route=\"", M[m].name);
                 srv_metric_label(b, s->routes[i].name);
                 wgllm_strbuf_puts(b, "\",target=\"");

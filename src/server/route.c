@@ -8,7 +8,9 @@
  * server's own is the request: parsed once for the local engine and once
  * for an upstream, the fields an upstream cannot take (grammar, json_schema,
  * logprobs, context_key, sampler knobs OpenAI lacks) refusing the upstreams,
- * and the decision's counters for /metrics.
+ * and the decision's counters for /metrics. A request sent to an upstream
+ * keeps its local parse when the local engine could take it: stream.c falls
+ * back to it when the upstream fails before anything reached the client.
  */
 #include "server/server.h"
 
@@ -149,8 +151,9 @@ static void record(struct srv *s, const struct wgllm_route_decision *d) {
 
 bool srv_route_request(struct srv *s, const char *route, enum wgllm_openai_endpoint endpoint, const char *body,
                        size_t len, const char *partition, struct wgllm_openai_request *out, char **report,
-                       struct wgllm_openai_error *e) {
+                       struct wgllm_openai_request *fallback, bool *has_fallback, struct wgllm_openai_error *e) {
     *report = NULL;
+    *has_fallback = false;
     const struct srv_route *r = NULL;
     for (int i = 0; i < s->n_routes && !r; i++)
         if (!strcmp(s->routes[i].name, route)) r = &s->routes[i];
@@ -213,11 +216,35 @@ bool srv_route_request(struct srv *s, const char *route, enum wgllm_openai_endpo
     } else {
         *out = gu;
         out->upstream = c->name; /* owned by the client, which outlives every request */
-        wgllm_openai_request_free(&gl);
+        bool local_ok = false;
+        for (int i = 0; i < d->n; i++) local_ok |= d->c[i].kind == WGLLM_ROUTE_LOCAL && !d->c[i].refused;
+        if (local_ok) *fallback = gl, *has_fallback = true;
+        else wgllm_openai_request_free(&gl);
     }
     *report = wgllm_route_json(d);
     free(d);
     return true;
+}
+
+char *srv_route_fell_back(struct srv *s, char *report, const char *from, const char *why) {
+    cJSON *o = cJSON_Parse(report);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    for (int i = 0; cJSON_IsString(name) && i < s->n_routes; i++) {
+        struct srv_route *r = &s->routes[i];
+        if (strcmp(r->name, name->valuestring)) continue;
+        pthread_mutex_lock(&s->route_mu);
+        for (int k = 0; k < r->n; k++) r->st[k].fallbacks += !strcmp(r->target[k], from);
+        pthread_mutex_unlock(&s->route_mu);
+    }
+    cJSON *f = cJSON_AddObjectToObject(o, "fallback");
+    cJSON_AddStringToObject(f, "from", from);
+    cJSON_AddStringToObject(f, "error", why);
+    cJSON_ReplaceItemInObjectCaseSensitive(o, "target", cJSON_CreateString(SRV_LOCAL_TARGET));
+    char *out = o && f ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!out) return report; /* out of memory: the decision as it was */
+    free(report);
+    return out;
 }
 
 char *srv_with_route(char *json, const char *report) {

@@ -32,6 +32,7 @@ struct srv_route_stats {
     uint64_t refused;              /* requests it could not take (a local-only field, a prompt too long) */
     double ttft_ms, score;         /* the last decision's estimate */
     int cached_tokens, prompt_tokens;
+    uint64_t fallbacks;            /* requests it failed that the local engine then answered */
 };
 
 struct srv_route {
@@ -116,7 +117,13 @@ const char *srv_route_named(const struct srv *s, const char *body, size_t len);
  * when the request is wrong for every target or no target can take it. */
 bool srv_route_request(struct srv *s, const char *route, enum wgllm_openai_endpoint endpoint, const char *body,
                        size_t len, const char *partition, struct wgllm_openai_request *out, char **report,
-                       struct wgllm_openai_error *e);
+                       struct wgllm_openai_request *fallback, bool *has_fallback, struct wgllm_openai_error *e);
+/* When an upstream was chosen and the local engine could take the request
+ * too, *fallback is the request parsed for it (*has_fallback): what stream.c
+ * submits there when the upstream fails before anything reached the client.
+ * srv_route_fell_back counts that and returns the report (freed) with
+ * "fallback": {"from", "error"} added. */
+char *srv_route_fell_back(struct srv *s, char *report, const char *from, const char *why);
 /* json (an answer or a chunk, a JSON object; freed) with "wgllm": {"route": report} added. */
 char *srv_with_route(char *json, const char *report);
 

@@ -6,8 +6,8 @@
 // local-only field (logprobs) forces it local, which warms the cache; the
 // same conversation again then stays local; the decision and its inputs come
 // back as `wgllm.route` (the last chunk of a stream too) and in /metrics. An
-// upstream whose call failed is cooling, and the policy then sends to the
-// local engine although the upstream's score is lower.
+// upstream chosen that cannot be reached falls back to the local engine
+// (nothing had reached the client); the policy then sees it unhealthy.
 // Bad --route values and costs stop the server with a message naming them.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -135,27 +135,48 @@ test('routes: /v1/models lists the route, unknown models name it, a request no t
   assert.equal(bad.json.error.param, 'temperature');
 });
 
-test('routes: an upstream that failed is cooling and loses to the local engine', async () => {
-  const r2 = await startServerWith(['-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--ctx-size', '512',
-    '--threads', '1', '--chat-template', TEMPLATE, '--upstream', 'dead=http://127.0.0.1:9/v1', '--route', 'down=dead,local']);
-  const ask = async () => {
-    const r = await fetch(r2.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'down', messages: LONG, max_tokens: 2, temperature: 0 }) });
-    return { status: r.status, json: await r.json() };
+test('routes: an upstream that fails falls back to the local engine, then cools and loses to it', async () => {
+  // two routers: each fallback needs a local engine that has measured nothing yet (a measured rate makes
+  // the local engine faster than an upstream's default 500 ms, and the policy would not pick the upstream)
+  const args = ['-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--ctx-size', '512', '--threads', '1',
+    '--chat-template', TEMPLATE, '--upstream', 'dead=http://127.0.0.1:9/v1', '--route', 'down=dead,local'];
+  const [r2, r3] = await Promise.all([startServerWith(args), startServerWith(args)]);
+  const ask = async (model, extra = {}, server = r2) => {
+    const r = await fetch(server.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model, messages: LONG, max_tokens: 2, temperature: 0, ...extra }) });
+    return { status: r.status, text: await r.text() };
   };
-  // never tried: healthy, at the default 500 ms, against 1.8 s of cold prefill at the default rate
-  const first = await ask();
-  assert.equal(first.status, 502, JSON.stringify(first.json));
-  // its failure cools it down: now the slower local engine is the healthy choice
-  const second = await ask();
-  assert.equal(second.status, 200, JSON.stringify(second.json));
-  const rt = second.json.wgllm.route;
+  // never tried: healthy, at the default 500 ms, against 1.8 s of cold prefill at the default rate: the
+  // policy picks it, it cannot be reached, and the local engine answers instead (nothing had been sent)
+  const first = await ask('down');
+  assert.equal(first.status, 200, first.text);
+  const r1 = JSON.parse(first.text).wgllm.route;
+  assert.equal(r1.target, 'local', JSON.stringify(r1));
+  assert.equal(r1.fallback.from, 'dead');
+  assert.match(r1.fallback.error, /127\.0\.0\.1:9|connect|reach/i);
+  assert.equal(JSON.parse(first.text).model, MODEL_ID);
+  // its failure cooled it down (and the fallback warmed the local engine): local, with no fallback
+  const second = await ask('down');
+  assert.equal(second.status, 200, second.text);
+  const rt = JSON.parse(second.text).wgllm.route;
   assert.equal(rt.target, 'local', JSON.stringify(rt));
-  assert.equal(cand(rt, 'dead').healthy, false);
-  assert.ok(cand(rt, 'dead').score < cand(rt, 'local').score); // it would have won on the score alone
+  assert.equal(rt.fallback, undefined);
+  assert.equal(cand(rt, 'dead').healthy, false); // the replica table's state, as the policy got it
+  assert.equal(cand(rt, 'local').cached_tokens, cand(rt, 'local').prompt_tokens - 1); // warmed by the fallback
+  // a stream falls back the same way, the decision on its last chunk
+  const streamed = await ask('down', { stream: true }, r3);
+  assert.equal(streamed.status, 200);
+  const events = streamed.text.split('\n\n').filter((e) => e.startsWith('data: ') && !e.includes('[DONE]'))
+    .map((e) => JSON.parse(e.slice(6)));
+  assert.ok(!events.some((e) => e.error), streamed.text);
+  assert.ok(events.some((e) => e.choices?.[0]?.delta?.content), streamed.text);
+  assert.equal(events.at(-1).wgllm.route.fallback.from, 'dead');
+  assert.equal(events.filter((e) => e.wgllm).length, 1);
   const metrics = await (await fetch(r2.url + '/metrics')).text();
   assert.match(metrics, /^wgllm_route_decisions_total\{route="down",target="dead"\} 1$/m);
   assert.match(metrics, /^wgllm_route_decisions_total\{route="down",target="local"\} 1$/m);
+  assert.match(metrics, /^wgllm_route_fallbacks_total\{route="down",target="dead"\} 1$/m);
+  assert.match(await (await fetch(r3.url + '/metrics')).text(), /^wgllm_route_fallbacks_total\{route="down",target="dead"\} 1$/m);
 });
 
 test('routes: bad --route values and costs stop the server naming them', () => {
