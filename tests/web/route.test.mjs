@@ -5,7 +5,8 @@
 // the server (the engine has no measured prefill rate yet), a local-only
 // field (logprobs) forces it local, which warms the engine's cache, and the
 // same conversation then stays local; answers and a stream's last chunk carry
-// `wgllm.route`; bad routes are refused when the router is made.
+// `wgllm.route`; a server that cannot be reached falls back to the engine;
+// bad routes are refused when the router is made.
 // Run through tests/web/run.sh (which builds web/dist and the native tool).
 
 import { test, before, after } from 'node:test';
@@ -98,6 +99,29 @@ test('router: cold long conversation remote, local-only field local, the same ag
   assert.ok(r.stats.auto[0].latency_ms > 0 && r.stats.auto[0].healthy);
   assert.equal(r.unknown.status, 404);
   assert.match(r.unknown.message, /no route named 'nope'/);
+});
+
+test('router: a server that cannot be reached falls back to the local engine', { timeout: 60000 }, async () => {
+  const r = await page.evaluate(async (url) => {
+    // a fresh engine: with a measured prefill rate the policy would not pick the server
+    const e2 = await wgllm.createWorkerEngine({ model: url, chatTemplate: wgllm.CHATML, backend: 'cpu', nThreads: 1,
+      nCtx: 512, nSlots: 1, store: false });
+    const rt = wgllm.createRouter({ routes: { down: [{ baseURL: 'http://127.0.0.1:9/v1', name: 'dead' }, { engine: e2 }] } });
+    const LONG = [{ role: 'system', content: 'the river ran past the mill, '.repeat(45) }, { role: 'user', content: 'Where?' }];
+    const first = await rt.chat.completions.create({ model: 'down', messages: LONG, max_tokens: 2, temperature: 0 });
+    const second = await rt.chat.completions.create({ model: 'down', messages: LONG, max_tokens: 2, temperature: 0 });
+    const out = { first: first.wgllm.route, text: first.choices[0].message.content, second: second.wgllm.route,
+      stats: rt.stats.down };
+    await e2.unload();
+    return out;
+  }, `/models/${MODEL}`);
+  assert.equal(r.first.target, 'local', JSON.stringify(r.first));
+  assert.equal(r.first.fallback.from, 'dead');
+  assert.ok(r.text.length > 0);
+  assert.equal(r.second.target, 'local');
+  assert.equal(r.second.fallback, undefined);
+  assert.equal(r.second.candidates.find((c) => c.target === 'dead').healthy, false); // cooling after its failure
+  assert.equal(r.stats[0].healthy, false);
 });
 
 test('router: bad routes are refused naming them', { timeout: 30000 }, async () => {

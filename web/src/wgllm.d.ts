@@ -349,7 +349,10 @@ export interface RouteCandidate {
 
 export interface RouteDecision {
   name: string;
+  /** the target that answered */
   target: string | null;
+  /** the server the policy chose failed, and the local engine answered instead */
+  fallback?: { from: string; error: string };
   completion_tokens: number;
   candidates: RouteCandidate[];
 }

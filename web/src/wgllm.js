@@ -340,8 +340,10 @@ async function* withRouteLast(chunks, route) {
  * prefix of this prompt, its queue and measured prefill rate, and each
  * server's measured latency (time to its first byte), calls in flight,
  * health (a failure makes it unhealthy for 10 s) and cost per 1M tokens,
- * weighted by costWeight (ms per unit of cost, default 1000). Answers carry
- * the decision as `wgllm.route` (a stream: on its last chunk).
+ * weighted by costWeight (ms per unit of cost, default 1000). A server that
+ * fails (no answer, an error status) falls back to the local engine when it
+ * could take the request. Answers carry the decision as `wgllm.route` (a
+ * stream: on its last chunk), with `fallback: {from, error}` after one.
  *
  *   const router = wgllm.createRouter({ routes: { auto: [{ engine }, { baseURL: 'https://…/v1',
  *     apiKey, model: 'big', cost: 2.5 }] } });
@@ -425,13 +427,21 @@ export function createRouter(options = {}) {
     }
     const t = route.targets.find((x) => x.name === decision.target);
     const stream = p != null && p.stream === true;
-    if (t.kind === 'local') {
-      const api = endpoint === 'chat' ? t.engine.chat.completions : t.engine.completions;
+    const local = async (d) => {
+      const api = endpoint === 'chat' ? route.local.engine.chat.completions : route.local.engine.completions;
       const { model: _, ...rest } = p;
       const r = await api.create(rest);
-      return stream ? withRouteLast(r, decision) : { ...r, wgllm: { ...(r.wgllm ?? {}), route: decision } };
+      return stream ? withRouteLast(r, d) : { ...r, wgllm: { ...(r.wgllm ?? {}), route: d } };
+    };
+    if (t.kind === 'local') return local(decision);
+    let res;
+    try {
+      res = await remoteCall(t, endpoint, p, route);
+    } catch (e) {
+      // nothing reached the caller yet: the local engine answers when it could (as the server's routes do)
+      if (!decision.candidates.some((c) => c.kind === 'local' && c.eligible)) throw e;
+      return local({ ...decision, target: route.local.name, fallback: { from: t.name, error: e.message } });
     }
-    const res = await remoteCall(t, endpoint, p, route);
     if (stream) return withRouteLast(sseEvents(res), decision);
     const a = await res.json();
     return { ...a, wgllm: { ...(a.wgllm ?? {}), route: decision } };
