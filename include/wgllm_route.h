@@ -88,6 +88,10 @@ struct wgllm_route_decision {
     int n;
     int chosen;                /* index into c, -1 when every candidate refused */
     int completion_tokens;     /* what the cost was computed with */
+    /* set by a caller whose chosen target failed before any of the answer was
+     * delivered and that sent the request to another (then `chosen`): */
+    int fallback_from;         /* that target's index, -1 = none (wgllm_route_decide sets -1) */
+    char fallback_error[256];  /* why it failed */
     char notes[WGLLM_ROUTE_MAX_CANDIDATES][192]; /* storage a gatherer may point c[i].refused at */
 };
 
@@ -100,7 +104,8 @@ int wgllm_route_decide(const struct wgllm_route_params *p, struct wgllm_route_de
  * "local"|"remote", "eligible", "refused"?, "healthy", "prompt_tokens",
  * "cached_tokens", "prefill_tok_s", "queue_depth", "busy_slots", "latency_ms",
  * "in_flight", "cost_per_mtok", "estimated_ttft_ms", "estimated_cost",
- * "score"}]} -- the `wgllm.route` field of answers. */
+ * "score"}], "fallback"?: {"from", "error"}} -- the `wgllm.route` field of
+ * answers. */
 char *wgllm_route_json(const struct wgllm_route_decision *d);
 
 /* The first parameter of p that only a local engine honours (an OpenAI-

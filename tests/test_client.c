@@ -308,13 +308,24 @@ TEST(routes_validate_and_gather) {
     CHECK(wgllm_client_route(c, "mix", &rq, &dec, &err) == WGLLM_STATUS_OK);
     CHECK_STR(dec.c[dec.chosen].name, "up");
     CHECK_EQ_INT(dec.c[0].cached_tokens, 0);
-    /* warm it: the same prompt again is local */
+    /* a call on the route goes there: the upstream cannot be reached (nothing was delivered yet), so
+     * the local endpoint answers, which warms it */
     struct wgllm_result res;
-    CHECK(wgllm_client_query(c, "here", longp, &p, &res, &err) == WGLLM_STATUS_OK);
+    CHECK(wgllm_client_route_query(c, "mix", longp, &p, &dec, &res, &err) == WGLLM_STATUS_OK);
+    CHECK(res.finish != WGLLM_FINISH_ERROR && res.n_tokens >= 1);
     wgllm_result_free(&res);
+    CHECK_STR(dec.c[dec.chosen].name, "here");
+    CHECK_EQ_INT(dec.fallback_from, 1);
+    CHECK(dec.fallback_error[0] != 0);
+    char *j = wgllm_route_json(&dec);
+    CHECK(j && strstr(j, "\"target\":\"here\"") && strstr(j, "\"fallback\":{\"from\":\"up\",\"error\":"));
+    free(j);
+    /* the same prompt again is local: warm now, and the upstream is cooling */
     CHECK(wgllm_client_route(c, "mix", &rq, &dec, &err) == WGLLM_STATUS_OK);
     CHECK_STR(dec.c[dec.chosen].name, "here");
     CHECK_EQ_INT(dec.c[0].cached_tokens, dec.c[0].prompt_tokens - 1);
+    CHECK(!dec.c[1].healthy);
+    CHECK_EQ_INT(dec.fallback_from, -1);
     /* ... but not for another partition */
     rq.cache_partition = "someone-else";
     CHECK(wgllm_client_route(c, "mix", &rq, &dec, &err) == WGLLM_STATUS_OK);

@@ -870,7 +870,7 @@ enum wgllm_status wgllm_client_route(struct wgllm_client *c, const char *route, 
                                      struct wgllm_route_decision *d, struct wgllm_error *err) {
     const struct route *r = route_find(c, route);
     memset(d, 0, sizeof *d);
-    d->chosen = -1;
+    d->chosen = d->fallback_from = -1;
     if (!r) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: no route named '%s'", route ? route : "(null)");
     d->route = r->name;
     d->n = r->n;
@@ -913,6 +913,49 @@ enum wgllm_status wgllm_client_route(struct wgllm_client *c, const char *route, 
     return WGLLM_STATUS_INVALID_ARGUMENT;
 }
 
+/* The caller's on_token, and whether it was called: a remote call that
+ * failed before it was may go to another target without the caller
+ * seeing two answers. */
+struct relay {
+    wgllm_token_fn fn;
+    void *user;
+    bool called;
+};
+
+static bool relay_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
+    struct relay *r = ud;
+    r->called = true;
+    return r->fn(text, len, token, logprob, r->user);
+}
+
+/* Runs the call on d's choice; a remote one that fails before any piece
+ * reached the caller (its replicas all tried) goes to the route's local
+ * endpoint when that one could take it (d->fallback_from says so). */
+static enum wgllm_status route_call(struct wgllm_client *c, struct wgllm_route_decision *d, const char *prompt,
+                                    const struct wgllm_message *msgs, int n_msgs,
+                                    const struct wgllm_request_params *params, struct wgllm_result *result,
+                                    struct wgllm_error *err) {
+    struct relay rl = {params->on_token, params->user_data, false};
+    struct wgllm_request_params p = *params;
+    if (p.on_token) p.on_token = relay_token, p.user_data = &rl;
+    const struct wgllm_route_candidate *cd = &d->c[d->chosen];
+    enum wgllm_status st = prompt ? wgllm_client_query(c, cd->name, prompt, &p, result, err)
+                                  : wgllm_client_chat(c, cd->name, msgs, n_msgs, &p, result, err);
+    const bool failed = st != WGLLM_STATUS_OK || result->finish == WGLLM_FINISH_ERROR;
+    if (cd->kind == WGLLM_ROUTE_LOCAL || !failed || rl.called) return st;
+    int local = -1;
+    for (int i = 0; i < d->n && local < 0; i++)
+        if (d->c[i].kind == WGLLM_ROUTE_LOCAL && !d->c[i].refused) local = i;
+    if (local < 0) return st;
+    d->fallback_from = d->chosen;
+    snprintf(d->fallback_error, sizeof d->fallback_error, "%.250s",
+             result->message[0] ? result->message : err ? err->message : "");
+    d->chosen = local;
+    wgllm_result_free(result);
+    return prompt ? wgllm_client_query(c, d->c[local].name, prompt, params, result, err)
+                  : wgllm_client_chat(c, d->c[local].name, msgs, n_msgs, params, result, err);
+}
+
 enum wgllm_status wgllm_client_route_query(struct wgllm_client *c, const char *route, const char *prompt,
                                            const struct wgllm_request_params *params, struct wgllm_route_decision *d,
                                            struct wgllm_result *result, struct wgllm_error *err) {
@@ -923,7 +966,7 @@ enum wgllm_status wgllm_client_route_query(struct wgllm_client *c, const char *r
                                            .max_tokens = params->max_tokens, .params = params};
     const enum wgllm_status st = wgllm_client_route(c, route, &rq, d, err);
     if (st != WGLLM_STATUS_OK) return empty_result(result, st, err);
-    return wgllm_client_query(c, d->c[d->chosen].name, prompt, params, result, err);
+    return route_call(c, d, prompt ? prompt : "", NULL, 0, params, result, err);
 }
 
 enum wgllm_status wgllm_client_route_chat(struct wgllm_client *c, const char *route, const struct wgllm_message *msgs,
@@ -937,5 +980,5 @@ enum wgllm_status wgllm_client_route_chat(struct wgllm_client *c, const char *ro
                                            .max_tokens = params->max_tokens, .params = params};
     const enum wgllm_status st = wgllm_client_route(c, route, &rq, d, err);
     if (st != WGLLM_STATUS_OK) return empty_result(result, st, err);
-    return wgllm_client_chat(c, d->c[d->chosen].name, msgs, n_msgs, params, result, err);
+    return route_call(c, d, NULL, msgs, n_msgs, params, result, err);
 }

@@ -199,7 +199,11 @@ struct wgllm_route_request {
 enum wgllm_status wgllm_client_route(struct wgllm_client *c, const char *route, const struct wgllm_route_request *rq,
                                      struct wgllm_route_decision *d, struct wgllm_error *err);
 /* A call on a route: decides (d may be NULL: the decision is then not kept)
- * and runs the call on the chosen endpoint as wgllm_client_query / _chat do. */
+ * and runs the call on the chosen endpoint as wgllm_client_query / _chat do.
+ * A remote endpoint that fails before any piece reached on_token (all its
+ * replicas tried) hands the call to the route's local endpoint when that one
+ * could take it: d->chosen is then the local one, d->fallback_from the one
+ * that failed and d->fallback_error why. */
 enum wgllm_status wgllm_client_route_query(struct wgllm_client *c, const char *route, const char *prompt,
                                            const struct wgllm_request_params *params, struct wgllm_route_decision *d,
                                            struct wgllm_result *result, struct wgllm_error *err);

@@ -49,6 +49,8 @@ int wgllm_route_decide(const struct wgllm_route_params *p, struct wgllm_route_de
     if (!p) p = &dp;
     d->completion_tokens = max_tokens > 0 ? max_tokens : p->expected_completion_tokens > 0 ? p->expected_completion_tokens : 0;
     d->chosen = -1;
+    d->fallback_from = -1;
+    d->fallback_error[0] = 0;
     for (int i = 0; i < d->n; i++) {
         struct wgllm_route_candidate *c = &d->c[i];
         estimate(p, c, d->completion_tokens);
@@ -117,6 +119,12 @@ char *wgllm_route_json(const struct wgllm_route_decision *d) {
         wgllm_json_w_end(&w, '}');
     }
     wgllm_json_w_end(&w, ']');
+    if (d->fallback_from >= 0 && d->fallback_from < d->n) {
+        wgllm_json_w_object(&w, "fallback");
+        wgllm_json_w_str(&w, "from", d->c[d->fallback_from].name ? d->c[d->fallback_from].name : "");
+        wgllm_json_w_str(&w, "error", d->fallback_error);
+        wgllm_json_w_end(&w, '}');
+    }
     wgllm_json_w_end(&w, '}');
     if (b.oom) {
         wgllm_strbuf_free(&b);
