@@ -628,6 +628,25 @@ enum wgllm_status wgllm_engine_submit_chat_json(struct wgllm_engine *eng, const 
                                                 const struct wgllm_request_params *params,
                                                 struct wgllm_request **out, struct wgllm_error *err);
 
+/* The prompt tokens the submit of the same request would compute over
+ * (*ids malloc'd, *n of them; the same checks and errors as the submit, a
+ * prompt longer than the context included), without submitting it: what a
+ * router (wgllm_route.h) asks before it picks a target. */
+enum wgllm_status wgllm_engine_prompt_tokens_query(struct wgllm_engine *eng, const char *prompt, size_t len,
+                                                   bool add_special, int32_t **ids, int *n, struct wgllm_error *err);
+enum wgllm_status wgllm_engine_prompt_tokens_chat(struct wgllm_engine *eng, const struct wgllm_message *msgs,
+                                                  int n_msgs, int32_t **ids, int *n, struct wgllm_error *err);
+enum wgllm_status wgllm_engine_prompt_tokens_chat_json(struct wgllm_engine *eng, const char *messages_json,
+                                                       const char *tools_json, const char *kwargs_json, int32_t **ids,
+                                                       int *n, struct wgllm_error *err);
+/* How many leading tokens of tokens[0, n) a request of cache_partition
+ * (NULL: the shared one) submitted now would reuse instead of computing:
+ * the longest prefix held by a slot or a prefix snapshot of the same
+ * partition, at most n - 1 (one prompt token is always computed). A
+ * context_key changes which slot keeps a conversation, not this count.
+ * Runs on the engine thread between ticks (waits for the current one). */
+int wgllm_engine_cached_tokens(struct wgllm_engine *eng, const int32_t *tokens, int n, const char *cache_partition);
+
 /* How the model of a chat template writes a tool call, told from the
  * template's text as llama.cpp's chat parser tells it. */
 enum wgllm_tool_format {
@@ -708,6 +727,10 @@ struct wgllm_engine_metrics {
     uint64_t context_shifts; /* slots shifted because they were full (context_shift) */
     uint64_t device_sampled_tokens; /* tokens (end-of-generation ones too) picked on the device (WebGPU: only
                                        their ids came back, not the logits); 0 on the CPU */
+    int n_slots;
+    /* moving averages (weight 0.2 on the newest) of finished generations, 0 before the first: prefill
+     * tok/s (prompts of 16 or more computed tokens), decode tok/s, and a whole request's ms */
+    double prefill_tok_s, decode_tok_s, request_ms;
 };
 
 void wgllm_engine_metrics(struct wgllm_engine *eng, struct wgllm_engine_metrics *out);
@@ -898,6 +921,9 @@ struct wgllm_openai_request {
  * template with the tools and chat_template_kwargs. */
 enum wgllm_status wgllm_openai_submit(struct wgllm_engine *eng, const struct wgllm_openai_request *req,
                                       struct wgllm_request **out, struct wgllm_error *err);
+/* The prompt tokens that submit would compute over (wgllm_engine_prompt_tokens_*). */
+enum wgllm_status wgllm_openai_prompt_tokens(struct wgllm_engine *eng, const struct wgllm_openai_request *req,
+                                             int32_t **ids, int *n, struct wgllm_error *err);
 
 /* Parses and validates a request body (len bytes of JSON text) for `endpoint`.
  * false with *err set (status, param, code, message); the request is then

@@ -31,7 +31,7 @@ WASM_FUNCS := malloc free wgllm_web_load wgllm_web_unload wgllm_web_last_error w
   wgllm_web_job_cancel wgllm_web_job_take wgllm_web_job_num wgllm_web_job_text wgllm_web_job_message \
   wgllm_web_job_vec wgllm_web_job_free wgllm_web_load_start wgllm_web_load_done \
   wgllm_web_load_finish wgllm_web_load_stream_start wgllm_web_load_engine_failed wgllm_web_backend wgllm_web_hal_selftest_start wgllm_web_hal_selftest_done \
-  wgllm_web_hal_selftest_report wgllm_web_hal_selftest_free wgllm_web_snapshots wgllm_web_job_blob
+  wgllm_web_hal_selftest_report wgllm_web_hal_selftest_free wgllm_web_snapshots wgllm_web_job_blob wgllm_web_route
 WASM_COMMA := ,
 WASM_EXPORTS := $(subst $() ,$(WASM_COMMA),$(strip $(addprefix _,$(WASM_FUNCS))))
 # PTHREAD_POOL_SIZE: workers started with the module, so that no

@@ -570,5 +570,32 @@ async function loadIn(opts, started) {
   /** Waits until the snapshots of finished requests are stored (persistSnapshots). */
   const flushSnapshots = async () => { while (saving) await saving; };
 
-  return { info, openai, embed, interrupt, unload, saveSnapshots, restoreSnapshots, flushSnapshots };
+  /**
+   * The routing policy's decision (include/wgllm_route.h, in the core) for a
+   * request on a route whose local target is this engine: endpoint and body
+   * as for openai() (body's `model` the route's name), targets the route's
+   * JSON text as the router measures it ({route, cost_weight, targets: [{name,
+   * kind, cost, latency_ms, in_flight, healthy}]}). Returns the decision's JSON text.
+   */
+  function route(endpoint, body, targets) {
+    checkLoaded();
+    if (!(endpoint in ENDPOINTS)) throw toError(`wgllm: unknown endpoint '${endpoint}' (chat or completions)`, 'argument');
+    const [bodyPtr, bodyLen] = cbytes(String(body), 'the request');
+    let tPtr, tLen;
+    try {
+      [tPtr, tLen] = cbytes(String(targets), 'the route');
+    } catch (e) {
+      M._free(bodyPtr);
+      throw e;
+    }
+    const out = M._wgllm_web_route(st, ENDPOINTS[endpoint], bodyPtr, bodyLen, tPtr, tLen);
+    M._free(bodyPtr);
+    M._free(tPtr);
+    if (!out) throw toError(`wgllm: ${lastError()}`, 'argument');
+    const text = M.UTF8ToString(out);
+    M._free(out);
+    return text;
+  }
+
+  return { info, openai, embed, interrupt, unload, saveSnapshots, restoreSnapshots, flushSnapshots, route };
 }

@@ -318,3 +318,76 @@ export function createWorkerEngine(options: EngineOptions): Promise<Engine>;
 export function listModels(): Promise<StoredModel[]>;
 /** Removes a stored model; false when there was none of that name. */
 export function deleteModel(name: string): Promise<boolean>;
+
+/** One target of a route: the local engine, or an OpenAI-compatible server. */
+export type RouteTarget =
+  | { engine: Engine; name?: string; /** per 1M tokens; default 0 */ cost?: number }
+  | { baseURL: string; apiKey?: string; model?: string; name?: string; cost?: number };
+
+export interface RouterOptions {
+  /** NAME -> its targets (1 to 16, exactly one of them a local engine: the policy runs in its core). */
+  routes: Record<string, RouteTarget[]>;
+  /** ms of estimated time to first token one unit of cost is worth (default 1000). */
+  costWeight?: number;
+  /** the fetch the remote calls use (default globalThis.fetch). */
+  fetch?: typeof fetch;
+}
+
+/** A candidate's inputs and outputs in a routing decision (include/wgllm_route.h). */
+export interface RouteCandidate {
+  target: string;
+  kind: 'local' | 'remote';
+  eligible: boolean;
+  /** why it could not take the request (a local-only field, a prompt too long) */
+  refused?: string;
+  healthy: boolean;
+  prompt_tokens: number;
+  cached_tokens?: number;
+  prefill_tok_s?: number;
+  request_ms?: number;
+  queue_depth?: number;
+  busy_slots?: number;
+  n_slots?: number;
+  latency_ms?: number;
+  in_flight?: number;
+  cost_per_mtok: number;
+  estimated_ttft_ms: number;
+  estimated_cost: number;
+  /** estimated_ttft_ms + costWeight * estimated_cost; the lowest healthy eligible one wins */
+  score: number;
+}
+
+export interface RouteDecision {
+  name: string;
+  /** the target that answered */
+  target: string | null;
+  /** the server the policy chose failed, and the local engine answered instead */
+  fallback?: { from: string; error: string };
+  completion_tokens: number;
+  candidates: RouteCandidate[];
+}
+
+/** What a routed answer (or a routed stream's last chunk) carries besides the OpenAI fields. */
+export interface Routed { wgllm: { route: RouteDecision } }
+
+export interface Router {
+  chat: {
+    completions: {
+      create(p: SamplingParams & ChatParams & { model: string; stream?: false }): Promise<ChatCompletion & Routed>;
+      create(p: SamplingParams & ChatParams & { model: string; stream: true }):
+        Promise<AsyncIterableIterator<ChatCompletionChunk & Partial<Routed>>>;
+    };
+  };
+  completions: {
+    create(p: SamplingParams & { model: string; prompt: string | [string]; stream?: false }): Promise<Completion & Routed>;
+    create(p: SamplingParams & { model: string; prompt: string | [string]; stream: true }):
+      Promise<AsyncIterableIterator<Completion & Partial<Routed>>>;
+  };
+  /** Each route's remote targets as measured: latency (ms to the first byte), calls in flight, health. */
+  readonly stats: Record<string, { name: string; latency_ms: number; in_flight: number; healthy: boolean }[]>;
+}
+
+/** Routes, as `wgllm serve --route`: a request whose `model` names a route goes to the target the
+ *  routing policy picks (the engine's warm prefix, queue and prefill rate; the servers' latency,
+ *  load, health and cost). Errors (a bad route, a cost that is no number) are thrown at once. */
+export function createRouter(options: RouterOptions): Router;

@@ -66,6 +66,8 @@
 
 #include "wgllm_tools.h"
 #include "wgllm.h"
+#include "wgllm_route.h"
+#include "base/json.h"
 
 /* Progress of wgllm_model_load, forwarded to the JS host on the main thread
  * (wgllm_web.lib.js; asynchronous: the loading pthread never waits). */
@@ -609,6 +611,121 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_openai(struct web_state *st, int 
         bump(j);
     }
     return j;
+}
+
+/* The layer's upstream() for the parse of a routed request for its remote targets. */
+static const char *as_remote(void *user, const char *model) {
+    (void)model;
+    return user;
+}
+
+static double json_num(const struct wgllm_json *o, const char *key, double dflt) {
+    const struct wgllm_json *v = wgllm_json_get(o, key);
+    return wgllm_json_is(v, WGLLM_JSON_NUMBER) ? v->num : dflt;
+}
+
+/*
+ * The routing policy (include/wgllm_route.h) for a request on a route of the
+ * JS router (wgllm.js createRouter) whose local target is this engine. body
+ * as for wgllm_web_openai, its `model` the route's name; targets the route as JS
+ * measures it: {"route", "cost_weight", "targets": [{"name", "kind":
+ * "local"|"remote", "cost", "latency_ms", "in_flight", "healthy"}]} in the
+ * route's order. The request is parsed as this engine takes it and as an
+ * upstream takes it (a field an upstream cannot take -- grammar, logprobs,
+ * a local-only knob -- refuses the remote targets; one the engine cannot
+ * take refuses the local one); the engine gives its prompt tokens, how many
+ * it holds already (wgllm_engine_cached_tokens: waits for the current
+ * tick), its queue and measured rates. Returns the decision's JSON
+ * (malloc'd; free it), NULL with wgllm_web_last_error on bad targets.
+ */
+EMSCRIPTEN_KEEPALIVE char *wgllm_web_route(struct web_state *st, int endpoint, const char *body, int len,
+                                           const char *targets, int targets_len) {
+    struct wgllm_json_doc doc;
+    struct wgllm_json_error jerr;
+    const struct wgllm_json_limits lim = {.max_depth = 8, .max_nodes = 4096, .max_bytes = 1 << 20};
+    if (!wgllm_json_parse(targets, targets_len > 0 ? (size_t)targets_len : 0, &lim, &doc, &jerr)) {
+        snprintf(g_error, sizeof g_error, "route targets: %s at byte %zu", jerr.message, jerr.offset);
+        return NULL;
+    }
+    const struct wgllm_json *root = wgllm_json_root(&doc), *list = wgllm_json_get(root, "targets");
+    const struct wgllm_json *name = wgllm_json_get(root, "route");
+    struct wgllm_route_decision *d = calloc(1, sizeof *d);
+    char *out = NULL;
+    if (!d || !wgllm_json_is(list, WGLLM_JSON_ARRAY) || list->count < 1 || list->count > WGLLM_ROUTE_MAX_CANDIDATES ||
+        !wgllm_json_is(name, WGLLM_JSON_STRING)) {
+        snprintf(g_error, sizeof g_error, d ? "route targets: need a route name and 1 to %d targets" : "out of memory",
+                 WGLLM_ROUTE_MAX_CANDIDATES);
+        free(d);
+        wgllm_json_doc_free(&doc);
+        return NULL;
+    }
+    const int n_ctx = wgllm_engine_n_ctx(st->eng);
+    struct wgllm_openai_params lp = {.model = st->model, .engine = st->eng, .max_tokens = n_ctx > 65536 ? n_ctx : 65536,
+                                     .n_ctx = n_ctx, .model_alias = name->str};
+    struct wgllm_openai_params rp = lp;
+    rp.model_alias = NULL; /* the route's name must not be this model's for the remote parse */
+    rp.upstream = as_remote;
+    rp.upstream_user = "remote";
+    struct wgllm_openai_request gl = {0}, gr = {0};
+    struct wgllm_openai_error el, er;
+    const size_t blen = len > 0 ? (size_t)len : 0;
+    const enum wgllm_openai_endpoint ep = endpoint == WGLLM_OPENAI_CHAT ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS;
+    const bool ok_l = wgllm_openai_parse(&lp, ep, body, blen, &gl, &el);
+    const bool ok_r = wgllm_openai_parse(&rp, ep, body, blen, &gr, &er);
+    const char *local_only = ok_r ? wgllm_route_local_only(&gr.rp) : NULL;
+    /* the local inputs, once (the engine's tokens are the best count the remote targets get too) */
+    int n_tok = 0, cached = 0;
+    struct wgllm_error werr = {0};
+    char local_why[192] = "";
+    if (ok_l) {
+        int32_t *ids = NULL;
+        if (wgllm_openai_prompt_tokens(st->eng, &gl, &ids, &n_tok, &werr) == WGLLM_STATUS_OK)
+            cached = wgllm_engine_cached_tokens(st->eng, ids, n_tok, NULL);
+        else
+            snprintf(local_why, sizeof local_why, "%.190s", werr.message);
+        free(ids);
+    } else {
+        snprintf(local_why, sizeof local_why, "%.190s", el.message);
+    }
+    if (!n_tok) n_tok = (int)(blen / 4 + 1); /* about 4 bytes a token without a tokenization */
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(st->eng, &m);
+    d->route = name->str;
+    for (const struct wgllm_json *t = wgllm_json_first(list); t; t = wgllm_json_next(list, t)) {
+        struct wgllm_route_candidate *c = &d->c[d->n];
+        const struct wgllm_json *tn = wgllm_json_get(t, "name"), *kind = wgllm_json_get(t, "kind");
+        c->name = wgllm_json_is(tn, WGLLM_JSON_STRING) ? tn->str : "";
+        c->kind = wgllm_json_is(kind, WGLLM_JSON_STRING) && !strcmp(kind->str, "local") ? WGLLM_ROUTE_LOCAL
+                                                                                        : WGLLM_ROUTE_REMOTE;
+        c->cost = json_num(t, "cost", 0);
+        c->prompt_tokens = n_tok;
+        if (c->kind == WGLLM_ROUTE_LOCAL) {
+            if (*local_why) snprintf(d->notes[d->n], sizeof d->notes[d->n], "%s", local_why), c->refused = d->notes[d->n];
+            c->cached_tokens = cached;
+            c->prefill_tok_s = m.prefill_tok_s;
+            c->request_ms = m.request_ms;
+            c->queue_depth = m.queue_depth;
+            c->busy_slots = m.active_slots;
+            c->n_slots = m.n_slots;
+        } else {
+            if (!ok_r) snprintf(d->notes[d->n], sizeof d->notes[d->n], "%.190s", er.message), c->refused = d->notes[d->n];
+            else if (local_only)
+                snprintf(d->notes[d->n], sizeof d->notes[d->n], "'%s' is local-only", local_only), c->refused = d->notes[d->n];
+            c->latency_ms = json_num(t, "latency_ms", 0);
+            c->in_flight = (int)json_num(t, "in_flight", 0);
+            c->healthy = wgllm_json_is(wgllm_json_get(t, "healthy"), WGLLM_JSON_TRUE);
+        }
+        d->n++;
+    }
+    struct wgllm_route_params p = wgllm_route_default_params();
+    p.cost_weight = json_num(root, "cost_weight", p.cost_weight);
+    wgllm_route_decide(&p, d, ok_l ? gl.rp.max_tokens : ok_r ? gr.rp.max_tokens : 0);
+    if (!(out = wgllm_route_json(d))) snprintf(g_error, sizeof g_error, "out of memory");
+    wgllm_openai_request_free(&gl);
+    wgllm_openai_request_free(&gr);
+    free(d);
+    wgllm_json_doc_free(&doc);
+    return out;
 }
 
 /* The final JSON text of an OpenAI job once done ("" for a stream, whose
