@@ -1,4 +1,4 @@
-/* test_route.c - the routing policy (include/wgllm_route.h) on fixed inputs:
+/* test_route.c - the routing policy (wgllm.h, "Routes") on fixed inputs:
  * a warm local prefix beats a fast upstream, a cold long prompt goes to the
  * faster upstream, the cost weight flips a decision, an unhealthy upstream
  * loses to any healthy target, refused targets (local-only fields) never
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "test.h"
-#include "wgllm_route.h"
+#include "wgllm.h"
 
 static struct wgllm_route_candidate local(int prompt, int cached, double prefill_tok_s) {
     return (struct wgllm_route_candidate){.name = "local", .kind = WGLLM_ROUTE_LOCAL, .prompt_tokens = prompt,

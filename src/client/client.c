@@ -202,7 +202,7 @@ static enum wgllm_status resolve(struct wgllm_client *c, const char *name, unsig
 /* Local-only knobs a remote endpoint cannot honour: refused, never dropped. */
 static enum wgllm_status check_remote_params(const struct endpoint *ep, const struct wgllm_request_params *p,
                                              struct wgllm_error *err) {
-    const char *field = wgllm_route_local_only(p); /* the routing policy's rule too (wgllm_route.h) */
+    const char *field = wgllm_route_local_only(p); /* the routing policy's rule too (wgllm.h, "Routes") */
     if (!field) return WGLLM_STATUS_OK;
     return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                            "client: '%s' is local-only and endpoint '%s' is remote; leave it at its default (or put "

@@ -29,7 +29,6 @@
 #define WGLLM_CLIENT_H
 
 #include "wgllm.h"
-#include "wgllm_route.h"
 #include "wgllm_tools.h"
 
 #include <stdatomic.h>
@@ -149,7 +148,7 @@ enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoin
 
 /* Routes: one name for several endpoints (a local engine, gateways,
  * providers). A call on a route goes to the endpoint the routing policy
- * (wgllm_route.h) picks for it from what the client measures: a local
+ * (wgllm.h, "Routes") picks for it from what the client measures: a local
  * endpoint's cached prefix of this prompt (wgllm_engine_cached_tokens, in
  * the request's cache_partition), its queue, busy slots and measured prefill
  * rate and request time (wgllm_engine_metrics); a remote one's replica

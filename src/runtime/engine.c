@@ -122,7 +122,7 @@ static void finish(struct wgllm_engine *e, struct wgllm_request *r, enum wgllm_f
     if (why == WGLLM_FINISH_CANCELLED) e->m.requests_cancelled++;
     if (why == WGLLM_FINISH_ERROR) e->m.requests_failed++;
     e->m.generated_tokens += (uint64_t)r->n_gen;
-    /* moving averages for the routing policy's estimates (wgllm_route.h); prefills of a few
+    /* moving averages for the routing policy's estimates (wgllm.h, "Routes"); prefills of a few
      * tokens measure the tick's overhead, not the rate, and are left out */
     if (r->kind == REQ_GENERATE && r->n_prompt - r->n_cached >= 16 && t->prefill_tok_s > 0)
         e->m.prefill_tok_s = e->m.prefill_tok_s > 0 ? 0.8 * e->m.prefill_tok_s + 0.2 * t->prefill_tok_s : t->prefill_tok_s;

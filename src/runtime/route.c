@@ -1,11 +1,11 @@
 /*
- * route.c - the routing policy (include/wgllm_route.h): estimated time to
+ * route.c - the routing policy (wgllm.h, "Routes"): estimated time to
  * first token and cost per candidate, the hard rules, the pick, and the
  * decision as JSON. A pure function of its inputs: the server, the C client
  * and the wasm core gather the inputs their own way and get the same answer.
  */
-#include "wgllm_route.h"
 
+#include "wgllm.h"
 #include "base/base.h" /* WGLLM_MIN */
 #include "base/json.h"
 

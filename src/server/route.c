@@ -1,6 +1,6 @@
 /*
  * route.c - `wgllm serve --route NAME=TARGET,...`: a `model` that names a
- * route is served by the target the routing policy (include/wgllm_route.h)
+ * route is served by the target the routing policy (wgllm.h, "Routes")
  * picks: the local engine ("local") or an --upstream. The inputs are the
  * client's (wgllm_client_route: the engine's cached prefix of this prompt in
  * the tenant's cache partition, its queue and measured rates; each

@@ -571,7 +571,7 @@ async function loadIn(opts, started) {
   const flushSnapshots = async () => { while (saving) await saving; };
 
   /**
-   * The routing policy's decision (include/wgllm_route.h, in the core) for a
+   * The routing policy's decision (wgllm.h, "Routes", in the core) for a
    * request on a route whose local target is this engine: endpoint and body
    * as for openai() (body's `model` the route's name), targets the route's
    * JSON text as the router measures it ({route, cost_weight, targets: [{name,

@@ -333,7 +333,7 @@ export interface RouterOptions {
   fetch?: typeof fetch;
 }
 
-/** A candidate's inputs and outputs in a routing decision (include/wgllm_route.h). */
+/** A candidate's inputs and outputs in a routing decision (wgllm.h, "Routes"). */
 export interface RouteCandidate {
   target: string;
   kind: 'local' | 'remote';

@@ -336,7 +336,7 @@ async function* withRouteLast(chunks, route) {
  * local engine (createEngine / createWorkerEngine) and OpenAI-compatible
  * servers ({baseURL, apiKey, model, cost}) -- and a request whose `model`
  * names a route goes to the target the routing policy picks (the core's, the
- * same C code as the server's: include/wgllm_route.h), from the engine's warm
+ * same C code as the server's: wgllm.h, "Routes"), from the engine's warm
  * prefix of this prompt, its queue and measured prefill rate, and each
  * server's measured latency (time to its first byte), calls in flight,
  * health (a failure makes it unhealthy for 10 s) and cost per 1M tokens,

@@ -66,7 +66,6 @@
 
 #include "wgllm_tools.h"
 #include "wgllm.h"
-#include "wgllm_route.h"
 #include "base/json.h"
 
 /* Progress of wgllm_model_load, forwarded to the JS host on the main thread
@@ -625,7 +624,7 @@ static double json_num(const struct wgllm_json *o, const char *key, double dflt)
 }
 
 /*
- * The routing policy (include/wgllm_route.h) for a request on a route of the
+ * The routing policy (wgllm.h, "Routes") for a request on a route of the
  * JS router (wgllm.js createRouter) whose local target is this engine. body
  * as for wgllm_web_openai, its `model` the route's name; targets the route as JS
  * measures it: {"route", "cost_weight", "targets": [{"name", "kind":
