@@ -11,44 +11,24 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { root, chromium, startServer, WGLLM, MODELS, FLAGS, synthModel } from './setup.mjs';
+import { openPage, startNativeServe, synthModel } from './setup.mjs';
 
 const MODEL = 'tiny-q8_0.gguf';
 let files, native, browser, page;
 
-function startNative(model, template) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(WGLLM, ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', '--parallel', '1',
-      '--ctx-size', '512', '--threads', '1', '--cors', '*', '--chat-template', template], { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    const timer = setTimeout(() => reject(new Error(`wgllm serve did not start: ${log}`)), 30000);
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
-      if (m) { clearTimeout(timer); resolve({ proc: p, url: m[1] }); }
-    });
-    p.on('exit', (code) => { clearTimeout(timer); reject(new Error(`wgllm serve exited ${code}: ${log}`)); });
-  });
-}
 
 before(async () => {
-  assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'wgllm.js')), 'web/dist is built (make wasm)');
   const model = synthModel(MODEL, 'tiny', 'q8_0');
-  files = await startServer({ models: MODELS });
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
-  page = await browser.newPage();
-  page.on('console', (m) => { if (process.env.WGLLM_WEB_VERBOSE) console.log('[page]', m.text()); });
-  await page.goto(`${files.url}/blank.html`);
+  ({ files, browser, page } = await openPage());
   // the server gets the page engine's chat template (the tiny model has none)
   const chatml = await page.evaluate(async () => { window.wgllm = await import('/dist/wgllm.js'); return wgllm.CHATML; });
   const template = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'wgllm-route-')), 'chatml.jinja');
   fs.writeFileSync(template, chatml);
-  native = await startNative(model, template);
+  native = await startNativeServe(model, template, ['--ctx-size', '512', '--cors', '*']);
   await page.evaluate(async ({ url, server }) => {
     window.engine = await wgllm.createWorkerEngine({ model: url, chatTemplate: wgllm.CHATML, backend: 'cpu',
       nThreads: 1, nCtx: 512, nSlots: 1, store: false });
