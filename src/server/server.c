@@ -599,19 +599,22 @@ int wgllm_serve_main(int argc, char **argv) {
             return 2;
         }
     }
+    /* what a failure below frees (each free takes NULL / an empty buffer) */
+    int rc = 1;
     char *tmpl = NULL;
+    struct wgllm_client *client = NULL;
+    struct wgllm_model *model = NULL;
+    struct wgllm_engine *eng = NULL;
+    struct wgllm_strbuf up_names = {0};
+    struct MHD_Daemon *d = NULL;
     struct wgllm_error err; /* no size bound: the template parser has its own memory budget */
     if (tmpl_path && wgllm_read_file(tmpl_path, 0, &tmpl, NULL, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: cannot read chat template: %s\n", err.message);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
-    struct wgllm_client *client = NULL;
     if ((n_up > 0 || n_routes > 0) && wgllm_client_init(&client, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
-        free(tmpl);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
     for (int i = 0; i < n_up; i++) {
         /* NAME=URL[#MODEL] */
@@ -620,33 +623,25 @@ int wgllm_serve_main(int argc, char **argv) {
         char *eq = strchr(spec, '='), *hash = strchr(eq + 1, '#');
         *eq = 0;
         if (hash) *hash = 0;
-        struct wgllm_endpoint_desc d = {.name = spec, .kind = WGLLM_ENDPOINT_GATEWAY, .base_url = eq + 1,
-                                        .model = hash && hash[1] ? hash + 1 : NULL,
-                                        .ops = WGLLM_OP_ALL, .timeout_s = timeout};
+        struct wgllm_endpoint_desc ud = {.name = spec, .kind = WGLLM_ENDPOINT_GATEWAY, .base_url = eq + 1,
+                                         .model = hash && hash[1] ? hash + 1 : NULL,
+                                         .ops = WGLLM_OP_ALL, .timeout_s = timeout};
         char key_var[160];
-        if (!upstream_env(&d, key_var, sizeof key_var)) {
-            wgllm_client_free(client);
-            free(tmpl);
-            srv_policy_free(policy);
-            return 2;
+        if (!upstream_env(&ud, key_var, sizeof key_var)) {
+            rc = 2;
+            goto fail;
         }
-        if (wgllm_client_add(client, &d, &err) != WGLLM_STATUS_OK) {
+        if (wgllm_client_add(client, &ud, &err) != WGLLM_STATUS_OK) {
             fprintf(stderr, "wgllm serve: --upstream %s: %s\n", upstreams[i], err.message);
-            wgllm_client_free(client);
-            free(tmpl);
-            srv_policy_free(policy);
-            return 2;
+            rc = 2;
+            goto fail;
         }
     }
     struct wgllm_model_params mp = wgllm_model_default_params();
     mp.n_threads = threads;
-    struct wgllm_model *model = NULL;
     if (wgllm_model_load(model_path, &mp, &model, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
-        wgllm_client_free(client);
-        free(tmpl);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
     struct wgllm_engine_params ep = wgllm_engine_default_params();
     ep.n_slots = parallel;
@@ -657,14 +652,9 @@ int wgllm_serve_main(int argc, char **argv) {
     ep.context_shift = context_shift;
     ep.context_keep = keep;
     ep.backend = be;
-    struct wgllm_engine *eng = NULL;
     if (wgllm_engine_init(model, &ep, &eng, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
-        wgllm_model_free(model);
-        wgllm_client_free(client);
-        free(tmpl);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
     if (n_routes > 0) {
         /* the served model as the client's local endpoint: what a route's "local" target measures */
@@ -676,12 +666,8 @@ int wgllm_serve_main(int argc, char **argv) {
         if (!ok) {
             fprintf(stderr, "wgllm serve: --route: %s%s\n", *msg ? msg : err.message,
                     *msg ? "" : " (the name 'local' stands for the served model)");
-            wgllm_engine_free(eng);
-            wgllm_model_free(model);
-            wgllm_client_free(client);
-            free(tmpl);
-            srv_policy_free(policy);
-            return 2;
+            rc = 2;
+            goto fail;
         }
     }
     const char *base = strrchr(model_path, '/');
@@ -697,17 +683,11 @@ int wgllm_serve_main(int argc, char **argv) {
     char route_msg[512];
     if (!srv_routes_setup(&g_srv, routes, n_routes, route_msg, sizeof route_msg)) {
         fprintf(stderr, "wgllm serve: %s\n", route_msg);
-        srv_routes_free(&g_srv);
-        wgllm_engine_free(eng);
-        wgllm_model_free(model);
-        wgllm_client_free(client);
-        free(tmpl);
-        srv_policy_free(policy);
-        return 2;
+        rc = 2;
+        goto fail;
     }
     const int n_ctx = wgllm_engine_n_ctx(eng);
     /* the names an unknown model's 404 lists: upstreams and routes */
-    struct wgllm_strbuf up_names = {0};
     for (int i = 0; i < wgllm_client_count(client); i++)
         if (wgllm_client_at(client, i)->kind != WGLLM_ENDPOINT_LOCAL)
             wgllm_strbuf_printf(&up_names, "%s%s", up_names.len ? "', '" : "", wgllm_client_at(client, i)->name);
@@ -730,20 +710,13 @@ int wgllm_serve_main(int argc, char **argv) {
     int gai = getaddrinfo(host, port_s, &hints, &ai);
     if (gai != 0 || !ai) {
         fprintf(stderr, "wgllm serve: cannot resolve host '%s': %s\n", host, gai_strerror(gai));
-        wgllm_engine_free(eng);
-        wgllm_model_free(model);
-        wgllm_client_free(client);
-        free(tmpl);
-        wgllm_strbuf_free(&up_names);
-        srv_policy_free(policy);
-        srv_routes_free(&g_srv);
-        return 1;
+        goto fail;
     }
     signal(SIGPIPE, SIG_IGN);
     /* ITC: MHD_quiesce_daemon, to stop accepting while in-flight requests finish */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    struct MHD_Daemon *d = MHD_start_daemon(
+    d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)max_conns_ip,
@@ -752,14 +725,7 @@ int wgllm_serve_main(int argc, char **argv) {
     freeaddrinfo(ai);
     if (!d) {
         fprintf(stderr, "wgllm serve: cannot listen on %s:%d: %s\n", host, port, strerror(errno));
-        wgllm_engine_free(eng);
-        wgllm_model_free(model);
-        wgllm_client_free(client);
-        free(tmpl);
-        wgllm_strbuf_free(&up_names);
-        srv_policy_free(policy);
-        srv_routes_free(&g_srv);
-        return 1;
+        goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "wgllm serve: backend %s\n", wgllm_engine_backend(eng));
@@ -771,15 +737,7 @@ int wgllm_serve_main(int argc, char **argv) {
     sa.sa_flags = SA_RESTART;
     if (pipe(g_signal_pipe) != 0) {
         fprintf(stderr, "wgllm serve: cannot create the signal pipe: %s\n", strerror(errno));
-        MHD_stop_daemon(d);
-        wgllm_engine_free(eng);
-        wgllm_model_free(model);
-        wgllm_client_free(client);
-        free(tmpl);
-        wgllm_strbuf_free(&up_names);
-        srv_policy_free(policy);
-        srv_routes_free(&g_srv);
-        return 1;
+        goto fail;
     }
     for (int i = 0; i < 2; i++) fcntl(g_signal_pipe[i], F_SETFL, fcntl(g_signal_pipe[i], F_GETFL) | O_NONBLOCK);
     sigaction(SIGINT, &sa, NULL);
@@ -808,6 +766,7 @@ int wgllm_serve_main(int argc, char **argv) {
     const int64_t grace = wgllm_time_us() + 10 * 1000000;
     while (atomic_load(&g_srv.inflight) > 0 && wgllm_time_us() < grace) usleep(20 * 1000);
     MHD_stop_daemon(d);
+    d = NULL;
     if (atomic_load(&g_srv.inflight) > 0) {
         /* a request still refers to the engine (an upstream that does not answer): freeing it would be a
          * use after free, so the process ends without the cleanup */
@@ -818,6 +777,9 @@ int wgllm_serve_main(int argc, char **argv) {
     }
     if (checking) pthread_join(health, NULL);
     fprintf(stderr, "wgllm serve: stopped\n");
+    rc = 0;
+fail:
+    if (d) MHD_stop_daemon(d);
     srv_policy_free(policy);
     wgllm_strbuf_free(&up_names);
     srv_routes_free(&g_srv);
@@ -825,7 +787,7 @@ int wgllm_serve_main(int argc, char **argv) {
     wgllm_model_free(model);
     wgllm_client_free(client);
     free(tmpl);
-    return 0;
+    return rc;
 }
 
 /* `wgllm serve` as the command table (src/cli/main.c) reaches it. */

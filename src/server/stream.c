@@ -164,6 +164,16 @@ char *srv_upstream_embeddings(struct srv *s, const struct wgllm_openai_request *
     return st == WGLLM_STATUS_OK ? out : NULL;
 }
 
+/* Whether the client went away: a stream's reader (or MHD) said so; a
+ * whole answer's socket is looked at. */
+static bool client_gone(struct stream *st, bool streaming) {
+    if (!streaming) return srv_client_gone(st->fd);
+    pthread_mutex_lock(&st->mu);
+    const bool gone = st->gone;
+    pthread_mutex_unlock(&st->mu);
+    return gone;
+}
+
 /* The owner's wait for a local request: in slices, cancelling it (once) when
  * the client is gone (streams: the reader or MHD said so; otherwise the
  * socket is looked at) or the server stops; then collects the result. */
@@ -171,15 +181,7 @@ static void wait_local(struct stream *st, bool streaming, struct wgllm_result *r
     bool cancelled = false;
     while (!wgllm_request_wait_for(st->req, WAIT_SLICE_MS)) {
         if (cancelled) continue;
-        bool gone;
-        if (streaming) {
-            pthread_mutex_lock(&st->mu);
-            gone = st->gone;
-            pthread_mutex_unlock(&st->mu);
-        } else {
-            gone = srv_client_gone(st->fd);
-        }
-        if (gone || atomic_load(&st->srv->stopping)) {
+        if (client_gone(st, streaming) || atomic_load(&st->srv->stopping)) {
             wgllm_request_cancel(st->req);
             cancelled = true;
         }
@@ -318,15 +320,7 @@ static enum wgllm_status submit(struct stream *st, struct wgllm_error *werr) {
  * upstream's back, whose error is then the answer. true when submitted. */
 static bool fall_back(struct stream *st, bool streaming, const char *why) {
     if (!st->has_fallback || st->delivered || atomic_load(&st->srv->stopping)) return false;
-    bool gone;
-    if (streaming) {
-        pthread_mutex_lock(&st->mu);
-        gone = st->gone;
-        pthread_mutex_unlock(&st->mu);
-    } else {
-        gone = srv_client_gone(st->fd);
-    }
-    if (gone) return false;
+    if (client_gone(st, streaming)) return false;
     const struct wgllm_openai_request up = st->gen;
     const char *from = st->upstream;
     st->gen = st->fallback;
