@@ -10,6 +10,8 @@
 #include <time.h>
 
 #include "client/client.h"
+#include "model/synth.h"
+#include "quant/quant.h"
 #include "test.h"
 
 static struct wgllm_endpoint_desc gw(const char *name) {
@@ -233,11 +235,131 @@ TEST(replicas_parse_pick_and_cool) {
     wgllm_replicas_free(s);
 }
 
+/* Routes: their validation, and the inputs the client gathers for the
+ * policy (a local engine's prompt tokens and warmth, a remote endpoint's
+ * replica health, local-only parameters refusing remote targets). */
+TEST(routes_validate_and_gather) {
+    struct wgllm_client *c;
+    struct wgllm_error err;
+    CHECK(wgllm_client_init(&c, &err) == WGLLM_STATUS_OK);
+    struct wgllm_endpoint_desc d = gw("up");
+    d.cost = -1;
+    CHECK(wgllm_client_add(c, &d, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "'up': cost -1") != NULL);
+    d.cost = 2.5;
+    CHECK(wgllm_client_add(c, &d, &err) == WGLLM_STATUS_OK);
+    struct wgllm_client_route_desc rd = {.name = "r", .targets = (const char *[]){"up", "nope"}, .n_targets = 2,
+                                         .params = wgllm_route_default_params()};
+    CHECK(wgllm_client_add_route(c, &rd, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "route 'r': no endpoint named 'nope'") != NULL);
+    rd.n_targets = 0;
+    CHECK(wgllm_client_add_route(c, &rd, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "needs 1 to 16 targets (got 0)") != NULL);
+    rd.targets = (const char *[]){"up", "up"}, rd.n_targets = 2;
+    CHECK(wgllm_client_add_route(c, &rd, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "names 'up' twice") != NULL);
+    rd.n_targets = 1, rd.params.cost_weight = -1;
+    CHECK(wgllm_client_add_route(c, &rd, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    rd.params.cost_weight = 1000, rd.name = "up";
+    CHECK(wgllm_client_add_route(c, &rd, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "taken by an endpoint") != NULL);
+    rd.name = "r";
+    CHECK(wgllm_client_add_route(c, &rd, &err) == WGLLM_STATUS_OK);
+    CHECK(wgllm_client_is_route(c, "r") && !wgllm_client_is_route(c, "up"));
+    d = gw("r");
+    CHECK(wgllm_client_add(c, &d, &err) == WGLLM_STATUS_INVALID_ARGUMENT); /* the route has the name */
+
+    /* a local engine beside the upstream */
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = "tiny";
+    sp.type = WGLLM_TYPE_Q8_0;
+    const char *path = test_synth_path(&sp);
+    struct wgllm_model *model = NULL;
+    struct wgllm_engine *eng = NULL;
+    CHECK(path && wgllm_model_load(path, NULL, &model, &err) == WGLLM_STATUS_OK);
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.n_slots = 1;
+    ep.n_ctx = 512;
+    CHECK(model && wgllm_engine_init(model, &ep, &eng, &err) == WGLLM_STATUS_OK);
+    if (!eng) {
+        wgllm_model_free(model);
+        wgllm_client_free(c);
+        return;
+    }
+    struct wgllm_endpoint_desc ld = {.name = "here", .kind = WGLLM_ENDPOINT_LOCAL, .engine = eng};
+    CHECK(wgllm_client_add(c, &ld, &err) == WGLLM_STATUS_OK);
+    rd = (struct wgllm_client_route_desc){.name = "mix", .targets = (const char *[]){"here", "up"}, .n_targets = 2,
+                                          .params = wgllm_route_default_params()};
+    CHECK(wgllm_client_add_route(c, &rd, &err) == WGLLM_STATUS_OK);
+    struct wgllm_request_params p = test_greedy(4);
+    p.ignore_eos = false; /* local-only: it would refuse the upstream */
+    struct wgllm_route_decision dec;
+    const char *shortp = "Once upon a time";
+    struct wgllm_route_request rq = {.op = WGLLM_OP_QUERY, .prompt = shortp, .prompt_len = strlen(shortp),
+                                     .add_special = true, .max_tokens = 4, .params = &p};
+    CHECK(wgllm_client_route(c, "mix", &rq, &dec, &err) == WGLLM_STATUS_OK);
+    CHECK_STR(dec.c[dec.chosen].name, "here"); /* a few tokens at the default 200 tok/s beat 500 ms */
+    CHECK(dec.c[0].prompt_tokens > 0 && dec.c[1].prompt_tokens == dec.c[0].prompt_tokens);
+    CHECK(dec.c[1].healthy && dec.c[1].cost == 2.5);
+    /* a long cold prompt: the upstream's default 500 ms is faster */
+    char longp[2048] = "";
+    for (int i = 0; i < 60; i++) strcat(longp, "the river ran past the mill, ");
+    rq.prompt = longp, rq.prompt_len = strlen(longp);
+    CHECK(wgllm_client_route(c, "mix", &rq, &dec, &err) == WGLLM_STATUS_OK);
+    CHECK_STR(dec.c[dec.chosen].name, "up");
+    CHECK_EQ_INT(dec.c[0].cached_tokens, 0);
+    /* a call on the route goes there: the upstream cannot be reached (nothing was delivered yet), so
+     * the local endpoint answers, which warms it */
+    struct wgllm_result res;
+    CHECK(wgllm_client_route_query(c, "mix", longp, &p, &dec, &res, &err) == WGLLM_STATUS_OK);
+    CHECK(res.finish != WGLLM_FINISH_ERROR && res.n_tokens >= 1);
+    wgllm_result_free(&res);
+    CHECK_STR(dec.c[dec.chosen].name, "here");
+    CHECK_EQ_INT(dec.fallback_from, 1);
+    CHECK(dec.fallback_error[0] != 0);
+    char *j = wgllm_route_json(&dec);
+    CHECK(j && strstr(j, "\"target\":\"here\"") && strstr(j, "\"fallback\":{\"from\":\"up\",\"error\":"));
+    free(j);
+    /* the same prompt again is local: warm now, and the upstream is cooling */
+    CHECK(wgllm_client_route(c, "mix", &rq, &dec, &err) == WGLLM_STATUS_OK);
+    CHECK_STR(dec.c[dec.chosen].name, "here");
+    CHECK_EQ_INT(dec.c[0].cached_tokens, dec.c[0].prompt_tokens - 1);
+    CHECK(!dec.c[1].healthy);
+    CHECK_EQ_INT(dec.fallback_from, -1);
+    /* ... but not for another partition */
+    rq.cache_partition = "someone-else";
+    CHECK(wgllm_client_route(c, "mix", &rq, &dec, &err) == WGLLM_STATUS_OK);
+    CHECK_EQ_INT(dec.c[0].cached_tokens, 0);
+    rq.cache_partition = NULL;
+    /* a local-only parameter refuses the upstream; so does the caller's own reason */
+    p.sampling.top_k = 7;
+    rq.prompt = shortp, rq.prompt_len = strlen(shortp);
+    CHECK(wgllm_client_route(c, "mix", &rq, &dec, &err) == WGLLM_STATUS_OK);
+    CHECK(dec.c[1].refused && strstr(dec.c[1].refused, "'top_k' is local-only"));
+    rq.local_refused = "no grammar here";
+    CHECK(wgllm_client_route(c, "mix", &rq, &dec, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "route 'mix': no target can take this request (here: no grammar here; up: client: 'top_k'") != NULL);
+    CHECK(wgllm_client_route(c, "nope", &rq, &dec, &err) == WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "no route named 'nope'") != NULL);
+    /* a call on the route runs where the decision says */
+    p.sampling.top_k = wgllm_sampler_default_params().top_k;
+    CHECK(wgllm_client_route_query(c, "mix", shortp, &p, &dec, &res, &err) == WGLLM_STATUS_OK);
+    CHECK_STR(dec.c[dec.chosen].name, "here");
+    CHECK(res.n_tokens >= 1 && res.n_tokens <= 4);
+    wgllm_result_free(&res);
+    wgllm_client_free(c);
+    wgllm_engine_free(eng);
+    wgllm_model_free(model);
+}
+
 int main(void) {
+    wgllm_base_init();
+    wgllm_quant_init();
     RUN(add_validates_descriptors);
     RUN(sse_events_whatever_the_split);
     RUN(sse_limits_and_linear_time);
     RUN(calls_resolve_check_and_refuse_local_only_fields);
     RUN(replicas_parse_pick_and_cool);
+    RUN(routes_validate_and_gather);
     return test_summary("test_client");
 }

@@ -24,6 +24,12 @@
 static struct wgllm_model *model;
 static const char *model_path;
 
+static int prefix_len(const int32_t *a, int na, const int32_t *b, int nb) {
+    int n = 0;
+    while (n < na && n < nb && a[n] == b[n]) n++;
+    return n;
+}
+
 static struct wgllm_engine *new_engine(int n_slots, int n_ctx, size_t snapshot_bytes) {
     struct wgllm_engine_params ep = wgllm_engine_default_params();
     ep.n_slots = n_slots;
@@ -241,6 +247,58 @@ TEST(cache_partitions_never_share) {
     CHECK(m.snapshots_saved >= 1);
     CHECK_EQ_INT(r.usage.cached_tokens, r.usage.prompt_tokens - 1);
     wgllm_result_free(&r);
+    wgllm_engine_free(e);
+}
+
+/* The routing policy's warmth input: wgllm_engine_cached_tokens counts what
+ * the next request would reuse -- a warm context_key's slot, another slot's
+ * prefix, a snapshot -- in its own partition only, and agrees with the
+ * cached_tokens that request then reports. */
+TEST(cached_tokens_query_counts_warm_prefixes) {
+    struct wgllm_engine *e = new_engine(1, 256, 64 << 20);
+    if (!e) return;
+    const char *a = "The lighthouse keeper climbed the spiral stairs every evening at dusk to light the lamp";
+    const char *b = "Seven ravens nested under the old stone bridge where the river turned towards the mill";
+    int32_t *ta = NULL, *tb = NULL;
+    int na = 0, nb = 0;
+    CHECK_EQ_INT(wgllm_engine_prompt_tokens_query(e, a, strlen(a), true, &ta, &na, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_engine_prompt_tokens_query(e, b, strlen(b), true, &tb, &nb, NULL), WGLLM_STATUS_OK);
+    if (!ta || !tb || na < 16) {
+        CHECK(!"the prompts tokenize");
+        free(ta), free(tb), wgllm_engine_free(e);
+        return;
+    }
+    CHECK_EQ_INT(wgllm_engine_cached_tokens(e, ta, na, "alice"), 0); /* cold */
+    struct wgllm_request_params p = test_greedy(4);
+    struct wgllm_result r;
+    p.context_key = "conv";
+    p.cache_partition = "alice";
+    CHECK_EQ_INT(wgllm_query(e, a, &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.usage.prompt_tokens, na); /* the query's tokens are the submit's */
+    wgllm_result_free(&r);
+    /* warm for alice (all but the one token always computed), cold for bob and the shared partition */
+    CHECK_EQ_INT(wgllm_engine_cached_tokens(e, ta, na, "alice"), na - 1);
+    CHECK_EQ_INT(wgllm_engine_cached_tokens(e, ta, na, "bob"), 0);
+    CHECK_EQ_INT(wgllm_engine_cached_tokens(e, ta, na, NULL), 0);
+    /* a prompt sharing only a prefix counts that prefix */
+    CHECK_EQ_INT(wgllm_engine_cached_tokens(e, ta, na / 2, "alice"), na / 2 - 1);
+    CHECK_EQ_INT(wgllm_engine_cached_tokens(e, tb, nb, "alice"), prefix_len(ta, na, tb, nb));
+    /* another conversation takes the one slot: a's prefix lives on in its snapshot */
+    p.context_key = "other";
+    CHECK_EQ_INT(wgllm_query(e, b, &p, &r, NULL), WGLLM_STATUS_OK);
+    wgllm_result_free(&r);
+    const int from_snapshot = wgllm_engine_cached_tokens(e, ta, na, "alice");
+    CHECK_EQ_INT(from_snapshot, na - 1);
+    CHECK_EQ_INT(wgllm_engine_cached_tokens(e, ta, na, "bob"), 0);
+    p.context_key = "conv";
+    CHECK_EQ_INT(wgllm_query(e, a, &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.usage.cached_tokens, from_snapshot); /* what the query said is what the request reused */
+    wgllm_result_free(&r);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(e, &m);
+    CHECK(m.prefill_tok_s > 0 && m.decode_tok_s > 0 && m.request_ms > 0); /* the moving averages the policy reads */
+    CHECK_EQ_INT(m.n_slots, 1);
+    free(ta), free(tb);
     wgllm_engine_free(e);
 }
 
@@ -1205,6 +1263,7 @@ int main(void) {
     RUN(cpu_has_no_device_sampling);
     RUN(grammar_constrains_the_text);
     RUN(cache_partitions_never_share);
+    RUN(cached_tokens_query_counts_warm_prefixes);
     RUN(lazy_grammar_waits_for_its_trigger);
     wgllm_model_free(model);
     remove(model_path);

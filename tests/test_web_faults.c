@@ -137,12 +137,19 @@ static const char BODY_COMPLETE[] = "{\"prompt\":\"Hi\",\"max_tokens\":2,\"tempe
                                    "\"stream_options\":{\"include_usage\":true}}";
 static const char BODY_REFUSED[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":-3}";
 static const char EMBED_TEXT[] = "lamp";
+/* the routing policy's inputs for the whole chat again (warm now) on a route with a remote target */
+static const char BODY_ROUTE[] = "{\"model\":\"r\",\"messages\":[{\"role\":\"system\",\"content\":\"Be\"},"
+                                 "{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4,\"logprobs\":true}";
+static const char ROUTE_TARGETS[] = "{\"route\":\"r\",\"cost_weight\":1000,\"targets\":[{\"name\":\"here\","
+                                    "\"kind\":\"local\"},{\"name\":\"far\",\"kind\":\"remote\",\"latency_ms\":400,"
+                                    "\"healthy\":true,\"cost\":1}]}";
 
 /* What one sequence gave: per call, ok (the result), or the error it said. */
-enum { OP_LOAD, OP_STREAM, OP_WHOLE, OP_COMPLETE, OP_REFUSED, OP_EMBED, OP_EXPORT, OP_IMPORT, OP_BAD_LOAD, N_OPS };
+enum { OP_LOAD, OP_STREAM, OP_WHOLE, OP_COMPLETE, OP_REFUSED, OP_EMBED, OP_EXPORT, OP_IMPORT, OP_ROUTE, OP_BAD_LOAD,
+       N_OPS };
 static const char *const OP_NAMES[N_OPS] = {"load", "streamed chat", "whole chat", "streamed completion",
                                             "refused chat", "embed", "snapshot export", "snapshot import",
-                                            "failing load"};
+                                            "route decision", "failing load"};
 struct outcome {
     bool ok[N_OPS];
     bool ran[N_OPS];
@@ -287,6 +294,15 @@ static void run_sequence(struct outcome *o, long fault) {
             wgllm_web_job_free(k);
         }
         wgllm_web_job_free(j);
+        /* a decision: the reference's (local: logprobs refuses the remote), or one whose refusals say why */
+        o->ran[OP_ROUTE] = true;
+        char *dec = wgllm_web_route(st, WGLLM_OPENAI_CHAT, BODY_ROUTE, (int)strlen(BODY_ROUTE), ROUTE_TARGETS,
+                                    (int)strlen(ROUTE_TARGETS));
+        if (!dec && !wgllm_web_last_error()[0]) problem(o, "wgllm_web_route returned NULL without a message");
+        o->ok[OP_ROUTE] = dec && strstr(dec, "\"name\":\"r\",\"target\":\"here\"") && strstr(dec, "\"latency_ms\":400") &&
+                          strstr(dec, "\"refused\":\"'logprobs' is not forwarded"); /* local-only: the remote is out */
+        if (dec && !o->ok[OP_ROUTE] && !strstr(dec, "\"refused\":\"")) problem(o, "a route decision without its reason: %.300s", dec);
+        free(dec);
         wgllm_web_unload(st);
     }
     /* a load that fails (no such file) on its own pthread: its error must still say why */

@@ -434,6 +434,17 @@ enum wgllm_status wgllm_openai_submit(struct wgllm_engine *eng, const struct wgl
     return wgllm_engine_submit_chat_json(eng, g->messages_json, g->tools_json, g->kwargs_json, &g->rp, out, err);
 }
 
+enum wgllm_status wgllm_openai_prompt_tokens(struct wgllm_engine *eng, const struct wgllm_openai_request *g,
+                                             int32_t **ids, int *n, struct wgllm_error *err) {
+    *ids = NULL;
+    *n = 0;
+    if (g->endpoint == WGLLM_OPENAI_COMPLETIONS)
+        return wgllm_engine_prompt_tokens_query(eng, g->prompt, g->prompt_len, g->rp.add_special, ids, n, err);
+    if (g->endpoint != WGLLM_OPENAI_CHAT || !g->messages_json)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "openai: not a chat or completions request served here");
+    return wgllm_engine_prompt_tokens_chat_json(eng, g->messages_json, g->tools_json, g->kwargs_json, ids, n, err);
+}
+
 static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struct wgllm_openai_request *g,
                       struct wgllm_openai_error *e) {
     const bool chat = g->endpoint == WGLLM_OPENAI_CHAT;

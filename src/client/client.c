@@ -23,10 +23,21 @@ struct endpoint {
     struct wgllm_replica_set *reps; /* remote: the servers of base_url */
 };
 
+/* A route: endpoints by index (the table only grows, so indices stay valid). */
+struct route {
+    char *name;
+    int target[WGLLM_ROUTE_MAX_CANDIDATES];
+    int n;
+    struct wgllm_route_params params;
+};
+
 struct wgllm_client {
     struct endpoint *eps;
     int n;
     size_t cap;
+    struct route *routes;
+    int n_routes;
+    size_t routes_cap;
 };
 
 static char *sdup(const char *s) { return s ? strdup(s) : NULL; }
@@ -50,6 +61,8 @@ void wgllm_client_free(struct wgllm_client *c) {
         wgllm_replicas_free(e->reps);
     }
     free(c->eps);
+    for (int i = 0; i < c->n_routes; i++) free(c->routes[i].name);
+    free(c->routes);
     free(c);
 }
 
@@ -60,6 +73,11 @@ enum wgllm_status wgllm_client_add(struct wgllm_client *c, const struct wgllm_en
     if (!d->name || !*d->name) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: endpoint name is empty");
     if (wgllm_client_find(c, d->name))
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: endpoint '%s' already exists", d->name);
+    if (wgllm_client_is_route(c, d->name))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: '%s' is already a route", d->name);
+    if (!(d->cost >= 0) || d->cost > 1e12) /* NaN fails the first test */
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "client: endpoint '%s': cost %g is not a price per 1M tokens (0 or more)", d->name, d->cost);
     const bool remote = d->kind == WGLLM_ENDPOINT_GATEWAY || d->kind == WGLLM_ENDPOINT_PROVIDER;
     if (d->kind == WGLLM_ENDPOINT_LOCAL && !d->engine)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: local endpoint '%s' has no engine", d->name);
@@ -184,18 +202,7 @@ static enum wgllm_status resolve(struct wgllm_client *c, const char *name, unsig
 /* Local-only knobs a remote endpoint cannot honour: refused, never dropped. */
 static enum wgllm_status check_remote_params(const struct endpoint *ep, const struct wgllm_request_params *p,
                                              struct wgllm_error *err) {
-    const struct wgllm_sampler_params def = wgllm_sampler_default_params();
-    const struct wgllm_sampler_params *s = &p->sampling;
-    const char *field = p->context_key ? "context_key"
-                        : p->ignore_eos ? "ignore_eos"
-                        : !p->add_special ? "add_special"
-                        : s->top_k != def.top_k ? "top_k"
-                        : s->min_p != def.min_p ? "min_p"
-                        : s->typical_p != def.typical_p ? "typical_p"
-                        : s->repeat_penalty != def.repeat_penalty ? "repeat_penalty"
-                        : s->penalty_last_n != def.penalty_last_n ? "penalty_last_n"
-                        : s->n_probs > 0 ? "n_probs"
-                        : NULL;
+    const char *field = wgllm_route_local_only(p); /* the routing policy's rule too (wgllm.h, "Routes") */
     if (!field) return WGLLM_STATUS_OK;
     return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                            "client: '%s' is local-only and endpoint '%s' is remote; leave it at its default (or put "
@@ -741,4 +748,237 @@ enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoin
     }
     wgllm_http_reply_free(&r);
     return st;
+}
+
+/* ---- routes: the policy's inputs gathered, the call sent where it picks ---- */
+
+static const struct route *route_find(const struct wgllm_client *c, const char *name) {
+    for (int i = 0; c && name && i < c->n_routes; i++)
+        if (!strcmp(c->routes[i].name, name)) return &c->routes[i];
+    return NULL;
+}
+
+bool wgllm_client_is_route(const struct wgllm_client *c, const char *name) { return route_find(c, name) != NULL; }
+int wgllm_client_route_count(const struct wgllm_client *c) { return c ? c->n_routes : 0; }
+const char *wgllm_client_route_name(const struct wgllm_client *c, int i) {
+    return c && i >= 0 && i < c->n_routes ? c->routes[i].name : NULL;
+}
+
+static int endpoint_index(const struct wgllm_client *c, const char *name) {
+    for (int i = 0; name && i < c->n; i++)
+        if (!strcmp(c->eps[i].d.name, name)) return i;
+    return -1;
+}
+
+enum wgllm_status wgllm_client_add_route(struct wgllm_client *c, const struct wgllm_client_route_desc *d,
+                                         struct wgllm_error *err) {
+    if (!d->name || !*d->name) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: route name is empty");
+    if (route_find(c, d->name) || wgllm_client_find(c, d->name))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: route '%s': the name is taken by %s", d->name,
+                               route_find(c, d->name) ? "another route" : "an endpoint");
+    if (d->n_targets < 1 || d->n_targets > WGLLM_ROUTE_MAX_CANDIDATES || !d->targets)
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: route '%s' needs 1 to %d targets (got %d)",
+                               d->name, WGLLM_ROUTE_MAX_CANDIDATES, d->n_targets);
+    if (!(d->params.cost_weight >= 0) || !(d->params.busy_factor >= 0))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                               "client: route '%s': cost_weight and busy_factor must be 0 or more", d->name);
+    struct route r = {.n = d->n_targets, .params = d->params};
+    for (int i = 0; i < d->n_targets; i++) {
+        const char *t = d->targets[i];
+        if ((r.target[i] = endpoint_index(c, t)) < 0)
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: route '%s': no endpoint named '%s'",
+                                   d->name, t && *t ? t : "(empty)");
+        for (int j = 0; j < i; j++)
+            if (r.target[j] == r.target[i])
+                return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: route '%s' names '%s' twice",
+                                       d->name, t);
+    }
+    if (!(r.name = strdup(d->name)) ||
+        !wgllm_grow((void **)&c->routes, &c->routes_cap, (size_t)c->n_routes + 1, sizeof *c->routes)) {
+        free(r.name);
+        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "client: out of memory");
+    }
+    c->routes[c->n_routes++] = r;
+    return WGLLM_STATUS_OK;
+}
+
+/* The prompt as this local endpoint's engine would compute over it (*ids malloc'd). */
+static enum wgllm_status route_tokens(const struct endpoint *ep, const struct wgllm_route_request *rq, int32_t **ids,
+                                      int *n, struct wgllm_error *err) {
+    struct wgllm_engine *e = ep->d.engine;
+    if (rq->op == WGLLM_OP_QUERY)
+        return wgllm_engine_prompt_tokens_query(e, rq->prompt ? rq->prompt : "", rq->prompt_len, rq->add_special, ids,
+                                                n, err);
+    if (rq->messages_json)
+        return wgllm_engine_prompt_tokens_chat_json(e, rq->messages_json, rq->tools_json, rq->kwargs_json, ids, n, err);
+    return wgllm_engine_prompt_tokens_chat(e, rq->msgs, rq->n_msgs, ids, n, err);
+}
+
+/* Without a local tokenization: about 4 bytes a token, what OpenAI's guidance says for English. */
+static int estimate_tokens(const struct wgllm_route_request *rq) {
+    size_t bytes = rq->op == WGLLM_OP_QUERY ? rq->prompt_len : rq->messages_json ? strlen(rq->messages_json) : 0;
+    for (int i = 0; rq->op != WGLLM_OP_QUERY && !rq->messages_json && i < rq->n_msgs; i++)
+        bytes += rq->msgs[i].content ? strlen(rq->msgs[i].content) : 0;
+    const size_t t = bytes / 4 + 1;
+    return t > (size_t)WGLLM_USAGE_MAX ? WGLLM_USAGE_MAX : (int)t;
+}
+
+static void gather_local(const struct endpoint *ep, const struct wgllm_route_request *rq,
+                         struct wgllm_route_candidate *cd, char *note, size_t cap) {
+    int32_t *ids = NULL;
+    int n = 0;
+    struct wgllm_error e = {0};
+    if (route_tokens(ep, rq, &ids, &n, &e) != WGLLM_STATUS_OK) {
+        snprintf(note, cap, "%.180s", e.message);
+        cd->refused = note;
+        return;
+    }
+    cd->prompt_tokens = n;
+    cd->cached_tokens = wgllm_engine_cached_tokens(ep->d.engine, ids, n, rq->cache_partition);
+    free(ids);
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(ep->d.engine, &m);
+    cd->prefill_tok_s = m.prefill_tok_s;
+    cd->request_ms = m.request_ms;
+    cd->queue_depth = m.queue_depth;
+    cd->busy_slots = m.active_slots;
+    cd->n_slots = m.n_slots;
+}
+
+/* A remote endpoint as the policy sees it: its best replica -- healthy and
+ * out of cooldown first, then the fewest calls in flight (what the replica
+ * table picks), then the lowest measured latency -- with that one's load. */
+static void gather_remote(const struct endpoint *ep, struct wgllm_route_candidate *cd) {
+    bool have = false;
+    for (int k = 0; k < wgllm_replicas_count(ep->reps); k++) {
+        struct wgllm_replica_stats st;
+        wgllm_replicas_stats(ep->reps, k, &st);
+        const bool ok = st.healthy && !st.cooling;
+        const bool better = !have                         ? true
+                            : ok != cd->healthy             ? ok
+                            : st.in_flight != cd->in_flight ? st.in_flight < cd->in_flight
+                                                            : st.latency_ms > 0 && (cd->latency_ms <= 0 || st.latency_ms < cd->latency_ms);
+        if (!better) continue;
+        have = true;
+        cd->healthy = ok;
+        cd->in_flight = st.in_flight;
+        cd->latency_ms = st.latency_ms;
+    }
+}
+
+enum wgllm_status wgllm_client_route(struct wgllm_client *c, const char *route, const struct wgllm_route_request *rq,
+                                     struct wgllm_route_decision *d, struct wgllm_error *err) {
+    const struct route *r = route_find(c, route);
+    memset(d, 0, sizeof *d);
+    d->chosen = d->fallback_from = -1;
+    if (!r) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: no route named '%s'", route ? route : "(null)");
+    d->route = r->name;
+    d->n = r->n;
+    int local_tokens = -1; /* the first local tokenization: the best count the remote ones get */
+    for (int i = 0; i < r->n; i++) {
+        const struct endpoint *ep = &c->eps[r->target[i]];
+        struct wgllm_route_candidate *cd = &d->c[i];
+        cd->name = ep->d.name;
+        cd->cost = ep->d.cost;
+        cd->kind = ep->d.kind == WGLLM_ENDPOINT_LOCAL ? WGLLM_ROUTE_LOCAL : WGLLM_ROUTE_REMOTE;
+        struct wgllm_error e = {0};
+        if (!(ep->d.ops & rq->op)) {
+            snprintf(d->notes[i], sizeof d->notes[i], "it does not offer %s", op_name(rq->op));
+            cd->refused = d->notes[i];
+        } else if (cd->kind == WGLLM_ROUTE_LOCAL && rq->local_refused) {
+            snprintf(d->notes[i], sizeof d->notes[i], "%.180s", rq->local_refused);
+            cd->refused = d->notes[i];
+        } else if (cd->kind == WGLLM_ROUTE_LOCAL) {
+            gather_local(ep, rq, cd, d->notes[i], sizeof d->notes[i]);
+            if (!cd->refused && local_tokens < 0) local_tokens = cd->prompt_tokens;
+        } else if (rq->remote_refused) {
+            snprintf(d->notes[i], sizeof d->notes[i], "%.180s", rq->remote_refused);
+            cd->refused = d->notes[i];
+        } else if (rq->params && check_remote_params(ep, rq->params, &e) != WGLLM_STATUS_OK) {
+            snprintf(d->notes[i], sizeof d->notes[i], "%.180s", e.message);
+            cd->refused = d->notes[i];
+        } else {
+            gather_remote(ep, cd);
+        }
+    }
+    const int est = local_tokens >= 0 ? local_tokens : estimate_tokens(rq);
+    for (int i = 0; i < d->n; i++)
+        if (d->c[i].kind == WGLLM_ROUTE_REMOTE) d->c[i].prompt_tokens = est;
+    if (wgllm_route_decide(&r->params, d, rq->max_tokens) >= 0) return WGLLM_STATUS_OK;
+    struct wgllm_strbuf b = {0};
+    for (int i = 0; i < d->n; i++) wgllm_strbuf_printf(&b, "%s%s: %s", i ? "; " : "", d->c[i].name, d->c[i].refused);
+    wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "client: route '%s': no target can take this request (%s)",
+                    r->name, b.data ? b.data : "");
+    wgllm_strbuf_free(&b);
+    return WGLLM_STATUS_INVALID_ARGUMENT;
+}
+
+/* The caller's on_token, and whether it was called: a remote call that
+ * failed before it was may go to another target without the caller
+ * seeing two answers. */
+struct relay {
+    wgllm_token_fn fn;
+    void *user;
+    bool called;
+};
+
+static bool relay_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
+    struct relay *r = ud;
+    r->called = true;
+    return r->fn(text, len, token, logprob, r->user);
+}
+
+/* Runs the call on d's choice; a remote one that fails before any piece
+ * reached the caller (its replicas all tried) goes to the route's local
+ * endpoint when that one could take it (d->fallback_from says so). */
+static enum wgllm_status route_call(struct wgllm_client *c, struct wgllm_route_decision *d, const char *prompt,
+                                    const struct wgllm_message *msgs, int n_msgs,
+                                    const struct wgllm_request_params *params, struct wgllm_result *result,
+                                    struct wgllm_error *err) {
+    struct relay rl = {params->on_token, params->user_data, false};
+    struct wgllm_request_params p = *params;
+    if (p.on_token) p.on_token = relay_token, p.user_data = &rl;
+    const struct wgllm_route_candidate *cd = &d->c[d->chosen];
+    enum wgllm_status st = prompt ? wgllm_client_query(c, cd->name, prompt, &p, result, err)
+                                  : wgllm_client_chat(c, cd->name, msgs, n_msgs, &p, result, err);
+    const bool failed = st != WGLLM_STATUS_OK || result->finish == WGLLM_FINISH_ERROR;
+    if (cd->kind == WGLLM_ROUTE_LOCAL || !failed || rl.called) return st;
+    int local = -1;
+    for (int i = 0; i < d->n && local < 0; i++)
+        if (d->c[i].kind == WGLLM_ROUTE_LOCAL && !d->c[i].refused) local = i;
+    if (local < 0) return st;
+    d->fallback_from = d->chosen;
+    snprintf(d->fallback_error, sizeof d->fallback_error, "%.250s",
+             result->message[0] ? result->message : err ? err->message : "");
+    d->chosen = local;
+    wgllm_result_free(result);
+    return prompt ? wgllm_client_query(c, d->c[local].name, prompt, params, result, err)
+                  : wgllm_client_chat(c, d->c[local].name, msgs, n_msgs, params, result, err);
+}
+
+enum wgllm_status wgllm_client_route_query(struct wgllm_client *c, const char *route, const char *prompt,
+                                           const struct wgllm_request_params *params, struct wgllm_route_decision *d,
+                                           struct wgllm_result *result, struct wgllm_error *err) {
+    struct wgllm_route_decision own;
+    if (!d) d = &own;
+    const struct wgllm_route_request rq = {.op = WGLLM_OP_QUERY, .prompt = prompt, .prompt_len = prompt ? strlen(prompt) : 0,
+                                           .add_special = params->add_special, .cache_partition = params->cache_partition,
+                                           .max_tokens = params->max_tokens, .params = params};
+    const enum wgllm_status st = wgllm_client_route(c, route, &rq, d, err);
+    if (st != WGLLM_STATUS_OK) return empty_result(result, st, err);
+    return route_call(c, d, prompt ? prompt : "", NULL, 0, params, result, err);
+}
+
+enum wgllm_status wgllm_client_route_chat(struct wgllm_client *c, const char *route, const struct wgllm_message *msgs,
+                                          int n_msgs, const struct wgllm_request_params *params,
+                                          struct wgllm_route_decision *d, struct wgllm_result *result,
+                                          struct wgllm_error *err) {
+    struct wgllm_route_decision own;
+    if (!d) d = &own;
+    const struct wgllm_route_request rq = {.op = WGLLM_OP_CHAT, .msgs = msgs, .n_msgs = n_msgs,
+                                           .cache_partition = params->cache_partition,
+                                           .max_tokens = params->max_tokens, .params = params};
+    const enum wgllm_status st = wgllm_client_route(c, route, &rq, d, err);
+    if (st != WGLLM_STATUS_OK) return empty_result(result, st, err);
+    return route_call(c, d, NULL, msgs, n_msgs, params, result, err);
 }

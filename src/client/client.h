@@ -60,6 +60,7 @@ struct wgllm_endpoint_desc {
     unsigned ops;                  /* WGLLM_OP_* offered; 0 = all */
     int timeout_s;                 /* remote: whole-request limit; 0 = 600 */
     int cooldown_s;                /* remote: how long a failing replica is skipped; 0 = 10 */
+    double cost;                   /* what 1M tokens (prompt + completion) cost there, for routes; 0 = free */
 };
 
 /* Replicas: a remote endpoint with several base URLs sends each call to the
@@ -144,6 +145,71 @@ enum wgllm_status wgllm_client_embed_json(struct wgllm_client *c, const char *en
 enum wgllm_status wgllm_client_embed(struct wgllm_client *c, const char *endpoint, const char *text, size_t len,
                                      enum wgllm_pooling pooling, bool normalize, float *out, int max_out, int *n_out,
                                      struct wgllm_error *err);
+
+/* Routes: one name for several endpoints (a local engine, gateways,
+ * providers). A call on a route goes to the endpoint the routing policy
+ * (wgllm.h, "Routes") picks for it from what the client measures: a local
+ * endpoint's cached prefix of this prompt (wgllm_engine_cached_tokens, in
+ * the request's cache_partition), its queue, busy slots and measured prefill
+ * rate and request time (wgllm_engine_metrics); a remote one's replica
+ * latency, calls in flight and health (wgllm_replica_stats) and its cost.
+ * A remote endpoint is refused for a request with a local-only parameter
+ * (the list above, or rq->remote_refused), one without the operation, and a
+ * local one for a prompt its context cannot hold (or rq->local_refused). Names are shared with
+ * endpoints (a route may not take an endpoint's name). */
+struct wgllm_client_route_desc {
+    const char *name;                 /* copied */
+    const char *const *targets;       /* endpoint names, each added before (copied) */
+    int n_targets;                    /* 1..WGLLM_ROUTE_MAX_CANDIDATES */
+    struct wgllm_route_params params; /* wgllm_route_default_params() and changes */
+};
+/* INVALID_ARGUMENT naming the problem: an empty or taken name, no targets or
+ * too many, a target that is no endpoint or is named twice, a negative
+ * cost_weight. */
+enum wgllm_status wgllm_client_add_route(struct wgllm_client *c, const struct wgllm_client_route_desc *desc,
+                                         struct wgllm_error *err);
+/* Whether `name` is a route; its targets' names (owned by c). */
+bool wgllm_client_is_route(const struct wgllm_client *c, const char *name);
+int wgllm_client_route_count(const struct wgllm_client *c);
+const char *wgllm_client_route_name(const struct wgllm_client *c, int i);
+
+/* One request as the policy sees it: its prompt in one of three forms (a
+ * raw prompt; messages; chat as OpenAI JSON, what the server parsed), the
+ * cache partition and max_tokens it runs with. */
+struct wgllm_route_request {
+    unsigned op;                          /* WGLLM_OP_QUERY or WGLLM_OP_CHAT */
+    const char *prompt;                   /* query */
+    size_t prompt_len;
+    bool add_special;                     /* query: BOS as the model asks */
+    const struct wgllm_message *msgs;     /* chat */
+    int n_msgs;
+    const char *messages_json, *tools_json, *kwargs_json; /* chat as JSON (instead of msgs) */
+    const char *cache_partition;
+    int max_tokens;                       /* 0 = none (the policy prices expected_completion_tokens) */
+    const struct wgllm_request_params *params; /* its local-only knobs refuse remote targets; NULL = none */
+    const char *remote_refused;           /* why no remote target can take it (a local-only field such as
+                                             grammar, as the caller's parser said); NULL = none */
+    const char *local_refused;            /* why no local target can take it; NULL = none */
+};
+/* Gathers every target's inputs for rq and runs the policy into *d (its
+ * strings owned by c and d). OK with d->chosen >= 0, or INVALID_ARGUMENT
+ * naming the route and each target's refusal when none can take it; an
+ * unknown route is INVALID_ARGUMENT "no route named ...". */
+enum wgllm_status wgllm_client_route(struct wgllm_client *c, const char *route, const struct wgllm_route_request *rq,
+                                     struct wgllm_route_decision *d, struct wgllm_error *err);
+/* A call on a route: decides (d may be NULL: the decision is then not kept)
+ * and runs the call on the chosen endpoint as wgllm_client_query / _chat do.
+ * A remote endpoint that fails before any piece reached on_token (all its
+ * replicas tried) hands the call to the route's local endpoint when that one
+ * could take it: d->chosen is then the local one, d->fallback_from the one
+ * that failed and d->fallback_error why. */
+enum wgllm_status wgllm_client_route_query(struct wgllm_client *c, const char *route, const char *prompt,
+                                           const struct wgllm_request_params *params, struct wgllm_route_decision *d,
+                                           struct wgllm_result *result, struct wgllm_error *err);
+enum wgllm_status wgllm_client_route_chat(struct wgllm_client *c, const char *route, const struct wgllm_message *msgs,
+                                          int n_msgs, const struct wgllm_request_params *params,
+                                          struct wgllm_route_decision *d, struct wgllm_result *result,
+                                          struct wgllm_error *err);
 
 /* ---- replicas.c: the servers behind one endpoint (internal) -------------- */
 

@@ -122,6 +122,14 @@ static void finish(struct wgllm_engine *e, struct wgllm_request *r, enum wgllm_f
     if (why == WGLLM_FINISH_CANCELLED) e->m.requests_cancelled++;
     if (why == WGLLM_FINISH_ERROR) e->m.requests_failed++;
     e->m.generated_tokens += (uint64_t)r->n_gen;
+    /* moving averages for the routing policy's estimates (wgllm.h, "Routes"); prefills of a few
+     * tokens measure the tick's overhead, not the rate, and are left out */
+    if (r->kind == REQ_GENERATE && r->n_prompt - r->n_cached >= 16 && t->prefill_tok_s > 0)
+        e->m.prefill_tok_s = e->m.prefill_tok_s > 0 ? 0.8 * e->m.prefill_tok_s + 0.2 * t->prefill_tok_s : t->prefill_tok_s;
+    if (r->kind == REQ_GENERATE && t->decode_tok_s > 0)
+        e->m.decode_tok_s = e->m.decode_tok_s > 0 ? 0.8 * e->m.decode_tok_s + 0.2 * t->decode_tok_s : t->decode_tok_s;
+    if (r->kind == REQ_GENERATE && (why == WGLLM_FINISH_STOP || why == WGLLM_FINISH_LENGTH))
+        e->m.request_ms = e->m.request_ms > 0 ? 0.8 * e->m.request_ms + 0.2 * t->total_ms : t->total_ms;
     r->done = true;
     pthread_cond_broadcast(&r->done_cv);
     pthread_mutex_unlock(&e->mu);
@@ -1004,12 +1012,19 @@ enum wgllm_status wgllm_engine_submit_query(struct wgllm_engine *e, const char *
                                             struct wgllm_error *err) {
     *out = NULL;
     if (!prompt) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "query: NULL prompt");
-    const bool add_special = params ? params->add_special : true;
     int32_t *ids = NULL;
     int n = 0;
-    enum wgllm_status st = tokenize_prompt(e, REQ_GENERATE, prompt, len, add_special, false, NULL, 0, &ids, &n, err);
+    enum wgllm_status st = wgllm_engine_prompt_tokens_query(e, prompt, len, params ? params->add_special : true, &ids, &n, err);
     if (st != WGLLM_STATUS_OK) return st;
     return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
+}
+
+enum wgllm_status wgllm_engine_prompt_tokens_query(struct wgllm_engine *e, const char *prompt, size_t len,
+                                                   bool add_special, int32_t **ids, int *n, struct wgllm_error *err) {
+    *ids = NULL;
+    *n = 0;
+    if (!prompt) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "query: NULL prompt");
+    return tokenize_prompt(e, REQ_GENERATE, prompt, len, add_special, false, NULL, 0, ids, n, err);
 }
 
 /* The model's BOS and EOS texts, as the template writes them. */
@@ -1020,10 +1035,9 @@ static void special_texts(const struct wgllm_engine *e, const char **bos_text, c
     *eos_text = eos >= 0 ? wgllm_vocab_token_text(v, eos) : "";
 }
 
-/* A chat rendering (text with the spans that are the request's) as a request. */
-static enum wgllm_status submit_rendered(struct wgllm_engine *e, char *text, struct wgllm_text_span *spans,
-                                         size_t n_spans, const struct wgllm_request_params *params,
-                                         struct wgllm_request **out, struct wgllm_error *err) {
+/* A chat rendering (text with the spans that are the request's, both freed) as prompt tokens. */
+static enum wgllm_status rendered_tokens(struct wgllm_engine *e, char *text, struct wgllm_text_span *spans,
+                                         size_t n_spans, int32_t **ids, int *n, struct wgllm_error *err) {
     /* Templates usually write the BOS text themselves: add it only when they
      * did not (a message that begins with it does not count). Control tokens
      * are parsed in the template's own text only: the messages' text is
@@ -1033,15 +1047,12 @@ static enum wgllm_status submit_rendered(struct wgllm_engine *e, char *text, str
     special_texts(e, &bos_text, &eos_text);
     const size_t bl = strlen(bos_text);
     const bool has_bos = bl > 0 && strncmp(text, bos_text, bl) == 0 && (n_spans == 0 || spans[0].off >= bl);
-    int32_t *ids = NULL;
-    int n = 0;
     static const struct wgllm_text_span none;
     enum wgllm_status st = tokenize_prompt(e, REQ_GENERATE, text, strlen(text), !has_bos, true, spans ? spans : &none,
-                                           n_spans, &ids, &n, err);
+                                           n_spans, ids, n, err);
     free(spans);
     free(text);
-    if (st != WGLLM_STATUS_OK) return st;
-    return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
+    return st;
 }
 
 
@@ -1049,6 +1060,17 @@ enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct 
                                            const struct wgllm_request_params *params, struct wgllm_request **out,
                                            struct wgllm_error *err) {
     *out = NULL;
+    int32_t *ids = NULL;
+    int n = 0;
+    enum wgllm_status st = wgllm_engine_prompt_tokens_chat(e, msgs, n_msgs, &ids, &n, err);
+    if (st != WGLLM_STATUS_OK) return st;
+    return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
+}
+
+enum wgllm_status wgllm_engine_prompt_tokens_chat(struct wgllm_engine *e, const struct wgllm_message *msgs, int n_msgs,
+                                                  int32_t **ids, int *n, struct wgllm_error *err) {
+    *ids = NULL;
+    *n = 0;
     if (!e->tmpl) return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "chat: %s", e->tmpl_error);
     if (n_msgs <= 0 || !msgs) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat: no messages");
     struct wgllm_chat_message *cm = malloc(sizeof(*cm) * (size_t)n_msgs);
@@ -1070,7 +1092,7 @@ enum wgllm_status wgllm_engine_submit_chat(struct wgllm_engine *e, const struct 
                                                             &text, &spans, &n_spans, err);
     free(cm);
     if (st) return st;
-    return submit_rendered(e, text, spans, n_spans, params, out, err);
+    return rendered_tokens(e, text, spans, n_spans, ids, n, err);
 }
 
 enum wgllm_status wgllm_engine_submit_chat_json(struct wgllm_engine *e, const char *messages_json,
@@ -1078,6 +1100,18 @@ enum wgllm_status wgllm_engine_submit_chat_json(struct wgllm_engine *e, const ch
                                                 const struct wgllm_request_params *params,
                                                 struct wgllm_request **out, struct wgllm_error *err) {
     *out = NULL;
+    int32_t *ids = NULL;
+    int n = 0;
+    enum wgllm_status st = wgllm_engine_prompt_tokens_chat_json(e, messages_json, tools_json, kwargs_json, &ids, &n, err);
+    if (st != WGLLM_STATUS_OK) return st;
+    return submit(e, REQ_GENERATE, ids, n, params, NULL, out, err);
+}
+
+enum wgllm_status wgllm_engine_prompt_tokens_chat_json(struct wgllm_engine *e, const char *messages_json,
+                                                       const char *tools_json, const char *kwargs_json, int32_t **ids,
+                                                       int *n, struct wgllm_error *err) {
+    *ids = NULL;
+    *n = 0;
     if (!e->tmpl) return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "chat: %s", e->tmpl_error);
     if (!messages_json) return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "chat: no messages");
     const char *bos_text, *eos_text;
@@ -1088,7 +1122,7 @@ enum wgllm_status wgllm_engine_submit_chat_json(struct wgllm_engine *e, const ch
     enum wgllm_status st = wgllm_chat_template_render_json_spans(e->tmpl, messages_json, tools_json, kwargs_json, true,
                                                                  bos_text, eos_text, &text, &spans, &n_spans, err);
     if (st) return st;
-    return submit_rendered(e, text, spans, n_spans, params, out, err);
+    return rendered_tokens(e, text, spans, n_spans, ids, n, err);
 }
 
 struct wgllm_template_caps wgllm_engine_template_caps(const struct wgllm_engine *e) {
@@ -1250,5 +1284,6 @@ void wgllm_engine_metrics(struct wgllm_engine *e, struct wgllm_engine_metrics *o
     pthread_mutex_lock(&e->mu);
     *out = e->m;
     out->queue_depth = e->n_queue;
+    out->n_slots = e->p.n_slots;
     pthread_mutex_unlock(&e->mu);
 }

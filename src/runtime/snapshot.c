@@ -5,7 +5,9 @@
  * it instead of recomputing it. Owns lookup (the longest shared prefix),
  * insert and least-recently-used eviction within the engine's
  * snapshot_bytes / max_snapshots budgets. Runs on the engine thread; the
- * file format that persists the store is snapshot_file.c.
+ * file format that persists the store is snapshot_file.c. Also the question
+ * a router asks of the whole cache, slots and snapshots together: how much
+ * of a prompt is warm (wgllm_engine_cached_tokens).
  */
 #include "runtime/engine_internal.h"
 
@@ -100,4 +102,37 @@ void wgllm_snapshot_restore(struct wgllm_engine *e, int i, int s, int32_t *token
     wgllm_context_seq_load(e->ctx, s, sn->n, sn->state);
     memcpy(tokens, sn->tokens, sizeof(int32_t) * (size_t)cached);
     sn->last_used = ++e->clock;
+}
+
+/* ---- what the cache already holds (the routing policy's warmth input) ----- */
+
+struct cached_query {
+    const int32_t *tokens;
+    int n;
+    const char *part;
+    int cached;
+};
+
+/* Engine thread: the longest prefix admit() would reuse for this prompt -- from any slot of the same
+ * partition (admission copies another slot's prefix too, so a context_key adds nothing here) or a
+ * snapshot -- capped as admit caps it (one prompt token is always computed). */
+static void cached_on_thread(struct wgllm_engine *e, void *arg) {
+    struct cached_query *q = arg;
+    const int limit = q->n - 1;
+    int cached = 0;
+    for (int i = 0; i < e->p.n_slots && limit > 0; i++) {
+        const struct slot *sl = &e->slots[i];
+        if (!wgllm_same_partition(sl->part, q->part)) continue;
+        const int c = WGLLM_MIN(wgllm_engine_common_prefix(sl->tokens, wgllm_engine_slot_reusable(sl), q->tokens, q->n), limit);
+        if (c > cached) cached = c;
+    }
+    if (limit > 0) wgllm_snapshot_lookup(e, q->part, q->tokens, q->n, limit, &cached);
+    q->cached = cached;
+}
+
+int wgllm_engine_cached_tokens(struct wgllm_engine *e, const int32_t *tokens, int n, const char *cache_partition) {
+    if (!e || !tokens || n <= 1) return 0;
+    struct cached_query q = {tokens, n, cache_partition, 0};
+    wgllm_engine_run_on_thread(e, cached_on_thread, &q);
+    return q.cached;
 }

@@ -31,6 +31,7 @@ char *srv_models(struct srv *s) {
     cJSON_AddItemToArray(data, m);
     for (int i = 0; i < wgllm_client_count(s->client); i++) {
         const struct wgllm_endpoint_desc *d = wgllm_client_at(s->client, i);
+        if (d->kind == WGLLM_ENDPOINT_LOCAL) continue; /* --route's name for the served model */
         cJSON *u = cJSON_CreateObject();
         cJSON_AddStringToObject(u, "id", d->name);
         cJSON_AddStringToObject(u, "object", "model");
@@ -39,6 +40,16 @@ char *srv_models(struct srv *s) {
         cJSON *um = cJSON_AddObjectToObject(u, "meta");
         cJSON_AddStringToObject(um, "upstream", d->base_url ? d->base_url : "");
         if (d->model) cJSON_AddStringToObject(um, "upstream_model", d->model);
+        cJSON_AddItemToArray(data, u);
+    }
+    for (int i = 0; i < s->n_routes; i++) {
+        cJSON *u = cJSON_CreateObject();
+        cJSON_AddStringToObject(u, "id", s->routes[i].name);
+        cJSON_AddStringToObject(u, "object", "model");
+        cJSON_AddNumberToObject(u, "created", (double)s->created);
+        cJSON_AddStringToObject(u, "owned_by", "route");
+        cJSON *targets = cJSON_AddArrayToObject(cJSON_AddObjectToObject(u, "meta"), "targets");
+        for (int k = 0; k < s->routes[i].n; k++) cJSON_AddItemToArray(targets, cJSON_CreateString(s->routes[i].target[k]));
         cJSON_AddItemToArray(data, u);
     }
     char *out = cJSON_PrintUnformatted(o);
@@ -94,6 +105,45 @@ static void upstream_metrics(struct wgllm_strbuf *b, const struct wgllm_client *
     }
 }
 
+/* Each --route target's decisions and the last decision's estimates, one labelled line per target. */
+static void route_metrics(struct wgllm_strbuf *b, struct srv *s) {
+    static const struct {
+        const char *name, *type, *help;
+    } M[] = {
+        {"route_decisions_total", "counter", "Requests on a route that the policy sent to this target."},
+        {"route_refused_total", "counter", "Requests on a route this target could not take (a local-only field, a prompt too long)."},
+        {"route_estimated_ttft_ms", "gauge", "The last decision's estimated time to first token on this target, in ms."},
+        {"route_score", "gauge", "The last decision's score of this target (estimated ms plus cost_weight times cost; lower wins)."},
+        {"route_prompt_tokens", "gauge", "The last decision's prompt tokens."},
+        {"route_cached_tokens", "gauge", "The last decision's prompt tokens already cached on this target (local)."},
+        {"route_fallbacks_total", "counter", "Requests this target failed before any token that the local engine then answered."},
+    };
+    if (!s->n_routes) return;
+    pthread_mutex_lock(&s->route_mu);
+    for (size_t m = 0; m < sizeof M / sizeof *M; m++) {
+        wgllm_strbuf_printf(b, "# HELP wgllm_%s %s\n# TYPE wgllm_%s %s\n", M[m].name, M[m].help, M[m].name, M[m].type);
+        for (int i = 0; i < s->n_routes; i++)
+            for (int k = 0; k < s->routes[i].n; k++) {
+                const struct srv_route_stats *t = &s->routes[i].st[k];
+                const double v[] = {(double)t->decisions, (double)t->refused, t->ttft_ms, t->score, t->prompt_tokens,
+                                    t->cached_tokens, (double)t->fallbacks};
+                wgllm_strbuf_printf(b, "wgllm_%s{route=\"", M[m].name);
+                srv_metric_label(b, s->routes[i].name);
+                wgllm_strbuf_puts(b, "\",target=\"");
+                srv_metric_label(b, s->routes[i].target[k]);
+                wgllm_strbuf_printf(b, "\"} %.17g\n", v[m]);
+            }
+    }
+    wgllm_strbuf_puts(b, "# HELP wgllm_route_no_target_total Requests on a route that no target could take.\n"
+                         "# TYPE wgllm_route_no_target_total counter\n");
+    for (int i = 0; i < s->n_routes; i++) {
+        wgllm_strbuf_puts(b, "wgllm_route_no_target_total{route=\"");
+        srv_metric_label(b, s->routes[i].name);
+        wgllm_strbuf_printf(b, "\"} %llu\n", (unsigned long long)s->routes[i].failed);
+    }
+    pthread_mutex_unlock(&s->route_mu);
+}
+
 char *srv_metrics(struct srv *s) {
     struct wgllm_engine_metrics m;
     wgllm_engine_metrics(s->engine, &m);
@@ -122,10 +172,16 @@ char *srv_metrics(struct srv *s) {
     metric(&b, "active_slots", "gauge", "Slots serving a request.", m.active_slots);
     metric(&b, "idle_slots", "gauge", "Slots holding a reusable cache.", m.idle_slots);
     metric(&b, "snapshot_bytes", "gauge", "Host memory used by prefix snapshots.", (double)m.snapshot_bytes_used);
+    metric(&b, "prefill_tokens_per_second", "gauge", "Moving average of the prefill rate of finished requests.",
+           m.prefill_tok_s);
+    metric(&b, "decode_tokens_per_second", "gauge", "Moving average of the decode rate of finished requests.",
+           m.decode_tok_s);
+    metric(&b, "request_duration_ms", "gauge", "Moving average of the time of a finished request, in ms.", m.request_ms);
     metric(&b, "http_requests_total", "counter", "HTTP requests answered.", (double)atomic_load(&s->http_requests));
     metric(&b, "http_errors_total", "counter", "HTTP requests answered with a 4xx or 5xx status.",
            (double)atomic_load(&s->http_errors));
     upstream_metrics(&b, s->client);
+    route_metrics(&b, s);
     srv_policy_metrics(s->policy, &b);
     if (b.oom) { /* a partial page would read as metrics gone to zero: answer 500 instead */
         wgllm_strbuf_free(&b);

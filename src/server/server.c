@@ -327,7 +327,7 @@ static enum MHD_Result respond(struct MHD_Connection *c, struct conn *cn) {
  * --upstream of that name forwards the request there, through the client. */
 static const char *upstream_named(void *user, const char *model) {
     const struct wgllm_endpoint_desc *d = wgllm_client_find(user, model);
-    return d ? d->name : NULL;
+    return d && d->kind != WGLLM_ENDPOINT_LOCAL ? d->name : NULL; /* --route's "local" is the served model */
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -402,7 +402,7 @@ static const char *serve_usage =
     "                   [--context-shift [--keep N]] [--max-tokens N] [--cors ORIGIN[,ORIGIN...]]\n"
     "                   [--max-connections N] [--max-connections-per-ip N] [--idle-timeout SECONDS]\n"
     "                   [--read-timeout SECONDS] [--shutdown-timeout SECONDS] [--upstream-check SECONDS]\n"
-    "                   [--api-key-file FILE]\n"
+    "                   [--api-key-file FILE] [--route NAME=TARGET[,TARGET...]]...\n"
     "  OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings,\n"
     "  /v1/models, /health, /metrics, llama.cpp's /tokenize and /detokenize, and Anthropic's\n"
     "  /v1/messages and OpenAI's /v1/responses (each served as the chat it means; the key\n"
@@ -422,7 +422,19 @@ static const char *serve_usage =
     "  skipped for a cooldown (10 s). --upstream-check (default 10, 0 = off): every SECONDS,\n"
     "  GET URL/models on each; an answer ends a cooldown, a failure starts one. Per upstream,\n"
     "  from the environment (NAME upper-cased, other characters as _): WGLLM_UPSTREAM_NAME_KEY\n"
-    "  (its bearer key), _TIMEOUT and _COOLDOWN (seconds). /metrics: wgllm_upstream_*.\n"
+    "  (its bearer key), _TIMEOUT and _COOLDOWN (seconds), _COST (per 1M tokens, for routes).\n"
+    "  /metrics: wgllm_upstream_*.\n"
+    "  --route (repeatable): generation requests (chat, completions, messages, responses) whose\n"
+    "  `model` is NAME go to the TARGET (local = the served model, or an --upstream NAME) with\n"
+    "  the lowest estimated time to first token plus WGLLM_ROUTE_<NAME>_COST_WEIGHT (default\n"
+    "  1000) ms per unit of cost: local from its cached prefix of the prompt, queue and measured\n"
+    "  prefill rate; an upstream from its replicas' latency, calls in flight and health;\n"
+    "  WGLLM_LOCAL_COST prices the local one. An upstream with no healthy replica loses to any\n"
+    "  healthy target; grammar, json_schema, logprobs, context_key and other local-only fields\n"
+    "  go local. An upstream that fails before any token reached the client (all its replicas\n"
+    "  tried) falls back to the local engine when the route has it. The answer's wgllm.route\n"
+    "  (and a stream's last chunk) shows the decision, its inputs and any fallback; /metrics:\n"
+    "  wgllm_route_*. With --api-key-file, a tenant allowed NAME may be served by any target.\n"
     "  --api-key-file: several keys, each a tenant: {\"keys\": [{\"name\", \"key\" or \"key_env\",\n"
     "  \"models\": [...], \"requests_per_minute\", \"tokens_per_minute\"}]}. A model not in its list\n"
     "  is a 403, a limit a 429 with Retry-After; a tenant's KV caches (prefix reuse,\n"
@@ -473,6 +485,11 @@ static bool upstream_env(struct wgllm_endpoint_desc *d, char *key_var, size_t ca
         }
         *(i ? &d->cooldown_s : &d->timeout_s) = x;
     }
+    char msg[300];
+    if (!srv_upstream_cost(d->name, &d->cost, msg, sizeof msg)) {
+        fprintf(stderr, "wgllm serve: %s\n", msg);
+        return false;
+    }
     return true;
 }
 
@@ -498,8 +515,8 @@ int wgllm_serve_main(int argc, char **argv) {
     const char *cors = NULL, *key_file = NULL;
     bool context_shift = false;
     enum { MAX_UPSTREAMS = 16 };
-    const char *upstreams[MAX_UPSTREAMS];
-    int n_up = 0;
+    const char *upstreams[MAX_UPSTREAMS], *routes[MAX_UPSTREAMS];
+    int n_up = 0, n_routes = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -541,6 +558,10 @@ int wgllm_serve_main(int argc, char **argv) {
             ok = n_up < MAX_UPSTREAMS && strchr(v, '=') && strchr(v, '=') != v;
             if (ok) upstreams[n_up++] = v;
         }
+        else if (!strcmp(a, "--route")) {
+            ok = n_routes < MAX_UPSTREAMS;
+            if (ok) routes[n_routes++] = v;
+        }
         else {
             fprintf(stderr, "wgllm serve: unknown option '%s'\n%s", a, serve_usage);
             return 2;
@@ -578,19 +599,22 @@ int wgllm_serve_main(int argc, char **argv) {
             return 2;
         }
     }
+    /* what a failure below frees (each free takes NULL / an empty buffer) */
+    int rc = 1;
     char *tmpl = NULL;
+    struct wgllm_client *client = NULL;
+    struct wgllm_model *model = NULL;
+    struct wgllm_engine *eng = NULL;
+    struct wgllm_strbuf up_names = {0};
+    struct MHD_Daemon *d = NULL;
     struct wgllm_error err; /* no size bound: the template parser has its own memory budget */
     if (tmpl_path && wgllm_read_file(tmpl_path, 0, &tmpl, NULL, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: cannot read chat template: %s\n", err.message);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
-    struct wgllm_client *client = NULL;
-    if (n_up > 0 && wgllm_client_init(&client, &err) != WGLLM_STATUS_OK) {
+    if ((n_up > 0 || n_routes > 0) && wgllm_client_init(&client, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
-        free(tmpl);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
     for (int i = 0; i < n_up; i++) {
         /* NAME=URL[#MODEL] */
@@ -599,33 +623,25 @@ int wgllm_serve_main(int argc, char **argv) {
         char *eq = strchr(spec, '='), *hash = strchr(eq + 1, '#');
         *eq = 0;
         if (hash) *hash = 0;
-        struct wgllm_endpoint_desc d = {.name = spec, .kind = WGLLM_ENDPOINT_GATEWAY, .base_url = eq + 1,
-                                        .model = hash && hash[1] ? hash + 1 : NULL,
-                                        .ops = WGLLM_OP_ALL, .timeout_s = timeout};
+        struct wgllm_endpoint_desc ud = {.name = spec, .kind = WGLLM_ENDPOINT_GATEWAY, .base_url = eq + 1,
+                                         .model = hash && hash[1] ? hash + 1 : NULL,
+                                         .ops = WGLLM_OP_ALL, .timeout_s = timeout};
         char key_var[160];
-        if (!upstream_env(&d, key_var, sizeof key_var)) {
-            wgllm_client_free(client);
-            free(tmpl);
-            srv_policy_free(policy);
-            return 2;
+        if (!upstream_env(&ud, key_var, sizeof key_var)) {
+            rc = 2;
+            goto fail;
         }
-        if (wgllm_client_add(client, &d, &err) != WGLLM_STATUS_OK) {
+        if (wgllm_client_add(client, &ud, &err) != WGLLM_STATUS_OK) {
             fprintf(stderr, "wgllm serve: --upstream %s: %s\n", upstreams[i], err.message);
-            wgllm_client_free(client);
-            free(tmpl);
-            srv_policy_free(policy);
-            return 2;
+            rc = 2;
+            goto fail;
         }
     }
     struct wgllm_model_params mp = wgllm_model_default_params();
     mp.n_threads = threads;
-    struct wgllm_model *model = NULL;
     if (wgllm_model_load(model_path, &mp, &model, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
-        wgllm_client_free(client);
-        free(tmpl);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
     struct wgllm_engine_params ep = wgllm_engine_default_params();
     ep.n_slots = parallel;
@@ -636,14 +652,23 @@ int wgllm_serve_main(int argc, char **argv) {
     ep.context_shift = context_shift;
     ep.context_keep = keep;
     ep.backend = be;
-    struct wgllm_engine *eng = NULL;
     if (wgllm_engine_init(model, &ep, &eng, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "wgllm serve: error: %s\n", err.message);
-        wgllm_model_free(model);
-        wgllm_client_free(client);
-        free(tmpl);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
+    }
+    if (n_routes > 0) {
+        /* the served model as the client's local endpoint: what a route's "local" target measures */
+        struct wgllm_endpoint_desc ld = {.name = SRV_LOCAL_TARGET, .kind = WGLLM_ENDPOINT_LOCAL, .engine = eng,
+                                         .ops = WGLLM_OP_QUERY | WGLLM_OP_CHAT};
+        char msg[300] = "";
+        const bool ok = srv_env_number("WGLLM_LOCAL_COST", 0, 1e12, &ld.cost, msg, sizeof msg) &&
+                        wgllm_client_add(client, &ld, &err) == WGLLM_STATUS_OK;
+        if (!ok) {
+            fprintf(stderr, "wgllm serve: --route: %s%s\n", *msg ? msg : err.message,
+                    *msg ? "" : " (the name 'local' stands for the served model)");
+            rc = 2;
+            goto fail;
+        }
     }
     const char *base = strrchr(model_path, '/');
     memset(&g_srv, 0, sizeof(g_srv));
@@ -655,11 +680,19 @@ int wgllm_serve_main(int argc, char **argv) {
     g_srv.created = (long)time(NULL);
     g_srv.client = client;
     g_srv.policy = policy;
+    char route_msg[512];
+    if (!srv_routes_setup(&g_srv, routes, n_routes, route_msg, sizeof route_msg)) {
+        fprintf(stderr, "wgllm serve: %s\n", route_msg);
+        rc = 2;
+        goto fail;
+    }
     const int n_ctx = wgllm_engine_n_ctx(eng);
-    /* the names an unknown model's 404 lists */
-    struct wgllm_strbuf up_names = {0};
+    /* the names an unknown model's 404 lists: upstreams and routes */
     for (int i = 0; i < wgllm_client_count(client); i++)
-        wgllm_strbuf_printf(&up_names, "%s%s", i ? "', '" : "", wgllm_client_at(client, i)->name);
+        if (wgllm_client_at(client, i)->kind != WGLLM_ENDPOINT_LOCAL)
+            wgllm_strbuf_printf(&up_names, "%s%s", up_names.len ? "', '" : "", wgllm_client_at(client, i)->name);
+    for (int i = 0; i < g_srv.n_routes; i++)
+        wgllm_strbuf_printf(&up_names, "%s%s", up_names.len ? "', '" : "", g_srv.routes[i].name);
     g_srv.api = (struct wgllm_openai_params){
         .model = model, .engine = eng, .model_id = g_srv.model_id, .model_alias = model_path,
         .max_tokens = max_tokens ? max_tokens : (n_ctx > 65536 ? n_ctx : 65536), .n_ctx = n_ctx,
@@ -677,19 +710,13 @@ int wgllm_serve_main(int argc, char **argv) {
     int gai = getaddrinfo(host, port_s, &hints, &ai);
     if (gai != 0 || !ai) {
         fprintf(stderr, "wgllm serve: cannot resolve host '%s': %s\n", host, gai_strerror(gai));
-        wgllm_engine_free(eng);
-        wgllm_model_free(model);
-        wgllm_client_free(client);
-        free(tmpl);
-        wgllm_strbuf_free(&up_names);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
     signal(SIGPIPE, SIG_IGN);
     /* ITC: MHD_quiesce_daemon, to stop accepting while in-flight requests finish */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    struct MHD_Daemon *d = MHD_start_daemon(
+    d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)max_conns_ip,
@@ -698,13 +725,7 @@ int wgllm_serve_main(int argc, char **argv) {
     freeaddrinfo(ai);
     if (!d) {
         fprintf(stderr, "wgllm serve: cannot listen on %s:%d: %s\n", host, port, strerror(errno));
-        wgllm_engine_free(eng);
-        wgllm_model_free(model);
-        wgllm_client_free(client);
-        free(tmpl);
-        wgllm_strbuf_free(&up_names);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "wgllm serve: backend %s\n", wgllm_engine_backend(eng));
@@ -716,14 +737,7 @@ int wgllm_serve_main(int argc, char **argv) {
     sa.sa_flags = SA_RESTART;
     if (pipe(g_signal_pipe) != 0) {
         fprintf(stderr, "wgllm serve: cannot create the signal pipe: %s\n", strerror(errno));
-        MHD_stop_daemon(d);
-        wgllm_engine_free(eng);
-        wgllm_model_free(model);
-        wgllm_client_free(client);
-        free(tmpl);
-        wgllm_strbuf_free(&up_names);
-        srv_policy_free(policy);
-        return 1;
+        goto fail;
     }
     for (int i = 0; i < 2; i++) fcntl(g_signal_pipe[i], F_SETFL, fcntl(g_signal_pipe[i], F_GETFL) | O_NONBLOCK);
     sigaction(SIGINT, &sa, NULL);
@@ -752,6 +766,7 @@ int wgllm_serve_main(int argc, char **argv) {
     const int64_t grace = wgllm_time_us() + 10 * 1000000;
     while (atomic_load(&g_srv.inflight) > 0 && wgllm_time_us() < grace) usleep(20 * 1000);
     MHD_stop_daemon(d);
+    d = NULL;
     if (atomic_load(&g_srv.inflight) > 0) {
         /* a request still refers to the engine (an upstream that does not answer): freeing it would be a
          * use after free, so the process ends without the cleanup */
@@ -762,13 +777,17 @@ int wgllm_serve_main(int argc, char **argv) {
     }
     if (checking) pthread_join(health, NULL);
     fprintf(stderr, "wgllm serve: stopped\n");
+    rc = 0;
+fail:
+    if (d) MHD_stop_daemon(d);
     srv_policy_free(policy);
     wgllm_strbuf_free(&up_names);
+    srv_routes_free(&g_srv);
     wgllm_engine_free(eng);
     wgllm_model_free(model);
     wgllm_client_free(client);
     free(tmpl);
-    return 0;
+    return rc;
 }
 
 /* `wgllm serve` as the command table (src/cli/main.c) reaches it. */

@@ -16,11 +16,33 @@
 #include "client/client.h"
 
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
 /* `wgllm serve ...`: argv holds the options after the sub-command. */
 int wgllm_serve_main(int argc, char **argv);
+
+/* --route: the name a route's targets give the served model (its endpoint in the client). */
+#define SRV_LOCAL_TARGET "local"
+
+/* What /metrics shows of one target of a route (route.c counts, info.c prints). */
+struct srv_route_stats {
+    uint64_t decisions;            /* requests sent to it */
+    uint64_t refused;              /* requests it could not take (a local-only field, a prompt too long) */
+    double ttft_ms, score;         /* the last decision's estimate */
+    int cached_tokens, prompt_tokens;
+    uint64_t fallbacks;            /* requests it failed that the local engine then answered */
+};
+
+struct srv_route {
+    char spec[1024];               /* --route's value, split in place */
+    const char *name;
+    const char *target[WGLLM_ROUTE_MAX_CANDIDATES];
+    int n;
+    struct srv_route_stats st[WGLLM_ROUTE_MAX_CANDIDATES]; /* under srv.route_mu */
+    uint64_t failed;               /* requests no target could take */
+};
 
 struct srv {
     struct wgllm_model *model;
@@ -39,6 +61,9 @@ struct srv {
     atomic_ullong http_requests, http_errors;
     struct wgllm_client *client; /* --upstream endpoints (gateways), NULL = none */
     struct srv_policy *policy;   /* --api-key-file tenants, NULL = none (then api_key, or open) */
+    struct srv_route *routes;    /* --route, n_routes of them (the client holds their targets) */
+    int n_routes;
+    pthread_mutex_t route_mu;    /* guards the routes' stats */
 };
 
 /* The OpenAI side (requests, answers, errors) is the core's layer
@@ -72,6 +97,35 @@ void srv_policy_charge(struct srv_policy *p, int tenant, int tokens);
 void srv_policy_metrics(struct srv_policy *p, struct wgllm_strbuf *b);
 /* Two secrets equal, in time that does not depend on where they first differ. */
 bool srv_same_secret(const char *a, const char *b);
+
+/* ---- route.c: --route ------------------------------------------------------ */
+
+/* The --route values (NAME=TARGET,...; targets SRV_LOCAL_TARGET or --upstream
+ * names) added to s->client as routes, with WGLLM_ROUTE_<NAME>_COST_WEIGHT;
+ * false with msg naming the value and the problem. */
+bool srv_routes_setup(struct srv *s, const char *const *specs, int n, char *msg, size_t cap);
+void srv_routes_free(struct srv *s);
+/* WGLLM_UPSTREAM_<NAME>_COST (per 1M tokens) into *cost when set; false with msg when it is not a number >= 0. */
+bool srv_upstream_cost(const char *name, double *cost, char *msg, size_t cap);
+/* A variable holding a number in [lo, hi] into *out when set; false with msg when it is wrong. */
+bool srv_env_number(const char *var, double lo, double hi, double *out, char *msg, size_t cap);
+/* The route a request body's `model` names (owned by s), NULL when none. */
+const char *srv_route_named(const struct srv *s, const char *body, size_t len);
+/* Parses a generation request on `route` for the target the policy picks
+ * (out->upstream set for an upstream, NULL for the local engine) and counts
+ * the decision; *report (malloc'd) is the decision's JSON. false with e set
+ * when the request is wrong for every target or no target can take it. */
+bool srv_route_request(struct srv *s, const char *route, enum wgllm_openai_endpoint endpoint, const char *body,
+                       size_t len, const char *partition, struct wgllm_openai_request *out, char **report,
+                       struct wgllm_openai_request *fallback, bool *has_fallback, struct wgllm_openai_error *e);
+/* When an upstream was chosen and the local engine could take the request
+ * too, *fallback is the request parsed for it (*has_fallback): what stream.c
+ * submits there when the upstream fails before anything reached the client.
+ * srv_route_fell_back counts that and returns the report (freed) with
+ * "fallback": {"from", "error"} added. */
+char *srv_route_fell_back(struct srv *s, char *report, const char *from, const char *why);
+/* json (an answer or a chunk, a JSON object; freed) with "wgllm": {"route": report} added. */
+char *srv_with_route(char *json, const char *report);
 
 /* ---- server.c: HTTP helpers shared with stream.c ------------------------- */
 

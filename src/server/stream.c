@@ -50,14 +50,21 @@ struct stream {
     struct wgllm_responses_stream *rs; /* /v1/responses, streaming: its events' state (NULL otherwise) */
     bool gen_responses;   /* /v1/responses: answers as a Response */
     int tenant;           /* --api-key-file: whose request (-1: none), charged its tokens at the end */
+    char *route;          /* --route: the decision's JSON, added to the answer as wgllm.route (NULL: none) */
+    struct wgllm_openai_request fallback; /* --route chose an upstream: the request parsed for the local
+                                           * engine, which takes it if the upstream fails (has_fallback) */
+    bool has_fallback;
+    bool delivered;       /* a piece of the answer went to the client (then nothing is sent elsewhere) */
 };
 
 static void stream_free(struct stream *st) {
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     wgllm_openai_request_free(&st->gen);
+    if (st->has_fallback) wgllm_openai_request_free(&st->fallback);
     wgllm_responses_stream_free(st->rs);
     wgllm_strbuf_free(&st->buf);
+    free(st->route);
     atomic_fetch_sub(&st->srv->inflight, 1);
     free(st);
 }
@@ -102,6 +109,7 @@ static void stream_push_locked(struct stream *st, char *chunk) {
 static bool stream_on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
     struct stream *st = ud;
     struct srv *s = st->srv;
+    st->delivered = true; /* (the thread of the call, which is the one that reads it after) */
     char *piece = NULL;
     wgllm_openai_chunk_token(&s->api, &st->gen, st->id, text, len, token, logprob, &piece); /* out of memory drops it */
     char *chunk = event(st, piece);
@@ -156,6 +164,16 @@ char *srv_upstream_embeddings(struct srv *s, const struct wgllm_openai_request *
     return st == WGLLM_STATUS_OK ? out : NULL;
 }
 
+/* Whether the client went away: a stream's reader (or MHD) said so; a
+ * whole answer's socket is looked at. */
+static bool client_gone(struct stream *st, bool streaming) {
+    if (!streaming) return srv_client_gone(st->fd);
+    pthread_mutex_lock(&st->mu);
+    const bool gone = st->gone;
+    pthread_mutex_unlock(&st->mu);
+    return gone;
+}
+
 /* The owner's wait for a local request: in slices, cancelling it (once) when
  * the client is gone (streams: the reader or MHD said so; otherwise the
  * socket is looked at) or the server stops; then collects the result. */
@@ -163,15 +181,7 @@ static void wait_local(struct stream *st, bool streaming, struct wgllm_result *r
     bool cancelled = false;
     while (!wgllm_request_wait_for(st->req, WAIT_SLICE_MS)) {
         if (cancelled) continue;
-        bool gone;
-        if (streaming) {
-            pthread_mutex_lock(&st->mu);
-            gone = st->gone;
-            pthread_mutex_unlock(&st->mu);
-        } else {
-            gone = srv_client_gone(st->fd);
-        }
-        if (gone || atomic_load(&st->srv->stopping)) {
+        if (client_gone(st, streaming) || atomic_load(&st->srv->stopping)) {
             wgllm_request_cancel(st->req);
             cancelled = true;
         }
@@ -190,6 +200,8 @@ static enum MHD_Result send_err(struct stream *st, struct MHD_Connection *c, con
     return srv_send_text(st->srv, c, (unsigned)e->status, "application/json", wgllm_anthropic_error_json(e));
 }
 
+static bool fall_back(struct stream *st, bool streaming, const char *why);
+
 static void *stream_waiter(void *arg) {
     struct stream *st = arg;
     struct srv *s = st->srv;
@@ -198,6 +210,10 @@ static void *stream_waiter(void *arg) {
         struct wgllm_error werr = {0};
         upstream_call(st, &res, &werr);
         if (res.finish == WGLLM_FINISH_ERROR) snprintf(res.message, sizeof(res.message), "%.255s", werr.message);
+        if (res.finish == WGLLM_FINISH_ERROR && fall_back(st, true, res.message)) {
+            wgllm_result_free(&res);
+            wait_local(st, true, &res);
+        }
     } else {
         wait_local(st, true, &res);
     }
@@ -214,6 +230,8 @@ static void *stream_waiter(void *arg) {
     } else {
         /* the layer's end of a stream: logprobs, finish and usage chunks, or the error */
         n_tail = wgllm_openai_chunks_end(&s->api, &st->gen, st->id, &res, tail);
+        /* the route's decision rides on the last chunk (OpenAI streams: the other dialects' events have no room) */
+        if (n_tail > 0 && st->route && !st->anthropic && !st->rs) tail[n_tail - 1] = srv_with_route(tail[n_tail - 1], st->route);
         for (int i = 0; i < n_tail; i++) tail[i] = event(st, tail[i]);
     }
     wgllm_result_free(&res);
@@ -294,6 +312,35 @@ static enum wgllm_status submit(struct stream *st, struct wgllm_error *werr) {
     return rc;
 }
 
+/* --route's fallback: the upstream the policy chose failed before any piece
+ * reached the client, and the local engine could take the request, so it
+ * does (the replicas behind the upstream were all tried already). The local
+ * parse becomes the request before the submit (the engine may call on_token
+ * at once, which formats with st->gen); a submit that fails puts the
+ * upstream's back, whose error is then the answer. true when submitted. */
+static bool fall_back(struct stream *st, bool streaming, const char *why) {
+    if (!st->has_fallback || st->delivered || atomic_load(&st->srv->stopping)) return false;
+    if (client_gone(st, streaming)) return false;
+    const struct wgllm_openai_request up = st->gen;
+    const char *from = st->upstream;
+    st->gen = st->fallback;
+    st->gen.rp.on_token = streaming ? stream_on_token : NULL;
+    st->gen.rp.user_data = st;
+    st->upstream = NULL;
+    struct wgllm_error werr = {0};
+    if (submit(st, &werr) != WGLLM_STATUS_OK) {
+        st->fallback = st->gen;
+        st->gen = up;
+        st->upstream = from;
+        return false;
+    }
+    st->has_fallback = false;
+    struct wgllm_openai_request dead = up;
+    wgllm_openai_request_free(&dead);
+    st->route = srv_route_fell_back(st->srv, st->route, from, why);
+    return true;
+}
+
 /* Not streaming: the handler thread waits for the whole answer. */
 static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c) {
     struct srv *s = st->srv;
@@ -307,6 +354,13 @@ static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c)
         g->rp.user_data = st;
         rc = upstream_call(st, &res, &werr);
         if (rc != WGLLM_STATUS_OK) upstream_err(&e, g, rc, werr.message);
+        if ((rc != WGLLM_STATUS_OK || res.finish == WGLLM_FINISH_ERROR) && res.finish != WGLLM_FINISH_CANCELLED &&
+            fall_back(st, false, werr.message[0] ? werr.message : res.message)) {
+            wgllm_result_free(&res);
+            rc = WGLLM_STATUS_OK;
+            wait_local(st, false, &res); /* g is &st->gen: the local request now */
+            if (res.finish == WGLLM_FINISH_ERROR) wgllm_openai_error_from_engine(&e, g, res.status, res.message);
+        }
     } else {
         rc = submit(st, &werr);
         if (rc != WGLLM_STATUS_OK) {
@@ -333,7 +387,7 @@ static enum MHD_Result answer_whole(struct stream *st, struct MHD_Connection *c)
             free(chat);
             chat = msg;
         }
-        ret = srv_send_text(s, c, 200, "application/json", chat);
+        ret = srv_send_text(s, c, 200, "application/json", srv_with_route(chat, st->route));
     }
     wgllm_result_free(&res);
     return ret;
@@ -367,8 +421,20 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     st->fd = srv_client_fd(c);
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
-    const bool parsed = wgllm_openai_parse(&s->api, chat ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS, body, len,
-                                           &st->gen, &e);
+    /* a `model` naming a route: the tenant may use the route; the policy picks the target */
+    const char *route = srv_route_named(s, body, len);
+    if (route && !srv_policy_allows(s->policy, tenant, route)) {
+        free(messages_chat);
+        wgllm_openai_error_set(&e, 403, "permission_error", "model", "model_not_allowed",
+                               "the key of '%s' may not use the model '%s'", srv_policy_name(s->policy, tenant), route);
+        enum MHD_Result ret = send_err(st, c, &e);
+        stream_free(st);
+        return ret;
+    }
+    const enum wgllm_openai_endpoint endpoint = chat ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS;
+    const bool parsed = route ? srv_route_request(s, route, endpoint, body, len, srv_policy_name(s->policy, tenant),
+                                                  &st->gen, &st->route, &st->fallback, &st->has_fallback, &e)
+                              : wgllm_openai_parse(&s->api, endpoint, body, len, &st->gen, &e);
     free(messages_chat);
     if (!parsed) {
         enum MHD_Result ret = send_err(st, c, &e);
@@ -377,7 +443,7 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     }
     struct wgllm_openai_request *g = &st->gen;
     const char *upstream = st->upstream = g->upstream; /* a `model` naming an upstream goes there */
-    if (!srv_policy_allows(s->policy, tenant, upstream ? upstream : s->model_id)) {
+    if (!route && !srv_policy_allows(s->policy, tenant, upstream ? upstream : s->model_id)) {
         wgllm_openai_error_set(&e, 403, "permission_error", "model", "model_not_allowed",
                                "the key of '%s' may not use the model '%s'", srv_policy_name(s->policy, tenant),
                                upstream ? upstream : s->model_id);
@@ -387,6 +453,7 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
     }
     /* a tenant's KV caches are its own */
     g->rp.cache_partition = srv_policy_name(s->policy, tenant);
+    if (st->has_fallback) st->fallback.rp.cache_partition = g->rp.cache_partition;
     wgllm_openai_new_id(g, st->id, sizeof(st->id));
     if (!g->stream) {
         enum MHD_Result ret = answer_whole(st, c);

@@ -14,11 +14,11 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { root, chromium, startServer, WGLLM, MODELS, WEBGPU_FLAGS as FLAGS, synthModel } from './setup.mjs';
+import { root, chromium, startServer, WGLLM, MODELS, WEBGPU_FLAGS as FLAGS, synthModel, nativeRun as nativeRunOf } from './setup.mjs';
 
 const MODEL = 'tiny-q8_0.gguf';
 const PROMPT = 'Once upon a time';
@@ -252,17 +252,7 @@ test('the demo page loads a model by URL and streams a chat reply', { timeout: 6
 
 // ---- the WebGPU backend in the browser (web/src/hal_browser.c over navigator.gpu) ----
 
-// Native `wgllm run` on a backend: the generated text and its generation tok/s.
-function nativeRun(prompt, n, backend, model = MODEL) {
-  const env = { VK_ICD_FILENAMES: '/usr/lib/chromium/vk_swiftshader_icd.json', XDG_RUNTIME_DIR: '/tmp', ...process.env };
-  delete env.WGLLM_CPU;
-  const r = spawnSync(WGLLM, ['run', '-m', path.join(MODELS, model), '-p', prompt, '-n', String(n), '-t', '1',
-    '--ignore-eos', '--backend', backend], { encoding: 'utf8', timeout: 60000, env });
-  assert.equal(r.status, 0, `native run --backend ${backend}: ${r.stderr}`);
-  assert.ok(r.stdout.startsWith(prompt));
-  const m = r.stderr.match(/generation: \d+ tokens, ([\d.]+) tok\/s/);
-  return { text: r.stdout.slice(prompt.length).replace(/\n$/, ''), tokS: m ? Number(m[1]) : 0, stderr: r.stderr };
-}
+const nativeRun = (prompt, n, backend, model = MODEL) => nativeRunOf(prompt, n, backend, model);
 
 test('backend webgpu: greedy tokens equal native wgllm run (cpu and webgpu); capability report', { timeout: 120000 }, async () => {
   const gpu = nativeRun(PROMPT, 32, 'webgpu');

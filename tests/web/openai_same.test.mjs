@@ -22,12 +22,11 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { root, chromium, startServer, MODELS, FLAGS, WGLLM, synthModel } from './setup.mjs';
+import { openPage, startNativeServe, synthModel } from './setup.mjs';
 
 const MODEL = 'tiny-q8_0.gguf';
 const CTX = 2048; // the browser engine's default nCtx; one slot on both sides
@@ -35,29 +34,10 @@ const IGNORED = new Set(['id', 'created', 'system_fingerprint']);
 
 let files, browser, page, native, base;
 
-function startNative(model, template) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(WGLLM, ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', '--parallel', '1',
-      '--ctx-size', String(CTX), '--threads', '1', '--chat-template', template], { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    const timer = setTimeout(() => reject(new Error(`wgllm serve did not start: ${log}`)), 30000);
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
-      if (m) { clearTimeout(timer); resolve({ proc: p, url: m[1] }); }
-    });
-    p.on('exit', (code) => { clearTimeout(timer); reject(new Error(`wgllm serve exited ${code}: ${log}`)); });
-  });
-}
 
 before(async () => {
-  assert.ok(fs.existsSync(path.join(root, 'web', 'dist', 'wgllm.js')), 'web/dist is built (make wasm)');
   const model = synthModel(MODEL, 'tiny', 'q8_0');
-  files = await startServer({ models: MODELS });
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
-  page = await browser.newPage();
-  page.on('console', (m) => { if (process.env.WGLLM_WEB_VERBOSE) console.log('[page]', m.text()); });
-  await page.goto(`${files.url}/blank.html`);
+  ({ files, browser, page } = await openPage());
   // the page engine (CPU, one thread, one slot) and its chat template, which the server gets too
   const chatml = await page.evaluate(async (url) => {
     window.wgllm = await import('/dist/wgllm.js');
@@ -80,7 +60,7 @@ before(async () => {
   }, `/models/${MODEL}`);
   const template = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'wgllm-same-')), 'chatml.jinja');
   fs.writeFileSync(template, chatml);
-  native = await startNative(model, template);
+  native = await startNativeServe(model, template, ['--ctx-size', String(CTX)]);
   base = native.url;
 });
 

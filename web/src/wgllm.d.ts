@@ -37,8 +37,9 @@ export interface EngineOptions {
   /** 'auto' (default): WebGPU on a hardware adapter, else the wasm CPU backend (a software adapter such
    *  as SwiftShader counts as none); 'webgpu': navigator.gpu on any adapter, or fail; 'cpu': wasm only.
    *  On WebGPU the engine batches requests and computes embeddings as on the CPU.
-   *  The single-threaded core (page not cross-origin isolated) runs 'cpu' only: 'auto' picks it,
-   *  'webgpu' fails. */
+   *  On a page that is not cross-origin isolated the single-threaded WebGPU core runs 'webgpu'
+   *  (and 'auto' on a hardware adapter); 'auto' on a software adapter or none gets the
+   *  single-threaded CPU core. */
   backend?: 'auto' | 'cpu' | 'webgpu';
   /** Jinja chat template used instead of the model's (e.g. CHATML). */
   chatTemplate?: string;
@@ -73,8 +74,14 @@ export interface EngineInfo {
   /** GPU memory allocated at load (bytes; constant while generating); 0 on the CPU. */
   gpu_memory: number;
   threads: number;
-  /** false: the single-threaded core (the page is not cross-origin isolated), driven from the JS event loop */
+  /** false: a single-threaded core (the page is not cross-origin isolated), driven from the JS event loop */
   threaded: boolean;
+  /** The wasm core that runs: 'threaded' (wgllm-core.js), 'single-threaded' (wgllm-core-st.js, CPU) or
+   *  'single-threaded-webgpu' (wgllm-core-st-gpu.js, Asyncify). */
+  core: 'threaded' | 'single-threaded' | 'single-threaded-webgpu';
+  /** Why that core, e.g. "the page is not cross-origin isolated (no COOP/COEP headers, so no
+   *  SharedArrayBuffer): one thread, driven from this event loop; ...". */
+  core_detail: string;
   arch: string;
   n_vocab: number;
   n_ctx_train: number;
@@ -294,6 +301,9 @@ export interface Capabilities {
   webgpu: boolean;
   threads: number;
   crossOriginIsolated: boolean;
+  /** Same as EngineInfo.core and EngineInfo.core_detail. */
+  core: 'threaded' | 'single-threaded' | 'single-threaded-webgpu';
+  core_reason: string;
 }
 
 /** ChatML, for models whose GGUF has no chat template. */
@@ -308,3 +318,76 @@ export function createWorkerEngine(options: EngineOptions): Promise<Engine>;
 export function listModels(): Promise<StoredModel[]>;
 /** Removes a stored model; false when there was none of that name. */
 export function deleteModel(name: string): Promise<boolean>;
+
+/** One target of a route: the local engine, or an OpenAI-compatible server. */
+export type RouteTarget =
+  | { engine: Engine; name?: string; /** per 1M tokens; default 0 */ cost?: number }
+  | { baseURL: string; apiKey?: string; model?: string; name?: string; cost?: number };
+
+export interface RouterOptions {
+  /** NAME -> its targets (1 to 16, exactly one of them a local engine: the policy runs in its core). */
+  routes: Record<string, RouteTarget[]>;
+  /** ms of estimated time to first token one unit of cost is worth (default 1000). */
+  costWeight?: number;
+  /** the fetch the remote calls use (default globalThis.fetch). */
+  fetch?: typeof fetch;
+}
+
+/** A candidate's inputs and outputs in a routing decision (wgllm.h, "Routes"). */
+export interface RouteCandidate {
+  target: string;
+  kind: 'local' | 'remote';
+  eligible: boolean;
+  /** why it could not take the request (a local-only field, a prompt too long) */
+  refused?: string;
+  healthy: boolean;
+  prompt_tokens: number;
+  cached_tokens?: number;
+  prefill_tok_s?: number;
+  request_ms?: number;
+  queue_depth?: number;
+  busy_slots?: number;
+  n_slots?: number;
+  latency_ms?: number;
+  in_flight?: number;
+  cost_per_mtok: number;
+  estimated_ttft_ms: number;
+  estimated_cost: number;
+  /** estimated_ttft_ms + costWeight * estimated_cost; the lowest healthy eligible one wins */
+  score: number;
+}
+
+export interface RouteDecision {
+  name: string;
+  /** the target that answered */
+  target: string | null;
+  /** the server the policy chose failed, and the local engine answered instead */
+  fallback?: { from: string; error: string };
+  completion_tokens: number;
+  candidates: RouteCandidate[];
+}
+
+/** What a routed answer (or a routed stream's last chunk) carries besides the OpenAI fields. */
+export interface Routed { wgllm: { route: RouteDecision } }
+
+export interface Router {
+  chat: {
+    completions: {
+      create(p: SamplingParams & ChatParams & { model: string; stream?: false }): Promise<ChatCompletion & Routed>;
+      create(p: SamplingParams & ChatParams & { model: string; stream: true }):
+        Promise<AsyncIterableIterator<ChatCompletionChunk & Partial<Routed>>>;
+    };
+  };
+  completions: {
+    create(p: SamplingParams & { model: string; prompt: string | [string]; stream?: false }): Promise<Completion & Routed>;
+    create(p: SamplingParams & { model: string; prompt: string | [string]; stream: true }):
+      Promise<AsyncIterableIterator<Completion & Partial<Routed>>>;
+  };
+  /** Each route's remote targets as measured: latency (ms to the first byte), calls in flight, health. */
+  readonly stats: Record<string, { name: string; latency_ms: number; in_flight: number; healthy: boolean }[]>;
+}
+
+/** Routes, as `wgllm serve --route`: a request whose `model` names a route goes to the target the
+ *  routing policy picks (the engine's warm prefix, queue and prefill rate; the servers' latency,
+ *  load, health and cost). Errors (a bad route, a cost that is no number) are thrown at once. */
+export function createRouter(options: RouterOptions): Router;

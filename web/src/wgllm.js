@@ -134,12 +134,14 @@ function openaiApi(backend, modelName) {
       flush: () => backend.flushSnapshots(),
     },
     get info() { return backend.info; },
+    // the routing policy's decision for a route whose local target is this engine (createRouter)
+    _route: async (endpoint, body, targets) => backend.route(endpoint, body, targets),
     // the capability report: backend chosen and why, adapter, GPU memory
     get capabilities() {
       const i = backend.info;
       return { backend: i.backend, reason: i.backend_detail, adapter: i.adapter, gpu_memory: i.gpu_memory,
                webgpu: typeof navigator !== 'undefined' && !!navigator.gpu, threads: i.threads,
-               crossOriginIsolated: i.crossOriginIsolated };
+               crossOriginIsolated: i.crossOriginIsolated, core: i.core, core_reason: i.core_detail };
     },
   };
 }
@@ -251,6 +253,7 @@ export async function createWorkerEngine(options = {}) {
       return { started: startedP, result: c.promise, cancel: () => worker.postMessage({ op: 'cancel', args: { id: c.id } }) };
     },
     embed: (text, opts) => call('embed', { text, opts }).promise,
+    route: (endpoint, body, targets) => call('route', { endpoint, body, targets }).promise,
     saveSnapshots: () => call('snapshots', { op: 'save' }).promise,
     restoreSnapshots: (bytes) => call('snapshots', { op: 'restore', bytes }).promise,
     flushSnapshots: () => call('snapshots', { op: 'flush' }).promise,
@@ -267,4 +270,192 @@ export async function createWorkerEngine(options = {}) {
     },
   };
   return openaiApi(backend, modelNameOf(options.model));
+}
+
+// ---- routes: one name for a local engine and OpenAI-compatible servers -----
+
+const COOLDOWN_MS = 10000; // a remote target that failed is unhealthy this long (the server's replicas: 10 s)
+
+function routerError(message, status, code, param = null) {
+  const e = new Error(`wgllm: ${message}`);
+  Object.assign(e, { status, code, type: 'invalid_request_error', param });
+  return e;
+}
+
+// A remote target's moving averages, as the server's replica table keeps them.
+function remoteState() { return { latency: 0, inFlight: 0, coolUntil: 0, healthy: true }; }
+function remoteDone(t, ok, ms) {
+  t.inFlight--;
+  if (ok) {
+    t.healthy = true;
+    t.coolUntil = 0;
+    t.latency = t.latency > 0 ? 0.8 * t.latency + 0.2 * ms : ms;
+  } else {
+    t.healthy = false;
+    t.coolUntil = Date.now() + COOLDOWN_MS;
+  }
+}
+
+// An OpenAI-compatible server's streamed answer: its SSE events' JSON, in order.
+async function* sseEvents(res) {
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let i;
+      while ((i = buf.search(/\r?\n\r?\n/)) >= 0) {
+        const ev = buf.slice(0, i);
+        buf = buf.slice(buf[i] === '\r' ? i + 4 : i + 2);
+        const data = ev.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart()).join('\n');
+        if (!data) continue;
+        if (data === '[DONE]') return;
+        yield JSON.parse(data);
+      }
+    }
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+}
+
+// The stream with the decision on its last chunk (the server's wgllm.route): one chunk is held back.
+async function* withRouteLast(chunks, route) {
+  let held = null;
+  for await (const c of chunks) {
+    if (held) yield held;
+    held = c;
+  }
+  if (held) yield { ...held, wgllm: { ...(held.wgllm ?? {}), route } };
+}
+
+/**
+ * Routes, as `wgllm serve --route`: each a name for several targets -- one
+ * local engine (createEngine / createWorkerEngine) and OpenAI-compatible
+ * servers ({baseURL, apiKey, model, cost}) -- and a request whose `model`
+ * names a route goes to the target the routing policy picks (the core's, the
+ * same C code as the server's: wgllm.h, "Routes"), from the engine's warm
+ * prefix of this prompt, its queue and measured prefill rate, and each
+ * server's measured latency (time to its first byte), calls in flight,
+ * health (a failure makes it unhealthy for 10 s) and cost per 1M tokens,
+ * weighted by costWeight (ms per unit of cost, default 1000). A server that
+ * fails (no answer, an error status) falls back to the local engine when it
+ * could take the request. Answers carry the decision as `wgllm.route` (a
+ * stream: on its last chunk), with `fallback: {from, error}` after one.
+ *
+ *   const router = wgllm.createRouter({ routes: { auto: [{ engine }, { baseURL: 'https://…/v1',
+ *     apiKey, model: 'big', cost: 2.5 }] } });
+ *   const r = await router.chat.completions.create({ model: 'auto', messages });
+ *   r.wgllm.route.target  // 'local' or the server's name
+ *
+ * Each route needs its one local engine: the policy runs in that engine's
+ * wasm core (a route of servers alone has no core to decide with).
+ */
+export function createRouter(options = {}) {
+  const { routes, costWeight = 1000 } = options;
+  const fetchFn = options.fetch ?? globalThis.fetch;
+  if (!routes || typeof routes !== 'object' || !Object.keys(routes).length)
+    throw new Error('wgllm: createRouter needs routes: { NAME: [targets] }');
+  if (typeof costWeight !== 'number' || !(costWeight >= 0)) throw new Error(`wgllm: costWeight ${costWeight} must be a number >= 0`);
+  const table = new Map();
+  for (const [name, list] of Object.entries(routes)) {
+    if (!Array.isArray(list) || !list.length || list.length > 16)
+      throw new Error(`wgllm: route '${name}' needs 1 to 16 targets`);
+    const targets = list.map((t, i) => {
+      const where = `route '${name}' target ${i}`;
+      if (!t || typeof t !== 'object') throw new Error(`wgllm: ${where} must be {engine} or {baseURL, ...}`);
+      const cost = t.cost ?? 0;
+      if (typeof cost !== 'number' || !(cost >= 0) || !Number.isFinite(cost))
+        throw new Error(`wgllm: ${where}: cost ${t.cost} is not a price per 1M tokens (0 or more)`);
+      if (t.engine) {
+        if (typeof t.engine._route !== 'function') throw new Error(`wgllm: ${where}: engine is not a wgllm engine`);
+        return { kind: 'local', name: t.name ?? 'local', engine: t.engine, cost };
+      }
+      if (typeof t.baseURL !== 'string' || !/^https?:\/\//.test(t.baseURL))
+        throw new Error(`wgllm: ${where} needs baseURL starting with http:// or https:// (got '${t.baseURL ?? ''}')`);
+      return { kind: 'remote', name: t.name ?? t.model ?? new URL(t.baseURL).host, baseURL: t.baseURL.replace(/\/+$/, ''),
+               apiKey: t.apiKey, model: t.model, cost, state: remoteState() };
+    });
+    const locals = targets.filter((t) => t.kind === 'local');
+    if (locals.length !== 1)
+      throw new Error(`wgllm: route '${name}' needs exactly one local engine (it has ${locals.length}): the policy runs in its core`);
+    const names = new Set(targets.map((t) => t.name));
+    if (names.size !== targets.length) throw new Error(`wgllm: route '${name}' names a target twice (give them distinct names)`);
+    table.set(name, { name, targets, local: locals[0] });
+  }
+
+  const remoteCall = async (t, endpoint, p, route) => {
+    const body = { ...p };
+    if (t.model) body.model = t.model; else delete body.model;
+    const headers = { 'content-type': 'application/json' };
+    if (t.apiKey) headers.authorization = `Bearer ${t.apiKey}`;
+    t.state.inFlight++;
+    const t0 = performance.now();
+    let res;
+    try {
+      res = await fetchFn(`${t.baseURL}/${endpoint === 'chat' ? 'chat/completions' : 'completions'}`,
+        { method: 'POST', headers, body: JSON.stringify(body) });
+    } catch (e) {
+      remoteDone(t.state, false, 0);
+      throw routerError(`route '${route.name}': '${t.name}' could not be reached: ${e.message}`, 502, 'upstream_unreachable');
+    }
+    const ms = performance.now() - t0;
+    if (!res.ok) {
+      remoteDone(t.state, res.status < 500, ms);
+      let err = null;
+      try { err = (await res.json()).error; } catch { /* not JSON */ }
+      throw errorOf(err ?? { message: `'${t.name}' answered HTTP ${res.status}` }, res.status);
+    }
+    remoteDone(t.state, true, ms);
+    return res;
+  };
+
+  const create = (endpoint) => async (p = {}) => {
+    const route = table.get(p?.model);
+    if (!route) throw routerError(`no route named '${p?.model}' (routes: ${[...table.keys()].join(', ')})`, 404, 'model_not_found', 'model');
+    const now = Date.now();
+    const inputs = route.targets.map((t) => (t.kind === 'local' ? { name: t.name, kind: 'local', cost: t.cost }
+      : { name: t.name, kind: 'remote', cost: t.cost, latency_ms: t.state.latency, in_flight: t.state.inFlight,
+          healthy: t.state.healthy && t.state.coolUntil <= now }));
+    const targets = JSON.stringify({ route: route.name, cost_weight: costWeight, targets: inputs });
+    const decision = JSON.parse(await route.local.engine._route(endpoint, bodyOf(p), targets));
+    if (decision.target == null) {
+      const why = decision.candidates.map((c) => `${c.target}: ${c.refused}`).join('; ');
+      throw routerError(`route '${route.name}': no target can take this request (${why})`, 400, 'route_no_target', 'model');
+    }
+    const t = route.targets.find((x) => x.name === decision.target);
+    const stream = p != null && p.stream === true;
+    const local = async (d) => {
+      const api = endpoint === 'chat' ? route.local.engine.chat.completions : route.local.engine.completions;
+      const { model: _, ...rest } = p;
+      const r = await api.create(rest);
+      return stream ? withRouteLast(r, d) : { ...r, wgllm: { ...(r.wgllm ?? {}), route: d } };
+    };
+    if (t.kind === 'local') return local(decision);
+    let res;
+    try {
+      res = await remoteCall(t, endpoint, p, route);
+    } catch (e) {
+      // nothing reached the caller yet: the local engine answers when it could (as the server's routes do)
+      if (!decision.candidates.some((c) => c.kind === 'local' && c.eligible)) throw e;
+      return local({ ...decision, target: route.local.name, fallback: { from: t.name, error: e.message } });
+    }
+    if (stream) return withRouteLast(sseEvents(res), decision);
+    const a = await res.json();
+    return { ...a, wgllm: { ...(a.wgllm ?? {}), route: decision } };
+  };
+  return {
+    chat: { completions: { create: create('chat') } },
+    completions: { create: create('completions') },
+    /** Each route's remote targets as the router measures them. */
+    get stats() {
+      const out = {};
+      for (const [n, r] of table)
+        out[n] = r.targets.filter((t) => t.kind === 'remote').map((t) => ({ name: t.name, latency_ms: t.state.latency,
+          in_flight: t.state.inFlight, healthy: t.state.healthy && t.state.coolUntil <= Date.now() }));
+      return out;
+    },
+  };
 }

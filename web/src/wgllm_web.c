@@ -23,20 +23,25 @@
  * so JS starts it with wgllm_web_load_start and waits on its counter like on
  * a job's; the engine's own thread then calls the HAL the same way.
  *
- * Single-threaded build (no __EMSCRIPTEN_PTHREADS__, for pages without
- * cross-origin isolation): CPU only, loaded with wgllm_web_load; the engine
- * has no thread (no_thread) and nothing runs on its own; JS calls
- * wgllm_web_step between turns of its event loop, and a job is finished
- * there once its request is done. Embeddings run to the end inside
- * wgllm_web_embed.
+ * Single-threaded builds (no __EMSCRIPTEN_PTHREADS__, for pages without
+ * cross-origin isolation): the engine has no thread (no_thread) and nothing
+ * runs on its own; JS calls wgllm_web_step between turns of its event loop,
+ * and a job is finished there once its request is done. Embeddings and
+ * snapshots run to the end inside their call; a load runs inside
+ * wgllm_web_load(_stream)_start. Two cores link these objects: the CPU one
+ * (wgllm-core-st.js, hal_none.c), and the WebGPU one (wgllm-core-st-gpu.js:
+ * hal_browser.c, linked with Asyncify), whose waits for the browser (the
+ * GPU's promises, the reads of streamed weights) are the async import
+ * wgllm_web_js_wait: the wasm stack unwinds to JS while a promise is
+ * pending, so those calls return Promises there (core.js awaits them).
  *
- * Streamed weights (threaded build): wgllm_web_load_stream_start loads a
+ * Streamed weights: wgllm_web_load_stream_start loads a
  * model whose files stay on the JS side (an OPFS file, a user's File, an
  * ArrayBuffer): the GGUF reader pulls the header and the WebGPU backend the
  * weights through a read callback, in bounded chunks (wgllm_web_js_read:
  * the main thread reads the range asynchronously and wakes the loading
- * pthread), so the weights go from the file to GPU buffers and never sit in
- * the wasm heap, which can only grow.
+ * pthread, or the sleeping single thread), so the weights go from the file
+ * to GPU buffers and never sit in the wasm heap, which can only grow.
  *
  * Ownership: wgllm_web_load / wgllm_web_load_finish return a state (model +
  * engine or GPU generator) freed by wgllm_web_unload; every job returned by
@@ -61,6 +66,7 @@
 
 #include "wgllm_tools.h"
 #include "wgllm.h"
+#include "base/json.h"
 
 /* Progress of wgllm_model_load, forwarded to the JS host on the main thread
  * (wgllm_web.lib.js; asynchronous: the loading pthread never waits). */
@@ -132,7 +138,7 @@ static bool on_progress(float p, void *ud) {
     return true;
 }
 
-#ifdef __EMSCRIPTEN_PTHREADS__
+#ifdef __EMSCRIPTEN__
 /* One read of a streamed model, completed by the JS side
  * (wgllm_web_js_read): state 0 pending -> 2 while JS writes into dst -> 1
  * done (status, msg at +8); the C side moves 0 -> 3 when it gives up, after
@@ -143,6 +149,9 @@ struct web_read_wait {
     char msg[512];
 };
 extern void wgllm_web_js_read(struct web_read_wait *w, int src, int file, double off, void *dst, double n);
+#ifndef __EMSCRIPTEN_PTHREADS__
+extern int wgllm_web_js_wait(_Atomic int32_t *flag, double ms); /* wgllm_web.lib.js: an Asyncify sleep */
+#endif
 
 #define READ_WAIT_MS 300000.0 /* a read of at most 16 MiB from OPFS or a File takes far less */
 
@@ -160,7 +169,16 @@ static enum wgllm_status web_read(void *user, int file, uint64_t off, void *dst,
             /* w stays allocated: the read's promise still holds it */
             return wgllm_error_set(err, WGLLM_STATUS_IO, "the browser did not answer a read of %zu bytes in %.0f s", n,
                                    READ_WAIT_MS / 1000);
+#ifdef __EMSCRIPTEN_PTHREADS__
         emscripten_futex_wait((void *)&w->state, (uint32_t)v, 1000.0);
+#else
+        /* state 2 never lasts past the JS call that sets it: here v is 0 */
+        int32_t pending = 0;
+        if (wgllm_web_js_wait(&w->state, 1000.0) < 0 && atomic_compare_exchange_strong(&w->state, &pending, 3))
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "this core cannot wait for the browser's reads (streamed weights need the "
+                                   "threaded or the single-threaded WebGPU core)");
+#endif
     }
     enum wgllm_status st = WGLLM_STATUS_OK;
     if (w->status) st = wgllm_error_set(err, WGLLM_STATUS_IO, "%s", w->msg);
@@ -211,8 +229,7 @@ static struct web_state *load_state(const char *path, const struct wgllm_model_s
     ep.chat_template = st->chat_template;
     ep.backend = (enum wgllm_backend)backend;
 #ifndef __EMSCRIPTEN_PTHREADS__
-    ep.backend = WGLLM_BACKEND_CPU; /* no thread to wait for the GPU's promises on */
-    ep.no_thread = true; /* driven by wgllm_web_step */
+    ep.no_thread = true; /* driven by wgllm_web_step (WebGPU's waits sleep through Asyncify) */
 #endif
     if (wgllm_engine_init(st->model, &ep, &st->eng, &err) != WGLLM_STATUS_OK) {
         snprintf(error, error_cap, "%s", err.message);
@@ -299,6 +316,10 @@ static void load_delete(struct web_load *l) {
 }
 
 static struct web_load *load_run(struct web_load *l) {
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+    load_main(l); /* no thread to put it on: done when this returns (which may be a Promise's end on JS's side) */
+    return l;
+#else
     pthread_t t;
     if (pthread_create(&t, NULL, load_main, l) != 0) {
         load_delete(l);
@@ -307,6 +328,7 @@ static struct web_load *load_run(struct web_load *l) {
     }
     pthread_detach(t);
     return l;
+#endif
 }
 
 EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_start(const char *path, int n_threads, int n_ctx, int n_slots,
@@ -315,14 +337,14 @@ EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_start(const char *path, int
     return l ? load_run(l) : NULL;
 }
 
-/* Starts a streamed load (threaded build only): the n_files files of JS
+/* Starts a streamed load: the n_files files of JS
  * source `src` (Module.wgllmSources[src]) with byte sizes `sizes` and names
  * `names` ("a\0b\0...", for messages). Then as wgllm_web_load_start. */
 EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_stream_start(int src, int n_files, const double *sizes,
                                                                   const char *names, int n_threads, int n_ctx,
                                                                   int n_slots, const char *chat_template,
                                                                   int backend) {
-#ifdef __EMSCRIPTEN_PTHREADS__
+#ifdef __EMSCRIPTEN__
     if (n_files < 1) {
         snprintf(g_error, sizeof(g_error), "a streamed model needs at least one file");
         return NULL;
@@ -348,7 +370,7 @@ EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_stream_start(int src, int n
 #else
     (void)src, (void)n_files, (void)sizes, (void)names, (void)n_threads, (void)n_ctx, (void)n_slots;
     (void)chat_template, (void)backend;
-    snprintf(g_error, sizeof(g_error), "streamed weights need the threaded core");
+    snprintf(g_error, sizeof(g_error), "streamed weights need the browser's reads (a wasm core)");
     return NULL;
 #endif
 }
@@ -588,6 +610,121 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_openai(struct web_state *st, int 
         bump(j);
     }
     return j;
+}
+
+/* The layer's upstream() for the parse of a routed request for its remote targets. */
+static const char *as_remote(void *user, const char *model) {
+    (void)model;
+    return user;
+}
+
+static double json_num(const struct wgllm_json *o, const char *key, double dflt) {
+    const struct wgllm_json *v = wgllm_json_get(o, key);
+    return wgllm_json_is(v, WGLLM_JSON_NUMBER) ? v->num : dflt;
+}
+
+/*
+ * The routing policy (wgllm.h, "Routes") for a request on a route of the
+ * JS router (wgllm.js createRouter) whose local target is this engine. body
+ * as for wgllm_web_openai, its `model` the route's name; targets the route as JS
+ * measures it: {"route", "cost_weight", "targets": [{"name", "kind":
+ * "local"|"remote", "cost", "latency_ms", "in_flight", "healthy"}]} in the
+ * route's order. The request is parsed as this engine takes it and as an
+ * upstream takes it (a field an upstream cannot take -- grammar, logprobs,
+ * a local-only knob -- refuses the remote targets; one the engine cannot
+ * take refuses the local one); the engine gives its prompt tokens, how many
+ * it holds already (wgllm_engine_cached_tokens: waits for the current
+ * tick), its queue and measured rates. Returns the decision's JSON
+ * (malloc'd; free it), NULL with wgllm_web_last_error on bad targets.
+ */
+EMSCRIPTEN_KEEPALIVE char *wgllm_web_route(struct web_state *st, int endpoint, const char *body, int len,
+                                           const char *targets, int targets_len) {
+    struct wgllm_json_doc doc;
+    struct wgllm_json_error jerr;
+    const struct wgllm_json_limits lim = {.max_depth = 8, .max_nodes = 4096, .max_bytes = 1 << 20};
+    if (!wgllm_json_parse(targets, targets_len > 0 ? (size_t)targets_len : 0, &lim, &doc, &jerr)) {
+        snprintf(g_error, sizeof g_error, "route targets: %s at byte %zu", jerr.message, jerr.offset);
+        return NULL;
+    }
+    const struct wgllm_json *root = wgllm_json_root(&doc), *list = wgllm_json_get(root, "targets");
+    const struct wgllm_json *name = wgllm_json_get(root, "route");
+    struct wgllm_route_decision *d = calloc(1, sizeof *d);
+    char *out = NULL;
+    if (!d || !wgllm_json_is(list, WGLLM_JSON_ARRAY) || list->count < 1 || list->count > WGLLM_ROUTE_MAX_CANDIDATES ||
+        !wgllm_json_is(name, WGLLM_JSON_STRING)) {
+        snprintf(g_error, sizeof g_error, d ? "route targets: need a route name and 1 to %d targets" : "out of memory",
+                 WGLLM_ROUTE_MAX_CANDIDATES);
+        free(d);
+        wgllm_json_doc_free(&doc);
+        return NULL;
+    }
+    const int n_ctx = wgllm_engine_n_ctx(st->eng);
+    struct wgllm_openai_params lp = {.model = st->model, .engine = st->eng, .max_tokens = n_ctx > 65536 ? n_ctx : 65536,
+                                     .n_ctx = n_ctx, .model_alias = name->str};
+    struct wgllm_openai_params rp = lp;
+    rp.model_alias = NULL; /* the route's name must not be this model's for the remote parse */
+    rp.upstream = as_remote;
+    rp.upstream_user = "remote";
+    struct wgllm_openai_request gl = {0}, gr = {0};
+    struct wgllm_openai_error el, er;
+    const size_t blen = len > 0 ? (size_t)len : 0;
+    const enum wgllm_openai_endpoint ep = endpoint == WGLLM_OPENAI_CHAT ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS;
+    const bool ok_l = wgllm_openai_parse(&lp, ep, body, blen, &gl, &el);
+    const bool ok_r = wgllm_openai_parse(&rp, ep, body, blen, &gr, &er);
+    const char *local_only = ok_r ? wgllm_route_local_only(&gr.rp) : NULL;
+    /* the local inputs, once (the engine's tokens are the best count the remote targets get too) */
+    int n_tok = 0, cached = 0;
+    struct wgllm_error werr = {0};
+    char local_why[192] = "";
+    if (ok_l) {
+        int32_t *ids = NULL;
+        if (wgllm_openai_prompt_tokens(st->eng, &gl, &ids, &n_tok, &werr) == WGLLM_STATUS_OK)
+            cached = wgllm_engine_cached_tokens(st->eng, ids, n_tok, NULL);
+        else
+            snprintf(local_why, sizeof local_why, "%.190s", werr.message);
+        free(ids);
+    } else {
+        snprintf(local_why, sizeof local_why, "%.190s", el.message);
+    }
+    if (!n_tok) n_tok = (int)(blen / 4 + 1); /* about 4 bytes a token without a tokenization */
+    struct wgllm_engine_metrics m;
+    wgllm_engine_metrics(st->eng, &m);
+    d->route = name->str;
+    for (const struct wgllm_json *t = wgllm_json_first(list); t; t = wgllm_json_next(list, t)) {
+        struct wgllm_route_candidate *c = &d->c[d->n];
+        const struct wgllm_json *tn = wgllm_json_get(t, "name"), *kind = wgllm_json_get(t, "kind");
+        c->name = wgllm_json_is(tn, WGLLM_JSON_STRING) ? tn->str : "";
+        c->kind = wgllm_json_is(kind, WGLLM_JSON_STRING) && !strcmp(kind->str, "local") ? WGLLM_ROUTE_LOCAL
+                                                                                        : WGLLM_ROUTE_REMOTE;
+        c->cost = json_num(t, "cost", 0);
+        c->prompt_tokens = n_tok;
+        if (c->kind == WGLLM_ROUTE_LOCAL) {
+            if (*local_why) snprintf(d->notes[d->n], sizeof d->notes[d->n], "%s", local_why), c->refused = d->notes[d->n];
+            c->cached_tokens = cached;
+            c->prefill_tok_s = m.prefill_tok_s;
+            c->request_ms = m.request_ms;
+            c->queue_depth = m.queue_depth;
+            c->busy_slots = m.active_slots;
+            c->n_slots = m.n_slots;
+        } else {
+            if (!ok_r) snprintf(d->notes[d->n], sizeof d->notes[d->n], "%.190s", er.message), c->refused = d->notes[d->n];
+            else if (local_only)
+                snprintf(d->notes[d->n], sizeof d->notes[d->n], "'%s' is local-only", local_only), c->refused = d->notes[d->n];
+            c->latency_ms = json_num(t, "latency_ms", 0);
+            c->in_flight = (int)json_num(t, "in_flight", 0);
+            c->healthy = wgllm_json_is(wgllm_json_get(t, "healthy"), WGLLM_JSON_TRUE);
+        }
+        d->n++;
+    }
+    struct wgllm_route_params p = wgllm_route_default_params();
+    p.cost_weight = json_num(root, "cost_weight", p.cost_weight);
+    wgllm_route_decide(&p, d, ok_l ? gl.rp.max_tokens : ok_r ? gr.rp.max_tokens : 0);
+    if (!(out = wgllm_route_json(d))) snprintf(g_error, sizeof g_error, "out of memory");
+    wgllm_openai_request_free(&gl);
+    wgllm_openai_request_free(&gr);
+    free(d);
+    wgllm_json_doc_free(&doc);
+    return out;
 }
 
 /* The final JSON text of an OpenAI job once done ("" for a stream, whose

@@ -65,6 +65,10 @@ self.onmessage = async (ev) => {
       }
       break;
     }
+    case 'route': { // the routing policy's decision (createRouter): a JSON text
+      reply(id, needCore().route(args.endpoint, args.body, args.targets));
+      break;
+    }
     case 'embed': {
       reply(id, await needCore().embed(args.text, args.opts ?? undefined));
       break;

@@ -293,10 +293,10 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
             add_op(bd, prope, &rk, GROW_Y, ceil_div((uint64_t)rk.rope.heads * (rk.rope.n_rot / 2), t->wg_elem), 2,
                    g->k, g->rope_cs, NULL, NULL);
         }
-        /* the step buffer's rows (cache rows) start at word B, a ring's rows at 4B: a local
+        /* the step buffer's rows (cache rows) start at word B, a ring's rows at 5B: a local
          * layer's ring is a parameter of the same dispatches (backend/kv_window.h) */
         const bool ring = g->ring && L->swa;
-        const uint32_t row_at = ring ? 4 * B : B;
+        const uint32_t row_at = ring ? 5 * B : B;
         const union wgllm_kparams sk = {.store_kv = {.words = KD / 2, .x_stride = KD, .row_at = row_at, .y_stride = KD / 2}};
         const union wgllm_kparams sv = {.store_kv = {.words = VD / 2, .x_stride = VD, .row_at = row_at, .y_stride = VD / 2}};
         add_op(bd, pstore, &sk, GROW_Y, ceil_div(sk.store_kv.words, t->wg_elem), 3, g->k, g->step, g->kc[il], NULL);
@@ -309,7 +309,8 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
                                                  .window = L->swa ? (uint32_t)hp->n_swa : 0,
                                                  .scale = hp->kq_scale, .q_scale = hp->q_scale,
                                                  .softcap = cap > 0.0f ? cap : 0.0f,
-                                                 .inv_softcap = cap > 0.0f ? 1.0f / cap : 0.0f}};
+                                                 .inv_softcap = cap > 0.0f ? 1.0f / cap : 0.0f,
+                                                 .temp_at = hp->attn_temp_scale != 0.0f ? 4 * B : 0}};
         struct gop *o = add_op(bd, pattn, &ak, GROW_Y, (uint32_t)hp->n_head, 4, g->q, g->kc[il], g->vc[il], g->att);
         if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){g->step, 0, 0};
         /* In the last layer only the rows whose outputs are wanted go on after

@@ -96,7 +96,8 @@ struct wgllm_webgpu_ctx {
     struct wgllm_gpu_buffer *gelu_tab; /* GeGLU models: the CPU's GELU of every f16 (wgllm_op_gelu_f16_table) */
     const float *rope_factors;        /* wgllm_model_rope_factors for this context's n_ctx */
     /* u32 [WGLLM_STEP_REGIONS][n_batch]: token ids, cache rows (seq * n_ctx + pos), attention
-       lengths (pos + 1), output rows, ring rows (seq * ring + pos % ring; only with a ring) */
+       lengths (pos + 1), output rows, query temperatures (f32 bits, mistral3), ring rows
+       (seq * ring + pos % ring; only with a ring) */
     struct wgllm_gpu_buffer *step;
     struct wgllm_gpu_buffer *arena, *readback;
     /* context shift: n_ctx rows of K or V of one layer; ROPE_SHIFT_F16 from it into each layer's K cache

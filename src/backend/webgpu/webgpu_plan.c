@@ -406,7 +406,8 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     /* every buffer, as plan_alloc creates it */
     const uint64_t B = (uint64_t)sz->n_batch, OC = (uint64_t)sz->out_cap, rows = (uint64_t)sz->n_seq * sz->n_ctx;
     const bool qk_norm = m->layers[0].q_norm != NULL;
-    /* the ring rows' region only with a ring: other models plan as before */
+    /* tokens, cache rows, lengths, output rows, query temperatures, and the
+     * ring rows only with a ring: other models plan as before */
     const uint64_t step_regions = ring ? WGLLM_STEP_REGIONS : WGLLM_STEP_REGIONS - 1;
     sz->step = smul3(step_regions, B, 4);
     sz->readback = smul3(OC, WGLLM_MAX(V, E), 4);
@@ -524,15 +525,12 @@ static bool weight_ok(const struct wgllm_weight *w, enum wgllm_kernel k, char *w
 bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t cap) {
     /* The block features wgllm_model_extra_features lists (gemma's scales,
      * post-norms, GeGLU, soft-caps and sliding window, LongRoPE, granite's
-     * scales, olmo2's norms, smollm3's layers without RoPE) are computed by
-     * the graph (webgpu_graph.c), and YaRN is in the host's RoPE table; the
-     * blocks below are not, and are refused by name rather than computed
-     * wrong (with -b auto the CPU runs them). */
+     * scales, olmo2's norms, smollm3's layers without RoPE, mistral3's query
+     * temperature) are computed by the graph (webgpu_graph.c), and YaRN is in
+     * the host's RoPE table; the blocks below are not, and are refused by
+     * name rather than computed wrong (with -b auto the CPU runs them). */
     const struct wgllm_hparams *hp = &model->hp;
-    const char *missing = hp->n_expert > 0            ? "mixture of experts"
-                          : hp->attn_temp_scale != 0.0f ? "attention temperature scaling"
-                          : hp->encoder                 ? "a bidirectional encoder"
-                                                        : NULL;
+    const char *missing = hp->n_expert > 0 ? "mixture of experts" : hp->encoder ? "a bidirectional encoder" : NULL;
     if (missing) {
         snprintf(why, cap, "architecture '%s' is not supported by the WebGPU kernels yet (it needs %s); use the CPU "
                  "backend", model->arch_name, missing);

@@ -25,7 +25,7 @@
 /* Most pieces one weight is split into (struct gweight, webgpu_internal.h). */
 #define MAX_PIECES 16
 /* regions of n_batch words in the step buffer (webgpu_internal.h's step); the last (ring rows) only with a ring */
-#define WGLLM_STEP_REGIONS 5
+#define WGLLM_STEP_REGIONS 6
 
 struct wgllm_model;
 struct wgllm_weight;
