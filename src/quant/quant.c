@@ -15,6 +15,8 @@
  */
 #include "quant/quant.h"
 
+#include "quant/fp4tq.h"
+
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -494,6 +496,7 @@ static void quant_init_once(void) {
     traits_ref[WGLLM_TYPE_Q8_0].vec_dot_nr = nr_ref_Q8_0;
 
     wgllm_kquants_install_ref(traits_ref);
+    wgllm_fp4tq_install_ref(traits_ref);
     /* HOOK(ref): more formats install their reference kernels here */
 
     memcpy(traits_fast, traits_ref, sizeof(traits_fast));
@@ -520,6 +523,8 @@ static void quant_init_once(void) {
             fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_avx512;
         }
         wgllm_kquants_install_avx2(traits_fast);
+        wgllm_fp4tq_install_avx2(traits_fast);
+        if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni) wgllm_fp4tq_install_avx512(traits_fast);
         /* HOOK(x86): more formats install their x86 kernels here */
     }
 #endif

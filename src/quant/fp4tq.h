@@ -1,0 +1,65 @@
+/*
+ * fp4tq.h - the microscaling FP4 format MXFP4 and the ternary formats
+ * TQ1_0 / TQ2_0 (BitNet b1.58, TriLM): block layouts, byte for byte as ggml
+ * stores them in GGUF files, and the install functions that put their
+ * kernels into the traits tables of quant.c.
+ *
+ * Pairing (as llama.cpp's ggml-cpu type traits): MXFP4 weights dot with
+ * Q8_0 activations (both 32-element blocks), TQ1_0 / TQ2_0 with Q8_K.
+ */
+#ifndef WGLLM_FP4TQ_H
+#define WGLLM_FP4TQ_H
+
+#include "quant/kquants.h"
+
+#define WGLLM_QK_MXFP4 32
+
+/* e: a shared power-of-two scale (E8M0: 2^(e - 127)); qs: 4-bit E2M1 codes,
+ * element j < 16 in the low nibble of qs[j], j + 16 in the high one. */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[WGLLM_QK_MXFP4 / 2];
+} wgllm_block_mxfp4;
+/* 256 trits: qs[0..31] hold 5 each (elements 32n + m in trit n of qs[m]),
+ * qs[32..47] 5 each (160 + 16n + m), qh[4] 4 each (240 + 4n + j), every
+ * byte a base-3 fixed-point fraction (trit 0 most significant); d = amax. */
+typedef struct {
+    uint8_t qs[(WGLLM_QK_K - 4 * WGLLM_QK_K / 64) / 5];
+    uint8_t qh[WGLLM_QK_K / 64];
+    wgllm_fp16 d;
+} wgllm_block_tq1_0;
+/* 256 values q - 1, q in {0, 1, 2}: element 128h + 32l + m is bits 2l..2l+1
+ * of qs[32h + m]. */
+typedef struct {
+    uint8_t qs[WGLLM_QK_K / 4];
+    wgllm_fp16 d;
+} wgllm_block_tq2_0;
+
+_Static_assert(sizeof(wgllm_block_mxfp4) == 17, "mxfp4 layout");
+_Static_assert(sizeof(wgllm_block_tq1_0) == 54, "tq1_0 layout");
+_Static_assert(sizeof(wgllm_block_tq2_0) == 66, "tq2_0 layout");
+
+/* The E2M1 values, doubled so that they are integers (ggml's kvalues_mxfp4);
+ * the block scale is halved to match (wgllm_e8m0_half). */
+extern const int8_t wgllm_kvalues_mxfp4[16];
+
+/* 2^(e - 128), i.e. half the E8M0 scale, bit-exactly as ggml computes it
+ * (e = 0 and 1 are the subnormals 2^-128, 2^-127). */
+static inline float wgllm_e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* ---- internal: called by quant.c's init ---------------------------------
+ * The scalar reference kernels (to_float, from_float_ref, from_float,
+ * vec_dot_type, vec_dot, vec_dot_nr) of the three types into t. */
+void wgllm_fp4tq_install_ref(struct wgllm_type_traits *t);
+#if defined(__x86_64__)
+/* The dots with AVX2 (fp4tq_avx2.c) and AVX-512 VNNI (fp4tq_avx512.c). */
+void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t);
+void wgllm_fp4tq_install_avx512(struct wgllm_type_traits *t);
+#endif
+
+#endif

@@ -1,0 +1,164 @@
+/*
+ * fp4tq_avx2.c - AVX2 dots of MXFP4 (with Q8_0) and TQ1_0 / TQ2_0 (with
+ * Q8_K).
+ *
+ * MXFP4 is IQ4_NL's shape with another 16-value table: a byte shuffle turns
+ * the nibbles into the doubled E2M1 values, whose exact integer block sums
+ * are accumulated, scaled, in float vectors as llama.cpp's AVX2 kernel does
+ * (so the result differs from the scalar reference only by the order of
+ * those float additions; tests bound it).
+ *
+ * The ternary dots sum trit * y over the 256 elements of a super-block as
+ * unsigned trits (0..2, maddubs) and subtract sum(y) (the Q8_K block sums)
+ * for the -1 offset: the same integer as the scalar reference, scaled and
+ * added in the same order, so these results are bit-identical to it.
+ */
+#include "quant/fp4tq.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define FP16(h) wgllm_fp16_table[h]
+#define QK_K WGLLM_QK_K
+
+static inline int hsum_i32(__m256i a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float hsum_ps(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* sum(y) of a Q8_K block from its 16 partial sums */
+static inline int q8k_sum(const wgllm_block_q8_K *y) {
+    const __m256i b = _mm256_loadu_si256((const __m256i *)y->bsums);
+    return hsum_i32(_mm256_madd_epi16(b, _mm256_set1_epi16(1)));
+}
+
+/* unsigned bytes t (small) times signed bytes y, as int32 lanes */
+static inline __m256i dot_u8s8(__m256i t, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(t, y), _mm256_set1_epi16(1));
+}
+
+/* ---- MXFP4 ------------------------------------------------------------- */
+
+static void vec_dot_mxfp4_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_mxfp4 *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_mxfp4));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 accf = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / WGLLM_QK_MXFP4; i++) {
+        _mm_prefetch((const char *)(x + i) + 544, _MM_HINT_T0);
+        /* elements 0..15 (low nibbles) in lane 0, 16..31 in lane 1 */
+        const __m128i t = _mm_loadu_si128((const __m128i *)x[i].qs);
+        const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+        const __m256i v = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+        const __m256i yy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        /* |v| <= 12: maddubs on |v| and y with v's sign */
+        const __m256i p = dot_u8s8(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yy, v));
+        const __m256 d = _mm256_set1_ps(FP16(y[i].d) * wgllm_e8m0_half(x[i].e));
+        accf = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), accf);
+    }
+    *s = hsum_ps(accf);
+}
+
+/* ---- TQ2_0 ------------------------------------------------------------- */
+
+static void vec_dot_tq2_0_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_tq2_0 *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int l = 0; l < 4; l++) {
+                const __m256i t = _mm256_and_si256(_mm256_srli_epi16(q, 2 * l), m3);
+                const __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * l));
+                acc = _mm256_add_epi32(acc, dot_u8s8(t, yy));
+            }
+        }
+        const int sumi = hsum_i32(acc) - q8k_sum(&y[i]);
+        sumf += (float)sumi * (y[i].d * FP16(x[i].d));
+    }
+    *s = sumf;
+}
+
+/* ---- TQ1_0 ------------------------------------------------------------- */
+
+/* Per byte: trit = ((q * p mod 256) * 3) >> 8, p the multiplier (3^k) of
+ * the byte's 16-bit lane. AVX2 has no byte multiply: the even and odd bytes
+ * go through 16-bit products separately (q * 81 < 2^16). */
+static inline __m256i tq1_trits(__m256i q, __m256i p) {
+    const __m256i ff = _mm256_set1_epi16(0xFF), three = _mm256_set1_epi16(3);
+    const __m256i lo = _mm256_and_si256(_mm256_mullo_epi16(_mm256_and_si256(q, ff), p), ff);
+    const __m256i hi = _mm256_and_si256(_mm256_mullo_epi16(_mm256_srli_epi16(q, 8), p), ff);
+    const __m256i tlo = _mm256_srli_epi16(_mm256_mullo_epi16(lo, three), 8);
+    const __m256i thi = _mm256_srli_epi16(_mm256_mullo_epi16(hi, three), 8);
+    return _mm256_or_si256(tlo, _mm256_slli_epi16(thi, 8));
+}
+
+/* [a x8 | b x8] in 16-bit lanes */
+static inline __m256i pow_pair(int a, int b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)), _mm_set1_epi16((short)b), 1);
+}
+
+static void vec_dot_tq1_0_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_tq1_0 *x = vx;
+    const wgllm_block_q8_K *y = vy;
+    static const int pow3[5] = {1, 3, 9, 27, 81};
+    /* qh's 16 elements 240 + 4k + j (trit k of qh[j]): bytes 4k..4k+3 times 3^k */
+    const __m128i pqh = _mm_setr_epi16(1, 1, 3, 3, 9, 9, 27, 27);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        /* eight vectors of 32 trits, vector v the elements 32v..32v+31:
+         * v < 5: trit v of qs[0..31]; 5, 6: trits (0, 1), (2, 3) of
+         * qs[32..47] in the two lanes; 7: trit 4 of qs[32..47] | qh */
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m128i q1 = _mm_loadu_si128((const __m128i *)(x[i].qs + 32));
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, sizeof qh);
+        const __m256i q11 = _mm256_broadcastsi128_si256(q1);
+        const __m256i q1h = _mm256_inserti128_si256(_mm256_castsi128_si256(q1), _mm_set1_epi32((int)qh), 1);
+        const __m256i p1h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(81)), pqh, 1);
+        __m256i acc = _mm256_setzero_si256();
+        for (int v = 0; v < 5; v++)
+            acc = _mm256_add_epi32(acc, dot_u8s8(tq1_trits(q0, _mm256_set1_epi16((short)pow3[v])),
+                                                 _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * v))));
+        acc = _mm256_add_epi32(acc, dot_u8s8(tq1_trits(q11, pow_pair(1, 3)), _mm256_loadu_si256((const __m256i *)(y[i].qs + 160))));
+        acc = _mm256_add_epi32(acc, dot_u8s8(tq1_trits(q11, pow_pair(9, 27)), _mm256_loadu_si256((const __m256i *)(y[i].qs + 192))));
+        acc = _mm256_add_epi32(acc, dot_u8s8(tq1_trits(q1h, p1h), _mm256_loadu_si256((const __m256i *)(y[i].qs + 224))));
+        const int sumi = hsum_i32(acc) - q8k_sum(&y[i]);
+        sumf += (float)sumi * (FP16(x[i].d) * y[i].d);
+    }
+    *s = sumf;
+}
+
+/* ---- install ----------------------------------------------------------- */
+
+#define FQ_NR(name, dot)                                                                          \
+    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
+        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
+    }
+FQ_NR(nr_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2)
+FQ_NR(nr_tq1_0_avx2, vec_dot_tq1_0_q8_K_avx2)
+FQ_NR(nr_tq2_0_avx2, vec_dot_tq2_0_q8_K_avx2)
+
+void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t) {
+    t[WGLLM_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_avx2;
+    t[WGLLM_TYPE_MXFP4].vec_dot_nr = nr_mxfp4_avx2;
+    t[WGLLM_TYPE_TQ1_0].vec_dot = vec_dot_tq1_0_q8_K_avx2;
+    t[WGLLM_TYPE_TQ1_0].vec_dot_nr = nr_tq1_0_avx2;
+    t[WGLLM_TYPE_TQ2_0].vec_dot = vec_dot_tq2_0_q8_K_avx2;
+    t[WGLLM_TYPE_TQ2_0].vec_dot_nr = nr_tq2_0_avx2;
+}
+
+#endif
