@@ -7,9 +7,10 @@
  *
  * The integer block sums are those of the scalar reference (exact). MXFP4
  * takes two blocks per register and accumulates their scaled sums in float
- * lanes (a different addition order than the reference: tests bound it);
- * the ternary dots scale and add each super-block's integer in the
- * reference's order, so they are bit-identical to it.
+ * lanes; the ternary dots fold their 16 int32 lanes onto the AVX2 kernels'
+ * eight and then add in those kernels' (llama.cpp's) float order, so they
+ * equal fp4tq_avx2.c's bit for bit. Against the scalar reference: float
+ * addition order only (tests bound it).
  */
 #include "quant/fp4tq.h"
 
@@ -19,10 +20,21 @@
 #define FP16(h) wgllm_fp16_table[h]
 #define QK_K WGLLM_QK_K
 
-/* sum(y) of a Q8_K block from its 16 partial sums */
-static inline int q8k_sum(const wgllm_block_q8_K *y) {
+static inline float hsum256(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* One super-block into llama.cpp's eight float lanes (fp4tq_avx2.c's
+ * tq_lanes): the two 32-byte halves of each 64-byte piece fold onto the
+ * same int32 lanes (exact), then the lanes of the AVX2 kernel follow. */
+static inline __m256 tq_lanes(__m256 accf, __m512i acc, const wgllm_block_q8_K *y, float d) {
+    __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
     const __m256i b = _mm256_loadu_si256((const __m256i *)y->bsums);
-    return _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(b, _mm256_set1_epi16(1))));
+    a = _mm256_sub_epi32(a, _mm256_madd_epi16(b, _mm256_set1_epi16(1)));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_set1_ps(d), accf);
 }
 
 static inline __m512i load2x32(const int8_t *a, const int8_t *b) {
@@ -82,7 +94,7 @@ static void vec_dot_tq2_0_q8_K_avx512(int64_t n, float *s, const void *vx, const
     const wgllm_block_tq2_0 *x = vx;
     const wgllm_block_q8_K *y = vy;
     const __m512i m3 = _mm512_set1_epi8(3);
-    float sumf = 0;
+    __m256 accf = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         /* bytes 0..31: elements 32l + m; bytes 32..63: 128 + 32l + m */
         const __m512i q = _mm512_loadu_si512((const void *)x[i].qs);
@@ -91,10 +103,9 @@ static void vec_dot_tq2_0_q8_K_avx512(int64_t n, float *s, const void *vx, const
             const __m512i t = _mm512_and_si512(_mm512_srli_epi16(q, 2 * l), m3);
             acc = _mm512_dpbusd_epi32(acc, t, load2x32(y[i].qs + 32 * l, y[i].qs + 128 + 32 * l));
         }
-        const int sumi = _mm512_reduce_add_epi32(acc) - q8k_sum(&y[i]);
-        sumf += (float)sumi * (y[i].d * FP16(x[i].d));
+        accf = tq_lanes(accf, acc, &y[i], y[i].d * FP16(x[i].d));
     }
-    *s = sumf;
+    *s = hsum256(accf);
 }
 
 /* ---- TQ1_0 ------------------------------------------------------------- */
@@ -126,7 +137,7 @@ static void vec_dot_tq1_0_q8_K_avx512(int64_t n, float *s, const void *vx, const
     const __m256i p4h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(81)),
                                                 _mm_setr_epi16(1, 1, 3, 3, 9, 9, 27, 27), 1);
     const __m512i pw[4] = {join(s1, s3), join(s9, s27), join(s81, p01), join(p23, p4h)};
-    float sumf = 0;
+    __m256 accf = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m256i q0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
         const __m128i q1 = _mm_loadu_si128((const __m128i *)(x[i].qs + 32));
@@ -138,10 +149,9 @@ static void vec_dot_tq1_0_q8_K_avx512(int64_t n, float *s, const void *vx, const
         __m512i acc = _mm512_setzero_si512();
         for (int w = 0; w < 4; w++)
             acc = _mm512_dpbusd_epi32(acc, tq1_trits(qw[w], pw[w]), _mm512_loadu_si512((const void *)(y[i].qs + 64 * w)));
-        const int sumi = _mm512_reduce_add_epi32(acc) - q8k_sum(&y[i]);
-        sumf += (float)sumi * (FP16(x[i].d) * y[i].d);
+        accf = tq_lanes(accf, acc, &y[i], y[i].d * FP16(x[i].d));
     }
-    *s = sumf;
+    *s = hsum256(accf);
 }
 
 /* ---- install ----------------------------------------------------------- */
