@@ -61,5 +61,9 @@ void wgllm_fp4tq_install_ref(struct wgllm_type_traits *t);
 void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t);
 void wgllm_fp4tq_install_avx512(struct wgllm_type_traits *t);
 #endif
+#if defined(__wasm_simd128__)
+/* SIMD128 dots, bit-identical to the reference (fp4tq_wasm.c). */
+void wgllm_fp4tq_install_wasm(struct wgllm_type_traits *t);
+#endif
 
 #endif

@@ -539,6 +539,7 @@ static void quant_init_once(void) {
 #endif
 #if defined(__wasm_simd128__)
     wgllm_quant_install_wasm(traits_fast);
+    wgllm_fp4tq_install_wasm(traits_fast);
 #endif
 }
 
