@@ -248,6 +248,54 @@ TEST(dots_match_random_bytes) {
     free(wq), free(aq), free(a);
 }
 
+/* The multi-token kernel (prompt processing) must give, for every (row,
+ * token), the very bits of vec_dot (prompt processing must equal token by
+ * token); at the AVX-512 level that also shows the AVX-512 vec_dot equals
+ * the AVX2 one, whose mt kernel stays installed. Odd block counts reach the
+ * tails. */
+TEST(dot_mt_bit_identical) {
+    static const int64_t ne0s[] = {32, 32 * 7, 256 * 4};
+    const int max_tok = 9;
+    int n_checked = 0;
+    for (size_t t = 0; t < N_FTYPES; t++) {
+        const struct wgllm_type_traits *fast = wgllm_type_traits(ftypes[t]);
+        if (ftypes[t] == WGLLM_TYPE_MXFP4) CHECK(fast->vec_dot_mt != NULL || !wgllm_cpu_caps()->avx2);
+        CHECK(wgllm_type_traits_ref(ftypes[t])->vec_dot_mt == NULL);
+        if (!fast->vec_dot_mt) continue;
+        const struct wgllm_type_traits *vfast = wgllm_type_traits(fast->vec_dot_type);
+        for (size_t e = 0; e < sizeof ne0s / sizeof *ne0s; e++) {
+            const int64_t n = ne0s[e];
+            if (n % fast->blck_size) continue;
+            const size_t rs = wgllm_row_size(ftypes[t], n), ys = wgllm_row_size(fast->vec_dot_type, n);
+            float *f = malloc(sizeof(float) * n);
+            uint8_t *wq = malloc(rs), *aq = malloc(ys * max_tok);
+            for (int64_t i = 0; i < n; i++) f[i] = rng_normal();
+            fast->from_float_ref(f, wq, n);
+            for (int k = 0; k < max_tok; k++) {
+                for (int64_t i = 0; i < n; i++) f[i] = rng_normal() * (k == 3 ? 100.0f : 1.0f);
+                if (k == 5) memset(f, 0, sizeof(float) * 32); /* an all-zero block */
+                vfast->from_float(f, aq + (size_t)k * ys, n);
+            }
+            float want[16], got[2 * 16];
+            for (int k = 0; k < max_tok; k++) fast->vec_dot(n, &want[k], wq, aq + (size_t)k * ys);
+            for (int nt = 1; nt <= max_tok; nt++) {
+                for (int k = 0; k < 2 * 16; k++) got[k] = -1.0f;
+                for (int k0 = 0; k0 < nt; k0 += WGLLM_VEC_DOT_MT_MAX) {
+                    const int m = WGLLM_MIN(WGLLM_VEC_DOT_MT_MAX, nt - k0);
+                    fast->vec_dot_mt(n, got + 2 * k0, 2, wq, aq + (size_t)k0 * ys, ys, m);
+                }
+                for (int k = 0; k < nt; k++) {
+                    CHECK(memcmp(&got[2 * k], &want[k], sizeof(float)) == 0);
+                    CHECK(got[2 * k + 1] == -1.0f);
+                    n_checked++;
+                }
+            }
+            free(f), free(wq), free(aq);
+        }
+    }
+    CHECK(n_checked > 0 || !wgllm_cpu_caps()->avx2);
+}
+
 /* ---- bit-compatibility with llama.cpp ---------------------------------- */
 
 typedef size_t (*ggml_quantize_fn)(const float *src, void *dst, int64_t nrow, int64_t n_per_row,
@@ -315,6 +363,7 @@ int main(void) {
     RUN(round_trip_error);
     RUN(dots_match);
     RUN(dots_match_random_bytes);
+    RUN(dot_mt_bit_identical);
     RUN(bytes_equal_llama_cpp);
     const struct wgllm_cpu_caps *caps = wgllm_cpu_caps();
     if (!getenv("WGLLM_CPU") && caps->avx2 && caps->avx512vnni) test_rerun_with_cpu_cap("avx2");

@@ -88,6 +88,60 @@ static void vec_dot_mxfp4_q8_0_avx2(int64_t n, float *s, const void *vx, const v
     *s = sumf;
 }
 
+/* Several tokens (prompt processing): per token exactly the float
+ * operations of vec_dot_mxfp4_q8_0_avx2 (same integer lanes, same fmadd into
+ * the same two accumulators, same reduction and tail), so each result is
+ * bit-identical to it - and to the AVX-512 kernel, whose 16 lanes are these
+ * two accumulators side by side; only the table lookup of each weight block
+ * is done once for all tokens. Always inlined so that the full tile gets a
+ * constant token count (the token loops unroll). */
+#define FQ_INLINE static inline __attribute__((always_inline))
+#define FQ_UNROLL _Pragma("GCC unroll 8")
+
+FQ_INLINE void mxfp4_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
+    const wgllm_block_mxfp4 *x = vx;
+    const int64_t nb = n / WGLLM_QK_MXFP4;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_mxfp4));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc1[WGLLM_VEC_DOT_MT_MAX], acc2[WGLLM_VEC_DOT_MT_MAX];
+    FQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc1[t] = acc2[t] = _mm256_setzero_ps();
+#define FQ_Y(t, i) ((const wgllm_block_q8_0 *)((const char *)vy + (size_t)(t) * ys) + (i))
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        _mm_prefetch((const char *)(x + i) + 544, _MM_HINT_T0);
+        const __m128i ta = _mm_loadu_si128((const __m128i *)x[i].qs), tb = _mm_loadu_si128((const __m128i *)x[i + 1].qs);
+        const __m256i va = _mm256_shuffle_epi8(
+            table, _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(ta), _mm_srli_epi16(ta, 4), 1), m4));
+        const __m256i vb = _mm256_shuffle_epi8(
+            table, _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(tb), _mm_srli_epi16(tb, 4), 1), m4));
+        const __m256i aa = _mm256_sign_epi8(va, va), ab = _mm256_sign_epi8(vb, vb);
+        const float ea = wgllm_e8m0_half(x[i].e), eb = wgllm_e8m0_half(x[i + 1].e);
+        FQ_UNROLL for (int t = 0; t < nt; t++) {
+            const wgllm_block_q8_0 *y = FQ_Y(t, i);
+            const __m256i p1 = dot_u8s8(aa, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y[0].qs), va));
+            const __m256i p2 = dot_u8s8(ab, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y[1].qs), vb));
+            acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(FP16(y[0].d) * ea), _mm256_cvtepi32_ps(p1), acc1[t]);
+            acc2[t] = _mm256_fmadd_ps(_mm256_set1_ps(FP16(y[1].d) * eb), _mm256_cvtepi32_ps(p2), acc2[t]);
+        }
+    }
+    FQ_UNROLL for (int t = 0; t < nt; t++) {
+        float sumf = hsum_ps(_mm256_add_ps(acc1[t], acc2[t]));
+        for (int64_t j = i; j < nb; j++) {
+            const wgllm_block_q8_0 *y = FQ_Y(t, j);
+            sumf += FP16(y->d) * wgllm_e8m0_half(x[j].e) * (float)hsum_i32(mxfp4_block(&x[j], y, table));
+        }
+        s[(size_t)t * ss] = sumf;
+    }
+#undef FQ_Y
+}
+
+static void mt_mxfp4_avx2(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nt) {
+    WGLLM_ASSERT(nt >= 1 && nt <= WGLLM_VEC_DOT_MT_MAX);
+    if (nt == 8) mxfp4_mt_body(n, s, ss, x, y, ys, 8);
+    else if (nt == 4) mxfp4_mt_body(n, s, ss, x, y, ys, 4);
+    else mxfp4_mt_body(n, s, ss, x, y, ys, nt);
+}
+
 /* ---- TQ2_0 ------------------------------------------------------------- */
 
 static void vec_dot_tq2_0_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
@@ -172,6 +226,7 @@ FQ_NR(nr_tq2_0_avx2, vec_dot_tq2_0_q8_K_avx2)
 void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_avx2;
     t[WGLLM_TYPE_MXFP4].vec_dot_nr = nr_mxfp4_avx2;
+    t[WGLLM_TYPE_MXFP4].vec_dot_mt = mt_mxfp4_avx2;
     t[WGLLM_TYPE_TQ1_0].vec_dot = vec_dot_tq1_0_q8_K_avx2;
     t[WGLLM_TYPE_TQ1_0].vec_dot_nr = nr_tq1_0_avx2;
     t[WGLLM_TYPE_TQ2_0].vec_dot = vec_dot_tq2_0_q8_K_avx2;
