@@ -61,6 +61,10 @@ void wgllm_fp4tq_install_ref(struct wgllm_type_traits *t);
 void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t);
 void wgllm_fp4tq_install_avx512(struct wgllm_type_traits *t);
 #endif
+#if defined(__aarch64__)
+/* NEON dots (SDOT when has_dotprod), bit-identical to the reference (fp4tq_neon.c). */
+void wgllm_fp4tq_install_neon(struct wgllm_type_traits *t, bool has_dotprod);
+#endif
 #if defined(__wasm_simd128__)
 /* SIMD128 dots, bit-identical to the reference (fp4tq_wasm.c). */
 void wgllm_fp4tq_install_wasm(struct wgllm_type_traits *t);

@@ -533,6 +533,7 @@ static void quant_init_once(void) {
     const struct wgllm_cpu_caps *arm = wgllm_cpu_caps();
     if (arm->neon) {
         wgllm_quant_install_neon(traits_fast, arm->dotprod);
+        wgllm_fp4tq_install_neon(traits_fast, arm->dotprod);
         fp16_to_fp32_row_fn = wgllm_fp16_to_fp32_row_neon;
         fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_neon;
     }
