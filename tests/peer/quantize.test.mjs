@@ -115,7 +115,8 @@ const PARAGRAPH =
   'passed, and the number of gulls resting on the rocks below. In winter the wind ' +
   'rattled the windows so hard that he wrote with gloves on.';
 
-for (const [shape, preset] of [['tiny', 'Q4_K_M'], ['tiny-qwen2', 'Q4_K_M'], ['tiny', 'Q3_K_M'], ['tiny', 'IQ4_XS']]) {
+// MXFP4: wgllm's own preset (no llama.cpp file to compare bytes with), so llama.cpp must at least read it the same
+for (const [shape, preset] of [['tiny', 'Q4_K_M'], ['tiny-qwen2', 'Q4_K_M'], ['tiny', 'Q3_K_M'], ['tiny', 'IQ4_XS'], ['tiny', 'MXFP4']]) {
   test(`(b) wgllm-quantized ${shape} ${preset} runs in llama.cpp and agrees with wgllm`, async () => {
     const f = join(dir, `${shape}-${preset}.b.gguf`);
     wgllmQuantize(f32Model(shape), f, preset);
