@@ -263,7 +263,7 @@ TEST(dots_match_random_bytes) {
  * the AVX2 one, whose mt kernel stays installed. Odd block counts reach the
  * tails. */
 TEST(dot_mt_bit_identical) {
-    static const int64_t ne0s[] = {32, 32 * 7, 256 * 4};
+    static const int64_t ne0s[] = {32, 32 * 7, 256, 256 * 5};
     const int max_tok = 9;
     int n_checked = 0;
     for (size_t t = 0; t < N_FTYPES; t++) {

@@ -213,6 +213,72 @@ static void vec_dot_tq1_0_q8_K_avx2(int64_t n, float *s, const void *vx, const v
     *s = hsum_ps(accf);
 }
 
+/* ---- ternary, several tokens ---------------------------------------------
+ * As mxfp4_mt_body: the trits of each super-block are decoded once (eight
+ * vectors of 32, vector v the elements 32v..32v+31), then per token the
+ * integer lanes and float operations of the single-token kernels above, so
+ * every result equals vec_dot's bit for bit (and the AVX-512 kernels', which
+ * fold onto the same lanes). */
+
+FQ_INLINE void tq_mt_tail(__m256 *accf, const __m256i tv[8], int64_t i, float xd, const void *vy, size_t ys, int nt) {
+    FQ_UNROLL for (int t = 0; t < nt; t++) {
+        const wgllm_block_q8_K *y = (const wgllm_block_q8_K *)((const char *)vy + (size_t)t * ys) + i;
+        __m256i acc = _mm256_setzero_si256();
+        for (int v = 0; v < 8; v++) acc = _mm256_add_epi32(acc, dot_u8s8(tv[v], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * v))));
+        accf[t] = tq_lanes(accf[t], acc, y, y->d * xd);
+    }
+}
+
+FQ_INLINE void tq2_0_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
+    const wgllm_block_tq2_0 *x = vx;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 accf[WGLLM_VEC_DOT_MT_MAX];
+    FQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) accf[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i tv[8];
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int l = 0; l < 4; l++) tv[4 * h + l] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * l), m3);
+        }
+        tq_mt_tail(accf, tv, i, FP16(x[i].d), vy, ys, nt);
+    }
+    FQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]);
+}
+
+FQ_INLINE void tq1_0_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
+    const wgllm_block_tq1_0 *x = vx;
+    static const int pow3[5] = {1, 3, 9, 27, 81};
+    const __m128i pqh = _mm_setr_epi16(1, 1, 3, 3, 9, 9, 27, 27);
+    const __m256i p1h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(81)), pqh, 1);
+    __m256 accf[WGLLM_VEC_DOT_MT_MAX];
+    FQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) accf[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m128i q1 = _mm_loadu_si128((const __m128i *)(x[i].qs + 32));
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, sizeof qh);
+        const __m256i q11 = _mm256_broadcastsi128_si256(q1);
+        const __m256i q1h = _mm256_inserti128_si256(_mm256_castsi128_si256(q1), _mm_set1_epi32((int)qh), 1);
+        __m256i tv[8];
+        for (int v = 0; v < 5; v++) tv[v] = tq1_trits(q0, _mm256_set1_epi16((short)pow3[v]));
+        tv[5] = tq1_trits(q11, pow_pair(1, 3));
+        tv[6] = tq1_trits(q11, pow_pair(9, 27));
+        tv[7] = tq1_trits(q1h, p1h);
+        tq_mt_tail(accf, tv, i, FP16(x[i].d), vy, ys, nt);
+    }
+    FQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]);
+}
+
+#define FQ_MT(name, body)                                                                               \
+    static void name(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nt) { \
+        WGLLM_ASSERT(nt >= 1 && nt <= WGLLM_VEC_DOT_MT_MAX);                                             \
+        if (nt == 8) body(n, s, ss, x, y, ys, 8);                                                       \
+        else if (nt == 4) body(n, s, ss, x, y, ys, 4);                                                  \
+        else body(n, s, ss, x, y, ys, nt);                                                              \
+    }
+FQ_MT(mt_tq2_0_avx2, tq2_0_mt_body)
+FQ_MT(mt_tq1_0_avx2, tq1_0_mt_body)
+
 /* ---- install ----------------------------------------------------------- */
 
 #define FQ_NR(name, dot)                                                                          \
@@ -231,6 +297,8 @@ void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_TQ1_0].vec_dot_nr = nr_tq1_0_avx2;
     t[WGLLM_TYPE_TQ2_0].vec_dot = vec_dot_tq2_0_q8_K_avx2;
     t[WGLLM_TYPE_TQ2_0].vec_dot_nr = nr_tq2_0_avx2;
+    t[WGLLM_TYPE_TQ1_0].vec_dot_mt = mt_tq1_0_avx2;
+    t[WGLLM_TYPE_TQ2_0].vec_dot_mt = mt_tq2_0_avx2;
 }
 
 #endif

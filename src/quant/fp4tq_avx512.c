@@ -164,10 +164,11 @@ FQ_NR(nr_mxfp4_avx512, vec_dot_mxfp4_q8_0_avx512)
 FQ_NR(nr_tq1_0_avx512, vec_dot_tq1_0_q8_K_avx512)
 FQ_NR(nr_tq2_0_avx512, vec_dot_tq2_0_q8_K_avx512)
 
-/* MXFP4 keeps the AVX2 vec_dot_mt: vec_dot_mxfp4_q8_0_avx512 gives the
- * AVX2 kernel's results bit for bit (its lanes 0-7 and 8-15 are that
- * kernel's two accumulators, _mm512_reduce_add_ps adds them and reduces in
- * hsum_ps's order, and the tails agree), which test_fp4tq checks. */
+/* The AVX2 vec_dot_mt kernels stay installed: these vec_dots give the AVX2
+ * ones' results bit for bit (MXFP4: lanes 0-7 and 8-15 are the AVX2 kernel's
+ * two accumulators, _mm512_reduce_add_ps adds them and reduces in hsum_ps's
+ * order, and the tails agree; TQ: the lanes fold onto the AVX2 ones), which
+ * test_fp4tq's dot_mt_bit_identical checks at this level. */
 void wgllm_fp4tq_install_avx512(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_avx512;
     t[WGLLM_TYPE_MXFP4].vec_dot_nr = nr_mxfp4_avx512;
