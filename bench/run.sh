@@ -2,8 +2,11 @@
 # wgllm vs llama.cpp speed on a TinyLlama-1.1B-shaped synthetic model (q4_0, q8_0,
 # f16, and Q4_K_M, Q5_K_M, Q6_K, IQ4_XS quantized from the f16 one): prompt 128
 # tokens, 32 generated, 2 threads, median of 3.
-# Usage: bash bench/run.sh [--peer-only] [--native] [TYPE...]   (the models, ~4 GB, are made once
-# into build/models; TYPE: only those, e.g. q4_0 q8_0)
+# Usage: bash bench/run.sh [--peer-only] [--native] [--shapes] [TYPE...]   (the models, ~4 GB, are
+# made once into build/models; TYPE: only those, e.g. q4_0 q8_0)
+#   --shapes  instead of TinyLlama, the realistic shape of each other family in q4_0 (gemma3-1b,
+#             gemma2-2b, phi3-mini, qwen3moe-16x2: ~7 GB made once), with each one's KV memory
+#             from `wgllm info` (sliding-window layers keep only their window)
 #   --native  also llama.cpp built for this CPU: llama-bench from node-llama-cpp's source with
 #             -DGGML_NATIVE=ON (tools/llamacpp/build.sh --native, cached; 20+ minutes the first time)
 set -euo pipefail
@@ -12,12 +15,13 @@ cd "$(dirname "$0")/.."
 if [ ! -d tools/peer/node_modules/node-llama-cpp ]; then
   (cd tools/peer && npm ci --omit=optional --no-audit --no-fund)
 fi
-peer_only=0 native=0 only=()
+peer_only=0 native=0 shapes=0 only=()
 for a in "$@"; do
   case "$a" in
     --peer-only) peer_only=1 ;;
     --native) native=1 ;;
-    -*) echo "bench: unknown option $a (usage: bench/run.sh [--peer-only] [--native] [TYPE...])" >&2; exit 2 ;;
+    --shapes) shapes=1 ;;
+    -*) echo "bench: unknown option $a (usage: bench/run.sh [--peer-only] [--native] [--shapes] [TYPE...])" >&2; exit 2 ;;
     *) only+=("$a") ;;
   esac
 done
@@ -28,6 +32,21 @@ want() { [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $1 "* ]]; }
 
 mkdir -p build/models
 args=()
+if [ $shapes = 1 ]; then
+  for shape in gemma3-1b gemma2-2b phi3-mini qwen3moe-16x2; do
+    want "$shape" || continue
+    out="build/models/${shape}-q4_0.gguf"
+    if [ ! -s "$out" ]; then
+      echo "bench: synthesizing $out" >&2
+      build/release/wgllm synth --shape "$shape" --type q4_0 --seed 1 -o "$out.tmp"
+      mv "$out.tmp" "$out"
+    fi
+    # the context's memory (KV cache) at 4096 tokens: sliding-window layers keep only their window
+    echo "$shape at --ctx 4096: $(build/release/wgllm info -m "$out" --ctx 4096 2>/dev/null | grep -m1 '^memory:' || echo '?')" >&2
+    args+=("$shape-q4_0=$out")
+  done
+  only=(none) # no TinyLlama rows
+fi
 need_f16=0 # the quantized presets below are made from the f16 file
 for p in q4_k_m q5_k_m q6_k iq4_xs; do want $p && need_f16=1; done
 for type in q4_0 q8_0 f16; do

@@ -70,9 +70,13 @@ echo "== threaded tests (ThreadSanitizer) [at ${SECONDS} s]"
 # the thread pool, the engine's scheduler thread and the stepped engine; a race
 # report fails the test (TSan's exit code 66 at exit, halt_on_error for the first)
 TSAN_TESTS="test_threadpool test_engine_step test_engine"
+# cases of test_engine that add compute but no threading of their own (MoE and grammar
+# decoding, one layer's shift math at three kernel levels): under ASan only
+TSAN_SKIP_test_engine="moe_batching_equals_alone,lazy_grammar_waits_for_its_trigger,grammar_constrains_the_text,seq_shift_equals_fresh_evaluation_one_layer"
 if make -j"$jobs" MODE=tsan $(printf 'build/tsan/tests/%s ' $TSAN_TESTS) >>/tmp/wgllm-build.log 2>&1; then
     for name in $TSAN_TESTS; do
-        out=$(TSAN_OPTIONS="halt_on_error=1:exitcode=66" build/tsan/tests/$name 2>/tmp/wgllm-tsan-$name.err)
+        skip_var="TSAN_SKIP_$name"
+        out=$(WGLLM_TEST_SKIP="${!skip_var:-}" TSAN_OPTIONS="halt_on_error=1:exitcode=66" build/tsan/tests/$name 2>/tmp/wgllm-tsan-$name.err)
         rc=$?
         line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -1)
         if [ $rc -ne 0 ] || [ -z "$line" ]; then

@@ -8,34 +8,48 @@
 #include "vocab/vocab.h"
 
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 int test_checks_failed_in_current;
 int test_passed, test_failed;
 
+/* Whether name contains one of the comma-separated parts of list. */
+static bool name_in_list(const char *name, const char *list) {
+    for (const char *p = list; *p;) {
+        const size_t n = strcspn(p, ",");
+        char part[128];
+        snprintf(part, sizeof part, "%.*s", (int)WGLLM_MIN(n, sizeof part - 1), p);
+        if (part[0] && strstr(name, part) != NULL) return true;
+        p += n + (p[n] == ',');
+    }
+    return false;
+}
+
 void test_run(const char *name, void (*fn)(void)) {
     /* WGLLM_TEST_ONLY=a,b: run only the tests whose names contain one of
-     * these (while working on them; the suite never sets it) */
-    const char *only = getenv("WGLLM_TEST_ONLY");
-    if (only && *only) {
-        bool hit = false;
-        for (const char *p = only; *p && !hit;) {
-            const size_t n = strcspn(p, ",");
-            char part[128];
-            snprintf(part, sizeof part, "%.*s", (int)WGLLM_MIN(n, sizeof part - 1), p);
-            hit = part[0] && strstr(name, part) != NULL;
-            p += n + (p[n] == ',');
-        }
-        if (!hit) return;
+     * these (while working on them; the suite never sets it).
+     * WGLLM_TEST_SKIP=a,b: all but those (the ThreadSanitizer pass of the
+     * suite leaves out the cases that add compute but no threading) */
+    const char *only = getenv("WGLLM_TEST_ONLY"), *skip = getenv("WGLLM_TEST_SKIP");
+    if (only && *only && !name_in_list(name, only)) return;
+    if (skip && *skip && name_in_list(name, skip)) {
+        fprintf(stderr, "skip %s (WGLLM_TEST_SKIP)\n", name);
+        return;
     }
     test_checks_failed_in_current = 0;
+    /* each test's seconds, so the suite's slow cases are visible in its logs */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     fn();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (test_checks_failed_in_current == 0) {
         test_passed++;
-        fprintf(stderr, "ok   %s\n", name);
+        fprintf(stderr, "ok   %s (%.1f s)\n", name, sec);
     } else {
         test_failed++;
-        fprintf(stderr, "FAIL %s (%d checks)\n", name, test_checks_failed_in_current);
+        fprintf(stderr, "FAIL %s (%d checks, %.1f s)\n", name, test_checks_failed_in_current, sec);
     }
 }
 

@@ -294,8 +294,7 @@ TEST(qwen3_f32) { compare("tiny-qwen3", WGLLM_TYPE_F32); }
 TEST(unsupported_blocks_are_refused_by_name) {
     static const struct {
         const char *shape, *what;
-    } cases[] = {{"tiny-qwen3moe", "mixture of experts"}, {"tiny-mistral3", "attention temperature scaling"},
-                 {"tiny-bert", "a bidirectional encoder"}};
+    } cases[] = {{"tiny-qwen3moe", "mixture of experts"}, {"tiny-bert", "a bidirectional encoder"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct wgllm_model *m = synth_model(cases[i].shape, WGLLM_TYPE_F32);
         CHECK(m != NULL);
@@ -318,6 +317,11 @@ TEST(unsupported_blocks_are_refused_by_name) {
 
 /* YaRN is in the host's RoPE table: the kernels rotate by it, magnitude included */
 TEST(yarn_f32) { compare("tiny-yarn", WGLLM_TYPE_F32); }
+/* mistral3: YaRN with Ministral 3's keys, and the query temperature past
+ * its original context of 16 (a 16-token prompt, then 4 steps at 16-19,
+ * where the queries are scaled by 1.069: the temperature comes from the
+ * step buffer, on the prompt's pass and on each decode step) */
+TEST(mistral3_f32) { compare_full("tiny-mistral3", WGLLM_TYPE_F32, 32, 16, 4, tolerance(WGLLM_TYPE_F32), 1e-3, false); }
 TEST(ropefreqs_q8_0) { compare("tiny-ropefreqs", WGLLM_TYPE_Q8_0); }
 
 /* The blocks beyond llama's (model.h): 12 positions see tiny-gemma's window
@@ -712,6 +716,7 @@ int main(void) {
     RUN(qwen3_q4_0);
     RUN(qwen3_f32);
     RUN(yarn_f32);
+    RUN(mistral3_f32);
     RUN(unsupported_blocks_are_refused_by_name);
     RUN(ropefreqs_q8_0);
     RUN(gemma2_f32);

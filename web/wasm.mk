@@ -11,7 +11,8 @@
 # the JS-facing glue web/src/wgllm_web.c.
 # Threads: -pthread (the engine has its own thread, the CPU backend a pool),
 # so pages must be cross-origin isolated (COOP/COEP headers) for
-# SharedArrayBuffer (wgllm-core-st.js, below, serves the other pages). Memory
+# SharedArrayBuffer (wgllm-core-st.js and wgllm-core-st-gpu.js, below, serve
+# the other pages: CPU, and WebGPU through Asyncify). Memory
 # grows up to 4 GiB. For the CPU the model is copied once into the wasm heap by
 # web/src/store.js, whose files' mmap hands that block to the core; on WebGPU
 # the core reads the files in chunks through wgllm_web.lib.js and uploads them
@@ -62,8 +63,9 @@ web/dist/%: web/src/%
 # without -pthread, for pages that are not cross-origin isolated (no
 # SharedArrayBuffer). core.js picks it when crossOriginIsolated is false; the
 # engine has no thread there: JS drives it with wgllm_web_step. CPU only: the
-# GPU HAL is hal_none.c whatever WASM_HAL says (the browser HAL blocks a
-# pthread on JS promises, which a single thread cannot do).
+# GPU HAL is hal_none.c whatever WASM_HAL says (the browser HAL's waits need a
+# pthread to block, or Asyncify to unwind: that is the next core's job, kept
+# out of this one so that its CPU path carries no Asyncify instrumentation).
 WASM_ST_OUT := build/wasm-st
 WASM_ST_SRC := $(filter-out web/src/hal_browser.c web/src/hal_none.c,$(WASM_SRC)) web/src/hal_none.c
 WASM_ST_OBJ := $(WASM_ST_SRC:%.c=$(WASM_ST_OUT)/%.o)
@@ -80,6 +82,25 @@ $(WASM_ST_OUT)/%.o: %.c
 web/dist/wgllm-core-st.js: $(WASM_ST_OBJ) $(filter-out %hal_webgpu.lib.js,$(WASM_JSLIB))
 	@mkdir -p web/dist
 	$(EMCC_ENV) $(EMCC) $(WASM_ST_LDFLAGS) -o $@ $(WASM_ST_OBJ) -lm
+
+# The single-threaded WebGPU core (web/dist/wgllm-core-st-gpu.js): the
+# single-threaded objects again (Asyncify is a link-time pass: no source is
+# compiled a third time) with the browser GPU HAL (hal_browser.c compiled
+# without -pthread) and -sASYNCIFY. Its only blocking call is the async import
+# wgllm_web_js_wait (wgllm_web.lib.js): the wasm stack unwinds to JS while a
+# GPU promise or a read is pending, so the page's event loop never blocks.
+# core.js picks it on pages without cross-origin isolation when WebGPU is
+# asked for (or `auto` finds a hardware adapter); the CPU-only core above
+# stays free of Asyncify's instrumentation (its decode speed and size).
+WASM_STG_OBJ := $(filter-out %/hal_none.o,$(WASM_ST_OBJ)) $(WASM_ST_OUT)/web/src/hal_browser.o
+WASM_STG_LDFLAGS := $(filter-out -sEXPORTED_RUNTIME_METHODS=%,$(WASM_ST_LDFLAGS)) --js-library web/src/hal_webgpu.lib.js \
+  -sEXPORTED_RUNTIME_METHODS=FS,UTF8ToString,stringToUTF8,lengthBytesUTF8,ccall \
+  -sASYNCIFY=1 -sASYNCIFY_IMPORTS=wgllm_web_js_wait -sASYNCIFY_STACK_SIZE=65536
+wasm: web/dist/wgllm-core-st-gpu.js
+
+web/dist/wgllm-core-st-gpu.js: $(WASM_STG_OBJ) $(WASM_JSLIB) web/src/hal_webgpu.lib.js
+	@mkdir -p web/dist
+	$(EMCC_ENV) $(EMCC) $(WASM_STG_LDFLAGS) -o $@ $(WASM_STG_OBJ) -lm
 
 # `make wasm-test`: tests/test_quant.c and tests/wasm/*.c built with emcc
 # against the single-threaded objects and run under node: the SIMD128

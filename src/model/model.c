@@ -20,6 +20,12 @@ bool wgllm_model_has_swa_rope(const struct wgllm_model *m) {
            (hp->rope_freq_base_swa != hp->rope_freq_base || hp->rope_freq_scale_swa != hp->rope_freq_scale);
 }
 
+float wgllm_hparams_attn_temp(const struct wgllm_hparams *hp, int32_t pos) {
+    if (hp->attn_temp_scale == 0.0f) return 1.0f;
+    const float p = (float)pos;
+    return (float)(log(floor(p / (float)hp->attn_temp_floor) + 1.0) * hp->attn_temp_scale + 1.0);
+}
+
 const float *wgllm_model_rope_factors(const struct wgllm_model *m, int n_ctx) {
     if (m->rope_freqs) return m->rope_freqs;
     return n_ctx > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;

@@ -213,6 +213,10 @@ bool wgllm_model_has_swa_rope(const struct wgllm_model *m);
  * file has it, else LongRoPE's long factors past n_ctx_orig and its short
  * ones up to it; NULL for none. */
 const float *wgllm_model_rope_factors(const struct wgllm_model *m, int n_ctx);
+/* The attention temperature of the queries at position pos (hparams'
+ * attn_temp_scale; 1 when off), computed in double as llama.cpp computes
+ * its input, so every backend multiplies by the same float. */
+float wgllm_hparams_attn_temp(const struct wgllm_hparams *hp, int32_t pos);
 /* What of the model's block goes beyond the llama block (post-norms, GeGLU,
  * soft-capping, sliding window, scaled embeddings/queries), as a
  * comma-separated list into buf ("" for a llama-block model); returns

@@ -397,18 +397,23 @@ test('connection limits (total, per address) and idle timeouts; a long stream is
     return r.status === 200;
   });
   // a 1 s idle timeout: a stream of several seconds, and a stream queued behind a long request, both complete
-  const u = await serve(['--idle-timeout', '1', '--parallel', '1', '--ctx-size', '4096']);
-  const t0 = Date.now();
-  const whole = post(u.url, '/v1/completions', { prompt: 'Once', max_tokens: 1200, ignore_eos: true })
-    .catch((e) => ({ status: String(e) }));
-  await sleep(100);
-  const streamed = await fetch(`${u.url}/v1/completions`, { method: 'POST',
-    body: JSON.stringify({ prompt: 'Once', max_tokens: 800, ignore_eos: true, stream: true }) });
-  const text = await streamed.text();
-  assert.ok(Date.now() - t0 > 1500, `too fast to prove anything (${Date.now() - t0} ms)`);
-  assert.match(text, /"finish_reason":"length"/);
-  assert.match(text, /data: \[DONE\]\n\n$/);
-  assert.equal((await whole).status, 200);
+  const u = await serve(['--idle-timeout', '1', '--parallel', '1', '--ctx-size', '16384']);
+  // the two requests must outlast the idle timeout whatever this machine's speed: a
+  // pair that ended within 1.5 s proves nothing, so it is sent again with twice the tokens
+  for (let n = 800; ; n *= 2) {
+    const t0 = Date.now();
+    const whole = post(u.url, '/v1/completions', { prompt: 'Once', max_tokens: n, ignore_eos: true })
+      .catch((e) => ({ status: String(e) }));
+    await sleep(100);
+    const streamed = await fetch(`${u.url}/v1/completions`, { method: 'POST',
+      body: JSON.stringify({ prompt: 'Once', max_tokens: n, ignore_eos: true, stream: true }) });
+    const text = await streamed.text();
+    assert.match(text, /"finish_reason":"length"/);
+    assert.match(text, /data: \[DONE\]\n\n$/);
+    assert.equal((await whole).status, 200);
+    if (Date.now() - t0 > 1500) break;
+    assert.ok(n < 6400, `too fast to prove anything (${Date.now() - t0} ms for 2 x ${n} tokens)`);
+  }
   await assertHealthy(u.url);
 });
 

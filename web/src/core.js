@@ -9,10 +9,16 @@
 // Nothing here blocks: the engine runs on its own pthread; streamed text is
 // collected in C and JS waits for it with Atomics.waitAsync on a counter in
 // the shared heap (falling back to short timers where waitAsync is missing).
-// Pages that are not cross-origin isolated (no SharedArrayBuffer) get the
-// single-threaded core (wgllm-core-st.js): there JS drives the engine itself,
-// running ticks (wgllm_web_step) for a few milliseconds at a time and giving
-// the event loop a turn in between.
+// Pages that are not cross-origin isolated (no SharedArrayBuffer) get a
+// single-threaded core: there JS drives the engine itself, running ticks
+// (wgllm_web_step) for a few milliseconds at a time and giving the event loop
+// a turn in between. Two of them: wgllm-core-st.js runs the CPU backend;
+// wgllm-core-st-gpu.js (the same objects linked with Asyncify and the
+// browser GPU HAL) runs WebGPU, its calls that wait for the browser (load,
+// step, embed, snapshots) return Promises (the wasm stack unwinds while a GPU
+// promise or a read is pending), and they run one at a time (serial below).
+// `auto` there probes the adapter first: a hardware one gets the WebGPU
+// core, a software one (SwiftShader) or none the CPU core, which is faster.
 //
 // The model's bytes come through the model store (store.js: URL via OPFS,
 // File, stored name, bytes). On WebGPU they are streamed: the core reads the
@@ -27,7 +33,26 @@ import { readSnapshots, writeSnapshots, resolveModel, mountInHeap, probeRanges, 
 
 // The threaded core is imported only when it can run: its module needs
 // SharedArrayBuffer as soon as it is instantiated.
-const importCore = (threaded) => import(threaded ? './wgllm-core.js' : './wgllm-core-st.js').then((m) => m.default);
+const CORE_FILES = { threaded: './wgllm-core.js', 'single-threaded': './wgllm-core-st.js',
+  'single-threaded-webgpu': './wgllm-core-st-gpu.js' };
+const importCore = (core) => import(CORE_FILES[core]).then((m) => m.default);
+
+// What `auto` on a single-threaded page would get from navigator.gpu, before
+// a core is chosen: {hardware, why}. The software test is the browser HAL's
+// (hal_webgpu.lib.js wgllm_hal_js_open), so both cores judge an adapter alike.
+async function probeAdapter() {
+  const gpu = typeof navigator !== 'undefined' ? navigator.gpu : undefined;
+  if (!gpu) return { hardware: false, why: 'this browser has no WebGPU (navigator.gpu is missing)' };
+  let adapter = null;
+  try { adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' }); } catch { /* as none */ }
+  if (!adapter) return { hardware: false, why: 'no WebGPU adapter (navigator.gpu.requestAdapter() returned null)' };
+  const info = adapter.info || (adapter.requestAdapterInfo ? await adapter.requestAdapterInfo() : {});
+  const text = [info.vendor, info.architecture, info.device, info.description].join(' ');
+  const software = !!(info.isFallbackAdapter || adapter.isFallbackAdapter ||
+    /swiftshader|llvmpipe|lavapipe|softpipe|warp|basic render|software/i.test(text));
+  const name = info.device || info.description || [info.vendor, info.architecture].filter(Boolean).join(' ') || 'WebGPU adapter';
+  return software ? { hardware: false, why: `the WebGPU adapter '${name}' is a software/CPU adapter` } : { hardware: true, name };
+}
 
 function toError(message, code) {
   const e = new Error(message);
@@ -90,21 +115,35 @@ export async function loadCore(opts = {}) {
 async function loadIn(opts, started) {
   // threads need SharedArrayBuffer, which only cross-origin isolated pages
   // (COOP/COEP headers) have; opts.threaded: false forces the other build
-  const threaded = opts.threaded !== false && typeof SharedArrayBuffer !== 'undefined' &&
+  const isolated = typeof SharedArrayBuffer !== 'undefined' &&
     !(typeof crossOriginIsolated !== 'undefined' && !crossOriginIsolated);
+  const threaded = opts.threaded !== false && isolated;
   if (opts.model == null) throw toError('wgllm: no model given (options.model)', 'argument');
   const onProgress = typeof opts.onProgress === 'function' ? opts.onProgress : () => {};
   const BACKENDS = { cpu: 0, webgpu: 1, auto: 2 }; // enum wgllm_backend
   const asked = opts.backend ?? 'auto';
   if (!(asked in BACKENDS))
     throw toError(`wgllm: unknown backend '${asked}' (use 'auto', 'webgpu' or 'cpu')`, 'argument');
-  // The single-threaded core runs the CPU backend only: the browser GPU HAL
-  // blocks a pthread on this thread's promises, which needs threads.
-  if (!threaded && asked === 'webgpu')
-    throw toError('wgllm: backend \'webgpu\' needs the threaded core: serve the page cross-origin isolated ' +
-                  '("Cross-Origin-Opener-Policy: same-origin" and "Cross-Origin-Embedder-Policy: require-corp") ' +
-                  'or use backend \'cpu\'', 'argument');
-  const backend = threaded ? asked : 'cpu';
+  // Which core, and why (info.core, info.core_detail).
+  let core = 'threaded';
+  let coreWhy = 'the page is cross-origin isolated: the engine and the compute threads are pthreads';
+  let backend = asked;
+  let autoWhy = null; // `auto` settled here, before the core: what backend_detail says
+  if (!threaded) {
+    const noThreads = isolated ? 'threaded: false was asked' :
+      'the page is not cross-origin isolated (no COOP/COEP headers, so no SharedArrayBuffer)';
+    if (asked === 'auto') {
+      const probe = await probeAdapter();
+      if (!probe.hardware) {
+        backend = 'cpu';
+        autoWhy = `cpu (auto: ${probe.why}; the single-threaded CPU core)`;
+      }
+    }
+    core = backend === 'cpu' ? 'single-threaded' : 'single-threaded-webgpu';
+    coreWhy = backend === 'cpu' ? `${noThreads}: one thread, driven from this event loop` :
+      `${noThreads}: one thread, driven from this event loop; WebGPU's waits unwind to it (Asyncify)`;
+  }
+  const gpuCore = core === 'single-threaded-webgpu';
   // checked before anything is fetched; 0 (or unset) is the default
   const nCtx = checkedCount(opts.nCtx || undefined, 'nCtx', 2048, 1 << 24);
   const nSlots = checkedCount(opts.nSlots || undefined, 'nSlots', 1, 256);
@@ -121,7 +160,7 @@ async function loadIn(opts, started) {
     try { onProgress({ stage, progress, loaded, total, ...extra }); } catch { /* the caller's bug, not ours */ }
   };
   const src = await resolveModel(opts.model, report, { store: opts.store });
-  const createWgllmCore = await importCore(threaded);
+  const createWgllmCore = await importCore(core);
   const M = await createWgllmCore({
     print: (t) => console.log(t),
     printErr: (t) => console.warn(t),
@@ -165,6 +204,19 @@ async function loadIn(opts, started) {
   const lastError = () => M.UTF8ToString(M._wgllm_web_last_error());
   const tmplPtr = opts.chatTemplate ? cstr(String(opts.chatTemplate), 'the chat template') : 0;
 
+  // The WebGPU single-threaded core: the calls that may wait for the browser
+  // resolve once the wasm stack has rewound and returned (ccall async). Only
+  // one such call can be suspended at a time (Asyncify keeps one saved
+  // stack), so they queue here; the calls in between (take, cancel, submit)
+  // never wait.
+  let chain = Promise.resolve();
+  const serial = (fn) => {
+    const p = chain.then(fn);
+    chain = p.then(() => {}, () => {});
+    return p;
+  };
+  const acall = (name, args) => serial(() => M.ccall(name, 'number', args.map(() => 'number'), args, { async: true }));
+
   // A load runs on a pthread (WebGPU's HAL waits there for this thread's
   // promises); this thread only waits asynchronously for it to finish.
   const awaitLoad = async (ld) => {
@@ -192,7 +244,7 @@ async function loadIn(opts, started) {
   // loaded but WebGPU could not start (no adapter, a software one, a format
   // without kernels).
   const srcId = ++loadCount;
-  let streamable = threaded && backend !== 'cpu' && opts.streamWeights !== false &&
+  let streamable = (threaded || gpuCore) && backend !== 'cpu' && opts.streamWeights !== false &&
     typeof navigator !== 'undefined' && !!navigator.gpu && src.files.every((f) => f.blob || f.bytes || f.url);
   // URLs not kept in OPFS: read with range requests where the server answers them,
   // a window of them in flight ahead of the reader (store.js RangeReader)
@@ -206,8 +258,8 @@ async function loadIn(opts, started) {
     const sizes = alloc(8 * src.files.length, 'file sizes');
     new Float64Array(mem(), sizes, src.files.length).set(src.files.map((f) => f.size));
     const [names] = cpacked(src.files.map((f) => f.name), 'file names');
-    const ld = M._wgllm_web_load_stream_start(srcId, src.files.length, sizes, names, nThreads, nCtx, nSlots, tmplPtr,
-      BACKENDS[backend]);
+    const args = [srcId, src.files.length, sizes, names, nThreads, nCtx, nSlots, tmplPtr, BACKENDS[backend]];
+    const ld = gpuCore ? await acall('wgllm_web_load_stream_start', args) : M._wgllm_web_load_stream_start(...args);
     M._free(sizes);
     M._free(names);
     const r = ld ? await awaitLoad(ld) : { st: 0, engineFailed: false };
@@ -231,9 +283,11 @@ async function loadIn(opts, started) {
     const mounted = await mountInHeap(M, src.files, dir, (loaded, total, frac) =>
       report(src.origin === 'network' ? 'download' : 'read', frac, loaded, total));
     const pathPtr = cstr(mounted.path, 'the model path');
-    // the single-threaded core (CPU only) loads synchronously here
-    const ld = threaded ? M._wgllm_web_load_start(pathPtr, nThreads, nCtx, nSlots, tmplPtr, BACKENDS[backend]) : 0;
-    st = threaded ? 0 : M._wgllm_web_load(pathPtr, nThreads, nCtx, nSlots, tmplPtr);
+    // the single-threaded CPU core loads synchronously here, the WebGPU one
+    // within its call (which resolves when the load is done)
+    const args = [pathPtr, nThreads, nCtx, nSlots, tmplPtr, BACKENDS[backend]];
+    const ld = threaded ? M._wgllm_web_load_start(...args) : gpuCore ? await acall('wgllm_web_load_start', args) : 0;
+    st = threaded || gpuCore ? 0 : M._wgllm_web_load(pathPtr, nThreads, nCtx, nSlots, tmplPtr);
     M._free(pathPtr);
     if (ld) st = (await awaitLoad(ld)).st;
     M.onLoadProgress = null;
@@ -246,8 +300,7 @@ async function loadIn(opts, started) {
   }
   if (tmplPtr) M._free(tmplPtr);
   report('load', 1);
-  const detail = threaded || asked === 'cpu' ? M.UTF8ToString(M._wgllm_web_backend(st)) :
-    `cpu (${asked}: the single-threaded core runs the CPU backend only; WebGPU needs a cross-origin isolated page)`;
+  const detail = autoWhy ?? M.UTF8ToString(M._wgllm_web_backend(st));
   const onGpu = detail.startsWith('webgpu');
 
   const info = {
@@ -257,7 +310,10 @@ async function loadIn(opts, started) {
     adapter: onGpu ? detail.replace(/^webgpu: (.*) \(browser, [^)]*\).*$/, '$1') : null,
     gpu_memory: M._wgllm_web_model_info(st, 5), // bytes, fixed at load
     threads: onGpu ? 1 : nThreads,
-    threaded, // false: the single-threaded core, driven from this event loop
+    threaded, // false: a single-threaded core, driven from this event loop
+    // 'threaded' | 'single-threaded' (CPU) | 'single-threaded-webgpu', and why
+    core,
+    core_detail: coreWhy,
     arch: M.UTF8ToString(M._wgllm_web_model_arch(st)),
     n_vocab: M._wgllm_web_model_info(st, 0),
     n_ctx_train: M._wgllm_web_model_info(st, 1),
@@ -310,6 +366,12 @@ async function loadIn(opts, started) {
     const t0 = performance.now();
     while (!M._wgllm_web_job_done(job) && M._wgllm_web_step(st, job) && performance.now() - t0 < SLICE_MS) { /* ticks */ }
   };
+  // the same on the WebGPU core, where a tick awaits the GPU (its readback)
+  const stepSliceAsync = async (job) => {
+    const t0 = performance.now();
+    while (!M._wgllm_web_job_done(job) && (await acall('wgllm_web_step', [st, job])) &&
+           performance.now() - t0 < SLICE_MS) { /* ticks */ }
+  };
 
   // Drives one OpenAI job to its end: each line of its text (a chunk's JSON)
   // to onChunk as it comes; resolves with the HTTP status, the final JSON text
@@ -332,7 +394,8 @@ async function loadIn(opts, started) {
       if (threaded) {
         await waitSeq(idx, seen);
       } else {
-        stepSlice(job);
+        if (gpuCore) await stepSliceAsync(job);
+        else stepSlice(job);
         await yieldTurn();
       }
     }
@@ -419,8 +482,13 @@ async function loadIn(opts, started) {
     if (pool === undefined) throw toError(`wgllm: unknown pooling '${pooling}'`, 'argument');
     if (typeof text !== 'string') throw toError('wgllm: the text to embed must be a string', 'argument');
     const [p, n] = cbytes(text, 'the text to embed');
-    const job = M._wgllm_web_embed(st, p, n, pool, normalize ? 1 : 0);
-    M._free(p);
+    const args = [st, p, n, pool, normalize ? 1 : 0];
+    let job;
+    try {
+      job = gpuCore ? await acall('wgllm_web_embed', args) : M._wgllm_web_embed(...args);
+    } finally {
+      M._free(p);
+    }
     return runJob(job, (j) => {
       const n = M._wgllm_web_job_num(j, 10);
       return new Float32Array(new Float32Array(mem(), M._wgllm_web_job_vec(j) >>> 0, n)); // a copy, off the shared heap
@@ -430,7 +498,8 @@ async function loadIn(opts, started) {
   /** The engine's prefix snapshots (wgllm_engine_snapshots_export) as a Uint8Array. */
   async function saveSnapshots() {
     checkLoaded();
-    return runJob(M._wgllm_web_snapshots(st, 0, 0, 0), (j) => {
+    const job = gpuCore ? await acall('wgllm_web_snapshots', [st, 0, 0, 0]) : M._wgllm_web_snapshots(st, 0, 0, 0);
+    return runJob(job, (j) => {
       const p = M._wgllm_web_job_blob(j, lenPtr);
       return readBytes(p, new Int32Array(mem())[lenPtr >>> 2]);
     });
@@ -442,8 +511,12 @@ async function loadIn(opts, started) {
     const b = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
     const p = alloc(b.length, 'the snapshots');
     new Uint8Array(mem()).set(b, p);
-    const job = M._wgllm_web_snapshots(st, 1, p, b.length);
-    M._free(p);
+    let job;
+    try {
+      job = gpuCore ? await acall('wgllm_web_snapshots', [st, 1, p, b.length]) : M._wgllm_web_snapshots(st, 1, p, b.length);
+    } finally {
+      M._free(p);
+    }
     return runJob(job, () => b.length);
   }
 
@@ -487,7 +560,7 @@ async function loadIn(opts, started) {
     if (saving) await saving;
     while (active.size) await new Promise((res) => setTimeout(res, 5));
     unloaded = true;
-    M._wgllm_web_unload(st);
+    await serial(() => M._wgllm_web_unload(st)); // after any call still suspended (WebGPU core)
     closeReaders(src.files); // URL reads still in flight are aborted
     if (M.wgllmSources) delete M.wgllmSources[srcId];
     M._free(lenPtr);

@@ -16,6 +16,15 @@
  *  - Calling the HAL from the main thread itself would deadlock on those
  *    waits, so wgllm_gpu_open refuses there (load the model on a pthread).
  *
+ * The single-threaded WebGPU core (wgllm-core-st-gpu.js, built without
+ * -pthread and linked with Asyncify, for pages without cross-origin
+ * isolation) compiles this same file: there every call runs on the page's
+ * (or Worker's) only thread, and the one difference is how a wait sleeps
+ * (hal_sleep): instead of a futex it calls the async import
+ * wgllm_web_js_wait (wgllm_web.lib.js), which unwinds the whole wasm stack
+ * to JS, lets the event loop run the promise, and rewinds once the JS side
+ * has completed the struct hal_wait. So the page never blocks either way.
+ *
  * Fewer thread crossings: dispatches, copies and small buffer writes are
  * recorded here and handed over in one call at submit (one command encoder,
  * one queue submit); large writes go at once, in chunks of at most
@@ -25,7 +34,9 @@
 #include "backend/webgpu/hal.h"
 
 #include <emscripten.h>
+#ifdef __EMSCRIPTEN_PTHREADS__
 #include <emscripten/threading.h>
+#endif
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +46,7 @@
 #define WRITE_CHUNK ((size_t)16 << 20) /* bytes per direct queue write */
 #define DEFER_MAX 4096                 /* writes up to this size wait for the next submit */
 #define WAIT_MS 120000.0               /* longest wait for navigator.gpu's adapter and device */
-#define FAULT_GRACE_MS 10000.0         /* after a device fault, how long its pending promises get to reject */
+#define FAULT_GRACE_MS 10000.0         /* after the device is lost, how long its pending promises get to reject */
 
 /* Completed by the JS side (WGHAL.done): state 0 -> 1, then status and msg. */
 struct hal_wait {
@@ -55,7 +66,11 @@ extern void wgllm_hal_js_readback(struct hal_wait *w, int dev, int id, double of
 extern int wgllm_hal_js_pipeline(struct hal_wait *w, int dev, const char *src, const char *label);
 extern int wgllm_hal_js_bindgroup(struct hal_wait *w, int dev, int pipeline, int n, const double *entries);
 extern int wgllm_hal_js_take_error(int dev, char *msg, int cap);
-extern int wgllm_hal_js_has_error(int dev);
+extern int wgllm_hal_js_lost(int dev);
+#ifndef __EMSCRIPTEN_PTHREADS__
+/* wgllm_web.lib.js: the async import (Asyncify) of the single-threaded core */
+extern int wgllm_web_js_wait(_Atomic int32_t *flag, double ms);
+#endif
 
 struct wgllm_gpu_buffer {
     int id;
@@ -93,30 +108,43 @@ struct wgllm_gpu {
 
 static struct hal_wait *wait_new(void) { return calloc(1, sizeof(struct hal_wait)); }
 
+/* Sleeps until JS completes `w` or about `ms` pass, whichever comes first:
+ * a futex wait on a pthread; in the single-threaded core an Asyncify sleep
+ * (the stack unwinds to JS, which resumes it when the promise answers). */
+static void hal_sleep(struct hal_wait *w, double ms) {
+#ifdef __EMSCRIPTEN_PTHREADS__
+    emscripten_futex_wait((void *)&w->state, 0, ms);
+#else
+    wgllm_web_js_wait(&w->state, ms);
+#endif
+}
+
 /* Sleeps until JS completes `w`. On a timeout `w` is leaked on purpose: the
  * promise may still write into it later. */
 static bool wait_done(struct hal_wait *w) {
     double t0 = emscripten_get_now();
     while (atomic_load(&w->state) == 0) {
         if (emscripten_get_now() - t0 > WAIT_MS) return false;
-        emscripten_futex_wait((void *)&w->state, 0, 1000.0);
+        hal_sleep(w, 1000.0);
     }
     return true;
 }
 
 /* Sleeps until JS completes `w`, a wait for GPU work. There is no time
  * limit: on a slow adapter (SwiftShader, a 1B model's prefill) a pass may
- * take minutes, which is progress, not a failure. The wait gives up only
- * when the device reports a fault (an error, or lost: its pending promises
- * then reject, which normally ends the wait first) and the promise still has
- * not answered FAULT_GRACE_MS later; `w` is leaked then, as in wait_done. */
+ * take minutes, which is progress, not a failure; nor is an uncaptured
+ * validation error a reason to stop (the promise still answers, with the
+ * error). The wait gives up only when the device is lost (its pending
+ * promises then reject, which normally ends the wait first) and the promise
+ * still has not answered FAULT_GRACE_MS later; `w` is leaked then, as in
+ * wait_done. */
 static bool wait_gpu(struct wgllm_gpu *g, struct hal_wait *w) {
-    double fault_at = 0;
+    double lost_at = 0;
     while (atomic_load(&w->state) == 0) {
-        emscripten_futex_wait((void *)&w->state, 0, 1000.0);
+        hal_sleep(w, 1000.0);
         if (atomic_load(&w->state) != 0) break;
-        if (fault_at == 0 && wgllm_hal_js_has_error(g->dev)) fault_at = emscripten_get_now();
-        if (fault_at != 0 && emscripten_get_now() - fault_at > FAULT_GRACE_MS) return false;
+        if (lost_at == 0 && wgllm_hal_js_lost(g->dev)) lost_at = emscripten_get_now();
+        if (lost_at != 0 && emscripten_get_now() - lost_at > FAULT_GRACE_MS) return false;
     }
     return true;
 }
@@ -131,10 +159,12 @@ static enum wgllm_status take_error(struct wgllm_gpu *g, struct wgllm_error *err
 
 enum wgllm_status wgllm_gpu_open(struct wgllm_gpu **out, struct wgllm_error *err) {
     *out = NULL;
+#ifdef __EMSCRIPTEN_PTHREADS__
     if (emscripten_is_main_runtime_thread())
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "the browser WebGPU layer must be opened from a pthread (the main thread cannot wait "
                                "for WebGPU's promises)");
+#endif
     struct wgllm_gpu *g = calloc(1, sizeof *g);
     struct hal_wait *w = wait_new();
     double nums[16] = {0};
@@ -310,8 +340,8 @@ enum wgllm_status wgllm_gpu_readback(struct wgllm_gpu *g, struct wgllm_gpu_buffe
     if (!w) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for a readback");
     wgllm_hal_js_readback(w, g->dev, rb->id, (double)offset, (double)msize, dst, (double)size);
     if (!wait_gpu(g, w)) {
-        enum wgllm_status st = take_error(g, err, "GPU readback: the device failed and the readback never answered");
-        return st ? st : wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "GPU readback: the device failed");
+        enum wgllm_status st = take_error(g, err, "GPU readback: the device was lost and the readback never answered");
+        return st ? st : wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "GPU readback: the device was lost");
     }
     enum wgllm_status st = WGLLM_STATUS_OK;
     if (w->status) {
@@ -337,7 +367,7 @@ struct wgllm_gpu_pipeline *wgllm_gpu_pipeline_get(struct wgllm_gpu *g, const cha
     int id = wgllm_hal_js_pipeline(w, g->dev, wgsl, label);
     if (!wait_gpu(g, w)) {
         char what[160];
-        snprintf(what, sizeof what, "compiling WGSL kernel '%s': the device failed", label ? label : "");
+        snprintf(what, sizeof what, "compiling WGSL kernel '%s': the device was lost", label ? label : "");
         if (!take_error(g, err, what)) wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "%s", what);
         return NULL;
     }
@@ -382,8 +412,8 @@ struct wgllm_gpu_bindgroup *wgllm_gpu_bindgroup_create(struct wgllm_gpu *g, stru
     int id = wgllm_hal_js_bindgroup(w, g->dev, p->id, n, ent);
     if (!wait_gpu(g, w)) {
         free(r);
-        if (!take_error(g, err, "creating a bind group: the device failed"))
-            wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "creating a bind group: the device failed");
+        if (!take_error(g, err, "creating a bind group: the device was lost"))
+            wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "creating a bind group: the device was lost");
         return NULL;
     }
     if (w->status || !id) {

@@ -16,6 +16,10 @@
 // `struct hal_wait` in the shared heap and wakes the waiting pthread with
 // Atomics.notify (C waits with emscripten_futex_wait). So the main thread
 // only ever runs short synchronous calls and awaits promises.
+// In the single-threaded WebGPU core (no pthreads; __proxy is ignored) C
+// calls these directly and sleeps with the async import wgllm_web_js_wait
+// (wgllm_web.lib.js, Asyncify): WGHAL.done also wakes that sleep
+// (WGWAIT.wake), so the same promise handlers serve both cores.
 //
 // struct hal_wait (hal_browser.c): int32 state (0 pending, 1 done), int32
 // status (0 ok), char msg[HAL_MSG] at +8.
@@ -25,6 +29,7 @@
 // before any arithmetic on them.
 
 var LibraryWgllmHal = {
+  $WGHAL__deps: ['$WGWAIT'],
   $WGHAL: {
     objs: [null],
     owner: [0], // the device id of each object
@@ -55,6 +60,7 @@ var LibraryWgllmHal = {
       HEAP32[(w + 4) >>> 2] = status;
       Atomics.store(HEAP32, w >>> 2, 1);
       Atomics.notify(HEAP32, w >>> 2);
+      WGWAIT.wake(w);
     },
     msgOf: function(e) {
       return e && e.message ? e.message : String(e);
@@ -111,11 +117,13 @@ var LibraryWgllmHal = {
       if (adapter.features.has('shader-f16')) feats.push('shader-f16');
       if (adapter.features.has('subgroups')) feats.push('subgroups');
       var device = await adapter.requestDevice({ label: 'wgllm', requiredFeatures: feats, requiredLimits: req });
-      var d = { adapter: adapter, device: device, queue: device.queue, error: null };
+      var d = { adapter: adapter, device: device, queue: device.queue, error: null, lost: false };
       var dev = WGHAL.add(d, 0);
       device.onuncapturederror = function(ev) { WGHAL.fault(d, 'WebGPU error: ' + WGHAL.msgOf(ev.error)); };
       device.lost.then(function(li) {
-        if (li.reason !== 'destroyed') WGHAL.fault(d, 'WebGPU device lost: ' + (li.message || li.reason));
+        if (li.reason === 'destroyed') return;
+        d.lost = true;
+        WGHAL.fault(d, 'WebGPU device lost: ' + (li.message || li.reason));
       });
       var D = device.limits;
       var v = [D.maxStorageBufferBindingSize, D.maxBufferSize, D.maxComputeWorkgroupStorageSize,
@@ -288,15 +296,17 @@ var LibraryWgllmHal = {
     return id;
   },
 
+  // Whether the device is lost (not merely an uncaptured error): the only
+  // reason a wait for GPU work gives up (hal_browser.c wait_gpu).
+  wgllm_hal_js_lost__deps: ['$WGHAL'],
+  wgllm_hal_js_lost__proxy: 'sync',
+  wgllm_hal_js_lost: function(dev) {
+    var d = WGHAL.objs[dev];
+    return !d || d.lost ? 1 : 0;
+  },
+
   // The first device error since the last call, copied to msg (cap bytes);
   // returns 1 when there was one.
-  // whether the device has recorded a fault (error or loss), without taking it
-  wgllm_hal_js_has_error__deps: ['$WGHAL'],
-  wgllm_hal_js_has_error__proxy: 'sync',
-  wgllm_hal_js_has_error: function(dev) {
-    var d = WGHAL.objs[dev];
-    return d && d.error ? 1 : 0;
-  },
 
   wgllm_hal_js_take_error__deps: ['$WGHAL'],
   wgllm_hal_js_take_error__proxy: 'sync',

@@ -37,8 +37,9 @@ export interface EngineOptions {
   /** 'auto' (default): WebGPU on a hardware adapter, else the wasm CPU backend (a software adapter such
    *  as SwiftShader counts as none); 'webgpu': navigator.gpu on any adapter, or fail; 'cpu': wasm only.
    *  On WebGPU the engine batches requests and computes embeddings as on the CPU.
-   *  The single-threaded core (page not cross-origin isolated) runs 'cpu' only: 'auto' picks it,
-   *  'webgpu' fails. */
+   *  On a page that is not cross-origin isolated the single-threaded WebGPU core runs 'webgpu'
+   *  (and 'auto' on a hardware adapter); 'auto' on a software adapter or none gets the
+   *  single-threaded CPU core. */
   backend?: 'auto' | 'cpu' | 'webgpu';
   /** Jinja chat template used instead of the model's (e.g. CHATML). */
   chatTemplate?: string;
@@ -73,8 +74,14 @@ export interface EngineInfo {
   /** GPU memory allocated at load (bytes; constant while generating); 0 on the CPU. */
   gpu_memory: number;
   threads: number;
-  /** false: the single-threaded core (the page is not cross-origin isolated), driven from the JS event loop */
+  /** false: a single-threaded core (the page is not cross-origin isolated), driven from the JS event loop */
   threaded: boolean;
+  /** The wasm core that runs: 'threaded' (wgllm-core.js), 'single-threaded' (wgllm-core-st.js, CPU) or
+   *  'single-threaded-webgpu' (wgllm-core-st-gpu.js, Asyncify). */
+  core: 'threaded' | 'single-threaded' | 'single-threaded-webgpu';
+  /** Why that core, e.g. "the page is not cross-origin isolated (no COOP/COEP headers, so no
+   *  SharedArrayBuffer): one thread, driven from this event loop; ...". */
+  core_detail: string;
   arch: string;
   n_vocab: number;
   n_ctx_train: number;
@@ -294,6 +301,9 @@ export interface Capabilities {
   webgpu: boolean;
   threads: number;
   crossOriginIsolated: boolean;
+  /** Same as EngineInfo.core and EngineInfo.core_detail. */
+  core: 'threaded' | 'single-threaded' | 'single-threaded-webgpu';
+  core_reason: string;
 }
 
 /** ChatML, for models whose GGUF has no chat template. */

@@ -139,7 +139,7 @@ function openaiApi(backend, modelName) {
       const i = backend.info;
       return { backend: i.backend, reason: i.backend_detail, adapter: i.adapter, gpu_memory: i.gpu_memory,
                webgpu: typeof navigator !== 'undefined' && !!navigator.gpu, threads: i.threads,
-               crossOriginIsolated: i.crossOriginIsolated };
+               crossOriginIsolated: i.crossOriginIsolated, core: i.core, core_reason: i.core_detail };
     },
   };
 }

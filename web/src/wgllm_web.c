@@ -23,20 +23,25 @@
  * so JS starts it with wgllm_web_load_start and waits on its counter like on
  * a job's; the engine's own thread then calls the HAL the same way.
  *
- * Single-threaded build (no __EMSCRIPTEN_PTHREADS__, for pages without
- * cross-origin isolation): CPU only, loaded with wgllm_web_load; the engine
- * has no thread (no_thread) and nothing runs on its own; JS calls
- * wgllm_web_step between turns of its event loop, and a job is finished
- * there once its request is done. Embeddings run to the end inside
- * wgllm_web_embed.
+ * Single-threaded builds (no __EMSCRIPTEN_PTHREADS__, for pages without
+ * cross-origin isolation): the engine has no thread (no_thread) and nothing
+ * runs on its own; JS calls wgllm_web_step between turns of its event loop,
+ * and a job is finished there once its request is done. Embeddings and
+ * snapshots run to the end inside their call; a load runs inside
+ * wgllm_web_load(_stream)_start. Two cores link these objects: the CPU one
+ * (wgllm-core-st.js, hal_none.c), and the WebGPU one (wgllm-core-st-gpu.js:
+ * hal_browser.c, linked with Asyncify), whose waits for the browser (the
+ * GPU's promises, the reads of streamed weights) are the async import
+ * wgllm_web_js_wait: the wasm stack unwinds to JS while a promise is
+ * pending, so those calls return Promises there (core.js awaits them).
  *
- * Streamed weights (threaded build): wgllm_web_load_stream_start loads a
+ * Streamed weights: wgllm_web_load_stream_start loads a
  * model whose files stay on the JS side (an OPFS file, a user's File, an
  * ArrayBuffer): the GGUF reader pulls the header and the WebGPU backend the
  * weights through a read callback, in bounded chunks (wgllm_web_js_read:
  * the main thread reads the range asynchronously and wakes the loading
- * pthread), so the weights go from the file to GPU buffers and never sit in
- * the wasm heap, which can only grow.
+ * pthread, or the sleeping single thread), so the weights go from the file
+ * to GPU buffers and never sit in the wasm heap, which can only grow.
  *
  * Ownership: wgllm_web_load / wgllm_web_load_finish return a state (model +
  * engine or GPU generator) freed by wgllm_web_unload; every job returned by
@@ -132,7 +137,7 @@ static bool on_progress(float p, void *ud) {
     return true;
 }
 
-#ifdef __EMSCRIPTEN_PTHREADS__
+#ifdef __EMSCRIPTEN__
 /* One read of a streamed model, completed by the JS side
  * (wgllm_web_js_read): state 0 pending -> 2 while JS writes into dst -> 1
  * done (status, msg at +8); the C side moves 0 -> 3 when it gives up, after
@@ -143,6 +148,9 @@ struct web_read_wait {
     char msg[512];
 };
 extern void wgllm_web_js_read(struct web_read_wait *w, int src, int file, double off, void *dst, double n);
+#ifndef __EMSCRIPTEN_PTHREADS__
+extern int wgllm_web_js_wait(_Atomic int32_t *flag, double ms); /* wgllm_web.lib.js: an Asyncify sleep */
+#endif
 
 #define READ_WAIT_MS 300000.0 /* a read of at most 16 MiB from OPFS or a File takes far less */
 
@@ -160,7 +168,16 @@ static enum wgllm_status web_read(void *user, int file, uint64_t off, void *dst,
             /* w stays allocated: the read's promise still holds it */
             return wgllm_error_set(err, WGLLM_STATUS_IO, "the browser did not answer a read of %zu bytes in %.0f s", n,
                                    READ_WAIT_MS / 1000);
+#ifdef __EMSCRIPTEN_PTHREADS__
         emscripten_futex_wait((void *)&w->state, (uint32_t)v, 1000.0);
+#else
+        /* state 2 never lasts past the JS call that sets it: here v is 0 */
+        int32_t pending = 0;
+        if (wgllm_web_js_wait(&w->state, 1000.0) < 0 && atomic_compare_exchange_strong(&w->state, &pending, 3))
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "this core cannot wait for the browser's reads (streamed weights need the "
+                                   "threaded or the single-threaded WebGPU core)");
+#endif
     }
     enum wgllm_status st = WGLLM_STATUS_OK;
     if (w->status) st = wgllm_error_set(err, WGLLM_STATUS_IO, "%s", w->msg);
@@ -211,8 +228,7 @@ static struct web_state *load_state(const char *path, const struct wgllm_model_s
     ep.chat_template = st->chat_template;
     ep.backend = (enum wgllm_backend)backend;
 #ifndef __EMSCRIPTEN_PTHREADS__
-    ep.backend = WGLLM_BACKEND_CPU; /* no thread to wait for the GPU's promises on */
-    ep.no_thread = true; /* driven by wgllm_web_step */
+    ep.no_thread = true; /* driven by wgllm_web_step (WebGPU's waits sleep through Asyncify) */
 #endif
     if (wgllm_engine_init(st->model, &ep, &st->eng, &err) != WGLLM_STATUS_OK) {
         snprintf(error, error_cap, "%s", err.message);
@@ -299,6 +315,10 @@ static void load_delete(struct web_load *l) {
 }
 
 static struct web_load *load_run(struct web_load *l) {
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+    load_main(l); /* no thread to put it on: done when this returns (which may be a Promise's end on JS's side) */
+    return l;
+#else
     pthread_t t;
     if (pthread_create(&t, NULL, load_main, l) != 0) {
         load_delete(l);
@@ -307,6 +327,7 @@ static struct web_load *load_run(struct web_load *l) {
     }
     pthread_detach(t);
     return l;
+#endif
 }
 
 EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_start(const char *path, int n_threads, int n_ctx, int n_slots,
@@ -315,14 +336,14 @@ EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_start(const char *path, int
     return l ? load_run(l) : NULL;
 }
 
-/* Starts a streamed load (threaded build only): the n_files files of JS
+/* Starts a streamed load: the n_files files of JS
  * source `src` (Module.wgllmSources[src]) with byte sizes `sizes` and names
  * `names` ("a\0b\0...", for messages). Then as wgllm_web_load_start. */
 EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_stream_start(int src, int n_files, const double *sizes,
                                                                   const char *names, int n_threads, int n_ctx,
                                                                   int n_slots, const char *chat_template,
                                                                   int backend) {
-#ifdef __EMSCRIPTEN_PTHREADS__
+#ifdef __EMSCRIPTEN__
     if (n_files < 1) {
         snprintf(g_error, sizeof(g_error), "a streamed model needs at least one file");
         return NULL;
@@ -348,7 +369,7 @@ EMSCRIPTEN_KEEPALIVE struct web_load *wgllm_web_load_stream_start(int src, int n
 #else
     (void)src, (void)n_files, (void)sizes, (void)names, (void)n_threads, (void)n_ctx, (void)n_slots;
     (void)chat_template, (void)backend;
-    snprintf(g_error, sizeof(g_error), "streamed weights need the threaded core");
+    snprintf(g_error, sizeof(g_error), "streamed weights need the browser's reads (a wasm core)");
     return NULL;
 #endif
 }

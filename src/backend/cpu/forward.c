@@ -408,10 +408,8 @@ static void forward_worker(void *arg, int ith, int nth) {
                 float *qh = c->q + (size_t)t * QD + (size_t)hh * dk;
                 if (L->q_norm && head_norm) wgllm_op_rms_norm(qh, L->q_norm, qh, dk, hp->rms_eps);
                 if (L->rope) wgllm_op_rope(qh, cs, hp->n_rot, neox);
-                if (hp->attn_temp_scale != 0.0f) { /* in double, as llama.cpp's input of it */
-                    const float p = (float)c->pos[t];
-                    const float ts = (float)(log(floor(p / (float)hp->attn_temp_floor) + 1.0) *
-                                                 hp->attn_temp_scale + 1.0);
+                if (hp->attn_temp_scale != 0.0f) {
+                    const float ts = wgllm_hparams_attn_temp(hp, c->pos[t]);
                     for (int d = 0; d < dk; d++) qh[d] *= ts;
                 }
                 if (hp->q_scale != 1.0f)

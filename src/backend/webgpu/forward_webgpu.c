@@ -198,11 +198,16 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
         st[B + i] = (uint32_t)(seq[i] * g->n_ctx + pos[i]);
         st[2 * B + i] = (uint32_t)pos[i] + 1;
         if (want[i]) st[3 * B + n_out++] = (uint32_t)i;
+        if (hp->attn_temp_scale != 0.0f) {
+            const float ts = wgllm_hparams_attn_temp(hp, pos[i]);
+            memcpy(&st[4 * B + i], &ts, 4);
+        }
         if (i > 0 && pos[i] == pos[i - 1]) rope_repeat(g, i);
         else rope_rows(g, i, pos[i]);
     }
-    for (int a = 0; a < 4; a++)
-        if (a < 3 || n_out) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)a * B * 4, st + a * B, (size_t)(a < 3 ? n : n_out) * 4);
+    for (int a = 0; a < 5; a++)
+        if (a < 3 || (a == 3 && n_out) || (a == 4 && hp->attn_temp_scale != 0.0f))
+            wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)a * B * 4, st + a * B, (size_t)(a == 3 ? n_out : n) * 4);
     rope_upload(g, n);
     wgllm_gpu_batch_begin(g->gpu);
     record(g, 0, g->n_ops_layers, n);
@@ -332,6 +337,10 @@ static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, bool samp
         wgllm_gpu_buffer_write(g->gpu, g->step, 0, &t, 4);
     }
     for (int a = 0; a < 3; a++) wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)(a + 1) * B * 4, &v[a], 4);
+    if (g->model->hp.attn_temp_scale != 0.0f) {
+        const float ts = wgllm_hparams_attn_temp(&g->model->hp, pos);
+        wgllm_gpu_buffer_write(g->gpu, g->step, 4 * B * 4, &ts, 4);
+    }
     rope_rows(g, 0, pos);
     rope_upload(g, 1);
     wgllm_gpu_batch_begin(g->gpu);

@@ -118,7 +118,7 @@ _Static_assert(sizeof(struct wgllm_kp_attn) == 64, "wgllm_kp_attn is the whole b
 KP_AT(attn, dv, m); KP_AT(attn, dk, k); KP_AT(attn, q_stride, a); KP_AT(attn, row_at, b); KP_AT(attn, len_at, c);
 KP_AT(attn, o_stride, d); KP_AT(attn, k_stride, e); KP_AT(attn, gqa, g); KP_AT(attn, v_stride, i);
 KP_AT(attn, scale, f0); KP_AT(attn, window, h); KP_AT(attn, q_scale, f1); KP_AT(attn, softcap, f2);
-KP_AT(attn, inv_softcap, f3);
+KP_AT(attn, inv_softcap, f3); KP_AT(attn, temp_at, j);
 _Static_assert(sizeof(struct wgllm_kp_store_kv) == 64, "wgllm_kp_store_kv is the whole block");
 KP_AT(store_kv, words, n); KP_AT(store_kv, x_stride, k); KP_AT(store_kv, x_off, a); KP_AT(store_kv, row_at, b);
 KP_AT(store_kv, y_off, c); KP_AT(store_kv, y_stride, e);

@@ -167,7 +167,7 @@ struct wgllm_kp_attn {
     uint32_t gqa;      /* g: query heads per kv head */
     uint32_t window;   /* h: > 0: only the last `window` positions are attended (a sliding-window layer) */
     uint32_t v_stride; /* i: V cache elements per row */
-    uint32_t _j;
+    uint32_t temp_at;  /* j: > 0: ST[temp_at + t] = the f32 bits of token t's query temperature (mistral3) */
     float scale;       /* f0: the scores' factor (kq_scale, 1/sqrt(dk) by default) */
     float q_scale;     /* f1: q is multiplied by it before its f16 rounding (1: none) */
     float softcap;     /* f2: > 0: a score s becomes softcap * tanh(s / softcap) before the scale */

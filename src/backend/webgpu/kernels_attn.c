@@ -39,6 +39,7 @@
  * (Q8_0/Q4_0 median 4.8-7.1e-7 of the logits' rms, F32 1.6e-4 / 2.6e-3
  * worst, F16 1.4e-3; greedy tokens equal), i.e. below the f32 sum-order noise.
  * The gemma block's extras follow the CPU's attend_head: q times q_scale
+ * (and before it mistral3's per-token temperature, from the step buffer)
  * before its f16 rounding, the soft-cap of each score before the scale, and
  * a sliding window as a shorter span (the last `window` positions).
  */
@@ -78,7 +79,10 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "    wlen = len;\n"
         "    wbase = ST[p.b + tok] + 1u - len;\n"
         "  }\n"
-        "  for (var i = tid; i < p.k; i += WGA) { qs[i] = to_f16(Q[tok * p.a + h * p.k + i] * p.f1); }\n"
+        /* the query temperature first, then q_scale: the CPU's two roundings */
+        "  var qt = 1.0;\n"
+        "  if (p.j > 0u) { qt = bitcast<f32>(ST[p.j + tok]); }\n"
+        "  for (var i = tid; i < p.k; i += WGA) { qs[i] = to_f16(Q[tok * p.a + h * p.k + i] * qt * p.f1); }\n"
         "  let n = workgroupUniformLoad(&wlen);\n"
         "  let base = workgroupUniformLoad(&wbase);\n"
         "  var m = -3.4e38;\n"

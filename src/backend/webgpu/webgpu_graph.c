@@ -305,7 +305,8 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
                                                  .window = L->swa ? (uint32_t)hp->n_swa : 0,
                                                  .scale = hp->kq_scale, .q_scale = hp->q_scale,
                                                  .softcap = cap > 0.0f ? cap : 0.0f,
-                                                 .inv_softcap = cap > 0.0f ? 1.0f / cap : 0.0f}};
+                                                 .inv_softcap = cap > 0.0f ? 1.0f / cap : 0.0f,
+                                                 .temp_at = hp->attn_temp_scale != 0.0f ? 4 * B : 0}};
         struct gop *o = add_op(bd, pattn, &ak, GROW_Y, (uint32_t)hp->n_head, 4, g->q, g->kc[il], g->vc[il], g->att);
         if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){g->step, 0, 0};
         /* In the last layer only the rows whose outputs are wanted go on after

@@ -390,7 +390,7 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     /* every buffer, as plan_alloc creates it */
     const uint64_t B = (uint64_t)sz->n_batch, OC = (uint64_t)sz->out_cap, rows = (uint64_t)sz->n_seq * sz->n_ctx;
     const bool qk_norm = m->layers[0].q_norm != NULL;
-    sz->step = smul3(4, B, 4);
+    sz->step = smul3(5, B, 4); /* tokens, cache rows, lengths, output rows, query temperatures */
     sz->readback = smul3(OC, WGLLM_MAX(V, E), 4);
     sz->samp_in = smul3(OC, 8, 4);
     sz->samp_out = smul3(OC, 2, 4);
@@ -447,7 +447,7 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
         uint64_t n;
         size_t elem;
         size_t *out;
-    } host[] = {{"step", smul(4, B), sizeof(uint32_t), &sz->step_host},
+    } host[] = {{"step", smul(5, B), sizeof(uint32_t), &sz->step_host},
                 {"rope table", smul3(swa_rope ? 2 : 1, B, w.rot), sizeof(float), &sz->rope_host},
                 {"sampled rows", smul(OC, 8), sizeof(uint32_t), &sz->samp_host},
                 {"output row index", OC, sizeof(int), &sz->samp_row}};
@@ -504,15 +504,12 @@ static bool weight_ok(const struct wgllm_weight *w, enum wgllm_kernel k, char *w
 bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t cap) {
     /* The block features wgllm_model_extra_features lists (gemma's scales,
      * post-norms, GeGLU, soft-caps and sliding window, LongRoPE, granite's
-     * scales, olmo2's norms, smollm3's layers without RoPE) are computed by
-     * the graph (webgpu_graph.c), and YaRN is in the host's RoPE table; the
-     * blocks below are not, and are refused by name rather than computed
-     * wrong (with -b auto the CPU runs them). */
+     * scales, olmo2's norms, smollm3's layers without RoPE, mistral3's query
+     * temperature) are computed by the graph (webgpu_graph.c), and YaRN is in
+     * the host's RoPE table; the blocks below are not, and are refused by
+     * name rather than computed wrong (with -b auto the CPU runs them). */
     const struct wgllm_hparams *hp = &model->hp;
-    const char *missing = hp->n_expert > 0            ? "mixture of experts"
-                          : hp->attn_temp_scale != 0.0f ? "attention temperature scaling"
-                          : hp->encoder                 ? "a bidirectional encoder"
-                                                        : NULL;
+    const char *missing = hp->n_expert > 0 ? "mixture of experts" : hp->encoder ? "a bidirectional encoder" : NULL;
     if (missing) {
         snprintf(why, cap, "architecture '%s' is not supported by the WebGPU kernels yet (it needs %s); use the CPU "
                  "backend", model->arch_name, missing);
