@@ -34,7 +34,7 @@ static float rng_normal(void) {
 #define FAST_IS_EXACT 0
 #endif
 
-static const uint32_t ftypes[] = {WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0};
+static const uint32_t ftypes[] = {WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0, WGLLM_TYPE_Q1_0};
 #define N_FTYPES (sizeof(ftypes) / sizeof(ftypes[0]))
 
 static void dequant(uint32_t type, const void *blk, float *y, int64_t n) {
@@ -46,11 +46,27 @@ TEST(traits_filled) {
         const struct wgllm_type_traits *t = wgllm_type_traits(ftypes[i]);
         CHECK(t->to_float && t->from_float_ref && t->vec_dot && t->vec_dot_nr);
         CHECK(wgllm_type_supported(ftypes[i]));
-        CHECK_EQ_INT(t->vec_dot_type, ftypes[i] == WGLLM_TYPE_MXFP4 ? WGLLM_TYPE_Q8_0 : WGLLM_TYPE_Q8_K);
+        const bool q8_0 = ftypes[i] == WGLLM_TYPE_MXFP4 || ftypes[i] == WGLLM_TYPE_Q1_0;
+        CHECK_EQ_INT(t->vec_dot_type, q8_0 ? WGLLM_TYPE_Q8_0 : WGLLM_TYPE_Q8_K);
     }
     CHECK_EQ_INT(wgllm_row_size(WGLLM_TYPE_MXFP4, 64), 34);
     CHECK_EQ_INT(wgllm_row_size(WGLLM_TYPE_TQ1_0, 512), 108);
     CHECK_EQ_INT(wgllm_row_size(WGLLM_TYPE_TQ2_0, 256), 66);
+    CHECK_EQ_INT(wgllm_row_size(WGLLM_TYPE_Q1_0, 256), 36);
+}
+
+TEST(known_q1_0) {
+    float x[128];
+    for (int j = 0; j < 128; j++) x[j] = j % 3 == 0 ? -1.5f : 0.5f; /* 43 of -1.5, 85 of 0.5 */
+    x[7] = -0.0f;                                                   /* >= 0: a set bit */
+    const float d_want = (43 * 1.5f + 84 * 0.5f) / 128;             /* mean |x| */
+    wgllm_block_q1_0 b;
+    wgllm_type_traits_ref(WGLLM_TYPE_Q1_0)->from_float_ref(x, &b, 128);
+    CHECK_NEAR(wgllm_fp16_lookup(b.d), d_want, 1e-3);
+    CHECK_EQ_INT(b.qs[0], 0xB6); /* elements 0..7: - + + - + + - +(-0.0) */
+    float y[128];
+    dequant(WGLLM_TYPE_Q1_0, &b, y, 128);
+    CHECK(y[0] == -wgllm_fp16_lookup(b.d) && y[1] == wgllm_fp16_lookup(b.d) && y[7] == wgllm_fp16_lookup(b.d));
 }
 
 /* ---- known answers ----------------------------------------------------- */
@@ -129,7 +145,7 @@ TEST(known_tq1_0) {
  * power-of-two scale), TQ1_0 / TQ2_0 0.779 (three levels 0, +-amax: with
  * amax ~3 sigma over 256 values most round to 0; the formats are meant for
  * ternary-trained weights, which they hold exactly). The bounds leave ~15%. */
-static double rms_bound(uint32_t t) { return t == WGLLM_TYPE_MXFP4 ? 0.135 : 0.90; }
+static double rms_bound(uint32_t t) { return t == WGLLM_TYPE_MXFP4 ? 0.135 : t == WGLLM_TYPE_Q1_0 ? 0.70 : 0.90; }
 
 TEST(round_trip_error) {
     const int64_t n = 256 * 32;
@@ -235,11 +251,10 @@ TEST(dots_match_random_bytes) {
             /* sane scales: MXFP4 e near 127, the ternary d an f16 of 0.01..1 */
             const size_t bs = ref->type_size;
             for (size_t b = 0; b < rs / bs; b++) {
+                const wgllm_fp16 d = wgllm_fp32_to_fp16(0.01f + (float)(rng_u32() % 100) / 100.0f);
                 if (ftypes[t] == WGLLM_TYPE_MXFP4) wq[b * bs] = (uint8_t)(120 + rng_u32() % 12);
-                else {
-                    const wgllm_fp16 d = wgllm_fp32_to_fp16(0.01f + (float)(rng_u32() % 100) / 100.0f);
-                    memcpy(wq + b * bs + bs - 2, &d, 2);
-                }
+                else if (ftypes[t] == WGLLM_TYPE_Q1_0) memcpy(wq + b * bs, &d, 2);
+                else memcpy(wq + b * bs + bs - 2, &d, 2);
             }
             wgllm_type_traits(ref->vec_dot_type)->from_float(a, aq, n);
             float s_ref = 0, s_fast = 0;
@@ -327,6 +342,7 @@ TEST(bytes_equal_llama_cpp) {
         {WGLLM_TYPE_MXFP4, "quantize_mxfp4", "dequantize_row_mxfp4"},
         {WGLLM_TYPE_TQ2_0, "quantize_tq2_0", "dequantize_row_tq2_0"},
         {WGLLM_TYPE_TQ1_0, "quantize_tq1_0", "dequantize_row_tq1_0"},
+        {WGLLM_TYPE_Q1_0, "quantize_q1_0", "dequantize_row_q1_0"},
     };
     const int64_t n = 256 * 64;
     float *x = malloc(sizeof(float) * n), *da = malloc(sizeof(float) * n), *db = malloc(sizeof(float) * n);
@@ -369,6 +385,7 @@ int main(void) {
     RUN(known_mxfp4);
     RUN(known_tq2_0);
     RUN(known_tq1_0);
+    RUN(known_q1_0);
     RUN(round_trip_error);
     RUN(dots_match);
     RUN(dots_match_random_bytes);

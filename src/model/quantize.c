@@ -28,7 +28,7 @@ enum {
     FT_ALL_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
     FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15,
     FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ4_XS = 30, FT_BF16 = 32,
-    FT_TQ1_0 = 36, FT_TQ2_0 = 37, FT_MXFP4_MOE = 38,
+    FT_TQ1_0 = 36, FT_TQ2_0 = 37, FT_MXFP4_MOE = 38, FT_Q1_0 = 40,
     /* wgllm's own: MXFP4 for a dense model too (llama.cpp's MXFP4_MOE turns
      * only expert tensors to MXFP4, a dense model all to Q8_0). Every matrix
      * MXFP4_MOE would keep in Q8_0 becomes MXFP4 but token_embd and output,
@@ -56,6 +56,7 @@ static const struct {
     {"F32", FT_ALL_F32, WGLLM_TYPE_F32},
     {"TQ1_0", FT_TQ1_0, WGLLM_TYPE_TQ1_0},     {"TQ2_0", FT_TQ2_0, WGLLM_TYPE_TQ2_0},
     {"MXFP4_MOE", FT_MXFP4_MOE, WGLLM_TYPE_MXFP4}, {"MXFP4", FT_MXFP4, WGLLM_TYPE_MXFP4},
+    {"Q1_0", FT_Q1_0, WGLLM_TYPE_Q1_0},
     /* llama.cpp's quantize tool takes these as aliases */
     {"Q3_K", FT_Q3_K_M, WGLLM_TYPE_Q3_K},     {"Q4_K", FT_Q4_K_M, WGLLM_TYPE_Q4_K},
     {"Q5_K", FT_Q5_K_M, WGLLM_TYPE_Q5_K},

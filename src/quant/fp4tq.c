@@ -1,7 +1,7 @@
 /*
- * fp4tq.c - the scalar reference kernels of MXFP4, TQ1_0 and TQ2_0:
+ * fp4tq.c - the scalar reference kernels of MXFP4, TQ1_0, TQ2_0 and Q1_0:
  * dequantize, ggml's reference quantizers, and the dots against Q8_0
- * (MXFP4) and Q8_K (TQ1_0, TQ2_0).
+ * (MXFP4, Q1_0) and Q8_K (TQ1_0, TQ2_0).
  *
  * Bit-exactness with ggml: the quantizers follow quantize_row_mxfp4_ref /
  * _tq1_0_ref / _tq2_0_ref (which llama-quantize calls; none takes an
@@ -88,6 +88,51 @@ static void vec_dot_mxfp4_q8_0(int64_t n, float *s, const void *vx, const void *
             sumi += y[i].qs[j] * wgllm_kvalues_mxfp4[x[i].qs[j] & 0x0F] +
                     y[i].qs[j + WGLLM_QK_MXFP4 / 2] * wgllm_kvalues_mxfp4[x[i].qs[j] >> 4];
         sumf += d * (float)sumi;
+    }
+    *s = sumf;
+}
+
+/* ---- Q1_0 -------------------------------------------------------------- */
+
+/* ggml's quantize_row_q1_0_ref: d = mean |x| (summed in element order),
+ * a set bit for x >= 0 (so -0.0 and 0 are +d, NaN is -d). */
+static void q1_0_from_float_ref(const float *x, void *vy, int64_t n) {
+    wgllm_block_q1_0 *y = vy;
+    const int qk = WGLLM_QK1_0;
+    for (int64_t i = 0; i < n / qk; i++, x += qk) {
+        float sum_abs = 0.0f;
+        for (int j = 0; j < qk; j++) sum_abs += fabsf(x[j]);
+        y[i].d = TO_FP16(sum_abs / qk);
+        memset(y[i].qs, 0, sizeof y[i].qs);
+        for (int j = 0; j < qk; j++)
+            if (x[j] >= 0.0f) y[i].qs[j / 8] |= (uint8_t)(1u << (j % 8));
+    }
+}
+
+static void q1_0_to_float(const void *vx, float *y, int64_t n) {
+    const wgllm_block_q1_0 *x = vx;
+    const int qk = WGLLM_QK1_0;
+    for (int64_t i = 0; i < n / qk; i++, y += qk) {
+        const float d = FP16(x[i].d);
+        for (int j = 0; j < qk; j++) y[j] = (x[i].qs[j / 8] >> (j % 8)) & 1 ? d : -d;
+    }
+}
+
+/* ggml's generic order: per Q8_0 sub-block an exact integer, scaled by the
+ * activation's d and summed in float, then the weight's d per block. */
+static void vec_dot_q1_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q1_0 *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    float sumf = 0;
+    for (int64_t i = 0; i < n / WGLLM_QK1_0; i++) {
+        float sumi = 0;
+        for (int k = 0; k < 4; k++) {
+            const wgllm_block_q8_0 *yb = &y[4 * i + k];
+            int sb = 0;
+            for (int j = 0; j < 32; j++) sb += (x[i].qs[4 * k + j / 8] >> (j % 8)) & 1 ? yb->qs[j] : -yb->qs[j];
+            sumi += FP16(yb->d) * (float)sb;
+        }
+        sumf += FP16(x[i].d) * sumi;
     }
     *s = sumf;
 }
@@ -220,6 +265,7 @@ static void vec_dot_tq1_0_q8_K(int64_t n, float *s, const void *vx, const void *
 FQ_NR(nr_mxfp4, vec_dot_mxfp4_q8_0)
 FQ_NR(nr_tq1_0, vec_dot_tq1_0_q8_K)
 FQ_NR(nr_tq2_0, vec_dot_tq2_0_q8_K)
+FQ_NR(nr_q1_0, vec_dot_q1_0_q8_0)
 
 static void fq_set(struct wgllm_type_traits *t, enum wgllm_type type, wgllm_to_float_fn tof,
                    wgllm_from_float_fn fref, enum wgllm_type vdt, wgllm_vec_dot_fn vd, wgllm_vec_dot_nr_fn nr) {
@@ -235,4 +281,5 @@ void wgllm_fp4tq_install_ref(struct wgllm_type_traits *t) {
     fq_set(t, WGLLM_TYPE_MXFP4, mxfp4_to_float, mxfp4_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_mxfp4_q8_0, nr_mxfp4);
     fq_set(t, WGLLM_TYPE_TQ2_0, tq2_0_to_float, tq2_0_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_tq2_0_q8_K, nr_tq2_0);
     fq_set(t, WGLLM_TYPE_TQ1_0, tq1_0_to_float, tq1_0_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_tq1_0_q8_K, nr_tq1_0);
+    fq_set(t, WGLLM_TYPE_Q1_0, q1_0_to_float, q1_0_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_q1_0_q8_0, nr_q1_0);
 }

@@ -4,8 +4,10 @@
  * stores them in GGUF files, and the install functions that put their
  * kernels into the traits tables of quant.c.
  *
- * Pairing (as llama.cpp's ggml-cpu type traits): MXFP4 weights dot with
- * Q8_0 activations (both 32-element blocks), TQ1_0 / TQ2_0 with Q8_K.
+ * Also the 1-bit Q1_0 (a sign per weight, blocks of 128 scaled by the mean
+ * magnitude). Pairing (as llama.cpp's ggml-cpu type traits): MXFP4 weights
+ * dot with Q8_0 activations (both 32-element blocks), Q1_0 with Q8_0 (four
+ * activation blocks per weight block), TQ1_0 / TQ2_0 with Q8_K.
  */
 #ifndef WGLLM_FP4TQ_H
 #define WGLLM_FP4TQ_H
@@ -35,7 +37,15 @@ typedef struct {
     wgllm_fp16 d;
 } wgllm_block_tq2_0;
 
+#define WGLLM_QK1_0 128
+/* bit j of qs[j / 8] set: element j is +d, else -d */
+typedef struct {
+    wgllm_fp16 d;
+    uint8_t qs[WGLLM_QK1_0 / 8];
+} wgllm_block_q1_0;
+
 _Static_assert(sizeof(wgllm_block_mxfp4) == 17, "mxfp4 layout");
+_Static_assert(sizeof(wgllm_block_q1_0) == 18, "q1_0 layout");
 _Static_assert(sizeof(wgllm_block_tq1_0) == 54, "tq1_0 layout");
 _Static_assert(sizeof(wgllm_block_tq2_0) == 66, "tq2_0 layout");
 

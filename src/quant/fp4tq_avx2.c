@@ -142,6 +142,40 @@ static void mt_mxfp4_avx2(int64_t n, float *s, size_t ss, const void *x, const v
     else mxfp4_mt_body(n, s, ss, x, y, ys, nt);
 }
 
+/* ---- Q1_0 -------------------------------------------------------------- */
+
+/* Signs from bits: byte b of the 4 sub-block bytes spread over elements
+ * 8b..8b+7, each lane testing its bit; y negated where the bit is clear.
+ * Float order of ggml's AVX2 kernel: per block, eight lanes of d_y * sum over
+ * the four Q8_0 sub-blocks (mul, then fmadd), fmadd by the block's d into
+ * the row's lanes, one horizontal sum at the end. */
+static void vec_dot_q1_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q1_0 *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                            3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i ones = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / WGLLM_QK1_0; i++) {
+        const wgllm_block_q8_0 *yb = &y[4 * i];
+        __m256 accb = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            uint32_t b4;
+            memcpy(&b4, x[i].qs + 4 * k, 4);
+            const __m256i clear = _mm256_cmpeq_epi8(
+                _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)b4), spread), bit), _mm256_setzero_si256());
+            const __m256i yy = _mm256_loadu_si256((const __m256i *)yb[k].qs);
+            const __m256i sy = _mm256_sub_epi8(_mm256_xor_si256(yy, clear), clear); /* -y where clear */
+            const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(ones, sy));
+            const __m256 dy = _mm256_set1_ps(FP16(yb[k].d));
+            accb = k == 0 ? _mm256_mul_ps(dy, p) : _mm256_fmadd_ps(dy, p, accb);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d)), accb, acc);
+    }
+    *s = hsum_ps(acc);
+}
+
 /* ---- TQ2_0 ------------------------------------------------------------- */
 
 static void vec_dot_tq2_0_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
@@ -288,6 +322,7 @@ FQ_MT(mt_tq1_0_avx2, tq1_0_mt_body)
 FQ_NR(nr_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2)
 FQ_NR(nr_tq1_0_avx2, vec_dot_tq1_0_q8_K_avx2)
 FQ_NR(nr_tq2_0_avx2, vec_dot_tq2_0_q8_K_avx2)
+FQ_NR(nr_q1_0_avx2, vec_dot_q1_0_q8_0_avx2)
 
 void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_avx2;
@@ -298,6 +333,9 @@ void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_TQ2_0].vec_dot = vec_dot_tq2_0_q8_K_avx2;
     t[WGLLM_TYPE_TQ2_0].vec_dot_nr = nr_tq2_0_avx2;
     t[WGLLM_TYPE_TQ1_0].vec_dot_mt = mt_tq1_0_avx2;
+    /* Q1_0: no AVX-512 kernel (llama.cpp's x86 builds run this one too) */
+    t[WGLLM_TYPE_Q1_0].vec_dot = vec_dot_q1_0_q8_0_avx2;
+    t[WGLLM_TYPE_Q1_0].vec_dot_nr = nr_q1_0_avx2;
     t[WGLLM_TYPE_TQ2_0].vec_dot_mt = mt_tq2_0_avx2;
 }
 

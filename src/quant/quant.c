@@ -446,6 +446,7 @@ static const struct { const char *name; int64_t blck; size_t size; bool quant; }
     [WGLLM_TYPE_F64] = {"f64", 1, 8, false},          [WGLLM_TYPE_IQ1_M] = {"iq1_m", 256, 56, true},
     [WGLLM_TYPE_BF16] = {"bf16", 1, 2, false},        [WGLLM_TYPE_TQ1_0] = {"tq1_0", 256, 54, true},
     [WGLLM_TYPE_TQ2_0] = {"tq2_0", 256, 66, true},    [WGLLM_TYPE_MXFP4] = {"mxfp4", 32, 17, true},
+    [WGLLM_TYPE_NVFP4] = {"nvfp4", 64, 36, true},     [WGLLM_TYPE_Q1_0] = {"q1_0", 128, 18, true},
 };
 
 #define KERNELS(T, tof, fref, ffast, vdt, vd)                                             \
