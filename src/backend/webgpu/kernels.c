@@ -245,6 +245,7 @@ static uint32_t w8_block(uint32_t type, uint32_t *bytes) {
     case WGLLM_TYPE_MXFP4: *bytes = 17; return 32;
     case WGLLM_TYPE_TQ2_0: *bytes = 66; return 256;
     case WGLLM_TYPE_TQ1_0: *bytes = 54; return 256;
+    case WGLLM_TYPE_Q1_0: *bytes = 18; return 128;
     default: return 0;
     }
 }
@@ -362,6 +363,17 @@ static bool emit_w8(struct sb *b, uint32_t type) {
                   "    v[t] = f32(i32((q0 >> (8u * t + sh)) & 3u) - 1) * d;\n"
                   "    v[t + 4u] = f32(i32((q1 >> (8u * t + sh)) & 3u) - 1) * d;\n"
                   "  }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
+    case WGLLM_TYPE_Q1_0:
+        /* d, qs[16]: element j of the block is +d when bit j % 8 of qs[j / 8] is set, else -d */
+        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 4u) * 18u;\n"
+                  "  let d = f16at(o);\n"
+                  "  let bits = ld8(o + 2u + 4u * (c %% 4u) + u);\n"
+                  "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 8u; t++) { v[t] = select(-d, d, ((bits >> t) & 1u) == 1u); }\n"
                   "  return v;\n"
                   "}\n");
         return true;
