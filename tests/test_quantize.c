@@ -290,13 +290,14 @@ TEST(preset_names) {
  * MXFP4 (wgllm's own) puts every matrix but token_embd and output in MXFP4
  * and declares LLAMA_FTYPE_MOSTLY_MXFP4_MOE (38); MXFP4_MOE as llama.cpp
  * (no experts: all Q8_0); TQ1_0/TQ2_0 as llama.cpp (token_embd Q4_K, output
- * Q6_K). Byte equality with llama.cpp's presets: tests/peer/quantize.test.mjs. */
+ * Q6_K); Q1_0 as llama.cpp (output Q6_K). Byte equality with llama.cpp's presets: tests/peer/quantize.test.mjs. */
 TEST(mxfp4_and_ternary_presets) {
     static const struct { const char *preset; uint32_t ft, body, embd, out; } cases[] = {
         {"MXFP4", 38, WGLLM_TYPE_MXFP4, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q8_0},
         {"MXFP4_MOE", 38, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q8_0},
         {"TQ1_0", 36, WGLLM_TYPE_TQ1_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q6_K},
         {"TQ2_0", 37, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q6_K},
+        {"Q1_0", 40, WGLLM_TYPE_Q1_0, WGLLM_TYPE_Q1_0, WGLLM_TYPE_Q6_K},
     };
     CHECK_STR(wgllm_quantize_ftype_name(wgllm_quantize_ftype_from_name("mxfp4")), "MXFP4");
     CHECK_EQ_INT(wgllm_quantize_ftype_default_type(wgllm_quantize_ftype_from_name("tq1_0")), WGLLM_TYPE_TQ1_0);
