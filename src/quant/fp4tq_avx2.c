@@ -1,6 +1,6 @@
 /*
- * fp4tq_avx2.c - AVX2 dots of MXFP4 (with Q8_0) and TQ1_0 / TQ2_0 (with
- * Q8_K).
+ * fp4tq_avx2.c - AVX2 dots of MXFP4 and Q1_0 (with Q8_0) and TQ1_0 / TQ2_0
+ * (with Q8_K).
  *
  * MXFP4 is IQ4_NL's shape with another 16-value table: a byte shuffle turns
  * the nibbles into the doubled E2M1 values, whose exact integer block sums

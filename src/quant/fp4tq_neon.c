@@ -1,6 +1,6 @@
 /*
- * fp4tq_neon.c - arm64 NEON dots of MXFP4 (with Q8_0) and TQ1_0 / TQ2_0
- * (with Q8_K), bit-identical to the scalar reference: each block's integer
+ * fp4tq_neon.c - arm64 NEON dots of MXFP4 and Q1_0 (with Q8_0) and TQ1_0 /
+ * TQ2_0 (with Q8_K), bit-identical to the scalar reference: each block's integer
  * sum is formed with NEON (exact), then the blocks are added in the
  * reference's order with its float expression (the order ggml's NEON
  * kernels keep too: one float sum per block).
@@ -41,6 +41,36 @@ static inline int8x16_t tq1_trits(uint8x16_t q, uint8x16_t p) {
     const uint8x8_t lo = vshrn_n_u16(vmull_u8(vget_low_u8(r), vdup_n_u8(3)), 8);
     const uint8x8_t hi = vshrn_n_u16(vmull_high_u8(r, vdupq_n_u8(3)), 8);
     return vreinterpretq_s8_u8(vcombine_u8(lo, hi));
+}
+
+/* Q1_0: sum of +-y over one Q8_0 sub-block (bits of 4 bytes spread over 32
+ * elements, y negated where a bit is clear); the sum needs no multiply. */
+static inline int32_t q1_0_sub(const uint8_t *bits, const int8_t *yq) {
+    static const uint8_t spread[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                       2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint32_t b4;
+    memcpy(&b4, bits, 4);
+    const uint8x16_t w = vreinterpretq_u8_u32(vdupq_n_u32(b4));
+    int32_t sum = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint8x16_t set = vtstq_u8(vqtbl1q_u8(w, vld1q_u8(spread + 16 * h)), vld1q_u8(bit));
+        const int8x16_t yv = vld1q_s8(yq + 16 * h);
+        sum += vaddlvq_s8(vbslq_s8(set, yv, vnegq_s8(yv)));
+    }
+    return sum;
+}
+
+static void vec_dot_q1_0_q8_0_neon(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q1_0 *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    float sumf = 0;
+    for (int64_t i = 0; i < n / WGLLM_QK1_0; i++) {
+        float sumi = 0;
+        for (int k = 0; k < 4; k++) sumi += FP16(y[4 * i + k].d) * (float)q1_0_sub(x[i].qs + 4 * k, y[4 * i + k].qs);
+        sumf += FP16(x[i].d) * sumi;
+    }
+    *s = sumf;
 }
 
 /* The three dots over an integer dot DOT(acc, a, b), for each variant. */
@@ -124,6 +154,7 @@ FQ_NR(nr_tq2_0_sdot, vec_dot_tq2_0_q8_K_sdot)
 FQ_NR(nr_mxfp4_mull, vec_dot_mxfp4_q8_0_mull)
 FQ_NR(nr_tq1_0_mull, vec_dot_tq1_0_q8_K_mull)
 FQ_NR(nr_tq2_0_mull, vec_dot_tq2_0_q8_K_mull)
+FQ_NR(nr_q1_0_neon, vec_dot_q1_0_q8_0_neon)
 
 void wgllm_fp4tq_install_neon(struct wgllm_type_traits *t, bool has_dotprod) {
     t[WGLLM_TYPE_MXFP4].vec_dot = has_dotprod ? vec_dot_mxfp4_q8_0_sdot : vec_dot_mxfp4_q8_0_mull;
@@ -132,6 +163,8 @@ void wgllm_fp4tq_install_neon(struct wgllm_type_traits *t, bool has_dotprod) {
     t[WGLLM_TYPE_TQ1_0].vec_dot_nr = has_dotprod ? nr_tq1_0_sdot : nr_tq1_0_mull;
     t[WGLLM_TYPE_TQ2_0].vec_dot = has_dotprod ? vec_dot_tq2_0_q8_K_sdot : vec_dot_tq2_0_q8_K_mull;
     t[WGLLM_TYPE_TQ2_0].vec_dot_nr = has_dotprod ? nr_tq2_0_sdot : nr_tq2_0_mull;
+    t[WGLLM_TYPE_Q1_0].vec_dot = vec_dot_q1_0_q8_0_neon;
+    t[WGLLM_TYPE_Q1_0].vec_dot_nr = nr_q1_0_neon;
 }
 
 #endif

@@ -1,6 +1,6 @@
 /*
- * fp4tq_wasm.c - WebAssembly SIMD128 dots of MXFP4 (with Q8_0) and TQ1_0 /
- * TQ2_0 (with Q8_K), for the browser build (emcc -msimd128).
+ * fp4tq_wasm.c - WebAssembly SIMD128 dots of MXFP4 and Q1_0 (with Q8_0) and
+ * TQ1_0 / TQ2_0 (with Q8_K), for the browser build (emcc -msimd128).
  *
  * Bit-exactness, as quant_wasm.c: the browser must give the native portable
  * build's tokens, so each block's integer sum is formed with SIMD (exact)
@@ -54,6 +54,39 @@ static void vec_dot_mxfp4_q8_0_wasm(int64_t n, float *s, const void *vx, const v
                                                      dot_i8(hi, wasm_v128_load(y[i].qs + 16))));
         const float d = FP16(y[i].d) * wgllm_e8m0_half(x[i].e);
         sumf += d * (float)sumi;
+    }
+    *s = sumf;
+}
+
+/* ---- Q1_0 -------------------------------------------------------------- */
+
+/* sum of +-y over one Q8_0 sub-block: byte b of the 4 bit bytes spread over
+ * elements 8b..8b+7, each lane testing its bit, y negated where clear */
+static inline int32_t q1_0_sub(const uint8_t *bits, const int8_t *yq) {
+    uint32_t b4;
+    memcpy(&b4, bits, 4);
+    const v128_t w = wasm_i32x4_splat((int32_t)b4);
+    const v128_t bit = wasm_i8x16_make(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    const v128_t s0 = wasm_i8x16_make(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const v128_t s1 = wasm_i8x16_make(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    v128_t acc = wasm_i32x4_splat(0);
+    for (int h = 0; h < 2; h++) {
+        const v128_t clear = wasm_i8x16_eq(wasm_v128_and(wasm_i8x16_swizzle(w, h ? s1 : s0), bit), wasm_i8x16_splat(0));
+        const v128_t yv = wasm_v128_load(yq + 16 * h);
+        const v128_t sy = wasm_i8x16_sub(wasm_v128_xor(yv, clear), clear);
+        acc = wasm_i32x4_add(acc, wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_extadd_pairwise_i8x16(sy)));
+    }
+    return hsum_i32(acc);
+}
+
+static void vec_dot_q1_0_q8_0_wasm(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_q1_0 *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    float sumf = 0;
+    for (int64_t i = 0; i < n / WGLLM_QK1_0; i++) {
+        float sumi = 0;
+        for (int k = 0; k < 4; k++) sumi += FP16(y[4 * i + k].d) * (float)q1_0_sub(x[i].qs + 4 * k, y[4 * i + k].qs);
+        sumf += FP16(x[i].d) * sumi;
     }
     *s = sumf;
 }
@@ -134,6 +167,7 @@ static void vec_dot_tq1_0_q8_K_wasm(int64_t n, float *s, const void *vx, const v
 FQ_NR(nr_mxfp4_wasm, vec_dot_mxfp4_q8_0_wasm)
 FQ_NR(nr_tq1_0_wasm, vec_dot_tq1_0_q8_K_wasm)
 FQ_NR(nr_tq2_0_wasm, vec_dot_tq2_0_q8_K_wasm)
+FQ_NR(nr_q1_0_wasm, vec_dot_q1_0_q8_0_wasm)
 
 void wgllm_fp4tq_install_wasm(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_wasm;
@@ -142,6 +176,8 @@ void wgllm_fp4tq_install_wasm(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_TQ1_0].vec_dot_nr = nr_tq1_0_wasm;
     t[WGLLM_TYPE_TQ2_0].vec_dot = vec_dot_tq2_0_q8_K_wasm;
     t[WGLLM_TYPE_TQ2_0].vec_dot_nr = nr_tq2_0_wasm;
+    t[WGLLM_TYPE_Q1_0].vec_dot = vec_dot_q1_0_q8_0_wasm;
+    t[WGLLM_TYPE_Q1_0].vec_dot_nr = nr_q1_0_wasm;
 }
 
 #endif

@@ -142,20 +142,20 @@ TEST(k_quant_dots_bit_identical) {
     CHECK(bad == 0 && checked == 400);
 }
 
-/* MXFP4 (blocks of 32: odd counts too) and the ternary formats, from the
+/* MXFP4 (blocks of 32: odd counts too), Q1_0 and the ternary formats, from the
  * quantizer and from random bytes (every code, TQ2_0's unused 3 and TQ1_0's
  * bytes past 242 included). */
 TEST(fp4tq_dots_bit_identical) {
     static float x[8 * 256], y[8 * 256];
     static uint8_t qx[8 * 256], qy[8 * 292];
-    const uint32_t types[] = {WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0};
+    const uint32_t types[] = {WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0, WGLLM_TYPE_Q1_0};
     int bad = 0, checked = 0;
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         const struct wgllm_type_traits *t = wgllm_type_traits(types[ti]), *r = wgllm_type_traits_ref(types[ti]);
         CHECK(t->vec_dot != r->vec_dot);
         const struct wgllm_type_traits *vt = wgllm_type_traits_ref(r->vec_dot_type);
         for (int nb = 1; nb <= 8; nb++) {
-            const int n = (int)r->blck_size * (types[ti] == WGLLM_TYPE_MXFP4 ? 8 * nb - 1 : nb);
+            const int n = types[ti] == WGLLM_TYPE_MXFP4 ? 32 * (8 * nb - 1) : 256 * nb;
             for (int rep = 0; rep < 20; rep++) {
                 fill(x, n);
                 fill(y, n);
@@ -164,11 +164,10 @@ TEST(fp4tq_dots_bit_identical) {
                     const size_t bs = r->type_size, rs = wgllm_row_size(types[ti], n);
                     for (size_t i = 0; i < rs; i++) qx[i] = (uint8_t)rnd();
                     for (size_t b = 0; b < rs / bs; b++) {
+                        const wgllm_fp16 d = wgllm_fp32_to_fp16(0.01f + (float)(rnd() % 100) / 50.0f);
                         if (types[ti] == WGLLM_TYPE_MXFP4) qx[b * bs] = (uint8_t)(118 + rnd() % 16);
-                        else {
-                            const wgllm_fp16 d = wgllm_fp32_to_fp16(0.01f + (float)(rnd() % 100) / 50.0f);
-                            memcpy(qx + b * bs + bs - 2, &d, 2);
-                        }
+                        else if (types[ti] == WGLLM_TYPE_Q1_0) memcpy(qx + b * bs, &d, 2);
+                        else memcpy(qx + b * bs + bs - 2, &d, 2);
                     }
                 }
                 vt->from_float(y, qy, n);
@@ -182,7 +181,7 @@ TEST(fp4tq_dots_bit_identical) {
             }
         }
     }
-    CHECK(bad == 0 && checked == 480);
+    CHECK(bad == 0 && checked == 640);
 }
 
 TEST(q8_0_quantizer_bytes_identical) {
