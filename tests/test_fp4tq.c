@@ -34,7 +34,7 @@ static float rng_normal(void) {
 #define FAST_IS_EXACT 0
 #endif
 
-static const uint32_t ftypes[] = {WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0, WGLLM_TYPE_Q1_0};
+static const uint32_t ftypes[] = {WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0, WGLLM_TYPE_Q1_0, WGLLM_TYPE_NVFP4};
 #define N_FTYPES (sizeof(ftypes) / sizeof(ftypes[0]))
 
 static void dequant(uint32_t type, const void *blk, float *y, int64_t n) {
@@ -46,13 +46,38 @@ TEST(traits_filled) {
         const struct wgllm_type_traits *t = wgllm_type_traits(ftypes[i]);
         CHECK(t->to_float && t->from_float_ref && t->vec_dot && t->vec_dot_nr);
         CHECK(wgllm_type_supported(ftypes[i]));
-        const bool q8_0 = ftypes[i] == WGLLM_TYPE_MXFP4 || ftypes[i] == WGLLM_TYPE_Q1_0;
+        const bool q8_0 = ftypes[i] == WGLLM_TYPE_MXFP4 || ftypes[i] == WGLLM_TYPE_Q1_0 || ftypes[i] == WGLLM_TYPE_NVFP4;
         CHECK_EQ_INT(t->vec_dot_type, q8_0 ? WGLLM_TYPE_Q8_0 : WGLLM_TYPE_Q8_K);
     }
     CHECK_EQ_INT(wgllm_row_size(WGLLM_TYPE_MXFP4, 64), 34);
     CHECK_EQ_INT(wgllm_row_size(WGLLM_TYPE_TQ1_0, 512), 108);
     CHECK_EQ_INT(wgllm_row_size(WGLLM_TYPE_TQ2_0, 256), 66);
     CHECK_EQ_INT(wgllm_row_size(WGLLM_TYPE_Q1_0, 256), 36);
+}
+
+TEST(known_nvfp4) {
+    CHECK(wgllm_ue4m3_half(0x38) == 0.5f);           /* e 7, m 0: 1.0, halved */
+    CHECK(wgllm_ue4m3_half(0x3C) == 0.75f);          /* 1.5 */
+    CHECK(wgllm_ue4m3_half(0x01) == 0x1p-10f);       /* subnormal 2^-9 */
+    CHECK(wgllm_ue4m3_half(0x7F) == 0 && wgllm_ue4m3_half(0x7E) == 224.0f);
+    wgllm_block_nvfp4 b;
+    memset(&b, 0, sizeof b);
+    b.d[2] = 0x40;            /* 2.0 -> 1.0 */
+    b.qs[16 + 3] = 0x7 | (0xA << 4); /* sub-block 2: element 32 + 3 -> 12, 32 + 11 -> -2 */
+    float y[64];
+    dequant(WGLLM_TYPE_NVFP4, &b, y, 64);
+    CHECK_NEAR(y[35], 12, 0);
+    CHECK_NEAR(y[43], -2, 0);
+    CHECK_NEAR(y[3], 0, 0);
+    /* quantizer: amax 6 -> scale 1.0 (UE4M3 0x38), 6 is code 7, -3 code 13 */
+    float x[64] = {0};
+    x[16] = 6.0f;
+    x[17] = -3.0f;
+    wgllm_type_traits_ref(WGLLM_TYPE_NVFP4)->from_float_ref(x, &b, 64);
+    CHECK_EQ_INT(b.d[1], 0x38);
+    CHECK_EQ_INT(b.qs[8] & 0xF, 7);
+    CHECK_EQ_INT(b.qs[9] & 0xF, 13);
+    CHECK_EQ_INT(b.d[0], 0);
 }
 
 TEST(known_q1_0) {
@@ -142,10 +167,14 @@ TEST(known_tq1_0) {
 /* ---- round trips ------------------------------------------------------- */
 
 /* Relative rms error of N(0,1) data. Measured: MXFP4 0.115 (E2M1 under a
- * power-of-two scale), TQ1_0 / TQ2_0 0.779 (three levels 0, +-amax: with
- * amax ~3 sigma over 256 values most round to 0; the formats are meant for
- * ternary-trained weights, which they hold exactly). The bounds leave ~15%. */
-static double rms_bound(uint32_t t) { return t == WGLLM_TYPE_MXFP4 ? 0.135 : t == WGLLM_TYPE_Q1_0 ? 0.70 : 0.90; }
+ * power-of-two scale), NVFP4 0.0955 (a finer scale per 16), Q1_0 0.585
+ * (sqrt(1 - 2/pi) for a sign and the mean magnitude), TQ1_0 / TQ2_0 0.779
+ * (three levels 0, +-amax: with amax ~3 sigma over 256 values most round to
+ * 0; the formats are meant for ternary-trained weights, which they hold
+ * exactly). The bounds leave ~15%. */
+static double rms_bound(uint32_t t) {
+    return t == WGLLM_TYPE_MXFP4 ? 0.135 : t == WGLLM_TYPE_NVFP4 ? 0.11 : t == WGLLM_TYPE_Q1_0 ? 0.70 : 0.90;
+}
 
 TEST(round_trip_error) {
     const int64_t n = 256 * 32;
@@ -343,6 +372,7 @@ TEST(bytes_equal_llama_cpp) {
         {WGLLM_TYPE_TQ2_0, "quantize_tq2_0", "dequantize_row_tq2_0"},
         {WGLLM_TYPE_TQ1_0, "quantize_tq1_0", "dequantize_row_tq1_0"},
         {WGLLM_TYPE_Q1_0, "quantize_q1_0", "dequantize_row_q1_0"},
+        {WGLLM_TYPE_NVFP4, "quantize_nvfp4", "dequantize_row_nvfp4"},
     };
     const int64_t n = 256 * 64;
     float *x = malloc(sizeof(float) * n), *da = malloc(sizeof(float) * n), *db = malloc(sizeof(float) * n);
@@ -386,6 +416,7 @@ int main(void) {
     RUN(known_tq2_0);
     RUN(known_tq1_0);
     RUN(known_q1_0);
+    RUN(known_nvfp4);
     RUN(round_trip_error);
     RUN(dots_match);
     RUN(dots_match_random_bytes);

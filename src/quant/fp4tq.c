@@ -92,6 +92,79 @@ static void vec_dot_mxfp4_q8_0(int64_t n, float *s, const void *vx, const void *
     *s = sumf;
 }
 
+/* ---- NVFP4 ------------------------------------------------------------- */
+
+/* ggml's ggml_fp32_to_ue4m3: clamp to 448, round the mantissa to 3 bits by
+ * its next bit (ties away), subnormals as round(x * 2^9) >= 1, else 0. */
+static uint8_t fp32_to_ue4m3(float x) {
+    if (!(x > 0.0f)) return 0;
+    if (x > 448.0f) x = 448.0f;
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    const int fexp = (int)((bits >> 23) & 0xFF) - 127;
+    int e = fexp + 7;
+    if (e <= 0) {
+        int m = (int)(x * 512.0f + 0.5f);
+        if (m > 7) m = 7;
+        return m < 1 ? 0 : (uint8_t)m;
+    }
+    if (e >= 15) return 0x7E;
+    int m = (int)((bits >> 20) & 7) + (int)((bits >> 19) & 1);
+    if (m > 7) {
+        m = 0;
+        if (++e >= 15) return 0x7E;
+    }
+    return (uint8_t)((e << 3) | m);
+}
+
+static void nvfp4_from_float_ref(const float *x, void *vy, int64_t n) {
+    wgllm_block_nvfp4 *y = vy;
+    for (int64_t i = 0; i < n / WGLLM_QK_NVFP4; i++)
+        for (int s = 0; s < 4; s++) {
+            const float *xb = x + i * WGLLM_QK_NVFP4 + 16 * s;
+            float amax = 0.0f;
+            for (int j = 0; j < 16; j++)
+                if (amax < fabsf(xb[j])) amax = fabsf(xb[j]);
+            /* amax / 6 puts amax on the largest E2M1 magnitude */
+            const uint8_t ue = fp32_to_ue4m3(amax / 6.0f);
+            y[i].d[s] = ue;
+            const float d = wgllm_ue4m3_half(ue);
+            for (int j = 0; j < 8; j++)
+                y[i].qs[8 * s + j] = (uint8_t)(mxfp4_best(xb[j], d) | (mxfp4_best(xb[8 + j], d) << 4));
+        }
+}
+
+static void nvfp4_to_float(const void *vx, float *y, int64_t n) {
+    const wgllm_block_nvfp4 *x = vx;
+    for (int64_t i = 0; i < n / WGLLM_QK_NVFP4; i++)
+        for (int s = 0; s < 4; s++, y += 16) {
+            const float d = wgllm_ue4m3_half(x[i].d[s]);
+            for (int j = 0; j < 8; j++) {
+                y[j] = wgllm_kvalues_mxfp4[x[i].qs[8 * s + j] & 0x0F] * d;
+                y[j + 8] = wgllm_kvalues_mxfp4[x[i].qs[8 * s + j] >> 4] * d;
+            }
+        }
+}
+
+/* ggml's generic order: one float term per 16-element sub-block */
+static void vec_dot_nvfp4_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_nvfp4 *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    float sumf = 0;
+    for (int64_t i = 0; i < n / WGLLM_QK_NVFP4; i++)
+        for (int sb = 0; sb < 4; sb++) {
+            const float d = wgllm_ue4m3_half(x[i].d[sb]);
+            const wgllm_block_q8_0 *yb = &y[2 * i + sb / 2];
+            const int8_t *yq = yb->qs + 16 * (sb % 2);
+            int sumi = 0;
+            for (int j = 0; j < 8; j++)
+                sumi += yq[j] * wgllm_kvalues_mxfp4[x[i].qs[8 * sb + j] & 0x0F] +
+                        yq[j + 8] * wgllm_kvalues_mxfp4[x[i].qs[8 * sb + j] >> 4];
+            sumf += FP16(yb->d) * d * (float)sumi;
+        }
+    *s = sumf;
+}
+
 /* ---- Q1_0 -------------------------------------------------------------- */
 
 /* ggml's quantize_row_q1_0_ref: d = mean |x| (summed in element order),
@@ -266,6 +339,7 @@ FQ_NR(nr_mxfp4, vec_dot_mxfp4_q8_0)
 FQ_NR(nr_tq1_0, vec_dot_tq1_0_q8_K)
 FQ_NR(nr_tq2_0, vec_dot_tq2_0_q8_K)
 FQ_NR(nr_q1_0, vec_dot_q1_0_q8_0)
+FQ_NR(nr_nvfp4, vec_dot_nvfp4_q8_0)
 
 static void fq_set(struct wgllm_type_traits *t, enum wgllm_type type, wgllm_to_float_fn tof,
                    wgllm_from_float_fn fref, enum wgllm_type vdt, wgllm_vec_dot_fn vd, wgllm_vec_dot_nr_fn nr) {
@@ -281,5 +355,6 @@ void wgllm_fp4tq_install_ref(struct wgllm_type_traits *t) {
     fq_set(t, WGLLM_TYPE_MXFP4, mxfp4_to_float, mxfp4_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_mxfp4_q8_0, nr_mxfp4);
     fq_set(t, WGLLM_TYPE_TQ2_0, tq2_0_to_float, tq2_0_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_tq2_0_q8_K, nr_tq2_0);
     fq_set(t, WGLLM_TYPE_TQ1_0, tq1_0_to_float, tq1_0_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_tq1_0_q8_K, nr_tq1_0);
+    fq_set(t, WGLLM_TYPE_NVFP4, nvfp4_to_float, nvfp4_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_nvfp4_q8_0, nr_nvfp4);
     fq_set(t, WGLLM_TYPE_Q1_0, q1_0_to_float, q1_0_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_q1_0_q8_0, nr_q1_0);
 }

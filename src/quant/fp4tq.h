@@ -4,7 +4,8 @@
  * stores them in GGUF files, and the install functions that put their
  * kernels into the traits tables of quant.c.
  *
- * Also the 1-bit Q1_0 (a sign per weight, blocks of 128 scaled by the mean
+ * Also NVFP4 (E2M1 codes as MXFP4's, 16-element sub-blocks with UE4M3
+ * scales) and the 1-bit Q1_0 (a sign per weight, blocks of 128 scaled by the mean
  * magnitude). Pairing (as llama.cpp's ggml-cpu type traits): MXFP4 weights
  * dot with Q8_0 activations (both 32-element blocks), Q1_0 with Q8_0 (four
  * activation blocks per weight block), TQ1_0 / TQ2_0 with Q8_K.
@@ -13,6 +14,8 @@
 #define WGLLM_FP4TQ_H
 
 #include "quant/kquants.h"
+
+#include <math.h>
 
 #define WGLLM_QK_MXFP4 32
 
@@ -37,6 +40,25 @@ typedef struct {
     wgllm_fp16 d;
 } wgllm_block_tq2_0;
 
+#define WGLLM_QK_NVFP4 64
+/* four sub-blocks of 16 E2M1 codes, each with a UE4M3 scale d[s]; element
+ * 16s + j < 16s + 8 in the low nibble of qs[8s + j], 16s + 8 + j in its high */
+typedef struct {
+    uint8_t d[WGLLM_QK_NVFP4 / 16];
+    uint8_t qs[WGLLM_QK_NVFP4 / 2];
+} wgllm_block_nvfp4;
+
+/* A UE4M3 scale (4 exponent bits, bias 7, 3 mantissa bits; 0 and 0x7F read
+ * as 0), halved as wgllm_e8m0_half is for the doubled E2M1 table: ggml's
+ * ggml_ue4m3_to_fp32, exact (every value is a small integer times a power
+ * of two). */
+static inline float wgllm_ue4m3_half(uint8_t x) {
+    if (x == 0 || x == 0x7F) return 0.0f;
+    const int e = (x >> 3) & 0xF, m = x & 7;
+    const float raw = e == 0 ? ldexpf((float)m, -9) : ldexpf(1.0f + (float)m / 8.0f, e - 7);
+    return raw * 0.5f;
+}
+
 #define WGLLM_QK1_0 128
 /* bit j of qs[j / 8] set: element j is +d, else -d */
 typedef struct {
@@ -46,6 +68,7 @@ typedef struct {
 
 _Static_assert(sizeof(wgllm_block_mxfp4) == 17, "mxfp4 layout");
 _Static_assert(sizeof(wgllm_block_q1_0) == 18, "q1_0 layout");
+_Static_assert(sizeof(wgllm_block_nvfp4) == 36, "nvfp4 layout");
 _Static_assert(sizeof(wgllm_block_tq1_0) == 54, "tq1_0 layout");
 _Static_assert(sizeof(wgllm_block_tq2_0) == 66, "tq2_0 layout");
 

@@ -1,5 +1,5 @@
 /*
- * fp4tq_avx2.c - AVX2 dots of MXFP4 and Q1_0 (with Q8_0) and TQ1_0 / TQ2_0
+ * fp4tq_avx2.c - AVX2 dots of MXFP4, NVFP4 and Q1_0 (with Q8_0) and TQ1_0 / TQ2_0
  * (with Q8_K).
  *
  * MXFP4 is IQ4_NL's shape with another 16-value table: a byte shuffle turns
@@ -140,6 +140,37 @@ static void mt_mxfp4_avx2(int64_t n, float *s, size_t ss, const void *x, const v
     if (nt == 8) mxfp4_mt_body(n, s, ss, x, y, ys, 8);
     else if (nt == 4) mxfp4_mt_body(n, s, ss, x, y, ys, 4);
     else mxfp4_mt_body(n, s, ss, x, y, ys, nt);
+}
+
+/* ---- NVFP4 ------------------------------------------------------------- */
+
+/* ggml's AVX2 order: per block two vectors of 32 products (sub-blocks 0,1
+ * against the first Q8_0 block, 2,3 the second; lanes 0-3 one sub-block,
+ * 4-7 the next), each fmadd-ed with its sub-blocks' d_x * d_y into one
+ * accumulator, summed at the end. */
+static inline __m256i nvfp4_pair(const uint8_t *qs, const int8_t *yq, __m128i table) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, m4));
+    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+    /* elements in order: sub-block a = lo[0..7] hi[0..7], b = lo[8..15] hi[8..15] */
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi64(lo, hi)), _mm_unpackhi_epi64(lo, hi), 1);
+    const __m256i yy = _mm256_loadu_si256((const __m256i *)yq);
+    return dot_u8s8(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yy, v));
+}
+
+static void vec_dot_nvfp4_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_nvfp4 *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    const __m128i table = _mm_loadu_si128((const __m128i *)wgllm_kvalues_mxfp4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / WGLLM_QK_NVFP4; i++) {
+        const float dy0 = FP16(y[2 * i].d), dy1 = FP16(y[2 * i + 1].d);
+        const __m256 s01 = _mm256_set_m128(_mm_set1_ps(wgllm_ue4m3_half(x[i].d[1]) * dy0), _mm_set1_ps(wgllm_ue4m3_half(x[i].d[0]) * dy0));
+        const __m256 s23 = _mm256_set_m128(_mm_set1_ps(wgllm_ue4m3_half(x[i].d[3]) * dy1), _mm_set1_ps(wgllm_ue4m3_half(x[i].d[2]) * dy1));
+        acc = _mm256_fmadd_ps(s01, _mm256_cvtepi32_ps(nvfp4_pair(x[i].qs, y[2 * i].qs, table)), acc);
+        acc = _mm256_fmadd_ps(s23, _mm256_cvtepi32_ps(nvfp4_pair(x[i].qs + 16, y[2 * i + 1].qs, table)), acc);
+    }
+    *s = hsum_ps(acc);
 }
 
 /* ---- Q1_0 -------------------------------------------------------------- */
@@ -323,6 +354,7 @@ FQ_NR(nr_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2)
 FQ_NR(nr_tq1_0_avx2, vec_dot_tq1_0_q8_K_avx2)
 FQ_NR(nr_tq2_0_avx2, vec_dot_tq2_0_q8_K_avx2)
 FQ_NR(nr_q1_0_avx2, vec_dot_q1_0_q8_0_avx2)
+FQ_NR(nr_nvfp4_avx2, vec_dot_nvfp4_q8_0_avx2)
 
 void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_avx2;
@@ -333,9 +365,11 @@ void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_TQ2_0].vec_dot = vec_dot_tq2_0_q8_K_avx2;
     t[WGLLM_TYPE_TQ2_0].vec_dot_nr = nr_tq2_0_avx2;
     t[WGLLM_TYPE_TQ1_0].vec_dot_mt = mt_tq1_0_avx2;
-    /* Q1_0: no AVX-512 kernel (llama.cpp's x86 builds run this one too) */
+    /* Q1_0, NVFP4: no AVX-512 kernels (llama.cpp's x86 builds run these too) */
     t[WGLLM_TYPE_Q1_0].vec_dot = vec_dot_q1_0_q8_0_avx2;
     t[WGLLM_TYPE_Q1_0].vec_dot_nr = nr_q1_0_avx2;
+    t[WGLLM_TYPE_NVFP4].vec_dot = vec_dot_nvfp4_q8_0_avx2;
+    t[WGLLM_TYPE_NVFP4].vec_dot_nr = nr_nvfp4_avx2;
     t[WGLLM_TYPE_TQ2_0].vec_dot_mt = mt_tq2_0_avx2;
 }
 
