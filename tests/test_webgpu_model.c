@@ -275,6 +275,7 @@ TEST(llama_mxfp4) { compare("tiny", WGLLM_TYPE_MXFP4); }
 TEST(llama_tq2_0) { compare("tiny", WGLLM_TYPE_TQ2_0); }
 TEST(llama_tq1_0) { compare("tiny", WGLLM_TYPE_TQ1_0); }
 TEST(llama_q1_0) { compare("tiny", WGLLM_TYPE_Q1_0); }
+TEST(llama_nvfp4) { compare("tiny", WGLLM_TYPE_NVFP4); }
 /* llama.cpp's Q4_K_M of tiny: Q4_K matrices, Q6_K for output.weight and
  * layer 1's attn_v/ffn_down, F32 norms (test_quantize checks the mixture) */
 TEST(llama_q4_k_m) {
@@ -713,6 +714,7 @@ int main(void) {
     RUN(llama_tq2_0);
     RUN(llama_tq1_0);
     RUN(llama_q1_0);
+    RUN(llama_nvfp4);
     RUN(llama_q4_k_m);
     RUN(llama_q2_k_mix);
     RUN(qwen2_q8_0);

@@ -246,6 +246,7 @@ static uint32_t w8_block(uint32_t type, uint32_t *bytes) {
     case WGLLM_TYPE_TQ2_0: *bytes = 66; return 256;
     case WGLLM_TYPE_TQ1_0: *bytes = 54; return 256;
     case WGLLM_TYPE_Q1_0: *bytes = 18; return 128;
+    case WGLLM_TYPE_NVFP4: *bytes = 36; return 64;
     default: return 0;
     }
 }
@@ -362,6 +363,33 @@ static bool emit_w8(struct sb *b, uint32_t type) {
                   "  for (var t = 0u; t < 4u; t++) {\n"
                   "    v[t] = f32(i32((q0 >> (8u * t + sh)) & 3u) - 1) * d;\n"
                   "    v[t + 4u] = f32(i32((q1 >> (8u * t + sh)) & 3u) - 1) * d;\n"
+                  "  }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
+    case WGLLM_TYPE_NVFP4:
+        /* d[4] (UE4M3, halved as wgllm_ue4m3_half), qs[32]: element 16s + j
+         * is the low nibble of qs[8s + j] (j < 8), 16s + 8 + j the high one,
+         * MXFP4's doubled E2M1 values times d[s] */
+        sb_add(b, "var<private> KV: array<f32, 16> = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,\n"
+                  "  0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);\n"
+                  "fn ue4m3_half(x: u32) -> f32 {\n"
+                  "  if (x == 0u || x == 0x7Fu) { return 0.0; }\n"
+                  "  let e = (x >> 3u) & 15u;\n"
+                  "  let m = f32(x & 7u);\n"
+                  "  return select(ldexp(1.0 + m / 8.0, i32(e) - 7), ldexp(m, -9), e == 0u) * 0.5;\n"
+                  "}\n"
+                  "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 2u) * 36u;\n"
+                  "  let sb = 2u * (c %% 2u) + u / 2u;\n"
+                  "  let d = ue4m3_half(ld8(o + sb));\n"
+                  "  let sh = 4u * (u %% 2u);\n"
+                  "  let q0 = ld32(o + 4u + 8u * sb);\n"
+                  "  let q1 = ld32(o + 8u + 8u * sb);\n"
+                  "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    v[t] = KV[(q0 >> (8u * t + sh)) & 15u] * d;\n"
+                  "    v[t + 4u] = KV[(q1 >> (8u * t + sh)) & 15u] * d;\n"
                   "  }\n"
                   "  return v;\n"
                   "}\n");
