@@ -1,5 +1,5 @@
 /*
- * fp4tq_neon.c - arm64 NEON dots of MXFP4 and Q1_0 (with Q8_0) and TQ1_0 /
+ * fp4tq_neon.c - arm64 NEON dots of MXFP4, NVFP4 and Q1_0 (with Q8_0) and TQ1_0 /
  * TQ2_0 (with Q8_K), bit-identical to the scalar reference: each block's integer
  * sum is formed with NEON (exact), then the blocks are added in the
  * reference's order with its float expression (the order ggml's NEON
@@ -70,6 +70,29 @@ static void vec_dot_q1_0_q8_0_neon(int64_t n, float *s, const void *vx, const vo
         for (int k = 0; k < 4; k++) sumi += FP16(y[4 * i + k].d) * (float)q1_0_sub(x[i].qs + 4 * k, y[4 * i + k].qs);
         sumf += FP16(x[i].d) * sumi;
     }
+    *s = sumf;
+}
+
+/* NVFP4: per 16-element sub-block an exact integer (widening multiplies:
+ * 16 products, no SDOT variant needed), the reference's float term after. */
+static void vec_dot_nvfp4_q8_0_neon(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_nvfp4 *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    const int8x16_t table = vld1q_s8(wgllm_kvalues_mxfp4);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / WGLLM_QK_NVFP4; i++)
+        for (int p = 0; p < 2; p++) { /* sub-blocks 2p, 2p + 1: one Q8_0 block */
+            const uint8x16_t q = vld1q_u8(x[i].qs + 16 * p);
+            const int8x16_t lo = vqtbl1q_s8(table, vandq_u8(q, vdupq_n_u8(0x0F)));
+            const int8x16_t hi = vqtbl1q_s8(table, vshrq_n_u8(q, 4));
+            const wgllm_block_q8_0 *yb = &y[2 * i + p];
+            for (int h = 0; h < 2; h++) {
+                /* elements of sub-block 2p + h: lo[8h..8h+7] then hi[8h..8h+7] */
+                const int8x16_t v = h ? vcombine_s8(vget_high_s8(lo), vget_high_s8(hi)) : vcombine_s8(vget_low_s8(lo), vget_low_s8(hi));
+                const int32_t sumi = vaddvq_s32(dot_mull(vdupq_n_s32(0), v, vld1q_s8(yb->qs + 16 * h)));
+                sumf += FP16(yb->d) * wgllm_ue4m3_half(x[i].d[2 * p + h]) * (float)sumi;
+            }
+        }
     *s = sumf;
 }
 
@@ -155,6 +178,7 @@ FQ_NR(nr_mxfp4_mull, vec_dot_mxfp4_q8_0_mull)
 FQ_NR(nr_tq1_0_mull, vec_dot_tq1_0_q8_K_mull)
 FQ_NR(nr_tq2_0_mull, vec_dot_tq2_0_q8_K_mull)
 FQ_NR(nr_q1_0_neon, vec_dot_q1_0_q8_0_neon)
+FQ_NR(nr_nvfp4_neon, vec_dot_nvfp4_q8_0_neon)
 
 void wgllm_fp4tq_install_neon(struct wgllm_type_traits *t, bool has_dotprod) {
     t[WGLLM_TYPE_MXFP4].vec_dot = has_dotprod ? vec_dot_mxfp4_q8_0_sdot : vec_dot_mxfp4_q8_0_mull;
@@ -165,6 +189,8 @@ void wgllm_fp4tq_install_neon(struct wgllm_type_traits *t, bool has_dotprod) {
     t[WGLLM_TYPE_TQ2_0].vec_dot_nr = has_dotprod ? nr_tq2_0_sdot : nr_tq2_0_mull;
     t[WGLLM_TYPE_Q1_0].vec_dot = vec_dot_q1_0_q8_0_neon;
     t[WGLLM_TYPE_Q1_0].vec_dot_nr = nr_q1_0_neon;
+    t[WGLLM_TYPE_NVFP4].vec_dot = vec_dot_nvfp4_q8_0_neon;
+    t[WGLLM_TYPE_NVFP4].vec_dot_nr = nr_nvfp4_neon;
 }
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * fp4tq_wasm.c - WebAssembly SIMD128 dots of MXFP4 and Q1_0 (with Q8_0) and
+ * fp4tq_wasm.c - WebAssembly SIMD128 dots of MXFP4, NVFP4 and Q1_0 (with Q8_0) and
  * TQ1_0 / TQ2_0 (with Q8_K), for the browser build (emcc -msimd128).
  *
  * Bit-exactness, as quant_wasm.c: the browser must give the native portable
@@ -55,6 +55,31 @@ static void vec_dot_mxfp4_q8_0_wasm(int64_t n, float *s, const void *vx, const v
         const float d = FP16(y[i].d) * wgllm_e8m0_half(x[i].e);
         sumf += d * (float)sumi;
     }
+    *s = sumf;
+}
+
+/* ---- NVFP4 ------------------------------------------------------------- */
+
+/* Per 16-element sub-block an exact integer, then the reference's float
+ * term FP16(d_y) * d_s * sumi, sub-block after sub-block. */
+static void vec_dot_nvfp4_q8_0_wasm(int64_t n, float *s, const void *vx, const void *vy) {
+    const wgllm_block_nvfp4 *x = vx;
+    const wgllm_block_q8_0 *y = vy;
+    const v128_t table = wasm_v128_load(wgllm_kvalues_mxfp4);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / WGLLM_QK_NVFP4; i++)
+        for (int p = 0; p < 2; p++) { /* sub-blocks 2p, 2p + 1: one Q8_0 block */
+            const v128_t q = wasm_v128_load(x[i].qs + 16 * p);
+            const v128_t lo = wasm_i8x16_swizzle(table, wasm_v128_and(q, wasm_i8x16_splat(0x0F)));
+            const v128_t hi = wasm_i8x16_swizzle(table, wasm_u8x16_shr(q, 4));
+            const wgllm_block_q8_0 *yb = &y[2 * i + p];
+            for (int h = 0; h < 2; h++) {
+                /* elements of sub-block 2p + h: lo[8h..8h+7] then hi[8h..8h+7] */
+                const v128_t v = h ? wasm_i64x2_shuffle(lo, hi, 1, 3) : wasm_i64x2_shuffle(lo, hi, 0, 2);
+                const int32_t sumi = hsum_i32(dot_i8(v, wasm_v128_load(yb->qs + 16 * h)));
+                sumf += FP16(yb->d) * wgllm_ue4m3_half(x[i].d[2 * p + h]) * (float)sumi;
+            }
+        }
     *s = sumf;
 }
 
@@ -168,6 +193,7 @@ FQ_NR(nr_mxfp4_wasm, vec_dot_mxfp4_q8_0_wasm)
 FQ_NR(nr_tq1_0_wasm, vec_dot_tq1_0_q8_K_wasm)
 FQ_NR(nr_tq2_0_wasm, vec_dot_tq2_0_q8_K_wasm)
 FQ_NR(nr_q1_0_wasm, vec_dot_q1_0_q8_0_wasm)
+FQ_NR(nr_nvfp4_wasm, vec_dot_nvfp4_q8_0_wasm)
 
 void wgllm_fp4tq_install_wasm(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_wasm;
@@ -178,6 +204,8 @@ void wgllm_fp4tq_install_wasm(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_TQ2_0].vec_dot_nr = nr_tq2_0_wasm;
     t[WGLLM_TYPE_Q1_0].vec_dot = vec_dot_q1_0_q8_0_wasm;
     t[WGLLM_TYPE_Q1_0].vec_dot_nr = nr_q1_0_wasm;
+    t[WGLLM_TYPE_NVFP4].vec_dot = vec_dot_nvfp4_q8_0_wasm;
+    t[WGLLM_TYPE_NVFP4].vec_dot_nr = nr_nvfp4_wasm;
 }
 
 #endif

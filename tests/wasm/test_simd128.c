@@ -142,15 +142,15 @@ TEST(k_quant_dots_bit_identical) {
     CHECK(bad == 0 && checked == 400);
 }
 
-/* MXFP4 (blocks of 32: odd counts too), Q1_0 and the ternary formats, from the
+/* MXFP4 (blocks of 32: odd counts too), NVFP4, Q1_0 and the ternary formats, from the
  * quantizer and from random bytes (every code, TQ2_0's unused 3 and TQ1_0's
  * bytes past 242 included). */
 TEST(fp4tq_dots_bit_identical) {
     static float x[8 * 256], y[8 * 256];
     static uint8_t qx[8 * 256], qy[8 * 292];
-    const uint32_t types[] = {WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0, WGLLM_TYPE_Q1_0};
+    const uint32_t types[] = {WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0, WGLLM_TYPE_Q1_0, WGLLM_TYPE_NVFP4};
     int bad = 0, checked = 0;
-    for (int ti = 0; ti < 4; ti++) {
+    for (int ti = 0; ti < 5; ti++) {
         const struct wgllm_type_traits *t = wgllm_type_traits(types[ti]), *r = wgllm_type_traits_ref(types[ti]);
         CHECK(t->vec_dot != r->vec_dot);
         const struct wgllm_type_traits *vt = wgllm_type_traits_ref(r->vec_dot_type);
@@ -181,7 +181,7 @@ TEST(fp4tq_dots_bit_identical) {
             }
         }
     }
-    CHECK(bad == 0 && checked == 640);
+    CHECK(bad == 0 && checked == 800);
 }
 
 TEST(q8_0_quantizer_bytes_identical) {
