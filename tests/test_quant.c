@@ -68,6 +68,7 @@ TEST(traits_table) {
         {22, "iq2_s", 256, 82},    {23, "iq4_xs", 256, 136},  {24, "i8", 1, 1},          {25, "i16", 1, 2},
         {26, "i32", 1, 4},         {27, "i64", 1, 8},         {28, "f64", 1, 8},         {29, "iq1_m", 256, 56},
         {30, "bf16", 1, 2},        {34, "tq1_0", 256, 54},    {35, "tq2_0", 256, 66},    {39, "mxfp4", 32, 17},
+        {40, "nvfp4", 64, 36},     {41, "q1_0", 128, 18},
     };
     for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) {
         const struct wgllm_type_traits *t = wgllm_type_traits(expect[i].id);
@@ -79,7 +80,7 @@ TEST(traits_table) {
         CHECK_EQ_INT(wgllm_type_from_name(expect[i].name), expect[i].id);
         CHECK_EQ_INT(wgllm_row_size(expect[i].id, expect[i].blck * 3), expect[i].size * 3);
     }
-    static const uint32_t unnamed[] = {4, 5, 31, 32, 33, 36, 37, 38, 40, 41, 1000, 0xFFFFFFFFu};
+    static const uint32_t unnamed[] = {4, 5, 31, 32, 33, 36, 37, 38, 42, 1000, 0xFFFFFFFFu};
     for (size_t i = 0; i < sizeof(unnamed) / sizeof(unnamed[0]); i++) {
         CHECK(wgllm_type_traits(unnamed[i])->name == NULL);
         CHECK(wgllm_type_traits(unnamed[i])->vec_dot == NULL);

@@ -286,6 +286,51 @@ TEST(preset_names) {
     CHECK_EQ_INT(wgllm_quantize_ftype_default_type(18), WGLLM_TYPE_Q6_K);
 }
 
+/* The presets of the new formats on the (dense, untied) tiny model:
+ * MXFP4 (wgllm's own) puts every matrix but token_embd and output in MXFP4
+ * and declares LLAMA_FTYPE_MOSTLY_MXFP4_MOE (38); MXFP4_MOE as llama.cpp
+ * (no experts: all Q8_0); TQ1_0/TQ2_0 as llama.cpp (token_embd Q4_K, output
+ * Q6_K); Q1_0 as llama.cpp (output Q6_K). Byte equality with llama.cpp's presets: tests/peer/quantize.test.mjs. */
+TEST(mxfp4_and_ternary_presets) {
+    static const struct { const char *preset; uint32_t ft, body, embd, out; } cases[] = {
+        {"MXFP4", 38, WGLLM_TYPE_MXFP4, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q8_0},
+        {"MXFP4_MOE", 38, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q8_0},
+        {"TQ1_0", 36, WGLLM_TYPE_TQ1_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q6_K},
+        {"TQ2_0", 37, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q6_K},
+        {"Q1_0", 40, WGLLM_TYPE_Q1_0, WGLLM_TYPE_Q1_0, WGLLM_TYPE_Q6_K},
+    };
+    CHECK_STR(wgllm_quantize_ftype_name(wgllm_quantize_ftype_from_name("mxfp4")), "MXFP4");
+    CHECK_EQ_INT(wgllm_quantize_ftype_default_type(wgllm_quantize_ftype_from_name("tq1_0")), WGLLM_TYPE_TQ1_0);
+    char out[128];
+    tpath(out, sizeof(out), "fmt.gguf");
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        struct wgllm_error err = {0};
+        struct wgllm_quantize_params qp = wgllm_quantize_default_params();
+        qp.preset = cases[c].preset;
+        qp.n_threads = 2;
+        CHECK_EQ_INT(wgllm_quantize_file(f32_path, out, &qp, &err), WGLLM_STATUS_OK);
+        struct wgllm_gguf *g = NULL;
+        CHECK_EQ_INT(wgllm_gguf_open(out, &g, &err), WGLLM_STATUS_OK);
+        if (!g) continue;
+        CHECK_EQ_INT(kv_u32(g, "general.file_type"), cases[c].ft);
+        int n_body = 0;
+        for (int64_t i = 0; i < wgllm_gguf_n_tensors(g); i++) {
+            const struct wgllm_gguf_tensor *t = wgllm_gguf_tensor_at(g, i);
+            const bool embd = wgllm_gguf_str_eq(t->name, "token_embd.weight");
+            const bool outw = wgllm_gguf_str_eq(t->name, "output.weight");
+            const uint32_t want = t->ne[1] == 1 ? WGLLM_TYPE_F32 : embd ? cases[c].embd : outw ? cases[c].out : cases[c].body;
+            if (t->type != want)
+                fprintf(stderr, "  %s %.*s: %s, want %s\n", cases[c].preset, (int)t->name.len, t->name.data,
+                        wgllm_type_name(t->type), wgllm_type_name(want));
+            CHECK_EQ_INT(t->type, want);
+            n_body += t->ne[1] > 1 && !embd && !outw;
+        }
+        CHECK_EQ_INT(n_body, 14); /* 2 layers x (q, k, v, o, gate, up, down) */
+        wgllm_gguf_free(g);
+    }
+    unlink(out);
+}
+
 int main(void) {
     wgllm_quant_init();
     snprintf(dir, sizeof(dir), "/tmp/wgllm_test_quantize_XXXXXX");
@@ -300,6 +345,7 @@ int main(void) {
         RUN(q8_0_equals_synth_q8_0);
         RUN(q4_k_m_types_metadata_and_run);
         RUN(requantize_refused_unless_allowed);
+        RUN(mxfp4_and_ternary_presets);
     } else {
         test_failed++;
     }

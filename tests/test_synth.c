@@ -89,7 +89,9 @@ TEST(test_shape_names) {
     CHECK(wgllm_synth_shape("nope") == NULL);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_Q8_0), 7);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_BF16), 32);
-    CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_TQ1_0), -1); /* a type synth cannot write */
+    CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_TQ1_0), 36);
+    CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_MXFP4), 38); /* llama.cpp's MXFP4_MOE: its only MXFP4 file type */
+    CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_IQ2_XXS), -1); /* a type synth cannot write */
 }
 
 TEST(test_tiny_f32) {
@@ -391,7 +393,7 @@ TEST(test_granite_olmo2_smollm3_shapes) {
 }
 
 TEST(test_every_type) {
-    static const uint32_t types[] = {WGLLM_TYPE_BF16, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1};
+    static const uint32_t types[] = {WGLLM_TYPE_BF16, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1, WGLLM_TYPE_MXFP4};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         struct wgllm_synth_params p = wgllm_synth_default_params();
         p.type = types[i];
@@ -446,7 +448,7 @@ TEST(test_split_and_errors) {
     CHECK_EQ_INT(wgllm_synth_write(&p, test_tmp_path(".gguf"), &err), WGLLM_STATUS_INVALID_ARGUMENT);
     CHECK(strstr(err.message, "huge") != NULL);
     p.shape = "tiny";
-    p.type = WGLLM_TYPE_TQ1_0; /* no reference quantizer */
+    p.type = WGLLM_TYPE_IQ2_XXS; /* no reference quantizer */
     CHECK_EQ_INT(wgllm_synth_write(&p, test_tmp_path(".gguf"), &err), WGLLM_STATUS_INVALID_ARGUMENT);
     p.type = WGLLM_TYPE_F32;
     p.vocab_path = "/nonexistent/vocab.gguf";

@@ -953,7 +953,8 @@ TEST(matvec_timing) {
  * (registers and workgroup memory). Rows of K a multiple of 256. */
 static const uint32_t w8_types[] = {WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K, WGLLM_TYPE_Q6_K, WGLLM_TYPE_Q2_K,  WGLLM_TYPE_Q3_K,
                                     WGLLM_TYPE_IQ4_XS, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1, WGLLM_TYPE_IQ4_NL,
-                                    WGLLM_TYPE_BF16};
+                                    WGLLM_TYPE_BF16, WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0,
+                                    WGLLM_TYPE_Q1_0, WGLLM_TYPE_NVFP4};
 
 /* x rounded as the CPU rounds a mat-vec input for `type` (its vec_dot_type). */
 static void round_like_cpu(uint32_t type, const float *x, float *xr, void *xq, int k) {

@@ -268,6 +268,14 @@ TEST(llama_f32) { compare("tiny", WGLLM_TYPE_F32); }
 TEST(llama_f16) { compare("tiny", WGLLM_TYPE_F16); }
 TEST(llama_q8_0) { compare("tiny", WGLLM_TYPE_Q8_0); }
 TEST(llama_q4_0) { compare("tiny", WGLLM_TYPE_Q4_0); }
+/* the formats with their own w8() and CPU dots: one model each (every
+ * matrix in the type, token_embd too, i.e. get_rows; the ternary ones with
+ * Q8_K activations) */
+TEST(llama_mxfp4) { compare("tiny", WGLLM_TYPE_MXFP4); }
+TEST(llama_tq2_0) { compare("tiny", WGLLM_TYPE_TQ2_0); }
+TEST(llama_tq1_0) { compare("tiny", WGLLM_TYPE_TQ1_0); }
+TEST(llama_q1_0) { compare("tiny", WGLLM_TYPE_Q1_0); }
+TEST(llama_nvfp4) { compare("tiny", WGLLM_TYPE_NVFP4); }
 /* llama.cpp's Q4_K_M of tiny: Q4_K matrices, Q6_K for output.weight and
  * layer 1's attn_v/ffn_down, F32 norms (test_quantize checks the mixture) */
 TEST(llama_q4_k_m) {
@@ -702,6 +710,11 @@ int main(void) {
     RUN(llama_f16);
     RUN(llama_q8_0);
     RUN(llama_q4_0);
+    RUN(llama_mxfp4);
+    RUN(llama_tq2_0);
+    RUN(llama_tq1_0);
+    RUN(llama_q1_0);
+    RUN(llama_nvfp4);
     RUN(llama_q4_k_m);
     RUN(llama_q2_k_mix);
     RUN(qwen2_q8_0);

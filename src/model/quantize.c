@@ -28,7 +28,16 @@ enum {
     FT_ALL_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
     FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15,
     FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ4_XS = 30, FT_BF16 = 32,
+    FT_TQ1_0 = 36, FT_TQ2_0 = 37, FT_MXFP4_MOE = 38, FT_Q1_0 = 40,
+    /* wgllm's own: MXFP4 for a dense model too (llama.cpp's MXFP4_MOE turns
+     * only expert tensors to MXFP4, a dense model all to Q8_0). Every matrix
+     * MXFP4_MOE would keep in Q8_0 becomes MXFP4 but token_embd and output,
+     * which stay Q8_0 as there. Written as general.file_type 38. */
+    FT_MXFP4 = 0x100 | FT_MXFP4_MOE,
 };
+
+/* The LLAMA_FTYPE a file of this preset declares. */
+static int file_type_of(int ftype) { return ftype == FT_MXFP4 ? FT_MXFP4_MOE : ftype; }
 
 static const struct {
     const char *name;
@@ -45,6 +54,9 @@ static const struct {
     {"Q6_K", FT_Q6_K, WGLLM_TYPE_Q6_K},       {"Q8_0", FT_Q8_0, WGLLM_TYPE_Q8_0},
     {"F16", FT_F16, WGLLM_TYPE_F16},          {"BF16", FT_BF16, WGLLM_TYPE_BF16},
     {"F32", FT_ALL_F32, WGLLM_TYPE_F32},
+    {"TQ1_0", FT_TQ1_0, WGLLM_TYPE_TQ1_0},     {"TQ2_0", FT_TQ2_0, WGLLM_TYPE_TQ2_0},
+    {"MXFP4_MOE", FT_MXFP4_MOE, WGLLM_TYPE_MXFP4}, {"MXFP4", FT_MXFP4, WGLLM_TYPE_MXFP4},
+    {"Q1_0", FT_Q1_0, WGLLM_TYPE_Q1_0},
     /* llama.cpp's quantize tool takes these as aliases */
     {"Q3_K", FT_Q3_K_M, WGLLM_TYPE_Q3_K},     {"Q4_K", FT_Q4_K_M, WGLLM_TYPE_Q4_K},
     {"Q5_K", FT_Q5_K_M, WGLLM_TYPE_Q5_K},
@@ -163,14 +175,20 @@ static int64_t blck(uint32_t t) { return wgllm_type_traits(t)->blck_size; }
 
 /* llama_tensor_get_type_impl for the presets wgllm offers */
 static enum wgllm_status type_impl(struct qstate *qs, const char *name, enum cat c, uint64_t ne0,
-                                   uint32_t *io, struct wgllm_error *err) {
+                                   uint64_t ne2, uint32_t *io, struct wgllm_error *err) {
     uint32_t t = *io;
     const int ft = qs->ftype;
     if (c == CAT_OUTPUT || (qs->tied && c == CAT_TOKEN_EMBD)) {
-        if (qs->falcon || ne0 % (uint64_t)blck(t) != 0) t = WGLLM_TYPE_Q8_0;
+        if (ft == FT_MXFP4_MOE || ft == FT_MXFP4 || qs->falcon || ne0 % (uint64_t)blck(t) != 0) t = WGLLM_TYPE_Q8_0;
         else if (t != WGLLM_TYPE_Q8_0) t = WGLLM_TYPE_Q6_K;
+    } else if (ft == FT_MXFP4_MOE) {
+        /* experts (3-d: one matrix per expert) MXFP4, the rest Q8_0 */
+        t = ne2 > 1 ? WGLLM_TYPE_MXFP4 : WGLLM_TYPE_Q8_0;
+    } else if (ft == FT_MXFP4) {
+        t = c == CAT_TOKEN_EMBD ? WGLLM_TYPE_Q8_0 : WGLLM_TYPE_MXFP4;
     } else if (c == CAT_TOKEN_EMBD) {
         /* only the IQ1/IQ2/IQ3/TQ presets change it */
+        if (ft == FT_TQ1_0 || ft == FT_TQ2_0) t = WGLLM_TYPE_Q4_K;
     } else if (cat_is_attn_v(c)) {
         if (ft == FT_Q2_K) t = qs->n_gqa >= 4 ? WGLLM_TYPE_Q4_K : WGLLM_TYPE_Q3_K;
         else if (ft == FT_Q3_K_M) t = qs->i_attention_wv < 2 ? WGLLM_TYPE_Q5_K : WGLLM_TYPE_Q4_K;
@@ -246,7 +264,9 @@ static enum wgllm_status fallback(const char *name, uint64_t ne0, uint32_t *io,
     switch (t) {
     case WGLLM_TYPE_IQ4_XS: t = WGLLM_TYPE_IQ4_NL; break;
     case WGLLM_TYPE_Q2_K:
-    case WGLLM_TYPE_Q3_K: t = WGLLM_TYPE_Q4_0; break;
+    case WGLLM_TYPE_Q3_K:
+    case WGLLM_TYPE_TQ1_0:
+    case WGLLM_TYPE_TQ2_0: t = WGLLM_TYPE_Q4_0; break;
     case WGLLM_TYPE_Q4_K: t = WGLLM_TYPE_Q5_0; break;
     case WGLLM_TYPE_Q5_K: t = WGLLM_TYPE_Q5_1; break;
     case WGLLM_TYPE_Q6_K: t = WGLLM_TYPE_Q8_0; break;
@@ -359,7 +379,7 @@ enum wgllm_status wgllm_quantize_plan(const struct wgllm_gguf *g, int ftype, boo
         if (allows_quantization(name, n_dims_of(t))) {
             nt_type = (uint32_t)dtype;
             if (wgllm_type_traits(nt_type)->is_quantized) {
-                if (!pure) st = type_impl(&qs, name, category(name), t->ne[0], &nt_type, err);
+                if (!pure) st = type_impl(&qs, name, category(name), t->ne[0], t->ne[2], &nt_type, err);
                 if (st == WGLLM_STATUS_OK) st = fallback(name, t->ne[0], &nt_type, err);
             }
         }
@@ -542,7 +562,7 @@ enum wgllm_status wgllm_quantize_file(const char *in, const char *out,
         wgllm_gguf_writer_set_value(w, key, &kv->value);
     }
     wgllm_gguf_writer_set_u32(w, "general.quantization_version", 2);
-    wgllm_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
+    wgllm_gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type_of(ftype));
     for (int64_t k = 0; k < nt; k++) {
         const struct wgllm_gguf_tensor *t = wgllm_gguf_tensor_at(g, order[k]);
         snprintf(key, sizeof(key), "%.*s", (int)WGLLM_MIN(t->name.len, 255), t->name.data);

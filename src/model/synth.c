@@ -134,6 +134,12 @@ int wgllm_synth_file_type(uint32_t type) {
     case WGLLM_TYPE_Q6_K: return 18;   /* LLAMA_FTYPE_MOSTLY_Q6_K */
     case WGLLM_TYPE_IQ4_NL: return 25; /* LLAMA_FTYPE_MOSTLY_IQ4_NL */
     case WGLLM_TYPE_IQ4_XS: return 30; /* LLAMA_FTYPE_MOSTLY_IQ4_XS */
+    case WGLLM_TYPE_TQ1_0: return 36;  /* LLAMA_FTYPE_MOSTLY_TQ1_0 */
+    case WGLLM_TYPE_TQ2_0: return 37;  /* LLAMA_FTYPE_MOSTLY_TQ2_0 */
+    /* llama.cpp's only MXFP4 file type (its preset writes MXFP4 experts only) */
+    case WGLLM_TYPE_MXFP4: return 38;  /* LLAMA_FTYPE_MOSTLY_MXFP4_MOE */
+    case WGLLM_TYPE_NVFP4: return 39;  /* LLAMA_FTYPE_MOSTLY_NVFP4 */
+    case WGLLM_TYPE_Q1_0: return 40;   /* LLAMA_FTYPE_MOSTLY_Q1_0 */
     default: return -1;
     }
 }
@@ -470,7 +476,7 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     if (ftype < 0 || !tt->name || (p->type != WGLLM_TYPE_F32 && !tt->from_float_ref))
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                "synth: weight type %s is not one of f32, f16, bf16, q8_0, q4_0, "
-                               "q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs",
+                               "q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, nvfp4, tq1_0, tq2_0, q1_0",
                                wgllm_type_name(p->type));
     if (s->n_embd % tt->blck_size != 0 || s->n_ff % tt->blck_size != 0 ||
         (s->head_dim * s->n_head) % tt->blck_size != 0)

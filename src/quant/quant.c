@@ -15,6 +15,8 @@
  */
 #include "quant/quant.h"
 
+#include "quant/fp4tq.h"
+
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -444,6 +446,7 @@ static const struct { const char *name; int64_t blck; size_t size; bool quant; }
     [WGLLM_TYPE_F64] = {"f64", 1, 8, false},          [WGLLM_TYPE_IQ1_M] = {"iq1_m", 256, 56, true},
     [WGLLM_TYPE_BF16] = {"bf16", 1, 2, false},        [WGLLM_TYPE_TQ1_0] = {"tq1_0", 256, 54, true},
     [WGLLM_TYPE_TQ2_0] = {"tq2_0", 256, 66, true},    [WGLLM_TYPE_MXFP4] = {"mxfp4", 32, 17, true},
+    [WGLLM_TYPE_NVFP4] = {"nvfp4", 64, 36, true},     [WGLLM_TYPE_Q1_0] = {"q1_0", 128, 18, true},
 };
 
 #define KERNELS(T, tof, fref, ffast, vdt, vd)                                             \
@@ -494,6 +497,7 @@ static void quant_init_once(void) {
     traits_ref[WGLLM_TYPE_Q8_0].vec_dot_nr = nr_ref_Q8_0;
 
     wgllm_kquants_install_ref(traits_ref);
+    wgllm_fp4tq_install_ref(traits_ref);
     /* HOOK(ref): more formats install their reference kernels here */
 
     memcpy(traits_fast, traits_ref, sizeof(traits_fast));
@@ -520,6 +524,8 @@ static void quant_init_once(void) {
             fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_avx512;
         }
         wgllm_kquants_install_avx2(traits_fast);
+        wgllm_fp4tq_install_avx2(traits_fast);
+        if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni) wgllm_fp4tq_install_avx512(traits_fast);
         /* HOOK(x86): more formats install their x86 kernels here */
     }
 #endif
@@ -528,12 +534,14 @@ static void quant_init_once(void) {
     const struct wgllm_cpu_caps *arm = wgllm_cpu_caps();
     if (arm->neon) {
         wgllm_quant_install_neon(traits_fast, arm->dotprod);
+        wgllm_fp4tq_install_neon(traits_fast, arm->dotprod);
         fp16_to_fp32_row_fn = wgllm_fp16_to_fp32_row_neon;
         fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_neon;
     }
 #endif
 #if defined(__wasm_simd128__)
     wgllm_quant_install_wasm(traits_fast);
+    wgllm_fp4tq_install_wasm(traits_fast);
 #endif
 }
 

@@ -52,7 +52,9 @@ enum wgllm_type {
     WGLLM_TYPE_TQ2_0 = 35,
     /* 36-38: removed IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8 */
     WGLLM_TYPE_MXFP4 = 39,
-    WGLLM_TYPE_COUNT = 40
+    WGLLM_TYPE_NVFP4 = 40,
+    WGLLM_TYPE_Q1_0 = 41,
+    WGLLM_TYPE_COUNT = 42
 };
 
 /* Block layouts (ggml's, byte for byte). */

@@ -98,12 +98,15 @@ const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']
   // router's choice turns a quantization-sized difference at a near-tie into a different expert
   // (tiny-qwen3moe q4_k: mean KL 3e-3 at the AVX2 level, 4e-4 on scalar).
   ['tiny-qwen3moe', ['f32', 'q8_0'], BEST], ['tiny-mixtral', ['f32'], BEST], ['tiny-olmoe', ['f32'], BEST],
-  ['tiny-qwen2moe', ['f32'], BEST], ['tiny-granitemoe', ['f32'], BEST]];
+  ['tiny-qwen2moe', ['f32'], BEST], ['tiny-granitemoe', ['f32'], BEST],
+  // MXFP4, NVFP4, the ternary formats and Q1_0: their own dot kernels (every level), on the llama shape only
+  ['tiny', ['mxfp4', 'nvfp4', 'tq2_0', 'tq1_0', 'q1_0']]];
 const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
 const N_POS = 64;
 const N_PROMPT = 16, N_GEN = 32;
 const BOUND = { f32: 1e-4, f16: 1e-3, bf16: 3e-3, q8_0: 3e-3, q4_0: 1e-2, q4_1: 1e-2, q5_0: 1e-2, q5_1: 1e-2,
-  q2_k: 1e-2, q3_k: 1e-2, q4_k: 1e-2, q5_k: 1e-2, q6_k: 1e-2, iq4_nl: 1e-2, iq4_xs: 1e-2 };
+  q2_k: 1e-2, q3_k: 1e-2, q4_k: 1e-2, q5_k: 1e-2, q6_k: 1e-2, iq4_nl: 1e-2, iq4_xs: 1e-2,
+  mxfp4: 1e-2, nvfp4: 1e-2, tq2_0: 1e-2, tq1_0: 1e-2, q1_0: 1e-2 };
 // greedy near-ties (see above): the floor, and the multiple of the measured noise
 const TIE_NATS = 1e-3;
 const TIE_FACTOR = 2;

@@ -16,7 +16,8 @@ import { loadVocab, tokenizeWith, loadModelContext, nextTokenLogProbs, vocabSize
 import { ROOT, modelPath, runWgllm, wgllmLogits, logSoftmax, klLog, argmax } from '../../tools/peer/wgllm.mjs';
 
 const BINS = join(ROOT, 'tools/peer/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64');
-const PRESETS = { Q4_K_M: 15, Q5_K_M: 17, Q3_K_M: 12, Q3_K_S: 11, Q3_K_L: 13, Q4_K_S: 14, Q5_K_S: 16, Q6_K: 18, Q8_0: 7, Q4_0: 2, Q5_1: 9, IQ4_XS: 30, IQ4_NL: 25, Q2_K: 10, F16: 1 };
+const PRESETS = { Q4_K_M: 15, Q5_K_M: 17, Q3_K_M: 12, Q3_K_S: 11, Q3_K_L: 13, Q4_K_S: 14, Q5_K_S: 16, Q6_K: 18, Q8_0: 7, Q4_0: 2, Q5_1: 9, IQ4_XS: 30, IQ4_NL: 25, Q2_K: 10, F16: 1,
+  TQ1_0: 36, TQ2_0: 37, MXFP4_MOE: 38, Q1_0: 40 };
 const SHAPES = ['tiny', 'tiny-qwen2'];
 const UNIFORM = new Set(['Q8_0', 'Q4_0', 'Q5_1', 'F16']); // no rule of quantize.c's type_impl but the output's
 const dir = mkdtempSync(join(tmpdir(), 'wgllm-quantize-'));
@@ -24,7 +25,8 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 
 // ---- a small GGUF reader: key names, tensor infos and data -------------------
 const TYPE_SIZE = { 0: [1, 4], 1: [1, 2], 30: [1, 2], 2: [32, 18], 3: [32, 20], 6: [32, 22], 7: [32, 24], 8: [32, 34],
-  10: [256, 84], 11: [256, 110], 12: [256, 144], 13: [256, 176], 14: [256, 210], 20: [32, 18], 23: [256, 136] };
+  10: [256, 84], 11: [256, 110], 12: [256, 144], 13: [256, 176], 14: [256, 210], 20: [32, 18], 23: [256, 136],
+  34: [256, 54], 35: [256, 66], 39: [32, 17], 41: [128, 18] };
 const SCALAR = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
 function readGguf(path) {
   const b = readFileSync(path);
@@ -82,7 +84,8 @@ test('(a) tensor bytes equal llama.cpp llama_model_quantize, every preset', () =
       // run on both shapes
       if (shape === SHAPES[0] || !UNIFORM.has(preset)) jobs.push({ shape, preset, ftype, inp: f32Model(shape), ref: join(dir, `${shape}-${preset}.llama.gguf`), ours: join(dir, `${shape}-${preset}.wgllm.gguf`) });
   // F16 and BF16 input: converted to f32 first, as llama.cpp does
-  for (const [shape, type, preset] of [['tiny-qwen3', 'f16', 'Q4_K_M'], ['tiny', 'bf16', 'Q5_K_M']])
+  // MXFP4_MOE on a dense model is all Q8_0; on a MoE model its experts are MXFP4
+  for (const [shape, type, preset] of [['tiny-qwen3', 'f16', 'Q4_K_M'], ['tiny', 'bf16', 'Q5_K_M'], ['tiny-qwen3moe', 'f32', 'MXFP4_MOE']])
     jobs.push({ shape: `${shape}-${type}`, preset, ftype: PRESETS[preset], inp: f32Model(shape, type),
       ref: join(dir, `${shape}-${type}-${preset}.llama.gguf`), ours: join(dir, `${shape}-${type}-${preset}.wgllm.gguf`) });
   const r = spawnSync('python3', [join(ROOT, 'tools/peer/llama_quantize.py'), BINS, ...jobs.map((j) => `${j.inp},${j.ref},${j.ftype}`)],
@@ -116,7 +119,8 @@ const PARAGRAPH =
   'passed, and the number of gulls resting on the rocks below. In winter the wind ' +
   'rattled the windows so hard that he wrote with gloves on.';
 
-for (const [shape, preset] of [['tiny', 'Q4_K_M'], ['tiny-qwen2', 'Q4_K_M'], ['tiny', 'Q3_K_M'], ['tiny', 'IQ4_XS']]) {
+// MXFP4: wgllm's own preset (no llama.cpp file to compare bytes with), so llama.cpp must at least read it the same
+for (const [shape, preset] of [['tiny', 'Q4_K_M'], ['tiny-qwen2', 'Q4_K_M'], ['tiny', 'Q3_K_M'], ['tiny', 'IQ4_XS'], ['tiny', 'MXFP4']]) {
   test(`(b) wgllm-quantized ${shape} ${preset} runs in llama.cpp and agrees with wgllm`, async () => {
     const f = join(dir, `${shape}-${preset}.b.gguf`);
     wgllmQuantize(f32Model(shape), f, preset);

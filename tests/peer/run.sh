@@ -31,6 +31,7 @@ for shape in tiny-ropefreqs tiny-ropescale tiny-phi3-longrope tiny-phi3-longctx;
   for type in f32 q8_0; do models+=("$shape $type"); done
 done
 models+=("tiny-yarn f32" "tiny-mistral3 f32")
+models+=("tiny mxfp4" "tiny nvfp4" "tiny tq2_0" "tiny tq1_0" "tiny q1_0") # the new formats: the llama shape only
 models+=("tiny-qwen3moe f32" "tiny-qwen3moe q8_0" "tiny-mixtral f32" "tiny-olmoe f32" "tiny-qwen2moe f32"
          "tiny-granitemoe f32")
 # the gemma and phi3 shapes in the types agreement.test.mjs checks them in (SHAPE_TYPES)

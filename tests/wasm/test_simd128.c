@@ -9,6 +9,7 @@
  */
 #include "../test.h"
 
+#include "quant/fp4tq.h"
 #include "quant/kquants.h"
 #include "quant/quant.h"
 
@@ -141,6 +142,48 @@ TEST(k_quant_dots_bit_identical) {
     CHECK(bad == 0 && checked == 400);
 }
 
+/* MXFP4 (blocks of 32: odd counts too), NVFP4, Q1_0 and the ternary formats, from the
+ * quantizer and from random bytes (every code, TQ2_0's unused 3 and TQ1_0's
+ * bytes past 242 included). */
+TEST(fp4tq_dots_bit_identical) {
+    static float x[8 * 256], y[8 * 256];
+    static uint8_t qx[8 * 256], qy[8 * 292];
+    const uint32_t types[] = {WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0, WGLLM_TYPE_Q1_0, WGLLM_TYPE_NVFP4};
+    int bad = 0, checked = 0;
+    for (int ti = 0; ti < 5; ti++) {
+        const struct wgllm_type_traits *t = wgllm_type_traits(types[ti]), *r = wgllm_type_traits_ref(types[ti]);
+        CHECK(t->vec_dot != r->vec_dot);
+        const struct wgllm_type_traits *vt = wgllm_type_traits_ref(r->vec_dot_type);
+        for (int nb = 1; nb <= 8; nb++) {
+            const int n = types[ti] == WGLLM_TYPE_MXFP4 ? 32 * (8 * nb - 1) : 256 * nb;
+            for (int rep = 0; rep < 20; rep++) {
+                fill(x, n);
+                fill(y, n);
+                r->from_float_ref(x, qx, n);
+                if (rep % 2) { /* random bytes, sane scales */
+                    const size_t bs = r->type_size, rs = wgllm_row_size(types[ti], n);
+                    for (size_t i = 0; i < rs; i++) qx[i] = (uint8_t)rnd();
+                    for (size_t b = 0; b < rs / bs; b++) {
+                        const wgllm_fp16 d = wgllm_fp32_to_fp16(0.01f + (float)(rnd() % 100) / 50.0f);
+                        if (types[ti] == WGLLM_TYPE_MXFP4) qx[b * bs] = (uint8_t)(118 + rnd() % 16);
+                        else if (types[ti] == WGLLM_TYPE_Q1_0) memcpy(qx + b * bs, &d, 2);
+                        else memcpy(qx + b * bs + bs - 2, &d, 2);
+                    }
+                }
+                vt->from_float(y, qy, n);
+                float a = NAN, b = NAN, m[2] = {0};
+                t->vec_dot(n, &a, qx, qy);
+                r->vec_dot(n, &b, qx, qy);
+                t->vec_dot_nr(n, m, qx, 0, qy, 2);
+                checked++;
+                if ((!same_bits(a, b) || !same_bits(m[1], b)) && bad++ < 5)
+                    fprintf(stderr, "  %s n=%d: %.9g (nr %.9g) vs reference %.9g\n", t->name, n, a, m[1], b);
+            }
+        }
+    }
+    CHECK(bad == 0 && checked == 800);
+}
+
 TEST(q8_0_quantizer_bytes_identical) {
     static float x[4096];
     static uint8_t a[4096 * 2], b[4096 * 2];
@@ -228,6 +271,7 @@ int main(void) {
     RUN(quantized_dots_bit_identical);
     RUN(multi_token_dots_equal_single);
     RUN(k_quant_dots_bit_identical);
+    RUN(fp4tq_dots_bit_identical);
     RUN(q8_0_quantizer_bytes_identical);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();

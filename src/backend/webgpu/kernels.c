@@ -242,6 +242,11 @@ static uint32_t w8_block(uint32_t type, uint32_t *bytes) {
     case WGLLM_TYPE_Q5_0: *bytes = 22; return 32;
     case WGLLM_TYPE_Q5_1: *bytes = 24; return 32;
     case WGLLM_TYPE_IQ4_NL: *bytes = 18; return 32;
+    case WGLLM_TYPE_MXFP4: *bytes = 17; return 32;
+    case WGLLM_TYPE_TQ2_0: *bytes = 66; return 256;
+    case WGLLM_TYPE_TQ1_0: *bytes = 54; return 256;
+    case WGLLM_TYPE_Q1_0: *bytes = 18; return 128;
+    case WGLLM_TYPE_NVFP4: *bytes = 36; return 64;
     default: return 0;
     }
 }
@@ -344,6 +349,84 @@ static bool emit_w8(struct sb *b, uint32_t type) {
         sb_add(b, "  return v;\n}\n");
         return true;
     }
+    case WGLLM_TYPE_TQ2_0:
+        /* qs[64], d: element 128h + 32l + m is bits 2l of qs[32h + m], minus 1 */
+        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 8u) * 66u;\n"
+                  "  let cc = c %% 8u;\n"
+                  "  let qo = o + 32u * (cc / 4u) + 8u * u;\n"
+                  "  let sh = 2u * (cc %% 4u);\n"
+                  "  let d = f16at(o + 64u);\n"
+                  "  let q0 = ld32(qo);\n"
+                  "  let q1 = ld32(qo + 4u);\n"
+                  "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    v[t] = f32(i32((q0 >> (8u * t + sh)) & 3u) - 1) * d;\n"
+                  "    v[t + 4u] = f32(i32((q1 >> (8u * t + sh)) & 3u) - 1) * d;\n"
+                  "  }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
+    case WGLLM_TYPE_NVFP4:
+        /* d[4] (UE4M3, halved as wgllm_ue4m3_half), qs[32]: element 16s + j
+         * is the low nibble of qs[8s + j] (j < 8), 16s + 8 + j the high one,
+         * MXFP4's doubled E2M1 values times d[s] */
+        sb_add(b, "var<private> KV: array<f32, 16> = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,\n"
+                  "  0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);\n"
+                  "fn ue4m3_half(x: u32) -> f32 {\n"
+                  "  if (x == 0u || x == 0x7Fu) { return 0.0; }\n"
+                  "  let e = (x >> 3u) & 15u;\n"
+                  "  let m = f32(x & 7u);\n"
+                  "  return select(ldexp(1.0 + m / 8.0, i32(e) - 7), ldexp(m, -9), e == 0u) * 0.5;\n"
+                  "}\n"
+                  "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 2u) * 36u;\n"
+                  "  let sb = 2u * (c %% 2u) + u / 2u;\n"
+                  "  let d = ue4m3_half(ld8(o + sb));\n"
+                  "  let sh = 4u * (u %% 2u);\n"
+                  "  let q0 = ld32(o + 4u + 8u * sb);\n"
+                  "  let q1 = ld32(o + 8u + 8u * sb);\n"
+                  "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 4u; t++) {\n"
+                  "    v[t] = KV[(q0 >> (8u * t + sh)) & 15u] * d;\n"
+                  "    v[t + 4u] = KV[(q1 >> (8u * t + sh)) & 15u] * d;\n"
+                  "  }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
+    case WGLLM_TYPE_Q1_0:
+        /* d, qs[16]: element j of the block is +d when bit j % 8 of qs[j / 8] is set, else -d */
+        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 4u) * 18u;\n"
+                  "  let d = f16at(o);\n"
+                  "  let bits = ld8(o + 2u + 4u * (c %% 4u) + u);\n"
+                  "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 8u; t++) { v[t] = select(-d, d, ((bits >> t) & 1u) == 1u); }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
+    case WGLLM_TYPE_TQ1_0:
+        /* qs[48], qh[4], d: base-3 fixed-point bytes, trit k of byte q is
+         * ((q * 3^k) & 255) * 3 >> 8. Elements 32k + m: trit k of qs[m]
+         * (k < 5); 160 + 16k + m: trit k of qs[32 + m]; 240 + 4k + j: trit
+         * k of qh[j] (wgllm_block_tq1_0). */
+        sb_add(b, "var<private> P3: array<u32, 5> = array<u32, 5>(1u, 3u, 9u, 27u, 81u);\n"
+                  "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+                  "  let o = rb + (c / 8u) * 54u;\n"
+                  "  let d = f16at(o + 52u);\n"
+                  "  var v: array<f32, 8>;\n"
+                  "  for (var t = 0u; t < 8u; t++) {\n"
+                  "    let e = 32u * (c %% 8u) + 8u * u + t;\n"
+                  "    var bi = e %% 32u;\n"
+                  "    var k = e / 32u;\n"
+                  "    if (e >= 240u) { bi = 48u + (e - 240u) %% 4u; k = (e - 240u) / 4u; }\n"
+                  "    else if (e >= 160u) { bi = 32u + (e - 160u) %% 16u; k = (e - 160u) / 16u; }\n"
+                  "    let r = (ld8(o + bi) * P3[k]) & 255u;\n"
+                  "    v[t] = f32(i32((r * 3u) >> 8u) - 1) * d;\n"
+                  "  }\n"
+                  "  return v;\n"
+                  "}\n");
+        return true;
     default: break;
     }
     /* Blocks of 32 with 16 bytes of nibbles: element l < 16 is the low
@@ -352,6 +435,19 @@ static bool emit_w8(struct sb *b, uint32_t type) {
     if (iq4)
         sb_add(b, "var<private> KV: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,\n"
                   "  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);\n");
+    /* MXFP4: the E2M1 values doubled (wgllm_kvalues_mxfp4); its 17-byte
+     * blocks put nibbles at odd offsets, which ld32 (even offsets) cannot read */
+    const bool mx = type == WGLLM_TYPE_MXFP4;
+    if (mx)
+        sb_add(b, "var<private> KV: array<f32, 16> = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,\n"
+                  "  0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);\n"
+                  "fn ld32u(o: u32) -> u32 {\n"
+                  "  let i = o >> 2u;\n"
+                  "  let s = (o & 3u) * 8u;\n"
+                  "  if (s == 0u) { return W[i]; }\n"
+                  "  return (W[i] >> s) | (W[i + 1u] << (32u - s));\n"
+                  "}\n"
+                  "fn e8m0_half(e: u32) -> f32 { return bitcast<f32>(select(0x00200000u << e, (e - 1u) << 23u, e >= 2u)); }\n");
     sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n");
     switch (type) {
     case WGLLM_TYPE_IQ4_XS: /* d, scales_h (u16), scales_l[4], qs[128]: 8 sub-blocks of 32 as IQ4_NL */
@@ -363,6 +459,9 @@ static bool emit_w8(struct sb *b, uint32_t type) {
         break;
     case WGLLM_TYPE_IQ4_NL: /* d, qs[16] */
         sb_add(b, "  let o = rb + c * 18u;\n  let d = f16at(o);\n  let qo = o + 2u + 8u * (u & 1u);\n");
+        break;
+    case WGLLM_TYPE_MXFP4: /* e (E8M0), qs[16] */
+        sb_add(b, "  let o = rb + c * 17u;\n  let d = e8m0_half(ld8(o));\n  let qo = o + 1u + 8u * (u & 1u);\n");
         break;
     case WGLLM_TYPE_Q4_1: /* d, m, qs[16] */
         sb_add(b, "  let o = rb + c * 20u;\n  let d = f16at(o);\n  let m = f16at(o + 2u);\n  let qo = o + 4u + 8u * (u & 1u);\n");
@@ -377,14 +476,16 @@ static bool emit_w8(struct sb *b, uint32_t type) {
     default: return false;
     }
     sb_add(b, "  let sh = 4u * (u / 2u);\n"
-              "  let q0 = ld32(qo);\n"
-              "  let q1 = ld32(qo + 4u);\n"
+              "  let q0 = %s(qo);\n"
+              "  let q1 = %s(qo + 4u);\n"
               "  var v: array<f32, 8>;\n"
               "  for (var t = 0u; t < 8u; t++) {\n"
-              "    let q = (select(q1, q0, t < 4u) >> (8u * (t %% 4u) + sh)) & 15u;\n");
+              "    let q = (select(q1, q0, t < 4u) >> (8u * (t %% 4u) + sh)) & 15u;\n", mx ? "ld32u" : "ld32",
+           mx ? "ld32u" : "ld32");
     switch (type) { /* as the CPU's to_float writes each */
     case WGLLM_TYPE_IQ4_XS:
     case WGLLM_TYPE_IQ4_NL: sb_add(b, "    v[t] = d * KV[q];\n"); break;
+    case WGLLM_TYPE_MXFP4: sb_add(b, "    v[t] = KV[q] * d;\n"); break;
     case WGLLM_TYPE_Q4_1: sb_add(b, "    v[t] = f32(q) * d + m;\n"); break;
     case WGLLM_TYPE_Q5_0: sb_add(b, "    v[t] = f32(i32(q | (((qh >> t) & 1u) << 4u)) - 16) * d;\n"); break;
     case WGLLM_TYPE_Q5_1: sb_add(b, "    v[t] = f32(q | (((qh >> t) & 1u) << 4u)) * d + m;\n"); break;
