@@ -374,6 +374,13 @@ TEST(engine_reuses_only_what_the_ring_kept) {
     CHECK(lcp > 3 * RING);
     CHECK_EQ_INT(r2.usage.cached_tokens, lcp);
     check_same(&r2, &cold_more);
+    /* the routing policy's warmth query says what admission will reuse: nothing for P_SHORT */
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    CHECK_EQ_INT(wgllm_engine_prompt_tokens_query(e, P_SHORT, strlen(P_SHORT), true, &ids, &n_ids, NULL),
+                 WGLLM_STATUS_OK);
+    if (ids) CHECK_EQ_INT(wgllm_engine_cached_tokens(e, ids, n_ids, NULL), 0);
+    free(ids);
     CHECK_EQ_INT(wgllm_query(e, P_SHORT, &p, &r3, NULL), WGLLM_STATUS_OK);
     CHECK(test_common_prefix(eng_model, P_MORE, P_SHORT, NULL) >= 4); /* shared, but its window is gone */
     CHECK_EQ_INT(r3.usage.cached_tokens, 0);

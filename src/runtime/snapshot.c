@@ -124,7 +124,8 @@ static void cached_on_thread(struct wgllm_engine *e, void *arg) {
         const struct slot *sl = &e->slots[i];
         if (!wgllm_same_partition(sl->part, q->part)) continue;
         const int c = WGLLM_MIN(wgllm_engine_common_prefix(sl->tokens, wgllm_engine_slot_reusable(sl), q->tokens, q->n), limit);
-        if (c > cached) cached = c;
+        /* as admit: a sliding-window ring that forgot the window of the prefix's end cannot provide it */
+        if (c > cached && wgllm_context_can_continue(e->ctx, wgllm_context_seq_pos_min(e->ctx, i), c)) cached = c;
     }
     if (limit > 0) wgllm_snapshot_lookup(e, q->part, q->tokens, q->n, limit, &cached);
     q->cached = cached;
