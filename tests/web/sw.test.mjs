@@ -60,7 +60,8 @@ after(async () => {
   if (server) await server.close();
 });
 
-const OPTS = { model: `/models/${MODEL}`, nSlots: 2, store: false };
+// two slots: A's and B's streams run together; a context for A's 4000 tokens
+const OPTS = { model: `/models/${MODEL}`, nSlots: 2, nCtx: 8192, store: false };
 
 test('page A: the service worker loads the model; greedy tokens equal native wgllm', { timeout: 60000 }, async () => {
   const want = nativeText(PROMPT, N);
@@ -158,6 +159,11 @@ test('B streams while A streams; closing A mid-stream leaves B\'s stream whole a
         if (status.sessions === 1) break;
         await new Promise((res) => setTimeout(res, 100));
       }
+      // and cancels its request (else it would hold a slot for nobody until its 4000 tokens are out)
+      for (let i = 0; i < 10 && status.requests !== 0; i++) {
+        await new Promise((res) => setTimeout(res, 100));
+        status = await engine.serviceWorker.status();
+      }
       const again = await engine.completions.create({ prompt: 'Once upon a time', max_tokens: 8, temperature: 0, ignore_eos: true });
       return { text, status, again: again.choices[0].text };
     });
@@ -165,6 +171,7 @@ test('B streams while A streams; closing A mid-stream leaves B\'s stream whole a
     assert.equal(r.text, want, 'B\'s stream, concurrent with A\'s and outliving it, = native greedy');
     assert.equal(r.status.sessions, 1, 'A\'s session is gone');
     assert.equal(r.status.engines, 1, 'B alone uses the model');
+    assert.equal(r.status.requests, 0, 'A\'s request was cancelled with its page');
     assert.equal(r.status.loads, 1, 'still the one load');
     assert.equal(r.again, want.slice(0, r.again.length), 'B is served after A is gone');
     assert.ok(r.again.length > 0);

@@ -577,5 +577,6 @@ async function loadIn(opts, started) {
   /** Waits until the snapshots of finished requests are stored (persistSnapshots). */
   const flushSnapshots = async () => { while (saving) await saving; };
 
-  return { info, openai, embed, interrupt, unload, saveSnapshots, restoreSnapshots, flushSnapshots };
+  // running(): requests in flight (a host shared by several pages reports it)
+  return { info, openai, embed, interrupt, unload, saveSnapshots, restoreSnapshots, flushSnapshots, running: () => active.size };
 }

@@ -140,7 +140,7 @@ export function hostEngine(scope = self) {
       model: engine ? engine.name : null,
       engines: engine ? engine.users.size : 0, // engines (pages) using the model
       sessions: sessions.size,
-      requests: [...sessions.values()].reduce((n, s) => n + s.session.running, 0), // generations in flight
+      requests: engine && engine.core ? engine.core.running() : 0, // requests in flight on the model, every page's
       webgpu: hasGpu(), // navigator.gpu in the service worker: what `auto` and 'webgpu' can use
       core_reason: 'a service worker: no nested Workers or SharedArrayBuffer, so a single-threaded core' +
         (hasGpu() ? ' (WebGPU is exposed here)' : ' (no WebGPU in this service worker: the CPU core)'),
