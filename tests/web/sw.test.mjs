@@ -6,7 +6,9 @@
 // far sooner than A's load took); B streams while A streams; closing A in
 // the middle of its stream leaves B's stream whole and the worker serving;
 // the last engine's unload frees the model and another model is refused
-// while a page uses the loaded one.
+// while a page uses the loaded one; with WebGPU in the service worker
+// (SwiftShader here) backend 'webgpu' runs the single-threaded WebGPU core
+// there, with native greedy tokens.
 // Run through tests/web/run.sh (which builds web/dist and the native tool).
 
 import { test, before, after } from 'node:test';
@@ -15,7 +17,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { root, chromium, startServer, WGLLM, MODELS, FLAGS, synthModel } from './setup.mjs';
+import { root, chromium, startServer, WGLLM, MODELS, WEBGPU_FLAGS, synthModel } from './setup.mjs';
 
 const MODEL = 'tiny-q8_0.gguf';
 const OTHER = 'tiny-q4_0.gguf';
@@ -50,7 +52,7 @@ before(async () => {
   synthModel(OTHER, 'tiny', 'q4_0');
   // no COOP/COEP: the pages need none (the service worker is single-threaded either way)
   server = await startServer({ models: MODELS, isolate: false });
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: FLAGS, timeout: 60000 });
+  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: WEBGPU_FLAGS, timeout: 60000 });
   context = await browser.newContext(); // one origin's storage: the two tabs share the service worker
   pageA = await openPage();
 });
@@ -201,4 +203,25 @@ test('another model is refused while a page uses the loaded one; the last unload
     assert.equal(r.status.model, `${server.url}/models/${OTHER}`);
     assert.equal(r.tokens, 4);
     assert.deepEqual(pageErrors, []);
+  });
+
+test('WebGPU in the service worker: backend webgpu runs the single-threaded WebGPU core there; greedy = native', { timeout: 90000 },
+  async () => {
+    assert.ok(pageB, 'page B is open');
+    const n = 8;
+    const want = nativeText(PROMPT, n);
+    const r = await pageB.evaluate(async ({ opts, n }) => {
+      const e = await wgllm.createServiceWorkerEngine({ ...opts, backend: 'webgpu' });
+      const c = await e.completions.create({ prompt: 'Once upon a time', max_tokens: n, temperature: 0, ignore_eos: true });
+      const out = { text: c.choices[0].text, info: e.info, caps: e.capabilities };
+      await e.unload();
+      return out;
+    }, { opts: OPTS, n });
+    assert.equal(r.info.service_worker.webgpu, true, 'Chromium exposes navigator.gpu in service workers');
+    assert.equal(r.caps.webgpu, true, 'the capability report gives the service worker\'s WebGPU');
+    assert.equal(r.info.core, 'single-threaded-webgpu');
+    assert.equal(r.info.backend, 'webgpu');
+    assert.match(r.caps.reason, /^webgpu: /);
+    assert.equal(r.info.service_worker.loads, 3);
+    assert.equal(r.text, want, 'the service worker on WebGPU = native greedy');
   });
