@@ -62,8 +62,9 @@ after(async () => {
   if (server) await server.close();
 });
 
-// two slots: A's and B's streams run together; a context for A's 4000 tokens
-const OPTS = { model: `/models/${MODEL}`, nSlots: 2, nCtx: 8192, store: false };
+// two slots: A's and B's streams run together; a context for A's 4000 tokens; the model
+// stored in OPFS by the service worker (a fresh browser profile: A downloads it)
+const OPTS = { model: `/models/${MODEL}`, nSlots: 2, nCtx: 8192 };
 
 test('page A: the service worker loads the model; greedy tokens equal native wgllm', { timeout: 60000 }, async () => {
   const want = nativeText(PROMPT, N);
@@ -82,6 +83,7 @@ test('page A: the service worker loads the model; greedy tokens equal native wgl
   assert.equal(r.info.service_worker.reused, false, 'the first page loaded it');
   assert.equal(r.info.core, 'single-threaded', 'a service worker runs the single-threaded core');
   assert.equal(r.info.backend, 'cpu');
+  assert.equal(r.info.source, 'opfs', 'the service worker keeps the model in OPFS');
   assert.equal(r.caps.host, 'service-worker');
   assert.equal(typeof r.caps.webgpu, 'boolean');
   assert.match(r.caps.host_reason, /single-threaded core/);
@@ -224,4 +226,44 @@ test('WebGPU in the service worker: backend webgpu runs the single-threaded WebG
     assert.match(r.caps.reason, /^webgpu: /);
     assert.equal(r.info.service_worker.loads, 3);
     assert.equal(r.text, want, 'the service worker on WebGPU = native greedy');
+  });
+
+test('the browser stops the service worker: the open engine\'s requests fail clearly; a new engine loads again', { timeout: 60000 },
+  async () => {
+    assert.ok(pageB, 'page B is open');
+    await pageB.evaluate(async (opts) => {
+      window.e3 = await wgllm.createServiceWorkerEngine({ ...opts, heartbeatMs: 200 });
+      window.e3Out = (async () => {
+        let n = 0;
+        try {
+          for await (const k of await e3.completions.create({ prompt: 'Once upon a time', max_tokens: 4000, temperature: 0,
+            ignore_eos: true, stream: true })) if (k.choices[0]?.text) window.e3Chunks = ++n;
+          return { ended: 'normally', n };
+        } catch (e) {
+          return { ended: 'error', message: e.message, n };
+        }
+      })();
+      window.e3Chunks = 0;
+    }, OPTS);
+    await pageB.waitForFunction(() => window.e3Chunks >= 2, null, { timeout: 20000 });
+    // what the browser does to an idle worker, now: the model goes with it
+    const cdp = await context.newCDPSession(pageB);
+    await cdp.send('ServiceWorker.enable');
+    await cdp.send('ServiceWorker.stopAllWorkers');
+    const r = await pageB.evaluate(async (opts) => {
+      const out = await Promise.race([window.e3Out, new Promise((res) => setTimeout(() => res({ ended: 'still running after 10 s' }), 10000))]);
+      let after = null;
+      try { await e3.completions.create({ prompt: 'x', max_tokens: 1 }); } catch (e) { after = e.message; }
+      const e4 = await wgllm.createServiceWorkerEngine(opts);
+      const c = await e4.completions.create({ prompt: 'Once upon a time', max_tokens: 4, temperature: 0, ignore_eos: true });
+      const info = e4.info.service_worker;
+      await e4.unload();
+      return { out, after, info, tokens: c.usage.completion_tokens };
+    }, OPTS);
+    assert.equal(r.out.ended, 'error', `the stream on the stopped worker ended: ${JSON.stringify(r.out)}`);
+    assert.match(r.out.message, /service worker was restarted/);
+    assert.match(r.after ?? '', /service worker was restarted/, 'later requests fail at once');
+    assert.equal(r.info.reused, false, 'the restarted worker had no model');
+    assert.equal(r.info.loads, 1, 'its first load');
+    assert.equal(r.tokens, 4);
   });
