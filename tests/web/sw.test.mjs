@@ -8,7 +8,8 @@
 // the last engine's unload frees the model and another model is refused
 // while a page uses the loaded one; with WebGPU in the service worker
 // (SwiftShader here) backend 'webgpu' runs the single-threaded WebGPU core
-// there, with native greedy tokens.
+// there, with native greedy tokens; when the browser stops the worker, an
+// open engine's requests fail clearly (no hang) and a new engine loads again.
 // Run through tests/web/run.sh (which builds web/dist and the native tool).
 
 import { test, before, after } from 'node:test';
@@ -253,7 +254,10 @@ test('the browser stops the service worker: the open engine\'s requests fail cle
     const r = await pageB.evaluate(async (opts) => {
       const out = await Promise.race([window.e3Out, new Promise((res) => setTimeout(() => res({ ended: 'still running after 10 s' }), 10000))]);
       let after = null;
-      try { await e3.completions.create({ prompt: 'x', max_tokens: 1 }); } catch (e) { after = e.message; }
+      try {
+        await Promise.race([e3.completions.create({ prompt: 'x', max_tokens: 1 }),
+          new Promise((res, rej) => setTimeout(() => rej(new Error('no answer after 3 s')), 3000))]);
+      } catch (e) { after = e.message; }
       const e4 = await wgllm.createServiceWorkerEngine(opts);
       const c = await e4.completions.create({ prompt: 'Once upon a time', max_tokens: 4, temperature: 0, ignore_eos: true });
       const info = e4.info.service_worker;
