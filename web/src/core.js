@@ -160,7 +160,9 @@ async function loadIn(opts, started) {
     try { onProgress({ stage, progress, loaded, total, ...extra }); } catch { /* the caller's bug, not ours */ }
   };
   const src = await resolveModel(opts.model, report, { store: opts.store });
-  const createWgllmCore = await importCore(core);
+  // opts.coreModules: the cores' factories, imported statically by a host
+  // where import() is not allowed (a service worker: sw-host.js)
+  const createWgllmCore = opts.coreModules?.[core] ?? await importCore(core);
   const M = await createWgllmCore({
     print: (t) => console.log(t),
     printErr: (t) => console.warn(t),
@@ -351,6 +353,10 @@ async function loadIn(opts, started) {
   const SLICE_MS = 8;
   const TIMER_MS = 16;
   const channel = threaded ? null : new MessageChannel();
+  // one resolver per message posted, in order: requests in flight together
+  // (nSlots > 1) each yield here, and none of their turns may be lost
+  const turns = [];
+  if (channel) channel.port1.onmessage = () => { const res = turns.shift(); if (res) res(); };
   let lastTimer = 0;
   const yieldTurn = () => new Promise((res) => {
     const now = performance.now();
@@ -358,7 +364,7 @@ async function loadIn(opts, started) {
       lastTimer = now;
       setTimeout(res, 0);
     } else {
-      channel.port1.onmessage = () => res();
+      turns.push(res);
       channel.port2.postMessage(0);
     }
   });
@@ -564,6 +570,7 @@ async function loadIn(opts, started) {
     closeReaders(src.files); // URL reads still in flight are aborted
     if (M.wgllmSources) delete M.wgllmSources[srcId];
     M._free(lenPtr);
+    if (channel) channel.port1.close(); // a host that outlives its engines (a service worker) keeps no port per load
     if (M.PThread && M.PThread.terminateAllThreads) M.PThread.terminateAllThreads();
   }
 
@@ -597,5 +604,7 @@ async function loadIn(opts, started) {
     return text;
   }
 
-  return { info, openai, embed, interrupt, unload, saveSnapshots, restoreSnapshots, flushSnapshots, route };
+  // running(): requests in flight (a host shared by several pages reports it)
+  return { info, openai, embed, interrupt, unload, saveSnapshots, restoreSnapshots, flushSnapshots, route,
+    running: () => active.size };
 }

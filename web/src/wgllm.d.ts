@@ -64,6 +64,53 @@ export interface EngineOptions {
   worker?: Worker;
 }
 
+/** createServiceWorkerEngine: the engine options, and which service worker hosts it. */
+export interface ServiceWorkerEngineOptions extends EngineOptions {
+  /** The host: a registration (your own service worker, which imports web/dist/sw-host.js and calls
+   *  hostEngine(self)), or the URL of a module service worker script to register. Default: register
+   *  web/dist/sw.js (type 'module'; it intercepts no fetches). */
+  serviceWorker?: ServiceWorkerRegistration | string | URL;
+  /** The scope to register it at (default: the script's folder). The pages need not be in it. */
+  scope?: string;
+  /** How often the page tells the worker it is still open (default 10000 ms; Chromium stops an
+   *  idle service worker after ~30 s, and a message event restarts that timer). */
+  heartbeatMs?: number;
+}
+
+/** What the service worker reports about itself (info.service_worker, serviceWorker.status()). */
+export interface ServiceWorkerInfo {
+  host: 'service-worker';
+  /** Models loaded by this service worker since it started: the same model reused is not a load. */
+  loads: number;
+  /** In info: whether this engine found its model already loaded (or loading) by another page. */
+  reused?: boolean;
+  /** The loaded model (an absolute URL, opfs:NAME, a file's name), or null. */
+  model: string | null;
+  /** Engines (of any page of the origin) using the model. */
+  engines: number;
+  /** Connections open to the worker (engines, and engines still loading). */
+  sessions: number;
+  /** Requests in flight on the model, every page's. */
+  requests: number;
+  /** Whether the service worker has navigator.gpu (what `auto` and 'webgpu' can use there). */
+  webgpu: boolean;
+  /** Why the core is single-threaded there, and whether WebGPU is exposed. */
+  core_reason: string;
+}
+
+/** The engine of createServiceWorkerEngine: the Engine API, and the host's own report. */
+export interface ServiceWorkerEngine extends Engine {
+  readonly info: EngineInfo & { service_worker: ServiceWorkerInfo };
+  readonly capabilities: Capabilities & { host: 'service-worker'; host_reason: string };
+  serviceWorker: {
+    /** The host's report now (loads, engines, requests in flight...). */
+    status(): Promise<ServiceWorkerInfo>;
+    registration: ServiceWorkerRegistration;
+    /** This engine's session id (what its heartbeats name). */
+    session: string;
+  };
+}
+
 export interface EngineInfo {
   backend: 'cpu' | 'webgpu';
   /** What it runs on and why, e.g. "webgpu: google swiftshader (browser, CPU)" or
@@ -297,7 +344,7 @@ export interface Capabilities {
   adapter: string | null;
   /** Bytes. */
   gpu_memory: number;
-  /** Whether this thread has navigator.gpu. */
+  /** Whether the engine's thread has navigator.gpu (the service worker's, for createServiceWorkerEngine). */
   webgpu: boolean;
   threads: number;
   crossOriginIsolated: boolean;
@@ -314,6 +361,11 @@ export function createEngine(options: EngineOptions): Promise<Engine>;
 export function deleteSnapshots(key: string): Promise<boolean>;
 /** The engine in a Web Worker (web/dist/worker.js). */
 export function createWorkerEngine(options: EngineOptions): Promise<Engine>;
+/** The engine in a Service Worker (web/dist/sw.js), shared by the origin's pages and tabs: the
+ *  same model with the same options is loaded once and reused (no reload on the next page).
+ *  unload() by the last engine using the model frees it; a page that closes or navigates leaves
+ *  it loaded until the browser stops the idle worker (~30 s after the last page is gone). */
+export function createServiceWorkerEngine(options: ServiceWorkerEngineOptions): Promise<ServiceWorkerEngine>;
 /** The models kept in the browser's store (OPFS); [] where OPFS is missing. */
 export function listModels(): Promise<StoredModel[]>;
 /** Removes a stored model; false when there was none of that name. */

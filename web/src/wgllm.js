@@ -1,6 +1,7 @@
 // wgllm.js - the browser package's entry point: an OpenAI-style engine over
 // the wasm core, either on the page (createEngine) or in a Web Worker
-// (createWorkerEngine, same API, the page never blocks).
+// (createWorkerEngine, same API, the page never blocks), or in a Service
+// Worker shared by the pages of the origin (createServiceWorkerEngine).
 //
 //   import * as wgllm from './wgllm.js';
 //   const engine = await wgllm.createWorkerEngine({ model: 'model.gguf', onProgress: (p) => ... });
@@ -458,4 +459,115 @@ export function createRouter(options = {}) {
       return out;
     },
   };
+}
+
+// The page side of the service worker engine (sw-host.js hosts it): how often
+// each engine tells the service worker that its page is still there. A
+// message event restarts Chromium's idle timer of a service worker (~30 s);
+// messages on a MessagePort do not.
+const HEARTBEAT_MS = 10000;
+
+// The registration's worker once it is active (a fresh one installs first).
+async function activeWorkerOf(reg) {
+  while (!reg.active) {
+    const w = reg.installing || reg.waiting;
+    if (!w) throw new Error('wgllm: the service worker registration has no worker');
+    await new Promise((res) => {
+      const f = () => { if (w.state === 'activated' || w.state === 'redundant') { w.removeEventListener('statechange', f); res(); } };
+      w.addEventListener('statechange', f);
+      f();
+    });
+    if (w.state === 'redundant' && !reg.active) throw new Error('wgllm: the service worker failed to install (see its console)');
+  }
+  return reg.active;
+}
+
+let swSessionCount = 0;
+
+/**
+ * The same engine, hosted by a Service Worker (web/dist/sw.js, registered
+ * here unless options.serviceWorker is a registration or another script's
+ * URL): every page and tab of the origin that asks for the same model with
+ * the same options shares one loaded model, so the next page's first request
+ * needs no reload. The API is createWorkerEngine's; info.service_worker
+ * says whether the model was reused and how many loads the worker has made.
+ */
+export async function createServiceWorkerEngine(options = {}) {
+  checkBackend(options.backend);
+  if (typeof navigator === 'undefined' || !navigator.serviceWorker) {
+    const e = new Error('wgllm: this page has no service workers (a secure context is needed: https or localhost)');
+    e.code = 'unsupported';
+    throw e;
+  }
+  let reg = options.serviceWorker;
+  if (reg == null || typeof reg === 'string' || reg instanceof URL) {
+    const url = reg ?? new URL('./sw.js', import.meta.url);
+    reg = await navigator.serviceWorker.register(url, { type: 'module', ...(options.scope ? { scope: options.scope } : {}) });
+  }
+  const sw = await activeWorkerOf(reg);
+  // a session id the heartbeats name (the service worker's sessions are per engine, not per page)
+  const session = typeof crypto !== 'undefined' && crypto.randomUUID ? crypto.randomUUID()
+    : `${Date.now()}-${Math.random()}-${++swSessionCount}`;
+  const channel = new MessageChannel();
+  const port = channel.port1;
+  const listeners = { message: new Set(), error: new Set() };
+  port.onmessage = (ev) => { for (const f of listeners.message) f(ev); };
+  sw.postMessage({ wgllm: 'connect', session }, [channel.port2]);
+  const beat = () => { try { (reg.active ?? sw).postMessage({ wgllm: 'heartbeat', session }); } catch { /* the next one */ } };
+  const timer = setInterval(beat, options.heartbeatMs ?? HEARTBEAT_MS);
+  let closed = false;
+  const bye = () => { if (!closed) port.postMessage({ op: 'bye' }); }; // the page leaves: its requests end now
+  const close = () => {
+    if (closed) return;
+    bye();
+    closed = true;
+    clearInterval(timer);
+    removeEventListener('pagehide', close);
+    navigator.serviceWorker.removeEventListener('message', onLost);
+    port.close();
+  };
+  // the browser stopped the worker (and restarted it) while this page was
+  // open: the port leads nowhere, so the requests fail instead of hanging
+  const onLost = (ev) => {
+    if (!ev.data || ev.data.wgllm !== 'lost' || ev.data.session !== session) return;
+    for (const f of listeners.error) f({ message: 'the service worker was restarted: its engine is gone (create the engine again)' });
+    close();
+  };
+  navigator.serviceWorker.addEventListener('message', onLost);
+  if (navigator.serviceWorker.startMessages) navigator.serviceWorker.startMessages();
+  addEventListener('pagehide', close);
+  // the port, as the Worker that createWorkerEngine talks to
+  const link = {
+    postMessage: (m, t) => port.postMessage(m, t),
+    addEventListener: (type, f) => { if (listeners[type]) listeners[type].add(f); },
+    removeEventListener: (type, f) => { if (listeners[type]) listeners[type].delete(f); },
+    terminate: close,
+  };
+  let api;
+  try {
+    api = await createWorkerEngine({ ...options, worker: link });
+  } catch (e) {
+    close();
+    throw e;
+  }
+  // the host's own report (models loaded, engines using it), off the engine calls' ids
+  let statusId = 0;
+  const status = () => new Promise((resolve, reject) => {
+    if (closed) { reject(new Error('wgllm: the engine was unloaded')); return; }
+    const id = `sw-status-${++statusId}`;
+    const f = (ev) => {
+      if (!ev.data || ev.data.id !== id) return;
+      listeners.message.delete(f);
+      if (ev.data.type === 'error') reject(new Error(ev.data.message)); else resolve(ev.data.value);
+    };
+    listeners.message.add(f);
+    port.postMessage({ id, op: 'status' });
+  });
+  const caps = Object.getOwnPropertyDescriptor(api, 'capabilities').get;
+  Object.defineProperty(api, 'capabilities', {
+    get: () => ({ ...caps.call(api), webgpu: api.info.service_worker.webgpu, host: 'service-worker',
+                  host_reason: api.info.service_worker.core_reason }),
+  });
+  api.serviceWorker = { status, registration: reg, session };
+  return api;
 }
