@@ -331,15 +331,11 @@ static void vec_dot_tq1_0_q8_K(int64_t n, float *s, const void *vx, const void *
 
 /* ---- install ----------------------------------------------------------- */
 
-#define FQ_NR(name, dot)                                                                          \
-    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
-        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
-    }
-FQ_NR(nr_mxfp4, vec_dot_mxfp4_q8_0)
-FQ_NR(nr_tq1_0, vec_dot_tq1_0_q8_K)
-FQ_NR(nr_tq2_0, vec_dot_tq2_0_q8_K)
-FQ_NR(nr_q1_0, vec_dot_q1_0_q8_0)
-FQ_NR(nr_nvfp4, vec_dot_nvfp4_q8_0)
+WGLLM_VEC_DOT_NR(nr_mxfp4, vec_dot_mxfp4_q8_0)
+WGLLM_VEC_DOT_NR(nr_tq1_0, vec_dot_tq1_0_q8_K)
+WGLLM_VEC_DOT_NR(nr_tq2_0, vec_dot_tq2_0_q8_K)
+WGLLM_VEC_DOT_NR(nr_q1_0, vec_dot_q1_0_q8_0)
+WGLLM_VEC_DOT_NR(nr_nvfp4, vec_dot_nvfp4_q8_0)
 
 static void fq_set(struct wgllm_type_traits *t, enum wgllm_type type, wgllm_to_float_fn tof,
                    wgllm_from_float_fn fref, enum wgllm_type vdt, wgllm_vec_dot_fn vd, wgllm_vec_dot_nr_fn nr) {

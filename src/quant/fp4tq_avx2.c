@@ -346,15 +346,11 @@ FQ_MT(mt_tq1_0_avx2, tq1_0_mt_body)
 
 /* ---- install ----------------------------------------------------------- */
 
-#define FQ_NR(name, dot)                                                                          \
-    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
-        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
-    }
-FQ_NR(nr_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2)
-FQ_NR(nr_tq1_0_avx2, vec_dot_tq1_0_q8_K_avx2)
-FQ_NR(nr_tq2_0_avx2, vec_dot_tq2_0_q8_K_avx2)
-FQ_NR(nr_q1_0_avx2, vec_dot_q1_0_q8_0_avx2)
-FQ_NR(nr_nvfp4_avx2, vec_dot_nvfp4_q8_0_avx2)
+WGLLM_VEC_DOT_NR(nr_mxfp4_avx2, vec_dot_mxfp4_q8_0_avx2)
+WGLLM_VEC_DOT_NR(nr_tq1_0_avx2, vec_dot_tq1_0_q8_K_avx2)
+WGLLM_VEC_DOT_NR(nr_tq2_0_avx2, vec_dot_tq2_0_q8_K_avx2)
+WGLLM_VEC_DOT_NR(nr_q1_0_avx2, vec_dot_q1_0_q8_0_avx2)
+WGLLM_VEC_DOT_NR(nr_nvfp4_avx2, vec_dot_nvfp4_q8_0_avx2)
 
 void wgllm_fp4tq_install_avx2(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_avx2;

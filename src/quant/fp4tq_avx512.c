@@ -156,13 +156,9 @@ static void vec_dot_tq1_0_q8_K_avx512(int64_t n, float *s, const void *vx, const
 
 /* ---- install ----------------------------------------------------------- */
 
-#define FQ_NR(name, dot)                                                                          \
-    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
-        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
-    }
-FQ_NR(nr_mxfp4_avx512, vec_dot_mxfp4_q8_0_avx512)
-FQ_NR(nr_tq1_0_avx512, vec_dot_tq1_0_q8_K_avx512)
-FQ_NR(nr_tq2_0_avx512, vec_dot_tq2_0_q8_K_avx512)
+WGLLM_VEC_DOT_NR(nr_mxfp4_avx512, vec_dot_mxfp4_q8_0_avx512)
+WGLLM_VEC_DOT_NR(nr_tq1_0_avx512, vec_dot_tq1_0_q8_K_avx512)
+WGLLM_VEC_DOT_NR(nr_tq2_0_avx512, vec_dot_tq2_0_q8_K_avx512)
 
 /* The AVX2 vec_dot_mt kernels stay installed: these vec_dots give the AVX2
  * ones' results bit for bit (MXFP4: lanes 0-7 and 8-15 are the AVX2 kernel's

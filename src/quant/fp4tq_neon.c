@@ -167,18 +167,14 @@ FQ_NEON_KERNELS(mull, , dot_mull)
 
 /* ---- install ----------------------------------------------------------- */
 
-#define FQ_NR(name, dot)                                                                          \
-    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
-        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
-    }
-FQ_NR(nr_mxfp4_sdot, vec_dot_mxfp4_q8_0_sdot)
-FQ_NR(nr_tq1_0_sdot, vec_dot_tq1_0_q8_K_sdot)
-FQ_NR(nr_tq2_0_sdot, vec_dot_tq2_0_q8_K_sdot)
-FQ_NR(nr_mxfp4_mull, vec_dot_mxfp4_q8_0_mull)
-FQ_NR(nr_tq1_0_mull, vec_dot_tq1_0_q8_K_mull)
-FQ_NR(nr_tq2_0_mull, vec_dot_tq2_0_q8_K_mull)
-FQ_NR(nr_q1_0_neon, vec_dot_q1_0_q8_0_neon)
-FQ_NR(nr_nvfp4_neon, vec_dot_nvfp4_q8_0_neon)
+WGLLM_VEC_DOT_NR(nr_mxfp4_sdot, vec_dot_mxfp4_q8_0_sdot)
+WGLLM_VEC_DOT_NR(nr_tq1_0_sdot, vec_dot_tq1_0_q8_K_sdot)
+WGLLM_VEC_DOT_NR(nr_tq2_0_sdot, vec_dot_tq2_0_q8_K_sdot)
+WGLLM_VEC_DOT_NR(nr_mxfp4_mull, vec_dot_mxfp4_q8_0_mull)
+WGLLM_VEC_DOT_NR(nr_tq1_0_mull, vec_dot_tq1_0_q8_K_mull)
+WGLLM_VEC_DOT_NR(nr_tq2_0_mull, vec_dot_tq2_0_q8_K_mull)
+WGLLM_VEC_DOT_NR(nr_q1_0_neon, vec_dot_q1_0_q8_0_neon)
+WGLLM_VEC_DOT_NR(nr_nvfp4_neon, vec_dot_nvfp4_q8_0_neon)
 
 void wgllm_fp4tq_install_neon(struct wgllm_type_traits *t, bool has_dotprod) {
     t[WGLLM_TYPE_MXFP4].vec_dot = has_dotprod ? vec_dot_mxfp4_q8_0_sdot : vec_dot_mxfp4_q8_0_mull;

@@ -185,15 +185,11 @@ static void vec_dot_tq1_0_q8_K_wasm(int64_t n, float *s, const void *vx, const v
 
 /* ---- install ----------------------------------------------------------- */
 
-#define FQ_NR(name, dot)                                                                          \
-    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
-        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
-    }
-FQ_NR(nr_mxfp4_wasm, vec_dot_mxfp4_q8_0_wasm)
-FQ_NR(nr_tq1_0_wasm, vec_dot_tq1_0_q8_K_wasm)
-FQ_NR(nr_tq2_0_wasm, vec_dot_tq2_0_q8_K_wasm)
-FQ_NR(nr_q1_0_wasm, vec_dot_q1_0_q8_0_wasm)
-FQ_NR(nr_nvfp4_wasm, vec_dot_nvfp4_q8_0_wasm)
+WGLLM_VEC_DOT_NR(nr_mxfp4_wasm, vec_dot_mxfp4_q8_0_wasm)
+WGLLM_VEC_DOT_NR(nr_tq1_0_wasm, vec_dot_tq1_0_q8_K_wasm)
+WGLLM_VEC_DOT_NR(nr_tq2_0_wasm, vec_dot_tq2_0_q8_K_wasm)
+WGLLM_VEC_DOT_NR(nr_q1_0_wasm, vec_dot_q1_0_q8_0_wasm)
+WGLLM_VEC_DOT_NR(nr_nvfp4_wasm, vec_dot_nvfp4_q8_0_wasm)
 
 void wgllm_fp4tq_install_wasm(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0_wasm;

@@ -936,17 +936,13 @@ static void vec_dot_iq4_xs_q8_K(int64_t n, float *s, const void *vx, const void 
 
 /* ---- install ----------------------------------------------------------- */
 
-#define KQ_NR(name, dot)                                                                          \
-    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
-        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
-    }
-KQ_NR(nr_q2_K, vec_dot_q2_K_q8_K)
-KQ_NR(nr_q3_K, vec_dot_q3_K_q8_K)
-KQ_NR(nr_q4_K, vec_dot_q4_K_q8_K)
-KQ_NR(nr_q5_K, vec_dot_q5_K_q8_K)
-KQ_NR(nr_q6_K, vec_dot_q6_K_q8_K)
-KQ_NR(nr_iq4_nl, vec_dot_iq4_nl_q8_0)
-KQ_NR(nr_iq4_xs, vec_dot_iq4_xs_q8_K)
+WGLLM_VEC_DOT_NR(nr_q2_K, vec_dot_q2_K_q8_K)
+WGLLM_VEC_DOT_NR(nr_q3_K, vec_dot_q3_K_q8_K)
+WGLLM_VEC_DOT_NR(nr_q4_K, vec_dot_q4_K_q8_K)
+WGLLM_VEC_DOT_NR(nr_q5_K, vec_dot_q5_K_q8_K)
+WGLLM_VEC_DOT_NR(nr_q6_K, vec_dot_q6_K_q8_K)
+WGLLM_VEC_DOT_NR(nr_iq4_nl, vec_dot_iq4_nl_q8_0)
+WGLLM_VEC_DOT_NR(nr_iq4_xs, vec_dot_iq4_xs_q8_K)
 
 static void kq_set(struct wgllm_type_traits *t, enum wgllm_type type, wgllm_to_float_fn tof,
                    wgllm_from_float_fn fref, enum wgllm_type vdt, wgllm_vec_dot_fn vd, wgllm_vec_dot_nr_fn nr) {

@@ -559,17 +559,13 @@ KQ_MT(mt_iq4_xs_avx2, iq4_xs_mt_body)
 
 /* ---- install ----------------------------------------------------------- */
 
-#define KQ_NR(name, dot)                                                                          \
-    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
-        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
-    }
-KQ_NR(nr_q2_K_avx2, vec_dot_q2_K_q8_K_avx2)
-KQ_NR(nr_q3_K_avx2, vec_dot_q3_K_q8_K_avx2)
-KQ_NR(nr_q4_K_avx2, vec_dot_q4_K_q8_K_avx2)
-KQ_NR(nr_q5_K_avx2, vec_dot_q5_K_q8_K_avx2)
-KQ_NR(nr_q6_K_avx2, vec_dot_q6_K_q8_K_avx2)
-KQ_NR(nr_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2)
-KQ_NR(nr_iq4_xs_avx2, vec_dot_iq4_xs_q8_K_avx2)
+WGLLM_VEC_DOT_NR(nr_q2_K_avx2, vec_dot_q2_K_q8_K_avx2)
+WGLLM_VEC_DOT_NR(nr_q3_K_avx2, vec_dot_q3_K_q8_K_avx2)
+WGLLM_VEC_DOT_NR(nr_q4_K_avx2, vec_dot_q4_K_q8_K_avx2)
+WGLLM_VEC_DOT_NR(nr_q5_K_avx2, vec_dot_q5_K_q8_K_avx2)
+WGLLM_VEC_DOT_NR(nr_q6_K_avx2, vec_dot_q6_K_q8_K_avx2)
+WGLLM_VEC_DOT_NR(nr_iq4_nl_avx2, vec_dot_iq4_nl_q8_0_avx2)
+WGLLM_VEC_DOT_NR(nr_iq4_xs_avx2, vec_dot_iq4_xs_q8_K_avx2)
 
 void wgllm_kquants_install_avx2(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_Q8_K].from_float = q8_K_from_float_avx2;

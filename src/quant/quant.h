@@ -115,6 +115,13 @@ struct wgllm_type_traits {
     wgllm_vec_dot_mt_fn vec_dot_mt;     /* several tokens at once; NULL where no kernel has one */
 };
 
+/* A vec_dot_nr from a vec_dot: nr rows of xs bytes each against one y (the
+ * formats without a multi-row kernel of their own). */
+#define WGLLM_VEC_DOT_NR(name, dot)                                                              \
+    static void name(int64_t n, float *s, const void *x, size_t xs, const void *y, int nr) {     \
+        for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
+    }
+
 /* Detects the CPU and installs the fastest kernels. Idempotent, thread-safe. */
 void wgllm_quant_init(void);
 /* Traits of a type id; for ids outside the enum, a static entry with name NULL. */
