@@ -337,20 +337,10 @@ WGLLM_VEC_DOT_NR(nr_tq2_0, vec_dot_tq2_0_q8_K)
 WGLLM_VEC_DOT_NR(nr_q1_0, vec_dot_q1_0_q8_0)
 WGLLM_VEC_DOT_NR(nr_nvfp4, vec_dot_nvfp4_q8_0)
 
-static void fq_set(struct wgllm_type_traits *t, enum wgllm_type type, wgllm_to_float_fn tof,
-                   wgllm_from_float_fn fref, enum wgllm_type vdt, wgllm_vec_dot_fn vd, wgllm_vec_dot_nr_fn nr) {
-    t[type].to_float = tof;
-    t[type].from_float_ref = fref;
-    t[type].from_float = fref;
-    t[type].vec_dot_type = vdt;
-    t[type].vec_dot = vd;
-    t[type].vec_dot_nr = nr;
-}
-
 void wgllm_fp4tq_install_ref(struct wgllm_type_traits *t) {
-    fq_set(t, WGLLM_TYPE_MXFP4, mxfp4_to_float, mxfp4_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_mxfp4_q8_0, nr_mxfp4);
-    fq_set(t, WGLLM_TYPE_TQ2_0, tq2_0_to_float, tq2_0_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_tq2_0_q8_K, nr_tq2_0);
-    fq_set(t, WGLLM_TYPE_TQ1_0, tq1_0_to_float, tq1_0_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_tq1_0_q8_K, nr_tq1_0);
-    fq_set(t, WGLLM_TYPE_NVFP4, nvfp4_to_float, nvfp4_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_nvfp4_q8_0, nr_nvfp4);
-    fq_set(t, WGLLM_TYPE_Q1_0, q1_0_to_float, q1_0_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_q1_0_q8_0, nr_q1_0);
+    wgllm_type_set(t, WGLLM_TYPE_MXFP4, mxfp4_to_float, mxfp4_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_mxfp4_q8_0, nr_mxfp4);
+    wgllm_type_set(t, WGLLM_TYPE_TQ2_0, tq2_0_to_float, tq2_0_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_tq2_0_q8_K, nr_tq2_0);
+    wgllm_type_set(t, WGLLM_TYPE_TQ1_0, tq1_0_to_float, tq1_0_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_tq1_0_q8_K, nr_tq1_0);
+    wgllm_type_set(t, WGLLM_TYPE_NVFP4, nvfp4_to_float, nvfp4_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_nvfp4_q8_0, nr_nvfp4);
+    wgllm_type_set(t, WGLLM_TYPE_Q1_0, q1_0_to_float, q1_0_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_q1_0_q8_0, nr_q1_0);
 }

@@ -22,22 +22,10 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "quant/simd_x86.h"
+
 #define FP16(h) wgllm_fp16_table[h]
 #define QK_K WGLLM_QK_K
-
-static inline int hsum_i32(__m256i a) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
-static inline float hsum_ps(__m256 x) {
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
 
 /* One super-block into llama.cpp's float lanes: int32 lane k holds the
  * products of bytes 4k..4k+3 of each 32-byte piece, minus Q8_K's block sums

@@ -17,15 +17,10 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "quant/simd_x86.h"
+
 #define FP16(h) wgllm_fp16_table[h]
 #define QK_K WGLLM_QK_K
-
-static inline float hsum256(__m256 x) {
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
 
 /* One super-block into llama.cpp's eight float lanes (fp4tq_avx2.c's
  * tq_lanes): the two 32-byte halves of each 64-byte piece fold onto the
@@ -105,7 +100,7 @@ static void vec_dot_tq2_0_q8_K_avx512(int64_t n, float *s, const void *vx, const
         }
         accf = tq_lanes(accf, acc, &y[i], y[i].d * FP16(x[i].d));
     }
-    *s = hsum256(accf);
+    *s = hsum_ps(accf);
 }
 
 /* ---- TQ1_0 ------------------------------------------------------------- */
@@ -151,7 +146,7 @@ static void vec_dot_tq1_0_q8_K_avx512(int64_t n, float *s, const void *vx, const
             acc = _mm512_dpbusd_epi32(acc, tq1_trits(qw[w], pw[w]), _mm512_loadu_si512((const void *)(y[i].qs + 64 * w)));
         accf = tq_lanes(accf, acc, &y[i], y[i].d * FP16(x[i].d));
     }
-    *s = hsum256(accf);
+    *s = hsum_ps(accf);
 }
 
 /* ---- install ----------------------------------------------------------- */

@@ -944,25 +944,15 @@ WGLLM_VEC_DOT_NR(nr_q6_K, vec_dot_q6_K_q8_K)
 WGLLM_VEC_DOT_NR(nr_iq4_nl, vec_dot_iq4_nl_q8_0)
 WGLLM_VEC_DOT_NR(nr_iq4_xs, vec_dot_iq4_xs_q8_K)
 
-static void kq_set(struct wgllm_type_traits *t, enum wgllm_type type, wgllm_to_float_fn tof,
-                   wgllm_from_float_fn fref, enum wgllm_type vdt, wgllm_vec_dot_fn vd, wgllm_vec_dot_nr_fn nr) {
-    t[type].to_float = tof;
-    t[type].from_float_ref = fref;
-    t[type].from_float = fref;
-    t[type].vec_dot_type = vdt;
-    t[type].vec_dot = vd;
-    t[type].vec_dot_nr = nr;
-}
-
 void wgllm_kquants_install_ref(struct wgllm_type_traits *t) {
-    kq_set(t, WGLLM_TYPE_Q8_K, q8_K_to_float, q8_K_from_float_ref, WGLLM_TYPE_Q8_K, NULL, NULL);
-    kq_set(t, WGLLM_TYPE_Q2_K, q2_K_to_float, q2_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q2_K_q8_K, nr_q2_K);
-    kq_set(t, WGLLM_TYPE_Q3_K, q3_K_to_float, q3_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q3_K_q8_K, nr_q3_K);
-    kq_set(t, WGLLM_TYPE_Q4_K, q4_K_to_float, q4_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q4_K_q8_K, nr_q4_K);
-    kq_set(t, WGLLM_TYPE_Q5_K, q5_K_to_float, q5_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q5_K_q8_K, nr_q5_K);
-    kq_set(t, WGLLM_TYPE_Q6_K, q6_K_to_float, q6_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q6_K_q8_K, nr_q6_K);
-    kq_set(t, WGLLM_TYPE_IQ4_NL, iq4_nl_to_float, iq4_nl_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_iq4_nl_q8_0,
+    wgllm_type_set(t, WGLLM_TYPE_Q8_K, q8_K_to_float, q8_K_from_float_ref, WGLLM_TYPE_Q8_K, NULL, NULL);
+    wgllm_type_set(t, WGLLM_TYPE_Q2_K, q2_K_to_float, q2_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q2_K_q8_K, nr_q2_K);
+    wgllm_type_set(t, WGLLM_TYPE_Q3_K, q3_K_to_float, q3_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q3_K_q8_K, nr_q3_K);
+    wgllm_type_set(t, WGLLM_TYPE_Q4_K, q4_K_to_float, q4_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q4_K_q8_K, nr_q4_K);
+    wgllm_type_set(t, WGLLM_TYPE_Q5_K, q5_K_to_float, q5_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q5_K_q8_K, nr_q5_K);
+    wgllm_type_set(t, WGLLM_TYPE_Q6_K, q6_K_to_float, q6_K_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_q6_K_q8_K, nr_q6_K);
+    wgllm_type_set(t, WGLLM_TYPE_IQ4_NL, iq4_nl_to_float, iq4_nl_from_float_ref, WGLLM_TYPE_Q8_0, vec_dot_iq4_nl_q8_0,
            nr_iq4_nl);
-    kq_set(t, WGLLM_TYPE_IQ4_XS, iq4_xs_to_float, iq4_xs_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_iq4_xs_q8_K,
+    wgllm_type_set(t, WGLLM_TYPE_IQ4_XS, iq4_xs_to_float, iq4_xs_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_iq4_xs_q8_K,
            nr_iq4_xs);
 }

@@ -122,6 +122,19 @@ struct wgllm_type_traits {
         for (int r = 0; r < nr; r++) dot(n, s + r, (const char *)x + (size_t)r * xs, y);          \
     }
 
+/* One format's reference entry: its quantizer is also its fastest one until a
+ * SIMD level installs another. */
+static inline void wgllm_type_set(struct wgllm_type_traits *t, enum wgllm_type type, wgllm_to_float_fn tof,
+                                  wgllm_from_float_fn fref, enum wgllm_type vdt, wgllm_vec_dot_fn vd,
+                                  wgllm_vec_dot_nr_fn nr) {
+    t[type].to_float = tof;
+    t[type].from_float_ref = fref;
+    t[type].from_float = fref;
+    t[type].vec_dot_type = vdt;
+    t[type].vec_dot = vd;
+    t[type].vec_dot_nr = nr;
+}
+
 /* Detects the CPU and installs the fastest kernels. Idempotent, thread-safe. */
 void wgllm_quant_init(void);
 /* Traits of a type id; for ids outside the enum, a static entry with name NULL. */
