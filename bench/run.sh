@@ -41,8 +41,12 @@ if [ $shapes = 1 ]; then
       build/release/wgllm synth --shape "$shape" --type q4_0 --seed 1 -o "$out.tmp"
       mv "$out.tmp" "$out"
     fi
-    # the context's memory (KV cache) at 4096 tokens: sliding-window layers keep only their window
-    echo "$shape at --ctx 4096: $(build/release/wgllm info -m "$out" --ctx 4096 2>/dev/null | grep -m1 '^memory:' || echo '?')" >&2
+    # the context's memory at 4096 and 32768 tokens, and its KV cache with and without the
+    # sliding windows (a windowed layer keeps only its window: wgllm info's "kv cache" line)
+    for ctx in 4096 32768; do
+      build/release/wgllm info -m "$out" --ctx $ctx 2>/dev/null | grep -E '^(memory|kv cache):' |
+        sed "s/^/$shape at --ctx $ctx: /" >&2 || echo "$shape at --ctx $ctx: ?" >&2
+    done
     args+=("$shape-q4_0=$out")
   done
   only=(none) # no TinyLlama rows

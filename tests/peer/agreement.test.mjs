@@ -69,11 +69,9 @@ const ALL_TYPES = 'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_
 // in every type: one type per kind of activation rounding is enough there, and keeps
 // the suite within its time. $PEER_TYPES, when set, is the list for every shape.
 const FEW_TYPES = ['f32', 'f16', 'q8_0', 'q4_0', 'q4_k'];
-// granite's scales, olmo2's post-norm-only block and smollm3's no-RoPE layers: fewer still
-// (f32 for the block itself, q8_0 and q4_k for the activation rounding through it).
-const FEWER_TYPES = ['f32', 'q8_0', 'q4_k'];
+// granite's scales, olmo2's post-norm-only block and smollm3's no-RoPE layers likewise.
 const SHAPE_TYPES = { 'tiny-gemma3': FEW_TYPES, 'tiny-gemma2': FEW_TYPES, 'tiny-phi3': FEW_TYPES,
-  'tiny-granite': FEWER_TYPES, 'tiny-olmo2': FEWER_TYPES, 'tiny-smollm3': FEWER_TYPES };
+  'tiny-granite': FEW_TYPES, 'tiny-olmo2': FEW_TYPES, 'tiny-smollm3': FEW_TYPES };
 const typesFor = (shape) => (process.env.PEER_TYPES ? process.env.PEER_TYPES.split(',') : SHAPE_TYPES[shape] ?? ALL_TYPES);
 const GREEDY_TYPES = ['f32', 'f16', 'q8_0'];
 // The greedy run checks the token-by-token path, which is the same code for every
