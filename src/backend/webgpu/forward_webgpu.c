@@ -345,6 +345,8 @@ static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, s
 static enum wgllm_status webgpu_decode_sampled(void *b, const struct wgllm_ubatch *ub,
                                                const struct wgllm_row_sample *rs, int32_t *tok, float *lp,
                                                struct wgllm_error *err) {
+    struct wgllm_webgpu_ctx *g = b;
+    if (g->model->hp.encoder) return encoder_decode(g, ub, err); /* no logits: refused there by name */
     return decode_rows(b, ub, rs, tok, lp, err);
 }
 
