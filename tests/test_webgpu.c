@@ -722,6 +722,52 @@ TEST(swiglu_add) {
     for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
 }
 
+/* The encoder's kernels (kernels_enc.c) against the CPU encoder's ops:
+ * LayerNorm in place with weight and bias (the sums lossless on both sides:
+ * the same mean and scale up to the device's sqrt and division, so an ulp
+ * or two at most; SwiftShader gives the CPU's bits), and GELU through the
+ * CPU's own f16 table (bit for bit). */
+TEST(encoder_layer_norm_and_gelu) {
+    static const int ns[] = {100, 384};
+    for (int si = 0; si < 2; si++) {
+        const int n = ns[si], R = 3;
+        float *x = malloc((size_t)R * n * 4), *w = malloc((size_t)2 * n * 4), *y = malloc((size_t)R * n * 4),
+              *ref = malloc((size_t)n * 4);
+        fill(x, (size_t)R * n, 3.0f);
+        for (int i = 0; i < R * n; i++) x[i] += 0.5f; /* a mean to take away */
+        fill(w, (size_t)2 * n, 1.0f);                /* weights, then biases */
+        struct wgllm_gpu_buffer *bufs[2] = {upload(x, (size_t)R * n * 4), upload(w, (size_t)2 * n * 4)};
+        const union wgllm_kparams kp = {.layer_norm = {.width = (uint32_t)n, .b_off = (uint32_t)n, .eps = 1e-12f}};
+        struct wgllm_kernel_key key = {WGLLM_KERNEL_LAYER_NORM, WGLLM_TYPE_F32, false};
+        CHECK(run_kernel(&key, &kp, 2, bufs, R, 1, 1) && read_f32(bufs[0], y, (size_t)R * n));
+        double worst = 0;
+        for (int r = 0; r < R; r++) {
+            wgllm_op_layer_norm(x + (size_t)r * n, w, w + n, ref, n, 1e-12f);
+            for (int i = 0; i < n; i++) worst = fmax(worst, fabs(y[(size_t)r * n + i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+        }
+        printf("  layer_norm n=%d: max rel %.1e\n", n, worst);
+        CHECK(worst < 1e-6); /* the same bits on SwiftShader; Vulkan allows sqrt and division ulps */
+        for (int i = 0; i < 2; i++) wgllm_gpu_buffer_destroy(G, bufs[i]);
+        free(x), free(w), free(y), free(ref);
+    }
+    enum { N = 1000 };
+    float x[N], y[N], ref[N];
+    fill(x, N, 12.0f); /* past +-10 too, where GELU is exact */
+    memcpy(ref, x, sizeof x);
+    wgllm_op_gelu(ref, N);
+    wgllm_fp16 *tab = malloc(65536 * sizeof(wgllm_fp16));
+    wgllm_op_gelu_f16_table(tab);
+    struct wgllm_gpu_buffer *gb[2] = {upload(x, sizeof x), upload(tab, 65536 * sizeof(wgllm_fp16))};
+    const union wgllm_kparams kg = {.gelu = {.count = N}};
+    struct wgllm_kernel_key key = {WGLLM_KERNEL_GELU, WGLLM_TYPE_F32, false};
+    CHECK(run_kernel(&key, &kg, 2, gb, cdiv(N, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(gb[0], y, N));
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += y[i] != ref[i];
+    CHECK_EQ_INT(bad, 0);
+    for (int i = 0; i < 2; i++) wgllm_gpu_buffer_destroy(G, gb[i]);
+    free(tab);
+}
+
 /* ---- batched attention (ATTN_BATCH, what every pass runs) ------------------ */
 
 /* One case: tokens of up to two sequences, each token at a position after a
@@ -1149,6 +1195,7 @@ int main(void) {
     RUN(rope_modes);
     RUN(round_act_like_cpu);
     RUN(swiglu_add);
+    RUN(encoder_layer_norm_and_gelu);
     RUN(attention_batch);
     RUN(argmax);
     RUN(matvec_w8_formats);

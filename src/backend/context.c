@@ -120,7 +120,7 @@ enum wgllm_status wgllm_context_init(struct wgllm_model *model, const struct wgl
      * whether to use it (a hardware adapter and kernels for every weight
      * format) or why the CPU runs instead, which becomes the description */
     enum wgllm_status st = WGLLM_STATUS_OK;
-    /* an encoder has a CPU pass of its own; the WebGPU backend refuses it by name */
+    /* an encoder has a CPU pass of its own (the WebGPU backend's is webgpu_encoder.c) */
     const struct wgllm_backend_i *cpu = hp->encoder ? &wgllm_backend_cpu_encoder_i : &wgllm_backend_cpu_i;
     c->be = cpu;
     if (p.backend != WGLLM_BACKEND_CPU) {

@@ -6,7 +6,9 @@
 // encoder's passes) and by the official openai client; cosine >= 0.9999 per
 // input, inputs from one word to past 64 tokens (bge-small: past 256). Also
 // the refusals a server of an embedding model gives: text generation, an input
-// past the position table.
+// past the position table. WebGPU rows (`-b webgpu`, SwiftShader here: skipped
+// without an adapter unless WGLLM_REQUIRE_WEBGPU is set): tiny-bert q8_0 and
+// tiny-nomic-bert f32 through the WebGPU encoder, the same bound.
 //
 // Like for like: llama.cpp returns the pooled hidden state unnormalized
 // (llama_get_embeddings_seq; node-llama-cpp passes it on as is); wgllm's
@@ -25,6 +27,8 @@ import { WGLLM, modelPath, runWgllm } from '../../tools/peer/wgllm.mjs';
 const MODELS = [
   ['tiny-bert', 'f32'], ['tiny-bert', 'f16'], ['tiny-bert', 'q8_0'], ['tiny-bert', 'q4_0'], ['bge-small', 'f16'],
   ['bge-small', 'q8_0'], ['tiny-nomic-bert', 'f32'], ['tiny-nomic-bert', 'q8_0'],
+  // the WebGPU encoder (a pass of these four inputs: about a second on SwiftShader)
+  ['tiny-bert', 'q8_0', 'webgpu'], ['tiny-nomic-bert', 'f32', 'webgpu'],
 ];
 const LONG = 'The lighthouse keeper climbed the narrow stairs every evening, counting the steps, listening to '
   + 'the gulls and the sea, and lit the great lamp so that the fishing boats, far out in the dark water, '
@@ -45,10 +49,23 @@ function ensureModel(shape, type) {
 
 after(() => stopServers());
 
-async function startServer(model) {
-  const { url } = await startServerWith(['-m', model, '--host', '127.0.0.1', '--port', '0', '--parallel', '2',
-    '--threads', '2']);
+async function startServer(model, backend) {
+  const extra = backend ? ['--backend', backend] : [];
+  const { url, log } = await startServerWith(['-m', model, '--host', '127.0.0.1', '--port', '0', '--parallel', '2',
+    '--threads', '2', ...extra]);
+  if (backend) assert.match(log, new RegExp(`backend ${backend}`), log); // it runs there, not on a fallback
   return url;
+}
+
+/* WebGPU on SwiftShader where the machine has it (tests/peer/server.test.mjs does the same). */
+async function webgpuAvailable() {
+  const icd = '/usr/lib/chromium/vk_swiftshader_icd.json';
+  if (!process.env.VK_ICD_FILENAMES && existsSync(icd)) process.env.VK_ICD_FILENAMES = icd;
+  process.env.XDG_RUNTIME_DIR ??= '/tmp';
+  const r = runWgllm(['devices']);
+  const ok = r.status === 0 && /^webgpu: (?!not available)/m.test(r.stdout);
+  if (!ok && process.env.WGLLM_REQUIRE_WEBGPU) assert.fail(`no WebGPU adapter: ${r.stdout}${r.stderr}`);
+  return ok;
 }
 
 async function post(url, path, body) {
@@ -64,8 +81,9 @@ function cosine(a, b) {
   return d / Math.sqrt(na * nb);
 }
 
-for (const [shape, type] of MODELS) {
-  test(`${shape} ${type}: /v1/embeddings agrees with llama.cpp`, async () => {
+for (const [shape, type, backend] of MODELS) {
+  test(`${shape} ${type}${backend ? ` on ${backend}` : ''}: /v1/embeddings agrees with llama.cpp`, async (t) => {
+    if (backend === 'webgpu' && !(await webgpuAvailable())) return t.skip('no WebGPU adapter');
     const file = ensureModel(shape, type);
     const texts = shape === 'bge-small' ? [...TEXTS, LONGER] : TEXTS;
     const llama = await peerLlama();
@@ -82,11 +100,11 @@ for (const [shape, type] of MODELS) {
     await model.dispose();
     assert.ok(nTok.at(-1) > (shape === 'bge-small' ? 256 : 64), `the long input has ${nTok.at(-1)} tokens`);
 
-    const url = await startServer(file);
+    const url = await startServer(file, backend);
     const r = await post(url, '/v1/embeddings', { input: texts, encoding_format: 'float' });
     assert.equal(r.status, 200, JSON.stringify(r.json));
     const cos = r.json.data.map((d, i) => cosine(d.embedding, ref[i]));
-    console.log(`# ${shape} ${type}: tokens ${nTok.join(',')} cosine ${cos.map((c) => c.toFixed(10)).join(' ')}`);
+    console.log(`# ${shape} ${type}${backend ? ` ${backend}` : ''}: tokens ${nTok.join(',')} cosine ${cos.map((c) => c.toFixed(10)).join(' ')}`);
     for (const c of cos) assert.ok(c >= 0.9999, `cosine ${c}`);
     // the official client (base64 on the wire) gets the same vectors
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none' });

@@ -42,7 +42,7 @@ export function startServerWith(args) {
     p.stderr.on('data', (d) => {
       log += d;
       const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
-      if (m) { clearTimeout(timer); resolve({ url: m[1], proc: p }); }
+      if (m) { clearTimeout(timer); resolve({ url: m[1], proc: p, log }); }
     });
     p.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}: ${log}`)); });
   });

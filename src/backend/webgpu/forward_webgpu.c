@@ -60,6 +60,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
     free(g->step_host);
     free(g->samp_host);
     free(g->samp_row);
+    free(g->enc_host);
     free(g);
 }
 
@@ -124,6 +125,8 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struc
     g->n_seq = params->n_seq > 0 ? params->n_seq : 1;
     g->n_batch = params->n_batch > 0 ? params->n_batch : 512;
     g->n_batch = (int)WGLLM_MIN((int64_t)g->n_batch, (int64_t)g->n_ctx * g->n_seq); /* 64-bit: n_ctx may be near INT_MAX */
+    if (model->hp.encoder) /* as the CPU encoder: a sequence is one pass, no longer than the position table */
+        g->n_ctx = WGLLM_MIN(WGLLM_MIN(g->n_ctx, model->hp.n_ctx_train), g->n_batch);
     g->gpu_mem = params->gpu_mem;
     g->swa_full = params->swa_full;
     enum wgllm_status st = create(g, err);
@@ -312,7 +315,27 @@ static enum wgllm_status decode_rows(struct wgllm_webgpu_ctx *g, const struct wg
     return WGLLM_STATUS_OK;
 }
 
+/* An encoder's pass (webgpu_encoder.c): all its tokens through the layers,
+ * then the gather of the wanted rows, which are read back. */
+static enum wgllm_status encoder_decode(struct wgllm_webgpu_ctx *g, const struct wgllm_ubatch *ub,
+                                        struct wgllm_error *err) {
+    enum wgllm_status s = wgllm_webgpu_encoder_step(g, ub, err);
+    if (s) return s;
+    const uint64_t bytes = (uint64_t)ub->n_out * (uint64_t)g->model->hp.n_embd * 4;
+    wgllm_gpu_batch_begin(g->gpu);
+    record(g, 0, g->n_ops_layers, ub->n);
+    if (ub->n_out) {
+        record(g, g->n_ops_layers, g->n_ops_norm, ub->n_out);
+        wgllm_gpu_copy(g->gpu, g->xn, 0, g->readback, 0, bytes);
+    }
+    s = wgllm_gpu_batch_submit(g->gpu, err);
+    if (!s && ub->n_out) s = wgllm_gpu_readback(g->gpu, g->readback, 0, ub->out, (size_t)bytes, err);
+    return s;
+}
+
 static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, struct wgllm_error *err) {
+    struct wgllm_webgpu_ctx *g = b;
+    if (g->model->hp.encoder) return encoder_decode(g, ub, err);
     return decode_rows(b, ub, NULL, NULL, NULL, err);
 }
 
@@ -322,6 +345,8 @@ static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, s
 static enum wgllm_status webgpu_decode_sampled(void *b, const struct wgllm_ubatch *ub,
                                                const struct wgllm_row_sample *rs, int32_t *tok, float *lp,
                                                struct wgllm_error *err) {
+    struct wgllm_webgpu_ctx *g = b;
+    if (g->model->hp.encoder) return encoder_decode(g, ub, err); /* no logits: refused there by name */
     return decode_rows(b, ub, rs, tok, lp, err);
 }
 
@@ -465,6 +490,7 @@ static uint64_t layer_cells(const struct wgllm_webgpu_ctx *g, int il) {
 static void webgpu_seq_copy(void *b, int src, int dst, int n) {
     struct wgllm_webgpu_ctx *g = b;
     const struct wgllm_hparams *hp = &g->model->hp;
+    if (hp->encoder) return; /* an encoder caches nothing: its state is 0 bytes */
     const uint64_t kr = (uint64_t)hp->n_head_kv * hp->head_dim_k * 2, vr = (uint64_t)hp->n_head_kv * hp->head_dim_v * 2;
     /* WebGPU copies never have one buffer as both source and target: go
      * through a scratch activation buffer (free between passes), in pieces */
@@ -511,6 +537,7 @@ static void cache_io(struct wgllm_webgpu_ctx *g, struct wgllm_gpu_buffer *c, uin
  * a full cache, the live rows of a ring in position order (backend_impl.h). */
 static void seq_io(struct wgllm_webgpu_ctx *g, int seq, int n, char *buf, bool save) {
     const struct wgllm_hparams *hp = &g->model->hp;
+    if (hp->encoder) return; /* nothing cached */
     for (int il = 0; il < hp->n_layer; il++)
         for (int kv = 0; kv < 2; kv++) {
             struct wgllm_gpu_buffer *c = kv ? g->vc[il] : g->kc[il];
@@ -534,6 +561,9 @@ static void webgpu_seq_load(void *b, int seq, int n, const void *src) { seq_io(b
  * V rows go to the scratch and back; all layers in one submit. */
 static enum wgllm_status webgpu_seq_shift(void *b, int seq, int n, int keep, int discard, struct wgllm_error *err) {
     struct wgllm_webgpu_ctx *g = b;
+    if (g->model->hp.encoder)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "%s is an encoder: it keeps no context to shift",
+                               g->model->arch_name);
     const int n_move = n - keep - discard;
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint64_t KD = (uint64_t)hp->n_head_kv * hp->head_dim_k, VD = (uint64_t)hp->n_head_kv * hp->head_dim_v;

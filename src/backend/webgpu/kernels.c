@@ -131,6 +131,11 @@ _Static_assert(sizeof(struct wgllm_kp_sample) == 64, "wgllm_kp_sample is the who
 KP_AT(sample, n_vocab, n); KP_AT(sample, top_k, k); KP_AT(sample, x_off, a); KP_AT(sample, out_at, b);
 KP_AT(sample, seed, c); KP_AT(sample, len_at, d); KP_AT(sample, private_slot, h); KP_AT(sample, temperature, f0);
 KP_AT(sample, top_p, f1); KP_AT(sample, min_p, f2);
+_Static_assert(sizeof(struct wgllm_kp_layer_norm) == 64, "wgllm_kp_layer_norm is the whole block");
+KP_AT(layer_norm, width, n); KP_AT(layer_norm, x_off, a); KP_AT(layer_norm, w_off, b); KP_AT(layer_norm, b_off, c);
+KP_AT(layer_norm, eps, f0);
+_Static_assert(sizeof(struct wgllm_kp_gelu) == 64, "wgllm_kp_gelu is the whole block");
+KP_AT(gelu, count, n); KP_AT(gelu, x_off, a);
 #undef KP_AT
 
 static const char *params_wgsl =
@@ -663,6 +668,9 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
         {WGLLM_KERNEL_STORE_KV, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false},
         {WGLLM_KERNEL_ROPE_SHIFT_F16, WGLLM_TYPE_F16, true}, {WGLLM_KERNEL_SAMPLE, WGLLM_TYPE_F32, false},
         {WGLLM_KERNEL_SAMPLE_ROWS, WGLLM_TYPE_F32, false},
+        /* the encoder's: attention over f32 K/V, LayerNorm, GELU */
+        {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_LAYER_NORM, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_GELU, WGLLM_TYPE_F32, false},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
@@ -887,25 +895,28 @@ static void gen_swiglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
  * (wgllm_op_gelu_f16_table, uploaded once), so both backends agree bit for
  * bit; a device's tanh differs from libm's by ulps, which the f16 rounding
  * would turn into 2^-11 jumps. The f16 bits come from the exact to_f16. */
+static const char *gelu_wgsl =
+    "fn gelu(x: f32) -> f32 {\n"
+    "  if (x <= -10.0) { return 0.0; }\n"
+    "  if (x >= 10.0) { return x; }\n"
+    "  let h = pack2x16float(vec2<f32>(to_f16(x), 0.0)) & 0xffffu;\n"
+    "  let v = unpack2x16float(T[h >> 1u]);\n"
+    "  return select(v.x, v.y, (h & 1u) == 1u);\n"
+    "}\n";
+
 static void gen_geglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
     sb_add(b, "const WGE: u32 = %uu;\n%s", t->wg_elem, round_wgsl);
     sb_add(b, "@group(0) @binding(1) var<storage, read> G: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read> U: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
               "@group(0) @binding(4) var<storage, read> T: array<u32>;\n"
-              "fn gelu(x: f32) -> f32 {\n"
-              "  if (x <= -10.0) { return 0.0; }\n"
-              "  if (x >= 10.0) { return x; }\n"
-              "  let h = pack2x16float(vec2<f32>(to_f16(x), 0.0)) & 0xffffu;\n"
-              "  let v = unpack2x16float(T[h >> 1u]);\n"
-              "  return select(v.x, v.y, (h & 1u) == 1u);\n"
-              "}\n"
+              "%s"
               "@compute @workgroup_size(WGE)\n"
               "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
               "  let i = gid.x;\n"
               "  if (i >= p.n) { return; }\n"
               "  Y[p.c + i] = gelu(G[p.a + i]) * U[p.b + i];\n"
-              "}\n");
+              "}\n", gelu_wgsl);
 }
 
 static void gen_argmax(struct sb *b, const struct wgllm_wgsl_tune *t) {
@@ -1290,3 +1301,4 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
 
 const char *wgllm_wgsl_f16_helpers(void) { return round_wgsl; }
 const char *wgllm_wgsl_tanh_helper(void) { return tanh_wgsl; }
+const char *wgllm_wgsl_gelu_helper(void) { return gelu_wgsl; }

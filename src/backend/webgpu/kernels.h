@@ -231,6 +231,27 @@ struct wgllm_kp_sample {
     float _f3;
 };
 
+/* LAYER_NORM (the encoder's, kernels_enc.c) */
+struct wgllm_kp_layer_norm {
+    uint32_t width;  /* n: elements per row */
+    uint32_t _m, _k;
+    uint32_t x_off;  /* a: x element of row 0 */
+    uint32_t w_off;  /* b: the norm's weights */
+    uint32_t b_off;  /* c: the norm's biases */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float eps;       /* f0 */
+    float _f1, _f2, _f3;
+};
+
+/* GELU (the encoder's, kernels_enc.c) */
+struct wgllm_kp_gelu {
+    uint32_t count; /* n: elements (all rows) */
+    uint32_t _m, _k;
+    uint32_t x_off; /* a */
+    uint32_t _b, _c, _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
 union wgllm_kparams {
     struct wgllm_kp_raw raw;
     struct wgllm_kp_matvec matvec;
@@ -245,6 +266,8 @@ union wgllm_kparams {
     struct wgllm_kp_add_rows add_rows;
     struct wgllm_kp_rope_shift rope_shift;
     struct wgllm_kp_sample sample;
+    struct wgllm_kp_layer_norm layer_norm;
+    struct wgllm_kp_gelu gelu;
 };
 
 enum wgllm_kernel {
@@ -295,7 +318,8 @@ enum wgllm_kernel {
      * ATTN_BATCH: token t = wid.y, head h = wid.x: O[t*d + h*m ..] = softmax(cap(f16(q * f1).K^T)
      * * f0) V (cap: f2 * tanh(s * f3) when f2 > 0) over the cache rows ROW[t]+1-L .. ROW[t], L =
      * LEN[t], or min(LEN[t], h) when h > 0; q at t*a + h*k; K row r of kv head h/g at r*e +
-     * (h/g)*k, V at r*i + (h/g)*m (f16 caches); head dims k, m. With n > 0 the caches are rings
+     * (h/g)*k, V at r*i + (h/g)*m (f16 caches; key.type F32: f32 K and V, and neither q nor the
+     * probabilities rounded to f16, the encoder's all-f32 attention); head dims k, m. With n > 0 the caches are rings
      * of n rows per sequence (a sliding-window layer, backend/kv_window.h): ROW[t] = seq * n +
      * pos % n, and position q of the span is row ROW[t] - pos % n + q % n. Bindings 1 Q, 2 K, 3
      * V, 4 O, 5 ST. Dispatch (heads, tokens, 1).
@@ -325,6 +349,13 @@ enum wgllm_kernel {
      * log-softmax (the logit minus the log-sum-exp of the whole row, masked or not). Bindings 1 X,
      * 2 PR (u32, read), 3 R (u32), 4 M (u32, read). Dispatch (rows, 1, 1). */
     WGLLM_KERNEL_SAMPLE_ROWS,
+    /* The encoder's (bert; kernels_enc.c). LAYER_NORM, in place: row r of X at a + r*n becomes
+     * (x - mean) / sqrt(var + f0) * W[b ..] + W[c ..], as the CPU's wgllm_op_layer_norm (sums
+     * without loss standing in for its doubles). Bindings 1 X, 2 W. Dispatch (rows, 1, 1).
+     * GELU, in place: X[a+i] = GEGLU's GELU of X[a+i] (the CPU's f16 table T), i < n. Bindings
+     * 1 X, 2 T. Dispatch (ceil(n / wg_elem), 1, 1). */
+    WGLLM_KERNEL_LAYER_NORM,
+    WGLLM_KERNEL_GELU,
 };
 
 struct wgllm_kernel_key {
@@ -340,6 +371,12 @@ const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k);
 const char *wgllm_wgsl_f16_helpers(void);
 /* kernels.c's tanh_f (the soft-caps' tanh) for kernels_attn.c. */
 const char *wgllm_wgsl_tanh_helper(void);
+/* kernels.c's gelu (GEGLU's table lookup; needs the f16 helpers and T) for kernels_enc.c. */
+const char *wgllm_wgsl_gelu_helper(void);
+/* The WGSL after the parameter block of the encoder's kernels (malloc'd; kernels_enc.c), NULL
+ * for another kernel; and their names. */
+char *wgllm_wgsl_encoder_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
+const char *wgllm_wgsl_encoder_kernel_name(enum wgllm_kernel k);
 
 /* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 and
  * the 8-element-unit formats of kernels.c's w8_block, Q4_K/Q5_K/Q6_K..., for

@@ -14,6 +14,7 @@
  */
 #include "backend/webgpu/kernels.h"
 #include "base/strbuf.h"
+#include "quant/quant.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,7 +47,7 @@
  * the sums still run in position order, so a ring gives the very values of
  * the full cache.
  */
-static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
+static void attn_batch(char **s, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     const char *fmt =
         "const WGA: u32 = %uu;\nconst MAXD: u32 = %uu;\n%s%s"
         "@group(0) @binding(1) var<storage, read> Q: array<f32>;\n"
@@ -54,8 +55,7 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "@group(0) @binding(3) var<storage, read> V: array<u32>;\n"
         "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n"
         "@group(0) @binding(5) var<storage, read> ST: array<u32>;\n"
-        "fn kget(i: u32) -> f32 { let v = unpack2x16float(K[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n"
-        "fn vget(i: u32) -> f32 { let v = unpack2x16float(V[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n"
+        "%s"
         "var<workgroup> qs: array<f32, WGA * MAXD>;\n"
         "var<workgroup> pt: array<f32, WGA>;\n"
         "var<workgroup> rm: array<f32, WGA>;\n"
@@ -97,7 +97,7 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         /* the query temperature first, then q_scale: the CPU's two roundings */
         "  var qt = 1.0;\n"
         "  if (p.j > 0u) { qt = bitcast<f32>(ST[p.j + tok]); }\n"
-        "  for (var i = tid; i < p.k; i += WGA) { qs[i] = to_f16(Q[tok * p.a + h * p.k + i] * qt * p.f1); }\n"
+        "  for (var i = tid; i < p.k; i += WGA) { qs[i] = %s(Q[tok * p.a + h * p.k + i] * qt * p.f1); }\n"
         "  let n = workgroupUniformLoad(&wlen);\n"
         "  let base = workgroupUniformLoad(&wbase);\n"
         "  let q0 = workgroupUniformLoad(&wq0);\n"
@@ -141,7 +141,7 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "  for (var j0 = 0u; j0 < n; j0 += WGA) {\n"
         "    let j = j0 + tid;\n"
         "    var pj = 0.0;\n"
-        "    if (j < n) { pj = to_f16(exp(score(rowat(base, q0, j), kvh) - gmax) * inv); }\n"
+        "    if (j < n) { pj = %s(exp(score(rowat(base, q0, j), kvh) - gmax) * inv); }\n"
         "    workgroupBarrier();\n"
         "    pt[tid] = pj;\n"
         "    workgroupBarrier();\n"
@@ -165,9 +165,16 @@ static void attn_batch(char **s, const struct wgllm_wgsl_tune *t) {
         "    if (dd < p.m) { O[tok * p.d + h * p.m + dd] = acc[r]; }\n"
         "  }\n"
         "}\n";
-    size_t n = strlen(fmt) + strlen(helpers_wgsl) + strlen(wgllm_wgsl_tanh_helper()) + 64;
+    /* f16 caches (the decoders'), or the encoder's f32 K and V, unrounded */
+    const bool f32 = key->type == WGLLM_TYPE_F32;
+    const char *kv = f32 ? "fn kget(i: u32) -> f32 { return bitcast<f32>(K[i]); }\n"
+                           "fn vget(i: u32) -> f32 { return bitcast<f32>(V[i]); }\n"
+                         : "fn kget(i: u32) -> f32 { let v = unpack2x16float(K[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n"
+                           "fn vget(i: u32) -> f32 { let v = unpack2x16float(V[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n";
+    const char *rnd = f32 ? "" : "to_f16";
+    size_t n = strlen(fmt) + strlen(helpers_wgsl) + strlen(wgllm_wgsl_tanh_helper()) + strlen(kv) + 64;
     *s = malloc(n);
-    if (*s) snprintf(*s, n, fmt, t->wg_attn, t->attn_max_dims, helpers_wgsl, wgllm_wgsl_tanh_helper());
+    if (*s) snprintf(*s, n, fmt, t->wg_attn, t->attn_max_dims, helpers_wgsl, wgllm_wgsl_tanh_helper(), kv, rnd, rnd);
 }
 
 static char *dup_fmt(const char *fmt, unsigned wg) {
@@ -445,7 +452,7 @@ static char *sample_rows(const struct wgllm_wgsl_tune *t) {
 char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     char *s = NULL;
     switch (key->kernel) {
-    case WGLLM_KERNEL_ATTN_BATCH: attn_batch(&s, t); return s;
+    case WGLLM_KERNEL_ATTN_BATCH: attn_batch(&s, key, t); return s;
     case WGLLM_KERNEL_ROPE_SHIFT_F16: rope_shift(&s, key, t); return s;
     case WGLLM_KERNEL_SAMPLE: return sample(t);
     case WGLLM_KERNEL_SAMPLE_ROWS: return sample_rows(t);
@@ -475,7 +482,7 @@ char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgl
                        "  X[p.a + tok * p.n + i] = X[p.a + tok * p.n + i] + B[p.b + tok * p.m + i];\n"
                        "}\n",
                        t->wg_elem);
-    default: return NULL;
+    default: return wgllm_wgsl_encoder_body(key, t);
     }
 }
 
@@ -487,6 +494,6 @@ const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k) {
     case WGLLM_KERNEL_ROPE_SHIFT_F16: return "rope_shift_f16";
     case WGLLM_KERNEL_SAMPLE: return "sample";
     case WGLLM_KERNEL_SAMPLE_ROWS: return "sample_rows";
-    default: return "unknown";
+    default: return wgllm_wgsl_encoder_kernel_name(k);
     }
 }

@@ -77,16 +77,6 @@ static int slot_of(struct wgllm_webgpu_ctx *g, const union wgllm_kparams *kp) {
     return g->n_slots++;
 }
 
-struct builder {
-    struct wgllm_webgpu_ctx *g;
-    struct wgllm_error *err;
-    bool failed;
-    /* what xr holds: x rounded for vec_dot_type rtype (NULL: nothing valid) */
-    struct wgllm_gpu_buffer *rsrc;
-    uint32_t rtype;
-    bool keep_round; /* the op being added does not write rsrc */
-};
-
 /* Adds a dispatch with grid x for one token growing as `grow` says (per and
  * div for GROW_XE / GROW_Y); bindings 1.. are whole buffers. Returns it (NULL
  * after a failure). */
@@ -366,20 +356,26 @@ enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const str
     const struct wgllm_hparams *hp = &g->model->hp;
     /* dispatches, then the arena they index, then their bind groups */
     struct builder bd = {g, err, false, NULL, 0, false};
-    build_ops(&bd, vo);
+    /* an encoder (bert): its own list, without sampling or a context shift */
+    if (hp->encoder) wgllm_webgpu_encoder_ops(&bd, vo);
+    else build_ops(&bd, vo);
     if (bd.failed) return err && err->status ? err->status : WGLLM_STATUS_UNSUPPORTED;
-    const union wgllm_kparams srk = {.sample = {.n_vocab = (uint32_t)hp->n_vocab, .private_slot = KP_PRIVATE_SAMPLE_ROWS}};
-    const int samp_slot = slot_of(g, &srk);
-    g->samp_pipe = pipe_of(g, WGLLM_KERNEL_SAMPLE_ROWS, 0, false, err);
-    if (samp_slot < 0 || !g->samp_pipe)
-        return samp_slot < 0 ? wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory")
-                             : err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    int samp_slot = -1;
+    if (!hp->encoder) {
+        const union wgllm_kparams srk = {.sample = {.n_vocab = (uint32_t)hp->n_vocab, .private_slot = KP_PRIVATE_SAMPLE_ROWS}};
+        samp_slot = slot_of(g, &srk);
+        g->samp_pipe = pipe_of(g, WGLLM_KERNEL_SAMPLE_ROWS, 0, false, err);
+        if (samp_slot < 0 || !g->samp_pipe)
+            return samp_slot < 0 ? wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory")
+                                 : err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    }
     g->shift_slot = g->n_slots; /* one more slot: the context shift's, written per shift */
     g->arena = wgllm_webgpu_gbuf(g, (uint64_t)(g->n_slots + 1) * SLOT_BYTES, WGLLM_GPU_UNIFORM, "param arena", &g->plan.params, err);
     if (!g->arena) return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
-    g->shift_pipe = pipe_of(g, WGLLM_KERNEL_ROPE_SHIFT_F16, WGLLM_TYPE_F16, hp->rope_type == WGLLM_ROPE_NEOX, err);
-    if (!g->shift_pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
-    for (int il = 0; il < hp->n_layer; il++) {
+    /* an encoder has neither (its sequence operations have nothing to act on) */
+    g->shift_pipe = hp->encoder ? NULL : pipe_of(g, WGLLM_KERNEL_ROPE_SHIFT_F16, WGLLM_TYPE_F16, hp->rope_type == WGLLM_ROPE_NEOX, err);
+    if (!hp->encoder && !g->shift_pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    for (int il = 0; il < hp->n_layer && !hp->encoder; il++) {
         struct wgllm_gpu_binding sb[4] = {
             {g->arena, (uint64_t)g->shift_slot * SLOT_BYTES, sizeof(union wgllm_kparams)},
             {g->shift_tmp, 0, 0}, {g->rope_cs, 0, 0}, {g->kc[il], 0, 0}};
@@ -391,7 +387,7 @@ enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const str
     const struct wgllm_gpu_binding srb[5] = {
         {g->arena, (uint64_t)samp_slot * SLOT_BYTES, sizeof(union wgllm_kparams)},
         {g->logits, 0, 0}, {g->samp_in, 0, 0}, {g->samp_out, 0, 0}, {g->samp_mask, 0, 0}};
-    if (!(g->samp_bg = wgllm_gpu_bindgroup_create(g->gpu, g->samp_pipe, 5, srb, err)))
+    if (!hp->encoder && !(g->samp_bg = wgllm_gpu_bindgroup_create(g->gpu, g->samp_pipe, 5, srb, err)))
         return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
     for (int i = 0; i < g->n_slots; i++)
         wgllm_gpu_buffer_write(g->gpu, g->arena, (uint64_t)i * SLOT_BYTES, &g->slots[i], sizeof g->slots[i]);
@@ -405,4 +401,33 @@ enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const str
         }
     }
     return WGLLM_STATUS_OK;
+}
+
+/* ---- for webgpu_encoder.c (webgpu_internal.h) ------------------------------ */
+
+struct wgllm_gpu_pipeline *wgllm_webgpu_pipe(struct wgllm_webgpu_ctx *g, enum wgllm_kernel k, uint32_t type,
+                                             bool neox, struct wgllm_error *err) {
+    return pipe_of(g, k, type, neox, err);
+}
+
+struct gop *wgllm_webgpu_add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
+                                enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1,
+                                struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4) {
+    return add_op(bd, p, kp, grow, x, nb, b1, b2, b3, b4);
+}
+
+void wgllm_webgpu_add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
+                            uint32_t per, uint32_t div, int nb, struct wgllm_gpu_buffer *b1,
+                            struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4) {
+    add_elems(bd, p, kp, per, div, nb, b1, b2, b3, b4);
+}
+
+void wgllm_webgpu_add_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
+                             struct wgllm_gpu_buffer *y, int cap) {
+    add_matvec(bd, w, x, y, cap, EPI_NONE);
+}
+
+void wgllm_webgpu_add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
+                           uint32_t n, uint32_t y_stride) {
+    add_rows(bd, x, y, y_off, n, y_stride);
 }

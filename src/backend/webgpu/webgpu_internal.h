@@ -1,5 +1,5 @@
 /*
- * webgpu_internal.h - what the three files of the WebGPU backend share: the
+ * webgpu_internal.h - what the files of the WebGPU backend share: the
  * context (struct wgllm_webgpu_ctx), its weights, dispatches and parameter
  * arena, and the entry points each file gives the others. Not for use
  * outside src/backend/webgpu/.
@@ -13,6 +13,9 @@
  *   forward_webgpu.c create / free, running passes (write the step data,
  *                    record, submit, read back), generation on the GPU, the
  *                    sequence operations and the backend's table
+ *   webgpu_encoder.c the dispatches and step data of an encoder's pass
+ *                    (bert, nomic-bert), built from webgpu_graph.c's
+ *                    primitives
  */
 #ifndef WGLLM_WEBGPU_INTERNAL_H
 #define WGLLM_WEBGPU_INTERNAL_H
@@ -24,6 +27,7 @@
 
 struct wgllm_model;
 struct wgllm_weight;
+struct wgllm_ubatch;
 
 /* The parameter blocks of SAMPLE and SAMPLE_ROWS carry a marker in their
  * private_slot field (which neither kernel reads) so that slot_of never
@@ -83,7 +87,7 @@ struct wgllm_webgpu_ctx {
     bool swa_full; /* the caller's wgllm_context_params.swa_full */
     int ring;      /* cells per sequence of a sliding-window layer's ring (kv_window.h); 0: none */
 
-    struct gweight *w;  /* 7 per layer, then tok_embd, output */
+    struct gweight *w;  /* 7 per layer (n_pieces 0: absent), then tok_embd, output (an encoder: its position table) */
     int n_w;
     struct wgllm_gpu_buffer *vecs;                 /* every f32 vector */
     struct wgllm_gpu_buffer **kc, **vc;            /* per layer, [n_seq][n_ctx] rows ([n_seq][ring] on a ring) */
@@ -119,6 +123,7 @@ struct wgllm_webgpu_ctx {
     int *samp_row;       /* out_cap: the output row of each row read back, then of each sampled one */
     float *rope_host;
     uint32_t *step_host;
+    int *enc_host; /* an encoder's grouping of a pass (webgpu_encoder.c): n_seq firsts, n_seq lengths, n_batch rows */
 
     struct gop *ops;
     int n_ops, cap_ops;
@@ -141,7 +146,10 @@ struct wgllm_webgpu_ctx {
 /* Offsets (in floats) of the model's vectors inside the vecs buffer. */
 struct vec_offsets {
     uint32_t *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm; /* per layer */
+    /* per layer, an encoder's (bert): the other biases, the LayerNorms' weights and biases */
+    uint32_t *bo, *b_up, *b_down, *attn_out_norm, *attn_out_norm_b, *layer_out_norm, *layer_out_norm_b;
     uint32_t output_norm;
+    uint32_t embd_norm, embd_norm_b, type_row; /* an encoder's: the embeddings' LayerNorm, token type 0's row */
 };
 
 static inline uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
@@ -168,5 +176,48 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
  * writes it, and creates every bind group. */
 enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const struct vec_offsets *vo,
                                           struct wgllm_error *err);
+
+/* The dispatch list under construction (webgpu_graph.c, and webgpu_encoder.c
+ * through the functions below). */
+struct builder {
+    struct wgllm_webgpu_ctx *g;
+    struct wgllm_error *err;
+    bool failed; /* an op could not be added (err says why): the rest are no-ops */
+    /* what xr holds: x rounded for vec_dot_type rtype (NULL: nothing valid) */
+    struct wgllm_gpu_buffer *rsrc;
+    uint32_t rtype;
+    bool keep_round; /* the op being added does not write rsrc */
+};
+/* The compiled pipeline of a kernel (NULL with err set when it has no version for type). */
+struct wgllm_gpu_pipeline *wgllm_webgpu_pipe(struct wgllm_webgpu_ctx *g, enum wgllm_kernel k, uint32_t type,
+                                             bool neox, struct wgllm_error *err);
+/* Adds a dispatch with grid x for one token growing as `grow` says; bindings
+ * 1.. are whole buffers; its parameter block goes in an arena slot (shared
+ * with an equal one). Returns it, NULL after a failure. */
+struct gop *wgllm_webgpu_add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
+                                enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1,
+                                struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4);
+/* An element-wise op over `per` elements of each row, all rows in one grid (div per workgroup). */
+void wgllm_webgpu_add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
+                            uint32_t per, uint32_t div, int nb, struct wgllm_gpu_buffer *b1,
+                            struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4);
+/* y[t] = W x[t] for up to cap rows, the input rounded as the CPU rounds it
+ * (MATVEC for few tokens, MATMUL for many; per token for a split weight). */
+void wgllm_webgpu_add_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
+                             struct wgllm_gpu_buffer *y, int cap);
+/* x[t] += y[t] (y_stride n), or x[t] += y (y_stride 0: a bias at y_off). */
+void wgllm_webgpu_add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
+                           uint32_t n, uint32_t y_stride);
+
+/* ---- webgpu_encoder.c ----------------------------------------------------- */
+
+/* The dispatches of an encoder's pass (bert, nomic-bert) into bd. */
+void wgllm_webgpu_encoder_ops(struct builder *bd, const struct vec_offsets *vo);
+/* An encoder's pass, before it is recorded: checks that each sequence is
+ * whole (positions 0..n-1) and writes the step data (and RoPE table) of the
+ * pass's tokens grouped by sequence; the wanted rows' ids (region 3) in
+ * ub's output order, so the gathered rows come out as ub->out wants them. */
+enum wgllm_status wgllm_webgpu_encoder_step(struct wgllm_webgpu_ctx *g, const struct wgllm_ubatch *ub,
+                                            struct wgllm_error *err);
 
 #endif

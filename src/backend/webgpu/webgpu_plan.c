@@ -169,23 +169,31 @@ static struct widths widths_of(const struct wgllm_hparams *hp) {
 }
 
 /* A layer's f32 vectors in the order the vectors buffer holds them (NULL:
- * absent) and their lengths: olmo2's q/k norms span the whole projection. */
-#define LAYER_VECS 9
+ * absent) and their lengths: olmo2's q/k norms span the whole projection;
+ * the last seven are an encoder's (bert's other biases and LayerNorms). */
+#define LAYER_VECS 16
 static void layer_vectors(const struct wgllm_model *m, const struct wgllm_layer *L, const struct widths *w,
                           const float *d[LAYER_VECS], uint64_t n[LAYER_VECS]) {
     const bool whole = m->hp.qk_norm_whole;
     const float *dd[LAYER_VECS] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm,
-                                   L->post_attn_norm, L->post_ffn_norm};
+                                   L->post_attn_norm, L->post_ffn_norm, L->bo, L->b_up, L->b_down,
+                                   L->attn_out_norm, L->attn_out_norm_b, L->layer_out_norm, L->layer_out_norm_b};
     const uint64_t nn[LAYER_VECS] = {w->E, w->E, w->QD, w->KD, w->VD, whole ? w->QD : w->dk, whole ? w->KD : w->dk,
-                                     w->E, w->E};
+                                     w->E, w->E, w->E, w->F, w->E, w->E, w->E, w->E, w->E};
     for (int j = 0; j < LAYER_VECS; j++) d[j] = dd[j], n[j] = nn[j];
+}
+
+/* GeGLU models and bert (its FFN's GELU; nomic-bert's SwiGLU has a gate) look GELU up in the CPU's table. */
+static bool needs_gelu_table(const struct wgllm_model *m) {
+    return m->hp.ffn_act == WGLLM_FFN_GELU || (m->hp.encoder && !m->layers[0].w_gate.tensor);
 }
 
 /* GPU bytes of everything but the KV cache, as create() allocates it, for
  * batches of B tokens and OC output rows (an upper bound: the vectors and
  * the parameter arena are counted generously). Saturates. */
 static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, uint64_t B, uint64_t OC) {
-    const uint64_t E = w->E, F = w->F, V = w->V, QD = w->QD, KD = w->KD, VD = w->VD, OD = w->OD;
+    /* an encoder's output rows are hidden states: no logits, no sampling */
+    const uint64_t E = w->E, F = w->F, V = m->hp.encoder ? 0 : w->V, QD = w->QD, KD = w->KD, VD = w->VD, OD = w->OD;
     uint64_t fixed = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         for (int j = 0; j < 7; j++) {
@@ -201,6 +209,9 @@ static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, 
             if (j < 7 || d[j]) fixed = sadd(fixed, smul(n[j], 4));
     }
     fixed = sadd(fixed, round16(smul(m->tok_embd.row_size, (uint64_t)m->tok_embd.ne1)));
+    /* an encoder's position table (where the output would be) and its embeddings' vectors */
+    if (m->pos_embd.tensor) fixed = sadd(fixed, round16(smul(m->pos_embd.row_size, (uint64_t)m->pos_embd.ne1)));
+    if (m->hp.encoder) fixed = sadd(fixed, smul(3 * E, 4));
     if (m->output.tensor != m->tok_embd.tensor)
         fixed = sadd(fixed, round16(smul(m->output.row_size, (uint64_t)m->output.ne1)));
     uint64_t per_tok = 0; /* floats per token of the activations, the rope table and the step words */
@@ -212,7 +223,7 @@ static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, 
     fixed = sadd(fixed, smul3(OC, sadd(sadd(smul(2, E), OD), V), 4));
     fixed = sadd(fixed, smul3(OC, 10 + (V + 31) / 32, 4));
     fixed = sadd(fixed, sadd(smul3(OC, WGLLM_MAX(V, E), 4), 64 * 1024));
-    if (m->hp.ffn_act == WGLLM_FFN_GELU) fixed = sadd(fixed, GELU_TABLE_BYTES);
+    if (needs_gelu_table(m)) fixed = sadd(fixed, GELU_TABLE_BYTES);
     return fixed;
 }
 
@@ -257,9 +268,13 @@ static enum wgllm_status check_hparams(const struct wgllm_model *m, const struct
     int pieces;
     enum wgllm_status st = WGLLM_STATUS_OK;
     for (int il = 0; il < hp->n_layer && !st; il++)
-        for (int j = 0; j < 7 && !st; j++) st = wgllm_webgpu_weight_rows(lim, layer_weight(&m->layers[il], j), &rows, &pieces, err);
+        for (int j = 0; j < 7 && !st; j++)
+            if (layer_weight(&m->layers[il], j)->tensor) /* an encoder without a gate (bert) */
+                st = wgllm_webgpu_weight_rows(lim, layer_weight(&m->layers[il], j), &rows, &pieces, err);
     if (!st) st = wgllm_webgpu_weight_rows(lim, &m->tok_embd, &rows, &pieces, err);
-    if (!st) st = wgllm_webgpu_weight_rows(lim, &m->output, &rows, &pieces, err);
+    /* an encoder has no output; its position table goes in the output's place */
+    const struct wgllm_weight *last = hp->encoder ? &m->pos_embd : &m->output;
+    if (!st && last->tensor) st = wgllm_webgpu_weight_rows(lim, last, &rows, &pieces, err);
     return st;
 }
 
@@ -273,7 +288,8 @@ static uint64_t vector_floats(const struct wgllm_model *m, const struct widths *
         for (int j = 0; j < LAYER_VECS; j++)
             if (d[j]) total = sadd(total, n[j]);
     }
-    return sadd(total, w->E); /* the output norm */
+    /* the output norm; an encoder's embedding norm (weight, bias) and token type row instead */
+    return sadd(total, m->hp.encoder ? smul(3, w->E) : w->E);
 }
 
 /* Fits the plan to the device and the budget before anything is allocated:
@@ -295,11 +311,16 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     const uint64_t E = w.E, F = w.F, V = w.V, QD = w.QD, KD = w.KD, VD = w.VD, OD = w.OD;
     const uint64_t max_bind = WGLLM_MIN(lim->max_storage_binding_size, lim->max_buffer_size);
     char why[160] = "", b1[32];
+    /* An encoder (bert) keeps no KV cache and has no logits: its outputs
+     * are hidden states of the pass's own rows, every one of which may be
+     * wanted (a sequence must come whole in one pass, so its outputs cannot
+     * be split over passes). */
+    const bool enc = hp->encoder;
     /* output rows one pass keeps: OUT_BYTES of logits, at least one per sequence */
-    sz->out_cap = (int)WGLLM_MAX((uint64_t)sz->n_seq, OUT_BYTES / smul(V, 4));
+    sz->out_cap = enc ? sz->n_batch : (int)WGLLM_MAX((uint64_t)sz->n_seq, OUT_BYTES / smul(V, 4));
     const int n_ctx0 = sz->n_ctx, n_batch0 = sz->n_batch, out0 = sz->out_cap;
     /* the logits of a pass and their readback copy within a binding, down to one row per sequence */
-    const uint64_t out_row = smul(WGLLM_MAX(V, E), 4);
+    const uint64_t out_row = smul(enc ? E : WGLLM_MAX(V, E), 4);
     if (smul((uint64_t)sz->out_cap, out_row) > max_bind && sz->out_cap > sz->n_seq) {
         sz->out_cap = (int)WGLLM_MAX((uint64_t)sz->n_seq, max_bind / out_row);
         snprintf(why, sizeof why, "a pass's output rows must fit the device's %llu-byte binding",
@@ -330,7 +351,7 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
         snprintf(why, sizeof why, "a batch's element-wise grids must fit the device's %llu workgroups per dimension",
                  (unsigned long long)max_wg);
     }
-    const uint64_t kv_row = smul(WGLLM_MAX(KD, VD), 2);
+    const uint64_t kv_row = enc ? 0 : smul(WGLLM_MAX(KD, VD), 2);
     if (smul3((uint64_t)sz->n_seq, (uint64_t)sz->n_ctx, kv_row) > max_bind) {
         const uint64_t per_pos = smul(kv_row, (uint64_t)sz->n_seq);
         if (per_pos > max_bind)
@@ -354,7 +375,7 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     int ring = wgllm_kv_ring(m, sz->n_ctx, sz->n_batch, sz->swa_full);
     uint64_t n_local = 0;
     for (int il = 0; ring && il < hp->n_layer; il++) n_local += m->layers[il].swa;
-    const uint64_t kv_pos = sadd(smul3(w.n_layer - n_local, (uint64_t)sz->n_seq, smul(sadd(KD, VD), 2)), kv_row);
+    const uint64_t kv_pos = enc ? 0 : sadd(smul3(w.n_layer - n_local, (uint64_t)sz->n_seq, smul(sadd(KD, VD), 2)), kv_row);
     const uint64_t ring_bytes = smul3(n_local, smul((uint64_t)sz->n_seq, (uint64_t)ring), smul(sadd(KD, VD), 2));
     uint64_t fixed = sadd(plan_fixed(m, &w, (uint64_t)sz->n_batch, (uint64_t)sz->out_cap), ring_bytes);
     if (sz->gpu_mem && sadd(fixed, smul(kv_pos, (uint64_t)sz->n_ctx)) > sz->gpu_mem) {
@@ -378,6 +399,10 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "no room for a KV cache of %d sequences", sz->n_seq);
     sz->n_batch = (int)WGLLM_MIN((int64_t)sz->n_batch, (int64_t)sz->n_ctx * sz->n_seq);
     sz->out_cap = WGLLM_MIN(sz->out_cap, sz->n_batch);
+    if (enc) { /* every row of a pass may be an output; a sequence is at most one pass */
+        sz->out_cap = sz->n_batch;
+        sz->n_ctx = WGLLM_MIN(sz->n_ctx, sz->n_batch);
+    }
     if (why[0]) {
         char *note = sz->note;
         const size_t cap = sizeof sz->note;
@@ -395,8 +420,8 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
     for (int il = 0; ring && il < hp->n_layer; il++) n_local += m->layers[il].swa;
     sz->estimate = sadd(sadd(plan_fixed(m, &w, (uint64_t)sz->n_batch, (uint64_t)sz->out_cap),
                              smul3(n_local, smul((uint64_t)sz->n_seq, (uint64_t)ring), smul(sadd(KD, VD), 2))),
-                        smul(sadd(smul3(w.n_layer - n_local, (uint64_t)sz->n_seq, smul(sadd(KD, VD), 2)), kv_row),
-                             (uint64_t)sz->n_ctx));
+                        enc ? 0 : smul(sadd(smul3(w.n_layer - n_local, (uint64_t)sz->n_seq, smul(sadd(KD, VD), 2)), kv_row),
+                                       (uint64_t)sz->n_ctx));
     /* each buffer is checked below; their sum (weights of 16 pieces past a
      * binding each, say) must not wrap either */
     if (sz->estimate == SAT)
@@ -410,35 +435,35 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
      * ring rows only with a ring: other models plan as before */
     const uint64_t step_regions = ring ? WGLLM_STEP_REGIONS : WGLLM_STEP_REGIONS - 1;
     sz->step = smul3(step_regions, B, 4);
-    sz->readback = smul3(OC, WGLLM_MAX(V, E), 4);
+    sz->readback = smul(OC, out_row);
     sz->samp_in = smul3(OC, 8, 4);
     sz->samp_out = smul3(OC, 2, 4);
-    sz->samp_mask = smul3(OC, (V + 31) / 32, 4); /* a grammar's allowed tokens, one bit each, per output row */
+    sz->samp_mask = enc ? 0 : smul3(OC, (V + 31) / 32, 4); /* a grammar's allowed tokens, one bit each, per output row */
     const uint64_t n_vec = vector_floats(m, &w);
     if (n_vec > UINT32_MAX) /* the kernels address the vectors by u32 float offsets */
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: the model's vectors hold %s floats, more than "
                                "32-bit offsets reach", bytes_str(n_vec, b1, sizeof b1));
     sz->vectors = smul(n_vec, 4);
-    sz->k_cache = smul3(rows, KD, 2);
-    sz->v_cache = smul3(rows, VD, 2);
+    sz->k_cache = enc ? 0 : smul3(rows, KD, 2);
+    sz->v_cache = enc ? 0 : smul3(rows, VD, 2);
     sz->k_ring = ring ? smul3(smul((uint64_t)sz->n_seq, (uint64_t)ring), KD, 2) : sz->k_cache;
     sz->v_ring = ring ? smul3(smul((uint64_t)sz->n_seq, (uint64_t)ring), VD, 2) : sz->v_cache;
-    sz->shift = smul3((uint64_t)sz->n_ctx, WGLLM_MAX(KD, VD), 2);
+    sz->shift = enc ? 0 : smul3((uint64_t)sz->n_ctx, WGLLM_MAX(KD, VD), 2);
     const uint64_t act_rows[WGLLM_ACT_COUNT] = {
         [WGLLM_ACT_X] = smul(B, E),    [WGLLM_ACT_XN] = smul(B, E),   [WGLLM_ACT_Q] = smul(B, QD),
         [WGLLM_ACT_K] = smul(B, KD),   [WGLLM_ACT_V] = smul(B, VD),   [WGLLM_ACT_ATT] = smul(B, OD),
         [WGLLM_ACT_TMP] = smul(B, E),  [WGLLM_ACT_GATE] = smul(B, F), [WGLLM_ACT_UP] = smul(B, F),
         [WGLLM_ACT_FFH] = smul(B, F),  [WGLLM_ACT_QR] = qk_norm ? smul(B, QD) : 0,
         [WGLLM_ACT_KR] = qk_norm ? smul(B, KD) : 0, [WGLLM_ACT_XR] = smul(B, WGLLM_MAX(WGLLM_MAX(E, F), OD)),
-        [WGLLM_ACT_XO] = smul(OC, E),  [WGLLM_ACT_ATT_O] = smul(OC, OD)};
+        [WGLLM_ACT_XO] = enc ? 0 : smul(OC, E),  [WGLLM_ACT_ATT_O] = enc ? 0 : smul(OC, OD)};
     for (int i = 0; i < WGLLM_ACT_COUNT; i++) sz->act[i] = smul(act_rows[i], 4);
-    sz->logits = smul3(OC, V, 4);
+    sz->logits = enc ? 0 : smul3(OC, V, 4);
     /* the local layers' table at the next 256-byte boundary (a binding offset of the context shift) */
     const uint64_t rope_bytes = smul3(B, w.rot, 4);
     const bool swa_rope = wgllm_model_has_swa_rope(m);
     sz->rope_swa_off = swa_rope ? (rope_bytes > SAT - 255 ? SAT : (rope_bytes + 255) & ~(uint64_t)255) : 0;
     sz->rope_cs = swa_rope ? sadd(sz->rope_swa_off, rope_bytes) : rope_bytes;
-    sz->gelu_table = hp->ffn_act == WGLLM_FFN_GELU ? GELU_TABLE_BYTES : 0;
+    sz->gelu_table = needs_gelu_table(m) ? GELU_TABLE_BYTES : 0;
     /* storage buffers within a binding (and a buffer); the readback only within a buffer */
     const struct {
         const char *name;
@@ -526,22 +551,25 @@ bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t 
     /* The block features wgllm_model_extra_features lists (gemma's scales,
      * post-norms, GeGLU, soft-caps and sliding window, LongRoPE, granite's
      * scales, olmo2's norms, smollm3's layers without RoPE, mistral3's query
-     * temperature) are computed by the graph (webgpu_graph.c), and YaRN is in
+     * temperature) are computed by the graph (webgpu_graph.c), the encoders
+     * (bert, nomic-bert) by their own list (webgpu_encoder.c), and YaRN is in
      * the host's RoPE table; the blocks below are not, and are refused by
      * name rather than computed wrong (with -b auto the CPU runs them). */
     const struct wgllm_hparams *hp = &model->hp;
-    const char *missing = hp->n_expert > 0 ? "mixture of experts" : hp->encoder ? "a bidirectional encoder" : NULL;
+    const char *missing = hp->n_expert > 0 ? "mixture of experts" : NULL;
     if (missing) {
         snprintf(why, cap, "architecture '%s' is not supported by the WebGPU kernels yet (it needs %s); use the CPU "
                  "backend", model->arch_name, missing);
         return false;
     }
+    /* an encoder: a position table (bert) instead of the output */
     bool ok = weight_ok(&model->tok_embd, WGLLM_KERNEL_GET_ROWS, why, cap) &&
-              weight_ok(&model->output, WGLLM_KERNEL_MATVEC, why, cap);
+              (hp->encoder ? !model->pos_embd.tensor || weight_ok(&model->pos_embd, WGLLM_KERNEL_GET_ROWS, why, cap)
+                           : weight_ok(&model->output, WGLLM_KERNEL_MATVEC, why, cap));
     for (int il = 0; ok && il < model->hp.n_layer; il++) {
         const struct wgllm_layer *L = &model->layers[il];
         const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int j = 0; ok && j < 7; j++) ok = weight_ok(ws[j], WGLLM_KERNEL_MATVEC, why, cap);
+        for (int j = 0; ok && j < 7; j++) ok = !ws[j]->tensor || weight_ok(ws[j], WGLLM_KERNEL_MATVEC, why, cap);
     }
     return ok;
 }
@@ -602,10 +630,15 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     g->vc = calloc((size_t)hp->n_layer, sizeof *g->vc);
     if (!g->w || !g->kc || !g->vc) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int il = 0; il < hp->n_layer && !st; il++)
-        for (int j = 0; j < 7 && !st; j++) st = plan_weight(g, &lim, layer_weight(&m->layers[il], j), &g->w[7 * il + j], &pending, err);
+        for (int j = 0; j < 7 && !st; j++)
+            if (layer_weight(&m->layers[il], j)->tensor) /* else n_pieces 0: bert has no gate */
+                st = plan_weight(g, &lim, layer_weight(&m->layers[il], j), &g->w[7 * il + j], &pending, err);
     if (!st) st = plan_weight(g, &lim, &m->tok_embd, &g->w[7 * hp->n_layer], &pending, err);
     if (st) return st;
-    if (m->output.tensor == m->tok_embd.tensor && m->output.type == m->tok_embd.type)
+    if (hp->encoder) { /* no output layer: the position table (bert; nomic-bert has none) in its place */
+        if (m->pos_embd.tensor && (st = plan_weight(g, &lim, &m->pos_embd, &g->w[7 * hp->n_layer + 1], &pending, err)))
+            return st;
+    } else if (m->output.tensor == m->tok_embd.tensor && m->output.type == m->tok_embd.type)
         g->w[7 * hp->n_layer + 1] = g->w[7 * hp->n_layer]; /* tied: the same buffers */
     else if ((st = plan_weight(g, &lim, &m->output, &g->w[7 * hp->n_layer + 1], &pending, err)))
         return st;
@@ -615,19 +648,31 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     /* vectors: one buffer, offsets in floats (their sum fits u32: the plan checked) */
     uint32_t *offs = calloc((size_t)hp->n_layer * LAYER_VECS, sizeof(uint32_t));
     if (!offs) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
-    struct vec_offsets vo = {offs, offs + hp->n_layer, offs + 2 * hp->n_layer, offs + 3 * hp->n_layer,
-                             offs + 4 * hp->n_layer, offs + 5 * hp->n_layer, offs + 6 * hp->n_layer,
-                             offs + 7 * hp->n_layer, offs + 8 * hp->n_layer, 0};
+    struct vec_offsets vo = {0};
+    uint32_t **per_layer[LAYER_VECS] = {&vo.attn_norm, &vo.ffn_norm, &vo.bq, &vo.bk, &vo.bv, &vo.q_norm,
+                                        &vo.k_norm, &vo.post_attn_norm, &vo.post_ffn_norm, &vo.bo, &vo.b_up,
+                                        &vo.b_down, &vo.attn_out_norm, &vo.attn_out_norm_b, &vo.layer_out_norm,
+                                        &vo.layer_out_norm_b};
+    for (int j = 0; j < LAYER_VECS; j++) *per_layer[j] = offs + (size_t)j * hp->n_layer; /* attn_norm = offs */
     /* what goes where: up to LAYER_VECS vectors per layer and the output norm;
      * on the heap, as 9 * 512 + 1 of them would take 110 KB of stack */
     struct vec_src {
         uint32_t *off;
         const float *data;
         uint64_t n;
-    } *vl = calloc((size_t)hp->n_layer * LAYER_VECS + 1, sizeof *vl);
-    if (!vl) {
-        free(offs);
-        return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+    } *vl = calloc((size_t)hp->n_layer * LAYER_VECS + 3, sizeof *vl);
+    /* an encoder's token type 0 row, as f32 (the CPU encoder adds zeros without the tensor) */
+    float *type_row = hp->encoder ? calloc((size_t)E, sizeof(float)) : NULL;
+    if (hp->encoder && type_row && m->type_embd.tensor) {
+        void *raw = malloc(m->type_embd.row_size);
+        st = raw ? wgllm_weight_read(m, &m->type_embd, 0, raw, m->type_embd.row_size, err)
+                 : wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
+        if (!st) wgllm_type_traits(m->type_embd.type)->to_float(raw, type_row, (int64_t)E);
+        free(raw);
+    }
+    if (!vl || (hp->encoder && !type_row) || st) {
+        free(offs), free(vl), free(type_row);
+        return st ? st : wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     }
     int nv = 0;
     uint64_t total = 0;
@@ -636,13 +681,16 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
         const float *d[LAYER_VECS];
         uint64_t n[LAYER_VECS];
         layer_vectors(m, &m->layers[il], &wd, d, n);
-        uint32_t *o[LAYER_VECS] = {&vo.attn_norm[il], &vo.ffn_norm[il], &vo.bq[il],     &vo.bk[il],
-                                   &vo.bv[il],        &vo.q_norm[il],  &vo.k_norm[il], &vo.post_attn_norm[il],
-                                   &vo.post_ffn_norm[il]};
         for (int j = 0; j < LAYER_VECS; j++)
-            if (d[j]) vl[nv++] = (struct vec_src){o[j], d[j], n[j]};
+            if (d[j]) vl[nv++] = (struct vec_src){&(*per_layer[j])[il], d[j], n[j]};
     }
-    vl[nv++] = (struct vec_src){&vo.output_norm, m->output_norm, E};
+    if (hp->encoder) {
+        vl[nv++] = (struct vec_src){&vo.embd_norm, m->embd_norm, E};
+        vl[nv++] = (struct vec_src){&vo.embd_norm_b, m->embd_norm_b, E};
+        vl[nv++] = (struct vec_src){&vo.type_row, type_row, E};
+    } else {
+        vl[nv++] = (struct vec_src){&vo.output_norm, m->output_norm, E};
+    }
     for (int i = 0; i < nv; i++) *vl[i].off = (uint32_t)total, total += vl[i].n;
     WGLLM_ASSERT(total * 4 == sz.vectors); /* the layout the plan counted */
     g->vecs = wgllm_webgpu_gbuf(g, sz.vectors, WGLLM_GPU_STORAGE, "vectors", &g->plan.vectors, err);
@@ -655,6 +703,7 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
                                    (unsigned long long)vl[i].n);
     }
     free(vl);
+    free(type_row);
     if (!g->vecs || st) {
         free(offs);
         return st ? st : err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
@@ -662,7 +711,7 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
 
     /* KV cache and activations; kv_full: what full caches would take instead of the rings */
     uint64_t ring_saved = 0;
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < hp->n_layer && !hp->encoder; il++) { /* an encoder caches nothing */
         const bool ring = sz.ring && m->layers[il].swa;
         if (ring) ring_saved += (sz.k_cache - sz.k_ring) + (sz.v_cache - sz.v_ring);
         g->kc[il] = wgllm_webgpu_gbuf(g, ring ? sz.k_ring : sz.k_cache, WGLLM_GPU_STORAGE, "k cache", &g->plan.kv_cache, err);
