@@ -2,7 +2,8 @@
  * kernels_attn.c - WGSL of the kernels that the batched forward pass needs
  * beyond kernels.c (see the enum in kernels.h): attention of many tokens of
  * many sequences over their own cached positions (online softmax over
- * position tiles), the f16 K/V store at (sequence, position), and a row-wise
+ * position tiles; its F32 version, the encoder's, over f32 K/V rows of the
+ * pass itself without f16 roundings), the f16 K/V store at (sequence, position), and a row-wise
  * add (residuals and broadcast biases), and the re-rotation of f16 keys
  * moved by a context shift. kernels.c's generator calls
  * wgllm_wgsl_batch_body for these kernels and prepends the parameter block.

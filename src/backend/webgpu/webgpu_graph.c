@@ -27,7 +27,9 @@
  * (olmo2) the products read x itself; whole-projection q/k norms (olmo2) are
  * one norm row per token; a layer without RoPE (smollm3) skips its two RoPE
  * dispatches, a local layer rotates by the second cos/sin table; GeGLU is
- * SWIGLU's twin, looking GELU up in the CPU's f16 table.
+ * SWIGLU's twin, looking GELU up in the CPU's f16 table. An encoder's
+ * (bert's) list is webgpu_encoder.c's, from the primitives exported at the
+ * end of this file.
  *
  * Every dispatch is recorded once with its grid for one token and how the
  * grid grows with the batch (struct gop): the kernels take the token index

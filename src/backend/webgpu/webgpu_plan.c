@@ -11,7 +11,10 @@
  * KV cache: per layer one f16 K buffer and one V buffer, each [n_seq][n_ctx]
  * rows of n_head_kv * head_dim ([n_seq][ring] on a sliding-window layer
  * with a ring, backend/kv_window.h), and a scratch of one layer's n_ctx rows
- * for the context shift.
+ * for the context shift. An encoder (bert) has none: its attention reads
+ * the pass's own k and v (webgpu_encoder.c), its outputs are n_embd-wide
+ * hidden states of up to every row of the pass (no logits), and its
+ * position table sits in the output's place.
  */
 #include "backend/webgpu/webgpu_internal.h"
 #include "backend/backend.h"
