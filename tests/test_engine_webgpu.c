@@ -788,6 +788,92 @@ TEST(masked_rows_pick_only_allowed_tokens) {
     wgllm_context_free(c);
 }
 
+/* A mixture-of-experts model (tiny-qwen2moe: routed experts and the
+ * sigmoid-gated shared expert, webgpu_moe.c) through the engine on WebGPU:
+ * 4 prompts batched give the CPU engine's tokens alone; in a one-slot engine
+ * with snapshots a context_key follow-up computes only its suffix, another
+ * key takes the slot, and the conversation comes back from its snapshot,
+ * all with the tokens of a cold run (the routing is per token, so a batch,
+ * a suffix pass and a restored cache must route each token as alone). */
+static struct wgllm_engine *moe_engine(struct wgllm_model *m, enum wgllm_backend backend, int n_slots,
+                                       size_t snapshot_bytes) {
+    struct wgllm_engine_params ep = wgllm_engine_default_params();
+    ep.backend = backend;
+    ep.n_slots = n_slots;
+    ep.n_ctx = 128;
+    ep.n_batch = 64;
+    ep.snapshot_bytes = snapshot_bytes;
+    ep.min_snapshot_tokens = 8;
+    struct wgllm_engine *e = NULL;
+    struct wgllm_error err = {0};
+    if (wgllm_engine_init(m, &ep, &e, &err) != WGLLM_STATUS_OK) fprintf(stderr, "  engine: %s\n", err.message);
+    return e;
+}
+
+TEST(moe_batching_prefix_reuse_and_snapshots) {
+    enum { NP = 4 };
+    struct wgllm_model *m = shape_model_of("tiny-qwen2moe", WGLLM_TYPE_Q8_0, 5);
+    CHECK(m != NULL);
+    if (!m) return;
+    struct wgllm_engine *ce = moe_engine(m, WGLLM_BACKEND_CPU, NP, 0);
+    struct wgllm_engine *ge = moe_engine(m, WGLLM_BACKEND_WEBGPU, NP, 0);
+    struct wgllm_engine *g1 = moe_engine(m, WGLLM_BACKEND_WEBGPU, 1, 16 << 20);
+    CHECK(ce && ge && g1);
+    if (!ce || !ge || !g1) goto done;
+    CHECK(strncmp(wgllm_engine_backend(ge), "webgpu", 6) == 0);
+    struct wgllm_request_params p = test_greedy(N);
+    int32_t cpu[NP][N] = {{0}};
+    for (int i = 0; i < NP; i++) {
+        struct wgllm_result r;
+        CHECK(query_ok(ce, test_prompts[i], &p, &r));
+        if (r.n_tokens == N) memcpy(cpu[i], r.tokens, sizeof cpu[i]);
+        wgllm_result_free(&r);
+    }
+    struct wgllm_request *req[NP];
+    for (int i = 0; i < NP; i++)
+        CHECK_EQ_INT(wgllm_engine_submit_query(ge, test_prompts[i], strlen(test_prompts[i]), &p, &req[i], NULL),
+                     WGLLM_STATUS_OK);
+    int same = 0;
+    for (int i = 0; i < NP; i++) {
+        struct wgllm_result r;
+        wgllm_request_wait(req[i], &r);
+        same += r.n_tokens == N && !memcmp(r.tokens, cpu[i], sizeof cpu[i]);
+        wgllm_result_free(&r);
+    }
+    CHECK_EQ_INT(same, NP); /* WebGPU batched = CPU alone */
+    /* prefix reuse and a snapshot round trip on WebGPU, against the CPU's cold run */
+    struct wgllm_result cold, w1, w2, o, back;
+    const char *other = "In summer the sea was so calm that he could hear fishermen talking a mile away";
+    CHECK(query_ok(ce, turn2, &p, &cold));
+    const uint64_t loaded = wgllm_gpu_buffers_created();
+    p.context_key = "conversation";
+    CHECK(query_ok(g1, turn1, &p, &w1));
+    CHECK(query_ok(g1, turn2, &p, &w2));
+    int n2;
+    const int lcp = test_common_prefix(m, turn1, turn2, &n2);
+    CHECK(lcp > 10);
+    CHECK_EQ_INT(w2.usage.cached_tokens, lcp); /* only the suffix was computed */
+    CHECK(same_tokens(&w2, &cold));
+    p.context_key = "other";
+    CHECK(query_ok(g1, other, &p, &o));
+    p.context_key = "conversation";
+    CHECK(query_ok(g1, turn2, &p, &back));
+    struct wgllm_engine_metrics mt;
+    wgllm_engine_metrics(g1, &mt);
+    CHECK(mt.snapshots_saved >= 1);
+    CHECK_EQ_INT(mt.snapshots_restored, 1);
+    CHECK_EQ_INT(back.usage.cached_tokens, n2 - 1);
+    CHECK(same_tokens(&back, &cold));
+    CHECK_EQ_INT(wgllm_gpu_buffers_created(), loaded); /* nothing created while serving */
+    wgllm_result_free(&cold), wgllm_result_free(&w1), wgllm_result_free(&w2), wgllm_result_free(&o);
+    wgllm_result_free(&back);
+done:
+    wgllm_engine_free(g1);
+    wgllm_engine_free(ge);
+    wgllm_engine_free(ce);
+    wgllm_model_free(m);
+}
+
 int main(void) {
     wgllm_quant_init();
     int required;
@@ -817,6 +903,7 @@ int main(void) {
         RUN(sampled_rows_between_rows_read_back);
         RUN(constrained_requests_are_sampled_on_the_device);
         RUN(masked_rows_pick_only_allowed_tokens);
+        RUN(moe_batching_prefix_reuse_and_snapshots);
     }
     wgllm_engine_free(gpu8);
     wgllm_model_free(model);

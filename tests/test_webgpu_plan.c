@@ -483,6 +483,68 @@ TEST(tiny_and_zero_device_limits) {
     PLAN_ERR(m, &l, &sz, WGLLM_STATUS_UNSUPPORTED, "attention kernel's 0", NULL);
 }
 
+/* ---- mixture of experts ----------------------------------------------------
+ * A stack of experts (wgllm_weight.n_expert) splits only between experts
+ * (MATVEC_ID offsets the rows by the expert id), so a piece holds whole
+ * experts in whole u32 words; an expert larger than a binding is refused
+ * naming the stack; the MoE activations shrink the batch to fit a binding. */
+TEST(moe_stacks_split_between_experts) {
+    struct wgllm_webgpu_limits l = swiftshader_limits();
+    struct wgllm_weight w = {.type = WGLLM_TYPE_F32, .ne0 = 256, .ne1 = 8 * 192, .row_size = 1024, .n_expert = 8,
+                             .name = "blk.0.ffn_gate_exps.weight"};
+    int64_t rows;
+    int pieces;
+    struct wgllm_error err = {0};
+    /* 640 KiB: 3 experts of 192 KiB a piece (3 pieces), not 640 rows (which would cut an expert) */
+    l.max_buffer_size = l.max_storage_binding_size = 640 << 10;
+    CHECK_EQ_INT(wgllm_webgpu_weight_rows(&l, &w, &rows, &pieces, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(rows, 3 * 192);
+    CHECK_EQ_INT(pieces, 3);
+    /* the dispatch limit is per expert (MATVEC_ID's grid), not per stack: 64 x 4 rows do not cap the stack */
+    l.max_workgroups_per_dim = 4;
+    CHECK_EQ_INT(wgllm_webgpu_weight_rows(&l, &w, &rows, &pieces, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(rows, 3 * 192);
+    l = swiftshader_limits();
+    /* Q8_0 experts of 34-byte-block rows: 64 rows x 68 bytes, whole words per piece */
+    struct wgllm_weight q = {.type = WGLLM_TYPE_Q8_0, .ne0 = 64, .ne1 = 4 * 3, .row_size = 68, .n_expert = 4,
+                             .name = "blk.1.ffn_down_exps.weight"};
+    l.max_buffer_size = l.max_storage_binding_size = 500;
+    CHECK_EQ_INT(wgllm_webgpu_weight_rows(&l, &q, &rows, &pieces, &err), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(rows, 6); /* 2 experts: 408 bytes */
+    CHECK_EQ_INT(pieces, 2);
+    /* one expert larger than a binding */
+    l.max_buffer_size = l.max_storage_binding_size = 128 << 10;
+    CHECK_EQ_INT(wgllm_webgpu_weight_rows(&l, &w, &rows, &pieces, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "blk.0.ffn_gate_exps.weight") && strstr(err.message, "one expert"));
+    /* rows that are not n_expert equal experts */
+    w.ne1 = 8 * 192 + 1;
+    l = swiftshader_limits();
+    CHECK_EQ_INT(wgllm_webgpu_weight_rows(&l, &w, &rows, &pieces, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(err.message, "blk.0.ffn_gate_exps.weight") != NULL);
+    /* a model: its stacks refused by name under a binding smaller than an expert (tiny-qwen3moe F32:
+       experts of 256 rows x 1 KiB), and its batch shrunk so that the choices' rows fit a binding */
+    struct wgllm_synth_params sp = wgllm_synth_default_params();
+    sp.shape = "tiny-qwen3moe";
+    sp.type = WGLLM_TYPE_F32;
+    struct wgllm_model *m = test_synth_model(&sp);
+    CHECK(m != NULL);
+    if (!m) return;
+    l.max_buffer_size = l.max_storage_binding_size = 200 << 10;
+    struct wgllm_webgpu_sizes sz = ask(64, 1, 64, 0);
+    PLAN_ERR(m, &l, &sz, WGLLM_STATUS_UNSUPPORTED, "blk.0.ffn_gate_exps.weight", "one expert");
+    l = swiftshader_limits();
+    sz = ask(512, 1, 512, 0);
+    PLAN_OK(m, &l, &sz);
+    const uint64_t plain = sz.estimate;
+    l.max_buffer_size = l.max_storage_binding_size = 8 << 20; /* the weights fit; 2 x 256 x 4 bytes a token's choices */
+    sz = ask(512, 1, 8192, 0);
+    sz.n_ctx = 8192;
+    PLAN_OK(m, &l, &sz);
+    CHECK(sz.n_batch < 8192 && (uint64_t)sz.n_batch * 2 * 256 * 4 <= (8u << 20));
+    CHECK(plain > wgllm_model_size(m)); /* the routers, experts and their activations counted */
+    wgllm_model_free(m);
+}
+
 /* ---- a 32-bit size_t (wasm32) ---------------------------------------------- */
 
 TEST(host_arrays_on_32_bit_size_t) {
@@ -569,6 +631,7 @@ int main(void) {
     RUN(widths_past_2_64);
     RUN(tiny_and_zero_device_limits);
     RUN(host_arrays_on_32_bit_size_t);
+    RUN(moe_stacks_split_between_experts);
     RUN(new_blocks_plan_their_tables);
     RUN(normal_models_plan_as_before_on_device);
     RUN(hostile_contexts_on_device);

@@ -84,6 +84,11 @@ const greedyFor = (shape, type) => (SHAPE_GREEDY[shape] ?? GREEDY_TYPES).include
 // Phi-3.5's LongRoPE, with the short factors (context within the original length) and the long ones.
 const LEVELS = kernelLevels();
 const BEST = ['best'];
+// The WebGPU backend as one more "level" (tools/peer/wgllm.mjs: -b webgpu; Dawn + SwiftShader
+// on a machine without a GPU) for the blocks it computes with kernels of its own: the mixture
+// of experts. $PEER_WEBGPU=0 leaves it out; without an adapter its rows skip unless
+// $WGLLM_REQUIRE_WEBGPU is set. $PEER_LEVELS=best,webgpu adds it to every model.
+const GPU = process.env.PEER_WEBGPU === '0' || LEVELS.includes('webgpu') ? [] : ['webgpu'];
 const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']], ['tiny-ropescale', ['f32', 'q8_0']],
   ['tiny-phi3-longrope', ['f32', 'q8_0']], ['tiny-phi3-longctx', ['f32', 'q8_0']],
   // The blocks below add no kernel of their own (their matrix products are the ones the shapes
@@ -95,8 +100,12 @@ const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']
   // sigmoid-gated one, granitemoe's plain one (with granite's scales). Not in K-quants here: the
   // router's choice turns a quantization-sized difference at a near-tie into a different expert
   // (tiny-qwen3moe q4_k: mean KL 3e-3 at the AVX2 level, 4e-4 on scalar).
-  ['tiny-qwen3moe', ['f32', 'q8_0'], BEST], ['tiny-mixtral', ['f32'], BEST], ['tiny-olmoe', ['f32'], BEST],
+  // On WebGPU (GPU) the router, the routing (softmax, top-k, renormalisation), the chosen experts'
+  // mat-vecs and the weighted sum are the backend's own kernels: f32 and q8_0 for each.
+  ['tiny-qwen3moe', ['f32', 'q8_0'], [...BEST, ...GPU]], ['tiny-mixtral', ['f32'], BEST], ['tiny-olmoe', ['f32'], BEST],
   ['tiny-qwen2moe', ['f32'], BEST], ['tiny-granitemoe', ['f32'], BEST],
+  ...(GPU.length ? [['tiny-mixtral', ['f32', 'q8_0'], GPU, 'webgpu'], ['tiny-olmoe', ['f32', 'q8_0'], GPU, 'webgpu'],
+    ['tiny-qwen2moe', ['f32', 'q8_0'], GPU, 'webgpu'], ['tiny-granitemoe', ['f32', 'q8_0'], GPU, 'webgpu']] : []),
   // MXFP4, NVFP4, the ternary formats and Q1_0: their own dot kernels (every level), on the llama shape only
   ['tiny', ['mxfp4', 'nvfp4', 'tq2_0', 'tq1_0', 'q1_0']]];
 const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
@@ -237,7 +246,7 @@ async function compare(file, ref, type, cpu) {
 }
 
 const rows = [];        // table rows
-const top1 = new Map(LEVELS.map((l) => [l, { agree: 0, total: 0 }]));
+const top1 = new Map([...LEVELS, ...GPU].map((l) => [l, { agree: 0, total: 0 }]));
 
 function fmt(x) { return x === undefined ? '-' : x.toExponential(2); }
 after(() => {
@@ -314,17 +323,35 @@ async function mutated(what, shape, type, mutate, opts) {
   assert.ok(problems.length > 0, `${what} went unnoticed: mean KL ${fmt(row.kl)} (bound ${fmt(row.bound)}), greedy ${row.greedy}`);
   rows.push({ name: `${name}*`, cpu: 'mutated', ...row });
 }
+// whether `wgllm devices` finds an adapter (asked once), and what it said otherwise
+let webgpuOk, webgpuWhy = '';
+function webgpuUsable() {
+  if (webgpuOk === undefined) {
+    const r = runWgllm(['devices'], { timeoutMs: 60000 });
+    webgpuOk = r.status === 0 && /^webgpu: (?!not available)/m.test(r.stdout);
+    webgpuWhy = ((r.stdout || '').match(/^webgpu: .*$/m) || [r.stderr || ''])[0].trim();
+  }
+  return webgpuOk;
+}
 const mutationsOf = (name) => MUTATIONS.filter(([, shape, type]) => `${shape}-${type}` === name);
 const inMatrix = new Set();
-for (const [shape, types, levels = LEVELS] of MATRIX) {
+// An entry tagged 'webgpu' repeats a model of the matrix on WebGPU alone: its mutations are the
+// first entry's, and llama.cpp's run is its own (the first entry has dropped it by then).
+for (const [shape, types, levels = LEVELS, tag] of MATRIX) {
   for (const type of types) {
     const file = modelPath(shape, type);
     const name = `${shape}-${type}`;
     inMatrix.add(name);
-    const muts = mutationsOf(name);
+    const muts = tag === 'webgpu' ? [] : mutationsOf(name);
     for (const cpu of levels) {
-      test(`logits agree with llama.cpp: ${name}${cpu === 'best' ? '' : ` (WGLLM_CPU=${cpu})`}`, async () => {
+      const label = cpu === 'best' ? '' : cpu === 'webgpu' ? ' (WebGPU)' : ` (WGLLM_CPU=${cpu})`;
+      test(`logits agree with llama.cpp: ${name}${label}`, async (t) => {
         assert.ok(existsSync(file), `${file} missing: run tests/peer/run.sh (it synthesizes the models)`);
+        if (cpu === 'webgpu' && !webgpuUsable()) {
+          if (process.env.WGLLM_REQUIRE_WEBGPU) assert.fail(`no WebGPU adapter: ${webgpuWhy}`);
+          t.skip(`no WebGPU adapter: ${webgpuWhy}`);
+          return;
+        }
         if (!peerRuns.has(name)) peerRuns.set(name, await peerRun(file, shape, type));
         const ref = peerRuns.get(name);
         if (cpu === levels[levels.length - 1] && !muts.length) peerRuns.delete(name);

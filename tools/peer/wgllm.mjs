@@ -24,13 +24,18 @@ export function runWgllm(args, { timeoutMs = 120000, input, cpu } = {}) {
 }
 
 /* The environment for kernel level `cpu`: 'best' (or undefined) lets wgllm pick
- * the best kernels this CPU has; 'avx2', 'neon' or 'scalar' caps them (WGLLM_CPU). */
+ * the best kernels this CPU has; 'avx2', 'neon' or 'scalar' caps them (WGLLM_CPU);
+ * 'webgpu' is the WebGPU backend (backendArgs), with the CPU's best kernels for
+ * whatever stays on the host. */
 export function cpuEnv(cpu) {
   const env = { ...process.env };
-  if (cpu && cpu !== 'best') env.WGLLM_CPU = cpu;
-  else if (cpu === 'best') delete env.WGLLM_CPU;
+  if (cpu && cpu !== 'best' && cpu !== 'webgpu') env.WGLLM_CPU = cpu;
+  else if (cpu === 'best' || cpu === 'webgpu') delete env.WGLLM_CPU;
   return env;
 }
+
+/* The command-line arguments that select the backend of kernel level `cpu`. */
+export const backendArgs = (cpu) => (cpu === 'webgpu' ? ['-b', 'webgpu'] : []);
 
 /* The kernel levels this machine can run, best first: on an AVX-512 x86-64
  * ['best', 'avx2', 'scalar'], on an AVX2-only one ['best', 'scalar'], on arm64
@@ -144,7 +149,7 @@ process.on('exit', () => { if (tmpDir) rmSync(tmpDir, { recursive: true, force: 
 export function wgllmLogits(model, tokens, nVocab, { threads = 2, cpu, batch } = {}) {
   tmpDir ??= mkdtempSync(join(tmpdir(), 'wgllm-peer-'));
   const out = join(tmpDir, 'logits.f32');
-  const args = ['logits', '-m', model, '--tokens', tokens.join(','), '-o', out, '-t', String(threads)];
+  const args = ['logits', '-m', model, '--tokens', tokens.join(','), '-o', out, '-t', String(threads), ...backendArgs(cpu)];
   if (batch) args.push('--batch', String(batch));
   mustSucceed(args, runWgllm(args, { cpu }));
   const buf = readFileSync(out);
@@ -157,7 +162,7 @@ export function wgllmLogits(model, tokens, nVocab, { threads = 2, cpu, batch } =
 }
 
 export function wgllmGreedy(model, promptIds, n, { cpu } = {}) {
-  const args = ['run', '-m', model, '--prompt-ids', promptIds.join(','), '-n', String(n), '--ids'];
+  const args = ['run', '-m', model, '--prompt-ids', promptIds.join(','), '-n', String(n), '--ids', ...backendArgs(cpu)];
   return lastJson(args, mustSucceed(args, runWgllm(args, { cpu })));
 }
 

@@ -36,6 +36,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         for (int i = 0; i < g->n_ops; i++) wgllm_gpu_bindgroup_destroy(g->gpu, g->ops[i].bg);
         for (int il = 0; g->shift_bg && il < g->model->hp.n_layer; il++) wgllm_gpu_bindgroup_destroy(g->gpu, g->shift_bg[il]);
         wgllm_gpu_bindgroup_destroy(g->gpu, g->samp_bg);
+        wgllm_webgpu_moe_free(g);
         /* buffers go with the device; destroying them first keeps the counters honest */
         for (int i = 0; g->w && i < g->n_w; i++)
             for (int p = 0; p < g->w[i].n_pieces; p++)
@@ -50,6 +51,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) wgllm_gpu_buffer_destroy(g->gpu, bs[i]);
         wgllm_gpu_close(g->gpu);
     }
+    wgllm_webgpu_moe_free(g); /* host memory only, when there was no device */
     free(g->w);
     free(g->kc);
     free(g->vc);

@@ -636,7 +636,8 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     switch (k) {
     case WGLLM_KERNEL_MATVEC:
     case WGLLM_KERNEL_GET_ROWS:
-    case WGLLM_KERNEL_MATMUL: return weight_type_ok(type);
+    case WGLLM_KERNEL_MATMUL:
+    case WGLLM_KERNEL_MATVEC_ID: return weight_type_ok(type);
     case WGLLM_KERNEL_ROUND_ACT:
         return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1 || type == WGLLM_TYPE_Q8_K || type == WGLLM_TYPE_F16 ||
                type == WGLLM_TYPE_BF16;
@@ -647,6 +648,7 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
     static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "argmax", "round_act", "matmul",
                                   "geglu"};
+    if (k >= WGLLM_KERNEL_MATVEC_ID) return wgllm_wgsl_moe_kernel_name(k);
     if (k >= WGLLM_KERNEL_ATTN_BATCH) return wgllm_wgsl_batch_kernel_name(k);
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
 }
@@ -671,6 +673,8 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
         /* the encoder's: attention over f32 K/V, LayerNorm, GELU */
         {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_LAYER_NORM, WGLLM_TYPE_F32, false},
         {WGLLM_KERNEL_GELU, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_MATVEC_ID, -1, false},     {WGLLM_KERNEL_MOE_ROUTE, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_MOE_SUM, WGLLM_TYPE_F32, false},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
@@ -1277,7 +1281,8 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     if (!wgllm_wgsl_supports(key->kernel, key->type)) return NULL;
     struct sb b = {0};
     sb_add(&b, "// wgllm %s (%s)\n", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type));
-    if (key->kernel == WGLLM_KERNEL_MATVEC && tune->matvec_subgroups && !tune->matvec_thread_rows)
+    if ((key->kernel == WGLLM_KERNEL_MATVEC || key->kernel == WGLLM_KERNEL_MATVEC_ID) && tune->matvec_subgroups &&
+        !tune->matvec_thread_rows)
         sb_add(&b, "enable subgroups;\n"); /* directives come before every declaration */
     sb_add(&b, "%s", params_wgsl);
     switch (key->kernel) {
@@ -1290,6 +1295,9 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
     case WGLLM_KERNEL_ROUND_ACT: gen_round_act(&b, key, tune); break;
     case WGLLM_KERNEL_MATMUL: gen_matmul(&b, key, tune); break;
+    case WGLLM_KERNEL_MATVEC_ID:
+    case WGLLM_KERNEL_MOE_ROUTE:
+    case WGLLM_KERNEL_MOE_SUM: { char *body = wgllm_wgsl_moe_body(key, tune); if (body) sb_add(&b, "%s", body); else b.oom = true; free(body); } break;
     default: { char *body = wgllm_wgsl_batch_body(key, tune); if (body) sb_add(&b, "%s", body); else b.oom = true; free(body); } break;
     }
     if (b.oom) {
@@ -1302,3 +1310,12 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
 const char *wgllm_wgsl_f16_helpers(void) { return round_wgsl; }
 const char *wgllm_wgsl_tanh_helper(void) { return tanh_wgsl; }
 const char *wgllm_wgsl_gelu_helper(void) { return gelu_wgsl; }
+
+char *wgllm_wgsl_format(uint32_t type, bool with_dot) {
+    struct sb b = {0};
+    if (!weight_type_ok(type) || !emit_format(&b, type, with_dot) || b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

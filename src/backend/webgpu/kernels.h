@@ -252,8 +252,56 @@ struct wgllm_kp_gelu {
     float _f0, _f1, _f2, _f3;
 };
 
+/* MATVEC_ID (kernels_moe.c) */
+struct wgllm_kp_matvec_id {
+    uint32_t rows;     /* n: rows of one expert (outputs per choice) */
+    uint32_t x_div;    /* m: choices per x row: n_expert_used (one input per token) or 1 (one per choice) */
+    uint32_t k;        /* k: elements per row (K), also x's stride per row */
+    uint32_t w_off;    /* a: where W starts: u32 word (element for F32) */
+    uint32_t x_off;    /* b: x element of row 0 */
+    uint32_t y_off;    /* c: y element of choice 0 (choice q's rows at y_off + q * rows) */
+    uint32_t ids_at;   /* d: S[ids_at + t * used + j] = token t's j-th expert */
+    uint32_t e0;       /* e: the first expert this piece of the stack holds */
+    uint32_t n_exp;    /* g: experts in this piece (choices of others are skipped) */
+    uint32_t used;     /* h: n_expert_used */
+    uint32_t groups;   /* i: workgroups along x per choice (ceil(rows / rows_matvec)) */
+    uint32_t _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* MOE_ROUTE (kernels_moe.c) */
+struct wgllm_kp_moe_route {
+    uint32_t rows;     /* n: router rows (tokens) it may route; threads past it do nothing */
+    uint32_t n_expert; /* m: logits per row */
+    uint32_t used;     /* k: experts chosen per row */
+    uint32_t l_off;    /* a: L element of row 0 */
+    uint32_t ids_at;   /* b: S word of row 0's first id */
+    uint32_t w_at;     /* c: S word of row 0's first weight (f32 bits) */
+    uint32_t norm;     /* d: 1: the chosen weights renormalized to sum 1 */
+    uint32_t _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* MOE_SUM (kernels_moe.c) */
+struct wgllm_kp_moe_sum {
+    uint32_t width;    /* n: elements per row (n_embd) */
+    uint32_t used;     /* m: choices per token */
+    uint32_t _k;
+    uint32_t x_off;    /* a */
+    uint32_t w_at;     /* b: S word of token 0's first weight (f32 bits) */
+    uint32_t shared;   /* c: 0: no shared expert, 1: added as is, 2: times its sigmoid gate */
+    uint32_t g_off;    /* d: G element of token 0's gate logit */
+    uint32_t scaled;   /* e: 1: the sum is multiplied by f0 (granite's residual scale) */
+    uint32_t _g, _h, _i, _j;
+    float scale;       /* f0 */
+    float _f1, _f2, _f3;
+};
+
 union wgllm_kparams {
     struct wgllm_kp_raw raw;
+    struct wgllm_kp_matvec_id matvec_id;
+    struct wgllm_kp_moe_route moe_route;
+    struct wgllm_kp_moe_sum moe_sum;
     struct wgllm_kp_matvec matvec;
     struct wgllm_kp_get_rows get_rows;
     struct wgllm_kp_rms_norm rms_norm;
@@ -356,6 +404,25 @@ enum wgllm_kernel {
      * 1 X, 2 T. Dispatch (ceil(n / wg_elem), 1, 1). */
     WGLLM_KERNEL_LAYER_NORM,
     WGLLM_KERNEL_GELU,
+    /* Mixture of experts (kernels_moe.c; numbered apart as the batched ones). S is the routing
+     * buffer (u32): each token's chosen experts and their weights (f32 bits), written by MOE_ROUTE
+     * and read by the other two, so the routing never leaves the GPU.
+     * MATVEC_ID: MATVEC of the chosen experts of a stack (experts of p.n rows each, stacked as
+     * in the file): choice q = t * h + j (token t = wid.y, j = wid.x / i) with expert id =
+     * S[d + q] multiplies expert id's rows by x row q / m (the token's input, m = h, or the
+     * choice's own, m = 1): Y[c + q*n + r] = dot(W row (id - e) * n + r, x[b + (q/m)*k ..]),
+     * r < n, only when e <= id < e + g (one piece of a stack split across buffers holds
+     * experts [e, e + g)). The weight format's one dequant routine is MATVEC's. Bindings 1 W,
+     * 2 x, 3 Y, 4 S. Dispatch (i * h, tokens, 1).
+     * MOE_ROUTE: for row t < n (t = gid.x): the softmax of L[a + t*m ..] (m logits, as the
+     * CPU's wgllm_op_softmax), its k most probable experts (ties: the lower index) in
+     * S[b + t*k ..] and their probabilities, divided by their sum (at least 2^-14) when d = 1,
+     * as f32 bits in S[c + t*k ..]. m <= 256, k <= 64. Bindings 1 L, 2 S. Dispatch
+     * (ceil(rows / wg_elem), 1, 1).
+     * MOE_SUM: X[a + t*n + i] += f0? * (sum_j w_j * R[(t*m + j)*n + i] (+ SH[t*n + i], times
+     * sigmoid(G[d + t]) when c = 2)), w_j = S[b + t*m + j] as f32, in the CPU's order. Bindings
+     * 1 X, 2 R, 3 S, 4 SH, 5 G. Dispatch (ceil(n / wg_elem), tokens, 1). */
+    WGLLM_KERNEL_MATVEC_ID = 96, WGLLM_KERNEL_MOE_ROUTE, WGLLM_KERNEL_MOE_SUM,
 };
 
 struct wgllm_kernel_key {
@@ -377,6 +444,13 @@ const char *wgllm_wgsl_gelu_helper(void);
  * for another kernel; and their names. */
 char *wgllm_wgsl_encoder_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_encoder_kernel_name(enum wgllm_kernel k);
+/* The MoE kernels' WGSL after the parameter block (malloc'd; kernels_moe.c). */
+char *wgllm_wgsl_moe_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
+const char *wgllm_wgsl_moe_kernel_name(enum wgllm_kernel k);
+/* kernels.c's format functions of a weight type (malloc'd; NULL: no such
+ * format): W at binding 1, row_base, wget and, with_dot, rdot over X at
+ * binding 2 (as MATVEC's), for kernels_moe.c's MATVEC_ID. */
+char *wgllm_wgsl_format(uint32_t type, bool with_dot);
 
 /* True when the kernel has a version for the type (F32/F16/Q8_0/Q4_0 and
  * the 8-element-unit formats of kernels.c's w8_block, Q4_K/Q5_K/Q6_K..., for

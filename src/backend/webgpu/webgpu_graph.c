@@ -326,6 +326,10 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
         /* the FFN's input: the pre-norm of x, or x itself (olmo2) */
         struct wgllm_gpu_buffer *fin = xa;
         if (L->ffn_norm) add_rms(bd, xa, g->xn, vo->ffn_norm[il], E, 1), fin = g->xn;
+        if (hp->n_expert > 0) { /* the experts' FFN (webgpu_moe.c) */
+            wgllm_webgpu_moe_ffn(g, bd, il, fin, xa, cap_rows);
+            continue;
+        }
         add_matvec(bd, &W[4], fin, g->gate, cap_rows, EPI_NONE);
         add_matvec(bd, &W[5], fin, g->up, cap_rows, EPI_NONE);
         const union wgllm_kparams sw = {.swiglu = {.count = F * (uint32_t)cap_rows}};
@@ -432,4 +436,38 @@ void wgllm_webgpu_add_matvec(struct builder *bd, const struct gweight *w, struct
 void wgllm_webgpu_add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
                            uint32_t n, uint32_t y_stride) {
     add_rows(bd, x, y, y_off, n, y_stride);
+}
+
+/* ---- for webgpu_moe.c (webgpu_internal.h) ------------------------------- */
+
+struct wgllm_gpu_pipeline *wgllm_webgpu_graph_pipe(struct builder *bd, enum wgllm_kernel k, uint32_t type) {
+    return pipe_of(bd->g, k, type, false, bd->err);
+}
+
+struct gop *wgllm_webgpu_graph_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
+                                  enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1,
+                                  struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3,
+                                  struct wgllm_gpu_buffer *b4, bool keep_round) {
+    bd->keep_round = keep_round;
+    struct gop *o = add_op(bd, p, kp, grow, x, nb, b1, b2, b3, b4);
+    bd->keep_round = false;
+    return o;
+}
+
+void wgllm_webgpu_graph_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
+                               struct wgllm_gpu_buffer *y, int cap) {
+    add_matvec(bd, w, x, y, cap, EPI_NONE);
+}
+
+struct wgllm_gpu_buffer *wgllm_webgpu_graph_round(struct builder *bd, struct wgllm_gpu_buffer *x, uint32_t vt,
+                                                  uint32_t width, int cap) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    if (vt == WGLLM_TYPE_F32 || !wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vt)) return x;
+    if (bd->rsrc != x || bd->rtype != vt) { /* as add_matvec rounds its input */
+        const union wgllm_kparams kp = {.round_act = {.count = width * (uint32_t)cap}};
+        add_elems(bd, pipe_of(g, WGLLM_KERNEL_ROUND_ACT, vt, false, bd->err), &kp, width, 32 * g->tune->wg_elem, 2, x,
+                  g->xr, NULL, NULL);
+        bd->rsrc = x, bd->rtype = vt;
+    }
+    return g->xr;
 }

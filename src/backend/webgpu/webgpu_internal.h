@@ -16,6 +16,8 @@
  *   webgpu_encoder.c the dispatches and step data of an encoder's pass
  *                    (bert, nomic-bert), built from webgpu_graph.c's
  *                    primitives
+ *   webgpu_moe.c     a mixture-of-experts model's own weights, buffers and
+ *                    dispatches (the FFN of its layers), for the other three
  */
 #ifndef WGLLM_WEBGPU_INTERNAL_H
 #define WGLLM_WEBGPU_INTERNAL_H
@@ -77,8 +79,11 @@ struct gop {
     struct wgllm_gpu_binding b[6];
 };
 
+struct wgllm_webgpu_moe;
+
 struct wgllm_webgpu_ctx {
     struct wgllm_model *model;
+    struct wgllm_webgpu_moe *moe; /* a mixture-of-experts model's (webgpu_moe.c); NULL otherwise */
     void *staging; /* a streamed model's upload block (UPLOAD_CHUNK bytes), freed after the upload */
     struct wgllm_gpu *gpu;
     const struct wgllm_wgsl_tune *tune;
@@ -169,6 +174,11 @@ bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t 
  * vectors' offsets (the caller frees vo->attn_norm, which holds them all). */
 enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec_offsets *vo, struct wgllm_error *err);
 
+/* Streams a weight's rows into the pieces wgllm_webgpu_weight_rows gives it. */
+enum wgllm_status wgllm_webgpu_plan_weight(struct wgllm_webgpu_ctx *g, const struct wgllm_webgpu_limits *lim,
+                                           const struct wgllm_weight *w, struct gweight *gw, uint64_t *pending,
+                                           struct wgllm_error *err);
+
 /* ---- webgpu_graph.c ------------------------------------------------------ */
 
 /* Records the dispatches of a pass (g->ops, their parameter slots), the
@@ -219,5 +229,45 @@ void wgllm_webgpu_encoder_ops(struct builder *bd, const struct vec_offsets *vo);
  * ub's output order, so the gathered rows come out as ub->out wants them. */
 enum wgllm_status wgllm_webgpu_encoder_step(struct wgllm_webgpu_ctx *g, const struct wgllm_ubatch *ub,
                                             struct wgllm_error *err);
+/* What webgpu_moe.c records its dispatches with (the graph's builder). */
+struct builder;
+struct wgllm_gpu_pipeline *wgllm_webgpu_graph_pipe(struct builder *bd, enum wgllm_kernel k, uint32_t type);
+/* A dispatch as webgpu_graph.c adds them (struct gop's grid and growth);
+ * keep_round: it does not write xr (the rounded input stays valid). */
+struct gop *wgllm_webgpu_graph_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
+                                  enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1,
+                                  struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3,
+                                  struct wgllm_gpu_buffer *b4, bool keep_round);
+/* y[t] = W x[t] for cap rows, as the dense layers' mat-vecs (input rounding, MATMUL for many tokens). */
+void wgllm_webgpu_graph_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
+                               struct wgllm_gpu_buffer *y, int cap);
+/* The buffer a mat-vec of a weight with vec_dot_type vt reads for input x
+ * (width floats per row, cap rows): xr, rounded as the CPU rounds it (a
+ * ROUND_ACT unless xr holds that already), or x itself. */
+struct wgllm_gpu_buffer *wgllm_webgpu_graph_round(struct builder *bd, struct wgllm_gpu_buffer *x, uint32_t vt,
+                                                  uint32_t width, int cap);
+
+/* ---- webgpu_moe.c -------------------------------------------------------- */
+
+/* False (with why) when the model's experts cannot run on the WebGPU kernels. */
+bool wgllm_webgpu_moe_formats_ok(const struct wgllm_model *m, char *why, size_t cap);
+/* The plan's share (no device): limits each expert stack and the MoE
+ * weights must meet (errors name the tensor or the quantity), the bytes of
+ * the weights beyond the 7 per layer, the floats per token of the MoE
+ * activations, and the widest of them (for the batch's binding limit). All
+ * 0 for a dense model. */
+enum wgllm_status wgllm_webgpu_moe_check(const struct wgllm_model *m, const struct wgllm_webgpu_limits *lim,
+                                         struct wgllm_error *err);
+uint64_t wgllm_webgpu_moe_weight_bytes(const struct wgllm_model *m);
+uint64_t wgllm_webgpu_moe_tok_floats(const struct wgllm_model *m);
+uint64_t wgllm_webgpu_moe_row_floats(const struct wgllm_model *m);
+/* Uploads the MoE weights beyond the 7 per layer and creates the MoE
+ * activations (n_batch rows); nothing for a dense model. */
+enum wgllm_status wgllm_webgpu_moe_alloc(struct wgllm_webgpu_ctx *g, const struct wgllm_webgpu_limits *lim,
+                                         uint64_t *pending, struct wgllm_error *err);
+/* The FFN of MoE layer il on cap rows of fin, added into the stream xa. */
+void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il, struct wgllm_gpu_buffer *fin, struct wgllm_gpu_buffer *xa,
+                          int cap);
+void wgllm_webgpu_moe_free(struct wgllm_webgpu_ctx *g);
 
 #endif

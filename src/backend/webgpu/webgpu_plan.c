@@ -138,8 +138,18 @@ enum wgllm_status wgllm_webgpu_weight_rows(const struct wgllm_webgpu_limits *lim
     if (lim->max_weight_bytes > 0) max_bytes = WGLLM_MIN(max_bytes, lim->max_weight_bytes);
     uint64_t max_rows = max_bytes / w->row_size;
     const uint64_t disp_rows = (uint64_t)lim->max_workgroups_per_dim * lim->rows_matvec;
-    if (disp_rows < max_rows) max_rows = disp_rows;
-    while (max_rows > 1 && (max_rows * (uint64_t)w->row_size) % 4) max_rows--; /* no overflow: <= max_bytes */
+    /* a stack of experts splits only between experts (MATVEC_ID offsets rows by the expert) */
+    const uint64_t unit = w->n_expert > 0 ? (uint64_t)w->ne1 / (uint64_t)w->n_expert : 1;
+    if (w->n_expert > 0 && (unit < 1 || (uint64_t)w->ne1 % (uint64_t)w->n_expert))
+        return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "WebGPU: expert stack %s: %lld rows are not %d "
+                               "experts of equal rows", w->name, (long long)w->ne1, w->n_expert);
+    if (w->n_expert <= 0 && disp_rows < max_rows) max_rows = disp_rows;
+    max_rows -= max_rows % unit;
+    while (max_rows >= unit && max_rows > 1 && (max_rows * (uint64_t)w->row_size) % 4) max_rows -= unit; /* no overflow: <= max_bytes */
+    if (w->n_expert > 0 && max_rows < unit)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: expert stack %s: one expert of %llu rows of %zu "
+                               "bytes does not fit the device's storage binding size %llu", w->name,
+                               (unsigned long long)unit, w->row_size, (unsigned long long)max_bytes);
     if (max_rows < 1)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor %s: a row of %zu bytes exceeds the device's "
                                "storage binding size %llu", w->name, w->row_size, (unsigned long long)max_bytes);
@@ -211,6 +221,7 @@ static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, 
         for (int j = 0; j < LAYER_VECS; j++)
             if (j < 7 || d[j]) fixed = sadd(fixed, smul(n[j], 4));
     }
+    fixed = sadd(fixed, wgllm_webgpu_moe_weight_bytes(m)); /* the router and shared experts */
     fixed = sadd(fixed, round16(smul(m->tok_embd.row_size, (uint64_t)m->tok_embd.ne1)));
     /* an encoder's position table (where the output would be) and its embeddings' vectors */
     if (m->pos_embd.tensor) fixed = sadd(fixed, round16(smul(m->pos_embd.row_size, (uint64_t)m->pos_embd.ne1)));
@@ -219,7 +230,8 @@ static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, 
         fixed = sadd(fixed, round16(smul(m->output.row_size, (uint64_t)m->output.ne1)));
     uint64_t per_tok = 0; /* floats per token of the activations, the rope table and the step words */
     const uint64_t terms[] = {smul(2, E), QD, KD, VD, OD, E, smul(3, F), m->layers[0].q_norm ? sadd(QD, KD) : 0,
-                              WGLLM_MAX(WGLLM_MAX(E, F), OD), w->rot, wgllm_model_has_swa_rope(m) ? w->rot : 0, 4};
+                              WGLLM_MAX(WGLLM_MAX(E, F), OD), w->rot, wgllm_model_has_swa_rope(m) ? w->rot : 0, 4,
+                              wgllm_webgpu_moe_tok_floats(m)};
     for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) per_tok = sadd(per_tok, terms[i]);
     fixed = sadd(fixed, smul3(B, per_tok, 4));
     /* outputs, readback, parameter arena; the sampled rows' words (8 in, 2 out) and grammar mask (a bit per token) */
@@ -278,6 +290,7 @@ static enum wgllm_status check_hparams(const struct wgllm_model *m, const struct
     /* an encoder has no output; its position table goes in the output's place */
     const struct wgllm_weight *last = hp->encoder ? &m->pos_embd : &m->output;
     if (!st && last->tensor) st = wgllm_webgpu_weight_rows(lim, last, &rows, &pieces, err);
+    if (!st) st = wgllm_webgpu_moe_check(m, lim, err);
     return st;
 }
 
@@ -330,7 +343,8 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
                  (unsigned long long)max_bind);
     }
 
-    const uint64_t row_max = smul(WGLLM_MAX(WGLLM_MAX(WGLLM_MAX(E, F), WGLLM_MAX(QD, OD)), WGLLM_MAX(WGLLM_MAX(KD, VD), w.rot)), 4);
+    const uint64_t row_max = smul(WGLLM_MAX(WGLLM_MAX(WGLLM_MAX(E, F), WGLLM_MAX(QD, OD)),
+                                            WGLLM_MAX(WGLLM_MAX(KD, VD), WGLLM_MAX(w.rot, wgllm_webgpu_moe_row_floats(m)))), 4);
     if (smul((uint64_t)sz->n_batch, row_max) > max_bind) {
         if (row_max > max_bind)
             return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: one token's widest activation row needs %s "
@@ -512,7 +526,7 @@ enum wgllm_status wgllm_webgpu_plan_sizes(const struct wgllm_model *m, const str
 }
 
 /* Streams a weight's rows into its pieces (wgllm_webgpu_weight_rows). */
-static enum wgllm_status plan_weight(struct wgllm_webgpu_ctx *g, const struct wgllm_webgpu_limits *lim,
+enum wgllm_status wgllm_webgpu_plan_weight(struct wgllm_webgpu_ctx *g, const struct wgllm_webgpu_limits *lim,
                                      const struct wgllm_weight *w, struct gweight *gw, uint64_t *pending,
                                      struct wgllm_error *err) {
     gw->type = w->type, gw->ne0 = w->ne0, gw->ne1 = w->ne1, gw->row_size = w->row_size;
@@ -555,16 +569,11 @@ bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t 
      * post-norms, GeGLU, soft-caps and sliding window, LongRoPE, granite's
      * scales, olmo2's norms, smollm3's layers without RoPE, mistral3's query
      * temperature) are computed by the graph (webgpu_graph.c), the encoders
-     * (bert, nomic-bert) by their own list (webgpu_encoder.c), and YaRN is in
-     * the host's RoPE table; the blocks below are not, and are refused by
-     * name rather than computed wrong (with -b auto the CPU runs them). */
+     * (bert, nomic-bert) by their own list (webgpu_encoder.c), mixtures of
+     * experts by webgpu_moe.c, and YaRN is in the host's RoPE table; what
+     * remains to refuse is a weight format without a kernel (with -b auto
+     * the CPU runs it). */
     const struct wgllm_hparams *hp = &model->hp;
-    const char *missing = hp->n_expert > 0 ? "mixture of experts" : NULL;
-    if (missing) {
-        snprintf(why, cap, "architecture '%s' is not supported by the WebGPU kernels yet (it needs %s); use the CPU "
-                 "backend", model->arch_name, missing);
-        return false;
-    }
     /* an encoder: a position table (bert) instead of the output */
     bool ok = weight_ok(&model->tok_embd, WGLLM_KERNEL_GET_ROWS, why, cap) &&
               (hp->encoder ? !model->pos_embd.tensor || weight_ok(&model->pos_embd, WGLLM_KERNEL_GET_ROWS, why, cap)
@@ -574,7 +583,7 @@ bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t 
         const struct wgllm_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int j = 0; ok && j < 7; j++) ok = !ws[j]->tensor || weight_ok(ws[j], WGLLM_KERNEL_MATVEC, why, cap);
     }
-    return ok;
+    return ok && wgllm_webgpu_moe_formats_ok(model, why, cap);
 }
 
 /* The plan (wgllm_webgpu_plan_sizes), then every buffer in the order the
@@ -635,16 +644,17 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     for (int il = 0; il < hp->n_layer && !st; il++)
         for (int j = 0; j < 7 && !st; j++)
             if (layer_weight(&m->layers[il], j)->tensor) /* else n_pieces 0: bert has no gate */
-                st = plan_weight(g, &lim, layer_weight(&m->layers[il], j), &g->w[7 * il + j], &pending, err);
-    if (!st) st = plan_weight(g, &lim, &m->tok_embd, &g->w[7 * hp->n_layer], &pending, err);
+                st = wgllm_webgpu_plan_weight(g, &lim, layer_weight(&m->layers[il], j), &g->w[7 * il + j], &pending, err);
+    if (!st) st = wgllm_webgpu_plan_weight(g, &lim, &m->tok_embd, &g->w[7 * hp->n_layer], &pending, err);
     if (st) return st;
     if (hp->encoder) { /* no output layer: the position table (bert; nomic-bert has none) in its place */
-        if (m->pos_embd.tensor && (st = plan_weight(g, &lim, &m->pos_embd, &g->w[7 * hp->n_layer + 1], &pending, err)))
+        if (m->pos_embd.tensor && (st = wgllm_webgpu_plan_weight(g, &lim, &m->pos_embd, &g->w[7 * hp->n_layer + 1], &pending, err)))
             return st;
     } else if (m->output.tensor == m->tok_embd.tensor && m->output.type == m->tok_embd.type)
         g->w[7 * hp->n_layer + 1] = g->w[7 * hp->n_layer]; /* tied: the same buffers */
-    else if ((st = plan_weight(g, &lim, &m->output, &g->w[7 * hp->n_layer + 1], &pending, err)))
+    else if ((st = wgllm_webgpu_plan_weight(g, &lim, &m->output, &g->w[7 * hp->n_layer + 1], &pending, err)))
         return st;
+    if ((st = wgllm_webgpu_moe_alloc(g, &lim, &pending, err))) return st;
     free(g->staging);
     g->staging = NULL;
 

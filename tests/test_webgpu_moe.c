@@ -1,0 +1,290 @@
+/*
+ * test_webgpu_moe.c - the mixture-of-experts kernels (kernels_moe.c) on the
+ * WebGPU device against host references written from the CPU backend's
+ * moe_ffn (backend/cpu/forward.c), op by op as test_webgpu.c does for the
+ * dense kernels:
+ *  - MATVEC_ID: the chosen experts' rows of a stack split in two pieces
+ *    (experts [0, 2) and [2, 4) in two buffers), both input modes (one input
+ *    per token: gate/up; one per choice: down), every mat-vec shape of the
+ *    tune (workgroup reduction, a row per thread, subgroups), F32, F16,
+ *    Q8_0, Q4_0 and a K-quant; no row of another choice is written;
+ *  - MOE_ROUTE: the same ids as the CPU's top-k (ties to the lower index,
+ *    rows of equal logits included) and the same weights within f32
+ *    rounding, with and without renormalisation;
+ *  - MOE_SUM: the weighted sum with no shared expert, a plain one and a
+ *    sigmoid-gated one, with and without granite's scale.
+ * The model-level checks (every MoE architecture against the CPU backend)
+ * are in test_webgpu_model.c.
+ */
+#include "backend/cpu/ops.h"
+#include "backend/webgpu/hal.h"
+#include "backend/webgpu/kernels.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static struct wgllm_gpu *G;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
+}
+
+static struct wgllm_gpu_buffer *upload(const void *data, size_t bytes) {
+    struct wgllm_error err = {0};
+    struct wgllm_gpu_buffer *b = wgllm_gpu_buffer_create(G, bytes, WGLLM_GPU_STORAGE, "test", &err);
+    if (!b) fprintf(stderr, "  buffer: %s\n", err.message);
+    else if (data) wgllm_gpu_buffer_write(G, b, 0, data, bytes);
+    return b;
+}
+
+static bool readback(struct wgllm_gpu_buffer *b, void *dst, size_t bytes) {
+    struct wgllm_error err = {0};
+    if (!wgllm_gpu_buffer_read(G, b, 0, dst, bytes, &err)) return true;
+    fprintf(stderr, "  readback: %s\n", err.message);
+    return false;
+}
+
+/* One kernel as generated for tune, params in a fresh uniform buffer,
+ * bindings 1.. = bufs; false (printed) when anything fails. */
+static bool run(enum wgllm_kernel k, uint32_t type, const struct wgllm_wgsl_tune *tune, const union wgllm_kparams *kp,
+                int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y) {
+    const struct wgllm_kernel_key key = {k, type, false};
+    char *src = wgllm_wgsl_generate(&key, tune);
+    if (!src) {
+        fprintf(stderr, "  no WGSL for %s/%s\n", wgllm_wgsl_kernel_name(k), wgllm_type_name(type));
+        return false;
+    }
+    struct wgllm_error err = {0};
+    struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(G, src, wgllm_wgsl_kernel_name(k), &err);
+    free(src);
+    struct wgllm_gpu_buffer *ub = p ? wgllm_gpu_buffer_create(G, sizeof *kp, WGLLM_GPU_UNIFORM, "params", &err) : NULL;
+    bool ok = false;
+    if (ub) {
+        wgllm_gpu_buffer_write(G, ub, 0, kp, sizeof *kp);
+        struct wgllm_gpu_binding bd[8] = {{ub, 0, 0}};
+        for (int i = 0; i < nbuf; i++) bd[i + 1] = (struct wgllm_gpu_binding){bufs[i], 0, 0};
+        struct wgllm_gpu_bindgroup *bg = wgllm_gpu_bindgroup_create(G, p, nbuf + 1, bd, &err);
+        if (bg) {
+            wgllm_gpu_batch_begin(G);
+            wgllm_gpu_dispatch(G, p, bg, x, y, 1);
+            ok = !wgllm_gpu_batch_submit(G, &err);
+            wgllm_gpu_bindgroup_destroy(G, bg);
+        }
+        wgllm_gpu_buffer_destroy(G, ub);
+    }
+    if (!ok) fprintf(stderr, "  %s: %s\n", wgllm_wgsl_kernel_name(k), err.message);
+    return ok;
+}
+
+/* ---- MATVEC_ID ------------------------------------------------------------ */
+
+/* The mat-vec shapes a tune can give (as test_webgpu.c's matvec_tunes). */
+static int tunes_of(struct wgllm_wgsl_tune *t) {
+    t[0] = *wgllm_wgsl_default_tune();
+    t[1] = *wgllm_wgsl_cpu_adapter_tune();
+    if (!wgllm_gpu_get_info(G)->subgroups) return 2;
+    t[2] = t[0];
+    t[2].matvec_subgroups = true;
+    t[2].wg_matvec = 128, t[2].rows_matvec = 3;
+    return 3;
+}
+
+TEST(matvec_id_formats) {
+    enum { X = 4, M = 67, K = 256, T = 3, U = 2 }; /* experts, rows each, width, tokens, used */
+    const uint32_t types[] = {WGLLM_TYPE_F32, WGLLM_TYPE_F16, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q4_K};
+    /* token t's choices (ids at word 5 of S: ids_at is honoured), an expert chosen twice across tokens */
+    const uint32_t ids[5 + T * U] = {99, 99, 99, 99, 99, 3, 0, 1, 3, 2, 1};
+    struct wgllm_wgsl_tune tunes[3];
+    const int n_tunes = tunes_of(tunes);
+    float *deq = malloc(sizeof(float) * X * M * K), *src = malloc(sizeof(float) * K);
+    float *x = malloc(sizeof(float) * T * U * K), *y = malloc(sizeof(float) * T * U * M);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const uint32_t type = types[ti];
+        const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+        const size_t rs = wgllm_row_size(type, K);
+        char *w = malloc(rs * X * M);
+        for (int r = 0; r < X * M; r++) {
+            for (int i = 0; i < K; i++) src[i] = frand();
+            if (type == WGLLM_TYPE_F32) memcpy(w + r * rs, src, rs);
+            else if (type == WGLLM_TYPE_F16) wgllm_fp32_to_fp16_row(src, (wgllm_fp16 *)(w + r * rs), K);
+            else tr->from_float_ref(src, w + r * rs, K);
+            tr->to_float(w + r * rs, deq + (size_t)r * K, K);
+        }
+        for (int i = 0; i < T * U * K; i++) x[i] = frand();
+        for (int tv = 0; tv < n_tunes; tv++)
+            for (int per_choice = 0; per_choice < 2; per_choice++) {
+                const struct wgllm_wgsl_tune *tu = &tunes[tv];
+                const uint32_t groups = (M + tu->rows_matvec - 1) / tu->rows_matvec;
+                /* two pieces of two experts each; y starts as a sentinel */
+                for (int i = 0; i < T * U * M; i++) y[i] = -12345.0f;
+                struct wgllm_gpu_buffer *b[5] = {upload(w, rs * 2 * M), upload(w + rs * 2 * M, rs * 2 * M),
+                                                 upload(x, sizeof(float) * T * U * K),
+                                                 upload(y, sizeof(float) * T * U * M), upload(ids, sizeof ids)};
+                bool ok = b[0] && b[1] && b[2] && b[3] && b[4];
+                for (int piece = 0; ok && piece < 2; piece++) {
+                    const union wgllm_kparams kp = {.matvec_id = {.rows = M, .x_div = per_choice ? 1 : U, .k = K,
+                                                                  .ids_at = 5, .e0 = 2u * piece, .n_exp = 2,
+                                                                  .used = U, .groups = groups}};
+                    struct wgllm_gpu_buffer *bb[4] = {b[piece], b[2], b[3], b[4]};
+                    ok = run(WGLLM_KERNEL_MATVEC_ID, type, tu, &kp, 4, bb, groups * U, T);
+                }
+                ok = ok && readback(b[3], y, sizeof(float) * T * U * M);
+                CHECK(ok);
+                double worst = 0;
+                for (int q = 0; ok && q < T * U; q++) {
+                    const float *xr = x + (size_t)(per_choice ? q : q / U) * K;
+                    for (int r = 0; r < M; r++) {
+                        const float *wr = deq + ((size_t)ids[5 + q] * M + r) * K;
+                        double ref = 0, mag = 0;
+                        for (int i = 0; i < K; i++) ref += (double)wr[i] * xr[i], mag += fabs((double)wr[i] * xr[i]);
+                        const double e = fabs(y[(size_t)q * M + r] - ref) / (mag + 1e-6);
+                        if (e > worst || e != e) worst = e;
+                    }
+                }
+                CHECK(worst <= 2e-6);
+                if (worst > 2e-6 || tv == 0)
+                    printf("  matvec_id %-5s %s (%s): rel err vs dequant %.2e\n", tr->name,
+                           per_choice ? "input per choice" : "input per token",
+                           tu->matvec_thread_rows ? "thread rows" : tu->matvec_subgroups ? "subgroups" : "reduction", worst);
+                for (int i = 0; i < 5; i++) wgllm_gpu_buffer_destroy(G, b[i]);
+            }
+        free(w);
+    }
+    free(deq), free(src), free(x), free(y);
+}
+
+/* ---- MOE_ROUTE ------------------------------------------------------------ */
+
+/* The CPU backend's routing of one row (forward.c, moe_ffn). */
+static void route_ref(const float *l, int n, int k, bool norm, int32_t *sel, float *w) {
+    float *p = malloc(sizeof(float) * (size_t)n);
+    memcpy(p, l, sizeof(float) * (size_t)n);
+    wgllm_op_softmax(p, n);
+    float sum = 0.0f;
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            bool taken = false;
+            for (int j = 0; j < i && !taken; j++) taken = sel[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[i] = best;
+        w[i] = p[best];
+        sum += w[i];
+    }
+    if (norm) {
+        sum = fmaxf(sum, 6.103515625e-5f);
+        for (int i = 0; i < k; i++) w[i] /= sum;
+    }
+    free(p);
+}
+
+TEST(moe_route_like_cpu) {
+    static const int cases[][2] = {{8, 2}, {4, 2}, {60, 4}, {128, 8}, {256, 1}, {16, 16}}; /* experts, used */
+    enum { T = 37 };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        for (int norm = 0; norm < 2; norm++) {
+            const int X = cases[c][0], K = cases[c][1];
+            float *l = malloc(sizeof(float) * T * X), *wref = malloc(sizeof(float) * T * K);
+            int32_t *sref = malloc(sizeof(int32_t) * T * K);
+            uint32_t *s = calloc((size_t)T * K * 2 + 3, sizeof(uint32_t));
+            for (int i = 0; i < T * X; i++) l[i] = 3.0f * frand();
+            /* ties: a row of equal logits, a row whose best two are equal, logits 2^-20 apart */
+            for (int e = 0; e < X; e++) l[e] = 0.5f;
+            l[X + X - 1] = l[X + 1] = 9.0f;
+            for (int e = 0; e < X; e++) l[2 * X + e] = 1.0f + (float)((e * 7) % X) * 9.5367431640625e-07f;
+            for (int t = 0; t < T; t++) route_ref(l + (size_t)t * X, X, K, norm, sref + (size_t)t * K, wref + (size_t)t * K);
+            struct wgllm_gpu_buffer *b[2] = {upload(l, sizeof(float) * T * X), upload(s, sizeof(uint32_t) * ((size_t)T * K * 2 + 3))};
+            /* ids from word 3 (ids_at is honoured), weights after them */
+            const union wgllm_kparams kp = {.moe_route = {.rows = T, .n_expert = (uint32_t)X, .used = (uint32_t)K,
+                                                          .ids_at = 3, .w_at = 3 + T * K, .norm = (uint32_t)norm}};
+            const struct wgllm_wgsl_tune *tu = wgllm_wgsl_default_tune();
+            bool ok = b[0] && b[1] && run(WGLLM_KERNEL_MOE_ROUTE, WGLLM_TYPE_F32, tu, &kp, 2, b,
+                                           (T + tu->wg_elem - 1) / tu->wg_elem, 1) &&
+                      readback(b[1], s, sizeof(uint32_t) * ((size_t)T * K * 2 + 3));
+            CHECK(ok);
+            int bad_ids = 0;
+            double worst = 0;
+            for (int q = 0; ok && q < T * K; q++) {
+                if ((int32_t)s[3 + q] != sref[q]) {
+                    if (bad_ids++ < 4) printf("  route %d/%d row %d choice %d: gpu %u, cpu %d\n", X, K, q / K, q % K, s[3 + q], sref[q]);
+                    continue;
+                }
+                float wg;
+                memcpy(&wg, &s[3 + T * K + q], 4);
+                const double e = fabs((double)wg - wref[q]) / fabs((double)wref[q]);
+                if (e > worst || e != e) worst = e;
+            }
+            CHECK_EQ_INT(bad_ids, 0);
+            CHECK(worst <= 1e-5); /* the GPU's exp is within a few ulps of expf */
+            if (worst > 1e-5 || c == 3) printf("  route %d experts, %d used, norm %d: ids equal, weights rel err %.2e\n", X, K, norm, worst);
+            CHECK(!s[0] && !s[1] && !s[2]); /* nothing before ids_at */
+            wgllm_gpu_buffer_destroy(G, b[0]), wgllm_gpu_buffer_destroy(G, b[1]);
+            free(l), free(wref), free(sref), free(s);
+        }
+}
+
+/* ---- MOE_SUM -------------------------------------------------------------- */
+
+TEST(moe_sum_like_cpu) {
+    enum { E = 96, T = 3, U = 3 };
+    float r[T * U * E], sh[T * E], gl[T + 1], x0[T * E], x[T * E];
+    uint32_t s[2 * T * U];
+    for (int i = 0; i < T * U * E; i++) r[i] = frand();
+    for (int i = 0; i < T * E; i++) sh[i] = frand(), x0[i] = frand();
+    for (int t = 0; t <= T; t++) gl[t] = 4.0f * frand();
+    for (int q = 0; q < T * U; q++) {
+        const float w = 0.5f * (frand() + 1.0f);
+        s[q] = 0;
+        memcpy(&s[T * U + q], &w, 4);
+    }
+    for (int shared = 0; shared < 3; shared++)
+        for (int scaled = 0; scaled < 2; scaled++) {
+            const float rs = scaled ? 0.22f : 1.0f;
+            struct wgllm_gpu_buffer *b[5] = {upload(x0, sizeof x0), upload(r, sizeof r), upload(s, sizeof s),
+                                             upload(sh, sizeof sh), upload(gl, sizeof gl)};
+            const union wgllm_kparams kp = {.moe_sum = {.width = E, .used = U, .w_at = T * U, .shared = (uint32_t)shared,
+                                                        .g_off = 1, .scaled = (uint32_t)scaled, .scale = rs}};
+            const struct wgllm_wgsl_tune *tu = wgllm_wgsl_default_tune();
+            bool ok = b[0] && b[1] && b[2] && b[3] && b[4] &&
+                      run(WGLLM_KERNEL_MOE_SUM, WGLLM_TYPE_F32, tu, &kp, 5, b, (E + tu->wg_elem - 1) / tu->wg_elem, T) &&
+                      readback(b[0], x, sizeof x);
+            CHECK(ok);
+            double worst = 0;
+            for (int t = 0; ok && t < T; t++) {
+                const float v = gl[1 + t], g = (v / (1.0f + expf(-v))) / v;
+                for (int i = 0; i < E; i++) {
+                    float w0, sum;
+                    memcpy(&w0, &s[T * U + t * U], 4);
+                    sum = w0 * r[(t * U) * E + i];
+                    for (int j = 1; j < U; j++) {
+                        float wj;
+                        memcpy(&wj, &s[T * U + t * U + j], 4);
+                        sum += wj * r[(t * U + j) * E + i];
+                    }
+                    if (shared) sum += shared == 2 ? sh[t * E + i] * g : sh[t * E + i];
+                    if (rs != 1.0f) sum *= rs;
+                    const float want = x0[t * E + i] + sum;
+                    const double e = fabs((double)x[t * E + i] - want) / (fabs(want) + 1.0);
+                    if (e > worst || e != e) worst = e;
+                }
+            }
+            CHECK(worst <= 1e-6);
+            if (worst > 1e-6) printf("  moe_sum shared %d scaled %d: rel err %.2e\n", shared, scaled, worst);
+            for (int i = 0; i < 5; i++) wgllm_gpu_buffer_destroy(G, b[i]);
+        }
+}
+
+int main(void) {
+    wgllm_quant_init();
+    int required;
+    if (!(G = test_webgpu_open("test_webgpu_moe", &required))) return required ? 1 : test_summary("test_webgpu_moe");
+    RUN(matvec_id_formats);
+    RUN(moe_route_like_cpu);
+    RUN(moe_sum_like_cpu);
+    wgllm_gpu_close(G);
+    return test_summary("test_webgpu_moe");
+}
