@@ -267,6 +267,38 @@ TEST(new_blocks_plan_their_tables) {
     }
 }
 
+/* An encoder (bert, nomic-bert; webgpu_encoder.c) plans no KV cache, no
+ * logits and no grammar masks; every row of a pass may be an output (n_embd
+ * wide), a sequence is at most one pass; its vectors are the biases and
+ * LayerNorms of every layer with the embeddings' norm and token type row;
+ * bert's GELU looks its f16 table up, nomic-bert's SwiGLU has none. */
+TEST(encoders_plan_no_cache) {
+    static const char *const shapes[] = {"tiny-bert", "tiny-nomic-bert"};
+    for (int i = 0; i < 2; i++) {
+        struct wgllm_synth_params sp = wgllm_synth_default_params();
+        sp.shape = shapes[i];
+        sp.type = WGLLM_TYPE_Q8_0;
+        struct wgllm_model *m = test_synth_model(&sp);
+        CHECK(m != NULL);
+        if (!m) continue;
+        const struct wgllm_hparams *hp = &m->hp;
+        const struct wgllm_webgpu_limits l = swiftshader_limits();
+        struct wgllm_webgpu_sizes sz = ask(512, 4, 100, 0);
+        CHECK_EQ_INT(wgllm_webgpu_plan_sizes(m, &l, &sz, NULL), WGLLM_STATUS_OK);
+        const uint64_t E = hp->n_embd, F = hp->n_ff, QD = (uint64_t)hp->n_head * hp->head_dim_k;
+        CHECK(sz.k_cache == 0 && sz.v_cache == 0 && sz.shift == 0 && sz.logits == 0 && sz.samp_mask == 0);
+        CHECK_EQ_INT(sz.out_cap, sz.n_batch);
+        CHECK(sz.n_ctx <= sz.n_batch && sz.readback == (uint64_t)sz.n_batch * E * 4);
+        CHECK(sz.act[WGLLM_ACT_XO] == 0 && sz.act[WGLLM_ACT_ATT_O] == 0);
+        /* bert: q/k/v/o/up/down biases and two LayerNorms (weight + bias) a layer; nomic-bert: the norms only */
+        const uint64_t per_layer = i == 0 ? 3 * QD + E + F + E + 4 * E : 4 * E;
+        CHECK(sz.vectors == 4 * ((uint64_t)hp->n_layer * per_layer + 3 * E));
+        CHECK_EQ_INT((int)sz.gelu_table, i == 0 ? 65536 * 2 : 0);
+        CHECK(sz.estimate < (64ull << 20));
+        wgllm_model_free(m);
+    }
+}
+
 TEST(requests_near_int_max) {
     const struct wgllm_model *m = MODELS[0];
     const struct wgllm_webgpu_limits ss = swiftshader_limits(), big = huge_limits();
@@ -633,6 +665,7 @@ int main(void) {
     RUN(host_arrays_on_32_bit_size_t);
     RUN(moe_stacks_split_between_experts);
     RUN(new_blocks_plan_their_tables);
+    RUN(encoders_plan_no_cache);
     RUN(normal_models_plan_as_before_on_device);
     RUN(hostile_contexts_on_device);
     for (int s = 0; s < N_SHAPES; s++) wgllm_model_free(MODELS[s]);
