@@ -16,6 +16,7 @@
 #include "quant/quant.h"
 
 #include "quant/fp4tq.h"
+#include "quant/iquants.h"
 
 #include <float.h>
 #include <math.h>
@@ -498,6 +499,7 @@ static void quant_init_once(void) {
 
     wgllm_kquants_install_ref(traits_ref);
     wgllm_fp4tq_install_ref(traits_ref);
+    wgllm_iquants_install_ref(traits_ref);
     /* HOOK(ref): more formats install their reference kernels here */
 
     memcpy(traits_fast, traits_ref, sizeof(traits_fast));
