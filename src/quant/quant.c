@@ -528,6 +528,8 @@ static void quant_init_once(void) {
         wgllm_kquants_install_avx2(traits_fast);
         wgllm_fp4tq_install_avx2(traits_fast);
         if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni) wgllm_fp4tq_install_avx512(traits_fast);
+        wgllm_iquants_install_avx2(traits_fast);
+        if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni) wgllm_iquants_install_avx512(traits_fast);
         /* HOOK(x86): more formats install their x86 kernels here */
     }
 #endif
