@@ -123,6 +123,105 @@ struct wgllm_iq_group {
 };
 void wgllm_iq_decode_group(uint32_t type, const void *block, int ib, struct wgllm_iq_group *g);
 
+/* Group ib of a block in the form the NEON and SIMD128 kernels load: the 32
+ * grid magnitudes (IQ1: the int8 values) as four little-endian u64 (byte j
+ * is element j; IQ3's two 4-byte entries per u64), neg bit j set where
+ * element j is negated (0 for IQ1), the integer scales of the two halves,
+ * and for IQ1 dneg bit k set where the offset of elements 8k..8k+7 is
+ * negative. Static inline with a constant type, the switch folds away. */
+struct wgllm_iq_raw {
+    uint64_t g[4];
+    uint32_t neg;
+    int ls[2];
+    unsigned dneg;
+};
+static inline uint64_t wgllm_iq_pair(uint32_t a, uint32_t b) { return (uint64_t)a | (uint64_t)b << 32; }
+static inline uint32_t wgllm_iq_ksigns4(uint32_t aux) {
+    return (uint32_t)wgllm_ksigns_iq2xs[aux & 127] | (uint32_t)wgllm_ksigns_iq2xs[(aux >> 7) & 127] << 8 |
+           (uint32_t)wgllm_ksigns_iq2xs[(aux >> 14) & 127] << 16 | (uint32_t)wgllm_ksigns_iq2xs[(aux >> 21) & 127] << 24;
+}
+static inline void wgllm_iq_raw_group(uint32_t type, const void *block, int ib, struct wgllm_iq_raw *r) {
+    uint32_t aux;
+    r->dneg = 0;
+    switch (type) {
+    case WGLLM_TYPE_IQ2_XXS: {
+        const uint8_t *q = (const uint8_t *)(((const wgllm_block_iq2_xxs *)block)->qs + 4 * ib);
+        memcpy(&aux, q + 4, 4);
+        for (int l = 0; l < 4; l++) r->g[l] = wgllm_iq2xxs_grid[q[l]];
+        r->neg = wgllm_iq_ksigns4(aux);
+        r->ls[0] = r->ls[1] = 2 * (int)(aux >> 28) + 1;
+        break;
+    }
+    case WGLLM_TYPE_IQ2_XS: {
+        const wgllm_block_iq2_xs *b = block;
+        const uint16_t *q = b->qs + 4 * ib;
+        r->neg = 0;
+        for (int l = 0; l < 4; l++) {
+            r->g[l] = wgllm_iq2xs_grid[q[l] & 511];
+            r->neg |= (uint32_t)wgllm_ksigns_iq2xs[q[l] >> 9] << (8 * l);
+        }
+        r->ls[0] = 2 * (b->scales[ib] & 0xF) + 1;
+        r->ls[1] = 2 * (b->scales[ib] >> 4) + 1;
+        break;
+    }
+    case WGLLM_TYPE_IQ2_S: {
+        const wgllm_block_iq2_s *b = block;
+        const uint8_t *qs = b->qs + 4 * ib;
+        for (int l = 0; l < 4; l++) r->g[l] = wgllm_iq2s_grid[qs[l] | ((b->qh[ib] << (8 - 2 * l)) & 0x300)];
+        memcpy(&r->neg, b->qs + WGLLM_QK_K / 8 + 4 * ib, 4);
+        r->ls[0] = 2 * (b->scales[ib] & 0xF) + 1;
+        r->ls[1] = 2 * (b->scales[ib] >> 4) + 1;
+        break;
+    }
+    case WGLLM_TYPE_IQ3_XXS: {
+        const wgllm_block_iq3_xxs *b = block;
+        const uint8_t *q = b->qs + 8 * ib;
+        memcpy(&aux, b->qs + WGLLM_QK_K / 4 + 4 * ib, 4);
+        for (int l = 0; l < 4; l++) r->g[l] = wgllm_iq_pair(wgllm_iq3xxs_grid[q[2 * l]], wgllm_iq3xxs_grid[q[2 * l + 1]]);
+        r->neg = wgllm_iq_ksigns4(aux);
+        r->ls[0] = r->ls[1] = 2 * (int)(aux >> 28) + 1;
+        break;
+    }
+    case WGLLM_TYPE_IQ3_S: {
+        const wgllm_block_iq3_s *b = block;
+        const uint8_t *q = b->qs + 8 * ib;
+        const unsigned h = b->qh[ib];
+        for (int l = 0; l < 4; l++)
+            r->g[l] = wgllm_iq_pair(wgllm_iq3s_grid[q[2 * l] | ((h << (8 - 2 * l)) & 256)],
+                                    wgllm_iq3s_grid[q[2 * l + 1] | ((h << (7 - 2 * l)) & 256)]);
+        memcpy(&r->neg, b->signs + 4 * ib, 4);
+        r->ls[0] = r->ls[1] = 2 * (ib % 2 ? b->scales[ib / 2] >> 4 : b->scales[ib / 2] & 0xF) + 1;
+        break;
+    }
+    case WGLLM_TYPE_IQ1_S: {
+        const wgllm_block_iq1_s *b = block;
+        const uint8_t *qs = b->qs + 4 * ib;
+        const unsigned qh = b->qh[ib];
+        for (int l = 0; l < 4; l++) r->g[l] = wgllm_iq1s_grid[qs[l] | (((qh >> (3 * l)) & 7) << 8)];
+        r->neg = 0;
+        r->ls[0] = r->ls[1] = 2 * (int)((qh >> 12) & 7) + 1;
+        r->dneg = qh & 0x8000 ? 0xF : 0;
+        break;
+    }
+    default: { /* IQ1_M */
+        const wgllm_block_iq1_m *b = block;
+        const uint8_t *qs = b->qs + 4 * ib, *qh = b->qh + 2 * ib;
+        for (int l = 0; l < 4; l++) {
+            const unsigned h = l % 2 ? qh[l / 2] >> 4 : qh[l / 2] & 0xF;
+            r->g[l] = wgllm_iq1s_grid[qs[l] | ((h & 7) << 8)];
+            r->dneg |= (h >> 3) << l;
+        }
+        uint16_t sc;
+        memcpy(&sc, b->scales + 2 * (ib / 2), 2);
+        const unsigned s = (unsigned)sc >> (6 * (ib % 2));
+        r->neg = 0;
+        r->ls[0] = 2 * (int)(s & 7) + 1;
+        r->ls[1] = 2 * (int)((s >> 3) & 7) + 1;
+        break;
+    }
+    }
+}
+
 /* ---- internal: called by quant.c's init ---------------------------------
  * The scalar reference kernels (to_float, vec_dot_type, vec_dot, vec_dot_nr;
  * no quantizer) of the seven types into t. */

@@ -539,6 +539,7 @@ static void quant_init_once(void) {
     if (arm->neon) {
         wgllm_quant_install_neon(traits_fast, arm->dotprod);
         wgllm_fp4tq_install_neon(traits_fast, arm->dotprod);
+        wgllm_iquants_install_neon(traits_fast, arm->dotprod);
         fp16_to_fp32_row_fn = wgllm_fp16_to_fp32_row_neon;
         fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_neon;
     }
@@ -546,6 +547,7 @@ static void quant_init_once(void) {
 #if defined(__wasm_simd128__)
     wgllm_quant_install_wasm(traits_fast);
     wgllm_fp4tq_install_wasm(traits_fast);
+    wgllm_iquants_install_wasm(traits_fast);
 #endif
 }
 
