@@ -203,7 +203,14 @@ TEST(iquant_dots_bit_identical) {
                 for (size_t i = 0; i < rs; i++) qx[i] = (uint8_t)rnd();
                 for (size_t b = 0; b < rs / bs; b++) {
                     const wgllm_fp16 d = wgllm_fp32_to_fp16(0.01f + (float)(rnd() % 100) / 50.0f);
-                    if (types[ti] != WGLLM_TYPE_IQ1_M) memcpy(qx + b * bs, &d, 2);
+                    if (types[ti] == WGLLM_TYPE_IQ1_M) { /* its scale: the top nibbles of the last four u16 */
+                        uint16_t sc[4];
+                        memcpy(sc, qx + b * bs + bs - 8, 8);
+                        for (int k = 0; k < 4; k++) sc[k] = (uint16_t)((sc[k] & 0x0FFF) | ((d >> (4 * k)) & 0xF) << 12);
+                        memcpy(qx + b * bs + bs - 8, sc, 8);
+                    } else {
+                        memcpy(qx + b * bs, &d, 2);
+                    }
                 }
                 fill(y, n);
                 wgllm_type_traits_ref(WGLLM_TYPE_Q8_K)->from_float(y, qy, n);
