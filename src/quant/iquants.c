@@ -3,7 +3,7 @@
  * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M: one decoder per format
  * (a 32-element group to signed grid values and integer scales, the layout
  * iquants.h describes), dequantization and the dots against Q8_K built on
- * it. There are no quantizers here: llama.cpp writes these files.
+ * it. The one quantizer, IQ3_S's, is in iquants_quant.c.
  *
  * Bit-exactness with ggml: to_float computes each group's float scale with
  * ggml's expressions (dequantize_row_iq*: d * (0.5 + s) * 0.25 for IQ2, ...),
@@ -263,7 +263,8 @@ void wgllm_iquants_install_ref(struct wgllm_type_traits *t) {
     wgllm_type_set(t, WGLLM_TYPE_IQ2_XS, iq2_xs_to_float, NULL, WGLLM_TYPE_Q8_K, vec_dot_iq2_xs_q8_K, nr_iq2_xs);
     wgllm_type_set(t, WGLLM_TYPE_IQ2_S, iq2_s_to_float, NULL, WGLLM_TYPE_Q8_K, vec_dot_iq2_s_q8_K, nr_iq2_s);
     wgllm_type_set(t, WGLLM_TYPE_IQ3_XXS, iq3_xxs_to_float, NULL, WGLLM_TYPE_Q8_K, vec_dot_iq3_xxs_q8_K, nr_iq3_xxs);
-    wgllm_type_set(t, WGLLM_TYPE_IQ3_S, iq3_s_to_float, NULL, WGLLM_TYPE_Q8_K, vec_dot_iq3_s_q8_K, nr_iq3_s);
+    wgllm_type_set(t, WGLLM_TYPE_IQ3_S, iq3_s_to_float, wgllm_iq3_s_from_float_ref, WGLLM_TYPE_Q8_K, vec_dot_iq3_s_q8_K,
+                   nr_iq3_s);
     wgllm_type_set(t, WGLLM_TYPE_IQ1_S, iq1_s_to_float, NULL, WGLLM_TYPE_Q8_K, vec_dot_iq1_s_q8_K, nr_iq1_s);
     wgllm_type_set(t, WGLLM_TYPE_IQ1_M, iq1_m_to_float, NULL, WGLLM_TYPE_Q8_K, vec_dot_iq1_m_q8_K, nr_iq1_m);
 }

@@ -222,6 +222,11 @@ static inline void wgllm_iq_raw_group(uint32_t type, const void *block, int ib, 
     }
 }
 
+/* ggml's IQ3_S quantizer without an importance matrix (quantize_iq3_s with
+ * NULL weights: what llama-quantize writes for IQ3_S without --imatrix),
+ * byte for byte (iquants_quant.c); n a multiple of 256. */
+void wgllm_iq3_s_from_float_ref(const float *x, void *y, int64_t n);
+
 /* ---- internal: called by quant.c's init ---------------------------------
  * The scalar reference kernels (to_float, vec_dot_type, vec_dot, vec_dot_nr;
  * no quantizer) of the seven types into t. */
