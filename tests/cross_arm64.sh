@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cross check of the arm64 build on an x86-64 host: builds build/arm64 with
-# aarch64-linux-gnu-gcc and runs test_quant, test_fp4tq, test_repack, test_model and
+# aarch64-linux-gnu-gcc and runs test_quant, test_fp4tq, test_iquants, test_repack, test_model and
 # test_runtime under qemu-aarch64, twice:
 #   -cpu max         (has SDOT: the vdotq_s32 kernels of quant_neon.c)
 #   -cpu cortex-a53  (NEON without SDOT: the vmull/vpadal kernels)
@@ -22,7 +22,7 @@ export WGLLM_SHARED="${WGLLM_SHARED:-$(cd .. && pwd)/shared}"
 export QEMU_LD_PREFIX="${QEMU_LD_PREFIX:-/usr/aarch64-linux-gnu}"
 CC_ARM=aarch64-linux-gnu-gcc
 OUT=build/arm64
-TESTS="test_quant test_fp4tq test_repack test_model test_runtime"
+TESTS="test_quant test_fp4tq test_iquants test_repack test_model test_runtime"
 
 if ! command -v "$CC_ARM" >/dev/null || [ ! -d /usr/aarch64-linux-gnu/lib ]; then
     echo "== installing the arm64 cross compiler"

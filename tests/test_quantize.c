@@ -286,6 +286,33 @@ TEST(preset_names) {
     CHECK_EQ_INT(wgllm_quantize_ftype_default_type(18), WGLLM_TYPE_Q6_K);
 }
 
+/* llama.cpp's I-quant presets are refused before any file is opened, each
+ * with what it needs: an importance matrix, or (IQ3_S, IQ3_M) a quantizer
+ * wgllm has not got; by preset name and by weight type alike. */
+TEST(iquant_presets_say_why) {
+    static const char *imx[] = {"IQ2_XXS", "iq2_xs", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "IQ3_XXS", "IQ3_XS"};
+    struct wgllm_quantize_params p = wgllm_quantize_default_params();
+    struct wgllm_error err = {0};
+    for (size_t i = 0; i < sizeof imx / sizeof *imx; i++) {
+        p.preset = imx[i];
+        CHECK_EQ_INT(wgllm_quantize_file("/nonexistent/in.gguf", "/nonexistent/out.gguf", &p, &err), WGLLM_STATUS_UNSUPPORTED);
+        CHECK(strstr(err.message, "needs an importance matrix") != NULL);
+        CHECK(strstr(err.message, "in.gguf") == NULL); /* no file was read */
+    }
+    p.preset = "IQ3_M";
+    CHECK_EQ_INT(wgllm_quantize_file("/nonexistent/in.gguf", "/nonexistent/out.gguf", &p, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "cannot write the IQ3_M preset yet (no IQ3_S quantizer)") != NULL);
+    p.preset = NULL;
+    p.type = WGLLM_TYPE_IQ1_S;
+    CHECK_EQ_INT(wgllm_quantize_file("/nonexistent/in.gguf", "/nonexistent/out.gguf", &p, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "IQ1_S preset needs an importance matrix") != NULL);
+    p.type = WGLLM_TYPE_IQ3_S;
+    CHECK_EQ_INT(wgllm_quantize_file("/nonexistent/in.gguf", "/nonexistent/out.gguf", &p, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "cannot write the IQ3_S preset") != NULL);
+    p.preset = "IQ5_Q"; /* still unknown */
+    CHECK_EQ_INT(wgllm_quantize_file("/nonexistent/in.gguf", "/nonexistent/out.gguf", &p, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+}
+
 /* The presets of the new formats on the (dense, untied) tiny model:
  * MXFP4 (wgllm's own) puts every matrix but token_embd and output in MXFP4
  * and declares LLAMA_FTYPE_MOSTLY_MXFP4_MOE (38); MXFP4_MOE as llama.cpp
@@ -340,6 +367,7 @@ int main(void) {
     tpath(ours_q8, sizeof(ours_q8), "ours_q8.gguf");
     tpath(q4km, sizeof(q4km), "q4km.gguf");
     RUN(preset_names);
+    RUN(iquant_presets_say_why);
     RUN(rules_on_16_layers);
     if (make_models()) {
         RUN(q8_0_equals_synth_q8_0);

@@ -220,6 +220,24 @@ TEST(pipeline_errors_and_cache) {
 
 /* Quantizes m x k random floats to `type`; returns the bytes and (via deq)
  * what the CPU reads back from them. */
+/* Random bytes with fp16 block scales of 0.01..1 (every grid index, sign and
+ * sub-block scale of a format wgllm has no quantizer for). */
+static void random_blocks(uint32_t type, char *q, int k) {
+    const size_t rs = wgllm_row_size(type, k), bs = wgllm_type_traits(type)->type_size;
+    for (size_t i = 0; i < rs; i++) q[i] = (char)(rand() & 0xFF);
+    for (size_t b = 0; b < rs / bs; b++) {
+        const wgllm_fp16 d = wgllm_fp32_to_fp16(0.01f + (float)(rand() % 100) / 100.0f);
+        if (type == WGLLM_TYPE_IQ1_M) { /* its scale's four nibbles top the last four u16 */
+            uint16_t sc[4];
+            memcpy(sc, q + b * bs + bs - 8, 8);
+            for (int j = 0; j < 4; j++) sc[j] = (uint16_t)((sc[j] & 0x0FFF) | ((d >> (4 * j)) & 0xF) << 12);
+            memcpy(q + b * bs + bs - 8, sc, 8);
+        } else {
+            memcpy(q + b * bs, &d, 2);
+        }
+    }
+}
+
 static void *make_weights(uint32_t type, int m, int k, float *deq, size_t *bytes) {
     const struct wgllm_type_traits *tr = wgllm_type_traits(type);
     size_t rs = wgllm_row_size(type, k);
@@ -230,7 +248,8 @@ static void *make_weights(uint32_t type, int m, int k, float *deq, size_t *bytes
         fill(src, (size_t)k, 1.0f);
         if (type == WGLLM_TYPE_F32) memcpy(w + r * rs, src, rs);
         else if (type == WGLLM_TYPE_F16) wgllm_fp32_to_fp16_row(src, (wgllm_fp16 *)(w + r * rs), k);
-        else tr->from_float_ref(src, w + r * rs, k);
+        else if (tr->from_float_ref) tr->from_float_ref(src, w + r * rs, k);
+        else random_blocks(type, w + r * rs, k); /* the I-quants: no wgllm quantizer */
         tr->to_float(w + r * rs, deq + (size_t)r * k, k);
     }
     free(src);
@@ -1000,6 +1019,8 @@ TEST(matvec_timing) {
 static const uint32_t w8_types[] = {WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K, WGLLM_TYPE_Q6_K, WGLLM_TYPE_Q2_K,  WGLLM_TYPE_Q3_K,
                                     WGLLM_TYPE_IQ4_XS, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q5_1, WGLLM_TYPE_IQ4_NL,
                                     WGLLM_TYPE_BF16, WGLLM_TYPE_MXFP4, WGLLM_TYPE_TQ2_0, WGLLM_TYPE_TQ1_0,
+                                    WGLLM_TYPE_IQ2_XXS, WGLLM_TYPE_IQ2_XS, WGLLM_TYPE_IQ2_S, WGLLM_TYPE_IQ3_XXS,
+                                    WGLLM_TYPE_IQ3_S, WGLLM_TYPE_IQ1_S, WGLLM_TYPE_IQ1_M,
                                     WGLLM_TYPE_Q1_0, WGLLM_TYPE_NVFP4};
 
 /* x rounded as the CPU rounds a mat-vec input for `type` (its vec_dot_type). */

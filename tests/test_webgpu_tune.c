@@ -296,7 +296,7 @@ TEST(sweep_writes_the_cache) {
     unsetenv("WGLLM_TUNE_CACHE");
     remove(path);
     /* nothing supported: a clear error */
-    struct wgllm_tune_shape kq = {WGLLM_TYPE_IQ2_XXS, 256, 256, 1};
+    struct wgllm_tune_shape kq = {WGLLM_TYPE_I32, 256, 256, 1}; /* not a weight format */
     CHECK_EQ_INT(wgllm_tune_run(G, &kq, 1, &p, &best, &err), WGLLM_STATUS_UNSUPPORTED);
     CHECK(strstr(err.message, "no matrix shape") != NULL);
 }

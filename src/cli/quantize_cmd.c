@@ -67,8 +67,13 @@ int wgllm_cli_quantize(int argc, char **argv) {
     }
     if (npos != 3) return quantize_usage("needs IN.gguf OUT.gguf TYPE");
     if (wgllm_tools_quantize_ftype_from_name(pos[2]) < 0) {
-        fprintf(stderr, "wgllm quantize: unknown type '%s'\n", pos[2]);
-        return quantize_usage(NULL);
+        /* the library says why (an I-quant preset: what it needs), before opening any file */
+        struct wgllm_tools_quantize_params q = p;
+        struct wgllm_error e = {0};
+        q.preset = pos[2];
+        const enum wgllm_status why = wgllm_tools_quantize_file(pos[0], pos[1], &q, &e);
+        fprintf(stderr, "wgllm %s\n", e.message[0] ? e.message : "quantize: unknown type");
+        return why == WGLLM_STATUS_UNSUPPORTED ? 1 : quantize_usage(NULL);
     }
     p.preset = pos[2];
     int last = -1;

@@ -64,6 +64,36 @@ static const struct {
 #define N_PRESETS (sizeof(presets) / sizeof(presets[0]))
 #define N_CANONICAL (N_PRESETS - 3)
 
+/* llama.cpp's I-quant presets, which wgllm cannot write (it reads and runs
+ * their files). Those marked imatrix make llama.cpp's quantizer refuse to
+ * run without an importance matrix (tensor_requires_imatrix: any matrix of
+ * IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S or IQ3_XXS but token_embd/output);
+ * IQ3_S and IQ3_M it writes without one, from quantizers wgllm has not got. */
+static const struct {
+    const char *name;
+    bool imatrix;
+} iq_presets[] = {
+    {"IQ1_S", true},   {"IQ1_M", true},   {"IQ2_XXS", true}, {"IQ2_XS", true}, {"IQ2_S", true},
+    {"IQ2_M", true},   {"IQ3_XXS", true}, {"IQ3_XS", true},  {"IQ3_S", false}, {"IQ3_M", false},
+};
+
+/* Why a name that is no preset cannot be one: an I-quant's reason, or NULL. */
+static const char *iq_preset_reason(const char *name, char *buf, size_t cap) {
+    for (size_t i = 0; name && i < sizeof iq_presets / sizeof *iq_presets; i++) {
+        if (strcasecmp(name, iq_presets[i].name)) continue;
+        if (iq_presets[i].imatrix)
+            snprintf(buf, cap, "the %s preset needs an importance matrix (llama.cpp's llama-quantize --imatrix), "
+                     "which wgllm quantize does not take; quantize with llama.cpp, wgllm runs the file",
+                     iq_presets[i].name);
+        else
+            snprintf(buf, cap, "wgllm cannot write the %s preset yet (no %s quantizer); llama.cpp's llama-quantize "
+                     "writes it without an importance matrix, and wgllm runs the file",
+                     iq_presets[i].name, !strcasecmp(name, "IQ3_M") ? "IQ3_S" : iq_presets[i].name);
+        return buf;
+    }
+    return NULL;
+}
+
 int wgllm_quantize_ftype_from_name(const char *name) {
     if (!name) return -1;
     for (size_t i = 0; i < N_PRESETS; i++)
@@ -486,12 +516,18 @@ enum wgllm_status wgllm_quantize_file(const char *in, const char *out,
     int ftype;
     if (p.preset) {
         ftype = wgllm_quantize_ftype_from_name(p.preset);
+        char why[256];
+        if (ftype < 0 && iq_preset_reason(p.preset, why, sizeof why))
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "quantize: %s", why);
         if (ftype < 0)
             return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                    "quantize: unknown type '%s' (one of: %s)", p.preset,
                                    wgllm_quantize_preset_list());
     } else {
         ftype = wgllm_quantize_ftype_from_name(wgllm_type_traits(p.type)->name);
+        char why[256];
+        if (ftype < 0 && iq_preset_reason(wgllm_type_traits(p.type)->name, why, sizeof why))
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "quantize: %s", why);
         if (ftype < 0)
             return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                    "quantize: cannot quantize to %s (one of: %s)",

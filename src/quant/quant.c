@@ -16,6 +16,7 @@
 #include "quant/quant.h"
 
 #include "quant/fp4tq.h"
+#include "quant/iquants.h"
 
 #include <float.h>
 #include <math.h>
@@ -498,6 +499,7 @@ static void quant_init_once(void) {
 
     wgllm_kquants_install_ref(traits_ref);
     wgllm_fp4tq_install_ref(traits_ref);
+    wgllm_iquants_install_ref(traits_ref);
     /* HOOK(ref): more formats install their reference kernels here */
 
     memcpy(traits_fast, traits_ref, sizeof(traits_fast));
@@ -526,6 +528,8 @@ static void quant_init_once(void) {
         wgllm_kquants_install_avx2(traits_fast);
         wgllm_fp4tq_install_avx2(traits_fast);
         if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni) wgllm_fp4tq_install_avx512(traits_fast);
+        wgllm_iquants_install_avx2(traits_fast);
+        if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni) wgllm_iquants_install_avx512(traits_fast);
         /* HOOK(x86): more formats install their x86 kernels here */
     }
 #endif
@@ -535,6 +539,7 @@ static void quant_init_once(void) {
     if (arm->neon) {
         wgllm_quant_install_neon(traits_fast, arm->dotprod);
         wgllm_fp4tq_install_neon(traits_fast, arm->dotprod);
+        wgllm_iquants_install_neon(traits_fast, arm->dotprod);
         fp16_to_fp32_row_fn = wgllm_fp16_to_fp32_row_neon;
         fp32_to_fp16_row_fn = wgllm_fp32_to_fp16_row_neon;
     }
@@ -542,6 +547,7 @@ static void quant_init_once(void) {
 #if defined(__wasm_simd128__)
     wgllm_quant_install_wasm(traits_fast);
     wgllm_fp4tq_install_wasm(traits_fast);
+    wgllm_iquants_install_wasm(traits_fast);
 #endif
 }
 

@@ -23,6 +23,13 @@
 //                              one activation quant rounds the other way (a 1-ulp
 //                              difference in the dot's float sum order suffices) and
 //                              the difference grows through the layers, as for q5_0/q4_1.
+//   iq3_s iq3_xxs iq2_s  1e-2  the I-quants, files llama.cpp quantized itself (run.sh); wgllm's
+//   iq2_xs iq2_xxs             dots are bit-identical to ggml's generic ones (test_iquants) at
+//   iq1_m iq1_s                every level, so what is left is the activation rounding above.
+//                              Measured means: 7e-14..9.8e-4 (max 4.8e-3), top-1 447/448; one
+//                              model's KL moves 1e-13 <-> 9e-4 between kernel levels whose I-quant
+//                              dots are identical (iq1_m best vs avx2): a Q8_K rounding flip seeded
+//                              by another kernel's float order (the F16 KV dots), as for q4_k.
 // These were set before wgllm existed; the table printed below shows measured values:
 // tighten them to ~5x the measured means once known.
 // A bound only means something if a real bug would exceed it by far. Each model's
@@ -107,13 +114,16 @@ const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']
   ...(GPU.length ? [['tiny-mixtral', ['f32', 'q8_0'], GPU, 'webgpu'], ['tiny-olmoe', ['f32', 'q8_0'], GPU, 'webgpu'],
     ['tiny-qwen2moe', ['f32', 'q8_0'], GPU, 'webgpu'], ['tiny-granitemoe', ['f32', 'q8_0'], GPU, 'webgpu']] : []),
   // MXFP4, NVFP4, the ternary formats and Q1_0: their own dot kernels (every level), on the llama shape only
-  ['tiny', ['mxfp4', 'nvfp4', 'tq2_0', 'tq1_0', 'q1_0']]];
+  ['tiny', ['mxfp4', 'nvfp4', 'tq2_0', 'tq1_0', 'q1_0']],
+  // the I-quants: files llama.cpp itself quantized (tests/peer/run.sh: every matrix in the type)
+  ['tiny', ['iq3_s', 'iq3_xxs', 'iq2_s', 'iq2_xs', 'iq2_xxs', 'iq1_m', 'iq1_s']]];
 const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
 const N_POS = 64;
 const N_PROMPT = 16, N_GEN = 32;
 const BOUND = { f32: 1e-4, f16: 1e-3, bf16: 3e-3, q8_0: 3e-3, q4_0: 1e-2, q4_1: 1e-2, q5_0: 1e-2, q5_1: 1e-2,
   q2_k: 1e-2, q3_k: 1e-2, q4_k: 1e-2, q5_k: 1e-2, q6_k: 1e-2, iq4_nl: 1e-2, iq4_xs: 1e-2,
-  mxfp4: 1e-2, nvfp4: 1e-2, tq2_0: 1e-2, tq1_0: 1e-2, q1_0: 1e-2 };
+  mxfp4: 1e-2, nvfp4: 1e-2, tq2_0: 1e-2, tq1_0: 1e-2, q1_0: 1e-2,
+  iq3_s: 1e-2, iq3_xxs: 1e-2, iq2_s: 1e-2, iq2_xs: 1e-2, iq2_xxs: 1e-2, iq1_m: 1e-2, iq1_s: 1e-2 };
 // greedy near-ties (see above): the floor, and the multiple of the measured noise
 const TIE_NATS = 1e-3;
 const TIE_FACTOR = 2;

@@ -10,6 +10,7 @@
 #include "../test.h"
 
 #include "quant/fp4tq.h"
+#include "quant/iquants.h"
 #include "quant/kquants.h"
 #include "quant/quant.h"
 
@@ -184,6 +185,48 @@ TEST(fp4tq_dots_bit_identical) {
     CHECK(bad == 0 && checked == 800);
 }
 
+/* The seven I-quants (no wgllm quantizer: random bytes with sane fp16
+ * scales reach every grid index, sign pattern and scale). */
+TEST(iquant_dots_bit_identical) {
+    static float y[8 * 256];
+    static uint8_t qx[8 * 256], qy[8 * 292];
+    const uint32_t types[] = {WGLLM_TYPE_IQ2_XXS, WGLLM_TYPE_IQ2_XS, WGLLM_TYPE_IQ2_S, WGLLM_TYPE_IQ3_XXS,
+                              WGLLM_TYPE_IQ3_S,   WGLLM_TYPE_IQ1_S,  WGLLM_TYPE_IQ1_M};
+    int bad = 0, checked = 0;
+    for (int ti = 0; ti < 7; ti++) {
+        const struct wgllm_type_traits *t = wgllm_type_traits(types[ti]), *r = wgllm_type_traits_ref(types[ti]);
+        CHECK(t->vec_dot != r->vec_dot);
+        for (int nb = 1; nb <= 8; nb++) {
+            const int n = 256 * nb;
+            for (int rep = 0; rep < 10; rep++) {
+                const size_t bs = r->type_size, rs = wgllm_row_size(types[ti], n);
+                for (size_t i = 0; i < rs; i++) qx[i] = (uint8_t)rnd();
+                for (size_t b = 0; b < rs / bs; b++) {
+                    const wgllm_fp16 d = wgllm_fp32_to_fp16(0.01f + (float)(rnd() % 100) / 50.0f);
+                    if (types[ti] == WGLLM_TYPE_IQ1_M) { /* its scale: the top nibbles of the last four u16 */
+                        uint16_t sc[4];
+                        memcpy(sc, qx + b * bs + bs - 8, 8);
+                        for (int k = 0; k < 4; k++) sc[k] = (uint16_t)((sc[k] & 0x0FFF) | ((d >> (4 * k)) & 0xF) << 12);
+                        memcpy(qx + b * bs + bs - 8, sc, 8);
+                    } else {
+                        memcpy(qx + b * bs, &d, 2);
+                    }
+                }
+                fill(y, n);
+                wgllm_type_traits_ref(WGLLM_TYPE_Q8_K)->from_float(y, qy, n);
+                float a = NAN, b = NAN, m[2] = {0};
+                t->vec_dot(n, &a, qx, qy);
+                r->vec_dot(n, &b, qx, qy);
+                t->vec_dot_nr(n, m, qx, 0, qy, 2);
+                checked++;
+                if ((!same_bits(a, b) || !same_bits(m[1], b)) && bad++ < 5)
+                    fprintf(stderr, "  %s n=%d: %.9g (nr %.9g) vs reference %.9g\n", t->name, n, a, m[1], b);
+            }
+        }
+    }
+    CHECK(bad == 0 && checked == 560);
+}
+
 TEST(q8_0_quantizer_bytes_identical) {
     static float x[4096];
     static uint8_t a[4096 * 2], b[4096 * 2];
@@ -272,6 +315,7 @@ int main(void) {
     RUN(multi_token_dots_equal_single);
     RUN(k_quant_dots_bit_identical);
     RUN(fp4tq_dots_bit_identical);
+    RUN(iquant_dots_bit_identical);
     RUN(q8_0_quantizer_bytes_identical);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();

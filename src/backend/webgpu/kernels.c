@@ -252,6 +252,13 @@ static uint32_t w8_block(uint32_t type, uint32_t *bytes) {
     case WGLLM_TYPE_TQ1_0: *bytes = 54; return 256;
     case WGLLM_TYPE_Q1_0: *bytes = 18; return 128;
     case WGLLM_TYPE_NVFP4: *bytes = 36; return 64;
+    case WGLLM_TYPE_IQ2_XXS: *bytes = 66; return 256;
+    case WGLLM_TYPE_IQ2_XS: *bytes = 74; return 256;
+    case WGLLM_TYPE_IQ2_S: *bytes = 82; return 256;
+    case WGLLM_TYPE_IQ3_XXS: *bytes = 98; return 256;
+    case WGLLM_TYPE_IQ3_S: *bytes = 110; return 256;
+    case WGLLM_TYPE_IQ1_S: *bytes = 50; return 256;
+    case WGLLM_TYPE_IQ1_M: *bytes = 56; return 256;
     default: return 0;
     }
 }
@@ -432,6 +439,19 @@ static bool emit_w8(struct sb *b, uint32_t type) {
                   "  return v;\n"
                   "}\n");
         return true;
+    case WGLLM_TYPE_IQ2_XXS:
+    case WGLLM_TYPE_IQ2_XS:
+    case WGLLM_TYPE_IQ2_S:
+    case WGLLM_TYPE_IQ3_XXS:
+    case WGLLM_TYPE_IQ3_S:
+    case WGLLM_TYPE_IQ1_S:
+    case WGLLM_TYPE_IQ1_M: { /* the grid formats: kernels_iquants.c */
+        char *iq = wgllm_wgsl_iq_w8(type);
+        if (iq) sb_add(b, "%s", iq);
+        else b->oom = true;
+        free(iq);
+        return true;
+    }
     default: break;
     }
     /* Blocks of 32 with 16 bytes of nibbles: element l < 16 is the low

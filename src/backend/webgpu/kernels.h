@@ -434,6 +434,10 @@ struct wgllm_kernel_key {
 /* The WGSL after the parameter block of the batched kernels (malloc'd; kernels_attn.c). */
 char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k);
+/* w8() of a grid format (IQ2_XXS..IQ1_M) with its grid constants, after
+ * kernels.c's byte readers (malloc'd; NULL for another type or out of
+ * memory; kernels_iquants.c). */
+char *wgllm_wgsl_iq_w8(uint32_t type);
 /* kernels.c's WGSL helpers (to_f16 by integer rounding, two_sum, div_exact) for kernels_attn.c. */
 const char *wgllm_wgsl_f16_helpers(void);
 /* kernels.c's tanh_f (the soft-caps' tanh) for kernels_attn.c. */

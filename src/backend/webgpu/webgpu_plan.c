@@ -557,7 +557,7 @@ enum wgllm_status wgllm_webgpu_plan_weight(struct wgllm_webgpu_ctx *g, const str
 
 static bool weight_ok(const struct wgllm_weight *w, enum wgllm_kernel k, char *why, size_t cap) {
     if (wgllm_wgsl_supports(k, w->type)) return true;
-    snprintf(why, cap, "tensor %s is %s, which has no WebGPU kernel yet (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4, NVFP4, TQ1_0, TQ2_0, Q1_0 have)", w->name,
+    snprintf(why, cap, "tensor %s is %s, which has no WebGPU kernel yet (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4, NVFP4, TQ1_0, TQ2_0, Q1_0 have)", w->name,
              wgllm_type_name(w->type));
     return false;
 }
