@@ -238,7 +238,8 @@ async function inWllama(server, { threads, gpu, n, prompt, timeoutS }) {
       const info = await page.evaluate(async ({ url, threads, gpu }) => {
         const { Wllama } = await import('/wllama/index.js');
         window.wllamaLog = [];
-        const keep = (...a) => { window.wllamaLog.push(a.map(String).join(' ')); };
+        const t0 = performance.now(); // each line with the seconds since the load began
+        const keep = (...a) => { window.wllamaLog.push(`${((performance.now() - t0) / 1000).toFixed(1)}s ${a.map(String).join(' ')}`); };
         const logger = { debug: keep, log: keep, warn: keep, error: keep };
         window.wllama = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { logger });
         await wllama.loadModelFromUrl(url, { n_threads: threads, n_ctx: 512, n_gpu_layers: gpu ? 99999 : 0 });
@@ -264,12 +265,17 @@ async function inWllama(server, { threads, gpu, n, prompt, timeoutS }) {
     const t = res.r.timings || {};
     // where llama.cpp put the layers and which backends it had, in its own words
     const ran = [...new Set(res.log.filter((l) => /offloaded \d+\/\d+ layers|using device|ggml_webgpu|WebGPU|shader-f16|CPU_REPACK|model buffer size/i.test(l))
-      .map((l) => l.replace(/\s+/g, ' ').trim().slice(0, 160)))].slice(0, 6);
+      .map((l) => l.replace(/^[\d.]+s /, '').replace(/\s+/g, ' ').trim().slice(0, 160)))].slice(0, 6);
+    // the load's phases: the download (into wllama's cache) ends where llama.cpp starts reading
+    const at = (re) => { const l = res.log.find((x) => re.test(x)); return l ? Number(l.split('s ')[0]) : null; };
+    const read = at(/Loading model\.\.\./), built = at(/llama_context: constructing/);
     return { idlePss: idle.pss, loadPss: res.loadPeak.pss, peakPss: res.all.pss, peakRss: res.all.rss, procs: res.all.procs,
       heap: null, load: res.load, pp: t.prompt_per_second, tg: t.predicted_per_second,
       promptTokens: t.prompt_n ?? res.r.usage?.prompt_tokens, genTokens: t.predicted_n ?? res.r.usage?.completion_tokens,
       note: `wllama 3.13.0, ${res.info.threads} thread(s)${res.info.multithread ? ' (multi-thread build)' : ' (single-thread build)'}, ` +
-            `n_gpu_layers ${gpu ? 'all' : 0}, navigator.gpu ${res.info.webgpu ? 'present' : 'absent'}; its log: ${ran.join(' | ') || '(nothing on devices)'}` };
+            `n_gpu_layers ${gpu ? 'all' : 0}, navigator.gpu ${res.info.webgpu ? 'present' : 'absent'}` +
+            (read != null ? `; load: download + start ${read.toFixed(1)} s, llama.cpp reading the file ${built != null ? (built - read).toFixed(1) : '?'} s` : '') +
+            `; its log: ${ran.join(' | ') || '(nothing on devices)'}` };
   } finally {
     clearTimeout(timer);
     if (s) s.stop();
