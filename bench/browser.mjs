@@ -11,7 +11,12 @@
 //
 //   node bench/browser.mjs [--model build/models/tinyllama-1.1b-q4_0.gguf]
 //        [--prompt TEXT] [-n 16] [--gpu-prompt TEXT] [--gpu-n 4] [--gpu-timeout 300]
-//        [--only cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap,native-cpu,native-webgpu,native-webgpu-stream]
+//        [--only cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap,native-cpu,native-webgpu,native-webgpu-stream,
+//                wllama-cpu1,wllama-cpu2,wllama-webgpu]
+// The wllama rows run the peer (npm @wllama/wllama, llama.cpp compiled to wasm,
+// installed under bench/wllama by bench/browser.sh) in the same browser on the
+// same file: wasm CPU with 1 and 2 threads, and its WebGPU attempt (all layers
+// asked for the GPU; what it actually ran on comes from its own log).
 // Env: WGLLM_BIN (default build/release/wgllm); WGLLM_WEB_VERBOSE=1 echoes the page's console.
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -36,7 +41,9 @@ const GPU_PROMPT = arg('--gpu-prompt', 'Once upon a time');
 const N = Number(arg('-n', 16));
 const GPU_N = Number(arg('--gpu-n', 4));
 const GPU_TIMEOUT_S = Number(arg('--gpu-timeout', 300));
-const ONLY = arg('--only', 'native-cpu,native-webgpu,native-webgpu-stream,cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap').split(',');
+const ONLY = arg('--only', 'native-cpu,native-webgpu,native-webgpu-stream,cpu1,cpu2,opfs,webgpu,webgpu-opfs,webgpu-heap,' +
+                 'wllama-cpu1,wllama-cpu2,wllama-webgpu').split(',');
+const WLLAMA = path.join(root, 'bench', 'wllama', 'node_modules', '@wllama', 'wllama', 'esm');
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 const FLAGS = ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
   '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader', '--disable-background-networking',
@@ -213,6 +220,69 @@ async function inBrowser(server, { backend, threads, n, prompt, opfs, timeoutS, 
   }
 }
 
+// ---- the peer in the browser: wllama ----
+
+// wllama's own worker loads the file by URL and generates greedily; its log
+// (llama.cpp's, through the logger) says where the layers went, its timings
+// give prefill and decode speed (llama.cpp's, as llama-server reports them).
+async function inWllama(server, { threads, gpu, n, prompt, timeoutS }) {
+  if (!fs.existsSync(path.join(WLLAMA, 'index.js'))) throw new Error('wllama is not installed (bench/browser.sh installs it into bench/wllama)');
+  const { page, errors, close } = await openBrowser(server, null);
+  let timer, s;
+  try {
+    await new Promise((r) => setTimeout(r, 500));
+    const idle = treeMemory();
+    s = sampler();
+    const work = (async () => {
+      const t0 = performance.now();
+      const info = await page.evaluate(async ({ url, threads, gpu }) => {
+        const { Wllama } = await import('/wllama/index.js');
+        window.wllamaLog = [];
+        const t0 = performance.now(); // each line with the seconds since the load began
+        const keep = (...a) => { window.wllamaLog.push(`${((performance.now() - t0) / 1000).toFixed(1)}s ${a.map(String).join(' ')}`); };
+        const logger = { debug: keep, log: keep, warn: keep, error: keep };
+        window.wllama = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { logger });
+        await wllama.loadModelFromUrl(url, { n_threads: threads, n_ctx: 512, n_gpu_layers: gpu ? 99999 : 0 });
+        return { multithread: wllama.isMultithread(), threads: wllama.getNumThreads(), webgpu: wllama.isSupportWebGPU() };
+      }, { url: `/models/${path.basename(MODEL)}`, threads, gpu });
+      const load = (performance.now() - t0) / 1000;
+      const loadPeak = s.mark();
+      const r = await page.evaluate(({ prompt, n }) => wllama.createCompletion({ prompt, max_tokens: n, temperature: 0,
+        ignore_eos: true }), { prompt, n });
+      await new Promise((r) => setTimeout(r, 300));
+      s.mark();
+      const all = s.stop();
+      const log = await page.evaluate(() => window.wllamaLog);
+      await page.evaluate(() => wllama.exit());
+      return { info, load, loadPeak, all, r, log };
+    })();
+    work.catch(() => {});
+    const res = await Promise.race([work, new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`over ${timeoutS} s: skipped`)), timeoutS * 1000);
+    })]);
+    if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);
+    if (process.env.WGLLM_WEB_VERBOSE) for (const l of res.log) console.error('[wllama]', l);
+    const t = res.r.timings || {};
+    // where llama.cpp put the layers and which backends it had, in its own words
+    const ran = [...new Set(res.log.filter((l) => /offloaded \d+\/\d+ layers|using device|ggml_webgpu|WebGPU|shader-f16|CPU_REPACK|model buffer size/i.test(l))
+      .map((l) => l.replace(/^[\d.]+s /, '').replace(/\s+/g, ' ').trim().slice(0, 160)))].slice(0, 6);
+    // the load's phases: the download (into wllama's cache) ends where llama.cpp starts reading
+    const at = (re) => { const l = res.log.find((x) => re.test(x)); return l ? Number(l.split('s ')[0]) : null; };
+    const read = at(/Loading model\.\.\./), built = at(/llama_context: constructing/);
+    return { idlePss: idle.pss, loadPss: res.loadPeak.pss, peakPss: res.all.pss, peakRss: res.all.rss, procs: res.all.procs,
+      heap: null, load: res.load, pp: t.prompt_per_second, tg: t.predicted_per_second,
+      promptTokens: t.prompt_n ?? res.r.usage?.prompt_tokens, genTokens: t.predicted_n ?? res.r.usage?.completion_tokens,
+      note: `wllama 3.13.0, ${res.info.threads} thread(s)${res.info.multithread ? ' (multi-thread build)' : ' (single-thread build)'}, ` +
+            `n_gpu_layers ${gpu ? 'all' : 0}, navigator.gpu ${res.info.webgpu ? 'present' : 'absent'}` +
+            (read != null ? `; load: download + start ${read.toFixed(1)} s, llama.cpp reading the file ${built != null ? (built - read).toFixed(1) : '?'} s` : '') +
+            `; its log: ${ran.join(' | ') || '(nothing on devices)'}` };
+  } finally {
+    clearTimeout(timer);
+    if (s) s.stop();
+    await close();
+  }
+}
+
 // ---- the run ----
 
 const CONFIGS = [
@@ -224,11 +294,14 @@ const CONFIGS = [
   { id: 'opfs', label: 'browser worker, cpu (wasm), 1 thread, OPFS', run: (sv) => inBrowser(sv, { backend: 'cpu', threads: 1, n: N, prompt: PROMPT, opfs: true, timeoutS: 900 }) },
   { id: 'webgpu', label: 'browser worker, webgpu, URL (range requests, streamed)', run: (sv) => inBrowser(sv, { backend: 'webgpu', threads: 1, n: GPU_N, prompt: GPU_PROMPT, timeoutS: GPU_TIMEOUT_S }) },
   { id: 'webgpu-opfs', label: 'browser worker, webgpu, OPFS (streamed)', run: (sv) => inBrowser(sv, { backend: 'webgpu', threads: 1, n: GPU_N, prompt: GPU_PROMPT, opfs: true, timeoutS: GPU_TIMEOUT_S }) },
+  { id: 'wllama-cpu1', label: 'wllama 3.13.0, cpu (wasm), 1 thread, URL', run: (sv) => inWllama(sv, { threads: 1, gpu: false, n: N, prompt: PROMPT, timeoutS: 900 }) },
+  { id: 'wllama-cpu2', label: 'wllama 3.13.0, cpu (wasm), 2 threads, URL', run: (sv) => inWllama(sv, { threads: 2, gpu: false, n: N, prompt: PROMPT, timeoutS: 900 }) },
+  { id: 'wllama-webgpu', label: 'wllama 3.13.0, webgpu asked (all layers), 1 thread, URL', run: (sv) => inWllama(sv, { threads: 1, gpu: true, n: GPU_N, prompt: GPU_PROMPT, timeoutS: GPU_TIMEOUT_S }) },
   { id: 'webgpu-heap', label: 'browser worker, webgpu, URL, streamWeights false (via the heap)', run: (sv) => inBrowser(sv, { backend: 'webgpu', threads: 1, n: GPU_N, prompt: GPU_PROMPT, timeoutS: GPU_TIMEOUT_S, streamWeights: false }) },
 ];
 
 const size = fs.statSync(MODEL).size;
-const server = await startServer({ models: path.dirname(MODEL) });
+const server = await startServer({ models: path.dirname(MODEL), mounts: fs.existsSync(WLLAMA) ? { '/wllama/': WLLAMA } : {} });
 const adapter = await new Promise((resolve) => {
   const env = { ...process.env, VK_ICD_FILENAMES: process.env.VK_ICD_FILENAMES || SWIFTSHADER_ICD, XDG_RUNTIME_DIR: '/tmp' };
   const c = spawn(BIN, ['devices'], { env, stdio: ['ignore', 'pipe', 'ignore'] });

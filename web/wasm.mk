@@ -7,7 +7,9 @@
 # web/src/hal_webgpu.lib.js over navigator.gpu; `make wasm WASM_HAL=none`
 # links web/src/hal_none.c instead: no device, `auto` picks the CPU) and the
 # x86/ARM SIMD kernel files (src/quant/quant_wasm.c has SIMD128 kernels for the main
-# formats; the other portable kernels run auto-vectorised to SIMD128), plus
+# formats, src/quant/repack_wasm.c the products over the interleaved Q4_0/Q8_0
+# layout that the CPU backend repacks those matrices into at the first context;
+# the other portable kernels run auto-vectorised to SIMD128), plus
 # the JS-facing glue web/src/wgllm_web.c.
 # Threads: -pthread (the engine has its own thread, the CPU backend a pool),
 # so pages must be cross-origin isolated (COOP/COEP headers) for

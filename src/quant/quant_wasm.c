@@ -17,6 +17,10 @@
  * (bit moves, selects for subnormals and Inf/NaN) ran at a third of their
  * speed under V8 with emscripten 3.1.6's LLVM 14, dot and row alike.
  *
+ * Q4_0 and Q8_0 matrices whose shape the interleaved layout takes are
+ * multiplied by repack_wasm.c instead (same results, bit for bit); these
+ * per-row dots serve the other shapes and the experts.
+ *
  * Compiled only where __wasm_simd128__ is defined (web/wasm.mk excludes the
  * x86/ARM files; the native Makefile compiles this file to nothing).
  */

@@ -1,7 +1,8 @@
 /*
  * repack.c - the interleaved Q4_0/Q8_0 layout (see repack.h): the copy from
  * the GGUF layout, the scalar reference product, and the choice of SIMD
- * kernel (repack_avx512.c, repack_avx2.c) for this CPU.
+ * kernel (repack_avx512.c, repack_avx2.c; repack_wasm.c in the browser
+ * build) for this CPU.
  */
 #include "quant/repack.h"
 
@@ -143,6 +144,9 @@ static void pick_kernel(void) {
             kernel_name = "avx512";
         }
     }
+#elif defined(__wasm_simd128__)
+    kernel = wgllm_repacked_matmul_wasm;
+    kernel_name = "simd128";
 #endif
 }
 

@@ -20,7 +20,8 @@
  *           -8*sum(activation block));
  *     Q8_0: vector g (0..7) holds row j's qs[4g..4g+3] xor 0x80, i.e. q+128
  *           as u8 (the +128 is removed as -128*sum(activation block)).
- * The same layout serves every ISA (AVX2 reads a vector as two 8-row halves).
+ * The same layout serves every ISA (AVX2 reads a vector as two 8-row halves,
+ * wasm SIMD128 as four 4-row slices).
  *
  * Activations are rows of Q8_0 blocks, as traits(Q8_0)->from_float makes
  * them, so results equal the vec_dot ones up to float summation order.
@@ -43,7 +44,8 @@ struct wgllm_repacked {
 
 /* True when this CPU has a repacked kernel for (type, ne0, ne1): type Q4_0
  * or Q8_0, 0 < ne0 <= 65536 with ne0 % 32 == 0, ne1 > 0 with ne1 % 16 == 0,
- * and AVX2+FMA+F16C or AVX-512 VNNI (WGLLM_CPU=scalar turns it off). */
+ * and AVX2+FMA+F16C or AVX-512 VNNI (WGLLM_CPU=scalar turns it off), or the
+ * wasm build's SIMD128. */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
 int wgllm_repack_row_group(void);
@@ -82,13 +84,19 @@ typedef void (*wgllm_repacked_matmul_fn)(const struct wgllm_repacked *w, int64_t
 void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate);
 /* The kernel wgllm_repacked_matmul uses on this CPU (NULL: none, the scalar
- * reference stands in); its name in *name ("avx512", "avx2"). */
+ * reference stands in); its name in *name ("avx512", "avx2", "simd128"). */
 wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name);
 #if defined(__x86_64__)
 void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate);
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate);
+#endif
+#if defined(__wasm_simd128__)
+/* Not bit-identical to the reference above but to the per-row vec_dot of
+ * quant.c (no fused multiply-add; see repack_wasm.c). */
+void wgllm_repacked_matmul_wasm(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
+                                size_t x_stride, int n, float *y, int ldy, bool accumulate);
 #endif
 
 #endif

@@ -1,0 +1,237 @@
+/*
+ * repack_wasm.c - WebAssembly SIMD128 products over the interleaved
+ * Q4_0/Q8_0 layout (repack.h), for the browser build (emcc -msimd128).
+ *
+ * Why: the per-row vec_dot kernels of quant_wasm.c re-widen the activation
+ * block for every row and pay a horizontal sum and two fp16 lookups per row
+ * and block. Here a 16-byte slice of a panel holds 4 consecutive quants of 4
+ * rows, so one activation vector serves 4 rows at once, the row sums come
+ * out lane-wise, and each token's activations are laid out for the slices
+ * once per call, not once per row.
+ *
+ * A slice is read as 8 uint16 lanes, lanes 2r and 2r+1 being row r's bytes
+ * (0,1) and (2,3). Masks and one shift, no widening, give four int16
+ * vectors of quants: the low nibble of the even byte (v & 0x000F, x1), of
+ * the odd byte (v & 0x0F00, x256), the high nibble of the even byte
+ * (v & 0x00F0, x16) and of the odd byte (v >> 12, x1); i32x4.dot_i16x8 with
+ * the matching activations [a_i a_j] x 4 pre-scaled by 256, 1, 16 and 256
+ * gives each row's sum times 256 in its own lane, removed by an exact
+ * arithmetic shift at the end of the block (the largest sum, 32 x 15 x
+ * 127 x 256, fits int32). Q8_0 slices: the even byte (v & 0x00FF) and the
+ * odd one (v >> 8), both x1. The layout's unsigned offsets (nibble 0..15 for
+ * q-8, byte q+128 for Q8_0) are removed exactly by starting each sum at
+ * -8*sum(a) or -128*sum(a) (times the scale).
+ *
+ * Bit-exactness: the browser is checked token for token against the native
+ * build's portable per-row kernels (WGLLM_CPU=scalar, which has no repacked
+ * path), so these results equal vec_dot_q4_0_q8_0 / vec_dot_q8_0_q8_0 of
+ * quant.c bit for bit, not the fused-multiply-add reference of repack.c:
+ * every (row, token) is a float sum in block order of the same expression
+ * (Q4_0: sumi * dx * dy, Q8_0: sumi * (dx * dy)), here computed lane-wise;
+ * wasm has no fused multiply-add, so each operation rounds as the scalar
+ * C does. tests/wasm/test_repack_wasm.c checks it under node.
+ *
+ * Compiled only where __wasm_simd128__ is defined (the native Makefile
+ * compiles this file to nothing).
+ */
+#include "quant/repack.h"
+
+#if defined(__wasm_simd128__)
+#include <wasm_simd128.h>
+
+#define TILE 4   /* tokens that share one unpacked weight slice */
+#define CHUNK 32 /* blocks of activations laid out at a time (CHUNK*TILE*272 B of stack) */
+#define GROUP 16 /* panels whose float sums stay live across chunks (GROUP*4*TILE*16 B) */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* One token's block of activations, ready for the slices: for slice m of a
+ * Q4_0 block, act[4m..4m+3] multiply the four nibble vectors (see the top);
+ * for slice g of a Q8_0 block, act[2g], act[2g+1] the even and odd bytes.
+ * corr: the offset correction in every lane. */
+struct act_block {
+    v128_t act[16];
+    v128_t corr;
+};
+
+struct act_chunk {
+    struct act_block a[CHUNK][TILE];
+    float dy[CHUNK][TILE];
+};
+
+/* [x[i] x[j]] x 4 as int16, times k. */
+static ALWAYS_INLINE v128_t pairs(const int8_t *x, int i, int j, int k) {
+    const v128_t v = wasm_i16x8_make(x[i], x[j], x[i], x[j], x[i], x[j], x[i], x[j]);
+    return wasm_i16x8_mul(v, wasm_i16x8_splat((int16_t)k));
+}
+
+static void layout_chunk(const char *x, size_t xs, int T, int64_t b0, int64_t b1, bool q4, struct act_chunk *c) {
+    for (int t = 0; t < T; t++) {
+        const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)(x + (size_t)t * xs);
+        for (int64_t b = b0; b < b1; b++) {
+            struct act_block *o = &c->a[b - b0][t];
+            const int8_t *a = xb[b].qs;
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) sum += a[i];
+            if (q4) {
+                for (int m = 0; m < 4; m++) {
+                    o->act[4 * m + 0] = pairs(a, 4 * m, 4 * m + 2, 256);
+                    o->act[4 * m + 1] = pairs(a, 4 * m + 1, 4 * m + 3, 1);
+                    o->act[4 * m + 2] = pairs(a, 16 + 4 * m, 16 + 4 * m + 2, 16);
+                    o->act[4 * m + 3] = pairs(a, 16 + 4 * m + 1, 16 + 4 * m + 3, 256);
+                }
+                o->corr = wasm_i32x4_splat(-8 * 256 * sum);
+            } else {
+                for (int g = 0; g < 8; g++) {
+                    o->act[2 * g] = pairs(a, 4 * g, 4 * g + 2, 1);
+                    o->act[2 * g + 1] = pairs(a, 4 * g + 1, 4 * g + 3, 1);
+                }
+                o->corr = wasm_i32x4_splat(-128 * sum);
+            }
+            c->dy[b - b0][t] = wgllm_fp16_lookup(xb[b].d);
+        }
+    }
+}
+
+static ALWAYS_INLINE v128_t scales4(const wgllm_fp16 *s) {
+    return wasm_f32x4_make(wgllm_fp16_lookup(s[0]), wgllm_fp16_lookup(s[1]), wgllm_fp16_lookup(s[2]),
+                           wgllm_fp16_lookup(s[3]));
+}
+
+#define DOT(e, a) wasm_i32x4_dot_i16x8(e, a)
+
+/* Blocks [b0, b1) of one panel (pd) for T tokens into acc[4 row groups][T]. */
+static ALWAYS_INLINE void panel_q4_0(const uint8_t *pd, size_t sb, int64_t b0, int64_t b1, const struct act_chunk *c,
+                                     int T, v128_t acc[4][TILE]) {
+    const v128_t m0 = wasm_i16x8_splat(0x000F), m1 = wasm_i16x8_splat(0x0F00), m2 = wasm_i16x8_splat(0x00F0);
+    for (int64_t b = b0; b < b1; b++) {
+        const struct act_block *a = c->a[b - b0];
+        const uint8_t *q = pd + sb + (size_t)b * 256;
+        const wgllm_fp16 *sc = (const wgllm_fp16 *)(pd + (size_t)b * 32);
+        v128_t s[4][TILE];
+#pragma clang loop unroll(full)
+        for (int g = 0; g < 4; g++)
+#pragma clang loop unroll(full)
+            for (int t = 0; t < T; t++) s[g][t] = a[t].corr;
+#pragma clang loop unroll(full)
+        for (int m = 0; m < 4; m++)
+#pragma clang loop unroll(full)
+            for (int g = 0; g < 4; g++) {
+                const v128_t v = wasm_v128_load(q + 64 * m + 16 * g);
+                const v128_t e0 = wasm_v128_and(v, m0), e1 = wasm_v128_and(v, m1), e2 = wasm_v128_and(v, m2),
+                             e3 = wasm_u16x8_shr(v, 12);
+#pragma clang loop unroll(full)
+                for (int t = 0; t < T; t++) {
+                    const v128_t *x = a[t].act + 4 * m;
+                    s[g][t] = wasm_i32x4_add(s[g][t], wasm_i32x4_add(wasm_i32x4_add(DOT(e0, x[0]), DOT(e1, x[1])),
+                                                                     wasm_i32x4_add(DOT(e2, x[2]), DOT(e3, x[3]))));
+                }
+            }
+#pragma clang loop unroll(full)
+        for (int g = 0; g < 4; g++) {
+            const v128_t dx = scales4(sc + 4 * g);
+#pragma clang loop unroll(full)
+            for (int t = 0; t < T; t++) { /* sumi * dx * dy, as vec_dot_q4_0_q8_0 */
+                const v128_t si = wasm_i32x4_shr(s[g][t], 8);
+                const v128_t f = wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(si), dx),
+                                                wasm_f32x4_splat(c->dy[b - b0][t]));
+                acc[g][t] = wasm_f32x4_add(acc[g][t], f);
+            }
+        }
+    }
+}
+
+static ALWAYS_INLINE void panel_q8_0(const uint8_t *pd, size_t sb, int64_t b0, int64_t b1, const struct act_chunk *c,
+                                     int T, v128_t acc[4][TILE]) {
+    const v128_t lo = wasm_i16x8_splat(0x00FF);
+    for (int64_t b = b0; b < b1; b++) {
+        const struct act_block *a = c->a[b - b0];
+        const uint8_t *q = pd + sb + (size_t)b * 512;
+        const wgllm_fp16 *sc = (const wgllm_fp16 *)(pd + (size_t)b * 32);
+        v128_t s[4][TILE];
+#pragma clang loop unroll(full)
+        for (int g = 0; g < 4; g++)
+#pragma clang loop unroll(full)
+            for (int t = 0; t < T; t++) s[g][t] = a[t].corr;
+#pragma clang loop unroll(full)
+        for (int k = 0; k < 8; k++)
+#pragma clang loop unroll(full)
+            for (int g = 0; g < 4; g++) {
+                const v128_t v = wasm_v128_load(q + 64 * k + 16 * g);
+                const v128_t ev = wasm_v128_and(v, lo), od = wasm_u16x8_shr(v, 8);
+#pragma clang loop unroll(full)
+                for (int t = 0; t < T; t++)
+                    s[g][t] = wasm_i32x4_add(s[g][t], wasm_i32x4_add(DOT(ev, a[t].act[2 * k]), DOT(od, a[t].act[2 * k + 1])));
+            }
+#pragma clang loop unroll(full)
+        for (int g = 0; g < 4; g++) {
+            const v128_t dx = scales4(sc + 4 * g);
+#pragma clang loop unroll(full)
+            for (int t = 0; t < T; t++) { /* sumi * (dx * dy), as vec_dot_q8_0_q8_0 */
+                const v128_t d = wasm_f32x4_mul(dx, wasm_f32x4_splat(c->dy[b - b0][t]));
+                acc[g][t] = wasm_f32x4_add(acc[g][t], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(s[g][t]), d));
+            }
+        }
+    }
+}
+
+typedef void (*panel_fn)(const uint8_t *pd, size_t sb, int64_t b0, int64_t b1, const struct act_chunk *c,
+                         v128_t acc[4][TILE]);
+
+#define PANEL_T(fmt, T)                                                                                   \
+    static void panel_##fmt##_t##T(const uint8_t *pd, size_t sb, int64_t b0, int64_t b1,                \
+                                   const struct act_chunk *c, v128_t acc[4][TILE]) {                    \
+        panel_##fmt(pd, sb, b0, b1, c, T, acc);                                                          \
+    }
+PANEL_T(q4_0, 1)
+PANEL_T(q4_0, 2)
+PANEL_T(q4_0, 3)
+PANEL_T(q4_0, 4)
+PANEL_T(q8_0, 1)
+PANEL_T(q8_0, 2)
+PANEL_T(q8_0, 3)
+PANEL_T(q8_0, 4)
+
+static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t2, panel_q4_0_t3, panel_q4_0_t4};
+static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
+
+/* Token tiles of up to TILE; within one, groups of GROUP panels whose sums
+ * stay in acc while the activations are laid out CHUNK blocks at a time (so
+ * the stack holds ~40 KiB whatever ne0 is); then each row's sum is stored. */
+void wgllm_repacked_matmul_wasm(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
+                                size_t x_stride, int n, float *y, int ldy, bool accumulate) {
+    WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
+    WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);
+    const int64_t nb = w->ne0 / 32;
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), sb = wgllm_repack_scale_bytes(w->ne0);
+    const bool q4 = w->type == WGLLM_TYPE_Q4_0;
+    const panel_fn *fns = q4 ? panels_q4_0 : panels_q8_0;
+    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
+    struct act_chunk chunk;
+    v128_t acc[GROUP][4][TILE];
+    for (int t0 = 0; t0 < n; t0 += TILE) {
+        const int T = WGLLM_MIN(TILE, n - t0);
+        const char *xt = (const char *)x + (size_t)t0 * x_stride;
+        for (int64_t g0 = p0; g0 < p1; g0 += GROUP) {
+            const int64_t g1 = WGLLM_MIN(p1, g0 + GROUP);
+            for (int64_t p = g0; p < g1; p++)
+                for (int g = 0; g < 4; g++)
+                    for (int t = 0; t < T; t++) acc[p - g0][g][t] = wasm_f32x4_splat(0.0f);
+            for (int64_t b0 = 0; b0 < nb; b0 += CHUNK) {
+                const int64_t b1 = WGLLM_MIN(nb, b0 + CHUNK);
+                layout_chunk(xt, x_stride, T, b0, b1, q4, &chunk);
+                for (int64_t p = g0; p < g1; p++)
+                    fns[T]((const uint8_t *)w->data + (size_t)p * panel, sb, b0, b1, &chunk, acc[p - g0]);
+            }
+            for (int64_t p = g0; p < g1; p++)
+                for (int t = 0; t < T; t++) {
+                    float *d = y + (size_t)(t0 + t) * ldy + p * WGLLM_REPACK_ROWS;
+                    for (int g = 0; g < 4; g++) {
+                        const v128_t v = acc[p - g0][g][t];
+                        wasm_v128_store(d + 4 * g, accumulate ? wasm_f32x4_add(wasm_v128_load(d + 4 * g), v) : v);
+                    }
+                }
+        }
+    }
+}
+
+#endif
