@@ -440,27 +440,8 @@ void wgllm_webgpu_add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struc
 
 /* ---- for webgpu_moe.c (webgpu_internal.h) ------------------------------- */
 
-struct wgllm_gpu_pipeline *wgllm_webgpu_graph_pipe(struct builder *bd, enum wgllm_kernel k, uint32_t type) {
-    return pipe_of(bd->g, k, type, false, bd->err);
-}
-
-struct gop *wgllm_webgpu_graph_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
-                                  enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1,
-                                  struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3,
-                                  struct wgllm_gpu_buffer *b4, bool keep_round) {
-    bd->keep_round = keep_round;
-    struct gop *o = add_op(bd, p, kp, grow, x, nb, b1, b2, b3, b4);
-    bd->keep_round = false;
-    return o;
-}
-
-void wgllm_webgpu_graph_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
-                               struct wgllm_gpu_buffer *y, int cap) {
-    add_matvec(bd, w, x, y, cap, EPI_NONE);
-}
-
-struct wgllm_gpu_buffer *wgllm_webgpu_graph_round(struct builder *bd, struct wgllm_gpu_buffer *x, uint32_t vt,
-                                                  uint32_t width, int cap) {
+struct wgllm_gpu_buffer *wgllm_webgpu_add_round(struct builder *bd, struct wgllm_gpu_buffer *x, uint32_t vt,
+                                                uint32_t width, int cap) {
     struct wgllm_webgpu_ctx *g = bd->g;
     if (vt == WGLLM_TYPE_F32 || !wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vt)) return x;
     if (bd->rsrc != x || bd->rtype != vt) { /* as add_matvec rounds its input */

@@ -188,7 +188,7 @@ enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const str
                                           struct wgllm_error *err);
 
 /* The dispatch list under construction (webgpu_graph.c, and webgpu_encoder.c
- * through the functions below). */
+ * and webgpu_moe.c through the functions below). */
 struct builder {
     struct wgllm_webgpu_ctx *g;
     struct wgllm_error *err;
@@ -229,23 +229,11 @@ void wgllm_webgpu_encoder_ops(struct builder *bd, const struct vec_offsets *vo);
  * ub's output order, so the gathered rows come out as ub->out wants them. */
 enum wgllm_status wgllm_webgpu_encoder_step(struct wgllm_webgpu_ctx *g, const struct wgllm_ubatch *ub,
                                             struct wgllm_error *err);
-/* What webgpu_moe.c records its dispatches with (the graph's builder). */
-struct builder;
-struct wgllm_gpu_pipeline *wgllm_webgpu_graph_pipe(struct builder *bd, enum wgllm_kernel k, uint32_t type);
-/* A dispatch as webgpu_graph.c adds them (struct gop's grid and growth);
- * keep_round: it does not write xr (the rounded input stays valid). */
-struct gop *wgllm_webgpu_graph_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
-                                  enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1,
-                                  struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3,
-                                  struct wgllm_gpu_buffer *b4, bool keep_round);
-/* y[t] = W x[t] for cap rows, as the dense layers' mat-vecs (input rounding, MATMUL for many tokens). */
-void wgllm_webgpu_graph_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
-                               struct wgllm_gpu_buffer *y, int cap);
 /* The buffer a mat-vec of a weight with vec_dot_type vt reads for input x
  * (width floats per row, cap rows): xr, rounded as the CPU rounds it (a
  * ROUND_ACT unless xr holds that already), or x itself. */
-struct wgllm_gpu_buffer *wgllm_webgpu_graph_round(struct builder *bd, struct wgllm_gpu_buffer *x, uint32_t vt,
-                                                  uint32_t width, int cap);
+struct wgllm_gpu_buffer *wgllm_webgpu_add_round(struct builder *bd, struct wgllm_gpu_buffer *x, uint32_t vt,
+                                                uint32_t width, int cap);
 
 /* ---- webgpu_moe.c -------------------------------------------------------- */
 

@@ -191,6 +191,17 @@ enum wgllm_status wgllm_webgpu_moe_alloc(struct wgllm_webgpu_ctx *g, const struc
     return WGLLM_STATUS_OK;
 }
 
+/* A dispatch through the graph's builder; keep_round: it does not write xr,
+ * so the input rounded for the experts' mat-vecs stays valid after it. */
+static struct gop *moe_op(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
+                          enum grow grow, uint32_t x, int nb, struct wgllm_gpu_buffer *b1, struct wgllm_gpu_buffer *b2,
+                          struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4, bool keep_round) {
+    bd->keep_round = keep_round;
+    struct gop *o = wgllm_webgpu_add_op(bd, p, kp, grow, x, nb, b1, b2, b3, b4);
+    bd->keep_round = false;
+    return o;
+}
+
 /* The chosen experts' rows of one stack: a dispatch per piece (each piece
  * holds whole experts; a choice of an expert elsewhere is skipped there). */
 static void add_matvec_id(struct wgllm_webgpu_ctx *g, struct builder *bd, const struct gweight *w,
@@ -198,13 +209,13 @@ static void add_matvec_id(struct wgllm_webgpu_ctx *g, struct builder *bd, const 
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint32_t X = (uint32_t)hp->n_expert, K = (uint32_t)hp->n_expert_used;
     const uint32_t rows = (uint32_t)(w->ne1 / X), groups = ceil_div(rows, g->tune->rows_matvec);
-    struct wgllm_gpu_pipeline *p = wgllm_webgpu_graph_pipe(bd, WGLLM_KERNEL_MATVEC_ID, w->type);
+    struct wgllm_gpu_pipeline *p = wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MATVEC_ID, w->type, false, bd->err);
     for (int i = 0; i < w->n_pieces; i++) {
         const union wgllm_kparams kp = {.matvec_id = {.rows = rows, .x_div = x_div, .k = (uint32_t)w->ne0,
                                                       .ids_at = 0, .e0 = (uint32_t)(w->piece[i].row0 / rows),
                                                       .n_exp = (uint32_t)(w->piece[i].rows / rows), .used = K,
                                                       .groups = groups}};
-        struct gop *o = wgllm_webgpu_graph_op(bd, p, &kp, GROW_Y, groups * K, 4, w->piece[i].buf, x, y,
+        struct gop *o = moe_op(bd, p, &kp, GROW_Y, groups * K, 4, w->piece[i].buf, x, y,
                                               g->moe->route, true);
         (void)o;
     }
@@ -220,32 +231,32 @@ void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il
                    FE = (uint32_t)hp->n_ff_exp, FS = hp->n_ff_shexp > 0 ? (uint32_t)hp->n_ff_shexp : 0;
     const uint32_t wg = g->tune->wg_elem, C = (uint32_t)cap;
     /* the router's logits, then each row's choices into the routing buffer */
-    wgllm_webgpu_graph_matvec(bd, &MW[MW_ROUTER], fin, moe->logits, cap);
+    wgllm_webgpu_add_matvec(bd, &MW[MW_ROUTER], fin, moe->logits, cap);
     const union wgllm_kparams rk = {.moe_route = {.rows = C, .n_expert = X, .used = K, .ids_at = 0, .w_at = C * K,
                                                   .norm = hp->moe_norm_w ? 1u : 0u}};
-    struct gop *o = wgllm_webgpu_graph_op(bd, wgllm_webgpu_graph_pipe(bd, WGLLM_KERNEL_MOE_ROUTE, 0), &rk, GROW_XE, 1,
+    struct gop *o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MOE_ROUTE, 0, false, bd->err), &rk, GROW_XE, 1,
                                           2, moe->logits, moe->route, NULL, NULL, false);
     if (o) o->per = 1, o->div = wg;
     /* gate and up of the chosen experts (one rounded input per token, shared with the shared expert's) */
-    struct wgllm_gpu_buffer *xg = wgllm_webgpu_graph_round(bd, fin, wgllm_type_traits(W[4].type)->vec_dot_type, E, cap);
+    struct wgllm_gpu_buffer *xg = wgllm_webgpu_add_round(bd, fin, wgllm_type_traits(W[4].type)->vec_dot_type, E, cap);
     add_matvec_id(g, bd, &W[4], xg, K, moe->gate);
-    struct wgllm_gpu_buffer *xu = wgllm_webgpu_graph_round(bd, fin, wgllm_type_traits(W[5].type)->vec_dot_type, E, cap);
+    struct wgllm_gpu_buffer *xu = wgllm_webgpu_add_round(bd, fin, wgllm_type_traits(W[5].type)->vec_dot_type, E, cap);
     add_matvec_id(g, bd, &W[5], xu, K, moe->up);
     if (FS) {
-        wgllm_webgpu_graph_matvec(bd, &MW[MW_SH_GATE], fin, moe->sgate, cap);
-        wgllm_webgpu_graph_matvec(bd, &MW[MW_SH_UP], fin, moe->sup, cap);
-        if (MW[MW_SH_GATE_INP].n_pieces) wgllm_webgpu_graph_matvec(bd, &MW[MW_SH_GATE_INP], fin, moe->sgl, cap);
+        wgllm_webgpu_add_matvec(bd, &MW[MW_SH_GATE], fin, moe->sgate, cap);
+        wgllm_webgpu_add_matvec(bd, &MW[MW_SH_UP], fin, moe->sup, cap);
+        if (MW[MW_SH_GATE_INP].n_pieces) wgllm_webgpu_add_matvec(bd, &MW[MW_SH_GATE_INP], fin, moe->sgl, cap);
     }
-    struct wgllm_gpu_pipeline *pswi = wgllm_webgpu_graph_pipe(bd, WGLLM_KERNEL_SWIGLU, 0);
+    struct wgllm_gpu_pipeline *pswi = wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_SWIGLU, 0, false, bd->err);
     const union wgllm_kparams sw = {.swiglu = {.count = K * FE * C}};
-    o = wgllm_webgpu_graph_op(bd, pswi, &sw, GROW_XE, 1, 3, moe->gate, moe->up, moe->ffh, NULL, false);
+    o = moe_op(bd, pswi, &sw, GROW_XE, 1, 3, moe->gate, moe->up, moe->ffh, NULL, false);
     if (o) o->per = K * FE, o->div = wg;
     /* the down input of each choice rounded as the CPU rounds it, into gate (free again) */
     struct wgllm_gpu_buffer *xd = moe->ffh;
     const uint32_t vd = wgllm_type_traits(W[6].type)->vec_dot_type;
     if (vd != WGLLM_TYPE_F32 && wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vd)) {
         const union wgllm_kparams ra = {.round_act = {.count = K * FE * C}};
-        o = wgllm_webgpu_graph_op(bd, wgllm_webgpu_graph_pipe(bd, WGLLM_KERNEL_ROUND_ACT, vd), &ra, GROW_XE, 1, 2,
+        o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_ROUND_ACT, vd, false, bd->err), &ra, GROW_XE, 1, 2,
                                   moe->ffh, moe->gate, NULL, NULL, false);
         if (o) o->per = K * FE, o->div = 32 * wg;
         xd = moe->gate;
@@ -254,15 +265,15 @@ void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il
     /* the shared expert's SwiGLU and down, into tmp */
     if (FS) {
         const union wgllm_kparams ss = {.swiglu = {.count = FS * C}};
-        o = wgllm_webgpu_graph_op(bd, pswi, &ss, GROW_XE, 1, 3, moe->sgate, moe->sup, moe->sffh, NULL, false);
+        o = moe_op(bd, pswi, &ss, GROW_XE, 1, 3, moe->sgate, moe->sup, moe->sffh, NULL, false);
         if (o) o->per = FS, o->div = wg;
-        wgllm_webgpu_graph_matvec(bd, &MW[MW_SH_DOWN], moe->sffh, g->tmp, cap);
+        wgllm_webgpu_add_matvec(bd, &MW[MW_SH_DOWN], moe->sffh, g->tmp, cap);
     }
     const float rs = hp->residual_scale;
     const union wgllm_kparams su = {.moe_sum = {.width = E, .used = K, .w_at = C * K,
                                                 .shared = !FS ? 0u : MW[MW_SH_GATE_INP].n_pieces ? 2u : 1u,
                                                 .scaled = rs != 1.0f, .scale = rs}};
-    o = wgllm_webgpu_graph_op(bd, wgllm_webgpu_graph_pipe(bd, WGLLM_KERNEL_MOE_SUM, 0), &su, GROW_Y, ceil_div(E, wg), 4,
+    o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MOE_SUM, 0, false, bd->err), &su, GROW_Y, ceil_div(E, wg), 4,
                               xa, moe->out, moe->route, g->tmp, false);
     if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){FS && moe->sgl ? moe->sgl : moe->logits, 0, 0};
     (void)L;
