@@ -286,9 +286,9 @@ TEST(preset_names) {
     CHECK_EQ_INT(wgllm_quantize_ftype_default_type(18), WGLLM_TYPE_Q6_K);
 }
 
-/* llama.cpp's I-quant presets are refused before any file is opened, each
- * with what it needs: an importance matrix, or (IQ3_S, IQ3_M) a quantizer
- * wgllm has not got; by preset name and by weight type alike. */
+/* llama.cpp's I-quant presets that need an importance matrix are refused
+ * before any file is opened, saying so; by preset name and by weight type
+ * alike. IQ3_S and IQ3_M (none needed) are presets. */
 TEST(iquant_presets_say_why) {
     static const char *imx[] = {"IQ2_XXS", "iq2_xs", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "IQ3_XXS", "IQ3_XS"};
     struct wgllm_quantize_params p = wgllm_quantize_default_params();
@@ -299,18 +299,15 @@ TEST(iquant_presets_say_why) {
         CHECK(strstr(err.message, "needs an importance matrix") != NULL);
         CHECK(strstr(err.message, "in.gguf") == NULL); /* no file was read */
     }
-    p.preset = "IQ3_M";
-    CHECK_EQ_INT(wgllm_quantize_file("/nonexistent/in.gguf", "/nonexistent/out.gguf", &p, &err), WGLLM_STATUS_UNSUPPORTED);
-    CHECK(strstr(err.message, "cannot write the IQ3_M preset yet (no IQ3_S quantizer)") != NULL);
     p.preset = NULL;
     p.type = WGLLM_TYPE_IQ1_S;
     CHECK_EQ_INT(wgllm_quantize_file("/nonexistent/in.gguf", "/nonexistent/out.gguf", &p, &err), WGLLM_STATUS_UNSUPPORTED);
     CHECK(strstr(err.message, "IQ1_S preset needs an importance matrix") != NULL);
-    p.type = WGLLM_TYPE_IQ3_S;
-    CHECK_EQ_INT(wgllm_quantize_file("/nonexistent/in.gguf", "/nonexistent/out.gguf", &p, &err), WGLLM_STATUS_UNSUPPORTED);
-    CHECK(strstr(err.message, "cannot write the IQ3_S preset") != NULL);
     p.preset = "IQ5_Q"; /* still unknown */
     CHECK_EQ_INT(wgllm_quantize_file("/nonexistent/in.gguf", "/nonexistent/out.gguf", &p, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ_INT(wgllm_quantize_ftype_from_name("IQ3_S"), 26);
+    CHECK_EQ_INT(wgllm_quantize_ftype_from_name("iq3_m"), 27);
+    CHECK_EQ_INT(wgllm_quantize_ftype_default_type(27), WGLLM_TYPE_IQ3_S);
 }
 
 /* The presets of the new formats on the (dense, untied) tiny model:

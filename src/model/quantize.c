@@ -27,7 +27,8 @@
 enum {
     FT_ALL_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
     FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15,
-    FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ4_XS = 30, FT_BF16 = 32,
+    FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ3_S = 26, FT_IQ3_M = 27, FT_IQ4_XS = 30,
+    FT_BF16 = 32,
     FT_TQ1_0 = 36, FT_TQ2_0 = 37, FT_MXFP4_MOE = 38, FT_Q1_0 = 40,
     /* wgllm's own: MXFP4 for a dense model too (llama.cpp's MXFP4_MOE turns
      * only expert tensors to MXFP4, a dense model all to Q8_0). Every matrix
@@ -57,6 +58,7 @@ static const struct {
     {"TQ1_0", FT_TQ1_0, WGLLM_TYPE_TQ1_0},     {"TQ2_0", FT_TQ2_0, WGLLM_TYPE_TQ2_0},
     {"MXFP4_MOE", FT_MXFP4_MOE, WGLLM_TYPE_MXFP4}, {"MXFP4", FT_MXFP4, WGLLM_TYPE_MXFP4},
     {"Q1_0", FT_Q1_0, WGLLM_TYPE_Q1_0},
+    {"IQ3_S", FT_IQ3_S, WGLLM_TYPE_IQ3_S},     {"IQ3_M", FT_IQ3_M, WGLLM_TYPE_IQ3_S},
     /* llama.cpp's quantize tool takes these as aliases */
     {"Q3_K", FT_Q3_K_M, WGLLM_TYPE_Q3_K},     {"Q4_K", FT_Q4_K_M, WGLLM_TYPE_Q4_K},
     {"Q5_K", FT_Q5_K_M, WGLLM_TYPE_Q5_K},
@@ -64,31 +66,21 @@ static const struct {
 #define N_PRESETS (sizeof(presets) / sizeof(presets[0]))
 #define N_CANONICAL (N_PRESETS - 3)
 
-/* llama.cpp's I-quant presets, which wgllm cannot write (it reads and runs
- * their files). Those marked imatrix make llama.cpp's quantizer refuse to
- * run without an importance matrix (tensor_requires_imatrix: any matrix of
- * IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S or IQ3_XXS but token_embd/output);
- * IQ3_S and IQ3_M it writes without one, from quantizers wgllm has not got. */
-static const struct {
-    const char *name;
-    bool imatrix;
-} iq_presets[] = {
-    {"IQ1_S", true},   {"IQ1_M", true},   {"IQ2_XXS", true}, {"IQ2_XS", true}, {"IQ2_S", true},
-    {"IQ2_M", true},   {"IQ3_XXS", true}, {"IQ3_XS", true},  {"IQ3_S", false}, {"IQ3_M", false},
-};
+/* llama.cpp's I-quant presets that wgllm cannot write: llama.cpp's quantizer
+ * refuses them without an importance matrix (tensor_requires_imatrix: any
+ * matrix of IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S or IQ3_XXS but token_embd /
+ * output), and wgllm quantize takes none. IQ3_S and IQ3_M need none: they
+ * are presets above. */
+static const char *const imatrix_presets[] = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS",
+                                              "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS"};
 
 /* Why a name that is no preset cannot be one: an I-quant's reason, or NULL. */
 static const char *iq_preset_reason(const char *name, char *buf, size_t cap) {
-    for (size_t i = 0; name && i < sizeof iq_presets / sizeof *iq_presets; i++) {
-        if (strcasecmp(name, iq_presets[i].name)) continue;
-        if (iq_presets[i].imatrix)
-            snprintf(buf, cap, "the %s preset needs an importance matrix (llama.cpp's llama-quantize --imatrix), "
-                     "which wgllm quantize does not take; quantize with llama.cpp, wgllm runs the file",
-                     iq_presets[i].name);
-        else
-            snprintf(buf, cap, "wgllm cannot write the %s preset yet (no %s quantizer); llama.cpp's llama-quantize "
-                     "writes it without an importance matrix, and wgllm runs the file",
-                     iq_presets[i].name, !strcasecmp(name, "IQ3_M") ? "IQ3_S" : iq_presets[i].name);
+    for (size_t i = 0; name && i < sizeof imatrix_presets / sizeof *imatrix_presets; i++) {
+        if (strcasecmp(name, imatrix_presets[i])) continue;
+        snprintf(buf, cap, "the %s preset needs an importance matrix (llama.cpp's llama-quantize --imatrix), "
+                 "which wgllm quantize does not take; quantize with llama.cpp, wgllm runs the file",
+                 imatrix_presets[i]);
         return buf;
     }
     return NULL;
@@ -221,6 +213,8 @@ static enum wgllm_status type_impl(struct qstate *qs, const char *name, enum cat
         if (ft == FT_TQ1_0 || ft == FT_TQ2_0) t = WGLLM_TYPE_Q4_K;
     } else if (cat_is_attn_v(c)) {
         if (ft == FT_Q2_K) t = qs->n_gqa >= 4 ? WGLLM_TYPE_Q4_K : WGLLM_TYPE_Q3_K;
+        else if (ft == FT_IQ3_S && qs->n_gqa >= 4) t = WGLLM_TYPE_Q4_K;
+        else if (ft == FT_IQ3_M) t = WGLLM_TYPE_Q4_K;
         else if (ft == FT_Q3_K_M) t = qs->i_attention_wv < 2 ? WGLLM_TYPE_Q5_K : WGLLM_TYPE_Q4_K;
         else if (ft == FT_Q3_K_L) t = WGLLM_TYPE_Q5_K;
         else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && qs->n_gqa >= 4) t = WGLLM_TYPE_Q5_K;
@@ -252,6 +246,7 @@ static enum wgllm_status type_impl(struct qstate *qs, const char *name, enum cat
         else if (ft == FT_Q3_K_M)
             t = il < nl / 16 ? WGLLM_TYPE_Q5_K
                 : (!qs->falcon || more) ? WGLLM_TYPE_Q4_K : WGLLM_TYPE_Q3_K;
+        else if (ft == FT_IQ3_M && (il < nl / 8 || (qs->n_expert == 8 && more))) t = WGLLM_TYPE_Q4_K;
         else if (ft == FT_Q3_K_L) t = qs->falcon ? WGLLM_TYPE_Q4_K : WGLLM_TYPE_Q5_K;
         else if (ft == FT_Q4_K_M) {
             if (qs->falcon)
@@ -267,12 +262,13 @@ static enum wgllm_status type_impl(struct qstate *qs, const char *name, enum cat
         if (!qs->falcon) {
             if (qs->n_expert == 8) {
                 if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_IQ4_NL ||
-                    ft == FT_Q4_K_S || ft == FT_Q4_K_M || ft == FT_IQ4_XS)
+                    ft == FT_Q4_K_S || ft == FT_Q4_K_M || ft == FT_IQ3_S || ft == FT_IQ3_M || ft == FT_IQ4_XS)
                     t = WGLLM_TYPE_Q5_K;
             } else {
                 if (ft == FT_Q2_K) t = WGLLM_TYPE_Q3_K;
                 else if (ft == FT_Q3_K_M) t = WGLLM_TYPE_Q4_K;
                 else if (ft == FT_Q3_K_L) t = WGLLM_TYPE_Q5_K;
+                else if (ft == FT_IQ3_M) t = WGLLM_TYPE_Q4_K;
             }
         } else if (ft == FT_Q3_K_L) {
             t = WGLLM_TYPE_Q4_K;
@@ -292,6 +288,7 @@ static enum wgllm_status fallback(const char *name, uint64_t ne0, uint32_t *io,
     uint32_t t = *io;
     if (ne0 % (uint64_t)blck(t) == 0) return WGLLM_STATUS_OK;
     switch (t) {
+    case WGLLM_TYPE_IQ3_S:
     case WGLLM_TYPE_IQ4_XS: t = WGLLM_TYPE_IQ4_NL; break;
     case WGLLM_TYPE_Q2_K:
     case WGLLM_TYPE_Q3_K:

@@ -16,7 +16,7 @@ import { loadVocab, tokenizeWith, loadModelContext, nextTokenLogProbs, vocabSize
 import { ROOT, modelPath, runWgllm, wgllmLogits, logSoftmax, klLog, argmax } from '../../tools/peer/wgllm.mjs';
 
 const BINS = join(ROOT, 'tools/peer/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64');
-const PRESETS = { Q4_K_M: 15, Q5_K_M: 17, Q3_K_M: 12, Q3_K_S: 11, Q3_K_L: 13, Q4_K_S: 14, Q5_K_S: 16, Q6_K: 18, Q8_0: 7, Q4_0: 2, Q5_1: 9, IQ4_XS: 30, IQ4_NL: 25, Q2_K: 10, F16: 1,
+const PRESETS = { Q4_K_M: 15, Q5_K_M: 17, Q3_K_M: 12, Q3_K_S: 11, Q3_K_L: 13, Q4_K_S: 14, Q5_K_S: 16, Q6_K: 18, Q8_0: 7, Q4_0: 2, Q5_1: 9, IQ4_XS: 30, IQ4_NL: 25, IQ3_S: 26, IQ3_M: 27, Q2_K: 10, F16: 1,
   TQ1_0: 36, TQ2_0: 37, MXFP4_MOE: 38, Q1_0: 40 };
 const SHAPES = ['tiny', 'tiny-qwen2'];
 const UNIFORM = new Set(['Q8_0', 'Q4_0', 'Q5_1', 'F16']); // no rule of quantize.c's type_impl but the output's
@@ -26,7 +26,7 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 // ---- a small GGUF reader: key names, tensor infos and data -------------------
 const TYPE_SIZE = { 0: [1, 4], 1: [1, 2], 30: [1, 2], 2: [32, 18], 3: [32, 20], 6: [32, 22], 7: [32, 24], 8: [32, 34],
   10: [256, 84], 11: [256, 110], 12: [256, 144], 13: [256, 176], 14: [256, 210], 20: [32, 18], 23: [256, 136],
-  34: [256, 54], 35: [256, 66], 39: [32, 17], 41: [128, 18] };
+  21: [256, 110], 34: [256, 54], 35: [256, 66], 39: [32, 17], 41: [128, 18] };
 const SCALAR = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
 function readGguf(path) {
   const b = readFileSync(path);
