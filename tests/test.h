@@ -63,6 +63,29 @@ extern int test_passed, test_failed;
 
 #define RUN(name) test_run(#name, name)
 
+/* The tests' random numbers: one xorshift64 stream per executable, seeded
+ * by TEST_RNG_SEED when the file defines it before including this header
+ * (each test keeps the data it was written against). rng_u32 takes bits
+ * 16..47 of the state, rng_uniform / rng_normal build on it, and rng_frand
+ * (uniform in [-1, 1) from the top 24 bits) is the WebGPU tests' draw. */
+#ifndef TEST_RNG_SEED
+#define TEST_RNG_SEED 0x9E3779B97F4A7C15ULL
+#endif
+static inline uint64_t rng_next(void) {
+    static uint64_t state = TEST_RNG_SEED;
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+}
+static inline uint32_t rng_u32(void) { return (uint32_t)(rng_next() >> 16); }
+static inline float rng_uniform(void) { return (float)(rng_u32() & 0xFFFFFF) / (float)0x1000000 * 2.0f - 1.0f; }
+/* approximately N(0, 1) (Irwin-Hall of 4) */
+static inline float rng_normal(void) {
+    return (rng_uniform() + rng_uniform() + rng_uniform() + rng_uniform()) * 0.8660254f;
+}
+static inline float rng_frand(void) { return (float)((rng_next() >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f; }
+
 void test_run(const char *name, void (*fn)(void));
 /* Prints the closing line and returns the process exit code. */
 int test_summary(const char *suite);

@@ -9,6 +9,7 @@
  * WGLLM_BENCH=1 also prints the GB/s of each weight format's dot product
  * over a 64 MiB weight matrix on one thread (not asserted).
  */
+#define TEST_RNG_SEED 0x9E3779B97F4A7C15ULL /* this file's data */
 #include "test.h"
 
 #include "quant/quant.h"
@@ -20,14 +21,6 @@
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
-static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rng_uniform(void) { return (float)(rng_u32() & 0xFFFFFF) / (float)0x1000000 * 2.0f - 1.0f; }
 
 /* Random data with structure that stresses kernels: mostly gaussian-ish
  * values, some all-zero blocks, some blocks of large magnitude, some with a

@@ -15,21 +15,15 @@
 #include "backend/webgpu/hal.h"
 #include "backend/webgpu/kernels.h"
 #include "quant/quant.h"
+#define TEST_RNG_SEED 0x12345678abcdefull /* this file's data */
 #include "test.h"
 
 #include <time.h>
 
 static struct wgllm_gpu *G;
 
-static uint64_t rng_state = 0x12345678abcdefull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
-}
 static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+    for (size_t i = 0; i < n; i++) x[i] = rng_frand() * scale;
 }
 
 static double now_ms(void) {

@@ -20,17 +20,10 @@
 #include "backend/webgpu/hal.h"
 #include "backend/webgpu/kernels.h"
 #include "quant/quant.h"
+#define TEST_RNG_SEED 0x9e3779b97f4a7c15ull /* this file's data */
 #include "test.h"
 
 static struct wgllm_gpu *G;
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
-}
 
 static struct wgllm_gpu_buffer *upload(const void *data, size_t bytes) {
     struct wgllm_error err = {0};
@@ -107,13 +100,13 @@ TEST(matvec_id_formats) {
         const size_t rs = wgllm_row_size(type, K);
         char *w = malloc(rs * X * M);
         for (int r = 0; r < X * M; r++) {
-            for (int i = 0; i < K; i++) src[i] = frand();
+            for (int i = 0; i < K; i++) src[i] = rng_frand();
             if (type == WGLLM_TYPE_F32) memcpy(w + r * rs, src, rs);
             else if (type == WGLLM_TYPE_F16) wgllm_fp32_to_fp16_row(src, (wgllm_fp16 *)(w + r * rs), K);
             else tr->from_float_ref(src, w + r * rs, K);
             tr->to_float(w + r * rs, deq + (size_t)r * K, K);
         }
-        for (int i = 0; i < T * U * K; i++) x[i] = frand();
+        for (int i = 0; i < T * U * K; i++) x[i] = rng_frand();
         for (int tv = 0; tv < n_tunes; tv++)
             for (int per_choice = 0; per_choice < 2; per_choice++) {
                 const struct wgllm_wgsl_tune *tu = &tunes[tv];
@@ -191,7 +184,7 @@ TEST(moe_route_like_cpu) {
             float *l = malloc(sizeof(float) * T * X), *wref = malloc(sizeof(float) * T * K);
             int32_t *sref = malloc(sizeof(int32_t) * T * K);
             uint32_t *s = calloc((size_t)T * K * 2 + 3, sizeof(uint32_t));
-            for (int i = 0; i < T * X; i++) l[i] = 3.0f * frand();
+            for (int i = 0; i < T * X; i++) l[i] = 3.0f * rng_frand();
             /* ties: a row of equal logits, a row whose best two are equal, logits 2^-20 apart */
             for (int e = 0; e < X; e++) l[e] = 0.5f;
             l[X + X - 1] = l[X + 1] = 9.0f;
@@ -233,11 +226,11 @@ TEST(moe_sum_like_cpu) {
     enum { E = 96, T = 3, U = 3 };
     float r[T * U * E], sh[T * E], gl[T + 1], x0[T * E], x[T * E];
     uint32_t s[2 * T * U];
-    for (int i = 0; i < T * U * E; i++) r[i] = frand();
-    for (int i = 0; i < T * E; i++) sh[i] = frand(), x0[i] = frand();
-    for (int t = 0; t <= T; t++) gl[t] = 4.0f * frand();
+    for (int i = 0; i < T * U * E; i++) r[i] = rng_frand();
+    for (int i = 0; i < T * E; i++) sh[i] = rng_frand(), x0[i] = rng_frand();
+    for (int t = 0; t <= T; t++) gl[t] = 4.0f * rng_frand();
     for (int q = 0; q < T * U; q++) {
-        const float w = 0.5f * (frand() + 1.0f);
+        const float w = 0.5f * (rng_frand() + 1.0f);
         s[q] = 0;
         memcpy(&s[T * U + q], &w, 4);
     }
