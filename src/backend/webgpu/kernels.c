@@ -6,6 +6,7 @@
  * constants. The generated text is the pipeline cache's key.
  */
 #include "backend/webgpu/kernels.h"
+#include "base/strbuf.h"
 #include "quant/quant.h"
 
 #include <errno.h>
@@ -55,39 +56,6 @@ static const struct wgllm_wgsl_tune cpu_adapter_tune = {
 };
 
 const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void) { return &cpu_adapter_tune; }
-
-struct sb {
-    char *s;
-    size_t n, cap;
-    bool oom;
-};
-
-static void sb_add(struct sb *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (w < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->s && b->n + (size_t)w < b->cap) {
-            b->n += (size_t)w;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap <= b->n + (size_t)w) cap *= 2;
-        char *ns = realloc(b->s, cap);
-        if (!ns) {
-            b->oom = true;
-            return;
-        }
-        b->s = ns;
-        b->cap = cap;
-    }
-}
 
 /* Each kernel's view of the parameter block puts its fields where its WGSL
  * reads them (kernels.h): the letter beside each field is checked here. */
@@ -263,19 +231,19 @@ static uint32_t w8_block(uint32_t type, uint32_t *bytes) {
     }
 }
 
-static bool emit_w8(struct sb *b, uint32_t type) {
+static bool emit_w8(struct wgllm_strbuf *b, uint32_t type) {
     uint32_t bs, qk = w8_block(type, &bs);
     if (!qk) return false;
-    sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
-    sb_add(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / %uu) * %uu; }\n", qk, bs);
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
+    wgllm_strbuf_printf(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / %uu) * %uu; }\n", qk, bs);
     switch (type) {
     case WGLLM_TYPE_Q4_K:
     case WGLLM_TYPE_Q5_K: {
         const bool q5 = type == WGLLM_TYPE_Q5_K;
         /* d, dmin, scales[12], (Q5_K: qh[32]), qs[128]: element 32j + l is
          * nibble j&1 of qs[32(j/2) + l] (+16 when bit j of qh[l]) */
-        sb_add(b, "%s", k4_scales_wgsl);
-        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+        wgllm_strbuf_printf(b, "%s", k4_scales_wgsl);
+        wgllm_strbuf_printf(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
                   "  let o = rb + (c / 8u) * %uu;\n"
                   "  let j = c %% 8u;\n"
                   "  let sm = sc_k4(o + 4u, j);\n"
@@ -286,11 +254,11 @@ static bool emit_w8(struct sb *b, uint32_t type) {
                   "  let q0 = ld32(qo);\n"
                   "  let q1 = ld32(qo + 4u);\n", bs, q5 ? 48u : 16u);
         if (q5)
-            sb_add(b, "  let h0 = ld32(o + 16u + 8u * u);\n"
+            wgllm_strbuf_printf(b, "  let h0 = ld32(o + 16u + 8u * u);\n"
                       "  let h1 = ld32(o + 20u + 8u * u);\n");
         else
-            sb_add(b, "  let h0 = 0u;\n  let h1 = 0u;\n");
-        sb_add(b, "  var v: array<f32, 8>;\n"
+            wgllm_strbuf_printf(b, "  let h0 = 0u;\n  let h1 = 0u;\n");
+        wgllm_strbuf_printf(b, "  var v: array<f32, 8>;\n"
                   "  for (var t = 0u; t < 4u; t++) {\n"
                   "    v[t] = d * f32(((q0 >> (8u * t + sh)) & 15u) | (((h0 >> (8u * t + j)) & 1u) << 4u)) - m;\n"
                   "    v[t + 4u] = d * f32(((q1 >> (8u * t + sh)) & 15u) | (((h1 >> (8u * t + j)) & 1u) << 4u)) - m;\n"
@@ -303,7 +271,7 @@ static bool emit_w8(struct sb *b, uint32_t type) {
         /* ql[128], qh[64], scales[16] (i8), d: element 128h + 32g + l takes
          * nibble g/2 of ql[64h + 32(g&1) + l] and bits 2g of qh[32h + l],
          * minus 32, times d * scales[(128h + 32g + l) / 16] */
-        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+        wgllm_strbuf_printf(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
                   "  let o = rb + (c / 8u) * 210u;\n"
                   "  let h = (c %% 8u) / 4u;\n"
                   "  let g = c %% 4u;\n"
@@ -330,7 +298,7 @@ static bool emit_w8(struct sb *b, uint32_t type) {
          * has bits 2j..2j+1 of qs[32n + l]; Q3_K subtracts 4 unless bit
          * (e / 32) of hmask[l] is set. Scale of 16 elements: e / 16. */
         const bool q3 = type == WGLLM_TYPE_Q3_K;
-        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+        wgllm_strbuf_printf(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
                   "  let o = rb + (c / 8u) * %uu;\n"
                   "  let cc = c %% 8u;\n"
                   "  let qo = o + %uu + 32u * (cc / 4u) + 8u * u;\n"
@@ -339,7 +307,7 @@ static bool emit_w8(struct sb *b, uint32_t type) {
                   "  let q1 = ld32(qo + 4u);\n"
                   "  let j = 2u * cc + u / 2u;\n", bs, q3 ? 32u : 16u);
         if (q3)
-            sb_add(b, "  let lo = select(ld8(o + 96u + j - 8u) >> 4u, ld8(o + 96u + j) & 15u, j < 8u);\n"
+            wgllm_strbuf_printf(b, "  let lo = select(ld8(o + 96u + j - 8u) >> 4u, ld8(o + 96u + j) & 15u, j < 8u);\n"
                       "  let hi = (ld8(o + 104u + j %% 4u) >> (2u * (j / 4u))) & 3u;\n"
                       "  let dl = f16at(o + 108u) * f32(i32(lo | (hi << 4u)) - 32);\n"
                       "  let m0 = ld32(o + 8u * u);\n"
@@ -350,7 +318,7 @@ static bool emit_w8(struct sb *b, uint32_t type) {
                       "    v[t + 4u] = dl * f32(i32((q1 >> (8u * t + sh)) & 3u) - select(4, 0, ((m1 >> (8u * t + cc)) & 1u) == 1u));\n"
                       "  }\n");
         else
-            sb_add(b, "  let sc = ld8(o + j);\n"
+            wgllm_strbuf_printf(b, "  let sc = ld8(o + j);\n"
                       "  let dl = f16at(o + 80u) * f32(sc & 15u);\n"
                       "  let ml = f16at(o + 82u) * f32(sc >> 4u);\n"
                       "  var v: array<f32, 8>;\n"
@@ -358,12 +326,12 @@ static bool emit_w8(struct sb *b, uint32_t type) {
                       "    v[t] = dl * f32((q0 >> (8u * t + sh)) & 3u) - ml;\n"
                       "    v[t + 4u] = dl * f32((q1 >> (8u * t + sh)) & 3u) - ml;\n"
                       "  }\n");
-        sb_add(b, "  return v;\n}\n");
+        wgllm_strbuf_printf(b, "  return v;\n}\n");
         return true;
     }
     case WGLLM_TYPE_TQ2_0:
         /* qs[64], d: element 128h + 32l + m is bits 2l of qs[32h + m], minus 1 */
-        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+        wgllm_strbuf_printf(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
                   "  let o = rb + (c / 8u) * 66u;\n"
                   "  let cc = c %% 8u;\n"
                   "  let qo = o + 32u * (cc / 4u) + 8u * u;\n"
@@ -383,7 +351,7 @@ static bool emit_w8(struct sb *b, uint32_t type) {
         /* d[4] (UE4M3, halved as wgllm_ue4m3_half), qs[32]: element 16s + j
          * is the low nibble of qs[8s + j] (j < 8), 16s + 8 + j the high one,
          * MXFP4's doubled E2M1 values times d[s] */
-        sb_add(b, "var<private> KV: array<f32, 16> = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,\n"
+        wgllm_strbuf_printf(b, "var<private> KV: array<f32, 16> = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,\n"
                   "  0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);\n"
                   "fn ue4m3_half(x: u32) -> f32 {\n"
                   "  if (x == 0u || x == 0x7Fu) { return 0.0; }\n"
@@ -408,7 +376,7 @@ static bool emit_w8(struct sb *b, uint32_t type) {
         return true;
     case WGLLM_TYPE_Q1_0:
         /* d, qs[16]: element j of the block is +d when bit j % 8 of qs[j / 8] is set, else -d */
-        sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
+        wgllm_strbuf_printf(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
                   "  let o = rb + (c / 4u) * 18u;\n"
                   "  let d = f16at(o);\n"
                   "  let bits = ld8(o + 2u + 4u * (c %% 4u) + u);\n"
@@ -422,7 +390,7 @@ static bool emit_w8(struct sb *b, uint32_t type) {
          * ((q * 3^k) & 255) * 3 >> 8. Elements 32k + m: trit k of qs[m]
          * (k < 5); 160 + 16k + m: trit k of qs[32 + m]; 240 + 4k + j: trit
          * k of qh[j] (wgllm_block_tq1_0). */
-        sb_add(b, "var<private> P3: array<u32, 5> = array<u32, 5>(1u, 3u, 9u, 27u, 81u);\n"
+        wgllm_strbuf_printf(b, "var<private> P3: array<u32, 5> = array<u32, 5>(1u, 3u, 9u, 27u, 81u);\n"
                   "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n"
                   "  let o = rb + (c / 8u) * 54u;\n"
                   "  let d = f16at(o + 52u);\n"
@@ -447,7 +415,7 @@ static bool emit_w8(struct sb *b, uint32_t type) {
     case WGLLM_TYPE_IQ1_S:
     case WGLLM_TYPE_IQ1_M: { /* the grid formats: kernels_iquants.c */
         char *iq = wgllm_wgsl_iq_w8(type);
-        if (iq) sb_add(b, "%s", iq);
+        if (iq) wgllm_strbuf_printf(b, "%s", iq);
         else b->oom = true;
         free(iq);
         return true;
@@ -458,13 +426,13 @@ static bool emit_w8(struct sb *b, uint32_t type) {
      * nibble of byte l, l + 16 the high one; units 0, 1 low, 2, 3 high. */
     const bool iq4 = type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_IQ4_XS;
     if (iq4)
-        sb_add(b, "var<private> KV: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,\n"
+        wgllm_strbuf_printf(b, "var<private> KV: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,\n"
                   "  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);\n");
     /* MXFP4: the E2M1 values doubled (wgllm_kvalues_mxfp4); its 17-byte
      * blocks put nibbles at odd offsets, which ld32 (even offsets) cannot read */
     const bool mx = type == WGLLM_TYPE_MXFP4;
     if (mx)
-        sb_add(b, "var<private> KV: array<f32, 16> = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,\n"
+        wgllm_strbuf_printf(b, "var<private> KV: array<f32, 16> = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,\n"
                   "  0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);\n"
                   "fn ld32u(o: u32) -> u32 {\n"
                   "  let i = o >> 2u;\n"
@@ -473,34 +441,34 @@ static bool emit_w8(struct sb *b, uint32_t type) {
                   "  return (W[i] >> s) | (W[i + 1u] << (32u - s));\n"
                   "}\n"
                   "fn e8m0_half(e: u32) -> f32 { return bitcast<f32>(select(0x00200000u << e, (e - 1u) << 23u, e >= 2u)); }\n");
-    sb_add(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n");
+    wgllm_strbuf_printf(b, "fn w8(rb: u32, c: u32, u: u32) -> array<f32, 8> {\n");
     switch (type) {
     case WGLLM_TYPE_IQ4_XS: /* d, scales_h (u16), scales_l[4], qs[128]: 8 sub-blocks of 32 as IQ4_NL */
-        sb_add(b, "  let o = rb + (c / 8u) * 136u;\n"
+        wgllm_strbuf_printf(b, "  let o = rb + (c / 8u) * 136u;\n"
                   "  let ib = c %% 8u;\n"
                   "  let ls = ((ld8(o + 4u + ib / 2u) >> (4u * (ib %% 2u))) & 15u) | (((ld16(o + 2u) >> (2u * ib)) & 3u) << 4u);\n"
                   "  let d = f16at(o) * f32(i32(ls) - 32);\n"
                   "  let qo = o + 8u + 16u * ib + 8u * (u & 1u);\n");
         break;
     case WGLLM_TYPE_IQ4_NL: /* d, qs[16] */
-        sb_add(b, "  let o = rb + c * 18u;\n  let d = f16at(o);\n  let qo = o + 2u + 8u * (u & 1u);\n");
+        wgllm_strbuf_printf(b, "  let o = rb + c * 18u;\n  let d = f16at(o);\n  let qo = o + 2u + 8u * (u & 1u);\n");
         break;
     case WGLLM_TYPE_MXFP4: /* e (E8M0), qs[16] */
-        sb_add(b, "  let o = rb + c * 17u;\n  let d = e8m0_half(ld8(o));\n  let qo = o + 1u + 8u * (u & 1u);\n");
+        wgllm_strbuf_printf(b, "  let o = rb + c * 17u;\n  let d = e8m0_half(ld8(o));\n  let qo = o + 1u + 8u * (u & 1u);\n");
         break;
     case WGLLM_TYPE_Q4_1: /* d, m, qs[16] */
-        sb_add(b, "  let o = rb + c * 20u;\n  let d = f16at(o);\n  let m = f16at(o + 2u);\n  let qo = o + 4u + 8u * (u & 1u);\n");
+        wgllm_strbuf_printf(b, "  let o = rb + c * 20u;\n  let d = f16at(o);\n  let m = f16at(o + 2u);\n  let qo = o + 4u + 8u * (u & 1u);\n");
         break;
     case WGLLM_TYPE_Q5_0: /* d, qh (u32: bit l is element l's fifth bit), qs[16] */
-        sb_add(b, "  let o = rb + c * 22u;\n  let d = f16at(o);\n  let qh = ld32(o + 2u) >> (8u * u);\n  let qo = o + 6u + 8u * (u & 1u);\n");
+        wgllm_strbuf_printf(b, "  let o = rb + c * 22u;\n  let d = f16at(o);\n  let qh = ld32(o + 2u) >> (8u * u);\n  let qo = o + 6u + 8u * (u & 1u);\n");
         break;
     case WGLLM_TYPE_Q5_1: /* d, m, qh, qs[16] */
-        sb_add(b, "  let o = rb + c * 24u;\n  let d = f16at(o);\n  let m = f16at(o + 2u);\n  let qh = ld32(o + 4u) >> (8u * u);\n"
+        wgllm_strbuf_printf(b, "  let o = rb + c * 24u;\n  let d = f16at(o);\n  let m = f16at(o + 2u);\n  let qh = ld32(o + 4u) >> (8u * u);\n"
                   "  let qo = o + 8u + 8u * (u & 1u);\n");
         break;
     default: return false;
     }
-    sb_add(b, "  let sh = 4u * (u / 2u);\n"
+    wgllm_strbuf_printf(b, "  let sh = 4u * (u / 2u);\n"
               "  let q0 = %s(qo);\n"
               "  let q1 = %s(qo + 4u);\n"
               "  var v: array<f32, 8>;\n"
@@ -509,22 +477,22 @@ static bool emit_w8(struct sb *b, uint32_t type) {
            mx ? "ld32u" : "ld32");
     switch (type) { /* as the CPU's to_float writes each */
     case WGLLM_TYPE_IQ4_XS:
-    case WGLLM_TYPE_IQ4_NL: sb_add(b, "    v[t] = d * KV[q];\n"); break;
-    case WGLLM_TYPE_MXFP4: sb_add(b, "    v[t] = KV[q] * d;\n"); break;
-    case WGLLM_TYPE_Q4_1: sb_add(b, "    v[t] = f32(q) * d + m;\n"); break;
-    case WGLLM_TYPE_Q5_0: sb_add(b, "    v[t] = f32(i32(q | (((qh >> t) & 1u) << 4u)) - 16) * d;\n"); break;
-    case WGLLM_TYPE_Q5_1: sb_add(b, "    v[t] = f32(q | (((qh >> t) & 1u) << 4u)) * d + m;\n"); break;
+    case WGLLM_TYPE_IQ4_NL: wgllm_strbuf_printf(b, "    v[t] = d * KV[q];\n"); break;
+    case WGLLM_TYPE_MXFP4: wgllm_strbuf_printf(b, "    v[t] = KV[q] * d;\n"); break;
+    case WGLLM_TYPE_Q4_1: wgllm_strbuf_printf(b, "    v[t] = f32(q) * d + m;\n"); break;
+    case WGLLM_TYPE_Q5_0: wgllm_strbuf_printf(b, "    v[t] = f32(i32(q | (((qh >> t) & 1u) << 4u)) - 16) * d;\n"); break;
+    case WGLLM_TYPE_Q5_1: wgllm_strbuf_printf(b, "    v[t] = f32(q | (((qh >> t) & 1u) << 4u)) * d + m;\n"); break;
     default: break;
     }
-    sb_add(b, "  }\n  return v;\n}\n");
+    wgllm_strbuf_printf(b, "  }\n  return v;\n}\n");
     return true;
 }
 
 /* wget and rdot of a w8 format. */
-static void emit_w8_common(struct sb *b, bool with_dot) {
-    sb_add(b, "fn wget(rb: u32, e: u32) -> f32 { let v = w8(rb, e / 32u, (e / 8u) %% 4u); return v[e %% 8u]; }\n");
+static void emit_w8_common(struct wgllm_strbuf *b, bool with_dot) {
+    wgllm_strbuf_printf(b, "fn wget(rb: u32, e: u32) -> f32 { let v = w8(rb, e / 32u, (e / 8u) %% 4u); return v[e %% 8u]; }\n");
     if (with_dot)
-        sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+        wgllm_strbuf_printf(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
                   "  var acc = 0.0;\n"
                   "  for (var c = tid; c < p.k / 32u; c += WGM) {\n"
                   "    let xo = xb + c * 32u;\n"
@@ -544,25 +512,25 @@ static void emit_w8_common(struct sb *b, bool with_dot) {
  * row_base: where row r starts (elements for F32, words for F16, bytes for
  * the block formats); wget: element e of the row at rb; rdot: this thread's
  * partial dot of the row with x[xb..], threads striding by WGM. */
-static bool emit_format(struct sb *b, uint32_t type, bool with_dot) {
+static bool emit_format(struct wgllm_strbuf *b, uint32_t type, bool with_dot) {
     switch (type) {
     case WGLLM_TYPE_F32:
-        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<f32>;\n"
+        wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> W: array<f32>;\n"
                   "fn row_base(r: u32) -> u32 { return p.a + r * p.k; }\n"
                   "fn wget(rb: u32, e: u32) -> f32 { return W[rb + e]; }\n");
         if (with_dot)
-            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+            wgllm_strbuf_printf(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
                       "  var acc = 0.0;\n"
                       "  for (var i = tid; i < p.k; i += WGM) { acc += W[rb + i] * X[xb + i]; }\n"
                       "  return acc;\n"
                       "}\n");
         return true;
     case WGLLM_TYPE_F16:
-        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n"
+        wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n"
                   "fn row_base(r: u32) -> u32 { return p.a + r * (p.k / 2u); }\n"
                   "fn wget(rb: u32, e: u32) -> f32 { let v = unpack2x16float(W[rb + e / 2u]); return select(v.x, v.y, (e & 1u) == 1u); }\n");
         if (with_dot)
-            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+            wgllm_strbuf_printf(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
                       "  var acc = 0.0;\n"
                       "  for (var i = tid; i < p.k / 2u; i += WGM) {\n"
                       "    let v = unpack2x16float(W[rb + i]);\n"
@@ -572,11 +540,11 @@ static bool emit_format(struct sb *b, uint32_t type, bool with_dot) {
                       "}\n");
         return true;
     case WGLLM_TYPE_BF16: /* the high half of an f32: words hold elements 2i (low), 2i + 1 (high) */
-        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n"
+        wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n"
                   "fn row_base(r: u32) -> u32 { return p.a + r * (p.k / 2u); }\n"
                   "fn wget(rb: u32, e: u32) -> f32 { let w = W[rb + e / 2u]; return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u)); }\n");
         if (with_dot)
-            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+            wgllm_strbuf_printf(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
                       "  var acc = 0.0;\n"
                       "  for (var i = tid; i < p.k / 2u; i += WGM) {\n"
                       "    let w = W[rb + i];\n"
@@ -586,14 +554,14 @@ static bool emit_format(struct sb *b, uint32_t type, bool with_dot) {
                       "}\n");
         return true;
     case WGLLM_TYPE_Q8_0:
-        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
-        sb_add(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / 32u) * 34u; }\n"
+        wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
+        wgllm_strbuf_printf(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / 32u) * 34u; }\n"
                   "fn wget(rb: u32, e: u32) -> f32 {\n"
                   "  let o = rb + (e / 32u) * 34u;\n"
                   "  return f16at(o) * sx8(ld8(o + 2u + (e %% 32u)));\n"
                   "}\n");
         if (with_dot)
-            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+            wgllm_strbuf_printf(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
                       "  var acc = 0.0;\n"
                       "  for (var blk = tid; blk < p.k / 32u; blk += WGM) {\n"
                       "    let o = rb + blk * 34u;\n"
@@ -610,8 +578,8 @@ static bool emit_format(struct sb *b, uint32_t type, bool with_dot) {
                       "}\n");
         return true;
     case WGLLM_TYPE_Q4_0:
-        sb_add(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
-        sb_add(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / 32u) * 18u; }\n"
+        wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> W: array<u32>;\n%s", bytes_wgsl);
+        wgllm_strbuf_printf(b, "fn row_base(r: u32) -> u32 { return p.a * 4u + r * (p.k / 32u) * 18u; }\n"
                   "fn wget(rb: u32, e: u32) -> f32 {\n"
                   "  let o = rb + (e / 32u) * 18u;\n"
                   "  let i = e %% 32u;\n"
@@ -620,7 +588,7 @@ static bool emit_format(struct sb *b, uint32_t type, bool with_dot) {
                   "  return f16at(o) * (f32(v) - 8.0);\n"
                   "}\n");
         if (with_dot)
-            sb_add(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
+            wgllm_strbuf_printf(b, "fn rdot(rb: u32, xb: u32, tid: u32) -> f32 {\n"
                       "  var acc = 0.0;\n"
                       "  for (var blk = tid; blk < p.k / 32u; blk += WGM) {\n"
                       "    let o = rb + blk * 18u;\n"
@@ -740,13 +708,13 @@ enum wgllm_status wgllm_wgsl_dump(const char *dir, const struct wgllm_wgsl_tune 
     return WGLLM_STATUS_OK;
 }
 
-static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+static void gen_matvec(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     if (t->matvec_thread_rows) { /* rdot's stride WGM is 1: a thread walks its whole row */
-        sb_add(b, "const WGM: u32 = 1u;\nconst ROWS: u32 = %uu;\n", t->rows_matvec);
-        sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+        wgllm_strbuf_printf(b, "const WGM: u32 = 1u;\nconst ROWS: u32 = %uu;\n", t->rows_matvec);
+        wgllm_strbuf_printf(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
                   "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n%s%s", tanh_wgsl, epi_wgsl);
         emit_format(b, key->type, true);
-        sb_add(b, "@compute @workgroup_size(ROWS)\n"
+        wgllm_strbuf_printf(b, "@compute @workgroup_size(ROWS)\n"
                   "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
                   "  let row = gid.x;\n"
                   "  let tok = gid.y;\n"
@@ -755,8 +723,8 @@ static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const s
                   "}\n");
         return;
     }
-    sb_add(b, "const WGM: u32 = %uu;\nconst ROWS: u32 = %uu;\n", t->wg_matvec, t->rows_matvec);
-    sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+    wgllm_strbuf_printf(b, "const WGM: u32 = %uu;\nconst ROWS: u32 = %uu;\n", t->wg_matvec, t->rows_matvec);
+    wgllm_strbuf_printf(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n%s%s", tanh_wgsl, epi_wgsl);
     emit_format(b, key->type, true);
     if (t->matvec_subgroups) {
@@ -764,7 +732,7 @@ static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const s
          * one barrier (instead of log2(WGM)). Subgroups are taken to be
          * consecutive ranges of a 1-D workgroup, as Vulkan/Metal/D3D lay
          * them out; the tuner checks every candidate's results anyway. */
-        sb_add(b, "var<workgroup> red: array<f32, WGM>;\n"
+        wgllm_strbuf_printf(b, "var<workgroup> red: array<f32, WGM>;\n"
                   "@compute @workgroup_size(WGM)\n"
                   "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,\n"
                   "        @builtin(subgroup_invocation_id) sli: u32, @builtin(subgroup_size) sgs: u32) {\n"
@@ -789,7 +757,7 @@ static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const s
                   "}\n");
         return;
     }
-    sb_add(b, "var<workgroup> red: array<f32, WGM>;\n"
+    wgllm_strbuf_printf(b, "var<workgroup> red: array<f32, WGM>;\n"
               "@compute @workgroup_size(WGM)\n"
               "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
               "  let tid = lid.x;\n"
@@ -811,12 +779,12 @@ static void gen_matvec(struct sb *b, const struct wgllm_kernel_key *key, const s
               "}\n");
 }
 
-static void gen_get_rows(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
-    sb_add(b, "@group(0) @binding(2) var<storage, read> IDS: array<u32>;\n"
+static void gen_get_rows(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    wgllm_strbuf_printf(b, "@group(0) @binding(2) var<storage, read> IDS: array<u32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
     emit_format(b, key->type, false);
-    sb_add(b, "@compute @workgroup_size(WGE)\n"
+    wgllm_strbuf_printf(b, "@compute @workgroup_size(WGE)\n"
               "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
               "  let e = gid.x;\n"
               "  let tok = gid.y;\n"
@@ -832,9 +800,9 @@ static void gen_get_rows(struct sb *b, const struct wgllm_kernel_key *key, const
 
 /* As wgllm_op_rms_norm: the squares (rounded to f32) summed without loss
  * (hi + lo pairs), the mean rounded to f32, then 1/sqrt(mean + eps). */
-static void gen_rms_norm(struct sb *b, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGR: u32 = %uu;\n%s", t->wg_row, round_wgsl);
-    sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
+static void gen_rms_norm(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGR: u32 = %uu;\n%s", t->wg_row, round_wgsl);
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read> NW: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
               "var<workgroup> rh: array<f32, WGR>;\n"
@@ -876,9 +844,9 @@ static void gen_rms_norm(struct sb *b, const struct wgllm_wgsl_tune *t) {
 /* The cos/sin pairs come from the host (the CPU backend's table), so both
  * backends rotate by the same libm values: a device's sin/cos may be far
  * less precise (SwiftShader's differ from libm by ~1e-4 at 1000 rad). */
-static void gen_rope(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGE: u32 = %uu;\nconst NEOX: bool = %s;\n", t->wg_elem, key->neox ? "true" : "false");
-    sb_add(b, "@group(0) @binding(1) var<storage, read_write> X: array<f32>;\n"
+static void gen_rope(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\nconst NEOX: bool = %s;\n", t->wg_elem, key->neox ? "true" : "false");
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read_write> X: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read> CS: array<f32>;\n"
               "@compute @workgroup_size(WGE)\n"
               "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
@@ -900,9 +868,9 @@ static void gen_rope(struct sb *b, const struct wgllm_kernel_key *key, const str
               "}\n");
 }
 
-static void gen_swiglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
-    sb_add(b, "@group(0) @binding(1) var<storage, read> G: array<f32>;\n"
+static void gen_swiglu(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> G: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read> U: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
               "@compute @workgroup_size(WGE)\n"
@@ -928,9 +896,9 @@ static const char *gelu_wgsl =
     "  return select(v.x, v.y, (h & 1u) == 1u);\n"
     "}\n";
 
-static void gen_geglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGE: u32 = %uu;\n%s", t->wg_elem, round_wgsl);
-    sb_add(b, "@group(0) @binding(1) var<storage, read> G: array<f32>;\n"
+static void gen_geglu(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n%s", t->wg_elem, round_wgsl);
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> G: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read> U: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
               "@group(0) @binding(4) var<storage, read> T: array<u32>;\n"
@@ -943,9 +911,9 @@ static void gen_geglu(struct sb *b, const struct wgllm_wgsl_tune *t) {
               "}\n", gelu_wgsl);
 }
 
-static void gen_argmax(struct sb *b, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGR: u32 = %uu;\n", t->wg_row);
-    sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
+static void gen_argmax(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGR: u32 = %uu;\n", t->wg_row);
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read_write> OUT: array<u32>;\n"
               "var<workgroup> bv: array<f32, WGR>;\n"
               "var<workgroup> bi: array<u32, WGR>;\n"
@@ -996,11 +964,11 @@ static const char *div_rn_wgsl =
     "  return best;\n"
     "}\n";
 
-static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+static void gen_round_act(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n", t->wg_elem);
     if (key->type == WGLLM_TYPE_Q8_K || key->type == WGLLM_TYPE_Q8_0 || key->type == WGLLM_TYPE_Q8_1)
-        sb_add(b, "%s", div_rn_wgsl); /* uses round_wgsl's split(), which comes later: order is free in WGSL */
-    sb_add(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
+        wgllm_strbuf_printf(b, "%s", div_rn_wgsl); /* uses round_wgsl's split(), which comes later: order is free in WGSL */
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read_write> Y: array<f32>;\n%s"
               "@compute @workgroup_size(WGE)\n"
               "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
@@ -1008,7 +976,7 @@ static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, cons
               "  if (i0 >= p.n) { return; }\n", round_wgsl);
     if (key->type == WGLLM_TYPE_Q8_K) /* q8_K_from_float_ref: 256-element blocks scaled by the signed
                                           * value of largest magnitude (the first such), f32 scale */
-        sb_add(b, "  let b0 = p.a + (i0 / 256u) * 256u;\n"
+        wgllm_strbuf_printf(b, "  let b0 = p.a + (i0 / 256u) * 256u;\n"
                   "  var amax = 0.0;\n"
                   "  var mx = 0.0;\n"
                   "  for (var j = 0u; j < 256u; j++) {\n"
@@ -1026,7 +994,7 @@ static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, cons
                   "}\n");
     else if (key->type == WGLLM_TYPE_Q8_0 || key->type == WGLLM_TYPE_Q8_1) /* WGSL's round() is half-to-even, like the CPU's
         quantizer; Q8_1's values are Q8_0's (its sum field only enters the CPU's dot) */
-        sb_add(b, "  var amax = 0.0;\n"
+        wgllm_strbuf_printf(b, "  var amax = 0.0;\n"
                   "  for (var j = 0u; j < 32u; j++) { amax = max(amax, abs(X[p.a + i0 + j])); }\n"
                   "  let d = to_f16(div_rn(amax, 127.0));\n"
                   "  var id = 0.0;\n"
@@ -1035,7 +1003,7 @@ static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, cons
                   "  for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = f32(i32(round(X[p.a + i0 + j] * id))) * d; }\n"
                   "}\n");
     else if (key->type == WGLLM_TYPE_BF16) /* wgllm_fp32_to_bf16: half to even, NaN kept quiet */
-        sb_add(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) {\n"
+        wgllm_strbuf_printf(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) {\n"
                   "    let u = bitcast<u32>(X[p.a + i0 + j]);\n"
                   "    var r = ((u + 0x7fffu + ((u >> 16u) & 1u)) >> 16u) << 16u;\n"
                   "    if ((u & 0x7fffffffu) > 0x7f800000u) { r = ((u >> 16u) | 64u) << 16u; }\n"
@@ -1043,7 +1011,7 @@ static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, cons
                   "  }\n"
                   "}\n");
     else
-        sb_add(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) { Y[p.c + i0 + j] = to_f16(X[p.a + i0 + j]); }\n"
+        wgllm_strbuf_printf(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) { Y[p.c + i0 + j] = to_f16(X[p.a + i0 + j]); }\n"
                   "}\n");
 }
 
@@ -1056,12 +1024,12 @@ static void gen_round_act(struct sb *b, const struct wgllm_kernel_key *key, cons
  * at i.., 4 high at i+16..); F32/F16 use units of 4 elements. UPB units per
  * block. wunit(rb, blk, u, kk, row): block blk of the row at rb, unit u,
  * the block's first element at tile column kk. */
-static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
+static uint32_t emit_mm_unit(struct wgllm_strbuf *b, uint32_t type) {
     switch (type) {
     case WGLLM_TYPE_F32:
     case WGLLM_TYPE_F16:
     case WGLLM_TYPE_BF16:
-        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+        wgllm_strbuf_printf(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
                   "  let e = blk * 32u + 4u * u;\n"
                   "  for (var t = 0u; t < 4u; t++) {\n"
                   "    var v = 0.0;\n"
@@ -1071,7 +1039,7 @@ static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
                   "}\n");
         return 8;
     case WGLLM_TYPE_Q8_0:
-        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+        wgllm_strbuf_printf(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
                   "  let o = rb + blk * 34u;\n"
                   "  let d = f16at(o);\n"
                   "  let q = ld32(o + 2u + 4u * u);\n"
@@ -1083,7 +1051,7 @@ static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
                   "}\n");
         return 8;
     case WGLLM_TYPE_Q4_0:
-        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+        wgllm_strbuf_printf(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
                   "  let o = rb + blk * 18u;\n"
                   "  let d = f16at(o);\n"
                   "  let q = ld32(o + 2u + 4u * u);\n"
@@ -1096,7 +1064,7 @@ static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
                   "}\n");
         return 4;
     default: /* a w8 format: units of 8 consecutive elements */
-        sb_add(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
+        wgllm_strbuf_printf(b, "fn wunit(rb: u32, blk: u32, u: u32, kk: u32, row: u32) {\n"
                   "  let v = w8(rb, blk, u);\n"
                   "  for (var t = 0u; t < 8u; t++) { WS[(kk + 8u * u + t) * TN + row] = v[t]; }\n"
                   "}\n");
@@ -1111,20 +1079,20 @@ static uint32_t emit_mm_unit(struct sb *b, uint32_t type) {
  * neighbouring rows); barrier. Rows past n and tokens past h are never
  * written. */
 /* Block blk (32 elements) of the row at rb, dequantised into registers. */
-static void emit_mm_block(struct sb *b, uint32_t type) {
-    sb_add(b, "fn wblock(rb: u32, blk: u32) -> array<f32, 32> {\n"
+static void emit_mm_block(struct wgllm_strbuf *b, uint32_t type) {
+    wgllm_strbuf_printf(b, "fn wblock(rb: u32, blk: u32) -> array<f32, 32> {\n"
               "  var v: array<f32, 32>;\n");
     switch (type) {
     case WGLLM_TYPE_F32:
     case WGLLM_TYPE_F16:
     case WGLLM_TYPE_BF16:
-        sb_add(b, "  for (var e = 0u; e < 32u; e++) {\n"
+        wgllm_strbuf_printf(b, "  for (var e = 0u; e < 32u; e++) {\n"
                   "    v[e] = 0.0;\n"
                   "    if (blk * 32u + e < p.k) { v[e] = wget(rb, blk * 32u + e); }\n"
                   "  }\n");
         break;
     case WGLLM_TYPE_Q8_0:
-        sb_add(b, "  let o = rb + blk * 34u;\n"
+        wgllm_strbuf_printf(b, "  let o = rb + blk * 34u;\n"
                   "  let d = f16at(o);\n"
                   "  for (var j = 0u; j < 8u; j++) {\n"
                   "    let q = ld32(o + 2u + 4u * j);\n"
@@ -1135,7 +1103,7 @@ static void emit_mm_block(struct sb *b, uint32_t type) {
                   "  }\n");
         break;
     case WGLLM_TYPE_Q4_0:
-        sb_add(b, "  let o = rb + blk * 18u;\n"
+        wgllm_strbuf_printf(b, "  let o = rb + blk * 18u;\n"
                   "  let d = f16at(o);\n"
                   "  for (var j = 0u; j < 4u; j++) {\n"
                   "    let q = ld32(o + 2u + 4u * j);\n"
@@ -1147,16 +1115,16 @@ static void emit_mm_block(struct sb *b, uint32_t type) {
                   "  }\n");
         break;
     default: /* a w8 format */
-        sb_add(b, "  for (var u = 0u; u < 4u; u++) {\n"
+        wgllm_strbuf_printf(b, "  for (var u = 0u; u < 4u; u++) {\n"
                   "    let w = w8(rb, blk, u);\n"
                   "    for (var t = 0u; t < 8u; t++) { v[8u * u + t] = w[t]; }\n"
                   "  }\n");
         break;
     }
-    sb_add(b, "  return v;\n}\n");
+    wgllm_strbuf_printf(b, "  return v;\n}\n");
 }
 
-/* The two mat-mat kernels' shared WGSL (sb_add formats: %% is %): the entry
+/* The two mat-mat kernels' shared WGSL (printf formats: %% is %): the entry
  * point with each thread's rows (tr + i*GN) and tokens (tt + j*TM/RM) of the
  * TN x TM tile and its accumulators; and the store of the accumulators. */
 #define MM_MAIN_HEAD                                                                              \
@@ -1182,15 +1150,15 @@ static void emit_mm_block(struct sb *b, uint32_t type) {
 /* The shared-memory-free mat-mat: the same thread -> (rows, tokens) map as
  * below, each weight block dequantised once per thread and used for all of
  * its RM tokens straight from storage. */
-static void gen_matmul_direct(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
-    sb_add(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n", t->mm_tile_n,
+static void gen_matmul_direct(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n", t->mm_tile_n,
            t->mm_tile_m, t->mm_micro_n, t->mm_micro_m);
-    sb_add(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\n");
-    sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+    wgllm_strbuf_printf(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\n");
+    wgllm_strbuf_printf(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n%s%s", tanh_wgsl, epi_wgsl);
     emit_format(b, key->type, false);
     emit_mm_block(b, key->type);
-    sb_add(b, "@compute @workgroup_size(NT)\n"
+    wgllm_strbuf_printf(b, "@compute @workgroup_size(NT)\n"
               MM_MAIN_HEAD
               "  for (var i = 0u; i < RN; i++) {\n"
               "    let r = r0 + tr + i * GN;\n"
@@ -1212,22 +1180,22 @@ static void gen_matmul_direct(struct sb *b, const struct wgllm_kernel_key *key, 
               MM_STORE);
 }
 
-static void gen_matmul(struct sb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+static void gen_matmul(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     if (t->mm_direct) {
         gen_matmul_direct(b, key, t);
         return;
     }
-    sb_add(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst TK: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n",
+    wgllm_strbuf_printf(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst TK: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n",
            t->mm_tile_n, t->mm_tile_m, t->mm_tile_k, t->mm_micro_n, t->mm_micro_m);
-    sb_add(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\nconst NB: u32 = TK / 32u;\n");
-    sb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+    wgllm_strbuf_printf(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\nconst NB: u32 = TK / 32u;\n");
+    wgllm_strbuf_printf(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
               "var<workgroup> WS: array<f32, TN * TK>;\n"
               "var<workgroup> XS: array<f32, TM * TK>;\n%s%s", tanh_wgsl, epi_wgsl);
     emit_format(b, key->type, false);
     const uint32_t upb = emit_mm_unit(b, key->type);
-    sb_add(b, "const UPB: u32 = %uu;\n", upb);
-    sb_add(b, "@compute @workgroup_size(NT)\n"
+    wgllm_strbuf_printf(b, "const UPB: u32 = %uu;\n", upb);
+    wgllm_strbuf_printf(b, "@compute @workgroup_size(NT)\n"
               MM_MAIN_HEAD
               "  for (var k0 = 0u; k0 < p.k; k0 += TK) {\n"
               "    let b0 = k0 / 32u;\n"
@@ -1299,12 +1267,12 @@ bool wgllm_wgsl_tune_valid(const struct wgllm_wgsl_tune *t, uint32_t max_invocat
 char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune) {
     if (!tune) tune = &default_tune;
     if (!wgllm_wgsl_supports(key->kernel, key->type)) return NULL;
-    struct sb b = {0};
-    sb_add(&b, "// wgllm %s (%s)\n", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type));
+    struct wgllm_strbuf b = {0};
+    wgllm_strbuf_printf(&b, "// wgllm %s (%s)\n", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type));
     if ((key->kernel == WGLLM_KERNEL_MATVEC || key->kernel == WGLLM_KERNEL_MATVEC_ID) && tune->matvec_subgroups &&
         !tune->matvec_thread_rows)
-        sb_add(&b, "enable subgroups;\n"); /* directives come before every declaration */
-    sb_add(&b, "%s", params_wgsl);
+        wgllm_strbuf_printf(&b, "enable subgroups;\n"); /* directives come before every declaration */
+    wgllm_strbuf_printf(&b, "%s", params_wgsl);
     switch (key->kernel) {
     case WGLLM_KERNEL_MATVEC: gen_matvec(&b, key, tune); break;
     case WGLLM_KERNEL_GET_ROWS: gen_get_rows(&b, key, tune); break;
@@ -1317,14 +1285,14 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_MATMUL: gen_matmul(&b, key, tune); break;
     case WGLLM_KERNEL_MATVEC_ID:
     case WGLLM_KERNEL_MOE_ROUTE:
-    case WGLLM_KERNEL_MOE_SUM: { char *body = wgllm_wgsl_moe_body(key, tune); if (body) sb_add(&b, "%s", body); else b.oom = true; free(body); } break;
-    default: { char *body = wgllm_wgsl_batch_body(key, tune); if (body) sb_add(&b, "%s", body); else b.oom = true; free(body); } break;
+    case WGLLM_KERNEL_MOE_SUM: { char *body = wgllm_wgsl_moe_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
+    default: { char *body = wgllm_wgsl_batch_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
     }
     if (b.oom) {
-        free(b.s);
+        wgllm_strbuf_free(&b);
         return NULL;
     }
-    return b.s;
+    return b.data;
 }
 
 const char *wgllm_wgsl_f16_helpers(void) { return round_wgsl; }
@@ -1332,10 +1300,10 @@ const char *wgllm_wgsl_tanh_helper(void) { return tanh_wgsl; }
 const char *wgllm_wgsl_gelu_helper(void) { return gelu_wgsl; }
 
 char *wgllm_wgsl_format(uint32_t type, bool with_dot) {
-    struct sb b = {0};
+    struct wgllm_strbuf b = {0};
     if (!weight_type_ok(type) || !emit_format(&b, type, with_dot) || b.oom) {
-        free(b.s);
+        wgllm_strbuf_free(&b);
         return NULL;
     }
-    return b.s;
+    return b.data;
 }

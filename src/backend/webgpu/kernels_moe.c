@@ -13,6 +13,7 @@
  * workgroup reduction, subgroups), chosen by the same tune.
  */
 #include "backend/webgpu/kernels.h"
+#include "base/strbuf.h"
 #include "quant/quant.h"
 
 #include <stddef.h>
@@ -37,41 +38,6 @@ KP_AT(moe_sum, width, n); KP_AT(moe_sum, used, m); KP_AT(moe_sum, x_off, a); KP_
 KP_AT(moe_sum, shared, c); KP_AT(moe_sum, g_off, d); KP_AT(moe_sum, scaled, e); KP_AT(moe_sum, scale, f0);
 #undef KP_AT
 
-struct mb {
-    char *s;
-    size_t n, cap;
-    bool oom;
-};
-
-static void mb_add(struct mb *b, const char *fmt, ...) {
-    if (b->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    va_list ap2;
-    va_copy(ap2, ap);
-    const int w = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (w < 0) {
-        b->oom = true;
-        va_end(ap2);
-        return;
-    }
-    if (b->n + (size_t)w + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + (size_t)w + 1) cap *= 2;
-        char *ns = realloc(b->s, cap);
-        if (!ns) {
-            b->oom = true;
-            va_end(ap2);
-            return;
-        }
-        b->s = ns, b->cap = cap;
-    }
-    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap2);
-    va_end(ap2);
-    b->n += (size_t)w;
-}
-
 /* The choice a workgroup computes (q), its expert's first row inside this
  * piece (eb, valid only when ok) and the x row it reads: uniform per
  * workgroup (every value comes from wid and the routing buffer at a uniform
@@ -86,20 +52,20 @@ static const char *choice_wgsl =
     "  let xb = p.b + (q / p.m) * p.k;\n"
     "  let yb = p.c + q * p.n;\n";
 
-static void gen_matvec_id(struct mb *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+static void gen_matvec_id(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     char *fmt = wgllm_wgsl_format(key->type, true);
     if (!fmt) {
         b->oom = true;
         return;
     }
     const bool rows = t->matvec_thread_rows;
-    mb_add(b, "const WGM: u32 = %uu;\nconst ROWS: u32 = %uu;\n", rows ? 1u : t->wg_matvec, t->rows_matvec);
-    mb_add(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+    wgllm_strbuf_printf(b, "const WGM: u32 = %uu;\nconst ROWS: u32 = %uu;\n", rows ? 1u : t->wg_matvec, t->rows_matvec);
+    wgllm_strbuf_printf(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
               "@group(0) @binding(4) var<storage, read> S: array<u32>;\n%s", fmt);
     free(fmt);
     if (rows) { /* a row per thread: rdot's stride WGM is 1 */
-        mb_add(b, "@compute @workgroup_size(ROWS)\n"
+        wgllm_strbuf_printf(b, "@compute @workgroup_size(ROWS)\n"
                   "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
                   "%s"
                   "  let row = (wid.x %% p.i) * ROWS + lid.x;\n"
@@ -109,7 +75,7 @@ static void gen_matvec_id(struct mb *b, const struct wgllm_kernel_key *key, cons
         return;
     }
     if (t->matvec_subgroups) {
-        mb_add(b, "var<workgroup> red: array<f32, WGM>;\n"
+        wgllm_strbuf_printf(b, "var<workgroup> red: array<f32, WGM>;\n"
                   "@compute @workgroup_size(WGM)\n"
                   "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,\n"
                   "        @builtin(subgroup_invocation_id) sli: u32, @builtin(subgroup_size) sgs: u32) {\n"
@@ -133,7 +99,7 @@ static void gen_matvec_id(struct mb *b, const struct wgllm_kernel_key *key, cons
                   "}\n", choice_wgsl);
         return;
     }
-    mb_add(b, "var<workgroup> red: array<f32, WGM>;\n"
+    wgllm_strbuf_printf(b, "var<workgroup> red: array<f32, WGM>;\n"
               "@compute @workgroup_size(WGM)\n"
               "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
               "  let tid = lid.x;\n"
@@ -161,9 +127,9 @@ static void gen_matvec_id(struct mb *b, const struct wgllm_kernel_key *key, cons
  * lower index), the chosen probabilities summed in order and, with d = 1,
  * divided by max(sum, 2^-14). One thread per token: a router row is a few
  * hundred logits at most. */
-static void gen_moe_route(struct mb *b, const struct wgllm_wgsl_tune *t) {
-    mb_add(b, "const WGE: u32 = %uu;\n%s", t->wg_elem, wgllm_wgsl_f16_helpers());
-    mb_add(b, "@group(0) @binding(1) var<storage, read> L: array<f32>;\n"
+static void gen_moe_route(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n%s", t->wg_elem, wgllm_wgsl_f16_helpers());
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> L: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read_write> S: array<u32>;\n"
               "@compute @workgroup_size(WGE)\n"
               "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
@@ -212,9 +178,9 @@ static void gen_moe_route(struct mb *b, const struct wgllm_wgsl_tune *t) {
 /* As the CPU's final loop of moe_ffn: w_0 r_0, + w_j r_j in the order
  * chosen, + the shared expert (times its gate silu(v) / v, as llama.cpp
  * computes the sigmoid), times the residual scale, added to the stream. */
-static void gen_moe_sum(struct mb *b, const struct wgllm_wgsl_tune *t) {
-    mb_add(b, "const WGE: u32 = %uu;\n", t->wg_elem);
-    mb_add(b, "@group(0) @binding(1) var<storage, read_write> X: array<f32>;\n"
+static void gen_moe_sum(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read_write> X: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read> R: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read> S: array<u32>;\n"
               "@group(0) @binding(4) var<storage, read> SH: array<f32>;\n"
@@ -238,18 +204,18 @@ static void gen_moe_sum(struct mb *b, const struct wgllm_wgsl_tune *t) {
 }
 
 char *wgllm_wgsl_moe_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune) {
-    struct mb b = {0};
+    struct wgllm_strbuf b = {0};
     switch (key->kernel) {
     case WGLLM_KERNEL_MATVEC_ID: gen_matvec_id(&b, key, tune); break;
     case WGLLM_KERNEL_MOE_ROUTE: gen_moe_route(&b, tune); break;
     case WGLLM_KERNEL_MOE_SUM: gen_moe_sum(&b, tune); break;
     default: b.oom = true; break;
     }
-    if (b.oom || !b.s) {
-        free(b.s);
+    if (b.oom || !b.data) {
+        wgllm_strbuf_free(&b);
         return NULL;
     }
-    return b.s;
+    return b.data;
 }
 
 const char *wgllm_wgsl_moe_kernel_name(enum wgllm_kernel k) {
