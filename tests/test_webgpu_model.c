@@ -753,6 +753,53 @@ TEST(moe_split_stacks_in_batches) {
     compare_split_batch("tiny-olmoe", "548000", 6, false, 1e-3, "split expert stacks");
 }
 
+/* A long pass cut into bounded submissions (forward_webgpu.c's record): a
+ * 40-token prompt over two sequences with at most 100 dispatch-tokens per
+ * command buffer (2 dispatches each) gives the same logits, bit for bit, as
+ * one submission, from many more submissions; a wrongly placed cut (a
+ * dispatch dropped or recorded twice) changes the logits. */
+TEST(long_pass_in_bounded_submissions) {
+    struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q8_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = wgllm_model_n_vocab(m), N = 40;
+    struct wgllm_context *one = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 64, 2, 0);
+    setenv("WGLLM_WEBGPU_SUBMIT_UNITS", "100", 1);
+    struct wgllm_context *cut = new_ctx_seq(m, WGLLM_BACKEND_WEBGPU, 64, 2, 0);
+    unsetenv("WGLLM_WEBGPU_SUBMIT_UNITS");
+    CHECK(one && cut);
+    if (one && cut) {
+        int32_t tok[40], pos[40], seq[40];
+        bool out[40];
+        for (int i = 0; i < N; i++)
+            tok[i] = (int32_t)((i * 7919 + 13) % V), seq[i] = i < 25 ? 0 : 1, pos[i] = i < 25 ? i : i - 25,
+            out[i] = i % 3 == 0 || i == 24 || i == N - 1;
+        struct wgllm_batch b = {N, tok, pos, seq, out};
+        struct wgllm_error err = {0};
+        const uint64_t s1 = wgllm_webgpu_submits(wgllm_context_webgpu(one)),
+                       s2 = wgllm_webgpu_submits(wgllm_context_webgpu(cut));
+        CHECK_EQ_INT(wgllm_context_decode_batch(one, &b, false, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_context_decode_batch(cut, &b, false, &err), WGLLM_STATUS_OK);
+        const uint64_t d1 = wgllm_webgpu_submits(wgllm_context_webgpu(one)) - s1,
+                       d2 = wgllm_webgpu_submits(wgllm_context_webgpu(cut)) - s2;
+        struct wgllm_webgpu_plan pl;
+        wgllm_webgpu_get_plan(wgllm_context_webgpu(cut), &pl);
+        printf("  40 tokens: %llu submission(s) unbounded, %llu at 100 dispatch-tokens (%d dispatches a token)\n",
+               (unsigned long long)d1, (unsigned long long)d2, pl.n_dispatches);
+        CHECK_EQ_INT((int)d1, 1);
+        /* the layers' dispatches run over all 40 tokens: two per submission */
+        CHECK((int)d2 >= pl.n_dispatches / 4);
+        const int no = wgllm_context_n_outputs(one);
+        CHECK_EQ_INT(wgllm_context_n_outputs(cut), no);
+        for (int j = 0; j < no && wgllm_context_n_outputs(cut) == no; j++)
+            CHECK(memcmp(wgllm_context_output_logits(one, j), wgllm_context_output_logits(cut, j),
+                         (size_t)V * sizeof(float)) == 0);
+    }
+    wgllm_context_free(one);
+    wgllm_context_free(cut);
+    wgllm_model_free(m);
+}
+
 int main(void) {
     wgllm_quant_init();
     int required;
@@ -802,5 +849,6 @@ int main(void) {
     RUN(greedy_on_the_gpu);
     RUN(split_weights_in_batches);
     RUN(moe_split_stacks_in_batches);
+    RUN(long_pass_in_bounded_submissions);
     return test_summary("test_webgpu_model");
 }

@@ -86,6 +86,16 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
     return WGLLM_STATUS_OK;
 }
 
+/* A pass's work goes to the queue in command buffers of at most
+ * submit_units dispatch-tokens (a dispatch over `count` tokens is `count`
+ * units): a long prefill is otherwise one submission of every layer for
+ * every token, minutes of work on a software adapter and past a driver's
+ * watchdog on a slow GPU. Cutting a batch between two dispatches changes
+ * only when work reaches the queue, which runs command buffers in order;
+ * a decode (one token) stays one submission. WGLLM_WEBGPU_SUBMIT_UNITS
+ * overrides the bound (tests). */
+#define SUBMIT_UNITS 16384
+
 enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struct wgllm_context_params *params,
                                           struct wgllm_webgpu_ctx **out, char *why, size_t why_cap,
                                           struct wgllm_error *err) {
@@ -131,6 +141,9 @@ enum wgllm_status wgllm_webgpu_ctx_create(struct wgllm_model *model, const struc
         g->n_ctx = WGLLM_MIN(WGLLM_MIN(g->n_ctx, model->hp.n_ctx_train), g->n_batch);
     g->gpu_mem = params->gpu_mem;
     g->swa_full = params->swa_full;
+    const char *su = getenv("WGLLM_WEBGPU_SUBMIT_UNITS");
+    const long long sun = su ? atoll(su) : 0;
+    g->submit_units = sun > 0 ? (uint64_t)sun : SUBMIT_UNITS;
     enum wgllm_status st = create(g, err);
     if (st) {
         wgllm_error_prefix(err, "WebGPU backend on %s: ", info->name);
@@ -173,7 +186,17 @@ static void rope_upload(struct wgllm_webgpu_ctx *g, int n) {
                                (size_t)n * row);
 }
 
-static void record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count) {
+static void begin(struct wgllm_webgpu_ctx *g) {
+    wgllm_gpu_batch_begin(g->gpu);
+    g->batch_units = 0;
+}
+
+static enum wgllm_status submit(struct wgllm_webgpu_ctx *g, struct wgllm_error *err) {
+    g->n_submits++;
+    return wgllm_gpu_batch_submit(g->gpu, err);
+}
+
+static enum wgllm_status record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count, struct wgllm_error *err) {
     for (int i = i0; i < i1; i++) {
         const struct gop *o = &g->ops[i];
         if (o->tok >= count) continue;
@@ -184,8 +207,15 @@ static void record(struct wgllm_webgpu_ctx *g, int i0, int i1, int count) {
         case GROW_X: x = o->x * (uint32_t)count; break;
         case GROW_XE: x = ceil_div((uint64_t)o->per * (uint64_t)count, o->div); break;
         }
+        if (g->batch_units > 0 && g->batch_units + (uint64_t)count > g->submit_units) {
+            enum wgllm_status s = submit(g, err);
+            if (s) return s;
+            begin(g);
+        }
         wgllm_gpu_dispatch(g->gpu, o->pipe, o->bg, x, y, 1);
+        g->batch_units += (uint64_t)count;
     }
+    return WGLLM_STATUS_OK;
 }
 
 /* One pass over tokens [0, n) of the arrays (n <= n_batch; n_out <= out_cap
@@ -216,8 +246,9 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
         if (a < 3 || (a == 3 && n_out) || (a == 4 && hp->attn_temp_scale != 0.0f) || (a == 5 && g->ring))
             wgllm_gpu_buffer_write(g->gpu, g->step, (uint64_t)a * B * 4, st + a * B, (size_t)(a == 3 ? n_out : n) * 4);
     rope_upload(g, n);
-    wgllm_gpu_batch_begin(g->gpu);
-    record(g, 0, g->n_ops_layers, n);
+    begin(g);
+    enum wgllm_status s = record(g, 0, g->n_ops_layers, n, err);
+    if (s) return s;
     const uint64_t width = embeddings ? (uint64_t)hp->n_embd : (uint64_t)hp->n_vocab;
     int n_host = n_out, n_dev = 0; /* rows read back, rows sampled here */
     if (n_out && rs) {
@@ -253,7 +284,7 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
         wgllm_gpu_buffer_write(g->gpu, g->samp_in, 0, g->samp_host, (size_t)n_dev * 8 * 4);
     }
     if (n_out) {
-        record(g, g->n_ops_layers, embeddings ? g->n_ops_norm : g->n_ops_logits, n_out);
+        if ((s = record(g, g->n_ops_layers, embeddings ? g->n_ops_norm : g->n_ops_logits, n_out, err))) return s;
         if (n_host == n_out) {
             wgllm_gpu_copy(g->gpu, embeddings ? g->xn : g->logits, 0, g->readback, 0, (uint64_t)n_out * width * 4);
         } else {
@@ -265,7 +296,7 @@ static enum wgllm_status run_pass(struct wgllm_webgpu_ctx *g, const int32_t *tok
             wgllm_gpu_copy(g->gpu, g->samp_out, 0, g->readback, (uint64_t)n_host * width * 4, (uint64_t)n_dev * 8);
         }
     }
-    enum wgllm_status s = wgllm_gpu_batch_submit(g->gpu, err);
+    s = submit(g, err);
     if (!s && n_host == n_out && n_out)
         s = wgllm_gpu_readback(g->gpu, g->readback, 0, out, (size_t)n_out * width * 4, err);
     if (!s && n_host < n_out) {
@@ -324,13 +355,12 @@ static enum wgllm_status encoder_decode(struct wgllm_webgpu_ctx *g, const struct
     enum wgllm_status s = wgllm_webgpu_encoder_step(g, ub, err);
     if (s) return s;
     const uint64_t bytes = (uint64_t)ub->n_out * (uint64_t)g->model->hp.n_embd * 4;
-    wgllm_gpu_batch_begin(g->gpu);
-    record(g, 0, g->n_ops_layers, ub->n);
-    if (ub->n_out) {
-        record(g, g->n_ops_layers, g->n_ops_norm, ub->n_out);
+    begin(g);
+    s = record(g, 0, g->n_ops_layers, ub->n, err);
+    if (!s && ub->n_out && !(s = record(g, g->n_ops_layers, g->n_ops_norm, ub->n_out, err)))
         wgllm_gpu_copy(g->gpu, g->xn, 0, g->readback, 0, bytes);
-    }
-    s = wgllm_gpu_batch_submit(g->gpu, err);
+    if (s) return s;
+    s = submit(g, err);
     if (!s && ub->n_out) s = wgllm_gpu_readback(g->gpu, g->readback, 0, ub->out, (size_t)bytes, err);
     return s;
 }
@@ -377,13 +407,14 @@ static enum wgllm_status queue_greedy_step(struct wgllm_webgpu_ctx *g, bool samp
     }
     rope_rows(g, 0, pos);
     rope_upload(g, 1);
-    wgllm_gpu_batch_begin(g->gpu);
-    record(g, 0, g->n_ops_layers, 1);
-    record(g, g->n_ops_layers, g->n_ops_logits, 1);
+    begin(g);
     const int pick = g->n_ops_logits + (sampled ? 1 : 0); /* the argmax, or the sampler */
-    record(g, pick, pick + 1, 1);
+    enum wgllm_status s = record(g, 0, g->n_ops_layers, 1, err);
+    if (!s) s = record(g, g->n_ops_layers, g->n_ops_logits, 1, err);
+    if (!s) s = record(g, pick, pick + 1, 1, err);
+    if (s) return s;
     wgllm_gpu_copy(g->gpu, g->step, 0, g->id_rb[rb], 0, 16);
-    return wgllm_gpu_batch_submit(g->gpu, err);
+    return submit(g, err);
 }
 
 /* The first sampled token, from the logits row the prompt's pass left on
@@ -396,10 +427,11 @@ static enum wgllm_status sample_first(struct wgllm_webgpu_ctx *g, const struct w
                                *gs->n_logits);
     const uint32_t len = (uint32_t)*gs->n_past;
     wgllm_gpu_buffer_write(g->gpu, g->step, 2 * (uint64_t)g->n_batch * 4, &len, 4);
-    wgllm_gpu_batch_begin(g->gpu);
-    record(g, g->n_ops_logits + 1, g->n_ops_logits + 2, 1);
+    begin(g);
+    enum wgllm_status st = record(g, g->n_ops_logits + 1, g->n_ops_logits + 2, 1, err);
+    if (st) return st;
     wgllm_gpu_copy(g->gpu, g->step, 0, g->id_rb[0], 0, 16);
-    enum wgllm_status st = wgllm_gpu_batch_submit(g->gpu, err);
+    st = submit(g, err);
     uint32_t id[4];
     if (!st) st = wgllm_gpu_readback(g->gpu, g->id_rb[0], 0, id, 16, err);
     if (!st) *tok = (int32_t)id[0];
@@ -609,6 +641,8 @@ static uint64_t webgpu_device_memory(const void *b) {
 }
 
 void wgllm_webgpu_get_plan(const struct wgllm_webgpu_ctx *g, struct wgllm_webgpu_plan *plan) { *plan = g->plan; }
+
+uint64_t wgllm_webgpu_submits(const struct wgllm_webgpu_ctx *g) { return g->n_submits; }
 
 static enum wgllm_status webgpu_init(struct wgllm_model *model, const struct wgllm_context_params *p, void **out,
                                      int *n_ctx, int *n_batch, char *desc, size_t desc_cap, struct wgllm_error *err) {

@@ -61,6 +61,9 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g);
 
 /* The memory plan of a context (wgllm info --plan). */
 void wgllm_webgpu_get_plan(const struct wgllm_webgpu_ctx *g, struct wgllm_webgpu_plan *plan);
+/* Command buffers submitted by the context's passes so far (a long pass is
+ * cut into several: forward_webgpu.c's record; tests). */
+uint64_t wgllm_webgpu_submits(const struct wgllm_webgpu_ctx *g);
 
 /*
  * The WebGPU state of a context, NULL when it runs on the CPU: for the plan

@@ -132,6 +132,9 @@ struct wgllm_webgpu_ctx {
 
     struct gop *ops;
     int n_ops, cap_ops;
+    /* bounded submissions (forward_webgpu.c's record): dispatch-tokens in the batch being recorded,
+       the most one batch takes before it is submitted, and the submissions made so far */
+    uint64_t batch_units, submit_units, n_submits;
     int n_ops_layers, n_ops_norm; /* [0, layers): up to the last attention (all tokens); [layers, norm): the rest
                                      of the last layer and the final norm (output rows only); then the logits */
     int n_ops_logits;             /* [norm, logits): the logits; [logits, n_ops): argmax of logits row 0 into the
