@@ -31,6 +31,13 @@ if ! make -j"$jobs" >/tmp/wgllm-build.log 2>&1 || ! make -j"$jobs" MODE=asan >>/
     exit 1
 fi
 
+# the I-quant models llama.cpp makes (test_webgpu_model reads them; node-llama-cpp is
+# installed by now: scripts/deps.sh test)
+if ! bash tests/peer/iquant_models.sh >/tmp/wgllm-iquant-models.log 2>&1; then
+    tail -20 /tmp/wgllm-iquant-models.log
+    echo "iquant models: failed (test_webgpu_model's llama_iquants will say so)"
+fi
+
 echo "== unit tests (ASan + UBSan), $jobs at a time [at ${SECONDS} s]"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

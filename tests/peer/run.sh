@@ -54,21 +54,8 @@ for m in "${models[@]}"; do
   }
 done
 
-# the I-quants: wgllm cannot write them (no quantizer), so llama.cpp's own
-# llama_model_quantize does, from tiny's f32 file: --pure (every matrix in the
-# type; IQ2_S is the file type IQ2_M's, as llama.cpp's IQ2_S file type writes
-# IQ2_XS) and an importance matrix of ones (those file types refuse to run
-# without one)
-iq_jobs=()
-for tf in iq3_s:26 iq3_xxs:23 iq2_s:29 iq2_xs:20 iq2_xxs:19 iq1_m:31 iq1_s:24; do
-  out="build/models/tiny-${tf%%:*}.gguf"
-  [ -s "$out" ] || iq_jobs+=("build/models/tiny-f32.gguf,$out.tmp,${tf##*:}/pure/ones")
-done
-if [ ${#iq_jobs[@]} -gt 0 ]; then
-  echo "peer: quantizing the I-quant models with llama.cpp" >&2
-  python3 tools/peer/llama_quantize.py tools/peer/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64 "${iq_jobs[@]}"
-  for j in "${iq_jobs[@]}"; do t="${j#*,}"; t="${t%%,*}"; mv "$t" "${t%.tmp}"; done
-fi
+# the I-quant models, made by llama.cpp (tiny-f32 above comes first)
+bash tests/peer/iquant_models.sh
 
 # llama.cpp's own server, for tests/peer/llamacpp.test.mjs (the gateway in front of it):
 # compiled once from node-llama-cpp's source against its prebuilt libraries, then cached
