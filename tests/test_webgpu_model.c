@@ -339,17 +339,17 @@ TEST(qwen3_f32) { compare("tiny-qwen3", WGLLM_TYPE_F32); }
 /* Mixture of experts (webgpu_moe.c): the router, the routing on the GPU
  * (softmax, top-k, renormalisation), the chosen experts' mat-vecs, the
  * shared expert with its sigmoid gate (qwen2moe), granite's residual scale;
- * a 9-token prompt (the router's and shared expert's mat-mats) and 4 steps. */
+ * a 9-token prompt (the router's and shared expert's mat-mats) and 4 steps;
+ * every shape in f32, and in q8_0 qwen3moe and qwen2moe (the experts' and
+ * the shared expert's rounded inputs; MATVEC_ID's formats are
+ * test_webgpu_moe's, and olmoe's q8_0 stacks run in the split test below). */
 TEST(moe_qwen3moe_f32) { compare_arch("tiny-qwen3moe", WGLLM_TYPE_F32, 32); }
 TEST(moe_qwen3moe_q8_0) { compare_arch("tiny-qwen3moe", WGLLM_TYPE_Q8_0, 32); }
 TEST(moe_mixtral_f32) { compare_arch("tiny-mixtral", WGLLM_TYPE_F32, 32); }
-TEST(moe_mixtral_q8_0) { compare_arch("tiny-mixtral", WGLLM_TYPE_Q8_0, 32); }
 TEST(moe_olmoe_f32) { compare_arch("tiny-olmoe", WGLLM_TYPE_F32, 32); }
-TEST(moe_olmoe_q8_0) { compare_arch("tiny-olmoe", WGLLM_TYPE_Q8_0, 32); }
 TEST(moe_qwen2moe_f32) { compare_arch("tiny-qwen2moe", WGLLM_TYPE_F32, 32); }
 TEST(moe_qwen2moe_q8_0) { compare_arch("tiny-qwen2moe", WGLLM_TYPE_Q8_0, 32); }
 TEST(moe_granitemoe_f32) { compare_arch("tiny-granitemoe", WGLLM_TYPE_F32, 32); }
-TEST(moe_granitemoe_q8_0) { compare_arch("tiny-granitemoe", WGLLM_TYPE_Q8_0, 32); }
 
 /* YaRN is in the host's RoPE table: the kernels rotate by it, magnitude included */
 TEST(yarn_f32) { compare("tiny-yarn", WGLLM_TYPE_F32); }
@@ -828,13 +828,10 @@ int main(void) {
     RUN(moe_qwen3moe_f32);
     RUN(moe_qwen3moe_q8_0);
     RUN(moe_mixtral_f32);
-    RUN(moe_mixtral_q8_0);
     RUN(moe_olmoe_f32);
-    RUN(moe_olmoe_q8_0);
     RUN(moe_qwen2moe_f32);
     RUN(moe_qwen2moe_q8_0);
     RUN(moe_granitemoe_f32);
-    RUN(moe_granitemoe_q8_0);
     RUN(ropefreqs_q8_0);
     RUN(gemma2_f32);
     RUN(gemma3_f32);
