@@ -65,7 +65,7 @@ import { existsSync, readFileSync, writeFileSync, mkdtempSync, rmSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadVocab, tokenizeWith, loadModelContext, nextTokenLogProbs, greedyGenerate, vocabSize } from '../../tools/peer/peer.mjs';
-import { modelPath, wgllmLogits, wgllmGreedy, runWgllm, logSoftmax, klLog, argmax, hasNonFinite, kernelLevels } from '../../tools/peer/wgllm.mjs';
+import { modelPath, wgllmLogits, wgllmGreedy, runWgllm, logSoftmax, klLog, argmax, hasNonFinite, kernelLevels, useWebgpuEnv } from '../../tools/peer/wgllm.mjs';
 import { withF32, withF32Tensor, withU32, withArch } from '../../tools/peer/gguf.mjs';
 
 const SHAPES = (process.env.PEER_SHAPES ||
@@ -337,6 +337,7 @@ async function mutated(what, shape, type, mutate, opts) {
 let webgpuOk, webgpuWhy = '';
 function webgpuUsable() {
   if (webgpuOk === undefined) {
+    useWebgpuEnv();
     const r = runWgllm(['devices'], { timeoutMs: 60000 });
     webgpuOk = r.status === 0 && /^webgpu: (?!not available)/m.test(r.stdout);
     webgpuWhy = ((r.stdout || '').match(/^webgpu: .*$/m) || [r.stderr || ''])[0].trim();

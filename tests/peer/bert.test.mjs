@@ -22,7 +22,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { peerLlama } from '../../tools/peer/peer.mjs';
 import { OpenAI, startServerWith, stopServers } from '../../tools/peer/serve.mjs';
-import { WGLLM, modelPath, runWgllm } from '../../tools/peer/wgllm.mjs';
+import { WGLLM, modelPath, runWgllm, useWebgpuEnv } from '../../tools/peer/wgllm.mjs';
 
 const MODELS = [
   ['tiny-bert', 'f32'], ['tiny-bert', 'f16'], ['tiny-bert', 'q8_0'], ['tiny-bert', 'q4_0'], ['bge-small', 'f16'],
@@ -59,9 +59,7 @@ async function startServer(model, backend) {
 
 /* WebGPU on SwiftShader where the machine has it (tests/peer/server.test.mjs does the same). */
 async function webgpuAvailable() {
-  const icd = '/usr/lib/chromium/vk_swiftshader_icd.json';
-  if (!process.env.VK_ICD_FILENAMES && existsSync(icd)) process.env.VK_ICD_FILENAMES = icd;
-  process.env.XDG_RUNTIME_DIR ??= '/tmp';
+  useWebgpuEnv();
   const r = runWgllm(['devices']);
   const ok = r.status === 0 && /^webgpu: (?!not available)/m.test(r.stdout);
   if (!ok && process.env.WGLLM_REQUIRE_WEBGPU) assert.fail(`no WebGPU adapter: ${r.stdout}${r.stderr}`);

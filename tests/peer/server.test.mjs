@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { BIN, MODEL, MODEL_ID, CTX, OpenAI, startServer, stopServers } from '../../tools/peer/serve.mjs';
 import { loadVocab, tokenizeWith } from '../../tools/peer/peer.mjs';
+import { useWebgpuEnv } from '../../tools/peer/wgllm.mjs';
 
 let base, client;
 before(async () => {
@@ -408,9 +409,7 @@ test('a full context: context_length_exceeded by default, --context-shift goes o
 });
 
 test('--backend webgpu serves the same greedy text as the CPU server (SwiftShader here)', { timeout: 120000 }, async () => {
-  const icd = '/usr/lib/chromium/vk_swiftshader_icd.json';
-  if (!process.env.VK_ICD_FILENAMES && (await import('node:fs')).existsSync(icd)) process.env.VK_ICD_FILENAMES = icd;
-  process.env.XDG_RUNTIME_DIR ??= '/tmp';
+  useWebgpuEnv();
   let gpu;
   try {
     gpu = await startServer(['--backend', 'webgpu']);

@@ -15,6 +15,15 @@ export const VOCAB_DIR = join(SHARED, 'vocab');
 
 export const modelPath = (shape, type) => join(MODELS, `${shape}-${type}.gguf`);
 
+/* WebGPU for the wgllm processes the tests start: SwiftShader's Vulkan ICD
+ * (Debian's chromium-common) unless VK_ICD_FILENAMES already names one (a
+ * real GPU's wins), as the C tests' test_webgpu_open does. */
+export function useWebgpuEnv() {
+  const icd = '/usr/lib/chromium/vk_swiftshader_icd.json';
+  if (!process.env.VK_ICD_FILENAMES && existsSync(icd)) process.env.VK_ICD_FILENAMES = icd;
+  process.env.XDG_RUNTIME_DIR ??= '/tmp';
+}
+
 /* Runs wgllm with argv (no shell), from the repo root. Returns spawnSync's result
  * with stdout/stderr as strings. */
 export function runWgllm(args, { timeoutMs = 120000, input, cpu } = {}) {
