@@ -76,9 +76,12 @@ const ALL_TYPES = 'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_
 // in every type: one type per kind of activation rounding is enough there, and keeps
 // the suite within its time. $PEER_TYPES, when set, is the list for every shape.
 const FEW_TYPES = ['f32', 'f16', 'q8_0', 'q4_0', 'q4_k'];
-// granite's scales, olmo2's post-norm-only block and smollm3's no-RoPE layers likewise.
+// granite's scales, olmo2's post-norm-only block and smollm3's no-RoPE layers: f32 for the block
+// itself, q8_0 and q4_k for the activation rounding through it, at every level; f16 and q4_0 at
+// the best level only (EXTRA).
+const FEWER_TYPES = ['f32', 'q8_0', 'q4_k'];
 const SHAPE_TYPES = { 'tiny-gemma3': FEW_TYPES, 'tiny-gemma2': FEW_TYPES, 'tiny-phi3': FEW_TYPES,
-  'tiny-granite': FEW_TYPES, 'tiny-olmo2': FEW_TYPES, 'tiny-smollm3': FEW_TYPES };
+  'tiny-granite': FEWER_TYPES, 'tiny-olmo2': FEWER_TYPES, 'tiny-smollm3': FEWER_TYPES };
 const typesFor = (shape) => (process.env.PEER_TYPES ? process.env.PEER_TYPES.split(',') : SHAPE_TYPES[shape] ?? ALL_TYPES);
 const GREEDY_TYPES = ['f32', 'f16', 'q8_0'];
 // The greedy run checks the token-by-token path, which is the same code for every
@@ -115,8 +118,14 @@ const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']
   ['tiny-olmoe', ['f32'], BEST], ['tiny-qwen2moe', ['f32'], BEST], ['tiny-granitemoe', ['f32'], BEST],
   // MXFP4, NVFP4, the ternary formats and Q1_0: their own dot kernels (every level), on the llama shape only
   ['tiny', ['mxfp4', 'nvfp4', 'tq2_0', 'tq1_0', 'q1_0']],
-  // the I-quants: files llama.cpp itself quantized (tests/peer/run.sh: every matrix in the type)
-  ['tiny', ['iq3_s', 'iq3_xxs', 'iq2_s', 'iq2_xs', 'iq2_xxs', 'iq1_m', 'iq1_s']]];
+  // the I-quants: files llama.cpp itself quantized (tests/peer/run.sh: every matrix in the type),
+  // at the best level: their dots are bit-identical to the reference at every level (test_iquants),
+  // so the other levels would only re-measure the other kernels' rounding
+  ['tiny', ['iq3_s', 'iq3_xxs', 'iq2_s', 'iq2_xs', 'iq2_xxs', 'iq1_m', 'iq1_s'], BEST],
+  // granite's, olmo2's and smollm3's blocks in the types of the other new blocks: f32, q8_0 and q4_k
+  // at every level (SHAPE_TYPES), f16 and q4_0 at the best (their kernels are the llama shapes')
+  ...['tiny-granite', 'tiny-olmo2', 'tiny-smollm3'].filter((sh) => SHAPES.includes(sh) && !process.env.PEER_TYPES)
+    .map((sh) => [sh, ['f16', 'q4_0'], BEST])];
 const MATRIX = [...SHAPES.map((s) => [s, typesFor(s)]), ...EXTRA];
 const N_POS = 64;
 const N_PROMPT = 16, N_GEN = 32;
