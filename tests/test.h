@@ -85,6 +85,14 @@ static inline float rng_normal(void) {
     return (rng_uniform() + rng_uniform() + rng_uniform() + rng_uniform()) * 0.8660254f;
 }
 static inline float rng_frand(void) { return (float)((rng_next() >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f; }
+/* sum a[i] * b[i] in double (the exact value a kernel's float dot is checked
+ * against), and in *mag the sum of the terms' magnitudes (the scale of its bound) */
+static inline double test_dot_f64(const float *a, const float *b, int64_t n, double *mag) {
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) d += (double)a[i] * b[i], m += fabs((double)a[i] * b[i]);
+    *mag = m;
+    return d;
+}
 
 void test_run(const char *name, void (*fn)(void));
 /* Prints the closing line and returns the process exit code. */

@@ -153,11 +153,8 @@ TEST(dots_match) {
             vt->from_float(a, aq, n);
             ref->to_float(wq, wd, n);
             vt->to_float(aq, ad, n);
-            double exact_dot = 0, mag = 0;
-            for (int64_t i = 0; i < n; i++) {
-                exact_dot += (double)wd[i] * ad[i];
-                mag += fabs((double)wd[i] * ad[i]);
-            }
+            double mag;
+            const double exact_dot = test_dot_f64(wd, ad, n, &mag);
             float s_ref = 0, s_fast = 0;
             ref->vec_dot(n, &s_ref, wq, aq);
             fast->vec_dot(n, &s_fast, wq, aq);
