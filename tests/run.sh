@@ -50,42 +50,17 @@ run_unit() { # $1 = test binary: its output, stderr, exit status and seconds in 
     echo $? >/tmp/wgllm-"$name".rc
     echo $((SECONDS - t0)) >/tmp/wgllm-"$name".sec
 }
-# test_webgpu_model's sweep of formats and architectures through one compare routine:
-# the GPU work runs in SwiftShader either way, and the CPU reference it compares with is
-# what ASan slows most, so the sweep runs on the release build and ASan keeps one
-# compare per code path (dense, MoE, sliding window) and every case of its own.
-WEBGPU_SWEEP="llama_f16,llama_q8_0,llama_q4_0,llama_mxfp4,llama_tq2_0,llama_tq1_0,llama_q1_0,llama_nvfp4,llama_iquants,llama_q4_k_m,llama_q2_k_mix,qwen2_q8_0,qwen3_q4_0,qwen3_f32,yarn_f32,mistral3_f32,moe_qwen3moe_f32,moe_mixtral_f32,moe_olmoe_f32,moe_qwen2moe_f32,moe_qwen2moe_q8_0,moe_granitemoe_f32,ropefreqs_q8_0,gemma2_f32,phi3_longctx_f32,granite_f32,olmo2_f32,smollm3_q4_k_m"
-run_release_sweep() {
-    local t0=$SECONDS name=release-test_webgpu_model
-    WGLLM_TEST_ONLY="$WEBGPU_SWEEP" build/release/tests/test_webgpu_model >/tmp/wgllm-$name.out 2>/tmp/wgllm-$name.err
-    echo $? >/tmp/wgllm-$name.rc
-    echo $((SECONDS - t0)) >/tmp/wgllm-$name.sec
-}
-# longest first, so the phase ends near its longest test's time, not after it
 units=()
-for t in test_webgpu_model test_engine_webgpu test_webgpu test_web_faults test_model test_kv_window; do
-    [ -x "build/asan/tests/$t" ] && units+=("build/asan/tests/$t")
-done
-units+=(release-sweep)
-for t in build/asan/tests/test_*; do
-    [ -x "$t" ] && [[ " ${units[*]} " != *" $t "* ]] && units+=("$t")
-done
+for t in build/asan/tests/test_*; do [ -x "$t" ] && units+=("$t"); done
 running=0
 for t in "${units[@]}"; do
-    if [ "$t" = release-sweep ]; then
-        run_release_sweep &
-    elif [ "$(basename "$t")" = test_webgpu_model ]; then
-        WGLLM_TEST_SKIP="$WEBGPU_SWEEP" run_unit "$t" &
-    else
-        run_unit "$t" &
-    fi
+    run_unit "$t" &
     running=$((running + 1))
     if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
 done
 wait
 for t in "${units[@]}"; do
     name=$(basename "$t")
-    [ "$t" = release-sweep ] && name=release-test_webgpu_model
     out=$(cat /tmp/wgllm-"$name".out)
     rc=$(cat /tmp/wgllm-"$name".rc)
     line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -1)
@@ -94,7 +69,6 @@ for t in "${units[@]}"; do
         [ -n "$line" ] || line="$name: 0 passed, 1 failed"
         [ $rc -ne 0 ] && ! grep -q ' [1-9][0-9]* failed' <<<"$line" && line="$name: 0 passed, 1 failed (exit $rc)"
     fi
-    [ "$t" = release-sweep ] && line="${line/test_webgpu_model:/test_webgpu_model (release sweep):}"
     echo "$line ($(cat /tmp/wgllm-"$name".sec) s)"
     note_result "$line"
 done
