@@ -7,7 +7,7 @@
 # New inputs that grow coverage go to build/fuzz/corpus/NAME (the seeds in
 # fuzz/corpus/NAME stay as committed); a crash is saved as build/fuzz/crash-NAME-*.
 # fuzz/NAME.dict, when there is one, is the target's libFuzzer dictionary.
-# Prints one line per target and "fuzz: N passed, N failed" at the end.
+# Runs one target per core at a time. Prints one line per target and "fuzz: N passed, N failed" at the end.
 set -u
 cd "$(dirname "$0")/.."
 arg="${1:-20}"; shift || true
@@ -22,20 +22,32 @@ targets=("$@")
 export WGLLM_SHARED="${WGLLM_SHARED:-$(cd .. && pwd)/shared}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-passed=0; failed=0
-for t in "${targets[@]}"; do
-    bin="build/fuzz/$t"
-    work="build/fuzz/corpus/$t"
+# each target is one process on one core: as many at a time as there are cores
+jobs=$(nproc 2>/dev/null || echo 2)
+run_target() { # $1 = target: its log in build/fuzz/NAME.log, its exit status in build/fuzz/NAME.rc
+    local t="$1" bin="build/fuzz/$1" work="build/fuzz/corpus/$1" seeds="" dict=""
     mkdir -p "$work"
-    seeds=""; [ -d "fuzz/corpus/$t" ] && seeds="fuzz/corpus/$t"
-    dict=""; [ -f "fuzz/$t.dict" ] && dict="-dict=fuzz/$t.dict"
-    log="build/fuzz/$t.log"
+    [ -d "fuzz/corpus/$t" ] && seeds="fuzz/corpus/$t"
+    [ -f "fuzz/$t.dict" ] && dict="-dict=fuzz/$t.dict"
     # -rss_limit_mb / -malloc_limit_mb: a parser that allocates without bound is a finding
     "$bin" $limit $dict -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 -print_final_stats=1 \
-        -artifact_prefix="build/fuzz/crash-$t-" "$work" $seeds >"$log" 2>&1
-    rc=$?
+        -artifact_prefix="build/fuzz/crash-$t-" "$work" $seeds >"build/fuzz/$t.log" 2>&1
+    echo $? >"build/fuzz/$t.rc"
+}
+running=0
+for t in "${targets[@]}"; do
+    rm -f "build/fuzz/$t.rc"
+    run_target "$t" &
+    running=$((running + 1))
+    if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
+passed=0; failed=0
+for t in "${targets[@]}"; do
+    log="build/fuzz/$t.log"
+    rc=$(cat "build/fuzz/$t.rc" 2>/dev/null || echo 1)
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    if [ $rc -eq 0 ]; then
+    if [ "$rc" -eq 0 ]; then
         echo "fuzz $t: ok, ${execs:-?} executions"
         passed=$((passed + 1))
     else

@@ -71,16 +71,18 @@ import { withF32, withF32Tensor, withU32, withArch } from '../../tools/peer/gguf
 const SHAPES = (process.env.PEER_SHAPES ||
   'tiny,tiny-qwen2,tiny-qwen3,tiny-gemma3,tiny-gemma2,tiny-phi3,tiny-granite,tiny-olmo2,tiny-smollm3').split(',');
 const ALL_TYPES = 'f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs'.split(',');
-// The gemma and phi3 shapes add their block (post-norms, GeGLU, soft-caps, sliding
-// window; fused matrices, scaled queries) to kernels the llama shapes already check
-// in every type: one type per kind of activation rounding is enough there, and keeps
-// the suite within its time. $PEER_TYPES, when set, is the list for every shape.
+// The llama shape checks every type's kernels at every level. The qwen2 and qwen3
+// shapes add biases and q/k norms, the gemma and phi3 shapes their block (post-norms,
+// GeGLU, soft-caps, sliding window; fused matrices, scaled queries), to those same
+// kernels: one type per kind of activation rounding is enough there (f32, f16, q8_0,
+// q4_0 and q4_k: none, f16, q8_0, q8_0 of coarser weights, q8_K), and keeps the suite
+// within its time. $PEER_TYPES, when set, is the list for every shape.
 const FEW_TYPES = ['f32', 'f16', 'q8_0', 'q4_0', 'q4_k'];
 // granite's scales, olmo2's post-norm-only block and smollm3's no-RoPE layers: f32 for the block
 // itself, q8_0 and q4_k for the activation rounding through it, at every level; f16 and q4_0 at
 // the best level only (EXTRA).
 const FEWER_TYPES = ['f32', 'q8_0', 'q4_k'];
-const SHAPE_TYPES = { 'tiny-gemma3': FEW_TYPES, 'tiny-gemma2': FEW_TYPES, 'tiny-phi3': FEW_TYPES,
+const SHAPE_TYPES = { 'tiny-qwen2': FEW_TYPES, 'tiny-qwen3': FEW_TYPES, 'tiny-gemma3': FEW_TYPES, 'tiny-gemma2': FEW_TYPES, 'tiny-phi3': FEW_TYPES,
   'tiny-granite': FEWER_TYPES, 'tiny-olmo2': FEWER_TYPES, 'tiny-smollm3': FEWER_TYPES };
 const typesFor = (shape) => (process.env.PEER_TYPES ? process.env.PEER_TYPES.split(',') : SHAPE_TYPES[shape] ?? ALL_TYPES);
 const GREEDY_TYPES = ['f32', 'f16', 'q8_0'];

@@ -22,10 +22,8 @@ fi
 
 mkdir -p build/models
 models=()
-for shape in tiny tiny-qwen2 tiny-qwen3; do
-  for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs; do
-    models+=("$shape $type")
-  done
+for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs; do
+  models+=("tiny $type")
 done
 for shape in tiny-ropefreqs tiny-ropescale tiny-phi3-longrope tiny-phi3-longctx; do
   for type in f32 q8_0; do models+=("$shape $type"); done
@@ -34,8 +32,8 @@ models+=("tiny-yarn f32" "tiny-mistral3 f32")
 models+=("tiny mxfp4" "tiny nvfp4" "tiny tq2_0" "tiny tq1_0" "tiny q1_0") # the new formats: the llama shape only
 models+=("tiny-qwen3moe f32" "tiny-qwen3moe q8_0" "tiny-mixtral f32" "tiny-olmoe f32" "tiny-qwen2moe f32"
          "tiny-granitemoe f32")
-# the gemma, phi3, granite, olmo2 and smollm3 shapes in the types agreement.test.mjs checks them in (SHAPE_TYPES)
-for shape in tiny-gemma3 tiny-gemma2 tiny-phi3 tiny-granite tiny-olmo2 tiny-smollm3; do
+# the qwen2, qwen3, gemma, phi3, granite, olmo2 and smollm3 shapes in the types agreement.test.mjs checks them in (SHAPE_TYPES)
+for shape in tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-gemma2 tiny-phi3 tiny-granite tiny-olmo2 tiny-smollm3; do
   for type in f32 f16 q8_0 q4_0 q4_k; do models+=("$shape $type"); done
 done
 # the bert encoders bert.test.mjs compares (embeddings)
