@@ -209,7 +209,7 @@ struct wgllm_tools_gpu_plan {
     uint64_t total;       /* what the device allocated (buffers rounded to 16 bytes) */
     uint64_t budget;      /* the gpu_mem asked for (0: none) */
     int n_buffers;        /* GPU buffers */
-    int n_pipelines;      /* compute pipelines compiled */
+    int n_pipelines;      /* compute pipelines compiled on the device (a device reused in the process keeps its earlier ones) */
     int n_dispatches;     /* dispatches of one decode step */
     int n_param_slots;    /* slots of the parameter arena */
     int n_split_tensors;  /* tensors split by rows (over the binding size) */

@@ -380,6 +380,49 @@ TEST(smollm3_q4_k_m) {
     quant_preset = NULL;
 }
 
+/* A context's device outlives it (hal.h, wgllm_gpu_close): the next open in
+ * the process gets it back with the pipelines it compiled, and a context on
+ * it computes what the first one did, bit for bit. */
+TEST(a_freed_context_leaves_its_device_to_the_next) {
+    struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q8_0);
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = wgllm_model_n_vocab(m);
+    const int32_t prompt[5] = {1, 450, 4996, 17354 % V, 29889 % V};
+    float *first = malloc(sizeof(float) * (size_t)V);
+    struct wgllm_error err = {0};
+    struct wgllm_context *a = new_ctx(m, WGLLM_BACKEND_WEBGPU, 16);
+    CHECK(a != NULL);
+    if (!a) goto done;
+    CHECK_EQ_INT(wgllm_decode(a, prompt, 5, false, &err), WGLLM_STATUS_OK);
+    memcpy(first, wgllm_get_logits(a), sizeof(float) * (size_t)V);
+    wgllm_context_free(a);
+
+    struct wgllm_gpu *g = NULL;
+    CHECK_EQ_INT(wgllm_gpu_open(&g, &err), WGLLM_STATUS_OK);
+    if (!g) goto done;
+    const int n_model = wgllm_gpu_pipeline_count(g);
+    CHECK(n_model > 0); /* the context's pipelines came with the device */
+    /* a pipeline no context compiles marks this device */
+    CHECK(wgllm_gpu_pipeline_get(g, "@compute @workgroup_size(1) fn main() {} // test marker", "marker", &err) != NULL);
+    CHECK_EQ_INT(wgllm_gpu_pipeline_count(g), n_model + 1);
+    wgllm_gpu_close(g);
+
+    struct wgllm_context *b = new_ctx(m, WGLLM_BACKEND_WEBGPU, 16);
+    CHECK(b != NULL);
+    if (!b) goto done;
+    CHECK_EQ_INT(wgllm_decode(b, prompt, 5, false, &err), WGLLM_STATUS_OK);
+    CHECK(!memcmp(wgllm_get_logits(b), first, sizeof(float) * (size_t)V));
+    wgllm_context_free(b);
+    g = NULL;
+    CHECK_EQ_INT(wgllm_gpu_open(&g, &err), WGLLM_STATUS_OK);
+    if (g) CHECK_EQ_INT(wgllm_gpu_pipeline_count(g), n_model + 1); /* the same device, nothing compiled again */
+    wgllm_gpu_close(g);
+done:
+    free(first);
+    wgllm_model_free(m);
+}
+
 /* all_logits prompt rows, argument errors, the engine's batch call, auto selection */
 TEST(api_behaviour) {
     struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q8_0);
@@ -840,6 +883,7 @@ int main(void) {
     RUN(olmo2_f32);
     RUN(smollm3_q4_k_m);
     RUN(api_behaviour);
+    RUN(a_freed_context_leaves_its_device_to_the_next);
     RUN(batch_of_three_sequences);
     RUN(batch_equals_token_by_token_and_sequence_ops);
     RUN(memory_budget_shrinks_the_context);

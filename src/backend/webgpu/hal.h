@@ -43,6 +43,11 @@ struct wgllm_gpu_info {
  * WGLLM_ERR_UNSUPPORTED when the library or an adapter is missing, naming
  * what was tried. */
 enum wgllm_status wgllm_gpu_open(struct wgllm_gpu **out, struct wgllm_error *err);
+/* Gives the device up. One that is idle and healthy (every buffer destroyed,
+ * no error pending, nothing timed out) is kept, with its compiled pipelines,
+ * for the next wgllm_gpu_open in the process under the same WGLLM_WEBGPU_LIB
+ * and VK_ICD_FILENAMES: a second model, or the same one again, starts without
+ * creating a device or compiling a pipeline twice. */
 void wgllm_gpu_close(struct wgllm_gpu *g);
 const struct wgllm_gpu_info *wgllm_gpu_get_info(const struct wgllm_gpu *g);
 

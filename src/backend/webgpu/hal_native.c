@@ -4,13 +4,15 @@
  * without it. All waiting goes through wgpuInstanceWaitAny on futures (the
  * instance is created with timed waits enabled); device errors are caught
  * by the uncaptured-error callback and by error scopes around compilation,
- * and reported by the next call that can fail.
+ * and reported by the next call that can fail. A closed device that is idle
+ * and healthy is kept for the next open in the process (see wgllm_gpu_close).
  */
 #include "backend/webgpu/hal.h"
 #include "backend/webgpu/webgpu_api.h"
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,8 +256,38 @@ static const char *adapter_type_name(uint32_t t) {
     }
 }
 
+/* The device the last wgllm_gpu_close kept (one at most), with the environment
+ * it was opened under: creating a device, compiling its pipelines and
+ * destroying it again cost seconds on a software adapter (SwiftShader: about
+ * a second per model, 0.1-0.5 s per pipeline), and a program that loads one
+ * model after another, or a context per request, would pay them every time. */
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct wgllm_gpu *kept;
+static char kept_env[1100];
+static void destroy_device(struct wgllm_gpu *g);
+
+/* what decides which library and driver an open gets */
+static void open_env(char *buf, size_t cap) {
+    const char *lib = getenv("WGLLM_WEBGPU_LIB"), *icd = getenv("VK_ICD_FILENAMES");
+    snprintf(buf, cap, "%s\n%s", lib ? lib : "", icd ? icd : "");
+}
+
 enum wgllm_status wgllm_gpu_open(struct wgllm_gpu **out, struct wgllm_error *err) {
     *out = NULL;
+    char env[sizeof kept_env];
+    open_env(env, sizeof env);
+    pthread_mutex_lock(&kept_mu);
+    struct wgllm_gpu *reuse = kept && !strcmp(kept_env, env) ? kept : NULL;
+    if (reuse) kept = NULL;
+    pthread_mutex_unlock(&kept_mu);
+    if (reuse && reuse->error) { /* lost, or an error of the last owner's work, since it was kept */
+        destroy_device(reuse);
+        reuse = NULL;
+    }
+    if (reuse) {
+        *out = reuse;
+        return WGLLM_STATUS_OK;
+    }
     struct wgllm_gpu *g = calloc(1, sizeof *g);
     if (!g) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory for the GPU device");
     g->lib = load_library(g->info.library, sizeof g->info.library, err);
@@ -390,7 +422,8 @@ enum wgllm_status wgllm_gpu_open(struct wgllm_gpu **out, struct wgllm_error *err
     return WGLLM_STATUS_OK;
 }
 
-void wgllm_gpu_close(struct wgllm_gpu *g) {
+/* Releases the whole device and what it holds. */
+static void destroy_device(struct wgllm_gpu *g) {
     if (!g) return;
     for (int i = 0; i < g->pipes.n; i++) {
         struct wgllm_gpu_pipeline *p = g->pipes.e[i].p;
@@ -416,6 +449,29 @@ void wgllm_gpu_close(struct wgllm_gpu *g) {
     /* The library is not unloaded: Dawn and the Vulkan loader keep threads and
      * atexit handlers that must not outlive their code. */
     free(g);
+}
+
+/* An idle, healthy device (no buffer left, no error, nothing in flight) is
+ * kept for the next wgllm_gpu_open of this process, with its compiled
+ * pipelines; one kept already is destroyed first, so at most one waits. The
+ * kept one lives until the process ends, as a timed-out device does. */
+void wgllm_gpu_close(struct wgllm_gpu *g) {
+    if (!g) return;
+    if (g->device && !g->timed_out && !g->error && g->n_buffers == 0) {
+        /* a batch left open is dropped, as destroying the device would */
+        if (g->pass) g->f.wgpuComputePassEncoderRelease(g->pass);
+        if (g->enc) g->f.wgpuCommandEncoderRelease(g->enc);
+        g->pass = NULL, g->enc = NULL;
+        struct wgllm_gpu *old;
+        pthread_mutex_lock(&kept_mu);
+        old = kept;
+        kept = g;
+        open_env(kept_env, sizeof kept_env);
+        pthread_mutex_unlock(&kept_mu);
+        destroy_device(old);
+        return;
+    }
+    destroy_device(g);
 }
 
 const struct wgllm_gpu_info *wgllm_gpu_get_info(const struct wgllm_gpu *g) { return &g->info; }
