@@ -109,19 +109,31 @@ static double softcap(double x, double cap) { return cap > 0 ? cap * tanh(x / ca
 /* The exact GELU (tanh form): the reference does not round it to f16 as ggml does. */
 static double gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
+/* gpt-oss's expert activation as OpenAI's reference code defines it
+ * (alpha 1.702, limit 7): the gate clamped from above, the linear part on
+ * both sides and shifted by one */
+static double swiglu_oai(double gate, double up) {
+    const double x = fmin(gate, 7.0), y = fmax(-7.0, fmin(up, 7.0));
+    return x / (1 + exp(-1.702 * x)) * (y + 1);
+}
+
 /* A mixture-of-experts FFN as Mixtral's / Qwen3-MoE's reference code defines
  * it: x += sum over the top-k experts of the router's softmax of
  * p_e / (sum of the chosen p, when renormalized) * SwiGLU_e(h); wg/wu/wd
- * are the experts' stacks. */
+ * are the experts' stacks. gpt-oss's (moe_softmax_weight): the top-k of the
+ * router's biased logits, weighted by their softmax, experts with biases
+ * and SwiGLU-OAI. */
 static void moe_reference(const struct wgllm_layer *L, const struct wgllm_hparams *hp, const double *h, double *x,
                           double *g, double *u, double *o, const double *wg, const double *wu, const double *wd) {
     const int E = hp->n_embd, X = hp->n_expert, FE = hp->n_ff_exp;
     double *wr = deq(&L->gate_inp), *p = malloc(sizeof(double) * (size_t)X);
-    mv(wr, h, p, E, X, NULL);
+    mv(wr, h, p, E, X, L->b_gate_inp);
     double mx = -1e300, sum = 0, wsum = 0;
-    for (int e = 0; e < X; e++) mx = fmax(mx, p[e]);
-    for (int e = 0; e < X; e++) sum += (p[e] = exp(p[e] - mx));
-    for (int e = 0; e < X; e++) p[e] /= sum;
+    if (!hp->moe_softmax_weight) {
+        for (int e = 0; e < X; e++) mx = fmax(mx, p[e]);
+        for (int e = 0; e < X; e++) sum += (p[e] = exp(p[e] - mx));
+        for (int e = 0; e < X; e++) p[e] /= sum;
+    }
     int chosen[64];
     for (int k = 0; k < hp->n_expert_used; k++) {
         int best = -1;
@@ -133,14 +145,23 @@ static void moe_reference(const struct wgllm_layer *L, const struct wgllm_hparam
         chosen[k] = best;
         wsum += p[best];
     }
+    double cw[64]; /* gpt-oss: the chosen logits' softmax */
+    if (hp->moe_softmax_weight) {
+        double cmx = -1e300, csum = 0;
+        for (int k = 0; k < hp->n_expert_used; k++) cmx = fmax(cmx, p[chosen[k]]);
+        for (int k = 0; k < hp->n_expert_used; k++) csum += (cw[k] = exp(p[chosen[k]] - cmx));
+        for (int k = 0; k < hp->n_expert_used; k++) cw[k] /= csum;
+    }
     double *y = calloc((size_t)E, sizeof(double));
     for (int k = 0; k < hp->n_expert_used; k++) {
         const int e = chosen[k];
-        mv(wg + (size_t)e * FE * E, h, g, E, FE, NULL);
-        mv(wu + (size_t)e * FE * E, h, u, E, FE, NULL);
-        for (int i = 0; i < FE; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
-        mv(wd + (size_t)e * E * FE, g, o, FE, E, NULL);
-        const double w = hp->moe_norm_w ? p[e] / wsum : p[e];
+        const bool b = L->b_gate_exps != NULL;
+        mv(wg + (size_t)e * FE * E, h, g, E, FE, b ? L->b_gate_exps + (size_t)e * FE : NULL);
+        mv(wu + (size_t)e * FE * E, h, u, E, FE, b ? L->b_up_exps + (size_t)e * FE : NULL);
+        for (int i = 0; i < FE; i++)
+            g[i] = hp->ffn_act == WGLLM_FFN_SWIGLU_OAI ? swiglu_oai(g[i], u[i]) : g[i] / (1 + exp(-g[i])) * u[i];
+        mv(wd + (size_t)e * E * FE, g, o, FE, E, b ? L->b_down_exps + (size_t)e * E : NULL);
+        const double w = hp->moe_softmax_weight ? cw[k] : hp->moe_norm_w ? p[e] / wsum : p[e];
         for (int i = 0; i < E; i++) y[i] += w * o[i];
     }
     if (L->sh_gate.ne1) { /* the shared expert, gated by a sigmoid where it has a gate (qwen2moe) */
@@ -168,7 +189,8 @@ static void moe_reference(const struct wgllm_layer *L, const struct wgllm_hparam
  * of the hp->n_swa latest positions on local layers, GeGLU, post-norms) as
  * Gemma's reference code defines it; granite's residual and logit scales,
  * olmo2's block (no pre-norms, q/k norms over the whole projection) and
- * layers without RoPE (smollm3) as their Hugging Face models do. */
+ * layers without RoPE (smollm3) as their Hugging Face models do; gpt-oss's
+ * attention sinks and output bias as OpenAI's reference code. */
 static double *reference_forward(const struct wgllm_model *m, const int32_t *tokens, int n) {
     const struct wgllm_hparams *hp = &m->hp;
     const int E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab, dk = hp->head_dim_k, dv = hp->head_dim_v;
@@ -223,14 +245,18 @@ static double *reference_forward(const struct wgllm_model *m, const int32_t *tok
                     sc[j] = softcap(s, hp->attn_softcap) * hp->kq_scale;
                     mx = fmax(mx, sc[j]);
                 }
+                /* gpt-oss's sink: one more logit in the denominator, without a value */
+                const double sink = L->attn_sinks ? L->attn_sinks[hh] : -INFINITY;
+                mx = fmax(mx, sink);
                 for (int j = j0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
+                sum += exp(sink - mx);
                 for (int d = 0; d < dv; d++) {
                     double a = 0;
                     for (int j = j0; j <= t; j++) a += sc[j] / sum * Vc[(size_t)j * VD + kvh * dv + d];
                     att[hh * dv + d] = a;
                 }
             }
-            mv(wo, att, o, QD, E, NULL);
+            mv(wo, att, o, QD, E, L->bo);
             if (L->post_attn_norm) rmsn(o, L->post_attn_norm, o, E, hp->rms_eps);
             for (int i = 0; i < E; i++) xt[i] += o[i] * hp->residual_scale;
             if (L->ffn_norm) rmsn(xt, L->ffn_norm, h, E, hp->rms_eps);
@@ -311,6 +337,7 @@ TEST(mixtral_matches_reference) { test_reference("tiny-mixtral"); }
 TEST(olmoe_matches_reference) { test_reference("tiny-olmoe"); }
 TEST(qwen2moe_matches_reference) { test_reference("tiny-qwen2moe"); }
 TEST(granitemoe_matches_reference) { test_reference("tiny-granitemoe"); }
+TEST(gptoss_matches_reference) { test_reference("tiny-gptoss"); }
 TEST(gemma2_matches_reference) { test_reference("tiny-gemma2"); }
 TEST(gemma3_matches_reference) { test_reference("tiny-gemma3"); }
 TEST(phi3_matches_reference) { test_reference("tiny-phi3"); }
@@ -552,10 +579,62 @@ TEST(gemma_hparams_are_read_as_llama_cpp_reads_them) {
         free(buf);
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "architecture 'gemmaX' is not supported (supported: llama");
         check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "gemma2, gemma3");
-        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3, mistral3, qwen3moe, qwen2moe, granitemoe, olmoe, bert, nomic-bert)");
+        check_load_fails(p2, WGLLM_STATUS_UNSUPPORTED, "phi3, granite, olmo2, smollm3, mistral3, qwen3moe, qwen2moe, granitemoe, olmoe, gpt-oss, bert, nomic-bert)");
     }
     remove(p2);
     remove(p3);
+}
+
+/* gpt-oss (q8_0): a prompt past the sliding window (8) in one pass, token by
+ * token and in chunks of 7 (the ring wraps inside a chunk) gives the same
+ * logits; the WebGPU backend refuses it naming what it lacks; a file
+ * without a layer's sinks or the window is refused naming them. */
+TEST(gptoss_passes_agree_and_bad_files_are_refused) {
+    const char *path = make_model("tiny-gptoss", WGLLM_TYPE_Q8_0);
+    CHECK(path != NULL);
+    if (!path) return;
+    struct wgllm_model *m = load(path, 2);
+    CHECK(m != NULL);
+    if (!m) return;
+    char why[300] = "";
+    CHECK(!wgllm_webgpu_formats_ok(m, why, sizeof why));
+    CHECK(strstr(why, "attention sinks") != NULL && strstr(why, "SwiGLU-OAI") != NULL);
+    enum { N = 20 };
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = 100 + i * 37;
+    const int V = wgllm_model_n_vocab(m);
+    struct wgllm_context *c, *c2;
+    CHECK_EQ_INT(wgllm_context_init(m, NULL, &c, NULL), WGLLM_STATUS_OK);
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_batch = 7;
+    CHECK_EQ_INT(wgllm_context_init(m, &cp, &c2, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_decode(c, toks, N, true, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_decode(c2, toks, N, true, NULL), WGLLM_STATUS_OK);
+    float *ref = malloc(sizeof(float) * (size_t)N * V);
+    for (int t = 0; t < N; t++) memcpy(ref + (size_t)t * V, wgllm_get_logits_ith(c, t), sizeof(float) * (size_t)V);
+    double md_chunks = 0, md_tokens = 0;
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < V; j++) md_chunks = fmax(md_chunks, fabs(wgllm_get_logits_ith(c2, t)[j] - ref[(size_t)t * V + j]));
+    wgllm_context_truncate(c, 0);
+    for (int t = 0; t < N; t++) {
+        CHECK_EQ_INT(wgllm_decode(c, &toks[t], 1, false, NULL), WGLLM_STATUS_OK);
+        const float *l = wgllm_get_logits(c);
+        for (int j = 0; j < V; j++) md_tokens = fmax(md_tokens, fabs(l[j] - ref[(size_t)t * V + j]));
+    }
+    fprintf(stderr, "  tiny-gptoss q8_0: max |batch - chunks of 7| %.2g, |batch - token by token| %.2g\n", md_chunks,
+            md_tokens);
+    CHECK(md_chunks < 1e-3 && md_tokens < 1e-3);
+    free(ref);
+    wgllm_context_free(c2);
+    wgllm_context_free(c);
+    wgllm_model_free(m);
+    /* names of the same length: the tensor or key is then absent */
+    CHECK(rename_key(path, "blk.1.attn_sinks.weight", "blk.1.attn_sinkz.weight"));
+    check_load_fails(path, WGLLM_STATUS_BAD_FORMAT, "blk.1.attn_sinks.weight");
+    CHECK(rename_key(path, "blk.1.attn_sinkz.weight", "blk.1.attn_sinks.weight"));
+    CHECK(rename_key(path, "gpt-oss.attention.sliding_window", "gpt-oss.attention.sliding_windoz"));
+    check_load_fails(path, WGLLM_STATUS_BAD_FORMAT, "gpt-oss.attention.sliding_window");
+    remove(path);
 }
 
 /* ---- API behaviour ------------------------------------------------------ */
@@ -785,6 +864,7 @@ int main(void) {
     RUN(olmoe_matches_reference);
     RUN(qwen2moe_matches_reference);
     RUN(granitemoe_matches_reference);
+    RUN(gptoss_matches_reference);
     RUN(gemma2_matches_reference);
     RUN(gemma3_matches_reference);
     RUN(phi3_matches_reference);
@@ -796,6 +876,7 @@ int main(void) {
     RUN(granite_olmo2_smollm3_hparams);
     RUN(phi3_fused_matrices_and_longrope);
     RUN(gemma_hparams_are_read_as_llama_cpp_reads_them);
+    RUN(gptoss_passes_agree_and_bad_files_are_refused);
     if (q8_path) {
         RUN(batch_sequential_and_threads_agree);
         RUN(errors_leave_the_context_usable);

@@ -85,7 +85,7 @@ TEST(test_shape_names) {
     const char *const *names = wgllm_synth_shape_names();
     int n = 0;
     for (; names[n]; n++) CHECK(wgllm_synth_shape(names[n]) != NULL);
-    CHECK_EQ_INT(n, 32); /* ... the encoders tiny-bert, bge-small, tiny-nomic-bert among them */
+    CHECK_EQ_INT(n, 33); /* ... the encoders tiny-bert, bge-small, tiny-nomic-bert among them, and tiny-gptoss */
     CHECK(wgllm_synth_shape("nope") == NULL);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_Q8_0), 7);
     CHECK_EQ_INT(wgllm_synth_file_type(WGLLM_TYPE_BF16), 32);

@@ -31,16 +31,43 @@ const float *wgllm_model_rope_factors(const struct wgllm_model *m, int n_ctx) {
     return n_ctx > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
 }
 
+struct feature {
+    bool on;
+    const char *what;
+};
+
+/* Appends the features that are on to buf (n characters written so far,
+ * counted on past cap), comma-separated; returns the new count. */
+static size_t list_features(const struct feature *f, size_t nf, char *buf, size_t cap, size_t n) {
+    for (size_t i = 0; i < nf; i++) {
+        if (!f[i].on) continue;
+        if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", f[i].what);
+        else n++;
+    }
+    return n;
+}
+
+/* gpt-oss's part of the block, which only the CPU backend computes */
+static size_t cpu_only_features(const struct wgllm_model *m, char *buf, size_t cap, size_t n) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const struct wgllm_layer *L0 = !hp->encoder && m->layers ? &m->layers[0] : NULL;
+    const struct feature f[] = {
+        {L0 && L0->attn_sinks, "attention sinks"},
+        {L0 && L0->bo, "an attention output bias"},
+        {hp->moe_softmax_weight, "experts weighted by a softmax over the chosen router logits"},
+        {L0 && (L0->b_gate_inp || L0->b_gate_exps), "router and expert biases"},
+        {hp->ffn_act == WGLLM_FFN_SWIGLU_OAI, "SwiGLU-OAI"},
+    };
+    return list_features(f, sizeof f / sizeof f[0], buf, cap, n);
+}
+
 bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t cap) {
     const struct wgllm_hparams *hp = &m->hp;
-    const struct {
-        bool on;
-        const char *what;
-    } f[] = {
+    const struct feature f[] = {
         {hp->embd_scale != 1.0f, "scaled embeddings"},
         {hp->q_scale != 1.0f, "scaled queries"},
         {hp->post_norms, "post-attention/FFN norms"},
-        {hp->ffn_act != WGLLM_FFN_SILU, "GeGLU"},
+        {hp->ffn_act == WGLLM_FFN_GELU, "GeGLU"},
         {hp->attn_softcap > 0.0f, "attention soft-capping"},
         {hp->final_softcap > 0.0f, "final logit soft-capping"},
         {hp->n_swa > 0, "sliding-window attention"},
@@ -55,14 +82,14 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {hp->n_expert > 0, "mixture of experts"},
         {hp->encoder, "a bidirectional encoder (bert's post-LayerNorm block, no KV cache)"},
     };
-    size_t n = 0;
     if (cap) buf[0] = 0;
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        if (!f[i].on) continue;
-        if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", f[i].what);
-        else n++;
-    }
-    return n > 0;
+    const size_t n = list_features(f, sizeof f / sizeof f[0], buf, cap, 0);
+    return cpu_only_features(m, buf, cap, n) > 0;
+}
+
+bool wgllm_model_cpu_only_features(const struct wgllm_model *m, char *buf, size_t cap) {
+    if (cap) buf[0] = 0;
+    return cpu_only_features(m, buf, cap, 0) > 0;
 }
 
 /* ---- tensors ----------------------------------------------------------
@@ -153,6 +180,9 @@ static enum wgllm_status bind_experts(struct binder *b, const char *name, int64_
     return st;
 }
 
+static enum wgllm_status bind_vector(struct binder *b, const char *name, int64_t n, bool required, float **slot,
+                                     struct wgllm_error *err);
+
 /* A mixture-of-experts FFN: the router and the stacks (llama.cpp's names);
  * the dense FFN's tensors or an old per-expert layout (ffn_gate.0.weight)
  * alongside are refused by name rather than left out. */
@@ -163,12 +193,15 @@ static enum wgllm_status bind_moe(struct binder *b, int il, struct wgllm_layer *
     char n[96];
     enum wgllm_status st;
     static const char *const dense[] = {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_gate.0.weight",
-                                        "ffn_gate_up_exps.weight", "ffn_gate_inp.bias", "ffn_gate_exps.bias",
-                                        "ffn_down_exps.bias", "exp_probs_b.bias",
+                                        "ffn_gate_up_exps.weight", "exp_probs_b.bias",
+                                        /* gpt-oss's biases, where the architecture has none */
+                                        "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias",
+                                        "ffn_down_exps.bias",
                                         /* the shared expert's, where the file has none */
                                         "ffn_gate_shexp.weight", "ffn_gate_inp_shexp.weight"};
-    const size_t n_refused = sizeof dense / sizeof dense[0] - (hp->n_ff_shexp > 0 ? 2 : 0);
-    for (size_t i = 0; i < n_refused; i++) {
+    const bool biases = hp->moe_softmax_weight;
+    for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+        if ((biases && i >= 6 && i < 10) || (hp->n_ff_shexp > 0 && i >= 10)) continue;
         snprintf(n, sizeof n, "blk.%d.%s", il, dense[i]);
         if (wgllm_gguf_find_tensor(b->m->gguf, n))
             return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' is not supported in a %s "
@@ -179,6 +212,13 @@ static enum wgllm_status bind_moe(struct binder *b, int il, struct wgllm_layer *
         (st = bind_experts(b, NAME("ffn_gate_exps.weight"), E, FE, X, &L->w_gate, err)) ||
         (st = bind_experts(b, NAME("ffn_up_exps.weight"), E, FE, X, &L->w_up, err)) ||
         (st = bind_experts(b, NAME("ffn_down_exps.weight"), FE, E, X, &L->w_down, err)))
+        return st;
+    /* gpt-oss: each expert's bias vectors, a [len, n_expert] tensor each */
+    L->b_gate_inp = L->b_gate_exps = L->b_up_exps = L->b_down_exps = NULL;
+    if (biases && ((st = bind_vector(b, NAME("ffn_gate_inp.bias"), X, true, &L->b_gate_inp, err)) ||
+                   (st = bind_vector(b, NAME("ffn_gate_exps.bias"), FE * X, true, &L->b_gate_exps, err)) ||
+                   (st = bind_vector(b, NAME("ffn_up_exps.bias"), FE * X, true, &L->b_up_exps, err)) ||
+                   (st = bind_vector(b, NAME("ffn_down_exps.bias"), E * X, true, &L->b_down_exps, err))))
         return st;
     memset(&L->sh_gate, 0, sizeof L->sh_gate);
     memset(&L->sh_up, 0, sizeof L->sh_up);
@@ -391,9 +431,21 @@ static enum wgllm_status bind_pass(struct binder *b, const struct arch_info *ai,
             return st;
         }
         L->attn_norm = L->ffn_norm = NULL;
-        if (hp->pre_norms && ((st = bind_vector(b, NAME("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
-                              (st = bind_vector(b, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, err))))
+        /* gpt-oss names its FFN's pre-norm post_attention_norm */
+        if (hp->pre_norms &&
+            ((st = bind_vector(b, NAME("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
+             (st = bind_vector(b, ai->gptoss ? NAME("post_attention_norm.weight") : NAME("ffn_norm.weight"), E, true,
+                               &L->ffn_norm, err))))
             return st;
+        /* gpt-oss's sinks and output bias; sinks elsewhere are refused rather than left out */
+        L->attn_sinks = L->bo = NULL;
+        if ((st = bind_vector(b, NAME("attn_sinks.weight"), hp->n_head, ai->gptoss, &L->attn_sinks, err)) ||
+            (ai->gptoss && (st = bind_vector(b, NAME("attn_output.bias"), E, true, &L->bo, err))))
+            return st;
+        if (L->attn_sinks && !ai->gptoss)
+            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                                   "tensor 'blk.%d.attn_sinks.weight': attention sinks are read for gpt-oss only, "
+                                   "not %s", il, m->arch_name);
         if ((st = bind_matrix(b, NAME("attn_output.weight"), OD, E, true, &L->wo, err)) ||
             (hp->n_expert == 0 && (st = bind_matrix(b, NAME("ffn_down.weight"), F, E, true, &L->w_down, err))))
             return st;
@@ -702,6 +754,10 @@ static uint64_t fingerprint_of(const struct wgllm_model *m) {
         const int g[] = {hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->moe_norm_w, hp->n_ff_shexp};
         h = fnv1a_bytes(h, g, sizeof g);
     }
+    if (hp->moe_softmax_weight || hp->ffn_act == WGLLM_FFN_SWIGLU_OAI) { /* gpt-oss */
+        const int g[] = {hp->moe_softmax_weight, (int)hp->ffn_act};
+        h = fnv1a_bytes(h, g, sizeof g);
+    }
     if (hp->yarn_ext_factor != 0.0f || hp->attn_temp_scale != 0.0f) { /* YaRN, mistral3 */
         const float g[] = {hp->yarn_ext_factor, hp->yarn_beta_fast, hp->yarn_beta_slow, hp->yarn_attn_factor,
                            (float)hp->n_ctx_orig, hp->attn_temp_scale, (float)hp->attn_temp_floor};
@@ -829,7 +885,7 @@ int wgllm_model_describe(const struct wgllm_model *m, char *buf, size_t size) {
                    m->layers[0].sh_gate_inp.ne1 ? ", gated by sigmoid(ffn_gate_inp_shexp . x)" : "");
         APPEND("experts:       %d per layer, %d used per token, FFN %d each, weights %s; a token reads %.1f MiB "
                "of the %.1f MiB (%.0f%%)\n", hp->n_expert, hp->n_expert_used, hp->n_ff_exp,
-               hp->moe_norm_w ? "renormalized" : "as routed", ((double)m->weight_bytes - unused) / 1048576.0,
+               hp->moe_softmax_weight ? "a softmax of the chosen logits" : hp->moe_norm_w ? "renormalized" : "as routed", ((double)m->weight_bytes - unused) / 1048576.0,
                m->weight_bytes / 1048576.0, 100.0 * ((double)m->weight_bytes - unused) / (double)m->weight_bytes);
     }
     return len;

@@ -34,12 +34,17 @@ enum wgllm_arch {
     WGLLM_ARCH_BERT,    /* an encoder (BGE, arctic-embed): learned positions, post-LayerNorms, GELU,
                            attention over the whole input; embeddings only (backend/cpu/encoder.c) */
     WGLLM_ARCH_NOMIC_BERT, /* bert's encoder with neox RoPE instead of learned positions and SwiGLU (nomic-embed) */
+    WGLLM_ARCH_GPTOSS,  /* gpt-oss: q/k/v/output biases, attention sinks, sliding window every other layer,
+                           experts with biases, softmax over the chosen logits, SwiGLU-OAI */
 };
 
 /* The feed-forward's gate activation: act(gate) * up. */
 enum wgllm_ffn_act {
     WGLLM_FFN_SILU, /* SwiGLU (llama, qwen) */
     WGLLM_FFN_GELU, /* GeGLU with the tanh approximation, through ggml's f16 table (gemma) */
+    /* gpt-oss's experts (ggml_swiglu_oai, alpha 1.702, limit 7): g = min(gate, limit),
+     * u = clamp(up, -limit, limit), g * sigmoid(alpha g) * (u + 1) */
+    WGLLM_FFN_SWIGLU_OAI,
 };
 
 enum wgllm_rope_type {
@@ -107,6 +112,10 @@ struct wgllm_hparams {
      * by those probabilities, renormalized to sum 1 when moe_norm_w. */
     int n_expert, n_expert_used, n_ff_exp;
     bool moe_norm_w;
+    /* gpt-oss (llama.cpp's SOFTMAX_WEIGHT gating): the router's logits (plus
+     * its bias) are not softmaxed; the n_expert_used largest are chosen and
+     * their weights are the softmax of just those */
+    bool moe_softmax_weight;
     /* > 0: a shared expert of this FFN length runs on every token beside the
      * routed ones and is added to their sum, multiplied by
      * sigmoid(sh_gate_inp . x) where the layer has that gate (qwen2moe) */
@@ -163,6 +172,12 @@ struct wgllm_layer {
      * none) and the LayerNorms after attention and after the FFN */
     float *bo, *b_up, *b_down;
     float *attn_out_norm, *attn_out_norm_b, *layer_out_norm, *layer_out_norm_b;
+    /* gpt-oss: per head one more logit in the softmax's denominator (n_head
+     * floats; it carries no value), and the biases of the router (n_expert)
+     * and of each expert's gate and up (n_ff_exp per expert) and down
+     * (n_embd per expert) projections; bo is the attention output's bias */
+    float *attn_sinks;
+    float *b_gate_inp, *b_gate_exps, *b_up_exps, *b_down_exps;
 };
 
 struct wgllm_model {
@@ -222,6 +237,10 @@ float wgllm_hparams_attn_temp(const struct wgllm_hparams *hp, int32_t pos);
  * comma-separated list into buf ("" for a llama-block model); returns
  * whether there is any. For a backend that computes only the llama block. */
 bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t cap);
+/* The part of those that only the CPU backend computes (gpt-oss's attention
+ * sinks, biases and SwiGLU-OAI experts), the same way; for another backend
+ * to refuse the model by name. */
+bool wgllm_model_cpu_only_features(const struct wgllm_model *m, char *buf, size_t cap);
 
 /* wgllm_model_load_source: wgllm.h. */
 /* True when the weights are not in memory (wgllm_model_params.stream_weights,

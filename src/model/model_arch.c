@@ -35,6 +35,8 @@ static const struct arch_info arch_table[] = {
      .shexp = SHEXP_OPTIONAL},
     {.name = "olmoe", .arch = WGLLM_ARCH_OLMOE, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .qk_norm_whole = true,
      .moe = MOE_PLAIN},
+    {.name = "gpt-oss", .arch = WGLLM_ARCH_GPTOSS, .rope = WGLLM_ROPE_NEOX, .has_qkv_bias = true,
+     .moe = MOE_SOFTMAX_WEIGHT, .moe_ff_key = true, .swa_period = 2, .gptoss = true},
     {.name = "bert", .arch = WGLLM_ARCH_BERT, .rope = WGLLM_ROPE_NORM, .encoder = true},
     {.name = "nomic-bert", .arch = WGLLM_ARCH_NOMIC_BERT, .rope = WGLLM_ROPE_NEOX, .encoder = true},
 };
@@ -294,6 +296,49 @@ static enum wgllm_status read_olmo2_hparams(struct wgllm_model *m, struct wgllm_
     return WGLLM_STATUS_OK;
 }
 
+/* gpt-oss's keys as llama.cpp reads them (openai-moe.cpp): the sliding
+ * window is required, its pattern defaults to 2 (even layers local), the
+ * local layers take rope.freq_base_swa where the file has it and the global
+ * scale (YaRN's included) either way; the scores are scaled by
+ * 1/sqrt(n_rot), which the q/k/v widths (n_head x n_rot) make the head
+ * dimension, so a file whose key length differs is refused. */
+static enum wgllm_status read_gptoss_hparams(struct wgllm_model *m, const struct arch_info *ai,
+                                             struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    enum wgllm_status st;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", m->arch_name);
+    if (!wgllm_gguf_find(m->gguf, key))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "missing metadata key '%s'", key);
+    int window = 0;
+    if ((st = get_arch_u32(m, "attention.sliding_window", true, &window, err))) return st;
+    if (window <= 0)
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
+                               "%s = 0: a sliding window must hold at least the token itself", key);
+    hp->n_swa = window;
+    hp->swa_period = ai->swa_period;
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch_name);
+    const struct wgllm_gguf_value *pv = wgllm_gguf_find(m->gguf, key);
+    if (pv && pv->type == WGLLM_GGUF_TYPE_ARRAY)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "'%s' is a per-layer array, which wgllm does not support yet (a number is)", key);
+    if ((st = get_arch_u32(m, "attention.sliding_window_pattern", false, &hp->swa_period, err))) return st;
+    hp->rope_freq_base_swa = hp->rope_freq_base;
+    hp->rope_freq_scale_swa = hp->rope_freq_scale;
+    if ((st = get_arch_f32(m, "rope.freq_base_swa", &hp->rope_freq_base_swa, err))) return st;
+    if (!(hp->rope_freq_base_swa > 0.0f) || !isfinite(hp->rope_freq_base_swa))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.rope.freq_base_swa = %g must be positive",
+                               m->arch_name, (double)hp->rope_freq_base_swa);
+    if (hp->n_rot != hp->head_dim_k || hp->head_dim_v != hp->head_dim_k)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "%s with rope dimension %d, key length %d and value length %d: wgllm computes it "
+                               "with all three equal only (llama.cpp sizes its heads by the rope dimension)",
+                               m->arch_name, hp->n_rot, hp->head_dim_k, hp->head_dim_v);
+    if ((st = check_swa_geometry(m, err))) return st;
+    hp->ffn_act = WGLLM_FFN_SWIGLU_OAI;
+    return WGLLM_STATUS_OK;
+}
+
 /* Tensors llama.cpp also reads for granite, olmo2 and smollm3 (a fused
  * attn_qkv, optional biases) that wgllm does not compute with for them:
  * refused by name rather than left out of the computation. */
@@ -380,7 +425,7 @@ static enum wgllm_status read_moe_hparams(struct wgllm_model *m, const struct ar
         (st = get_arch_u32(m, "expert_used_count", false, &used, err)))
         return st;
     if (n <= 1) {
-        if (ai->moe == MOE_NORM || ai->moe == MOE_PLAIN)
+        if (ai->moe == MOE_NORM || ai->moe == MOE_PLAIN || ai->moe == MOE_SOFTMAX_WEIGHT)
             return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.expert_count = %d: %s needs experts",
                                    m->arch_name, n, m->arch_name);
         return WGLLM_STATUS_OK;
@@ -388,7 +433,7 @@ static enum wgllm_status read_moe_hparams(struct wgllm_model *m, const struct ar
     if (ai->moe == MOE_NONE)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "%s.expert_count = %d: experts are not supported for %s yet (they are for llama, "
-                               "mistral, qwen3moe, qwen2moe, olmoe and granitemoe)", m->arch_name, n, m->arch_name);
+                               "mistral, qwen3moe, qwen2moe, olmoe, granitemoe and gpt-oss)", m->arch_name, n, m->arch_name);
     /* llama.cpp's LLAMA_MAX_EXPERTS */
     if (n > 512 || used <= 0 || used > n)
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
@@ -397,7 +442,9 @@ static enum wgllm_status read_moe_hparams(struct wgllm_model *m, const struct ar
     hp->n_expert = n;
     hp->n_expert_used = used;
     hp->n_ff_exp = ai->moe_ff_key ? hp->n_ff / used : hp->n_ff;
-    if (ai->moe_ff_key && (st = get_arch_u32(m, "expert_feed_forward_length", false, &hp->n_ff_exp, err)))
+    /* gpt-oss: the key is required (llama.cpp has no default for it) */
+    if (ai->moe_ff_key && (st = get_arch_u32(m, "expert_feed_forward_length", ai->moe == MOE_SOFTMAX_WEIGHT,
+                                             &hp->n_ff_exp, err)))
         return st;
     hp->n_ff_shexp = ai->shexp == SHEXP_GATED ? hp->n_ff : 0;
     if (ai->shexp && (st = get_arch_u32(m, "expert_shared_feed_forward_length", false, &hp->n_ff_shexp, err)))
@@ -411,7 +458,8 @@ static enum wgllm_status read_moe_hparams(struct wgllm_model *m, const struct ar
     if (hp->n_ff_exp <= 0 || hp->n_ff_exp > (1 << 20))
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s: expert feed-forward length %d is out of range",
                                m->arch_name, hp->n_ff_exp);
-    hp->moe_norm_w = ai->moe != MOE_PLAIN;
+    hp->moe_norm_w = ai->moe != MOE_PLAIN && ai->moe != MOE_SOFTMAX_WEIGHT;
+    hp->moe_softmax_weight = ai->moe == MOE_SOFTMAX_WEIGHT;
     return WGLLM_STATUS_OK;
 }
 
@@ -556,6 +604,7 @@ enum wgllm_status wgllm_model_read_hparams(struct wgllm_model *m, const struct a
     if (ai->granite && (st = read_granite_hparams(m, err))) return st;
     if (ai->olmo2 && (st = read_olmo2_hparams(m, err))) return st;
     if (ai->encoder && (st = read_bert_hparams(m, err))) return st;
+    if (ai->gptoss && (st = read_gptoss_hparams(m, ai, err))) return st;
     if ((ai->granite || ai->olmo2 || ai->no_rope_step || ai->mistral3 ||
          ((ai->moe == MOE_NORM || ai->moe == MOE_PLAIN) && !ai->has_qkv_bias)) &&
         (st = check_unread_tensors(m, err)))

@@ -43,13 +43,17 @@ struct arch_info {
     /* experts: MOE_OPTIONAL (llama, mistral: Mixtral when expert_count > 1,
      * renormalized), required and renormalized (qwen3moe), required and not
      * (olmoe) */
-    enum { MOE_NONE, MOE_OPTIONAL, MOE_NORM, MOE_PLAIN } moe;
+    enum { MOE_NONE, MOE_OPTIONAL, MOE_NORM, MOE_PLAIN, MOE_SOFTMAX_WEIGHT } moe;
     bool moe_ff_key; /* expert_feed_forward_length, default n_ff / used (qwen*moe); else the experts' FFN is n_ff */
     /* a shared expert: SHEXP_OPTIONAL when expert_shared_feed_forward_length > 0
      * (granitemoe), SHEXP_GATED always, of that length or n_ff, with its sigmoid gate (qwen2moe) */
     enum { SHEXP_NONE, SHEXP_OPTIONAL, SHEXP_GATED } shexp;
     bool qk_norm_whole; /* olmoe: q/k norms over the whole projection with the llama block's pre-norms */
     bool encoder;     /* bert (src/models/bert.cpp): a block of its own, bound by bind_bert */
+    /* gpt-oss (src/models/openai-moe.cpp): attention sinks, an attention
+     * output bias, post_attention_norm as the FFN's pre-norm, experts with
+     * biases (MOE_SOFTMAX_WEIGHT, SwiGLU-OAI), a required sliding window */
+    bool gptoss;
 };
 
 /* The architecture named `name`, NULL when wgllm does not know it; then

@@ -43,6 +43,11 @@ static const struct wgllm_synth_shape synth_shapes[] = {
      * granitemoe's scales with a plain shared expert (Granite MoE Shared) */
     {"tiny-qwen2moe", "qwen2moe", "ggml-vocab-gpt-2.gguf", 2, 256, 4, 2, 64, 512, 512, 1e6f, 1e-6f, true, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 8, 2, 256, 512},
     {"tiny-granitemoe", "granitemoe", "ggml-vocab-llama-spm.gguf", 2, 256, 4, 2, 64, 256, 512, 1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 4, 2, 256, 256},
+    /* gpt-oss (GPT-2's vocabulary: its own o200k one is not available here):
+     * biases on q/k/v, the attention output, the router and every expert,
+     * attention sinks, YaRN (factor 4 from 128, as the real files' 32 from
+     * 4096), a sliding window of 8 on the even layers, 8 experts with 2 used */
+    {"tiny-gptoss",   "gpt-oss",  "ggml-vocab-gpt-2.gguf", 2, 256, 4,  2, 64,  512,  512,   1.5e5f, 1e-5f, true, false, false, 5, 8, 0, 0.0f, 0.0f, NULL, 8, 2, 256, 0},
     {"qwen3moe-16x2", "qwen3moe", "ggml-vocab-gpt-2.gguf", 24, 1536, 16, 4, 128, 8192, 32768, 1e6f, 1e-6f, false, true, true, 0, 0, 0, 0.0f, 0.0f, NULL, 16, 2, 1024, 0},
     {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
     {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
@@ -274,6 +279,7 @@ static void synth_add_experts(struct synth_ctx *c, int l, const char *name, uint
 
 static bool synth_is_gemma(const struct wgllm_synth_shape *s) { return strncmp(s->arch, "gemma", 5) == 0; }
 static bool synth_is_olmo2(const struct wgllm_synth_shape *s) { return strcmp(s->arch, "olmo2") == 0; }
+static bool synth_is_gptoss(const struct wgllm_synth_shape *s) { return strcmp(s->arch, "gpt-oss") == 0; }
 
 /* Granite 3.0 2B's scales, which every granite shape writes:
  * granite.embedding_scale, .residual_scale, .attention.scale, .logit_scale */
@@ -350,6 +356,7 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
     const float g_in = SYNTH_SCALES.proj_gain, g_out = SYNTH_SCALES.out_proj_gain;
     const float logit = SYNTH_SCALES.logit_std / sqrtf((float)E);
     const bool gemma = synth_is_gemma(s), fused = synth_is_fused(s), olmo2 = synth_is_olmo2(s);
+    const bool gptoss = synth_is_gptoss(s);
     const bool granite = strncmp(s->arch, "granite", 7) == 0; /* granite, granitemoe */
     /* granite's scales are undone in its weights, so that its stream, scores
      * and logits are as large as a llama's: the embeddings are multiplied by
@@ -384,6 +391,12 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
             if (s->qkv_bias) { BLK("attn_v.bias", F32, KV, 0, 0.0f, SYNTH_SCALES.bias_std); }
         }
         BLK("attn_output.weight", wt, Q, E, 0.0f, g_out / sqrtf((float)Q) / res);
+        if (gptoss) {
+            /* sinks near the scores' scale (about unit here), so that they take
+             * a share of the mass, most on the local layers' 8 positions */
+            BLK("attn_output.bias", F32, E, 0, 0.0f, SYNTH_SCALES.bias_std);
+            BLK("attn_sinks.weight", F32, (uint64_t)s->n_head, 0, 2.0f, 1.0f);
+        }
         if (s->qk_norm && (olmo2 || strcmp(s->arch, "olmoe") == 0)) { /* over the whole q and k projections */
             BLK("attn_q_norm.weight", F32, Q, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
             BLK("attn_k_norm.weight", F32, KV, 0, 1.0f, SYNTH_SCALES.qk_norm_noise);
@@ -395,7 +408,9 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
          * scale what each block adds to the residual stream; out_proj_gain
          * keeps it below the stream, as the projections' gain does without them */
         if (gemma || olmo2) { BLK("post_attention_norm.weight", F32, E, 0, g_out, g_out * SYNTH_SCALES.norm_noise); }
-        if (!olmo2) { BLK("ffn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise); }
+        /* gpt-oss's pre-FFN norm is named post_attention_norm */
+        if (gptoss) { BLK("post_attention_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise); }
+        else if (!olmo2) { BLK("ffn_norm.weight", F32, E, 0, 1.0f, SYNTH_SCALES.norm_noise); }
         if (fused) {
             BLK("ffn_up.weight", wt, E, 2 * F, 0.0f, g_in / sqrtf((float)E));
         } else if (s->n_expert > 0) {
@@ -405,9 +420,20 @@ static void synth_build(struct synth_ctx *c, const struct wgllm_synth_shape *s, 
              * keeps ffn_gate_inp */
             const uint64_t X = (uint64_t)s->n_expert, FE = (uint64_t)s->n_ff_exp;
             BLK("ffn_gate_inp.weight", F32, E, X, 0.0f, 3.0f / sqrtf((float)E));
-            synth_add_experts(c, l, "ffn_gate_exps.weight", wt, E, FE, X, g_in / sqrtf((float)E), seed);
-            synth_add_experts(c, l, "ffn_up_exps.weight", wt, E, FE, X, g_in / sqrtf((float)E), seed);
-            synth_add_experts(c, l, "ffn_down_exps.weight", wt, FE, E, X, g_out / sqrtf((float)FE) / res, seed);
+            /* gpt-oss: gate and up 3x larger, so that SwiGLU-OAI's limit of 7
+             * clips a few percent of them, and down smaller by about what
+             * that makes the activation larger; biases on all three and the
+             * router, stored [len, n_expert] */
+            const float g_exp = gptoss ? 3.0f * g_in : g_in, d_exp = gptoss ? 1.0f / 6.0f : 1.0f;
+            synth_add_experts(c, l, "ffn_gate_exps.weight", wt, E, FE, X, g_exp / sqrtf((float)E), seed);
+            synth_add_experts(c, l, "ffn_up_exps.weight", wt, E, FE, X, g_exp / sqrtf((float)E), seed);
+            synth_add_experts(c, l, "ffn_down_exps.weight", wt, FE, E, X, d_exp * g_out / sqrtf((float)FE) / res, seed);
+            if (gptoss) {
+                BLK("ffn_gate_inp.bias", F32, X, 0, 0.0f, 1.0f);
+                BLK("ffn_gate_exps.bias", F32, FE, X, 0.0f, 0.5f);
+                BLK("ffn_up_exps.bias", F32, FE, X, 0.0f, 0.5f);
+                BLK("ffn_down_exps.bias", F32, E, X, 0.0f, SYNTH_SCALES.bias_std);
+            }
             if (s->n_ff_shexp > 0) {
                 const uint64_t FS = (uint64_t)s->n_ff_shexp;
                 if (strcmp(s->arch, "qwen2moe") == 0) { BLK("ffn_gate_inp_shexp.weight", F32, E, 0, 0.0f, 1.0f / sqrtf((float)E)); }
@@ -467,7 +493,7 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
     if (!s)
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
                                "synth: unknown shape '%s' (try tiny, tiny-qwen2, tiny-qwen3, tiny-gemma2, "
-                               "tiny-gemma3, tiny-phi3, tiny-granite, tiny-olmo2, tiny-smollm3, tinyllama-1.1b, qwen2-0.5b, "
+                               "tiny-gemma3, tiny-phi3, tiny-gptoss, tiny-granite, tiny-olmo2, tiny-smollm3, tinyllama-1.1b, qwen2-0.5b, "
                                "phi3-mini, gemma2-2b, gemma3-1b, granite-3-2b, olmo2-1b, smollm3-3b, tiny-bert, "
                                "bge-small, tiny-nomic-bert)",
                                p->shape ? p->shape : "(null)");
@@ -564,7 +590,7 @@ enum wgllm_status wgllm_synth_write(const struct wgllm_synth_params *p, const ch
         wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_expert);
         synth_key_name(k, sizeof(k), A, "expert_used_count");
         wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_expert_used);
-        if (strncmp(s->arch, "qwen", 4) == 0) {
+        if (strncmp(s->arch, "qwen", 4) == 0 || synth_is_gptoss(s)) {
             synth_key_name(k, sizeof(k), A, "expert_feed_forward_length");
             wgllm_gguf_writer_set_u32(w, k, (uint32_t)s->n_ff_exp);
         }

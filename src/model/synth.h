@@ -29,14 +29,14 @@ struct wgllm_synth_params wgllm_synth_default_params(void);
 /* The shapes, NULL-terminated: "tiny", "tiny-qwen2", "tiny-qwen3",
  * "tiny-gemma2", "tiny-gemma3", ..., "tinyllama-1.1b", "qwen2-0.5b",
  * "gemma2-2b", "gemma3-1b", "tiny-granite", "tiny-olmo2", "tiny-smollm3",
- * "granite-3-2b", "olmo2-1b", "smollm3-3b", and the encoders "tiny-bert",
+ * "granite-3-2b", "olmo2-1b", "smollm3-3b", "tiny-gptoss", and the encoders "tiny-bert",
  * "bge-small", "tiny-nomic-bert". */
 const char *const *wgllm_synth_shape_names(void);
 
 /* Hyper-parameters of a shape, for callers that build inputs to match. */
 struct wgllm_synth_shape {
     const char *name;
-    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2", "smollm3", "bert" */
+    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2", "smollm3", "gpt-oss", "bert" */
     const char *vocab_file; /* file name under vocab/ */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx;
     float rope_freq_base, rms_eps;

@@ -118,6 +118,10 @@ const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']
   // the CPU backend, which agrees with llama.cpp above, in test_webgpu_model.
   ['tiny-qwen3moe', ['f32'], BEST], ['tiny-qwen3moe', ['q8_0'], [...BEST, ...GPU]], ['tiny-mixtral', ['f32'], BEST],
   ['tiny-olmoe', ['f32'], BEST], ['tiny-qwen2moe', ['f32'], BEST], ['tiny-granitemoe', ['f32'], BEST],
+  // gpt-oss: attention sinks, biases everywhere, the softmax over the chosen router logits and
+  // SwiGLU-OAI (f32, at the best level), and in MXFP4, the real files' experts' format, at every
+  // level (its dots have a kernel per level); the CPU backend only (WebGPU refuses it)
+  ['tiny-gptoss', ['f32'], BEST], ['tiny-gptoss', ['mxfp4']],
   // MXFP4, NVFP4, the ternary formats and Q1_0: their own dot kernels (every level), on the llama shape only
   ['tiny', ['mxfp4', 'nvfp4', 'tq2_0', 'tq1_0', 'q1_0']],
   // the I-quants: files llama.cpp itself quantized (tests/peer/run.sh: every matrix in the type),
@@ -312,6 +316,9 @@ const MUTATIONS = [
   // YaRN's ramp is placed by the original context; mistral3's queries past it are scaled by the temperature
   ['a wrong YaRN original context (x4), llama', 'tiny-yarn', 'f32', (b) => withU32(b, 'llama.rope.scaling.original_context_length', (v) => v * 4), { greedy: false }],
   ['one more expert used per token (2 -> 3), qwen3moe', 'tiny-qwen3moe', 'f32', (b) => withU32(b, 'qwen3moe.expert_used_count', (v) => v + 1), { greedy: false }],
+  // gpt-oss: the sinks of a local layer left out of the softmax, and its sliding window
+  ['no attention sinks (layer 0), gpt-oss', 'tiny-gptoss', 'f32', (b) => withF32Tensor(b, 'blk.0.attn_sinks.weight', () => -Infinity), { greedy: false }],
+  ['a wider sliding window (8 -> 12), gpt-oss', 'tiny-gptoss', 'mxfp4', (b) => withU32(b, 'gpt-oss.attention.sliding_window', (v) => v + 4), { greedy: false }],
   ['a wrong attention temperature scale (x2), mistral3', 'tiny-mistral3', 'f32', (b) => withF32(b, 'mistral3.attention.temperature_scale', (v) => v * 2), { greedy: false }],
 ];
 const peerRuns = new Map();   // name -> llama.cpp's run, kept until the last test that uses it

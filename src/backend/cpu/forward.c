@@ -99,7 +99,8 @@ static struct wgllm_cpu_act act_prepare(struct cpu_ctx *c, int ith, int nth, int
  * q (already multiplied by q_scale) and the probabilities are rounded to
  * f16 first because ggml multiplies them with the f16 cache in f16 (its
  * vec_dot_type). The soft-cap (gemma2) comes before the scale, as in
- * llama.cpp's graph. */
+ * llama.cpp's graph; a layer's sink (gpt-oss) joins the softmax's
+ * denominator only. */
 static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, const float *q, float *out,
                         int ith) {
     const struct wgllm_hparams *hp = &c->model->hp;
@@ -125,7 +126,8 @@ static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, cons
         dot16(dk, &s[j], K + (size_t)cell * krow, tmp);
     if (cap > 0.0f) wgllm_op_softcap(s, n, cap);
     for (int j = 0; j < n; j++) s[j] *= scale;
-    wgllm_op_softmax(s, n);
+    const float *sinks = c->model->layers[il].attn_sinks; /* gpt-oss */
+    wgllm_op_softmax_sink(s, n, sinks ? sinks[h] : -INFINITY);
     wgllm_fp32_to_fp16_row(s, tmp, n);
     const int c0 = j0 % R, n1 = WGLLM_MIN(n, R - c0);
     for (int d = 0; d < dv; d++) {
@@ -210,7 +212,10 @@ static void shared_expert(struct cpu_ctx *c, const struct wgllm_layer *L, const 
 /* x[t] += sum of the chosen experts' SwiGLU FFNs of fin[t], weighted, as
  * llama.cpp's build_moe_ffn: softmax over the router's logits, the
  * n_expert_used most probable (ties: the lower index), their probabilities
- * renormalized (moe_norm_w: divided by their sum, at least 2^-14); each
+ * renormalized (moe_norm_w: divided by their sum, at least 2^-14); or, for
+ * gpt-oss (moe_softmax_weight), the router's biased logits chosen as they
+ * are and their softmax the weights, with biased experts and SwiGLU-OAI
+ * (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE: alpha 1.702, limit 7, fixed); each
  * expert's rows read once per pass for all the tokens that chose it
  * (MUL_MAT_ID); the weighted outputs summed in the order chosen, then
  * added to the stream. Ends at a barrier. */
@@ -228,7 +233,9 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
     wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
         float *p = c->moe.logits + (size_t)t * X;
-        wgllm_op_softmax(p, X);
+        if (L->b_gate_inp)
+            for (int e = 0; e < X; e++) p[e] += L->b_gate_inp[e];
+        if (!hp->moe_softmax_weight) wgllm_op_softmax(p, X);
         int32_t *sel = c->moe.sel + (size_t)t * K;
         float *w = c->moe.w + (size_t)t * K, sum = 0.0f;
         for (int i = 0; i < K; i++) {
@@ -242,6 +249,7 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
             w[i] = p[best];
             sum += w[i];
         }
+        if (hp->moe_softmax_weight) wgllm_op_softmax(w, K); /* over the chosen logits only */
         if (hp->moe_norm_w) {
             sum = fmaxf(sum, 6.103515625e-5f);
             for (int i = 0; i < K; i++) w[i] /= sum;
@@ -278,11 +286,16 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
         const struct wgllm_weight gv = expert_view(&L->w_gate, e), uv = expert_view(&L->w_up, e);
         const struct wgllm_cpu_act ag = {(const char *)xg.data + (size_t)r0 * xg.stride, xg.stride};
         const struct wgllm_cpu_act au = {(const char *)xu.data + (size_t)r0 * xu.stride, xu.stride};
-        wgllm_cpu_matmul_range(&gv, ag, n, c->moe.g + (size_t)r0 * FE, FE, f0, f1, false, NULL);
-        wgllm_cpu_matmul_range(&uv, au, n, c->moe.u + (size_t)r0 * FE, FE, f0, f1, false, NULL);
+        /* gpt-oss: the expert's biases (ggml_add_id), then SwiGLU-OAI */
+        const float *bg = L->b_gate_exps ? L->b_gate_exps + (size_t)e * FE : NULL;
+        const float *bu = L->b_up_exps ? L->b_up_exps + (size_t)e * FE : NULL;
+        wgllm_cpu_matmul_range(&gv, ag, n, c->moe.g + (size_t)r0 * FE, FE, f0, f1, false, bg);
+        wgllm_cpu_matmul_range(&uv, au, n, c->moe.u + (size_t)r0 * FE, FE, f0, f1, false, bu);
         for (int t = 0; t < n; t++) {
             float *g = c->moe.g + (size_t)(r0 + t) * FE + f0;
-            wgllm_op_swiglu(g, c->moe.u + (size_t)(r0 + t) * FE + f0, g, (int)(f1 - f0));
+            const float *u = c->moe.u + (size_t)(r0 + t) * FE + f0;
+            if (hp->ffn_act == WGLLM_FFN_SWIGLU_OAI) wgllm_op_swiglu_oai(g, u, g, (int)(f1 - f0), 1.702f, 7.0f);
+            else wgllm_op_swiglu(g, u, g, (int)(f1 - f0));
         }
     }
     wgllm_threadpool_barrier(tp);
@@ -298,7 +311,8 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
         if (!n) continue;
         const struct wgllm_weight dv = expert_view(&L->w_down, e);
         const struct wgllm_cpu_act ad = {(const char *)xd.data + (size_t)r0 * xd.stride, xd.stride};
-        wgllm_cpu_matmul_range(&dv, ad, n, c->moe.rows + (size_t)r0 * E, E, e0, e1, false, NULL);
+        const float *bd = L->b_down_exps ? L->b_down_exps + (size_t)e * E : NULL;
+        wgllm_cpu_matmul_range(&dv, ad, n, c->moe.rows + (size_t)r0 * E, E, e0, e1, false, bd);
     }
     wgllm_threadpool_barrier(tp);
     if (L->sh_gate.ne1) shared_expert(c, L, fin, nr, ith, nth);
@@ -325,22 +339,23 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
 /* ---- the forward pass ------------------------------------------------- */
 
 /* x += W a for the nr rows, each thread its share of W's rows; ends at a
- * barrier. With a post-norm (gemma, olmo2) or a residual scale (granite)
- * W a goes to xn first, is RMS-normed with those weights and/or multiplied
+ * barrier. With a post-norm (gemma, olmo2), a residual scale (granite) or
+ * a bias (gpt-oss's attention output, added before the stream as there)
+ * W a (+ bias) goes to xn first, is RMS-normed with those weights and/or multiplied
  * by the scale row by row, and then added (llama.cpp: norm or ggml_scale,
  * then ggml_add with the residual). */
 static void add_projection(struct cpu_ctx *c, const struct wgllm_weight *w, struct wgllm_cpu_act a, int nr, const float *post_norm,
-                           int ith, int nth) {
+                           const float *bias, int ith, int nth) {
     const struct wgllm_hparams *hp = &c->model->hp;
     const int E = hp->n_embd;
     struct wgllm_threadpool *tp = c->tp;
     const float rs = hp->residual_scale;
-    if (!post_norm && rs == 1.0f) {
+    if (!post_norm && rs == 1.0f && !bias) {
         wgllm_cpu_matmul(w, a, nr, c->x, E, ith, nth, true, NULL);
         wgllm_threadpool_barrier(tp);
         return;
     }
-    wgllm_cpu_matmul(w, a, nr, c->xn, E, ith, nth, false, NULL);
+    wgllm_cpu_matmul(w, a, nr, c->xn, E, ith, nth, false, bias);
     wgllm_threadpool_barrier(tp);
     int64_t lo, hi;
     wgllm_split_range(nr, ith, nth, 1, &lo, &hi);
@@ -468,7 +483,7 @@ static void forward_worker(void *arg, int ith, int nth) {
         /* output projection into the residual stream (through the post-norm, gemma) */
         struct wgllm_cpu_act ao = act_prepare(c, ith, nth, 0, c->att, OD, nr, OD, wgllm_cpu_vdt(&L->wo));
         wgllm_threadpool_barrier(tp);
-        add_projection(c, &L->wo, ao, nr, L->post_attn_norm, ith, nth);
+        add_projection(c, &L->wo, ao, nr, L->post_attn_norm, L->bo, ith, nth);
 
         /* feed-forward (on the stream itself without a pre-norm, olmo2): SwiGLU, or GeGLU (gemma) */
         const float *fin = L->ffn_norm ? c->xn : c->x;
@@ -501,7 +516,7 @@ static void forward_worker(void *arg, int ith, int nth) {
         wgllm_threadpool_barrier(tp);
         struct wgllm_cpu_act ad = act_prepare(c, ith, nth, 0, c->gate, F, nr, F, wgllm_cpu_vdt(&L->w_down));
         wgllm_threadpool_barrier(tp);
-        add_projection(c, &L->w_down, ad, nr, L->post_ffn_norm, ith, nth);
+        add_projection(c, &L->w_down, ad, nr, L->post_ffn_norm, NULL, ith, nth);
     }
 
     /* final norm of the output rows, then logits or embeddings */

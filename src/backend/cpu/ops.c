@@ -34,21 +34,34 @@ void wgllm_op_layer_norm(const float *x, const float *w, const float *b, float *
     for (int i = 0; i < n; i++) y[i] = (y[i] * scale) * w[i] + b[i];
 }
 
-void wgllm_op_softmax(float *x, int n) {
+void wgllm_op_softmax(float *x, int n) { wgllm_op_softmax_sink(x, n, -INFINITY); }
+
+void wgllm_op_softmax_sink(float *x, int n, float sink) {
     float max = -INFINITY;
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    max = sink > max ? sink : max;
     double sum = 0.0;
     for (int i = 0; i < n; i++) {
         const float e = expf(x[i] - max);
         x[i] = e;
         sum += (double)e;
     }
+    /* the sink's term comes last, as ggml adds it after the row's sum (0 for -inf) */
+    sum += (double)expf(sink - max);
     const float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
 void wgllm_op_swiglu(const float *g, const float *u, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+}
+
+void wgllm_op_swiglu_oai(const float *g, const float *u, float *y, int n, float alpha, float limit) {
+    for (int i = 0; i < n; i++) {
+        const float x = g[i] < limit ? g[i] : limit;
+        const float v = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        y[i] = (x / (1.0f + expf(alpha * (-x)))) * (v + 1.0f);
+    }
 }
 
 /* ggml's GELU (tanh form) in f32: the same expression in the same order, so

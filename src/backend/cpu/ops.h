@@ -22,8 +22,18 @@ void wgllm_op_layer_norm(const float *x, const float *w, const float *b, float *
 /* In place: x[i] = exp(x[i] - max) / sum, sums in double. */
 void wgllm_op_softmax(float *x, int n);
 
+/* In place: the softmax of x with one more logit `sink` in its
+ * denominator (gpt-oss's attention sinks, as ggml_soft_max_add_sinks: the
+ * max includes it, its exponential is added to the sum last); -INFINITY:
+ * wgllm_op_softmax. */
+void wgllm_op_softmax_sink(float *x, int n, float sink);
+
 /* y[i] = silu(g[i]) * u[i] */
 void wgllm_op_swiglu(const float *g, const float *u, float *y, int n);
+
+/* ggml_swiglu_oai: with x = min(g[i], limit) and v = clamp(u[i], -limit,
+ * limit), y[i] = x * sigmoid(alpha x) * (v + 1) (gpt-oss's experts) */
+void wgllm_op_swiglu_oai(const float *g, const float *u, float *y, int n, float alpha, float limit);
 
 /* y[i] = gelu(g[i]) * u[i], GELU with the tanh approximation, rounded as
  * ggml's CPU backend computes it: the input rounded to f16, the GELU of

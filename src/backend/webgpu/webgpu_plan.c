@@ -572,8 +572,15 @@ bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t 
      * (bert, nomic-bert) by their own list (webgpu_encoder.c), mixtures of
      * experts by webgpu_moe.c, and YaRN is in the host's RoPE table; what
      * remains to refuse is a weight format without a kernel (with -b auto
-     * the CPU runs it). */
+     * the CPU runs it), and gpt-oss's part of the block (attention sinks,
+     * biases, SwiGLU-OAI experts), which only the CPU computes yet. */
     const struct wgllm_hparams *hp = &model->hp;
+    char feats[200];
+    if (wgllm_model_cpu_only_features(model, feats, sizeof feats)) {
+        snprintf(why, cap, "%s's %s are not computed by the WebGPU backend yet (the CPU backend computes them)",
+                 model->arch_name, feats);
+        return false;
+    }
     /* an encoder: a position table (bert) instead of the output */
     bool ok = weight_ok(&model->tok_embd, WGLLM_KERNEL_GET_ROWS, why, cap) &&
               (hp->encoder ? !model->pos_embd.tensor || weight_ok(&model->pos_embd, WGLLM_KERNEL_GET_ROWS, why, cap)
