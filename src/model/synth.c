@@ -46,8 +46,9 @@ static const struct wgllm_synth_shape synth_shapes[] = {
     /* gpt-oss (GPT-2's vocabulary: its own o200k one is not available here):
      * biases on q/k/v, the attention output, the router and every expert,
      * attention sinks, YaRN (factor 4 from 128, as the real files' 32 from
-     * 4096), a sliding window of 8 on the even layers, 8 experts with 2 used */
-    {"tiny-gptoss",   "gpt-oss",  "ggml-vocab-gpt-2.gguf", 2, 256, 4,  2, 64,  512,  512,   1.5e5f, 1e-5f, true, false, false, 5, 8, 0, 0.0f, 0.0f, NULL, 8, 2, 256, 0},
+     * 4096), a sliding window of 8 on the even layers, 8 experts with 2 used;
+     * heads x head dim (512) is not n_embd, as in the real models */
+    {"tiny-gptoss",   "gpt-oss",  "ggml-vocab-gpt-2.gguf", 2, 256, 8,  2, 64,  512,  512,   1.5e5f, 1e-5f, true, false, false, 5, 8, 0, 0.0f, 0.0f, NULL, 8, 2, 256, 0},
     {"qwen3moe-16x2", "qwen3moe", "ggml-vocab-gpt-2.gguf", 24, 1536, 16, 4, 128, 8192, 32768, 1e6f, 1e-6f, false, true, true, 0, 0, 0, 0.0f, 0.0f, NULL, 16, 2, 1024, 0},
     {"tinyllama-1.1b", "llama", "ggml-vocab-llama-spm.gguf", 22, 2048, 32, 4, 64,  5632, 2048,  1e4f, 1e-5f, false, false, false, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},
     {"qwen2-0.5b",     "qwen2", "ggml-vocab-gpt-2.gguf",     24, 896,  14, 2, 64,  4864, 32768, 1e6f, 1e-6f, true,  false, true, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 0, 0, 0},

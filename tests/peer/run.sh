@@ -31,7 +31,7 @@ done
 models+=("tiny-yarn f32" "tiny-mistral3 f32")
 models+=("tiny mxfp4" "tiny nvfp4" "tiny tq2_0" "tiny tq1_0" "tiny q1_0") # the new formats: the llama shape only
 models+=("tiny-qwen3moe f32" "tiny-qwen3moe q8_0" "tiny-mixtral f32" "tiny-olmoe f32" "tiny-qwen2moe f32"
-         "tiny-granitemoe f32" "tiny-gptoss f32" "tiny-gptoss mxfp4")
+         "tiny-granitemoe f32" "tiny-gptoss f32" "tiny-gptoss q8_0" "tiny-gptoss mxfp4")
 # the qwen2, qwen3, gemma, phi3, granite, olmo2 and smollm3 shapes in the types agreement.test.mjs checks them in (SHAPE_TYPES)
 for shape in tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-gemma2 tiny-phi3 tiny-granite tiny-olmo2 tiny-smollm3; do
   for type in f32 f16 q8_0 q4_0 q4_k; do models+=("$shape $type"); done
