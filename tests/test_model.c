@@ -587,8 +587,9 @@ TEST(gemma_hparams_are_read_as_llama_cpp_reads_them) {
 
 /* gpt-oss (q8_0): a prompt past the sliding window (8) in one pass, token by
  * token and in chunks of 7 (the ring wraps inside a chunk) gives the same
- * logits; the WebGPU backend refuses it naming what it lacks; a file
- * without a layer's sinks or the window is refused naming them. */
+ * logits; `wgllm info` names its features (the WebGPU backend computes
+ * them: test_webgpu_model); a file without a layer's sinks or the window is
+ * refused naming them. */
 TEST(gptoss_passes_agree_and_bad_files_are_refused) {
     const char *path = make_model("tiny-gptoss", WGLLM_TYPE_Q8_0);
     CHECK(path != NULL);
@@ -596,9 +597,10 @@ TEST(gptoss_passes_agree_and_bad_files_are_refused) {
     struct wgllm_model *m = load(path, 2);
     CHECK(m != NULL);
     if (!m) return;
-    char why[300] = "";
-    CHECK(!wgllm_webgpu_formats_ok(m, why, sizeof why));
-    CHECK(strstr(why, "attention sinks") != NULL && strstr(why, "SwiGLU-OAI") != NULL);
+    char why[300] = "", feats[400] = "";
+    CHECK(wgllm_webgpu_formats_ok(m, why, sizeof why));
+    CHECK(wgllm_model_extra_features(m, feats, sizeof feats));
+    CHECK(strstr(feats, "attention sinks") != NULL && strstr(feats, "SwiGLU-OAI") != NULL);
     enum { N = 20 };
     int32_t toks[N];
     for (int i = 0; i < N; i++) toks[i] = 100 + i * 37;

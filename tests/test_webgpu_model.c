@@ -350,6 +350,15 @@ TEST(moe_olmoe_f32) { compare_arch("tiny-olmoe", WGLLM_TYPE_F32, 32); }
 TEST(moe_qwen2moe_f32) { compare_arch("tiny-qwen2moe", WGLLM_TYPE_F32, 32); }
 TEST(moe_qwen2moe_q8_0) { compare_arch("tiny-qwen2moe", WGLLM_TYPE_Q8_0, 32); }
 TEST(moe_granitemoe_f32) { compare_arch("tiny-granitemoe", WGLLM_TYPE_F32, 32); }
+/* gpt-oss: attention sinks, q/k/v and output biases, the router's bias and
+ * the softmax over its chosen logits, the experts' biases and SwiGLU-OAI
+ * (tiny-gptoss's gate/up are large enough for the limit of 7 to clip), and
+ * every other layer's window of 8, which the 9-token prompt and the steps
+ * after it cross; in f32, q8_0 (the real files' attention format) and mxfp4
+ * (their experts'). */
+TEST(gptoss_f32) { compare_arch("tiny-gptoss", WGLLM_TYPE_F32, 12); }
+TEST(gptoss_q8_0) { compare_arch("tiny-gptoss", WGLLM_TYPE_Q8_0, 12); }
+TEST(gptoss_mxfp4) { compare_arch("tiny-gptoss", WGLLM_TYPE_MXFP4, 12); }
 
 /* YaRN is in the host's RoPE table: the kernels rotate by it, magnitude included */
 TEST(yarn_f32) { compare("tiny-yarn", WGLLM_TYPE_F32); }
@@ -875,6 +884,9 @@ int main(void) {
     RUN(moe_qwen2moe_f32);
     RUN(moe_qwen2moe_q8_0);
     RUN(moe_granitemoe_f32);
+    RUN(gptoss_f32);
+    RUN(gptoss_q8_0);
+    RUN(gptoss_mxfp4);
     RUN(ropefreqs_q8_0);
     RUN(gemma2_f32);
     RUN(gemma3_f32);

@@ -47,22 +47,9 @@ static size_t list_features(const struct feature *f, size_t nf, char *buf, size_
     return n;
 }
 
-/* gpt-oss's part of the block, which only the CPU backend computes */
-static size_t cpu_only_features(const struct wgllm_model *m, char *buf, size_t cap, size_t n) {
-    const struct wgllm_hparams *hp = &m->hp;
-    const struct wgllm_layer *L0 = !hp->encoder && m->layers ? &m->layers[0] : NULL;
-    const struct feature f[] = {
-        {L0 && L0->attn_sinks, "attention sinks"},
-        {L0 && L0->bo, "an attention output bias"},
-        {hp->moe_softmax_weight, "experts weighted by a softmax over the chosen router logits"},
-        {L0 && (L0->b_gate_inp || L0->b_gate_exps), "router and expert biases"},
-        {hp->ffn_act == WGLLM_FFN_SWIGLU_OAI, "SwiGLU-OAI"},
-    };
-    return list_features(f, sizeof f / sizeof f[0], buf, cap, n);
-}
-
 bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t cap) {
     const struct wgllm_hparams *hp = &m->hp;
+    const struct wgllm_layer *L0 = !hp->encoder && m->layers ? &m->layers[0] : NULL;
     const struct feature f[] = {
         {hp->embd_scale != 1.0f, "scaled embeddings"},
         {hp->q_scale != 1.0f, "scaled queries"},
@@ -81,15 +68,15 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {hp->attn_temp_scale != 0.0f, "attention temperature scaling"},
         {hp->n_expert > 0, "mixture of experts"},
         {hp->encoder, "a bidirectional encoder (bert's post-LayerNorm block, no KV cache)"},
+        /* gpt-oss's */
+        {L0 && L0->attn_sinks, "attention sinks"},
+        {L0 && L0->bo, "an attention output bias"},
+        {hp->moe_softmax_weight, "experts weighted by a softmax over the chosen router logits"},
+        {L0 && (L0->b_gate_inp || L0->b_gate_exps), "router and expert biases"},
+        {hp->ffn_act == WGLLM_FFN_SWIGLU_OAI, "SwiGLU-OAI"},
     };
     if (cap) buf[0] = 0;
-    const size_t n = list_features(f, sizeof f / sizeof f[0], buf, cap, 0);
-    return cpu_only_features(m, buf, cap, n) > 0;
-}
-
-bool wgllm_model_cpu_only_features(const struct wgllm_model *m, char *buf, size_t cap) {
-    if (cap) buf[0] = 0;
-    return cpu_only_features(m, buf, cap, 0) > 0;
+    return list_features(f, sizeof f / sizeof f[0], buf, cap, 0) > 0;
 }
 
 /* ---- tensors ----------------------------------------------------------

@@ -233,15 +233,11 @@ const float *wgllm_model_rope_factors(const struct wgllm_model *m, int n_ctx);
  * its input, so every backend multiplies by the same float. */
 float wgllm_hparams_attn_temp(const struct wgllm_hparams *hp, int32_t pos);
 /* What of the model's block goes beyond the llama block (post-norms, GeGLU,
- * soft-capping, sliding window, scaled embeddings/queries, and those of
- * wgllm_model_cpu_only_features), as a comma-separated list into buf (""
+ * soft-capping, sliding window, scaled embeddings/queries, gpt-oss's sinks,
+ * biases and SwiGLU-OAI experts), as a comma-separated list into buf (""
  * for a llama-block model); returns whether there is any. For a backend
  * that computes only the llama block, and for `wgllm info`. */
 bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t cap);
-/* The part of those that only the CPU backend computes (gpt-oss's attention
- * sinks, biases and SwiGLU-OAI experts), the same way; for another backend
- * to refuse the model by name. */
-bool wgllm_model_cpu_only_features(const struct wgllm_model *m, char *buf, size_t cap);
 
 /* wgllm_model_load_source: wgllm.h. */
 /* True when the weights are not in memory (wgllm_model_params.stream_weights,

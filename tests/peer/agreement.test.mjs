@@ -121,8 +121,11 @@ const EXTRA = process.env.PEER_SHAPES ? [] : [['tiny-ropefreqs', ['f32', 'q8_0']
   // gpt-oss: attention sinks, biases everywhere, the softmax over the chosen router logits and
   // SwiGLU-OAI, in f32, q8_0 (the real files' attention format) and MXFP4 (their experts'), at
   // the best level: the MXFP4 dots of every level are the llama shape's above (measured at avx2
-  // and scalar: mean KL within 1.1x of the best level's). The CPU backend only (WebGPU refuses it)
-  ['tiny-gptoss', ['f32', 'q8_0', 'mxfp4'], BEST],
+  // and scalar: mean KL within 1.1x of the best level's). On WebGPU the sinks (the attention
+  // kernel's ATTN_SINK version), the router's softmax over its chosen logits, the experts' biases
+  // and SwiGLU-OAI are kernels of its own: q8_0 against llama.cpp here (every type against the CPU
+  // backend in test_webgpu_model)
+  ['tiny-gptoss', ['f32', 'mxfp4'], BEST], ['tiny-gptoss', ['q8_0'], [...BEST, ...GPU]],
   // MXFP4, NVFP4, the ternary formats and Q1_0: their own dot kernels (every level), on the llama shape only
   ['tiny', ['mxfp4', 'nvfp4', 'tq2_0', 'tq1_0', 'q1_0']],
   // the I-quants: files llama.cpp itself quantized (tests/peer/run.sh: every matrix in the type),

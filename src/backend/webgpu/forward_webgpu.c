@@ -47,7 +47,7 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
         struct wgllm_gpu_buffer *bs[] = {g->vecs, g->x,   g->xn,  g->q,      g->k,    g->v,        g->qr,    g->kr,
                                          g->att,  g->tmp, g->gate, g->up,    g->ffh,  g->logits,   g->step,  g->arena,
                                          g->readback, g->xr, g->rope_cs, g->gelu_tab, g->xo, g->att_o, g->id_rb[0], g->id_rb[1],
-                                         g->shift_tmp, g->samp_in, g->samp_out, g->samp_mask};
+                                         g->shift_tmp, g->samp_in, g->samp_out, g->samp_mask, g->sinks};
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) wgllm_gpu_buffer_destroy(g->gpu, bs[i]);
         wgllm_gpu_close(g->gpu);
     }

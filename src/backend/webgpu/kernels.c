@@ -663,6 +663,9 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
         {WGLLM_KERNEL_GELU, WGLLM_TYPE_F32, false},
         {WGLLM_KERNEL_MATVEC_ID, -1, false},     {WGLLM_KERNEL_MOE_ROUTE, WGLLM_TYPE_F32, false},
         {WGLLM_KERNEL_MOE_SUM, WGLLM_TYPE_F32, false},
+        /* gpt-oss's: attention with sinks, the experts' biases and SwiGLU-OAI */
+        {WGLLM_KERNEL_ATTN_SINK, WGLLM_TYPE_F16, false}, {WGLLM_KERNEL_MOE_BIAS, WGLLM_TYPE_F32, false},
+        {WGLLM_KERNEL_MOE_GLU_OAI, WGLLM_TYPE_F32, false},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
@@ -1285,7 +1288,9 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_MATMUL: gen_matmul(&b, key, tune); break;
     case WGLLM_KERNEL_MATVEC_ID:
     case WGLLM_KERNEL_MOE_ROUTE:
-    case WGLLM_KERNEL_MOE_SUM: { char *body = wgllm_wgsl_moe_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
+    case WGLLM_KERNEL_MOE_SUM:
+    case WGLLM_KERNEL_MOE_BIAS:
+    case WGLLM_KERNEL_MOE_GLU_OAI: { char *body = wgllm_wgsl_moe_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
     default: { char *body = wgllm_wgsl_batch_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
     }
     if (b.oom) {

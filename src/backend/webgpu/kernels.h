@@ -278,8 +278,23 @@ struct wgllm_kp_moe_route {
     uint32_t ids_at;   /* b: S word of row 0's first id */
     uint32_t w_at;     /* c: S word of row 0's first weight (f32 bits) */
     uint32_t norm;     /* d: 1: the chosen weights renormalized to sum 1 */
-    uint32_t _e, _g, _h, _i, _j;
+    uint32_t softmax_w; /* e: 1: top-k of the raw logits, the weights their softmax (gpt-oss) */
+    uint32_t _g, _h, _i, _j;
     float _f0, _f1, _f2, _f3;
+};
+
+/* MOE_BIAS, MOE_GLU_OAI (kernels_moe.c) */
+struct wgllm_kp_moe_bias {
+    uint32_t count;  /* n: elements of all the choices' rows */
+    uint32_t width;  /* m: elements per choice's row (and per expert's bias) */
+    uint32_t _k;
+    uint32_t b_off;  /* a: V element of expert 0's bias (MOE_GLU_OAI: the gate's) */
+    uint32_t ids_at; /* b: S word of choice 0's expert id */
+    uint32_t u_off;  /* c: MOE_GLU_OAI: V element of expert 0's up bias */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float alpha;     /* f0: MOE_GLU_OAI's sigmoid factor */
+    float limit;     /* f1: MOE_GLU_OAI's clamp */
+    float _f2, _f3;
 };
 
 /* MOE_SUM (kernels_moe.c) */
@@ -302,6 +317,7 @@ union wgllm_kparams {
     struct wgllm_kp_matvec_id matvec_id;
     struct wgllm_kp_moe_route moe_route;
     struct wgllm_kp_moe_sum moe_sum;
+    struct wgllm_kp_moe_bias moe_bias;
     struct wgllm_kp_matvec matvec;
     struct wgllm_kp_get_rows get_rows;
     struct wgllm_kp_rms_norm rms_norm;
@@ -404,6 +420,9 @@ enum wgllm_kernel {
      * 1 X, 2 T. Dispatch (ceil(n / wg_elem), 1, 1). */
     WGLLM_KERNEL_LAYER_NORM,
     WGLLM_KERNEL_GELU,
+    /* ATTN_BATCH over the f16 caches with a sink per head (gpt-oss): SK[h] joins the softmax's
+     * max and denominator as one more score without a value. Bindings as ATTN_BATCH, 6 SK. */
+    WGLLM_KERNEL_ATTN_SINK,
     /* Mixture of experts (kernels_moe.c; numbered apart as the batched ones). S is the routing
      * buffer (u32): each token's chosen experts and their weights (f32 bits), written by MOE_ROUTE
      * and read by the other two, so the routing never leaves the GPU.
@@ -421,8 +440,16 @@ enum wgllm_kernel {
      * (ceil(rows / wg_elem), 1, 1).
      * MOE_SUM: X[a + t*n + i] += f0? * (sum_j w_j * R[(t*m + j)*n + i] (+ SH[t*n + i], times
      * sigmoid(G[d + t]) when c = 2)), w_j = S[b + t*m + j] as f32, in the CPU's order. Bindings
-     * 1 X, 2 R, 3 S, 4 SH, 5 G. Dispatch (ceil(n / wg_elem), tokens, 1). */
-    WGLLM_KERNEL_MATVEC_ID = 96, WGLLM_KERNEL_MOE_ROUTE, WGLLM_KERNEL_MOE_SUM,
+     * 1 X, 2 R, 3 S, 4 SH, 5 G. Dispatch (ceil(n / wg_elem), tokens, 1).
+     * MOE_ROUTE with e = 1 (gpt-oss): the k largest raw logits, their weights the softmax over
+     * just those k.
+     * MOE_BIAS: Y[i] += V[a + S[b + i/m]*m + i%m], i < n: each choice's row plus its expert's
+     * bias (ggml_add_id). Bindings 1 Y, 2 S, 3 V. Dispatch (ceil(n / wg_elem), 1, 1).
+     * MOE_GLU_OAI: with g = G[i] + the gate bias (at a) and u = U[i] + the up bias (at c) of
+     * choice i/m's expert, Y[i] = x * sigmoid(f0 x) * (v + 1), x = min(g, f1), v = clamp(u, -f1,
+     * f1) (SwiGLU-OAI). Bindings 1 G, 2 U, 3 Y, 4 S, 5 V. Dispatch as MOE_BIAS. */
+    WGLLM_KERNEL_MATVEC_ID = 96, WGLLM_KERNEL_MOE_ROUTE, WGLLM_KERNEL_MOE_SUM, WGLLM_KERNEL_MOE_BIAS,
+    WGLLM_KERNEL_MOE_GLU_OAI,
 };
 
 struct wgllm_kernel_key {

@@ -46,7 +46,9 @@
  * a sliding window as a shorter span (the last `window` positions). On a
  * ring (p.n rows per sequence) the span's rows wrap through the modulo;
  * the sums still run in position order, so a ring gives the very values of
- * the full cache.
+ * the full cache. ATTN_SINK (gpt-oss) is this kernel with the head's sink
+ * joining the merged max and, last, the denominator (the CPU's
+ * wgllm_op_softmax_sink); ATTN_BATCH's text stays as it was.
  */
 static void attn_batch(char **s, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     const char *fmt =
@@ -56,7 +58,7 @@ static void attn_batch(char **s, const struct wgllm_kernel_key *key, const struc
         "@group(0) @binding(3) var<storage, read> V: array<u32>;\n"
         "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n"
         "@group(0) @binding(5) var<storage, read> ST: array<u32>;\n"
-        "%s"
+        "%s%s"
         "var<workgroup> qs: array<f32, WGA * MAXD>;\n"
         "var<workgroup> pt: array<f32, WGA>;\n"
         "var<workgroup> rm: array<f32, WGA>;\n"
@@ -135,8 +137,7 @@ static void attn_batch(char **s, const struct wgllm_kernel_key *key, const struc
         "    }\n"
         "    workgroupBarrier();\n"
         "  }\n"
-        "  let gmax = rm[0];\n"
-        "  let inv = 1.0 / (rh[0] + rl[0]);\n"
+        "%s"
         "  var acc: array<f32, MAXD>;\n"
         "  for (var r = 0u; r < MAXD; r++) { acc[r] = 0.0; }\n"
         "  for (var j0 = 0u; j0 < n; j0 += WGA) {\n"
@@ -173,9 +174,24 @@ static void attn_batch(char **s, const struct wgllm_kernel_key *key, const struc
                          : "fn kget(i: u32) -> f32 { let v = unpack2x16float(K[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n"
                            "fn vget(i: u32) -> f32 { let v = unpack2x16float(V[i >> 1u]); return select(v.x, v.y, (i & 1u) == 1u); }\n";
     const char *rnd = f32 ? "" : "to_f16";
-    size_t n = strlen(fmt) + strlen(helpers_wgsl) + strlen(wgllm_wgsl_tanh_helper()) + strlen(kv) + 64;
+    /* with a sink (gpt-oss) its score joins the max, and its exp comes last
+     * in the denominator, as in the CPU's wgllm_op_softmax_sink */
+    const bool sink = key->kernel == WGLLM_KERNEL_ATTN_SINK;
+    const char *sk_bind = sink ? "@group(0) @binding(6) var<storage, read> SK: array<f32>;\n" : "";
+    const char *norm = sink ? "  let sk = SK[h];\n"
+                              "  let gmax = max(rm[0], sk);\n"
+                              "  let r0 = exp(rm[0] - gmax);\n"
+                              "  let t3 = two_sum(rh[0] * r0, rl[0] * r0);\n"
+                              "  let t4 = two_sum(t3.x, exp(sk - gmax));\n"
+                              "  let inv = 1.0 / (t4.x + (t3.y + t4.y));\n"
+                            : "  let gmax = rm[0];\n"
+                              "  let inv = 1.0 / (rh[0] + rl[0]);\n";
+    size_t n = strlen(fmt) + strlen(helpers_wgsl) + strlen(wgllm_wgsl_tanh_helper()) + strlen(kv) + strlen(sk_bind) +
+               strlen(norm) + 64;
     *s = malloc(n);
-    if (*s) snprintf(*s, n, fmt, t->wg_attn, t->attn_max_dims, helpers_wgsl, wgllm_wgsl_tanh_helper(), kv, rnd, rnd);
+    if (*s)
+        snprintf(*s, n, fmt, t->wg_attn, t->attn_max_dims, helpers_wgsl, wgllm_wgsl_tanh_helper(), kv, sk_bind, rnd,
+                 norm, rnd);
 }
 
 static char *dup_fmt(const char *fmt, unsigned wg) {
@@ -453,7 +469,8 @@ static char *sample_rows(const struct wgllm_wgsl_tune *t) {
 char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
     char *s = NULL;
     switch (key->kernel) {
-    case WGLLM_KERNEL_ATTN_BATCH: attn_batch(&s, key, t); return s;
+    case WGLLM_KERNEL_ATTN_BATCH:
+    case WGLLM_KERNEL_ATTN_SINK: attn_batch(&s, key, t); return s;
     case WGLLM_KERNEL_ROPE_SHIFT_F16: rope_shift(&s, key, t); return s;
     case WGLLM_KERNEL_SAMPLE: return sample(t);
     case WGLLM_KERNEL_SAMPLE_ROWS: return sample_rows(t);
@@ -490,6 +507,7 @@ char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgl
 const char *wgllm_wgsl_batch_kernel_name(enum wgllm_kernel k) {
     switch (k) {
     case WGLLM_KERNEL_ATTN_BATCH: return "attn_batch";
+    case WGLLM_KERNEL_ATTN_SINK: return "attn_sink";
     case WGLLM_KERNEL_STORE_KV: return "store_kv";
     case WGLLM_KERNEL_ADD_ROWS: return "add_rows";
     case WGLLM_KERNEL_ROPE_SHIFT_F16: return "rope_shift_f16";

@@ -2,8 +2,10 @@
  * kernels_moe.c - WGSL of the mixture-of-experts kernels (kernels.h):
  * MOE_ROUTE (softmax and top-k of the router's logits into the routing
  * buffer), MATVEC_ID (the chosen experts' mat-vecs, reading the expert id
- * from that buffer) and MOE_SUM (the weighted sum of the chosen experts'
- * outputs, the shared expert and its gate, into the residual stream). The
+ * from that buffer), MOE_SUM (the weighted sum of the chosen experts'
+ * outputs, the shared expert and its gate, into the residual stream), and
+ * gpt-oss's MOE_BIAS / MOE_GLU_OAI (each choice's expert's biases, read by
+ * the id from that buffer too, and SwiGLU-OAI). The
  * routing never goes to the host: a pass stays one submit.
  *
  * MATVEC_ID is MATVEC with the weight rows offset by the expert: it takes
@@ -32,7 +34,10 @@ KP_AT(matvec_id, x_off, b); KP_AT(matvec_id, y_off, c); KP_AT(matvec_id, ids_at,
 KP_AT(matvec_id, n_exp, g); KP_AT(matvec_id, used, h); KP_AT(matvec_id, groups, i);
 _Static_assert(sizeof(struct wgllm_kp_moe_route) == 64, "wgllm_kp_moe_route is the whole block");
 KP_AT(moe_route, rows, n); KP_AT(moe_route, n_expert, m); KP_AT(moe_route, used, k); KP_AT(moe_route, l_off, a);
-KP_AT(moe_route, ids_at, b); KP_AT(moe_route, w_at, c); KP_AT(moe_route, norm, d);
+KP_AT(moe_route, ids_at, b); KP_AT(moe_route, w_at, c); KP_AT(moe_route, norm, d); KP_AT(moe_route, softmax_w, e);
+_Static_assert(sizeof(struct wgllm_kp_moe_bias) == 64, "wgllm_kp_moe_bias is the whole block");
+KP_AT(moe_bias, count, n); KP_AT(moe_bias, width, m); KP_AT(moe_bias, b_off, a); KP_AT(moe_bias, ids_at, b);
+KP_AT(moe_bias, u_off, c); KP_AT(moe_bias, alpha, f0); KP_AT(moe_bias, limit, f1);
 _Static_assert(sizeof(struct wgllm_kp_moe_sum) == 64, "wgllm_kp_moe_sum is the whole block");
 KP_AT(moe_sum, width, n); KP_AT(moe_sum, used, m); KP_AT(moe_sum, x_off, a); KP_AT(moe_sum, w_at, b);
 KP_AT(moe_sum, shared, c); KP_AT(moe_sum, g_off, d); KP_AT(moe_sum, scaled, e); KP_AT(moe_sum, scale, f0);
@@ -149,7 +154,7 @@ static void gen_moe_route(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *
               "    lo += s2.y;\n"
               "  }\n"
               "  let inv = 1.0 / (hi + lo);\n"
-              "  for (var e = 0u; e < p.m; e++) { pr[e] = pr[e] * inv; }\n"
+              "  for (var e = 0u; e < p.m; e++) { pr[e] = select(pr[e] * inv, L[lb + e], p.e == 1u); }\n"
               "  var sel: array<u32, 64>;\n"
               "  var w: array<f32, 64>;\n"
               "  var sum = 0.0;\n"
@@ -163,6 +168,21 @@ static void gen_moe_route(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *
               "    sel[i] = best;\n"
               "    w[i] = pr[best];\n"
               "    sum += w[i];\n"
+              "  }\n"
+              /* gpt-oss: the softmax of the chosen logits (the CPU's wgllm_op_softmax over w) */
+              "  if (p.e == 1u) {\n"
+              "    var wm = w[0];\n"
+              "    for (var i = 1u; i < p.k; i++) { wm = max(wm, w[i]); }\n"
+              "    var wh = 0.0;\n"
+              "    var wl = 0.0;\n"
+              "    for (var i = 0u; i < p.k; i++) {\n"
+              "      w[i] = exp(w[i] - wm);\n"
+              "      let s3 = two_sum(wh, w[i]);\n"
+              "      wh = s3.x;\n"
+              "      wl += s3.y;\n"
+              "    }\n"
+              "    let winv = 1.0 / (wh + wl);\n"
+              "    for (var i = 0u; i < p.k; i++) { w[i] = w[i] * winv; }\n"
               "  }\n"
               "  if (p.d == 1u) {\n"
               "    sum = max(sum, 6.103515625e-05);\n"
@@ -203,12 +223,52 @@ static void gen_moe_sum(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t)
               "}\n");
 }
 
+/* The expert id of element i's choice and the element's index in the
+ * expert's bias (gpt-oss's ggml_add_id), shared by the two biased kernels. */
+static const char *bias_wgsl =
+    "  let i = gid.x;\n"
+    "  if (i >= p.n) { return; }\n"
+    "  let id = S[p.b + i / p.m];\n"
+    "  let bi = id * p.m + i % p.m;\n";
+
+/* As the CPU's expert mat-vec with a bias (the bias added to each f32 dot). */
+static void gen_moe_bias(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read_write> Y: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read> S: array<u32>;\n"
+              "@group(0) @binding(3) var<storage, read> V: array<f32>;\n"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "%s"
+              "  Y[i] = Y[i] + V[p.a + bi];\n"
+              "}\n", bias_wgsl);
+}
+
+/* The gate and up biases, then wgllm_op_swiglu_oai in its order of operations. */
+static void gen_moe_glu_oai(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n", t->wg_elem);
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> G: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read> U: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
+              "@group(0) @binding(4) var<storage, read> S: array<u32>;\n"
+              "@group(0) @binding(5) var<storage, read> V: array<f32>;\n"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "%s"
+              "  let x = min(G[i] + V[p.a + bi], p.f1);\n"
+              "  let v = clamp(U[i] + V[p.c + bi], -p.f1, p.f1);\n"
+              "  Y[i] = (x / (1.0 + exp(p.f0 * (-x)))) * (v + 1.0);\n"
+              "}\n", bias_wgsl);
+}
+
 char *wgllm_wgsl_moe_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune) {
     struct wgllm_strbuf b = {0};
     switch (key->kernel) {
     case WGLLM_KERNEL_MATVEC_ID: gen_matvec_id(&b, key, tune); break;
     case WGLLM_KERNEL_MOE_ROUTE: gen_moe_route(&b, tune); break;
     case WGLLM_KERNEL_MOE_SUM: gen_moe_sum(&b, tune); break;
+    case WGLLM_KERNEL_MOE_BIAS: gen_moe_bias(&b, tune); break;
+    case WGLLM_KERNEL_MOE_GLU_OAI: gen_moe_glu_oai(&b, tune); break;
     default: b.oom = true; break;
     }
     if (b.oom || !b.data) {
@@ -223,6 +283,8 @@ const char *wgllm_wgsl_moe_kernel_name(enum wgllm_kernel k) {
     case WGLLM_KERNEL_MATVEC_ID: return "matvec_id";
     case WGLLM_KERNEL_MOE_ROUTE: return "moe_route";
     case WGLLM_KERNEL_MOE_SUM: return "moe_sum";
+    case WGLLM_KERNEL_MOE_BIAS: return "moe_bias";
+    case WGLLM_KERNEL_MOE_GLU_OAI: return "moe_glu_oai";
     default: return "unknown";
     }
 }

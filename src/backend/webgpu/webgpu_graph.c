@@ -8,8 +8,8 @@
  * Step order follows the CPU backend (backend/cpu/forward.c): get_rows ->
  * per layer RMSNorm -> Q/K/V mat-vecs (+ qwen2 biases; qwen3 per-head q/k
  * RMSNorm) -> RoPE -> K,V stored as f16 at (sequence, position) ->
- * attention of each token over its own sequence -> output projection ->
- * residual add -> RMSNorm -> gate/up -> SwiGLU -> down -> residual add; in
+ * attention of each token over its own sequence (with gpt-oss's sinks:
+ * ATTN_SINK) -> output projection (+ gpt-oss's bias) -> residual add -> RMSNorm -> gate/up -> SwiGLU -> down -> residual add; in
  * the last layer only the rows with outputs go on after attention (gathered
  * into xo), then the final RMSNorm and (unless embeddings are wanted) the
  * logits; a pass without outputs stops after the last attention. Rounding
@@ -251,7 +251,9 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
 
     struct wgllm_gpu_pipeline *prope = pipe_of(g, WGLLM_KERNEL_ROPE, 0, neox, bd->err);
     struct wgllm_gpu_pipeline *pstore = pipe_of(g, WGLLM_KERNEL_STORE_KV, 0, false, bd->err);
-    struct wgllm_gpu_pipeline *pattn = pipe_of(g, WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false, bd->err);
+    /* gpt-oss: every layer has its sinks, the attention kernel's version with them */
+    struct wgllm_gpu_pipeline *pattn = pipe_of(g, g->sinks ? WGLLM_KERNEL_ATTN_SINK : WGLLM_KERNEL_ATTN_BATCH,
+                                               WGLLM_TYPE_F16, false, bd->err);
     const bool gelu = hp->ffn_act == WGLLM_FFN_GELU;
     struct wgllm_gpu_pipeline *pswi = pipe_of(g, gelu ? WGLLM_KERNEL_GEGLU : WGLLM_KERNEL_SWIGLU, 0, false, bd->err);
     /* granite's residual scale rides on the projections' epilogue; with a
@@ -305,6 +307,10 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
                                                  .temp_at = hp->attn_temp_scale != 0.0f ? 4 * B : 0}};
         struct gop *o = add_op(bd, pattn, &ak, GROW_Y, (uint32_t)hp->n_head, 4, g->q, g->kc[il], g->vc[il], g->att);
         if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){g->step, 0, 0};
+        if (o && g->sinks) {
+            const uint64_t sks = wgllm_webgpu_sink_stride(m);
+            o->b[o->nb++] = (struct wgllm_gpu_binding){g->sinks, (uint64_t)il * sks, (uint64_t)hp->n_head * 4};
+        }
         /* In the last layer only the rows whose outputs are wanted go on after
          * attention (the others only had to fill the KV cache), as on the CPU:
          * they are gathered (x and att as F32 tables, the step's output rows
@@ -322,12 +328,13 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
             xa = g->xo, aa = g->att_o, cap_rows = g->out_cap;
         }
         add_matvec(bd, &W[3], aa, g->tmp, cap_rows, L->post_attn_norm ? EPI_NONE : res_epi);
+        if (L->bo) add_rows(bd, g->tmp, g->vecs, vo->bo[il], E, 0); /* gpt-oss: before the residual, as the CPU */
         add_residual(bd, xa, g->tmp, E, L->post_attn_norm, L->post_attn_norm ? vo->post_attn_norm[il] : 0);
         /* the FFN's input: the pre-norm of x, or x itself (olmo2) */
         struct wgllm_gpu_buffer *fin = xa;
         if (L->ffn_norm) add_rms(bd, xa, g->xn, vo->ffn_norm[il], E, 1), fin = g->xn;
         if (hp->n_expert > 0) { /* the experts' FFN (webgpu_moe.c) */
-            wgllm_webgpu_moe_ffn(g, bd, il, fin, xa, cap_rows);
+            wgllm_webgpu_moe_ffn(g, bd, il, vo, fin, xa, cap_rows);
             continue;
         }
         add_matvec(bd, &W[4], fin, g->gate, cap_rows, EPI_NONE);

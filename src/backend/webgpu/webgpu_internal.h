@@ -76,7 +76,7 @@ struct gop {
     int tok; /* >= 0: an op of that one token (row-split weights), run when tok < count */
     /* until the bind group exists */
     int slot, nb;
-    struct wgllm_gpu_binding b[6];
+    struct wgllm_gpu_binding b[7]; /* the arena and up to six buffers (attention with sinks) */
 };
 
 struct wgllm_webgpu_moe;
@@ -95,6 +95,7 @@ struct wgllm_webgpu_ctx {
     struct gweight *w;  /* 7 per layer (n_pieces 0: absent), then tok_embd, output (an encoder: its position table) */
     int n_w;
     struct wgllm_gpu_buffer *vecs;                 /* every f32 vector */
+    struct wgllm_gpu_buffer *sinks;                /* gpt-oss's attention sinks, layer il's n_head at il * sink stride */
     struct wgllm_gpu_buffer **kc, **vc;            /* per layer, [n_seq][n_ctx] rows ([n_seq][ring] on a ring) */
     /* activations, n_batch rows each (xo and logits: out_cap rows) */
     struct wgllm_gpu_buffer *x, *xn, *q, *k, *v, *qr, *kr, *att, *tmp, *gate, *up, *ffh, *xo, *att_o, *logits;
@@ -156,11 +157,16 @@ struct vec_offsets {
     uint32_t *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm; /* per layer */
     /* per layer, an encoder's (bert): the other biases, the LayerNorms' weights and biases */
     uint32_t *bo, *b_up, *b_down, *attn_out_norm, *attn_out_norm_b, *layer_out_norm, *layer_out_norm_b;
+    uint32_t *b_gate_inp, *b_gate_exps, *b_up_exps, *b_down_exps; /* per layer, gpt-oss's router and expert biases */
     uint32_t output_norm;
     uint32_t embd_norm, embd_norm_b, type_row; /* an encoder's: the embeddings' LayerNorm, token type 0's row */
 };
 
 static inline uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+/* Bytes between layers' attention sinks in g->sinks: a multiple of 256,
+ * the largest storage-binding offset alignment WebGPU lets a device ask. */
+uint64_t wgllm_webgpu_sink_stride(const struct wgllm_model *m);
 
 /* ---- webgpu_plan.c ------------------------------------------------------- */
 
@@ -257,7 +263,7 @@ uint64_t wgllm_webgpu_moe_row_floats(const struct wgllm_model *m);
 enum wgllm_status wgllm_webgpu_moe_alloc(struct wgllm_webgpu_ctx *g, const struct wgllm_webgpu_limits *lim,
                                          uint64_t *pending, struct wgllm_error *err);
 /* The FFN of MoE layer il on cap rows of fin, added into the stream xa. */
-void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il, struct wgllm_gpu_buffer *fin, struct wgllm_gpu_buffer *xa,
+void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il, const struct vec_offsets *vo, struct wgllm_gpu_buffer *fin, struct wgllm_gpu_buffer *xa,
                           int cap);
 void wgllm_webgpu_moe_free(struct wgllm_webgpu_ctx *g);
 

@@ -7,9 +7,12 @@
  * down rows) and the dispatches of their FFN, in the CPU backend's order
  * (backend/cpu/forward.c, moe_ffn):
  *
- *   router mat-vec -> MOE_ROUTE (softmax, top-k, renormalisation: ids and
+ *   router mat-vec [+ its bias, gpt-oss] -> MOE_ROUTE (softmax, top-k,
+ *   renormalisation; gpt-oss: top-k of the logits, their softmax: ids and
  *   weights into the routing buffer) -> MATVEC_ID gate and up of each
- *   token's chosen experts -> SwiGLU -> MATVEC_ID down -> [shared expert:
+ *   token's chosen experts -> SwiGLU [gpt-oss: MOE_GLU_OAI, the experts'
+ *   gate/up biases and SwiGLU-OAI] -> MATVEC_ID down [+ MOE_BIAS, the
+ *   experts' down biases] -> [shared expert:
  *   its gate/up/SwiGLU/down and, qwen2moe, its gate's logit] -> MOE_SUM
  *   (weighted sum + shared expert x sigmoid gate, x granite's residual
  *   scale, added to the stream)
@@ -221,7 +224,8 @@ static void add_matvec_id(struct wgllm_webgpu_ctx *g, struct builder *bd, const 
     }
 }
 
-void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il, struct wgllm_gpu_buffer *fin,
+void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il, const struct vec_offsets *vo,
+                          struct wgllm_gpu_buffer *fin,
                           struct wgllm_gpu_buffer *xa, int cap) {
     const struct wgllm_hparams *hp = &g->model->hp;
     const struct wgllm_layer *L = &g->model->layers[il];
@@ -232,8 +236,10 @@ void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il
     const uint32_t wg = g->tune->wg_elem, C = (uint32_t)cap;
     /* the router's logits, then each row's choices into the routing buffer */
     wgllm_webgpu_add_matvec(bd, &MW[MW_ROUTER], fin, moe->logits, cap);
+    if (L->b_gate_inp) wgllm_webgpu_add_rows(bd, moe->logits, g->vecs, vo->b_gate_inp[il], X, 0); /* gpt-oss */
     const union wgllm_kparams rk = {.moe_route = {.rows = C, .n_expert = X, .used = K, .ids_at = 0, .w_at = C * K,
-                                                  .norm = hp->moe_norm_w ? 1u : 0u}};
+                                                  .norm = hp->moe_norm_w ? 1u : 0u,
+                                                  .softmax_w = hp->moe_softmax_weight ? 1u : 0u}};
     struct gop *o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MOE_ROUTE, 0, false, bd->err), &rk, GROW_XE, 1,
                                           2, moe->logits, moe->route, NULL, NULL, false);
     if (o) o->per = 1, o->div = wg;
@@ -248,9 +254,20 @@ void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il
         if (MW[MW_SH_GATE_INP].n_pieces) wgllm_webgpu_add_matvec(bd, &MW[MW_SH_GATE_INP], fin, moe->sgl, cap);
     }
     struct wgllm_gpu_pipeline *pswi = wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_SWIGLU, 0, false, bd->err);
-    const union wgllm_kparams sw = {.swiglu = {.count = K * FE * C}};
-    o = moe_op(bd, pswi, &sw, GROW_XE, 1, 3, moe->gate, moe->up, moe->ffh, NULL, false);
-    if (o) o->per = K * FE, o->div = wg;
+    if (hp->ffn_act == WGLLM_FFN_SWIGLU_OAI) {
+        /* gpt-oss: the chosen experts' gate and up biases, then SwiGLU-OAI
+         * with llama.cpp's fixed alpha and limit (as the CPU's moe_ffn) */
+        const union wgllm_kparams so = {.moe_bias = {.count = K * FE * C, .width = FE, .b_off = vo->b_gate_exps[il],
+                                                     .ids_at = 0, .u_off = vo->b_up_exps[il], .alpha = 1.702f,
+                                                     .limit = 7.0f}};
+        o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MOE_GLU_OAI, 0, false, bd->err), &so, GROW_XE, 1, 4,
+                   moe->gate, moe->up, moe->ffh, moe->route, false);
+        if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){g->vecs, 0, 0}, o->per = K * FE, o->div = wg;
+    } else {
+        const union wgllm_kparams sw = {.swiglu = {.count = K * FE * C}};
+        o = moe_op(bd, pswi, &sw, GROW_XE, 1, 3, moe->gate, moe->up, moe->ffh, NULL, false);
+        if (o) o->per = K * FE, o->div = wg;
+    }
     /* the down input of each choice rounded as the CPU rounds it, into gate (free again) */
     struct wgllm_gpu_buffer *xd = moe->ffh;
     const uint32_t vd = wgllm_type_traits(W[6].type)->vec_dot_type;
@@ -262,6 +279,13 @@ void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il
         xd = moe->gate;
     }
     add_matvec_id(g, bd, &W[6], xd, 1, moe->out);
+    if (L->b_down_exps) { /* gpt-oss: each choice's expert's down bias */
+        const union wgllm_kparams bk = {.moe_bias = {.count = K * E * C, .width = E, .b_off = vo->b_down_exps[il],
+                                                     .ids_at = 0}};
+        o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MOE_BIAS, 0, false, bd->err), &bk, GROW_XE, 1, 3,
+                   moe->out, moe->route, g->vecs, NULL, false);
+        if (o) o->per = K * E, o->div = wg;
+    }
     /* the shared expert's SwiGLU and down, into tmp */
     if (FS) {
         const union wgllm_kparams ss = {.swiglu = {.count = FS * C}};
@@ -276,7 +300,6 @@ void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il
     o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MOE_SUM, 0, false, bd->err), &su, GROW_Y, ceil_div(E, wg), 4,
                               xa, moe->out, moe->route, g->tmp, false);
     if (o) o->b[o->nb++] = (struct wgllm_gpu_binding){FS && moe->sgl ? moe->sgl : moe->logits, 0, 0};
-    (void)L;
 }
 
 void wgllm_webgpu_moe_free(struct wgllm_webgpu_ctx *g) {

@@ -181,18 +181,26 @@ static struct widths widths_of(const struct wgllm_hparams *hp) {
                            .rot = (uint64_t)hp->n_rot, .n_layer = (uint64_t)hp->n_layer, .n_head = (uint64_t)hp->n_head};
 }
 
+uint64_t wgllm_webgpu_sink_stride(const struct wgllm_model *m) {
+    return ((uint64_t)m->hp.n_head * 4 + 255) & ~(uint64_t)255;
+}
+
 /* A layer's f32 vectors in the order the vectors buffer holds them (NULL:
  * absent) and their lengths: olmo2's q/k norms span the whole projection;
- * the last seven are an encoder's (bert's other biases and LayerNorms). */
-#define LAYER_VECS 16
+ * the next seven an encoder's (bert's other biases and LayerNorms), the
+ * last four gpt-oss's router and expert biases (each expert's in turn). */
+#define LAYER_VECS 20
 static void layer_vectors(const struct wgllm_model *m, const struct wgllm_layer *L, const struct widths *w,
                           const float *d[LAYER_VECS], uint64_t n[LAYER_VECS]) {
     const bool whole = m->hp.qk_norm_whole;
     const float *dd[LAYER_VECS] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm,
                                    L->post_attn_norm, L->post_ffn_norm, L->bo, L->b_up, L->b_down,
-                                   L->attn_out_norm, L->attn_out_norm_b, L->layer_out_norm, L->layer_out_norm_b};
+                                   L->attn_out_norm, L->attn_out_norm_b, L->layer_out_norm, L->layer_out_norm_b,
+                                   L->b_gate_inp, L->b_gate_exps, L->b_up_exps, L->b_down_exps};
+    const uint64_t X = m->hp.n_expert > 0 ? (uint64_t)m->hp.n_expert : 0, FE = m->hp.n_ff_exp > 0 ? (uint64_t)m->hp.n_ff_exp : 0;
     const uint64_t nn[LAYER_VECS] = {w->E, w->E, w->QD, w->KD, w->VD, whole ? w->QD : w->dk, whole ? w->KD : w->dk,
-                                     w->E, w->E, w->E, w->F, w->E, w->E, w->E, w->E, w->E};
+                                     w->E, w->E, w->E, w->F, w->E, w->E, w->E, w->E, w->E,
+                                     X, smul(X, FE), smul(X, FE), smul(X, w->E)};
     for (int j = 0; j < LAYER_VECS; j++) d[j] = dd[j], n[j] = nn[j];
 }
 
@@ -222,6 +230,7 @@ static uint64_t plan_fixed(const struct wgllm_model *m, const struct widths *w, 
             if (j < 7 || d[j]) fixed = sadd(fixed, smul(n[j], 4));
     }
     fixed = sadd(fixed, wgllm_webgpu_moe_weight_bytes(m)); /* the router and shared experts */
+    if (m->layers[0].attn_sinks) fixed = sadd(fixed, smul(w->n_layer, wgllm_webgpu_sink_stride(m)));
     fixed = sadd(fixed, round16(smul(m->tok_embd.row_size, (uint64_t)m->tok_embd.ne1)));
     /* an encoder's position table (where the output would be) and its embeddings' vectors */
     if (m->pos_embd.tensor) fixed = sadd(fixed, round16(smul(m->pos_embd.row_size, (uint64_t)m->pos_embd.ne1)));
@@ -572,15 +581,8 @@ bool wgllm_webgpu_formats_ok(const struct wgllm_model *model, char *why, size_t 
      * (bert, nomic-bert) by their own list (webgpu_encoder.c), mixtures of
      * experts by webgpu_moe.c, and YaRN is in the host's RoPE table; what
      * remains to refuse is a weight format without a kernel (with -b auto
-     * the CPU runs it), and gpt-oss's part of the block (attention sinks,
-     * biases, SwiGLU-OAI experts), which only the CPU computes yet. */
+     * the CPU runs it). */
     const struct wgllm_hparams *hp = &model->hp;
-    char feats[200];
-    if (wgllm_model_cpu_only_features(model, feats, sizeof feats)) {
-        snprintf(why, cap, "%s's %s are not computed by the WebGPU backend yet (the CPU backend computes them)",
-                 model->arch_name, feats);
-        return false;
-    }
     /* an encoder: a position table (bert) instead of the output */
     bool ok = weight_ok(&model->tok_embd, WGLLM_KERNEL_GET_ROWS, why, cap) &&
               (hp->encoder ? !model->pos_embd.tensor || weight_ok(&model->pos_embd, WGLLM_KERNEL_GET_ROWS, why, cap)
@@ -672,7 +674,8 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
     uint32_t **per_layer[LAYER_VECS] = {&vo.attn_norm, &vo.ffn_norm, &vo.bq, &vo.bk, &vo.bv, &vo.q_norm,
                                         &vo.k_norm, &vo.post_attn_norm, &vo.post_ffn_norm, &vo.bo, &vo.b_up,
                                         &vo.b_down, &vo.attn_out_norm, &vo.attn_out_norm_b, &vo.layer_out_norm,
-                                        &vo.layer_out_norm_b};
+                                        &vo.layer_out_norm_b, &vo.b_gate_inp, &vo.b_gate_exps, &vo.b_up_exps,
+                                        &vo.b_down_exps};
     for (int j = 0; j < LAYER_VECS; j++) *per_layer[j] = offs + (size_t)j * hp->n_layer; /* attn_norm = offs */
     /* what goes where: up to LAYER_VECS vectors per layer and the output norm;
      * on the heap, as 9 * 512 + 1 of them would take 110 KB of stack */
@@ -721,6 +724,17 @@ enum wgllm_status wgllm_webgpu_plan_alloc(struct wgllm_webgpu_ctx *g, struct vec
                  ? upload(g, g->vecs, *vl[i].off * 4ull, vl[i].data, bytes, &pending, err)
                  : wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "WebGPU: a vector of %llu floats is past size_t",
                                    (unsigned long long)vl[i].n);
+    }
+    /* the attention sinks (gpt-oss): each layer's at an offset a binding may
+     * start at, as the attention kernel reads its layer's from 0 */
+    const uint64_t sks = wgllm_webgpu_sink_stride(m);
+    if (!st && g->vecs && m->layers[0].attn_sinks) {
+        g->sinks = wgllm_webgpu_gbuf(g, (uint64_t)hp->n_layer * sks, WGLLM_GPU_STORAGE, "attention sinks",
+                                     &g->plan.vectors, err);
+        for (int il = 0; g->sinks && il < hp->n_layer && !st; il++)
+            st = upload(g, g->sinks, (uint64_t)il * sks, m->layers[il].attn_sinks, (size_t)hp->n_head * sizeof(float),
+                        &pending, err);
+        if (!g->sinks && !st) st = err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
     }
     free(vl);
     free(type_row);
