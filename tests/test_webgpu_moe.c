@@ -10,9 +10,12 @@
  *    Q8_0, Q4_0 and a K-quant; no row of another choice is written;
  *  - MOE_ROUTE: the same ids as the CPU's top-k (ties to the lower index,
  *    rows of equal logits included) and the same weights within f32
- *    rounding, with and without renormalisation;
+ *    rounding, with and without renormalisation, and gpt-oss's top-k of the
+ *    raw logits weighted by their softmax;
  *  - MOE_SUM: the weighted sum with no shared expert, a plain one and a
- *    sigmoid-gated one, with and without granite's scale.
+ *    sigmoid-gated one, with and without granite's scale;
+ *  - MOE_GLU_OAI and MOE_BIAS (gpt-oss): each choice's expert's biases
+ *    (by the routing buffer's ids), SwiGLU-OAI with gate/up past its limit.
  * The model-level checks (every MoE architecture against the CPU backend)
  * are in test_webgpu_model.c.
  */
@@ -152,10 +155,10 @@ TEST(matvec_id_formats) {
 /* ---- MOE_ROUTE ------------------------------------------------------------ */
 
 /* The CPU backend's routing of one row (forward.c, moe_ffn). */
-static void route_ref(const float *l, int n, int k, bool norm, int32_t *sel, float *w) {
+static void route_ref(const float *l, int n, int k, bool norm, bool softmax_w, int32_t *sel, float *w) {
     float *p = malloc(sizeof(float) * (size_t)n);
     memcpy(p, l, sizeof(float) * (size_t)n);
-    wgllm_op_softmax(p, n);
+    if (!softmax_w) wgllm_op_softmax(p, n);
     float sum = 0.0f;
     for (int i = 0; i < k; i++) {
         int best = -1;
@@ -168,6 +171,7 @@ static void route_ref(const float *l, int n, int k, bool norm, int32_t *sel, flo
         w[i] = p[best];
         sum += w[i];
     }
+    if (softmax_w) wgllm_op_softmax(w, k); /* gpt-oss: over the chosen logits only */
     if (norm) {
         sum = fmaxf(sum, 6.103515625e-5f);
         for (int i = 0; i < k; i++) w[i] /= sum;
@@ -179,8 +183,8 @@ TEST(moe_route_like_cpu) {
     static const int cases[][2] = {{8, 2}, {4, 2}, {60, 4}, {128, 8}, {256, 1}, {16, 16}}; /* experts, used */
     enum { T = 37 };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-        for (int norm = 0; norm < 2; norm++) {
-            const int X = cases[c][0], K = cases[c][1];
+        for (int mode = 0; mode < 3; mode++) { /* 0, 1: without / with renormalisation; 2: gpt-oss's */
+            const int X = cases[c][0], K = cases[c][1], norm = mode == 1, smw = mode == 2;
             float *l = malloc(sizeof(float) * T * X), *wref = malloc(sizeof(float) * T * K);
             int32_t *sref = malloc(sizeof(int32_t) * T * K);
             uint32_t *s = calloc((size_t)T * K * 2 + 3, sizeof(uint32_t));
@@ -189,11 +193,12 @@ TEST(moe_route_like_cpu) {
             for (int e = 0; e < X; e++) l[e] = 0.5f;
             l[X + X - 1] = l[X + 1] = 9.0f;
             for (int e = 0; e < X; e++) l[2 * X + e] = 1.0f + (float)((e * 7) % X) * 9.5367431640625e-07f;
-            for (int t = 0; t < T; t++) route_ref(l + (size_t)t * X, X, K, norm, sref + (size_t)t * K, wref + (size_t)t * K);
+            for (int t = 0; t < T; t++) route_ref(l + (size_t)t * X, X, K, norm, smw, sref + (size_t)t * K, wref + (size_t)t * K);
             struct wgllm_gpu_buffer *b[2] = {upload(l, sizeof(float) * T * X), upload(s, sizeof(uint32_t) * ((size_t)T * K * 2 + 3))};
             /* ids from word 3 (ids_at is honoured), weights after them */
             const union wgllm_kparams kp = {.moe_route = {.rows = T, .n_expert = (uint32_t)X, .used = (uint32_t)K,
-                                                          .ids_at = 3, .w_at = 3 + T * K, .norm = (uint32_t)norm}};
+                                                          .ids_at = 3, .w_at = 3 + T * K, .norm = (uint32_t)norm,
+                                                          .softmax_w = (uint32_t)smw}};
             const struct wgllm_wgsl_tune *tu = wgllm_wgsl_default_tune();
             bool ok = b[0] && b[1] && run(WGLLM_KERNEL_MOE_ROUTE, WGLLM_TYPE_F32, tu, &kp, 2, b,
                                            (T + tu->wg_elem - 1) / tu->wg_elem, 1) &&
@@ -213,7 +218,7 @@ TEST(moe_route_like_cpu) {
             }
             CHECK_EQ_INT(bad_ids, 0);
             CHECK(worst <= 1e-5); /* the GPU's exp is within a few ulps of expf */
-            if (worst > 1e-5 || c == 3) printf("  route %d experts, %d used, norm %d: ids equal, weights rel err %.2e\n", X, K, norm, worst);
+            if (worst > 1e-5 || c == 3) printf("  route %d experts, %d used, mode %d: ids equal, weights rel err %.2e\n", X, K, mode, worst);
             CHECK(!s[0] && !s[1] && !s[2]); /* nothing before ids_at */
             wgllm_gpu_buffer_destroy(G, b[0]), wgllm_gpu_buffer_destroy(G, b[1]);
             free(l), free(wref), free(sref), free(s);
@@ -271,6 +276,52 @@ TEST(moe_sum_like_cpu) {
         }
 }
 
+/* ---- MOE_GLU_OAI, MOE_BIAS ------------------------------------------------ */
+
+/* As the CPU's moe_ffn for gpt-oss: each choice's gate and up rows plus its
+ * expert's biases (the matrix product's f32 add), then wgllm_op_swiglu_oai;
+ * the down rows plus theirs. Values up to +-12 so the limit of 7 clips. */
+TEST(moe_glu_oai_and_bias_like_cpu) {
+    enum { X = 5, FE = 40, T = 3, U = 2, N = T * U * FE, VOFF = 7 };
+    float g[N], u[N], y[N] = {0}, d[N], d0[N], v[VOFF + 3 * X * FE];
+    uint32_t s[T * U];
+    for (int i = 0; i < N; i++) g[i] = 12.0f * rng_frand(), u[i] = 12.0f * rng_frand(), d0[i] = rng_frand();
+    for (int i = 0; i < VOFF + 3 * X * FE; i++) v[i] = 2.0f * rng_frand();
+    for (int q = 0; q < T * U; q++) s[q] = (uint32_t)((q * 3 + 1) % X);
+    const float *bg = v + VOFF, *bu = v + VOFF + X * FE, *bd = v + VOFF + 2 * X * FE;
+    struct wgllm_gpu_buffer *b[5] = {upload(g, sizeof g), upload(u, sizeof u), upload(y, sizeof y), upload(s, sizeof s),
+                                     upload(v, sizeof v)};
+    struct wgllm_gpu_buffer *bb[3] = {upload(d0, sizeof d0), b[3], b[4]};
+    const struct wgllm_wgsl_tune *tu = wgllm_wgsl_default_tune();
+    const union wgllm_kparams ko = {.moe_bias = {.count = N, .width = FE, .b_off = VOFF, .ids_at = 0,
+                                                 .u_off = VOFF + X * FE, .alpha = 1.702f, .limit = 7.0f}};
+    const union wgllm_kparams kb = {.moe_bias = {.count = N, .width = FE, .b_off = VOFF + 2 * X * FE, .ids_at = 0}};
+    const uint32_t groups = (N + tu->wg_elem - 1) / tu->wg_elem;
+    bool ok = b[0] && b[1] && b[2] && b[3] && b[4] && bb[0] &&
+              run(WGLLM_KERNEL_MOE_GLU_OAI, WGLLM_TYPE_F32, tu, &ko, 5, b, groups, 1) && readback(b[2], y, sizeof y) &&
+              run(WGLLM_KERNEL_MOE_BIAS, WGLLM_TYPE_F32, tu, &kb, 3, bb, groups, 1) && readback(bb[0], d, sizeof d);
+    CHECK(ok);
+    double worst_glu = 0, worst_bias = 0;
+    int clipped = 0;
+    for (int i = 0; ok && i < N; i++) {
+        const int q = i / FE, r = i % FE, e = (int)s[q];
+        const float gb = g[i] + bg[e * FE + r], ub = u[i] + bu[e * FE + r];
+        float want;
+        wgllm_op_swiglu_oai(&gb, &ub, &want, 1, 1.702f, 7.0f);
+        clipped += gb > 7.0f || fabsf(ub) > 7.0f;
+        const double eg = fabs((double)y[i] - want) / (fabs(want) + 1.0);
+        if (eg > worst_glu || eg != eg) worst_glu = eg;
+        const double eb = fabs((double)d[i] - (d0[i] + bd[e * FE + r]));
+        if (eb > worst_bias || eb != eb) worst_bias = eb;
+    }
+    CHECK(clipped > N / 10);       /* the limit is exercised */
+    CHECK(worst_glu <= 1e-6);      /* the GPU's exp within a few ulps of expf */
+    CHECK(worst_bias == 0.0);      /* one f32 add, as the CPU's */
+    printf("  moe_glu_oai: rel err %.2e (%d of %d clipped); moe_bias: max err %.2e\n", worst_glu, clipped, N, worst_bias);
+    for (int i = 0; i < 5; i++) wgllm_gpu_buffer_destroy(G, b[i]);
+    wgllm_gpu_buffer_destroy(G, bb[0]);
+}
+
 int main(void) {
     wgllm_quant_init();
     int required;
@@ -278,6 +329,7 @@ int main(void) {
     RUN(matvec_id_formats);
     RUN(moe_route_like_cpu);
     RUN(moe_sum_like_cpu);
+    RUN(moe_glu_oai_and_bias_like_cpu);
     wgllm_gpu_close(G);
     return test_summary("test_webgpu_moe");
 }
