@@ -36,7 +36,7 @@ static const struct arch_info arch_table[] = {
     {.name = "olmoe", .arch = WGLLM_ARCH_OLMOE, .rope = WGLLM_ROPE_NEOX, .has_qk_norm = true, .qk_norm_whole = true,
      .moe = MOE_PLAIN},
     {.name = "gpt-oss", .arch = WGLLM_ARCH_GPTOSS, .rope = WGLLM_ROPE_NEOX, .has_qkv_bias = true,
-     .moe = MOE_SOFTMAX_WEIGHT, .moe_ff_key = true, .swa_period = 2, .gptoss = true},
+     .moe = MOE_SOFTMAX_WEIGHT, .moe_ff_key = true, .swa_period = 2, .swa_rope_is_global = true, .gptoss = true},
     {.name = "bert", .arch = WGLLM_ARCH_BERT, .rope = WGLLM_ROPE_NORM, .encoder = true},
     {.name = "nomic-bert", .arch = WGLLM_ARCH_NOMIC_BERT, .rope = WGLLM_ROPE_NEOX, .encoder = true},
 };
@@ -181,6 +181,33 @@ static enum wgllm_status check_swa_geometry(const struct wgllm_model *m, struct 
     return WGLLM_STATUS_OK;
 }
 
+/* The sliding-window layers' keys once the window is known (gemma2, gemma3,
+ * gpt-oss): the pattern (a number: all but the last of each such many
+ * layers are local), the local layers' RoPE base and scale (the global ones
+ * where the architecture says so, else 10000 and 1, unless rope.freq_base_swa
+ * says), and no geometry of their own. */
+static enum wgllm_status read_swa(struct wgllm_model *m, const struct arch_info *ai, int window,
+                                  struct wgllm_error *err) {
+    struct wgllm_hparams *hp = &m->hp;
+    enum wgllm_status st;
+    char key[128];
+    hp->n_swa = window;
+    hp->swa_period = ai->swa_period;
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch_name);
+    const struct wgllm_gguf_value *pv = wgllm_gguf_find(m->gguf, key);
+    if (pv && pv->type == WGLLM_GGUF_TYPE_ARRAY)
+        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
+                               "'%s' is a per-layer array, which wgllm does not support yet (a number is)", key);
+    if ((st = get_arch_u32(m, "attention.sliding_window_pattern", false, &hp->swa_period, err))) return st;
+    hp->rope_freq_base_swa = ai->swa_rope_is_global ? hp->rope_freq_base : 10000.0f;
+    hp->rope_freq_scale_swa = ai->swa_rope_is_global ? hp->rope_freq_scale : 1.0f;
+    if ((st = get_arch_f32(m, "rope.freq_base_swa", &hp->rope_freq_base_swa, err))) return st;
+    if (!(hp->rope_freq_base_swa > 0.0f) || !isfinite(hp->rope_freq_base_swa))
+        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.rope.freq_base_swa = %g must be positive",
+                               m->arch_name, (double)hp->rope_freq_base_swa);
+    return check_swa_geometry(m, err);
+}
+
 /* The gemma block's hyper-parameters, read as llama.cpp reads them for the
  * architecture (src/models/gemma2.cpp, gemma3.cpp). */
 static enum wgllm_status read_gemma_hparams(struct wgllm_model *m, const struct arch_info *ai,
@@ -216,24 +243,7 @@ static enum wgllm_status read_gemma_hparams(struct wgllm_model *m, const struct 
     if (ai->swa_window > 0 && window <= 0)
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
                                "%s = 0: a sliding window must hold at least the token itself", key);
-    if (ai->swa_window > 0 || (has_window && window > 0)) {
-        hp->n_swa = window;
-        hp->swa_period = ai->swa_period;
-        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch_name);
-        const struct wgllm_gguf_value *pv = wgllm_gguf_find(m->gguf, key);
-        if (pv && pv->type == WGLLM_GGUF_TYPE_ARRAY)
-            return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                                   "'%s' is a per-layer array, which wgllm does not support yet (a number is)", key);
-        if ((st = get_arch_u32(m, "attention.sliding_window_pattern", false, &hp->swa_period, err))) return st;
-        /* local layers: base and scale of their own */
-        hp->rope_freq_base_swa = ai->swa_rope_is_global ? hp->rope_freq_base : 10000.0f;
-        hp->rope_freq_scale_swa = ai->swa_rope_is_global ? hp->rope_freq_scale : 1.0f;
-        if ((st = get_arch_f32(m, "rope.freq_base_swa", &hp->rope_freq_base_swa, err))) return st;
-        if (!(hp->rope_freq_base_swa > 0.0f) || !isfinite(hp->rope_freq_base_swa))
-            return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.rope.freq_base_swa = %g must be positive",
-                                   m->arch_name, (double)hp->rope_freq_base_swa);
-        if ((st = check_swa_geometry(m, err))) return st;
-    }
+    if (ai->swa_window > 0 || (has_window && window > 0)) return read_swa(m, ai, window, err);
     return WGLLM_STATUS_OK;
 }
 
@@ -315,26 +325,12 @@ static enum wgllm_status read_gptoss_hparams(struct wgllm_model *m, const struct
     if (window <= 0)
         return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT,
                                "%s = 0: a sliding window must hold at least the token itself", key);
-    hp->n_swa = window;
-    hp->swa_period = ai->swa_period;
-    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch_name);
-    const struct wgllm_gguf_value *pv = wgllm_gguf_find(m->gguf, key);
-    if (pv && pv->type == WGLLM_GGUF_TYPE_ARRAY)
-        return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
-                               "'%s' is a per-layer array, which wgllm does not support yet (a number is)", key);
-    if ((st = get_arch_u32(m, "attention.sliding_window_pattern", false, &hp->swa_period, err))) return st;
-    hp->rope_freq_base_swa = hp->rope_freq_base;
-    hp->rope_freq_scale_swa = hp->rope_freq_scale;
-    if ((st = get_arch_f32(m, "rope.freq_base_swa", &hp->rope_freq_base_swa, err))) return st;
-    if (!(hp->rope_freq_base_swa > 0.0f) || !isfinite(hp->rope_freq_base_swa))
-        return wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "%s.rope.freq_base_swa = %g must be positive",
-                               m->arch_name, (double)hp->rope_freq_base_swa);
+    if ((st = read_swa(m, ai, window, err))) return st;
     if (hp->n_rot != hp->head_dim_k || hp->head_dim_v != hp->head_dim_k)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "%s with rope dimension %d, key length %d and value length %d: wgllm computes it "
                                "with all three equal only (llama.cpp sizes its heads by the rope dimension)",
                                m->arch_name, hp->n_rot, hp->head_dim_k, hp->head_dim_v);
-    if ((st = check_swa_geometry(m, err))) return st;
     hp->ffn_act = WGLLM_FFN_SWIGLU_OAI;
     return WGLLM_STATUS_OK;
 }
