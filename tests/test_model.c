@@ -639,6 +639,18 @@ TEST(gptoss_passes_agree_and_bad_files_are_refused) {
     remove(path);
 }
 
+/* gpt-oss's expert biases in another architecture's experts are refused by
+ * name (bind_moe), not left out of the computation. */
+TEST(expert_biases_outside_gptoss_are_refused) {
+    const char *path = make_model("tiny-qwen3moe", WGLLM_TYPE_F32);
+    CHECK(path != NULL);
+    if (!path) return;
+    /* a name of the same length: the q norm becomes an expert bias */
+    CHECK(rename_key(path, "blk.1.attn_q_norm.weight", "blk.1.ffn_down_exps.bias"));
+    check_load_fails(path, WGLLM_STATUS_UNSUPPORTED, "blk.1.ffn_down_exps.bias");
+    remove(path);
+}
+
 /* ---- API behaviour ------------------------------------------------------ */
 
 static const char *q8_path;
@@ -879,6 +891,7 @@ int main(void) {
     RUN(phi3_fused_matrices_and_longrope);
     RUN(gemma_hparams_are_read_as_llama_cpp_reads_them);
     RUN(gptoss_passes_agree_and_bad_files_are_refused);
+    RUN(expert_biases_outside_gptoss_are_refused);
     if (q8_path) {
         RUN(batch_sequential_and_threads_agree);
         RUN(errors_leave_the_context_usable);

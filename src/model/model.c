@@ -31,26 +31,13 @@ const float *wgllm_model_rope_factors(const struct wgllm_model *m, int n_ctx) {
     return n_ctx > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
 }
 
-struct feature {
-    bool on;
-    const char *what;
-};
-
-/* Appends the features that are on to buf (n characters written so far,
- * counted on past cap), comma-separated; returns the new count. */
-static size_t list_features(const struct feature *f, size_t nf, char *buf, size_t cap, size_t n) {
-    for (size_t i = 0; i < nf; i++) {
-        if (!f[i].on) continue;
-        if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", f[i].what);
-        else n++;
-    }
-    return n;
-}
-
 bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t cap) {
     const struct wgllm_hparams *hp = &m->hp;
     const struct wgllm_layer *L0 = !hp->encoder && m->layers ? &m->layers[0] : NULL;
-    const struct feature f[] = {
+    const struct {
+        bool on;
+        const char *what;
+    } f[] = {
         {hp->embd_scale != 1.0f, "scaled embeddings"},
         {hp->q_scale != 1.0f, "scaled queries"},
         {hp->post_norms, "post-attention/FFN norms"},
@@ -75,8 +62,14 @@ bool wgllm_model_extra_features(const struct wgllm_model *m, char *buf, size_t c
         {L0 && (L0->b_gate_inp || L0->b_gate_exps), "router and expert biases"},
         {hp->ffn_act == WGLLM_FFN_SWIGLU_OAI, "SwiGLU-OAI"},
     };
+    size_t n = 0;
     if (cap) buf[0] = 0;
-    return list_features(f, sizeof f / sizeof f[0], buf, cap, 0) > 0;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (!f[i].on) continue;
+        if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", f[i].what);
+        else n++;
+    }
+    return n > 0;
 }
 
 /* ---- tensors ----------------------------------------------------------
@@ -179,17 +172,18 @@ static enum wgllm_status bind_moe(struct binder *b, int il, struct wgllm_layer *
     const int X = hp->n_expert;
     char n[96];
     enum wgllm_status st;
-    static const char *const dense[] = {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_gate.0.weight",
-                                        "ffn_gate_up_exps.weight", "exp_probs_b.bias",
-                                        /* gpt-oss's biases, where the architecture has none */
-                                        "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias",
-                                        "ffn_down_exps.bias",
-                                        /* the shared expert's, where the file has none */
-                                        "ffn_gate_shexp.weight", "ffn_gate_inp_shexp.weight"};
-    const bool biases = hp->moe_softmax_weight;
-    for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
-        if ((biases && i >= 6 && i < 10) || (hp->n_ff_shexp > 0 && i >= 10)) continue;
-        snprintf(n, sizeof n, "blk.%d.%s", il, dense[i]);
+    /* each refused unless the layer has what it belongs to */
+    const bool biases = hp->moe_softmax_weight, shexp = hp->n_ff_shexp > 0;
+    static const struct {
+        const char *name;
+        int allowed_by; /* 0: never; 1: gpt-oss's biases; 2: a shared expert */
+    } refused[] = {{"ffn_gate.weight", 0},         {"ffn_up.weight", 0},         {"ffn_down.weight", 0},
+                   {"ffn_gate.0.weight", 0},       {"ffn_gate_up_exps.weight", 0}, {"exp_probs_b.bias", 0},
+                   {"ffn_gate_inp.bias", 1},       {"ffn_gate_exps.bias", 1},    {"ffn_up_exps.bias", 1},
+                   {"ffn_down_exps.bias", 1},      {"ffn_gate_shexp.weight", 2}, {"ffn_gate_inp_shexp.weight", 2}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        if ((refused[i].allowed_by == 1 && biases) || (refused[i].allowed_by == 2 && shexp)) continue;
+        snprintf(n, sizeof n, "blk.%d.%s", il, refused[i].name);
         if (wgllm_gguf_find_tensor(b->m->gguf, n))
             return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "tensor '%s' is not supported in a %s "
                                    "mixture-of-experts layer yet", n, b->m->arch_name);
