@@ -1,5 +1,5 @@
 /*
- * test_repack.c - the interleaved Q4_0/Q8_0 layout (quant/repack.h): the
+ * test_repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q6_K layout (quant/repack.h): the
  * dispatched product against the per-row vec_dot over random matrices
  * (within 1e-5 of the sum of |terms|, from dequantized values), sub-ranges
  * of rows, accumulate on and off, strides; every SIMD kernel of this CPU
@@ -14,6 +14,7 @@
 #define TEST_RNG_SEED 0x2545F4914F6CDD1DULL /* this file's data */
 #include "test.h"
 
+#include "quant/kquants.h"
 #include "quant/repack.h"
 
 #include <stdint.h>
@@ -45,19 +46,25 @@ static uint8_t *make_matrix(uint32_t type, int64_t ne0, int64_t ne1) {
     return w;
 }
 
-/* n activation rows of Q8_0, `stride` bytes apart (stride >= row size). */
-static uint8_t *make_acts(int64_t ne0, int n, size_t stride) {
+/* The activations' type for a weight type (its vec_dot_type). */
+static uint32_t act_type(uint32_t type) { return wgllm_type_traits(type)->vec_dot_type; }
+
+/* n activation rows of `at` (Q8_0 or Q8_K), `stride` bytes apart (stride >= row size). */
+static uint8_t *make_acts_of(uint32_t at, int64_t ne0, int n, size_t stride) {
     uint8_t *x = calloc((size_t)n, stride);
     float *f = malloc(sizeof(float) * (size_t)ne0);
     for (int t = 0; t < n; t++) {
         fill(f, ne0);
-        wgllm_type_traits(WGLLM_TYPE_Q8_0)->from_float(f, x + (size_t)t * stride, ne0);
+        wgllm_type_traits(at)->from_float(f, x + (size_t)t * stride, ne0);
     }
     free(f);
     return x;
 }
 
-static const uint32_t types[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0};
+#define N_TYPES 4
+static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q6_K};
+/* the smallest row of each type's first shape: 64 (Q4_0/Q8_0), 256 (K-quants) */
+static int64_t first_ne0(uint32_t type) { return wgllm_type_traits(type)->blck_size == 256 ? 256 : 64; }
 static const int64_t ne0s[] = {64, 2048, 5632};
 static const int64_t ne1s[] = {16, 48, 256};
 static const int ns[] = {1, 3, 4, 7, 64};
@@ -68,11 +75,11 @@ static bool light;
 /* ---- tests ------------------------------------------------------------- */
 
 TEST(matches_vec_dot) {
-    for (size_t ti = 0; ti < 2; ti++)
+    for (size_t ti = 0; ti < N_TYPES; ti++)
         for (size_t i0 = 0; i0 < 3; i0++)
             for (size_t i1 = 0; i1 < 3; i1++) {
-                const uint32_t type = types[ti];
-                const int64_t ne0 = ne0s[i0], ne1 = ne1s[i1];
+                const uint32_t type = types[ti], at = act_type(type);
+                const int64_t ne0 = i0 ? ne0s[i0] : first_ne0(type), ne1 = ne1s[i1];
                 if (light && (i0 == 2 || i1 == 2)) continue;
                 const struct wgllm_type_traits *tr = wgllm_type_traits(type);
                 const size_t row = wgllm_row_size(type, ne0);
@@ -88,15 +95,15 @@ TEST(matches_vec_dot) {
                 for (int64_t k = 0; k < ne0 * ne1; k++) wa[k] = fabsf(wa[k]);
                 for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
                     const int n = ns[in];
-                    const size_t xs = wgllm_row_size(WGLLM_TYPE_Q8_0, ne0) + 6; /* odd stride on purpose */
+                    const size_t xs = wgllm_row_size(at, ne0) + 6; /* odd stride on purpose */
                     const int ldy = (int)ne1 + 5;
-                    uint8_t *x = make_acts(ne0, n, xs);
+                    uint8_t *x = make_acts_of(at, ne0, n, xs);
                     float *ref = malloc(sizeof(float) * (size_t)ldy * n);
                     float *bound = malloc(sizeof(float) * (size_t)ldy * n);
                     float *y = malloc(sizeof(float) * (size_t)ldy * n);
                     float *xa = malloc(sizeof(float) * (size_t)ne0);
                     for (int t = 0; t < n; t++) {
-                        wgllm_type_traits(WGLLM_TYPE_Q8_0)->to_float(x + (size_t)t * xs, xa, ne0);
+                        wgllm_type_traits(at)->to_float(x + (size_t)t * xs, xa, ne0);
                         for (int64_t r = 0; r < ne1; r++) {
                             tr->vec_dot(ne0, &ref[t * ldy + r], wq + (size_t)r * row, x + (size_t)t * xs);
                             double b = 0;
@@ -154,17 +161,17 @@ TEST(kernels_equal_reference) {
 #endif
     (void)caps;
     if (nk == 0) fprintf(stderr, "  (no SIMD kernel on this CPU)\n");
-    for (size_t ti = 0; ti < 2; ti++)
+    for (size_t ti = 0; ti < N_TYPES; ti++)
         for (size_t i0 = 0; i0 < 2; i0++) {
-            const uint32_t type = types[ti];
-            const int64_t ne0 = ne0s[i0], ne1 = 48;
+            const uint32_t type = types[ti], at = act_type(type);
+            const int64_t ne0 = i0 ? ne0s[i0] : first_ne0(type), ne1 = 48;
             uint8_t *wq = make_matrix(type, ne0, ne1);
             struct wgllm_repacked rp;
             CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &rp, NULL), WGLLM_STATUS_OK);
             for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
                 const int n = ns[in];
-                const size_t xs = wgllm_row_size(WGLLM_TYPE_Q8_0, ne0);
-                uint8_t *x = make_acts(ne0, n, xs);
+                const size_t xs = wgllm_row_size(at, ne0);
+                uint8_t *x = make_acts_of(at, ne0, n, xs);
                 float *want = malloc(sizeof(float) * (size_t)ne1 * n), *got = malloc(sizeof(float) * (size_t)ne1 * n);
                 for (int acc = 0; acc < 2; acc++) {
                     for (int k = 0; k < ne1 * n; k++) want[k] = (float)k * 0.25f;
@@ -214,6 +221,59 @@ TEST(layout_bytes) {
     }
 }
 
+/* Q4_K: a record's fields at known places (repack.h), from the GGUF block. */
+TEST(layout_bytes_q4_K) {
+    enum { NE0 = 512, NE1 = 32 };
+    const size_t row = wgllm_row_size(WGLLM_TYPE_Q4_K, NE0);
+    uint8_t *wq = make_matrix(WGLLM_TYPE_Q4_K, NE0, NE1);
+    struct wgllm_repacked rp;
+    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_Q4_K, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+    const size_t panel = 2 * WGLLM_REPACK_Q4_K_RECORD;
+    CHECK_EQ_INT(wgllm_repack_panel_bytes(WGLLM_TYPE_Q4_K, NE0), panel);
+    CHECK_EQ_INT(rp.size, 2 * panel);
+    /* row 21 = panel 1, lane 5; super-block 1 */
+    wgllm_block_q4_K blk;
+    memcpy(&blk, wq + 21 * row + sizeof(blk), sizeof(blk));
+    const uint8_t *rec = (const uint8_t *)rp.data + panel + WGLLM_REPACK_Q4_K_RECORD;
+    CHECK(!memcmp(rec + 5 * 2, &blk.d, 2));
+    CHECK(!memcmp(rec + 32 + 5 * 2, &blk.dmin, 2));
+    for (int s = 0; s < 8; s++) {
+        uint8_t sc, mn;
+        wgllm_kq_scale_min_k4(s, blk.scales, &sc, &mn);
+        CHECK_EQ_INT(rec[64 + s * 16 + 5], sc);
+        CHECK_EQ_INT(rec[192 + (s / 2) * 32 + 5 * 2 + (s & 1)], mn);
+    }
+    /* qs[77] = chunk 2, byte 13 of it: vector 8*2 + 3, lane 5, byte 1 */
+    CHECK_EQ_INT(rec[320 + (8 * 2 + 3) * 64 + 5 * 4 + 1], blk.qs[77]);
+    free(wq);
+    wgllm_repacked_free(&rp);
+}
+
+/* Q6_K: a record's fields at known places (repack.h), from the GGUF block. */
+TEST(layout_bytes_q6_K) {
+    enum { NE0 = 512, NE1 = 32 };
+    const size_t row = wgllm_row_size(WGLLM_TYPE_Q6_K, NE0);
+    uint8_t *wq = make_matrix(WGLLM_TYPE_Q6_K, NE0, NE1);
+    struct wgllm_repacked rp;
+    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_Q6_K, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+    const size_t panel = 2 * WGLLM_REPACK_Q6_K_RECORD;
+    CHECK_EQ_INT(wgllm_repack_panel_bytes(WGLLM_TYPE_Q6_K, NE0), panel);
+    /* row 21 = panel 1, lane 5; super-block 1 */
+    wgllm_block_q6_K blk;
+    memcpy(&blk, wq + 21 * row + sizeof(blk), sizeof(blk));
+    const uint8_t *rec = (const uint8_t *)rp.data + panel + WGLLM_REPACK_Q6_K_RECORD;
+    CHECK(!memcmp(rec + 3328 + 5 * 2, &blk.d, 2));
+    CHECK_EQ_INT((int8_t)rec[3072 + 11 * 16 + 5], blk.scales[11]);
+    /* element 150 = half 1, group 0, l 22: low nibble of ql[64+22], bits 0-1 of qh[32+22];
+     * in the layout: vector (150-128)/4 = 5, byte 2, high nibble; high bits: vector
+     * (150%64)/4 = 5, byte 2, bits 2*(150/64) = 4..5 */
+    const int q = (blk.ql[64 + 22] & 0xF) | ((blk.qh[32 + 22] & 3) << 4);
+    CHECK_EQ_INT(rec[5 * 64 + 5 * 4 + 2] >> 4, q & 0xF);
+    CHECK_EQ_INT((rec[2048 + 5 * 64 + 5 * 4 + 2] >> 4) & 3, q >> 4);
+    free(wq);
+    wgllm_repacked_free(&rp);
+}
+
 TEST(unsupported_shapes) {
     const bool simd = wgllm_repack_kernel(NULL) != NULL;
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 5632), simd);
@@ -227,6 +287,14 @@ TEST(unsupported_shapes) {
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q8_0, 0, 16));
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q8_0, (WGLLM_REPACK_MAX_BLOCKS + 1) * 32, 16));
     CHECK(!wgllm_repack_supported(999, 64, 16));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048 + 32, 16)); /* not whole super-blocks */
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 24));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q6_K, 2048 + 64, 16));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q5_K, 2048, 16));
+#if defined(__x86_64__)
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 5632), simd);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q6_K, 5632, 2048), simd);
+#endif
     CHECK_EQ_INT(wgllm_repack_row_group(), 16);
     struct wgllm_repacked rp;
     struct wgllm_error err;
@@ -273,8 +341,8 @@ static void bench_one(uint32_t type, int64_t ne0, int64_t ne1) {
         memcpy(rps + (size_t)c * rp.size, rp.data, rp.size);
     }
     enum { NT = 64 };
-    const size_t xs = wgllm_row_size(WGLLM_TYPE_Q8_0, ne0);
-    uint8_t *x = make_acts(ne0, NT, xs);
+    const size_t xs = wgllm_row_size(act_type(type), ne0);
+    uint8_t *x = make_acts_of(act_type(type), ne0, NT, xs);
     float *y = malloc(sizeof(float) * (size_t)ne1 * NT);
     double t_row = 1e9, t_nr = 1e9, t_rp = 1e9;
     for (int rep = 0; rep < 3; rep++) {
@@ -323,7 +391,7 @@ static void bench(void) {
     const char *name;
     wgllm_repack_kernel(&name);
     printf("bench: repacked kernel %s, 1 thread\n", name);
-    for (size_t ti = 0; ti < 2; ti++) {
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
         bench_one(types[ti], 2048, 5632);
         bench_one(types[ti], 5632, 2048);
     }
@@ -336,6 +404,8 @@ int main(void) {
     light = getenv("WGLLM_CPU") != NULL;
     RUN(dispatch_follows_cpu);
     RUN(layout_bytes);
+    RUN(layout_bytes_q4_K);
+    RUN(layout_bytes_q6_K);
     RUN(unsupported_shapes);
     RUN(kernels_equal_reference);
     RUN(matches_vec_dot);

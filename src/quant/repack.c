@@ -1,19 +1,78 @@
 /*
- * repack.c - the interleaved Q4_0/Q8_0 layout (see repack.h): the copy from
- * the GGUF layout, the scalar reference product, and the choice of SIMD
+ * repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q6_K layout (see repack.h): the copy
+ * from the GGUF layout, the scalar reference product, and the choice of SIMD
  * kernel (repack_avx512.c, repack_avx2.c; repack_wasm.c in the browser
  * build) for this CPU.
  */
 #include "quant/repack.h"
+
+#include "quant/kquants.h"
 
 #include <math.h>
 #include <pthread.h>
 
 /* ---- layout ------------------------------------------------------------ */
 
+static bool is_k(uint32_t type) { return type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q6_K; }
+
 static bool shape_ok(uint32_t type, int64_t ne0, int64_t ne1) {
-    return (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0) && ne0 > 0 && ne0 % 32 == 0 &&
-           ne0 / 32 <= WGLLM_REPACK_MAX_BLOCKS && ne1 > 0 && ne1 % WGLLM_REPACK_ROWS == 0;
+    const int64_t bs = is_k(type) ? WGLLM_QK_K : 32;
+    return (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || is_k(type)) && ne0 > 0 &&
+           ne0 % bs == 0 && ne0 / 32 <= WGLLM_REPACK_MAX_BLOCKS && ne1 > 0 && ne1 % WGLLM_REPACK_ROWS == 0;
+}
+
+/* One Q4_K panel: rows src[0..16) into nb records (layout in repack.h). */
+static void repack_panel_q4_K(const uint8_t *src, size_t row_size, int64_t nb, uint8_t *dst) {
+    for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
+        const uint8_t *row = src + (size_t)j * row_size;
+        for (int64_t b = 0; b < nb; b++) {
+            wgllm_block_q4_K blk;
+            memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
+            uint8_t *rec = dst + (size_t)b * WGLLM_REPACK_Q4_K_RECORD;
+            memcpy(rec + 2 * j, &blk.d, 2);
+            memcpy(rec + 32 + 2 * j, &blk.dmin, 2);
+            for (int s = 0; s < 8; s++) {
+                uint8_t sc, mn;
+                wgllm_kq_scale_min_k4(s, blk.scales, &sc, &mn);
+                rec[64 + s * 16 + j] = sc;
+                rec[192 + (s / 2) * 32 + 2 * j + (s & 1)] = mn;
+            }
+            for (int c = 0; c < 4; c++)
+                for (int m = 0; m < 8; m++) memcpy(rec + 320 + (8 * c + m) * 64 + 4 * j, blk.qs + 32 * c + 4 * m, 4);
+        }
+    }
+}
+
+/* Element e of a Q6_K block as its unsigned quant q+32 (0..63). */
+static int q6_unsigned(const wgllm_block_q6_K *b, int e) {
+    const int h = e / 128, g = (e / 32) % 4, l = e % 32;
+    const uint8_t lo = b->ql[64 * h + l + 32 * (g & 1)];
+    return (g >= 2 ? lo >> 4 : lo & 0xF) | (((b->qh[32 * h + l] >> (2 * g)) & 3) << 4);
+}
+
+/* One Q6_K panel: rows src[0..16) into nb records (layout in repack.h). */
+static void repack_panel_q6_K(const uint8_t *src, size_t row_size, int64_t nb, uint8_t *dst) {
+    memset(dst, 0, (size_t)nb * WGLLM_REPACK_Q6_K_RECORD);
+    for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
+        const uint8_t *row = src + (size_t)j * row_size;
+        for (int64_t b = 0; b < nb; b++) {
+            wgllm_block_q6_K blk;
+            memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
+            uint8_t *rec = dst + (size_t)b * WGLLM_REPACK_Q6_K_RECORD;
+            memcpy(rec + 3328 + 2 * j, &blk.d, 2);
+            for (int s = 0; s < 16; s++) rec[3072 + s * 16 + j] = (uint8_t)blk.scales[s];
+            for (int v = 0; v < 32; v++)
+                for (int k = 0; k < 4; k++)
+                    rec[v * 64 + 4 * j + k] =
+                        (uint8_t)((q6_unsigned(&blk, 4 * v + k) & 0xF) | (q6_unsigned(&blk, 128 + 4 * v + k) & 0xF) << 4);
+            for (int w = 0; w < 16; w++)
+                for (int k = 0; k < 4; k++) {
+                    uint8_t hb = 0;
+                    for (int i = 0; i < 4; i++) hb |= (uint8_t)((q6_unsigned(&blk, 64 * i + 4 * w + k) >> 4) << (2 * i));
+                    rec[2048 + w * 64 + 4 * j + k] = hb;
+                }
+        }
+    }
 }
 
 /* One panel: rows src[0..16) (row_size bytes apart) into dst. */
@@ -51,7 +110,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
     if (!shape_ok(type, ne0, ne1))
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "repack: type %s with %lld x %lld elements has no interleaved layout "
-                               "(needs q4_0/q8_0, ne0 %% 32 == 0, ne0 <= %d, ne1 %% %d == 0)",
+                               "(needs q4_0/q8_0 with ne0 %% 32 == 0 or q4_K/q6_K with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
                                wgllm_type_name(type), (long long)ne0, (long long)ne1,
                                WGLLM_REPACK_MAX_BLOCKS * 32, WGLLM_REPACK_ROWS);
     const size_t panel = wgllm_repack_panel_bytes(type, ne0);
@@ -64,9 +123,12 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "repack: cannot allocate %llu bytes",
                                (unsigned long long)size);
     const size_t row_size = wgllm_row_size(type, ne0);
-    for (int64_t p = 0; p < ne1 / WGLLM_REPACK_ROWS; p++)
-        repack_panel((const uint8_t *)src + (size_t)p * WGLLM_REPACK_ROWS * row_size, row_size, type, ne0 / 32,
-                     data + (size_t)p * panel);
+    for (int64_t p = 0; p < ne1 / WGLLM_REPACK_ROWS; p++) {
+        const uint8_t *s = (const uint8_t *)src + (size_t)p * WGLLM_REPACK_ROWS * row_size;
+        if (type == WGLLM_TYPE_Q4_K) repack_panel_q4_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
+        else if (type == WGLLM_TYPE_Q6_K) repack_panel_q6_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
+        else repack_panel(s, row_size, type, ne0 / 32, data + (size_t)p * panel);
+    }
     out->type = type;
     out->ne0 = ne0;
     out->ne1 = ne1;
@@ -86,9 +148,93 @@ int wgllm_repack_row_group(void) { return WGLLM_REPACK_ROWS; }
 
 /* ---- scalar reference -------------------------------------------------- */
 
+/* Q4_K: per super-block, the exact integer sums, then
+ * acc = fma(d*d_x, sum, acc) and acc = fma(-(dmin*d_x), min_sum, acc). */
+static void matmul_ref_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
+                            size_t x_stride, int n, float *y, int ldy, bool accumulate) {
+    const int64_t nb = w->ne0 / WGLLM_QK_K;
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
+        const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
+        for (int t = 0; t < n; t++) {
+            const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)((const char *)x + (size_t)t * x_stride);
+            for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q4_K_RECORD;
+                    const int8_t *a = xb[b].qs;
+                    int32_t sum = 0, msum = 0;
+                    for (int s = 0; s < 8; s++) {
+                        const int c = s / 2, shift = 4 * (s & 1);
+                        int32_t dot = 0;
+                        for (int m = 0; m < 8; m++)
+                            for (int k = 0; k < 4; k++)
+                                dot += ((rec[320 + (8 * c + m) * 64 + 4 * j + k] >> shift) & 0x0F) *
+                                       a[64 * c + 32 * (s & 1) + 4 * m + k];
+                        sum += rec[64 + s * 16 + j] * dot;
+                        msum += rec[192 + (s / 2) * 32 + 2 * j + (s & 1)] * (xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
+                    }
+                    wgllm_fp16 d, dmin;
+                    memcpy(&d, rec + 2 * j, 2);
+                    memcpy(&dmin, rec + 32 + 2 * j, 2);
+                    acc = fmaf(wgllm_fp16_lookup(d) * xb[b].d, (float)sum, acc);
+                    acc = fmaf(-(wgllm_fp16_lookup(dmin) * xb[b].d), (float)msum, acc);
+                }
+                float *dst = y + (size_t)t * ldy + p * WGLLM_REPACK_ROWS + j;
+                *dst = accumulate ? *dst + acc : acc;
+            }
+        }
+    }
+}
+
+/* Q6_K: per super-block sum_s scale_s * (dot_s - 32*bsum_s), exact, then
+ * acc = fma(d*d_x, sum, acc). */
+static void matmul_ref_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
+                            size_t x_stride, int n, float *y, int ldy, bool accumulate) {
+    const int64_t nb = w->ne0 / WGLLM_QK_K;
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
+        const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
+        for (int t = 0; t < n; t++) {
+            const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)((const char *)x + (size_t)t * x_stride);
+            for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q6_K_RECORD;
+                    int32_t sum = 0;
+                    for (int s = 0; s < 16; s++) {
+                        int32_t dot = 0;
+                        for (int e = 16 * s; e < 16 * s + 16; e++) {
+                            const int v = (e % 128) / 4, k = e % 4, wv = (e % 64) / 4, i = e / 64;
+                            const uint8_t nib = rec[v * 64 + 4 * j + k];
+                            const int q = (e < 128 ? nib & 0xF : nib >> 4) |
+                                          ((rec[2048 + wv * 64 + 4 * j + k] >> (2 * i)) & 3) << 4;
+                            dot += q * xb[b].qs[e];
+                        }
+                        sum += (int8_t)rec[3072 + s * 16 + j] * (dot - 32 * xb[b].bsums[s]);
+                    }
+                    wgllm_fp16 d;
+                    memcpy(&d, rec + 3328 + 2 * j, 2);
+                    acc = fmaf(wgllm_fp16_lookup(d) * xb[b].d, (float)sum, acc);
+                }
+                float *dst = y + (size_t)t * ldy + p * WGLLM_REPACK_ROWS + j;
+                *dst = accumulate ? *dst + acc : acc;
+            }
+        }
+    }
+}
+
 void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
+    if (w->type == WGLLM_TYPE_Q4_K) {
+        matmul_ref_q4_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+        return;
+    }
+    if (w->type == WGLLM_TYPE_Q6_K) {
+        matmul_ref_q6_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+        return;
+    }
     const int64_t nb = w->ne0 / 32;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), qb = wgllm_repack_quant_bytes(w->type);
     const bool q4 = w->type == WGLLM_TYPE_Q4_0;
@@ -131,6 +277,7 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
 
 static wgllm_repacked_matmul_fn kernel;
 static const char *kernel_name = "none";
+static bool kernel_k; /* the kernel takes Q4_K and Q6_K (x86's do; wasm's does not) */
 
 static void pick_kernel(void) {
     wgllm_quant_init();
@@ -139,6 +286,7 @@ static void pick_kernel(void) {
     if (c->avx2 && c->fma && c->f16c) {
         kernel = wgllm_repacked_matmul_avx2;
         kernel_name = "avx2";
+        kernel_k = true;
         if (c->avx512f && c->avx512bw && c->avx512vl && c->avx512vnni) {
             kernel = wgllm_repacked_matmul_avx512;
             kernel_name = "avx512";
@@ -159,11 +307,12 @@ wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name) {
 }
 
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1) {
-    return shape_ok(type, ne0, ne1) && wgllm_repack_kernel(NULL) != NULL;
+    return shape_ok(type, ne0, ne1) && wgllm_repack_kernel(NULL) != NULL && (!is_k(type) || kernel_k);
 }
 
 void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
                            int n, float *y, int ldy, bool accumulate) {
-    const wgllm_repacked_matmul_fn k = wgllm_repack_kernel(NULL);
+    wgllm_repacked_matmul_fn k = wgllm_repack_kernel(NULL);
+    if (is_k(w->type) && !kernel_k) k = NULL;
     (k ? k : wgllm_repacked_matmul_ref)(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
 }

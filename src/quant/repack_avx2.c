@@ -1,6 +1,6 @@
 /*
- * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q8_0
- * layout (repack.h), for CPUs without AVX-512 VNNI. A 64-byte weight vector
+ * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q8_0/Q4_K/
+ * Q6_K layout (repack.h), for CPUs without AVX-512 VNNI. A 64-byte weight vector
  * is read as two 8-row halves, each panel in two passes (rows 0-7, 8-15).
  * Without vpdpbusd, bytes are multiplied with vpmaddubsw:
  *   Q4_0: nibbles (0..15) x activation bytes; the int16 pair sums of a whole
@@ -8,9 +8,20 @@
  *         widen once per block; then -8*sum(x) is added;
  *   Q8_0: |w| x (x with w's sign) (the stored w+128 is flipped back to w), a
  *         pair sum fits int16 (2 x 128 x 127) and is widened at once; this
- *         relies on activations in [-127, 127], which the Q8_0 quantizer gives.
+ *         relies on activations in [-127, 127], which the Q8_0 quantizer gives;
+ *   Q4_K: nibbles x Q8_K bytes ([-127, 127] too); a sub-block's int16 pair
+ *         sums fit (8 x 2 x 15 x 127 < 32768) and are widened by one
+ *         vpmaddwd with the rows' 6-bit scales (both int16 halves of a lane
+ *         hold the scale); the mins times the activation's 32-element sums
+ *         likewise, two sub-blocks per vpmaddwd;
+ *   Q6_K: 6-bit quants (0..63) x Q8_K bytes: two vectors' int16 pair sums
+ *         fit (2 x 2 x 63 x 127 < 32768) and are widened by vpmaddwd with
+ *         the rows' int8 scales; the -32 offset is scale x (-16*bsum) twice,
+ *         by the same vpmaddwd (16 x 16 x 127 < 32768).
  */
 #include "quant/repack.h"
+
+#include "quant/kquants.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -150,9 +161,266 @@ PANEL_T(q8_0, 4)
 static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t2, panel_q4_0_t3, panel_q4_0_t4};
 static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
 
+/* ---- Q4_K ---------------------------------------------------------------- */
+
+#define QK WGLLM_QK_K
+#define MAX_SB (WGLLM_REPACK_MAX_BLOCKS * 32 / QK)
+
+struct tile_pre_k {
+    int32_t bsum2[MAX_SB][4][TILE]; /* int16 pair: sums of sub-blocks 2k (low) and 2k+1 (high) */
+    float dx[MAX_SB][TILE];
+};
+
+static void tile_prepare_k(const char *x, size_t xs, int T, int64_t nb, struct tile_pre_k *pre) {
+    for (int t = 0; t < T; t++) {
+        const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(x + (size_t)t * xs);
+        for (int64_t b = 0; b < nb; b++) {
+            pre->dx[b][t] = xb[b].d;
+            const int16_t *bs = xb[b].bsums;
+            for (int k = 0; k < 4; k++) {
+                const uint16_t lo = (uint16_t)(bs[4 * k] + bs[4 * k + 1]), hi = (uint16_t)(bs[4 * k + 2] + bs[4 * k + 3]);
+                pre->bsum2[b][k][t] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
+            }
+        }
+    }
+}
+
+/* 8 rows' 6-bit scales (bytes) -> int16 pairs (s, s) per 32-bit lane */
+static ALWAYS_INLINE __m256i scale_pairs(const uint8_t *p) {
+    const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+}
+
+/* Rows 8h..8h+7 of one Q4_K panel times T tokens. */
+static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
+                                    const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    __m256 acc[TILE];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q4_K_RECORD;
+        const int8_t *a[TILE];
+        __m256i i32[TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
+            i32[t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256i lo16[TILE], hi16[TILE];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) lo16[t] = hi16[t] = _mm256_setzero_si256();
+            const uint8_t *q = rec + 320 + c * 512 + h * 32;
+#pragma GCC unroll 8
+            for (int m = 0; m < 8; m++) {
+                const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * m));
+                _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
+                const __m256i lo = _mm256_and_si256(v, mask);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    lo16[t] = _mm256_add_epi16(lo16[t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 64 * c + 4 * m)));
+                    hi16[t] = _mm256_add_epi16(hi16[t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 64 * c + 32 + 4 * m)));
+                }
+            }
+            const __m256i s0 = scale_pairs(rec + 64 + (2 * c) * 16 + h * 8);
+            const __m256i s1 = scale_pairs(rec + 64 + (2 * c + 1) * 16 + h * 8);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(lo16[t], s0),
+                                                                   _mm256_madd_epi16(hi16[t], s1)));
+        }
+        __m256i mn[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + 192 + k * 32 + h * 16)));
+        const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + h * 16)));
+        const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + 32 + h * 16)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m256i m32 = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(pre->bsum2[b][0][t]));
+#pragma GCC unroll 4
+            for (int k = 1; k < 4; k++)
+                m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(pre->bsum2[b][k][t])));
+            const __m256 dx = _mm256_set1_ps(pre->dx[b][t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i32[t]), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(m32), acc[t]);
+        }
+    }
+    store_half(acc, T, y + h * 8, ldy, accumulate);
+}
+
+typedef void (*panel_k_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_k *pre,
+                           float *y, int ldy, bool accumulate);
+
+#define PANEL_K_T(T)                                                                                        \
+    static void panel_q4_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
+                                const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {         \
+        half_q4_K(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                            \
+        half_q4_K(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                            \
+    }
+PANEL_K_T(1)
+PANEL_K_T(2)
+PANEL_K_T(3)
+PANEL_K_T(4)
+static const panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
+
+static void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+                        int n, float *y, int ldy, bool accumulate) {
+    const int64_t nb = w->ne0 / QK;
+    WGLLM_ASSERT(nb <= MAX_SB);
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
+    const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
+    struct tile_pre_k pre;
+    for (int64_t g0 = p0; g0 < p1; g0 += group) {
+        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
+        for (int t0 = 0; t0 < n; t0 += TILE) {
+            const int T = WGLLM_MIN(TILE, n - t0);
+            const char *xt = (const char *)x + (size_t)t0 * x_stride;
+            tile_prepare_k(xt, x_stride, T, nb, &pre);
+            for (int64_t p = g0; p < g1; p++)
+                panels_q4_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
+                               y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
+        }
+    }
+}
+
+/* ---- Q6_K ---------------------------------------------------------------- */
+
+struct tile_pre_6 {
+    int32_t off[MAX_SB][16][TILE]; /* int16 pair (-16*bsum, -16*bsum) of each sub-block */
+    float dx[MAX_SB][TILE];
+};
+
+static void tile_prepare_6(const char *x, size_t xs, int T, int64_t nb, struct tile_pre_6 *pre) {
+    for (int t = 0; t < T; t++) {
+        const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(x + (size_t)t * xs);
+        for (int64_t b = 0; b < nb; b++) {
+            pre->dx[b][t] = xb[b].d;
+            for (int s = 0; s < 16; s++) {
+                const uint16_t o = (uint16_t)(-16 * xb[b].bsums[s]);
+                pre->off[b][s][t] = (int32_t)((uint32_t)o | (uint32_t)o << 16);
+            }
+        }
+    }
+}
+
+/* 8 rows' int8 scales -> int16 pairs (s, s) per 32-bit lane */
+static ALWAYS_INLINE __m256i scale_pairs_s8(const uint8_t *p) {
+    const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_blend_epi16(s, _mm256_slli_epi32(s, 16), 0xAA);
+}
+
+/* Vector v's 6-bit quants: elements 4v.. (lo) and 128+4v.. (hi) of 8 rows. */
+static ALWAYS_INLINE void q6_unpack(const uint8_t *rec, int v, int h, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i nib = _mm256_load_si256((const __m256i *)(rec + 64 * v + 32 * h));
+    const __m256i hb = _mm256_load_si256((const __m256i *)(rec + 2048 + 64 * (v & 15) + 32 * h));
+    _mm_prefetch((const char *)(rec + 64 * v + PF), _MM_HINT_T0);
+    if (v < 16) {
+        *lo = _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+        *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(nib, 4), m4), _mm256_and_si256(hb, m30));
+    } else {
+        *lo = _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+        *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(nib, 4), m4),
+                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+    }
+}
+
+/* Rows 8h..8h+7 of one Q6_K panel times T tokens. */
+static ALWAYS_INLINE void half_q6_K(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
+                                    const struct tile_pre_6 *pre, int T, float *y, int ldy, bool accumulate) {
+    __m256 acc[TILE];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q6_K_RECORD;
+        const int8_t *a[TILE];
+        __m256i i32[TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
+            i32[t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m256i sa = scale_pairs_s8(rec + 3072 + g * 16 + h * 8);
+            const __m256i sb = scale_pairs_s8(rec + 3072 + (8 + g) * 16 + h * 8);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(sa, _mm256_set1_epi32(pre->off[b][g][t])),
+                                                                   _mm256_madd_epi16(sb, _mm256_set1_epi32(pre->off[b][8 + g][t]))));
+#pragma GCC unroll 2
+            for (int v = 4 * g; v < 4 * g + 4; v += 2) {
+                __m256i lo0, hi0, lo1, hi1;
+                q6_unpack(rec, v, h, &lo0, &hi0);
+                q6_unpack(rec, v + 1, h, &lo1, &hi1);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, bcast32(a[t] + 4 * v)),
+                                                        _mm256_maddubs_epi16(lo1, bcast32(a[t] + 4 * v + 4)));
+                    const __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, bcast32(a[t] + 128 + 4 * v)),
+                                                        _mm256_maddubs_epi16(hi1, bcast32(a[t] + 128 + 4 * v + 4)));
+                    i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(pl, sa), _mm256_madd_epi16(ph, sb)));
+                }
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + 3328 + h * 16)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(pre->dx[b][t])), _mm256_cvtepi32_ps(i32[t]), acc[t]);
+    }
+    store_half(acc, T, y + h * 8, ldy, accumulate);
+}
+
+typedef void (*panel_6_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_6 *pre,
+                           float *y, int ldy, bool accumulate);
+#define PANEL_6_T(T)                                                                                        \
+    static void panel_q6_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
+                                const struct tile_pre_6 *pre, float *y, int ldy, bool accumulate) {         \
+        half_q6_K(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                            \
+        half_q6_K(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                            \
+    }
+PANEL_6_T(1)
+PANEL_6_T(2)
+PANEL_6_T(3)
+PANEL_6_T(4)
+static const panel_6_fn panels_q6_K[TILE + 1] = {NULL, panel_q6_K_t1, panel_q6_K_t2, panel_q6_K_t3, panel_q6_K_t4};
+
+static void matmul_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+                        int n, float *y, int ldy, bool accumulate) {
+    const int64_t nb = w->ne0 / QK;
+    WGLLM_ASSERT(nb <= MAX_SB);
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
+    const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
+    struct tile_pre_6 pre;
+    for (int64_t g0 = p0; g0 < p1; g0 += group) {
+        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
+        for (int t0 = 0; t0 < n; t0 += TILE) {
+            const int T = WGLLM_MIN(TILE, n - t0);
+            const char *xt = (const char *)x + (size_t)t0 * x_stride;
+            tile_prepare_6(xt, x_stride, T, nb, &pre);
+            for (int64_t p = g0; p < g1; p++)
+                panels_q6_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
+                               y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
+        }
+    }
+}
+
 void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
+    if (w->type == WGLLM_TYPE_Q4_K) {
+        matmul_q4_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+        return;
+    }
+    if (w->type == WGLLM_TYPE_Q6_K) {
+        matmul_q6_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+        return;
+    }
     WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);
     const int64_t nb = w->ne0 / 32;
     WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_BLOCKS);

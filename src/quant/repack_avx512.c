@@ -1,15 +1,23 @@
 /*
- * repack_avx512.c - AVX-512 VNNI products over the interleaved Q4_0/Q8_0
- * layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
+ * repack_avx512.c - AVX-512 VNNI products over the interleaved Q4_0/Q8_0/Q4_K/
+ * Q6_K layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
  * quants) is loaded and unpacked once and fed to vpdpbusd against 4
  * broadcast activation bytes of each token of a tile of up to TILE tokens;
  * the integer sums of a token start from its -bias*sum(x) correction, which
  * is computed once per tile and block, shared by all panels.
  *
+ * Q4_K: vpdpbusd gives each sub-block's exact integer sum per row, which
+ * vpmulld scales by the row's 6-bit scale; the mins times the activation's
+ * 32-element sums go through vpmaddwd, two sub-blocks at a time. Q6_K: the
+ * same per 16-element sub-block, whose sum starts from -32*bsum (the quants
+ * are stored +32).
+ *
  * Loop order: panels are taken in groups of about 1 MiB so that, for a
  * prompt, a group stays in L2 while every tile of tokens passes over it.
  */
 #include "quant/repack.h"
+
+#include "quant/kquants.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -152,9 +160,250 @@ PANEL_T(q8_0, 4)
 static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t2, panel_q4_0_t3, panel_q4_0_t4};
 static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
 
+/* ---- Q4_K ---------------------------------------------------------------- */
+
+#define MAX_SB (WGLLM_REPACK_MAX_BLOCKS * 32 / WGLLM_QK_K)
+
+struct tile_pre_k {
+    int32_t bsum2[MAX_SB][4][TILE]; /* int16 pair: sums of sub-blocks 2k (low) and 2k+1 (high) */
+    float dx[MAX_SB][TILE];
+};
+
+static void tile_prepare_k(const char *x, size_t xs, int T, int64_t nb, struct tile_pre_k *pre) {
+    for (int t = 0; t < T; t++) {
+        const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(x + (size_t)t * xs);
+        for (int64_t b = 0; b < nb; b++) {
+            pre->dx[b][t] = xb[b].d;
+            const int16_t *bs = xb[b].bsums;
+            for (int k = 0; k < 4; k++) {
+                const uint16_t lo = (uint16_t)(bs[4 * k] + bs[4 * k + 1]), hi = (uint16_t)(bs[4 * k + 2] + bs[4 * k + 3]);
+                pre->bsum2[b][k][t] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
+            }
+        }
+    }
+}
+
+static ALWAYS_INLINE __m512i scales16(const uint8_t *p) {
+    return _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p));
+}
+
+static ALWAYS_INLINE void panel_q4_K(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
+                                     const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    __m512 acc[TILE];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q4_K_RECORD;
+        const int8_t *a[TILE];
+        __m512i i32[TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
+            i32[t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i sa[TILE], sb[TILE];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) sa[t] = sb[t] = _mm512_setzero_si512();
+            const uint8_t *q = rec + 320 + c * 512;
+#pragma GCC unroll 8
+            for (int m = 0; m < 8; m++) {
+                const __m512i v = _mm512_load_si512((const void *)(q + 64 * m));
+                _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
+                const __m512i lo = _mm512_and_si512(v, mask);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    sa[t] = _mm512_dpbusd_epi32(sa[t], lo, bcast32(a[t] + 64 * c + 4 * m));
+                    sb[t] = _mm512_dpbusd_epi32(sb[t], hi, bcast32(a[t] + 64 * c + 32 + 4 * m));
+                }
+            }
+            const __m512i s0 = scales16(rec + 64 + (2 * c) * 16), s1 = scales16(rec + 64 + (2 * c + 1) * 16);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                i32[t] = _mm512_add_epi32(i32[t], _mm512_add_epi32(_mm512_mullo_epi32(sa[t], s0),
+                                                                   _mm512_mullo_epi32(sb[t], s1)));
+        }
+        __m512i mn[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) mn[k] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(rec + 192 + k * 32)));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)rec));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 32)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512i m32 = _mm512_madd_epi16(mn[0], _mm512_set1_epi32(pre->bsum2[b][0][t]));
+#pragma GCC unroll 4
+            for (int k = 1; k < 4; k++)
+                m32 = _mm512_add_epi32(m32, _mm512_madd_epi16(mn[k], _mm512_set1_epi32(pre->bsum2[b][k][t])));
+            const __m512 dx = _mm512_set1_ps(pre->dx[b][t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i32[t]), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(m32), acc[t]);
+        }
+    }
+    store_tile(acc, T, y, ldy, accumulate);
+}
+
+typedef void (*panel_k_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_k *pre,
+                           float *y, int ldy, bool accumulate);
+#define PANEL_K_T(T)                                                                                        \
+    static void panel_q4_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
+                                const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {         \
+        panel_q4_K(pd, nb, x, xs, pre, T, y, ldy, accumulate);                                              \
+    }
+PANEL_K_T(1)
+PANEL_K_T(2)
+PANEL_K_T(3)
+PANEL_K_T(4)
+static const panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
+
+static void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+                        int n, float *y, int ldy, bool accumulate) {
+    const int64_t nb = w->ne0 / WGLLM_QK_K;
+    WGLLM_ASSERT(nb <= MAX_SB);
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
+    const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
+    struct tile_pre_k pre;
+    for (int64_t g0 = p0; g0 < p1; g0 += group) {
+        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
+        for (int t0 = 0; t0 < n; t0 += TILE) {
+            const int T = WGLLM_MIN(TILE, n - t0);
+            const char *xt = (const char *)x + (size_t)t0 * x_stride;
+            tile_prepare_k(xt, x_stride, T, nb, &pre);
+            for (int64_t p = g0; p < g1; p++)
+                panels_q4_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
+                               y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
+        }
+    }
+}
+
+/* ---- Q6_K ---------------------------------------------------------------- */
+
+struct tile_pre_6 {
+    int32_t off[MAX_SB][16][TILE]; /* -32 * bsum of each sub-block */
+    float dx[MAX_SB][TILE];
+};
+
+static void tile_prepare_6(const char *x, size_t xs, int T, int64_t nb, struct tile_pre_6 *pre) {
+    for (int t = 0; t < T; t++) {
+        const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(x + (size_t)t * xs);
+        for (int64_t b = 0; b < nb; b++) {
+            pre->dx[b][t] = xb[b].d;
+            for (int s = 0; s < 16; s++) pre->off[b][s][t] = -32 * xb[b].bsums[s];
+        }
+    }
+}
+
+/* Vector v's 6-bit quants: elements 4v.. (lo) and 128+4v.. (hi) of 16 rows. */
+static ALWAYS_INLINE void q6_unpack(const uint8_t *rec, int v, __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i nib = _mm512_load_si512((const void *)(rec + 64 * v));
+    const __m512i hb = _mm512_load_si512((const void *)(rec + 2048 + 64 * (v & 15)));
+    _mm_prefetch((const char *)(rec + 64 * v + PF), _MM_HINT_T0);
+    if (v < 16) {
+        *lo = _mm512_or_si512(_mm512_and_si512(nib, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
+        *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(nib, 4), m4), _mm512_and_si512(hb, m30));
+    } else {
+        *lo = _mm512_or_si512(_mm512_and_si512(nib, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
+        *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(nib, 4), m4),
+                              _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
+    }
+}
+
+static ALWAYS_INLINE void panel_q6_K(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
+                                     const struct tile_pre_6 *pre, int T, float *y, int ldy, bool accumulate) {
+    __m512 acc[TILE];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q6_K_RECORD;
+        const int8_t *a[TILE];
+        __m512i i32[TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
+            i32[t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            __m512i sa[TILE], sb[TILE];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                sa[t] = _mm512_set1_epi32(pre->off[b][g][t]);
+                sb[t] = _mm512_set1_epi32(pre->off[b][8 + g][t]);
+            }
+#pragma GCC unroll 4
+            for (int v = 4 * g; v < 4 * g + 4; v++) {
+                __m512i lo, hi;
+                q6_unpack(rec, v, &lo, &hi);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    sa[t] = _mm512_dpbusd_epi32(sa[t], lo, bcast32(a[t] + 4 * v));
+                    sb[t] = _mm512_dpbusd_epi32(sb[t], hi, bcast32(a[t] + 128 + 4 * v));
+                }
+            }
+            const __m512i s0 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + g * 16)));
+            const __m512i s1 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + (8 + g) * 16)));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                i32[t] = _mm512_add_epi32(i32[t], _mm512_add_epi32(_mm512_mullo_epi32(sa[t], s0),
+                                                                   _mm512_mullo_epi32(sb[t], s1)));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 3328)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(pre->dx[b][t])), _mm512_cvtepi32_ps(i32[t]), acc[t]);
+    }
+    store_tile(acc, T, y, ldy, accumulate);
+}
+
+typedef void (*panel_6_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_6 *pre,
+                           float *y, int ldy, bool accumulate);
+#define PANEL_6_T(T)                                                                                        \
+    static void panel_q6_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
+                                const struct tile_pre_6 *pre, float *y, int ldy, bool accumulate) {         \
+        panel_q6_K(pd, nb, x, xs, pre, T, y, ldy, accumulate);                                              \
+    }
+PANEL_6_T(1)
+PANEL_6_T(2)
+PANEL_6_T(3)
+PANEL_6_T(4)
+static const panel_6_fn panels_q6_K[TILE + 1] = {NULL, panel_q6_K_t1, panel_q6_K_t2, panel_q6_K_t3, panel_q6_K_t4};
+
+static void matmul_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+                        int n, float *y, int ldy, bool accumulate) {
+    const int64_t nb = w->ne0 / WGLLM_QK_K;
+    WGLLM_ASSERT(nb <= MAX_SB);
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
+    const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
+    struct tile_pre_6 pre;
+    for (int64_t g0 = p0; g0 < p1; g0 += group) {
+        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
+        for (int t0 = 0; t0 < n; t0 += TILE) {
+            const int T = WGLLM_MIN(TILE, n - t0);
+            const char *xt = (const char *)x + (size_t)t0 * x_stride;
+            tile_prepare_6(xt, x_stride, T, nb, &pre);
+            for (int64_t p = g0; p < g1; p++)
+                panels_q6_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
+                               y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
+        }
+    }
+}
+
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
+    if (w->type == WGLLM_TYPE_Q4_K) {
+        matmul_q4_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+        return;
+    }
+    if (w->type == WGLLM_TYPE_Q6_K) {
+        matmul_q6_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+        return;
+    }
     WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);
     const int64_t nb = w->ne0 / 32;
     WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_BLOCKS);
