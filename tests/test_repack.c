@@ -1,5 +1,5 @@
 /*
- * test_repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q6_K layout (quant/repack.h): the
+ * test_repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q5_K/Q6_K layout (quant/repack.h): the
  * dispatched product against the per-row vec_dot over random matrices
  * (within 1e-5 of the sum of |terms|, from dequantized values), sub-ranges
  * of rows, accumulate on and off, strides; every SIMD kernel of this CPU
@@ -61,8 +61,9 @@ static uint8_t *make_acts_of(uint32_t at, int64_t ne0, int n, size_t stride) {
     return x;
 }
 
-#define N_TYPES 4
-static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q6_K};
+#define N_TYPES 5
+static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K,
+                                        WGLLM_TYPE_Q6_K};
 /* the smallest row of each type's first shape: 64 (Q4_0/Q8_0), 256 (K-quants) */
 static int64_t first_ne0(uint32_t type) { return wgllm_type_traits(type)->blck_size == 256 ? 256 : 64; }
 static const int64_t ne0s[] = {64, 2048, 5632};
@@ -221,32 +222,43 @@ TEST(layout_bytes) {
     }
 }
 
-/* Q4_K: a record's fields at known places (repack.h), from the GGUF block. */
-TEST(layout_bytes_q4_K) {
+/* Q4_K and Q5_K: a record's fields at known places (repack.h), from the GGUF block. */
+TEST(layout_bytes_q45_K) {
     enum { NE0 = 512, NE1 = 32 };
-    const size_t row = wgllm_row_size(WGLLM_TYPE_Q4_K, NE0);
-    uint8_t *wq = make_matrix(WGLLM_TYPE_Q4_K, NE0, NE1);
-    struct wgllm_repacked rp;
-    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_Q4_K, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
-    const size_t panel = 2 * WGLLM_REPACK_Q4_K_RECORD;
-    CHECK_EQ_INT(wgllm_repack_panel_bytes(WGLLM_TYPE_Q4_K, NE0), panel);
-    CHECK_EQ_INT(rp.size, 2 * panel);
-    /* row 21 = panel 1, lane 5; super-block 1 */
-    wgllm_block_q4_K blk;
-    memcpy(&blk, wq + 21 * row + sizeof(blk), sizeof(blk));
-    const uint8_t *rec = (const uint8_t *)rp.data + panel + WGLLM_REPACK_Q4_K_RECORD;
-    CHECK(!memcmp(rec + 5 * 2, &blk.d, 2));
-    CHECK(!memcmp(rec + 32 + 5 * 2, &blk.dmin, 2));
-    for (int s = 0; s < 8; s++) {
-        uint8_t sc, mn;
-        wgllm_kq_scale_min_k4(s, blk.scales, &sc, &mn);
-        CHECK_EQ_INT(rec[64 + s * 16 + 5], sc);
-        CHECK_EQ_INT(rec[192 + (s / 2) * 32 + 5 * 2 + (s & 1)], mn);
+    for (int five = 0; five < 2; five++) {
+        const uint32_t type = five ? WGLLM_TYPE_Q5_K : WGLLM_TYPE_Q4_K;
+        const size_t rs = five ? WGLLM_REPACK_Q5_K_RECORD : WGLLM_REPACK_Q4_K_RECORD, q = five ? 2560 : 2048;
+        const size_t row = wgllm_row_size(type, NE0);
+        uint8_t *wq = make_matrix(type, NE0, NE1);
+        struct wgllm_repacked rp;
+        CHECK_EQ_INT(wgllm_repack(wq, type, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+        const size_t panel = 2 * rs;
+        CHECK_EQ_INT(wgllm_repack_panel_bytes(type, NE0), panel);
+        CHECK_EQ_INT(rp.size, 2 * panel);
+        /* row 21 = panel 1, lane 5; super-block 1 */
+        wgllm_block_q5_K b5;
+        wgllm_block_q4_K b4;
+        const uint8_t *src = wq + 21 * row + wgllm_type_traits(type)->type_size;
+        memcpy(&b5, src, sizeof(b5));
+        memcpy(&b4, src, sizeof(b4));
+        const wgllm_fp16 d = five ? b5.d : b4.d, dmin = five ? b5.dmin : b4.dmin;
+        const uint8_t *scales = five ? b5.scales : b4.scales, *qs = five ? b5.qs : b4.qs;
+        const uint8_t *rec = (const uint8_t *)rp.data + panel + rs;
+        CHECK(!memcmp(rec + q + 256 + 5 * 2, &d, 2));
+        CHECK(!memcmp(rec + q + 288 + 5 * 2, &dmin, 2));
+        for (int s = 0; s < 8; s++) {
+            uint8_t sc, mn;
+            wgllm_kq_scale_min_k4(s, scales, &sc, &mn);
+            CHECK_EQ_INT(rec[q + s * 16 + 5], sc);
+            CHECK_EQ_INT(rec[q + 128 + (s / 2) * 32 + 5 * 2 + (s & 1)], mn);
+        }
+        /* qs[77] = chunk 2, byte 13 of it: vector 8*2 + 3, lane 5, byte 1 */
+        CHECK_EQ_INT(rec[(8 * 2 + 3) * 64 + 5 * 4 + 1], qs[77]);
+        /* qh[30]: vector 7, lane 5, byte 2 */
+        if (five) CHECK_EQ_INT(rec[2048 + 7 * 64 + 5 * 4 + 2], b5.qh[30]);
+        free(wq);
+        wgllm_repacked_free(&rp);
     }
-    /* qs[77] = chunk 2, byte 13 of it: vector 8*2 + 3, lane 5, byte 1 */
-    CHECK_EQ_INT(rec[320 + (8 * 2 + 3) * 64 + 5 * 4 + 1], blk.qs[77]);
-    free(wq);
-    wgllm_repacked_free(&rp);
 }
 
 /* Q6_K: a record's fields at known places (repack.h), from the GGUF block. */
@@ -290,10 +302,11 @@ TEST(unsupported_shapes) {
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048 + 32, 16)); /* not whole super-blocks */
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 24));
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q6_K, 2048 + 64, 16));
-    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q5_K, 2048, 16));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q3_K, 2048, 16));
 #if defined(__x86_64__)
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 5632), simd);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q6_K, 5632, 2048), simd);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_K, 5632, 2048), simd);
 #endif
     CHECK_EQ_INT(wgllm_repack_row_group(), 16);
     struct wgllm_repacked rp;
@@ -404,7 +417,7 @@ int main(void) {
     light = getenv("WGLLM_CPU") != NULL;
     RUN(dispatch_follows_cpu);
     RUN(layout_bytes);
-    RUN(layout_bytes_q4_K);
+    RUN(layout_bytes_q45_K);
     RUN(layout_bytes_q6_K);
     RUN(unsupported_shapes);
     RUN(kernels_equal_reference);

@@ -1,5 +1,5 @@
 /*
- * repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q6_K layout (see repack.h): the copy
+ * repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q5_K/Q6_K layout (see repack.h): the copy
  * from the GGUF layout, the scalar reference product, and the choice of SIMD
  * kernel (repack_avx512.c, repack_avx2.c; repack_wasm.c in the browser
  * build) for this CPU.
@@ -13,7 +13,9 @@
 
 /* ---- layout ------------------------------------------------------------ */
 
-static bool is_k(uint32_t type) { return type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q6_K; }
+static bool is_k(uint32_t type) {
+    return type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K;
+}
 
 static bool shape_ok(uint32_t type, int64_t ne0, int64_t ne1) {
     const int64_t bs = is_k(type) ? WGLLM_QK_K : 32;
@@ -21,24 +23,38 @@ static bool shape_ok(uint32_t type, int64_t ne0, int64_t ne1) {
            ne0 % bs == 0 && ne0 / 32 <= WGLLM_REPACK_MAX_BLOCKS && ne1 > 0 && ne1 % WGLLM_REPACK_ROWS == 0;
 }
 
-/* One Q4_K panel: rows src[0..16) into nb records (layout in repack.h). */
-static void repack_panel_q4_K(const uint8_t *src, size_t row_size, int64_t nb, uint8_t *dst) {
+/* One Q4_K or Q5_K panel: rows src[0..16) into nb records (layout in repack.h). */
+static void repack_panel_q45_K(uint32_t type, const uint8_t *src, size_t row_size, int64_t nb, uint8_t *dst) {
+    const size_t rs = type == WGLLM_TYPE_Q5_K ? WGLLM_REPACK_Q5_K_RECORD : WGLLM_REPACK_Q4_K_RECORD;
+    const size_t q = wgllm_repack_k45_quant_bytes(type);
     for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
         const uint8_t *row = src + (size_t)j * row_size;
         for (int64_t b = 0; b < nb; b++) {
-            wgllm_block_q4_K blk;
-            memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
-            uint8_t *rec = dst + (size_t)b * WGLLM_REPACK_Q4_K_RECORD;
-            memcpy(rec + 2 * j, &blk.d, 2);
-            memcpy(rec + 32 + 2 * j, &blk.dmin, 2);
+            /* Q4_K and Q5_K share d, dmin and scales; Q5_K adds qh before qs */
+            wgllm_block_q5_K blk;
+            const uint8_t *bs = row + (size_t)b * wgllm_type_traits(type)->type_size;
+            if (type == WGLLM_TYPE_Q5_K) {
+                memcpy(&blk, bs, sizeof(blk));
+            } else {
+                wgllm_block_q4_K b4;
+                memcpy(&b4, bs, sizeof(b4));
+                blk.d = b4.d, blk.dmin = b4.dmin;
+                memcpy(blk.scales, b4.scales, sizeof(blk.scales));
+                memcpy(blk.qs, b4.qs, sizeof(blk.qs));
+            }
+            uint8_t *rec = dst + (size_t)b * rs;
+            for (int c = 0; c < 4; c++)
+                for (int m = 0; m < 8; m++) memcpy(rec + (8 * c + m) * 64 + 4 * j, blk.qs + 32 * c + 4 * m, 4);
+            if (type == WGLLM_TYPE_Q5_K)
+                for (int m = 0; m < 8; m++) memcpy(rec + 2048 + m * 64 + 4 * j, blk.qh + 4 * m, 4);
             for (int s = 0; s < 8; s++) {
                 uint8_t sc, mn;
                 wgllm_kq_scale_min_k4(s, blk.scales, &sc, &mn);
-                rec[64 + s * 16 + j] = sc;
-                rec[192 + (s / 2) * 32 + 2 * j + (s & 1)] = mn;
+                rec[q + s * 16 + j] = sc;
+                rec[q + 128 + (s / 2) * 32 + 2 * j + (s & 1)] = mn;
             }
-            for (int c = 0; c < 4; c++)
-                for (int m = 0; m < 8; m++) memcpy(rec + 320 + (8 * c + m) * 64 + 4 * j, blk.qs + 32 * c + 4 * m, 4);
+            memcpy(rec + q + 256 + 2 * j, &blk.d, 2);
+            memcpy(rec + q + 288 + 2 * j, &blk.dmin, 2);
         }
     }
 }
@@ -110,7 +126,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
     if (!shape_ok(type, ne0, ne1))
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "repack: type %s with %lld x %lld elements has no interleaved layout "
-                               "(needs q4_0/q8_0 with ne0 %% 32 == 0 or q4_K/q6_K with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
+                               "(needs q4_0/q8_0 with ne0 %% 32 == 0 or q4_K/q5_K/q6_K with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
                                wgllm_type_name(type), (long long)ne0, (long long)ne1,
                                WGLLM_REPACK_MAX_BLOCKS * 32, WGLLM_REPACK_ROWS);
     const size_t panel = wgllm_repack_panel_bytes(type, ne0);
@@ -125,7 +141,8 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
     const size_t row_size = wgllm_row_size(type, ne0);
     for (int64_t p = 0; p < ne1 / WGLLM_REPACK_ROWS; p++) {
         const uint8_t *s = (const uint8_t *)src + (size_t)p * WGLLM_REPACK_ROWS * row_size;
-        if (type == WGLLM_TYPE_Q4_K) repack_panel_q4_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
+        if (type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K)
+            repack_panel_q45_K(type, s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else if (type == WGLLM_TYPE_Q6_K) repack_panel_q6_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else repack_panel(s, row_size, type, ne0 / 32, data + (size_t)p * panel);
     }
@@ -148,12 +165,14 @@ int wgllm_repack_row_group(void) { return WGLLM_REPACK_ROWS; }
 
 /* ---- scalar reference -------------------------------------------------- */
 
-/* Q4_K: per super-block, the exact integer sums, then
+/* Q4_K/Q5_K: per super-block, the exact integer sums, then
  * acc = fma(d*d_x, sum, acc) and acc = fma(-(dmin*d_x), min_sum, acc). */
-static void matmul_ref_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
-                            size_t x_stride, int n, float *y, int ldy, bool accumulate) {
+static void matmul_ref_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
+                             size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     const int64_t nb = w->ne0 / WGLLM_QK_K;
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), rs = panel / (size_t)nb;
+    const size_t q = wgllm_repack_k45_quant_bytes(w->type);
+    const bool five = w->type == WGLLM_TYPE_Q5_K;
     for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
         const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
         for (int t = 0; t < n; t++) {
@@ -161,22 +180,24 @@ static void matmul_ref_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t 
             for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
                 float acc = 0.0f;
                 for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q4_K_RECORD;
+                    const uint8_t *rec = pd + (size_t)b * rs;
                     const int8_t *a = xb[b].qs;
                     int32_t sum = 0, msum = 0;
                     for (int s = 0; s < 8; s++) {
                         const int c = s / 2, shift = 4 * (s & 1);
                         int32_t dot = 0;
                         for (int m = 0; m < 8; m++)
-                            for (int k = 0; k < 4; k++)
-                                dot += ((rec[320 + (8 * c + m) * 64 + 4 * j + k] >> shift) & 0x0F) *
-                                       a[64 * c + 32 * (s & 1) + 4 * m + k];
-                        sum += rec[64 + s * 16 + j] * dot;
-                        msum += rec[192 + (s / 2) * 32 + 2 * j + (s & 1)] * (xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
+                            for (int k = 0; k < 4; k++) {
+                                int v = (rec[(8 * c + m) * 64 + 4 * j + k] >> shift) & 0x0F;
+                                if (five) v |= ((rec[2048 + m * 64 + 4 * j + k] >> s) & 1) << 4;
+                                dot += v * a[64 * c + 32 * (s & 1) + 4 * m + k];
+                            }
+                        sum += rec[q + s * 16 + j] * dot;
+                        msum += rec[q + 128 + (s / 2) * 32 + 2 * j + (s & 1)] * (xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
                     }
                     wgllm_fp16 d, dmin;
-                    memcpy(&d, rec + 2 * j, 2);
-                    memcpy(&dmin, rec + 32 + 2 * j, 2);
+                    memcpy(&d, rec + q + 256 + 2 * j, 2);
+                    memcpy(&dmin, rec + q + 288 + 2 * j, 2);
                     acc = fmaf(wgllm_fp16_lookup(d) * xb[b].d, (float)sum, acc);
                     acc = fmaf(-(wgllm_fp16_lookup(dmin) * xb[b].d), (float)msum, acc);
                 }
@@ -227,8 +248,8 @@ static void matmul_ref_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t 
 void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K) {
-        matmul_ref_q4_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K) {
+        matmul_ref_q45_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     if (w->type == WGLLM_TYPE_Q6_K) {
@@ -277,7 +298,7 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
 
 static wgllm_repacked_matmul_fn kernel;
 static const char *kernel_name = "none";
-static bool kernel_k; /* the kernel takes Q4_K and Q6_K (x86's do; wasm's does not) */
+static bool kernel_k; /* the kernel takes the K-quants (x86's do; wasm's does not) */
 
 static void pick_kernel(void) {
     wgllm_quant_init();

@@ -1,5 +1,5 @@
 /*
- * repack.h - Q4_0 / Q8_0 / Q4_K / Q6_K weight matrices copied at load into a row-
+ * repack.h - Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weight matrices copied at load into a row-
  * interleaved layout, and the matrix products (mat-vec and mat-mat) over it.
  *
  * The per-row vec_dot kernels spend their time on per-row overhead (one
@@ -23,17 +23,22 @@
  * The same layout serves every ISA (AVX2 reads a vector as two 8-row halves,
  * wasm SIMD128 as four 4-row slices).
  *
- * Q4_K (256-element super-blocks) has no separate scale section: each
- * super-block b of a panel is one record of WGLLM_REPACK_Q4_K_RECORD bytes,
- * records back to back (so a mat-vec streams one panel front to back):
- *   0    d:    the 16 rows' fp16 super-block scales;
- *   32   dmin: the 16 rows' fp16 super-block min scales;
- *   64   scales: for sub-block s (0..7), the 16 rows' 6-bit scales as bytes;
- *   192  mins: for sub-block pair k (0..3), the 16 rows' two 6-bit mins of
- *        sub-blocks 2k, 2k+1 (2 bytes per row);
- *   320  quants: 32 vectors of 64 bytes; vector 8c+m holds in bytes
+ * Q4_K and Q5_K (256-element super-blocks) have no separate scale section:
+ * each super-block b of a panel is one record of WGLLM_REPACK_Q4_K_RECORD /
+ * WGLLM_REPACK_Q5_K_RECORD bytes, records back to back (so a mat-vec streams
+ * one panel front to back):
+ *   0    quants: 32 vectors of 64 bytes; vector 8c+m holds in bytes
  *        4j..4j+3 row j's qs[32c+4m..32c+4m+3] unchanged: low nibbles are
- *        elements 4m..4m+3 of sub-block 2c, high nibbles those of 2c+1.
+ *        elements 4m..4m+3 of sub-block 2c, high nibbles those of 2c+1;
+ *   2048 (Q5_K only) high bits: 8 vectors of 64 bytes; vector m holds in
+ *        bytes 4j..4j+3 row j's qh[4m..4m+3] unchanged (bit i of qh[l] is
+ *        the fifth bit of element 32i+l);
+ *   Q    (Q = 2048 for Q4_K, 2560 for Q5_K) scales: for sub-block s (0..7),
+ *        the 16 rows' 6-bit scales as bytes;
+ *   Q+128 mins: for sub-block pair k (0..3), the 16 rows' two 6-bit mins of
+ *        sub-blocks 2k, 2k+1 (2 bytes per row);
+ *   Q+256 d: the 16 rows' fp16 super-block scales;
+ *   Q+288 dmin: the 16 rows' fp16 super-block min scales.
  * A row's dot is d*d_x*sum_s scale_s*dot_s - dmin*d_x*sum_s min_s*bsum_s,
  * the integer sums exact, as the vec_dot of kquants.c computes it.
  *
@@ -49,7 +54,7 @@
  * A row's dot is d*d_x*sum_s scale_s*(dot_s - 32*bsum_s), exact in integers.
  *
  * Activations are rows of the weight's vec_dot_type blocks (Q8_0; Q8_K for
- * Q4_K and Q6_K), as its from_float makes them, so results equal the vec_dot ones up
+ * the K-quants), as its from_float makes them, so results equal the vec_dot ones up
  * to float summation order.
  */
 #ifndef WGLLM_REPACK_H
@@ -61,11 +66,12 @@
 #define WGLLM_REPACK_MAX_BLOCKS 2048 /* ne0 / 32 at most (ne0 <= 65536) */
 
 #define WGLLM_REPACK_Q4_K_RECORD 2368 /* bytes per Q4_K super-block of a panel (64-byte multiple) */
+#define WGLLM_REPACK_Q5_K_RECORD 2880 /* bytes per Q5_K super-block of a panel (64-byte multiple) */
 #define WGLLM_REPACK_Q6_K_RECORD 3392 /* bytes per Q6_K super-block of a panel (64-byte multiple) */
 
 /* A weight matrix in the interleaved layout. */
 struct wgllm_repacked {
-    uint32_t type;      /* WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_K or WGLLM_TYPE_Q6_K */
+    uint32_t type;      /* WGLLM_TYPE_Q4_0, _Q8_0, _Q4_K, _Q5_K or _Q6_K */
     int64_t ne0, ne1;   /* elements per row, rows */
     void *data;         /* 64-byte aligned, owned (wgllm_free_aligned) */
     size_t size;
@@ -74,7 +80,7 @@ struct wgllm_repacked {
 /* True when this CPU has a repacked kernel for (type, ne0, ne1): type Q4_0
  * or Q8_0, 0 < ne0 <= 65536 with ne0 % 32 == 0, ne1 > 0 with ne1 % 16 == 0,
  * and AVX2+FMA+F16C or AVX-512 VNNI (WGLLM_CPU=scalar turns it off), or the
- * wasm build's SIMD128; type Q4_K or Q6_K with ne0 % 256 == 0, on x86 with
+ * wasm build's SIMD128; type Q4_K, Q5_K or Q6_K with ne0 % 256 == 0, on x86 with
  * AVX2+FMA+F16C or AVX-512 VNNI. */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
@@ -90,7 +96,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
 void wgllm_repacked_free(struct wgllm_repacked *w);
 /* y[t*ldy + r] (= or +=) W[r] . x[t] for rows r in [r0, r1) (multiples of the row group) and tokens t in [0, n).
  * x: n rows of activations in the weight type's vec_dot_type (Q8_0, or Q8_K
- * for Q4_K and Q6_K), x_stride bytes apart. Uses the fastest
+ * for the K-quants), x_stride bytes apart. Uses the fastest
  * kernel of this CPU (the scalar reference when there is none). Allocates
  * nothing; uses about 64 KiB of stack. */
 void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
@@ -102,9 +108,12 @@ void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r
 static inline size_t wgllm_repack_quant_bytes(uint32_t type) { return type == WGLLM_TYPE_Q4_0 ? 256 : 512; }
 /* Bytes of one panel's scale section (Q4_0, Q8_0). */
 static inline size_t wgllm_repack_scale_bytes(int64_t ne0) { return WGLLM_PAD((size_t)(ne0 / 32) * 32, 64); }
+/* Q4_K/Q5_K: bytes of a record before its scales (quants, and Q5_K's high bits). */
+static inline size_t wgllm_repack_k45_quant_bytes(uint32_t type) { return type == WGLLM_TYPE_Q5_K ? 2560 : 2048; }
 /* Bytes of one panel (16 rows). */
 static inline size_t wgllm_repack_panel_bytes(uint32_t type, int64_t ne0) {
     if (type == WGLLM_TYPE_Q4_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q4_K_RECORD;
+    if (type == WGLLM_TYPE_Q5_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q5_K_RECORD;
     if (type == WGLLM_TYPE_Q6_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q6_K_RECORD;
     return wgllm_repack_scale_bytes(ne0) + (size_t)(ne0 / 32) * wgllm_repack_quant_bytes(type);
 }

@@ -1,6 +1,6 @@
 /*
  * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q8_0/Q4_K/
- * Q6_K layout (repack.h), for CPUs without AVX-512 VNNI. A 64-byte weight vector
+ * Q5_K/Q6_K layout (repack.h), for CPUs without AVX-512 VNNI. A 64-byte weight vector
  * is read as two 8-row halves, each panel in two passes (rows 0-7, 8-15).
  * Without vpdpbusd, bytes are multiplied with vpmaddubsw:
  *   Q4_0: nibbles (0..15) x activation bytes; the int16 pair sums of a whole
@@ -10,7 +10,8 @@
  *         pair sum fits int16 (2 x 128 x 127) and is widened at once; this
  *         relies on activations in [-127, 127], which the Q8_0 quantizer gives;
  *   Q4_K: nibbles x Q8_K bytes ([-127, 127] too); a sub-block's int16 pair
- *         sums fit (8 x 2 x 15 x 127 < 32768) and are widened by one
+ *         sums fit (8 x 2 x 15 x 127 < 32768; Q5_K's 5-bit quants: half a
+ *         sub-block, 4 x 2 x 31 x 127) and are widened by one
  *         vpmaddwd with the rows' 6-bit scales (both int16 halves of a lane
  *         hold the scale); the mins times the activation's 32-element sums
  *         likewise, two sub-blocks per vpmaddwd;
@@ -191,15 +192,36 @@ static ALWAYS_INLINE __m256i scale_pairs(const uint8_t *p) {
     return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
 }
 
-/* Rows 8h..8h+7 of one Q4_K panel times T tokens. */
-static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
-                                    const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
+/* The fifth bits of a Q5_K vector (c, m) at bit 4 of each byte: sub-block
+ * 2c (lo) from bit 2c of hb, 2c+1 (hi) from bit 2c+1. */
+static ALWAYS_INLINE __m256i bit5(__m256i hb, int i) {
+    const __m256i m10 = _mm256_set1_epi8(0x10);
+    switch (i) {
+    case 0: return _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10);
+    case 1: return _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10);
+    case 2: return _mm256_and_si256(_mm256_slli_epi16(hb, 2), m10);
+    case 3: return _mm256_and_si256(_mm256_slli_epi16(hb, 1), m10);
+    case 4: return _mm256_and_si256(hb, m10);
+    case 5: return _mm256_and_si256(_mm256_srli_epi16(hb, 1), m10);
+    case 6: return _mm256_and_si256(_mm256_srli_epi16(hb, 2), m10);
+    default: return _mm256_and_si256(_mm256_srli_epi16(hb, 3), m10);
+    }
+}
+
+/* Rows 8h..8h+7 of one Q4_K (five = false) or Q5_K panel times T tokens.
+ * The int16 sums take 8 vectors of 4-bit quants (8 x 2 x 15 x 127 < 32768)
+ * or 4 of 5-bit ones (4 x 2 x 31 x 127 < 32768) before widening. */
+static ALWAYS_INLINE void half_q45_K(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
+                                     const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate,
+                                     bool five) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
+    const size_t rs = five ? WGLLM_REPACK_Q5_K_RECORD : WGLLM_REPACK_Q4_K_RECORD, qb = five ? 2560 : 2048;
+    const int run = five ? 4 : 8;
     __m256 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q4_K_RECORD;
+        const uint8_t *rec = pd + (size_t)b * rs;
         const int8_t *a[TILE];
         __m256i i32[TILE];
 #pragma GCC unroll 8
@@ -209,34 +231,43 @@ static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h, const 
         }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            __m256i lo16[TILE], hi16[TILE];
+            const __m256i s0 = scale_pairs(rec + qb + (2 * c) * 16 + h * 8);
+            const __m256i s1 = scale_pairs(rec + qb + (2 * c + 1) * 16 + h * 8);
+            const uint8_t *q = rec + c * 512 + h * 32;
+#pragma GCC unroll 2
+            for (int m0 = 0; m0 < 8; m0 += run) {
+                __m256i lo16[TILE], hi16[TILE];
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) lo16[t] = hi16[t] = _mm256_setzero_si256();
-            const uint8_t *q = rec + 320 + c * 512 + h * 32;
+                for (int t = 0; t < T; t++) lo16[t] = hi16[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int m = 0; m < 8; m++) {
-                const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * m));
-                _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
-                const __m256i lo = _mm256_and_si256(v, mask);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                for (int m = m0; m < m0 + run; m++) {
+                    const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * m));
+                    _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
+                    __m256i lo = _mm256_and_si256(v, mask);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                    if (five) {
+                        const __m256i hb = _mm256_load_si256((const __m256i *)(rec + 2048 + 64 * m + h * 32));
+                        lo = _mm256_or_si256(lo, bit5(hb, 2 * c));
+                        hi = _mm256_or_si256(hi, bit5(hb, 2 * c + 1));
+                    }
 #pragma GCC unroll 8
-                for (int t = 0; t < T; t++) {
-                    lo16[t] = _mm256_add_epi16(lo16[t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 64 * c + 4 * m)));
-                    hi16[t] = _mm256_add_epi16(hi16[t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 64 * c + 32 + 4 * m)));
+                    for (int t = 0; t < T; t++) {
+                        lo16[t] = _mm256_add_epi16(lo16[t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 64 * c + 4 * m)));
+                        hi16[t] = _mm256_add_epi16(hi16[t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 64 * c + 32 + 4 * m)));
+                    }
                 }
-            }
-            const __m256i s0 = scale_pairs(rec + 64 + (2 * c) * 16 + h * 8);
-            const __m256i s1 = scale_pairs(rec + 64 + (2 * c + 1) * 16 + h * 8);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++)
-                i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(lo16[t], s0),
-                                                                   _mm256_madd_epi16(hi16[t], s1)));
+                for (int t = 0; t < T; t++)
+                    i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(lo16[t], s0),
+                                                                       _mm256_madd_epi16(hi16[t], s1)));
+            }
         }
         __m256i mn[4];
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + 192 + k * 32 + h * 16)));
-        const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + h * 16)));
-        const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + 32 + h * 16)));
+        for (int k = 0; k < 4; k++)
+            mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + qb + 128 + k * 32 + h * 16)));
+        const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + qb + 256 + h * 16)));
+        const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + qb + 288 + h * 16)));
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             __m256i m32 = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(pre->bsum2[b][0][t]));
@@ -254,22 +285,28 @@ static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h, const 
 typedef void (*panel_k_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_k *pre,
                            float *y, int ldy, bool accumulate);
 
-#define PANEL_K_T(T)                                                                                        \
-    static void panel_q4_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
-                                const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {         \
-        half_q4_K(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                            \
-        half_q4_K(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                            \
+#define PANEL_K_T(fmt, T, five)                                                                             \
+    static void panel_##fmt##_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                \
+                                   const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {      \
+        half_q45_K(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate, five);                                     \
+        half_q45_K(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate, five);                                     \
     }
-PANEL_K_T(1)
-PANEL_K_T(2)
-PANEL_K_T(3)
-PANEL_K_T(4)
+PANEL_K_T(q4_K, 1, false)
+PANEL_K_T(q4_K, 2, false)
+PANEL_K_T(q4_K, 3, false)
+PANEL_K_T(q4_K, 4, false)
+PANEL_K_T(q5_K, 1, true)
+PANEL_K_T(q5_K, 2, true)
+PANEL_K_T(q5_K, 3, true)
+PANEL_K_T(q5_K, 4, true)
 static const panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
+static const panel_k_fn panels_q5_K[TILE + 1] = {NULL, panel_q5_K_t1, panel_q5_K_t2, panel_q5_K_t3, panel_q5_K_t4};
 
-static void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
-                        int n, float *y, int ldy, bool accumulate) {
+static void matmul_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+                         int n, float *y, int ldy, bool accumulate) {
     const int64_t nb = w->ne0 / QK;
     WGLLM_ASSERT(nb <= MAX_SB);
+    const panel_k_fn *fns = w->type == WGLLM_TYPE_Q5_K ? panels_q5_K : panels_q4_K;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
     const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
@@ -281,8 +318,8 @@ static void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, 
             const char *xt = (const char *)x + (size_t)t0 * x_stride;
             tile_prepare_k(xt, x_stride, T, nb, &pre);
             for (int64_t p = g0; p < g1; p++)
-                panels_q4_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
-                               y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
+                fns[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
+                       y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
         }
     }
 }
@@ -413,8 +450,8 @@ static void matmul_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, 
 void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K) {
-        matmul_q4_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K) {
+        matmul_q45_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     if (w->type == WGLLM_TYPE_Q6_K) {

@@ -1,12 +1,12 @@
 /*
  * repack_avx512.c - AVX-512 VNNI products over the interleaved Q4_0/Q8_0/Q4_K/
- * Q6_K layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
+ * Q5_K/Q6_K layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
  * quants) is loaded and unpacked once and fed to vpdpbusd against 4
  * broadcast activation bytes of each token of a tile of up to TILE tokens;
  * the integer sums of a token start from its -bias*sum(x) correction, which
  * is computed once per tile and block, shared by all panels.
  *
- * Q4_K: vpdpbusd gives each sub-block's exact integer sum per row, which
+ * Q4_K and Q5_K: vpdpbusd gives each sub-block's exact integer sum per row, which
  * vpmulld scales by the row's 6-bit scale; the mins times the activation's
  * 32-element sums go through vpmaddwd, two sub-blocks at a time. Q6_K: the
  * same per 16-element sub-block, whose sum starts from -32*bsum (the quants
@@ -187,14 +187,24 @@ static ALWAYS_INLINE __m512i scales16(const uint8_t *p) {
     return _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p));
 }
 
-static ALWAYS_INLINE void panel_q4_K(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                                     const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
+/* Bit i of each byte of hb at bit 4 (Q5_K's fifth bits). */
+static ALWAYS_INLINE __m512i bit5(__m512i hb, int i) {
+    const __m512i m10 = _mm512_set1_epi8(0x10);
+    return i <= 4 ? _mm512_and_si512(_mm512_slli_epi16(hb, (unsigned)(4 - i)), m10)
+                  : _mm512_and_si512(_mm512_srli_epi16(hb, (unsigned)(i - 4)), m10);
+}
+
+/* One Q4_K (five = false) or Q5_K panel times T tokens. */
+static ALWAYS_INLINE void panel_q45_K(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
+                                      const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate,
+                                      bool five) {
     const __m512i mask = _mm512_set1_epi8(0x0F);
+    const size_t rs = five ? WGLLM_REPACK_Q5_K_RECORD : WGLLM_REPACK_Q4_K_RECORD, qb = five ? 2560 : 2048;
     __m512 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q4_K_RECORD;
+        const uint8_t *rec = pd + (size_t)b * rs;
         const int8_t *a[TILE];
         __m512i i32[TILE];
 #pragma GCC unroll 8
@@ -207,20 +217,25 @@ static ALWAYS_INLINE void panel_q4_K(const uint8_t *pd, int64_t nb, const char *
             __m512i sa[TILE], sb[TILE];
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) sa[t] = sb[t] = _mm512_setzero_si512();
-            const uint8_t *q = rec + 320 + c * 512;
+            const uint8_t *q = rec + c * 512;
 #pragma GCC unroll 8
             for (int m = 0; m < 8; m++) {
                 const __m512i v = _mm512_load_si512((const void *)(q + 64 * m));
                 _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
-                const __m512i lo = _mm512_and_si512(v, mask);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+                __m512i lo = _mm512_and_si512(v, mask);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+                if (five) {
+                    const __m512i hb = _mm512_load_si512((const void *)(rec + 2048 + 64 * m));
+                    lo = _mm512_or_si512(lo, bit5(hb, 2 * c));
+                    hi = _mm512_or_si512(hi, bit5(hb, 2 * c + 1));
+                }
 #pragma GCC unroll 8
                 for (int t = 0; t < T; t++) {
                     sa[t] = _mm512_dpbusd_epi32(sa[t], lo, bcast32(a[t] + 64 * c + 4 * m));
                     sb[t] = _mm512_dpbusd_epi32(sb[t], hi, bcast32(a[t] + 64 * c + 32 + 4 * m));
                 }
             }
-            const __m512i s0 = scales16(rec + 64 + (2 * c) * 16), s1 = scales16(rec + 64 + (2 * c + 1) * 16);
+            const __m512i s0 = scales16(rec + qb + (2 * c) * 16), s1 = scales16(rec + qb + (2 * c + 1) * 16);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++)
                 i32[t] = _mm512_add_epi32(i32[t], _mm512_add_epi32(_mm512_mullo_epi32(sa[t], s0),
@@ -228,9 +243,10 @@ static ALWAYS_INLINE void panel_q4_K(const uint8_t *pd, int64_t nb, const char *
         }
         __m512i mn[4];
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) mn[k] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(rec + 192 + k * 32)));
-        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)rec));
-        const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 32)));
+        for (int k = 0; k < 4; k++)
+            mn[k] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(rec + qb + 128 + k * 32)));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + qb + 256)));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + qb + 288)));
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             __m512i m32 = _mm512_madd_epi16(mn[0], _mm512_set1_epi32(pre->bsum2[b][0][t]));
@@ -247,21 +263,27 @@ static ALWAYS_INLINE void panel_q4_K(const uint8_t *pd, int64_t nb, const char *
 
 typedef void (*panel_k_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_k *pre,
                            float *y, int ldy, bool accumulate);
-#define PANEL_K_T(T)                                                                                        \
-    static void panel_q4_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
-                                const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {         \
-        panel_q4_K(pd, nb, x, xs, pre, T, y, ldy, accumulate);                                              \
+#define PANEL_K_T(fmt, T, five)                                                                             \
+    static void panel_##fmt##_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                \
+                                   const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {      \
+        panel_q45_K(pd, nb, x, xs, pre, T, y, ldy, accumulate, five);                                       \
     }
-PANEL_K_T(1)
-PANEL_K_T(2)
-PANEL_K_T(3)
-PANEL_K_T(4)
+PANEL_K_T(q4_K, 1, false)
+PANEL_K_T(q4_K, 2, false)
+PANEL_K_T(q4_K, 3, false)
+PANEL_K_T(q4_K, 4, false)
+PANEL_K_T(q5_K, 1, true)
+PANEL_K_T(q5_K, 2, true)
+PANEL_K_T(q5_K, 3, true)
+PANEL_K_T(q5_K, 4, true)
 static const panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
+static const panel_k_fn panels_q5_K[TILE + 1] = {NULL, panel_q5_K_t1, panel_q5_K_t2, panel_q5_K_t3, panel_q5_K_t4};
 
-static void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
-                        int n, float *y, int ldy, bool accumulate) {
+static void matmul_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+                         int n, float *y, int ldy, bool accumulate) {
     const int64_t nb = w->ne0 / WGLLM_QK_K;
     WGLLM_ASSERT(nb <= MAX_SB);
+    const panel_k_fn *fns = w->type == WGLLM_TYPE_Q5_K ? panels_q5_K : panels_q4_K;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
     const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
@@ -273,8 +295,8 @@ static void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, 
             const char *xt = (const char *)x + (size_t)t0 * x_stride;
             tile_prepare_k(xt, x_stride, T, nb, &pre);
             for (int64_t p = g0; p < g1; p++)
-                panels_q4_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
-                               y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
+                fns[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
+                       y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
         }
     }
 }
@@ -396,8 +418,8 @@ static void matmul_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, 
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K) {
-        matmul_q4_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K) {
+        matmul_q45_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     if (w->type == WGLLM_TYPE_Q6_K) {
