@@ -1,5 +1,5 @@
 /*
- * test_repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q5_K/Q6_K layout (quant/repack.h): the
+ * test_repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS layout (quant/repack.h): the
  * dispatched product against the per-row vec_dot over random matrices
  * (within 1e-5 of the sum of |terms|, from dequantized values), sub-ranges
  * of rows, accumulate on and off, strides; every SIMD kernel of this CPU
@@ -61,9 +61,9 @@ static uint8_t *make_acts_of(uint32_t at, int64_t ne0, int n, size_t stride) {
     return x;
 }
 
-#define N_TYPES 5
+#define N_TYPES 6
 static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K,
-                                        WGLLM_TYPE_Q6_K};
+                                        WGLLM_TYPE_Q6_K, WGLLM_TYPE_IQ4_XS};
 /* the smallest row of each type's first shape: 64 (Q4_0/Q8_0), 256 (K-quants) */
 static int64_t first_ne0(uint32_t type) { return wgllm_type_traits(type)->blck_size == 256 ? 256 : 64; }
 static const int64_t ne0s[] = {64, 2048, 5632};
@@ -286,6 +286,27 @@ TEST(layout_bytes_q6_K) {
     wgllm_repacked_free(&rp);
 }
 
+/* IQ4_XS: a record's fields at known places (repack.h), from the GGUF block. */
+TEST(layout_bytes_iq4_xs) {
+    enum { NE0 = 512, NE1 = 32 };
+    const size_t row = wgllm_row_size(WGLLM_TYPE_IQ4_XS, NE0);
+    uint8_t *wq = make_matrix(WGLLM_TYPE_IQ4_XS, NE0, NE1);
+    struct wgllm_repacked rp;
+    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_IQ4_XS, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+    const size_t panel = 2 * WGLLM_REPACK_IQ4_XS_RECORD;
+    CHECK_EQ_INT(wgllm_repack_panel_bytes(WGLLM_TYPE_IQ4_XS, NE0), panel);
+    wgllm_block_iq4_xs blk; /* row 21 = panel 1, lane 5; super-block 1 */
+    memcpy(&blk, wq + 21 * row + sizeof(blk), sizeof(blk));
+    const uint8_t *rec = (const uint8_t *)rp.data + panel + WGLLM_REPACK_IQ4_XS_RECORD;
+    CHECK(!memcmp(rec + 2176 + 5 * 2, &blk.d, 2));
+    /* sub-block 5's scale: high nibble of scales_l[2], bits 10-11 of scales_h */
+    CHECK_EQ_INT((int8_t)rec[2048 + 5 * 16 + 5], (((blk.scales_l[2] >> 4) & 0xf) | (((blk.scales_h >> 10) & 3) << 4)) - 32);
+    /* qs[93] = sub-block 5, byte 13: vector 4*5 + 3, lane 5, byte 1 */
+    CHECK_EQ_INT(rec[(4 * 5 + 3) * 64 + 5 * 4 + 1], blk.qs[93]);
+    free(wq);
+    wgllm_repacked_free(&rp);
+}
+
 TEST(unsupported_shapes) {
     const bool simd = wgllm_repack_kernel(NULL) != NULL;
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 5632), simd);
@@ -307,6 +328,8 @@ TEST(unsupported_shapes) {
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 5632), simd);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q6_K, 5632, 2048), simd);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_K, 5632, 2048), simd);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_XS, 5632, 2048), simd);
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048, 16));
 #endif
     CHECK_EQ_INT(wgllm_repack_row_group(), 16);
     struct wgllm_repacked rp;
@@ -419,6 +442,7 @@ int main(void) {
     RUN(layout_bytes);
     RUN(layout_bytes_q45_K);
     RUN(layout_bytes_q6_K);
+    RUN(layout_bytes_iq4_xs);
     RUN(unsupported_shapes);
     RUN(kernels_equal_reference);
     RUN(matches_vec_dot);

@@ -1,5 +1,5 @@
 /*
- * repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q5_K/Q6_K layout (see repack.h): the copy
+ * repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
  * from the GGUF layout, the scalar reference product, and the choice of SIMD
  * kernel (repack_avx512.c, repack_avx2.c; repack_wasm.c in the browser
  * build) for this CPU.
@@ -13,8 +13,9 @@
 
 /* ---- layout ------------------------------------------------------------ */
 
+/* the 256-element formats (Q8_K activations) */
 static bool is_k(uint32_t type) {
-    return type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K;
+    return type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS;
 }
 
 static bool shape_ok(uint32_t type, int64_t ne0, int64_t ne1) {
@@ -55,6 +56,25 @@ static void repack_panel_q45_K(uint32_t type, const uint8_t *src, size_t row_siz
             }
             memcpy(rec + q + 256 + 2 * j, &blk.d, 2);
             memcpy(rec + q + 288 + 2 * j, &blk.dmin, 2);
+        }
+    }
+}
+
+/* One IQ4_XS panel: rows src[0..16) into nb records (layout in repack.h). */
+static void repack_panel_iq4_xs(const uint8_t *src, size_t row_size, int64_t nb, uint8_t *dst) {
+    memset(dst, 0, (size_t)nb * WGLLM_REPACK_IQ4_XS_RECORD);
+    for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
+        const uint8_t *row = src + (size_t)j * row_size;
+        for (int64_t b = 0; b < nb; b++) {
+            wgllm_block_iq4_xs blk;
+            memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
+            uint8_t *rec = dst + (size_t)b * WGLLM_REPACK_IQ4_XS_RECORD;
+            for (int s = 0; s < 8; s++) {
+                for (int m = 0; m < 4; m++) memcpy(rec + (4 * s + m) * 64 + 4 * j, blk.qs + 16 * s + 4 * m, 4);
+                const int ls = ((blk.scales_l[s / 2] >> 4 * (s % 2)) & 0xf) | (((blk.scales_h >> 2 * s) & 3) << 4);
+                rec[2048 + s * 16 + j] = (uint8_t)(int8_t)(ls - 32);
+            }
+            memcpy(rec + 2176 + 2 * j, &blk.d, 2);
         }
     }
 }
@@ -126,7 +146,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
     if (!shape_ok(type, ne0, ne1))
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "repack: type %s with %lld x %lld elements has no interleaved layout "
-                               "(needs q4_0/q8_0 with ne0 %% 32 == 0 or q4_K/q5_K/q6_K with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
+                               "(needs q4_0/q8_0 with ne0 %% 32 == 0 or q4_K/q5_K/q6_K/iq4_xs with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
                                wgllm_type_name(type), (long long)ne0, (long long)ne1,
                                WGLLM_REPACK_MAX_BLOCKS * 32, WGLLM_REPACK_ROWS);
     const size_t panel = wgllm_repack_panel_bytes(type, ne0);
@@ -144,6 +164,8 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
         if (type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K)
             repack_panel_q45_K(type, s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else if (type == WGLLM_TYPE_Q6_K) repack_panel_q6_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
+        else if (type == WGLLM_TYPE_IQ4_XS)
+            repack_panel_iq4_xs(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else repack_panel(s, row_size, type, ne0 / 32, data + (size_t)p * panel);
     }
     out->type = type;
@@ -245,6 +267,43 @@ static void matmul_ref_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t 
     }
 }
 
+/* IQ4_XS: per super-block sum_s scale_s * dot_s, exact, then
+ * acc = fma(d*d_x, sum, acc). */
+static void matmul_ref_iq4_xs(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
+                              size_t x_stride, int n, float *y, int ldy, bool accumulate) {
+    const int64_t nb = w->ne0 / WGLLM_QK_K;
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
+        const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
+        for (int t = 0; t < n; t++) {
+            const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)((const char *)x + (size_t)t * x_stride);
+            for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_IQ4_XS_RECORD;
+                    const int8_t *a = xb[b].qs;
+                    int32_t sum = 0;
+                    for (int s = 0; s < 8; s++) {
+                        int32_t dot = 0;
+                        for (int m = 0; m < 4; m++)
+                            for (int k = 0; k < 4; k++) {
+                                const uint8_t v = rec[(4 * s + m) * 64 + 4 * j + k];
+                                dot += wgllm_kvalues_iq4nl[v & 0xF] * a[32 * s + 4 * m + k] +
+                                       wgllm_kvalues_iq4nl[v >> 4] * a[32 * s + 16 + 4 * m + k];
+                            }
+                        sum += (int8_t)rec[2048 + s * 16 + j] * dot;
+                    }
+                    wgllm_fp16 d;
+                    memcpy(&d, rec + 2176 + 2 * j, 2);
+                    acc = fmaf(wgllm_fp16_lookup(d) * xb[b].d, (float)sum, acc);
+                }
+                float *dst = y + (size_t)t * ldy + p * WGLLM_REPACK_ROWS + j;
+                *dst = accumulate ? *dst + acc : acc;
+            }
+        }
+    }
+}
+
 void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
@@ -254,6 +313,10 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
     }
     if (w->type == WGLLM_TYPE_Q6_K) {
         matmul_ref_q6_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+        return;
+    }
+    if (w->type == WGLLM_TYPE_IQ4_XS) {
+        matmul_ref_iq4_xs(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     const int64_t nb = w->ne0 / 32;
@@ -298,7 +361,7 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
 
 static wgllm_repacked_matmul_fn kernel;
 static const char *kernel_name = "none";
-static bool kernel_k; /* the kernel takes the K-quants (x86's do; wasm's does not) */
+static bool kernel_k; /* the kernel takes the 256-element formats (x86's do; wasm's does not) */
 
 static void pick_kernel(void) {
     wgllm_quant_init();

@@ -1,5 +1,5 @@
 /*
- * repack.h - Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weight matrices copied at load into a row-
+ * repack.h - Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_XS weight matrices copied at load into a row-
  * interleaved layout, and the matrix products (mat-vec and mat-mat) over it.
  *
  * The per-row vec_dot kernels spend their time on per-row overhead (one
@@ -53,8 +53,18 @@
  *   3360 padding to 64 bytes.
  * A row's dot is d*d_x*sum_s scale_s*(dot_s - 32*bsum_s), exact in integers.
  *
+ * IQ4_XS, records of WGLLM_REPACK_IQ4_XS_RECORD bytes:
+ *   0    quants: for sub-block s (0..7, 32 elements), 4 vectors of 64 bytes;
+ *        vector 4s+m holds in bytes 4j..4j+3 row j's qs[16s+4m..16s+4m+3]
+ *        unchanged: low nibbles index elements 4m..4m+3 of the sub-block,
+ *        high nibbles 16+4m..16+4m+3;
+ *   2048 scales: for sub-block s, the 16 rows' scales (6-bit value - 32) as int8;
+ *   2176 d: the 16 rows' fp16 scales;
+ *   2208 padding to 64 bytes.
+ * A row's dot is d*d_x*sum_s scale_s*sum_i kvalues[idx_i]*x_i, exact in integers.
+ *
  * Activations are rows of the weight's vec_dot_type blocks (Q8_0; Q8_K for
- * the K-quants), as its from_float makes them, so results equal the vec_dot ones up
+ * the K-quants and IQ4_XS), as its from_float makes them, so results equal the vec_dot ones up
  * to float summation order.
  */
 #ifndef WGLLM_REPACK_H
@@ -68,10 +78,11 @@
 #define WGLLM_REPACK_Q4_K_RECORD 2368 /* bytes per Q4_K super-block of a panel (64-byte multiple) */
 #define WGLLM_REPACK_Q5_K_RECORD 2880 /* bytes per Q5_K super-block of a panel (64-byte multiple) */
 #define WGLLM_REPACK_Q6_K_RECORD 3392 /* bytes per Q6_K super-block of a panel (64-byte multiple) */
+#define WGLLM_REPACK_IQ4_XS_RECORD 2240 /* bytes per IQ4_XS super-block of a panel (64-byte multiple) */
 
 /* A weight matrix in the interleaved layout. */
 struct wgllm_repacked {
-    uint32_t type;      /* WGLLM_TYPE_Q4_0, _Q8_0, _Q4_K, _Q5_K or _Q6_K */
+    uint32_t type;      /* WGLLM_TYPE_Q4_0, _Q8_0, _Q4_K, _Q5_K, _Q6_K or _IQ4_XS */
     int64_t ne0, ne1;   /* elements per row, rows */
     void *data;         /* 64-byte aligned, owned (wgllm_free_aligned) */
     size_t size;
@@ -80,7 +91,7 @@ struct wgllm_repacked {
 /* True when this CPU has a repacked kernel for (type, ne0, ne1): type Q4_0
  * or Q8_0, 0 < ne0 <= 65536 with ne0 % 32 == 0, ne1 > 0 with ne1 % 16 == 0,
  * and AVX2+FMA+F16C or AVX-512 VNNI (WGLLM_CPU=scalar turns it off), or the
- * wasm build's SIMD128; type Q4_K, Q5_K or Q6_K with ne0 % 256 == 0, on x86 with
+ * wasm build's SIMD128; type Q4_K, Q5_K, Q6_K or IQ4_XS with ne0 % 256 == 0, on x86 with
  * AVX2+FMA+F16C or AVX-512 VNNI. */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
@@ -96,7 +107,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
 void wgllm_repacked_free(struct wgllm_repacked *w);
 /* y[t*ldy + r] (= or +=) W[r] . x[t] for rows r in [r0, r1) (multiples of the row group) and tokens t in [0, n).
  * x: n rows of activations in the weight type's vec_dot_type (Q8_0, or Q8_K
- * for the K-quants), x_stride bytes apart. Uses the fastest
+ * for the K-quants and IQ4_XS), x_stride bytes apart. Uses the fastest
  * kernel of this CPU (the scalar reference when there is none). Allocates
  * nothing; uses about 64 KiB of stack. */
 void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
@@ -115,6 +126,7 @@ static inline size_t wgllm_repack_panel_bytes(uint32_t type, int64_t ne0) {
     if (type == WGLLM_TYPE_Q4_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q4_K_RECORD;
     if (type == WGLLM_TYPE_Q5_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q5_K_RECORD;
     if (type == WGLLM_TYPE_Q6_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q6_K_RECORD;
+    if (type == WGLLM_TYPE_IQ4_XS) return (size_t)(ne0 / 256) * WGLLM_REPACK_IQ4_XS_RECORD;
     return wgllm_repack_scale_bytes(ne0) + (size_t)(ne0 / 32) * wgllm_repack_quant_bytes(type);
 }
 

@@ -1,6 +1,6 @@
 /*
  * repack_avx512.c - AVX-512 VNNI products over the interleaved Q4_0/Q8_0/Q4_K/
- * Q5_K/Q6_K layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
+ * Q5_K/Q6_K/IQ4_XS layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
  * quants) is loaded and unpacked once and fed to vpdpbusd against 4
  * broadcast activation bytes of each token of a tile of up to TILE tokens;
  * the integer sums of a token start from its -bias*sum(x) correction, which
@@ -279,11 +279,16 @@ PANEL_K_T(q5_K, 4, true)
 static const panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
 static const panel_k_fn panels_q5_K[TILE + 1] = {NULL, panel_q5_K_t1, panel_q5_K_t2, panel_q5_K_t3, panel_q5_K_t4};
 
+static const panel_k_fn panels_iq4_xs[TILE + 1];
+
+/* Q4_K, Q5_K and IQ4_XS (IQ4_XS reads only the tile's scales and bsum2) */
 static void matmul_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
                          int n, float *y, int ldy, bool accumulate) {
     const int64_t nb = w->ne0 / WGLLM_QK_K;
     WGLLM_ASSERT(nb <= MAX_SB);
-    const panel_k_fn *fns = w->type == WGLLM_TYPE_Q5_K ? panels_q5_K : panels_q4_K;
+    const panel_k_fn *fns = w->type == WGLLM_TYPE_Q5_K    ? panels_q5_K
+                            : w->type == WGLLM_TYPE_IQ4_XS ? panels_iq4_xs
+                                                           : panels_q4_K;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
     const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
@@ -415,10 +420,76 @@ static void matmul_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, 
     }
 }
 
+/* ---- IQ4_XS -------------------------------------------------------------- */
+
+/* One IQ4_XS panel times T tokens: vpdpbusd on the table values + 128 (u8),
+ * each sub-block's sum starting from -128 * its activation sum. */
+static ALWAYS_INLINE void panel_iq4_xs(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
+                                       const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    const __m512i lut = _mm512_xor_si512(
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl)), _mm512_set1_epi8((char)0x80));
+    __m512 acc[TILE];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_IQ4_XS_RECORD;
+        const int8_t *a[TILE];
+        __m512i i32[TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
+            i32[t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            __m512i sa[TILE];
+            /* -128 * (sum of the sub-block's 32 activations): the int16 pair of bsum2 */
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                const int32_t p2 = pre->bsum2[b][s / 2][t];
+                sa[t] = _mm512_set1_epi32(-128 * (int32_t)(int16_t)(s & 1 ? (uint32_t)p2 >> 16 : (uint32_t)p2 & 0xFFFF));
+            }
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                const __m512i v = _mm512_load_si512((const void *)(rec + (4 * s + m) * 64));
+                _mm_prefetch((const char *)(rec + (4 * s + m) * 64 + PF), _MM_HINT_T0);
+                const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, mask));
+                const __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), mask));
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    sa[t] = _mm512_dpbusd_epi32(sa[t], wl, bcast32(a[t] + 32 * s + 4 * m));
+                    sa[t] = _mm512_dpbusd_epi32(sa[t], wh, bcast32(a[t] + 32 * s + 16 + 4 * m));
+                }
+            }
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 2048 + s * 16)));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) i32[t] = _mm512_add_epi32(i32[t], _mm512_mullo_epi32(sa[t], sc));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 2176)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(pre->dx[b][t])), _mm512_cvtepi32_ps(i32[t]), acc[t]);
+    }
+    store_tile(acc, T, y, ldy, accumulate);
+}
+
+#define PANEL_XS_T(T)                                                                                       \
+    static void panel_iq4_xs_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                 \
+                                  const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {       \
+        panel_iq4_xs(pd, nb, x, xs, pre, T, y, ldy, accumulate);                                            \
+    }
+PANEL_XS_T(1)
+PANEL_XS_T(2)
+PANEL_XS_T(3)
+PANEL_XS_T(4)
+static const panel_k_fn panels_iq4_xs[TILE + 1] = {NULL, panel_iq4_xs_t1, panel_iq4_xs_t2, panel_iq4_xs_t3,
+                                                   panel_iq4_xs_t4};
+
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K) {
+    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K || w->type == WGLLM_TYPE_IQ4_XS) {
         matmul_q45_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
