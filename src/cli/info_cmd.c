@@ -22,7 +22,7 @@ int wgllm_cli_info(const struct opts *o) {
         int n_ctx = o->ctx > 0 ? o->ctx : (wgllm_model_n_ctx_train(m) < 4096 ? wgllm_model_n_ctx_train(m) : 4096);
         struct wgllm_context *c = wgllm_cli_new_context(m, o, n_ctx);
         if (c) {
-            /* the CPU backend repacks Q4_0/Q8_0 matrices when its first context is made */
+            /* the CPU backend repacks the matrices it has kernels for when its first context is made */
             const uint64_t rp = wgllm_model_repacked_size(m);
             char rps[64] = "";
             if (rp) snprintf(rps, sizeof rps, " + %.1f MiB repacked for the CPU", rp / 1048576.0);

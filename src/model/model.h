@@ -147,7 +147,7 @@ struct wgllm_weight {
     uint64_t offset; /* where in `tensor` its rows start: a block of rows of a fused matrix
                         (phi3's attn_qkv, ffn_up) is a weight of its own; 0 otherwise */
     /* The same matrix in the row-interleaved layout of quant/repack.h when this
-     * CPU has a kernel for it (Q4_0/Q8_0) and a CPU context was created (the
+     * CPU has a kernel for it (see wgllm_repack_supported) and a CPU context was created (the
      * CPU backend's init makes it), else NULL; owned by the
      * model. Set under cpu_mu before any CPU context reads it. */
     struct wgllm_repacked *rp;

@@ -9,7 +9,8 @@
  * The whole pass is one fork-join job: every thread walks the same list of
  * steps, does its share of each (rows of a matrix product, heads of
  * attention) and meets the others at a barrier. Weights stay in their GGUF
- * block format, except Q4_0/Q8_0 matrices, which the first CPU context of a
+ * block format, except those with a repacked kernel (Q4_0/Q8_0, and the
+ * K-quants on x86-64: quant/repack.h), which the first CPU context of a
  * model copies into the repacked layout (matmul.c); each matrix product
  * first converts its input rows to the weight type's vec_dot_type (Q8_0 for
  * Q4_0/Q8_0, ...) as llama.cpp does.
