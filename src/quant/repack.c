@@ -18,6 +18,8 @@ static bool is_k(uint32_t type) {
     return type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS;
 }
 
+static bool kernel_takes(uint32_t type);
+
 static bool shape_ok(uint32_t type, int64_t ne0, int64_t ne1) {
     const int64_t bs = is_k(type) ? WGLLM_QK_K : 32;
     return (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || is_k(type)) && ne0 > 0 &&
@@ -45,9 +47,9 @@ static void repack_panel_q45_K(uint32_t type, const uint8_t *src, size_t row_siz
             }
             uint8_t *rec = dst + (size_t)b * rs;
             for (int c = 0; c < 4; c++)
-                for (int m = 0; m < 8; m++) memcpy(rec + (8 * c + m) * 64 + 4 * j, blk.qs + 32 * c + 4 * m, 4);
+                for (int m = 0; m < 8; m++) memcpy(rec + wgllm_repack_k45_low(type == WGLLM_TYPE_Q5_K, c, m) + 4 * j, blk.qs + 32 * c + 4 * m, 4);
             if (type == WGLLM_TYPE_Q5_K)
-                for (int m = 0; m < 8; m++) memcpy(rec + 2048 + m * 64 + 4 * j, blk.qh + 4 * m, 4);
+                for (int m = 0; m < 8; m++) memcpy(rec + wgllm_repack_k45_high(m) + 4 * j, blk.qh + 4 * m, 4);
             for (int s = 0; s < 8; s++) {
                 uint8_t sc, mn;
                 wgllm_kq_scale_min_k4(s, blk.scales, &sc, &mn);
@@ -99,13 +101,13 @@ static void repack_panel_q6_K(const uint8_t *src, size_t row_size, int64_t nb, u
             for (int s = 0; s < 16; s++) rec[3072 + s * 16 + j] = (uint8_t)blk.scales[s];
             for (int v = 0; v < 32; v++)
                 for (int k = 0; k < 4; k++)
-                    rec[v * 64 + 4 * j + k] =
+                    rec[wgllm_repack_q6_K_low(v) + 4 * j + k] =
                         (uint8_t)((q6_unsigned(&blk, 4 * v + k) & 0xF) | (q6_unsigned(&blk, 128 + 4 * v + k) & 0xF) << 4);
             for (int w = 0; w < 16; w++)
                 for (int k = 0; k < 4; k++) {
                     uint8_t hb = 0;
                     for (int i = 0; i < 4; i++) hb |= (uint8_t)((q6_unsigned(&blk, 64 * i + 4 * w + k) >> 4) << (2 * i));
-                    rec[2048 + w * 64 + 4 * j + k] = hb;
+                    rec[wgllm_repack_q6_K_high(w) + 4 * j + k] = hb;
                 }
         }
     }
@@ -210,8 +212,8 @@ static void matmul_ref_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t
                         int32_t dot = 0;
                         for (int m = 0; m < 8; m++)
                             for (int k = 0; k < 4; k++) {
-                                int v = (rec[(8 * c + m) * 64 + 4 * j + k] >> shift) & 0x0F;
-                                if (five) v |= ((rec[2048 + m * 64 + 4 * j + k] >> s) & 1) << 4;
+                                int v = (rec[wgllm_repack_k45_low(five, c, m) + 4 * j + k] >> shift) & 0x0F;
+                                if (five) v |= ((rec[wgllm_repack_k45_high(m) + 4 * j + k] >> s) & 1) << 4;
                                 dot += v * a[64 * c + 32 * (s & 1) + 4 * m + k];
                             }
                         sum += rec[q + s * 16 + j] * dot;
@@ -249,9 +251,9 @@ static void matmul_ref_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t 
                         int32_t dot = 0;
                         for (int e = 16 * s; e < 16 * s + 16; e++) {
                             const int v = (e % 128) / 4, k = e % 4, wv = (e % 64) / 4, i = e / 64;
-                            const uint8_t nib = rec[v * 64 + 4 * j + k];
+                            const uint8_t nib = rec[wgllm_repack_q6_K_low(v) + 4 * j + k];
                             const int q = (e < 128 ? nib & 0xF : nib >> 4) |
-                                          ((rec[2048 + wv * 64 + 4 * j + k] >> (2 * i)) & 3) << 4;
+                                          ((rec[wgllm_repack_q6_K_high(wv) + 4 * j + k] >> (2 * i)) & 3) << 4;
                             dot += q * xb[b].qs[e];
                         }
                         sum += (int8_t)rec[3072 + s * 16 + j] * (dot - 32 * xb[b].bsums[s]);
@@ -361,7 +363,9 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
 
 static wgllm_repacked_matmul_fn kernel;
 static const char *kernel_name = "none";
-static bool kernel_k; /* the kernel takes the 256-element formats (x86's do; wasm's does not) */
+static bool kernel_k;   /* the kernel takes Q4_K and IQ4_XS (x86's do; wasm's does not) */
+static bool kernel_k56; /* ... and Q5_K, Q6_K (AVX-512's: at 256 bits their repacked mat-vec
+                           was slower than the per-row kernels, so AVX2 CPUs keep those) */
 
 static void pick_kernel(void) {
     wgllm_quant_init();
@@ -374,6 +378,7 @@ static void pick_kernel(void) {
         if (c->avx512f && c->avx512bw && c->avx512vl && c->avx512vnni) {
             kernel = wgllm_repacked_matmul_avx512;
             kernel_name = "avx512";
+            kernel_k56 = true;
         }
     }
 #elif defined(__wasm_simd128__)
@@ -390,13 +395,18 @@ wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name) {
     return kernel;
 }
 
+static bool kernel_takes(uint32_t type) {
+    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K) return kernel_k56;
+    return !is_k(type) || kernel_k;
+}
+
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1) {
-    return shape_ok(type, ne0, ne1) && wgllm_repack_kernel(NULL) != NULL && (!is_k(type) || kernel_k);
+    return shape_ok(type, ne0, ne1) && wgllm_repack_kernel(NULL) != NULL && kernel_takes(type);
 }
 
 void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
                            int n, float *y, int ldy, bool accumulate) {
     wgllm_repacked_matmul_fn k = wgllm_repack_kernel(NULL);
-    if (is_k(w->type) && !kernel_k) k = NULL;
+    if (k && !kernel_takes(w->type)) k = NULL;
     (k ? k : wgllm_repacked_matmul_ref)(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
 }

@@ -30,9 +30,11 @@
  *   0    quants: 32 vectors of 64 bytes; vector 8c+m holds in bytes
  *        4j..4j+3 row j's qs[32c+4m..32c+4m+3] unchanged: low nibbles are
  *        elements 4m..4m+3 of sub-block 2c, high nibbles those of 2c+1;
- *   2048 (Q5_K only) high bits: 8 vectors of 64 bytes; vector m holds in
- *        bytes 4j..4j+3 row j's qh[4m..4m+3] unchanged (bit i of qh[l] is
- *        the fifth bit of element 32i+l);
+ *        in Q5_K the vectors go m-major, 320 bytes per m: vectors (c, m) for
+ *        c = 0..3, then high-bit vector m, which holds in bytes 4j..4j+3 row
+ *        j's qh[4m..4m+3] unchanged (bit i of qh[l] is the fifth bit of
+ *        element 32i+l), so that a mat-vec, m outer, reads the record front
+ *        to back (wgllm_repack_k45_low / _high give the offsets);
  *   Q    (Q = 2048 for Q4_K, 2560 for Q5_K) scales: for sub-block s (0..7),
  *        the 16 rows' 6-bit scales as bytes;
  *   Q+128 mins: for sub-block pair k (0..3), the 16 rows' two 6-bit mins of
@@ -43,11 +45,13 @@
  * the integer sums exact, as the vec_dot of kquants.c computes it.
  *
  * Q6_K likewise, records of WGLLM_REPACK_Q6_K_RECORD bytes:
- *   0    low bits: 32 vectors of 64 bytes; in vector v, bytes 4j..4j+3 hold
- *        row j's elements 4v..4v+3 (low nibbles) and 128+4v..128+4v+3 (high
- *        nibbles), 4 low bits each of the unsigned quant q+32 (0..63);
- *   2048 high bits: 16 vectors of 64 bytes; in vector w, byte 4j+k holds in
- *        bits 2i..2i+1 (i = 0..3) the 2 high bits of row j's element 64i+4w+k;
+ *   0    quants: for w = 0..15, 192 bytes: low-bit vectors w and w+16, then
+ *        high-bit vector w (so a mat-vec reads the record front to back).
+ *        In low-bit vector v, bytes 4j..4j+3 hold row j's elements 4v..4v+3
+ *        (low nibbles) and 128+4v..128+4v+3 (high nibbles), 4 low bits each
+ *        of the unsigned quant q+32 (0..63); in high-bit vector w, byte 4j+k
+ *        holds in bits 2i..2i+1 (i = 0..3) the 2 high bits of row j's
+ *        element 64i+4w+k (wgllm_repack_q6_K_low / _high give the offsets);
  *   3072 scales: for sub-block s (0..15, 16 elements each), the 16 rows' int8 scales;
  *   3328 d: the 16 rows' fp16 scales;
  *   3360 padding to 64 bytes.
@@ -91,8 +95,8 @@ struct wgllm_repacked {
 /* True when this CPU has a repacked kernel for (type, ne0, ne1): type Q4_0
  * or Q8_0, 0 < ne0 <= 65536 with ne0 % 32 == 0, ne1 > 0 with ne1 % 16 == 0,
  * and AVX2+FMA+F16C or AVX-512 VNNI (WGLLM_CPU=scalar turns it off), or the
- * wasm build's SIMD128; type Q4_K, Q5_K, Q6_K or IQ4_XS with ne0 % 256 == 0, on x86 with
- * AVX2+FMA+F16C or AVX-512 VNNI. */
+ * wasm build's SIMD128; type Q4_K or IQ4_XS with ne0 % 256 == 0, on x86 with
+ * AVX2+FMA+F16C or AVX-512 VNNI; Q5_K or Q6_K likewise, with AVX-512 VNNI. */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
 int wgllm_repack_row_group(void);
@@ -121,6 +125,14 @@ static inline size_t wgllm_repack_quant_bytes(uint32_t type) { return type == WG
 static inline size_t wgllm_repack_scale_bytes(int64_t ne0) { return WGLLM_PAD((size_t)(ne0 / 32) * 32, 64); }
 /* Q4_K/Q5_K: bytes of a record before its scales (quants, and Q5_K's high bits). */
 static inline size_t wgllm_repack_k45_quant_bytes(uint32_t type) { return type == WGLLM_TYPE_Q5_K ? 2560 : 2048; }
+/* Q4_K (five false) / Q5_K: offsets in a record of quant vector (c, m) and high-bit vector m. */
+static inline size_t wgllm_repack_k45_low(bool five, int c, int m) {
+    return (size_t)(five ? 320 * m + 64 * c : 512 * c + 64 * m);
+}
+static inline size_t wgllm_repack_k45_high(int m) { return (size_t)(320 * m + 256); }
+/* Q6_K: offsets in a record of low-bit vector v (0..31) and high-bit vector w (0..15). */
+static inline size_t wgllm_repack_q6_K_low(int v) { return (size_t)(192 * (v & 15) + 64 * (v >> 4)); }
+static inline size_t wgllm_repack_q6_K_high(int w) { return (size_t)(192 * w + 128); }
 /* Bytes of one panel (16 rows). */
 static inline size_t wgllm_repack_panel_bytes(uint32_t type, int64_t ne0) {
     if (type == WGLLM_TYPE_Q4_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q4_K_RECORD;
@@ -139,8 +151,8 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
                                size_t x_stride, int n, float *y, int ldy, bool accumulate);
 /* The kernel wgllm_repacked_matmul uses on this CPU (NULL: none, the scalar
  * reference stands in); its name in *name ("avx512", "avx2", "simd128").
- * Each kernel takes every type that wgllm_repack_supported accepts on this
- * CPU. */
+ * It takes the types that wgllm_repack_supported accepts on this CPU (for
+ * the others wgllm_repacked_matmul runs the reference). */
 wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name);
 #if defined(__x86_64__)
 void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,

@@ -1,6 +1,8 @@
 /*
  * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q8_0/Q4_K/
- * Q5_K/Q6_K/IQ4_XS layout (repack.h), for CPUs without AVX-512 VNNI. A 64-byte weight vector
+ * IQ4_XS layout (repack.h), for CPUs without AVX-512 VNNI (Q5_K and Q6_K
+ * are repacked only where AVX-512 VNNI is: at 256 bits their repacked
+ * mat-vec measured slower than the per-row kernels). A 64-byte weight vector
  * is read as two 8-row halves, each panel in two passes (rows 0-7, 8-15).
  * Without vpdpbusd, bytes are multiplied with vpmaddubsw:
  *   Q4_0: nibbles (0..15) x activation bytes; the int16 pair sums of a whole
@@ -10,15 +12,11 @@
  *         pair sum fits int16 (2 x 128 x 127) and is widened at once; this
  *         relies on activations in [-127, 127], which the Q8_0 quantizer gives;
  *   Q4_K: nibbles x Q8_K bytes ([-127, 127] too); a sub-block's int16 pair
- *         sums fit (8 x 2 x 15 x 127 < 32768; Q5_K's 5-bit quants: half a
- *         sub-block, 4 x 2 x 31 x 127) and are widened by one
+ *         sums fit (8 x 2 x 15 x 127 < 32768) and are widened by one
  *         vpmaddwd with the rows' 6-bit scales (both int16 halves of a lane
  *         hold the scale); the mins times the activation's 32-element sums
  *         likewise, two sub-blocks per vpmaddwd;
- *   Q6_K: 6-bit quants (0..63) x Q8_K bytes: two vectors' int16 pair sums
- *         fit (2 x 2 x 63 x 127 < 32768) and are widened by vpmaddwd with
- *         the rows' int8 scales; the -32 offset is scale x (-16*bsum) twice,
- *         by the same vpmaddwd (16 x 16 x 127 < 32768).
+ *   IQ4_XS: the table values w (-127..113) as |w| x (x with w's sign).
  */
 #include "quant/repack.h"
 
@@ -192,31 +190,11 @@ static ALWAYS_INLINE __m256i scale_pairs(const uint8_t *p) {
     return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
 }
 
-/* The fifth bits of a Q5_K vector (c, m) at bit 4 of each byte: sub-block
- * 2c (lo) from bit 2c of hb, 2c+1 (hi) from bit 2c+1. */
-static ALWAYS_INLINE __m256i bit5(__m256i hb, int i) {
-    const __m256i m10 = _mm256_set1_epi8(0x10);
-    switch (i) {
-    case 0: return _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10);
-    case 1: return _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10);
-    case 2: return _mm256_and_si256(_mm256_slli_epi16(hb, 2), m10);
-    case 3: return _mm256_and_si256(_mm256_slli_epi16(hb, 1), m10);
-    case 4: return _mm256_and_si256(hb, m10);
-    case 5: return _mm256_and_si256(_mm256_srli_epi16(hb, 1), m10);
-    case 6: return _mm256_and_si256(_mm256_srli_epi16(hb, 2), m10);
-    default: return _mm256_and_si256(_mm256_srli_epi16(hb, 3), m10);
-    }
-}
-
-/* Rows 8h..8h+7 of one Q4_K (five = false) or Q5_K panel times T tokens.
- * The int16 sums take 8 vectors of 4-bit quants (8 x 2 x 15 x 127 < 32768)
- * or 4 of 5-bit ones (4 x 2 x 31 x 127 < 32768) before widening. */
-static ALWAYS_INLINE void half_q45_K(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
-                                     const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate,
-                                     bool five) {
+/* Rows 8h..8h+7 of one Q4_K panel times T tokens. */
+static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
+                                    const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
-    const size_t rs = five ? WGLLM_REPACK_Q5_K_RECORD : WGLLM_REPACK_Q4_K_RECORD, qb = five ? 2560 : 2048;
-    const int run = five ? 4 : 8;
+    const size_t rs = WGLLM_REPACK_Q4_K_RECORD, qb = 2048;
     __m256 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
@@ -233,34 +211,27 @@ static ALWAYS_INLINE void half_q45_K(const uint8_t *pd, int64_t nb, int h, const
         for (int c = 0; c < 4; c++) {
             const __m256i s0 = scale_pairs(rec + qb + (2 * c) * 16 + h * 8);
             const __m256i s1 = scale_pairs(rec + qb + (2 * c + 1) * 16 + h * 8);
-            const uint8_t *q = rec + c * 512 + h * 32;
-#pragma GCC unroll 2
-            for (int m0 = 0; m0 < 8; m0 += run) {
-                __m256i lo16[TILE], hi16[TILE];
+
+            __m256i lo16[TILE], hi16[TILE];
 #pragma GCC unroll 8
-                for (int t = 0; t < T; t++) lo16[t] = hi16[t] = _mm256_setzero_si256();
+            for (int t = 0; t < T; t++) lo16[t] = hi16[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-                for (int m = m0; m < m0 + run; m++) {
-                    const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * m));
-                    _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
-                    __m256i lo = _mm256_and_si256(v, mask);
-                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-                    if (five) {
-                        const __m256i hb = _mm256_load_si256((const __m256i *)(rec + 2048 + 64 * m + h * 32));
-                        lo = _mm256_or_si256(lo, bit5(hb, 2 * c));
-                        hi = _mm256_or_si256(hi, bit5(hb, 2 * c + 1));
-                    }
+            for (int m = 0; m < 8; m++) {
+                const uint8_t *q = rec + wgllm_repack_k45_low(false, c, m) + h * 32;
+                const __m256i v = _mm256_load_si256((const __m256i *)q);
+                _mm_prefetch((const char *)(q + PF), _MM_HINT_T0);
+                const __m256i lo = _mm256_and_si256(v, mask);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
 #pragma GCC unroll 8
-                    for (int t = 0; t < T; t++) {
-                        lo16[t] = _mm256_add_epi16(lo16[t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 64 * c + 4 * m)));
-                        hi16[t] = _mm256_add_epi16(hi16[t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 64 * c + 32 + 4 * m)));
-                    }
+                for (int t = 0; t < T; t++) {
+                    lo16[t] = _mm256_add_epi16(lo16[t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 64 * c + 4 * m)));
+                    hi16[t] = _mm256_add_epi16(hi16[t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 64 * c + 32 + 4 * m)));
                 }
-#pragma GCC unroll 8
-                for (int t = 0; t < T; t++)
-                    i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(lo16[t], s0),
-                                                                       _mm256_madd_epi16(hi16[t], s1)));
             }
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(lo16[t], s0),
+                                                                   _mm256_madd_epi16(hi16[t], s1)));
         }
         __m256i mn[4];
 #pragma GCC unroll 4
@@ -285,33 +256,26 @@ static ALWAYS_INLINE void half_q45_K(const uint8_t *pd, int64_t nb, int h, const
 typedef void (*panel_k_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_k *pre,
                            float *y, int ldy, bool accumulate);
 
-#define PANEL_K_T(fmt, T, five)                                                                             \
-    static void panel_##fmt##_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                \
-                                   const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {      \
-        half_q45_K(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate, five);                                     \
-        half_q45_K(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate, five);                                     \
+#define PANEL_K_T(T)                                                                                        \
+    static void panel_q4_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
+                                const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {         \
+        half_q4_K(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                            \
+        half_q4_K(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                            \
     }
-PANEL_K_T(q4_K, 1, false)
-PANEL_K_T(q4_K, 2, false)
-PANEL_K_T(q4_K, 3, false)
-PANEL_K_T(q4_K, 4, false)
-PANEL_K_T(q5_K, 1, true)
-PANEL_K_T(q5_K, 2, true)
-PANEL_K_T(q5_K, 3, true)
-PANEL_K_T(q5_K, 4, true)
+PANEL_K_T(1)
+PANEL_K_T(2)
+PANEL_K_T(3)
+PANEL_K_T(4)
 static const panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
-static const panel_k_fn panels_q5_K[TILE + 1] = {NULL, panel_q5_K_t1, panel_q5_K_t2, panel_q5_K_t3, panel_q5_K_t4};
 
 static const panel_k_fn panels_iq4_xs[TILE + 1];
 
-/* Q4_K, Q5_K and IQ4_XS (IQ4_XS reads only the tile's scales) */
+/* Q4_K and IQ4_XS (IQ4_XS reads only the tile's scales) */
 static void matmul_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
                          int n, float *y, int ldy, bool accumulate) {
     const int64_t nb = w->ne0 / QK;
     WGLLM_ASSERT(nb <= MAX_SB);
-    const panel_k_fn *fns = w->type == WGLLM_TYPE_Q5_K    ? panels_q5_K
-                            : w->type == WGLLM_TYPE_IQ4_XS ? panels_iq4_xs
-                                                           : panels_q4_K;
+    const panel_k_fn *fns = w->type == WGLLM_TYPE_IQ4_XS ? panels_iq4_xs : panels_q4_K;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
     const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
@@ -329,130 +293,13 @@ static void matmul_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1,
     }
 }
 
-/* ---- Q6_K ---------------------------------------------------------------- */
-
-struct tile_pre_6 {
-    int32_t off[MAX_SB][16][TILE]; /* int16 pair (-16*bsum, -16*bsum) of each sub-block */
-    float dx[MAX_SB][TILE];
-};
-
-static void tile_prepare_6(const char *x, size_t xs, int T, int64_t nb, struct tile_pre_6 *pre) {
-    for (int t = 0; t < T; t++) {
-        const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(x + (size_t)t * xs);
-        for (int64_t b = 0; b < nb; b++) {
-            pre->dx[b][t] = xb[b].d;
-            for (int s = 0; s < 16; s++) {
-                const uint16_t o = (uint16_t)(-16 * xb[b].bsums[s]);
-                pre->off[b][s][t] = (int32_t)((uint32_t)o | (uint32_t)o << 16);
-            }
-        }
-    }
-}
+/* ---- IQ4_XS -------------------------------------------------------------- */
 
 /* 8 rows' int8 scales -> int16 pairs (s, s) per 32-bit lane */
 static ALWAYS_INLINE __m256i scale_pairs_s8(const uint8_t *p) {
     const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
     return _mm256_blend_epi16(s, _mm256_slli_epi32(s, 16), 0xAA);
 }
-
-/* Vector v's 6-bit quants: elements 4v.. (lo) and 128+4v.. (hi) of 8 rows. */
-static ALWAYS_INLINE void q6_unpack(const uint8_t *rec, int v, int h, __m256i *lo, __m256i *hi) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    const __m256i nib = _mm256_load_si256((const __m256i *)(rec + 64 * v + 32 * h));
-    const __m256i hb = _mm256_load_si256((const __m256i *)(rec + 2048 + 64 * (v & 15) + 32 * h));
-    _mm_prefetch((const char *)(rec + 64 * v + PF), _MM_HINT_T0);
-    if (v < 16) {
-        *lo = _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-        *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(nib, 4), m4), _mm256_and_si256(hb, m30));
-    } else {
-        *lo = _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-        *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(nib, 4), m4),
-                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-    }
-}
-
-/* Rows 8h..8h+7 of one Q6_K panel times T tokens. */
-static ALWAYS_INLINE void half_q6_K(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
-                                    const struct tile_pre_6 *pre, int T, float *y, int ldy, bool accumulate) {
-    __m256 acc[TILE];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q6_K_RECORD;
-        const int8_t *a[TILE];
-        __m256i i32[TILE];
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
-            i32[t] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            const __m256i sa = scale_pairs_s8(rec + 3072 + g * 16 + h * 8);
-            const __m256i sb = scale_pairs_s8(rec + 3072 + (8 + g) * 16 + h * 8);
-#pragma GCC unroll 8
-            for (int t = 0; t < T; t++)
-                i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(sa, _mm256_set1_epi32(pre->off[b][g][t])),
-                                                                   _mm256_madd_epi16(sb, _mm256_set1_epi32(pre->off[b][8 + g][t]))));
-#pragma GCC unroll 2
-            for (int v = 4 * g; v < 4 * g + 4; v += 2) {
-                __m256i lo0, hi0, lo1, hi1;
-                q6_unpack(rec, v, h, &lo0, &hi0);
-                q6_unpack(rec, v + 1, h, &lo1, &hi1);
-#pragma GCC unroll 8
-                for (int t = 0; t < T; t++) {
-                    const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, bcast32(a[t] + 4 * v)),
-                                                        _mm256_maddubs_epi16(lo1, bcast32(a[t] + 4 * v + 4)));
-                    const __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, bcast32(a[t] + 128 + 4 * v)),
-                                                        _mm256_maddubs_epi16(hi1, bcast32(a[t] + 128 + 4 * v + 4)));
-                    i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(pl, sa), _mm256_madd_epi16(ph, sb)));
-                }
-            }
-        }
-        const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + 3328 + h * 16)));
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++)
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(pre->dx[b][t])), _mm256_cvtepi32_ps(i32[t]), acc[t]);
-    }
-    store_half(acc, T, y + h * 8, ldy, accumulate);
-}
-
-typedef void (*panel_6_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_6 *pre,
-                           float *y, int ldy, bool accumulate);
-#define PANEL_6_T(T)                                                                                        \
-    static void panel_q6_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
-                                const struct tile_pre_6 *pre, float *y, int ldy, bool accumulate) {         \
-        half_q6_K(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                            \
-        half_q6_K(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                            \
-    }
-PANEL_6_T(1)
-PANEL_6_T(2)
-PANEL_6_T(3)
-PANEL_6_T(4)
-static const panel_6_fn panels_q6_K[TILE + 1] = {NULL, panel_q6_K_t1, panel_q6_K_t2, panel_q6_K_t3, panel_q6_K_t4};
-
-static void matmul_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
-                        int n, float *y, int ldy, bool accumulate) {
-    const int64_t nb = w->ne0 / QK;
-    WGLLM_ASSERT(nb <= MAX_SB);
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
-    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
-    const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
-    struct tile_pre_6 pre;
-    for (int64_t g0 = p0; g0 < p1; g0 += group) {
-        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
-        for (int t0 = 0; t0 < n; t0 += TILE) {
-            const int T = WGLLM_MIN(TILE, n - t0);
-            const char *xt = (const char *)x + (size_t)t0 * x_stride;
-            tile_prepare_6(xt, x_stride, T, nb, &pre);
-            for (int64_t p = g0; p < g1; p++)
-                panels_q6_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
-                               y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
-        }
-    }
-}
-
-/* ---- IQ4_XS -------------------------------------------------------------- */
 
 /* Rows 8h..8h+7 of one IQ4_XS panel times T tokens: the table values w
  * (-127..113) as |w| x (x with w's sign), whose int16 pair sum fits
@@ -515,12 +362,8 @@ static const panel_k_fn panels_iq4_xs[TILE + 1] = {NULL, panel_iq4_xs_t1, panel_
 void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K || w->type == WGLLM_TYPE_IQ4_XS) {
+    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_IQ4_XS) {
         matmul_q45_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
-        return;
-    }
-    if (w->type == WGLLM_TYPE_Q6_K) {
-        matmul_q6_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);

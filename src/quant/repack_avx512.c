@@ -217,15 +217,15 @@ static ALWAYS_INLINE void panel_q45_K(const uint8_t *pd, int64_t nb, const char 
             __m512i sa[TILE], sb[TILE];
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) sa[t] = sb[t] = _mm512_setzero_si512();
-            const uint8_t *q = rec + c * 512;
 #pragma GCC unroll 8
             for (int m = 0; m < 8; m++) {
-                const __m512i v = _mm512_load_si512((const void *)(q + 64 * m));
-                _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
+                const uint8_t *q = rec + wgllm_repack_k45_low(five, c, m);
+                const __m512i v = _mm512_load_si512((const void *)q);
+                _mm_prefetch((const char *)(q + PF), _MM_HINT_T0);
                 __m512i lo = _mm512_and_si512(v, mask);
                 __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
                 if (five) {
-                    const __m512i hb = _mm512_load_si512((const void *)(rec + 2048 + 64 * m));
+                    const __m512i hb = _mm512_load_si512((const void *)(rec + wgllm_repack_k45_high(m)));
                     lo = _mm512_or_si512(lo, bit5(hb, 2 * c));
                     hi = _mm512_or_si512(hi, bit5(hb, 2 * c + 1));
                 }
@@ -272,7 +272,58 @@ PANEL_K_T(q4_K, 1, false)
 PANEL_K_T(q4_K, 2, false)
 PANEL_K_T(q4_K, 3, false)
 PANEL_K_T(q4_K, 4, false)
-PANEL_K_T(q5_K, 1, true)
+/* Q5_K, one token: m outer, as the record is laid out, the 8 sub-blocks'
+ * sums in 8 independent vpdpbusd chains (exact integers: the loop order
+ * does not change the result). */
+static void panel_q5_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_k *pre,
+                          float *y, int ldy, bool accumulate) {
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q5_K_RECORD;
+        const int8_t *a = ((const wgllm_block_q8_K *)x)[b].qs;
+        __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+#pragma GCC unroll 8
+        for (int m = 0; m < 8; m++) {
+            const uint8_t *q = rec + 320 * m;
+            _mm_prefetch((const char *)(q + PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + 64 + PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + 128 + PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + 192 + PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + 256 + PF), _MM_HINT_T0);
+            const __m512i hb = _mm512_load_si512((const void *)(q + 256));
+#define Q5_STEP(c, sl, sh)                                                                                   \
+    do {                                                                                                     \
+        const __m512i v = _mm512_load_si512((const void *)(q + 64 * (c)));                                   \
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, mask), bit5(hb, 2 * (c)));                    \
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), mask), bit5(hb, 2 * (c) + 1)); \
+        sl = _mm512_dpbusd_epi32(sl, lo, bcast32(a + 64 * (c) + 4 * m));                                    \
+        sh = _mm512_dpbusd_epi32(sh, hi, bcast32(a + 64 * (c) + 32 + 4 * m));                               \
+    } while (0)
+            Q5_STEP(0, s0, s1);
+            Q5_STEP(1, s2, s3);
+            Q5_STEP(2, s4, s5);
+            Q5_STEP(3, s6, s7);
+#undef Q5_STEP
+        }
+        const uint8_t *sc = rec + 2560;
+        __m512i i32 = _mm512_add_epi32(_mm512_mullo_epi32(s0, scales16(sc)), _mm512_mullo_epi32(s1, scales16(sc + 16)));
+        i32 = _mm512_add_epi32(i32, _mm512_add_epi32(_mm512_mullo_epi32(s2, scales16(sc + 32)), _mm512_mullo_epi32(s3, scales16(sc + 48))));
+        i32 = _mm512_add_epi32(i32, _mm512_add_epi32(_mm512_mullo_epi32(s4, scales16(sc + 64)), _mm512_mullo_epi32(s5, scales16(sc + 80))));
+        i32 = _mm512_add_epi32(i32, _mm512_add_epi32(_mm512_mullo_epi32(s6, scales16(sc + 96)), _mm512_mullo_epi32(s7, scales16(sc + 112))));
+        __m512i m32 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            m32 = _mm512_add_epi32(m32, _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(sc + 128 + k * 32))),
+                                                          _mm512_set1_epi32(pre->bsum2[b][k][0])));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(sc + 256)));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(sc + 288)));
+        const __m512 dx = _mm512_set1_ps(pre->dx[b][0]);
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i32), acc);
+        acc = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(m32), acc);
+    }
+    store_tile(&acc, 1, y, 0, accumulate);
+}
 PANEL_K_T(q5_K, 2, true)
 PANEL_K_T(q5_K, 3, true)
 PANEL_K_T(q5_K, 4, true)
@@ -326,9 +377,9 @@ static void tile_prepare_6(const char *x, size_t xs, int T, int64_t nb, struct t
 /* Vector v's 6-bit quants: elements 4v.. (lo) and 128+4v.. (hi) of 16 rows. */
 static ALWAYS_INLINE void q6_unpack(const uint8_t *rec, int v, __m512i *lo, __m512i *hi) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    const __m512i nib = _mm512_load_si512((const void *)(rec + 64 * v));
-    const __m512i hb = _mm512_load_si512((const void *)(rec + 2048 + 64 * (v & 15)));
-    _mm_prefetch((const char *)(rec + 64 * v + PF), _MM_HINT_T0);
+    const __m512i nib = _mm512_load_si512((const void *)(rec + wgllm_repack_q6_K_low(v)));
+    const __m512i hb = _mm512_load_si512((const void *)(rec + wgllm_repack_q6_K_high(v & 15)));
+    _mm_prefetch((const char *)(rec + wgllm_repack_q6_K_low(v) + PF), _MM_HINT_T0);
     if (v < 16) {
         *lo = _mm512_or_si512(_mm512_and_si512(nib, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
         *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(nib, 4), m4), _mm512_and_si512(hb, m30));
@@ -393,7 +444,53 @@ typedef void (*panel_6_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t 
                                 const struct tile_pre_6 *pre, float *y, int ldy, bool accumulate) {         \
         panel_q6_K(pd, nb, x, xs, pre, T, y, ldy, accumulate);                                              \
     }
-PANEL_6_T(1)
+/* One token: the high-bit vector w serves vectors w and w+16, whose four
+ * sub-blocks are four independent vpdpbusd chains (exact integer sums, so
+ * the loop order does not change the result). */
+static void panel_q6_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_6 *pre,
+                          float *y, int ldy, bool accumulate) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q6_K_RECORD;
+        const int8_t *a = ((const wgllm_block_q8_K *)x)[b].qs;
+        __m512i i32 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            /* sub-blocks g, 4+g (low nibbles of v = w, w+16), 8+g, 12+g (high) */
+            __m512i s0 = _mm512_set1_epi32(pre->off[b][g][0]), s1 = _mm512_set1_epi32(pre->off[b][4 + g][0]);
+            __m512i s2 = _mm512_set1_epi32(pre->off[b][8 + g][0]), s3 = _mm512_set1_epi32(pre->off[b][12 + g][0]);
+#pragma GCC unroll 4
+            for (int w = 4 * g; w < 4 * g + 4; w++) {
+                const uint8_t *q = rec + 192 * w; /* low-bit vectors w, w+16, high-bit vector w */
+                const __m512i n0 = _mm512_load_si512((const void *)q);
+                const __m512i n1 = _mm512_load_si512((const void *)(q + 64));
+                const __m512i hb = _mm512_load_si512((const void *)(q + 128));
+                _mm_prefetch((const char *)(q + PF), _MM_HINT_T0);
+                _mm_prefetch((const char *)(q + 64 + PF), _MM_HINT_T0);
+                _mm_prefetch((const char *)(q + 128 + PF), _MM_HINT_T0);
+                const __m512i lo0 = _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
+                const __m512i hi0 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), _mm512_and_si512(hb, m30));
+                const __m512i lo1 = _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
+                const __m512i hi1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
+                                                    _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
+                s0 = _mm512_dpbusd_epi32(s0, lo0, bcast32(a + 4 * w));
+                s1 = _mm512_dpbusd_epi32(s1, lo1, bcast32(a + 64 + 4 * w));
+                s2 = _mm512_dpbusd_epi32(s2, hi0, bcast32(a + 128 + 4 * w));
+                s3 = _mm512_dpbusd_epi32(s3, hi1, bcast32(a + 192 + 4 * w));
+            }
+            const __m512i c0 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + g * 16)));
+            const __m512i c1 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + (4 + g) * 16)));
+            const __m512i c2 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + (8 + g) * 16)));
+            const __m512i c3 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + (12 + g) * 16)));
+            i32 = _mm512_add_epi32(i32, _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(s0, c0), _mm512_mullo_epi32(s1, c1)),
+                                                         _mm512_add_epi32(_mm512_mullo_epi32(s2, c2), _mm512_mullo_epi32(s3, c3))));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 3328)));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(pre->dx[b][0])), _mm512_cvtepi32_ps(i32), acc);
+    }
+    store_tile(&acc, 1, y, 0, accumulate);
+}
 PANEL_6_T(2)
 PANEL_6_T(3)
 PANEL_6_T(4)

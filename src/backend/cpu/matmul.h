@@ -33,7 +33,7 @@ void wgllm_cpu_matmul(const struct wgllm_weight *w, struct wgllm_cpu_act x, int 
                       int nth, bool accumulate, const float *bias);
 
 /* The model's matrices that have a repacked kernel on this CPU (Q4_0/Q8_0,
- * and Q4_K/Q5_K/Q6_K/IQ4_XS on x86-64) in the repacked layout, made by the first
+ * and K-quants on x86-64: quant/repack.h) in the repacked layout, made by the first
  * CPU context of the model (decoder or encoder) and shared by the later ones;
  * WGLLM_NO_REPACK=1 keeps the GGUF layout. */
 enum wgllm_status wgllm_cpu_weights_prepare(struct wgllm_model *m, struct wgllm_error *err);
