@@ -142,7 +142,7 @@ uint64_t wgllm_model_fingerprint(const struct wgllm_model *model);
 int wgllm_model_describe(const struct wgllm_model *model, char *buf, size_t size);
 
 /* Bytes of the CPU backend's repacked copies of Q4_0/Q8_0 (on x86-64 also
- * Q4_K/IQ4_XS, with AVX-512 VNNI Q5_K/Q6_K) matrices (made
+ * Q4_K, with AVX-512 VNNI Q5_K/Q6_K/IQ4_XS) matrices (made
  * when the model's first CPU context is created; 0 before, or on a CPU
  * without such kernels): memory on top of the mapped weights. */
 uint64_t wgllm_model_repacked_size(const struct wgllm_model *model);

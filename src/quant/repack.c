@@ -363,9 +363,10 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
 
 static wgllm_repacked_matmul_fn kernel;
 static const char *kernel_name = "none";
-static bool kernel_k;   /* the kernel takes Q4_K and IQ4_XS (x86's do; wasm's does not) */
-static bool kernel_k56; /* ... and Q5_K, Q6_K (AVX-512's: at 256 bits their repacked mat-vec
-                           was slower than the per-row kernels, so AVX2 CPUs keep those) */
+static bool kernel_k;   /* the kernel takes Q4_K (x86's do; wasm's does not) */
+static bool kernel_k56; /* ... and Q5_K, Q6_K, IQ4_XS (AVX-512's: at 256 bits their repacked
+                           products were no faster than the per-row kernels, or slower, so
+                           AVX2 CPUs keep those) */
 
 static void pick_kernel(void) {
     wgllm_quant_init();
@@ -396,7 +397,7 @@ wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name) {
 }
 
 static bool kernel_takes(uint32_t type) {
-    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K) return kernel_k56;
+    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS) return kernel_k56;
     return !is_k(type) || kernel_k;
 }
 

@@ -1,8 +1,8 @@
 /*
- * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q8_0/Q4_K/
- * IQ4_XS layout (repack.h), for CPUs without AVX-512 VNNI (Q5_K and Q6_K
+ * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q8_0/Q4_K
+ * layout (repack.h), for CPUs without AVX-512 VNNI (Q5_K, Q6_K and IQ4_XS
  * are repacked only where AVX-512 VNNI is: at 256 bits their repacked
- * mat-vec measured slower than the per-row kernels). A 64-byte weight vector
+ * products measured no faster than the per-row kernels, or slower). A 64-byte weight vector
  * is read as two 8-row halves, each panel in two passes (rows 0-7, 8-15).
  * Without vpdpbusd, bytes are multiplied with vpmaddubsw:
  *   Q4_0: nibbles (0..15) x activation bytes; the int16 pair sums of a whole
@@ -15,8 +15,7 @@
  *         sums fit (8 x 2 x 15 x 127 < 32768) and are widened by one
  *         vpmaddwd with the rows' 6-bit scales (both int16 halves of a lane
  *         hold the scale); the mins times the activation's 32-element sums
- *         likewise, two sub-blocks per vpmaddwd;
- *   IQ4_XS: the table values w (-127..113) as |w| x (x with w's sign).
+ *         likewise, two sub-blocks per vpmaddwd.
  */
 #include "quant/repack.h"
 
@@ -268,14 +267,10 @@ PANEL_K_T(3)
 PANEL_K_T(4)
 static const panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
 
-static const panel_k_fn panels_iq4_xs[TILE + 1];
-
-/* Q4_K and IQ4_XS (IQ4_XS reads only the tile's scales) */
-static void matmul_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+static void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
                          int n, float *y, int ldy, bool accumulate) {
     const int64_t nb = w->ne0 / QK;
     WGLLM_ASSERT(nb <= MAX_SB);
-    const panel_k_fn *fns = w->type == WGLLM_TYPE_IQ4_XS ? panels_iq4_xs : panels_q4_K;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
     const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
@@ -287,83 +282,17 @@ static void matmul_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1,
             const char *xt = (const char *)x + (size_t)t0 * x_stride;
             tile_prepare_k(xt, x_stride, T, nb, &pre);
             for (int64_t p = g0; p < g1; p++)
-                fns[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
+                panels_q4_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
                        y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
         }
     }
 }
 
-/* ---- IQ4_XS -------------------------------------------------------------- */
-
-/* 8 rows' int8 scales -> int16 pairs (s, s) per 32-bit lane */
-static ALWAYS_INLINE __m256i scale_pairs_s8(const uint8_t *p) {
-    const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    return _mm256_blend_epi16(s, _mm256_slli_epi32(s, 16), 0xAA);
-}
-
-/* Rows 8h..8h+7 of one IQ4_XS panel times T tokens: the table values w
- * (-127..113) as |w| x (x with w's sign), whose int16 pair sum fits
- * (2 x 127 x 127), widened at once by vpmaddwd with the rows' scales. */
-static ALWAYS_INLINE void half_iq4_xs(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
-                                      const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
-    __m256 acc[TILE];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_IQ4_XS_RECORD;
-        const int8_t *a[TILE];
-        __m256i i32[TILE];
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
-            i32[t] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; s++) {
-            const __m256i sc = scale_pairs_s8(rec + 2048 + s * 16 + h * 8);
-#pragma GCC unroll 4
-            for (int m = 0; m < 4; m++) {
-                const __m256i v = _mm256_load_si256((const __m256i *)(rec + (4 * s + m) * 64 + h * 32));
-                _mm_prefetch((const char *)(rec + (4 * s + m) * 64 + PF), _MM_HINT_T0);
-                const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, mask));
-                const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), mask));
-                const __m256i al = _mm256_abs_epi8(wl), ah = _mm256_abs_epi8(wh);
-#pragma GCC unroll 8
-                for (int t = 0; t < T; t++) {
-                    const __m256i pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast32(a[t] + 32 * s + 4 * m), wl));
-                    const __m256i ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast32(a[t] + 32 * s + 16 + 4 * m), wh));
-                    i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(pl, sc), _mm256_madd_epi16(ph, sc)));
-                }
-            }
-        }
-        const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + 2176 + h * 16)));
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++)
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(pre->dx[b][t])), _mm256_cvtepi32_ps(i32[t]), acc[t]);
-    }
-    store_half(acc, T, y + h * 8, ldy, accumulate);
-}
-
-#define PANEL_XS_T(T)                                                                                       \
-    static void panel_iq4_xs_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                 \
-                                  const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {       \
-        half_iq4_xs(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                          \
-        half_iq4_xs(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                          \
-    }
-PANEL_XS_T(1)
-PANEL_XS_T(2)
-PANEL_XS_T(3)
-PANEL_XS_T(4)
-static const panel_k_fn panels_iq4_xs[TILE + 1] = {NULL, panel_iq4_xs_t1, panel_iq4_xs_t2, panel_iq4_xs_t3,
-                                                   panel_iq4_xs_t4};
-
 void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_IQ4_XS) {
-        matmul_q45_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+    if (w->type == WGLLM_TYPE_Q4_K) {
+        matmul_q4_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);
