@@ -189,116 +189,86 @@ int wgllm_repack_row_group(void) { return WGLLM_REPACK_ROWS; }
 
 /* ---- scalar reference -------------------------------------------------- */
 
-/* Q4_K/Q5_K: per super-block, the exact integer sums, then
- * acc = fma(d*d_x, sum, acc) and acc = fma(-(dmin*d_x), min_sum, acc). */
-static void matmul_ref_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
-                             size_t x_stride, int n, float *y, int ldy, bool accumulate) {
+/* The 256-element formats: one record (super-block) of row j against one
+ * activation block, added to acc as the SIMD kernels add it. */
+typedef float (*ref_record_fn)(uint32_t type, const uint8_t *rec, int j, const wgllm_block_q8_K *xb, float acc);
+
+/* Q4_K/Q5_K: the exact integer sums, then acc = fma(d*d_x, sum, acc) and
+ * acc = fma(-(dmin*d_x), min_sum, acc). */
+static float ref_record_q45_K(uint32_t type, const uint8_t *rec, int j, const wgllm_block_q8_K *xb, float acc) {
+    const size_t q = wgllm_repack_k45_quant_bytes(type);
+    const bool five = type == WGLLM_TYPE_Q5_K;
+    int32_t sum = 0, msum = 0;
+    for (int s = 0; s < 8; s++) {
+        const int c = s / 2, shift = 4 * (s & 1);
+        int32_t dot = 0;
+        for (int m = 0; m < 8; m++)
+            for (int k = 0; k < 4; k++) {
+                int v = (rec[wgllm_repack_k45_low(five, c, m) + 4 * j + k] >> shift) & 0x0F;
+                if (five) v |= ((rec[wgllm_repack_k45_high(m) + 4 * j + k] >> s) & 1) << 4;
+                dot += v * xb->qs[64 * c + 32 * (s & 1) + 4 * m + k];
+            }
+        sum += rec[q + s * 16 + j] * dot;
+        msum += rec[q + 128 + (s / 2) * 32 + 2 * j + (s & 1)] * (xb->bsums[2 * s] + xb->bsums[2 * s + 1]);
+    }
+    wgllm_fp16 d, dmin;
+    memcpy(&d, rec + q + 256 + 2 * j, 2);
+    memcpy(&dmin, rec + q + 288 + 2 * j, 2);
+    acc = fmaf(wgllm_fp16_lookup(d) * xb->d, (float)sum, acc);
+    return fmaf(-(wgllm_fp16_lookup(dmin) * xb->d), (float)msum, acc);
+}
+
+/* Q6_K: sum_s scale_s * (dot_s - 32*bsum_s), exact, then acc = fma(d*d_x, sum, acc). */
+static float ref_record_q6_K(uint32_t type, const uint8_t *rec, int j, const wgllm_block_q8_K *xb, float acc) {
+    int32_t sum = 0;
+    for (int s = 0; s < 16; s++) {
+        int32_t dot = 0;
+        for (int e = 16 * s; e < 16 * s + 16; e++) {
+            const int v = (e % 128) / 4, k = e % 4, wv = (e % 64) / 4, i = e / 64;
+            const uint8_t nib = rec[wgllm_repack_q6_K_low(v) + 4 * j + k];
+            const int q = (e < 128 ? nib & 0xF : nib >> 4) | ((rec[wgllm_repack_q6_K_high(wv) + 4 * j + k] >> (2 * i)) & 3) << 4;
+            dot += q * xb->qs[e];
+        }
+        sum += (int8_t)rec[3072 + s * 16 + j] * (dot - 32 * xb->bsums[s]);
+    }
+    wgllm_fp16 d;
+    memcpy(&d, rec + 3328 + 2 * j, 2);
+    return fmaf(wgllm_fp16_lookup(d) * xb->d, (float)sum, acc);
+}
+
+/* IQ4_XS: sum_s scale_s * dot_s, exact, then acc = fma(d*d_x, sum, acc). */
+static float ref_record_iq4_xs(uint32_t type, const uint8_t *rec, int j, const wgllm_block_q8_K *xb, float acc) {
+    int32_t sum = 0;
+    for (int s = 0; s < 8; s++) {
+        int32_t dot = 0;
+        for (int m = 0; m < 4; m++)
+            for (int k = 0; k < 4; k++) {
+                const uint8_t v = rec[(4 * s + m) * 64 + 4 * j + k];
+                dot += wgllm_kvalues_iq4nl[v & 0xF] * xb->qs[32 * s + 4 * m + k] +
+                       wgllm_kvalues_iq4nl[v >> 4] * xb->qs[32 * s + 16 + 4 * m + k];
+            }
+        sum += (int8_t)rec[2048 + s * 16 + j] * dot;
+    }
+    wgllm_fp16 d;
+    memcpy(&d, rec + 2176 + 2 * j, 2);
+    return fmaf(wgllm_fp16_lookup(d) * xb->d, (float)sum, acc);
+}
+
+/* Per (row, token): the records in order from acc = 0. */
+static void matmul_ref_k(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+                         int n, float *y, int ldy, bool accumulate) {
+    const ref_record_fn step = w->type == WGLLM_TYPE_Q6_K     ? ref_record_q6_K
+                               : w->type == WGLLM_TYPE_IQ4_XS ? ref_record_iq4_xs
+                                                              : ref_record_q45_K;
     const int64_t nb = w->ne0 / WGLLM_QK_K;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), rs = panel / (size_t)nb;
-    const size_t q = wgllm_repack_k45_quant_bytes(w->type);
-    const bool five = w->type == WGLLM_TYPE_Q5_K;
     for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
         const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
         for (int t = 0; t < n; t++) {
             const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)((const char *)x + (size_t)t * x_stride);
             for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
                 float acc = 0.0f;
-                for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *rec = pd + (size_t)b * rs;
-                    const int8_t *a = xb[b].qs;
-                    int32_t sum = 0, msum = 0;
-                    for (int s = 0; s < 8; s++) {
-                        const int c = s / 2, shift = 4 * (s & 1);
-                        int32_t dot = 0;
-                        for (int m = 0; m < 8; m++)
-                            for (int k = 0; k < 4; k++) {
-                                int v = (rec[wgllm_repack_k45_low(five, c, m) + 4 * j + k] >> shift) & 0x0F;
-                                if (five) v |= ((rec[wgllm_repack_k45_high(m) + 4 * j + k] >> s) & 1) << 4;
-                                dot += v * a[64 * c + 32 * (s & 1) + 4 * m + k];
-                            }
-                        sum += rec[q + s * 16 + j] * dot;
-                        msum += rec[q + 128 + (s / 2) * 32 + 2 * j + (s & 1)] * (xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
-                    }
-                    wgllm_fp16 d, dmin;
-                    memcpy(&d, rec + q + 256 + 2 * j, 2);
-                    memcpy(&dmin, rec + q + 288 + 2 * j, 2);
-                    acc = fmaf(wgllm_fp16_lookup(d) * xb[b].d, (float)sum, acc);
-                    acc = fmaf(-(wgllm_fp16_lookup(dmin) * xb[b].d), (float)msum, acc);
-                }
-                float *dst = y + (size_t)t * ldy + p * WGLLM_REPACK_ROWS + j;
-                *dst = accumulate ? *dst + acc : acc;
-            }
-        }
-    }
-}
-
-/* Q6_K: per super-block sum_s scale_s * (dot_s - 32*bsum_s), exact, then
- * acc = fma(d*d_x, sum, acc). */
-static void matmul_ref_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
-                            size_t x_stride, int n, float *y, int ldy, bool accumulate) {
-    const int64_t nb = w->ne0 / WGLLM_QK_K;
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
-    for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
-        const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
-        for (int t = 0; t < n; t++) {
-            const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)((const char *)x + (size_t)t * x_stride);
-            for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
-                float acc = 0.0f;
-                for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q6_K_RECORD;
-                    int32_t sum = 0;
-                    for (int s = 0; s < 16; s++) {
-                        int32_t dot = 0;
-                        for (int e = 16 * s; e < 16 * s + 16; e++) {
-                            const int v = (e % 128) / 4, k = e % 4, wv = (e % 64) / 4, i = e / 64;
-                            const uint8_t nib = rec[wgllm_repack_q6_K_low(v) + 4 * j + k];
-                            const int q = (e < 128 ? nib & 0xF : nib >> 4) |
-                                          ((rec[wgllm_repack_q6_K_high(wv) + 4 * j + k] >> (2 * i)) & 3) << 4;
-                            dot += q * xb[b].qs[e];
-                        }
-                        sum += (int8_t)rec[3072 + s * 16 + j] * (dot - 32 * xb[b].bsums[s]);
-                    }
-                    wgllm_fp16 d;
-                    memcpy(&d, rec + 3328 + 2 * j, 2);
-                    acc = fmaf(wgllm_fp16_lookup(d) * xb[b].d, (float)sum, acc);
-                }
-                float *dst = y + (size_t)t * ldy + p * WGLLM_REPACK_ROWS + j;
-                *dst = accumulate ? *dst + acc : acc;
-            }
-        }
-    }
-}
-
-/* IQ4_XS: per super-block sum_s scale_s * dot_s, exact, then
- * acc = fma(d*d_x, sum, acc). */
-static void matmul_ref_iq4_xs(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
-                              size_t x_stride, int n, float *y, int ldy, bool accumulate) {
-    const int64_t nb = w->ne0 / WGLLM_QK_K;
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
-    for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
-        const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
-        for (int t = 0; t < n; t++) {
-            const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)((const char *)x + (size_t)t * x_stride);
-            for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
-                float acc = 0.0f;
-                for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_IQ4_XS_RECORD;
-                    const int8_t *a = xb[b].qs;
-                    int32_t sum = 0;
-                    for (int s = 0; s < 8; s++) {
-                        int32_t dot = 0;
-                        for (int m = 0; m < 4; m++)
-                            for (int k = 0; k < 4; k++) {
-                                const uint8_t v = rec[(4 * s + m) * 64 + 4 * j + k];
-                                dot += wgllm_kvalues_iq4nl[v & 0xF] * a[32 * s + 4 * m + k] +
-                                       wgllm_kvalues_iq4nl[v >> 4] * a[32 * s + 16 + 4 * m + k];
-                            }
-                        sum += (int8_t)rec[2048 + s * 16 + j] * dot;
-                    }
-                    wgllm_fp16 d;
-                    memcpy(&d, rec + 2176 + 2 * j, 2);
-                    acc = fmaf(wgllm_fp16_lookup(d) * xb[b].d, (float)sum, acc);
-                }
+                for (int64_t b = 0; b < nb; b++) acc = step(w->type, pd + (size_t)b * rs, j, &xb[b], acc);
                 float *dst = y + (size_t)t * ldy + p * WGLLM_REPACK_ROWS + j;
                 *dst = accumulate ? *dst + acc : acc;
             }
@@ -309,16 +279,8 @@ static void matmul_ref_iq4_xs(const struct wgllm_repacked *w, int64_t r0, int64_
 void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K) {
-        matmul_ref_q45_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
-        return;
-    }
-    if (w->type == WGLLM_TYPE_Q6_K) {
-        matmul_ref_q6_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
-        return;
-    }
-    if (w->type == WGLLM_TYPE_IQ4_XS) {
-        matmul_ref_iq4_xs(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+    if (is_k(w->type)) {
+        matmul_ref_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     const int64_t nb = w->ne0 / 32;
@@ -355,6 +317,45 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
                 float *dst = y + (size_t)t * ldy + p * WGLLM_REPACK_ROWS + j;
                 *dst = accumulate ? *dst + acc : acc;
             }
+        }
+    }
+}
+
+/* ---- the tile loop of the 256-element formats (repack.h) ----------------- */
+
+static void prepare_k(const char *x, size_t xs, int T, int64_t nb, struct wgllm_repack_pre_k *pre) {
+    for (int t = 0; t < T; t++) {
+        const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(x + (size_t)t * xs);
+        for (int64_t b = 0; b < nb; b++) {
+            pre->dx[b][t] = xb[b].d;
+            const int16_t *bs = xb[b].bsums;
+            for (int k = 0; k < 4; k++) {
+                const uint16_t lo = (uint16_t)(bs[4 * k] + bs[4 * k + 1]), hi = (uint16_t)(bs[4 * k + 2] + bs[4 * k + 3]);
+                pre->bsum2[b][k][t] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
+            }
+        }
+    }
+}
+
+void wgllm_repack_drive_k(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+                          int n, float *y, int ldy, bool accumulate, const wgllm_repack_panel_k_fn *panels) {
+    WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
+    const int64_t nb = w->ne0 / WGLLM_QK_K;
+    WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_SB);
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
+    const int64_t group =
+        n <= WGLLM_REPACK_TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
+    struct wgllm_repack_pre_k pre;
+    for (int64_t g0 = p0; g0 < p1; g0 += group) {
+        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
+        for (int t0 = 0; t0 < n; t0 += WGLLM_REPACK_TILE) {
+            const int T = WGLLM_MIN(WGLLM_REPACK_TILE, n - t0);
+            const char *xt = (const char *)x + (size_t)t0 * x_stride;
+            prepare_k(xt, x_stride, T, nb, &pre);
+            for (int64_t p = g0; p < g1; p++)
+                panels[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
+                          y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
         }
     }
 }

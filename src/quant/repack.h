@@ -154,6 +154,24 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
  * It takes the types that wgllm_repack_supported accepts on this CPU (for
  * the others wgllm_repacked_matmul runs the reference). */
 wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name);
+/* The 256-element formats' kernels share their tile loop: per tile of up to
+ * WGLLM_REPACK_TILE tokens, each super-block's activation scale and its
+ * 32-element sums (int16 pairs: sub-blocks 2k low, 2k+1 high), computed
+ * once and read by every panel. */
+#define WGLLM_REPACK_TILE 4
+#define WGLLM_REPACK_MAX_SB (WGLLM_REPACK_MAX_BLOCKS * 32 / 256)
+struct wgllm_repack_pre_k {
+    int32_t bsum2[WGLLM_REPACK_MAX_SB][4][WGLLM_REPACK_TILE];
+    float dx[WGLLM_REPACK_MAX_SB][WGLLM_REPACK_TILE];
+};
+/* One panel (16 rows) times the tile's tokens: y (+)= W . x for them. */
+typedef void (*wgllm_repack_panel_k_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
+                                        const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate);
+/* Runs panels[T] (T = 1..WGLLM_REPACK_TILE) over rows r0..r1 and all n tokens,
+ * panels in L2-sized groups when there are several tiles. */
+void wgllm_repack_drive_k(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
+                          int n, float *y, int ldy, bool accumulate, const wgllm_repack_panel_k_fn *panels);
+
 #if defined(__x86_64__)
 void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate);

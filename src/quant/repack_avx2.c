@@ -162,26 +162,7 @@ static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t
 /* ---- Q4_K ---------------------------------------------------------------- */
 
 #define QK WGLLM_QK_K
-#define MAX_SB (WGLLM_REPACK_MAX_BLOCKS * 32 / QK)
 
-struct tile_pre_k {
-    int32_t bsum2[MAX_SB][4][TILE]; /* int16 pair: sums of sub-blocks 2k (low) and 2k+1 (high) */
-    float dx[MAX_SB][TILE];
-};
-
-static void tile_prepare_k(const char *x, size_t xs, int T, int64_t nb, struct tile_pre_k *pre) {
-    for (int t = 0; t < T; t++) {
-        const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(x + (size_t)t * xs);
-        for (int64_t b = 0; b < nb; b++) {
-            pre->dx[b][t] = xb[b].d;
-            const int16_t *bs = xb[b].bsums;
-            for (int k = 0; k < 4; k++) {
-                const uint16_t lo = (uint16_t)(bs[4 * k] + bs[4 * k + 1]), hi = (uint16_t)(bs[4 * k + 2] + bs[4 * k + 3]);
-                pre->bsum2[b][k][t] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
-            }
-        }
-    }
-}
 
 /* 8 rows' 6-bit scales (bytes) -> int16 pairs (s, s) per 32-bit lane */
 static ALWAYS_INLINE __m256i scale_pairs(const uint8_t *p) {
@@ -191,7 +172,7 @@ static ALWAYS_INLINE __m256i scale_pairs(const uint8_t *p) {
 
 /* Rows 8h..8h+7 of one Q4_K panel times T tokens. */
 static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
-                                    const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
+                                    const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
     const size_t rs = WGLLM_REPACK_Q4_K_RECORD, qb = 2048;
     __m256 acc[TILE];
@@ -252,12 +233,10 @@ static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h, const 
     store_half(acc, T, y + h * 8, ldy, accumulate);
 }
 
-typedef void (*panel_k_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_k *pre,
-                           float *y, int ldy, bool accumulate);
 
 #define PANEL_K_T(T)                                                                                        \
     static void panel_q4_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
-                                const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {         \
+                                const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {         \
         half_q4_K(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                            \
         half_q4_K(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                            \
     }
@@ -265,34 +244,14 @@ PANEL_K_T(1)
 PANEL_K_T(2)
 PANEL_K_T(3)
 PANEL_K_T(4)
-static const panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
+static const wgllm_repack_panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
 
-static void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
-                         int n, float *y, int ldy, bool accumulate) {
-    const int64_t nb = w->ne0 / QK;
-    WGLLM_ASSERT(nb <= MAX_SB);
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
-    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
-    const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
-    struct tile_pre_k pre;
-    for (int64_t g0 = p0; g0 < p1; g0 += group) {
-        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
-        for (int t0 = 0; t0 < n; t0 += TILE) {
-            const int T = WGLLM_MIN(TILE, n - t0);
-            const char *xt = (const char *)x + (size_t)t0 * x_stride;
-            tile_prepare_k(xt, x_stride, T, nb, &pre);
-            for (int64_t p = g0; p < g1; p++)
-                panels_q4_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
-                       y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
-        }
-    }
-}
 
 void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
     if (w->type == WGLLM_TYPE_Q4_K) {
-        matmul_q4_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+        wgllm_repack_drive_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate, panels_q4_K);
         return;
     }
     WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);

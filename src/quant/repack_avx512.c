@@ -162,26 +162,7 @@ static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t
 
 /* ---- Q4_K ---------------------------------------------------------------- */
 
-#define MAX_SB (WGLLM_REPACK_MAX_BLOCKS * 32 / WGLLM_QK_K)
 
-struct tile_pre_k {
-    int32_t bsum2[MAX_SB][4][TILE]; /* int16 pair: sums of sub-blocks 2k (low) and 2k+1 (high) */
-    float dx[MAX_SB][TILE];
-};
-
-static void tile_prepare_k(const char *x, size_t xs, int T, int64_t nb, struct tile_pre_k *pre) {
-    for (int t = 0; t < T; t++) {
-        const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(x + (size_t)t * xs);
-        for (int64_t b = 0; b < nb; b++) {
-            pre->dx[b][t] = xb[b].d;
-            const int16_t *bs = xb[b].bsums;
-            for (int k = 0; k < 4; k++) {
-                const uint16_t lo = (uint16_t)(bs[4 * k] + bs[4 * k + 1]), hi = (uint16_t)(bs[4 * k + 2] + bs[4 * k + 3]);
-                pre->bsum2[b][k][t] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
-            }
-        }
-    }
-}
 
 static ALWAYS_INLINE __m512i scales16(const uint8_t *p) {
     return _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p));
@@ -196,7 +177,7 @@ static ALWAYS_INLINE __m512i bit5(__m512i hb, int i) {
 
 /* One Q4_K (five = false) or Q5_K panel times T tokens. */
 static ALWAYS_INLINE void panel_q45_K(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                                      const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate,
+                                      const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy, bool accumulate,
                                       bool five) {
     const __m512i mask = _mm512_set1_epi8(0x0F);
     const size_t rs = five ? WGLLM_REPACK_Q5_K_RECORD : WGLLM_REPACK_Q4_K_RECORD, qb = five ? 2560 : 2048;
@@ -261,11 +242,9 @@ static ALWAYS_INLINE void panel_q45_K(const uint8_t *pd, int64_t nb, const char 
     store_tile(acc, T, y, ldy, accumulate);
 }
 
-typedef void (*panel_k_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_k *pre,
-                           float *y, int ldy, bool accumulate);
 #define PANEL_K_T(fmt, T, five)                                                                             \
     static void panel_##fmt##_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                \
-                                   const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {      \
+                                   const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {      \
         panel_q45_K(pd, nb, x, xs, pre, T, y, ldy, accumulate, five);                                       \
     }
 PANEL_K_T(q4_K, 1, false)
@@ -275,7 +254,7 @@ PANEL_K_T(q4_K, 4, false)
 /* Q5_K, one token: m outer, as the record is laid out, the 8 sub-blocks'
  * sums in 8 independent vpdpbusd chains (exact integers: the loop order
  * does not change the result). */
-static void panel_q5_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_k *pre,
+static void panel_q5_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct wgllm_repack_pre_k *pre,
                           float *y, int ldy, bool accumulate) {
     const __m512i mask = _mm512_set1_epi8(0x0F);
     __m512 acc = _mm512_setzero_ps();
@@ -327,52 +306,12 @@ static void panel_q5_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t x
 PANEL_K_T(q5_K, 2, true)
 PANEL_K_T(q5_K, 3, true)
 PANEL_K_T(q5_K, 4, true)
-static const panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
-static const panel_k_fn panels_q5_K[TILE + 1] = {NULL, panel_q5_K_t1, panel_q5_K_t2, panel_q5_K_t3, panel_q5_K_t4};
+static const wgllm_repack_panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
+static const wgllm_repack_panel_k_fn panels_q5_K[TILE + 1] = {NULL, panel_q5_K_t1, panel_q5_K_t2, panel_q5_K_t3, panel_q5_K_t4};
 
-static const panel_k_fn panels_iq4_xs[TILE + 1];
-
-/* Q4_K, Q5_K and IQ4_XS (IQ4_XS reads only the tile's scales and bsum2) */
-static void matmul_q45_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
-                         int n, float *y, int ldy, bool accumulate) {
-    const int64_t nb = w->ne0 / WGLLM_QK_K;
-    WGLLM_ASSERT(nb <= MAX_SB);
-    const panel_k_fn *fns = w->type == WGLLM_TYPE_Q5_K    ? panels_q5_K
-                            : w->type == WGLLM_TYPE_IQ4_XS ? panels_iq4_xs
-                                                           : panels_q4_K;
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
-    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
-    const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
-    struct tile_pre_k pre;
-    for (int64_t g0 = p0; g0 < p1; g0 += group) {
-        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
-        for (int t0 = 0; t0 < n; t0 += TILE) {
-            const int T = WGLLM_MIN(TILE, n - t0);
-            const char *xt = (const char *)x + (size_t)t0 * x_stride;
-            tile_prepare_k(xt, x_stride, T, nb, &pre);
-            for (int64_t p = g0; p < g1; p++)
-                fns[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
-                       y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
-        }
-    }
-}
 
 /* ---- Q6_K ---------------------------------------------------------------- */
 
-struct tile_pre_6 {
-    int32_t off[MAX_SB][16][TILE]; /* -32 * bsum of each sub-block */
-    float dx[MAX_SB][TILE];
-};
-
-static void tile_prepare_6(const char *x, size_t xs, int T, int64_t nb, struct tile_pre_6 *pre) {
-    for (int t = 0; t < T; t++) {
-        const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(x + (size_t)t * xs);
-        for (int64_t b = 0; b < nb; b++) {
-            pre->dx[b][t] = xb[b].d;
-            for (int s = 0; s < 16; s++) pre->off[b][s][t] = -32 * xb[b].bsums[s];
-        }
-    }
-}
 
 /* Vector v's 6-bit quants: elements 4v.. (lo) and 128+4v.. (hi) of 16 rows. */
 static ALWAYS_INLINE void q6_unpack(const uint8_t *rec, int v, __m512i *lo, __m512i *hi) {
@@ -391,7 +330,7 @@ static ALWAYS_INLINE void q6_unpack(const uint8_t *rec, int v, __m512i *lo, __m5
 }
 
 static ALWAYS_INLINE void panel_q6_K(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                                     const struct tile_pre_6 *pre, int T, float *y, int ldy, bool accumulate) {
+                                     const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
     __m512 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
@@ -409,8 +348,9 @@ static ALWAYS_INLINE void panel_q6_K(const uint8_t *pd, int64_t nb, const char *
             __m512i sa[TILE], sb[TILE];
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
-                sa[t] = _mm512_set1_epi32(pre->off[b][g][t]);
-                sb[t] = _mm512_set1_epi32(pre->off[b][8 + g][t]);
+                const int16_t *bs = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].bsums;
+                sa[t] = _mm512_set1_epi32(-32 * bs[g]); /* the quants are stored +32 */
+                sb[t] = _mm512_set1_epi32(-32 * bs[8 + g]);
             }
 #pragma GCC unroll 4
             for (int v = 4 * g; v < 4 * g + 4; v++) {
@@ -437,17 +377,15 @@ static ALWAYS_INLINE void panel_q6_K(const uint8_t *pd, int64_t nb, const char *
     store_tile(acc, T, y, ldy, accumulate);
 }
 
-typedef void (*panel_6_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_6 *pre,
-                           float *y, int ldy, bool accumulate);
 #define PANEL_6_T(T)                                                                                        \
     static void panel_q6_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
-                                const struct tile_pre_6 *pre, float *y, int ldy, bool accumulate) {         \
+                                const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {         \
         panel_q6_K(pd, nb, x, xs, pre, T, y, ldy, accumulate);                                              \
     }
 /* One token: the high-bit vector w serves vectors w and w+16, whose four
  * sub-blocks are four independent vpdpbusd chains (exact integer sums, so
  * the loop order does not change the result). */
-static void panel_q6_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct tile_pre_6 *pre,
+static void panel_q6_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t xs, const struct wgllm_repack_pre_k *pre,
                           float *y, int ldy, bool accumulate) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc = _mm512_setzero_ps();
@@ -458,8 +396,9 @@ static void panel_q6_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t x
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             /* sub-blocks g, 4+g (low nibbles of v = w, w+16), 8+g, 12+g (high) */
-            __m512i s0 = _mm512_set1_epi32(pre->off[b][g][0]), s1 = _mm512_set1_epi32(pre->off[b][4 + g][0]);
-            __m512i s2 = _mm512_set1_epi32(pre->off[b][8 + g][0]), s3 = _mm512_set1_epi32(pre->off[b][12 + g][0]);
+            const int16_t *bs = ((const wgllm_block_q8_K *)x)[b].bsums; /* the quants are stored +32 */
+            __m512i s0 = _mm512_set1_epi32(-32 * bs[g]), s1 = _mm512_set1_epi32(-32 * bs[4 + g]);
+            __m512i s2 = _mm512_set1_epi32(-32 * bs[8 + g]), s3 = _mm512_set1_epi32(-32 * bs[12 + g]);
 #pragma GCC unroll 4
             for (int w = 4 * g; w < 4 * g + 4; w++) {
                 const uint8_t *q = rec + 192 * w; /* low-bit vectors w, w+16, high-bit vector w */
@@ -494,35 +433,15 @@ static void panel_q6_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t x
 PANEL_6_T(2)
 PANEL_6_T(3)
 PANEL_6_T(4)
-static const panel_6_fn panels_q6_K[TILE + 1] = {NULL, panel_q6_K_t1, panel_q6_K_t2, panel_q6_K_t3, panel_q6_K_t4};
+static const wgllm_repack_panel_k_fn panels_q6_K[TILE + 1] = {NULL, panel_q6_K_t1, panel_q6_K_t2, panel_q6_K_t3, panel_q6_K_t4};
 
-static void matmul_q6_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
-                        int n, float *y, int ldy, bool accumulate) {
-    const int64_t nb = w->ne0 / WGLLM_QK_K;
-    WGLLM_ASSERT(nb <= MAX_SB);
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
-    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
-    const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
-    struct tile_pre_6 pre;
-    for (int64_t g0 = p0; g0 < p1; g0 += group) {
-        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
-        for (int t0 = 0; t0 < n; t0 += TILE) {
-            const int T = WGLLM_MIN(TILE, n - t0);
-            const char *xt = (const char *)x + (size_t)t0 * x_stride;
-            tile_prepare_6(xt, x_stride, T, nb, &pre);
-            for (int64_t p = g0; p < g1; p++)
-                panels_q6_K[T]((const uint8_t *)w->data + (size_t)p * panel, nb, xt, x_stride, &pre,
-                               y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
-        }
-    }
-}
 
 /* ---- IQ4_XS -------------------------------------------------------------- */
 
 /* One IQ4_XS panel times T tokens: vpdpbusd on the table values + 128 (u8),
  * each sub-block's sum starting from -128 * its activation sum. */
 static ALWAYS_INLINE void panel_iq4_xs(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                                       const struct tile_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
+                                       const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
     const __m512i mask = _mm512_set1_epi8(0x0F);
     const __m512i lut = _mm512_xor_si512(
         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl)), _mm512_set1_epi8((char)0x80));
@@ -573,25 +492,26 @@ static ALWAYS_INLINE void panel_iq4_xs(const uint8_t *pd, int64_t nb, const char
 
 #define PANEL_XS_T(T)                                                                                       \
     static void panel_iq4_xs_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                 \
-                                  const struct tile_pre_k *pre, float *y, int ldy, bool accumulate) {       \
+                                  const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {       \
         panel_iq4_xs(pd, nb, x, xs, pre, T, y, ldy, accumulate);                                            \
     }
 PANEL_XS_T(1)
 PANEL_XS_T(2)
 PANEL_XS_T(3)
 PANEL_XS_T(4)
-static const panel_k_fn panels_iq4_xs[TILE + 1] = {NULL, panel_iq4_xs_t1, panel_iq4_xs_t2, panel_iq4_xs_t3,
+static const wgllm_repack_panel_k_fn panels_iq4_xs[TILE + 1] = {NULL, panel_iq4_xs_t1, panel_iq4_xs_t2, panel_iq4_xs_t3,
                                                    panel_iq4_xs_t4};
 
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K || w->type == WGLLM_TYPE_IQ4_XS) {
-        matmul_q45_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
-        return;
-    }
-    if (w->type == WGLLM_TYPE_Q6_K) {
-        matmul_q6_K(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K || w->type == WGLLM_TYPE_Q6_K ||
+        w->type == WGLLM_TYPE_IQ4_XS) {
+        wgllm_repack_drive_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate,
+                             w->type == WGLLM_TYPE_Q4_K   ? panels_q4_K
+                             : w->type == WGLLM_TYPE_Q5_K ? panels_q5_K
+                             : w->type == WGLLM_TYPE_Q6_K ? panels_q6_K
+                                                          : panels_iq4_xs);
         return;
     }
     WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);
