@@ -706,14 +706,8 @@ static void q6_K_from_float_ref(const float *x, void *vy, int64_t k) {
     }
 }
 
-/* Element e of Q6_K, in [-32, 31]: e = 128*h + 32*g + l takes the low nibble
- * of ql[64h + l + 32*(g&1)] (high nibble for g >= 2) and bits 2g of qh[32h + l]. */
-static inline int q6_value(const wgllm_block_q6_K *b, int e) {
-    const int h = e / 128, g = (e / 32) % 4, l = e % 32;
-    const uint8_t lo = b->ql[64 * h + l + 32 * (g & 1)];
-    const int low = g >= 2 ? lo >> 4 : lo & 0xF;
-    return (low | (((b->qh[32 * h + l] >> (2 * g)) & 3) << 4)) - 32;
-}
+/* Element e of Q6_K, in [-32, 31]. */
+static inline int q6_value(const wgllm_block_q6_K *b, int e) { return wgllm_kq_q6_unsigned(b, e) - 32; }
 
 static void q6_K_to_float(const void *vx, float *y, int64_t k) {
     const wgllm_block_q6_K *x = vx;
@@ -896,16 +890,13 @@ static void iq4_xs_from_float_ref(const float *x, void *vy, int64_t k) {
         iq4_quantize_impl(QK_K, x + QK_K * i, &y[i].d, y[i].qs, &y[i].scales_h, y[i].scales_l, 7);
 }
 
-static inline int iq4xs_scale(const wgllm_block_iq4_xs *b, int ib) {
-    return (((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((b->scales_h >> 2 * ib) & 3) << 4)) - 32;
-}
 
 static void iq4_xs_to_float(const void *vx, float *y, int64_t k) {
     const wgllm_block_iq4_xs *x = vx;
     for (int64_t i = 0; i < k / QK_K; i++) {
         const float d = FP16(x[i].d);
         for (int ib = 0; ib < QK_K / 32; ++ib, y += 32) {
-            const float dl = d * iq4xs_scale(&x[i], ib);
+            const float dl = d * wgllm_kq_scale_iq4_xs(&x[i], ib);
             const uint8_t *qs = x[i].qs + 16 * ib;
             for (int j = 0; j < 16; ++j) {
                 y[j] = dl * wgllm_kvalues_iq4nl[qs[j] & 0xf];
@@ -927,7 +918,7 @@ static void vec_dot_iq4_xs_q8_K(int64_t n, float *s, const void *vx, const void 
             int si = 0;
             for (int j = 0; j < 16; j++)
                 si += wgllm_kvalues_iq4nl[qs[j] & 0xf] * q8[j] + wgllm_kvalues_iq4nl[qs[j] >> 4] * q8[j + 16];
-            sumi += iq4xs_scale(&x[i], ib) * si;
+            sumi += wgllm_kq_scale_iq4_xs(&x[i], ib) * si;
         }
         sumf += FP16(x[i].d) * y[i].d * (float)sumi;
     }

@@ -93,6 +93,18 @@ static inline void wgllm_kq_scale_min_k4(int j, const uint8_t *q, uint8_t *d, ui
 }
 
 /* Sub-block j (0..15) signed scale of a Q3_K block's packed scales. */
+/* IQ4_XS sub-block ib's scale, in [-32, 31]. */
+static inline int wgllm_kq_scale_iq4_xs(const wgllm_block_iq4_xs *b, int ib) {
+    return (((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((b->scales_h >> 2 * ib) & 3) << 4)) - 32;
+}
+/* Element e of a Q6_K block as stored, q + 32 in [0, 63]: e = 128*h + 32*g + l
+ * takes the low nibble of ql[64h + l + 32*(g&1)] (high nibble for g >= 2) and
+ * bits 2g of qh[32h + l]. */
+static inline int wgllm_kq_q6_unsigned(const wgllm_block_q6_K *b, int e) {
+    const int h = e / 128, g = (e / 32) % 4, l = e % 32;
+    const uint8_t lo = b->ql[64 * h + l + 32 * (g & 1)];
+    return (g >= 2 ? lo >> 4 : lo & 0xF) | (((b->qh[32 * h + l] >> (2 * g)) & 3) << 4);
+}
 static inline int wgllm_kq_scale_q3_K(int j, const uint8_t *s) {
     int lo = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
     return (lo | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;

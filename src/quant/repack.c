@@ -73,19 +73,11 @@ static void repack_panel_iq4_xs(const uint8_t *src, size_t row_size, int64_t nb,
             uint8_t *rec = dst + (size_t)b * WGLLM_REPACK_IQ4_XS_RECORD;
             for (int s = 0; s < 8; s++) {
                 for (int m = 0; m < 4; m++) memcpy(rec + (4 * s + m) * 64 + 4 * j, blk.qs + 16 * s + 4 * m, 4);
-                const int ls = ((blk.scales_l[s / 2] >> 4 * (s % 2)) & 0xf) | (((blk.scales_h >> 2 * s) & 3) << 4);
-                rec[2048 + s * 16 + j] = (uint8_t)(int8_t)(ls - 32);
+                rec[WGLLM_REPACK_IQ4_XS_SCALES + s * 16 + j] = (uint8_t)(int8_t)wgllm_kq_scale_iq4_xs(&blk, s);
             }
-            memcpy(rec + 2176 + 2 * j, &blk.d, 2);
+            memcpy(rec + WGLLM_REPACK_IQ4_XS_D + 2 * j, &blk.d, 2);
         }
     }
-}
-
-/* Element e of a Q6_K block as its unsigned quant q+32 (0..63). */
-static int q6_unsigned(const wgllm_block_q6_K *b, int e) {
-    const int h = e / 128, g = (e / 32) % 4, l = e % 32;
-    const uint8_t lo = b->ql[64 * h + l + 32 * (g & 1)];
-    return (g >= 2 ? lo >> 4 : lo & 0xF) | (((b->qh[32 * h + l] >> (2 * g)) & 3) << 4);
 }
 
 /* One Q6_K panel: rows src[0..16) into nb records (layout in repack.h). */
@@ -97,16 +89,16 @@ static void repack_panel_q6_K(const uint8_t *src, size_t row_size, int64_t nb, u
             wgllm_block_q6_K blk;
             memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
             uint8_t *rec = dst + (size_t)b * WGLLM_REPACK_Q6_K_RECORD;
-            memcpy(rec + 3328 + 2 * j, &blk.d, 2);
-            for (int s = 0; s < 16; s++) rec[3072 + s * 16 + j] = (uint8_t)blk.scales[s];
+            memcpy(rec + WGLLM_REPACK_Q6_K_D + 2 * j, &blk.d, 2);
+            for (int s = 0; s < 16; s++) rec[WGLLM_REPACK_Q6_K_SCALES + s * 16 + j] = (uint8_t)blk.scales[s];
             for (int v = 0; v < 32; v++)
                 for (int k = 0; k < 4; k++)
                     rec[wgllm_repack_q6_K_low(v) + 4 * j + k] =
-                        (uint8_t)((q6_unsigned(&blk, 4 * v + k) & 0xF) | (q6_unsigned(&blk, 128 + 4 * v + k) & 0xF) << 4);
+                        (uint8_t)((wgllm_kq_q6_unsigned(&blk, 4 * v + k) & 0xF) | (wgllm_kq_q6_unsigned(&blk, 128 + 4 * v + k) & 0xF) << 4);
             for (int w = 0; w < 16; w++)
                 for (int k = 0; k < 4; k++) {
                     uint8_t hb = 0;
-                    for (int i = 0; i < 4; i++) hb |= (uint8_t)((q6_unsigned(&blk, 64 * i + 4 * w + k) >> 4) << (2 * i));
+                    for (int i = 0; i < 4; i++) hb |= (uint8_t)((wgllm_kq_q6_unsigned(&blk, 64 * i + 4 * w + k) >> 4) << (2 * i));
                     rec[wgllm_repack_q6_K_high(w) + 4 * j + k] = hb;
                 }
         }
@@ -229,10 +221,10 @@ static float ref_record_q6_K(uint32_t type, const uint8_t *rec, int j, const wgl
             const int q = (e < 128 ? nib & 0xF : nib >> 4) | ((rec[wgllm_repack_q6_K_high(wv) + 4 * j + k] >> (2 * i)) & 3) << 4;
             dot += q * xb->qs[e];
         }
-        sum += (int8_t)rec[3072 + s * 16 + j] * (dot - 32 * xb->bsums[s]);
+        sum += (int8_t)rec[WGLLM_REPACK_Q6_K_SCALES + s * 16 + j] * (dot - 32 * xb->bsums[s]);
     }
     wgllm_fp16 d;
-    memcpy(&d, rec + 3328 + 2 * j, 2);
+    memcpy(&d, rec + WGLLM_REPACK_Q6_K_D + 2 * j, 2);
     return fmaf(wgllm_fp16_lookup(d) * xb->d, (float)sum, acc);
 }
 
@@ -247,10 +239,10 @@ static float ref_record_iq4_xs(uint32_t type, const uint8_t *rec, int j, const w
                 dot += wgllm_kvalues_iq4nl[v & 0xF] * xb->qs[32 * s + 4 * m + k] +
                        wgllm_kvalues_iq4nl[v >> 4] * xb->qs[32 * s + 16 + 4 * m + k];
             }
-        sum += (int8_t)rec[2048 + s * 16 + j] * dot;
+        sum += (int8_t)rec[WGLLM_REPACK_IQ4_XS_SCALES + s * 16 + j] * dot;
     }
     wgllm_fp16 d;
-    memcpy(&d, rec + 2176 + 2 * j, 2);
+    memcpy(&d, rec + WGLLM_REPACK_IQ4_XS_D + 2 * j, 2);
     return fmaf(wgllm_fp16_lookup(d) * xb->d, (float)sum, acc);
 }
 

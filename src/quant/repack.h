@@ -83,6 +83,11 @@
 #define WGLLM_REPACK_Q5_K_RECORD 2880 /* bytes per Q5_K super-block of a panel (64-byte multiple) */
 #define WGLLM_REPACK_Q6_K_RECORD 3392 /* bytes per Q6_K super-block of a panel (64-byte multiple) */
 #define WGLLM_REPACK_IQ4_XS_RECORD 2240 /* bytes per IQ4_XS super-block of a panel (64-byte multiple) */
+/* Record offsets named once (the layouts above): Q6_K's scales and d, IQ4_XS's scales and d. */
+#define WGLLM_REPACK_Q6_K_SCALES 3072
+#define WGLLM_REPACK_Q6_K_D 3328
+#define WGLLM_REPACK_IQ4_XS_SCALES 2048
+#define WGLLM_REPACK_IQ4_XS_D 2176
 
 /* A weight matrix in the interleaved layout. */
 struct wgllm_repacked {

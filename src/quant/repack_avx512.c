@@ -362,14 +362,14 @@ static ALWAYS_INLINE void panel_q6_K(const uint8_t *pd, int64_t nb, const char *
                     sb[t] = _mm512_dpbusd_epi32(sb[t], hi, bcast32(a[t] + 128 + 4 * v));
                 }
             }
-            const __m512i s0 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + g * 16)));
-            const __m512i s1 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + (8 + g) * 16)));
+            const __m512i s0 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + WGLLM_REPACK_Q6_K_SCALES + g * 16)));
+            const __m512i s1 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + WGLLM_REPACK_Q6_K_SCALES + (8 + g) * 16)));
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++)
                 i32[t] = _mm512_add_epi32(i32[t], _mm512_add_epi32(_mm512_mullo_epi32(sa[t], s0),
                                                                    _mm512_mullo_epi32(sb[t], s1)));
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 3328)));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + WGLLM_REPACK_Q6_K_D)));
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(pre->dx[b][t])), _mm512_cvtepi32_ps(i32[t]), acc[t]);
@@ -418,14 +418,14 @@ static void panel_q6_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t x
                 s2 = _mm512_dpbusd_epi32(s2, hi0, bcast32(a + 128 + 4 * w));
                 s3 = _mm512_dpbusd_epi32(s3, hi1, bcast32(a + 192 + 4 * w));
             }
-            const __m512i c0 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + g * 16)));
-            const __m512i c1 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + (4 + g) * 16)));
-            const __m512i c2 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + (8 + g) * 16)));
-            const __m512i c3 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 3072 + (12 + g) * 16)));
+            const __m512i c0 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + WGLLM_REPACK_Q6_K_SCALES + g * 16)));
+            const __m512i c1 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + WGLLM_REPACK_Q6_K_SCALES + (4 + g) * 16)));
+            const __m512i c2 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + WGLLM_REPACK_Q6_K_SCALES + (8 + g) * 16)));
+            const __m512i c3 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + WGLLM_REPACK_Q6_K_SCALES + (12 + g) * 16)));
             i32 = _mm512_add_epi32(i32, _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(s0, c0), _mm512_mullo_epi32(s1, c1)),
                                                          _mm512_add_epi32(_mm512_mullo_epi32(s2, c2), _mm512_mullo_epi32(s3, c3))));
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 3328)));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + WGLLM_REPACK_Q6_K_D)));
         acc = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(pre->dx[b][0])), _mm512_cvtepi32_ps(i32), acc);
     }
     store_tile(&acc, 1, y, 0, accumulate);
@@ -478,11 +478,11 @@ static ALWAYS_INLINE void panel_iq4_xs(const uint8_t *pd, int64_t nb, const char
                     sa[t] = _mm512_dpbusd_epi32(sa[t], wh, bcast32(a[t] + 32 * s + 16 + 4 * m));
                 }
             }
-            const __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + 2048 + s * 16)));
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + WGLLM_REPACK_IQ4_XS_SCALES + s * 16)));
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) i32[t] = _mm512_add_epi32(i32[t], _mm512_mullo_epi32(sa[t], sc));
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 2176)));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + WGLLM_REPACK_IQ4_XS_D)));
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(pre->dx[b][t])), _mm512_cvtepi32_ps(i32[t]), acc[t]);
