@@ -356,8 +356,51 @@ TEST(mask_on_a_large_random_vocabulary) {
     wgllm_grammar_free(g);
 }
 
+
+/* Each character class's ASCII row (the matcher's fast table) agrees with the
+ * class's definition for every byte 1..127: random classes of single
+ * characters, ranges (empty, reversed, and ones that run past ASCII),
+ * negated or not, written with \x escapes. */
+TEST(ascii_rows_of_random_classes) {
+    for (int trial = 0; trial < 300; trial++) {
+        bool negated = rng_u32() % 2, in[128] = {0};
+        char text[512];
+        int at = snprintf(text, sizeof text, "root ::= [%s", negated ? "^" : "");
+        const int n_items = 1 + (int)(rng_u32() % 6);
+        for (int k = 0; k < n_items; k++) {
+            uint32_t lo = rng_u32() % 128, hi = lo;
+            const uint32_t kind = rng_u32() % 4;
+            if (kind == 1) hi = lo + rng_u32() % 40;
+            if (kind == 2) hi = 100 + rng_u32() % 400; /* past ASCII */
+            if (kind == 3) hi = lo / 2;                    /* reversed: matches nothing */
+            if (hi == lo || kind == 0)
+                at += snprintf(text + at, sizeof text - (size_t)at, "\\x%02X", lo);
+            else
+                at += snprintf(text + at, sizeof text - (size_t)at, "\\x%02X-\\u%04X", lo, hi);
+            for (uint32_t c = lo; c <= hi && c < 128; c++) in[c] = true;
+        }
+        snprintf(text + at, sizeof text - (size_t)at, "]");
+        struct wgllm_grammar *g = parse(text);
+        CHECK(g != NULL);
+        if (!g) return;
+        int bad = 0;
+        /* from 1: text is a C string to llama.cpp's matcher, so NUL is never accepted */
+        for (uint32_t c = 1; c < 128; c++) {
+            struct wgllm_grammar_state *st = NULL;
+            CHECK(wgllm_grammar_state_init(g, &st, NULL) == WGLLM_STATUS_OK);
+            const char byte = (char)c;
+            const bool got = wgllm_grammar_state_accept_text(st, &byte, 1, NULL) == WGLLM_STATUS_OK;
+            wgllm_grammar_state_free(st);
+            if (got != (in[c] != negated) && bad++ == 0) fprintf(stderr, "  %s: byte 0x%02X\n", text, c);
+        }
+        CHECK(bad == 0);
+        wgllm_grammar_free(g);
+    }
+}
+
 int main(void) {
     RUN(literals_alternatives_classes);
+    RUN(ascii_rows_of_random_classes);
     RUN(repetitions);
     RUN(rules_comments_newlines);
     RUN(json_grammar);

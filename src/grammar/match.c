@@ -52,6 +52,35 @@ static bool match_slow(const struct wgllm_gelem *e, uint32_t p, uint32_t c) {
     return found == positive;
 }
 
+static void set_ascii_range(uint32_t *bits, uint32_t lo, uint32_t hi) {
+    if (lo > hi || lo > 127) return;
+    if (hi > 127) hi = 127;
+    for (uint32_t c = lo; c <= hi; c++) bits[c >> 5] |= 1u << (c & 31);
+}
+
+/* The ASCII row of match_slow for the class at p, made one class item at a
+ * time: asking match_slow 128 times walks the whole class per character,
+ * which made preparing a schema's grammar (long [^"\\\x7F\x00-\x1F] classes)
+ * most of the schema's compile time. */
+static void fill_ascii(const struct wgllm_gelem *e, uint32_t p, uint32_t bits[4]) {
+    const bool positive = e[p].type == WGLLM_GELEM_CHAR || e[p].type == WGLLM_GELEM_ANY;
+    uint32_t q = p;
+    do {
+        if (e[q + 1].type == WGLLM_GELEM_RNG_UPPER) {
+            set_ascii_range(bits, e[q].value, e[q + 1].value);
+            q += 2;
+        } else if (e[q].type == WGLLM_GELEM_ANY) {
+            set_ascii_range(bits, 0, 127);
+            q += 1;
+        } else {
+            set_ascii_range(bits, e[q].value, e[q].value);
+            q += 1;
+        }
+    } while (e[q].type == WGLLM_GELEM_CHAR_ALT);
+    if (!positive)
+        for (int w = 0; w < 4; w++) bits[w] = ~bits[w];
+}
+
 void wgllm_grammar_unprepare(struct wgllm_grammar *g) {
     free(g->flat), free(g->rule_base), free(g->alt_begin), free(g->alts), free(g->after), free(g->ascii);
     g->flat = NULL, g->rule_base = NULL, g->alt_begin = NULL, g->alts = NULL, g->after = NULL, g->ascii = NULL;
@@ -99,8 +128,7 @@ bool wgllm_grammar_prepare(struct wgllm_grammar *g) {
             do q += g->flat[q + 1].type == WGLLM_GELEM_RNG_UPPER ? 2 : 1;
             while (g->flat[q].type == WGLLM_GELEM_CHAR_ALT);
             g->after[p] = q;
-            for (uint32_t c = 0; c < 128; c++)
-                if (match_slow(g->flat, p, c)) g->ascii[p][c >> 5] |= 1u << (c & 31);
+            fill_ascii(g->flat, p, g->ascii[p]);
         }
     }
     return true;
