@@ -5,6 +5,7 @@
 #include "backend/cpu/matmul.h"
 
 #include "base/threadpool.h"
+#include "quant/gemm.h"
 #include "quant/quant.h"
 #include "quant/repack.h"
 
@@ -78,15 +79,23 @@ static void matmul_rows(const struct wgllm_weight *w, struct wgllm_cpu_act x, in
 }
 
 /* Rows r0..r1 (multiples of 16 except at the end) through the repacked
- * kernel when the weight has one, else row by row. */
+ * kernel when the weight has one, float weights through the tiled GEMM,
+ * else row by row. */
 void wgllm_cpu_matmul_range(const struct wgllm_weight *w, struct wgllm_cpu_act x, int n, float *y, int ldy,
                             int64_t r0, int64_t r1, bool accumulate, const float *bias) {
     if (r1 <= r0) return;
-    if (!w->rp) {
-        matmul_rows(w, x, n, y, ldy, r0, r1, accumulate, bias);
-        return;
+    if (w->rp) {
+        wgllm_repacked_matmul(w->rp, r0, r1, x.data, x.stride, n, y, ldy, accumulate);
+    } else {
+        /* float weights: the tiled GEMM for a mat-vec too, so that a prompt
+         * and its tokens one by one give the same bits */
+        const wgllm_gemm_fn gemm = wgllm_gemm_kernel(w->type, NULL);
+        if (!gemm || !gemm(w->type, w->ne0, (const char *)w->data + (size_t)r0 * w->row_size, w->row_size, r1 - r0,
+                           x.data, x.stride, n, y + r0, ldy, accumulate)) {
+            matmul_rows(w, x, n, y, ldy, r0, r1, accumulate, bias);
+            return;
+        }
     }
-    wgllm_repacked_matmul(w->rp, r0, r1, x.data, x.stride, n, y, ldy, accumulate);
     if (bias)
         for (int t = 0; t < n; t++)
             for (int64_t r = r0; r < r1; r++) y[(size_t)t * ldy + r] += bias[r];

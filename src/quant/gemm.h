@@ -1,0 +1,51 @@
+/*
+ * gemm.h - matrix products for float weights (F32, F16, BF16) as
+ * register-tiled GEMMs: what llamafile's sgemm does for llama.cpp.
+ *
+ * The per-row vec_dot path converts a weight chunk and an activation chunk
+ * for every single multiply-add, so a prompt over F16 weights was bound by
+ * conversions (0.2-0.4x llama.cpp). Here a tile of rows x tokens keeps one
+ * accumulator register per (row, token): each weight chunk is converted
+ * once for all the tile's tokens, and the activations (the weight type's
+ * vec_dot_type rows, as ggml makes them) are converted to f32 once per call,
+ * which is exact.
+ *
+ * Every (row, token) result is summed in the same order whatever the tile,
+ * the number of tokens or the rows asked for, so a prompt gives the same
+ * bits as the tokens one by one, and a mat-vec (one token) is the same
+ * kernel.
+ */
+#ifndef WGLLM_GEMM_H
+#define WGLLM_GEMM_H
+
+#include "quant/quant.h"
+
+/* y[t * ldy + r] (+)= dot(row r of w, token row t of x) for r in [0, nrows),
+ * t in [0, n): w's rows (type F32, F16 or BF16, K elements) lie w_stride
+ * bytes apart, x's rows (the type's vec_dot_type) x_stride bytes apart.
+ * False when the scratch for the converted activations could not be
+ * allocated (nothing was written; the caller takes the per-row path). */
+typedef bool (*wgllm_gemm_fn)(uint32_t type, int64_t K, const void *w, size_t w_stride, int64_t nrows,
+                              const void *x, size_t x_stride, int n, float *y, int ldy, bool accumulate);
+
+/* The kernel for weights of `type` on this CPU (WGLLM_CPU applies), or NULL:
+ * then the per-row vec_dot path is the one. name: "avx512", "avx2". */
+wgllm_gemm_fn wgllm_gemm_kernel(uint32_t type, const char **name);
+
+/* ---- the kernels' side (gemm.c drives, gemm_<isa>.c multiply) ----------------
+ * A micro-kernel computes one tile: out[r * n + t] = dot(row r of w, x row t)
+ * for r < m <= rm, t < n <= rn, x being f32 rows x_stride floats apart. */
+typedef void (*wgllm_gemm_micro_fn)(int64_t K, const void *w, size_t w_stride, int m, const float *x,
+                                    size_t x_stride, int n, float *out);
+struct wgllm_gemm_isa {
+    const char *name;
+    int rm, rn;                      /* the largest tile (rm x rn <= WGLLM_GEMM_MAX_TILE) */
+    wgllm_gemm_micro_fn f32, f16, bf16; /* per weight type */
+};
+#define WGLLM_GEMM_MAX_TILE 32
+
+#if defined(__x86_64__)
+extern const struct wgllm_gemm_isa wgllm_gemm_isa_avx2, wgllm_gemm_isa_avx512;
+#endif
+
+#endif

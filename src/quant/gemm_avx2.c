@@ -1,0 +1,100 @@
+/*
+ * gemm_avx2.c - the float-weight GEMM's AVX2 micro-kernels (gemm.h): tiles
+ * of up to 2 rows x 6 tokens, one 8-lane accumulator per (row, token) (12
+ * of the 16 registers), 8 elements a step; the tail of a row is copied into
+ * a zeroed chunk. Each accumulator is reduced the same way at the end, so a
+ * result does not depend on the tile it was computed in.
+ */
+#include "quant/gemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+
+#define RM 2
+#define RN 6
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE __m256 load_w(uint32_t type, const void *p, int64_t k) {
+    if (type == WGLLM_TYPE_F32) return _mm256_loadu_ps((const float *)p + k);
+    const __m128i v = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + k));
+    if (type == WGLLM_TYPE_F16) return _mm256_cvtph_ps(v);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)); /* BF16 */
+}
+
+static ALWAYS_INLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static ALWAYS_INLINE void tile(uint32_t type, int64_t K, const char *w, size_t ws, const int M, const float *x,
+                               size_t xs, const int N, float *out) {
+    __m256 acc[RM][RN];
+#pragma GCC unroll 2
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < N; t++) acc[r][t] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 wv[RM];
+#pragma GCC unroll 2
+        for (int r = 0; r < M; r++) wv[r] = load_w(type, w + (size_t)r * ws, k);
+#pragma GCC unroll 6
+        for (int t = 0; t < N; t++) {
+            const __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + k);
+#pragma GCC unroll 2
+            for (int r = 0; r < M; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    if (k < K) {
+        /* the last K - k < 8 elements, zero-padded to a chunk */
+        const size_t esz = type == WGLLM_TYPE_F32 ? 4 : 2, nk = (size_t)(K - k);
+        _Alignas(32) uint8_t wbuf[RM][32];
+        _Alignas(32) float xbuf[8];
+        __m256 wv[RM];
+        for (int r = 0; r < M; r++) {
+            memset(wbuf[r], 0, sizeof(wbuf[r]));
+            memcpy(wbuf[r], w + (size_t)r * ws + (size_t)k * esz, nk * esz);
+            wv[r] = load_w(type, wbuf[r], 0);
+        }
+        for (int t = 0; t < N; t++) {
+            memset(xbuf, 0, sizeof(xbuf));
+            memcpy(xbuf, x + (size_t)t * xs + k, nk * sizeof(float));
+            const __m256 xv = _mm256_load_ps(xbuf);
+            for (int r = 0; r < M; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < N; t++) out[r * N + t] = hsum(acc[r][t]);
+}
+
+/* One function per weight type; M and N become constants in each case. */
+#define CASE_N(T, M)                                                  \
+    switch (n) {                                                      \
+    case 1: tile(T, K, w, ws, M, x, xs, 1, out); return;              \
+    case 2: tile(T, K, w, ws, M, x, xs, 2, out); return;              \
+    case 3: tile(T, K, w, ws, M, x, xs, 3, out); return;              \
+    case 4: tile(T, K, w, ws, M, x, xs, 4, out); return;              \
+    case 5: tile(T, K, w, ws, M, x, xs, 5, out); return;              \
+    default: tile(T, K, w, ws, M, x, xs, 6, out); return;             \
+    }
+#define MICRO(fn, T)                                                                                     \
+    static void fn(int64_t K, const void *vw, size_t ws, int m, const float *x, size_t xs, int n,        \
+                   float *out) {                                                                         \
+        const char *w = vw;                                                                              \
+        switch (m) {                                                                                     \
+        case 1: CASE_N(T, 1)                                                                             \
+        default: CASE_N(T, 2)                                                                            \
+        }                                                                                                \
+    }
+MICRO(micro_f32, WGLLM_TYPE_F32)
+MICRO(micro_f16, WGLLM_TYPE_F16)
+MICRO(micro_bf16, WGLLM_TYPE_BF16)
+
+const struct wgllm_gemm_isa wgllm_gemm_isa_avx2 = {"avx2", RM, RN, micro_f32, micro_f16, micro_bf16};
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * gemm_avx512.c - the float-weight GEMM's AVX-512 micro-kernels (gemm.h):
+ * tiles of up to 4 rows x 6 tokens, one 16-lane accumulator per (row,
+ * token) (24 of the 32 registers), 16 elements a step; the tail of a row
+ * is a masked load. Each accumulator is reduced the same way at the end, so
+ * a result does not depend on the tile it was computed in.
+ */
+#include "quant/gemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define RM 4
+#define RN 6
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE __m512 load_w(uint32_t type, const void *p, int64_t k, __mmask16 m, bool tail) {
+    if (type == WGLLM_TYPE_F32)
+        return tail ? _mm512_maskz_loadu_ps(m, (const float *)p + k) : _mm512_loadu_ps((const float *)p + k);
+    const uint16_t *h = (const uint16_t *)p + k;
+    const __m256i v = tail ? _mm256_maskz_loadu_epi16(m, h) : _mm256_loadu_si256((const __m256i *)h);
+    if (type == WGLLM_TYPE_F16) return _mm512_cvtph_ps(v);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); /* BF16 */
+}
+
+static ALWAYS_INLINE void tile(uint32_t type, int64_t K, const char *w, size_t ws, const int M, const float *x,
+                               size_t xs, const int N, float *out) {
+    __m512 acc[RM][RN];
+#pragma GCC unroll 4
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < N; t++) acc[r][t] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 wv[RM];
+#pragma GCC unroll 4
+        for (int r = 0; r < M; r++) wv[r] = load_w(type, w + (size_t)r * ws, k, 0, false);
+#pragma GCC unroll 6
+        for (int t = 0; t < N; t++) {
+            const __m512 xv = _mm512_loadu_ps(x + (size_t)t * xs + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < M; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+    if (k < K) {
+        const __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
+        __m512 wv[RM];
+#pragma GCC unroll 4
+        for (int r = 0; r < M; r++) wv[r] = load_w(type, w + (size_t)r * ws, k, m, true);
+#pragma GCC unroll 6
+        for (int t = 0; t < N; t++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)t * xs + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < M; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < N; t++) out[r * N + t] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* One function per weight type; M and N become constants in each case. */
+#define CASE_N(T, M)                                                  \
+    switch (n) {                                                      \
+    case 1: tile(T, K, w, ws, M, x, xs, 1, out); return;              \
+    case 2: tile(T, K, w, ws, M, x, xs, 2, out); return;              \
+    case 3: tile(T, K, w, ws, M, x, xs, 3, out); return;              \
+    case 4: tile(T, K, w, ws, M, x, xs, 4, out); return;              \
+    case 5: tile(T, K, w, ws, M, x, xs, 5, out); return;              \
+    default: tile(T, K, w, ws, M, x, xs, 6, out); return;             \
+    }
+#define MICRO(fn, T)                                                                                     \
+    static void fn(int64_t K, const void *vw, size_t ws, int m, const float *x, size_t xs, int n,        \
+                   float *out) {                                                                         \
+        const char *w = vw;                                                                              \
+        switch (m) {                                                                                     \
+        case 1: CASE_N(T, 1)                                                                             \
+        case 2: CASE_N(T, 2)                                                                             \
+        case 3: CASE_N(T, 3)                                                                             \
+        default: CASE_N(T, 4)                                                                            \
+        }                                                                                                \
+    }
+MICRO(micro_f32, WGLLM_TYPE_F32)
+MICRO(micro_f16, WGLLM_TYPE_F16)
+MICRO(micro_bf16, WGLLM_TYPE_BF16)
+
+const struct wgllm_gemm_isa wgllm_gemm_isa_avx512 = {"avx512", RM, RN, micro_f32, micro_f16, micro_bf16};
+
+#endif
