@@ -107,6 +107,7 @@ TEST(strings) {
     vectors("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", P("\"ab\"", "\"abc\"", "\"a\\\"b\"", "\"\\u00e9\\n\""),
             P("\"a\"", "\"abcd\"", "ab"));
     vectors("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"}", P("\"AB-123\""), P("\"AB-12\"", "\"ab-123\"", "\"AB-1234\""));
+    vectors("{\"type\":\"string\",\"pattern\":\"^a{,2}b{2,}c{1,2}$\"}", P("\"bbc\"", "\"aabbbcc\""), P("\"aaabbc\"", "\"abc\"", "\"abbccc\""));
     vectors("{\"type\":\"string\",\"pattern\":\"abc\"}", P("\"xxabcyy\"", "\"abc\""), P("\"ab\"", "\"acb\""));
     vectors("{\"type\":\"string\",\"pattern\":\"^(cat|dog)s?( \\\\(x\\\\))?$\"}", P("\"cat\"", "\"dogs\"", "\"cats (x)\""),
             P("\"cow\"", "\"catss\"", "\"cat(x)\""));
@@ -182,6 +183,11 @@ TEST(unsupported_keywords_are_named) {
     unsupported("{\"type\":\"object\",", WGLLM_STATUS_INVALID_ARGUMENT, "not JSON");
     unsupported("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", WGLLM_STATUS_INVALID_ARGUMENT, "no integer");
     unsupported("[1]", WGLLM_STATUS_INVALID_ARGUMENT, "must be an object");
+    /* repetitions GBNF cannot write (fuzz_schema found '{}' handed on to the reader) */
+    unsupported("{\"type\":\"string\",\"pattern\":\"a{}\"}", WGLLM_STATUS_INVALID_ARGUMENT, "bad repetition '{}'");
+    unsupported("{\"type\":\"string\",\"pattern\":\"a{1,2,3}\"}", WGLLM_STATUS_INVALID_ARGUMENT, "bad repetition");
+    unsupported("{\"type\":\"string\",\"pattern\":\"a{3,2}\"}", WGLLM_STATUS_INVALID_ARGUMENT, "bad repetition");
+    unsupported("{\"type\":\"string\",\"pattern\":\"a{,,}\"}", WGLLM_STATUS_INVALID_ARGUMENT, "bad repetition");
 }
 
 TEST(twenty_properties) {

@@ -403,6 +403,27 @@ static bool rx_atom(struct rx *r, struct wgllm_strbuf *sb) {
     return true;
 }
 
+/* The inside of {...}: m, m, ,n or m,n (decimal, m <= n), as GBNF writes
+ * repetitions; anything else ({}, {1,2,3}, {3,2}) is refused here rather
+ * than handed to the GBNF reader as a grammar it cannot read. */
+static bool rx_repetition_ok(const char *s, size_t n) {
+    uint64_t v[2] = {0, 0};
+    size_t digits[2] = {0, 0}, i = 0;
+    int part = 0;
+    for (; i < n; i++) {
+        if (s[i] == ',' && part == 0) {
+            part = 1;
+        } else if (s[i] >= '0' && s[i] <= '9') {
+            v[part] = WGLLM_MIN(v[part] * 10 + (uint64_t)(s[i] - '0'), (uint64_t)UINT32_MAX);
+            digits[part]++;
+        } else {
+            return false;
+        }
+    }
+    if (part == 0) return digits[0] > 0;
+    return !(digits[0] && digits[1] && v[0] > v[1]);
+}
+
 static bool rx_seq(struct rx *r, struct wgllm_strbuf *sb) {
     bool any = false;
     while (r->i < r->n && r->s[r->i] != '|' && r->s[r->i] != ')') {
@@ -423,9 +444,8 @@ static bool rx_seq(struct rx *r, struct wgllm_strbuf *sb) {
             while (r->i < r->n && r->s[r->i] != '}') r->i++;
             if (r->i >= r->n) return fail(r->c, WGLLM_STATUS_INVALID_ARGUMENT, "pattern: '{' without '}'");
             r->i++;
-            for (size_t k = start + 1; k + 1 < r->i; k++)
-                if (!(r->s[k] == ',' || (r->s[k] >= '0' && r->s[k] <= '9')))
-                    return fail(r->c, WGLLM_STATUS_INVALID_ARGUMENT, "pattern: bad repetition '%.*s'", (int)(r->i - start), r->s + start);
+            if (!rx_repetition_ok(r->s + start + 1, r->i - start - 2))
+                return fail(r->c, WGLLM_STATUS_INVALID_ARGUMENT, "pattern: bad repetition '%.*s'", (int)(r->i - start), r->s + start);
             if (r->s[start + 1] == ',') wgllm_strbuf_putc(sb, '{'), wgllm_strbuf_putc(sb, '0'), wgllm_strbuf_put(sb, r->s + start + 1, r->i - start - 1);
             else wgllm_strbuf_put(sb, r->s + start, r->i - start);
         }
