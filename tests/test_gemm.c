@@ -6,7 +6,8 @@
  * accumulate on and off, strides; and each (row, token) result the same
  * bits whatever else was computed with it (one token alone, the rows in
  * another range), which is what makes a prompt equal its tokens one by one.
- * The process re-runs itself with WGLLM_CPU=avx2 and WGLLM_CPU=scalar (no
+ * The process re-runs itself with WGLLM_CPU=avx512 (where the CPU has
+ * AVX512_BF16: its BF16 kernel without vdpbf16ps), avx2 and scalar (no
  * kernel there).
  *
  * WGLLM_BENCH=1 also prints mat-vec GB/s and 64-token mat-mat GFLOP/s on
@@ -180,6 +181,7 @@ int main(void) {
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();
     if (!getenv("WGLLM_CPU")) {
+        if (wgllm_cpu_caps()->avx512bf16) test_rerun_with_cpu_cap("avx512"); /* BF16 without vdpbf16ps */
         if (wgllm_cpu_caps()->avx512f) test_rerun_with_cpu_cap("avx2");
         test_rerun_with_cpu_cap("scalar");
     }

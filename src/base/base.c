@@ -189,8 +189,10 @@ static void detect_cpu(void) {
         cpu_caps.avxvnni = ymm && ((a >> 4) & 1);
         cpu_caps.avx512bf16 = zmm && ((a >> 5) & 1);
     }
-    /* WGLLM_CPU=avx2|scalar caps the kernels, to test and compare paths. */
+    /* WGLLM_CPU=avx512|avx2|scalar caps the kernels, to test and compare
+     * paths (avx512: without AVX512_BF16 and AMX, as on Skylake-X / Ice Lake). */
     const char *cap = getenv("WGLLM_CPU");
+    if (cap && !strcmp(cap, "avx512")) cpu_caps.avx512bf16 = cpu_caps.amx_int8 = false;
     if (cap && (!strcmp(cap, "avx2") || !strcmp(cap, "scalar"))) {
         cpu_caps.avx512f = cpu_caps.avx512bw = cpu_caps.avx512vl = false;
         cpu_caps.avx512vnni = cpu_caps.avx512bf16 = cpu_caps.amx_int8 = false;

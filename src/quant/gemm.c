@@ -20,7 +20,8 @@ static void pick_isa(void) {
 #if defined(__x86_64__)
     const struct wgllm_cpu_caps *c = wgllm_cpu_caps();
     if (c->avx2 && c->fma && c->f16c) isa = &wgllm_gemm_isa_avx2;
-    if (isa && c->avx512f && c->avx512bw && c->avx512vl) isa = &wgllm_gemm_isa_avx512;
+    if (isa && c->avx512f && c->avx512bw && c->avx512vl)
+        isa = c->avx512bf16 ? &wgllm_gemm_isa_avx512bf16 : &wgllm_gemm_isa_avx512;
 #endif
 }
 
@@ -45,7 +46,7 @@ static void store(float *y, float v, bool accumulate) { *y = accumulate ? *y + v
  * RM streams a row long, on which the hardware prefetcher never got going:
  * 18 instead of 28 GB/s on one core). */
 static void matvec(wgllm_gemm_micro_fn micro, int RM, int64_t K, const void *w, size_t w_stride, int64_t nrows,
-                   const float *x, float *y, bool accumulate) {
+                   const void *x, float *y, bool accumulate) {
     const int64_t q = nrows / RM;
     float out[WGLLM_GEMM_MAX_TILE];
     for (int64_t i = 0; i < q; i++) {
@@ -67,27 +68,26 @@ static bool gemm_run(uint32_t type, int64_t K, const void *w, size_t w_stride, i
     const uint32_t vdt = wgllm_type_traits(type)->vec_dot_type;
     int TT = n;
     float *scratch = NULL;
-    if (vdt != WGLLM_TYPE_F32) {
+    const bool raw = vdt == WGLLM_TYPE_F32 || (type == WGLLM_TYPE_BF16 && isa->bf16_raw);
+    if (!raw) {
         const int64_t fit = X_TILE_BYTES / (K * (int64_t)sizeof(float));
         TT = (int)WGLLM_MAX(1, WGLLM_MIN((int64_t)n, fit));
         if (TT > RN) TT -= TT % RN;
         scratch = malloc((size_t)TT * (size_t)K * sizeof(float));
         if (!scratch) return false;
-    } else {
-        WGLLM_ASSERT(x_stride % sizeof(float) == 0);
     }
     int64_t RB = WGLLM_MAX((int64_t)RM, (int64_t)(W_BLOCK_BYTES / w_stride));
     RB -= RB % RM;
     const wgllm_to_float_fn to_float = wgllm_type_traits(vdt)->to_float;
     for (int t0 = 0; t0 < n; t0 += TT) {
         const int nt = WGLLM_MIN(TT, n - t0);
-        const float *xf;
+        const char *xf;
         size_t xfs;
         if (scratch) {
             for (int t = 0; t < nt; t++) to_float((const char *)x + (size_t)(t0 + t) * x_stride, scratch + (size_t)t * K, K);
-            xf = scratch, xfs = (size_t)K;
+            xf = (const char *)scratch, xfs = (size_t)K * sizeof(float);
         } else {
-            xf = (const float *)((const char *)x + (size_t)t0 * x_stride), xfs = x_stride / sizeof(float);
+            xf = (const char *)x + (size_t)t0 * x_stride, xfs = x_stride;
         }
         if (nt == 1) { /* a mat-vec */
             matvec(micro, RM, K, w, w_stride, nrows, xf, y + (size_t)t0 * ldy, accumulate);

@@ -8,7 +8,8 @@
  * accumulator register per (row, token): each weight chunk is converted
  * once for all the tile's tokens, and the activations (the weight type's
  * vec_dot_type rows, as ggml makes them) are converted to f32 once per call,
- * which is exact.
+ * which is exact (BF16 on a CPU with AVX512_BF16: both sides stay BF16 and
+ * vdpbf16ps multiplies them, as ggml does there).
  *
  * Every (row, token) result is summed in the same order whatever the tile,
  * the number of tokens or the rows asked for, so a prompt gives the same
@@ -34,18 +35,20 @@ wgllm_gemm_fn wgllm_gemm_kernel(uint32_t type, const char **name);
 
 /* ---- the kernels' side (gemm.c drives, gemm_<isa>.c multiply) ----------------
  * A micro-kernel computes one tile: out[r * n + t] = dot(row r of w, x row t)
- * for r < m <= rm, t < n <= rn, x being f32 rows x_stride floats apart. */
-typedef void (*wgllm_gemm_micro_fn)(int64_t K, const void *w, size_t w_stride, int m, const float *x,
+ * for r < m <= rm, t < n <= rn, x's rows x_stride bytes apart: f32 rows,
+ * or for bf16_raw the BF16 activation rows as they are. */
+typedef void (*wgllm_gemm_micro_fn)(int64_t K, const void *w, size_t w_stride, int m, const void *x,
                                     size_t x_stride, int n, float *out);
 struct wgllm_gemm_isa {
     const char *name;
-    int rm, rn;                      /* the largest tile (rm x rn <= WGLLM_GEMM_MAX_TILE) */
+    int rm, rn;                         /* the largest tile (rm x rn <= WGLLM_GEMM_MAX_TILE) */
     wgllm_gemm_micro_fn f32, f16, bf16; /* per weight type */
+    bool bf16_raw;                      /* bf16 multiplies BF16 pairs (vdpbf16ps): no f32 copy of x */
 };
 #define WGLLM_GEMM_MAX_TILE 32
 
 #if defined(__x86_64__)
-extern const struct wgllm_gemm_isa wgllm_gemm_isa_avx2, wgllm_gemm_isa_avx512;
+extern const struct wgllm_gemm_isa wgllm_gemm_isa_avx2, wgllm_gemm_isa_avx512, wgllm_gemm_isa_avx512bf16;
 #endif
 
 #endif

@@ -29,8 +29,10 @@ static ALWAYS_INLINE float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static ALWAYS_INLINE void tile(uint32_t type, int64_t K, const char *w, size_t ws, const int M, const float *x,
-                               size_t xs, const int N, float *out) {
+static ALWAYS_INLINE void tile(uint32_t type, int64_t K, const char *w, size_t ws, const int M, const char *xb,
+                               size_t xbs, const int N, float *out) {
+    const float *x = (const float *)xb;
+    const size_t xs = xbs / sizeof(float);
     __m256 acc[RM][RN];
 #pragma GCC unroll 2
     for (int r = 0; r < M; r++)
@@ -83,9 +85,9 @@ static ALWAYS_INLINE void tile(uint32_t type, int64_t K, const char *w, size_t w
     default: tile(T, K, w, ws, M, x, xs, 6, out); return;             \
     }
 #define MICRO(fn, T)                                                                                     \
-    static void fn(int64_t K, const void *vw, size_t ws, int m, const float *x, size_t xs, int n,        \
+    static void fn(int64_t K, const void *vw, size_t ws, int m, const void *vx, size_t xs, int n,        \
                    float *out) {                                                                         \
-        const char *w = vw;                                                                              \
+        const char *w = vw, *x = vx;                                                                     \
         switch (m) {                                                                                     \
         case 1: CASE_N(T, 1)                                                                             \
         default: CASE_N(T, 2)                                                                            \
@@ -95,6 +97,6 @@ MICRO(micro_f32, WGLLM_TYPE_F32)
 MICRO(micro_f16, WGLLM_TYPE_F16)
 MICRO(micro_bf16, WGLLM_TYPE_BF16)
 
-const struct wgllm_gemm_isa wgllm_gemm_isa_avx2 = {"avx2", RM, RN, micro_f32, micro_f16, micro_bf16};
+const struct wgllm_gemm_isa wgllm_gemm_isa_avx2 = {"avx2", RM, RN, micro_f32, micro_f16, micro_bf16, false};
 
 #endif
