@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# wgllm vs llama.cpp speed on a TinyLlama-1.1B-shaped synthetic model (q4_0, q8_0,
+# wgllm vs llama.cpp speed on a TinyLlama-1.1B-shaped synthetic model (q4_0, q8_0, bf16,
 # f16, and Q4_K_M, Q5_K_M, Q6_K, IQ4_XS quantized from the f16 one): prompt 128
 # tokens, 32 generated, 2 threads, median of 3.
 # Usage: bash bench/run.sh [--peer-only] [--native] [--shapes] [TYPE...]   (the models, ~4 GB, are
@@ -53,7 +53,7 @@ if [ $shapes = 1 ]; then
 fi
 need_f16=0 # the quantized presets below are made from the f16 file
 for p in q4_k_m q5_k_m q6_k iq4_xs; do want $p && need_f16=1; done
-for type in q4_0 q8_0 f16; do
+for type in q4_0 q8_0 f16 bf16; do
   out="build/models/tinyllama-1.1b-${type}.gguf"
   want "$type" || { [ "$type" = f16 ] && [ $need_f16 = 1 ]; } || continue
   if [ ! -s "$out" ]; then

@@ -55,6 +55,14 @@ TEST(kernel_present_where_the_cpu_has_one) {
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         CHECK((wgllm_gemm_kernel(types[i], NULL) != NULL) == has_kernel_here());
     CHECK(wgllm_gemm_kernel(WGLLM_TYPE_Q4_0, NULL) == NULL);
+    /* no tokens (a pass whose last layer has no outputs) or no rows: nothing written */
+    const wgllm_gemm_fn gemm = wgllm_gemm_kernel(WGLLM_TYPE_F16, NULL);
+    if (gemm) {
+        const wgllm_fp16 w[16] = {0}, x[16] = {0};
+        float y = 7.0f;
+        CHECK(gemm(WGLLM_TYPE_F16, 16, w, sizeof w, 1, x, sizeof x, 0, &y, 1, false) && y == 7.0f);
+        CHECK(gemm(WGLLM_TYPE_F16, 16, w, sizeof w, 0, x, sizeof x, 1, &y, 1, false) && y == 7.0f);
+    }
 }
 
 /* The products of one shape against the exact dot, and against themselves
