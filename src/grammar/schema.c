@@ -336,6 +336,12 @@ static bool rx_class(struct rx *r, struct wgllm_strbuf *sb) {
         if (ch == '"') { has_quote = true; continue; }
         if (ch == '\\') { has_bs = true; continue; }
         if (ch == ']' || ch == '[') wgllm_strbuf_putc(&cls, '\\');
+        /* a control character (a NUL from "\u0000" too) as GBNF's \xHH: raw, a
+         * NUL cut the class short in the text (fuzz_schema) */
+        if ((unsigned char)ch < 0x20 || ch == 0x7f) {
+            wgllm_strbuf_printf(&cls, "\\x%02X", (unsigned char)ch);
+            continue;
+        }
         wgllm_strbuf_putc(&cls, ch);
     }
     if (r->i >= r->n) return wgllm_strbuf_free(&cls), fail(r->c, WGLLM_STATUS_INVALID_ARGUMENT, "pattern: '[' without ']'");
