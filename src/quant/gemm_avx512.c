@@ -74,8 +74,20 @@ static ALWAYS_INLINE void tile_dp(uint32_t type, int64_t K, const char *w, size_
     for (int r = 0; r < M; r++)
 #pragma GCC unroll 6
         for (int t = 0; t < N; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += 32) {
-        const __mmask32 m = K - k >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (K - k)) - 1);
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m512bh wv[RM];
+#pragma GCC unroll 4
+        for (int r = 0; r < M; r++) wv[r] = (__m512bh)_mm512_loadu_si512((const uint16_t *)(w + (size_t)r * ws) + k);
+#pragma GCC unroll 6
+        for (int t = 0; t < N; t++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const uint16_t *)(x + (size_t)t * xs) + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < M; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
+        }
+    }
+    if (k < K) {
+        const __mmask32 m = (__mmask32)((1u << (K - k)) - 1);
         __m512bh wv[RM];
 #pragma GCC unroll 4
         for (int r = 0; r < M; r++)
