@@ -109,6 +109,9 @@ TEST(strings) {
     vectors("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"}", P("\"AB-123\""), P("\"AB-12\"", "\"ab-123\"", "\"AB-1234\""));
     /* a NUL from \u0000 inside a class (it cut the class short: fuzz_schema) */
     vectors("{\"type\":\"string\",\"pattern\":\"^[a\\u0000b]c$\"}", P("\"ac\"", "\"bc\""), P("\"dc\"", "\"c\""));
+    vectors("{\"type\":\"string\",\"pattern\":\"^[a\\\\-z]$\"}", P("\"a\"", "\"-\"", "\"z\""), P("\"b\"", "\"y\""));
+    /* an escaped non-ASCII code point is the whole of it (its first byte alone was invalid UTF-8) */
+    vectors("{\"type\":\"string\",\"pattern\":\"^a\\\\\u00e9+$\"}", P("\"a\u00e9\"", "\"a\u00e9\u00e9\""), P("\"a\"", "\"ae\""));
     vectors("{\"type\":\"string\",\"pattern\":\"^a{,2}b{2,}c{1,2}$\"}", P("\"bbc\"", "\"aabbbcc\""), P("\"aaabbc\"", "\"abc\"", "\"abbccc\""));
     vectors("{\"type\":\"string\",\"pattern\":\"abc\"}", P("\"xxabcyy\"", "\"abc\""), P("\"ab\"", "\"acb\""));
     vectors("{\"type\":\"string\",\"pattern\":\"^(cat|dog)s?( \\\\(x\\\\))?$\"}", P("\"cat\"", "\"dogs\"", "\"cats (x)\""),

@@ -331,6 +331,10 @@ static bool rx_class(struct rx *r, struct wgllm_strbuf *sb) {
             }
             if (e == 'D' || e == 'W' || e == 'S' || e == 'b')
                 return wgllm_strbuf_free(&cls), fail(r->c, WGLLM_STATUS_UNSUPPORTED, "pattern: '\\%c' inside [] is not supported", e);
+            if (e == '-' || e == '^') { /* a literal, not a range or a negation: GBNF has no \- */
+                wgllm_strbuf_printf(&cls, "\\x%02X", (unsigned char)e);
+                continue;
+            }
             ch = e;
         }
         if (ch == '"') { has_quote = true; continue; }
@@ -397,7 +401,11 @@ static bool rx_atom(struct rx *r, struct wgllm_strbuf *sb) {
         default:
             if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))
                 return fail(r->c, WGLLM_STATUS_UNSUPPORTED, "pattern: '\\%c' is not supported", e);
-            rx_literal(sb, &e, 1);
+            /* an escaped code point is the whole UTF-8 sequence (its first byte
+             * alone made invalid UTF-8 in the grammar: fuzz_schema) */
+            size_t k = 1;
+            while (r->i < r->n && ((unsigned char)r->s[r->i] & 0xc0) == 0x80) r->i++, k++;
+            rx_literal(sb, r->s + r->i - k, k);
             return true;
         }
     }
