@@ -29,6 +29,20 @@ static ALWAYS_INLINE float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* acc[r][t] += w row r . x row t over the 8 elements at k. */
+static ALWAYS_INLINE void step(uint32_t type, const char *w, size_t ws, const int M, const float *x, size_t xs,
+                               const int N, int64_t k, __m256 acc[RM][RN]) {
+    __m256 wv[RM];
+#pragma GCC unroll 2
+    for (int r = 0; r < M; r++) wv[r] = load_w(type, w + (size_t)r * ws, k);
+#pragma GCC unroll 6
+    for (int t = 0; t < N; t++) {
+        const __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + k);
+#pragma GCC unroll 2
+        for (int r = 0; r < M; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+}
+
 static ALWAYS_INLINE void tile(uint32_t type, int64_t K, const char *w, size_t ws, const int M, const char *xb,
                                size_t xbs, const int N, float *out) {
     const float *x = (const float *)xb;
@@ -39,34 +53,14 @@ static ALWAYS_INLINE void tile(uint32_t type, int64_t K, const char *w, size_t w
 #pragma GCC unroll 6
         for (int t = 0; t < N; t++) acc[r][t] = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 wv[RM];
-#pragma GCC unroll 2
-        for (int r = 0; r < M; r++) wv[r] = load_w(type, w + (size_t)r * ws, k);
-#pragma GCC unroll 6
-        for (int t = 0; t < N; t++) {
-            const __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + k);
-#pragma GCC unroll 2
-            for (int r = 0; r < M; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
-        }
-    }
-    if (k < K) {
-        /* the last K - k < 8 elements, zero-padded to a chunk */
+    for (; k + 8 <= K; k += 8) step(type, w, ws, M, x, xs, N, k, acc);
+    if (k < K) { /* the last K - k < 8 elements, zero-padded to a chunk */
         const size_t esz = type == WGLLM_TYPE_F32 ? 4 : 2, nk = (size_t)(K - k);
-        _Alignas(32) uint8_t wbuf[RM][32];
-        _Alignas(32) float xbuf[8];
-        __m256 wv[RM];
-        for (int r = 0; r < M; r++) {
-            memset(wbuf[r], 0, sizeof(wbuf[r]));
-            memcpy(wbuf[r], w + (size_t)r * ws + (size_t)k * esz, nk * esz);
-            wv[r] = load_w(type, wbuf[r], 0);
-        }
-        for (int t = 0; t < N; t++) {
-            memset(xbuf, 0, sizeof(xbuf));
-            memcpy(xbuf, x + (size_t)t * xs + k, nk * sizeof(float));
-            const __m256 xv = _mm256_load_ps(xbuf);
-            for (int r = 0; r < M; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
-        }
+        uint8_t wbuf[RM][32] = {{0}};
+        float xbuf[RN][8] = {{0}};
+        for (int r = 0; r < M; r++) memcpy(wbuf[r], w + (size_t)r * ws + (size_t)k * esz, nk * esz);
+        for (int t = 0; t < N; t++) memcpy(xbuf[t], x + (size_t)t * xs + k, nk * sizeof(float));
+        step(type, (const char *)wbuf, sizeof(wbuf[0]), M, xbuf[0], 8, N, 0, acc);
     }
 #pragma GCC unroll 2
     for (int r = 0; r < M; r++)

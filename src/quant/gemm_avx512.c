@@ -23,81 +23,60 @@ static ALWAYS_INLINE __m512 load_w(uint32_t type, const void *p, int64_t k, __mm
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); /* BF16 */
 }
 
-static ALWAYS_INLINE void tile(uint32_t type, int64_t K, const char *w, size_t ws, const int M, const char *xb,
-                               size_t xbs, const int N, float *out) {
-    const float *x = (const float *)xb;
-    const size_t xs = xbs / sizeof(float);
-    __m512 acc[RM][RN];
+/* acc[r][t] += w row r . x row t over the 16 elements at k (the first
+ * popcount(m) of them for the tail, where the rest may not exist). */
+static ALWAYS_INLINE void step(uint32_t type, const char *w, size_t ws, const int M, const float *x, size_t xs,
+                               const int N, int64_t k, __mmask16 m, bool tail, __m512 acc[RM][RN]) {
+    __m512 wv[RM];
 #pragma GCC unroll 4
-    for (int r = 0; r < M; r++)
+    for (int r = 0; r < M; r++) wv[r] = load_w(type, w + (size_t)r * ws, k, m, tail);
 #pragma GCC unroll 6
-        for (int t = 0; t < N; t++) acc[r][t] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        __m512 wv[RM];
+    for (int t = 0; t < N; t++) {
+        const float *xt = x + (size_t)t * xs + k;
+        const __m512 xv = tail ? _mm512_maskz_loadu_ps(m, xt) : _mm512_loadu_ps(xt);
 #pragma GCC unroll 4
-        for (int r = 0; r < M; r++) wv[r] = load_w(type, w + (size_t)r * ws, k, 0, false);
-#pragma GCC unroll 6
-        for (int t = 0; t < N; t++) {
-            const __m512 xv = _mm512_loadu_ps(x + (size_t)t * xs + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < M; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
-        }
+        for (int r = 0; r < M; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
     }
-    if (k < K) {
-        const __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
-        __m512 wv[RM];
-#pragma GCC unroll 4
-        for (int r = 0; r < M; r++) wv[r] = load_w(type, w + (size_t)r * ws, k, m, true);
-#pragma GCC unroll 6
-        for (int t = 0; t < N; t++) {
-            const __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)t * xs + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < M; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < M; r++)
-#pragma GCC unroll 6
-        for (int t = 0; t < N; t++) out[r * N + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* BF16 weights times BF16 activations as they are: vdpbf16ps adds the
- * products of 32 pairs into 16 f32 lanes, twice the work of an f32 FMA per
- * instruction and no conversion at all (denormal inputs count as zero, as
- * in ggml's kernels for this instruction). */
-static ALWAYS_INLINE void tile_dp(uint32_t type, int64_t K, const char *w, size_t ws, const int M, const char *x,
-                                  size_t xs, const int N, float *out) {
-    (void)type;
+/* The same for BF16 weights times BF16 activations as they are, 32 elements:
+ * vdpbf16ps adds the products of 32 pairs into 16 f32 lanes, twice the work
+ * of an f32 FMA per instruction and no conversion at all (denormal inputs
+ * count as zero, as in ggml's kernels for this instruction). */
+static ALWAYS_INLINE void step_dp(const char *w, size_t ws, const int M, const char *x, size_t xs, const int N,
+                                  int64_t k, __mmask32 m, bool tail, __m512 acc[RM][RN]) {
+    __m512bh wv[RM];
+#pragma GCC unroll 4
+    for (int r = 0; r < M; r++) {
+        const uint16_t *wr = (const uint16_t *)(w + (size_t)r * ws) + k;
+        wv[r] = (__m512bh)(tail ? _mm512_maskz_loadu_epi16(m, wr) : _mm512_loadu_si512(wr));
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < N; t++) {
+        const uint16_t *xt = (const uint16_t *)(x + (size_t)t * xs) + k;
+        const __m512bh xv = (__m512bh)(tail ? _mm512_maskz_loadu_epi16(m, xt) : _mm512_loadu_si512(xt));
+#pragma GCC unroll 4
+        for (int r = 0; r < M; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
+    }
+}
+
+/* One tile; dp: BF16 pairs through step_dp (type is then BF16 and x BF16 rows). */
+static ALWAYS_INLINE void tile(uint32_t type, bool dp, int64_t K, const char *w, size_t ws, const int M,
+                                   const char *x, size_t xs, const int N, float *out) {
     __m512 acc[RM][RN];
 #pragma GCC unroll 4
     for (int r = 0; r < M; r++)
 #pragma GCC unroll 6
         for (int t = 0; t < N; t++) acc[r][t] = _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-        __m512bh wv[RM];
-#pragma GCC unroll 4
-        for (int r = 0; r < M; r++) wv[r] = (__m512bh)_mm512_loadu_si512((const uint16_t *)(w + (size_t)r * ws) + k);
-#pragma GCC unroll 6
-        for (int t = 0; t < N; t++) {
-            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const uint16_t *)(x + (size_t)t * xs) + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < M; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
-        }
-    }
-    if (k < K) {
-        const __mmask32 m = (__mmask32)((1u << (K - k)) - 1);
-        __m512bh wv[RM];
-#pragma GCC unroll 4
-        for (int r = 0; r < M; r++)
-            wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, (const uint16_t *)(w + (size_t)r * ws) + k);
-#pragma GCC unroll 6
-        for (int t = 0; t < N; t++) {
-            const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, (const uint16_t *)(x + (size_t)t * xs) + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < M; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
-        }
+    if (dp) {
+        for (; k + 32 <= K; k += 32) step_dp(w, ws, M, x, xs, N, k, 0, false, acc);
+        if (k < K) step_dp(w, ws, M, x, xs, N, k, (__mmask32)((1u << (K - k)) - 1), true, acc);
+    } else {
+        const float *xf = (const float *)x;
+        const size_t xfs = xs / sizeof(float);
+        for (; k + 16 <= K; k += 16) step(type, w, ws, M, xf, xfs, N, k, 0, false, acc);
+        if (k < K) step(type, w, ws, M, xf, xfs, N, k, (__mmask16)((1u << (K - k)) - 1), true, acc);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < M; r++)
@@ -106,30 +85,30 @@ static ALWAYS_INLINE void tile_dp(uint32_t type, int64_t K, const char *w, size_
 }
 
 /* One function per weight type; M and N become constants in each case. */
-#define CASE_N(TILE, T, M)                                            \
+#define CASE_N(DP, T, M)                                                \
     switch (n) {                                                      \
-    case 1: TILE(T, K, w, ws, M, x, xs, 1, out); return;              \
-    case 2: TILE(T, K, w, ws, M, x, xs, 2, out); return;              \
-    case 3: TILE(T, K, w, ws, M, x, xs, 3, out); return;              \
-    case 4: TILE(T, K, w, ws, M, x, xs, 4, out); return;              \
-    case 5: TILE(T, K, w, ws, M, x, xs, 5, out); return;              \
-    default: TILE(T, K, w, ws, M, x, xs, 6, out); return;             \
+    case 1: tile(T, DP, K, w, ws, M, x, xs, 1, out); return;              \
+    case 2: tile(T, DP, K, w, ws, M, x, xs, 2, out); return;              \
+    case 3: tile(T, DP, K, w, ws, M, x, xs, 3, out); return;              \
+    case 4: tile(T, DP, K, w, ws, M, x, xs, 4, out); return;              \
+    case 5: tile(T, DP, K, w, ws, M, x, xs, 5, out); return;              \
+    default: tile(T, DP, K, w, ws, M, x, xs, 6, out); return;             \
     }
-#define MICRO(fn, TILE, T)                                                                                   \
+#define MICRO(fn, DP, T)                                                                                     \
     static void fn(int64_t K, const void *vw, size_t ws, int m, const void *vx, size_t xs, int n,        \
                    float *out) {                                                                         \
         const char *w = vw, *x = vx;                                                                     \
         switch (m) {                                                                                     \
-        case 1: CASE_N(TILE, T, 1)                                                                         \
-        case 2: CASE_N(TILE, T, 2)                                                                         \
-        case 3: CASE_N(TILE, T, 3)                                                                         \
-        default: CASE_N(TILE, T, 4)                                                                           \
+        case 1: CASE_N(DP, T, 1)                                                                         \
+        case 2: CASE_N(DP, T, 2)                                                                         \
+        case 3: CASE_N(DP, T, 3)                                                                         \
+        default: CASE_N(DP, T, 4)                                                                           \
         }                                                                                                \
     }
-MICRO(micro_f32, tile, WGLLM_TYPE_F32)
-MICRO(micro_f16, tile, WGLLM_TYPE_F16)
-MICRO(micro_bf16, tile, WGLLM_TYPE_BF16)
-MICRO(micro_bf16_dp, tile_dp, WGLLM_TYPE_BF16)
+MICRO(micro_f32, false, WGLLM_TYPE_F32)
+MICRO(micro_f16, false, WGLLM_TYPE_F16)
+MICRO(micro_bf16, false, WGLLM_TYPE_BF16)
+MICRO(micro_bf16_dp, true, WGLLM_TYPE_BF16)
 
 const struct wgllm_gemm_isa wgllm_gemm_isa_avx512 = {"avx512", RM, RN, micro_f32, micro_f16, micro_bf16, false};
 const struct wgllm_gemm_isa wgllm_gemm_isa_avx512bf16 = {"avx512bf16", RM, RN, micro_f32, micro_f16, micro_bf16_dp,
