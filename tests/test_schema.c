@@ -188,6 +188,12 @@ TEST(unsupported_keywords_are_named) {
     unsupported("{\"type\":\"object\",", WGLLM_STATUS_INVALID_ARGUMENT, "not JSON");
     unsupported("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", WGLLM_STATUS_INVALID_ARGUMENT, "no integer");
     unsupported("[1]", WGLLM_STATUS_INVALID_ARGUMENT, "must be an object");
+    /* refs that reach themselves before any text (a left-recursive grammar; fuzz_schema found {"$ref":"#"}) */
+    unsupported("{\"$ref\":\"#\"}", WGLLM_STATUS_INVALID_ARGUMENT, "left-recursive");
+    unsupported("{\"anyOf\":[{\"type\":\"string\"},{\"$ref\":\"#\"}]}", WGLLM_STATUS_INVALID_ARGUMENT, "left-recursive");
+    unsupported("{\"$defs\":{\"a\":{\"oneOf\":[{\"$ref\":\"#/$defs/b\"}]},\"b\":{\"$ref\":\"#/$defs/a\"}},"
+                "\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a\"}}",
+                WGLLM_STATUS_INVALID_ARGUMENT, "refers back to itself");
     /* repetitions GBNF cannot write (fuzz_schema found '{}' handed on to the reader) */
     unsupported("{\"type\":\"string\",\"pattern\":\"a{}\"}", WGLLM_STATUS_INVALID_ARGUMENT, "bad repetition '{}'");
     unsupported("{\"type\":\"string\",\"pattern\":\"a{1,2,3}\"}", WGLLM_STATUS_INVALID_ARGUMENT, "bad repetition");

@@ -40,6 +40,10 @@ struct conv {
     enum wgllm_status st;
     struct wgllm_error *err;
     int depth;
+    /* the refs whose rule is being written with no text matched since it
+     * began (visit passes them through $ref / anyOf / oneOf only): one of
+     * them asked for again would be a left-recursive rule */
+    size_t lead[65], n_lead;
 };
 
 __attribute__((format(printf, 3, 4))) static bool fail(struct conv *c, enum wgllm_status st, const char *fmt, ...) {
@@ -557,8 +561,14 @@ static const struct wgllm_json *resolve(struct conv *c, const char *ref) {
 }
 
 static const char *ref_rule(struct conv *c, const char *ref) {
-    for (size_t i = 0; i < c->n_refs; i++)
-        if (!strcmp(c->refs[i].ptr, ref)) return c->refs[i].name;
+    for (size_t i = 0; i < c->n_refs; i++) {
+        if (strcmp(c->refs[i].ptr, ref)) continue;
+        for (size_t k = 0; k < c->n_lead; k++)
+            if (c->lead[k] == i)
+                return fail(c, WGLLM_STATUS_INVALID_ARGUMENT,
+                            "$ref '%.80s' refers back to itself before any text (a left-recursive schema)", ref), NULL;
+        return c->refs[i].name;
+    }
     const struct wgllm_json *target = resolve(c, ref);
     if (!target) return NULL;
     char base[128];
@@ -576,7 +586,10 @@ static const char *ref_rule(struct conv *c, const char *ref) {
     c->n_refs++;
     char inner[160];
     snprintf(inner, sizeof inner, "%s-def", name);
+    WGLLM_ASSERT(c->n_lead < sizeof c->lead / sizeof c->lead[0]); /* one per visit level, at most 64 */
+    c->lead[c->n_lead++] = c->n_refs - 1;
     const char *body = visit(c, target, inner);
+    c->n_lead--;
     if (body) set_body(c, name, body);
     return body ? name : NULL;
 }
@@ -823,7 +836,21 @@ static const char *all_of(struct conv *c, const struct wgllm_json *list, const c
     return out;
 }
 
+static const char *visit_schema(struct conv *c, const struct wgllm_json *s, const char *name);
+
+/* A schema that matches text of its own first (anything but $ref, anyOf,
+ * oneOf) ends the lead of the refs around it while its parts are written. */
 static const char *visit(struct conv *c, const struct wgllm_json *s, const char *name) {
+    const bool passes = wgllm_json_is(s, WGLLM_JSON_OBJECT) &&
+                        (wgllm_json_get(s, "$ref") || wgllm_json_get(s, "anyOf") || wgllm_json_get(s, "oneOf"));
+    const size_t n_lead = c->n_lead;
+    if (!passes) c->n_lead = 0;
+    const char *r = visit_schema(c, s, name);
+    c->n_lead = n_lead;
+    return r;
+}
+
+static const char *visit_schema(struct conv *c, const struct wgllm_json *s, const char *name) {
     if (c->st != WGLLM_STATUS_OK) return NULL;
     if (++c->depth > 64) return fail(c, WGLLM_STATUS_INVALID_ARGUMENT, "the schema is nested deeper than 64"), NULL;
     const char *r = NULL;
