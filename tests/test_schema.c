@@ -112,6 +112,9 @@ TEST(strings) {
     vectors("{\"type\":\"string\",\"pattern\":\"^[a\\\\-z]$\"}", P("\"a\"", "\"-\"", "\"z\""), P("\"b\"", "\"y\""));
     /* an escaped non-ASCII code point is the whole of it (its first byte alone was invalid UTF-8) */
     vectors("{\"type\":\"string\",\"pattern\":\"^a\\\\\u00e9+$\"}", P("\"a\u00e9\"", "\"a\u00e9\u00e9\""), P("\"a\"", "\"ae\""));
+    /* repetitions of groups that cannot match nothing, bounded ones of groups that can */
+    vectors("{\"type\":\"string\",\"pattern\":\"^(a?b)+(c|d?){0,2}(x{0,1}y)*$\"}", P("\"b\"", "\"abbcd\"", "\"bxyy\""),
+            P("\"\"", "\"a\"", "\"bccc\""));
     vectors("{\"type\":\"string\",\"pattern\":\"^a{,2}b{2,}c{1,2}$\"}", P("\"bbc\"", "\"aabbbcc\""), P("\"aaabbc\"", "\"abc\"", "\"abbccc\""));
     vectors("{\"type\":\"string\",\"pattern\":\"abc\"}", P("\"xxabcyy\"", "\"abc\""), P("\"ab\"", "\"acb\""));
     vectors("{\"type\":\"string\",\"pattern\":\"^(cat|dog)s?( \\\\(x\\\\))?$\"}", P("\"cat\"", "\"dogs\"", "\"cats (x)\""),
@@ -194,6 +197,10 @@ TEST(unsupported_keywords_are_named) {
     unsupported("{\"$defs\":{\"a\":{\"oneOf\":[{\"$ref\":\"#/$defs/b\"}]},\"b\":{\"$ref\":\"#/$defs/a\"}},"
                 "\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a\"}}",
                 WGLLM_STATUS_INVALID_ARGUMENT, "refers back to itself");
+    /* an unbounded repetition of what can match nothing (a left-recursive rule; fuzz_schema found "(())+") */
+    unsupported("{\"type\":\"string\",\"pattern\":\"a(())+b\"}", WGLLM_STATUS_UNSUPPORTED, "can match nothing");
+    unsupported("{\"type\":\"string\",\"pattern\":\"(x|)*\"}", WGLLM_STATUS_UNSUPPORTED, "can match nothing");
+    unsupported("{\"type\":\"string\",\"pattern\":\"(a?b*){2,}\"}", WGLLM_STATUS_UNSUPPORTED, "can match nothing");
     /* repetitions GBNF cannot write (fuzz_schema found '{}' handed on to the reader) */
     unsupported("{\"type\":\"string\",\"pattern\":\"a{}\"}", WGLLM_STATUS_INVALID_ARGUMENT, "bad repetition '{}'");
     unsupported("{\"type\":\"string\",\"pattern\":\"a{1,2,3}\"}", WGLLM_STATUS_INVALID_ARGUMENT, "bad repetition");

@@ -294,6 +294,7 @@ struct rx {
     const char *s;
     size_t n, i;
     struct conv *c;
+    bool nullable; /* the atom, sequence or alternation just read can match no text */
     int depth;
 };
 
@@ -368,6 +369,7 @@ static bool rx_class(struct rx *r, struct wgllm_strbuf *sb) {
 
 static bool rx_atom(struct rx *r, struct wgllm_strbuf *sb) {
     const char ch = r->s[r->i];
+    r->nullable = false; /* every atom but a group matches one code point or more */
     if (ch == '(') {
         if (++r->depth > 64) return fail(r->c, WGLLM_STATUS_INVALID_ARGUMENT, "pattern: groups nested deeper than 64");
         r->i++;
@@ -443,7 +445,7 @@ static bool rx_repetition_ok(const char *s, size_t n) {
 }
 
 static bool rx_seq(struct rx *r, struct wgllm_strbuf *sb) {
-    bool any = false;
+    bool any = false, all_nullable = true;
     while (r->i < r->n && r->s[r->i] != '|' && r->s[r->i] != ')') {
         const char ch = r->s[r->i];
         if (ch == '^' || ch == '$')
@@ -455,7 +457,10 @@ static bool rx_seq(struct rx *r, struct wgllm_strbuf *sb) {
         if (!rx_atom(r, sb)) return false;
         wgllm_strbuf_puts(sb, ")");
         any = true;
+        bool atom_nullable = r->nullable, unbounded = false;
         if (r->i < r->n && (r->s[r->i] == '*' || r->s[r->i] == '+' || r->s[r->i] == '?')) {
+            unbounded = r->s[r->i] != '?';
+            if (r->s[r->i] != '+') atom_nullable = true;
             wgllm_strbuf_putc(sb, r->s[r->i++]);
         } else if (r->i < r->n && r->s[r->i] == '{') {
             const size_t start = r->i;
@@ -464,29 +469,43 @@ static bool rx_seq(struct rx *r, struct wgllm_strbuf *sb) {
             r->i++;
             if (!rx_repetition_ok(r->s + start + 1, r->i - start - 2))
                 return fail(r->c, WGLLM_STATUS_INVALID_ARGUMENT, "pattern: bad repetition '%.*s'", (int)(r->i - start), r->s + start);
+            unbounded = r->s[r->i - 2] == ',';
+            /* {0...}, {,n}: may repeat zero times */
+            size_t d = start + 1;
+            while (r->s[d] == '0') d++;
+            if (r->s[d] < '1' || r->s[d] > '9') atom_nullable = true;
             if (r->s[start + 1] == ',') wgllm_strbuf_putc(sb, '{'), wgllm_strbuf_putc(sb, '0'), wgllm_strbuf_put(sb, r->s + start + 1, r->i - start - 1);
             else wgllm_strbuf_put(sb, r->s + start, r->i - start);
         }
+        /* an unbounded repetition of what can match nothing is a left-recursive
+         * rule in GBNF (fuzz_schema: "(()))+"): refused, not handed on */
+        if (unbounded && r->nullable)
+            return fail(r->c, WGLLM_STATUS_UNSUPPORTED, "pattern: a repetition ('*', '+', '{m,}') of something that can match nothing is not supported");
         if (r->i < r->n && r->s[r->i] == '?')
             return fail(r->c, WGLLM_STATUS_UNSUPPORTED, "pattern: lazy quantifiers are not supported");
+        all_nullable = all_nullable && atom_nullable;
     }
     if (!any) wgllm_strbuf_puts(sb, "\"\"");
+    r->nullable = all_nullable;
     return true;
 }
 
 static bool rx_alt(struct rx *r, struct wgllm_strbuf *sb) {
     if (!rx_seq(r, sb)) return false;
+    bool nullable = r->nullable;
     while (r->i < r->n && r->s[r->i] == '|') {
         r->i++;
         wgllm_strbuf_puts(sb, " | ");
         if (!rx_seq(r, sb)) return false;
+        nullable = nullable || r->nullable;
     }
+    r->nullable = nullable;
     return true;
 }
 
 static const char *pattern_rule(struct conv *c, const struct wgllm_json *pat, const char *name) {
     if (!wgllm_json_is(pat, WGLLM_JSON_STRING)) return fail(c, WGLLM_STATUS_INVALID_ARGUMENT, "'pattern' must be a string"), NULL;
-    struct rx r = {pat->str, pat->len, 0, c, 0};
+    struct rx r = {.s = pat->str, .n = pat->len, .c = c};
     /* JSON Schema patterns search: an end without an anchor takes any characters */
     const bool start = r.n && r.s[0] == '^';
     const bool end = r.n > (size_t)start && r.s[r.n - 1] == '$' && (r.n < 2 || r.s[r.n - 2] != '\\');
