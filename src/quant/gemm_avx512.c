@@ -25,14 +25,14 @@ static ALWAYS_INLINE __m512 load_w(uint32_t type, const void *p, int64_t k, __mm
 
 /* acc[r][t] += w row r . x row t over the 16 elements at k (the first
  * popcount(m) of them for the tail, where the rest may not exist). */
-static ALWAYS_INLINE void step(uint32_t type, const char *w, size_t ws, const int M, const float *x, size_t xs,
-                               const int N, int64_t k, __mmask16 m, bool tail, __m512 acc[RM][RN]) {
+static ALWAYS_INLINE void step(uint32_t type, const char *const *w, const int M, const char *const *x, const int N,
+                               int64_t k, __mmask16 m, bool tail, __m512 acc[RM][RN]) {
     __m512 wv[RM];
 #pragma GCC unroll 4
-    for (int r = 0; r < M; r++) wv[r] = load_w(type, w + (size_t)r * ws, k, m, tail);
+    for (int r = 0; r < M; r++) wv[r] = load_w(type, w[r], k, m, tail);
 #pragma GCC unroll 6
     for (int t = 0; t < N; t++) {
-        const float *xt = x + (size_t)t * xs + k;
+        const float *xt = (const float *)x[t] + k;
         const __m512 xv = tail ? _mm512_maskz_loadu_ps(m, xt) : _mm512_loadu_ps(xt);
 #pragma GCC unroll 4
         for (int r = 0; r < M; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
@@ -43,67 +43,61 @@ static ALWAYS_INLINE void step(uint32_t type, const char *w, size_t ws, const in
  * vdpbf16ps adds the products of 32 pairs into 16 f32 lanes, twice the work
  * of an f32 FMA per instruction and no conversion at all (denormal inputs
  * count as zero, as in ggml's kernels for this instruction). */
-static ALWAYS_INLINE void step_dp(const char *w, size_t ws, const int M, const char *x, size_t xs, const int N,
-                                  int64_t k, __mmask32 m, bool tail, __m512 acc[RM][RN]) {
+static ALWAYS_INLINE void step_dp(const char *const *w, const int M, const char *const *x, const int N, int64_t k,
+                                  __mmask32 m, bool tail, __m512 acc[RM][RN]) {
     __m512bh wv[RM];
 #pragma GCC unroll 4
     for (int r = 0; r < M; r++) {
-        const uint16_t *wr = (const uint16_t *)(w + (size_t)r * ws) + k;
+        const uint16_t *wr = (const uint16_t *)w[r] + k;
         wv[r] = (__m512bh)(tail ? _mm512_maskz_loadu_epi16(m, wr) : _mm512_loadu_si512(wr));
     }
 #pragma GCC unroll 6
     for (int t = 0; t < N; t++) {
-        const uint16_t *xt = (const uint16_t *)(x + (size_t)t * xs) + k;
+        const uint16_t *xt = (const uint16_t *)x[t] + k;
         const __m512bh xv = (__m512bh)(tail ? _mm512_maskz_loadu_epi16(m, xt) : _mm512_loadu_si512(xt));
 #pragma GCC unroll 4
         for (int r = 0; r < M; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
     }
 }
 
-/* One tile; dp: BF16 pairs through step_dp (type is then BF16 and x BF16 rows). */
-static ALWAYS_INLINE void tile(uint32_t type, bool dp, int64_t K, const char *w, size_t ws, const int M,
-                                   const char *x, size_t xs, const int N, float *out) {
+/* One tile of RM rows x N tokens; dp: BF16 pairs through step_dp (type is
+ * then BF16 and x BF16 rows). Rows past m and tokens past n repeat the last
+ * ones and are not stored: a result does not depend on its neighbours, and
+ * a few tile shapes keep this file small to compile (under the fuzz
+ * build's sanitizers every shape was seconds of compile time). */
+static ALWAYS_INLINE void tile(uint32_t type, bool dp, int64_t K, const char *w, size_t ws, int m, const char *x,
+                               size_t xs, int n, const int N, float *out) {
+    const char *wr[RM], *xr[RN];
+    for (int r = 0; r < RM; r++) wr[r] = w + (size_t)(r < m ? r : m - 1) * ws;
+    for (int t = 0; t < N; t++) xr[t] = x + (size_t)(t < n ? t : n - 1) * xs;
     __m512 acc[RM][RN];
 #pragma GCC unroll 4
-    for (int r = 0; r < M; r++)
+    for (int r = 0; r < RM; r++)
 #pragma GCC unroll 6
         for (int t = 0; t < N; t++) acc[r][t] = _mm512_setzero_ps();
     int64_t k = 0;
     if (dp) {
-        for (; k + 32 <= K; k += 32) step_dp(w, ws, M, x, xs, N, k, 0, false, acc);
-        if (k < K) step_dp(w, ws, M, x, xs, N, k, (__mmask32)((1u << (K - k)) - 1), true, acc);
+        for (; k + 32 <= K; k += 32) step_dp(wr, RM, xr, N, k, 0, false, acc);
+        if (k < K) step_dp(wr, RM, xr, N, k, (__mmask32)((1u << (K - k)) - 1), true, acc);
     } else {
-        const float *xf = (const float *)x;
-        const size_t xfs = xs / sizeof(float);
-        for (; k + 16 <= K; k += 16) step(type, w, ws, M, xf, xfs, N, k, 0, false, acc);
-        if (k < K) step(type, w, ws, M, xf, xfs, N, k, (__mmask16)((1u << (K - k)) - 1), true, acc);
+        for (; k + 16 <= K; k += 16) step(type, wr, RM, xr, N, k, 0, false, acc);
+        if (k < K) step(type, wr, RM, xr, N, k, (__mmask16)((1u << (K - k)) - 1), true, acc);
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < M; r++)
-#pragma GCC unroll 6
-        for (int t = 0; t < N; t++) out[r * N + t] = _mm512_reduce_add_ps(acc[r][t]);
+    for (int r = 0; r < m; r++)
+        for (int t = 0; t < n; t++) out[r * n + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* One function per weight type; M and N become constants in each case. */
-#define CASE_N(DP, T, M)                                                \
-    switch (n) {                                                      \
-    case 1: tile(T, DP, K, w, ws, M, x, xs, 1, out); return;              \
-    case 2: tile(T, DP, K, w, ws, M, x, xs, 2, out); return;              \
-    case 3: tile(T, DP, K, w, ws, M, x, xs, 3, out); return;              \
-    case 4: tile(T, DP, K, w, ws, M, x, xs, 4, out); return;              \
-    case 5: tile(T, DP, K, w, ws, M, x, xs, 5, out); return;              \
-    default: tile(T, DP, K, w, ws, M, x, xs, 6, out); return;             \
-    }
-#define MICRO(fn, DP, T)                                                                                     \
-    static void fn(int64_t K, const void *vw, size_t ws, int m, const void *vx, size_t xs, int n,        \
-                   float *out) {                                                                         \
-        const char *w = vw, *x = vx;                                                                     \
-        switch (m) {                                                                                     \
-        case 1: CASE_N(DP, T, 1)                                                                         \
-        case 2: CASE_N(DP, T, 2)                                                                         \
-        case 3: CASE_N(DP, T, 3)                                                                         \
-        default: CASE_N(DP, T, 4)                                                                           \
-        }                                                                                                \
+/* One function per weight type: tiles of 1, 2, 4 or 6 tokens (a mat-vec is 1). */
+#define MICRO(fn, DP, T)                                                                                   \
+    static void fn(int64_t K, const void *vw, size_t ws, int m, const void *vx, size_t xs, int n, float *out) { \
+        const char *w = vw, *x = vx;                                                                       \
+        switch (n) {                                                                                       \
+        case 1: tile(T, DP, K, w, ws, m, x, xs, n, 1, out); return;                                        \
+        case 2: tile(T, DP, K, w, ws, m, x, xs, n, 2, out); return;                                        \
+        case 3:                                                                                            \
+        case 4: tile(T, DP, K, w, ws, m, x, xs, n, 4, out); return;                                        \
+        default: tile(T, DP, K, w, ws, m, x, xs, n, 6, out); return;                                       \
+        }                                                                                                  \
     }
 MICRO(micro_f32, false, WGLLM_TYPE_F32)
 MICRO(micro_f16, false, WGLLM_TYPE_F16)
