@@ -68,14 +68,16 @@ static bool gemm_run(uint32_t type, int64_t K, const void *w, size_t w_stride, i
     const int RM = isa->rm, RN = isa->rn;
     const uint32_t vdt = wgllm_type_traits(type)->vec_dot_type;
     int TT = n;
-    float *scratch = NULL;
+    float small[8192], *scratch = NULL;
     const bool raw = vdt == WGLLM_TYPE_F32 || (type == WGLLM_TYPE_BF16 && isa->bf16_raw);
     if (!raw) {
         const int64_t fit = X_TILE_BYTES / (K * (int64_t)sizeof(float));
         TT = (int)WGLLM_MAX(1, WGLLM_MIN((int64_t)n, fit));
         if (TT > RN) TT -= TT % RN;
-        scratch = malloc((size_t)TT * (size_t)K * sizeof(float));
-        if (!scratch) return false;
+        /* a mat-vec (every token of a generation) converts into the stack:
+         * no allocation on the per-token path for rows up to 8192 */
+        if ((size_t)TT * (size_t)K <= sizeof(small) / sizeof(small[0])) scratch = small;
+        else if (!(scratch = malloc((size_t)TT * (size_t)K * sizeof(float)))) return false;
     }
     int64_t RB = WGLLM_MAX((int64_t)RM, (int64_t)(W_BLOCK_BYTES / w_stride));
     RB -= RB % RM;
@@ -110,7 +112,7 @@ static bool gemm_run(uint32_t type, int64_t K, const void *w, size_t w_stride, i
             }
         }
     }
-    free(scratch);
+    if (scratch != small) free(scratch);
     return true;
 }
 
