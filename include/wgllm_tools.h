@@ -210,7 +210,9 @@ struct wgllm_tools_gpu_plan {
     uint64_t budget;      /* the gpu_mem asked for (0: none) */
     int n_buffers;        /* GPU buffers */
     int n_pipelines;      /* compute pipelines compiled on the device (a device reused in the process keeps its earlier ones) */
-    int n_dispatches;     /* dispatches of one decode step */
+    int n_dispatches;     /* dispatches of a one-token decode step (greedy sampling included) */
+    int n_dispatches_layer; /* of them, those of one (the first) layer */
+    uint64_t token_bytes; /* weight bytes a decode step reads (the embedding table's one row; MoE: the used experts) */
     int n_param_slots;    /* slots of the parameter arena */
     int n_split_tensors;  /* tensors split by rows (over the binding size) */
     int n_ctx;            /* KV positions per sequence (after any shrink) */

@@ -4,6 +4,7 @@
  * --parallel / --prefix-reuse the engine's tables (bench_engine.c).
  */
 #include "cli.h"
+#include "wgllm_tools.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,10 +95,26 @@ int wgllm_cli_bench(const struct opts *o) {
                    o->n_predict, o->reps, wgllm_cpu_features());
         }
     }
+    const bool on_gpu = !strncmp(wgllm_context_backend(c), "webgpu", 6);
+    const int n_ctx = wgllm_context_n_ctx(c);
+    const double tg_median = rc ? 0.0 : summarize(tg, o->reps).median;
     free(pp);
     free(tg);
     free(toks);
     wgllm_context_free(c);
+    /* on WebGPU: what a decode step costs in dispatches and bytes, from the
+     * same plan built again (after the context is gone: no double memory) */
+    struct wgllm_tools_gpu_plan pl;
+    if (!rc && on_gpu && wgllm_tools_gpu_plan(m, n_ctx, o->gpu_mem, &pl, &err) == WGLLM_STATUS_OK) {
+        const double gbs = pl.token_bytes * tg_median / 1e9;
+        if (o->json)
+            printf("{\"webgpu\": {\"dispatches_per_token\": %d, \"dispatches_per_layer\": %d, \"bytes_per_token\": %llu, "
+                   "\"tg_gb_per_s\": %.3f}}\n", pl.n_dispatches, pl.n_dispatches_layer,
+                   (unsigned long long)pl.token_bytes, gbs);
+        else
+            printf("(webgpu decode step: %d dispatches, %d per layer; %.2f MiB of weights read per token, %.2f GB/s at the tg "
+                   "median)\n", pl.n_dispatches, pl.n_dispatches_layer, pl.token_bytes / 1048576.0, gbs);
+    }
     wgllm_model_free(m);
     return rc;
 }

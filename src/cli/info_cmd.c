@@ -65,8 +65,10 @@ int wgllm_cli_info(const struct opts *o) {
             printf("  activations  %10.2f MiB\n", pl.activations / 1048576.0);
             printf("  logits       %10.2f MiB (%d rows per pass, with readback)\n", pl.logits / 1048576.0, pl.out_rows);
             printf("  params       %10.2f MiB (%d arena slots)\n", pl.params / 1048576.0, pl.n_param_slots);
-            printf("  total        %10.2f MiB in %d buffers; %d pipelines, %d dispatches per token\n",
-                   pl.total / 1048576.0, pl.n_buffers, pl.n_pipelines, pl.n_dispatches);
+            printf("  total        %10.2f MiB in %d buffers; %d pipelines\n", pl.total / 1048576.0, pl.n_buffers,
+                   pl.n_pipelines);
+            printf("  decode step  %d dispatches (%d per layer), %.2f MiB of weights read\n", pl.n_dispatches,
+                   pl.n_dispatches_layer, pl.token_bytes / 1048576.0);
         }
     }
     wgllm_model_free(m);

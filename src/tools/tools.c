@@ -207,6 +207,8 @@ enum wgllm_status wgllm_tools_gpu_plan(struct wgllm_model *model, int n_ctx, uin
     plan->n_buffers = pl.n_buffers;
     plan->n_pipelines = pl.n_pipelines;
     plan->n_dispatches = pl.n_dispatches;
+    plan->n_dispatches_layer = pl.n_dispatches_layer;
+    plan->token_bytes = pl.token_bytes;
     plan->n_param_slots = pl.n_param_slots;
     plan->n_split_tensors = pl.n_split_tensors;
     plan->n_ctx = pl.n_ctx;

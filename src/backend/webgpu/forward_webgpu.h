@@ -34,7 +34,11 @@ struct wgllm_webgpu_plan {
     uint64_t logits;      /* the logits buffer and its readback copy */
     uint64_t params;      /* the kernel-parameter arena and the step buffer */
     uint64_t total;       /* what the device allocated (the sum, buffers rounded to 16 bytes) */
-    int n_buffers, n_pipelines, n_dispatches, n_param_slots, n_split_tensors;
+    int n_buffers, n_pipelines, n_param_slots, n_split_tensors;
+    int n_dispatches;       /* dispatches of a one-token decode step (greedy: the argmax included) */
+    int n_dispatches_layer; /* of them, those of one (the first) layer */
+    uint64_t token_bytes;   /* weight bytes a decode step reads: every matrix but the embedding table (one row
+                               of it), the experts' stacks at n_expert_used of n_expert */
     int n_ctx;            /* KV positions per sequence (after any shrink to the device's limits or the budget) */
     int n_ctx_requested, n_seq, n_batch;
     int out_rows;         /* output rows one pass keeps (larger output sets take several passes) */

@@ -260,6 +260,7 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
      * post-norm it is the norm's (add_residual) */
     const struct epilogue res_epi = {0.0f, hp->residual_scale};
     for (int il = 0; il < hp->n_layer && !bd->failed; il++) {
+        if (il < 2) g->layer0_ops[il] = g->n_ops;
         const struct gweight *W = &g->w[7 * il];
         const struct wgllm_layer *L = &m->layers[il];
         /* the attention's input: the pre-norm of x, or x itself (olmo2) */

@@ -138,6 +138,7 @@ struct wgllm_webgpu_ctx {
     uint64_t batch_units, submit_units, n_submits;
     int n_ops_layers, n_ops_norm; /* [0, layers): up to the last attention (all tokens); [layers, norm): the rest
                                      of the last layer and the final norm (output rows only); then the logits */
+    int layer0_ops[2];            /* [first, second): the ops of layer 0 (the per-layer count of the plan) */
     int n_ops_logits;             /* [norm, logits): the logits; [logits, n_ops): argmax of logits row 0 into the
                                      step's token 0 (greedy on the GPU) */
     union wgllm_kparams *slots;   /* host copy of the arena */
