@@ -285,10 +285,10 @@ TEST(help_is_the_command_table) {
 
 /* Every file of DIR/LABEL.wgsl is the kernel as the generator makes it under t. */
 static int dumped_files_match(const char *dir, const struct wgllm_wgsl_tune *t) {
-    static struct wgllm_kernel_key keys[256];
-    const int n = wgllm_wgsl_all_keys(keys, 256);
+    static struct wgllm_kernel_key keys[512];
+    const int n = wgllm_wgsl_all_keys(keys, 512);
     int same = 0;
-    for (int i = 0; i < n && i < 256; i++) {
+    for (int i = 0; i < n && i < 512; i++) {
         char label[64], path[1024];
         wgllm_wgsl_key_label(&keys[i], label, sizeof label);
         snprintf(path, sizeof path, "%s/%s.wgsl", dir, label);

@@ -200,7 +200,7 @@ TEST(pipeline_errors_and_cache) {
     struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(G, "fn main( { nonsense", "bad", &err);
     CHECK(p == NULL);
     CHECK(strstr(err.message, "bad") != NULL);
-    struct wgllm_kernel_key k = {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false};
+    struct wgllm_kernel_key k = {.kernel = WGLLM_KERNEL_ADD_ROWS, .type = WGLLM_TYPE_F32, .neox = false};
     char *src = wgllm_wgsl_generate(&k, NULL);
     int before = wgllm_gpu_pipeline_count(G);
     struct wgllm_gpu_pipeline *p1 = wgllm_gpu_pipeline_get(G, src, "add_rows", &err);
@@ -285,7 +285,7 @@ TEST(matvec_formats) {
             fill(x, (size_t)T * K, 1.0f);
             struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
             const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)M, .k = (uint32_t)K}};
-            struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
+            struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC, .type = type, .neox = false};
             const struct wgllm_wgsl_tune *tu = &tunes[tv];
             for (int i = 0; i < T * M; i++) y[i] = -12345.0f;
             wgllm_gpu_buffer_write(G, bufs[2], 0, y, (size_t)T * M * 4);
@@ -349,7 +349,7 @@ TEST(matvec_offsets) {
     struct wgllm_gpu_buffer *bufs[3] = {upload(wb, OFF_W * 4 + wbytes), upload(x, sizeof x), upload(NULL, sizeof y)};
     const union wgllm_kparams kp = {.matvec = {.rows = M, .k = K, .w_off = OFF_W, .x_off = OFF_X,
                                                .y_off = OFF_Y}};
-    struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC, .type = type, .neox = false};
     CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(M, wgllm_wgsl_default_tune()->rows_matvec), 1, 1) && read_f32(bufs[2], y, 43));
     for (int r = 0; r < M; r++) {
         double ref = 0, mag = 0;
@@ -408,8 +408,8 @@ static struct mm_result mm_run(const struct mm_case *c, const struct wgllm_wgsl_
                                                .x_off = MM_X_OFF, .y_off = c->c_off, .tokens = (uint32_t)T}};
     const struct wgllm_wgsl_tune *tu = tune ? tune : wgllm_wgsl_default_tune();
     const uint32_t gx = cdiv(M, tu->mm_tile_n), gy = cdiv(T, tu->mm_tile_m);
-    struct wgllm_kernel_key key = {WGLLM_KERNEL_MATMUL, c->type, false};
-    struct wgllm_kernel_key kmv = {WGLLM_KERNEL_MATVEC, c->type, false};
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATMUL, .type = c->type, .neox = false};
+    struct wgllm_kernel_key kmv = {.kernel = WGLLM_KERNEL_MATVEC, .type = c->type, .neox = false};
     res.ran = bufs[0] && bufs[1] && bufs[2] && bmv[2] &&
               (src ? run_wgsl(src, "matmul_mutant", &kp, 3, bufs, gx, gy, 1) : run_kernel_tuned(&key, tu, &kp, 3, bufs, gx, gy, 1)) &&
               read_f32(bufs[2], y, ny) &&
@@ -501,13 +501,13 @@ TEST(matmul_odd_tiles) {
  * tile shifted by one) run through the same comparison and must fail it. */
 TEST(matmul_mutants_fail) {
     static const char *mut[][2] = {
-        {"if (r < p.n) { Y[", "if (r <= p.n) { Y["},
+        {"if (r < p.n) { put(", "if (r <= p.n) { put("},
         {"k0 += TK)", "k0 += TK + 32u)"},
         {"let t0 = wid.y * TM;", "let t0 = wid.y * TM + 1u;"},
         {"blk < nblk; blk++", "blk < nblk; blk += 2u"}, /* the direct kernel (below) */
         {"let tok = t0 + tt + j * (TM / RM);\n        if (tok >= p.h)", "let tok = t0 + tt + j;\n        if (tok >= p.h)"},
     };
-    struct wgllm_kernel_key key = {WGLLM_KERNEL_MATMUL, WGLLM_TYPE_Q4_0, false};
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATMUL, .type = WGLLM_TYPE_Q4_0, .neox = false};
     struct wgllm_wgsl_tune t = *wgllm_wgsl_default_tune(); /* small tiles: quick to compile */
     t.mm_tile_n = t.mm_tile_m = 16, t.mm_tile_k = 32, t.mm_micro_n = t.mm_micro_m = 2;
     for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) {
@@ -546,7 +546,7 @@ TEST(matmul_timing) {
         fill(x, (size_t)T * K, 1.0f);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)T * K * 4), upload(NULL, (size_t)T * M * 4)};
         const union wgllm_kparams kp = {.matvec = {.rows = M, .k = K, .tokens = T}};
-        struct wgllm_kernel_key kmm = {WGLLM_KERNEL_MATMUL, type, false}, kmv = {WGLLM_KERNEL_MATVEC, type, false};
+        struct wgllm_kernel_key kmm = {.kernel = WGLLM_KERNEL_MATMUL, .type = type, .neox = false}, kmv = {.kernel = WGLLM_KERNEL_MATVEC, .type = type, .neox = false};
         double ms[2];
         for (int v = 0; v < 2; v++) {
             const struct wgllm_kernel_key *k = v ? &kmv : &kmm;
@@ -573,7 +573,7 @@ TEST(get_rows_formats) {
         void *w = make_weights(type, M, K, deq, &wbytes);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(ids, sizeof ids), upload(NULL, sizeof y)};
         const union wgllm_kparams kp = {.get_rows = {.width = K, .scale = 1.0f}};
-        struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
+        struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_GET_ROWS, .type = type, .neox = false};
         CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * 96));
         int bad = 0;
         for (int t = 0; t < 4; t++)
@@ -598,7 +598,7 @@ TEST(rms_norm) {
         fill(w, (size_t)n, 1.0f);
         struct wgllm_gpu_buffer *bufs[3] = {upload(x, (size_t)R * n * 4), upload(w, (size_t)n * 4), upload(NULL, (size_t)R * n * 4)};
         const union wgllm_kparams kp = {.rms_norm = {.width = (uint32_t)n, .eps = 1e-5f}};
-        struct wgllm_kernel_key key = {WGLLM_KERNEL_RMS_NORM, WGLLM_TYPE_F32, false};
+        struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_RMS_NORM, .type = WGLLM_TYPE_F32, .neox = false};
         CHECK(run_kernel(&key, &kp, 3, bufs, R, 1, 1) && read_f32(bufs[2], y, (size_t)R * n));
         /* the sum of squares is lossless on both sides: the same scale, the same bits,
          * up to the device's sqrt/division (exact on SwiftShader; Vulkan allows ulps) */
@@ -640,7 +640,7 @@ TEST(rope_modes) {
             struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(cs, sizeof(float) * (size_t)T * n_rot)};
             const union wgllm_kparams kp = {.rope = {.heads = n_head, .head_dim = head_dim, .n_rot = (uint32_t)n_rot,
                                                      .tok_stride = (uint32_t)row}};
-            struct wgllm_kernel_key key = {WGLLM_KERNEL_ROPE, WGLLM_TYPE_F32, neox};
+            struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_ROPE, .type = WGLLM_TYPE_F32, .neox = neox};
             CHECK(run_kernel(&key, &kp, 2, bufs, cdiv(n_head * n_rot / 2, wgllm_wgsl_default_tune()->wg_elem), T, 1) &&
                   read_f32(bufs[0], y, (size_t)T * row));
             double worst = 0;
@@ -677,7 +677,7 @@ TEST(round_act_like_cpu) {
     while (n < N) x[n++] = ((float)rand() / RAND_MAX - 0.5f) * 8.0f;
     struct wgllm_gpu_buffer *bufs[2] = {upload(x, sizeof x), upload(NULL, sizeof y)};
     const union wgllm_kparams kp = {.round_act = {.count = N}};
-    struct wgllm_kernel_key key = {WGLLM_KERNEL_ROUND_ACT, WGLLM_TYPE_F16, false};
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_ROUND_ACT, .type = WGLLM_TYPE_F16, .neox = false};
     CHECK(run_kernel(&key, &kp, 2, bufs, cdiv(N / 32, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[1], y, N));
     int bad = 0;
     for (int i = 0; i < N; i++) {
@@ -691,7 +691,7 @@ TEST(round_act_like_cpu) {
     /* Q8_0: blocks whose amax is 127 make id = 1, so x = k + 0.5 are ties */
     for (int i = 0; i < N; i++) x[i] = (i % 32 == 0) ? 127.0f : (float)((i * 7) % 250 - 125) + ((i & 1) ? 0.5f : 0.25f);
     wgllm_gpu_buffer_write(G, bufs[0], 0, x, sizeof x);
-    struct wgllm_kernel_key kq = {WGLLM_KERNEL_ROUND_ACT, WGLLM_TYPE_Q8_0, false};
+    struct wgllm_kernel_key kq = {.kernel = WGLLM_KERNEL_ROUND_ACT, .type = WGLLM_TYPE_Q8_0, .neox = false};
     CHECK(run_kernel(&kq, &kp, 2, bufs, cdiv(N / 32, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[1], y, N));
     void *qb = malloc(wgllm_row_size(WGLLM_TYPE_Q8_0, N));
     float *deq = malloc(sizeof(float) * N);
@@ -712,7 +712,7 @@ TEST(swiglu_add) {
     wgllm_op_swiglu(g, u, ref, n);
     struct wgllm_gpu_buffer *bufs[3] = {upload(g, sizeof g), upload(u, sizeof u), upload(NULL, sizeof y)};
     const union wgllm_kparams kp = {.swiglu = {.count = n}};
-    struct wgllm_kernel_key key = {WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, false};
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_SWIGLU, .type = WGLLM_TYPE_F32, .neox = false};
     CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(n, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[2], y, n));
     double worst = 0;
     for (int i = 0; i < n; i++) worst = fmax(worst, fabs(y[i] - ref[i]) / (fabs(ref[i]) + 1e-6));
@@ -720,7 +720,7 @@ TEST(swiglu_add) {
     /* add_rows, in place: two rows of 500, g[t] += u[t], then g[t] += u[0]
      * (a broadcast bias: y stride 0) */
     struct wgllm_gpu_buffer *ab[2] = {bufs[0], bufs[1]};
-    struct wgllm_kernel_key kadd = {WGLLM_KERNEL_ADD_ROWS, WGLLM_TYPE_F32, false};
+    struct wgllm_kernel_key kadd = {.kernel = WGLLM_KERNEL_ADD_ROWS, .type = WGLLM_TYPE_F32, .neox = false};
     union wgllm_kparams ka = {.add_rows = {.width = n / 2, .y_stride = n / 2}};
     CHECK(run_kernel(&kadd, &ka, 2, ab, cdiv(n / 2, wgllm_wgsl_default_tune()->wg_elem), 2, 1) && read_f32(bufs[0], y, n));
     int bad = 0;
@@ -751,7 +751,7 @@ TEST(encoder_layer_norm_and_gelu) {
         fill(w, (size_t)2 * n, 1.0f);                /* weights, then biases */
         struct wgllm_gpu_buffer *bufs[2] = {upload(x, (size_t)R * n * 4), upload(w, (size_t)2 * n * 4)};
         const union wgllm_kparams kp = {.layer_norm = {.width = (uint32_t)n, .b_off = (uint32_t)n, .eps = 1e-12f}};
-        struct wgllm_kernel_key key = {WGLLM_KERNEL_LAYER_NORM, WGLLM_TYPE_F32, false};
+        struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_LAYER_NORM, .type = WGLLM_TYPE_F32, .neox = false};
         CHECK(run_kernel(&key, &kp, 2, bufs, R, 1, 1) && read_f32(bufs[0], y, (size_t)R * n));
         double worst = 0;
         for (int r = 0; r < R; r++) {
@@ -772,7 +772,7 @@ TEST(encoder_layer_norm_and_gelu) {
     wgllm_op_gelu_f16_table(tab);
     struct wgllm_gpu_buffer *gb[2] = {upload(x, sizeof x), upload(tab, 65536 * sizeof(wgllm_fp16))};
     const union wgllm_kparams kg = {.gelu = {.count = N}};
-    struct wgllm_kernel_key key = {WGLLM_KERNEL_GELU, WGLLM_TYPE_F32, false};
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_GELU, .type = WGLLM_TYPE_F32, .neox = false};
     CHECK(run_kernel(&key, &kg, 2, gb, cdiv(N, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(gb[0], y, N));
     int bad = 0;
     for (int i = 0; i < N; i++) bad += y[i] != ref[i];
@@ -855,7 +855,7 @@ static bool attn_batch_case(const struct attn_case *c, const struct wgllm_wgsl_t
                                              .o_stride = (uint32_t)od, .k_stride = (uint32_t)ke, .v_stride = (uint32_t)vi,
                                              .gqa = (uint32_t)gqa, .row_at = row_at, .len_at = len_at, .scale = scale,
                                              .q_scale = 1.0f}};
-    struct wgllm_kernel_key key = {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false};
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_ATTN_BATCH, .type = WGLLM_TYPE_F16, .neox = false};
     bool ok = (src ? run_wgsl(src, "attn_batch mutant", &kp, 5, bufs, (uint32_t)H, (uint32_t)T, 1)
                    : run_kernel_tuned(&key, tune, &kp, 5, bufs, (uint32_t)H, (uint32_t)T, 1)) &&
               read_f32(bufs[3], o, (size_t)T * od);
@@ -934,7 +934,7 @@ TEST(attention_batch) {
         {"let cnt = min(WGA, n - j0);", "let cnt = min(WGA - 1u, n - j0);"},      /* a tile's last position */
         {"for (var w = WGA / 2u; w > 0u;", "for (var w = WGA / 4u; w > 0u;"},     /* half the normalizer */
     };
-    struct wgllm_kernel_key key = {WGLLM_KERNEL_ATTN_BATCH, WGLLM_TYPE_F16, false};
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_ATTN_BATCH, .type = WGLLM_TYPE_F16, .neox = false};
     for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) {
         char *src = wgllm_wgsl_generate(&key, NULL);
         char *at = src ? strstr(src, mut[mi][0]) : NULL;
@@ -970,7 +970,7 @@ TEST(argmax) {
         uint32_t out[4] = {0};
         struct wgllm_gpu_buffer *bufs[2] = {upload(x, (size_t)n * 4), upload(NULL, 16)};
         const union wgllm_kparams kp = {.argmax = {.count = (uint32_t)n}};
-        struct wgllm_kernel_key key = {WGLLM_KERNEL_ARGMAX, WGLLM_TYPE_F32, false};
+        struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_ARGMAX, .type = WGLLM_TYPE_F32, .neox = false};
         struct wgllm_error err = {0};
         CHECK(run_kernel(&key, &kp, 2, bufs, 1, 1, 1));
         CHECK_EQ_INT(wgllm_gpu_buffer_read(G, bufs[1], 0, out, 4, &err), WGLLM_STATUS_OK);
@@ -992,7 +992,7 @@ TEST(matvec_timing) {
         fill(x, K, 1.0f);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(x, (size_t)K * 4), upload(NULL, (size_t)M * 4)};
         const union wgllm_kparams kp = {.matvec = {.rows = M, .k = K}};
-        struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
+        struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC, .type = type, .neox = false};
         uint32_t groups = cdiv(M, wgllm_wgsl_default_tune()->rows_matvec);
         CHECK(run_kernel(&key, &kp, 3, bufs, groups, 1, 1) && read_f32(bufs[2], &y0, 1)); /* warm-up, compile */
         double t0 = now_ms();
@@ -1060,7 +1060,7 @@ TEST(matvec_w8_formats) {
             for (int tv = 0; tv < n_tunes; tv++) {
                 const struct wgllm_wgsl_tune *tu = &tunes[tv];
                 const union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)M, .k = (uint32_t)K}};
-                struct wgllm_kernel_key key = {WGLLM_KERNEL_MATVEC, type, false};
+                struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC, .type = type, .neox = false};
                 for (int i = 0; i < T * M; i++) y[i] = -12345.0f;
                 wgllm_gpu_buffer_write(G, bufs[2], 0, y, (size_t)T * M * 4);
                 bool ok = run_kernel_tuned(&key, tu, &kp, 3, bufs, cdiv(M, tu->rows_matvec), T, 1) &&
@@ -1108,7 +1108,7 @@ TEST(get_rows_w8_formats) {
         void *w = make_weights(type, M, K, deq, &wbytes);
         struct wgllm_gpu_buffer *bufs[3] = {upload(w, wbytes), upload(ids, sizeof ids), upload(NULL, 4 * (size_t)K * 4)};
         const union wgllm_kparams kp = {.get_rows = {.width = K, .scale = 1.0f}};
-        struct wgllm_kernel_key key = {WGLLM_KERNEL_GET_ROWS, type, false};
+        struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_GET_ROWS, .type = type, .neox = false};
         CHECK(run_kernel(&key, &kp, 3, bufs, cdiv(K, wgllm_wgsl_default_tune()->wg_elem), 4, 1) && read_f32(bufs[2], y, 4 * (size_t)K));
         int bad = 0, inexact = 0;
         for (int t = 0; t < 4; t++) {
@@ -1176,7 +1176,7 @@ TEST(round_act_q8_k_q8_1_bf16_like_cpu) {
      * 32-blocks test the scale 127/amax, ties and NaN-free bf16 rounding */
     static const uint32_t types[] = {WGLLM_TYPE_Q8_K, WGLLM_TYPE_Q8_1, WGLLM_TYPE_BF16};
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-        struct wgllm_kernel_key kq = {WGLLM_KERNEL_ROUND_ACT, types[ti], false};
+        struct wgllm_kernel_key kq = {.kernel = WGLLM_KERNEL_ROUND_ACT, .type = types[ti], .neox = false};
         CHECK(run_kernel(&kq, &kp, 2, bufs, cdiv(N / 32, wgllm_wgsl_default_tune()->wg_elem), 1, 1) && read_f32(bufs[1], y, N));
         const struct wgllm_type_traits *tr = wgllm_type_traits(types[ti]);
         void *qb = malloc(wgllm_row_size(types[ti], N));

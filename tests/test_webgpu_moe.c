@@ -47,7 +47,7 @@ static bool readback(struct wgllm_gpu_buffer *b, void *dst, size_t bytes) {
  * bindings 1.. = bufs; false (printed) when anything fails. */
 static bool run(enum wgllm_kernel k, uint32_t type, const struct wgllm_wgsl_tune *tune, const union wgllm_kparams *kp,
                 int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y) {
-    const struct wgllm_kernel_key key = {k, type, false};
+    const struct wgllm_kernel_key key = {.kernel = k, .type = type, .neox = false};
     char *src = wgllm_wgsl_generate(&key, tune);
     if (!src) {
         fprintf(stderr, "  no WGSL for %s/%s\n", wgllm_wgsl_kernel_name(k), wgllm_type_name(type));

@@ -22,7 +22,7 @@ static struct wgllm_gpu *G;
 /* Draws N_DRAWS tokens, position i for draw i, into out (one submit). */
 static bool draw(const float *logits, const union wgllm_kparams *kp, uint32_t *out) {
     struct wgllm_error err = {0};
-    char *src = wgllm_wgsl_generate(&(struct wgllm_kernel_key){WGLLM_KERNEL_SAMPLE, 0, false}, NULL);
+    char *src = wgllm_wgsl_generate(&(struct wgllm_kernel_key){.kernel = WGLLM_KERNEL_SAMPLE, .type = 0, .neox = false}, NULL);
     struct wgllm_gpu_pipeline *pipe = src ? wgllm_gpu_pipeline_get(G, src, "sample", &err) : NULL;
     free(src);
     if (!pipe) {

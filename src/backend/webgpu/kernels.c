@@ -170,6 +170,11 @@ static const char *epi_wgsl =
     "  if ((p.j & 1u) != 0u) { r = tanh_f(r * p.f2) * p.f1; }\n"
     "  if ((p.j & 2u) != 0u) { r = r * p.f0; }\n"
     "  return r;\n"
+    "}\n"
+    /* the store, adding into Y with WGLLM_EPI_ACC (the residual stream: y + v
+     * is the CPU's x += tmp, the same single rounding) */
+    "fn put(i: u32, v: f32) {\n"
+    "  if ((p.j & 4u) != 0u) { Y[i] = Y[i] + epi(v); } else { Y[i] = epi(v); }\n"
     "}\n";
 
 /* Byte access to a flat array<u32> named W (little-endian). Offsets of the
@@ -625,8 +630,12 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     case WGLLM_KERNEL_MATVEC:
     case WGLLM_KERNEL_GET_ROWS:
     case WGLLM_KERNEL_MATMUL:
-    case WGLLM_KERNEL_MATVEC_ID: return weight_type_ok(type);
+    case WGLLM_KERNEL_MATVEC_ID:
+    case WGLLM_KERNEL_MATVEC_QKV:
+    case WGLLM_KERNEL_MATVEC_SWIGLU:
+    case WGLLM_KERNEL_MATVEC_GEGLU: return weight_type_ok(type);
     case WGLLM_KERNEL_ROUND_ACT:
+    case WGLLM_KERNEL_RMS_NORM_ROUND:
         return type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1 || type == WGLLM_TYPE_Q8_K || type == WGLLM_TYPE_F16 ||
                type == WGLLM_TYPE_BF16;
     default: return true;
@@ -635,7 +644,8 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
 
 const char *wgllm_wgsl_kernel_name(enum wgllm_kernel k) {
     static const char *names[] = {"matvec", "get_rows", "rms_norm", "rope", "swiglu", "argmax", "round_act", "matmul",
-                                  "geglu"};
+                                  "geglu", "rms_norm_round"};
+    if (k >= WGLLM_KERNEL_MATVEC_QKV) return wgllm_wgsl_fused_kernel_name(k);
     if (k >= WGLLM_KERNEL_MATVEC_ID) return wgllm_wgsl_moe_kernel_name(k);
     if (k >= WGLLM_KERNEL_ATTN_BATCH) return wgllm_wgsl_batch_kernel_name(k);
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
@@ -666,13 +676,17 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
         /* gpt-oss's: attention with sinks, the experts' biases and SwiGLU-OAI */
         {WGLLM_KERNEL_ATTN_SINK, WGLLM_TYPE_F16, false}, {WGLLM_KERNEL_MOE_BIAS, WGLLM_TYPE_F32, false},
         {WGLLM_KERNEL_MOE_GLU_OAI, WGLLM_TYPE_F32, false},
+        /* the fused decode kernels (each weight of a fused mat-vec of the one type) */
+        {WGLLM_KERNEL_RMS_NORM_ROUND, -1, false}, {WGLLM_KERNEL_MATVEC_QKV, -1, false},
+        {WGLLM_KERNEL_MATVEC_SWIGLU, -1, false}, {WGLLM_KERNEL_MATVEC_GEGLU, -1, false},
+        {WGLLM_KERNEL_ROPE_STORE, WGLLM_TYPE_F32, true},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
         for (uint32_t t = 0; t < WGLLM_TYPE_COUNT; t++) {
             if (kernels[i].type >= 0 ? t != (uint32_t)kernels[i].type : !wgllm_wgsl_supports(kernels[i].k, t)) continue;
             for (int neox = 0; neox <= (kernels[i].both_rope ? 1 : 0); neox++) {
-                if (n < cap) out[n] = (struct wgllm_kernel_key){kernels[i].k, t, neox != 0};
+                if (n < cap) out[n] = (struct wgllm_kernel_key){.kernel = kernels[i].k, .type = t, .neox = neox != 0, .type2 = t, .type3 = t};
                 n++;
             }
         }
@@ -680,7 +694,8 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
 }
 
 void wgllm_wgsl_key_label(const struct wgllm_kernel_key *key, char *buf, size_t cap) {
-    const bool rope = key->kernel == WGLLM_KERNEL_ROPE || key->kernel == WGLLM_KERNEL_ROPE_SHIFT_F16;
+    const bool rope = key->kernel == WGLLM_KERNEL_ROPE || key->kernel == WGLLM_KERNEL_ROPE_SHIFT_F16 ||
+                      key->kernel == WGLLM_KERNEL_ROPE_STORE;
     snprintf(buf, cap, "%s%s_%s", wgllm_wgsl_kernel_name(key->kernel), rope ? (key->neox ? "_neox" : "_norm") : "",
              wgllm_type_name(key->type));
 }
@@ -690,9 +705,9 @@ enum wgllm_status wgllm_wgsl_dump(const char *dir, const struct wgllm_wgsl_tune 
     *n_files = 0;
     if (mkdir(dir, 0777) && errno != EEXIST)
         return wgllm_error_set(err, WGLLM_STATUS_IO, "%s: cannot make the folder: %s", dir, strerror(errno));
-    struct wgllm_kernel_key keys[256];
-    const int n = wgllm_wgsl_all_keys(keys, 256);
-    WGLLM_ASSERT(n <= 256);
+    struct wgllm_kernel_key keys[512];
+    const int n = wgllm_wgsl_all_keys(keys, 512);
+    WGLLM_ASSERT(n <= 512);
     for (int i = 0; i < n; i++) {
         char label[64], path[4096];
         wgllm_wgsl_key_label(&keys[i], label, sizeof label);
@@ -722,7 +737,7 @@ static void gen_matvec(struct wgllm_strbuf *b, const struct wgllm_kernel_key *ke
                   "  let row = gid.x;\n"
                   "  let tok = gid.y;\n"
                   "  if (row >= p.n) { return; }\n"
-                  "  Y[p.c + tok * p.n + row] = epi(rdot(row_base(row), p.b + tok * p.k, 0u));\n"
+                  "  put(p.c + tok * p.n + row, rdot(row_base(row), p.b + tok * p.k, 0u));\n"
                   "}\n");
         return;
     }
@@ -753,7 +768,7 @@ static void gen_matvec(struct wgllm_strbuf *b, const struct wgllm_kernel_key *ke
                   "    if (tid == 0u && row < p.n) {\n"
                   "      var tot = 0.0;\n"
                   "      for (var i = 0u; i < nsg; i++) { tot += red[i]; }\n"
-                  "      Y[p.c + tok * p.n + row] = epi(tot);\n"
+                  "      put(p.c + tok * p.n + row, tot);\n"
                   "    }\n"
                   "    workgroupBarrier();\n"
                   "  }\n"
@@ -776,7 +791,7 @@ static void gen_matvec(struct wgllm_strbuf *b, const struct wgllm_kernel_key *ke
               "      if (tid < s) { red[tid] += red[tid + s]; }\n"
               "      workgroupBarrier();\n"
               "    }\n"
-              "    if (tid == 0u && row < p.n) { Y[p.c + tok * p.n + row] = epi(red[0]); }\n"
+              "    if (tid == 0u && row < p.n) { put(p.c + tok * p.n + row, red[0]); }\n"
               "    workgroupBarrier();\n"
               "  }\n"
               "}\n");
@@ -803,11 +818,22 @@ static void gen_get_rows(struct wgllm_strbuf *b, const struct wgllm_kernel_key *
 
 /* As wgllm_op_rms_norm: the squares (rounded to f32) summed without loss
  * (hi + lo pairs), the mean rounded to f32, then 1/sqrt(mean + eps). */
-static void gen_rms_norm(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+static void emit_round32(struct wgllm_strbuf *b, uint32_t type, const char *src);
+static void emit_round32_text(struct wgllm_strbuf *b, uint32_t type);
+
+/* With `round` (RMS_NORM_ROUND, key.type the vec_dot_type): the normalized
+ * row, once stored, is read back after a storage barrier and rounded into
+ * R for the mat-vecs that follow, in the same dispatch (one workgroup owns
+ * the row). */
+static void gen_rms_norm(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    const bool round = key->kernel == WGLLM_KERNEL_RMS_NORM_ROUND;
     wgllm_strbuf_printf(b, "const WGR: u32 = %uu;\n%s", t->wg_row, round_wgsl);
+    if (round) emit_round32(b, key->type, "Y");
     wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(2) var<storage, read> NW: array<f32>;\n"
-              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n");
+    if (round) wgllm_strbuf_printf(b, "@group(0) @binding(4) var<storage, read_write> RY: array<f32>;\n");
+    wgllm_strbuf_printf(b, 
               "var<workgroup> rh: array<f32, WGR>;\n"
               "var<workgroup> rl: array<f32, WGR>;\n"
               "@compute @workgroup_size(WGR)\n"
@@ -840,8 +866,11 @@ static void gen_rms_norm(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t
               "    for (var i = tid; i < p.n; i += WGR) { Y[yb + i] = Y[yb + i] + ((X[xb + i] * scale) * NW[p.b + i]) * p.f1; }\n"
               "    return;\n"
               "  }\n"
-              "  for (var i = tid; i < p.n; i += WGR) { Y[yb + i] = (X[xb + i] * scale) * NW[p.b + i]; }\n"
-              "}\n");
+              "  for (var i = tid; i < p.n; i += WGR) { Y[yb + i] = (X[xb + i] * scale) * NW[p.b + i]; }\n");
+    if (round)
+        wgllm_strbuf_printf(b, "  storageBarrier();\n"
+                  "  for (var i0 = tid * 32u; i0 < p.n; i0 += WGR * 32u) { round32(i0, yb, yb); }\n");
+    wgllm_strbuf_printf(b, "}\n");
 }
 
 /* The cos/sin pairs come from the host (the CPU backend's table), so both
@@ -967,55 +996,79 @@ static const char *div_rn_wgsl =
     "  return best;\n"
     "}\n";
 
-static void gen_round_act(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
-    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n", t->wg_elem);
-    if (key->type == WGLLM_TYPE_Q8_K || key->type == WGLLM_TYPE_Q8_0 || key->type == WGLLM_TYPE_Q8_1)
-        wgllm_strbuf_printf(b, "%s", div_rn_wgsl); /* uses round_wgsl's split(), which comes later: order is free in WGSL */
-    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
-              "@group(0) @binding(2) var<storage, read_write> Y: array<f32>;\n%s"
-              "@compute @workgroup_size(WGE)\n"
-              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
-              "  let i0 = gid.x * 32u;\n"
-              "  if (i0 >= p.n) { return; }\n", round_wgsl);
-    if (key->type == WGLLM_TYPE_Q8_K) /* q8_K_from_float_ref: 256-element blocks scaled by the signed
-                                          * value of largest magnitude (the first such), f32 scale */
-        wgllm_strbuf_printf(b, "  let b0 = p.a + (i0 / 256u) * 256u;\n"
+/* round32(i0, xo, yo): elements i0 .. i0+31 of the array `src` (RX when
+ * NULL) from xo, rounded as the CPU rounds a mat-vec input of vec_dot_type
+ * `type`, into RY from yo (Q8_K: the 256-element block around them sets the
+ * scale). ROUND_ACT's body and the tail of RMS_NORM_ROUND. */
+static void emit_round32(struct wgllm_strbuf *b, uint32_t type, const char *src) {
+    if (type == WGLLM_TYPE_Q8_K || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1)
+        wgllm_strbuf_printf(b, "%s", div_rn_wgsl); /* uses round_wgsl's split(): order is free in WGSL */
+    struct wgllm_strbuf f = {0};
+    emit_round32_text(&f, type);
+    if (f.oom) {
+        b->oom = true;
+        return;
+    }
+    for (const char *c = f.data; *c; c++) /* the source array's name */
+        if (src && !strncmp(c, "RX[", 3)) wgllm_strbuf_printf(b, "%s[", src), c += 2;
+        else wgllm_strbuf_printf(b, "%c", *c);
+    wgllm_strbuf_free(&f);
+}
+
+static void emit_round32_text(struct wgllm_strbuf *b, uint32_t type) {
+    wgllm_strbuf_printf(b, "fn round32(i0: u32, xo: u32, yo: u32) {\n");
+    if (type == WGLLM_TYPE_Q8_K) /* q8_K_from_float_ref: 256-element blocks scaled by the signed
+                                   * value of largest magnitude (the first such), f32 scale */
+        wgllm_strbuf_printf(b, "  let b0 = xo + (i0 / 256u) * 256u;\n"
                   "  var amax = 0.0;\n"
                   "  var mx = 0.0;\n"
                   "  for (var j = 0u; j < 256u; j++) {\n"
-                  "    let v = X[b0 + j];\n"
+                  "    let v = RX[b0 + j];\n"
                   "    if (abs(v) > amax) { amax = abs(v); mx = v; }\n"
                   "  }\n"
                   "  if (amax == 0.0) {\n"
-                  "    for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = 0.0; }\n"
+                  "    for (var j = 0u; j < 32u; j++) { RY[yo + i0 + j] = 0.0; }\n"
                   "    return;\n"
                   "  }\n"
                   "  let iscale = div_rn(-127.0, mx);\n"
                   "  let d = div_rn(1.0, iscale);\n"
                   /* through i32: a quant of -0.0 is 0, and d * 0 keeps d's sign as the CPU's does */
-                  "  for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = d * f32(min(127, i32(round(iscale * X[p.a + i0 + j])))); }\n"
+                  "  for (var j = 0u; j < 32u; j++) { RY[yo + i0 + j] = d * f32(min(127, i32(round(iscale * RX[xo + i0 + j])))); }\n"
                   "}\n");
-    else if (key->type == WGLLM_TYPE_Q8_0 || key->type == WGLLM_TYPE_Q8_1) /* WGSL's round() is half-to-even, like the CPU's
+    else if (type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1) /* WGSL's round() is half-to-even, like the CPU's
         quantizer; Q8_1's values are Q8_0's (its sum field only enters the CPU's dot) */
         wgllm_strbuf_printf(b, "  var amax = 0.0;\n"
-                  "  for (var j = 0u; j < 32u; j++) { amax = max(amax, abs(X[p.a + i0 + j])); }\n"
+                  "  for (var j = 0u; j < 32u; j++) { amax = max(amax, abs(RX[xo + i0 + j])); }\n"
                   "  let d = to_f16(div_rn(amax, 127.0));\n"
                   "  var id = 0.0;\n"
                   "  if (amax != 0.0) { id = div_rn(127.0, amax); }\n"
                   /* through i32 as the CPU's int8: no -0.0 */
-                  "  for (var j = 0u; j < 32u; j++) { Y[p.c + i0 + j] = f32(i32(round(X[p.a + i0 + j] * id))) * d; }\n"
+                  "  for (var j = 0u; j < 32u; j++) { RY[yo + i0 + j] = f32(i32(round(RX[xo + i0 + j] * id))) * d; }\n"
                   "}\n");
-    else if (key->type == WGLLM_TYPE_BF16) /* wgllm_fp32_to_bf16: half to even, NaN kept quiet */
+    else if (type == WGLLM_TYPE_BF16) /* wgllm_fp32_to_bf16: half to even, NaN kept quiet */
         wgllm_strbuf_printf(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) {\n"
-                  "    let u = bitcast<u32>(X[p.a + i0 + j]);\n"
+                  "    let u = bitcast<u32>(RX[xo + i0 + j]);\n"
                   "    var r = ((u + 0x7fffu + ((u >> 16u) & 1u)) >> 16u) << 16u;\n"
                   "    if ((u & 0x7fffffffu) > 0x7f800000u) { r = ((u >> 16u) | 64u) << 16u; }\n"
-                  "    Y[p.c + i0 + j] = bitcast<f32>(r);\n"
+                  "    RY[yo + i0 + j] = bitcast<f32>(r);\n"
                   "  }\n"
                   "}\n");
     else
-        wgllm_strbuf_printf(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) { Y[p.c + i0 + j] = to_f16(X[p.a + i0 + j]); }\n"
+        wgllm_strbuf_printf(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) { RY[yo + i0 + j] = to_f16(RX[xo + i0 + j]); }\n"
                   "}\n");
+}
+
+static void gen_round_act(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\n%s", t->wg_elem, round_wgsl);
+    emit_round32(b, key->type, NULL);
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read> RX: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read_write> RY: array<f32>;\n"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "  let i0 = gid.x * 32u;\n"
+              "  if (i0 >= p.n) { return; }\n"
+              "  round32(i0, p.a, p.c);\n"
+              "}\n");
 }
 
 /* ---- mat-mat (prefill) ------------------------------------------------------ */
@@ -1145,7 +1198,7 @@ static void emit_mm_block(struct wgllm_strbuf *b, uint32_t type) {
     "    if (tok >= p.h) { continue; }\n"                                                          \
     "    for (var i = 0u; i < RN; i++) {\n"                                                        \
     "      let r = r0 + tr + i * GN;\n"                                                           \
-    "      if (r < p.n) { Y[p.c + tok * p.n + r] = epi(acc[j * RN + i]); }\n"                          \
+    "      if (r < p.n) { put(p.c + tok * p.n + r, acc[j * RN + i]); }\n"                               \
     "    }\n"                                                                                      \
     "  }\n"                                                                                        \
     "}\n"
@@ -1272,14 +1325,17 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     if (!wgllm_wgsl_supports(key->kernel, key->type)) return NULL;
     struct wgllm_strbuf b = {0};
     wgllm_strbuf_printf(&b, "// wgllm %s (%s)\n", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type));
-    if ((key->kernel == WGLLM_KERNEL_MATVEC || key->kernel == WGLLM_KERNEL_MATVEC_ID) && tune->matvec_subgroups &&
-        !tune->matvec_thread_rows)
+    const bool mv = key->kernel == WGLLM_KERNEL_MATVEC || key->kernel == WGLLM_KERNEL_MATVEC_ID ||
+                    key->kernel == WGLLM_KERNEL_MATVEC_QKV || key->kernel == WGLLM_KERNEL_MATVEC_SWIGLU ||
+                    key->kernel == WGLLM_KERNEL_MATVEC_GEGLU;
+    if (mv && tune->matvec_subgroups && !tune->matvec_thread_rows)
         wgllm_strbuf_printf(&b, "enable subgroups;\n"); /* directives come before every declaration */
     wgllm_strbuf_printf(&b, "%s", params_wgsl);
     switch (key->kernel) {
     case WGLLM_KERNEL_MATVEC: gen_matvec(&b, key, tune); break;
     case WGLLM_KERNEL_GET_ROWS: gen_get_rows(&b, key, tune); break;
-    case WGLLM_KERNEL_RMS_NORM: gen_rms_norm(&b, tune); break;
+    case WGLLM_KERNEL_RMS_NORM:
+    case WGLLM_KERNEL_RMS_NORM_ROUND: gen_rms_norm(&b, key, tune); break;
     case WGLLM_KERNEL_ROPE: gen_rope(&b, key, tune); break;
     case WGLLM_KERNEL_SWIGLU: gen_swiglu(&b, tune); break;
     case WGLLM_KERNEL_GEGLU: gen_geglu(&b, tune); break;
@@ -1291,6 +1347,10 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_MOE_SUM:
     case WGLLM_KERNEL_MOE_BIAS:
     case WGLLM_KERNEL_MOE_GLU_OAI: { char *body = wgllm_wgsl_moe_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
+    case WGLLM_KERNEL_MATVEC_QKV:
+    case WGLLM_KERNEL_MATVEC_SWIGLU:
+    case WGLLM_KERNEL_MATVEC_GEGLU:
+    case WGLLM_KERNEL_ROPE_STORE: { char *body = wgllm_wgsl_fused_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
     default: { char *body = wgllm_wgsl_batch_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
     }
     if (b.oom) {

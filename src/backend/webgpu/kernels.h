@@ -79,8 +79,10 @@ struct wgllm_kp_matvec {
     float _f3;
 };
 /* The mat-vec epilogue (kp_matvec.epi): the soft-cap first, then the scale,
- * in the CPU backend's order (final_softcap, then logit_scale). */
-enum { WGLLM_EPI_SOFTCAP = 1, WGLLM_EPI_SCALE = 2 };
+ * in the CPU backend's order (final_softcap, then logit_scale); with ACC the
+ * result is added to what y holds (a projection into the residual stream,
+ * which then needs no ADD_ROWS of its own). */
+enum { WGLLM_EPI_SOFTCAP = 1, WGLLM_EPI_SCALE = 2, WGLLM_EPI_ACC = 4 };
 
 /* GET_ROWS */
 struct wgllm_kp_get_rows {
@@ -312,7 +314,42 @@ struct wgllm_kp_moe_sum {
     float _f1, _f2, _f3;
 };
 
+/* MATVEC_QKV (MATVEC_SWIGLU/GEGLU use wgllm_kp_matvec) */
+struct wgllm_kp_matvec_qkv {
+    uint32_t rows_q; /* n */
+    uint32_t rows_k; /* m */
+    uint32_t k;      /* k: elements per row, x's stride per token */
+    uint32_t w_off;  /* a: 0 (each weight is a whole buffer) */
+    uint32_t x_off;  /* b */
+    uint32_t _c;
+    uint32_t rows_v; /* d */
+    uint32_t bq_off; /* e: with key.bias, the biases in B */
+    uint32_t bk_off; /* g */
+    uint32_t _h;
+    uint32_t bv_off; /* i */
+    uint32_t _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* ROPE_STORE */
+struct wgllm_kp_rope_store {
+    uint32_t heads;    /* n: q heads */
+    uint32_t n_rot;    /* m */
+    uint32_t head_dim; /* k */
+    uint32_t q_stride; /* a */
+    uint32_t k_stride; /* b: K elements per token (its cache row: b/2 words) */
+    uint32_t cs_off;   /* c */
+    uint32_t v_stride; /* d */
+    uint32_t row_at;   /* e: ST[row_at + t] = token t's cache row */
+    uint32_t _g;
+    uint32_t rotate;   /* h: 1: q and k are rotated; 0: a layer without RoPE */
+    uint32_t _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
 union wgllm_kparams {
+    struct wgllm_kp_matvec_qkv matvec_qkv;
+    struct wgllm_kp_rope_store rope_store;
     struct wgllm_kp_raw raw;
     struct wgllm_kp_matvec_id matvec_id;
     struct wgllm_kp_moe_route moe_route;
@@ -377,6 +414,10 @@ enum wgllm_kernel {
      * above 10, else T's f16 entry for f16(x) (T: 65536 f16 in u32 pairs, the host's
      * wgllm_op_gelu_f16_table). Bindings 1 g, 2 u, 3 y, 4 T. Dispatch (ceil(n / wg_elem), 1, 1). */
     WGLLM_KERNEL_GEGLU,
+    /* RMS_NORM (without d) that also writes its rows rounded as ROUND_ACT
+     * rounds for vec_dot_type key.type: R[c + r*n ..] (n a multiple of 32,
+     * 256 for Q8_K). Bindings 1 x, 2 w, 3 y, 4 R. Dispatch (rows, 1, 1). */
+    WGLLM_KERNEL_RMS_NORM_ROUND,
     /* Batched kernels (kernels_attn.c; numbered apart so kernels above can be added freely).
      * ST is the step buffer: ROW[t] = ST[b + t] = seq * n_ctx + pos, LEN[t] = ST[c + t] = pos + 1.
      * ATTN_BATCH: token t = wid.y, head h = wid.x: O[t*d + h*m ..] = softmax(cap(f16(q * f1).K^T)
@@ -450,12 +491,38 @@ enum wgllm_kernel {
      * f1) (SwiGLU-OAI). Bindings 1 G, 2 U, 3 Y, 4 S, 5 V. Dispatch as MOE_BIAS. */
     WGLLM_KERNEL_MATVEC_ID = 96, WGLLM_KERNEL_MOE_ROUTE, WGLLM_KERNEL_MOE_SUM, WGLLM_KERNEL_MOE_BIAS,
     WGLLM_KERNEL_MOE_GLU_OAI,
+    /* Fused decode kernels (kernels_fused.c): fewer dispatches per layer, each
+     * giving the bits of the kernels it replaces (same products, same
+     * reduction order, same final expressions). The mat-vecs take MATVEC's
+     * workgroup shapes and each weight's one format routine.
+     * MATVEC_QKV: the q, k and v mat-vecs of one input (types type, type2,
+     * type3): rows R < n of W0 into Y0[t*n + R], then m rows of W1 into
+     * Y1[t*m ..], then d rows of W2 into Y2[t*d ..], x at b + t*k, K = k;
+     * with key.bias plus B[e + R] (q), B[g + R] (k), B[i + R] (v). Bindings
+     * 1 W0, 2 W1, 3 W2, 4 x, 5 Y0, 6 Y1, 7 Y2 (8 B). Dispatch
+     * (ceil((n + m + d) / rows_matvec), tokens, 1).
+     * MATVEC_SWIGLU / MATVEC_GEGLU: the gate (type) and up (type2) mat-vecs
+     * of one input and the GLU of their rows, as MATVEC then SWIGLU/GEGLU:
+     * Y[c + t*n + R] = act(dot(Wg row R, x)) * dot(Wu row R, x), R < n, x at
+     * b + t*k. Bindings 1 Wg, 2 Wu, 3 x, 4 Y (GEGLU: 5 T). Dispatch
+     * (ceil(n / rows_matvec), tokens, 1).
+     * ROPE_STORE: ROPE of q in place (n heads, head dim k, n_rot m, token
+     * stride a; only when h = 1), and K and V stored as STORE_KV stores them:
+     * K (token stride b, rotated as ROPE would when h = 1) into KC row
+     * ST[e + t] (b/2 words a row), V (token stride d) into VC the same way;
+     * cos/sin at CS[c + t*m ..]. Bindings 1 Q, 2 K, 3 V, 4 CS, 5 ST, 6 KC,
+     * 7 VC. Dispatch (ceil((h ? n*m/2 : 0) + b/2 + d/2) / wg_elem), tokens, 1). */
+    WGLLM_KERNEL_MATVEC_QKV = 128, WGLLM_KERNEL_MATVEC_SWIGLU, WGLLM_KERNEL_MATVEC_GEGLU, WGLLM_KERNEL_ROPE_STORE,
 };
 
 struct wgllm_kernel_key {
     enum wgllm_kernel kernel;
     uint32_t type; /* weight type (MATVEC, GET_ROWS, MATMUL), vec_dot type (ROUND_ACT) or cache type (ATTN_BATCH) */
     bool neox;     /* ROPE */
+    /* the fused mat-vecs' other weights: MATVEC_QKV's k and v types,
+     * MATVEC_SWIGLU/GEGLU's up type (type2), and whether MATVEC_QKV adds biases */
+    uint32_t type2, type3;
+    bool bias;
 };
 
 /* The WGSL after the parameter block of the batched kernels (malloc'd; kernels_attn.c). */
@@ -475,6 +542,9 @@ const char *wgllm_wgsl_gelu_helper(void);
  * for another kernel; and their names. */
 char *wgllm_wgsl_encoder_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_encoder_kernel_name(enum wgllm_kernel k);
+/* The fused kernels' WGSL after the parameter block (malloc'd; kernels_fused.c), and their names. */
+char *wgllm_wgsl_fused_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
+const char *wgllm_wgsl_fused_kernel_name(enum wgllm_kernel k);
 /* The MoE kernels' WGSL after the parameter block (malloc'd; kernels_moe.c). */
 char *wgllm_wgsl_moe_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_moe_kernel_name(enum wgllm_kernel k);

@@ -481,7 +481,7 @@ static void *random_weights(struct tuner *T, uint32_t type, uint32_t rows, uint3
 
 static struct wgllm_gpu_pipeline *pipe_for(struct tuner *T, enum wgllm_kernel k, uint32_t type,
                                            const struct wgllm_wgsl_tune *t, bool is_default, struct wgllm_error *err) {
-    struct wgllm_kernel_key key = {k, type, false};
+    struct wgllm_kernel_key key = {.kernel = k, .type = type, .neox = false};
     char *src = wgllm_wgsl_generate(&key, t);
     if (src && T->p->wgsl_hook) src = T->p->wgsl_hook(T->p->ud, is_default, src);
     if (!src) {

@@ -31,6 +31,17 @@
  * (bert's) list is webgpu_encoder.c's, from the primitives exported at the
  * end of this file.
  *
+ * A decode step (a pass of fewer than MM_MIN_TOKENS tokens) runs a llama
+ * layer in 10 dispatches, not 21: RMSNorm with the rounding of its output
+ * (RMS_NORM_ROUND), q|k|v in one mat-vec (+ biases), RoPE with the K/V
+ * store (ROPE_STORE), attention, rounding, o adding into x (WGLLM_EPI_ACC),
+ * RMSNorm+rounding, gate|up with the GLU (MATVEC_SWIGLU/GEGLU), rounding,
+ * down adding into x. A pass of many tokens runs the MATMUL twins of the
+ * fused mat-vecs (and the adds and GLU between them) instead. Each fused
+ * op gives the bits of the ops it replaces (test_webgpu_fused.c); where the
+ * weights cannot fuse (split in pieces, rows of different lengths or
+ * vec_dot types) the separate ops remain.
+ *
  * Every dispatch is recorded once with its grid for one token and how the
  * grid grows with the batch (struct gop): the kernels take the token index
  * from the grid (gid.y / wid.y, or rows for the row kernels), so parameter
@@ -48,20 +59,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct wgllm_gpu_pipeline *pipe_of(struct wgllm_webgpu_ctx *g, enum wgllm_kernel k, uint32_t type, bool neox,
-                                          struct wgllm_error *err) {
-    struct wgllm_kernel_key key = {.kernel = k, .type = type, .neox = neox};
-    char *src = wgllm_wgsl_generate(&key, g->tune);
+static struct wgllm_gpu_pipeline *pipe_key(struct wgllm_webgpu_ctx *g, const struct wgllm_kernel_key *key,
+                                           struct wgllm_error *err) {
+    char *src = wgllm_wgsl_generate(key, g->tune);
     if (!src) {
-        wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "no WebGPU %s kernel for %s", wgllm_wgsl_kernel_name(k),
-                        wgllm_type_name(type));
+        wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "no WebGPU %s kernel for %s", wgllm_wgsl_kernel_name(key->kernel),
+                        wgllm_type_name(key->type));
         return NULL;
     }
     char label[64];
-    snprintf(label, sizeof label, "%s_%s", wgllm_wgsl_kernel_name(k), wgllm_type_name(type));
+    snprintf(label, sizeof label, "%s_%s", wgllm_wgsl_kernel_name(key->kernel), wgllm_type_name(key->type));
     struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(g->gpu, src, label, err);
     free(src);
     return p;
+}
+
+static struct wgllm_gpu_pipeline *pipe_of(struct wgllm_webgpu_ctx *g, enum wgllm_kernel k, uint32_t type, bool neox,
+                                          struct wgllm_error *err) {
+    const struct wgllm_kernel_key key = {.kernel = k, .type = type, .neox = neox};
+    return pipe_key(g, &key, err);
 }
 
 /* The arena slot holding kp (shared with an equal earlier one). */
@@ -123,11 +139,19 @@ static struct gop *add_op(struct builder *bd, struct wgllm_gpu_pipeline *p, cons
 }
 
 /* An element-wise op over `per` elements of each row, all rows in one grid. */
-static void add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp, uint32_t per,
-                      uint32_t div, int nb, struct wgllm_gpu_buffer *b1, struct wgllm_gpu_buffer *b2,
-                      struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4) {
+static struct gop *add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const union wgllm_kparams *kp,
+                             uint32_t per, uint32_t div, int nb, struct wgllm_gpu_buffer *b1,
+                             struct wgllm_gpu_buffer *b2, struct wgllm_gpu_buffer *b3, struct wgllm_gpu_buffer *b4) {
     struct gop *o = add_op(bd, p, kp, GROW_XE, 1, nb, b1, b2, b3, b4);
     if (o) o->per = per, o->div = div;
+    return o;
+}
+
+/* Appends a buffer binding to an op that has more than add_op's four. */
+static void bind_more(struct gop *o, struct wgllm_gpu_buffer *b) {
+    if (!o) return;
+    WGLLM_ASSERT(o->nb < (int)(sizeof o->b / sizeof o->b[0]));
+    o->b[o->nb++] = (struct wgllm_gpu_binding){b, 0, 0};
 }
 
 
@@ -141,12 +165,28 @@ static void add_elems(struct builder *bd, struct wgllm_gpu_pipeline *p, const un
  * the final soft-cap and logit scale, granite's residual scale. */
 struct epilogue {
     float softcap, scale; /* 0: no soft-cap; 1: no scale */
+    bool acc;             /* y += the result (a projection into the residual stream) */
 };
-static const struct epilogue EPI_NONE = {0.0f, 1.0f};
+static const struct epilogue EPI_NONE = {0.0f, 1.0f, false};
 
 static void set_epilogue(struct wgllm_kp_matvec *kp, struct epilogue e) {
     if (e.softcap > 0.0f) kp->epi |= WGLLM_EPI_SOFTCAP, kp->cap = e.softcap, kp->inv_cap = 1.0f / e.softcap;
     if (e.scale != 1.0f) kp->epi |= WGLLM_EPI_SCALE, kp->scale = e.scale;
+    if (e.acc) kp->epi |= WGLLM_EPI_ACC;
+}
+
+/* The MATMUL twin of a whole weight's MATVEC, for passes of many tokens (x
+ * already rounded). */
+static void add_mm(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y,
+                   int cap, struct epilogue epi) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    /* tokens = the row capacity of y: the last token tile may compute rows
+     * past the pass's tokens, into scratch rows of y */
+    union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)w->ne1, .k = (uint32_t)w->ne0, .tokens = (uint32_t)cap}};
+    set_epilogue(&kp.matvec, epi);
+    struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATMUL, w->type, false, bd->err), &kp, GROW_Y,
+                           ceil_div(kp.matvec.rows, g->tune->mm_tile_n), 3, w->piece[0].buf, x, y, NULL);
+    if (o) o->div = g->tune->mm_tile_m, o->when = WHEN_MANY;
 }
 
 static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
@@ -170,14 +210,7 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
         struct gop *o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATVEC, w->type, false, bd->err), &kp, GROW_Y,
                                ceil_div(kp.matvec.rows, g->tune->rows_matvec), 3, w->piece[0].buf, x, y, NULL);
         if (o && mm) o->when = WHEN_FEW;
-        if (mm) {
-            /* tokens = the row capacity of y: the last token tile may
-             * compute rows past the pass's tokens, into scratch rows of y */
-            kp.matvec.tokens = (uint32_t)cap;
-            o = add_op(bd, pipe_of(g, WGLLM_KERNEL_MATMUL, w->type, false, bd->err), &kp, GROW_Y,
-                       ceil_div(kp.matvec.rows, g->tune->mm_tile_n), 3, w->piece[0].buf, x, y, NULL);
-            if (o) o->div = g->tune->mm_tile_m, o->when = WHEN_MANY;
-        }
+        if (mm) add_mm(bd, w, x, y, cap, epi);
     } else {
         /* MATVEC writes token t's rows at c + t * (rows of the piece): with
          * several pieces each token gets its own dispatches */
@@ -195,8 +228,8 @@ static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm
     bd->keep_round = false;
 }
 
-static void add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
-                     uint32_t n, uint32_t y_stride);
+static struct gop *add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
+                            uint32_t n, uint32_t y_stride);
 
 static void add_rms(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t w_off,
                     uint32_t n, uint32_t rows_per_tok) {
@@ -222,12 +255,116 @@ static void add_residual(struct builder *bd, struct wgllm_gpu_buffer *x, struct 
 }
 
 /* x[t] += y[t] (y_stride n), or x[t] += y (y_stride 0: a bias at y_off). */
-static void add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
-                     uint32_t n, uint32_t y_stride) {
+static struct gop *add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t y_off,
+                            uint32_t n, uint32_t y_stride) {
     struct wgllm_webgpu_ctx *g = bd->g;
     const union wgllm_kparams kp = {.add_rows = {.width = n, .y_off = y_off, .y_stride = y_stride}};
-    add_op(bd, pipe_of(g, WGLLM_KERNEL_ADD_ROWS, 0, false, bd->err), &kp, GROW_Y, ceil_div(n, g->tune->wg_elem), 2, x,
-           y, NULL, NULL);
+    return add_op(bd, pipe_of(g, WGLLM_KERNEL_ADD_ROWS, 0, false, bd->err), &kp, GROW_Y, ceil_div(n, g->tune->wg_elem),
+                  2, x, y, NULL, NULL);
+}
+
+/* ---- the fused decode kernels (kernels_fused.c) ----------------------------
+ * A pass of few tokens (the decode step) runs a layer as RMSNorm+rounding,
+ * q|k|v, RoPE+cache store, attention, rounding, o (+residual), RMSNorm+
+ * rounding, gate|up+GLU, rounding, down (+residual); a pass of many tokens
+ * keeps the MATMUL twins and the ops they need between them. Each fused op
+ * gives the bits of the ops it replaces. */
+
+/* Weights one fused mat-vec can take: whole (one buffer each), of one row
+ * length and one vec_dot_type (one rounded input), each with a MATVEC. */
+static bool fusable(const struct gweight *const *w, int n) {
+    const uint32_t vt = wgllm_type_traits(w[0]->type)->vec_dot_type;
+    for (int i = 0; i < n; i++)
+        if (w[i]->n_pieces != 1 || w[i]->ne0 != w[0]->ne0 || wgllm_type_traits(w[i]->type)->vec_dot_type != vt ||
+            !wgllm_wgsl_supports(WGLLM_KERNEL_MATVEC, w[i]->type))
+            return false;
+    return true;
+}
+
+/* RMSNorm of x into y that also rounds y for `next`'s mat-vec (into xr,
+ * as add_matvec would round it next): one dispatch instead of two. */
+static void add_rms_for(struct builder *bd, struct wgllm_gpu_buffer *x, struct wgllm_gpu_buffer *y, uint32_t w_off,
+                        uint32_t n, const struct gweight *next) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    const uint32_t vt = next ? wgllm_type_traits(next->type)->vec_dot_type : WGLLM_TYPE_F32;
+    if (vt == WGLLM_TYPE_F32 || !wgllm_wgsl_supports(WGLLM_KERNEL_RMS_NORM_ROUND, vt) ||
+        n % (vt == WGLLM_TYPE_Q8_K ? 256u : 32u)) {
+        add_rms(bd, x, y, w_off, n, 1);
+        return;
+    }
+    const union wgllm_kparams kp = {.rms_norm = {.width = n, .w_off = w_off, .eps = g->model->hp.rms_eps}};
+    if (add_op(bd, pipe_of(g, WGLLM_KERNEL_RMS_NORM_ROUND, vt, false, bd->err), &kp, GROW_X, 1, 4, x, g->vecs, y, g->xr))
+        bd->rsrc = y, bd->rtype = vt;
+}
+
+/* q, k, v = Wq|Wk|Wv ain (+ biases) into yq, yk, g->v: one MATVEC_QKV when
+ * the three fuse, else three mat-vecs and the bias adds. */
+static void add_qkv(struct builder *bd, const struct gweight *W, struct wgllm_gpu_buffer *ain, struct wgllm_gpu_buffer *yq,
+                    struct wgllm_gpu_buffer *yk, const float *const bias[3], const uint32_t bias_off[3]) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    const struct gweight *ws[3] = {&W[0], &W[1], &W[2]};
+    struct wgllm_gpu_buffer *ys[3] = {yq, yk, g->v};
+    const bool any_bias = bias[0] || bias[1] || bias[2], all_bias = bias[0] && bias[1] && bias[2];
+    if (!fusable(ws, 3) || any_bias != all_bias) {
+        for (int i = 0; i < 3; i++) add_matvec(bd, ws[i], ain, ys[i], g->n_batch, EPI_NONE);
+        for (int i = 0; i < 3; i++)
+            if (bias[i]) add_rows(bd, ys[i], g->vecs, bias_off[i], (uint32_t)ws[i]->ne1, 0);
+        return;
+    }
+    struct wgllm_gpu_buffer *xin = wgllm_webgpu_add_round(bd, ain, wgllm_type_traits(W[0].type)->vec_dot_type,
+                                                          (uint32_t)W[0].ne0, g->n_batch);
+    bd->keep_round = true;
+    const bool mm = g->n_batch >= MM_MIN_TOKENS;
+    const struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC_QKV, .type = W[0].type, .type2 = W[1].type,
+                                         .type3 = W[2].type, .bias = all_bias};
+    const union wgllm_kparams kp = {.matvec_qkv = {.rows_q = (uint32_t)W[0].ne1, .rows_k = (uint32_t)W[1].ne1,
+                                                   .rows_v = (uint32_t)W[2].ne1, .k = (uint32_t)W[0].ne0,
+                                                   .bq_off = all_bias ? bias_off[0] : 0,
+                                                   .bk_off = all_bias ? bias_off[1] : 0,
+                                                   .bv_off = all_bias ? bias_off[2] : 0}};
+    const uint32_t rows = kp.matvec_qkv.rows_q + kp.matvec_qkv.rows_k + kp.matvec_qkv.rows_v;
+    struct gop *o = add_op(bd, pipe_key(g, &key, bd->err), &kp, GROW_Y, ceil_div(rows, g->tune->rows_matvec), 4,
+                           W[0].piece[0].buf, W[1].piece[0].buf, W[2].piece[0].buf, xin);
+    for (int i = 0; i < 3; i++) bind_more(o, ys[i]);
+    if (all_bias) bind_more(o, g->vecs);
+    if (o && mm) o->when = WHEN_FEW;
+    if (mm)
+        for (int i = 0; i < 3; i++) {
+            add_mm(bd, ws[i], xin, ys[i], g->n_batch, EPI_NONE);
+            struct gop *b = bias[i] ? add_rows(bd, ys[i], g->vecs, bias_off[i], (uint32_t)ws[i]->ne1, 0) : NULL;
+            if (b) b->when = WHEN_MANY;
+        }
+    bd->keep_round = false;
+}
+
+/* ffh = act(Wg fin) * (Wu fin) for cap rows: one MATVEC_SWIGLU/GEGLU when
+ * gate and up fuse (false otherwise: nothing added). */
+static bool add_glu(struct builder *bd, const struct gweight *W, struct wgllm_gpu_buffer *fin, int cap, bool gelu) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    const struct gweight *ws[2] = {&W[4], &W[5]};
+    if (!fusable(ws, 2) || W[4].ne1 != W[5].ne1) return false;
+    struct wgllm_gpu_buffer *xin = wgllm_webgpu_add_round(bd, fin, wgllm_type_traits(W[4].type)->vec_dot_type,
+                                                          (uint32_t)W[4].ne0, cap);
+    bd->keep_round = true;
+    const bool mm = cap >= MM_MIN_TOKENS;
+    const uint32_t F = (uint32_t)W[4].ne1;
+    const struct wgllm_kernel_key key = {.kernel = gelu ? WGLLM_KERNEL_MATVEC_GEGLU : WGLLM_KERNEL_MATVEC_SWIGLU,
+                                         .type = W[4].type, .type2 = W[5].type};
+    const union wgllm_kparams kp = {.matvec = {.rows = F, .k = (uint32_t)W[4].ne0}};
+    struct gop *o = add_op(bd, pipe_key(g, &key, bd->err), &kp, GROW_Y, ceil_div(F, g->tune->rows_matvec), 4,
+                           W[4].piece[0].buf, W[5].piece[0].buf, xin, g->ffh);
+    if (gelu) bind_more(o, g->gelu_tab);
+    if (o && mm) o->when = WHEN_FEW;
+    if (mm) {
+        add_mm(bd, &W[4], xin, g->gate, cap, EPI_NONE);
+        add_mm(bd, &W[5], xin, g->up, cap, EPI_NONE);
+        const union wgllm_kparams sw = {.swiglu = {.count = F * (uint32_t)cap}};
+        struct gop *e = add_elems(bd, pipe_of(g, gelu ? WGLLM_KERNEL_GEGLU : WGLLM_KERNEL_SWIGLU, 0, false, bd->err), &sw,
+                                  F, g->tune->wg_elem, gelu ? 4 : 3, g->gate, g->up, g->ffh, gelu ? g->gelu_tab : NULL);
+        if (e) e->when = WHEN_MANY;
+    }
+    bd->keep_round = false;
+    return true;
 }
 
 static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
@@ -249,8 +386,7 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
         add_op(bd, pg, &kp, GROW_Y, ceil_div(E, t->wg_elem), 3, emb->piece[i].buf, g->step, g->x, NULL);
     }
 
-    struct wgllm_gpu_pipeline *prope = pipe_of(g, WGLLM_KERNEL_ROPE, 0, neox, bd->err);
-    struct wgllm_gpu_pipeline *pstore = pipe_of(g, WGLLM_KERNEL_STORE_KV, 0, false, bd->err);
+    struct wgllm_gpu_pipeline *prs = pipe_of(g, WGLLM_KERNEL_ROPE_STORE, 0, neox, bd->err);
     /* gpt-oss: every layer has its sinks, the attention kernel's version with them */
     struct wgllm_gpu_pipeline *pattn = pipe_of(g, g->sinks ? WGLLM_KERNEL_ATTN_SINK : WGLLM_KERNEL_ATTN_BATCH,
                                                WGLLM_TYPE_F16, false, bd->err);
@@ -258,44 +394,50 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
     struct wgllm_gpu_pipeline *pswi = pipe_of(g, gelu ? WGLLM_KERNEL_GEGLU : WGLLM_KERNEL_SWIGLU, 0, false, bd->err);
     /* granite's residual scale rides on the projections' epilogue; with a
      * post-norm it is the norm's (add_residual) */
-    const struct epilogue res_epi = {0.0f, hp->residual_scale};
+    const struct epilogue res_epi = {0.0f, hp->residual_scale, false};
+    /* without a post-norm or bias between them, the projection adds into x in its own store */
+    const struct epilogue acc_epi = {0.0f, hp->residual_scale, true};
     for (int il = 0; il < hp->n_layer && !bd->failed; il++) {
         if (il < 2) g->layer0_ops[il] = g->n_ops;
         const struct gweight *W = &g->w[7 * il];
         const struct wgllm_layer *L = &m->layers[il];
         /* the attention's input: the pre-norm of x, or x itself (olmo2) */
         struct wgllm_gpu_buffer *ain = g->x;
-        if (L->attn_norm) add_rms(bd, g->x, g->xn, vo->attn_norm[il], E, 1), ain = g->xn;
+        if (L->attn_norm) add_rms_for(bd, g->x, g->xn, vo->attn_norm[il], E, &W[0]), ain = g->xn;
         /* q and k: straight into q/k, or through qr/kr and the q/k norm:
-         * per head (qwen3, gemma3) or over the whole projection (olmo2) */
-        add_matvec(bd, &W[0], ain, L->q_norm ? g->qr : g->q, g->n_batch, EPI_NONE);
-        add_matvec(bd, &W[1], ain, L->k_norm ? g->kr : g->k, g->n_batch, EPI_NONE);
-        add_matvec(bd, &W[2], ain, g->v, g->n_batch, EPI_NONE);
-        if (L->bq) add_rows(bd, g->q, g->vecs, vo->bq[il], QD, 0);
-        if (L->bk) add_rows(bd, g->k, g->vecs, vo->bk[il], KD, 0);
-        if (L->bv) add_rows(bd, g->v, g->vecs, vo->bv[il], VD, 0);
+         * per head (qwen3, gemma3) or over the whole projection (olmo2);
+         * the biases (qwen2) go to q/k themselves, as the CPU adds them */
+        const float *const bias[3] = {L->bq, L->bk, L->bv};
+        const uint32_t bias_off[3] = {L->bq ? vo->bq[il] : 0, L->bk ? vo->bk[il] : 0, L->bv ? vo->bv[il] : 0};
+        if ((L->q_norm || L->k_norm) && (L->bq || L->bk)) { /* as before the fused kernels: no such model is known */
+            add_matvec(bd, &W[0], ain, L->q_norm ? g->qr : g->q, g->n_batch, EPI_NONE);
+            add_matvec(bd, &W[1], ain, L->k_norm ? g->kr : g->k, g->n_batch, EPI_NONE);
+            add_matvec(bd, &W[2], ain, g->v, g->n_batch, EPI_NONE);
+            if (L->bq) add_rows(bd, g->q, g->vecs, vo->bq[il], QD, 0);
+            if (L->bk) add_rows(bd, g->k, g->vecs, vo->bk[il], KD, 0);
+            if (L->bv) add_rows(bd, g->v, g->vecs, vo->bv[il], VD, 0);
+        } else {
+            add_qkv(bd, W, ain, L->q_norm ? g->qr : g->q, L->k_norm ? g->kr : g->k, bias, bias_off);
+        }
         const bool whole = hp->qk_norm_whole;
         if (L->q_norm) add_rms(bd, g->qr, g->q, vo->q_norm[il], whole ? QD : dk, whole ? 1 : (uint32_t)hp->n_head);
         if (L->k_norm) add_rms(bd, g->kr, g->k, vo->k_norm[il], whole ? KD : dk, whole ? 1 : (uint32_t)hp->n_head_kv);
-        if (L->rope) { /* smollm3's every 4th layer has none; a local layer may have its own table */
-            const uint32_t cs_off = L->swa && g->rope_swa_off ? (uint32_t)(g->rope_swa_off / 4) : 0;
-            const union wgllm_kparams rq = {.rope = {.heads = (uint32_t)hp->n_head, .n_rot = (uint32_t)hp->n_rot,
-                                                     .head_dim = dk, .tok_stride = QD, .cs_off = cs_off}};
-            const union wgllm_kparams rk = {.rope = {.heads = (uint32_t)hp->n_head_kv, .n_rot = (uint32_t)hp->n_rot,
-                                                     .head_dim = dk, .tok_stride = KD, .cs_off = cs_off}};
-            add_op(bd, prope, &rq, GROW_Y, ceil_div((uint64_t)rq.rope.heads * (rq.rope.n_rot / 2), t->wg_elem), 2,
-                   g->q, g->rope_cs, NULL, NULL);
-            add_op(bd, prope, &rk, GROW_Y, ceil_div((uint64_t)rk.rope.heads * (rk.rope.n_rot / 2), t->wg_elem), 2,
-                   g->k, g->rope_cs, NULL, NULL);
-        }
-        /* the step buffer's rows (cache rows) start at word B, a ring's rows at 5B: a local
-         * layer's ring is a parameter of the same dispatches (backend/kv_window.h) */
+        /* RoPE of q and k (smollm3's every 4th layer has none; a local layer
+         * may have its own table) and the f16 K, V rows into the caches, in
+         * one dispatch. The step buffer's rows (cache rows) start at word B,
+         * a ring's rows at 5B: a local layer's ring is a parameter of the
+         * same dispatch (backend/kv_window.h). */
+        const uint32_t cs_off = L->swa && g->rope_swa_off ? (uint32_t)(g->rope_swa_off / 4) : 0;
         const bool ring = g->ring && L->swa;
         const uint32_t row_at = ring ? 5 * B : B;
-        const union wgllm_kparams sk = {.store_kv = {.words = KD / 2, .x_stride = KD, .row_at = row_at, .y_stride = KD / 2}};
-        const union wgllm_kparams sv = {.store_kv = {.words = VD / 2, .x_stride = VD, .row_at = row_at, .y_stride = VD / 2}};
-        add_op(bd, pstore, &sk, GROW_Y, ceil_div(sk.store_kv.words, t->wg_elem), 3, g->k, g->step, g->kc[il], NULL);
-        add_op(bd, pstore, &sv, GROW_Y, ceil_div(sv.store_kv.words, t->wg_elem), 3, g->v, g->step, g->vc[il], NULL);
+        const union wgllm_kparams rs = {.rope_store = {.heads = (uint32_t)hp->n_head, .n_rot = (uint32_t)hp->n_rot,
+                                                       .head_dim = dk, .q_stride = QD, .k_stride = KD, .cs_off = cs_off,
+                                                       .v_stride = VD, .row_at = row_at, .rotate = L->rope ? 1 : 0}};
+        const uint64_t units = (L->rope ? (uint64_t)hp->n_head * (hp->n_rot / 2) : 0) + KD / 2 + VD / 2;
+        struct gop *rso = add_op(bd, prs, &rs, GROW_Y, ceil_div(units, t->wg_elem), 4, g->q, g->k, g->v, g->rope_cs);
+        bind_more(rso, g->step);
+        bind_more(rso, g->kc[il]);
+        bind_more(rso, g->vc[il]);
         const float cap = hp->attn_softcap;
         const union wgllm_kparams ak = {.attn = {.dk = dk, .dv = dv, .k_stride = KD, .v_stride = VD,
                                                  .gqa = (uint32_t)(hp->n_head / hp->n_head_kv), .q_stride = QD,
@@ -328,27 +470,37 @@ static void build_ops(struct builder *bd, const struct vec_offsets *vo) {
             add_op(bd, pgf, &ga, GROW_Y, ceil_div(OD, t->wg_elem), 3, g->att, g->step, g->att_o, NULL);
             xa = g->xo, aa = g->att_o, cap_rows = g->out_cap;
         }
-        add_matvec(bd, &W[3], aa, g->tmp, cap_rows, L->post_attn_norm ? EPI_NONE : res_epi);
-        if (L->bo) add_rows(bd, g->tmp, g->vecs, vo->bo[il], E, 0); /* gpt-oss: before the residual, as the CPU */
-        add_residual(bd, xa, g->tmp, E, L->post_attn_norm, L->post_attn_norm ? vo->post_attn_norm[il] : 0);
+        if (!L->post_attn_norm && !L->bo) {
+            add_matvec(bd, &W[3], aa, xa, cap_rows, acc_epi);
+        } else {
+            add_matvec(bd, &W[3], aa, g->tmp, cap_rows, L->post_attn_norm ? EPI_NONE : res_epi);
+            if (L->bo) add_rows(bd, g->tmp, g->vecs, vo->bo[il], E, 0); /* gpt-oss: before the residual, as the CPU */
+            add_residual(bd, xa, g->tmp, E, L->post_attn_norm, L->post_attn_norm ? vo->post_attn_norm[il] : 0);
+        }
         /* the FFN's input: the pre-norm of x, or x itself (olmo2) */
         struct wgllm_gpu_buffer *fin = xa;
-        if (L->ffn_norm) add_rms(bd, xa, g->xn, vo->ffn_norm[il], E, 1), fin = g->xn;
+        if (L->ffn_norm) add_rms_for(bd, xa, g->xn, vo->ffn_norm[il], E, hp->n_expert > 0 ? NULL : &W[4]), fin = g->xn;
         if (hp->n_expert > 0) { /* the experts' FFN (webgpu_moe.c) */
             wgllm_webgpu_moe_ffn(g, bd, il, vo, fin, xa, cap_rows);
             continue;
         }
-        add_matvec(bd, &W[4], fin, g->gate, cap_rows, EPI_NONE);
-        add_matvec(bd, &W[5], fin, g->up, cap_rows, EPI_NONE);
-        const union wgllm_kparams sw = {.swiglu = {.count = F * (uint32_t)cap_rows}};
-        add_elems(bd, pswi, &sw, F, t->wg_elem, gelu ? 4 : 3, g->gate, g->up, g->ffh, gelu ? g->gelu_tab : NULL);
-        add_matvec(bd, &W[6], g->ffh, g->tmp, cap_rows, L->post_ffn_norm ? EPI_NONE : res_epi);
-        add_residual(bd, xa, g->tmp, E, L->post_ffn_norm, L->post_ffn_norm ? vo->post_ffn_norm[il] : 0);
+        if (!add_glu(bd, W, fin, cap_rows, gelu)) {
+            add_matvec(bd, &W[4], fin, g->gate, cap_rows, EPI_NONE);
+            add_matvec(bd, &W[5], fin, g->up, cap_rows, EPI_NONE);
+            const union wgllm_kparams sw = {.swiglu = {.count = F * (uint32_t)cap_rows}};
+            add_elems(bd, pswi, &sw, F, t->wg_elem, gelu ? 4 : 3, g->gate, g->up, g->ffh, gelu ? g->gelu_tab : NULL);
+        }
+        if (!L->post_ffn_norm) {
+            add_matvec(bd, &W[6], g->ffh, xa, cap_rows, acc_epi);
+        } else {
+            add_matvec(bd, &W[6], g->ffh, g->tmp, cap_rows, EPI_NONE);
+            add_residual(bd, xa, g->tmp, E, L->post_ffn_norm, vo->post_ffn_norm[il]);
+        }
     }
     /* the final norm of the output rows, then the logits (soft-capped, gemma2; scaled, granite) */
     add_rms(bd, g->xo, g->xn, vo->output_norm, E, 1);
     g->n_ops_norm = g->n_ops;
-    const struct epilogue out_epi = {hp->final_softcap > 0.0f ? hp->final_softcap : 0.0f, hp->logit_scale};
+    const struct epilogue out_epi = {hp->final_softcap > 0.0f ? hp->final_softcap : 0.0f, hp->logit_scale, false};
     add_matvec(bd, &g->w[7 * hp->n_layer + 1], g->xn, g->logits, g->out_cap, out_epi);
     g->n_ops_logits = g->n_ops;
     const union wgllm_kparams am = {.argmax = {.count = (uint32_t)hp->n_vocab}};

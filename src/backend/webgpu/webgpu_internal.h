@@ -76,7 +76,7 @@ struct gop {
     int tok; /* >= 0: an op of that one token (row-split weights), run when tok < count */
     /* until the bind group exists */
     int slot, nb;
-    struct wgllm_gpu_binding b[7]; /* the arena and up to six buffers (attention with sinks) */
+    struct wgllm_gpu_binding b[9]; /* the arena and up to eight buffers (MATVEC_QKV with biases) */
 };
 
 struct wgllm_webgpu_moe;

@@ -1,0 +1,306 @@
+/*
+ * kernels_fused.c - WGSL of the fused decode kernels (kernels.h): one
+ * mat-vec for a layer's q, k and v (MATVEC_QKV), one for gate, up and
+ * their GLU (MATVEC_SWIGLU / MATVEC_GEGLU), and RoPE with the KV-cache
+ * store (ROPE_STORE). They exist to cut a decode step's dispatches, which
+ * is what bounds a small model's tokens/s on a real GPU; each gives the
+ * bits of the kernels it stands for, so both paths agree with the CPU alike.
+ *
+ * A fused mat-vec binds several weights, each in its own format: the one
+ * dequant routine per format (wgllm_wgsl_format, what MATVEC uses) is
+ * emitted once per weight with its module-scope names suffixed (_0, _1,
+ * _2) and its binding renumbered, so a Q4_K_M layer with a Q6_K v
+ * projection fuses as well as a uniform one. The workgroup shapes (a row
+ * per thread, a workgroup reduction, subgroups) are MATVEC's, reducing a
+ * vec2 per row (q|k|v: one value; gate and up: two) in MATVEC's order.
+ */
+#include "backend/webgpu/kernels.h"
+#include "base/strbuf.h"
+#include "quant/quant.h"
+
+#include <ctype.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KP_AT(view, field, letter)                                                              \
+    _Static_assert(offsetof(struct wgllm_kp_##view, field) == offsetof(struct wgllm_kp_raw, letter), \
+                   "wgllm_kp_" #view "." #field " must sit at p." #letter)
+_Static_assert(sizeof(struct wgllm_kp_matvec_qkv) == 64, "wgllm_kp_matvec_qkv is the whole block");
+KP_AT(matvec_qkv, rows_q, n); KP_AT(matvec_qkv, rows_k, m); KP_AT(matvec_qkv, k, k); KP_AT(matvec_qkv, w_off, a);
+KP_AT(matvec_qkv, x_off, b); KP_AT(matvec_qkv, rows_v, d); KP_AT(matvec_qkv, bq_off, e); KP_AT(matvec_qkv, bk_off, g);
+KP_AT(matvec_qkv, bv_off, i);
+_Static_assert(sizeof(struct wgllm_kp_rope_store) == 64, "wgllm_kp_rope_store is the whole block");
+KP_AT(rope_store, heads, n); KP_AT(rope_store, n_rot, m); KP_AT(rope_store, head_dim, k);
+KP_AT(rope_store, q_stride, a); KP_AT(rope_store, k_stride, b); KP_AT(rope_store, cs_off, c);
+KP_AT(rope_store, v_stride, d); KP_AT(rope_store, row_at, e); KP_AT(rope_store, rotate, h);
+#undef KP_AT
+
+static bool ident_start(char c) { return isalpha((unsigned char)c) || c == '_'; }
+static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+/* The names a format's text declares at module scope: fn NAME, var<...> NAME, const NAME. */
+static int declared_names(const char *t, char names[][32], int cap) {
+    int n = 0;
+    for (const char *c = t; *c; c++) {
+        if (c > t && ident_char(c[-1])) continue;
+        const char *q = NULL;
+        if (!strncmp(c, "fn ", 3)) q = c + 3;
+        else if (!strncmp(c, "const ", 6)) q = c + 6;
+        else if (!strncmp(c, "var<", 4) && (q = strchr(c, '>'))) q++;
+        if (!q) continue;
+        while (*q == ' ') q++;
+        size_t len = 0;
+        while (ident_char(q[len])) len++;
+        if (!len || len >= 32 || n == cap) continue;
+        memcpy(names[n], q, len);
+        names[n][len] = 0;
+        n++;
+    }
+    return n;
+}
+
+/* The format routine of `type` for weight `part`: every declared name
+ * suffixed _part, its weight at @binding(binding). */
+static void emit_part_format(struct wgllm_strbuf *b, uint32_t type, int part, int binding) {
+    char *t = wgllm_wgsl_format(type, true);
+    if (!t) {
+        b->oom = true;
+        return;
+    }
+    char names[64][32];
+    const int n = declared_names(t, names, 64);
+    for (const char *c = t; *c;) {
+        if (!strncmp(c, "@binding(1)", 11)) {
+            wgllm_strbuf_printf(b, "@binding(%d)", binding);
+            c += 11;
+        } else if (ident_start(*c) && (c == t || c[-1] != '.')) {
+            size_t len = 0;
+            while (ident_char(c[len])) len++;
+            bool ours = false;
+            for (int i = 0; i < n && !ours; i++) ours = strlen(names[i]) == len && !strncmp(names[i], c, len);
+            wgllm_strbuf_printf(b, "%.*s%s", (int)len, c, ours ? (part == 0 ? "_0" : part == 1 ? "_1" : "_2") : "");
+            c += len;
+        } else if (isdigit((unsigned char)*c)) { /* a literal: 1u, 0x7fu, 2.5e-3 */
+            size_t len = 0;
+            while (ident_char(c[len]) || c[len] == '.') len++;
+            wgllm_strbuf_printf(b, "%.*s", (int)len, c);
+            c += len;
+        } else {
+            wgllm_strbuf_printf(b, "%c", *c++);
+        }
+    }
+    free(t);
+}
+
+/* main() of a fused mat-vec over rows R < nrows(): val(R, xb, tid) is
+ * this thread's share of the row's products, put2(R, tok, v) stores the
+ * reduced pair. MATVEC's three shapes, in its order of summation. */
+static void emit_matvec_main(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    if (t->matvec_thread_rows) {
+        wgllm_strbuf_printf(b, "@compute @workgroup_size(ROWS)\n"
+                  "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+                  "  let row = gid.x;\n"
+                  "  let tok = gid.y;\n"
+                  "  if (row >= nrows()) { return; }\n"
+                  "  put2(row, tok, val(row, p.b + tok * p.k, 0u));\n"
+                  "}\n");
+        return;
+    }
+    if (t->matvec_subgroups) {
+        wgllm_strbuf_printf(b, "var<workgroup> red: array<vec2<f32>, WGM>;\n"
+                  "@compute @workgroup_size(WGM)\n"
+                  "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,\n"
+                  "        @builtin(subgroup_invocation_id) sli: u32, @builtin(subgroup_size) sgs: u32) {\n"
+                  "  let tid = lid.x;\n"
+                  "  let tok = wid.y;\n"
+                  "  let xb = p.b + tok * p.k;\n"
+                  "  let nsg = (WGM + sgs - 1u) / sgs;\n"
+                  "  for (var rr = 0u; rr < ROWS; rr++) {\n"
+                  "    let row = wid.x * ROWS + rr;\n"
+                  "    var acc = vec2<f32>(0.0, 0.0);\n"
+                  "    if (row < nrows()) { acc = val(row, xb, tid); }\n"
+                  "    let s = subgroupAdd(acc);\n"
+                  "    if (sli == 0u) { red[tid / sgs] = s; }\n"
+                  "    workgroupBarrier();\n"
+                  "    if (tid == 0u && row < nrows()) {\n"
+                  "      var tot = vec2<f32>(0.0, 0.0);\n"
+                  "      for (var i = 0u; i < nsg; i++) { tot += red[i]; }\n"
+                  "      put2(row, tok, tot);\n"
+                  "    }\n"
+                  "    workgroupBarrier();\n"
+                  "  }\n"
+                  "}\n");
+        return;
+    }
+    wgllm_strbuf_printf(b, "var<workgroup> red: array<vec2<f32>, WGM>;\n"
+              "@compute @workgroup_size(WGM)\n"
+              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n"
+              "  let tid = lid.x;\n"
+              "  let tok = wid.y;\n"
+              "  let xb = p.b + tok * p.k;\n"
+              "  for (var rr = 0u; rr < ROWS; rr++) {\n"
+              "    let row = wid.x * ROWS + rr;\n"
+              "    var acc = vec2<f32>(0.0, 0.0);\n"
+              "    if (row < nrows()) { acc = val(row, xb, tid); }\n"
+              "    red[tid] = acc;\n"
+              "    workgroupBarrier();\n"
+              "    for (var s = WGM / 2u; s > 0u; s >>= 1u) {\n"
+              "      if (tid < s) { red[tid] += red[tid + s]; }\n"
+              "      workgroupBarrier();\n"
+              "    }\n"
+              "    if (tid == 0u && row < nrows()) { put2(row, tok, red[0]); }\n"
+              "    workgroupBarrier();\n"
+              "  }\n"
+              "}\n");
+}
+
+static void emit_matvec_consts(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGM: u32 = %uu;\nconst ROWS: u32 = %uu;\n", t->matvec_thread_rows ? 1u : t->wg_matvec,
+                        t->rows_matvec);
+}
+
+static void gen_qkv(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    emit_matvec_consts(b, t);
+    const uint32_t types[3] = {key->type, key->type2, key->type3};
+    for (int i = 0; i < 3; i++) emit_part_format(b, types[i], i, 1 + i);
+    wgllm_strbuf_printf(b, "@group(0) @binding(4) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(5) var<storage, read_write> Y0: array<f32>;\n"
+              "@group(0) @binding(6) var<storage, read_write> Y1: array<f32>;\n"
+              "@group(0) @binding(7) var<storage, read_write> Y2: array<f32>;\n");
+    if (key->bias) wgllm_strbuf_printf(b, "@group(0) @binding(8) var<storage, read> B: array<f32>;\n");
+    const char *bq = key->bias ? " + B[p.e + r]" : "", *bk = key->bias ? " + B[p.g + r]" : "",
+               *bv = key->bias ? " + B[p.i + r]" : "";
+    wgllm_strbuf_printf(b, "fn nrows() -> u32 { return p.n + p.m + p.d; }\n"
+              "fn val(row: u32, xb: u32, tid: u32) -> vec2<f32> {\n"
+              "  if (row < p.n) { return vec2<f32>(rdot_0(row_base_0(row), xb, tid), 0.0); }\n"
+              "  if (row < p.n + p.m) { return vec2<f32>(rdot_1(row_base_1(row - p.n), xb, tid), 0.0); }\n"
+              "  return vec2<f32>(rdot_2(row_base_2(row - p.n - p.m), xb, tid), 0.0);\n"
+              "}\n"
+              /* the bias after the product, as the separate ADD_ROWS adds it */
+              "fn put2(row: u32, tok: u32, v: vec2<f32>) {\n"
+              "  if (row < p.n) { let r = row; Y0[tok * p.n + r] = v.x%s; return; }\n"
+              "  if (row < p.n + p.m) { let r = row - p.n; Y1[tok * p.m + r] = v.x%s; return; }\n"
+              "  let r = row - p.n - p.m;\n"
+              "  Y2[tok * p.d + r] = v.x%s;\n"
+              "}\n", bq, bk, bv);
+    emit_matvec_main(b, t);
+}
+
+static void gen_glu(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    const bool gelu = key->kernel == WGLLM_KERNEL_MATVEC_GEGLU;
+    emit_matvec_consts(b, t);
+    emit_part_format(b, key->type, 0, 1);
+    emit_part_format(b, key->type2, 1, 2);
+    wgllm_strbuf_printf(b, "@group(0) @binding(3) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(4) var<storage, read_write> Y: array<f32>;\n");
+    if (gelu) /* GEGLU's table and its f16 rounding */
+        wgllm_strbuf_printf(b, "@group(0) @binding(5) var<storage, read> T: array<u32>;\n%s%s", wgllm_wgsl_f16_helpers(),
+                            wgllm_wgsl_gelu_helper());
+    wgllm_strbuf_printf(b, "fn nrows() -> u32 { return p.n; }\n"
+              "fn val(row: u32, xb: u32, tid: u32) -> vec2<f32> {\n"
+              "  return vec2<f32>(rdot_0(row_base_0(row), xb, tid), rdot_1(row_base_1(row), xb, tid));\n"
+              "}\n"
+              "fn put2(row: u32, tok: u32, v: vec2<f32>) {\n"
+              "  let g = v.x;\n"
+              "  Y[p.c + tok * p.n + row] = %s * v.y;\n"
+              "}\n", gelu ? "gelu(g)" : "(g / (1.0 + exp(-g)))");
+    emit_matvec_main(b, t);
+}
+
+/* ROPE's rotation (kernels.c's gen_rope: the same two products of each
+ * pair), read for one element of K so that its word can go to the cache
+ * without K being rotated in place. */
+static void gen_rope_store(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    wgllm_strbuf_printf(b, "const WGE: u32 = %uu;\nconst NEOX: bool = %s;\n", t->wg_elem, key->neox ? "true" : "false");
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read_write> Q: array<f32>;\n"
+              "@group(0) @binding(2) var<storage, read> K: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read> V: array<f32>;\n"
+              "@group(0) @binding(4) var<storage, read> CS: array<f32>;\n"
+              "@group(0) @binding(5) var<storage, read> ST: array<u32>;\n"
+              "@group(0) @binding(6) var<storage, read_write> KC: array<u32>;\n"
+              "@group(0) @binding(7) var<storage, read_write> VC: array<u32>;\n"
+              "fn krot(tb: u32, e: u32, cb: u32) -> f32 {\n"
+              "  let i = e %% p.k;\n"
+              "  let base = tb + (e / p.k) * p.k;\n"
+              "  if (p.h == 0u || i >= p.m) { return K[base + i]; }\n"
+              "  let hf = p.m / 2u;\n"
+              "  var j = i / 2u;\n"
+              "  var first = (i & 1u) == 0u;\n"
+              "  var ia = base + 2u * j;\n"
+              "  var ib = ia + 1u;\n"
+              "  if (NEOX) {\n"
+              "    first = i < hf;\n"
+              "    j = select(i - hf, i, first);\n"
+              "    ia = base + j;\n"
+              "    ib = ia + hf;\n"
+              "  }\n"
+              "  let c = CS[cb + 2u * j];\n"
+              "  let s = CS[cb + 2u * j + 1u];\n"
+              "  let x0 = K[ia];\n"
+              "  let x1 = K[ib];\n"
+              "  if (first) { return x0 * c - x1 * s; }\n"
+              "  return x0 * s + x1 * c;\n"
+              "}\n"
+              "@compute @workgroup_size(WGE)\n"
+              "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"
+              "  let u = gid.x;\n"
+              "  let tok = gid.y;\n"
+              "  let hf = p.m / 2u;\n"
+              "  let nq = select(0u, p.n * hf, p.h != 0u);\n"
+              "  let nk = p.b / 2u;\n"
+              "  let nv = p.d / 2u;\n"
+              "  let cb = p.c + tok * p.m;\n"
+              "  if (u < nq) {\n"
+              "    let i = u %% hf;\n"
+              "    let c = CS[cb + 2u * i];\n"
+              "    let s = CS[cb + 2u * i + 1u];\n"
+              "    let base = tok * p.a + (u / hf) * p.k;\n"
+              "    var ia = base + 2u * i;\n"
+              "    var ib = ia + 1u;\n"
+              "    if (NEOX) { ia = base + i; ib = base + i + hf; }\n"
+              "    let x0 = Q[ia];\n"
+              "    let x1 = Q[ib];\n"
+              "    Q[ia] = x0 * c - x1 * s;\n"
+              "    Q[ib] = x0 * s + x1 * c;\n"
+              "    return;\n"
+              "  }\n"
+              "  if (u >= nq + nk + nv) { return; }\n"
+              "  let row = ST[p.e + tok];\n"
+              "  if (u < nq + nk) {\n"
+              "    let w = u - nq;\n"
+              "    KC[row * nk + w] = pack2x16float(vec2<f32>(krot(tok * p.b, 2u * w, cb), krot(tok * p.b, 2u * w + 1u, cb)));\n"
+              "    return;\n"
+              "  }\n"
+              "  let w = u - nq - nk;\n"
+              "  let x = tok * p.d + 2u * w;\n"
+              "  VC[row * nv + w] = pack2x16float(vec2<f32>(V[x], V[x + 1u]));\n"
+              "}\n");
+}
+
+char *wgllm_wgsl_fused_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune) {
+    struct wgllm_strbuf b = {0};
+    switch (key->kernel) {
+    case WGLLM_KERNEL_MATVEC_QKV: gen_qkv(&b, key, tune); break;
+    case WGLLM_KERNEL_MATVEC_SWIGLU:
+    case WGLLM_KERNEL_MATVEC_GEGLU: gen_glu(&b, key, tune); break;
+    case WGLLM_KERNEL_ROPE_STORE: gen_rope_store(&b, key, tune); break;
+    default: return NULL;
+    }
+    if (b.oom) {
+        wgllm_strbuf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+const char *wgllm_wgsl_fused_kernel_name(enum wgllm_kernel k) {
+    switch (k) {
+    case WGLLM_KERNEL_MATVEC_QKV: return "matvec_qkv";
+    case WGLLM_KERNEL_MATVEC_SWIGLU: return "matvec_swiglu";
+    case WGLLM_KERNEL_MATVEC_GEGLU: return "matvec_geglu";
+    case WGLLM_KERNEL_ROPE_STORE: return "rope_store";
+    default: return "unknown";
+    }
+}
