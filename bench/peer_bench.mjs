@@ -15,7 +15,7 @@
 //   tg = N single-token steps (decode 1 token + greedy sample, fed back), timed
 //        together after the prompt: N / seconds.
 // One untimed warm-up (a 16-token prompt + 2 steps) first pages the weights in.
-// Context: 512 tokens, batch 512, default F16 KV cache and flash-attention "auto"
+// Context: 512 tokens (or P + N + 16 when longer), batch 512 (or P), default F16 KV cache and flash-attention "auto"
 // (llama.cpp's defaults), `threads` fixed through getLlama({maxThreads}) and the
 // context's {ideal, min}. The median of r repetitions is reported, as wgllm bench does.
 import { loadModelContext, benchModel, seededIds, vocabSize, peerLlama } from '../tools/peer/peer.mjs';
@@ -67,7 +67,10 @@ for (const { type, path } of models) {
     res.wgllm = wgllmBench(path, { pp: opts.p, tg: opts.n, reps: opts.r, threads: opts.t });
   }
   process.stderr.write(`llama.cpp bench ${type} ...\n`);
-  const mc = await loadModelContext(path, { threads: opts.t, contextSize: 512, kvF32: false, flashAttention: 'auto' });
+  // 512 as llama.cpp's default, or what a long prompt needs (in one batch: llama.cpp splits it into ubatches of 512)
+  const ctx = Math.max(512, opts.p + opts.n + 16);
+  const mc = await loadModelContext(path, { threads: opts.t, contextSize: ctx, batchSize: Math.max(512, opts.p), kvF32: false,
+    flashAttention: 'auto' });
   try {
     const nv = vocabSize(mc.model);
     await benchModel(mc, seededIds(16, 100, nv - 100, 7), 2, 1);   // warm-up, untimed

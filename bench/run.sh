@@ -2,8 +2,10 @@
 # wgllm vs llama.cpp speed on a TinyLlama-1.1B-shaped synthetic model (q4_0, q8_0, bf16,
 # f16, and Q4_K_M, Q5_K_M, Q6_K, IQ4_XS quantized from the f16 one): prompt 128
 # tokens, 32 generated, 2 threads, median of 3.
-# Usage: bash bench/run.sh [--peer-only] [--native] [--shapes] [TYPE...]   (the models, ~4 GB, are
-# made once into build/models; TYPE: only those, e.g. q4_0 q8_0)
+# Usage: bash bench/run.sh [--peer-only] [--native] [--shapes] [--pp N] [--tg N] [--threads N]
+#                          [--reps N] [TYPE...]   (the models, ~4 GB, are made once into
+# build/models; TYPE: only those, e.g. q4_0 q8_0; --pp/--tg/--threads/--reps change the
+# 128 / 32 / 2 / 3 of the default table, e.g. --pp 1024 --tg 1 for long prompts)
 #   --shapes  instead of TinyLlama, the realistic shape of each other family in q4_0 (gemma3-1b,
 #             gemma2-2b, phi3-mini, qwen3moe-16x2: ~7 GB made once), with each one's KV memory
 #             from `wgllm info` (sliding-window layers keep only their window)
@@ -15,15 +17,21 @@ cd "$(dirname "$0")/.."
 if [ ! -d tools/peer/node_modules/node-llama-cpp ]; then
   (cd tools/peer && npm ci --omit=optional --no-audit --no-fund)
 fi
-peer_only=0 native=0 shapes=0 only=()
-for a in "$@"; do
-  case "$a" in
+peer_only=0 native=0 shapes=0 only=() pp=128 tg=32 threads=2 reps=3
+usage="usage: bench/run.sh [--peer-only] [--native] [--shapes] [--pp N] [--tg N] [--threads N] [--reps N] [TYPE...]"
+while [ $# -gt 0 ]; do
+  case "$1" in
     --peer-only) peer_only=1 ;;
     --native) native=1 ;;
     --shapes) shapes=1 ;;
-    -*) echo "bench: unknown option $a (usage: bench/run.sh [--peer-only] [--native] [--shapes] [TYPE...])" >&2; exit 2 ;;
-    *) only+=("$a") ;;
+    --pp|--tg|--threads|--reps)
+      [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "bench: $1 needs a positive number ($usage)" >&2; exit 2; }
+      case "$1" in --pp) pp=$2 ;; --tg) tg=$2 ;; --threads) threads=$2 ;; --reps) reps=$2 ;; esac
+      shift ;;
+    -*) echo "bench: unknown option $1 ($usage)" >&2; exit 2 ;;
+    *) only+=("$1") ;;
   esac
+  shift
 done
 if [ $peer_only = 0 ]; then
   make -j2
@@ -82,4 +90,4 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //
 opts=()
 [ $peer_only = 1 ] && opts+=(--peer-only)
 [ $native = 1 ] && opts+=(--native "$(bash tools/llamacpp/build.sh --native llama-bench)")
-exec node bench/peer_bench.mjs "${opts[@]}" -p 128 -n 32 -r 3 -t 2 "${args[@]}"
+exec node bench/peer_bench.mjs "${opts[@]}" -p "$pp" -n "$tg" -r "$reps" -t "$threads" "${args[@]}"

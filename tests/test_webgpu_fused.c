@@ -389,9 +389,8 @@ TEST(fused_kernels_compile_for_every_format) {
             if (!wgllm_wgsl_supports(WGLLM_KERNEL_MATVEC, t)) continue;
             /* each format beside another (names suffixed per weight must not collide) */
             const uint32_t other = t == WGLLM_TYPE_Q6_K ? WGLLM_TYPE_Q4_K : WGLLM_TYPE_Q6_K;
-            const struct wgllm_kernel_key keys[] = {
+            const struct wgllm_kernel_key keys[] = { /* the format as weight 0, 1 and 2 */
                 {.kernel = WGLLM_KERNEL_MATVEC_QKV, .type = t, .type2 = other, .type3 = t, .bias = true},
-                {.kernel = WGLLM_KERNEL_MATVEC_SWIGLU, .type = t, .type2 = t},
                 {.kernel = WGLLM_KERNEL_MATVEC_GEGLU, .type = other, .type2 = t},
             };
             for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
