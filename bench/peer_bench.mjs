@@ -3,6 +3,9 @@
 //
 // usage: node bench/peer_bench.mjs [--peer-only] [--native DIR] [-p 128] [-n 32] [-r 3] [-t 2] TYPE=PATH...
 //
+// Also measures the memory read bandwidth (`wgllm bench --membw`, same threads) and prints each
+// decode figure as GB/s of weights read and as a share of that bandwidth.
+//
 // --native DIR: also llama.cpp built for this CPU (DIR/llama-bench, from
 // tools/llamacpp/build.sh --native llama-bench), with llama-bench's own timing
 // (-p P -n N -r R -t T, one warm-up run, the median of its samples), in the
@@ -19,7 +22,7 @@
 // (llama.cpp's defaults), `threads` fixed through getLlama({maxThreads}) and the
 // context's {ideal, min}. The median of r repetitions is reported, as wgllm bench does.
 import { loadModelContext, benchModel, seededIds, vocabSize, peerLlama } from '../tools/peer/peer.mjs';
-import { wgllmBench, WGLLM } from '../tools/peer/wgllm.mjs';
+import { wgllmBench, wgllmMembw, WGLLM } from '../tools/peer/wgllm.mjs';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { join, dirname } from 'node:path';
@@ -58,6 +61,9 @@ function nativeBench(path) {
 }
 
 await peerLlama({ threads: opts.t });
+// the machine's memory read bandwidth at the same thread count: each decode figure is also given
+// as GB/s of weights (the bytes a token reads, `wgllm bench`'s decode_bytes) and as a share of it
+const membw = opts.peerOnly ? null : wgllmMembw(opts.t).membw_gb_s;
 const results = [];
 for (const { type, path } of models) {
   if (!existsSync(path)) { console.error(`peer_bench: ${path} missing`); process.exit(1); }
@@ -101,10 +107,24 @@ for (const r of results) {
   lines.push(`| ${r.type} | ${f(wp)} | ${f(lp)} | ${ratio(wp, lp)} |` + (nat ? ` ${f(r.native.pp.median)} |` : '') +
     ` ${f(wt)} | ${f(lt)} | ${ratio(wt, lt)} |` + (nat ? ` ${f(r.native.tg.median)} |` : ''));
 }
+if (membw) {
+  lines.push('', `memory read bandwidth (wgllm bench --membw -t ${opts.t}): ${membw.toFixed(2)} GB/s; decode as GB/s of weights ` +
+    '(the bytes a token reads x tg t/s) and as a share of it:',
+  '| type | MiB read a token | wgllm tg GB/s | share | llama.cpp tg GB/s | share |' + (nat ? ' native tg GB/s | share |' : ''),
+  '|------|-----------------:|--------------:|------:|------------------:|------:|' + (nat ? '---------------:|------:|' : ''));
+  for (const r of results) {
+    const b = r.wgllm?.decode_bytes;
+    if (!b) continue;
+    const gb = (t) => (t == null ? null : (b * t) / 1e9);
+    const cell = (t) => (t == null ? '- | -' : `${gb(t).toFixed(1)} | ${Math.round((100 * gb(t)) / membw)}%`);
+    lines.push(`| ${r.type} | ${(b / 1048576).toFixed(1)} | ${cell(r.wgllm.tg.median)} | ${cell(r.llama.tg.median)} |` +
+      (nat ? ` ${cell(r.native.tg.median)} |` : ''));
+  }
+}
 console.log(lines.join('\n'));
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 mkdirSync(join(root, 'build/bench'), { recursive: true });
 const out = join(root, 'build/bench/results.json');
-writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), cpu: os.cpus()[0]?.model, ncpu: os.cpus().length, wgllm: opts.peerOnly ? null : WGLLM, opts, results }, null, 2));
+writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), cpu: os.cpus()[0]?.model, ncpu: os.cpus().length, membw_gb_s: membw, wgllm: opts.peerOnly ? null : WGLLM, opts, results }, null, 2));
 console.error(`raw numbers: ${out}`);

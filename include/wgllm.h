@@ -134,6 +134,11 @@ int wgllm_model_n_layer(const struct wgllm_model *model);
 const char *wgllm_model_arch(const struct wgllm_model *model); /* "llama", "qwen2", ... */
 /* Bytes of weights (tensor data) in the model. */
 uint64_t wgllm_model_size(const struct wgllm_model *model);
+/* Bytes of weights one decode step (one token) reads: every matrix, but one
+ * row of the embedding table and, of a mixture of experts, only the used
+ * experts' share of each stack. A memory-bound decode runs at about
+ * bandwidth / this many tokens per second. */
+uint64_t wgllm_model_decode_bytes(const struct wgllm_model *model);
 /* A 64-bit identity of the model's architecture, shapes and (sampled)
  * weights: saved KV state is only ever restored into the model it came from. */
 uint64_t wgllm_model_fingerprint(const struct wgllm_model *model);

@@ -85,6 +85,23 @@ TEST(info_and_run) {
     run_free(&r);
 }
 
+/* bench prints the weight bytes a token reads as GB/s, and --membw the
+ * bandwidth to compare it with (as JSON too, for bench/peer_bench.mjs). */
+TEST(bench_reports_bytes_and_bandwidth) {
+    char args[1024];
+    snprintf(args, sizeof(args), "bench -m '%s' -p 4 -n 2 -r 1 -t 1 --json", model_path);
+    struct run r = run_cli(args, NULL);
+    CHECK_EQ_INT(r.status, 0);
+    const char *db = strstr(r.out, "\"decode_bytes\": ");
+    CHECK(db != NULL && strtoull(db + 16, NULL, 10) > 0);
+    run_free(&r);
+    r = run_cli("bench --membw -t 1 --json", NULL);
+    CHECK_EQ_INT(r.status, 0);
+    const char *bw = strstr(r.out, "\"membw_gb_s\": ");
+    CHECK(bw != NULL && strtod(bw + 15, NULL) > 0.1);
+    run_free(&r);
+}
+
 TEST(bad_input_gives_named_errors) {
     char args[1024], bad[512];
     snprintf(bad, sizeof(bad), "%s", test_tmp_path(".gguf"));
@@ -463,6 +480,7 @@ int main(int argc, char **argv) {
     RUN(tokenize_prints_ids_on_one_line);
     RUN(info_and_run);
     RUN(bad_input_gives_named_errors);
+    RUN(bench_reports_bytes_and_bandwidth);
     RUN(chat_keeps_earlier_turns_cached);
     RUN(run_context_full_or_shift);
     RUN(sliding_window_rings_in_info_and_run);

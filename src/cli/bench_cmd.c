@@ -1,11 +1,15 @@
 /*
  * bench_cmd.c - `wgllm bench -m MODEL [-p 128] [-n 32] [-r 3] [--json]`:
- * prompt and generation tokens/s as llama-bench measures them; with
- * --parallel / --prefix-reuse the engine's tables (bench_engine.c).
+ * prompt and generation tokens/s as llama-bench measures them, and the
+ * weight bytes a generated token reads as GB/s; with --parallel /
+ * --prefix-reuse the engine's tables (bench_engine.c); `wgllm bench
+ * --membw [-t N]` the machine's memory read bandwidth, which a decode's
+ * GB/s is measured against.
  */
 #include "cli.h"
 #include "wgllm_tools.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,9 +30,72 @@ static struct stats summarize(double *v, int n) {
     return s;
 }
 
+/* ---- memory read bandwidth ---------------------------------------------- */
+
+struct membw_part {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+};
+
+static void *membw_read(void *arg) {
+    struct membw_part *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= j->n; i += 4) s0 += j->p[i], s1 += j->p[i + 1], s2 += j->p[i + 2], s3 += j->p[i + 3];
+    j->sum = s0 ^ s1 ^ s2 ^ s3;
+    return NULL;
+}
+
+/* GB/s of `threads` threads each summing its part of 1 GiB (far past any
+ * cache), the best of 5 passes, as a decode streams its weights. */
+static volatile uint64_t membw_sink; /* the sums go here, so that the reads are not optimised away */
+
+static double membw_gbs(int threads) {
+    enum { MAXT = 256 };
+    const size_t bytes = (size_t)1 << 30, n = bytes / sizeof(uint64_t);
+    if (threads < 1) threads = 1;
+    if (threads > MAXT) threads = MAXT;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0.0;
+    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9E3779B97F4A7C15ull; /* pages really there */
+    double best = 0.0;
+    struct membw_part parts[MAXT];
+    pthread_t th[MAXT];
+    bool started[MAXT];
+    for (int rep = 0; rep < 5; rep++) {
+        const int64_t t0 = wgllm_time_us();
+        for (int t = 0; t < threads; t++)
+            parts[t] = (struct membw_part){buf + n / threads * t, t == threads - 1 ? n - n / threads * t : n / threads, 0};
+        for (int t = 1; t < threads; t++) started[t] = pthread_create(&th[t], NULL, membw_read, &parts[t]) == 0;
+        membw_read(&parts[0]);
+        size_t read = parts[0].n; /* a part whose thread could not start is not counted */
+        for (int t = 1; t < threads; t++)
+            if (started[t]) pthread_join(th[t], NULL), read += parts[t].n;
+        const double s = (wgllm_time_us() - t0) / 1e6;
+        for (int t = 0; t < threads; t++) membw_sink ^= parts[t].sum;
+        if (s > 0 && read * sizeof(uint64_t) / s / 1e9 > best) best = read * sizeof(uint64_t) / s / 1e9;
+    }
+    free(buf);
+    return best;
+}
+
+static int bench_membw(const struct opts *o) {
+    const int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const double gbs = membw_gbs(threads);
+    if (gbs <= 0) {
+        fprintf(stderr, "wgllm: error: bench --membw: out of memory for its 1 GiB buffer\n");
+        return 1;
+    }
+    if (o->json) printf("{\"membw_gb_s\": %.3f, \"threads\": %d}\n", gbs, threads);
+    else printf("memory read bandwidth: %.2f GB/s (%d thread%s summing 1 GiB, best of 5)\n", gbs, threads,
+                threads == 1 ? "" : "s");
+    return 0;
+}
+
 /* Like llama-bench: pp = one batch of n_prompt tokens into an empty cache;
  * tg = n_gen single-token decodes from an empty cache; a warm-up run first. */
 int wgllm_cli_bench(const struct opts *o) {
+    if (o->membw) return bench_membw(o);
     if (o->parallel || o->prefix_reuse > 0 || o->json_schema) {
         struct wgllm_model *m = wgllm_cli_load_model(o);
         if (!m) return 1;
@@ -78,12 +145,13 @@ int wgllm_cli_bench(const struct opts *o) {
         struct stats sp = summarize(pp, o->reps), sg = summarize(tg, o->reps);
         const char *name = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
         int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        const uint64_t db = wgllm_model_decode_bytes(m);
         if (o->json) {
-            printf("{\"model\": \"%s\", \"threads\": %d, \"size_bytes\": %llu, "
+            printf("{\"model\": \"%s\", \"threads\": %d, \"size_bytes\": %llu, \"decode_bytes\": %llu, "
                    "\"pp\": {\"tokens\": %d, \"min\": %.3f, \"median\": %.3f, \"max\": %.3f}, "
                    "\"tg\": {\"tokens\": %d, \"min\": %.3f, \"median\": %.3f, \"max\": %.3f}}\n",
-                   name, threads, (unsigned long long)wgllm_model_size(m), o->n_prompt, sp.min, sp.median, sp.max,
-                   o->n_predict, sg.min, sg.median, sg.max);
+                   name, threads, (unsigned long long)wgllm_model_size(m), (unsigned long long)db, o->n_prompt, sp.min,
+                   sp.median, sp.max, o->n_predict, sg.min, sg.median, sg.max);
         } else {
             if (isatty(2)) fprintf(stderr, "\r                 \r");
             printf("%-32s %8s %7s %12s %12s %12s\n", "model", "size MiB", "threads", "test", "t/s median", "min..max");
@@ -93,6 +161,8 @@ int wgllm_cli_bench(const struct opts *o) {
                    sg.median, sg.min, sg.max);
             printf("(pp = %d-token prompt, tg = %d generated tokens, %d runs after a warm-up, cpu: %s)\n", o->n_prompt,
                    o->n_predict, o->reps, wgllm_cpu_features());
+            printf("(a generated token reads %.2f MiB of weights: %.2f GB/s at the tg median; compare `wgllm bench "
+                   "--membw`)\n", db / 1048576.0, db * sg.median / 1e9);
         }
     }
     const bool on_gpu = !strncmp(wgllm_context_backend(c), "webgpu", 6);

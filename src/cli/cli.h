@@ -33,6 +33,7 @@ struct opts {
     bool add_generation_prompt;                    /* template */
     enum wgllm_backend backend;                    /* run, bench, logits, info: -b cpu|webgpu|auto */
     bool plan;                                     /* info --plan: the WebGPU memory plan */
+    bool membw;                                    /* bench --membw: the machine's memory read bandwidth */
     bool context_shift;                            /* run, chat: shift a full context instead of failing */
     int keep;                                      /* run, chat: tokens a shift keeps after the BOS; -1 = the prompt */
     uint64_t gpu_mem;                              /* --gpu-mem: WebGPU memory budget in bytes (0 = none) */

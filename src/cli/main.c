@@ -47,7 +47,8 @@ static const struct cli_command commands[] = {
     {"bench",
      "-m MODEL [-p 128] [-n 32] [-r 3] [--json]   prompt and generation tokens/s\n"
      "           [--parallel 1,4,8] [--prefix-reuse 1000]   the engine: concurrent streams, cache reuse\n"
-     "           [--json-schema FILE]              constrained vs unconstrained decoding\n",
+     "           [--json-schema FILE]              constrained vs unconstrained decoding\n"
+     "           --membw [-t N]                    the memory read bandwidth (a decode's GB/s compares to it)\n",
      .run = wgllm_cli_bench},
     {"chat",
      "-m MODEL [--template-file F] [-n N] [--temp T]   interactive chat; /reset starts over,\n"

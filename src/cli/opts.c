@@ -117,6 +117,7 @@ int wgllm_cli_parse_opts(int argc, char **argv, struct opts *o) {
             else return wgllm_cli_usage_error("unknown backend '%s' (cpu, webgpu or auto)", v);
         }
         else if (FLAG("--plan")) o->plan = true;
+        else if (FLAG("--membw")) o->membw = true;
         else if (FLAG("--gpu-mem")) {
             NEED_VALUE();
             char *end;

@@ -684,6 +684,24 @@ int wgllm_model_n_layer(const struct wgllm_model *m) { return m->hp.n_layer; }
 const char *wgllm_model_arch(const struct wgllm_model *m) { return m->arch_name; }
 uint64_t wgllm_model_size(const struct wgllm_model *m) { return m->weight_bytes; }
 
+static uint64_t decode_bytes_of(const struct wgllm_weight *w, int used) {
+    const uint64_t b = (uint64_t)w->ne1 * w->row_size;
+    return w->n_expert > 0 ? b / (uint64_t)w->n_expert * (uint64_t)used : b;
+}
+
+uint64_t wgllm_model_decode_bytes(const struct wgllm_model *m) {
+    const struct wgllm_hparams *hp = &m->hp;
+    const int used = hp->n_expert_used > 0 ? hp->n_expert_used : 1;
+    uint64_t b = m->tok_embd.row_size; /* one row of the table */
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct wgllm_layer *L = &m->layers[il];
+        const struct wgllm_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                                           &L->gate_inp, &L->sh_gate, &L->sh_up, &L->sh_down, &L->sh_gate_inp};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += decode_bytes_of(ws[i], used);
+    }
+    return b + decode_bytes_of(&m->output, used); /* tied: a copy of tok_embd's view */
+}
+
 static uint64_t fnv1a_bytes(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;

@@ -175,6 +175,12 @@ export function wgllmGreedy(model, promptIds, n, { cpu } = {}) {
   return lastJson(args, mustSucceed(args, runWgllm(args, { cpu })));
 }
 
+/* The machine's memory read bandwidth as `wgllm bench --membw` measures it: { membw_gb_s, threads }. */
+export function wgllmMembw(threads = 2) {
+  const args = ['bench', '--membw', '-t', String(threads), '--json'];
+  return lastJson(args, mustSucceed(args, runWgllm(args, { timeoutMs: 300000 })));
+}
+
 export function wgllmBench(model, { pp = 128, tg = 32, reps = 3, threads = 2 } = {}) {
   const args = ['bench', '-m', model, '-p', String(pp), '-n', String(tg), '-r', String(reps), '-t', String(threads), '--json'];
   return lastJson(args, mustSucceed(args, runWgllm(args, { timeoutMs: 1800000 })));

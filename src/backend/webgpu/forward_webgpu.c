@@ -66,25 +66,6 @@ void wgllm_webgpu_ctx_free(struct wgllm_webgpu_ctx *g) {
     free(g);
 }
 
-static uint64_t weight_bytes(const struct wgllm_weight *w, int used) {
-    const uint64_t b = (uint64_t)w->ne1 * w->row_size;
-    return w->n_expert > 0 ? b / (uint64_t)w->n_expert * (uint64_t)used : b;
-}
-
-/* The weight bytes one decode step reads (the plan's token_bytes). */
-static uint64_t token_bytes(const struct wgllm_model *m) {
-    const struct wgllm_hparams *hp = &m->hp;
-    const int used = hp->n_expert_used > 0 ? hp->n_expert_used : 1;
-    uint64_t b = m->tok_embd.row_size; /* one row of the table */
-    for (int il = 0; il < hp->n_layer; il++) {
-        const struct wgllm_layer *L = &m->layers[il];
-        const struct wgllm_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
-                                           &L->gate_inp, &L->sh_gate, &L->sh_up, &L->sh_down, &L->sh_gate_inp};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += weight_bytes(ws[i], used);
-    }
-    return b + weight_bytes(&m->output, used); /* tied: a copy of tok_embd's view */
-}
-
 /* Everything a context holds, once: the plan and its buffers, the list of
  * dispatches with its arena and bind groups, then a wait for the uploads. */
 static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *err) {
@@ -106,7 +87,7 @@ static enum wgllm_status create(struct wgllm_webgpu_ctx *g, struct wgllm_error *
         g->plan.n_dispatches_layer += runs && i >= g->layer0_ops[0] && i < g->layer0_ops[1];
     }
     if (!g->model->hp.encoder) g->plan.n_dispatches++;
-    g->plan.token_bytes = token_bytes(g->model);
+    g->plan.token_bytes = wgllm_model_decode_bytes(g->model);
     g->plan.n_param_slots = g->n_slots;
     g->plan.out_rows = g->out_cap;
     return WGLLM_STATUS_OK;
