@@ -396,6 +396,31 @@ TEST(vec_dot_match) {
     }
 }
 
+/* F16's multi-row dot (the attention's scores: one query against each
+ * cached key, rows a head's stride apart) gives exactly vec_dot's bits, so
+ * the scores do not depend on how many keys one call takes. */
+TEST(f16_rows_dot_same_bits) {
+    const struct wgllm_type_traits *t = wgllm_type_traits(WGLLM_TYPE_F16);
+    /* (the kernels convert y once for up to 4096 elements, longer rows one by one) */
+    static const int64_t lens[] = {16, 17, 64, 80, 96, 128, 256, 512, 600, 4096, 4100};
+    enum { NR = 9, STRIDE = 4200 };
+    wgllm_fp16 *x = malloc(sizeof(wgllm_fp16) * NR * STRIDE), *y = malloc(sizeof(wgllm_fp16) * STRIDE);
+    for (int i = 0; i < NR * STRIDE; i++) x[i] = wgllm_fp32_to_fp16(3.0f * rng_uniform());
+    for (int i = 0; i < STRIDE; i++) y[i] = wgllm_fp32_to_fp16(3.0f * rng_uniform());
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        float nr[NR + 1], one;
+        nr[NR] = -1.0f;
+        t->vec_dot_nr(lens[li], nr, x, STRIDE * sizeof(wgllm_fp16), y, NR);
+        CHECK(nr[NR] == -1.0f);
+        for (int r = 0; r < NR; r++) {
+            t->vec_dot(lens[li], &one, x + (size_t)r * STRIDE, y);
+            CHECK(!memcmp(&one, &nr[r], sizeof one));
+        }
+    }
+    free(x);
+    free(y);
+}
+
 /* ---- benchmark (WGLLM_BENCH=1) ----------------------------------------- */
 
 static double now_s(void) {
@@ -465,6 +490,7 @@ int main(void) {
     RUN(quantizers_match);
     RUN(fp16_rows);
     RUN(vec_dot_match);
+    RUN(f16_rows_dot_same_bits);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();
     run_avx2_child();

@@ -189,6 +189,32 @@ static void vec_dot_f16_avx2(int64_t n, float *s, const void *vx, const void *vy
     *s = (float)sum;
 }
 
+/* vec_dot_f16_avx2 of several rows against one y, y converted once: each
+ * row's sum the same operations as vec_dot_f16_avx2's (the same bits). */
+static void vec_dot_nr_f16_avx2(int64_t n, float *s, const void *vx, size_t xs, const void *vy, int nr) {
+    const wgllm_fp16 *y = vy;
+    enum { MAXV = 512 }; /* y up to 4096 elements converted (16 KiB); longer rows one by one */
+    if (n > 8 * MAXV) {
+        for (int r = 0; r < nr; r++) vec_dot_f16_avx2(n, s + r, (const char *)vx + (size_t)r * xs, y);
+        return;
+    }
+    __m256 yv[MAXV];
+    for (int64_t i = 0; i + 8 <= n; i += 8) yv[i / 8] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
+    for (int r = 0; r < nr; r++) {
+        const wgllm_fp16 *x = (const wgllm_fp16 *)((const char *)vx + (size_t)r * xs);
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        int64_t i = 0;
+        for (; i + 32 <= n; i += 32)
+            for (int k = 0; k < 4; k++) {
+                const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8 * k)));
+                acc[k] = _mm256_fmadd_ps(a, yv[i / 8 + k], acc[k]);
+            }
+        double sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        for (; i < n; i++) sum += (double)(FP16(x[i]) * FP16(y[i]));
+        s[r] = (float)sum;
+    }
+}
+
 static void vec_dot_bf16_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const wgllm_bf16 *x = vx, *y = vy;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -344,6 +370,7 @@ void wgllm_quant_install_avx2(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_F16].to_float = f16_to_float_avx2;
     t[WGLLM_TYPE_F16].from_float = f16_from_float_avx2;
     t[WGLLM_TYPE_F16].vec_dot = vec_dot_f16_avx2;
+    t[WGLLM_TYPE_F16].vec_dot_nr = vec_dot_nr_f16_avx2;
     t[WGLLM_TYPE_BF16].to_float = bf16_to_float_avx2;
     t[WGLLM_TYPE_BF16].from_float = bf16_from_float_avx2;
     t[WGLLM_TYPE_BF16].vec_dot = vec_dot_bf16_avx2;

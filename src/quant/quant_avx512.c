@@ -91,6 +91,35 @@ static void vec_dot_f16_avx512(int64_t n, float *s, const void *vx, const void *
     *s = (float)sum;
 }
 
+/* vec_dot_f16_avx512 of several rows against one y (the attention's scores:
+ * a query against every cached key), y converted once: each row's sum is
+ * the same sequence of operations as vec_dot_f16_avx512's, so the same bits. */
+static void vec_dot_nr_f16_avx512(int64_t n, float *s, const void *vx, size_t xs, const void *vy, int nr) {
+    const wgllm_fp16 *y = vy;
+    enum { MAXV = 256 }; /* y up to 4096 elements converted (16 KiB); longer rows one by one */
+    if (n > 16 * MAXV) {
+        for (int r = 0; r < nr; r++) vec_dot_f16_avx512(n, s + r, (const char *)vx + (size_t)r * xs, y);
+        return;
+    }
+    __m512 yv[MAXV];
+    for (int64_t i = 0; i + 16 <= n; i += 16) yv[i / 16] = f16x16(y + i);
+    for (int r = 0; r < nr; r++) {
+        const wgllm_fp16 *x = (const wgllm_fp16 *)((const char *)vx + (size_t)r * xs);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t i = 0;
+        for (; i + 64 <= n; i += 64) {
+            a0 = _mm512_fmadd_ps(f16x16(x + i), yv[i / 16], a0);
+            a1 = _mm512_fmadd_ps(f16x16(x + i + 16), yv[i / 16 + 1], a1);
+            a2 = _mm512_fmadd_ps(f16x16(x + i + 32), yv[i / 16 + 2], a2);
+            a3 = _mm512_fmadd_ps(f16x16(x + i + 48), yv[i / 16 + 3], a3);
+        }
+        for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(f16x16(x + i), yv[i / 16], a0);
+        double sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+        for (; i < n; i++) sum += (double)(FP16(x[i]) * FP16(y[i]));
+        s[r] = (float)sum;
+    }
+}
+
 static inline __m512 bf16x16(const wgllm_bf16 *p) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
@@ -349,6 +378,7 @@ void wgllm_quant_install_avx512(struct wgllm_type_traits *t, bool has_bf16) {
     t[WGLLM_TYPE_F16].to_float = f16_to_float_avx512;
     t[WGLLM_TYPE_F16].from_float = f16_from_float_avx512;
     t[WGLLM_TYPE_F16].vec_dot = vec_dot_f16_avx512;
+    t[WGLLM_TYPE_F16].vec_dot_nr = vec_dot_nr_f16_avx512;
     t[WGLLM_TYPE_BF16].vec_dot = has_bf16 ? vec_dot_bf16_avx512bf16 : vec_dot_bf16_avx512;
     t[WGLLM_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0_avx512;
     t[WGLLM_TYPE_Q4_0].vec_dot_nr = vec_dot_nr_q4_0_avx512;

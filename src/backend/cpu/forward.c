@@ -119,24 +119,31 @@ static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, cons
     const wgllm_fp16 *Vt = c->v_cache + kl->v0 + (size_t)seq * kl->seq_v + (size_t)kvh * dv * R;
     float *s = c->scores + (size_t)ith * c->n_ctx;
     wgllm_fp16 *tmp = c->tmp16 + (size_t)ith * (c->n_ctx + dk); /* q, then the probabilities */
-    const wgllm_vec_dot_fn dot16 = wgllm_type_traits(WGLLM_TYPE_F16)->vec_dot;
     wgllm_fp32_to_fp16_row(q, tmp, dk);
     const float scale = hp->kq_scale, cap = hp->attn_softcap;
     const int n = pos + 1 - j0;
-    for (int j = 0, cell = j0 % R; j < n; j++, cell = cell + 1 == R ? 0 : cell + 1)
-        dot16(dk, &s[j], K + (size_t)cell * krow, tmp);
+    /* the scores: q against each cached key, as many rows at once as lie
+     * before the ring wraps (the same bits as one dot16 per key) */
+    const wgllm_vec_dot_nr_fn dots16 = wgllm_type_traits(WGLLM_TYPE_F16)->vec_dot_nr;
+    const int k0 = j0 % R, nk1 = WGLLM_MIN(n, R - k0);
+    dots16(dk, s, K + (size_t)k0 * krow, krow * sizeof(wgllm_fp16), tmp, nk1);
+    if (nk1 < n) dots16(dk, s + nk1, K, krow * sizeof(wgllm_fp16), tmp, n - nk1);
     if (cap > 0.0f) wgllm_op_softcap(s, n, cap);
     for (int j = 0; j < n; j++) s[j] *= scale;
     const float *sinks = c->model->layers[il].attn_sinks; /* gpt-oss */
     wgllm_op_softmax_sink(s, n, sinks ? sinks[h] : -INFINITY);
     wgllm_fp32_to_fp16_row(s, tmp, n);
+    /* each output dimension: the probabilities against its row of V (all
+     * rows in one call: the probabilities converted once) */
     const int c0 = j0 % R, n1 = WGLLM_MIN(n, R - c0);
-    for (int d = 0; d < dv; d++) {
-        const wgllm_fp16 *row = Vt + (size_t)d * R;
-        dot16(n1, &out[d], row + c0, tmp);
-        if (n1 < n) {
+    const size_t vs = (size_t)R * sizeof(wgllm_fp16);
+    if (n1 == n) {
+        dots16(n, out, Vt + c0, vs, tmp, dv);
+    } else { /* a window across the ring's wrap: two pieces per dimension */
+        for (int d = 0; d < dv; d++) {
             float rest;
-            dot16(n - n1, &rest, row, tmp + n1);
+            dots16(n1, &out[d], Vt + (size_t)d * R + c0, vs, tmp, 1);
+            dots16(n - n1, &rest, Vt + (size_t)d * R, vs, tmp + n1, 1);
             out[d] += rest;
         }
     }
