@@ -23,14 +23,13 @@ static const struct wgllm_gemm_isa *isa;
 /* f32 activation rows of one token tile, weight rows of one row block */
 static int64_t x_tile_bytes = 4 << 20, w_block_bytes = 256 << 10;
 
-static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 static void pick_isa(void) {
     wgllm_quant_init();
-#if defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
+#if defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE) /* glibc; elsewhere the defaults */
     const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    if (l3 > 0) x_tile_bytes = clamp64(l3 / 8, 512 << 10, 4 << 20);
-    if (l2 > 0) w_block_bytes = clamp64(l2 / 4, 64 << 10, 256 << 10);
+    if (l3 > 0) x_tile_bytes = WGLLM_MAX((int64_t)512 << 10, WGLLM_MIN((int64_t)l3 / 8, (int64_t)4 << 20));
+    if (l2 > 0) w_block_bytes = WGLLM_MAX((int64_t)64 << 10, WGLLM_MIN((int64_t)l2 / 4, (int64_t)256 << 10));
 #endif
 #if defined(__x86_64__)
     const struct wgllm_cpu_caps *c = wgllm_cpu_caps();
