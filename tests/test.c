@@ -123,6 +123,44 @@ struct wgllm_gpu *test_webgpu_open(const char *test_name, int *required) {
     return NULL;
 }
 
+struct wgllm_gpu_buffer *test_gpu_upload(struct wgllm_gpu *g, const void *data, size_t bytes) {
+    struct wgllm_error err = {0};
+    struct wgllm_gpu_buffer *b = wgllm_gpu_buffer_create(g, bytes, WGLLM_GPU_STORAGE, "test", &err);
+    if (!b) fprintf(stderr, "  buffer: %s\n", err.message);
+    else if (data) wgllm_gpu_buffer_write(g, b, 0, data, bytes);
+    return b;
+}
+
+bool test_gpu_read(struct wgllm_gpu *g, struct wgllm_gpu_buffer *b, void *dst, size_t bytes) {
+    struct wgllm_error err = {0};
+    if (!wgllm_gpu_buffer_read(g, b, 0, dst, bytes, &err)) return true;
+    fprintf(stderr, "  readback: %s\n", err.message);
+    return false;
+}
+
+bool test_gpu_dispatch(struct wgllm_gpu *g, const char *src, const char *label, const void *params,
+                       size_t params_size, int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y) {
+    struct wgllm_error err = {0};
+    struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(g, src, label, &err);
+    struct wgllm_gpu_buffer *ub = p ? wgllm_gpu_buffer_create(g, params_size, WGLLM_GPU_UNIFORM, "params", &err) : NULL;
+    bool ok = false;
+    if (ub && nbuf < 15) {
+        wgllm_gpu_buffer_write(g, ub, 0, params, params_size);
+        struct wgllm_gpu_binding bd[16] = {{ub, 0, 0}};
+        for (int i = 0; i < nbuf; i++) bd[i + 1] = (struct wgllm_gpu_binding){bufs[i], 0, 0};
+        struct wgllm_gpu_bindgroup *bg = wgllm_gpu_bindgroup_create(g, p, nbuf + 1, bd, &err);
+        if (bg) {
+            wgllm_gpu_batch_begin(g);
+            wgllm_gpu_dispatch(g, p, bg, x, y, 1);
+            ok = !wgllm_gpu_batch_submit(g, &err);
+            wgllm_gpu_bindgroup_destroy(g, bg);
+        }
+    }
+    if (ub) wgllm_gpu_buffer_destroy(g, ub);
+    if (!ok) fprintf(stderr, "  %s: %s\n", label, err.message[0] ? err.message : "too many bindings");
+    return ok;
+}
+
 struct wgllm_request_params test_greedy(int max_tokens) {
     struct wgllm_request_params p = wgllm_request_default_params();
     p.max_tokens = max_tokens;

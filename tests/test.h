@@ -117,6 +117,16 @@ const char *test_tmp_path(const char *suffix);
  * missing device a failure. */
 struct wgllm_gpu;
 struct wgllm_gpu *test_webgpu_open(const char *test_name, int *required);
+/* Kernel tests on device g: a storage buffer holding `bytes` of data (NULL:
+ * zeroed), its contents read back, and one dispatch (x, y, 1) of a WGSL
+ * source with `params` (params_size bytes) in a fresh uniform buffer at
+ * binding 0 and bufs at bindings 1..nbuf. Each prints what failed and
+ * returns NULL / false. */
+struct wgllm_gpu_buffer;
+struct wgllm_gpu_buffer *test_gpu_upload(struct wgllm_gpu *g, const void *data, size_t bytes);
+bool test_gpu_read(struct wgllm_gpu *g, struct wgllm_gpu_buffer *b, void *dst, size_t bytes);
+bool test_gpu_dispatch(struct wgllm_gpu *g, const char *src, const char *label, const void *params,
+                       size_t params_size, int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y);
 
 /* Engine tests: request parameters for greedy decoding of max_tokens tokens
  * (EOS ignored), and eight short prompts to run side by side. */

@@ -21,20 +21,8 @@
 
 static struct wgllm_gpu *G;
 
-static struct wgllm_gpu_buffer *upload(const void *data, size_t bytes) {
-    struct wgllm_error err = {0};
-    struct wgllm_gpu_buffer *b = wgllm_gpu_buffer_create(G, bytes, WGLLM_GPU_STORAGE, "test", &err);
-    if (!b) fprintf(stderr, "  buffer: %s\n", err.message);
-    else if (data) wgllm_gpu_buffer_write(G, b, 0, data, bytes);
-    return b;
-}
-
-static bool readback(struct wgllm_gpu_buffer *b, void *dst, size_t bytes) {
-    struct wgllm_error err = {0};
-    if (!wgllm_gpu_buffer_read(G, b, 0, dst, bytes, &err)) return true;
-    fprintf(stderr, "  readback: %s\n", err.message);
-    return false;
-}
+static struct wgllm_gpu_buffer *upload(const void *data, size_t bytes) { return test_gpu_upload(G, data, bytes); }
+static bool readback(struct wgllm_gpu_buffer *b, void *dst, size_t bytes) { return test_gpu_read(G, b, dst, bytes); }
 
 /* Generates key under tune, applies the mutation (from -> to) when given. */
 static char *source(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune, const char *from,
@@ -61,25 +49,8 @@ static bool run(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune
                 int nbuf, struct wgllm_gpu_buffer **bufs, uint32_t x, uint32_t y, const char *from, const char *to) {
     char *src = source(key, tune, from, to);
     if (!src) return false;
-    struct wgllm_error err = {0};
-    struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(G, src, wgllm_wgsl_kernel_name(key->kernel), &err);
+    const bool ok = test_gpu_dispatch(G, src, wgllm_wgsl_kernel_name(key->kernel), kp, sizeof *kp, nbuf, bufs, x, y);
     free(src);
-    struct wgllm_gpu_buffer *ub = p ? wgllm_gpu_buffer_create(G, sizeof *kp, WGLLM_GPU_UNIFORM, "params", &err) : NULL;
-    bool ok = false;
-    if (ub) {
-        wgllm_gpu_buffer_write(G, ub, 0, kp, sizeof *kp);
-        struct wgllm_gpu_binding bd[10] = {{ub, 0, 0}};
-        for (int i = 0; i < nbuf; i++) bd[i + 1] = (struct wgllm_gpu_binding){bufs[i], 0, 0};
-        struct wgllm_gpu_bindgroup *bg = wgllm_gpu_bindgroup_create(G, p, nbuf + 1, bd, &err);
-        if (bg) {
-            wgllm_gpu_batch_begin(G);
-            wgllm_gpu_dispatch(G, p, bg, x, y, 1);
-            ok = !wgllm_gpu_batch_submit(G, &err);
-            wgllm_gpu_bindgroup_destroy(G, bg);
-        }
-        wgllm_gpu_buffer_destroy(G, ub);
-    }
-    if (!ok) fprintf(stderr, "  %s: %s\n", wgllm_wgsl_kernel_name(key->kernel), err.message);
     return ok;
 }
 

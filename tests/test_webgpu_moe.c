@@ -28,20 +28,8 @@
 
 static struct wgllm_gpu *G;
 
-static struct wgllm_gpu_buffer *upload(const void *data, size_t bytes) {
-    struct wgllm_error err = {0};
-    struct wgllm_gpu_buffer *b = wgllm_gpu_buffer_create(G, bytes, WGLLM_GPU_STORAGE, "test", &err);
-    if (!b) fprintf(stderr, "  buffer: %s\n", err.message);
-    else if (data) wgllm_gpu_buffer_write(G, b, 0, data, bytes);
-    return b;
-}
-
-static bool readback(struct wgllm_gpu_buffer *b, void *dst, size_t bytes) {
-    struct wgllm_error err = {0};
-    if (!wgllm_gpu_buffer_read(G, b, 0, dst, bytes, &err)) return true;
-    fprintf(stderr, "  readback: %s\n", err.message);
-    return false;
-}
+static struct wgllm_gpu_buffer *upload(const void *data, size_t bytes) { return test_gpu_upload(G, data, bytes); }
+static bool readback(struct wgllm_gpu_buffer *b, void *dst, size_t bytes) { return test_gpu_read(G, b, dst, bytes); }
 
 /* One kernel as generated for tune, params in a fresh uniform buffer,
  * bindings 1.. = bufs; false (printed) when anything fails. */
@@ -53,25 +41,8 @@ static bool run(enum wgllm_kernel k, uint32_t type, const struct wgllm_wgsl_tune
         fprintf(stderr, "  no WGSL for %s/%s\n", wgllm_wgsl_kernel_name(k), wgllm_type_name(type));
         return false;
     }
-    struct wgllm_error err = {0};
-    struct wgllm_gpu_pipeline *p = wgllm_gpu_pipeline_get(G, src, wgllm_wgsl_kernel_name(k), &err);
+    const bool ok = test_gpu_dispatch(G, src, wgllm_wgsl_kernel_name(k), kp, sizeof *kp, nbuf, bufs, x, y);
     free(src);
-    struct wgllm_gpu_buffer *ub = p ? wgllm_gpu_buffer_create(G, sizeof *kp, WGLLM_GPU_UNIFORM, "params", &err) : NULL;
-    bool ok = false;
-    if (ub) {
-        wgllm_gpu_buffer_write(G, ub, 0, kp, sizeof *kp);
-        struct wgllm_gpu_binding bd[8] = {{ub, 0, 0}};
-        for (int i = 0; i < nbuf; i++) bd[i + 1] = (struct wgllm_gpu_binding){bufs[i], 0, 0};
-        struct wgllm_gpu_bindgroup *bg = wgllm_gpu_bindgroup_create(G, p, nbuf + 1, bd, &err);
-        if (bg) {
-            wgllm_gpu_batch_begin(G);
-            wgllm_gpu_dispatch(G, p, bg, x, y, 1);
-            ok = !wgllm_gpu_batch_submit(G, &err);
-            wgllm_gpu_bindgroup_destroy(G, bg);
-        }
-        wgllm_gpu_buffer_destroy(G, ub);
-    }
-    if (!ok) fprintf(stderr, "  %s: %s\n", wgllm_wgsl_kernel_name(k), err.message);
     return ok;
 }
 
