@@ -298,7 +298,8 @@ TEST(llama_nvfp4) { compare("tiny", WGLLM_TYPE_NVFP4); }
  * position 1 on for the CPU, 4e-13 for WebGPU; on 1, 1000, .., 7000 the CPU
  * is within 2e-15 of llama.cpp), and other prompts meet others (1, 1000,
  * 2000, 3000: a top-1 flip at a generated step; there tiny-iq1_m meets one
- * too, KL 2.4e-3). Its w8() is checked by test_webgpu's kernel tests. */
+ * too, KL 2.4e-3). Its w8() is checked by test_webgpu's kernel tests, and its
+ * WebGPU logits against llama.cpp's in tests/peer/agreement.test.mjs. */
 TEST(llama_iquants) {
     /* one per grid family (a model costs ~20 s here; IQ2_XXS, IQ2_XS and
      * IQ1_S passed too, KL 1.5-2.3e-12): IQ2_S (10-bit indices), IQ3_S,
