@@ -526,6 +526,22 @@ void wgllm_engine_free(struct wgllm_engine *eng);
  * log-probability of the token. Return false to cancel the request. */
 typedef bool (*wgllm_token_fn)(const char *text, size_t len, int32_t token, float logprob, void *user_data);
 
+/* How far a request's prompt has been read (llama.cpp server's
+ * prompt_progress): processed / total overall, (processed - cached) /
+ * (total - cached) of the part that is computed. */
+struct wgllm_prompt_progress {
+    int total;      /* prompt tokens */
+    int cached;     /* of those, reused from the KV cache or a snapshot */
+    int processed;  /* in the KV cache now, cached ones included */
+    double time_ms; /* since the request got its slot */
+};
+/* Called on the engine thread as the prompt is read: once when the request
+ * gets its slot (processed = cached), after every pass that computed some of
+ * it, and within a long pass (the CPU: after each layer; WebGPU: after each
+ * bounded submission, which it then waits for), processed never going back;
+ * the last call has processed = total. Return false to cancel the request. */
+typedef bool (*wgllm_prompt_progress_fn)(const struct wgllm_prompt_progress *p, void *user_data);
+
 struct wgllm_request_params {
     int max_tokens;                       /* generated tokens at most (default 256); 0 = until EOS or a full
                                              context (then LENGTH; with context_shift, n_ctx tokens); a
@@ -553,7 +569,8 @@ struct wgllm_request_params {
                                              (copied) */
     int n_grammar_triggers;
     wgllm_token_fn on_token;              /* NULL = no streaming */
-    void *user_data;                      /* passed to on_token */
+    wgllm_prompt_progress_fn on_prompt_progress; /* NULL = none (wgllm_prompt_progress_fn) */
+    void *user_data;                      /* passed to on_token and on_prompt_progress */
 };
 
 struct wgllm_request_params wgllm_request_default_params(void);
@@ -892,6 +909,8 @@ struct wgllm_openai_request {
     enum wgllm_openai_endpoint endpoint;
     const char *upstream;      /* forwarded there (what upstream() returned), NULL = served here */
     bool stream, include_usage, logprobs;
+    bool return_progress;      /* llama.cpp server's: a stream tells how far the prompt has been read
+                                  (wgllm_openai_chunk_progress); ignored without stream */
     int top_logprobs;
     struct wgllm_message *msgs; /* chat; strings owned by the request */
     int n_msgs;
@@ -988,6 +1007,11 @@ char *wgllm_openai_chunk_first(const struct wgllm_openai_params *p, const struct
  * false only when out of memory. */
 bool wgllm_openai_chunk_token(const struct wgllm_openai_params *p, struct wgllm_openai_request *req, const char *id,
                               const char *text, size_t len, int32_t token, float logprob, char **chunk);
+/* A stream's chunk of prompt progress (req->return_progress; as llama.cpp
+ * server's): an empty choice (chat: delta {"role":"assistant","content":null})
+ * and "prompt_progress": {"total", "cache", "processed", "time_ms"}. */
+char *wgllm_openai_chunk_progress(const struct wgllm_openai_params *p, const struct wgllm_openai_request *req,
+                                  const char *id, const struct wgllm_prompt_progress *pp);
 /* The chunks that end a stream into out[0..n): logprobs (when asked), the
  * finish chunk, usage (when asked), or the error object of a failed result.
  * Returns n; 0 only when out of memory (then none is made: a stream never

@@ -342,6 +342,77 @@ TEST(cancellation_frees_the_slot) {
     wgllm_engine_free(e);
 }
 
+/* on_prompt_progress (llama.cpp server's prompt_progress): the cached count
+ * first, then every pass, and within a pass after each layer (the CPU), never
+ * going back, the last the whole prompt; false cancels the request. */
+struct progress_log {
+    struct wgllm_prompt_progress at[256];
+    int n;
+    int cancel_at; /* answer false to this call (-1: never) */
+};
+static bool log_progress(const struct wgllm_prompt_progress *pp, void *ud) {
+    struct progress_log *l = ud;
+    if (l->n < 256) l->at[l->n] = *pp;
+    return l->n++ != l->cancel_at;
+}
+
+TEST(prompt_progress_every_pass_and_layer) {
+    struct wgllm_engine *e = new_engine(1, 256, 0); /* passes of 64 tokens */
+    if (!e) return;
+    char prompt[2048] = "";
+    for (int i = 0; i < 8 * 4; i++) strcat(prompt, test_prompts[i % 8]), strcat(prompt, " ");
+    static struct progress_log l;
+    l = (struct progress_log){.cancel_at = -1};
+    struct wgllm_request_params p = test_greedy(2);
+    p.on_prompt_progress = log_progress;
+    p.user_data = &l;
+    p.context_key = "progress";
+    struct wgllm_result r;
+    CHECK_EQ_INT(wgllm_query(e, prompt, &p, &r, NULL), WGLLM_STATUS_OK);
+    const int total = r.usage.prompt_tokens, L = model->hp.n_layer;
+    CHECK(total > 128 && total < 240); /* three passes at least, and room for 2 tokens */
+    if (total >= 240) fprintf(stderr, "  the prompt has %d tokens\n", total);
+    CHECK(L >= 2);
+    CHECK(l.n >= 2);
+    CHECK_EQ_INT(l.at[0].processed, 0);
+    CHECK_EQ_INT(l.at[0].cached, 0);
+    int within = 0;
+    for (int i = 0; i < l.n && i < 256; i++) {
+        CHECK_EQ_INT(l.at[i].total, total);
+        if (i > 0) CHECK(l.at[i].processed > l.at[i - 1].processed);
+        CHECK(l.at[i].time_ms >= 0);
+        within += l.at[i].processed % 64 != 0 && l.at[i].processed != total;
+    }
+    CHECK_EQ_INT(l.at[l.n - 1].processed, total);
+    /* every full pass of 64 is reported after each of its layers but the last, then whole */
+    CHECK(within >= (total / 64) * (L - 1));
+    CHECK_EQ_INT(l.n, 1 + (total + 63) / 64 * L);
+    CHECK_EQ_INT(r.n_tokens, 2);
+    wgllm_result_free(&r);
+
+    /* the same prompt again: the cache holds all but the last token */
+    l = (struct progress_log){.cancel_at = -1};
+    CHECK_EQ_INT(wgllm_query(e, prompt, &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK(l.n >= 2);
+    CHECK_EQ_INT(l.at[0].cached, r.usage.cached_tokens);
+    CHECK_EQ_INT(l.at[0].processed, r.usage.cached_tokens);
+    CHECK(r.usage.cached_tokens > 0);
+    CHECK_EQ_INT(l.at[l.n - 1].processed, total);
+    wgllm_result_free(&r);
+
+    /* false in the middle of the prompt cancels: no token comes (another
+     * prompt, which the cache does not hold) */
+    l = (struct progress_log){.cancel_at = 2};
+    p.context_key = NULL;
+    prompt[0] = prompt[0] == 'Q' ? 'Z' : 'Q';
+    CHECK_EQ_INT(wgllm_query(e, prompt, &p, &r, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(r.finish, WGLLM_FINISH_CANCELLED);
+    CHECK_EQ_INT(r.n_tokens, 0);
+    CHECK(l.at[l.n - 1].processed < total);
+    wgllm_result_free(&r);
+    wgllm_engine_free(e);
+}
+
 TEST(sixty_four_requests_on_four_slots) {
     struct wgllm_engine *e = new_engine(4, 128, 0);
     if (!e) return;
@@ -1244,6 +1315,7 @@ int main(void) {
     RUN(context_key_reuses_the_prefix);
     RUN(eviction_and_snapshot_restore);
     RUN(cancellation_frees_the_slot);
+    RUN(prompt_progress_every_pass_and_layer);
     RUN(sixty_four_requests_on_four_slots);
     RUN(stop_strings_and_streaming);
     RUN(logprobs_and_alternatives);

@@ -461,7 +461,7 @@ TEST(api_behaviour) {
         CHECK_EQ_INT(wgllm_context_n_past(gc), 3);
         /* the batch call runs on WebGPU too, and checks its arguments */
         int32_t pos = 3, seq = 0;
-        struct wgllm_batch b = {1, toks, &pos, &seq, NULL};
+        struct wgllm_batch b = {.n = 1, .token = toks, .pos = &pos, .seq = &seq, .output = NULL};
         CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_OK);
         CHECK_EQ_INT(wgllm_context_n_outputs(gc), 1);
         CHECK(wgllm_get_logits(gc) == NULL); /* the single-sequence getters no longer apply */
@@ -533,7 +533,7 @@ TEST(batch_of_three_sequences) {
                 out[n] = next[q] == len[q] || n == 4;
                 n++;
             }
-    struct wgllm_batch b = {n, tok, pos, seq, out};
+    struct wgllm_batch b = {.n = n, .token = tok, .pos = pos, .seq = seq, .output = out};
     for (int embd = 0; embd < 2; embd++) {
         struct wgllm_error err = {0};
         CHECK_EQ_INT(wgllm_context_decode_batch(cc, &b, embd, &err), WGLLM_STATUS_OK);
@@ -556,7 +556,7 @@ TEST(batch_of_three_sequences) {
     }
     /* then one decode token per sequence, in one batch */
     int32_t t2[3] = {11, 22, 33}, p2[3] = {5, 3, 7}, s2[3] = {0, 1, 2};
-    struct wgllm_batch b2 = {3, t2, p2, s2, (bool[3]){true, true, true}};
+    struct wgllm_batch b2 = {.n = 3, .token = t2, .pos = p2, .seq = s2, .output = (bool[3]){true, true, true}};
     struct wgllm_error err = {0};
     CHECK_EQ_INT(wgllm_context_decode_batch(cc, &b2, false, &err), WGLLM_STATUS_OK);
     CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b2, false, &err), WGLLM_STATUS_OK);
@@ -574,7 +574,7 @@ done:
 
 /* Runs one token of one sequence and copies its logits out. */
 static bool one_token(struct wgllm_context *c, int32_t t, int32_t p, int32_t s, float *out, int V) {
-    struct wgllm_batch b = {1, &t, &p, &s, NULL};
+    struct wgllm_batch b = {.n = 1, .token = &t, .pos = &p, .seq = &s, .output = NULL};
     struct wgllm_error err = {0};
     if (wgllm_context_decode_batch(c, &b, false, &err) != WGLLM_STATUS_OK) {
         fprintf(stderr, "  one_token: %s\n", err.message);
@@ -598,7 +598,7 @@ TEST(batch_equals_token_by_token_and_sequence_ops) {
     const uint64_t bytes0 = wgllm_context_gpu_memory(gc);
     int32_t tok[9], pos[9], seq[9] = {0};
     for (int i = 0; i < 9; i++) tok[i] = (int32_t)((7 + 1013 * i) % V), pos[i] = i;
-    struct wgllm_batch b = {9, tok, pos, seq, NULL};
+    struct wgllm_batch b = {.n = 9, .token = tok, .pos = pos, .seq = seq, .output = NULL};
     struct wgllm_error err = {0};
     CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_OK);
     memcpy(a, wgllm_context_output_logits(gc, 0), sizeof(float) * (size_t)V);
@@ -653,7 +653,7 @@ static void check_budget(struct wgllm_model *m, uint64_t budget, int *n_ctx, int
     CHECK(wgllm_context_gpu_memory(c) <= budget);
     /* the last position of the last slot works, the next is refused */
     int32_t t = 5, p = *n_ctx - 1, s = 3;
-    struct wgllm_batch b = {1, &t, &p, &s, NULL};
+    struct wgllm_batch b = {.n = 1, .token = &t, .pos = &p, .seq = &s, .output = NULL};
     CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, NULL), WGLLM_STATUS_OK);
     p++;
     CHECK_EQ_INT(wgllm_context_decode_batch(c, &b, false, NULL), WGLLM_STATUS_CONTEXT_FULL);
@@ -768,7 +768,7 @@ static void compare_split_batch(const char *shape, const char *max_bytes, int mi
         else CHECK(pl.n_split_tensors >= min_split);
         int32_t tok[6] = {1, 450, 4996, 1, 31999 % V, 7}, pos[6] = {0, 1, 2, 0, 1, 2}, seq[6] = {0, 0, 0, 1, 1, 1};
         bool out[6] = {false, true, true, false, false, true};
-        struct wgllm_batch b = {6, tok, pos, seq, out};
+        struct wgllm_batch b = {.n = 6, .token = tok, .pos = pos, .seq = seq, .output = out};
         struct wgllm_error err = {0};
         CHECK_EQ_INT(wgllm_context_decode_batch(cc, &b, false, &err), WGLLM_STATUS_OK);
         CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_OK);
@@ -811,6 +811,16 @@ TEST(moe_split_stacks_in_batches) {
  * command buffer (2 dispatches each) gives the same logits, bit for bit, as
  * one submission, from many more submissions; a wrongly placed cut (a
  * dispatch dropped or recorded twice) changes the logits. */
+struct pass_log {
+    int n, done, total;
+    bool ok; /* every report after the one before, and below the total */
+};
+static void log_pass(int done, int total, void *user) {
+    struct pass_log *l = user;
+    l->ok = (l->n == 0 || (done > l->done && total == l->total)) && done < total && (l->n == 0 || l->ok);
+    l->n++, l->done = done, l->total = total;
+}
+
 TEST(long_pass_in_bounded_submissions) {
     struct wgllm_model *m = synth_model("tiny", WGLLM_TYPE_Q8_0);
     CHECK(m != NULL);
@@ -827,12 +837,18 @@ TEST(long_pass_in_bounded_submissions) {
         for (int i = 0; i < N; i++)
             tok[i] = (int32_t)((i * 7919 + 13) % V), seq[i] = i < 25 ? 0 : 1, pos[i] = i < 25 ? i : i - 25,
             out[i] = i % 3 == 0 || i == 24 || i == N - 1;
-        struct wgllm_batch b = {N, tok, pos, seq, out};
+        struct wgllm_batch b = {.n = N, .token = tok, .pos = pos, .seq = seq, .output = out};
         struct wgllm_error err = {0};
         const uint64_t s1 = wgllm_webgpu_submits(wgllm_context_webgpu(one)),
                        s2 = wgllm_webgpu_submits(wgllm_context_webgpu(cut));
         CHECK_EQ_INT(wgllm_context_decode_batch(one, &b, false, &err), WGLLM_STATUS_OK);
-        CHECK_EQ_INT(wgllm_context_decode_batch(cut, &b, false, &err), WGLLM_STATUS_OK);
+        /* watched: the pass waits for each submission and says how far it is (the engine's
+           prompt progress), with the same results */
+        struct pass_log pg = {0};
+        struct wgllm_batch bw = b;
+        bw.progress = log_pass;
+        bw.progress_user = &pg;
+        CHECK_EQ_INT(wgllm_context_decode_batch(cut, &bw, false, &err), WGLLM_STATUS_OK);
         const uint64_t d1 = wgllm_webgpu_submits(wgllm_context_webgpu(one)) - s1,
                        d2 = wgllm_webgpu_submits(wgllm_context_webgpu(cut)) - s2;
         struct wgllm_webgpu_plan pl;
@@ -840,6 +856,10 @@ TEST(long_pass_in_bounded_submissions) {
         printf("  40 tokens: %llu submission(s) unbounded, %llu at 100 dispatch-tokens (%d dispatches a token)\n",
                (unsigned long long)d1, (unsigned long long)d2, pl.n_dispatches);
         CHECK_EQ_INT((int)d1, 1);
+        /* a report at each cut within the layers (the last submissions hold the logits) */
+        printf("  %d progress reports, the last %d of %d\n", pg.n, pg.done, pg.total);
+        CHECK(pg.n >= (int)d2 / 2 && pg.n < (int)d2);
+        CHECK(pg.ok && pg.done < pg.total && pg.total > 0);
         /* the layers' dispatches run over all 40 tokens: two per submission */
         CHECK((int)d2 >= pl.n_dispatches / 4);
         const int no = wgllm_context_n_outputs(one);

@@ -134,7 +134,7 @@ static const char *const COMMON_FIELDS[] = {
     "model", "max_tokens", "temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty",
     "logit_bias", "logprobs", "n", "user", "stream", "stream_options", "top_k", "min_p", "typical_p",
     "repeat_penalty", "repeat_last_n", "repetition_penalty", "ignore_eos", "cache_prompt", "context_key",
-    "grammar", "json_schema", NULL};
+    "grammar", "json_schema", "return_progress", NULL};
 
 static const char *const EMBED_FIELDS[] = {"model", "input", "encoding_format", "dimensions", "user", "pooling",
                                            NULL};
@@ -511,6 +511,7 @@ static bool gen_parse(const struct wgllm_openai_params *ap, const J *body, struc
     bool cache_prompt = true;
     if (!get_bool(body, "cache_prompt", &cache_prompt, e)) return false; /* accepted: the engine always reuses */
     if (!get_bool(body, "stream", &g->stream, e)) return false;
+    if (!get_bool(body, "return_progress", &g->return_progress, e)) return false;
     const J *so = wgllm_json_get(body, "stream_options");
     if (!wgllm_json_is_null(so)) {
         if (so->type != WGLLM_JSON_OBJECT) return wgllm_openai_bad(e, "stream_options", "'%s' must be an object%s", "");

@@ -332,6 +332,34 @@ bool wgllm_openai_chunk_token(const struct wgllm_openai_params *p, struct wgllm_
     return *out != NULL;
 }
 
+char *wgllm_openai_chunk_progress(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g,
+                                  const char *id, const struct wgllm_prompt_progress *pp) {
+    struct wgllm_strbuf b = {0};
+    W w;
+    open_choice(&w, &b, p, g, id, true);
+    if (g->endpoint == WGLLM_OPENAI_CHAT) { /* llama.cpp's: the assistant's role and no content yet */
+        wgllm_json_w_object(&w, "delta");
+        wgllm_json_w_str(&w, "role", "assistant");
+        wgllm_json_w_null(&w, "content");
+        wgllm_json_w_end(&w, '}');
+    } else {
+        wgllm_json_w_str(&w, "text", "");
+    }
+    wgllm_json_w_null(&w, "logprobs");
+    wgllm_json_w_null(&w, "finish_reason");
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_w_end(&w, ']');
+    if (g->include_usage) wgllm_json_w_null(&w, "usage");
+    wgllm_json_w_object(&w, "prompt_progress");
+    wgllm_json_w_number(&w, "total", pp->total);
+    wgllm_json_w_number(&w, "cache", pp->cached);
+    wgllm_json_w_number(&w, "processed", pp->processed);
+    wgllm_json_w_number(&w, "time_ms", floor(pp->time_ms * 1e3) / 1e3);
+    wgllm_json_w_end(&w, '}');
+    wgllm_json_w_end(&w, '}');
+    return finish(&b);
+}
+
 /* Every token's logprobs, alternatives included, in one chunk (empty text). */
 static char *logprobs_chunk(const struct wgllm_openai_params *p, const struct wgllm_openai_request *g, const char *id,
                             const struct wgllm_result *r) {

@@ -20,6 +20,10 @@ struct wgllm_batch {
     const int32_t *pos;   /* position of each token within its sequence */
     const int32_t *seq;   /* sequence slot of each token, < n_seq */
     const bool *output;   /* keep this token's logits (or embedding); NULL = only the last token */
+    /* optional: how much of the pass is done, during it (done of total, the
+     * backend's units: backend_impl.h, wgllm_ubatch.progress) */
+    void (*progress)(int done, int total, void *user);
+    void *progress_user;
 };
 
 /* Number of sequence slots of the context (wgllm_context_params.n_seq). */

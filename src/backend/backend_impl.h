@@ -36,6 +36,12 @@ struct wgllm_ubatch {
     bool embeddings;        /* rows are the final normalized hidden states (n_embd), not logits */
     float *out;             /* host memory of the context for n_out rows of n_vocab (or n_embd)
                                floats, in batch order; the backend writes them before returning */
+    /* NULL, or told how much of a long pass is done (done of total, in the
+     * backend's own units, done < total) whenever the backend knows: after a
+     * layer, after a submission the device has finished. Waiting to know
+     * costs a device backend a little, so it waits only when this is set. */
+    void (*progress)(int done, int total, void *user);
+    void *progress_user;
 };
 
 /* What a device-side generation hook reads and advances (context.c's own fields). */

@@ -246,14 +246,15 @@ uint64_t wgllm_context_kv_memory(const struct wgllm_context *c, uint64_t *full, 
 static enum wgllm_status run_pass_sampled(struct wgllm_context *c, const int32_t *tok, const int32_t *pos,
                                           const int32_t *seq, const bool *want, int n, bool embeddings, float *out,
                                           const struct wgllm_row_sample *rs, int32_t *s_tok, float *s_lp,
-                                          struct wgllm_error *err) {
+                                          const struct wgllm_batch *b, struct wgllm_error *err) {
     int n_out = 0;
     for (int i = 0; i < n; i++)
         if (want[i]) c->b_idx[n_out++] = i;
     enum wgllm_status st = window_check(c, pos, seq, n, err);
     if (st) return st;
     const struct wgllm_ubatch ub = {.n = n, .token = tok, .pos = pos, .seq = seq, .output = want,
-                                    .out_idx = c->b_idx, .n_out = n_out, .embeddings = embeddings, .out = out};
+                                    .out_idx = c->b_idx, .n_out = n_out, .embeddings = embeddings, .out = out,
+                                    .progress = b ? b->progress : NULL, .progress_user = b ? b->progress_user : NULL};
     st = rs ? c->be->decode_sampled(c->b, &ub, rs, s_tok, s_lp, err) : c->be->decode(c->b, &ub, err);
     if (!st) window_note(c, pos, seq, n);
     return st;
@@ -261,7 +262,7 @@ static enum wgllm_status run_pass_sampled(struct wgllm_context *c, const int32_t
 
 static enum wgllm_status run_pass(struct wgllm_context *c, const int32_t *tok, const int32_t *pos, const int32_t *seq,
                                   const bool *want, int n, bool embeddings, float *out, struct wgllm_error *err) {
-    return run_pass_sampled(c, tok, pos, seq, want, n, embeddings, out, NULL, NULL, NULL, err);
+    return run_pass_sampled(c, tok, pos, seq, want, n, embeddings, out, NULL, NULL, NULL, NULL, err);
 }
 
 /* Sequence 0's n tokens after the cached ones, in passes of n_batch; with
@@ -362,7 +363,7 @@ static enum wgllm_status decode_batch(struct wgllm_context *c, const struct wgll
         }
         if (!any) rs = NULL;
     }
-    st = run_pass_sampled(c, b->token, b->pos, b->seq, want, b->n, embeddings, c->out, rs, s_tok, s_lp, err);
+    st = run_pass_sampled(c, b->token, b->pos, b->seq, want, b->n, embeddings, c->out, rs, s_tok, s_lp, b, err);
     if (st) return st;
     c->n_outputs = n_out;
     c->out_embd = embeddings;

@@ -198,6 +198,27 @@ static int pick_slot(struct wgllm_engine *e, const struct wgllm_request *r) {
     return best;
 }
 
+
+/* Tells on_prompt_progress that `processed` prompt tokens are in the cache,
+ * when that is news; a false answer cancels the request (at the next tick). */
+static void prompt_progress(struct wgllm_request *r, int processed) {
+    if (!r->p.on_prompt_progress || processed <= r->n_reported) return;
+    r->n_reported = processed;
+    const struct wgllm_prompt_progress pp = {.total = r->n_prompt, .cached = r->n_cached, .processed = processed,
+                                             .time_ms = (double)(wgllm_time_us() - r->t_admit) / 1e3};
+    if (!r->p.on_prompt_progress(&pp, r->p.user_data)) atomic_store(&r->cancel, true);
+}
+
+/* The backend's word on the pass under way (wgllm_batch.progress): each
+ * prompt chunk in it is that share done. */
+static void pass_progress(int done, int total, void *user) {
+    struct wgllm_engine *e = user;
+    for (int i = 0; i < e->n_pf; i++) {
+        const struct wgllm_engine_pf *f = &e->b_pf[i];
+        prompt_progress(f->r, f->from + (int)((int64_t)f->k * done / total));
+    }
+}
+
 /* Sets up slot s for r: evicts what it held (snapshotting it), then brings
  * in the longest cached prefix of r's prompt from the slot itself, another
  * slot, or a snapshot. */
@@ -260,6 +281,8 @@ static void admit(struct wgllm_engine *e, struct wgllm_request *r, int s) {
     r->n_done_prompt = cached;
     r->phase = PHASE_PREFILL;
     r->t_admit = wgllm_time_us();
+    r->n_reported = -1;
+    prompt_progress(r, cached);
     pthread_mutex_lock(&e->mu);
     e->m.prompt_tokens += (uint64_t)r->n_prompt;
     e->m.prompt_tokens_cached += (uint64_t)cached;
@@ -470,6 +493,7 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
         }
     /* 2. prompt chunks, oldest admission first, within the prefill budget */
     int budget = WGLLM_MIN(e->p.prefill_budget, e->n_batch - nb);
+    e->n_pf = 0;
     for (;;) {
         struct wgllm_request *pick = NULL;
         for (int s = 0; s < S; s++) {
@@ -487,6 +511,8 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
             if (nb > 0) break;
             k = pick->n_prompt;
         }
+        if (pick->p.on_prompt_progress && k > 0)
+            e->b_pf[e->n_pf++] = (struct wgllm_engine_pf){.r = pick, .from = pick->n_done_prompt, .k = k};
         for (int i = 0; i < k; i++) {
             const int idx = pick->n_done_prompt + i;
             e->b_tok[nb] = pick->prompt[idx];
@@ -498,7 +524,8 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
         budget -= k;
     }
     if (nb == 0) return 0;
-    struct wgllm_batch b = {.n = nb, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .output = e->b_out};
+    struct wgllm_batch b = {.n = nb, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .output = e->b_out,
+                            .progress = e->n_pf ? pass_progress : NULL, .progress_user = e};
     /* the outputs of requests sampled on the device: only their ids come back */
     int n_dev = 0;
     if (!embeddings)
@@ -530,6 +557,7 @@ static int run_batch(struct wgllm_engine *e, bool embeddings) {
         if (r->phase == PHASE_PREFILL) r->n_done_prompt = e->b_pos[i] + 1;
         if (e->b_out[i]) e->out_owner[n_out++] = r;
     }
+    for (int i = 0; i < e->n_pf; i++) prompt_progress(e->b_pf[i].r, e->b_pf[i].r->n_done_prompt);
     if (n_dev) { /* counted before any of them ends its request (a waiter then sees its tokens counted) */
         pthread_mutex_lock(&e->mu);
         e->m.device_sampled_tokens += (uint64_t)n_dev;
@@ -704,6 +732,7 @@ void wgllm_engine_free(struct wgllm_engine *e) {
     free(e->b_seq);
     free(e->b_out);
     free(e->b_owner);
+    free(e->b_pf);
     free(e->out_owner);
     free(e->out_rs);
     free(e->out_tok);
@@ -822,11 +851,12 @@ enum wgllm_status wgllm_engine_init(struct wgllm_model *model, const struct wgll
     e->b_seq = malloc(sizeof(int32_t) * (size_t)e->n_batch);
     e->b_out = malloc(sizeof(bool) * (size_t)e->n_batch);
     e->b_owner = malloc(sizeof(*e->b_owner) * (size_t)e->n_batch);
+    e->b_pf = malloc(sizeof(*e->b_pf) * (size_t)p.n_slots);
     e->out_owner = malloc(sizeof(*e->out_owner) * (size_t)e->n_batch);
     e->out_rs = malloc(sizeof(*e->out_rs) * (size_t)e->n_batch);
     e->out_tok = malloc(sizeof(int32_t) * (size_t)e->n_batch);
     e->out_lp = malloc(sizeof(float) * (size_t)e->n_batch);
-    bool ok = e->slots && e->snaps && e->b_tok && e->b_pos && e->b_seq && e->b_out && e->b_owner && e->out_owner &&
+    bool ok = e->slots && e->snaps && e->b_tok && e->b_pos && e->b_seq && e->b_out && e->b_owner && e->b_pf && e->out_owner &&
               e->out_rs && e->out_tok && e->out_lp;
     for (int i = 0; ok && i < p.n_slots; i++) ok = (e->slots[i].tokens = malloc(sizeof(int32_t) * (size_t)e->n_ctx));
     if (!ok) {

@@ -47,6 +47,7 @@ struct wgllm_request {
     /* engine-thread state */
     int slot;
     int n_done_prompt; /* prompt tokens in the KV cache (cached or computed) */
+    int n_reported;    /* the last processed count told to p.on_prompt_progress (-1: none yet) */
     int n_cached;
     int32_t pending;   /* sampled, to be decoded next tick */
     bool device;       /* its tokens are sampled on the device (wgllm_context_can_sample_rows) */
@@ -121,6 +122,11 @@ struct wgllm_engine {
     int32_t *b_tok, *b_pos, *b_seq;
     bool *b_out;
     struct wgllm_request **b_owner;   /* owner of each token */
+    struct wgllm_engine_pf {          /* the batch's prompt chunks: owner, first position, tokens */
+        struct wgllm_request *r;
+        int from, k;
+    } *b_pf;
+    int n_pf;
     struct wgllm_request **out_owner; /* owner of each output row */
     struct wgllm_row_sample *out_rs;  /* per output row: sampled on the device or not */
     int32_t *out_tok;                 /* the device's picks and their logprobs */

@@ -121,6 +121,20 @@ static bool stream_on_token(const char *text, size_t len, int32_t token, float l
     return keep;
 }
 
+/* return_progress: a chunk of prompt progress (OpenAI streams only; the
+ * Anthropic and Responses translations have no such event). */
+static bool stream_on_progress(const struct wgllm_prompt_progress *pp, void *ud) {
+    struct stream *st = ud;
+    struct srv *s = st->srv;
+    char *chunk = event(st, wgllm_openai_chunk_progress(&s->api, &st->gen, st->id, pp));
+    pthread_mutex_lock(&st->mu);
+    const bool keep = !st->gone && !atomic_load(&s->stopping);
+    if (keep) stream_push_locked(st, chunk);
+    else free(chunk);
+    pthread_mutex_unlock(&st->mu);
+    return keep;
+}
+
 /* A non-streaming upstream call is streamed from the upstream all the same,
  * with this callback: it drops the pieces (the result collects the text) and
  * aborts the transfer when the client left or the server stops. */
@@ -325,6 +339,8 @@ static bool fall_back(struct stream *st, bool streaming, const char *why) {
     const char *from = st->upstream;
     st->gen = st->fallback;
     st->gen.rp.on_token = streaming ? stream_on_token : NULL;
+    st->gen.rp.on_prompt_progress = streaming && st->gen.return_progress && !st->anthropic && !st->rs
+                                        ? stream_on_progress : NULL;
     st->gen.rp.user_data = st;
     st->upstream = NULL;
     struct wgllm_error werr = {0};
@@ -467,6 +483,7 @@ enum MHD_Result srv_generate(struct srv *s, struct MHD_Connection *c, const char
         return ret;
     }
     g->rp.on_token = stream_on_token;
+    g->rp.on_prompt_progress = g->return_progress && !st->anthropic && !st->gen_responses ? stream_on_progress : NULL;
     g->rp.user_data = st;
     stream_push_locked(st, event(st, wgllm_openai_chunk_first(&s->api, g, st->id))); /* chat: the role chunk */
     /* an upstream starts in the waiter thread; its failures arrive as an error event */

@@ -96,6 +96,48 @@ test('chat through the gateway equals chat on llama-server (greedy), streamed to
   assert.equal(hb.choices[0].message.content, ha.choices[0].message.content);
 });
 
+// llama.cpp server's return_progress: a stream tells how far the prompt has been read. wgllm
+// serving the model itself (the gateway's local model) against llama-server on the same prompt.
+async function progressStream(client, req) {
+  const progress = [], kinds = [];
+  let text = '';
+  for await (const chunk of await client.chat.completions.create({ ...req, stream: true, return_progress: true })) {
+    if (chunk.prompt_progress) {
+      progress.push(chunk.prompt_progress);
+      kinds.push('progress');
+      assert.equal(chunk.object, 'chat.completion.chunk');
+      assert.deepEqual(chunk.choices.map((c) => c.delta?.content ?? null), chunk.choices.map(() => null));
+    }
+    const piece = chunk.choices.map((c) => c.delta?.content ?? '').join('');
+    if (piece) kinds.push('text');
+    text += piece;
+  }
+  return { progress, kinds, text };
+}
+
+test("return_progress: prompt_progress chunks as llama-server sends them, before the first token", async () => {
+  const long = Array.from({ length: 12 }, (_, i) => `Line ${i}: the river runs past the mill.`).join(' ');
+  const req = { messages: [{ role: 'user', content: long }], max_tokens: 4, temperature: 0, logit_bias };
+  const a = await progressStream(direct, { ...req, model: MODEL_ID });
+  const b = await progressStream(via, { ...req, model: MODEL_ID });
+  assert.ok(a.progress.length >= 1, 'llama-server sent no prompt_progress');
+  assert.ok(b.progress.length >= 1, 'wgllm sent no prompt_progress');
+  for (const { progress, kinds } of [a, b]) {
+    assert.ok(kinds.lastIndexOf('progress') < kinds.indexOf('text'), kinds.join(','));
+    for (const p of progress) assert.deepEqual(Object.keys(p).sort(), ['cache', 'processed', 'time_ms', 'total']);
+    const last = progress.at(-1);
+    assert.equal(last.processed, last.total);
+    for (let i = 1; i < progress.length; i++) assert.ok(progress[i].processed >= progress[i - 1].processed);
+  }
+  assert.equal(b.progress.at(-1).total, a.progress.at(-1).total, 'the same prompt tokens');
+  assert.equal(b.text, a.text);
+  // without return_progress, none
+  let any = false;
+  for await (const chunk of await via.chat.completions.create({ ...req, model: MODEL_ID, stream: true }))
+    any ||= 'prompt_progress' in chunk;
+  assert.equal(any, false);
+});
+
 test('completions through the gateway equal llama-server\'s, streamed and with stop strings', async () => {
   const req = { prompt: 'Once upon a time', max_tokens: 10, temperature: 0, logit_bias };
   const a = await direct.completions.create({ ...req, model: MODEL_ID });

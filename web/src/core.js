@@ -351,6 +351,7 @@ async function loadIn(opts, started) {
   // every TIMER_MS a timer task: Chromium runs posted messages before timers,
   // so with messages alone the page's own timers would starve.
   const SLICE_MS = 8;
+  const POLL_MS = 50; // how often a pass suspended on the GPU is looked at for new lines
   const TIMER_MS = 16;
   const channel = threaded ? null : new MessageChannel();
   // one resolver per message posted, in order: requests in flight together
@@ -386,9 +387,7 @@ async function loadIn(opts, started) {
     const idx = M._wgllm_web_job_seq(job) >>> 2;
     const dec = new TextDecoder();
     let partial = '';
-    for (;;) {
-      const seen = Atomics.load(new Int32Array(mem()), idx);
-      const done = M._wgllm_web_job_done(job);
+    const takeLines = () => { // (take never waits: it may run while a step is suspended on the GPU)
       const p = M._wgllm_web_job_take(job, lenPtr);
       const n = new Int32Array(mem())[lenPtr >>> 2];
       if (n > 0) {
@@ -396,12 +395,27 @@ async function loadIn(opts, started) {
         partial = lines.pop(); // a line is whole once its newline is in
         if (onChunk) for (const l of lines) onChunk(l);
       }
+    };
+    for (;;) {
+      const seen = Atomics.load(new Int32Array(mem()), idx);
+      const done = M._wgllm_web_job_done(job);
+      takeLines();
       if (done) break;
       if (threaded) {
         await waitSeq(idx, seen);
+      } else if (gpuCore) {
+        // a long prompt's pass waits on the GPU submission by submission: the
+        // lines it adds meanwhile (return_progress) go out as they come
+        let settled = false;
+        const stepping = stepSliceAsync(job).finally(() => { settled = true; });
+        while (!settled) {
+          await Promise.race([stepping, new Promise((res) => setTimeout(res, POLL_MS))]);
+          if (!settled) takeLines();
+        }
+        await stepping;
+        await yieldTurn();
       } else {
-        if (gpuCore) await stepSliceAsync(job);
-        else stepSlice(job);
+        stepSlice(job);
         await yieldTurn();
       }
     }

@@ -437,6 +437,15 @@ static bool on_openai_token(const char *text, size_t len, int32_t token, float l
     return ok && !atomic_load(&j->cancel);
 }
 
+/* return_progress on a stream: a line of prompt progress, which JS reads
+ * while the pass goes on (core.js polls the job during a GPU wait). */
+static bool on_openai_progress(const struct wgllm_prompt_progress *pp, void *ud) {
+    struct web_job *j = ud;
+    bool ok = push_line(j, wgllm_openai_chunk_progress(&j->api, &j->oreq, j->id, pp));
+    if (!ok) atomic_store(&j->oom, 1);
+    return ok && !atomic_load(&j->cancel);
+}
+
 /* What a job whose answer found no memory answers: static, so it needs none. */
 static const char OOM_ANSWER[] = "{\"error\":{\"message\":\"out of memory for the answer\",\"type\":\"server_error\","
                                  "\"param\":null,\"code\":null}}";
@@ -576,6 +585,7 @@ EMSCRIPTEN_KEEPALIVE struct web_job *wgllm_web_openai(struct web_state *st, int 
     if (ok) {
         wgllm_openai_new_id(g, j->id, sizeof(j->id));
         g->rp.on_token = on_openai_token;
+        g->rp.on_prompt_progress = g->stream && g->return_progress ? on_openai_progress : NULL;
         g->rp.user_data = j;
         if (g->stream && !push_line(j, wgllm_openai_chunk_first(&j->api, g, j->id)) && endpoint == WGLLM_OPENAI_CHAT) {
             wgllm_openai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");

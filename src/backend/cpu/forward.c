@@ -65,6 +65,8 @@ struct cpu_ctx {
     int n_out;
     float *out_logits; /* the context's rows; NULL when computing embeddings */
     float *out_embd;   /* the context's rows; NULL when computing logits */
+    void (*progress)(int done, int total, void *user); /* the pass's (wgllm_ubatch), NULL = none */
+    void *progress_user;
     uint64_t bytes;    /* allocated, for host_memory */
 
     /* mixture of experts (model->hp.n_expert > 0), for n_batch tokens x
@@ -403,6 +405,8 @@ static void forward_worker(void *arg, int ith, int nth) {
 
     for (int il = 0; il < hp->n_layer; il++) {
         const struct wgllm_layer *L = &m->layers[il];
+        /* the layers before are done (the barrier that ended the last one) */
+        if (ith == 0 && il > 0 && c->progress) c->progress(il, hp->n_layer, c->progress_user);
         /* In the last layer only the rows whose outputs are wanted go on
          * after attention (the others only had to fill the KV cache); they
          * are compacted to rows 0..n_out. */
@@ -716,6 +720,8 @@ static enum wgllm_status cpu_decode(void *b, const struct wgllm_ubatch *ub, stru
     c->n_out = ub->n_out;
     c->out_logits = ub->embeddings ? NULL : ub->out;
     c->out_embd = ub->embeddings ? ub->out : NULL;
+    c->progress = ub->progress;
+    c->progress_user = ub->progress_user;
     wgllm_threadpool_run(c->tp, forward_worker, c);
     return WGLLM_STATUS_OK;
 }

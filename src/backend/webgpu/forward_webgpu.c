@@ -215,7 +215,18 @@ static enum wgllm_status record(struct wgllm_webgpu_ctx *g, int i0, int i1, int 
         case GROW_XE: x = ceil_div((uint64_t)o->per * (uint64_t)count, o->div); break;
         }
         if (g->batch_units > 0 && g->batch_units + (uint64_t)count > g->submit_units) {
+            /* someone watches the pass: a 4-byte copy to read back is the portable way to know
+               when the device has done this submission (a mapAsync answers after the work
+               that uses its buffer) */
+            if (g->progress) wgllm_gpu_copy(g->gpu, g->xn, 0, g->readback, 0, 4);
             enum wgllm_status s = submit(g, err);
+            if (!s && g->progress) {
+                uint32_t word;
+                if (!(s = wgllm_gpu_readback(g->gpu, g->readback, 0, &word, 4, err))) {
+                    const int L = g->n_ops_layers;
+                    if (i < L) g->progress(L * g->prog_i0 + i * g->prog_span, L * g->prog_n, g->progress_user);
+                }
+            }
             if (s) return s;
             begin(g);
         }
@@ -345,6 +356,9 @@ static enum wgllm_status decode_rows(struct wgllm_webgpu_ctx *g, const struct wg
                 if (no == g->out_cap) break;
                 no++;
             }
+        g->prog_i0 = i0;
+        g->prog_span = i1 - i0;
+        g->prog_n = n;
         enum wgllm_status s = run_pass(g, tok + i0, pos + i0, seq + i0, want + i0, i1 - i0, ub->embeddings,
                                        ub->out + row0 * width, rs ? rs + row0 : NULL, s_tok ? s_tok + row0 : NULL,
                                        s_lp ? s_lp + row0 : NULL, err);
@@ -372,10 +386,21 @@ static enum wgllm_status encoder_decode(struct wgllm_webgpu_ctx *g, const struct
     return s;
 }
 
+/* The pass's progress hook for record's cuts, for the length of one decode. */
+static enum wgllm_status watched(struct wgllm_webgpu_ctx *g, const struct wgllm_ubatch *ub,
+                                 const struct wgllm_row_sample *rs, int32_t *s_tok, float *s_lp,
+                                 struct wgllm_error *err) {
+    g->progress = ub->progress;
+    g->progress_user = ub->progress_user;
+    g->prog_i0 = 0;
+    g->prog_span = g->prog_n = ub->n;
+    enum wgllm_status s = g->model->hp.encoder ? encoder_decode(g, ub, err) : decode_rows(g, ub, rs, s_tok, s_lp, err);
+    g->progress = NULL;
+    return s;
+}
+
 static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, struct wgllm_error *err) {
-    struct wgllm_webgpu_ctx *g = b;
-    if (g->model->hp.encoder) return encoder_decode(g, ub, err);
-    return decode_rows(b, ub, NULL, NULL, NULL, err);
+    return watched(b, ub, NULL, NULL, NULL, err);
 }
 
 /* The backend's decode_sampled: as decode, each pass's sampled rows picked
@@ -384,9 +409,7 @@ static enum wgllm_status webgpu_decode(void *b, const struct wgllm_ubatch *ub, s
 static enum wgllm_status webgpu_decode_sampled(void *b, const struct wgllm_ubatch *ub,
                                                const struct wgllm_row_sample *rs, int32_t *tok, float *lp,
                                                struct wgllm_error *err) {
-    struct wgllm_webgpu_ctx *g = b;
-    if (g->model->hp.encoder) return encoder_decode(g, ub, err); /* no logits: refused there by name */
-    return decode_rows(b, ub, rs, tok, lp, err);
+    return watched(b, ub, rs, tok, lp, err); /* an encoder has no logits: refused there by name */
 }
 
 /* ---- generation on the GPU --------------------------------------------- */

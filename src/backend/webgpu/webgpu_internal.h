@@ -136,6 +136,11 @@ struct wgllm_webgpu_ctx {
     /* bounded submissions (forward_webgpu.c's record): dispatch-tokens in the batch being recorded,
        the most one batch takes before it is submitted, and the submissions made so far */
     uint64_t batch_units, submit_units, n_submits;
+    /* the pass's progress hook (wgllm_ubatch.progress; NULL = none): at each cut the queue is waited
+       for and op `i` of the tokens [prog_i0, prog_i0 + prog_span) of prog_n reported */
+    void (*progress)(int done, int total, void *user);
+    void *progress_user;
+    int prog_i0, prog_span, prog_n;
     int n_ops_layers, n_ops_norm; /* [0, layers): up to the last attention (all tokens); [layers, norm): the rest
                                      of the last layer and the final norm (output rows only); then the logits */
     int layer0_ops[2];            /* [first, second): the ops of layer 0 (the per-layer count of the plan) */
