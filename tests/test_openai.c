@@ -238,6 +238,46 @@ TEST(answers_of_a_generation) {
                            "\"ignore_eos\":true,\"seed\":3,\"logprobs\":true}");
 }
 
+/* return_progress: parsed, refused when not a boolean, and its chunk in llama.cpp's shape */
+TEST(prompt_progress_chunks) {
+    refused(WGLLM_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"return_progress\":1}", 400,
+            "return_progress", NULL);
+    for (int ep = 0; ep < 2; ep++) {
+        const enum wgllm_openai_endpoint e = ep ? WGLLM_OPENAI_CHAT : WGLLM_OPENAI_COMPLETIONS;
+        const char *body = ep ? "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stream\":true,"
+                                "\"return_progress\":true,\"stream_options\":{\"include_usage\":true}}"
+                              : "{\"prompt\":\"Hi\",\"stream\":true,\"return_progress\":true}";
+        struct wgllm_openai_request rq;
+        struct wgllm_openai_error oe;
+        CHECK(parse(e, body, &rq, &oe));
+        CHECK(rq.return_progress);
+        const struct wgllm_prompt_progress pp = {.total = 40, .cached = 8, .processed = 24, .time_ms = 12.5};
+        char *c = wgllm_openai_chunk_progress(&g_p, &rq, "id-1", &pp);
+        struct wgllm_json_doc d;
+        struct wgllm_json_error je;
+        const bool parsed = c && wgllm_json_parse(c, strlen(c), NULL, &d, &je);
+        CHECK(parsed);
+        if (parsed) {
+            const struct wgllm_json *o = wgllm_json_root(&d), *p = wgllm_json_get(o, "prompt_progress");
+            CHECK_STR(wgllm_json_get(o, "object")->str, ep ? "chat.completion.chunk" : "text_completion");
+            CHECK(p && wgllm_json_get(p, "total")->num == 40 && wgllm_json_get(p, "cache")->num == 8 &&
+                  wgllm_json_get(p, "processed")->num == 24 && wgllm_json_get(p, "time_ms")->num == 12.5);
+            const struct wgllm_json *ch = wgllm_json_first(wgllm_json_get(o, "choices"));
+            if (ep) {
+                CHECK_STR(wgllm_json_get(wgllm_json_get(ch, "delta"), "role")->str, "assistant");
+                CHECK(wgllm_json_is_null(wgllm_json_get(wgllm_json_get(ch, "delta"), "content")));
+                CHECK(wgllm_json_get(o, "usage") && wgllm_json_is_null(wgllm_json_get(o, "usage")));
+            } else {
+                CHECK_STR(wgllm_json_get(ch, "text")->str, "");
+            }
+            CHECK(wgllm_json_is_null(wgllm_json_get(ch, "finish_reason")));
+            wgllm_json_doc_free(&d);
+        }
+        free(c);
+        wgllm_openai_request_free(&rq);
+    }
+}
+
 /* Generates body's answer (greedy) and returns its text (malloc'd), or NULL with err. */
 static char *answer(enum wgllm_openai_endpoint ep, const char *body, struct wgllm_result *r,
                     struct wgllm_openai_error *oe) {
@@ -788,6 +828,7 @@ int main(void) {
     RUN(refusals_name_the_field);
     RUN(error_json_bytes);
     RUN(answers_of_a_generation);
+    RUN(prompt_progress_chunks);
     RUN(embeddings);
     RUN(structured_output);
     RUN(reasoning_content);

@@ -98,6 +98,32 @@ test('no COOP/COEP: backend webgpu runs the single-threaded WebGPU core with nat
     assert.ok(b > 0.5, `decode ${b} tok/s`);
   });
 
+test("no COOP/COEP, WebGPU: return_progress streams llama.cpp's prompt_progress before the tokens", { timeout: 90000 },
+  async () => {
+    const r = await page.evaluate(async () => {
+      const prompt = Array.from({ length: 8 }, (_, i) => `Line ${i}: the river runs past the mill.`).join(' ');
+      const seen = [];
+      let usage = null;
+      for await (const k of await gpuEngine.completions.create({ prompt, max_tokens: 3, temperature: 0, ignore_eos: true,
+        stream: true, return_progress: true, stream_options: { include_usage: true } })) {
+        if (k.prompt_progress) seen.push({ p: k.prompt_progress, text: k.choices[0].text });
+        else if (k.choices[0]?.text) seen.push({ text: k.choices[0].text });
+        if (k.usage) usage = k.usage;
+      }
+      return { seen, usage };
+    });
+    const prog = r.seen.filter((x) => x.p).map((x) => x.p);
+    assert.ok(prog.length >= 2, JSON.stringify(r.seen));
+    const firstText = r.seen.findIndex((x) => !x.p);
+    assert.ok(firstText > 0 && r.seen.slice(firstText).every((x) => !x.p), 'every prompt_progress before the first token');
+    assert.equal(prog[0].processed, prog[0].cache);
+    assert.equal(prog.at(-1).processed, prog.at(-1).total);
+    assert.equal(prog.at(-1).total, r.usage.prompt_tokens);
+    assert.equal(prog[0].cache, r.usage.prompt_tokens_details?.cached_tokens ?? prog[0].cache);
+    for (let i = 1; i < prog.length; i++) assert.ok(prog[i].processed > prog[i - 1].processed);
+    for (const x of r.seen.filter((y) => y.p)) assert.equal(x.text, '');
+  });
+
 test('no COOP/COEP, WebGPU: embeddings like the CPU core; snapshots saved and restored skip the prefill', { timeout: 90000 },
   async () => {
     const r = await page.evaluate(async (url) => {

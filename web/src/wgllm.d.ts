@@ -179,7 +179,13 @@ export interface SamplingParams {
   user?: string;
   cache_prompt?: boolean;
   stream_options?: { include_usage?: boolean };
+  /** llama.cpp server's: a stream's chunks tell how far the prompt has been read (PromptProgress),
+   *  before the first token; in the WebGPU cores also during one long pass. */
+  return_progress?: boolean;
 }
+
+/** llama.cpp server's prompt_progress: processed / total overall; (processed - cache) / (total - cache) computed. */
+export interface PromptProgress { total: number; cache: number; processed: number; time_ms: number }
 
 /** How a request is refused: what the server's HTTP error carries. */
 export interface OpenAIError extends Error {
@@ -269,6 +275,8 @@ export interface ChatCompletionChunk {
   /** With stream_options.include_usage: null on every chunk but the last (whose choices are []). */
   usage?: Usage | null;
   system_fingerprint: string;
+  /** With return_progress: a chunk without content that says how far the prompt has been read. */
+  prompt_progress?: PromptProgress;
 }
 
 export interface Completion {
@@ -279,6 +287,8 @@ export interface Completion {
   choices: { index: 0; text: string; logprobs: CompletionLogprobs | null; finish_reason: FinishReason | null }[];
   usage?: Usage | null;
   system_fingerprint?: string;
+  /** A streamed chunk with return_progress: how far the prompt has been read (its text is ''). */
+  prompt_progress?: PromptProgress;
 }
 
 export interface EmbeddingResponse {
