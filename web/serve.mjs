@@ -3,8 +3,11 @@
 // build/models by default), with the cross-origin isolation headers that the
 // threaded wasm build needs (SharedArrayBuffer). Loopback only.
 //
-//   make wasm && node web/serve.mjs [--port 8000] [--models DIR]
+//   make wasm && node web/serve.mjs [--port 8000] [--models DIR] [--plain]
 //   then open http://127.0.0.1:8000/demo/
+//
+// --plain serves what a plain static host (GitHub Pages, most CDNs) serves:
+// no COOP/COEP, so the page gets the single-threaded cores (WebGPU included).
 //
 // Also imported by tests/web/browser.test.mjs (startServer).
 
@@ -104,6 +107,8 @@ export function startServer({ port = 0, host = '127.0.0.1', models = path.join(h
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const arg = (name, def) => { const i = process.argv.indexOf(name); return i > 0 ? process.argv[i + 1] : def; };
-  const s = await startServer({ port: Number(arg('--port', 8000)), models: arg('--models', undefined) ?? undefined });
-  console.log(`wgllm demo: ${s.url}/demo/  (models from /models/, Ctrl-C stops)`);
+  const plain = process.argv.includes('--plain');
+  const s = await startServer({ port: Number(arg('--port', 8000)), models: arg('--models', undefined) ?? undefined,
+                                isolate: !plain });
+  console.log(`wgllm demo: ${s.url}/demo/  (models from /models/, ${plain ? 'no cross-origin isolation, ' : ''}Ctrl-C stops)`);
 }

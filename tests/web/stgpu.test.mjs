@@ -124,6 +124,46 @@ test("no COOP/COEP, WebGPU: return_progress streams llama.cpp's prompt_progress 
     for (const x of r.seen.filter((y) => y.p)) assert.equal(x.text, '');
   });
 
+test('no COOP/COEP: the demo page runs WebGPU, says which core and why, and shows the prompt being read',
+  { timeout: 120000 }, async () => {
+    const demo = await browser.newPage();
+    const errors = [];
+    demo.on('pageerror', (e) => errors.push(e.message));
+    try {
+      await demo.goto(`${server.url}/demo/`);
+      await demo.selectOption('#backend', 'webgpu');
+      await demo.fill('#url', `/models/${MODEL}`);
+      await demo.fill('#maxTokens', '4');
+      await demo.click('#loadUrl');
+      await demo.waitForFunction(() => !document.getElementById('msg').disabled, null, { timeout: 60000 });
+      const core = await demo.$eval('#core', (d) => d.textContent);
+      assert.match(core, /^core: single-threaded-webgpu \(.*not cross-origin isolated.*\); backend webgpu: webgpu: /, core);
+      // every status line the page shows while it answers
+      await demo.evaluate(() => {
+        window.statusSeen = [];
+        new MutationObserver(() => window.statusSeen.push(document.getElementById('status').textContent))
+          .observe(document.getElementById('status'), { childList: true, characterData: true, subtree: true });
+      });
+      await demo.fill('#msg', 'Tell me about the river that runs past the old mill near the town.');
+      await demo.click('#send');
+      await demo.waitForFunction(() => /decode [\d.]+ tok\/s/.test(document.getElementById('status').textContent),
+        null, { timeout: 60000 });
+      const seen = await demo.evaluate(() => window.statusSeen);
+      assert.ok(seen.some((t) => /^reading the prompt: \d+ \/ \d+ tokens/.test(t)), seen.join(' | '));
+      const reply = await demo.$eval('#log .assistant', (d) => d.textContent);
+      assert.ok(reply.length > 0, 'a reply was streamed into the log');
+      // auto on SwiftShader (a software adapter): the CPU core, and the page says why
+      await demo.selectOption('#backend', 'auto');
+      await demo.click('#loadUrl');
+      await demo.waitForFunction(() => /loaded in/.test(document.getElementById('status').textContent), null,
+        { timeout: 60000 });
+      assert.match(await demo.$eval('#core', (d) => d.textContent), /^core: single-threaded \(.*\); backend cpu: .*software/i);
+      assert.deepEqual(errors, []);
+    } finally {
+      await demo.close();
+    }
+  });
+
 test('no COOP/COEP, WebGPU: embeddings like the CPU core; snapshots saved and restored skip the prefill', { timeout: 90000 },
   async () => {
     const r = await page.evaluate(async (url) => {
