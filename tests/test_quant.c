@@ -13,6 +13,7 @@
 #include "test.h"
 
 #include "quant/quant.h"
+#include "quant/vexp.h"
 
 #include <stdint.h>
 #include <sys/wait.h>
@@ -470,6 +471,41 @@ static void bench(void) {
 
 /* Re-runs this executable capped at AVX2 (arm64: NEON without SDOT) so both
  * SIMD levels get checked. */
+/* The softmax's exponentials and sum (quant/vexp.h): the dispatched level
+ * gives libm expf's bits and the reference's sum, on a sweep of the floats
+ * from 0 down past the underflow, the special values, any length (tails)
+ * and in place. */
+TEST(exp_sum_same_bits_as_expf) {
+    enum { CHUNK = 4099 };
+    static float x[CHUNK], y[CHUNK], z[CHUNK];
+    long bad = 0, n_all = 0;
+    uint32_t u = 0x80000000u; /* -0.0, then more and more negative */
+    while (u < 0xC2E00000u) { /* to -112 */
+        int n = 0;
+        for (; n < CHUNK && u < 0xC2E00000u; n++, u += 61) memcpy(&x[n], &u, 4);
+        const double a = wgllm_vec_exp_sum(x, y, n, 0.0f), b = wgllm_vec_exp_sum_ref(x, z, n, 0.0f);
+        for (int i = 0; i < n; i++) bad += memcmp(&y[i], &z[i], 4) != 0;
+        bad += memcmp(&a, &b, sizeof a) != 0;
+        n_all += n;
+    }
+    if (bad) fprintf(stderr, "  %ld of %ld exponentials or sums differ from the reference\n", bad, n_all);
+    CHECK_EQ_INT((int)bad, 0);
+    /* the special values, with a shift m, every length up to 40 (the vector tails), in place */
+    const float sp[] = {-INFINITY, 0.0f, -0.0f, 1.5f, 88.5f, 88.8f, 200.0f, -87.5f, -103.9f, -103.98f, -104.0f,
+                        -150.0f, -1e30f, 3.0f, -2.25f, 0.125f};
+    for (int n = 0; n <= 40; n++) {
+        for (int i = 0; i < n; i++) x[i] = sp[(i * 7 + n) % 16] + (i % 3 ? 0.0f : 0.5f);
+        const float m = n % 2 ? 2.0f : -1.0f;
+        const double b = wgllm_vec_exp_sum_ref(x, z, n, m);
+        const double a = wgllm_vec_exp_sum(x, x, n, m); /* in place */
+        CHECK(memcmp(&a, &b, sizeof a) == 0);
+        CHECK(memcmp(x, z, sizeof(float) * (size_t)n) == 0);
+    }
+    x[0] = NAN, x[1] = -1.0f;
+    const double a = wgllm_vec_exp_sum(x, y, 9, 0.0f);
+    CHECK(isnan(y[0]) && isnan(a) && y[1] == expf(-1.0f));
+}
+
 static void run_avx2_child(void) {
     const struct wgllm_cpu_caps *caps = wgllm_cpu_caps();
 #if defined(__aarch64__)
@@ -491,6 +527,7 @@ int main(void) {
     RUN(fp16_rows);
     RUN(vec_dot_match);
     RUN(f16_rows_dot_same_bits);
+    RUN(exp_sum_same_bits_as_expf);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();
     run_avx2_child();

@@ -5,6 +5,7 @@
  * rounding like the peer.
  */
 #include "backend/cpu/ops.h"
+#include "quant/vexp.h"
 
 #include <math.h>
 
@@ -40,12 +41,8 @@ void wgllm_op_softmax_sink(float *x, int n, float sink) {
     float max = -INFINITY;
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
     max = sink > max ? sink : max;
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        const float e = expf(x[i] - max);
-        x[i] = e;
-        sum += (double)e;
-    }
+    /* the exponentials and their sum in eight lanes (quant/vexp.h: the same bits at every level) */
+    double sum = wgllm_vec_exp_sum(x, x, n, max);
     /* the sink's term comes last, as ggml adds it after the row's sum (0 for -inf) */
     sum += (double)expf(sink - max);
     const float inv = (float)(1.0 / sum);
