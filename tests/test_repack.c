@@ -197,6 +197,33 @@ TEST(kernels_equal_reference) {
         }
 }
 
+/* A run of a repacked matrix's rows (one expert of a stack) is that run
+ * repacked on its own: the same bytes, the same products. */
+TEST(rows_view_is_the_rows_repacked) {
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t type = types[ti], at = act_type(type);
+        const int64_t ne0 = first_ne0(type), ne1 = 64;
+        uint8_t *wq = make_matrix(type, ne0, ne1);
+        struct wgllm_repacked all, part;
+        CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &all, NULL), WGLLM_STATUS_OK);
+        const size_t rs = wgllm_row_size(type, ne0);
+        CHECK_EQ_INT(wgllm_repack(wq + 32 * rs, type, ne0, 16, &part, NULL), WGLLM_STATUS_OK);
+        const struct wgllm_repacked v = wgllm_repacked_rows(&all, 32, 16);
+        CHECK(v.ne1 == 16 && v.size == part.size && v.type == type && v.ne0 == ne0);
+        CHECK(memcmp(v.data, part.data, part.size) == 0);
+        const int n = 3;
+        const size_t xs = wgllm_row_size(at, ne0);
+        uint8_t *x = make_acts_of(at, ne0, n, xs);
+        float a[16 * 3], b[16 * 3];
+        wgllm_repacked_matmul(&v, 0, 16, x, xs, n, a, 16, false);
+        wgllm_repacked_matmul(&part, 0, 16, x, xs, n, b, 16, false);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        free(x), free(wq);
+        wgllm_repacked_free(&all);
+        wgllm_repacked_free(&part);
+    }
+}
+
 /* Bytes at known places, derived by hand from the layout in repack.h. */
 TEST(layout_bytes) {
     enum { NE0 = 64, NE1 = 32 };
@@ -452,6 +479,7 @@ int main(void) {
     RUN(layout_bytes_iq4_xs);
     RUN(unsupported_shapes);
     RUN(kernels_equal_reference);
+    RUN(rows_view_is_the_rows_repacked);
     RUN(matches_vec_dot);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();

@@ -134,6 +134,16 @@ static void repack_panel(const uint8_t *src, size_t row_size, uint32_t type, int
     }
 }
 
+struct wgllm_repacked wgllm_repacked_rows(const struct wgllm_repacked *w, int64_t r0, int64_t n) {
+    WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && n % WGLLM_REPACK_ROWS == 0 && r0 >= 0 && n > 0 && r0 + n <= w->ne1);
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    struct wgllm_repacked v = *w;
+    v.ne1 = n;
+    v.size = panel * (size_t)(n / WGLLM_REPACK_ROWS);
+    v.data = (uint8_t *)w->data + panel * (size_t)(r0 / WGLLM_REPACK_ROWS);
+    return v;
+}
+
 enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int64_t ne1,
                                struct wgllm_repacked *out, struct wgllm_error *err) {
     memset(out, 0, sizeof(*out));

@@ -114,6 +114,10 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
                                struct wgllm_repacked *out, struct wgllm_error *err);
 /* Frees the data and zeroes *w; a zeroed struct is fine. */
 void wgllm_repacked_free(struct wgllm_repacked *w);
+/* Rows [r0, r0 + n) of w as a matrix of their own, sharing w's data (not to
+ * be freed): r0 and n multiples of WGLLM_REPACK_ROWS (one expert of a
+ * repacked stack of experts). */
+struct wgllm_repacked wgllm_repacked_rows(const struct wgllm_repacked *w, int64_t r0, int64_t n);
 /* y[t*ldy + r] (= or +=) W[r] . x[t] for rows r in [r0, r1) (multiples of the row group) and tokens t in [0, n).
  * x: n rows of activations in the weight type's vec_dot_type (Q8_0, or Q8_K
  * for the K-quants and IQ4_XS), x_stride bytes apart. Uses the fastest

@@ -153,12 +153,18 @@ static void attend_head(struct cpu_ctx *c, int il, int seq, int pos, int h, cons
 
 /* ---- mixture of experts ------------------------------------------------ */
 
-/* Expert e of a stack (wgllm_weight.n_expert) as a weight of its own. */
-static struct wgllm_weight expert_view(const struct wgllm_weight *w, int e) {
+/* Expert e of a stack (wgllm_weight.n_expert) as a weight of its own; a
+ * repacked stack's expert is the run of its panels (matmul.c repacks a stack
+ * only when each expert is whole panels), described in *rp. */
+static struct wgllm_weight expert_view(const struct wgllm_weight *w, int e, struct wgllm_repacked *rp) {
     struct wgllm_weight v = *w;
     v.ne1 = w->ne1 / w->n_expert;
     v.data = (const char *)w->data + (size_t)e * (size_t)v.ne1 * w->row_size;
     v.rp = NULL;
+    if (w->rp) {
+        *rp = wgllm_repacked_rows(w->rp, (int64_t)e * v.ne1, v.ne1);
+        v.rp = rp;
+    }
     return v;
 }
 
@@ -293,7 +299,8 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
     for (int e = 0; e < X && f1 > f0; e++) {
         const int n = c->moe.off[e + 1] - c->moe.off[e], r0 = c->moe.off[e];
         if (!n) continue;
-        const struct wgllm_weight gv = expert_view(&L->w_gate, e), uv = expert_view(&L->w_up, e);
+        struct wgllm_repacked gr, ur;
+        const struct wgllm_weight gv = expert_view(&L->w_gate, e, &gr), uv = expert_view(&L->w_up, e, &ur);
         const struct wgllm_cpu_act ag = {(const char *)xg.data + (size_t)r0 * xg.stride, xg.stride};
         const struct wgllm_cpu_act au = {(const char *)xu.data + (size_t)r0 * xu.stride, xu.stride};
         /* gpt-oss: the expert's biases (ggml_add_id), then SwiGLU-OAI */
@@ -319,7 +326,8 @@ static void moe_ffn(struct cpu_ctx *c, const struct wgllm_layer *L, const float 
     for (int e = 0; e < X && e1 > e0; e++) {
         const int n = c->moe.off[e + 1] - c->moe.off[e], r0 = c->moe.off[e];
         if (!n) continue;
-        const struct wgllm_weight dv = expert_view(&L->w_down, e);
+        struct wgllm_repacked dr;
+        const struct wgllm_weight dv = expert_view(&L->w_down, e, &dr);
         const struct wgllm_cpu_act ad = {(const char *)xd.data + (size_t)r0 * xd.stride, xd.stride};
         const float *bd = L->b_down_exps ? L->b_down_exps + (size_t)e * E : NULL;
         wgllm_cpu_matmul_range(&dv, ad, n, c->moe.rows + (size_t)r0 * E, E, e0, e1, false, bd);

@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct wgllm_cpu_act wgllm_cpu_act_prepare(void *buf, size_t cap, int ith, int nth, const float *src, int ld, int n,
                                            int64_t K, uint32_t type) {
@@ -110,6 +111,36 @@ void wgllm_cpu_matmul(const struct wgllm_weight *w, struct wgllm_cpu_act x, int 
 
 /* ---- the CPU's weight layouts ---------------------------------------------- */
 
+/* A matrix this CPU has a repacked kernel for; a stack of experts when each
+ * expert's rows are whole panels (the repacked stack is then its experts'
+ * repacked matrices one after another: forward.c's expert_view). */
+static bool repackable(const struct wgllm_weight *w) {
+    if (w->n_expert > 0)
+        return w->ne1 % w->n_expert == 0 && wgllm_repack_supported(w->type, w->ne0, w->ne1 / w->n_expert);
+    return wgllm_repack_supported(w->type, w->ne0, w->ne1);
+}
+
+/* Experts are repacked as llama.cpp's CPU backend repacks them (its
+ * MUL_MAT_ID kernels read only the repacked layout): a decode reads a few
+ * experts' rows, as fast as a dense matrix's then. The copy is anonymous
+ * memory where the file's pages could be evicted and read again, so a model
+ * whose repacked matrices would take more than half of this machine's
+ * memory keeps its experts in the file's layout; so does the wasm build,
+ * whose file is already a copy in its heap. */
+static bool repack_experts(const struct wgllm_model *m, struct wgllm_weight *const *mats, int n) {
+    (void)m;
+#if defined(__EMSCRIPTEN__)
+    (void)mats, (void)n;
+    return false;
+#else
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (repackable(mats[i])) total += mats[i]->row_size * (uint64_t)mats[i]->ne1;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages <= 0 || page <= 0 || total <= (uint64_t)pages * (uint64_t)page / 2;
+#endif
+}
+
 /* Copies the matrices that have a faster kernel into the repacked layout
  * (quant/repack.h); called under m->cpu_mu. A failure frees what was made
  * (no context has seen it), so a later context tries again. */
@@ -120,11 +151,10 @@ static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_erro
     const int n = wgllm_model_matrices(m, mats, CAP);
     enum wgllm_status st = WGLLM_STATUS_OK;
     uint64_t bytes = 0;
+    const bool experts = repack_experts(m, mats, n);
     for (int i = 0; i < n && !st; i++) {
         struct wgllm_weight *w = mats[i];
-        /* experts are read a few rows at a time, in the file's layout (a
-         * repacked copy of every expert would double a MoE model's memory) */
-        if (w->n_expert > 0 || !wgllm_repack_supported(w->type, w->ne0, w->ne1)) continue;
+        if (!repackable(w) || (w->n_expert > 0 && !experts)) continue;
         if (!(w->rp = calloc(1, sizeof(*w->rp)))) {
             st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
             break;
