@@ -589,8 +589,9 @@ enum wgllm_status wgllm_quantize_file(const char *in, const char *out,
         const struct wgllm_gguf_kv *kv = wgllm_gguf_kv_at(g, i);
         if (kv->key.len >= sizeof(key)) continue;
         snprintf(key, sizeof(key), "%.*s", (int)kv->key.len, kv->key.data);
-        if (!strcmp(key, "split.no") || !strcmp(key, "split.count") ||
-            !strcmp(key, "split.tensors.count"))
+        /* llama.cpp's gguf_set_* removes a key before adding it: these two come last, in this order */
+        if (!strcmp(key, "split.no") || !strcmp(key, "split.count") || !strcmp(key, "split.tensors.count") ||
+            !strcmp(key, "general.quantization_version") || !strcmp(key, "general.file_type"))
             continue;
         wgllm_gguf_writer_set_value(w, key, &kv->value);
     }

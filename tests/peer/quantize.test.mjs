@@ -1,8 +1,8 @@
 // `wgllm quantize` against llama.cpp's own llama_model_quantize, both ways:
 // (a) the same F32 (and F16, BF16) synthetic model quantized by llama.cpp (libllama through
 //     tools/peer/llama_quantize.py) and by wgllm to the same preset must hold the
-//     same tensors with the same types and byte-identical data (the metadata may
-//     be ordered differently; its keys and general.file_type must match);
+//     same tensors with the same types and byte-identical data, the same metadata in
+//     the same order: the same file, byte for byte;
 // (b) a file quantized by wgllm loads in llama.cpp and the two engines'
 //     teacher-forced next-token distributions agree (mean KL bound 1e-2 as for the
 //     other 4-bit formats in agreement.test.mjs, top-1 >= 95% of 64 positions).
@@ -95,7 +95,7 @@ test('(a) tensor bytes equal llama.cpp llama_model_quantize, every preset', () =
   for (const j of jobs) {
     wgllmQuantize(j.inp, j.ours, j.preset);
     const a = readGguf(j.ref), b = readGguf(j.ours);
-    assert.deepEqual([...b.kv.keys()].sort(), [...a.kv.keys()].sort(), `${j.shape} ${j.preset}: metadata keys differ`);
+    assert.deepEqual([...b.kv.keys()], [...a.kv.keys()], `${j.shape} ${j.preset}: metadata keys or their order differ`);
     assert.equal(b.kv.get('general.file_type'), j.ftype, `${j.shape} ${j.preset}: general.file_type`);
     assert.equal(b.kv.get('general.quantization_version'), 2);
     assert.deepEqual(b.kv.get('tokenizer.ggml.tokens'), a.kv.get('tokenizer.ggml.tokens'));
@@ -108,7 +108,9 @@ test('(a) tensor bytes equal llama.cpp llama_model_quantize, every preset', () =
       assert.ok(Buffer.compare(x.data, y.data) === 0, `${j.shape} ${j.preset}: ${x.name} (type ${x.type}) data differ`);
       mix.set(x.type, (mix.get(x.type) ?? 0) + 1);
     }
-    lines.push(`${j.shape.padEnd(15)} ${j.preset.padEnd(7)} ${a.tensors.length} tensors identical; types ${[...mix].map(([t, n]) => `${t}x${n}`).join(' ')}`);
+    // and so the whole file, header included
+    assert.ok(Buffer.compare(readFileSync(j.ref), readFileSync(j.ours)) === 0, `${j.shape} ${j.preset}: the files differ`);
+    lines.push(`${j.shape.padEnd(15)} ${j.preset.padEnd(7)} ${a.tensors.length} tensors identical (the whole file); types ${[...mix].map(([t, n]) => `${t}x${n}`).join(' ')}`);
   }
   console.log(lines.join('\n'));
 });
