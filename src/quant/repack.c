@@ -1,5 +1,5 @@
 /*
- * repack.c - the interleaved Q4_0/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
+ * repack.c - the interleaved Q4_0/Q8_0/IQ4_NL/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
  * from the GGUF layout, the scalar reference product, and the choice of SIMD
  * kernel (repack_avx512.c, repack_avx2.c; repack_wasm.c in the browser
  * build) for this CPU.
@@ -22,7 +22,7 @@ static bool kernel_takes(uint32_t type);
 
 static bool shape_ok(uint32_t type, int64_t ne0, int64_t ne1) {
     const int64_t bs = is_k(type) ? WGLLM_QK_K : 32;
-    return (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || is_k(type)) && ne0 > 0 &&
+    return (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_IQ4_NL || is_k(type)) && ne0 > 0 &&
            ne0 % bs == 0 && ne0 / 32 <= WGLLM_REPACK_MAX_BLOCKS && ne1 > 0 && ne1 % WGLLM_REPACK_ROWS == 0;
 }
 
@@ -114,7 +114,7 @@ static void repack_panel(const uint8_t *src, size_t row_size, uint32_t type, int
         const uint8_t *row = src + (size_t)j * row_size;
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *q = quants + (size_t)b * qb;
-            if (type == WGLLM_TYPE_Q4_0) {
+            if (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_IQ4_NL) { /* the same bytes */
                 wgllm_block_q4_0 blk;
                 memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
                 scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
@@ -150,7 +150,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
     if (!shape_ok(type, ne0, ne1))
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "repack: type %s with %lld x %lld elements has no interleaved layout "
-                               "(needs q4_0/q8_0 with ne0 %% 32 == 0 or q4_K/q5_K/q6_K/iq4_xs with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
+                               "(needs q4_0/q8_0/iq4_nl with ne0 %% 32 == 0 or q4_K/q5_K/q6_K/iq4_xs with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
                                wgllm_type_name(type), (long long)ne0, (long long)ne1,
                                WGLLM_REPACK_MAX_BLOCKS * 32, WGLLM_REPACK_ROWS);
     const size_t panel = wgllm_repack_panel_bytes(type, ne0);
@@ -287,7 +287,7 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
     }
     const int64_t nb = w->ne0 / 32;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), qb = wgllm_repack_quant_bytes(w->type);
-    const bool q4 = w->type == WGLLM_TYPE_Q4_0;
+    const bool q4 = w->type == WGLLM_TYPE_Q4_0, nl = w->type == WGLLM_TYPE_IQ4_NL;
     for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
         const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
         const wgllm_fp16 *scales = (const wgllm_fp16 *)pd;
@@ -301,7 +301,15 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
                     const int8_t *a = xb[b].qs;
                     int32_t sum_a = 0, dot = 0;
                     for (int i = 0; i < 32; i++) sum_a += a[i];
-                    if (q4) {
+                    if (nl) { /* the looked-up value + 128, less 128 * sum_a: the kernels' integers */
+                        for (int m = 0; m < 4; m++)
+                            for (int k = 0; k < 4; k++) {
+                                const uint8_t v = q[m * 64 + j * 4 + k];
+                                dot += (wgllm_kvalues_iq4nl[v & 0x0F] + 128) * a[4 * m + k] +
+                                       (wgllm_kvalues_iq4nl[v >> 4] + 128) * a[16 + 4 * m + k];
+                            }
+                        dot -= 128 * sum_a;
+                    } else if (q4) {
                         for (int m = 0; m < 4; m++)
                             for (int k = 0; k < 4; k++) {
                                 const uint8_t v = q[m * 64 + j * 4 + k];
@@ -400,7 +408,8 @@ wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name) {
 }
 
 static bool kernel_takes(uint32_t type) {
-    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS) return kernel_k56;
+    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS || type == WGLLM_TYPE_IQ4_NL)
+        return kernel_k56;
     return !is_k(type) || kernel_k;
 }
 

@@ -19,7 +19,10 @@
  *           16+4m..16+4m+3, as u8 in 0..15 (the -8 is applied as
  *           -8*sum(activation block));
  *     Q8_0: vector g (0..7) holds row j's qs[4g..4g+3] xor 0x80, i.e. q+128
- *           as u8 (the +128 is removed as -128*sum(activation block)).
+ *           as u8 (the +128 is removed as -128*sum(activation block));
+ *     IQ4_NL: as Q4_0 (its blocks are Q4_0's bytes); a nibble indexes the
+ *           format's 16 values, which a kernel looks up as value+128 (u8) and
+ *           corrects by -128*sum(activation block), as Q8_0's.
  * The same layout serves every ISA (AVX2 reads a vector as two 8-row halves,
  * wasm SIMD128 as four 4-row slices).
  *
@@ -101,7 +104,8 @@ struct wgllm_repacked {
  * or Q8_0, 0 < ne0 <= 65536 with ne0 % 32 == 0, ne1 > 0 with ne1 % 16 == 0,
  * and AVX2+FMA+F16C or AVX-512 VNNI (WGLLM_CPU=scalar turns it off), or the
  * wasm build's SIMD128; type Q4_K with ne0 % 256 == 0, on x86 with
- * AVX2+FMA+F16C or AVX-512 VNNI; Q5_K, Q6_K or IQ4_XS likewise, with AVX-512 VNNI. */
+ * AVX2+FMA+F16C or AVX-512 VNNI; Q5_K, Q6_K or IQ4_XS likewise, with AVX-512 VNNI;
+ * IQ4_NL as Q4_0's shapes, with AVX-512 VNNI. */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
 int wgllm_repack_row_group(void);
@@ -129,7 +133,9 @@ void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r
 /* ---- internal: layout sizes and the kernels (tests call them directly) ---- */
 
 /* Bytes per block of one panel's quants (Q4_0, Q8_0). */
-static inline size_t wgllm_repack_quant_bytes(uint32_t type) { return type == WGLLM_TYPE_Q4_0 ? 256 : 512; }
+static inline size_t wgllm_repack_quant_bytes(uint32_t type) {
+    return type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_IQ4_NL ? 256 : 512;
+}
 /* Bytes of one panel's scale section (Q4_0, Q8_0). */
 static inline size_t wgllm_repack_scale_bytes(int64_t ne0) { return WGLLM_PAD((size_t)(ne0 / 32) * 32, 64); }
 /* Q4_K/Q5_K: bytes of a record before its scales (quants, and Q5_K's high bits). */
