@@ -1230,6 +1230,7 @@ static void gen_matmul_direct(struct wgllm_strbuf *b, uint32_t type, const struc
     emit_mm_block(b, type);
     wgllm_strbuf_printf(b, "%s@compute @workgroup_size(NT)\n"
               MM_MAIN_HEAD
+              "  if (t0 + tt >= nt) { return; }\n" /* no token of this thread (no barriers here) */
               "  var xr: array<u32, RM>;\n" /* the tokens' x rows, looked up once */
               "  for (var j = 0u; j < RM; j++) {\n"
               "    let tok = t0 + tt + j * (TM / RM);\n"
@@ -1257,8 +1258,11 @@ static void gen_matmul_direct(struct wgllm_strbuf *b, uint32_t type, const struc
 
 /* The tiled mat-mat. A tile past the last token returns at once (MATMUL_ID's
  * tiles of experts with few tokens): its count goes through workgroup
- * memory (XS[0], overwritten after) so that the return is uniform and the
- * barriers after it stay valid. */
+ * memory (XS[0], overwritten after; Tint makes workgroupUniformLoad a
+ * barrier, the load, a barrier) so that the return is uniform and the
+ * barriers after it stay valid. A thread whose tokens are all past the
+ * count only helps load the tiles (an expert's tile of a few tokens costs
+ * about the sums of those tokens). */
 static void gen_matmul_tiled(struct wgllm_strbuf *b, uint32_t type, const struct wgllm_wgsl_tune *t, const char *map) {
     wgllm_strbuf_printf(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst TK: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n",
            t->mm_tile_n, t->mm_tile_m, t->mm_tile_k, t->mm_micro_n, t->mm_micro_m);
@@ -1293,12 +1297,14 @@ static void gen_matmul_tiled(struct wgllm_strbuf *b, uint32_t type, const struct
               "      XS[kk * TM + tok] = v;\n"
               "    }\n"
               "    workgroupBarrier();\n"
-              "    for (var kk = 0u; kk < TK; kk++) {\n"
-              "      var wv: array<f32, RN>;\n"
-              "      for (var i = 0u; i < RN; i++) { wv[i] = WS[kk * TN + tr + i * GN]; }\n"
-              "      for (var j = 0u; j < RM; j++) {\n"
-              "        let xv = XS[kk * TM + tt + j * (TM / RM)];\n"
-              "        for (var i = 0u; i < RN; i++) { acc[j * RN + i] += wv[i] * xv; }\n"
+              "    if (t0 + tt < nt) {\n" /* else no token of this thread: no sums */
+              "      for (var kk = 0u; kk < TK; kk++) {\n"
+              "        var wv: array<f32, RN>;\n"
+              "        for (var i = 0u; i < RN; i++) { wv[i] = WS[kk * TN + tr + i * GN]; }\n"
+              "        for (var j = 0u; j < RM; j++) {\n"
+              "          let xv = XS[kk * TM + tt + j * (TM / RM)];\n"
+              "          for (var i = 0u; i < RN; i++) { acc[j * RN + i] += wv[i] * xv; }\n"
+              "        }\n"
               "      }\n"
               "    }\n"
               "    workgroupBarrier();\n"
