@@ -20,7 +20,8 @@
  *    groups them, from the pass's tokens only;
  *  - MATMUL_ID (prefill grouped by expert): bit for bit MATMUL over each
  *    expert's rows, and MATVEC_ID's results within rounding, in several
- *    formats, both mat-mat shapes, experts of no token or of every token.
+ *    formats, both mat-mat shapes, experts of no token or of every token;
+ *    every weight format of MATVEC_ID in the direct shape.
  * The model-level checks (every MoE architecture against the CPU backend)
  * are in test_webgpu_model.c.
  */
@@ -367,6 +368,7 @@ TEST(moe_bucket_like_host) {
  * otherwise (the test's sizes keep it whole). */
 static uint32_t expert_w_off(uint32_t type, int e, int M, int K) {
     const size_t rs = wgllm_row_size(type, K), bytes = (size_t)e * M * rs;
+    CHECK(bytes % 4 == 0);
     return type == WGLLM_TYPE_F32 ? (uint32_t)((size_t)e * M * K) : (uint32_t)(bytes / 4);
 }
 
@@ -499,6 +501,100 @@ TEST(matmul_id_like_matmul_and_matvec_id) {
     free(src), free(x), free(y), free(yv), free(yd), free(deq);
 }
 
+/* Rows of a weight format: quantized from random floats where the format
+ * has a quantizer, else random blocks (the grid formats) kept when they
+ * dequantize to finite values of sane size; deq gets them dequantized. */
+static char *random_rows(uint32_t type, int rows, int K, float *deq) {
+    const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+    const size_t rs = wgllm_row_size(type, K);
+    char *w = malloc(rs * (size_t)rows);
+    float *src = malloc(sizeof(float) * (size_t)K);
+    for (int r = 0; r < rows; r++) {
+        char *wr = w + (size_t)r * rs;
+        float *dr = deq + (size_t)r * K;
+        for (bool ok = false; !ok;) {
+            if (tr->from_float_ref || type == WGLLM_TYPE_F32) {
+                for (int i = 0; i < K; i++) src[i] = rng_frand();
+                if (type == WGLLM_TYPE_F32) memcpy(wr, src, rs);
+                else tr->from_float_ref(src, wr, K);
+            } else {
+                for (size_t i = 0; i < rs; i++) wr[i] = (char)rng_u32();
+            }
+            tr->to_float(wr, dr, K);
+            ok = true;
+            for (int i = 0; i < K && ok; i++) ok = isfinite(dr[i]) && fabsf(dr[i]) < 1e4f;
+        }
+    }
+    free(src);
+    return w;
+}
+
+/* Every weight format MATVEC_ID has, MATMUL_ID has too (no format falls
+ * back to the per-token path), and gives MATMUL's bits for each expert and
+ * MATVEC_ID's results within rounding (1e-6 of sum |w x|), with the
+ * cpu-adapter tune (mm_direct: quick to compile on SwiftShader; the other
+ * shape's loads are MATMUL's, test_webgpu). */
+TEST(matmul_id_every_format) {
+    enum { X = 3, M = 10, K = 256, T = 12, U = 2 }; /* experts of whole words in every format (even row sizes) */
+    const struct wgllm_wgsl_tune *tu = wgllm_wgsl_cpu_adapter_tune();
+    float x[T * K], y[T * U * M], yv[T * U * M], yd[X * T * M];
+    float *deq = malloc(sizeof(float) * X * M * K);
+    uint32_t s[T * U + X + 1 + T * U];
+    for (int i = 0; i < T * K; i++) x[i] = rng_frand();
+    make_routing(0, T, U, X + 1, s); /* experts 0..2 */
+    int n_formats = 0;
+    for (uint32_t type = 0; type < WGLLM_TYPE_COUNT; type++) {
+        if (!wgllm_wgsl_supports(WGLLM_KERNEL_MATVEC_ID, type)) continue;
+        CHECK(wgllm_wgsl_supports(WGLLM_KERNEL_MATMUL_ID, type));
+        n_formats++;
+        const size_t rs = wgllm_row_size(type, K);
+        char *w = random_rows(type, X * M, K, deq);
+        for (int i = 0; i < T * U * M; i++) y[i] = yv[i] = -12345.0f;
+        struct wgllm_gpu_buffer *wb = upload(w, rs * X * M), *xb = upload(x, sizeof x), *sb = upload(s, sizeof s),
+                                *yb = upload(y, sizeof y), *yvb = upload(yv, sizeof yv), *ydb = upload(yd, sizeof(float) * T * M);
+        const uint32_t off_at = T * U, list_at = off_at + X + 1, tiles = (M + tu->mm_tile_n - 1) / tu->mm_tile_n,
+                       groups = (M + tu->rows_matvec - 1) / tu->rows_matvec;
+        const union wgllm_kparams bk = {.moe_bucket = {.n_expert = X, .used = U, .off_at = off_at, .list_at = list_at}};
+        const union wgllm_kparams km = {.matmul_id = {.rows = M, .x_div = U, .k = K, .list_at = list_at,
+                                                      .off_at = off_at, .tiles = tiles}};
+        const union wgllm_kparams kv = {.matvec_id = {.rows = M, .x_div = U, .k = K, .n_exp = X, .used = U,
+                                                      .groups = groups}};
+        struct wgllm_gpu_buffer *bm[4] = {wb, xb, yb, sb}, *bv[4] = {wb, xb, yvb, sb};
+        bool ok = wb && xb && sb && yb && yvb && ydb && run(WGLLM_KERNEL_MOE_BUCKET, WGLLM_TYPE_F32, tu, &bk, 1, &sb, 1, T) &&
+                  run(WGLLM_KERNEL_MATMUL_ID, type, tu, &km, 4, bm, tiles * X, (T + tu->mm_tile_m - 1) / tu->mm_tile_m) &&
+                  run(WGLLM_KERNEL_MATVEC_ID, type, tu, &kv, 4, bv, groups * U, T) && readback(yb, y, sizeof y) &&
+                  readback(yvb, yv, sizeof yv);
+        for (int e = 0; ok && e < X; e++) {
+            const union wgllm_kparams kd = {.matvec = {.rows = M, .k = K, .w_off = expert_w_off(type, e, M, K), .tokens = T}};
+            struct wgllm_gpu_buffer *bd[3] = {wb, xb, ydb};
+            ok = run(WGLLM_KERNEL_MATMUL, type, tu, &kd, 3, bd, tiles, (T + tu->mm_tile_m - 1) / tu->mm_tile_m) &&
+                 readback(ydb, yd + (size_t)e * T * M, sizeof(float) * T * M);
+        }
+        CHECK(ok);
+        int differ = 0;
+        double worst = 0;
+        for (int q = 0; ok && q < T * U; q++)
+            for (int r = 0; r < M; r++) {
+                const float got = y[q * M + r], mm = yd[((size_t)s[q] * T + q / U) * M + r];
+                differ += memcmp(&got, &mm, 4) != 0;
+                double mag = 0;
+                for (int i = 0; i < K; i++) mag += fabs((double)deq[((size_t)s[q] * M + r) * K + i] * x[(q / U) * K + i]);
+                const double d = fabs((double)got - yv[q * M + r]) / (mag + 1e-6);
+                if (d > worst || d != d) worst = d;
+            }
+        CHECK_EQ_INT(differ, 0);
+        CHECK(worst <= 1e-6);
+        if (differ || worst > 1e-6)
+            printf("  matmul_id %s: %d differ from matmul, rel diff to matvec_id %.2e\n", wgllm_type_name(type), differ, worst);
+        struct wgllm_gpu_buffer *fr[6] = {wb, xb, sb, yb, yvb, ydb};
+        for (int i = 0; i < 6; i++) wgllm_gpu_buffer_destroy(G, fr[i]);
+        free(w);
+    }
+    printf("  matmul_id: %d formats, each as matmul bit for bit and as matvec_id within 1e-6\n", n_formats);
+    CHECK(n_formats >= 20);
+    free(deq);
+}
+
 int main(void) {
     wgllm_quant_init();
     int required;
@@ -509,6 +605,7 @@ int main(void) {
     RUN(moe_glu_oai_and_bias_like_cpu);
     RUN(moe_bucket_like_host);
     RUN(matmul_id_like_matmul_and_matvec_id);
+    RUN(matmul_id_every_format);
     wgllm_gpu_close(G);
     return test_summary("test_webgpu_moe");
 }
