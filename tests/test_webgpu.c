@@ -505,7 +505,7 @@ TEST(matmul_mutants_fail) {
         {"k0 += TK)", "k0 += TK + 32u)"},
         {"let t0 = wid.y * TM;", "let t0 = wid.y * TM + 1u;"},
         {"blk < nblk; blk++", "blk < nblk; blk += 2u"}, /* the direct kernel (below) */
-        {"let tok = t0 + tt + j * (TM / RM);\n        if (tok >= p.h)", "let tok = t0 + tt + j;\n        if (tok >= p.h)"},
+        {"let tok = t0 + tt + j * (TM / RM);\n    if (tok < nt) { xr[j]", "let tok = t0 + tt + j;\n    if (tok < nt) { xr[j]"},
     };
     struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATMUL, .type = WGLLM_TYPE_Q4_0, .neox = false};
     struct wgllm_wgsl_tune t = *wgllm_wgsl_default_tune(); /* small tiles: quick to compile */

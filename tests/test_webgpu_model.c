@@ -766,9 +766,11 @@ static void compare_split_batch(const char *shape, const char *max_bytes, int mi
         wgllm_webgpu_get_plan(wgllm_context_webgpu(gc), &pl);
         if (exact) CHECK_EQ_INT(pl.n_split_tensors, min_split);
         else CHECK(pl.n_split_tensors >= min_split);
-        int32_t tok[6] = {1, 450, 4996, 1, 31999 % V, 7}, pos[6] = {0, 1, 2, 0, 1, 2}, seq[6] = {0, 0, 0, 1, 1, 1};
-        bool out[6] = {false, true, true, false, false, true};
-        struct wgllm_batch b = {.n = 6, .token = tok, .pos = pos, .seq = seq, .output = out};
+        /* 10 tokens: a pass of MM_MIN_TOKENS or more (the mat-mats, MoE's grouped by expert) */
+        int32_t tok[10] = {1, 450, 4996, 310, 278, 1, 31999 % V, 7, 88, 1000 % V};
+        int32_t pos[10] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4}, seq[10] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+        bool out[10] = {false, true, false, false, true, false, false, false, false, true};
+        struct wgllm_batch b = {.n = 10, .token = tok, .pos = pos, .seq = seq, .output = out};
         struct wgllm_error err = {0};
         CHECK_EQ_INT(wgllm_context_decode_batch(cc, &b, false, &err), WGLLM_STATUS_OK);
         CHECK_EQ_INT(wgllm_context_decode_batch(gc, &b, false, &err), WGLLM_STATUS_OK);
@@ -796,8 +798,9 @@ TEST(split_weights_in_batches) {
 
 /* Expert stacks split across buffers (whole experts per piece: pieces of
  * 548000 bytes hold 7 of tiny-olmoe's eight Q8_0 experts of 69632 bytes,
- * so each stack comes in 2 pieces and MATVEC_ID runs once per piece,
- * skipping the choices of experts elsewhere; the 32000-token embeddings
+ * so each stack comes in 2 pieces and MATMUL_ID (a pass of 10 tokens,
+ * grouped by expert) runs once per piece, skipping the experts elsewhere;
+ * the 32000-token embeddings
  * just fit 16 pieces): a batch of two sequences as the CPU computes it.
  * The three stacks of both layers and the embeddings are split at least;
  * measured 5e-7, while a choice skipped or read from the wrong piece moves

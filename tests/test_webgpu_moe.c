@@ -15,7 +15,13 @@
  *  - MOE_SUM: the weighted sum with no shared expert, a plain one and a
  *    sigmoid-gated one, with and without granite's scale;
  *  - MOE_GLU_OAI and MOE_BIAS (gpt-oss): each choice's expert's biases
- *    (by the routing buffer's ids), SwiGLU-OAI with gate/up past its limit.
+ *    (by the routing buffer's ids), SwiGLU-OAI with gate/up past its limit;
+ *  - MOE_BUCKET: each expert's choices listed in token order, as the CPU
+ *    groups them, from the pass's tokens only;
+ *  - MATMUL_ID (prefill grouped by expert): bit for bit MATMUL over each
+ *    expert's rows, and MATVEC_ID's results within rounding, in several
+ *    formats, both mat-mat shapes, experts of no token or of every token;
+ *    every weight format of MATVEC_ID in the direct shape.
  * The model-level checks (every MoE architecture against the CPU backend)
  * are in test_webgpu_model.c.
  */
@@ -293,6 +299,302 @@ TEST(moe_glu_oai_and_bias_like_cpu) {
     wgllm_gpu_buffer_destroy(G, bb[0]);
 }
 
+/* ---- MOE_BUCKET, MATMUL_ID (prefill grouped by expert) --------------------- */
+
+/* Routings of T tokens x U distinct experts of X: 0: random among the
+ * first X - 1 (the last expert gets no token), 1: choice 0 of every token
+ * is expert 1 (all tokens on one expert), the rest random. */
+static void make_routing(int mode, int T, int U, int X, uint32_t *ids) {
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < U; j++) {
+            uint32_t e;
+            bool taken;
+            do {
+                e = mode == 1 && j == 0 ? 1u : rng_u32() % (uint32_t)(X - 1);
+                taken = false;
+                for (int i = 0; i < j; i++) taken = taken || ids[t * U + i] == e;
+            } while (taken);
+            ids[t * U + j] = e;
+        }
+}
+
+/* The CPU's grouping (moe_ffn): each expert's choices in token order. */
+static void bucket_ref(const uint32_t *ids, int nq, int X, uint32_t *off, uint32_t *list) {
+    uint32_t o = 0;
+    for (int e = 0; e < X; e++) {
+        off[e] = o;
+        for (int q = 0; q < nq; q++)
+            if (ids[q] == (uint32_t)e) list[o++] = (uint32_t)q;
+    }
+    off[X] = o;
+}
+
+/* MOE_BUCKET on the GPU: the offsets and lists of the host's grouping, in
+ * token order, from the pass's T tokens only (the rows after them hold
+ * stale ids, as the routing buffer's rows past a pass do); nothing else of
+ * the buffer is written. */
+TEST(moe_bucket_like_host) {
+    static const int cases[][3] = {{6, 70, 2}, {6, 70, 1}, {128, 37, 8}, {256, 300, 4}, {8, 1, 2}}; /* X, T, U */
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        for (int mode = 0; mode < 2; mode++) {
+            const int X = cases[c][0], T = cases[c][1], U = cases[c][2], CAP = T + 9;
+            const uint32_t ids_at = 3, off_at = ids_at + (uint32_t)(CAP * U) + 5, list_at = off_at + (uint32_t)X + 1 + 2;
+            const size_t words = list_at + (size_t)CAP * U + 4;
+            uint32_t *s = malloc(words * 4), *want = malloc(words * 4);
+            for (size_t i = 0; i < words; i++) s[i] = 0xdeadbeefu;
+            make_routing(mode, CAP, U, X, s + ids_at); /* rows T.. are the stale ones */
+            memcpy(want, s, words * 4);
+            bucket_ref(s + ids_at, T * U, X, want + off_at, want + list_at);
+            struct wgllm_gpu_buffer *b = upload(s, words * 4);
+            const union wgllm_kparams kp = {.moe_bucket = {.n_expert = (uint32_t)X, .used = (uint32_t)U,
+                                                           .ids_at = ids_at, .off_at = off_at, .list_at = list_at}};
+            const bool ok = b && run(WGLLM_KERNEL_MOE_BUCKET, WGLLM_TYPE_F32, wgllm_wgsl_default_tune(), &kp, 1, &b, 1,
+                                     (uint32_t)T) &&
+                            readback(b, s, words * 4);
+            CHECK(ok);
+            size_t bad = 0, first = 0;
+            for (size_t i = 0; ok && i < words; i++)
+                if (s[i] != want[i] && !bad++) first = i;
+            CHECK_EQ_INT(bad, 0);
+            if (bad) printf("  bucket %d experts, %d tokens x %d, mode %d: %zu words differ, first at %zu (%u, want %u)\n",
+                            X, T, U, mode, bad, first, s[first], want[first]);
+            wgllm_gpu_buffer_destroy(G, b);
+            free(s), free(want);
+        }
+}
+
+/* Where expert e (of a piece of NP experts of M rows) starts in its
+ * piece's buffer, as MATMUL's w_off counts: elements for F32, u32 words
+ * otherwise (the test's sizes keep it whole). */
+static uint32_t expert_w_off(uint32_t type, int e, int M, int K) {
+    const size_t rs = wgllm_row_size(type, K), bytes = (size_t)e * M * rs;
+    CHECK(bytes % 4 == 0);
+    return type == WGLLM_TYPE_F32 ? (uint32_t)((size_t)e * M * K) : (uint32_t)(bytes / 4);
+}
+
+/* MATMUL_ID after MOE_BUCKET, over a stack split in two pieces (experts
+ * [0, 3) and [3, 6)), both input modes, both mat-mat shapes of the tune
+ * (mm_direct; tiles in workgroup memory, 16 x 16 and the default 64 x 64,
+ * for some formats: compiling them takes SwiftShader seconds),
+ * routings with an expert of no token, all tokens on one expert (70 of
+ * them: more than a tile of each tune) and one choice per token (the input per choice, down's, with the
+ * first). Checked two ways:
+ *  - bit for bit against MATMUL over each expert's rows and every x row
+ *    (MATMUL_ID is MATMUL's kernel with another tile map: each output is
+ *    the same sum in the same order, whatever tile its token falls in);
+ *  - against MATVEC_ID on the same routing within 1e-6 of the sum of
+ *    |w x| (the decode path: MATVEC sums each block's products before its
+ *    scale, MATMUL dequantises each weight first, so the last bits differ,
+ *    as they do between the dense MATVEC and MATMUL);
+ * and every output slot is written, nothing past them. */
+TEST(matmul_id_like_matmul_and_matvec_id) {
+    enum { X = 6, M = 67, K = 256, T = 70, UMAX = 2, GUARD = 64 };
+    const uint32_t types[] = {WGLLM_TYPE_F32, WGLLM_TYPE_F16, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q4_K,
+                              WGLLM_TYPE_MXFP4};
+    static const int routings[][2] = {{0, 2}, {1, 2}, {1, 1}}; /* make_routing mode, used */
+    /* mm_direct (every format), small workgroup-memory tiles (quicker to compile on SwiftShader: two
+       formats) and the GPU default's 64 x 64 tiles (256 threads, seconds to compile: one format) */
+    struct wgllm_wgsl_tune tunes[3] = {*wgllm_wgsl_default_tune(), *wgllm_wgsl_cpu_adapter_tune(),
+                                       *wgllm_wgsl_default_tune()};
+    tunes[0].mm_tile_n = tunes[0].mm_tile_m = 16, tunes[0].mm_micro_n = tunes[0].mm_micro_m = 2;
+    float *src = malloc(sizeof(float) * K), *x = malloc(sizeof(float) * T * UMAX * K);
+    const size_t ny = (size_t)T * UMAX * M + GUARD;
+    float *y = malloc(sizeof(float) * ny), *yv = malloc(sizeof(float) * ny), *yd = malloc(sizeof(float) * X * T * UMAX * M);
+    float *deq = malloc(sizeof(float) * X * M * K);
+    for (int i = 0; i < T * UMAX * K; i++) x[i] = rng_frand();
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const uint32_t type = types[ti];
+        const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+        const size_t rs = wgllm_row_size(type, K);
+        char *w = malloc(rs * X * M);
+        for (int r = 0; r < X * M; r++) {
+            for (int i = 0; i < K; i++) src[i] = rng_frand();
+            if (type == WGLLM_TYPE_F32) memcpy(w + r * rs, src, rs);
+            else if (type == WGLLM_TYPE_F16) wgllm_fp32_to_fp16_row(src, (wgllm_fp16 *)(w + r * rs), K);
+            else tr->from_float_ref(src, w + r * rs, K);
+            tr->to_float(w + r * rs, deq + (size_t)r * K, K);
+        }
+        struct wgllm_gpu_buffer *wb[2] = {upload(w, rs * 3 * M), upload(w + rs * 3 * M, rs * 3 * M)};
+        struct wgllm_gpu_buffer *xb = upload(x, sizeof(float) * T * UMAX * K);
+        for (int tv = 0; tv < 3; tv++)
+            for (int per_choice = 0; per_choice < 2; per_choice++) {
+                const struct wgllm_wgsl_tune *tu = &tunes[tv];
+                /* the tiles' loads are MATMUL's (test_webgpu): the tiled map with a format of each kind of load */
+                if (tv == 0 && type != WGLLM_TYPE_Q8_0 && type != WGLLM_TYPE_Q4_K) continue;
+                if (tv == 2 && type != WGLLM_TYPE_Q4_0) continue;
+                const int NX = per_choice ? T * UMAX : T;
+                const uint32_t tiles = (M + tu->mm_tile_n - 1) / tu->mm_tile_n,
+                               groups = (M + tu->rows_matvec - 1) / tu->rows_matvec;
+                /* MATMUL of each expert over every x row (whatever the routing) */
+                struct wgllm_gpu_buffer *ydb = upload(yd, sizeof(float) * (size_t)NX * M);
+                bool ok = wb[0] && wb[1] && xb && ydb;
+                for (int e = 0; ok && e < X; e++) {
+                    const union wgllm_kparams kd = {.matvec = {.rows = M, .k = K, .w_off = expert_w_off(type, e % 3, M, K),
+                                                               .tokens = (uint32_t)NX}};
+                    struct wgllm_gpu_buffer *bd[3] = {wb[e / 3], xb, ydb};
+                    ok = run(WGLLM_KERNEL_MATMUL, type, tu, &kd, 3, bd, tiles,
+                             ((uint32_t)NX + tu->mm_tile_m - 1) / tu->mm_tile_m) &&
+                         readback(ydb, yd + (size_t)e * NX * M, sizeof(float) * (size_t)NX * M);
+                }
+                CHECK(ok);
+                wgllm_gpu_buffer_destroy(G, ydb);
+                for (size_t ri = 0; ok && ri < sizeof routings / sizeof *routings; ri++) {
+                    const int U = routings[ri][1], NQ = T * U;
+                    if (per_choice && NQ != NX) continue; /* one input per choice: as many x rows as choices */
+                    /* S: ids, then the bucket's offsets and list */
+                    const uint32_t off_at = (uint32_t)NQ, list_at = off_at + X + 1;
+                    uint32_t s[T * UMAX + X + 1 + T * UMAX];
+                    memset(s, 0xff, sizeof s);
+                    make_routing(routings[ri][0], T, U, X, s);
+                    for (size_t i = 0; i < ny; i++) y[i] = yv[i] = -12345.0f;
+                    struct wgllm_gpu_buffer *sb = upload(s, sizeof s), *yb = upload(y, sizeof(float) * ny),
+                                            *yvb = upload(yv, sizeof(float) * ny);
+                    ok = sb && yb && yvb;
+                    const union wgllm_kparams bk = {.moe_bucket = {.n_expert = X, .used = (uint32_t)U, .off_at = off_at,
+                                                                   .list_at = list_at}};
+                    ok = ok && run(WGLLM_KERNEL_MOE_BUCKET, WGLLM_TYPE_F32, tu, &bk, 1, &sb, 1, T);
+                    for (int piece = 0; ok && piece < 2; piece++) {
+                        const union wgllm_kparams kp = {.matmul_id = {.rows = M, .x_div = per_choice ? 1u : (uint32_t)U,
+                                                                      .k = K, .list_at = list_at, .e0 = 3u * piece,
+                                                                      .off_at = off_at, .tiles = tiles}};
+                        struct wgllm_gpu_buffer *bb[4] = {wb[piece], xb, yb, sb};
+                        ok = run(WGLLM_KERNEL_MATMUL_ID, type, tu, &kp, 4, bb, tiles * 3,
+                                 (T + tu->mm_tile_m - 1) / tu->mm_tile_m);
+                        const union wgllm_kparams kv = {.matvec_id = {.rows = M, .x_div = per_choice ? 1u : (uint32_t)U,
+                                                                      .k = K, .e0 = 3u * piece, .n_exp = 3,
+                                                                      .used = (uint32_t)U, .groups = groups}};
+                        struct wgllm_gpu_buffer *bv[4] = {wb[piece], xb, yvb, sb};
+                        ok = ok && run(WGLLM_KERNEL_MATVEC_ID, type, tu, &kv, 4, bv, groups * (uint32_t)U, T);
+                    }
+                    ok = ok && readback(yb, y, sizeof(float) * ny) && readback(yvb, yv, sizeof(float) * ny);
+                    CHECK(ok);
+                    int differ = 0, guard = 0;
+                    double worst = 0;
+                    for (int q = 0; ok && q < NQ; q++) {
+                        const int e = (int)s[q], xr = per_choice ? q : q / U;
+                        for (int r = 0; r < M; r++) {
+                            const float got = y[(size_t)q * M + r], mm = yd[((size_t)e * NX + xr) * M + r];
+                            if (memcmp(&got, &mm, 4) && differ++ < 3)
+                                printf("  matmul_id %s choice %d row %d: %.9g, matmul %.9g\n", tr->name, q, r, got, mm);
+                            const float *wr = deq + ((size_t)e * M + r) * K, *xv = x + (size_t)xr * K;
+                            double mag = 0;
+                            for (int i = 0; i < K; i++) mag += fabs((double)wr[i] * xv[i]);
+                            const double d = fabs((double)got - yv[(size_t)q * M + r]) / (mag + 1e-6);
+                            if (d > worst || d != d) worst = d;
+                        }
+                    }
+                    for (size_t i = (size_t)NQ * M; ok && i < ny; i++) guard += y[i] != -12345.0f;
+                    CHECK_EQ_INT(differ, 0);
+                    CHECK_EQ_INT(guard, 0);
+                    CHECK(worst <= 1e-6);
+                    if (differ || guard || worst > 1e-6 || (ri == 1 && per_choice == 0))
+                        printf("  matmul_id %-5s %s, routing %zu, %s: %d differ from matmul, rel diff to matvec_id %.2e\n",
+                               tr->name, tu->mm_direct ? "direct" : tv ? "tiled 64x64" : "tiled 16x16", ri,
+                               per_choice ? "input per choice" : "input per token", differ, worst);
+                    struct wgllm_gpu_buffer *fr[3] = {sb, yb, yvb};
+                    for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, fr[i]);
+                }
+            }
+        wgllm_gpu_buffer_destroy(G, wb[0]), wgllm_gpu_buffer_destroy(G, wb[1]), wgllm_gpu_buffer_destroy(G, xb);
+        free(w);
+    }
+    free(src), free(x), free(y), free(yv), free(yd), free(deq);
+}
+
+/* Rows of a weight format: quantized from random floats where the format
+ * has a quantizer, else random blocks (the grid formats) kept when they
+ * dequantize to finite values of sane size; deq gets them dequantized. */
+static char *random_rows(uint32_t type, int rows, int K, float *deq) {
+    const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+    const size_t rs = wgllm_row_size(type, K);
+    char *w = malloc(rs * (size_t)rows);
+    float *src = malloc(sizeof(float) * (size_t)K);
+    for (int r = 0; r < rows; r++) {
+        char *wr = w + (size_t)r * rs;
+        float *dr = deq + (size_t)r * K;
+        for (bool ok = false; !ok;) {
+            if (tr->from_float_ref || type == WGLLM_TYPE_F32) {
+                for (int i = 0; i < K; i++) src[i] = rng_frand();
+                if (type == WGLLM_TYPE_F32) memcpy(wr, src, rs);
+                else tr->from_float_ref(src, wr, K);
+            } else {
+                for (size_t i = 0; i < rs; i++) wr[i] = (char)rng_u32();
+            }
+            tr->to_float(wr, dr, K);
+            ok = true;
+            for (int i = 0; i < K && ok; i++) ok = isfinite(dr[i]) && fabsf(dr[i]) < 1e4f;
+        }
+    }
+    free(src);
+    return w;
+}
+
+/* Every weight format MATVEC_ID has, MATMUL_ID has too (no format falls
+ * back to the per-token path), and gives MATMUL's bits for each expert and
+ * MATVEC_ID's results within rounding (1e-6 of sum |w x|), with the
+ * cpu-adapter tune (mm_direct: quick to compile on SwiftShader; the other
+ * shape's loads are MATMUL's, test_webgpu). */
+TEST(matmul_id_every_format) {
+    enum { X = 3, M = 10, K = 256, T = 12, U = 2 }; /* experts of whole words in every format (even row sizes) */
+    const struct wgllm_wgsl_tune *tu = wgllm_wgsl_cpu_adapter_tune();
+    float x[T * K], y[T * U * M], yv[T * U * M], yd[X * T * M];
+    float *deq = malloc(sizeof(float) * X * M * K);
+    uint32_t s[T * U + X + 1 + T * U];
+    for (int i = 0; i < T * K; i++) x[i] = rng_frand();
+    make_routing(0, T, U, X + 1, s); /* experts 0..2 */
+    int n_formats = 0;
+    for (uint32_t type = 0; type < WGLLM_TYPE_COUNT; type++) {
+        if (!wgllm_wgsl_supports(WGLLM_KERNEL_MATVEC_ID, type)) continue;
+        CHECK(wgllm_wgsl_supports(WGLLM_KERNEL_MATMUL_ID, type));
+        n_formats++;
+        const size_t rs = wgllm_row_size(type, K);
+        char *w = random_rows(type, X * M, K, deq);
+        for (int i = 0; i < T * U * M; i++) y[i] = yv[i] = -12345.0f;
+        struct wgllm_gpu_buffer *wb = upload(w, rs * X * M), *xb = upload(x, sizeof x), *sb = upload(s, sizeof s),
+                                *yb = upload(y, sizeof y), *yvb = upload(yv, sizeof yv), *ydb = upload(yd, sizeof(float) * T * M);
+        const uint32_t off_at = T * U, list_at = off_at + X + 1, tiles = (M + tu->mm_tile_n - 1) / tu->mm_tile_n,
+                       groups = (M + tu->rows_matvec - 1) / tu->rows_matvec;
+        const union wgllm_kparams bk = {.moe_bucket = {.n_expert = X, .used = U, .off_at = off_at, .list_at = list_at}};
+        const union wgllm_kparams km = {.matmul_id = {.rows = M, .x_div = U, .k = K, .list_at = list_at,
+                                                      .off_at = off_at, .tiles = tiles}};
+        const union wgllm_kparams kv = {.matvec_id = {.rows = M, .x_div = U, .k = K, .n_exp = X, .used = U,
+                                                      .groups = groups}};
+        struct wgllm_gpu_buffer *bm[4] = {wb, xb, yb, sb}, *bv[4] = {wb, xb, yvb, sb};
+        bool ok = wb && xb && sb && yb && yvb && ydb && run(WGLLM_KERNEL_MOE_BUCKET, WGLLM_TYPE_F32, tu, &bk, 1, &sb, 1, T) &&
+                  run(WGLLM_KERNEL_MATMUL_ID, type, tu, &km, 4, bm, tiles * X, (T + tu->mm_tile_m - 1) / tu->mm_tile_m) &&
+                  run(WGLLM_KERNEL_MATVEC_ID, type, tu, &kv, 4, bv, groups * U, T) && readback(yb, y, sizeof y) &&
+                  readback(yvb, yv, sizeof yv);
+        for (int e = 0; ok && e < X; e++) {
+            const union wgllm_kparams kd = {.matvec = {.rows = M, .k = K, .w_off = expert_w_off(type, e, M, K), .tokens = T}};
+            struct wgllm_gpu_buffer *bd[3] = {wb, xb, ydb};
+            ok = run(WGLLM_KERNEL_MATMUL, type, tu, &kd, 3, bd, tiles, (T + tu->mm_tile_m - 1) / tu->mm_tile_m) &&
+                 readback(ydb, yd + (size_t)e * T * M, sizeof(float) * T * M);
+        }
+        CHECK(ok);
+        int differ = 0;
+        double worst = 0;
+        for (int q = 0; ok && q < T * U; q++)
+            for (int r = 0; r < M; r++) {
+                const float got = y[q * M + r], mm = yd[((size_t)s[q] * T + q / U) * M + r];
+                differ += memcmp(&got, &mm, 4) != 0;
+                double mag = 0;
+                for (int i = 0; i < K; i++) mag += fabs((double)deq[((size_t)s[q] * M + r) * K + i] * x[(q / U) * K + i]);
+                const double d = fabs((double)got - yv[q * M + r]) / (mag + 1e-6);
+                if (d > worst || d != d) worst = d;
+            }
+        CHECK_EQ_INT(differ, 0);
+        CHECK(worst <= 1e-6);
+        if (differ || worst > 1e-6)
+            printf("  matmul_id %s: %d differ from matmul, rel diff to matvec_id %.2e\n", wgllm_type_name(type), differ, worst);
+        struct wgllm_gpu_buffer *fr[6] = {wb, xb, sb, yb, yvb, ydb};
+        for (int i = 0; i < 6; i++) wgllm_gpu_buffer_destroy(G, fr[i]);
+        free(w);
+    }
+    printf("  matmul_id: %d formats, each as matmul bit for bit and as matvec_id within 1e-6\n", n_formats);
+    CHECK(n_formats >= 20);
+    free(deq);
+}
+
 int main(void) {
     wgllm_quant_init();
     int required;
@@ -301,6 +603,9 @@ int main(void) {
     RUN(moe_route_like_cpu);
     RUN(moe_sum_like_cpu);
     RUN(moe_glu_oai_and_bias_like_cpu);
+    RUN(moe_bucket_like_host);
+    RUN(matmul_id_like_matmul_and_matvec_id);
+    RUN(matmul_id_every_format);
     wgllm_gpu_close(G);
     return test_summary("test_webgpu_moe");
 }

@@ -631,6 +631,7 @@ bool wgllm_wgsl_supports(enum wgllm_kernel k, uint32_t type) {
     case WGLLM_KERNEL_GET_ROWS:
     case WGLLM_KERNEL_MATMUL:
     case WGLLM_KERNEL_MATVEC_ID:
+    case WGLLM_KERNEL_MATMUL_ID:
     case WGLLM_KERNEL_MATVEC_QKV:
     case WGLLM_KERNEL_MATVEC_SWIGLU:
     case WGLLM_KERNEL_MATVEC_GEGLU: return weight_type_ok(type);
@@ -676,6 +677,8 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
         /* gpt-oss's: attention with sinks, the experts' biases and SwiGLU-OAI */
         {WGLLM_KERNEL_ATTN_SINK, WGLLM_TYPE_F16, false}, {WGLLM_KERNEL_MOE_BIAS, WGLLM_TYPE_F32, false},
         {WGLLM_KERNEL_MOE_GLU_OAI, WGLLM_TYPE_F32, false},
+        /* the experts' prefill: the routing bucketed by expert, the grouped mat-mat */
+        {WGLLM_KERNEL_MOE_BUCKET, WGLLM_TYPE_F32, false}, {WGLLM_KERNEL_MATMUL_ID, -1, false},
         /* the fused decode kernels (each weight of a fused mat-vec of the one type) */
         {WGLLM_KERNEL_RMS_NORM_ROUND, -1, false}, {WGLLM_KERNEL_MATVEC_QKV, -1, false},
         {WGLLM_KERNEL_MATVEC_SWIGLU, -1, false}, {WGLLM_KERNEL_MATVEC_GEGLU, -1, false},
@@ -1185,8 +1188,11 @@ static void emit_mm_block(struct wgllm_strbuf *b, uint32_t type) {
  * TN x TM tile and its accumulators; and the store of the accumulators. */
 #define MM_MAIN_HEAD                                                                              \
     "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n" \
-    "  let r0 = wid.x * TN;\n"                                                                     \
+    "  let tl = tile(wid);\n"                                                                      \
+    "  let r0 = tl.x;\n"                                                                           \
     "  let t0 = wid.y * TM;\n"                                                                     \
+    "%s"                                                                                           \
+    "  if (t0 >= nt) { return; }\n"                                                                \
     "  let tr = tid %% GN;\n"                                                                      \
     "  let tt = tid / GN;\n"                                                                       \
     "  var acc: array<f32, RN * RM>;\n"                                                            \
@@ -1195,37 +1201,51 @@ static void emit_mm_block(struct wgllm_strbuf *b, uint32_t type) {
 #define MM_STORE                                                                                  \
     "  for (var j = 0u; j < RM; j++) {\n"                                                          \
     "    let tok = t0 + tt + j * (TM / RM);\n"                                                     \
-    "    if (tok >= p.h) { continue; }\n"                                                          \
+    "    if (tok >= nt) { continue; }\n"                                                           \
     "    for (var i = 0u; i < RN; i++) {\n"                                                        \
     "      let r = r0 + tr + i * GN;\n"                                                           \
-    "      if (r < p.n) { put(p.c + tok * p.n + r, acc[j * RN + i]); }\n"                               \
+    "      if (r < p.n) { put(yat(tok) + r, acc[j * RN + i]); }\n"                                  \
     "    }\n"                                                                                      \
     "  }\n"                                                                                        \
     "}\n"
 
+/* MATMUL's map of a tile to its weight rows and tokens (the interface
+ * wgllm_wgsl_mm takes, kernels.h): every token of the batch in order. */
+static const char *mm_dense_map =
+    "fn tile(wid: vec3<u32>) -> vec2<u32> { return vec2<u32>(wid.x * TN, p.h); }\n"
+    "fn wrow(r: u32) -> u32 { return row_base(r); }\n"
+    "fn xat(t: u32) -> u32 { return p.b + t * p.k; }\n"
+    "fn yat(t: u32) -> u32 { return p.c + t * p.n; }\n";
+
 /* The shared-memory-free mat-mat: the same thread -> (rows, tokens) map as
  * below, each weight block dequantised once per thread and used for all of
  * its RM tokens straight from storage. */
-static void gen_matmul_direct(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+static void gen_matmul_direct(struct wgllm_strbuf *b, uint32_t type, const struct wgllm_wgsl_tune *t, const char *map) {
     wgllm_strbuf_printf(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n", t->mm_tile_n,
            t->mm_tile_m, t->mm_micro_n, t->mm_micro_m);
     wgllm_strbuf_printf(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\n");
     wgllm_strbuf_printf(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n%s%s", tanh_wgsl, epi_wgsl);
-    emit_format(b, key->type, false);
-    emit_mm_block(b, key->type);
-    wgllm_strbuf_printf(b, "@compute @workgroup_size(NT)\n"
+    emit_format(b, type, false);
+    emit_mm_block(b, type);
+    wgllm_strbuf_printf(b, "%s@compute @workgroup_size(NT)\n"
               MM_MAIN_HEAD
+              "  if (t0 + tt >= nt) { return; }\n" /* no token of this thread (no barriers here) */
+              "  var xr: array<u32, RM>;\n" /* the tokens' x rows, looked up once */
+              "  for (var j = 0u; j < RM; j++) {\n"
+              "    let tok = t0 + tt + j * (TM / RM);\n"
+              "    if (tok < nt) { xr[j] = xat(tok); }\n"
+              "  }\n"
               "  for (var i = 0u; i < RN; i++) {\n"
               "    let r = r0 + tr + i * GN;\n"
               "    if (r >= p.n) { continue; }\n"
-              "    let rb = row_base(r);\n"
+              "    let rb = wrow(r);\n"
               "    for (var blk = 0u; blk < nblk; blk++) {\n"
               "      let wv = wblock(rb, blk);\n"
               "      for (var j = 0u; j < RM; j++) {\n"
               "        let tok = t0 + tt + j * (TM / RM);\n"
-              "        if (tok >= p.h) { continue; }\n"
-              "        let xb = p.b + tok * p.k + blk * 32u;\n"
+              "        if (tok >= nt) { continue; }\n"
+              "        let xb = xr[j] + blk * 32u;\n"
               "        var s = 0.0;\n"
               "        let ne = min(32u, p.k - blk * 32u);\n" /* a partial last block: F32/F16 rows only */
               "        for (var e = 0u; e < ne; e++) { s += wv[e] * X[xb + e]; }\n"
@@ -1233,14 +1253,17 @@ static void gen_matmul_direct(struct wgllm_strbuf *b, const struct wgllm_kernel_
               "      }\n"
               "    }\n"
               "  }\n"
-              MM_STORE);
+              MM_STORE, map, "  let nt = tl.y;\n");
 }
 
-static void gen_matmul(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
-    if (t->mm_direct) {
-        gen_matmul_direct(b, key, t);
-        return;
-    }
+/* The tiled mat-mat. A tile past the last token returns at once (MATMUL_ID's
+ * tiles of experts with few tokens): its count goes through workgroup
+ * memory (XS[0], overwritten after; Tint makes workgroupUniformLoad a
+ * barrier, the load, a barrier) so that the return is uniform and the
+ * barriers after it stay valid. A thread whose tokens are all past the
+ * count only helps load the tiles (an expert's tile of a few tokens costs
+ * about the sums of those tokens). */
+static void gen_matmul_tiled(struct wgllm_strbuf *b, uint32_t type, const struct wgllm_wgsl_tune *t, const char *map) {
     wgllm_strbuf_printf(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst TK: u32 = %uu;\nconst RN: u32 = %uu;\nconst RM: u32 = %uu;\n",
            t->mm_tile_n, t->mm_tile_m, t->mm_tile_k, t->mm_micro_n, t->mm_micro_m);
     wgllm_strbuf_printf(b, "const GN: u32 = TN / RN;\nconst NT: u32 = GN * (TM / RM);\nconst NB: u32 = TK / 32u;\n");
@@ -1248,10 +1271,10 @@ static void gen_matmul(struct wgllm_strbuf *b, const struct wgllm_kernel_key *ke
               "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
               "var<workgroup> WS: array<f32, TN * TK>;\n"
               "var<workgroup> XS: array<f32, TM * TK>;\n%s%s", tanh_wgsl, epi_wgsl);
-    emit_format(b, key->type, false);
-    const uint32_t upb = emit_mm_unit(b, key->type);
+    emit_format(b, type, false);
+    const uint32_t upb = emit_mm_unit(b, type);
     wgllm_strbuf_printf(b, "const UPB: u32 = %uu;\n", upb);
-    wgllm_strbuf_printf(b, "@compute @workgroup_size(NT)\n"
+    wgllm_strbuf_printf(b, "%s@compute @workgroup_size(NT)\n"
               MM_MAIN_HEAD
               "  for (var k0 = 0u; k0 < p.k; k0 += TK) {\n"
               "    let b0 = k0 / 32u;\n"
@@ -1261,7 +1284,7 @@ static void gen_matmul(struct wgllm_strbuf *b, const struct wgllm_kernel_key *ke
               "      let u = w %% UPB;\n"
               "      let r = r0 + row;\n"
               "      if (r < p.n && b0 + bi < nblk) {\n"
-              "        wunit(row_base(r), b0 + bi, u, bi * 32u, row);\n"
+              "        wunit(wrow(r), b0 + bi, u, bi * 32u, row);\n"
               "      } else {\n"
               "        for (var e = 0u; e < 32u / UPB; e++) { WS[(bi * 32u + u * (32u / UPB) + e) * TN + row] = 0.0; }\n"
               "      }\n"
@@ -1270,21 +1293,33 @@ static void gen_matmul(struct wgllm_strbuf *b, const struct wgllm_kernel_key *ke
               "      let tok = x / TK;\n"
               "      let kk = x %% TK;\n"
               "      var v = 0.0;\n"
-              "      if (t0 + tok < p.h && k0 + kk < p.k) { v = X[p.b + (t0 + tok) * p.k + k0 + kk]; }\n"
+              "      if (t0 + tok < nt && k0 + kk < p.k) { v = X[xat(t0 + tok) + k0 + kk]; }\n"
               "      XS[kk * TM + tok] = v;\n"
               "    }\n"
               "    workgroupBarrier();\n"
-              "    for (var kk = 0u; kk < TK; kk++) {\n"
-              "      var wv: array<f32, RN>;\n"
-              "      for (var i = 0u; i < RN; i++) { wv[i] = WS[kk * TN + tr + i * GN]; }\n"
-              "      for (var j = 0u; j < RM; j++) {\n"
-              "        let xv = XS[kk * TM + tt + j * (TM / RM)];\n"
-              "        for (var i = 0u; i < RN; i++) { acc[j * RN + i] += wv[i] * xv; }\n"
+              "    if (t0 + tt < nt) {\n" /* else no token of this thread: no sums */
+              "      for (var kk = 0u; kk < TK; kk++) {\n"
+              "        var wv: array<f32, RN>;\n"
+              "        for (var i = 0u; i < RN; i++) { wv[i] = WS[kk * TN + tr + i * GN]; }\n"
+              "        for (var j = 0u; j < RM; j++) {\n"
+              "          let xv = XS[kk * TM + tt + j * (TM / RM)];\n"
+              "          for (var i = 0u; i < RN; i++) { acc[j * RN + i] += wv[i] * xv; }\n"
+              "        }\n"
               "      }\n"
               "    }\n"
               "    workgroupBarrier();\n"
               "  }\n"
-              MM_STORE);
+              MM_STORE, map,
+              "  if (tid == 0u) { XS[0] = f32(tl.y); }\n"
+              "  let nt = u32(workgroupUniformLoad(&XS[0]));\n");
+}
+
+/* A mat-mat with the tile map `map` (kernels.h, wgllm_wgsl_mm) over the
+ * weight format's one dequant routine: MATMUL's, and MATMUL_ID's
+ * (kernels_moe.c). */
+static void gen_mm(struct wgllm_strbuf *b, uint32_t type, const struct wgllm_wgsl_tune *t, const char *map) {
+    if (t->mm_direct) gen_matmul_direct(b, type, t, map);
+    else gen_matmul_tiled(b, type, t, map);
 }
 
 static bool pow2(uint32_t v) { return v && !(v & (v - 1)); }
@@ -1341,12 +1376,14 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_GEGLU: gen_geglu(&b, tune); break;
     case WGLLM_KERNEL_ARGMAX: gen_argmax(&b, tune); break;
     case WGLLM_KERNEL_ROUND_ACT: gen_round_act(&b, key, tune); break;
-    case WGLLM_KERNEL_MATMUL: gen_matmul(&b, key, tune); break;
+    case WGLLM_KERNEL_MATMUL: gen_mm(&b, key->type, tune, mm_dense_map); break;
     case WGLLM_KERNEL_MATVEC_ID:
     case WGLLM_KERNEL_MOE_ROUTE:
     case WGLLM_KERNEL_MOE_SUM:
     case WGLLM_KERNEL_MOE_BIAS:
-    case WGLLM_KERNEL_MOE_GLU_OAI: { char *body = wgllm_wgsl_moe_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
+    case WGLLM_KERNEL_MOE_GLU_OAI:
+    case WGLLM_KERNEL_MOE_BUCKET:
+    case WGLLM_KERNEL_MATMUL_ID: { char *body = wgllm_wgsl_moe_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); } break;
     case WGLLM_KERNEL_MATVEC_QKV:
     case WGLLM_KERNEL_MATVEC_SWIGLU:
     case WGLLM_KERNEL_MATVEC_GEGLU:
@@ -1367,6 +1404,17 @@ const char *wgllm_wgsl_gelu_helper(void) { return gelu_wgsl; }
 char *wgllm_wgsl_format(uint32_t type, bool with_dot) {
     struct wgllm_strbuf b = {0};
     if (!weight_type_ok(type) || !emit_format(&b, type, with_dot) || b.oom) {
+        wgllm_strbuf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+char *wgllm_wgsl_mm(uint32_t type, const struct wgllm_wgsl_tune *tune, const char *map) {
+    struct wgllm_strbuf b = {0};
+    if (!weight_type_ok(type)) return NULL;
+    gen_mm(&b, type, tune, map);
+    if (b.oom) {
         wgllm_strbuf_free(&b);
         return NULL;
     }

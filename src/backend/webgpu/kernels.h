@@ -271,6 +271,35 @@ struct wgllm_kp_matvec_id {
     float _f0, _f1, _f2, _f3;
 };
 
+/* MOE_BUCKET (kernels_moe.c) */
+struct wgllm_kp_moe_bucket {
+    uint32_t n_expert; /* n: experts (at most 256) */
+    uint32_t used;     /* m: n_expert_used */
+    uint32_t _k;
+    uint32_t ids_at;   /* a: S word of choice 0's expert id */
+    uint32_t off_at;   /* b: S words [b, b + n]: where each expert's choices start in the list, then the total */
+    uint32_t list_at;  /* c: S word of the list's first entry */
+    uint32_t _d, _e, _g, _h, _i, _j;
+    float _f0, _f1, _f2, _f3;
+};
+
+/* MATMUL_ID (kernels_moe.c) */
+struct wgllm_kp_matmul_id {
+    uint32_t rows;    /* n: rows of one expert (outputs per choice) */
+    uint32_t x_div;   /* m: as MATVEC_ID's: choices per x row (n_expert_used or 1) */
+    uint32_t k;       /* k: elements per row (K), also x's stride per row */
+    uint32_t w_off;   /* a: where W starts: u32 word (element for F32) */
+    uint32_t x_off;   /* b: x element of row 0 */
+    uint32_t y_off;   /* c: y element of choice 0 (choice q's rows at y_off + q * rows) */
+    uint32_t list_at; /* d: S word of MOE_BUCKET's list */
+    uint32_t e0;      /* e: the first expert this piece of the stack holds */
+    uint32_t off_at;  /* g: S word of MOE_BUCKET's offsets */
+    uint32_t _h;
+    uint32_t tiles;   /* i: workgroups along x per expert (ceil(rows / mm_tile_n)) */
+    uint32_t _j;      /* j: MATMUL's epilogue, none */
+    float _f0, _f1, _f2, _f3;
+};
+
 /* MOE_ROUTE (kernels_moe.c) */
 struct wgllm_kp_moe_route {
     uint32_t rows;     /* n: router rows (tokens) it may route; threads past it do nothing */
@@ -355,6 +384,8 @@ union wgllm_kparams {
     struct wgllm_kp_moe_route moe_route;
     struct wgllm_kp_moe_sum moe_sum;
     struct wgllm_kp_moe_bias moe_bias;
+    struct wgllm_kp_moe_bucket moe_bucket;
+    struct wgllm_kp_matmul_id matmul_id;
     struct wgllm_kp_matvec matvec;
     struct wgllm_kp_get_rows get_rows;
     struct wgllm_kp_rms_norm rms_norm;
@@ -466,7 +497,7 @@ enum wgllm_kernel {
     WGLLM_KERNEL_ATTN_SINK,
     /* Mixture of experts (kernels_moe.c; numbered apart as the batched ones). S is the routing
      * buffer (u32): each token's chosen experts and their weights (f32 bits), written by MOE_ROUTE
-     * and read by the other two, so the routing never leaves the GPU.
+     * and read by the others, so the routing never leaves the GPU.
      * MATVEC_ID: MATVEC of the chosen experts of a stack (experts of p.n rows each, stacked as
      * in the file): choice q = t * h + j (token t = wid.y, j = wid.x / i) with expert id =
      * S[d + q] multiplies expert id's rows by x row q / m (the token's input, m = h, or the
@@ -488,9 +519,19 @@ enum wgllm_kernel {
      * bias (ggml_add_id). Bindings 1 Y, 2 S, 3 V. Dispatch (ceil(n / wg_elem), 1, 1).
      * MOE_GLU_OAI: with g = G[i] + the gate bias (at a) and u = U[i] + the up bias (at c) of
      * choice i/m's expert, Y[i] = x * sigmoid(f0 x) * (v + 1), x = min(g, f1), v = clamp(u, -f1,
-     * f1) (SwiGLU-OAI). Bindings 1 G, 2 U, 3 Y, 4 S, 5 V. Dispatch as MOE_BIAS. */
+     * f1) (SwiGLU-OAI). Bindings 1 G, 2 U, 3 Y, 4 S, 5 V. Dispatch as MOE_BIAS.
+     * MOE_BUCKET: the routing of the pass's T tokens (T = the grid's y; workgroups past the
+     * first do nothing) grouped by expert: S[b + e] = the choices of experts below e, S[b + n]
+     * = T * m, and S[c + S[b + e] ..] the choices q = t*m + j with S[a + q] = e, in order of q.
+     * n <= 256. Bindings 1 S. Dispatch (1, tokens, 1).
+     * MATMUL_ID: MATVEC_ID for the choices MOE_BUCKET listed, as MATMUL does it (the same tiles
+     * and per-element sums): workgroup (x, y) takes expert e + x / i (of this piece, its rows at
+     * (x / i) * n), rows (x % i) * mm_tile_n .., and the expert's choices y * mm_tile_m .. of
+     * the list; Y[c + q*n + r] = dot(W row, x[b + (q/m)*k ..]). Bindings 1 W, 2 x, 3 Y, 4 S.
+     * Dispatch (i * experts of the piece, ceil(tokens / mm_tile_m), 1): an expert gets at most
+     * one choice per token. */
     WGLLM_KERNEL_MATVEC_ID = 96, WGLLM_KERNEL_MOE_ROUTE, WGLLM_KERNEL_MOE_SUM, WGLLM_KERNEL_MOE_BIAS,
-    WGLLM_KERNEL_MOE_GLU_OAI,
+    WGLLM_KERNEL_MOE_GLU_OAI, WGLLM_KERNEL_MOE_BUCKET, WGLLM_KERNEL_MATMUL_ID,
     /* Fused decode kernels (kernels_fused.c): fewer dispatches per layer, each
      * giving the bits of the kernels it replaces (same products, same
      * reduction order, same final expressions). The mat-vecs take MATVEC's
@@ -548,6 +589,16 @@ const char *wgllm_wgsl_fused_kernel_name(enum wgllm_kernel k);
 /* The MoE kernels' WGSL after the parameter block (malloc'd; kernels_moe.c). */
 char *wgllm_wgsl_moe_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_moe_kernel_name(enum wgllm_kernel k);
+/* kernels.c's mat-mat (MATMUL's two shapes: tiles in workgroup memory, or
+ * mm_direct) after the parameter block, for weight type `type`, with the
+ * map of its tiles given as WGSL (malloc'd; NULL: no such format). X is
+ * binding 2, Y binding 3 (stored through MATMUL's put, p.j its epilogue);
+ * the map defines fn tile(wid) -> vec2<u32> (the tile's first weight row,
+ * and how many tokens there are: the tile's tokens are wid.y * mm_tile_m ..
+ * below it), fn wrow(r) (row_base of tile row r), fn xat(t) (x element of
+ * token t's row) and fn yat(t) (y element of token t's output row 0), and
+ * may declare more bindings and private state for them. For MATMUL_ID. */
+char *wgllm_wgsl_mm(uint32_t type, const struct wgllm_wgsl_tune *tune, const char *map);
 /* kernels.c's format functions of a weight type (malloc'd; NULL: no such
  * format): W at binding 1, row_base, wget and, with_dot, rdot over X at
  * binding 2 (as MATVEC's), for kernels_moe.c's MATVEC_ID. */

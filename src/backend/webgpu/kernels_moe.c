@@ -13,6 +13,13 @@
  * routine per format that MATVEC uses, so a format added there is here at
  * once) and MATVEC's three shapes of workgroup (a row per thread, a
  * workgroup reduction, subgroups), chosen by the same tune.
+ *
+ * Prefill groups the batch by expert instead, as llama.cpp's MUL_MAT_ID:
+ * MOE_BUCKET lists each expert's choices (token order) in the routing
+ * buffer, and MATMUL_ID is kernels.c's MATMUL (wgllm_wgsl_mm: its tiles,
+ * its per-format dequantisation, its per-element sums) with a tile map that
+ * reads that list, so each expert's weight tile is dequantised once per
+ * tile of its tokens rather than once per token.
  */
 #include "backend/webgpu/kernels.h"
 #include "base/strbuf.h"
@@ -32,6 +39,13 @@ _Static_assert(sizeof(struct wgllm_kp_matvec_id) == 64, "wgllm_kp_matvec_id is t
 KP_AT(matvec_id, rows, n); KP_AT(matvec_id, x_div, m); KP_AT(matvec_id, k, k); KP_AT(matvec_id, w_off, a);
 KP_AT(matvec_id, x_off, b); KP_AT(matvec_id, y_off, c); KP_AT(matvec_id, ids_at, d); KP_AT(matvec_id, e0, e);
 KP_AT(matvec_id, n_exp, g); KP_AT(matvec_id, used, h); KP_AT(matvec_id, groups, i);
+_Static_assert(sizeof(struct wgllm_kp_moe_bucket) == 64, "wgllm_kp_moe_bucket is the whole block");
+KP_AT(moe_bucket, n_expert, n); KP_AT(moe_bucket, used, m); KP_AT(moe_bucket, ids_at, a); KP_AT(moe_bucket, off_at, b);
+KP_AT(moe_bucket, list_at, c);
+_Static_assert(sizeof(struct wgllm_kp_matmul_id) == 64, "wgllm_kp_matmul_id is the whole block");
+KP_AT(matmul_id, rows, n); KP_AT(matmul_id, x_div, m); KP_AT(matmul_id, k, k); KP_AT(matmul_id, w_off, a);
+KP_AT(matmul_id, x_off, b); KP_AT(matmul_id, y_off, c); KP_AT(matmul_id, list_at, d); KP_AT(matmul_id, e0, e);
+KP_AT(matmul_id, off_at, g); KP_AT(matmul_id, tiles, i); KP_AT(matmul_id, _j, j);
 _Static_assert(sizeof(struct wgllm_kp_moe_route) == 64, "wgllm_kp_moe_route is the whole block");
 KP_AT(moe_route, rows, n); KP_AT(moe_route, n_expert, m); KP_AT(moe_route, used, k); KP_AT(moe_route, l_off, a);
 KP_AT(moe_route, ids_at, b); KP_AT(moe_route, w_at, c); KP_AT(moe_route, norm, d); KP_AT(moe_route, softmax_w, e);
@@ -261,6 +275,69 @@ static void gen_moe_glu_oai(struct wgllm_strbuf *b, const struct wgllm_wgsl_tune
               "}\n", bias_wgsl);
 }
 
+/* One workgroup, a thread per expert: count its choices, the offsets as
+ * the sum of the counts below (at most 256 of them), then its list in
+ * token order. Each thread reads every id twice: a few thousand words for
+ * a prefill chunk, once per layer (the list serves gate, up and down).
+ * The grid's y is the pass's token count (the routing buffer holds n_batch
+ * rows; those past the pass are stale), so workgroups past the first leave
+ * at once; wid is uniform, so the barrier stays valid. */
+static void gen_moe_bucket(struct wgllm_strbuf *b) {
+    wgllm_strbuf_printf(b, "@group(0) @binding(1) var<storage, read_write> S: array<u32>;\n"
+              "var<workgroup> cnt: array<u32, 256>;\n"
+              "@compute @workgroup_size(256)\n"
+              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n"
+              "        @builtin(local_invocation_index) e: u32) {\n"
+              "  if (wid.y != 0u) { return; }\n"
+              "  let nq = nwg.y * p.m;\n"
+              "  var c = 0u;\n"
+              "  if (e < p.n) {\n"
+              "    for (var q = 0u; q < nq; q++) { c += select(0u, 1u, S[p.a + q] == e); }\n"
+              "  }\n"
+              "  cnt[e] = c;\n"
+              "  workgroupBarrier();\n"
+              "  if (e >= p.n) { return; }\n"
+              "  var o = 0u;\n"
+              "  for (var i = 0u; i < e; i++) { o += cnt[i]; }\n"
+              "  S[p.b + e] = o;\n"
+              "  if (e + 1u == p.n) { S[p.b + p.n] = o + c; }\n"
+              "  for (var q = 0u; q < nq; q++) {\n"
+              "    if (S[p.a + q] == e) {\n"
+              "      S[p.c + o] = q;\n"
+              "      o++;\n"
+              "    }\n"
+              "  }\n"
+              "}\n");
+}
+
+/* MATMUL_ID's tile map (wgllm_wgsl_mm): expert e + x / i of the piece, its
+ * choices from the bucketed list; the x row and output slot of a choice are
+ * MATVEC_ID's (choice q reads x row q / m and writes rows q * n ..). */
+static const char *mm_id_map =
+    "@group(0) @binding(4) var<storage, read> S: array<u32>;\n"
+    "var<private> eb: u32;\n" /* the expert's first row in this piece */
+    "var<private> lb: u32;\n" /* S word of the expert's first choice */
+    "fn tile(wid: vec3<u32>) -> vec2<u32> {\n"
+    "  let xe = wid.x / p.i;\n"
+    "  eb = xe * p.n;\n"
+    "  let o = S[p.g + p.e + xe];\n"
+    "  lb = p.d + o;\n"
+    "  return vec2<u32>((wid.x % p.i) * TN, S[p.g + p.e + xe + 1u] - o);\n"
+    "}\n"
+    "fn wrow(r: u32) -> u32 { return row_base(eb + r); }\n"
+    "fn xat(t: u32) -> u32 { return p.b + (S[lb + t] / p.m) * p.k; }\n"
+    "fn yat(t: u32) -> u32 { return p.c + S[lb + t] * p.n; }\n";
+
+static void gen_matmul_id(struct wgllm_strbuf *b, const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *t) {
+    char *mm = wgllm_wgsl_mm(key->type, t, mm_id_map);
+    if (!mm) {
+        b->oom = true;
+        return;
+    }
+    wgllm_strbuf_printf(b, "%s", mm);
+    free(mm);
+}
+
 char *wgllm_wgsl_moe_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune) {
     struct wgllm_strbuf b = {0};
     switch (key->kernel) {
@@ -269,6 +346,8 @@ char *wgllm_wgsl_moe_body(const struct wgllm_kernel_key *key, const struct wgllm
     case WGLLM_KERNEL_MOE_SUM: gen_moe_sum(&b, tune); break;
     case WGLLM_KERNEL_MOE_BIAS: gen_moe_bias(&b, tune); break;
     case WGLLM_KERNEL_MOE_GLU_OAI: gen_moe_glu_oai(&b, tune); break;
+    case WGLLM_KERNEL_MOE_BUCKET: gen_moe_bucket(&b); break;
+    case WGLLM_KERNEL_MATMUL_ID: gen_matmul_id(&b, key, tune); break;
     default: b.oom = true; break;
     }
     if (b.oom || !b.data) {
@@ -285,6 +364,8 @@ const char *wgllm_wgsl_moe_kernel_name(enum wgllm_kernel k) {
     case WGLLM_KERNEL_MOE_SUM: return "moe_sum";
     case WGLLM_KERNEL_MOE_BIAS: return "moe_bias";
     case WGLLM_KERNEL_MOE_GLU_OAI: return "moe_glu_oai";
+    case WGLLM_KERNEL_MOE_BUCKET: return "moe_bucket";
+    case WGLLM_KERNEL_MATMUL_ID: return "matmul_id";
     default: return "unknown";
     }
 }

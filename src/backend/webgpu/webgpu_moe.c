@@ -19,9 +19,17 @@
  *
  * The expert ids never come back to the host: MATVEC_ID reads them from
  * the routing buffer, so a pass is still one submit and decode reads only
- * the chosen experts' rows. Prefill runs the same per-choice mat-vecs
- * (each token's choices read their experts' rows again; no grouping by
- * expert as llama.cpp's MUL_MAT_ID does yet).
+ * the chosen experts' rows. A pass of MM_MIN_TOKENS or more (prefill)
+ * groups its tokens by expert instead, as llama.cpp's MUL_MAT_ID: after
+ * MOE_ROUTE, MOE_BUCKET lists each expert's choices in token order in the
+ * routing buffer (once per layer, for gate, up and down), and the three
+ * mat-vecs become MATMUL_ID, MATMUL's tiles over each expert's rows and its
+ * listed choices: an expert's weights are read once per tile of its tokens,
+ * not once per token. Its outputs go to the slots MATVEC_ID writes, from
+ * the same rounded inputs (so SwiGLU, the biases and MOE_SUM are the same
+ * ops), with MATMUL's sums, as the dense layers' prefill. Both versions are
+ * recorded (WHEN_FEW / WHEN_MANY); a stack whose grid would pass the
+ * device's limit keeps MATVEC_ID for every pass.
  */
 #include "backend/webgpu/webgpu_internal.h"
 #include "model/model.h"
@@ -41,7 +49,8 @@ enum { MW_ROUTER, MW_SH_GATE, MW_SH_UP, MW_SH_DOWN, MW_SH_GATE_INP, MW_PER_LAYER
 struct wgllm_webgpu_moe {
     struct gweight *w; /* MW_PER_LAYER per layer (n_pieces 0: absent) */
     int n_w;
-    /* n_batch rows each: router logits (n_expert), routing (ids then weights, n_expert_used each),
+    /* n_batch rows each: router logits (n_expert), routing (ids then weights, n_expert_used each;
+       then MOE_BUCKET's n_expert + 1 offsets and its list of n_batch x n_expert_used choices),
        the choices' gate / up / SwiGLU (n_expert_used x n_ff_exp; gate then holds the SwiGLU rounded
        for the down mat-vec) and down rows (n_expert_used x n_embd); the shared expert's gate / up /
        SwiGLU (n_ff_shexp) and its gate's logit (1) */
@@ -146,7 +155,7 @@ uint64_t wgllm_webgpu_moe_tok_floats(const struct wgllm_model *m) {
     const struct wgllm_hparams *hp = &m->hp;
     if (hp->n_expert <= 0) return 0;
     const uint64_t K = (uint64_t)hp->n_expert_used, FS = hp->n_ff_shexp > 0 ? (uint64_t)hp->n_ff_shexp : 0;
-    return (uint64_t)hp->n_expert + 2 * K + 3 * K * (uint64_t)hp->n_ff_exp + K * (uint64_t)hp->n_embd +
+    return (uint64_t)hp->n_expert + 3 * K + 3 * K * (uint64_t)hp->n_ff_exp + K * (uint64_t)hp->n_embd +
            (FS ? 3 * FS + 1 : 0);
 }
 
@@ -176,12 +185,13 @@ enum wgllm_status wgllm_webgpu_moe_alloc(struct wgllm_webgpu_ctx *g, const struc
     if (st) return st;
     /* sizes within a binding: the plan's n_batch fits wgllm_webgpu_moe_row_floats per token */
     const uint64_t B = (uint64_t)g->n_batch, K = (uint64_t)hp->n_expert_used, FE = (uint64_t)hp->n_ff_exp,
+                   X = (uint64_t)hp->n_expert,
                    E = (uint64_t)hp->n_embd, FS = hp->n_ff_shexp > 0 ? (uint64_t)hp->n_ff_shexp : 0;
     const struct {
         struct wgllm_gpu_buffer **b;
         uint64_t floats;
         const char *name;
-    } bufs[] = {{&moe->logits, B * (uint64_t)hp->n_expert, "moe router logits"}, {&moe->route, B * 2 * K, "moe routing"},
+    } bufs[] = {{&moe->logits, B * (uint64_t)hp->n_expert, "moe router logits"}, {&moe->route, B * 3 * K + X + 1, "moe routing"},
                 {&moe->gate, B * K * FE, "moe gate"}, {&moe->up, B * K * FE, "moe up"},
                 {&moe->ffh, B * K * FE, "moe ffh"}, {&moe->out, B * K * E, "moe out"},
                 {&moe->sgate, B * FS, "moe shared gate"}, {&moe->sup, B * FS, "moe shared up"},
@@ -205,10 +215,30 @@ static struct gop *moe_op(struct builder *bd, struct wgllm_gpu_pipeline *p, cons
     return o;
 }
 
+/* The routing buffer's regions for cap rows: ids, weights (MOE_ROUTE),
+ * then MOE_BUCKET's offsets and list. */
+static uint32_t route_w_at(uint32_t cap, uint32_t K) { return cap * K; }
+static uint32_t route_off_at(uint32_t cap, uint32_t K) { return 2 * cap * K; }
+static uint32_t route_list_at(uint32_t cap, uint32_t K, uint32_t X) { return 2 * cap * K + X + 1; }
+
+/* True when MATMUL_ID's grid for every piece of a stack of `rows`-row
+ * experts fits the device (workgroups along x: row tiles x experts). */
+static bool grouped_fits(const struct wgllm_webgpu_ctx *g, const struct gweight *w, uint32_t rows) {
+    const uint64_t tiles = ceil_div(rows, g->tune->mm_tile_n);
+    for (int i = 0; i < w->n_pieces; i++)
+        if (tiles * (uint64_t)(w->piece[i].rows / rows) > wgllm_gpu_get_info(g->gpu)->max_workgroups_per_dim)
+            return false;
+    return wgllm_wgsl_supports(WGLLM_KERNEL_MATMUL_ID, w->type);
+}
+
 /* The chosen experts' rows of one stack: a dispatch per piece (each piece
- * holds whole experts; a choice of an expert elsewhere is skipped there). */
+ * holds whole experts; a choice of an expert elsewhere is skipped there).
+ * With `grouped` (grouped_fits; MOE_BUCKET's list is made in passes of
+ * many tokens), those passes run MATMUL_ID instead, tiles of each expert's
+ * listed choices. */
 static void add_matvec_id(struct wgllm_webgpu_ctx *g, struct builder *bd, const struct gweight *w,
-                          struct wgllm_gpu_buffer *x, uint32_t x_div, struct wgllm_gpu_buffer *y) {
+                          struct wgllm_gpu_buffer *x, uint32_t x_div, struct wgllm_gpu_buffer *y, uint32_t cap,
+                          bool grouped) {
     const struct wgllm_hparams *hp = &g->model->hp;
     const uint32_t X = (uint32_t)hp->n_expert, K = (uint32_t)hp->n_expert_used;
     const uint32_t rows = (uint32_t)(w->ne1 / X), groups = ceil_div(rows, g->tune->rows_matvec);
@@ -218,9 +248,20 @@ static void add_matvec_id(struct wgllm_webgpu_ctx *g, struct builder *bd, const 
                                                       .ids_at = 0, .e0 = (uint32_t)(w->piece[i].row0 / rows),
                                                       .n_exp = (uint32_t)(w->piece[i].rows / rows), .used = K,
                                                       .groups = groups}};
-        struct gop *o = moe_op(bd, p, &kp, GROW_Y, groups * K, 4, w->piece[i].buf, x, y,
-                                              g->moe->route, true);
-        (void)o;
+        struct gop *o = moe_op(bd, p, &kp, GROW_Y, groups * K, 4, w->piece[i].buf, x, y, g->moe->route, true);
+        if (o && grouped) o->when = WHEN_FEW;
+    }
+    if (!grouped) return;
+    const uint32_t tiles = ceil_div(rows, g->tune->mm_tile_n);
+    p = wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MATMUL_ID, w->type, false, bd->err);
+    for (int i = 0; i < w->n_pieces; i++) {
+        const uint32_t n_exp = (uint32_t)(w->piece[i].rows / rows);
+        const union wgllm_kparams kp = {.matmul_id = {.rows = rows, .x_div = x_div, .k = (uint32_t)w->ne0,
+                                                      .list_at = route_list_at(cap, K, X),
+                                                      .e0 = (uint32_t)(w->piece[i].row0 / rows),
+                                                      .off_at = route_off_at(cap, K), .tiles = tiles}};
+        struct gop *o = moe_op(bd, p, &kp, GROW_Y, tiles * n_exp, 4, w->piece[i].buf, x, y, g->moe->route, true);
+        if (o) o->div = g->tune->mm_tile_m, o->when = WHEN_MANY;
     }
 }
 
@@ -237,17 +278,27 @@ void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il
     /* the router's logits, then each row's choices into the routing buffer */
     wgllm_webgpu_add_matvec(bd, &MW[MW_ROUTER], fin, moe->logits, cap);
     if (L->b_gate_inp) wgllm_webgpu_add_rows(bd, moe->logits, g->vecs, vo->b_gate_inp[il], X, 0); /* gpt-oss */
-    const union wgllm_kparams rk = {.moe_route = {.rows = C, .n_expert = X, .used = K, .ids_at = 0, .w_at = C * K,
+    const union wgllm_kparams rk = {.moe_route = {.rows = C, .n_expert = X, .used = K, .ids_at = 0,
+                                                  .w_at = route_w_at(C, K),
                                                   .norm = hp->moe_norm_w ? 1u : 0u,
                                                   .softmax_w = hp->moe_softmax_weight ? 1u : 0u}};
     struct gop *o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MOE_ROUTE, 0, false, bd->err), &rk, GROW_XE, 1,
                                           2, moe->logits, moe->route, NULL, NULL, false);
     if (o) o->per = 1, o->div = wg;
+    /* a pass of many tokens: the choices grouped by expert for MATMUL_ID (the grid's y is the token count) */
+    const bool grouped[3] = {grouped_fits(g, &W[4], FE), grouped_fits(g, &W[5], FE), grouped_fits(g, &W[6], E)};
+    const union wgllm_kparams bu = {.moe_bucket = {.n_expert = X, .used = K, .ids_at = 0, .off_at = route_off_at(C, K),
+                                                   .list_at = route_list_at(C, K, X)}};
+    if (grouped[0] || grouped[1] || grouped[2]) {
+        o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MOE_BUCKET, 0, false, bd->err), &bu, GROW_Y, 1, 1,
+                   moe->route, NULL, NULL, NULL, true);
+        if (o) o->div = 1, o->when = WHEN_MANY;
+    }
     /* gate and up of the chosen experts (one rounded input per token, shared with the shared expert's) */
     struct wgllm_gpu_buffer *xg = wgllm_webgpu_add_round(bd, fin, wgllm_type_traits(W[4].type)->vec_dot_type, E, cap);
-    add_matvec_id(g, bd, &W[4], xg, K, moe->gate);
+    add_matvec_id(g, bd, &W[4], xg, K, moe->gate, C, grouped[0]);
     struct wgllm_gpu_buffer *xu = wgllm_webgpu_add_round(bd, fin, wgllm_type_traits(W[5].type)->vec_dot_type, E, cap);
-    add_matvec_id(g, bd, &W[5], xu, K, moe->up);
+    add_matvec_id(g, bd, &W[5], xu, K, moe->up, C, grouped[1]);
     if (FS) {
         wgllm_webgpu_add_matvec(bd, &MW[MW_SH_GATE], fin, moe->sgate, cap);
         wgllm_webgpu_add_matvec(bd, &MW[MW_SH_UP], fin, moe->sup, cap);
@@ -278,7 +329,7 @@ void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il
         if (o) o->per = K * FE, o->div = 32 * wg;
         xd = moe->gate;
     }
-    add_matvec_id(g, bd, &W[6], xd, 1, moe->out);
+    add_matvec_id(g, bd, &W[6], xd, 1, moe->out, C, grouped[2]);
     if (L->b_down_exps) { /* gpt-oss: each choice's expert's down bias */
         const union wgllm_kparams bk = {.moe_bias = {.count = K * E * C, .width = E, .b_off = vo->b_down_exps[il],
                                                      .ids_at = 0}};
@@ -294,7 +345,7 @@ void wgllm_webgpu_moe_ffn(struct wgllm_webgpu_ctx *g, struct builder *bd, int il
         wgllm_webgpu_add_matvec(bd, &MW[MW_SH_DOWN], moe->sffh, g->tmp, cap);
     }
     const float rs = hp->residual_scale;
-    const union wgllm_kparams su = {.moe_sum = {.width = E, .used = K, .w_at = C * K,
+    const union wgllm_kparams su = {.moe_sum = {.width = E, .used = K, .w_at = route_w_at(C, K),
                                                 .shared = !FS ? 0u : MW[MW_SH_GATE_INP].n_pieces ? 2u : 1u,
                                                 .scaled = rs != 1.0f, .scale = rs}};
     o = moe_op(bd, wgllm_webgpu_pipe(bd->g, WGLLM_KERNEL_MOE_SUM, 0, false, bd->err), &su, GROW_Y, ceil_div(E, wg), 4,

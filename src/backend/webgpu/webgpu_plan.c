@@ -138,7 +138,7 @@ enum wgllm_status wgllm_webgpu_weight_rows(const struct wgllm_webgpu_limits *lim
     if (lim->max_weight_bytes > 0) max_bytes = WGLLM_MIN(max_bytes, lim->max_weight_bytes);
     uint64_t max_rows = max_bytes / w->row_size;
     const uint64_t disp_rows = (uint64_t)lim->max_workgroups_per_dim * lim->rows_matvec;
-    /* a stack of experts splits only between experts (MATVEC_ID offsets rows by the expert) */
+    /* a stack of experts splits only between experts (MATVEC_ID and MATMUL_ID offset rows by the expert) */
     const uint64_t unit = w->n_expert > 0 ? (uint64_t)w->ne1 / (uint64_t)w->n_expert : 1;
     if (w->n_expert > 0 && (unit < 1 || (uint64_t)w->ne1 % (uint64_t)w->n_expert))
         return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT, "WebGPU: expert stack %s: %lld rows are not %d "
