@@ -39,6 +39,17 @@ static inline __m256i scale_pair(int a, int b) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)), _mm_set1_epi16((short)b), 1);
 }
 
+/* The same from eight int16 scales in both 128-bit lanes (x2): pair g is
+ * scales 2g and 2g+1, one byte shuffle (the scalar broadcasts cost five). */
+static const int8_t kq_pair_mask[4][32] = {
+    {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+    {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+    {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+    {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
+static inline __m256i scale_pair_of(__m256i x2, int g) {
+    return _mm256_shuffle_epi8(x2, _mm256_loadu_si256((const __m256i *)kq_pair_mask[g]));
+}
+
 /* ---- Q8_K quantizer ---------------------------------------------------- */
 
 static void q8_K_from_float_avx2(const float *x, void *vy, int64_t k) {
@@ -215,41 +226,6 @@ static void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const vo
 
 /* ---- Q2_K / Q3_K ------------------------------------------------------- */
 
-static void vec_dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
-    const wgllm_block_q2_K *x = vx;
-    const wgllm_block_q8_K *y = vy;
-    const __m256i m2 = _mm256_set1_epi8(3);
-    const __m128i m4 = _mm_set1_epi8(0xF);
-    __m256 accf = _mm256_setzero_ps();
-    float summf = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        kq_prefetch(x + i + 4, sizeof(*x));
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
-        const __m256i scl = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4));
-        int16_t sc[16];
-        _mm256_storeu_si256((__m256i *)sc, scl);
-        const int summ = hsum_i32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
-        summf += FP16(x[i].dmin) * y[i].d * (float)summ;
-        __m256i acc = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            const int8_t *yq = y[i].qs + 128 * h;
-            const int16_t *sh = sc + 8 * h;
-#define Q2_STEP(g, v)                                                                                        \
-    acc = _mm256_add_epi32(acc, dot_us(_mm256_and_si256(v, m2), _mm256_loadu_si256((const __m256i *)(yq + 32 * g)), \
-                                       scale_pair(sh[2 * g], sh[2 * g + 1])))
-            Q2_STEP(0, q);
-            Q2_STEP(1, _mm256_srli_epi16(q, 2));
-            Q2_STEP(2, _mm256_srli_epi16(q, 4));
-            Q2_STEP(3, _mm256_srli_epi16(q, 6));
-#undef Q2_STEP
-        }
-        accf = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(acc), accf);
-    }
-    *s = hsum_ps(accf) - summf;
-}
-
 /* Q3_K's 16 six-bit scales (stored +32) as bytes 0..15 in sub-block order. */
 static inline void q3_unpack_scales(const uint8_t *s, uint8_t out[16]) {
     uint32_t a[3], u[4];
@@ -260,45 +236,6 @@ static inline void q3_unpack_scales(const uint8_t *s, uint8_t out[16]) {
     u[2] = ((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4);
     u[3] = ((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4);
     memcpy(out, u, 16);
-}
-
-static void vec_dot_q3_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
-    const wgllm_block_q3_K *x = vx;
-    const wgllm_block_q8_K *y = vy;
-    const __m256i m2 = _mm256_set1_epi8(3);
-    const __m256i m4 = _mm256_set1_epi8(4);
-    __m256 accf = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        kq_prefetch(x + i + 4, sizeof(*x));
-        uint8_t u[16];
-        q3_unpack_scales(x[i].scales, u);
-        const __m256i scl = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)u)),
-                                             _mm256_set1_epi16(32));
-        int16_t sc[16];
-        _mm256_storeu_si256((__m256i *)sc, scl);
-        /* values are stored +4: subtract 4 * sum(scale * bsum) */
-        const int offs = hsum_i32(_mm256_madd_epi16(scl, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
-        __m256i acc = _mm256_setr_epi32(-4 * offs, 0, 0, 0, 0, 0, 0, 0);
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            const __m256i hh = h ? _mm256_srli_epi16(hm, 4) : hm;
-            const int8_t *yq = y[i].qs + 128 * h;
-            const int16_t *sh = sc + 8 * h;
-            /* high bit g of hmask byte -> 4 */
-#define Q3_STEP(g, v, hb)                                                                                     \
-    acc = _mm256_add_epi32(acc, dot_us(_mm256_or_si256(_mm256_and_si256(v, m2), _mm256_and_si256(hb, m4)),    \
-                                       _mm256_loadu_si256((const __m256i *)(yq + 32 * g)),                     \
-                                       scale_pair(sh[2 * g], sh[2 * g + 1])))
-            Q3_STEP(0, q, _mm256_slli_epi16(hh, 2));
-            Q3_STEP(1, _mm256_srli_epi16(q, 2), _mm256_slli_epi16(hh, 1));
-            Q3_STEP(2, _mm256_srli_epi16(q, 4), hh);
-            Q3_STEP(3, _mm256_srli_epi16(q, 6), _mm256_srli_epi16(hh, 1));
-#undef Q3_STEP
-        }
-        accf = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(acc), accf);
-    }
-    *s = hsum_ps(accf);
 }
 
 /* ---- IQ4_NL / IQ4_XS --------------------------------------------------- */
@@ -533,6 +470,92 @@ KQ_INLINE void iq4_xs_mt_body(int64_t n, float *s, size_t ss, const void *vx, co
     KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]);
 }
 
+/* Q2_K: two-bit quants, a four-bit scale and min per 16 elements; the mins
+ * enter as dmin * d_y * sum(min * bsum), subtracted at the end. */
+KQ_INLINE void q2_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
+    const wgllm_block_q2_K *x = vx;
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    __m256 accf[WGLLM_VEC_DOT_MT_MAX];
+    float summf[WGLLM_VEC_DOT_MT_MAX];
+    KQ_UNROLL for (int t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps(), summf[t] = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(x + i + 4, sizeof(*x));
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        const __m256i scl = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4));
+        const float dmin = FP16(x[i].dmin);
+        KQ_UNROLL for (int t = 0; t < nt; t++) {
+            const wgllm_block_q8_K *y = KQ_YB(vy, ys, t, i);
+            const int summ = hsum_i32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y->bsums)));
+            summf[t] += dmin * y->d * (float)summ;
+        }
+        __m256i acc[WGLLM_VEC_DOT_MT_MAX];
+        KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
+        KQ_UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            const __m256i sh = _mm256_permute2x128_si256(scl, scl, h ? 0x11 : 0x00);
+            KQ_UNROLL for (int g = 0; g < 4; g++) {
+                const __m256i v = _mm256_and_si256(g ? _mm256_srli_epi16(q, 2 * g) : q, m2);
+                const __m256i sp = scale_pair_of(sh, g);
+                KQ_UNROLL for (int t = 0; t < nt; t++) {
+                    const int8_t *yq = KQ_YQ(vy, ys, t, i) + 128 * h + 32 * g;
+                    acc[t] = _mm256_add_epi32(acc[t], dot_us(v, _mm256_loadu_si256((const __m256i *)yq), sp));
+                }
+            }
+        }
+        const float xd = FP16(x[i].d);
+        KQ_UNROLL for (int t = 0; t < nt; t++)
+            accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * KQ_YB(vy, ys, t, i)->d), _mm256_cvtepi32_ps(acc[t]), accf[t]);
+    }
+    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]) - summf[t];
+}
+
+/* Q3_K: two low bits and a high bit (hmask) per quant, stored +4; six-bit
+ * scales stored +32, one per 16 elements. */
+KQ_INLINE void q3_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
+    const wgllm_block_q3_K *x = vx;
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(4);
+    __m256 accf[WGLLM_VEC_DOT_MT_MAX];
+    KQ_UNROLL for (int t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        kq_prefetch(x + i + 4, sizeof(*x));
+        uint8_t u[16];
+        q3_unpack_scales(x[i].scales, u);
+        const __m256i scl = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)u)),
+                                             _mm256_set1_epi16(32));
+        /* values are stored +4: each token starts from -4 * sum(scale * bsum) */
+        __m256i acc[WGLLM_VEC_DOT_MT_MAX];
+        KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
+        KQ_UNROLL for (int t = 0; t < nt; t++) {
+            const int offs = hsum_i32(_mm256_madd_epi16(scl, _mm256_loadu_si256((const __m256i *)KQ_YB(vy, ys, t, i)->bsums)));
+            acc[t] = _mm256_setr_epi32(-4 * offs, 0, 0, 0, 0, 0, 0, 0);
+        }
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        KQ_UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            const __m256i hh = h ? _mm256_srli_epi16(hm, 4) : hm;
+            const __m256i sh = _mm256_permute2x128_si256(scl, scl, h ? 0x11 : 0x00);
+            KQ_UNROLL for (int g = 0; g < 4; g++) {
+                /* high bit g of the hmask byte -> 4 */
+                const __m256i hb = g < 2 ? _mm256_slli_epi16(hh, 2 - g) : g == 2 ? hh : _mm256_srli_epi16(hh, 1);
+                const __m256i v = _mm256_or_si256(_mm256_and_si256(g ? _mm256_srli_epi16(q, 2 * g) : q, m2),
+                                                  _mm256_and_si256(hb, m4));
+                const __m256i sp = scale_pair_of(sh, g);
+                KQ_UNROLL for (int t = 0; t < nt; t++) {
+                    const int8_t *yq = KQ_YQ(vy, ys, t, i) + 128 * h + 32 * g;
+                    acc[t] = _mm256_add_epi32(acc[t], dot_us(v, _mm256_loadu_si256((const __m256i *)yq), sp));
+                }
+            }
+        }
+        const float xd = FP16(x[i].d);
+        KQ_UNROLL for (int t = 0; t < nt; t++)
+            accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * KQ_YB(vy, ys, t, i)->d), _mm256_cvtepi32_ps(acc[t]), accf[t]);
+    }
+    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]);
+}
+
 #define KQ_MT(name, body)                                                                                      \
     static void name(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nt) {        \
         WGLLM_ASSERT(nt >= 1 && nt <= WGLLM_VEC_DOT_MT_MAX);                                                    \
@@ -540,12 +563,18 @@ KQ_INLINE void iq4_xs_mt_body(int64_t n, float *s, size_t ss, const void *vx, co
         else if (nt == 4) body(n, s, ss, x, y, ys, 4);                                                            \
         else body(n, s, ss, x, y, ys, nt);                                                                     \
     }
+KQ_MT(mt_q2_K_avx2, q2_K_mt_body)
+KQ_MT(mt_q3_K_avx2, q3_K_mt_body)
 KQ_MT(mt_q4_K_avx2, q4_K_mt_body)
 KQ_MT(mt_q5_K_avx2, q5_K_mt_body)
 KQ_MT(mt_q6_K_avx2, q6_K_mt_body)
 KQ_MT(mt_iq4_xs_avx2, iq4_xs_mt_body)
 
 /* ---- install ----------------------------------------------------------- */
+
+/* one token: the multi-token bodies' own arithmetic */
+static void vec_dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) { q2_K_mt_body(n, s, 0, vx, vy, 0, 1); }
+static void vec_dot_q3_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) { q3_K_mt_body(n, s, 0, vx, vy, 0, 1); }
 
 WGLLM_VEC_DOT_NR(nr_q2_K_avx2, vec_dot_q2_K_q8_K_avx2)
 WGLLM_VEC_DOT_NR(nr_q3_K_avx2, vec_dot_q3_K_q8_K_avx2)
@@ -568,6 +597,8 @@ void wgllm_kquants_install_avx2(struct wgllm_type_traits *t) {
     SET(IQ4_NL, vec_dot_iq4_nl_q8_0_avx2, nr_iq4_nl_avx2)
     SET(IQ4_XS, vec_dot_iq4_xs_q8_K_avx2, nr_iq4_xs_avx2)
 #undef SET
+    t[WGLLM_TYPE_Q2_K].vec_dot_mt = mt_q2_K_avx2;
+    t[WGLLM_TYPE_Q3_K].vec_dot_mt = mt_q3_K_avx2;
     t[WGLLM_TYPE_Q4_K].vec_dot_mt = mt_q4_K_avx2;
     t[WGLLM_TYPE_Q5_K].vec_dot_mt = mt_q5_K_avx2;
     t[WGLLM_TYPE_Q6_K].vec_dot_mt = mt_q6_K_avx2;
