@@ -361,18 +361,19 @@ enum { PM = 37, PT = 2, PX = 3, PN = 5 }; /* rows (not a multiple of a tile), to
 
 /* The decode mat-vec `kernel` (MATVEC with the residual's ACC epilogue,
  * MATVEC_QKV with biases, MATVEC_SWIGLU or _GEGLU) of weights of `type`
- * (all of them), K inputs, with prologue `pro` (mutated when from is set)
+ * (all of them), K inputs, with prologue `pro` keeping the row as f32 or
+ * packed (mutated when from is set)
  * against the unfused pair: ROUND_ACT or RMS_NORM_ROUND into a buffer,
  * then the kernel without a prologue reading it. True when every output
  * has the same bits; *skipped when the prologue does not fit PRO_LIMIT. */
-static bool pro_case(enum wgllm_kernel kernel, uint32_t type, uint8_t pro, uint32_t K,
+static bool pro_case(enum wgllm_kernel kernel, uint32_t type, uint8_t pro, bool f32, uint32_t K,
                      const struct wgllm_wgsl_tune *tu, const char *from, const char *to, bool *skipped) {
     const uint32_t vt = wgllm_type_traits(type)->vec_dot_type;
     const bool qkv = kernel == WGLLM_KERNEL_MATVEC_QKV, glu = !qkv && kernel != WGLLM_KERNEL_MATVEC;
     const bool gelu = kernel == WGLLM_KERNEL_MATVEC_GEGLU;
     const int nw = qkv ? 3 : glu ? 2 : 1, rows[3] = {PM, PM - 4, PM - 6};
     struct wgllm_kernel_key key = {.kernel = kernel, .type = type, .type2 = type, .type3 = type, .bias = qkv,
-                                   .pro = pro, .kx = K};
+                                   .pro = pro, .pro_f32 = f32, .kx = K};
     *skipped = wgllm_wgsl_pro_bytes(&key, tu) > PRO_LIMIT;
     if (*skipped) return true;
     const size_t xn = (size_t)PX + (size_t)K * PT;
@@ -464,18 +465,27 @@ TEST(matvec_prologues_same_bits_as_round_or_norm_then_matvec) {
     for (int tv = 0; tv < n_tunes; tv++)
         for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
             for (size_t ki = 0; ki < sizeof kernels / sizeof *kernels; ki++)
-                for (uint8_t pro = WGLLM_PRO_ROUND; pro <= WGLLM_PRO_NORM; pro++) {
-                    /* the cheap tunes see every kernel with the Q8_0 and F16 cases, the rest each kernel once */
-                    if (tv > 0 && ci != 0 && ci != 6 && ki != ci % 4) continue;
-                    bool skipped;
-                    const bool ok = pro_case(kernels[ki], cases[ci].type, pro, cases[ci].k, &tunes[tv], NULL, NULL, &skipped);
-                    CHECK(ok);
-                    n += !skipped;
-                    if (!ok || (tv == 0 && ki == 0))
-                        printf("  %s %s K=%u, %s (%s): %s\n", wgllm_wgsl_kernel_name(kernels[ki]), wgllm_type_name(cases[ci].type),
-                               cases[ci].k, pro == WGLLM_PRO_NORM ? "norm+round" : "round", tune_name(&tunes[tv]),
-                               skipped ? "does not fit" : ok ? "same bits" : "DIFFERENT");
-                }
+                for (int f32 = 0; f32 <= 1; f32++)
+                    for (uint8_t pro = WGLLM_PRO_ROUND; pro <= WGLLM_PRO_NORM; pro++) {
+                        /* (kept to ~70 pipelines: ~150 ms each here, more under ASan) packed rows: every
+                         * case with every kernel, the two prologues in turn (so each type and each kernel
+                         * sees both), under the other shapes Q8_0, Q8_K and F16 only; f32 rows: each
+                         * case once (Q8_0 under every shape, with both prologues) */
+                        const bool turn = (ci + ki) % 2 == (pro == WGLLM_PRO_NORM);
+                        const bool main3 = ci == 0 || ci == 2 || ci == 6;
+                        if (f32 ? ki != ci % 4 || (!turn && ci != 0) || (tv > 0 && ci != 0) : !turn || (tv > 0 && !main3))
+                            continue;
+                        bool skipped;
+                        const bool ok = pro_case(kernels[ki], cases[ci].type, pro, f32, cases[ci].k, &tunes[tv], NULL, NULL,
+                                                 &skipped);
+                        CHECK(ok);
+                        n += !skipped;
+                        if (!ok || (tv == 0 && ki == 0 && !f32))
+                            printf("  %s %s K=%u, %s%s (%s): %s\n", wgllm_wgsl_kernel_name(kernels[ki]),
+                                   wgllm_type_name(cases[ci].type), cases[ci].k, pro == WGLLM_PRO_NORM ? "norm+round" : "round",
+                                   f32 ? ", f32 row" : "", tune_name(&tunes[tv]),
+                                   skipped ? "does not fit" : ok ? "same bits" : "DIFFERENT");
+                    }
     printf("  %d prologue cases, same bits\n", n);
     CHECK(n >= 60);
 }
@@ -495,7 +505,10 @@ TEST(matvec_prologue_bytes_and_fallbacks) {
     CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 16384 + 512);
     CHECK(wgllm_wgsl_pro_bytes(&k, t) > PRO_LIMIT);
     bool skipped = false;
-    CHECK(pro_case(WGLLM_KERNEL_MATVEC, WGLLM_TYPE_F16, WGLLM_PRO_ROUND, 8192, t, NULL, NULL, &skipped) && skipped);
+    CHECK(pro_case(WGLLM_KERNEL_MATVEC, WGLLM_TYPE_F16, WGLLM_PRO_ROUND, false, 8192, t, NULL, NULL, &skipped) && skipped);
+    k.type = WGLLM_TYPE_Q4_0, k.kx = 5632, k.pro_f32 = true; /* as f32 values: 22 KiB, packed on such a device */
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 4 * 5632 + 512);
+    k.pro_f32 = false;
     k.type = WGLLM_TYPE_F32; /* nothing to round */
     CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 0);
     CHECK(wgllm_wgsl_generate(&k, t) == NULL);
@@ -523,9 +536,8 @@ TEST(fused_kernels_compile_for_every_format) {
             const struct wgllm_kernel_key keys[] = { /* the format as weight 0, 1 and 2 */
                 {.kernel = WGLLM_KERNEL_MATVEC_QKV, .type = t, .type2 = other, .type3 = t, .bias = true},
                 {.kernel = WGLLM_KERNEL_MATVEC_GEGLU, .type = other, .type2 = t},
-                /* and with the prologues, where the format's input is rounded (4096: whole Q8_K blocks) */
+                /* and with a prologue: xin() for X[] in the format's text (4096: whole Q8_K blocks) */
                 {.kernel = WGLLM_KERNEL_MATVEC, .type = t, .pro = WGLLM_PRO_ROUND, .kx = 4096},
-                {.kernel = WGLLM_KERNEL_MATVEC_QKV, .type = t, .type2 = t, .type3 = t, .bias = true, .pro = WGLLM_PRO_NORM, .kx = 4096},
             };
             for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
                 if (keys[k].pro && !wgllm_wgsl_pro_bytes(&keys[k], &tunes[tv])) continue; /* F32: nothing to round */
@@ -558,20 +570,22 @@ TEST(fused_mutants_fail) {
     CHECK(!rms_round_case(WGLLM_TYPE_Q8_0, "for (var i0 = tid * 32u;", "for (var i0 = tid * 32u + 32u;"));
     /* the prologue: each Q8_0 block's scale taken from the next block */
     bool sk;
-    CHECK(!pro_case(WGLLM_KERNEL_MATVEC, WGLLM_TYPE_Q4_0, WGLLM_PRO_ROUND, 2816, t, "* XS[i / QB]", "* XS[i / QB + 1u]", &sk));
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC, WGLLM_TYPE_Q4_0, WGLLM_PRO_ROUND, false, 2816, t, "* XS[i / QB]", "* XS[i / QB + 1u]", &sk));
     /* the rows start before the workgroup's row is rounded (no barrier
      * after the prologue): with a row per thread, where each thread reads
      * blocks others round (in the reduction shapes a thread's blocks are
      * its own, and SwiftShader runs the lanes in order) */
-    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_SWIGLU, WGLLM_TYPE_Q4_K, WGLLM_PRO_ROUND, 2816, wgllm_wgsl_cpu_adapter_tune(),
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_SWIGLU, WGLLM_TYPE_Q4_K, WGLLM_PRO_ROUND, false, 2816, wgllm_wgsl_cpu_adapter_tune(),
                     "round32(i0, xo, 0u); }\n  workgroupBarrier();", "round32(i0, xo, 0u); }\n", &sk));
     /* the norm's scale left out (the row rounded unnormalized) */
-    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_QKV, WGLLM_TYPE_Q4_0, WGLLM_PRO_NORM, 2816, t, "(X[i] * nscale)", "(X[i] * 1.0)", &sk));
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_QKV, WGLLM_TYPE_Q4_0, WGLLM_PRO_NORM, true, 2816, t, "(X[i] * nscale)", "(X[i] * 1.0)", &sk));
     /* the sum of squares over half the partials of a thread short of WGR */
-    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_GEGLU, WGLLM_TYPE_F16, WGLLM_PRO_NORM, 1000, t, "v < WGR; v += nt", "v < WGR / 2u; v += nt", &sk));
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_GEGLU, WGLLM_TYPE_F16, WGLLM_PRO_NORM, false, 1000, t, "v < WGR; v += nt", "v < WGR / 2u; v += nt", &sk));
     /* F16's halves: the high half of each word read as the low */
-    CHECK(!pro_case(WGLLM_KERNEL_MATVEC, WGLLM_TYPE_F16, WGLLM_PRO_ROUND, 1000, t, "(XH[i >> 1u] >> (16u * (i & 1u)))", "(XH[i >> 1u])", &sk));
-    printf("  10 mutants, each caught\n");
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC, WGLLM_TYPE_F16, WGLLM_PRO_ROUND, false, 1000, t, "(XH[i >> 1u] >> (16u * (i & 1u)))", "(XH[i >> 1u])", &sk));
+    /* the f32 row: the quants stored without their block's scale */
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_SWIGLU, WGLLM_TYPE_Q4_K, WGLLM_PRO_ROUND, true, 2816, t, "XF[i] = f32(q) * d;", "XF[i] = f32(q);", &sk));
+    printf("  11 mutants, each caught\n");
 }
 
 int main(void) {

@@ -393,7 +393,9 @@ TEST(smollm3_q4_k_m) {
  * RMSNorm before it, in the consuming mat-vec: 6 dispatches a llama layer)
  * give the logits of the separate dispatches (ROUND_ACT, RMS_NORM_ROUND: 10
  * a layer, what a device without the workgroup memory runs, here forced by
- * WGLLM_WEBGPU_MAX_WG_STORAGE) bit for bit: a 9-token prompt (the
+ * WGLLM_WEBGPU_MAX_WG_STORAGE) bit for bit, with the rounded row kept as
+ * f32 values (what fits here) and packed (1100 bytes of workgroup memory:
+ * room for the tiny models' packed rows only): a 9-token prompt (the
  * mat-mats, which keep the separate ops), then one-token steps and a
  * 3-token pass (the prologues), on the blocks the prologues meet. */
 static void same_logits_as_split(const char *shape, uint32_t type, const char *preset) {
@@ -406,28 +408,34 @@ static void same_logits_as_split(const char *shape, uint32_t type, const char *p
     struct wgllm_context *a = new_ctx(m, WGLLM_BACKEND_WEBGPU, 32);
     setenv("WGLLM_WEBGPU_MAX_WG_STORAGE", "1", 1);
     struct wgllm_context *b = new_ctx(m, WGLLM_BACKEND_WEBGPU, 32);
+    setenv("WGLLM_WEBGPU_MAX_WG_STORAGE", "1100", 1);
+    struct wgllm_context *c = new_ctx(m, WGLLM_BACKEND_WEBGPU, 32);
     unsetenv("WGLLM_WEBGPU_MAX_WG_STORAGE");
-    CHECK(a && b);
+    CHECK(a && b && c);
     int32_t toks[16];
     for (int i = 0; i < 16; i++) toks[i] = (i * 7919 + 13) % V;
     static const int passes[][2] = {{0, 9}, {9, 1}, {10, 1}, {11, 3}, {14, 1}}; /* first token, count */
     int same = 0;
-    for (size_t p = 0; a && b && p < sizeof passes / sizeof *passes; p++) {
+    for (size_t p = 0; a && b && c && p < sizeof passes / sizeof *passes; p++) {
         struct wgllm_error err = {0};
         CHECK_EQ_INT(wgllm_decode(a, &toks[passes[p][0]], passes[p][1], false, &err), WGLLM_STATUS_OK);
         CHECK_EQ_INT(wgllm_decode(b, &toks[passes[p][0]], passes[p][1], false, &err), WGLLM_STATUS_OK);
-        const float *la = wgllm_get_logits(a), *lb = wgllm_get_logits(b);
-        CHECK(la && lb);
-        if (!la || !lb) break;
-        const bool eq = !memcmp(la, lb, sizeof(float) * (size_t)V);
-        if (!eq) printf("  pass %zu (%d tokens): rel |diff| %.2e\n", p, passes[p][1], rel_diff(la, lb, V));
+        CHECK_EQ_INT(wgllm_decode(c, &toks[passes[p][0]], passes[p][1], false, &err), WGLLM_STATUS_OK);
+        const float *la = wgllm_get_logits(a), *lb = wgllm_get_logits(b), *lc = wgllm_get_logits(c);
+        CHECK(la && lb && lc);
+        if (!la || !lb || !lc) break;
+        const bool eq = !memcmp(la, lb, sizeof(float) * (size_t)V) && !memcmp(lc, lb, sizeof(float) * (size_t)V);
+        if (!eq)
+            printf("  pass %zu (%d tokens): rel |diff| f32 row %.2e, packed row %.2e\n", p, passes[p][1], rel_diff(la, lb, V),
+                   rel_diff(lc, lb, V));
         same += eq;
     }
-    printf("  %-11s %-6s prologues against separate dispatches: %d/5 passes the same logits\n", shape,
-           preset ? preset : wgllm_type_name(type), same);
+    printf("  %-11s %-6s prologues (f32 and packed rows) against separate dispatches: %d/5 passes the same logits\n",
+           shape, preset ? preset : wgllm_type_name(type), same);
     CHECK_EQ_INT(same, 5);
     wgllm_context_free(a);
     wgllm_context_free(b);
+    wgllm_context_free(c);
     wgllm_model_free(m);
 }
 

@@ -651,7 +651,7 @@ TEST(hostile_contexts_on_device) {
 /* ---- dispatches of a decode step ------------------------------------------
  * A llama layer decodes in 6 dispatches when the mat-vecs round (and
  * normalize) their inputs in their prologues, 10 without (workgroup memory
- * too small for the packed row: WGLLM_WEBGPU_MAX_WG_STORAGE), 8 with F32
+ * too small for even the packed row: WGLLM_WEBGPU_MAX_WG_STORAGE), 8 with F32
  * weights (nothing to round: RMSNorm before q|k|v and gate|up). The blocks
  * beyond llama's add their own: qwen3's q/k norms 2, gemma2's post-norms 2
  * (each projection then writes tmp, rounding its input in its prologue);
@@ -671,6 +671,7 @@ TEST(decode_dispatches_per_layer_on_device) {
         int per_layer, per_step;
     } cases[] = {
         {"tiny", WGLLM_TYPE_Q8_0, NULL, 6, 18},     {"tiny", WGLLM_TYPE_Q8_0, "1", 10, 27},
+        {"tiny", WGLLM_TYPE_Q8_0, "1100", 6, 18}, /* room for the packed rows only (test_webgpu_model's) */
         {"tiny", WGLLM_TYPE_F32, NULL, 8, 22},      {"tiny", WGLLM_TYPE_F16, NULL, 6, 18},
         {"tiny-qwen2", WGLLM_TYPE_Q8_0, NULL, 6, 18}, {"tiny-qwen3", WGLLM_TYPE_Q8_0, NULL, 8, 22},
         {"tiny-gemma2", WGLLM_TYPE_Q8_0, NULL, 8, 38}, {"tiny-gemma2", WGLLM_TYPE_Q8_0, "1", 12, 55},
@@ -694,8 +695,9 @@ TEST(decode_dispatches_per_layer_on_device) {
         if (!st && ctx) {
             struct wgllm_webgpu_plan p;
             wgllm_webgpu_get_plan(ctx, &p);
-            printf("  %s %s%s: %d dispatches a step, %d a layer\n", cases[i].shape, wgllm_type_name(cases[i].type),
-                   cases[i].wg_storage ? " (no room for a prologue)" : "", p.n_dispatches, p.n_dispatches_layer);
+            printf("  %s %s, workgroup memory %s: %d dispatches a step, %d a layer\n", cases[i].shape,
+                   wgllm_type_name(cases[i].type), cases[i].wg_storage ? cases[i].wg_storage : "the device's",
+                   p.n_dispatches, p.n_dispatches_layer);
             if (cases[i].per_layer) {
                 CHECK_EQ_INT(p.n_dispatches_layer, cases[i].per_layer);
                 CHECK_EQ_INT(p.n_dispatches, cases[i].per_step);

@@ -685,7 +685,9 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
     static const struct wgllm_kernel_key pros[] = {{.kernel = WGLLM_KERNEL_MATVEC, .pro = WGLLM_PRO_ROUND},
                                                    {.kernel = WGLLM_KERNEL_MATVEC_QKV, .pro = WGLLM_PRO_NORM},
                                                    {.kernel = WGLLM_KERNEL_MATVEC_SWIGLU, .pro = WGLLM_PRO_NORM},
-                                                   {.kernel = WGLLM_KERNEL_MATVEC_GEGLU, .pro = WGLLM_PRO_NORM}};
+                                                   {.kernel = WGLLM_KERNEL_MATVEC_GEGLU, .pro = WGLLM_PRO_NORM},
+                                                   {.kernel = WGLLM_KERNEL_MATVEC, .pro = WGLLM_PRO_ROUND, .pro_f32 = true},
+                                                   {.kernel = WGLLM_KERNEL_MATVEC_QKV, .pro = WGLLM_PRO_NORM, .pro_f32 = true}};
     int n = 0;
     for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
         for (uint32_t t = 0; t < WGLLM_TYPE_COUNT; t++) {
@@ -709,8 +711,9 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
 void wgllm_wgsl_key_label(const struct wgllm_kernel_key *key, char *buf, size_t cap) {
     const bool rope = key->kernel == WGLLM_KERNEL_ROPE || key->kernel == WGLLM_KERNEL_ROPE_SHIFT_F16 ||
                       key->kernel == WGLLM_KERNEL_ROPE_STORE;
-    snprintf(buf, cap, "%s%s%s_%s", wgllm_wgsl_kernel_name(key->kernel), rope ? (key->neox ? "_neox" : "_norm") : "",
-             key->pro == WGLLM_PRO_ROUND ? "_round" : key->pro == WGLLM_PRO_NORM ? "_norm_round" : "", wgllm_type_name(key->type));
+    snprintf(buf, cap, "%s%s%s%s_%s", wgllm_wgsl_kernel_name(key->kernel), rope ? (key->neox ? "_neox" : "_norm") : "",
+             key->pro == WGLLM_PRO_ROUND ? "_round" : key->pro == WGLLM_PRO_NORM ? "_norm_round" : "",
+             key->pro && key->pro_f32 ? "_f32in" : "", wgllm_type_name(key->type));
 }
 
 enum wgllm_status wgllm_wgsl_dump(const char *dir, const struct wgllm_wgsl_tune *tune, int *n_files,

@@ -543,9 +543,12 @@ struct wgllm_kernel_key {
      * row for the weights' vec_dot_type into workgroup memory (packed: int8
      * and a scale per block, or 16-bit halves) before its rows, as
      * ROUND_ACT would; WGLLM_PRO_NORM first takes x's RMSNorm (weights at
-     * B[h], epsilon f3) as RMS_NORM_ROUND would. kx: K (the packed array's
-     * length is part of the text). */
+     * B[h], epsilon f3) as RMS_NORM_ROUND would. kx: K (the array's length
+     * is part of the text). pro_f32: the rounded row kept as f32 values
+     * instead (4K bytes; read as they are, where the packed row costs an
+     * unpacking per element: 2x a mat-vec's time on SwiftShader). */
     uint8_t pro;
+    bool pro_f32;
     uint32_t kx;
 };
 enum { WGLLM_PRO_NONE, WGLLM_PRO_ROUND, WGLLM_PRO_NORM };

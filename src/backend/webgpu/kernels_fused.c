@@ -194,11 +194,13 @@ static void emit_matvec_main(struct wgllm_strbuf *b, const struct wgllm_wgsl_tun
  * workgroups, so the rounding cannot ride on the producer's store; instead
  * each consumer workgroup rounds the token's whole input row itself, with
  * ROUND_ACT's own round32 (and RMS_NORM_ROUND's sum of squares before it),
- * into workgroup memory, then runs its rows against it. The row is kept
- * packed to fit WebGPU's 16 KiB guarantee: Q8 types as int8 quants, 4 to a
- * word, and one f32 scale per block (f32(q) * d is the very value
- * ROUND_ACT stores), F16 and BF16 as 16-bit halves (exact: the rounded
- * value is a half). The work repeats per workgroup, rows_matvec rows each. */
+ * into workgroup memory, then runs its rows against it. The row is kept as
+ * the f32 values ROUND_ACT stores where 4K bytes fit (key.pro_f32: read as
+ * they are), else packed to fit WebGPU's 16 KiB guarantee: Q8 types as int8
+ * quants, 4 to a word, and one f32 scale per block (f32(q) * d is the very
+ * value ROUND_ACT stores), F16 and BF16 as 16-bit halves (exact: the
+ * rounded value is a half). The work repeats per workgroup, rows_matvec
+ * rows each. */
 
 /* Elements per scale of a packed Q8 row (0: halves). */
 static uint32_t pro_block(uint32_t vt) {
@@ -215,7 +217,7 @@ uint32_t wgllm_wgsl_pro_bytes(const struct wgllm_kernel_key *key, const struct w
     uint32_t vt;
     if (!pro_ok(key, &vt)) return 0;
     const uint32_t qb = pro_block(vt), k = key->kx;
-    uint64_t bytes = qb ? 4ull * ((k + 3) / 4) + 4ull * (k / qb) : 4ull * ((k + 1) / 2);
+    uint64_t bytes = key->pro_f32 ? 4ull * k : qb ? 4ull * ((k + 3) / 4) + 4ull * (k / qb) : 4ull * ((k + 1) / 2);
     if (!t->matvec_thread_rows) bytes += 8ull * t->wg_matvec; /* red */
     if (key->pro == WGLLM_PRO_NORM) bytes += 8ull * t->wg_row;
     return bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)bytes;
@@ -262,7 +264,12 @@ static void emit_prologue(struct wgllm_strbuf *b, const struct wgllm_kernel_key 
     }
     emit_as_calls(b, r, "RX", "xsrc");
     free(r);
-    if (qb)
+    if (key->pro_f32)
+        wgllm_strbuf_printf(b, "var<workgroup> XF: array<f32, %u>;\n"
+                  "fn rstore_q(i: u32, q: i32, d: f32) { XF[i] = f32(q) * d; }\n"
+                  "fn rstore_f(i: u32, v: f32) { XF[i] = v; }\n"
+                  "fn xin(i: u32) -> f32 { return XF[i]; }\n", k);
+    else if (qb)
         wgllm_strbuf_printf(b, "const QB: u32 = %uu;\n"
                   "var<workgroup> XQ: array<u32, %u>;\n"
                   "var<workgroup> XS: array<f32, %u>;\n"

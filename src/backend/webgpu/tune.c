@@ -539,8 +539,9 @@ static enum wgllm_status prepare_pro(struct tuner *T, int i, const struct wgllm_
                                      struct prepared *pr, struct wgllm_error *err) {
     const uint32_t vt = wgllm_type_traits(T->sh[i].type)->vec_dot_type;
     struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC, .type = T->sh[i].type, .pro = WGLLM_PRO_ROUND,
-                                   .kx = T->sh[i].k};
-    const uint32_t bytes = wgllm_wgsl_pro_bytes(&key, t);
+                                   .pro_f32 = true, .kx = T->sh[i].k};
+    uint32_t bytes = wgllm_wgsl_pro_bytes(&key, t);
+    if (bytes > T->info->max_workgroup_storage) key.pro_f32 = false, bytes = wgllm_wgsl_pro_bytes(&key, t);
     const bool round = vt != WGLLM_TYPE_F32 && wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vt);
     const bool pro = !t->matvec_split_round && bytes && bytes <= T->info->max_workgroup_storage;
     if (!pro) key.pro = WGLLM_PRO_NONE, key.kx = 0;

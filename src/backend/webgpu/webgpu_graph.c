@@ -203,8 +203,9 @@ static void add_mm(struct builder *bd, const struct gweight *w, struct wgllm_gpu
  * norm's input, *norm_off its weights; WGLLM_PRO_ROUND when `in` would need
  * a ROUND_ACT: that one is added for many tokens only (mm), *src = in.
  * WGLLM_PRO_NONE (nothing added) when xr holds the rounding already, the
- * weights need none, the tune splits it off, or the packed row and the
- * kernel's other workgroup arrays do not fit the device's workgroup memory. */
+ * weights need none, the tune splits it off, or the row (f32 values, else
+ * packed) and the kernel's other workgroup arrays do not fit the device's
+ * workgroup memory. */
 static uint8_t add_prologue(struct builder *bd, struct wgllm_kernel_key *key, struct wgllm_gpu_buffer *in, uint32_t K,
                             int cap, bool mm, bool norm_ok, struct wgllm_gpu_buffer **src, uint32_t *norm_off) {
     struct wgllm_webgpu_ctx *g = bd->g;
@@ -216,7 +217,9 @@ static uint8_t add_prologue(struct builder *bd, struct wgllm_kernel_key *key, st
     if (rounded && !norm) return WGLLM_PRO_NONE;
     struct wgllm_kernel_key k = *key;
     k.pro = norm ? WGLLM_PRO_NORM : WGLLM_PRO_ROUND, k.kx = K;
-    const uint32_t bytes = wgllm_wgsl_pro_bytes(&k, g->tune);
+    k.pro_f32 = true; /* f32 values where they fit (read as they are), else packed */
+    uint32_t bytes = wgllm_wgsl_pro_bytes(&k, g->tune);
+    if (bytes > bd->wg_storage) k.pro_f32 = false, bytes = wgllm_wgsl_pro_bytes(&k, g->tune);
     if (!bytes || bytes > bd->wg_storage) return WGLLM_PRO_NONE;
     *key = k;
     if (norm) {
