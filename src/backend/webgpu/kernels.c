@@ -681,13 +681,6 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
         {WGLLM_KERNEL_MATVEC_SWIGLU, -1, false}, {WGLLM_KERNEL_MATVEC_GEGLU, -1, false},
         {WGLLM_KERNEL_ROPE_STORE, WGLLM_TYPE_F32, true},
     };
-    /* and the mat-vecs with a prologue (at K = 4096), for the types that have one */
-    static const struct wgllm_kernel_key pros[] = {{.kernel = WGLLM_KERNEL_MATVEC, .pro = WGLLM_PRO_ROUND},
-                                                   {.kernel = WGLLM_KERNEL_MATVEC_QKV, .pro = WGLLM_PRO_NORM},
-                                                   {.kernel = WGLLM_KERNEL_MATVEC_SWIGLU, .pro = WGLLM_PRO_NORM},
-                                                   {.kernel = WGLLM_KERNEL_MATVEC_GEGLU, .pro = WGLLM_PRO_NORM},
-                                                   {.kernel = WGLLM_KERNEL_MATVEC, .pro = WGLLM_PRO_ROUND, .pro_f32 = true},
-                                                   {.kernel = WGLLM_KERNEL_MATVEC_QKV, .pro = WGLLM_PRO_NORM, .pro_f32 = true}};
     int n = 0;
     for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++)
         for (uint32_t t = 0; t < WGLLM_TYPE_COUNT; t++) {
@@ -697,14 +690,7 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
                 n++;
             }
         }
-    for (size_t i = 0; i < sizeof pros / sizeof *pros; i++)
-        for (uint32_t t = 0; t < WGLLM_TYPE_COUNT; t++) {
-            struct wgllm_kernel_key k = pros[i];
-            k.type = k.type2 = k.type3 = t, k.kx = 4096;
-            if (!wgllm_wgsl_supports(k.kernel, t) || !wgllm_wgsl_pro_bytes(&k, &default_tune)) continue;
-            if (n < cap) out[n] = k;
-            n++;
-        }
+    return wgllm_wgsl_fused_pro_keys(out, n, cap); /* and the mat-vecs with a prologue */
     return n;
 }
 

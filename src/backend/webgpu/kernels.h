@@ -584,6 +584,9 @@ const char *wgllm_wgsl_encoder_kernel_name(enum wgllm_kernel k);
 /* The fused kernels' WGSL after the parameter block (malloc'd; kernels_fused.c), and their names. */
 char *wgllm_wgsl_fused_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_fused_kernel_name(enum wgllm_kernel k);
+/* wgllm_wgsl_all_keys' share: the mat-vecs with a prologue (K = 4096, packed
+ * and f32 rows) after the n keys there are, up to cap; returns the new n. */
+int wgllm_wgsl_fused_pro_keys(struct wgllm_kernel_key *out, int n, int cap);
 /* The MoE kernels' WGSL after the parameter block (malloc'd; kernels_moe.c). */
 char *wgllm_wgsl_moe_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_moe_kernel_name(enum wgllm_kernel k);

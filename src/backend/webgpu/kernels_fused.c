@@ -223,6 +223,24 @@ uint32_t wgllm_wgsl_pro_bytes(const struct wgllm_kernel_key *key, const struct w
     return bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)bytes;
 }
 
+int wgllm_wgsl_fused_pro_keys(struct wgllm_kernel_key *out, int n, int cap) {
+    static const struct wgllm_kernel_key pros[] = {{.kernel = WGLLM_KERNEL_MATVEC, .pro = WGLLM_PRO_ROUND},
+                                                   {.kernel = WGLLM_KERNEL_MATVEC_QKV, .pro = WGLLM_PRO_NORM},
+                                                   {.kernel = WGLLM_KERNEL_MATVEC_SWIGLU, .pro = WGLLM_PRO_NORM},
+                                                   {.kernel = WGLLM_KERNEL_MATVEC_GEGLU, .pro = WGLLM_PRO_NORM},
+                                                   {.kernel = WGLLM_KERNEL_MATVEC, .pro = WGLLM_PRO_ROUND, .pro_f32 = true},
+                                                   {.kernel = WGLLM_KERNEL_MATVEC_QKV, .pro = WGLLM_PRO_NORM, .pro_f32 = true}};
+    for (size_t i = 0; i < sizeof pros / sizeof *pros; i++)
+        for (uint32_t t = 0; t < WGLLM_TYPE_COUNT; t++) {
+            struct wgllm_kernel_key k = pros[i];
+            k.type = k.type2 = k.type3 = t, k.kx = 4096;
+            if (!wgllm_wgsl_supports(k.kernel, t) || !pro_ok(&k, &(uint32_t){0})) continue;
+            if (n < cap) out[n] = k;
+            n++;
+        }
+    return n;
+}
+
 /* text with ident[...] turned into fn(...) and p.n into KX (round32's
  * source array and its element bound). */
 static void emit_as_calls(struct wgllm_strbuf *b, const char *text, const char *ident, const char *fn) {
