@@ -7,8 +7,12 @@
  * here against the dequantized weights in double). Every mat-vec shape of
  * the tune (workgroup reduction, a row per thread, subgroups), uniform and
  * mixed weight types (a Q4_K_M layer's Q6_K v), biases, both RoPE pair
- * layouts, partial rotation and a layer without RoPE. A mutant of each
- * kernel must fail its comparison.
+ * layouts, partial rotation and a layer without RoPE. The mat-vec
+ * prologues (the input rounded, after its RMSNorm, in each workgroup) against
+ * ROUND_ACT / RMS_NORM_ROUND then the mat-vec, for every rounding type
+ * (Q8_0, Q8_1, Q8_K, F16, BF16), K not a multiple of any workgroup size,
+ * and what does not fit falling back. A mutant of each kernel must fail
+ * its comparison.
  */
 #include "backend/cpu/ops.h"
 #include "backend/webgpu/hal.h"
@@ -348,6 +352,175 @@ TEST(rms_norm_round_same_bits_as_norm_then_round) {
     }
 }
 
+/* ---- the mat-vec prologues (WGLLM_PRO_ROUND / WGLLM_PRO_NORM) -------------- */
+
+enum { PM = 37, PT = 2, PX = 3, PN = 5 }; /* rows (not a multiple of a tile), tokens, x's and the norm's offsets */
+
+/* The workgroup memory the tests grant a prologue: WebGPU's minimum. */
+#define PRO_LIMIT 16384u
+
+/* The decode mat-vec `kernel` (MATVEC with the residual's ACC epilogue,
+ * MATVEC_QKV with biases, MATVEC_SWIGLU or _GEGLU) of weights of `type`
+ * (all of them), K inputs, with prologue `pro` keeping the row as f32 or
+ * packed (mutated when from is set)
+ * against the unfused pair: ROUND_ACT or RMS_NORM_ROUND into a buffer,
+ * then the kernel without a prologue reading it. True when every output
+ * has the same bits; *skipped when the prologue does not fit PRO_LIMIT. */
+static bool pro_case(enum wgllm_kernel kernel, uint32_t type, uint8_t pro, bool f32, uint32_t K,
+                     const struct wgllm_wgsl_tune *tu, const char *from, const char *to, bool *skipped) {
+    const uint32_t vt = wgllm_type_traits(type)->vec_dot_type;
+    const bool qkv = kernel == WGLLM_KERNEL_MATVEC_QKV, glu = !qkv && kernel != WGLLM_KERNEL_MATVEC;
+    const bool gelu = kernel == WGLLM_KERNEL_MATVEC_GEGLU;
+    const int nw = qkv ? 3 : glu ? 2 : 1, rows[3] = {PM, PM - 4, PM - 6};
+    struct wgllm_kernel_key key = {.kernel = kernel, .type = type, .type2 = type, .type3 = type, .bias = qkv,
+                                   .pro = pro, .pro_f32 = f32, .kx = K};
+    *skipped = wgllm_wgsl_pro_bytes(&key, tu) > PRO_LIMIT;
+    if (*skipped) return true;
+    const size_t xn = (size_t)PX + (size_t)K * PT;
+    float *x = malloc(sizeof(float) * xn), *vec = malloc(sizeof(float) * (PN + K + 3 * PM)), *deq = malloc(sizeof(float) * PM * K);
+    fill(x, xn), fill(vec, PN + K + 3 * PM);
+    for (uint32_t i = 0; i < K; i++) vec[PN + i] += 1.0f; /* the norm's weights near 1 */
+    wgllm_fp16 *tab = malloc(sizeof(wgllm_fp16) * 65536);
+    wgllm_op_gelu_f16_table(tab);
+    char *w[3];
+    struct wgllm_gpu_buffer *wb[3], *yf[3], *yu[3];
+    float *y0 = malloc(sizeof(float) * PM * PT);
+    fill(y0, PM * PT); /* what the residual holds before ACC adds into it */
+    for (int i = 0; i < nw; i++) {
+        w[i] = weights(type, rows[i], (int)K, deq);
+        wb[i] = upload(w[i], wgllm_row_size(type, K) * rows[i]);
+        yf[i] = upload(y0, sizeof(float) * PM * PT);
+        yu[i] = upload(y0, sizeof(float) * PM * PT);
+    }
+    struct wgllm_gpu_buffer *xb = upload(x, sizeof(float) * xn), *vb = upload(vec, sizeof(float) * (PN + K + 3 * PM)),
+                            *tb = upload(tab, sizeof(wgllm_fp16) * 65536), *rb = upload(NULL, sizeof(float) * K * PT),
+                            *nb = upload(NULL, sizeof(float) * K * PT);
+    /* the fused kernel, x read at PX, the norm's weights at PN, the biases after them */
+    union wgllm_kparams kp = {.matvec = {.rows = PM, .k = K, .x_off = PX, .norm_off = PN, .norm_eps = 1e-5f,
+                                         .epi = WGLLM_EPI_ACC}};
+    if (qkv)
+        kp = (union wgllm_kparams){.matvec_qkv = {.rows_q = PM, .rows_k = PM - 4, .rows_v = PM - 6, .k = K, .x_off = PX,
+                                                  .bq_off = PN + K, .bk_off = PN + K + PM, .bv_off = PN + K + 2 * PM,
+                                                  .norm_off = PN, .norm_eps = 1e-5f}};
+    else if (glu) kp.matvec.epi = 0;
+    struct wgllm_gpu_buffer *fb[8] = {0}, *ub[8];
+    int nb_f = 0;
+    for (int i = 0; i < nw; i++) fb[nb_f++] = wb[i];
+    fb[nb_f++] = xb;
+    for (int i = 0; i < (glu ? 1 : nw); i++) fb[nb_f++] = yf[i];
+    memcpy(ub, fb, sizeof fb);
+    for (int i = 0; i < (glu ? 1 : nw); i++) ub[nw + 1 + i] = yu[i];
+    ub[nw] = rb; /* the unfused kernel reads the rounded row */
+    if (gelu) fb[nb_f] = ub[nb_f] = tb, nb_f++;
+    const int nb_u = nb_f + (qkv ? 1 : 0); /* QKV's biases */
+    if (qkv || pro == WGLLM_PRO_NORM) fb[nb_f++] = vb;
+    if (qkv) ub[nb_u - 1] = vb;
+    const uint32_t total = qkv ? 3 * PM - 10 : PM;
+    bool ok = run(&key, tu, &kp, nb_f, fb, cdiv(total, tu->rows_matvec), PT, from, to);
+    /* the pair it stands for */
+    if (pro == WGLLM_PRO_NORM) {
+        const struct wgllm_kernel_key kr = {.kernel = WGLLM_KERNEL_RMS_NORM_ROUND, .type = vt};
+        const union wgllm_kparams rp = {.rms_norm = {.width = K, .x_off = PX, .w_off = PN, .eps = 1e-5f}};
+        struct wgllm_gpu_buffer *rbs[4] = {xb, vb, nb, rb};
+        ok = ok && run(&kr, tu, &rp, 4, rbs, PT, 1, NULL, NULL);
+    } else {
+        const struct wgllm_kernel_key kr = {.kernel = WGLLM_KERNEL_ROUND_ACT, .type = vt};
+        const union wgllm_kparams rp = {.round_act = {.count = K * PT, .x_off = PX}};
+        struct wgllm_gpu_buffer *rbs[2] = {xb, rb};
+        ok = ok && run(&kr, tu, &rp, 2, rbs, cdiv(K * PT / 32 + 1, tu->wg_elem), 1, NULL, NULL);
+    }
+    struct wgllm_kernel_key ku = key;
+    ku.pro = WGLLM_PRO_NONE, ku.kx = 0;
+    union wgllm_kparams up = kp;
+    up.raw.b = 0; /* x_off: the rounded rows start at 0 */
+    ok = ok && run(&ku, tu, &up, nb_u, ub, cdiv(total, tu->rows_matvec), PT, NULL, NULL);
+    bool same = ok;
+    for (int i = 0; i < (glu ? 1 : nw) && ok; i++) {
+        float *a = malloc(sizeof(float) * PM * PT), *c = malloc(sizeof(float) * PM * PT);
+        ok = readback(yf[i], a, sizeof(float) * PM * PT) && readback(yu[i], c, sizeof(float) * PM * PT);
+        same = same && ok && !memcmp(a, c, sizeof(float) * PM * PT) && memcmp(a, y0, sizeof(float) * PM * PT);
+        free(a), free(c);
+    }
+    for (int i = 0; i < nw; i++) wgllm_gpu_buffer_destroy(G, wb[i]), wgllm_gpu_buffer_destroy(G, yf[i]),
+                                 wgllm_gpu_buffer_destroy(G, yu[i]), free(w[i]);
+    struct wgllm_gpu_buffer *all[5] = {xb, vb, tb, rb, nb};
+    for (int i = 0; i < 5; i++) wgllm_gpu_buffer_destroy(G, all[i]);
+    free(x), free(vec), free(deq), free(tab), free(y0);
+    return ok && same;
+}
+
+TEST(matvec_prologues_same_bits_as_round_or_norm_then_matvec) {
+    /* weights of each rounding type: Q8_0 (Q4_0), Q8_1 (Q4_1), Q8_K (Q4_K,
+     * Q6_K), F16, BF16; K = 1280: 40 blocks of 32 and 5 of 256, a multiple
+     * of no workgroup size; K = 600 (F16/BF16): not even whole blocks of 32 */
+    static const struct {
+        uint32_t type, k;
+    } cases[] = {{WGLLM_TYPE_Q4_0, 1280}, {WGLLM_TYPE_Q4_1, 1280}, {WGLLM_TYPE_Q4_K, 1280}, {WGLLM_TYPE_Q6_K, 1280},
+                 {WGLLM_TYPE_F16, 1280},  {WGLLM_TYPE_BF16, 1280}, {WGLLM_TYPE_F16, 600},  {WGLLM_TYPE_BF16, 600}};
+    static const enum wgllm_kernel kernels[] = {WGLLM_KERNEL_MATVEC, WGLLM_KERNEL_MATVEC_QKV, WGLLM_KERNEL_MATVEC_SWIGLU,
+                                                WGLLM_KERNEL_MATVEC_GEGLU};
+    struct wgllm_wgsl_tune tunes[3];
+    const int n_tunes = tunes_of(tunes);
+    int n = 0;
+    for (int tv = 0; tv < n_tunes; tv++)
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+            for (size_t ki = 0; ki < sizeof kernels / sizeof *kernels; ki++)
+                for (int f32 = 0; f32 <= 1; f32++)
+                    for (uint8_t pro = WGLLM_PRO_ROUND; pro <= WGLLM_PRO_NORM; pro++) {
+                        /* (kept to ~70 pipelines: ~150 ms each here, more under ASan) packed rows: every
+                         * case with every kernel, the two prologues in turn (so each type and each kernel
+                         * sees both), under the other shapes Q8_0 and F16 only; f32 rows: each
+                         * case once (Q8_0 under every shape, with both prologues) */
+                        const bool turn = (ci + ki) % 2 == (pro == WGLLM_PRO_NORM);
+                        const bool main3 = ci == 0 || ci == 6;
+                        if (f32 ? ki != ci % 4 || (!turn && ci != 0) || (tv > 0 && ci != 0) : !turn || (tv > 0 && !main3))
+                            continue;
+                        bool skipped;
+                        const bool ok = pro_case(kernels[ki], cases[ci].type, pro, f32, cases[ci].k, &tunes[tv], NULL, NULL,
+                                                 &skipped);
+                        CHECK(ok);
+                        n += !skipped;
+                        if (!ok || (tv == 0 && ki == 0 && !f32))
+                            printf("  %s %s K=%u, %s%s (%s): %s\n", wgllm_wgsl_kernel_name(kernels[ki]),
+                                   wgllm_type_name(cases[ci].type), cases[ci].k, pro == WGLLM_PRO_NORM ? "norm+round" : "round",
+                                   f32 ? ", f32 row" : "", tune_name(&tunes[tv]),
+                                   skipped ? "does not fit" : ok ? "same bits" : "DIFFERENT");
+                    }
+    printf("  %d prologue cases, same bits\n", n);
+    CHECK(n >= 55);
+}
+
+/* What fits and what falls back: the packed row plus the kernel's other
+ * arrays against a device's workgroup memory; no prologue where the
+ * weights need no rounding (F32), K breaks blocks or the tune is off. */
+TEST(matvec_prologue_bytes_and_fallbacks) {
+    const struct wgllm_wgsl_tune *t = wgllm_wgsl_default_tune(); /* 64 threads (red: 512 B), wg_row 128 (nh: 1 KiB) */
+    struct wgllm_kernel_key k = {.kernel = WGLLM_KERNEL_MATVEC, .type = WGLLM_TYPE_Q4_0, .pro = WGLLM_PRO_ROUND, .kx = 5632};
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 5632 + 176 * 4 + 512); /* TinyLlama's n_ff: 6.3 KiB */
+    k.pro = WGLLM_PRO_NORM;
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 5632 + 176 * 4 + 512 + 1024);
+    k.type = WGLLM_TYPE_Q4_K, k.pro = WGLLM_PRO_ROUND;
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 5632 + 22 * 4 + 512);
+    k.type = WGLLM_TYPE_F16, k.kx = 8192; /* halves: 16 KiB alone, over WebGPU's minimum with red */
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 16384 + 512);
+    CHECK(wgllm_wgsl_pro_bytes(&k, t) > PRO_LIMIT);
+    bool skipped = false;
+    CHECK(pro_case(WGLLM_KERNEL_MATVEC, WGLLM_TYPE_F16, WGLLM_PRO_ROUND, false, 8192, t, NULL, NULL, &skipped) && skipped);
+    k.type = WGLLM_TYPE_Q4_0, k.kx = 5632, k.pro_f32 = true; /* as f32 values: 22 KiB, packed on such a device */
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 4 * 5632 + 512);
+    k.pro_f32 = false;
+    k.type = WGLLM_TYPE_F32; /* nothing to round */
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 0);
+    CHECK(wgllm_wgsl_generate(&k, t) == NULL);
+    k.type = WGLLM_TYPE_Q4_K, k.kx = 2816 + 32; /* not whole Q8_K blocks */
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 0);
+    k.pro = WGLLM_PRO_NONE, k.kx = 2816;
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, t), 0);
+    const struct wgllm_wgsl_tune *c = wgllm_wgsl_cpu_adapter_tune(); /* a row per thread: no red */
+    k.type = WGLLM_TYPE_Q4_0, k.pro = WGLLM_PRO_NORM, k.kx = 2048;
+    CHECK_EQ_INT(wgllm_wgsl_pro_bytes(&k, c), 2048 + 64 * 4 + 8 * c->wg_row);
+}
+
 /* ---- every weight format compiles; mutants fail --------------------------- */
 
 TEST(fused_kernels_compile_for_every_format) {
@@ -363,8 +536,12 @@ TEST(fused_kernels_compile_for_every_format) {
             const struct wgllm_kernel_key keys[] = { /* the format as weight 0, 1 and 2 */
                 {.kernel = WGLLM_KERNEL_MATVEC_QKV, .type = t, .type2 = other, .type3 = t, .bias = true},
                 {.kernel = WGLLM_KERNEL_MATVEC_GEGLU, .type = other, .type2 = t},
+                /* and with a prologue, xin() for X[] in the format's rdot: Q8_0's own rdot (the
+                 * others' run in the prologue cases above; every 8-element format shares one) */
+                {.kernel = WGLLM_KERNEL_MATVEC, .type = t, .pro = WGLLM_PRO_ROUND, .kx = 4096},
             };
             for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+                if (keys[k].pro && t != WGLLM_TYPE_Q8_0) continue;
                 char *src = wgllm_wgsl_generate(&keys[k], &tunes[tv]);
                 struct wgllm_error err = {0};
                 struct wgllm_gpu_pipeline *p = src ? wgllm_gpu_pipeline_get(G, src, "fused", &err) : NULL;
@@ -392,7 +569,24 @@ TEST(fused_mutants_fail) {
     CHECK(!rope_store_case(false, RD, true, "VC[row * nv + w]", "VC[(row + 1u) * nv + w]"));
     /* the first block of each row left unrounded */
     CHECK(!rms_round_case(WGLLM_TYPE_Q8_0, "for (var i0 = tid * 32u;", "for (var i0 = tid * 32u + 32u;"));
-    printf("  5 mutants, each caught\n");
+    /* the prologue: each Q8_0 block's scale taken from the next block */
+    bool sk;
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC, WGLLM_TYPE_Q4_0, WGLLM_PRO_ROUND, false, 1280, t, "* XS[i / QB]", "* XS[i / QB + 1u]", &sk));
+    /* the rows start before the workgroup's row is rounded (no barrier
+     * after the prologue): with a row per thread, where each thread reads
+     * blocks others round (in the reduction shapes a thread's blocks are
+     * its own, and SwiftShader runs the lanes in order) */
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_SWIGLU, WGLLM_TYPE_Q4_K, WGLLM_PRO_ROUND, false, 1280, wgllm_wgsl_cpu_adapter_tune(),
+                    "round32(i0, xo, 0u); }\n  workgroupBarrier();", "round32(i0, xo, 0u); }\n", &sk));
+    /* the norm's scale left out (the row rounded unnormalized) */
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_QKV, WGLLM_TYPE_Q4_0, WGLLM_PRO_NORM, true, 1280, t, "(X[i] * nscale)", "(X[i] * 1.0)", &sk));
+    /* the sum of squares over half the partials of a thread short of WGR */
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_GEGLU, WGLLM_TYPE_F16, WGLLM_PRO_NORM, false, 600, t, "v < WGR; v += nt", "v < WGR / 2u; v += nt", &sk));
+    /* F16's halves: the high half of each word read as the low */
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC, WGLLM_TYPE_F16, WGLLM_PRO_ROUND, false, 600, t, "(XH[i >> 1u] >> (16u * (i & 1u)))", "(XH[i >> 1u])", &sk));
+    /* the f32 row: the quants stored without their block's scale */
+    CHECK(!pro_case(WGLLM_KERNEL_MATVEC_SWIGLU, WGLLM_TYPE_Q4_K, WGLLM_PRO_ROUND, true, 1280, t, "XF[i] = f32(q) * d;", "XF[i] = f32(q);", &sk));
+    printf("  11 mutants, each caught\n");
 }
 
 int main(void) {
@@ -403,6 +597,8 @@ int main(void) {
     RUN(matvec_glu_same_bits_as_matvecs_and_glu);
     RUN(rope_store_same_bits_as_rope_and_store);
     RUN(rms_norm_round_same_bits_as_norm_then_round);
+    RUN(matvec_prologues_same_bits_as_round_or_norm_then_matvec);
+    RUN(matvec_prologue_bytes_and_fallbacks);
     RUN(fused_kernels_compile_for_every_format);
     RUN(fused_mutants_fail);
     wgllm_gpu_close(G);

@@ -390,6 +390,68 @@ TEST(smollm3_q4_k_m) {
     quant_preset = NULL;
 }
 
+/* The mat-vec prologues (the rounding of a mat-vec's input, and the
+ * RMSNorm before it, in the consuming mat-vec: 6 dispatches a llama layer)
+ * give the logits of the separate dispatches (ROUND_ACT, RMS_NORM_ROUND: 10
+ * a layer, what a device without the workgroup memory runs, here forced by
+ * WGLLM_WEBGPU_MAX_WG_STORAGE) bit for bit, with the rounded row kept as
+ * f32 values (what fits here) and packed (1100 bytes of workgroup memory:
+ * room for the tiny models' packed rows only): a 9-token prompt (the
+ * mat-mats, which keep the separate ops), then one-token steps and a
+ * 3-token pass (the prologues), on the blocks the prologues meet. */
+static void same_logits_as_split(const char *shape, uint32_t type, const char *preset) {
+    quant_preset = preset;
+    struct wgllm_model *m = synth_model(shape, type);
+    quant_preset = NULL;
+    CHECK(m != NULL);
+    if (!m) return;
+    const int V = wgllm_model_n_vocab(m);
+    struct wgllm_context *a = new_ctx(m, WGLLM_BACKEND_WEBGPU, 32);
+    setenv("WGLLM_WEBGPU_MAX_WG_STORAGE", "1", 1);
+    struct wgllm_context *b = new_ctx(m, WGLLM_BACKEND_WEBGPU, 32);
+    setenv("WGLLM_WEBGPU_MAX_WG_STORAGE", "1100", 1);
+    struct wgllm_context *c = new_ctx(m, WGLLM_BACKEND_WEBGPU, 32);
+    unsetenv("WGLLM_WEBGPU_MAX_WG_STORAGE");
+    CHECK(a && b && c);
+    int32_t toks[16];
+    for (int i = 0; i < 16; i++) toks[i] = (i * 7919 + 13) % V;
+    static const int passes[][2] = {{0, 9}, {9, 1}, {10, 1}, {11, 3}, {14, 1}}; /* first token, count */
+    int same = 0;
+    for (size_t p = 0; a && b && c && p < sizeof passes / sizeof *passes; p++) {
+        struct wgllm_error err = {0};
+        CHECK_EQ_INT(wgllm_decode(a, &toks[passes[p][0]], passes[p][1], false, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_decode(b, &toks[passes[p][0]], passes[p][1], false, &err), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_decode(c, &toks[passes[p][0]], passes[p][1], false, &err), WGLLM_STATUS_OK);
+        const float *la = wgllm_get_logits(a), *lb = wgllm_get_logits(b), *lc = wgllm_get_logits(c);
+        CHECK(la && lb && lc);
+        if (!la || !lb || !lc) break;
+        const bool eq = !memcmp(la, lb, sizeof(float) * (size_t)V) && !memcmp(lc, lb, sizeof(float) * (size_t)V);
+        if (!eq)
+            printf("  pass %zu (%d tokens): rel |diff| f32 row %.2e, packed row %.2e\n", p, passes[p][1], rel_diff(la, lb, V),
+                   rel_diff(lc, lb, V));
+        same += eq;
+    }
+    printf("  %-11s %-6s prologues (f32 and packed rows) against separate dispatches: %d/5 passes the same logits\n",
+           shape, preset ? preset : wgllm_type_name(type), same);
+    CHECK_EQ_INT(same, 5);
+    wgllm_context_free(a);
+    wgllm_context_free(b);
+    wgllm_context_free(c);
+    wgllm_model_free(m);
+}
+
+TEST(prologues_same_logits_as_separate_dispatches) {
+    same_logits_as_split("tiny", WGLLM_TYPE_Q4_0, NULL);
+    same_logits_as_split("tiny", WGLLM_TYPE_Q4_K, "Q4_K_M"); /* Q8_K, mixed types: a Q6_K v and down */
+    same_logits_as_split("tiny", WGLLM_TYPE_F16, NULL);
+    same_logits_as_split("tiny", WGLLM_TYPE_BF16, NULL);
+    same_logits_as_split("tiny-qwen2", WGLLM_TYPE_Q8_0, NULL);  /* q/k/v biases beside the norm's weights */
+    same_logits_as_split("tiny-gemma2", WGLLM_TYPE_Q8_0, NULL); /* GeGLU, post-norms */
+    same_logits_as_split("tiny-olmo2", WGLLM_TYPE_Q8_0, NULL);  /* no pre-norms: q|k|v and gate|up round x */
+    same_logits_as_split("tiny-granite", WGLLM_TYPE_Q8_0, NULL); /* the residual scale on the store */
+    same_logits_as_split("tiny-qwen3moe", WGLLM_TYPE_Q8_0, NULL);
+}
+
 /* A context's device outlives it (hal.h, wgllm_gpu_close): the next open in
  * the process gets it back with the pipelines it compiled, and a context on
  * it computes what the first one did, bit for bit. */
@@ -918,6 +980,7 @@ int main(void) {
     RUN(granite_f32);
     RUN(olmo2_f32);
     RUN(smollm3_q4_k_m);
+    RUN(prologues_same_logits_as_separate_dispatches);
     RUN(api_behaviour);
     RUN(a_freed_context_leaves_its_device_to_the_next);
     RUN(batch_of_three_sequences);

@@ -648,6 +648,68 @@ TEST(hostile_contexts_on_device) {
     free(f);
 }
 
+/* ---- dispatches of a decode step ------------------------------------------
+ * A llama layer decodes in 6 dispatches when the mat-vecs round (and
+ * normalize) their inputs in their prologues, 10 without (workgroup memory
+ * too small for even the packed row: WGLLM_WEBGPU_MAX_WG_STORAGE), 8 with F32
+ * weights (nothing to round: RMSNorm before q|k|v and gate|up). The blocks
+ * beyond llama's add their own: qwen3's q/k norms 2, gemma2's post-norms 2
+ * (each projection then writes tmp, rounding its input in its prologue);
+ * an MoE FFN keeps its router's and experts' dispatches (webgpu_moe.c). */
+TEST(decode_dispatches_per_layer_on_device) {
+    int required;
+    struct wgllm_gpu *g = test_webgpu_open("test_webgpu_plan (device part)", &required);
+    if (!g) {
+        CHECK(!required);
+        return;
+    }
+    wgllm_gpu_close(g);
+    static const struct {
+        const char *shape;
+        uint32_t type;
+        const char *wg_storage; /* WGLLM_WEBGPU_MAX_WG_STORAGE, NULL: the device's */
+        int per_layer, per_step;
+    } cases[] = {
+        {"tiny", WGLLM_TYPE_Q8_0, NULL, 6, 18},     {"tiny", WGLLM_TYPE_Q8_0, "1", 10, 27},
+        {"tiny", WGLLM_TYPE_Q8_0, "1100", 6, 18}, /* room for the packed rows only (test_webgpu_model's) */
+        {"tiny", WGLLM_TYPE_F32, NULL, 8, 22},      {"tiny", WGLLM_TYPE_F16, NULL, 6, 18},
+        {"tiny-qwen2", WGLLM_TYPE_Q8_0, NULL, 6, 18}, {"tiny-qwen3", WGLLM_TYPE_Q8_0, NULL, 8, 22},
+        {"tiny-gemma2", WGLLM_TYPE_Q8_0, NULL, 8, 38}, {"tiny-gemma2", WGLLM_TYPE_Q8_0, "1", 12, 55},
+        {"tiny-qwen3moe", WGLLM_TYPE_Q8_0, NULL, 0, 0}, {"tiny-qwen3moe", WGLLM_TYPE_Q8_0, "1", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct wgllm_synth_params sp = wgllm_synth_default_params();
+        sp.shape = cases[i].shape, sp.type = cases[i].type;
+        struct wgllm_model *m = test_synth_model(&sp);
+        CHECK(m != NULL);
+        if (!m) continue;
+        if (cases[i].wg_storage) setenv("WGLLM_WEBGPU_MAX_WG_STORAGE", cases[i].wg_storage, 1);
+        struct wgllm_context_params cp = wgllm_context_default_params();
+        cp.n_ctx = 64, cp.n_batch = 16, cp.backend = WGLLM_BACKEND_WEBGPU;
+        struct wgllm_webgpu_ctx *ctx = NULL;
+        char why[320];
+        struct wgllm_error err = {0};
+        const enum wgllm_status st = wgllm_webgpu_ctx_create(m, &cp, &ctx, why, sizeof why, &err);
+        unsetenv("WGLLM_WEBGPU_MAX_WG_STORAGE");
+        CHECK_EQ_INT(st, WGLLM_STATUS_OK);
+        if (!st && ctx) {
+            struct wgllm_webgpu_plan p;
+            wgllm_webgpu_get_plan(ctx, &p);
+            printf("  %s %s, workgroup memory %s: %d dispatches a step, %d a layer\n", cases[i].shape,
+                   wgllm_type_name(cases[i].type), cases[i].wg_storage ? cases[i].wg_storage : "the device's",
+                   p.n_dispatches, p.n_dispatches_layer);
+            if (cases[i].per_layer) {
+                CHECK_EQ_INT(p.n_dispatches_layer, cases[i].per_layer);
+                CHECK_EQ_INT(p.n_dispatches, cases[i].per_step);
+            }
+            wgllm_webgpu_ctx_free(ctx);
+        } else {
+            fprintf(stderr, "  %s: %s\n", cases[i].shape, err.message);
+        }
+        wgllm_model_free(m);
+    }
+}
+
 int main(void) {
     for (int s = 0; s < N_SHAPES; s++) {
         struct wgllm_synth_params sp = wgllm_synth_default_params();
@@ -670,6 +732,7 @@ int main(void) {
     RUN(encoders_plan_no_cache);
     RUN(normal_models_plan_as_before_on_device);
     RUN(hostile_contexts_on_device);
+    RUN(decode_dispatches_per_layer_on_device);
     for (int s = 0; s < N_SHAPES; s++) wgllm_model_free(MODELS[s]);
     return test_summary("test_webgpu_plan");
 }

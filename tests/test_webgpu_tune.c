@@ -212,10 +212,12 @@ static struct wgllm_model *tiny_model(uint32_t type) {
 }
 
 static int n_progress, n_rejected;
+static int n_prologue;
 static void count_progress(void *ud, const char *line) {
     (void)ud;
     n_progress++;
     n_rejected += strstr(line, "rejected") != NULL;
+    n_prologue += strstr(line, "mat-vec prologue 1/1 (") != NULL; /* the other setting, timed */
     if (getenv("WGLLM_TEST_VERBOSE")) printf("    %s\n", line);
 }
 
@@ -280,8 +282,9 @@ TEST(sweep_writes_the_cache) {
     struct wgllm_error err = {0};
     CHECK_EQ_INT(wgllm_tune_run(G, sh, n, &p, &best, &err), WGLLM_STATUS_OK);
     if (err.message[0]) fprintf(stderr, "  %s\n", err.message);
-    /* the 3 defaults + 1 candidate per group, the shapes, the end */
-    CHECK(n_progress >= n + 3 * 2 + 1);
+    /* the 4 defaults + 1 candidate per group, the shapes, the end */
+    CHECK(n_progress >= n + 4 * 2 + 1);
+    CHECK_EQ_INT(n_prologue, 1); /* the prologue's rounding against ROUND_ACT's, each checked and timed */
     CHECK_EQ_INT(n_rejected, 0); /* every candidate tried computes what the defaults compute */
     char why[200];
     CHECK(wgllm_wgsl_tune_valid(&best, info->max_invocations, info->max_workgroup_storage, why, sizeof why));
@@ -359,6 +362,10 @@ TEST(tuned_forward_agrees_with_cpu) {
     t.wg_matvec = t.matvec_thread_rows ? 1 : 128;
     t.wg_elem = 128, t.wg_row = 32, t.wg_attn = 64, t.attn_max_dims = 2;
     tuned_forward(&t, 3);
+    /* the mat-vecs' inputs rounded and normalized by dispatches of their own (10 a layer, not 6) */
+    t.matvec_split_round = true;
+    tuned_forward(&t, 2);
+    t.matvec_split_round = false;
     if (!info->subgroups) return;
     t.matvec_thread_rows = false, t.matvec_subgroups = true, t.wg_matvec = 64, t.rows_matvec = 4;
     tuned_forward(&t, 2);

@@ -65,7 +65,7 @@ const struct wgllm_wgsl_tune *wgllm_wgsl_cpu_adapter_tune(void) { return &cpu_ad
 _Static_assert(sizeof(union wgllm_kparams) == 64 && sizeof(struct wgllm_kp_raw) == 64, "the block is 64 bytes");
 _Static_assert(sizeof(struct wgllm_kp_matvec) == 64, "wgllm_kp_matvec is the whole block");
 KP_AT(matvec, rows, n); KP_AT(matvec, k, k); KP_AT(matvec, w_off, a); KP_AT(matvec, x_off, b);
-KP_AT(matvec, y_off, c); KP_AT(matvec, tokens, h); KP_AT(matvec, epi, j); KP_AT(matvec, scale, f0);
+KP_AT(matvec, y_off, c); KP_AT(matvec, tokens, h); KP_AT(matvec, norm_off, h); KP_AT(matvec, norm_eps, f3); KP_AT(matvec, epi, j); KP_AT(matvec, scale, f0);
 KP_AT(matvec, cap, f1); KP_AT(matvec, inv_cap, f2);
 _Static_assert(sizeof(struct wgllm_kp_get_rows) == 64, "wgllm_kp_get_rows is the whole block");
 KP_AT(get_rows, width, k); KP_AT(get_rows, w_off, a); KP_AT(get_rows, ids_off, b); KP_AT(get_rows, y_off, c);
@@ -693,14 +693,16 @@ int wgllm_wgsl_all_keys(struct wgllm_kernel_key *out, int cap) {
                 n++;
             }
         }
+    return wgllm_wgsl_fused_pro_keys(out, n, cap); /* and the mat-vecs with a prologue */
     return n;
 }
 
 void wgllm_wgsl_key_label(const struct wgllm_kernel_key *key, char *buf, size_t cap) {
     const bool rope = key->kernel == WGLLM_KERNEL_ROPE || key->kernel == WGLLM_KERNEL_ROPE_SHIFT_F16 ||
                       key->kernel == WGLLM_KERNEL_ROPE_STORE;
-    snprintf(buf, cap, "%s%s_%s", wgllm_wgsl_kernel_name(key->kernel), rope ? (key->neox ? "_neox" : "_norm") : "",
-             wgllm_type_name(key->type));
+    snprintf(buf, cap, "%s%s%s%s_%s", wgllm_wgsl_kernel_name(key->kernel), rope ? (key->neox ? "_neox" : "_norm") : "",
+             key->pro == WGLLM_PRO_ROUND ? "_round" : key->pro == WGLLM_PRO_NORM ? "_norm_round" : "",
+             key->pro && key->pro_f32 ? "_f32in" : "", wgllm_type_name(key->type));
 }
 
 enum wgllm_status wgllm_wgsl_dump(const char *dir, const struct wgllm_wgsl_tune *tune, int *n_files,
@@ -1016,6 +1018,24 @@ static void emit_round32(struct wgllm_strbuf *b, uint32_t type, const char *src)
         if (src && !strncmp(c, "RX[", 3)) wgllm_strbuf_printf(b, "%s[", src), c += 2;
         else wgllm_strbuf_printf(b, "%c", *c);
     wgllm_strbuf_free(&f);
+    /* the stores into RY (a fused mat-vec's prologue packs them instead:
+     * kernels_fused.c); f32(q) * d is the CPU's value of quant q of scale d */
+    if (type == WGLLM_TYPE_Q8_K || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1)
+        wgllm_strbuf_printf(b, "fn rstore_q(i: u32, q: i32, d: f32) { RY[i] = f32(q) * d; }\n");
+    else wgllm_strbuf_printf(b, "fn rstore_f(i: u32, v: f32) { RY[i] = v; }\n");
+}
+
+char *wgllm_wgsl_round32(uint32_t type) {
+    if (!wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, type)) return NULL;
+    struct wgllm_strbuf b = {0};
+    if (type == WGLLM_TYPE_Q8_K || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1)
+        wgllm_strbuf_printf(&b, "%s", div_rn_wgsl);
+    emit_round32_text(&b, type);
+    if (b.oom) {
+        wgllm_strbuf_free(&b);
+        return NULL;
+    }
+    return b.data;
 }
 
 static void emit_round32_text(struct wgllm_strbuf *b, uint32_t type) {
@@ -1030,13 +1050,13 @@ static void emit_round32_text(struct wgllm_strbuf *b, uint32_t type) {
                   "    if (abs(v) > amax) { amax = abs(v); mx = v; }\n"
                   "  }\n"
                   "  if (amax == 0.0) {\n"
-                  "    for (var j = 0u; j < 32u; j++) { RY[yo + i0 + j] = 0.0; }\n"
+                  "    for (var j = 0u; j < 32u; j++) { rstore_q(yo + i0 + j, 0, 0.0); }\n"
                   "    return;\n"
                   "  }\n"
                   "  let iscale = div_rn(-127.0, mx);\n"
                   "  let d = div_rn(1.0, iscale);\n"
                   /* through i32: a quant of -0.0 is 0, and d * 0 keeps d's sign as the CPU's does */
-                  "  for (var j = 0u; j < 32u; j++) { RY[yo + i0 + j] = d * f32(min(127, i32(round(iscale * RX[xo + i0 + j])))); }\n"
+                  "  for (var j = 0u; j < 32u; j++) { rstore_q(yo + i0 + j, min(127, i32(round(iscale * RX[xo + i0 + j]))), d); }\n"
                   "}\n");
     else if (type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_Q8_1) /* WGSL's round() is half-to-even, like the CPU's
         quantizer; Q8_1's values are Q8_0's (its sum field only enters the CPU's dot) */
@@ -1046,18 +1066,18 @@ static void emit_round32_text(struct wgllm_strbuf *b, uint32_t type) {
                   "  var id = 0.0;\n"
                   "  if (amax != 0.0) { id = div_rn(127.0, amax); }\n"
                   /* through i32 as the CPU's int8: no -0.0 */
-                  "  for (var j = 0u; j < 32u; j++) { RY[yo + i0 + j] = f32(i32(round(RX[xo + i0 + j] * id))) * d; }\n"
+                  "  for (var j = 0u; j < 32u; j++) { rstore_q(yo + i0 + j, i32(round(RX[xo + i0 + j] * id)), d); }\n"
                   "}\n");
     else if (type == WGLLM_TYPE_BF16) /* wgllm_fp32_to_bf16: half to even, NaN kept quiet */
         wgllm_strbuf_printf(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) {\n"
                   "    let u = bitcast<u32>(RX[xo + i0 + j]);\n"
                   "    var r = ((u + 0x7fffu + ((u >> 16u) & 1u)) >> 16u) << 16u;\n"
                   "    if ((u & 0x7fffffffu) > 0x7f800000u) { r = ((u >> 16u) | 64u) << 16u; }\n"
-                  "    RY[yo + i0 + j] = bitcast<f32>(r);\n"
+                  "    rstore_f(yo + i0 + j, bitcast<f32>(r));\n"
                   "  }\n"
                   "}\n");
     else
-        wgllm_strbuf_printf(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) { RY[yo + i0 + j] = to_f16(RX[xo + i0 + j]); }\n"
+        wgllm_strbuf_printf(b, "  for (var j = 0u; j < 32u && i0 + j < p.n; j++) { rstore_f(yo + i0 + j, to_f16(RX[xo + i0 + j])); }\n"
                   "}\n");
 }
 
@@ -1367,7 +1387,10 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
         wgllm_strbuf_printf(&b, "enable subgroups;\n"); /* directives come before every declaration */
     wgllm_strbuf_printf(&b, "%s", params_wgsl);
     switch (key->kernel) {
-    case WGLLM_KERNEL_MATVEC: gen_matvec(&b, key, tune); break;
+    case WGLLM_KERNEL_MATVEC: /* with a prologue: kernels_fused.c's */
+        if (!key->pro) gen_matvec(&b, key, tune);
+        else { char *body = wgllm_wgsl_fused_body(key, tune); if (body) wgllm_strbuf_printf(&b, "%s", body); else b.oom = true; free(body); }
+        break;
     case WGLLM_KERNEL_GET_ROWS: gen_get_rows(&b, key, tune); break;
     case WGLLM_KERNEL_RMS_NORM:
     case WGLLM_KERNEL_RMS_NORM_ROUND: gen_rms_norm(&b, key, tune); break;
@@ -1398,6 +1421,7 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
 }
 
 const char *wgllm_wgsl_f16_helpers(void) { return round_wgsl; }
+const char *wgllm_wgsl_epi_helper(void) { return epi_wgsl; }
 const char *wgllm_wgsl_tanh_helper(void) { return tanh_wgsl; }
 const char *wgllm_wgsl_gelu_helper(void) { return gelu_wgsl; }
 

@@ -24,6 +24,11 @@ struct wgllm_wgsl_tune {
     uint32_t attn_max_dims; /* head dims an attention thread accumulates: head_dim <= wg_attn * this */
     bool matvec_thread_rows; /* mat-vec: one row per thread, no workgroup reduction (rows_matvec threads) */
     bool matvec_subgroups;   /* mat-vec: reduce with subgroupAdd (needs the adapter's subgroups feature) */
+    /* decode mat-vecs: round (and RMS-normalize) their input in separate
+     * dispatches (ROUND_ACT, RMS_NORM_ROUND) instead of in each workgroup's
+     * prologue (kernels_fused.c; fewer dispatches, the rounding repeated per
+     * workgroup) */
+    bool matvec_split_round;
     /* mat-mat (prefill): a workgroup computes mm_tile_n weight rows x
      * mm_tile_m tokens, walking K in chunks of mm_tile_k (a multiple of 32:
      * whole quant blocks); each thread a mm_micro_n x mm_micro_m register
@@ -70,13 +75,16 @@ struct wgllm_kp_matvec {
     uint32_t x_off;  /* b: x element of token 0 */
     uint32_t y_off;  /* c: y element of token 0 (token t's row at y_off + t * rows) */
     uint32_t _d, _e, _g;
-    uint32_t tokens; /* h: MATMUL: tokens it may write (the last tile's extra rows are skipped) */
+    union {
+        uint32_t tokens;   /* h: MATMUL: tokens it may write (the last tile's extra rows are skipped) */
+        uint32_t norm_off; /* h: a mat-vec with WGLLM_PRO_NORM: the norm's weights in B */
+    };
     uint32_t _i;
     uint32_t epi;    /* j: what happens to each output before it is stored (WGLLM_EPI_*) */
     float scale;     /* f0: WGLLM_EPI_SCALE's factor */
     float cap;       /* f1: WGLLM_EPI_SOFTCAP's cap */
     float inv_cap;   /* f2: 1 / cap, rounded on the host as the CPU rounds it */
-    float _f3;
+    float norm_eps;  /* f3: WGLLM_PRO_NORM's epsilon */
 };
 /* The mat-vec epilogue (kp_matvec.epi): the soft-cap first, then the scale,
  * in the CPU backend's order (final_softcap, then logit_scale); with ACC the
@@ -354,10 +362,11 @@ struct wgllm_kp_matvec_qkv {
     uint32_t rows_v; /* d */
     uint32_t bq_off; /* e: with key.bias, the biases in B */
     uint32_t bk_off; /* g */
-    uint32_t _h;
+    uint32_t norm_off; /* h: with WGLLM_PRO_NORM, the norm's weights in B */
     uint32_t bv_off; /* i */
     uint32_t _j;
-    float _f0, _f1, _f2, _f3;
+    float _f0, _f1, _f2;
+    float norm_eps;  /* f3: WGLLM_PRO_NORM's epsilon */
 };
 
 /* ROPE_STORE */
@@ -542,6 +551,11 @@ enum wgllm_kernel {
      * with key.bias plus B[e + R] (q), B[g + R] (k), B[i + R] (v). Bindings
      * 1 W0, 2 W1, 3 W2, 4 x, 5 Y0, 6 Y1, 7 Y2 (8 B). Dispatch
      * (ceil((n + m + d) / rows_matvec), tokens, 1).
+     * With key.pro (any of the three mat-vecs, MATVEC too): x is the
+     * unrounded row (WGLLM_PRO_ROUND) or the row before its RMSNorm
+     * (WGLLM_PRO_NORM, weights at B[h], epsilon f3), K = key.kx; B (the
+     * vectors) is then bound after the kernel's other bindings (MATVEC 4,
+     * QKV 8 as its biases', GLU 5, GEGLU 6).
      * MATVEC_SWIGLU / MATVEC_GEGLU: the gate (type) and up (type2) mat-vecs
      * of one input and the GLU of their rows, as MATVEC then SWIGLU/GEGLU:
      * Y[c + t*n + R] = act(dot(Wg row R, x)) * dot(Wu row R, x), R < n, x at
@@ -564,7 +578,32 @@ struct wgllm_kernel_key {
      * MATVEC_SWIGLU/GEGLU's up type (type2), and whether MATVEC_QKV adds biases */
     uint32_t type2, type3;
     bool bias;
+    /* The mat-vecs' prologue (MATVEC, MATVEC_QKV, MATVEC_SWIGLU/GEGLU;
+     * kernels_fused.c): WGLLM_PRO_NONE reads x rounded already (xr);
+     * WGLLM_PRO_ROUND reads x as it is and each workgroup rounds the token's
+     * row for the weights' vec_dot_type into workgroup memory (packed: int8
+     * and a scale per block, or 16-bit halves) before its rows, as
+     * ROUND_ACT would; WGLLM_PRO_NORM first takes x's RMSNorm (weights at
+     * B[h], epsilon f3) as RMS_NORM_ROUND would. kx: K (the array's length
+     * is part of the text). pro_f32: the rounded row kept as f32 values
+     * instead (4K bytes; read as they are, where the packed row costs an
+     * unpacking per element: 2x a mat-vec's time on SwiftShader). */
+    uint8_t pro;
+    bool pro_f32;
+    uint32_t kx;
 };
+enum { WGLLM_PRO_NONE, WGLLM_PRO_ROUND, WGLLM_PRO_NORM };
+/* Bytes of workgroup memory a mat-vec with a prologue takes under tune (0:
+ * the key's weights need no rounding or the prologue has no version for
+ * them), to be held against the device's limit. */
+uint32_t wgllm_wgsl_pro_bytes(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
+/* kernels.c's round32 (ROUND_ACT's body: div_rn and the helpers it needs
+ * beside the f16 ones) for vec_dot_type `type`, storing through
+ * rstore_q(i, q, d) (Q8 types: value f32(q) * d) or rstore_f(i, v), which
+ * the caller defines; RX is the source (malloc'd; kernels_fused.c). */
+char *wgllm_wgsl_round32(uint32_t type);
+/* kernels.c's mat-vec epilogue epi()/put() over Y (needs tanh_f). */
+const char *wgllm_wgsl_epi_helper(void);
 
 /* The WGSL after the parameter block of the batched kernels (malloc'd; kernels_attn.c). */
 char *wgllm_wgsl_batch_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
@@ -586,6 +625,9 @@ const char *wgllm_wgsl_encoder_kernel_name(enum wgllm_kernel k);
 /* The fused kernels' WGSL after the parameter block (malloc'd; kernels_fused.c), and their names. */
 char *wgllm_wgsl_fused_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_fused_kernel_name(enum wgllm_kernel k);
+/* wgllm_wgsl_all_keys' share: the mat-vecs with a prologue (K = 4096, packed
+ * and f32 rows) after the n keys there are, up to cap; returns the new n. */
+int wgllm_wgsl_fused_pro_keys(struct wgllm_kernel_key *out, int n, int cap);
 /* The MoE kernels' WGSL after the parameter block (malloc'd; kernels_moe.c). */
 char *wgllm_wgsl_moe_body(const struct wgllm_kernel_key *key, const struct wgllm_wgsl_tune *tune);
 const char *wgllm_wgsl_moe_kernel_name(enum wgllm_kernel k);

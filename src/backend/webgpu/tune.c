@@ -32,6 +32,7 @@ static const struct {
     {"rows_matvec", offsetof(struct wgllm_wgsl_tune, rows_matvec), false},
     {"matvec_thread_rows", offsetof(struct wgllm_wgsl_tune, matvec_thread_rows), true},
     {"matvec_subgroups", offsetof(struct wgllm_wgsl_tune, matvec_subgroups), true},
+    {"matvec_split_round", offsetof(struct wgllm_wgsl_tune, matvec_split_round), true},
     {"wg_row", offsetof(struct wgllm_wgsl_tune, wg_row), false},
     {"wg_elem", offsetof(struct wgllm_wgsl_tune, wg_elem), false},
     {"wg_attn", offsetof(struct wgllm_wgsl_tune, wg_attn), false},
@@ -414,8 +415,10 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-enum group { G_MATVEC, G_MATMUL, G_ELEM, N_GROUPS };
-static const char *group_names[N_GROUPS] = {"mat-vec", "mat-mat", "element-wise"};
+/* G_PRO: the decode mat-vec's input rounded in its prologue, or by a
+ * ROUND_ACT dispatch before it (matvec_split_round) */
+enum group { G_MATVEC, G_MATMUL, G_ELEM, G_PRO, N_GROUPS };
+static const char *group_names[N_GROUPS] = {"mat-vec", "mat-mat", "element-wise", "mat-vec prologue"};
 
 #define MAX_SHAPES 32
 
@@ -428,6 +431,7 @@ struct tuner {
     struct wgllm_tune_shape sh[MAX_SHAPES];
     int n;
     struct wgllm_gpu_buffer *w[MAX_SHAPES], *x[MAX_SHAPES], *y[MAX_SHAPES], *ub[MAX_SHAPES];
+    struct wgllm_gpu_buffer *xr[MAX_SHAPES], *rub[MAX_SHAPES]; /* G_PRO's rounded x and ROUND_ACT's parameters */
     float *ref[N_GROUPS][MAX_SHAPES]; /* per group: the default kernel's output */
     uint32_t elem_n;                  /* element-wise timing length */
     struct wgllm_gpu_buffer *eg, *eu, *ey, *eub;
@@ -479,10 +483,19 @@ static void *random_weights(struct tuner *T, uint32_t type, uint32_t rows, uint3
     return w;
 }
 
+static struct wgllm_gpu_pipeline *pipe_key(struct tuner *T, const struct wgllm_kernel_key *key,
+                                           const struct wgllm_wgsl_tune *t, bool is_default, struct wgllm_error *err);
 static struct wgllm_gpu_pipeline *pipe_for(struct tuner *T, enum wgllm_kernel k, uint32_t type,
                                            const struct wgllm_wgsl_tune *t, bool is_default, struct wgllm_error *err) {
-    struct wgllm_kernel_key key = {.kernel = k, .type = type, .neox = false};
-    char *src = wgllm_wgsl_generate(&key, t);
+    const struct wgllm_kernel_key key = {.kernel = k, .type = type, .neox = false};
+    return pipe_key(T, &key, t, is_default, err);
+}
+
+static struct wgllm_gpu_pipeline *pipe_key(struct tuner *T, const struct wgllm_kernel_key *key,
+                                           const struct wgllm_wgsl_tune *t, bool is_default, struct wgllm_error *err) {
+    const enum wgllm_kernel k = key->kernel;
+    const uint32_t type = key->type;
+    char *src = wgllm_wgsl_generate(key, t);
     if (src && T->p->wgsl_hook) src = T->p->wgsl_hook(T->p->ud, is_default, src);
     if (!src) {
         wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "no %s kernel for %s", wgllm_wgsl_kernel_name(k), wgllm_type_name(type));
@@ -501,12 +514,58 @@ struct prepared {
     struct wgllm_gpu_pipeline *pipe;
     struct wgllm_gpu_bindgroup *bg;
     uint32_t gx, gy;
+    struct wgllm_gpu_pipeline *pipe0; /* G_PRO split: the ROUND_ACT dispatched before (NULL: none) */
+    struct wgllm_gpu_bindgroup *bg0;
+    uint32_t gx0;
 };
+
+/* Both dispatches of a prepared candidate. */
+static void dispatch_prepared(struct tuner *T, const struct prepared *pr) {
+    if (pr->pipe0) wgllm_gpu_dispatch(T->g, pr->pipe0, pr->bg0, pr->gx0, 1, 1);
+    wgllm_gpu_dispatch(T->g, pr->pipe, pr->bg, pr->gx, pr->gy, 1);
+}
+
+static void prepared_free(struct tuner *T, struct prepared *pr) {
+    if (pr->bg) wgllm_gpu_bindgroup_destroy(T->g, pr->bg);
+    if (pr->bg0) wgllm_gpu_bindgroup_destroy(T->g, pr->bg0);
+    pr->bg = pr->bg0 = NULL;
+}
+
+/* G_PRO's candidate for shape i: one token's MATVEC rounding x in its
+ * prologue, or ROUND_ACT into xr then MATVEC (as the graph builds either;
+ * the plain MATVEC alone where the weights need no rounding or the packed
+ * row does not fit). */
+static enum wgllm_status prepare_pro(struct tuner *T, int i, const struct wgllm_wgsl_tune *t, bool is_default,
+                                     struct prepared *pr, struct wgllm_error *err) {
+    const uint32_t vt = wgllm_type_traits(T->sh[i].type)->vec_dot_type;
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC, .type = T->sh[i].type, .pro = WGLLM_PRO_ROUND,
+                                   .pro_f32 = true, .kx = T->sh[i].k};
+    uint32_t bytes = wgllm_wgsl_pro_bytes(&key, t);
+    if (bytes > T->info->max_workgroup_storage) key.pro_f32 = false, bytes = wgllm_wgsl_pro_bytes(&key, t);
+    const bool round = vt != WGLLM_TYPE_F32 && wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vt);
+    const bool pro = !t->matvec_split_round && bytes && bytes <= T->info->max_workgroup_storage;
+    if (!pro) key.pro = WGLLM_PRO_NONE, key.kx = 0;
+    pr->pipe = pipe_key(T, &key, t, is_default, err);
+    if (!pr->pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    struct wgllm_gpu_binding b[4] = {{T->ub[i], 0, 0}, {T->w[i], 0, 0}, {pro || !round ? T->x[i] : T->xr[i], 0, 0}, {T->y[i], 0, 0}};
+    if (!(pr->bg = wgllm_gpu_bindgroup_create(T->g, pr->pipe, 4, b, err))) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    pr->gx = cdiv(T->sh[i].rows, t->rows_matvec), pr->gy = 1;
+    if (pro || !round) return WGLLM_STATUS_OK;
+    pr->pipe0 = pipe_for(T, WGLLM_KERNEL_ROUND_ACT, vt, t, is_default, err);
+    if (!pr->pipe0) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    struct wgllm_gpu_binding r[3] = {{T->rub[i], 0, 0}, {T->x[i], 0, 0}, {T->xr[i], 0, 0}};
+    if (!(pr->bg0 = wgllm_gpu_bindgroup_create(T->g, pr->pipe0, 3, r, err))) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
+    pr->gx0 = cdiv(cdiv(T->sh[i].k, 32), t->wg_elem);
+    return WGLLM_STATUS_OK;
+}
 
 static enum wgllm_status prepare(struct tuner *T, enum group gr, int i, const struct wgllm_wgsl_tune *t, bool is_default,
                                  struct prepared *pr, struct wgllm_error *err) {
     memset(pr, 0, sizeof *pr);
-    if (gr == G_ELEM) {
+    if (gr == G_PRO) {
+        const enum wgllm_status st = prepare_pro(T, i, t, is_default, pr, err);
+        if (st) return st;
+    } else if (gr == G_ELEM) {
         pr->pipe = pipe_for(T, WGLLM_KERNEL_SWIGLU, WGLLM_TYPE_F32, t, is_default, err);
         if (!pr->pipe) return err ? err->status : WGLLM_STATUS_UNSUPPORTED;
         struct wgllm_gpu_binding b[4] = {{T->eub, 0, 0}, {T->eg, 0, 0}, {T->eu, 0, 0}, {T->ey, 0, 0}};
@@ -529,7 +588,7 @@ static enum wgllm_status prepare(struct tuner *T, enum group gr, int i, const st
 
 static size_t out_len(struct tuner *T, enum group gr, int i) {
     if (gr == G_ELEM) return T->elem_n;
-    return (size_t)T->sh[i].rows * (gr == G_MATMUL ? (size_t)T->p->tokens : 1);
+    return (size_t)T->sh[i].rows * (gr == G_MATMUL ? (size_t)T->p->tokens : 1); /* G_PRO: one token, as G_MATVEC */
 }
 
 /* Runs the candidate once per shape and compares its outputs with the
@@ -548,7 +607,7 @@ static double measure(struct tuner *T, enum group gr, const struct wgllm_wgsl_tu
         const size_t len = out_len(T, gr, i);
         if (prepare(T, gr, i, t, ref_pass, &pr, &err)) {
             snprintf(why, why_cap, "%.290s", err.message);
-            if (pr.bg) wgllm_gpu_bindgroup_destroy(T->g, pr.bg);
+            prepared_free(T, &pr);
             return -1;
         }
         /* the output is cleared first: a candidate that skips elements must not inherit the reference's */
@@ -557,13 +616,13 @@ static double measure(struct tuner *T, enum group gr, const struct wgllm_wgsl_tu
         for (size_t j = 0; host && j < len; j++) host[j] = cleared;
         if (host) wgllm_gpu_buffer_write(T->g, yb, 0, host, len * sizeof *host);
         wgllm_gpu_batch_begin(T->g);
-        wgllm_gpu_dispatch(T->g, pr.pipe, pr.bg, pr.gx, pr.gy, 1);
+        dispatch_prepared(T, &pr);
         enum wgllm_status st = host ? wgllm_gpu_batch_submit(T->g, &err) : WGLLM_STATUS_OUT_OF_MEMORY;
         if (!st) st = wgllm_gpu_buffer_read(T->g, yb, 0, host, len * sizeof *host, &err);
         if (st) {
             snprintf(why, why_cap, "%.290s", host ? err.message : "out of memory");
             free(host);
-            wgllm_gpu_bindgroup_destroy(T->g, pr.bg);
+            prepared_free(T, &pr);
             return -1;
         }
         float **refp = gr == G_ELEM ? &T->eref : &T->ref[gr][i];
@@ -582,7 +641,7 @@ static double measure(struct tuner *T, enum group gr, const struct wgllm_wgsl_tu
             free(host);
             if (worst > 1e-4 * rms) {
                 snprintf(why, why_cap, "wrong result (max |diff| %.2g of rms %.2g)", worst, rms);
-                wgllm_gpu_bindgroup_destroy(T->g, pr.bg);
+                prepared_free(T, &pr);
                 return -1;
             }
         }
@@ -593,7 +652,7 @@ static double measure(struct tuner *T, enum group gr, const struct wgllm_wgsl_tu
         for (int rep = 0; rep < 2 && !st; rep++) {
             const double t0 = now_s();
             wgllm_gpu_batch_begin(T->g);
-            for (int r = 0; r < reps; r++) wgllm_gpu_dispatch(T->g, pr.pipe, pr.bg, pr.gx, pr.gy, 1);
+            for (int r = 0; r < reps; r++) dispatch_prepared(T, &pr);
             st = wgllm_gpu_batch_submit(T->g, &err);
             if (!st) st = wgllm_gpu_finish(T->g, &err);
             const double el = now_s() - t0;
@@ -606,7 +665,7 @@ static double measure(struct tuner *T, enum group gr, const struct wgllm_wgsl_tu
             const double ms = el * 1e3 / reps;
             if (ms < best) best = ms;
         }
-        wgllm_gpu_bindgroup_destroy(T->g, pr.bg);
+        prepared_free(T, &pr);
         if (st) {
             snprintf(why, why_cap, "%.290s", err.message);
             return -1;
@@ -654,6 +713,8 @@ static int candidates(enum group gr, const struct wgllm_wgsl_tune *base, bool qu
         for (int i = 0; i < nm; i++)
             ADD(c->mm_direct = false; c->mm_tile_n = mq[i][0]; c->mm_tile_m = mq[i][1]; c->mm_tile_k = mq[i][2];
                 c->mm_micro_n = mq[i][3]; c->mm_micro_m = mq[i][4]);
+    } else if (gr == G_PRO) {
+        ADD(c->matvec_split_round = !base->matvec_split_round);
     } else {
         static const uint32_t eq[] = {64, 128, 256, 32};
         const int ne = quick ? 2 : 4;
@@ -671,6 +732,7 @@ static void describe(enum group gr, const struct wgllm_wgsl_tune *t, char *s, si
         snprintf(s, cap, "direct, tile %ux%u, micro %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_micro_n, t->mm_micro_m);
     else if (gr == G_MATMUL)
         snprintf(s, cap, "tile %ux%u k%u, micro %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_tile_k, t->mm_micro_n, t->mm_micro_m);
+    else if (gr == G_PRO) snprintf(s, cap, "%s", t->matvec_split_round ? "ROUND_ACT before the mat-vec" : "rounding in the mat-vec's prologue");
     else snprintf(s, cap, "%u threads", t->wg_elem);
 }
 
@@ -680,6 +742,8 @@ static void tuner_free(struct tuner *T) {
         wgllm_gpu_buffer_destroy(T->g, T->x[i]);
         wgllm_gpu_buffer_destroy(T->g, T->y[i]);
         wgllm_gpu_buffer_destroy(T->g, T->ub[i]);
+        wgllm_gpu_buffer_destroy(T->g, T->xr[i]);
+        wgllm_gpu_buffer_destroy(T->g, T->rub[i]);
         for (int gr = 0; gr < N_GROUPS; gr++) free(T->ref[gr][i]);
     }
     wgllm_gpu_buffer_destroy(T->g, T->eg);
@@ -725,8 +789,10 @@ static enum wgllm_status tuner_init(struct tuner *T, const struct wgllm_tune_sha
         T->x[i] = T->w[i] ? wgllm_gpu_buffer_create(T->g, nx * 4, WGLLM_GPU_STORAGE, "tune_x", err) : NULL;
         T->y[i] = T->x[i] ? wgllm_gpu_buffer_create(T->g, ny * 4, WGLLM_GPU_STORAGE, "tune_y", err) : NULL;
         T->ub[i] = T->y[i] ? wgllm_gpu_buffer_create(T->g, sizeof(union wgllm_kparams), WGLLM_GPU_UNIFORM, "tune_p", err) : NULL;
+        T->xr[i] = T->ub[i] ? wgllm_gpu_buffer_create(T->g, (size_t)sh.k * 4, WGLLM_GPU_STORAGE, "tune_xr", err) : NULL;
+        T->rub[i] = T->xr[i] ? wgllm_gpu_buffer_create(T->g, sizeof(union wgllm_kparams), WGLLM_GPU_UNIFORM, "tune_rp", err) : NULL;
         T->n++;
-        if (!T->ub[i]) {
+        if (!T->rub[i]) {
             free(w), free(x);
             return err ? err->status : WGLLM_STATUS_OUT_OF_MEMORY;
         }
@@ -734,6 +800,8 @@ static enum wgllm_status tuner_init(struct tuner *T, const struct wgllm_tune_sha
         wgllm_gpu_buffer_write(T->g, T->x[i], 0, x, nx * 4);
         const union wgllm_kparams kp = {.matvec = {.rows = rows, .k = sh.k, .tokens = (uint32_t)T->p->tokens}};
         wgllm_gpu_buffer_write(T->g, T->ub[i], 0, &kp, sizeof kp);
+        const union wgllm_kparams rp = {.round_act = {.count = sh.k}};
+        wgllm_gpu_buffer_write(T->g, T->rub[i], 0, &rp, sizeof rp);
         free(w), free(x);
         if (sh.rows > T->elem_n) T->elem_n = sh.rows;
     }

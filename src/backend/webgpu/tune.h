@@ -4,6 +4,7 @@
  *
  * The sweep times candidates of one group of tunables at a time (mat-vec
  * workgroup size / rows per workgroup / thread-rows mode; mat-mat tiles;
+ * the decode mat-vec's rounding in its prologue or a dispatch before;
  * the element-wise workgroup size) on a model's real matrix shapes, each
  * candidate first checked against the adapter's default kernels on the same
  * random data (a fast wrong candidate never wins), within a wall-clock
@@ -48,7 +49,7 @@ struct wgllm_tune_params {
     int tokens;       /* tokens of the mat-mat (prefill) timings */
     uint32_t row_cap; /* rows timed per shape at most (a larger matrix costs proportionally) */
     int max_candidates; /* candidates timed per group besides the default, 0: all of the list */
-    unsigned groups;    /* bit 0 mat-vec, 1 mat-mat, 2 element-wise; 0: all */
+    unsigned groups;    /* bit 0 mat-vec, 1 mat-mat, 2 element-wise, 3 mat-vec prologue; 0: all */
     /* Sees every kernel source the sweep compiles (is_default: a reference
      * kernel, else a candidate); takes the malloc'd src and returns the
      * source to compile, malloc'd (src itself, or a replacement after

@@ -32,15 +32,21 @@
  * end of this file.
  *
  * A decode step (a pass of fewer than MM_MIN_TOKENS tokens) runs a llama
- * layer in 10 dispatches, not 21: RMSNorm with the rounding of its output
- * (RMS_NORM_ROUND), q|k|v in one mat-vec (+ biases), RoPE with the K/V
- * store (ROPE_STORE), attention, rounding, o adding into x (WGLLM_EPI_ACC),
- * RMSNorm+rounding, gate|up with the GLU (MATVEC_SWIGLU/GEGLU), rounding,
- * down adding into x. A pass of many tokens runs the MATMUL twins of the
- * fused mat-vecs (and the adds and GLU between them) instead. Each fused
- * op gives the bits of the ops it replaces (test_webgpu_fused.c); where the
- * weights cannot fuse (split in pieces, rows of different lengths or
- * vec_dot types) the separate ops remain.
+ * layer in 6 dispatches, not 21: q|k|v in one mat-vec (+ biases) whose
+ * prologue takes the RMSNorm and rounds its output (key.pro WGLLM_PRO_NORM:
+ * each workgroup normalizes and rounds the token's row into workgroup
+ * memory), RoPE with the K/V store (ROPE_STORE), attention, o with the
+ * rounding of its input in its prologue (WGLLM_PRO_ROUND) adding into x
+ * (WGLLM_EPI_ACC), gate|up with the GLU (MATVEC_SWIGLU/GEGLU) and the
+ * norm+rounding prologue, down with the rounding prologue adding into x.
+ * The separate RMS_NORM_ROUND and ROUND_ACT stay in the list for passes of
+ * many tokens, whose MATMULs read xr (and where a prologue cannot be had:
+ * the packed row over the device's workgroup memory, F32 weights, the tune's
+ * matvec_split_round; then a layer takes 10). A pass of many tokens runs
+ * the MATMUL twins of the fused mat-vecs (and the adds and GLU between
+ * them) instead. Each fused op gives the bits of the ops it replaces
+ * (test_webgpu_fused.c); where the weights cannot fuse (split in pieces,
+ * rows of different lengths or vec_dot types) the separate ops remain.
  *
  * Every dispatch is recorded once with its grid for one token and how the
  * grid grows with the batch (struct gop): the kernels take the token index
@@ -189,10 +195,71 @@ static void add_mm(struct builder *bd, const struct gweight *w, struct wgllm_gpu
     if (o) o->div = g->tune->mm_tile_m, o->when = WHEN_MANY;
 }
 
+/* The prologue (key.pro, kernels_fused.c) a decode mat-vec of key's
+ * weights (K inputs) reading `in` takes in place of the dispatches before
+ * it: WGLLM_PRO_NORM when `in` is the output of the RMS_NORM_ROUND added
+ * just before and the caller is its only reader (`norm_ok`): that op then
+ * runs only in passes of many tokens (for the MATMULs, mm), *src is the
+ * norm's input, *norm_off its weights; WGLLM_PRO_ROUND when `in` would need
+ * a ROUND_ACT: that one is added for many tokens only (mm), *src = in.
+ * WGLLM_PRO_NONE (nothing added) when xr holds the rounding already, the
+ * weights need none, the tune splits it off, or the row (f32 values, else
+ * packed) and the kernel's other workgroup arrays do not fit the device's
+ * workgroup memory. */
+static uint8_t add_prologue(struct builder *bd, struct wgllm_kernel_key *key, struct wgllm_gpu_buffer *in, uint32_t K,
+                            int cap, bool mm, bool norm_ok, struct wgllm_gpu_buffer **src, uint32_t *norm_off) {
+    struct wgllm_webgpu_ctx *g = bd->g;
+    const uint32_t vt = wgllm_type_traits(key->type)->vec_dot_type;
+    const bool rounded = bd->rsrc == in && bd->rtype == vt;
+    key->pro = WGLLM_PRO_NONE, key->kx = 0;
+    if (g->tune->matvec_split_round || vt == WGLLM_TYPE_F32 || bd->failed) return WGLLM_PRO_NONE;
+    const bool norm = rounded && norm_ok && bd->norm_op == g->n_ops - 1 && bd->norm_y == in;
+    if (rounded && !norm) return WGLLM_PRO_NONE;
+    struct wgllm_kernel_key k = *key;
+    k.pro = norm ? WGLLM_PRO_NORM : WGLLM_PRO_ROUND, k.kx = K;
+    k.pro_f32 = true; /* f32 values where they fit (read as they are), else packed */
+    uint32_t bytes = wgllm_wgsl_pro_bytes(&k, g->tune);
+    if (bytes > bd->wg_storage) k.pro_f32 = false, bytes = wgllm_wgsl_pro_bytes(&k, g->tune);
+    if (!bytes || bytes > bd->wg_storage) return WGLLM_PRO_NONE;
+    *key = k;
+    if (norm) {
+        g->ops[bd->norm_op].when = WHEN_MANY;
+        *src = bd->norm_x, *norm_off = bd->norm_off;
+    } else {
+        if (mm) {
+            const union wgllm_kparams kp = {.round_act = {.count = K * (uint32_t)cap}};
+            struct gop *o = add_elems(bd, pipe_of(g, WGLLM_KERNEL_ROUND_ACT, vt, false, bd->err), &kp, K,
+                                      32 * g->tune->wg_elem, 2, in, g->xr, NULL, NULL);
+            if (o) o->when = WHEN_MANY;
+        }
+        *src = in, *norm_off = 0;
+    }
+    /* xr holds the rounding in passes of many tokens only: no later mat-vec may take it for granted */
+    bd->rsrc = NULL;
+    return k.pro;
+}
+
 static void add_matvec(struct builder *bd, const struct gweight *w, struct wgllm_gpu_buffer *x,
                        struct wgllm_gpu_buffer *y, int cap, struct epilogue epi) {
     struct wgllm_webgpu_ctx *g = bd->g;
     const uint32_t vt = wgllm_type_traits(w->type)->vec_dot_type;
+    if (w->n_pieces == 1) { /* the rounding in the decode mat-vec's prologue */
+        const bool mm = cap >= MM_MIN_TOKENS && wgllm_wgsl_supports(WGLLM_KERNEL_MATMUL, w->type);
+        struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC, .type = w->type};
+        struct wgllm_gpu_buffer *src = x;
+        uint32_t noff = 0;
+        if (add_prologue(bd, &key, x, (uint32_t)w->ne0, cap, mm, false, &src, &noff)) {
+            bd->keep_round = true;
+            union wgllm_kparams kp = {.matvec = {.rows = (uint32_t)w->ne1, .k = (uint32_t)w->ne0}};
+            set_epilogue(&kp.matvec, epi);
+            struct gop *o = add_op(bd, pipe_key(g, &key, bd->err), &kp, GROW_Y,
+                                   ceil_div(kp.matvec.rows, g->tune->rows_matvec), 3, w->piece[0].buf, src, y, NULL);
+            if (o && mm) o->when = WHEN_FEW;
+            if (mm) add_mm(bd, w, g->xr, y, cap, epi);
+            bd->keep_round = false;
+            return;
+        }
+    }
     if (vt != WGLLM_TYPE_F32 && wgllm_wgsl_supports(WGLLM_KERNEL_ROUND_ACT, vt)) {
         if (bd->rsrc != x || bd->rtype != vt) {
             const union wgllm_kparams kp = {.round_act = {.count = (uint32_t)w->ne0 * (uint32_t)cap}};
@@ -264,9 +331,9 @@ static struct gop *add_rows(struct builder *bd, struct wgllm_gpu_buffer *x, stru
 }
 
 /* ---- the fused decode kernels (kernels_fused.c) ----------------------------
- * A pass of few tokens (the decode step) runs a layer as RMSNorm+rounding,
- * q|k|v, RoPE+cache store, attention, rounding, o (+residual), RMSNorm+
- * rounding, gate|up+GLU, rounding, down (+residual); a pass of many tokens
+ * A pass of few tokens (the decode step) runs a layer as RMSNorm+rounding+
+ * q|k|v, RoPE+cache store, attention, rounding+o (+residual), RMSNorm+
+ * rounding+gate|up+GLU, rounding+down (+residual); a pass of many tokens
  * keeps the MATMUL twins and the ops they need between them. Each fused op
  * gives the bits of the ops it replaces. */
 
@@ -293,8 +360,10 @@ static void add_rms_for(struct builder *bd, struct wgllm_gpu_buffer *x, struct w
         return;
     }
     const union wgllm_kparams kp = {.rms_norm = {.width = n, .w_off = w_off, .eps = g->model->hp.rms_eps}};
-    if (add_op(bd, pipe_of(g, WGLLM_KERNEL_RMS_NORM_ROUND, vt, false, bd->err), &kp, GROW_X, 1, 4, x, g->vecs, y, g->xr))
+    if (add_op(bd, pipe_of(g, WGLLM_KERNEL_RMS_NORM_ROUND, vt, false, bd->err), &kp, GROW_X, 1, 4, x, g->vecs, y, g->xr)) {
         bd->rsrc = y, bd->rtype = vt;
+        bd->norm_op = g->n_ops - 1, bd->norm_x = x, bd->norm_y = y, bd->norm_off = w_off;
+    }
 }
 
 /* q, k, v = Wq|Wk|Wv ain (+ biases) into yq, yk, g->v: one MATVEC_QKV when
@@ -311,22 +380,27 @@ static void add_qkv(struct builder *bd, const struct gweight *W, struct wgllm_gp
             if (bias[i]) add_rows(bd, ys[i], g->vecs, bias_off[i], (uint32_t)ws[i]->ne1, 0);
         return;
     }
-    struct wgllm_gpu_buffer *xin = wgllm_webgpu_add_round(bd, ain, wgllm_type_traits(W[0].type)->vec_dot_type,
-                                                          (uint32_t)W[0].ne0, g->n_batch);
-    bd->keep_round = true;
     const bool mm = g->n_batch >= MM_MIN_TOKENS;
-    const struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC_QKV, .type = W[0].type, .type2 = W[1].type,
-                                         .type3 = W[2].type, .bias = all_bias};
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATVEC_QKV, .type = W[0].type, .type2 = W[1].type,
+                                   .type3 = W[2].type, .bias = all_bias};
+    struct wgllm_gpu_buffer *src = NULL;
+    uint32_t noff = 0;
+    const uint8_t pro = add_prologue(bd, &key, ain, (uint32_t)W[0].ne0, g->n_batch, mm, true, &src, &noff);
+    struct wgllm_gpu_buffer *xin = pro ? g->xr : wgllm_webgpu_add_round(bd, ain, wgllm_type_traits(W[0].type)->vec_dot_type,
+                                                                        (uint32_t)W[0].ne0, g->n_batch);
+    bd->keep_round = true;
     const union wgllm_kparams kp = {.matvec_qkv = {.rows_q = (uint32_t)W[0].ne1, .rows_k = (uint32_t)W[1].ne1,
                                                    .rows_v = (uint32_t)W[2].ne1, .k = (uint32_t)W[0].ne0,
                                                    .bq_off = all_bias ? bias_off[0] : 0,
                                                    .bk_off = all_bias ? bias_off[1] : 0,
-                                                   .bv_off = all_bias ? bias_off[2] : 0}};
+                                                   .norm_off = noff,
+                                                   .bv_off = all_bias ? bias_off[2] : 0,
+                                                   .norm_eps = pro == WGLLM_PRO_NORM ? g->model->hp.rms_eps : 0.0f}};
     const uint32_t rows = kp.matvec_qkv.rows_q + kp.matvec_qkv.rows_k + kp.matvec_qkv.rows_v;
     struct gop *o = add_op(bd, pipe_key(g, &key, bd->err), &kp, GROW_Y, ceil_div(rows, g->tune->rows_matvec), 4,
-                           W[0].piece[0].buf, W[1].piece[0].buf, W[2].piece[0].buf, xin);
+                           W[0].piece[0].buf, W[1].piece[0].buf, W[2].piece[0].buf, pro ? src : xin);
     for (int i = 0; i < 3; i++) bind_more(o, ys[i]);
-    if (all_bias) bind_more(o, g->vecs);
+    if (all_bias || pro == WGLLM_PRO_NORM) bind_more(o, g->vecs);
     if (o && mm) o->when = WHEN_FEW;
     if (mm)
         for (int i = 0; i < 3; i++) {
@@ -343,17 +417,22 @@ static bool add_glu(struct builder *bd, const struct gweight *W, struct wgllm_gp
     struct wgllm_webgpu_ctx *g = bd->g;
     const struct gweight *ws[2] = {&W[4], &W[5]};
     if (!fusable(ws, 2) || W[4].ne1 != W[5].ne1) return false;
-    struct wgllm_gpu_buffer *xin = wgllm_webgpu_add_round(bd, fin, wgllm_type_traits(W[4].type)->vec_dot_type,
-                                                          (uint32_t)W[4].ne0, cap);
-    bd->keep_round = true;
     const bool mm = cap >= MM_MIN_TOKENS;
+    struct wgllm_kernel_key key = {.kernel = gelu ? WGLLM_KERNEL_MATVEC_GEGLU : WGLLM_KERNEL_MATVEC_SWIGLU,
+                                   .type = W[4].type, .type2 = W[5].type};
+    struct wgllm_gpu_buffer *src = NULL;
+    uint32_t noff = 0;
+    const uint8_t pro = add_prologue(bd, &key, fin, (uint32_t)W[4].ne0, cap, mm, true, &src, &noff);
+    struct wgllm_gpu_buffer *xin = pro ? g->xr : wgllm_webgpu_add_round(bd, fin, wgllm_type_traits(W[4].type)->vec_dot_type,
+                                                                        (uint32_t)W[4].ne0, cap);
+    bd->keep_round = true;
     const uint32_t F = (uint32_t)W[4].ne1;
-    const struct wgllm_kernel_key key = {.kernel = gelu ? WGLLM_KERNEL_MATVEC_GEGLU : WGLLM_KERNEL_MATVEC_SWIGLU,
-                                         .type = W[4].type, .type2 = W[5].type};
-    const union wgllm_kparams kp = {.matvec = {.rows = F, .k = (uint32_t)W[4].ne0}};
+    union wgllm_kparams kp = {.matvec = {.rows = F, .k = (uint32_t)W[4].ne0}};
+    if (pro == WGLLM_PRO_NORM) kp.matvec.norm_off = noff, kp.matvec.norm_eps = g->model->hp.rms_eps;
     struct gop *o = add_op(bd, pipe_key(g, &key, bd->err), &kp, GROW_Y, ceil_div(F, g->tune->rows_matvec), 4,
-                           W[4].piece[0].buf, W[5].piece[0].buf, xin, g->ffh);
+                           W[4].piece[0].buf, W[5].piece[0].buf, pro ? src : xin, g->ffh);
     if (gelu) bind_more(o, g->gelu_tab);
+    if (pro == WGLLM_PRO_NORM) bind_more(o, g->vecs);
     if (o && mm) o->when = WHEN_FEW;
     if (mm) {
         add_mm(bd, &W[4], xin, g->gate, cap, EPI_NONE);
@@ -521,7 +600,9 @@ enum wgllm_status wgllm_webgpu_graph_build(struct wgllm_webgpu_ctx *g, const str
                                           struct wgllm_error *err) {
     const struct wgllm_hparams *hp = &g->model->hp;
     /* dispatches, then the arena they index, then their bind groups */
-    struct builder bd = {g, err, false, NULL, 0, false};
+    struct wgllm_webgpu_limits lim;
+    wgllm_webgpu_limits_of(wgllm_gpu_get_info(g->gpu), g->tune, &lim);
+    struct builder bd = {g, err, false, NULL, 0, false, lim.max_wg_storage, -1, NULL, NULL, 0};
     /* an encoder (bert): its own list, without sampling or a context shift */
     if (hp->encoder) wgllm_webgpu_encoder_ops(&bd, vo);
     else build_ops(&bd, vo);

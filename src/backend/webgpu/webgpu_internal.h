@@ -212,6 +212,13 @@ struct builder {
     struct wgllm_gpu_buffer *rsrc;
     uint32_t rtype;
     bool keep_round; /* the op being added does not write rsrc */
+    uint32_t wg_storage; /* the device's workgroup memory (a mat-vec prologue's packed row must fit) */
+    /* the last RMS_NORM_ROUND (op index, x -> y, its weights' offset): a
+     * fused mat-vec right after it that is y's only reader takes the norm
+     * into its prologue and leaves the op to passes of many tokens */
+    int norm_op;
+    struct wgllm_gpu_buffer *norm_x, *norm_y;
+    uint32_t norm_off;
 };
 /* The compiled pipeline of a kernel (NULL with err set when it has no version for type). */
 struct wgllm_gpu_pipeline *wgllm_webgpu_pipe(struct wgllm_webgpu_ctx *g, enum wgllm_kernel k, uint32_t type,

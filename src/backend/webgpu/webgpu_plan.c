@@ -116,6 +116,7 @@ void wgllm_webgpu_limits_of(const struct wgllm_gpu_info *info, const struct wgll
     *lim = (struct wgllm_webgpu_limits){.max_buffer_size = info->max_buffer_size,
                                         .max_storage_binding_size = info->max_storage_binding_size,
                                         .max_workgroups_per_dim = info->max_workgroups_per_dim,
+                                        .max_wg_storage = info->max_workgroup_storage,
                                         .wg_elem = tune->wg_elem,
                                         .rows_matvec = tune->rows_matvec,
                                         .wg_attn = tune->wg_attn,
@@ -124,6 +125,11 @@ void wgllm_webgpu_limits_of(const struct wgllm_gpu_info *info, const struct wgll
      * path runs (tests) or a browser's 128 MiB limit is mimicked natively */
     const char *cap = getenv("WGLLM_WEBGPU_MAX_WEIGHT_BYTES");
     if (cap) lim->max_weight_bytes = strtoull(cap, NULL, 10);
+    /* WGLLM_WEBGPU_MAX_WG_STORAGE: less workgroup memory, so that a
+     * mat-vec prologue that does not fit falls back (tests), as on a
+     * device with WebGPU's 16 KiB minimum */
+    const char *wgs = getenv("WGLLM_WEBGPU_MAX_WG_STORAGE");
+    if (wgs && strtoull(wgs, NULL, 10) < lim->max_wg_storage) lim->max_wg_storage = (uint32_t)strtoull(wgs, NULL, 10);
 }
 
 /* Rows per piece: within the binding size and the dispatch limit of the

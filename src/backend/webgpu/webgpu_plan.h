@@ -38,6 +38,7 @@ struct wgllm_webgpu_limits {
     uint64_t max_storage_binding_size; /* maxStorageBufferBindingSize: a buffer bound as storage */
     uint64_t max_weight_bytes;         /* a lower cap on a weight piece (WGLLM_WEBGPU_MAX_WEIGHT_BYTES); 0: none */
     uint32_t max_workgroups_per_dim;
+    uint32_t max_wg_storage;           /* maxComputeWorkgroupStorageSize (or WGLLM_WEBGPU_MAX_WG_STORAGE, lower) */
     uint32_t wg_elem, rows_matvec, wg_attn, attn_max_dims; /* struct wgllm_wgsl_tune's */
 };
 
