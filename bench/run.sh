@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # wgllm vs llama.cpp speed on a TinyLlama-1.1B-shaped synthetic model (q4_0, q8_0, bf16,
-# f16, and Q4_K_M, Q5_K_M, Q6_K, IQ4_XS quantized from the f16 one): prompt 128
+# f16, and Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q2_K, Q3_K_M, IQ4_NL, Q4_1, Q5_0, Q5_1 quantized from
+# the f16 one): prompt 128
 # tokens, 32 generated, 2 threads, median of 3.
 # Usage: bash bench/run.sh [--peer-only] [--native] [--shapes] [--pp N] [--tg N] [--threads N]
 #                          [--reps N] [TYPE...]   (the models, ~4 GB, are made once into
@@ -60,7 +61,7 @@ if [ $shapes = 1 ]; then
   only=(none) # no TinyLlama rows
 fi
 need_f16=0 # the quantized presets below are made from the f16 file
-for p in q4_k_m q5_k_m q6_k iq4_xs; do want $p && need_f16=1; done
+for p in q4_k_m q5_k_m q6_k iq4_xs q2_k q3_k_m iq4_nl q4_1 q5_0 q5_1; do want $p && need_f16=1; done
 for type in q4_0 q8_0 f16 bf16; do
   out="build/models/tinyllama-1.1b-${type}.gguf"
   want "$type" || { [ "$type" = f16 ] && [ $need_f16 = 1 ]; } || continue
@@ -71,9 +72,9 @@ for type in q4_0 q8_0 f16 bf16; do
   fi
   want "$type" && args+=("$type=$out")
 done
-# llama.cpp's mixed presets and IQ4_XS, made from the F16 file by `wgllm quantize`
-# (whose tensor bytes equal llama-quantize's: tests/peer/quantize.test.mjs)
-for preset in Q4_K_M Q5_K_M Q6_K IQ4_XS; do
+# llama.cpp's mixed presets, IQ4_XS and the other formats, made from the F16 file by `wgllm
+# quantize` (whose files equal llama-quantize's: tests/peer/quantize.test.mjs)
+for preset in Q4_K_M Q5_K_M Q6_K IQ4_XS Q2_K Q3_K_M IQ4_NL Q4_1 Q5_0 Q5_1; do
   lower=$(echo "$preset" | tr 'A-Z' 'a-z')
   want "$lower" || continue
   out="build/models/tinyllama-1.1b-${lower}.gguf"
