@@ -1,5 +1,5 @@
 /*
- * test_repack.c - the interleaved Q4_0/Q8_0/IQ4_NL/Q4_K/Q5_K/Q6_K/IQ4_XS layout (quant/repack.h): the
+ * test_repack.c - the interleaved Q4_0/Q8_0/IQ4_NL/Q5_0/Q4_K/Q5_K/Q6_K/IQ4_XS layout (quant/repack.h): the
  * dispatched product against the per-row vec_dot over random matrices
  * (within 1e-5 of the sum of |terms|, from dequantized values), sub-ranges
  * of rows, accumulate on and off, strides; every SIMD kernel of this CPU
@@ -61,9 +61,9 @@ static uint8_t *make_acts_of(uint32_t at, int64_t ne0, int n, size_t stride) {
     return x;
 }
 
-#define N_TYPES 7
-static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K,
-                                        WGLLM_TYPE_Q6_K, WGLLM_TYPE_IQ4_XS, WGLLM_TYPE_IQ4_NL};
+#define N_TYPES 8
+static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_K,   WGLLM_TYPE_Q5_K,
+                                        WGLLM_TYPE_Q6_K, WGLLM_TYPE_IQ4_XS, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0};
 /* the smallest row of each type's first shape: 64 (Q4_0/Q8_0), 256 (K-quants) */
 static int64_t first_ne0(uint32_t type) { return wgllm_type_traits(type)->blck_size == 256 ? 256 : 64; }
 static const int64_t ne0s[] = {64, 2048, 5632};
@@ -168,7 +168,7 @@ TEST(kernels_equal_reference) {
             const uint32_t type = types[ti], at = act_type(type);
             const int64_t ne0 = i0 ? ne0s[i0] : first_ne0(type), ne1 = 48;
             const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS ||
-                                     type == WGLLM_TYPE_IQ4_NL;
+                                     type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0;
             uint8_t *wq = make_matrix(type, ne0, ne1);
             struct wgllm_repacked rp;
             CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &rp, NULL), WGLLM_STATUS_OK);
@@ -359,12 +359,13 @@ TEST(unsupported_shapes) {
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 5632), simd);
     const char *kname = NULL;
     wgllm_repack_kernel(&kname);
-    const bool avx512 = simd && !strcmp(kname, "avx512"); /* Q5_K, Q6_K, IQ4_XS, IQ4_NL: AVX-512 VNNI only */
+    const bool avx512 = simd && !strcmp(kname, "avx512"); /* Q5_K, Q6_K, IQ4_XS, IQ4_NL, Q5_0: AVX-512 VNNI only */
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q6_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_XS, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048, 16), avx512);
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048 + 16, 16));
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_0, 2048, 16), avx512);
 #endif
     CHECK_EQ_INT(wgllm_repack_row_group(), 16);
     struct wgllm_repacked rp;

@@ -1,5 +1,5 @@
 /*
- * repack.c - the interleaved Q4_0/Q8_0/IQ4_NL/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
+ * repack.c - the interleaved Q4_0/Q8_0/IQ4_NL/Q5_0/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
  * from the GGUF layout, the scalar reference product, and the choice of SIMD
  * kernel (repack_avx512.c, repack_avx2.c; repack_wasm.c in the browser
  * build) for this CPU.
@@ -22,7 +22,8 @@ static bool kernel_takes(uint32_t type);
 
 static bool shape_ok(uint32_t type, int64_t ne0, int64_t ne1) {
     const int64_t bs = is_k(type) ? WGLLM_QK_K : 32;
-    return (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_IQ4_NL || is_k(type)) && ne0 > 0 &&
+    return (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0 ||
+            is_k(type)) && ne0 > 0 &&
            ne0 % bs == 0 && ne0 / 32 <= WGLLM_REPACK_MAX_BLOCKS && ne1 > 0 && ne1 % WGLLM_REPACK_ROWS == 0;
 }
 
@@ -119,6 +120,19 @@ static void repack_panel(const uint8_t *src, size_t row_size, uint32_t type, int
                 memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
                 scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
                 for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk.qs + 4 * m, 4);
+            } else if (type == WGLLM_TYPE_Q5_0) {
+                wgllm_block_q5_0 blk;
+                memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
+                scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
+                for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk.qs + 4 * m, 4);
+                uint32_t qh;
+                memcpy(&qh, blk.qh, 4);
+                for (int k = 0; k < 4; k++) {
+                    uint8_t h = 0;
+                    for (int m = 0; m < 4; m++)
+                        h |= (uint8_t)((((qh >> (4 * m + k)) & 1u) << m) | (((qh >> (16 + 4 * m + k)) & 1u) << (4 + m)));
+                    q[256 + j * 4 + k] = h;
+                }
             } else {
                 wgllm_block_q8_0 blk;
                 memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
@@ -150,7 +164,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
     if (!shape_ok(type, ne0, ne1))
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "repack: type %s with %lld x %lld elements has no interleaved layout "
-                               "(needs q4_0/q8_0/iq4_nl with ne0 %% 32 == 0 or q4_K/q5_K/q6_K/iq4_xs with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
+                               "(needs q4_0/q8_0/iq4_nl/q5_0 with ne0 %% 32 == 0 or q4_K/q5_K/q6_K/iq4_xs with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
                                wgllm_type_name(type), (long long)ne0, (long long)ne1,
                                WGLLM_REPACK_MAX_BLOCKS * 32, WGLLM_REPACK_ROWS);
     const size_t panel = wgllm_repack_panel_bytes(type, ne0);
@@ -287,7 +301,7 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
     }
     const int64_t nb = w->ne0 / 32;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), qb = wgllm_repack_quant_bytes(w->type);
-    const bool q4 = w->type == WGLLM_TYPE_Q4_0, nl = w->type == WGLLM_TYPE_IQ4_NL;
+    const bool q4 = w->type == WGLLM_TYPE_Q4_0, nl = w->type == WGLLM_TYPE_IQ4_NL, q5 = w->type == WGLLM_TYPE_Q5_0;
     for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
         const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
         const wgllm_fp16 *scales = (const wgllm_fp16 *)pd;
@@ -309,6 +323,14 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
                                        (wgllm_kvalues_iq4nl[v >> 4] + 128) * a[16 + 4 * m + k];
                             }
                         dot -= 128 * sum_a;
+                    } else if (q5) { /* the nibble and its fifth bit, less 16 * sum_a */
+                        for (int m = 0; m < 4; m++)
+                            for (int k = 0; k < 4; k++) {
+                                const uint8_t v = q[m * 64 + j * 4 + k], h = q[256 + j * 4 + k];
+                                dot += ((v & 0x0F) | ((h >> m) & 1) << 4) * a[4 * m + k] +
+                                       ((v >> 4) | ((h >> (4 + m)) & 1) << 4) * a[16 + 4 * m + k];
+                            }
+                        dot -= 16 * sum_a;
                     } else if (q4) {
                         for (int m = 0; m < 4; m++)
                             for (int k = 0; k < 4; k++) {
@@ -408,7 +430,8 @@ wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name) {
 }
 
 static bool kernel_takes(uint32_t type) {
-    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS || type == WGLLM_TYPE_IQ4_NL)
+    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS || type == WGLLM_TYPE_IQ4_NL ||
+        type == WGLLM_TYPE_Q5_0)
         return kernel_k56;
     return !is_k(type) || kernel_k;
 }

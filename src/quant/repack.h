@@ -22,7 +22,12 @@
  *           as u8 (the +128 is removed as -128*sum(activation block));
  *     IQ4_NL: as Q4_0 (its blocks are Q4_0's bytes); a nibble indexes the
  *           format's 16 values, which a kernel looks up as value+128 (u8) and
- *           corrects by -128*sum(activation block), as Q8_0's.
+ *           corrects by -128*sum(activation block), as Q8_0's;
+ *     Q5_0: Q4_0's four nibble vectors, then a fifth of high bits: its byte
+ *           4j+k holds in bit m the fifth bit of row j's element 4m+k and in
+ *           bit 4+m that of element 16+4m+k (vector m's two nibbles), so a
+ *           kernel adds 16 where a bit test says; values 0..31, the -16 applied
+ *           as -16*sum(activation block).
  * The same layout serves every ISA (AVX2 reads a vector as two 8-row halves,
  * wasm SIMD128 as four 4-row slices).
  *
@@ -105,7 +110,7 @@ struct wgllm_repacked {
  * and AVX2+FMA+F16C or AVX-512 VNNI (WGLLM_CPU=scalar turns it off), or the
  * wasm build's SIMD128; type Q4_K with ne0 % 256 == 0, on x86 with
  * AVX2+FMA+F16C or AVX-512 VNNI; Q5_K, Q6_K or IQ4_XS likewise, with AVX-512 VNNI;
- * IQ4_NL as Q4_0's shapes, with AVX-512 VNNI. */
+ * IQ4_NL and Q5_0 as Q4_0's shapes, with AVX-512 VNNI. */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
 int wgllm_repack_row_group(void);
@@ -134,7 +139,7 @@ void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r
 
 /* Bytes per block of one panel's quants (Q4_0, Q8_0). */
 static inline size_t wgllm_repack_quant_bytes(uint32_t type) {
-    return type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_IQ4_NL ? 256 : 512;
+    return type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_IQ4_NL ? 256 : type == WGLLM_TYPE_Q5_0 ? 320 : 512;
 }
 /* Bytes of one panel's scale section (Q4_0, Q8_0). */
 static inline size_t wgllm_repack_scale_bytes(int64_t ne0) { return WGLLM_PAD((size_t)(ne0 / 32) * 32, 64); }

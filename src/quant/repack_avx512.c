@@ -1,5 +1,5 @@
 /*
- * repack_avx512.c - AVX-512 VNNI products over the interleaved Q4_0/Q8_0/IQ4_NL/Q4_K/
+ * repack_avx512.c - AVX-512 VNNI products over the interleaved Q4_0/Q8_0/IQ4_NL/Q5_0/Q4_K/
  * Q5_K/Q6_K/IQ4_XS layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
  * quants) is loaded and unpacked once and fed to vpdpbusd against 4
  * broadcast activation bytes of each token of a tile of up to TILE tokens;
@@ -145,6 +145,48 @@ static ALWAYS_INLINE void panel_iq4_nl(const uint8_t *pd, size_t sb, int64_t nb,
     store_tile(acc, T, y, ldy, accumulate);
 }
 
+/* Q5_0: Q4_0's panel with 16 added where the block's high-bit vector says
+ * (values 0..31; the tile's correction is -16 * sum(activations)). */
+static ALWAYS_INLINE void panel_q5_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
+                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    const __m512i mask = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    __m512 acc[TILE];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512 ws = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pd + b * 32)));
+        const uint8_t *q = pd + sb + b * 320;
+        const __m512i hb = _mm512_load_si512((const void *)(q + 256));
+        const int8_t *a[TILE];
+        __m512i ia[TILE], ib[TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[t] = ((const wgllm_block_q8_0 *)(x + (size_t)t * xs))[b].qs;
+            ia[t] = _mm512_set1_epi32(pre->corr[b][t]);
+            ib[t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            const __m512i v = _mm512_load_si512((const void *)(q + 64 * m));
+            _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
+            __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+            lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(1 << m))), lo, sixteen);
+            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(16 << m))), hi, sixteen);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                ia[t] = _mm512_dpbusd_epi32(ia[t], lo, bcast32(a[t] + 4 * m));
+                ib[t] = _mm512_dpbusd_epi32(ib[t], hi, bcast32(a[t] + 16 + 4 * m));
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const __m512 d = _mm512_mul_ps(ws, _mm512_set1_ps(pre->dx[b][t]));
+            acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(ia[t], ib[t])), acc[t]);
+        }
+    }
+    store_tile(acc, T, y, ldy, accumulate);
+}
+
 static ALWAYS_INLINE void panel_q8_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
                                      const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
     __m512 acc[TILE];
@@ -198,6 +240,10 @@ PANEL_T(iq4_nl, 1)
 PANEL_T(iq4_nl, 2)
 PANEL_T(iq4_nl, 3)
 PANEL_T(iq4_nl, 4)
+PANEL_T(q5_0, 1)
+PANEL_T(q5_0, 2)
+PANEL_T(q5_0, 3)
+PANEL_T(q5_0, 4)
 PANEL_T(q8_0, 1)
 PANEL_T(q8_0, 2)
 PANEL_T(q8_0, 3)
@@ -207,6 +253,7 @@ static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t
 static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
 static const panel_fn panels_iq4_nl[TILE + 1] = {NULL, panel_iq4_nl_t1, panel_iq4_nl_t2, panel_iq4_nl_t3,
                                                  panel_iq4_nl_t4};
+static const panel_fn panels_q5_0[TILE + 1] = {NULL, panel_q5_0_t1, panel_q5_0_t2, panel_q5_0_t3, panel_q5_0_t4};
 
 /* ---- Q4_K ---------------------------------------------------------------- */
 
@@ -562,12 +609,14 @@ void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, in
                                                           : panels_iq4_xs);
         return;
     }
-    WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0 || w->type == WGLLM_TYPE_IQ4_NL);
+    WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0 || w->type == WGLLM_TYPE_IQ4_NL ||
+                 w->type == WGLLM_TYPE_Q5_0);
     const int64_t nb = w->ne0 / 32;
     WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_BLOCKS);
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), sb = wgllm_repack_scale_bytes(w->ne0);
     const bool q4 = w->type == WGLLM_TYPE_Q4_0;
-    const panel_fn *fns = q4 ? panels_q4_0 : w->type == WGLLM_TYPE_IQ4_NL ? panels_iq4_nl : panels_q8_0;
+    const bool q5 = w->type == WGLLM_TYPE_Q5_0;
+    const panel_fn *fns = q4 ? panels_q4_0 : q5 ? panels_q5_0 : w->type == WGLLM_TYPE_IQ4_NL ? panels_iq4_nl : panels_q8_0;
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
     /* panels per L2-resident group; a single tile of tokens needs no grouping */
     const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
@@ -577,7 +626,7 @@ void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, in
         for (int t0 = 0; t0 < n; t0 += TILE) {
             const int T = WGLLM_MIN(TILE, n - t0);
             const char *xt = (const char *)x + (size_t)t0 * x_stride;
-            tile_prepare(xt, x_stride, T, nb, q4 ? 8 : 128, &pre);
+            tile_prepare(xt, x_stride, T, nb, q4 ? 8 : q5 ? 16 : 128, &pre);
             for (int64_t p = g0; p < g1; p++)
                 fns[T]((const uint8_t *)w->data + (size_t)p * panel, sb, nb, xt, x_stride, &pre,
                        y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
