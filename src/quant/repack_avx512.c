@@ -64,99 +64,25 @@ static ALWAYS_INLINE void store_tile(const __m512 *acc, int T, float *y, int ldy
     }
 }
 
-/* One panel (16 rows) times T tokens (x: the tile's first token row). */
-static ALWAYS_INLINE void panel_q4_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
-                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    const __m512i mask = _mm512_set1_epi8(0x0F);
-    __m512 acc[TILE];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const __m512 ws = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pd + b * 32)));
-        const uint8_t *q = pd + sb + b * 256;
-        const int8_t *a[TILE];
-        __m512i ia[TILE], ib[TILE];
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            a[t] = ((const wgllm_block_q8_0 *)(x + (size_t)t * xs))[b].qs;
-            ia[t] = _mm512_set1_epi32(pre->corr[b][t]);
-            ib[t] = _mm512_setzero_si512();
-        }
-#pragma GCC unroll 4
-        for (int m = 0; m < 4; m++) {
-            const __m512i v = _mm512_load_si512((const void *)(q + 64 * m));
-            _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
-            const __m512i lo = _mm512_and_si512(v, mask);
-            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
-#pragma GCC unroll 8
-            for (int t = 0; t < T; t++) {
-                ia[t] = _mm512_dpbusd_epi32(ia[t], lo, bcast32(a[t] + 4 * m));
-                ib[t] = _mm512_dpbusd_epi32(ib[t], hi, bcast32(a[t] + 16 + 4 * m));
-            }
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            const __m512 d = _mm512_mul_ps(ws, _mm512_set1_ps(pre->dx[b][t]));
-            acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(ia[t], ib[t])), acc[t]);
-        }
-    }
-    store_tile(acc, T, y, ldy, accumulate);
-}
-
-/* IQ4_NL: Q4_0's panel with each nibble looked up (value + 128 as u8; the
- * tile's correction is -128 * sum(activations)). */
-static ALWAYS_INLINE void panel_iq4_nl(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
-                                       const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    const __m512i mask = _mm512_set1_epi8(0x0F);
+/* One panel (16 rows) times T tokens (x: the tile's first token row) of a
+ * format of nibble vectors (`kind`, a constant where inlined): Q4_0 as they
+ * are; IQ4_NL each nibble looked up as value + 128; Q5_0 with 16 added where
+ * the block's fifth vector of high bits says. The tile's correction is
+ * -bias * sum(activations) with bias 8, 128 and 16. */
+enum { NIB_Q4_0, NIB_IQ4_NL, NIB_Q5_0 };
+static ALWAYS_INLINE void panel_nib(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
+                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate, int kind) {
+    const __m512i mask = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     const __m512i table = _mm512_broadcast_i32x4(
         _mm_xor_si128(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+    const size_t qb = kind == NIB_Q5_0 ? 320 : 256;
     __m512 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m512 ws = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pd + b * 32)));
-        const uint8_t *q = pd + sb + b * 256;
-        const int8_t *a[TILE];
-        __m512i ia[TILE], ib[TILE];
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            a[t] = ((const wgllm_block_q8_0 *)(x + (size_t)t * xs))[b].qs;
-            ia[t] = _mm512_set1_epi32(pre->corr[b][t]);
-            ib[t] = _mm512_setzero_si512();
-        }
-#pragma GCC unroll 4
-        for (int m = 0; m < 4; m++) {
-            const __m512i v = _mm512_load_si512((const void *)(q + 64 * m));
-            _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
-            const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, mask));
-            const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), mask));
-#pragma GCC unroll 8
-            for (int t = 0; t < T; t++) {
-                ia[t] = _mm512_dpbusd_epi32(ia[t], lo, bcast32(a[t] + 4 * m));
-                ib[t] = _mm512_dpbusd_epi32(ib[t], hi, bcast32(a[t] + 16 + 4 * m));
-            }
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            const __m512 d = _mm512_mul_ps(ws, _mm512_set1_ps(pre->dx[b][t]));
-            acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(ia[t], ib[t])), acc[t]);
-        }
-    }
-    store_tile(acc, T, y, ldy, accumulate);
-}
-
-/* Q5_0: Q4_0's panel with 16 added where the block's high-bit vector says
- * (values 0..31; the tile's correction is -16 * sum(activations)). */
-static ALWAYS_INLINE void panel_q5_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
-                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    const __m512i mask = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
-    __m512 acc[TILE];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const __m512 ws = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pd + b * 32)));
-        const uint8_t *q = pd + sb + b * 320;
-        const __m512i hb = _mm512_load_si512((const void *)(q + 256));
+        const uint8_t *q = pd + sb + b * qb;
+        const __m512i hb = kind == NIB_Q5_0 ? _mm512_load_si512((const void *)(q + 256)) : mask;
         const int8_t *a[TILE];
         __m512i ia[TILE], ib[TILE];
 #pragma GCC unroll 8
@@ -170,8 +96,13 @@ static ALWAYS_INLINE void panel_q5_0(const uint8_t *pd, size_t sb, int64_t nb, c
             const __m512i v = _mm512_load_si512((const void *)(q + 64 * m));
             _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
             __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
-            lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(1 << m))), lo, sixteen);
-            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(16 << m))), hi, sixteen);
+            if (kind == NIB_IQ4_NL) {
+                lo = _mm512_shuffle_epi8(table, lo);
+                hi = _mm512_shuffle_epi8(table, hi);
+            } else if (kind == NIB_Q5_0) {
+                lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(1 << m))), lo, sixteen);
+                hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(16 << m))), hi, sixteen);
+            }
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 ia[t] = _mm512_dpbusd_epi32(ia[t], lo, bcast32(a[t] + 4 * m));
@@ -185,6 +116,18 @@ static ALWAYS_INLINE void panel_q5_0(const uint8_t *pd, size_t sb, int64_t nb, c
         }
     }
     store_tile(acc, T, y, ldy, accumulate);
+}
+static ALWAYS_INLINE void panel_q4_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
+                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_Q4_0);
+}
+static ALWAYS_INLINE void panel_iq4_nl(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
+                                       const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_IQ4_NL);
+}
+static ALWAYS_INLINE void panel_q5_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
+                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_Q5_0);
 }
 
 static ALWAYS_INLINE void panel_q8_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,

@@ -106,33 +106,30 @@ static void stream_push_locked(struct stream *st, char *chunk) {
     pthread_cond_broadcast(&st->cv);
 }
 
-static bool stream_on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
-    struct stream *st = ud;
-    struct srv *s = st->srv;
-    st->delivered = true; /* (the thread of the call, which is the one that reads it after) */
-    char *piece = NULL;
-    wgllm_openai_chunk_token(&s->api, &st->gen, st->id, text, len, token, logprob, &piece); /* out of memory drops it */
-    char *chunk = event(st, piece);
+/* Appends (and frees) a chunk from the engine thread while the client is
+ * there; false (the request is cancelled) once it left or the server stops. */
+static bool stream_push_live(struct stream *st, char *chunk) {
     pthread_mutex_lock(&st->mu);
-    const bool keep = !st->gone && !atomic_load(&s->stopping);
+    const bool keep = !st->gone && !atomic_load(&st->srv->stopping);
     if (keep) stream_push_locked(st, chunk);
     else free(chunk);
     pthread_mutex_unlock(&st->mu);
     return keep;
 }
 
+static bool stream_on_token(const char *text, size_t len, int32_t token, float logprob, void *ud) {
+    struct stream *st = ud;
+    st->delivered = true; /* (the thread of the call, which is the one that reads it after) */
+    char *piece = NULL;
+    wgllm_openai_chunk_token(&st->srv->api, &st->gen, st->id, text, len, token, logprob, &piece); /* out of memory drops it */
+    return stream_push_live(st, event(st, piece));
+}
+
 /* return_progress: a chunk of prompt progress (OpenAI streams only; the
  * Anthropic and Responses translations have no such event). */
 static bool stream_on_progress(const struct wgllm_prompt_progress *pp, void *ud) {
     struct stream *st = ud;
-    struct srv *s = st->srv;
-    char *chunk = event(st, wgllm_openai_chunk_progress(&s->api, &st->gen, st->id, pp));
-    pthread_mutex_lock(&st->mu);
-    const bool keep = !st->gone && !atomic_load(&s->stopping);
-    if (keep) stream_push_locked(st, chunk);
-    else free(chunk);
-    pthread_mutex_unlock(&st->mu);
-    return keep;
+    return stream_push_live(st, event(st, wgllm_openai_chunk_progress(&st->srv->api, &st->gen, st->id, pp)));
 }
 
 /* A non-streaming upstream call is streamed from the upstream all the same,
