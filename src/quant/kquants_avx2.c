@@ -495,7 +495,7 @@ KQ_INLINE void q2_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, cons
         KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
         KQ_UNROLL for (int h = 0; h < 2; h++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            const __m256i sh = _mm256_permute2x128_si256(scl, scl, h ? 0x11 : 0x00);
+            const __m256i sh = (h ? _mm256_permute2x128_si256(scl, scl, 0x11) : _mm256_permute2x128_si256(scl, scl, 0x00));
             KQ_UNROLL for (int g = 0; g < 4; g++) {
                 const __m256i v = _mm256_and_si256(g ? _mm256_srli_epi16(q, 2 * g) : q, m2);
                 const __m256i sp = scale_pair_of(sh, g);
@@ -535,7 +535,7 @@ KQ_INLINE void q3_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, cons
         KQ_UNROLL for (int h = 0; h < 2; h++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
             const __m256i hh = h ? _mm256_srli_epi16(hm, 4) : hm;
-            const __m256i sh = _mm256_permute2x128_si256(scl, scl, h ? 0x11 : 0x00);
+            const __m256i sh = (h ? _mm256_permute2x128_si256(scl, scl, 0x11) : _mm256_permute2x128_si256(scl, scl, 0x00));
             KQ_UNROLL for (int g = 0; g < 4; g++) {
                 /* high bit g of the hmask byte -> 4 */
                 const __m256i hb = g < 2 ? _mm256_slli_epi16(hh, 2 - g) : g == 2 ? hh : _mm256_srli_epi16(hh, 1);
