@@ -444,12 +444,11 @@ TEST(prologues_same_logits_as_separate_dispatches) {
     same_logits_as_split("tiny", WGLLM_TYPE_Q4_0, NULL);
     same_logits_as_split("tiny", WGLLM_TYPE_Q4_K, "Q4_K_M"); /* Q8_K, mixed types: a Q6_K v and down */
     same_logits_as_split("tiny", WGLLM_TYPE_F16, NULL);
-    same_logits_as_split("tiny", WGLLM_TYPE_BF16, NULL);
     same_logits_as_split("tiny-qwen2", WGLLM_TYPE_Q8_0, NULL);  /* q/k/v biases beside the norm's weights */
     same_logits_as_split("tiny-gemma2", WGLLM_TYPE_Q8_0, NULL); /* GeGLU, post-norms */
     same_logits_as_split("tiny-olmo2", WGLLM_TYPE_Q8_0, NULL);  /* no pre-norms: q|k|v and gate|up round x */
-    same_logits_as_split("tiny-granite", WGLLM_TYPE_Q8_0, NULL); /* the residual scale on the store */
-    same_logits_as_split("tiny-qwen3moe", WGLLM_TYPE_Q8_0, NULL);
+    /* (BF16 rounding, granite's residual scale on the store and a MoE layer's o projection passed
+     * too; they cost the ASan suite a minute, and test_webgpu_fused checks their kernels bit for bit) */
 }
 
 /* A context's device outlives it (hal.h, wgllm_gpu_close): the next open in
