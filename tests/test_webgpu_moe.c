@@ -65,6 +65,34 @@ static int tunes_of(struct wgllm_wgsl_tune *t) {
     return 3;
 }
 
+/* Rows of a weight format: quantized from random floats where the format
+ * has a quantizer, else random blocks (the grid formats) kept when they
+ * dequantize to finite values of sane size; deq gets them dequantized. */
+static char *random_rows(uint32_t type, int rows, int K, float *deq) {
+    const struct wgllm_type_traits *tr = wgllm_type_traits(type);
+    const size_t rs = wgllm_row_size(type, K);
+    char *w = malloc(rs * (size_t)rows);
+    float *src = malloc(sizeof(float) * (size_t)K);
+    for (int r = 0; r < rows; r++) {
+        char *wr = w + (size_t)r * rs;
+        float *dr = deq + (size_t)r * K;
+        for (bool ok = false; !ok;) {
+            if (tr->from_float_ref || type == WGLLM_TYPE_F32) {
+                for (int i = 0; i < K; i++) src[i] = rng_frand();
+                if (type == WGLLM_TYPE_F32) memcpy(wr, src, rs);
+                else tr->from_float_ref(src, wr, K);
+            } else {
+                for (size_t i = 0; i < rs; i++) wr[i] = (char)rng_u32();
+            }
+            tr->to_float(wr, dr, K);
+            ok = true;
+            for (int i = 0; i < K && ok; i++) ok = isfinite(dr[i]) && fabsf(dr[i]) < 1e4f;
+        }
+    }
+    free(src);
+    return w;
+}
+
 TEST(matvec_id_formats) {
     enum { X = 4, M = 67, K = 256, T = 3, U = 2 }; /* experts, rows each, width, tokens, used */
     const uint32_t types[] = {WGLLM_TYPE_F32, WGLLM_TYPE_F16, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q4_K};
@@ -78,14 +106,7 @@ TEST(matvec_id_formats) {
         const uint32_t type = types[ti];
         const struct wgllm_type_traits *tr = wgllm_type_traits(type);
         const size_t rs = wgllm_row_size(type, K);
-        char *w = malloc(rs * X * M);
-        for (int r = 0; r < X * M; r++) {
-            for (int i = 0; i < K; i++) src[i] = rng_frand();
-            if (type == WGLLM_TYPE_F32) memcpy(w + r * rs, src, rs);
-            else if (type == WGLLM_TYPE_F16) wgllm_fp32_to_fp16_row(src, (wgllm_fp16 *)(w + r * rs), K);
-            else tr->from_float_ref(src, w + r * rs, K);
-            tr->to_float(w + r * rs, deq + (size_t)r * K, K);
-        }
+        char *w = random_rows(type, X * M, K, deq);
         for (int i = 0; i < T * U * K; i++) x[i] = rng_frand();
         for (int tv = 0; tv < n_tunes; tv++)
             for (int per_choice = 0; per_choice < 2; per_choice++) {
@@ -406,14 +427,7 @@ TEST(matmul_id_like_matmul_and_matvec_id) {
         const uint32_t type = types[ti];
         const struct wgllm_type_traits *tr = wgllm_type_traits(type);
         const size_t rs = wgllm_row_size(type, K);
-        char *w = malloc(rs * X * M);
-        for (int r = 0; r < X * M; r++) {
-            for (int i = 0; i < K; i++) src[i] = rng_frand();
-            if (type == WGLLM_TYPE_F32) memcpy(w + r * rs, src, rs);
-            else if (type == WGLLM_TYPE_F16) wgllm_fp32_to_fp16_row(src, (wgllm_fp16 *)(w + r * rs), K);
-            else tr->from_float_ref(src, w + r * rs, K);
-            tr->to_float(w + r * rs, deq + (size_t)r * K, K);
-        }
+        char *w = random_rows(type, X * M, K, deq);
         struct wgllm_gpu_buffer *wb[2] = {upload(w, rs * 3 * M), upload(w + rs * 3 * M, rs * 3 * M)};
         struct wgllm_gpu_buffer *xb = upload(x, sizeof(float) * T * UMAX * K);
         for (int tv = 0; tv < 3; tv++)
@@ -499,34 +513,6 @@ TEST(matmul_id_like_matmul_and_matvec_id) {
         free(w);
     }
     free(src), free(x), free(y), free(yv), free(yd), free(deq);
-}
-
-/* Rows of a weight format: quantized from random floats where the format
- * has a quantizer, else random blocks (the grid formats) kept when they
- * dequantize to finite values of sane size; deq gets them dequantized. */
-static char *random_rows(uint32_t type, int rows, int K, float *deq) {
-    const struct wgllm_type_traits *tr = wgllm_type_traits(type);
-    const size_t rs = wgllm_row_size(type, K);
-    char *w = malloc(rs * (size_t)rows);
-    float *src = malloc(sizeof(float) * (size_t)K);
-    for (int r = 0; r < rows; r++) {
-        char *wr = w + (size_t)r * rs;
-        float *dr = deq + (size_t)r * K;
-        for (bool ok = false; !ok;) {
-            if (tr->from_float_ref || type == WGLLM_TYPE_F32) {
-                for (int i = 0; i < K; i++) src[i] = rng_frand();
-                if (type == WGLLM_TYPE_F32) memcpy(wr, src, rs);
-                else tr->from_float_ref(src, wr, K);
-            } else {
-                for (size_t i = 0; i < rs; i++) wr[i] = (char)rng_u32();
-            }
-            tr->to_float(wr, dr, K);
-            ok = true;
-            for (int i = 0; i < K && ok; i++) ok = isfinite(dr[i]) && fabsf(dr[i]) < 1e4f;
-        }
-    }
-    free(src);
-    return w;
 }
 
 /* Every weight format MATVEC_ID has, MATMUL_ID has too (no format falls
