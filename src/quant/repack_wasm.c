@@ -40,7 +40,7 @@
 #include <wasm_simd128.h>
 
 #define TILE 4   /* tokens that share one unpacked weight slice */
-#define CHUNK 32 /* blocks of activations laid out at a time (CHUNK*TILE*272 B of stack) */
+#define CHUNK 32 /* CHUNK*TILE token-blocks of activations laid out at a time (CHUNK*TILE*272 B of stack) */
 #define GROUP 16 /* panels whose float sums stay live across chunks (GROUP*4*TILE*16 B) */
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -54,8 +54,8 @@ struct act_block {
 };
 
 struct act_chunk {
-    struct act_block a[CHUNK][TILE];
-    float dy[CHUNK][TILE];
+    struct act_block a[CHUNK * TILE]; /* block b of token t at [(b - b0) * T + t] */
+    float dy[CHUNK * TILE];
 };
 
 /* [x[i] x[j]] x 4 as int16, times k. */
@@ -68,7 +68,7 @@ static void layout_chunk(const char *x, size_t xs, int T, int64_t b0, int64_t b1
     for (int t = 0; t < T; t++) {
         const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)(x + (size_t)t * xs);
         for (int64_t b = b0; b < b1; b++) {
-            struct act_block *o = &c->a[b - b0][t];
+            struct act_block *o = &c->a[(b - b0) * T + t];
             const int8_t *a = xb[b].qs;
             int32_t sum = 0;
             for (int i = 0; i < 32; i++) sum += a[i];
@@ -87,7 +87,7 @@ static void layout_chunk(const char *x, size_t xs, int T, int64_t b0, int64_t b1
                 }
                 o->corr = wasm_i32x4_splat(-128 * sum);
             }
-            c->dy[b - b0][t] = wgllm_fp16_lookup(xb[b].d);
+            c->dy[(b - b0) * T + t] = wgllm_fp16_lookup(xb[b].d);
         }
     }
 }
@@ -104,7 +104,7 @@ static ALWAYS_INLINE void panel_q4_0(const uint8_t *pd, size_t sb, int64_t b0, i
                                      int T, v128_t acc[4][TILE]) {
     const v128_t m0 = wasm_i16x8_splat(0x000F), m1 = wasm_i16x8_splat(0x0F00), m2 = wasm_i16x8_splat(0x00F0);
     for (int64_t b = b0; b < b1; b++) {
-        const struct act_block *a = c->a[b - b0];
+        const struct act_block *a = c->a + (b - b0) * T;
         const uint8_t *q = pd + sb + (size_t)b * 256;
         const wgllm_fp16 *sc = (const wgllm_fp16 *)(pd + (size_t)b * 32);
         v128_t s[4][TILE];
@@ -133,7 +133,7 @@ static ALWAYS_INLINE void panel_q4_0(const uint8_t *pd, size_t sb, int64_t b0, i
             for (int t = 0; t < T; t++) { /* sumi * dx * dy, as vec_dot_q4_0_q8_0 */
                 const v128_t si = wasm_i32x4_shr(s[g][t], 8);
                 const v128_t f = wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(si), dx),
-                                                wasm_f32x4_splat(c->dy[b - b0][t]));
+                                                wasm_f32x4_splat(c->dy[(b - b0) * T + t]));
                 acc[g][t] = wasm_f32x4_add(acc[g][t], f);
             }
         }
@@ -144,7 +144,7 @@ static ALWAYS_INLINE void panel_q8_0(const uint8_t *pd, size_t sb, int64_t b0, i
                                      int T, v128_t acc[4][TILE]) {
     const v128_t lo = wasm_i16x8_splat(0x00FF);
     for (int64_t b = b0; b < b1; b++) {
-        const struct act_block *a = c->a[b - b0];
+        const struct act_block *a = c->a + (b - b0) * T;
         const uint8_t *q = pd + sb + (size_t)b * 512;
         const wgllm_fp16 *sc = (const wgllm_fp16 *)(pd + (size_t)b * 32);
         v128_t s[4][TILE];
@@ -167,11 +167,84 @@ static ALWAYS_INLINE void panel_q8_0(const uint8_t *pd, size_t sb, int64_t b0, i
             const v128_t dx = scales4(sc + 4 * g);
 #pragma clang loop unroll(full)
             for (int t = 0; t < T; t++) { /* sumi * (dx * dy), as vec_dot_q8_0_q8_0 */
-                const v128_t d = wasm_f32x4_mul(dx, wasm_f32x4_splat(c->dy[b - b0][t]));
+                const v128_t d = wasm_f32x4_mul(dx, wasm_f32x4_splat(c->dy[(b - b0) * T + t]));
                 acc[g][t] = wasm_f32x4_add(acc[g][t], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(s[g][t]), d));
             }
         }
     }
+}
+
+/* One 16-byte slice (4 quants of 4 rows) against its activations x[]: the
+ * rows' integer sums added to acc (see the top for the lanes). */
+static ALWAYS_INLINE v128_t slice_q4_0(v128_t acc, v128_t v, const v128_t *x) {
+    const v128_t e0 = wasm_v128_and(v, wasm_i16x8_splat(0x000F)), e1 = wasm_v128_and(v, wasm_i16x8_splat(0x0F00)),
+                 e2 = wasm_v128_and(v, wasm_i16x8_splat(0x00F0)), e3 = wasm_u16x8_shr(v, 12);
+    return wasm_i32x4_add(acc, wasm_i32x4_add(wasm_i32x4_add(DOT(e0, x[0]), DOT(e1, x[1])),
+                                              wasm_i32x4_add(DOT(e2, x[2]), DOT(e3, x[3]))));
+}
+
+static ALWAYS_INLINE v128_t slice_q8_0(v128_t acc, v128_t v, const v128_t *x) {
+    const v128_t ev = wasm_v128_and(v, wasm_i16x8_splat(0x00FF)), od = wasm_u16x8_shr(v, 8);
+    return wasm_i32x4_add(acc, wasm_i32x4_add(DOT(ev, x[0]), DOT(od, x[1])));
+}
+
+/* Decode (one token) over two panels at once, pa and pa + panel. Why: a
+ * 128-bit kernel computes for long enough per byte that a single stream of
+ * cache-line misses leaves the memory idle (5 GB/s from DRAM against 9.5 in
+ * cache); two interleaved streams keep twice as many misses in flight. The
+ * row groups stay a rolled loop, so that the weights of one group and the
+ * two sums fit the 16 registers that V8 has (unrolled, it spills). */
+static ALWAYS_INLINE void panel2_t1(const uint8_t *pa, size_t panel, size_t sb, int64_t b0, int64_t b1,
+                                    const struct act_chunk *c, bool q4, v128_t acca[4][TILE], v128_t accb[4][TILE]) {
+    const uint8_t *pb = pa + panel;
+    const size_t qb = q4 ? 256 : 512;
+    for (int64_t b = b0; b < b1; b++) {
+        const struct act_block *a = c->a + (b - b0);
+        const uint8_t *qa = pa + sb + (size_t)b * qb, *qbp = pb + sb + (size_t)b * qb;
+        v128_t sa[4], sbv[4];
+#pragma clang loop unroll(disable)
+        for (int g = 0; g < 4; g++) {
+            v128_t ga = a->corr, gb = a->corr;
+            if (q4) {
+#pragma clang loop unroll(full)
+                for (int m = 0; m < 4; m++) {
+                    ga = slice_q4_0(ga, wasm_v128_load(qa + 64 * m + 16 * g), a->act + 4 * m);
+                    gb = slice_q4_0(gb, wasm_v128_load(qbp + 64 * m + 16 * g), a->act + 4 * m);
+                }
+            } else {
+#pragma clang loop unroll(full)
+                for (int k = 0; k < 8; k++) {
+                    ga = slice_q8_0(ga, wasm_v128_load(qa + 64 * k + 16 * g), a->act + 2 * k);
+                    gb = slice_q8_0(gb, wasm_v128_load(qbp + 64 * k + 16 * g), a->act + 2 * k);
+                }
+            }
+            sa[g] = ga;
+            sbv[g] = gb;
+        }
+        const v128_t dy = wasm_f32x4_splat(c->dy[b - b0]);
+        const wgllm_fp16 *sca = (const wgllm_fp16 *)(pa + (size_t)b * 32), *scb = (const wgllm_fp16 *)(pb + (size_t)b * 32);
+#pragma clang loop unroll(full)
+        for (int g = 0; g < 4; g++) {
+            const v128_t dxa = scales4(sca + 4 * g), dxb = scales4(scb + 4 * g);
+            if (q4) { /* sumi * dx * dy, as vec_dot_q4_0_q8_0 */
+                acca[g][0] = wasm_f32x4_add(acca[g][0], wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(wasm_i32x4_shr(sa[g], 8)), dxa), dy));
+                accb[g][0] = wasm_f32x4_add(accb[g][0], wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(wasm_i32x4_shr(sbv[g], 8)), dxb), dy));
+            } else { /* sumi * (dx * dy), as vec_dot_q8_0_q8_0 */
+                acca[g][0] = wasm_f32x4_add(acca[g][0], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(sa[g]), wasm_f32x4_mul(dxa, dy)));
+                accb[g][0] = wasm_f32x4_add(accb[g][0], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(sbv[g]), wasm_f32x4_mul(dxb, dy)));
+            }
+        }
+    }
+}
+
+static void panel2_q4_0_t1(const uint8_t *pa, size_t panel, size_t sb, int64_t b0, int64_t b1, const struct act_chunk *c,
+                           v128_t acca[4][TILE], v128_t accb[4][TILE]) {
+    panel2_t1(pa, panel, sb, b0, b1, c, true, acca, accb);
+}
+
+static void panel2_q8_0_t1(const uint8_t *pa, size_t panel, size_t sb, int64_t b0, int64_t b1, const struct act_chunk *c,
+                           v128_t acca[4][TILE], v128_t accb[4][TILE]) {
+    panel2_t1(pa, panel, sb, b0, b1, c, false, acca, accb);
 }
 
 typedef void (*panel_fn)(const uint8_t *pd, size_t sb, int64_t b0, int64_t b1, const struct act_chunk *c,
@@ -211,15 +284,23 @@ void wgllm_repacked_matmul_wasm(const struct wgllm_repacked *w, int64_t r0, int6
     for (int t0 = 0; t0 < n; t0 += TILE) {
         const int T = WGLLM_MIN(TILE, n - t0);
         const char *xt = (const char *)x + (size_t)t0 * x_stride;
+        const int64_t cb = CHUNK * TILE / T; /* blocks per chunk: all of a row up to ne0 = 4096 when T = 1 */
+        const bool single = nb <= cb;
+        if (single) layout_chunk(xt, x_stride, T, 0, nb, q4, &chunk);
         for (int64_t g0 = p0; g0 < p1; g0 += GROUP) {
             const int64_t g1 = WGLLM_MIN(p1, g0 + GROUP);
             for (int64_t p = g0; p < g1; p++)
                 for (int g = 0; g < 4; g++)
                     for (int t = 0; t < T; t++) acc[p - g0][g][t] = wasm_f32x4_splat(0.0f);
-            for (int64_t b0 = 0; b0 < nb; b0 += CHUNK) {
-                const int64_t b1 = WGLLM_MIN(nb, b0 + CHUNK);
-                layout_chunk(xt, x_stride, T, b0, b1, q4, &chunk);
-                for (int64_t p = g0; p < g1; p++)
+            for (int64_t b0 = 0; b0 < nb; b0 += cb) {
+                const int64_t b1 = WGLLM_MIN(nb, b0 + cb);
+                if (!single) layout_chunk(xt, x_stride, T, b0, b1, q4, &chunk);
+                int64_t p = g0;
+                if (T == 1)
+                    for (; p + 2 <= g1; p += 2)
+                        (q4 ? panel2_q4_0_t1 : panel2_q8_0_t1)((const uint8_t *)w->data + (size_t)p * panel, panel, sb, b0,
+                                                              b1, &chunk, acc[p - g0], acc[p + 1 - g0]);
+                for (; p < g1; p++)
                     fns[T]((const uint8_t *)w->data + (size_t)p * panel, sb, b0, b1, &chunk, acc[p - g0]);
             }
             for (int64_t p = g0; p < g1; p++)

@@ -3,9 +3,11 @@
  * layout (src/quant/repack_wasm.c) against the scalar per-row reference
  * vec_dot of quant.c, bit for bit: the browser build must give the native
  * portable build's tokens (tests/web compares them). Shapes cross the
- * kernel's activation chunks (64 blocks) and panel groups (256 rows); token
- * counts cross its tiles of 4; sub-ranges of rows, accumulate on and off,
- * activation strides wider than a row. Also: the build dispatches to it.
+ * kernel's activation chunks (128 blocks for one token, 32 for a tile of 4)
+ * and panel groups (256 rows); odd and even panel counts (one token runs
+ * panels in pairs); token counts cross its tiles of 4; sub-ranges of rows,
+ * accumulate on and off, activation strides wider than a row. Also: the
+ * build dispatches to it.
  * Built and run under node by `make wasm-test` (web/wasm.mk).
  *
  * WGLLM_BENCH=1 also prints mat-vec GB/s, repacked vs the per-row SIMD128
@@ -116,6 +118,8 @@ TEST(bit_identical_to_vec_dot) {
     bad += check_case(WGLLM_TYPE_Q4_0, 256, 16 * 35, 1, 0, 16 * 3, 16 * 33, false);
     bad += check_case(WGLLM_TYPE_Q8_0, 256, 16 * 35, 6, 8, 16 * 1, 16 * 34, true);
     bad += check_case(WGLLM_TYPE_Q4_0, 5632, 16 * 18, 4, 0, 0, 16 * 18, false);
+    bad += check_case(WGLLM_TYPE_Q4_0, 5632, 16 * 5, 1, 0, 0, 16 * 5, true);
+    bad += check_case(WGLLM_TYPE_Q8_0, 5632, 16 * 5, 1, 4, 16, 16 * 5, false);
     CHECK_EQ_INT(bad, 0);
 }
 
