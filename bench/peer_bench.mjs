@@ -1,7 +1,7 @@
 // Speed of wgllm against llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU build) on
 // the same GGUF files: prompt processing (pp) and generation (tg) in tokens/s.
 //
-// usage: node bench/peer_bench.mjs [--peer-only] [--native DIR] [-p 128] [-n 32] [-r 3] [-t 2] TYPE=PATH...
+// usage: node bench/peer_bench.mjs [--peer-only] [--native DIR] [--isa avx2] [-p 128] [-n 32] [-r 3] [-t 2] TYPE=PATH...
 //
 // Also measures the memory read bandwidth (`wgllm bench --membw`, same threads) and prints each
 // decode figure as GB/s of weights read and as a share of that bandwidth.
@@ -10,6 +10,8 @@
 // tools/llamacpp/build.sh --native llama-bench), with llama-bench's own timing
 // (-p P -n N -r R -t T, one warm-up run, the median of its samples), in the
 // columns "native"; the prebuilt build is not always the stronger peer.
+// --isa avx2: the run stands for an AVX2-only CPU (bench/run.sh --isa avx2 sets
+// WGLLM_CPU=avx2 and builds DIR without AVX-512); only labels the table.
 //
 // llama.cpp side (see benchModel in tools/peer/peer.mjs): per repetition, the KV
 // cache is cleared, then
@@ -30,12 +32,13 @@ import { fileURLToPath } from 'node:url';
 import os from 'node:os';
 
 const argv = process.argv.slice(2);
-const opts = { p: 128, n: 32, r: 3, t: 2, peerOnly: false, native: null };
+const opts = { p: 128, n: 32, r: 3, t: 2, peerOnly: false, native: null, isa: null };
 const models = [];
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i];
   if (a === '--peer-only') opts.peerOnly = true;
   else if (a === '--native') opts.native = argv[++i];
+  else if (a === '--isa') opts.isa = argv[++i];
   else if (['-p', '-n', '-r', '-t'].includes(a)) opts[a[1]] = Number(argv[++i]);
   else if (a.includes('=')) { const [type, path] = a.split(/=(.*)/s); models.push({ type, path }); }
   else { console.error(`peer_bench: unknown argument ${a}`); process.exit(2); }
@@ -96,7 +99,9 @@ const ratio = (a, b) => (a == null || b == null ? '-' : (a / b).toFixed(2));
 const nat = opts.native != null;
 const lines = [
   `pp ${opts.p} tokens, tg ${opts.n} tokens, ${opts.t} threads, median of ${opts.r}; ratio = wgllm / llama.cpp` +
-    (nat ? ' (prebuilt); native = llama.cpp built for this CPU (llama-bench)' : ''),
+    (nat ? ' (prebuilt); native = llama.cpp built for this CPU (llama-bench)' : '') +
+    (opts.isa === 'avx2' ? `; AVX2 only: wgllm with WGLLM_CPU=${process.env.WGLLM_CPU ?? '?'}, native built without AVX-512, ` +
+      'prebuilt = the variant node-llama-cpp picks for this CPU' : ''),
   '| type | wgllm pp t/s | llama.cpp pp t/s | ratio |' + (nat ? ' native pp t/s |' : '') +
     ' wgllm tg t/s | llama.cpp tg t/s | ratio |' + (nat ? ' native tg t/s |' : ''),
   '|------|-------------:|-----------------:|------:|' + (nat ? '-------------:|' : '') +

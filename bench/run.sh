@@ -3,8 +3,8 @@
 # f16, and Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q2_K, Q3_K_M, IQ4_NL, Q4_1, Q5_0, Q5_1 quantized from
 # the f16 one): prompt 128
 # tokens, 32 generated, 2 threads, median of 3.
-# Usage: bash bench/run.sh [--peer-only] [--native] [--shapes] [--pp N] [--tg N] [--threads N]
-#                          [--reps N] [TYPE...]   (the models, ~4 GB, are made once into
+# Usage: bash bench/run.sh [--peer-only] [--native] [--isa avx2] [--shapes] [--pp N] [--tg N]
+#                          [--threads N] [--reps N] [TYPE...]   (the models, ~4 GB, are made once into
 # build/models; TYPE: only those, e.g. q4_0 q8_0; --pp/--tg/--threads/--reps change the
 # 128 / 32 / 2 / 3 of the default table, e.g. --pp 1024 --tg 1 for long prompts)
 #   --shapes  instead of TinyLlama, the realistic shape of each other family in q4_0 (gemma3-1b,
@@ -12,18 +12,27 @@
 #             from `wgllm info` (sliding-window layers keep only their window)
 #   --native  also llama.cpp built for this CPU: llama-bench from node-llama-cpp's source with
 #             -DGGML_NATIVE=ON (tools/llamacpp/build.sh --native, cached; 20+ minutes the first time)
+#   --isa avx2  an AVX2-only CPU on this one: wgllm with WGLLM_CPU=avx2 (its AVX2 kernels, no
+#             AVX-512) and, as the native column, llama.cpp built with AVX2+FMA+F16C and no
+#             AVX-512 (tools/llamacpp/build.sh --avx2, cached); the prebuilt column still runs
+#             the variant node-llama-cpp picks for this CPU (its AVX-512 one on an AVX-512 CPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ ! -d tools/peer/node_modules/node-llama-cpp ]; then
   (cd tools/peer && npm ci --omit=optional --no-audit --no-fund)
 fi
-peer_only=0 native=0 shapes=0 only=() pp=128 tg=32 threads=2 reps=3
-usage="usage: bench/run.sh [--peer-only] [--native] [--shapes] [--pp N] [--tg N] [--threads N] [--reps N] [TYPE...]"
+peer_only=0 native=0 isa=native shapes=0 only=() pp=128 tg=32 threads=2 reps=3
+usage="usage: bench/run.sh [--peer-only] [--native] [--isa avx2] [--shapes] [--pp N] [--tg N] [--threads N] [--reps N] [TYPE...]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --peer-only) peer_only=1 ;;
     --native) native=1 ;;
+    --isa)
+      [ "${2:-}" = avx2 ] || { echo "bench: --isa takes avx2 ($usage)" >&2; exit 2; }
+      native=1 isa=avx2
+      export WGLLM_CPU=avx2
+      shift ;;
     --shapes) shapes=1 ;;
     --pp|--tg|--threads|--reps)
       [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "bench: $1 needs a positive number ($usage)" >&2; exit 2; }
@@ -90,5 +99,6 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //
 [ ${#args[@]} -gt 0 ] || { echo "bench: no model among: ${only[*]}" >&2; exit 2; }
 opts=()
 [ $peer_only = 1 ] && opts+=(--peer-only)
-[ $native = 1 ] && opts+=(--native "$(bash tools/llamacpp/build.sh --native llama-bench)")
+[ $native = 1 ] && opts+=(--native "$(bash tools/llamacpp/build.sh --$isa llama-bench)")
+[ $isa = avx2 ] && { opts+=(--isa avx2); echo "bench: AVX2 only: wgllm WGLLM_CPU=avx2, native llama.cpp without AVX-512" >&2; }
 exec node bench/peer_bench.mjs "${opts[@]}" -p "$pp" -n "$tg" -r "$reps" -t "$threads" "${args[@]}"

@@ -2,7 +2,7 @@
 # Builds llama.cpp tools from the source node-llama-cpp ships (its git bundle
 # of the llama.cpp release its prebuilt binaries come from), cached.
 #
-#   bash tools/llamacpp/build.sh [--native] TARGET...
+#   bash tools/llamacpp/build.sh [--native | --avx2] TARGET...
 #
 # Prints what it does on stderr and, on stdout, the folder that holds the
 # built executables (bin=$(bash tools/llamacpp/build.sh llama-server)).
@@ -13,6 +13,9 @@
 #             copies of those libraries beside the executable.
 #   --native  all of llama.cpp, Release, -DGGML_NATIVE=ON (this CPU's
 #             instructions): any of its targets (llama-bench, llama-server, ...).
+#   --avx2    the same with -DGGML_NATIVE=OFF and AVX2+FMA+F16C+BMI2, no
+#             AVX-512: the peer an AVX2-only CPU (AMD Zen 1-3, Intel before
+#             Ice Lake) would run, measured on this one (bench/run.sh --isa avx2).
 # Cache: $WGLLM_LLAMACPP_CACHE, default ${XDG_CACHE_HOME:-~/.cache}/wgllm/llamacpp,
 # one folder per key (the bundle's SHA-256 and the configuration: the CMake
 # options, and for the default flavor the CMake project and the prebuilt
@@ -28,19 +31,21 @@ prebuilt="$root/tools/peer/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
 say() { echo "llamacpp: $*" >&2; }
 die() { echo "llamacpp: $*" >&2; exit 1; }
 
-native=0
+native=0 # 1: all of llama.cpp from source (flavor native or avx2)
+flavor=prebuilt
 targets=()
 for a in "$@"; do
   case "$a" in
-    --native) native=1 ;;
-    -*) die "unknown option $a (usage: build.sh [--native] TARGET...)" ;;
+    --native) native=1 flavor=native ;;
+    --avx2) native=1 flavor=avx2 ;;
+    -*) die "unknown option $a (usage: build.sh [--native | --avx2] TARGET...)" ;;
     *) targets+=("$a") ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || die "no target given (usage: build.sh [--native] TARGET...)"
+[ ${#targets[@]} -gt 0 ] || die "no target given (usage: build.sh [--native | --avx2] TARGET...)"
 if [ $native = 0 ]; then
   for t in "${targets[@]}"; do
-    [ "$t" = llama-server ] || die "'$t': without --native only llama-server is built (against the prebuilt libraries)"
+    [ "$t" = llama-server ] || die "'$t': without --native or --avx2 only llama-server is built (against the prebuilt libraries)"
   done
 fi
 [ -s "$bundle" ] || die "no $bundle: install tools/peer's npm packages (bash scripts/deps.sh test)"
@@ -56,12 +61,13 @@ fi
 # the configure line of each flavor: what the key is made of, with the inputs below
 common=(-DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF) # never a download
 if [ $native = 1 ]; then
-  flavor=native
-  config=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF
+  isa=(-DGGML_NATIVE=ON)
+  [ $flavor = avx2 ] && isa=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+    -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF)
+  config=(-DCMAKE_BUILD_TYPE=Release "${isa[@]}" -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF "${common[@]}")
   inputs=("$bundle")
 else
-  flavor=prebuilt
   # -O1 without -g: the server's own code is not where the time goes (the prebuilt libraries compute)
   config=(-DCMAKE_BUILD_TYPE= -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 "${common[@]}")
   inputs=("$bundle" "$here/prebuilt/CMakeLists.txt" "$prebuilt"/*.so)
