@@ -34,13 +34,9 @@ static inline __m256i dot_us(__m256i x, __m256i y, __m256i scale16) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), scale16);
 }
 
-/* int16 lanes 0..7 = a, 8..15 = b (scales of two 16-element sub-blocks). */
-static inline __m256i scale_pair(int a, int b) {
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)), _mm_set1_epi16((short)b), 1);
-}
-
-/* The same from eight int16 scales in both 128-bit lanes (x2): pair g is
- * scales 2g and 2g+1, one byte shuffle (the scalar broadcasts cost five). */
+/* int16 lanes 0..7 = scale 2g, 8..15 = scale 2g+1 (two 16-element
+ * sub-blocks) from eight int16 scales in both 128-bit lanes (x2): one byte
+ * shuffle (two scalar broadcasts cost five). */
 static const int8_t kq_pair_mask[4][32] = {
     {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
     {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
@@ -116,113 +112,24 @@ static inline void k4_unpack_scales(const uint8_t *s, uint8_t out[16]) {
     memcpy(out, u, 16);
 }
 
-/* sum_j mins[j] * (bsums[2j] + bsums[2j+1]) for the 8 mins in bytes 8..15 of sm. */
-static inline int k4_min_term(const uint8_t sm[16], const int16_t *bsums) {
+/* sum_j mins[j] * (bsums[2j] + bsums[2j+1]) for the 8 mins in bytes 8..15 of
+ * sm, spread over the 8 lanes: the caller subtracts it lane-wise from its
+ * float accumulator (a horizontal sum per super-block and token cost a fifth
+ * of a mat-vec). */
+static inline __m256i k4_min_term(const uint8_t sm[16], const int16_t *bsums) {
     const __m128i m8 = _mm_loadl_epi64((const __m128i *)(sm + 8));
     const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* m0 m0 m1 m1 ... */
     const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
-    return hsum_i32(_mm256_madd_epi16(m16, b));
+    return _mm256_madd_epi16(m16, b);
 }
 
 /* Float accumulation across super-blocks (like llama.cpp): within a block the
  * integer sum is exact, so this differs from the scalar reference only by the
  * rounding of the final additions. */
-static void vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
-    const wgllm_block_q4_K *x = vx;
-    const wgllm_block_q8_K *y = vy;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 accf = _mm256_setzero_ps();
-    float summf = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        kq_prefetch(x + i + 4, sizeof(*x));
-        uint8_t sm[16];
-        k4_unpack_scales(x[i].scales, sm);
-        const float dy = y[i].d;
-        summf += FP16(x[i].dmin) * dy * (float)k4_min_term(sm, y[i].bsums);
-        __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
-            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
-            acc0 = _mm256_add_epi32(acc0, dot_us(_mm256_and_si256(q, m4), y0, _mm256_set1_epi16(sm[2 * j])));
-            acc1 = _mm256_add_epi32(acc1, dot_us(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), y1,
-                                                 _mm256_set1_epi16(sm[2 * j + 1])));
-        }
-        const __m256 d = _mm256_set1_ps(FP16(x[i].d) * dy);
-        accf = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(acc0, acc1)), accf);
-    }
-    *s = hsum_ps(accf) - summf;
-}
 
-static void vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
-    const wgllm_block_q5_K *x = vx;
-    const wgllm_block_q8_K *y = vy;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    const __m256i one = _mm256_set1_epi8(1);
-    __m256 accf = _mm256_setzero_ps();
-    float summf = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        kq_prefetch(x + i + 4, sizeof(*x));
-        uint8_t sc[16];
-        k4_unpack_scales(x[i].scales, sc);
-        const float dy = y[i].d;
-        summf += FP16(x[i].dmin) * dy * (float)k4_min_term(sc, y[i].bsums);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m256i acc = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
-            const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
-            const __m256i v0 = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h0, 4));
-            const __m256i v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_slli_epi16(h1, 4));
-            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
-            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
-            acc = _mm256_add_epi32(acc, dot_us(v0, y0, _mm256_set1_epi16(sc[2 * j])));
-            acc = _mm256_add_epi32(acc, dot_us(v1, y1, _mm256_set1_epi16(sc[2 * j + 1])));
-        }
-        accf = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d) * dy), _mm256_cvtepi32_ps(acc), accf);
-    }
-    *s = hsum_ps(accf) - summf;
-}
 
 /* ---- Q6_K -------------------------------------------------------------- */
 
-static void vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
-    const wgllm_block_q6_K *x = vx;
-    const wgllm_block_q8_K *y = vy;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    const __m256i m2 = _mm256_set1_epi8(3);
-    __m256 accf = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        kq_prefetch(x + i + 4, sizeof(*x));
-        const int8_t *sc = x[i].scales;
-        /* quants are stored +32: subtract 32 * sum(scale * bsum) */
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-        const int offs = hsum_i32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)));
-        __m256i acc = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            __m256i v[4];
-            v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-            v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-            for (int g = 0; g < 4; g++) {
-                const __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * g));
-                const int sb = 8 * h + 2 * g;
-                acc = _mm256_add_epi32(acc, dot_us(v[g], yy, scale_pair(sc[sb], sc[sb + 1])));
-            }
-        }
-        acc = _mm256_sub_epi32(acc, _mm256_setr_epi32(32 * offs, 0, 0, 0, 0, 0, 0, 0));
-        accf = _mm256_fmadd_ps(_mm256_set1_ps(FP16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(acc), accf);
-    }
-    *s = hsum_ps(accf);
-}
 
 /* ---- Q2_K / Q3_K ------------------------------------------------------- */
 
@@ -253,36 +160,6 @@ static inline __m256i dot_ss16(__m256i x, __m256i y) {
     return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
-static void vec_dot_iq4_xs_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
-    const wgllm_block_iq4_xs *x = vx;
-    const wgllm_block_q8_K *y = vy;
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 accf = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        kq_prefetch(x + i + 4, sizeof(*x));
-        uint32_t sl;
-        memcpy(&sl, x[i].scales_l, 4);
-        const uint32_t sh = x[i].scales_h;
-        __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-        for (int k = 0; k < 4; k++) {
-            /* sub-blocks 2k (bytes 0..15) and 2k+1 (bytes 16..31) */
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * k));
-            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i va = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
-            const __m256i vb = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
-            const int la = (int)(((sl >> (8 * k)) & 0xf) | (((sh >> (4 * k)) & 3) << 4)) - 32;
-            const int lb = (int)(((sl >> (8 * k + 4)) & 0xf) | (((sh >> (4 * k + 2)) & 3) << 4)) - 32;
-            const __m256i ya = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * k));
-            const __m256i yb = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * k + 32));
-            acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(dot_ss16(va, ya), _mm256_set1_epi16((short)la)));
-            acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(dot_ss16(vb, yb), _mm256_set1_epi16((short)lb)));
-        }
-        const __m256 d = _mm256_set1_ps(FP16(x[i].d) * y[i].d);
-        accf = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(acc0, acc1)), accf);
-    }
-    *s = hsum_ps(accf);
-}
 
 static void vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const wgllm_block_iq4_nl *x = vx;
@@ -302,11 +179,11 @@ static void vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *vx, const 
 
 /* ---- several tokens per weight row -------------------------------------- */
 
-/* Each kernel below repeats, per token, exactly the float operations of the
- * per-row kernel above (same products, same fmadd into the same lanes, same
- * final reduction), so its results are bit-identical to vec_dot's; only the
- * weight unpacking (nibbles, scales) is done once per block for all tokens.
- * The integer sums are grouped differently: they are exact. The bodies are
+/* Each body below is also its format's vec_dot (one token, KQ_ONE): per
+ * token it does the same float operations whatever the tile (same products,
+ * same fmadd into the same lanes, same final reduction), so a tile's results
+ * are bit-identical to vec_dot's; only the weight unpacking (nibbles,
+ * scales) is done once per block for all tokens. The bodies are
  * always inlined so that the common full tile gets a constant token count
  * (the token loops then unroll and the accumulators stay in registers).
  * The integer accumulators are zeroed for all WGLLM_VEC_DOT_MT_MAX tokens:
@@ -320,11 +197,7 @@ KQ_INLINE void q4_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, cons
     const wgllm_block_q4_K *x = vx;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 accf[WGLLM_VEC_DOT_MT_MAX];
-    float summf[WGLLM_VEC_DOT_MT_MAX];
-    KQ_UNROLL for (int t = 0; t < nt; t++) {
-        accf[t] = _mm256_setzero_ps();
-        summf[t] = 0;
-    }
+    KQ_UNROLL for (int t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         kq_prefetch(x + i + 4, sizeof(*x));
         uint8_t sm[16];
@@ -345,11 +218,11 @@ KQ_INLINE void q4_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, cons
         KQ_UNROLL for (int t = 0; t < nt; t++) {
             const wgllm_block_q8_K *y = KQ_YB(vy, ys, t, i);
             const float dy = y->d;
-            summf[t] += xdmin * dy * (float)k4_min_term(sm, y->bsums);
             accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * dy), _mm256_cvtepi32_ps(acc[t]), accf[t]);
+            accf[t] = _mm256_fnmadd_ps(_mm256_set1_ps(xdmin * dy), _mm256_cvtepi32_ps(k4_min_term(sm, y->bsums)), accf[t]);
         }
     }
-    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]) - summf[t];
+    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]);
 }
 
 KQ_INLINE void q5_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
@@ -357,11 +230,7 @@ KQ_INLINE void q5_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, cons
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i one = _mm256_set1_epi8(1);
     __m256 accf[WGLLM_VEC_DOT_MT_MAX];
-    float summf[WGLLM_VEC_DOT_MT_MAX];
-    KQ_UNROLL for (int t = 0; t < nt; t++) {
-        accf[t] = _mm256_setzero_ps();
-        summf[t] = 0;
-    }
+    KQ_UNROLL for (int t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         kq_prefetch(x + i + 4, sizeof(*x));
         uint8_t sc[16];
@@ -386,11 +255,11 @@ KQ_INLINE void q5_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, cons
         KQ_UNROLL for (int t = 0; t < nt; t++) {
             const wgllm_block_q8_K *y = KQ_YB(vy, ys, t, i);
             const float dy = y->d;
-            summf[t] += xdmin * dy * (float)k4_min_term(sc, y->bsums);
             accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * dy), _mm256_cvtepi32_ps(acc[t]), accf[t]);
+            accf[t] = _mm256_fnmadd_ps(_mm256_set1_ps(xdmin * dy), _mm256_cvtepi32_ps(k4_min_term(sc, y->bsums)), accf[t]);
         }
     }
-    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]) - summf[t];
+    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]);
 }
 
 KQ_INLINE void q6_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
@@ -401,32 +270,32 @@ KQ_INLINE void q6_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, cons
     KQ_UNROLL for (int t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         kq_prefetch(x + i + 4, sizeof(*x));
-        const int8_t *sc = x[i].scales;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         __m256i acc[WGLLM_VEC_DOT_MT_MAX];
         KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
         KQ_UNROLL for (int h = 0; h < 2; h++) {
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            const __m256i sh = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
             KQ_UNROLL for (int g = 0; g < 4; g++) {
                 const __m256i l = (g & 1) ? l1 : l0;
                 const __m256i lq = g < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
                 const __m256i hq = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m2);
                 const __m256i v = _mm256_or_si256(lq, _mm256_slli_epi16(hq, 4));
-                const int sb = 8 * h + 2 * g;
-                const __m256i sp = scale_pair(sc[sb], sc[sb + 1]);
+                const __m256i sp = scale_pair_of(sh, g);
                 KQ_UNROLL for (int t = 0; t < nt; t++) {
                     const int8_t *yq = KQ_YQ(vy, ys, t, i) + 128 * h + 32 * g;
                     acc[t] = _mm256_add_epi32(acc[t], dot_us(v, _mm256_loadu_si256((const __m256i *)yq), sp));
                 }
             }
         }
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         const float xd = FP16(x[i].d);
         KQ_UNROLL for (int t = 0; t < nt; t++) {
             const wgllm_block_q8_K *y = KQ_YB(vy, ys, t, i);
-            const int offs = hsum_i32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)));
-            const __m256i a = _mm256_sub_epi32(acc[t], _mm256_setr_epi32(32 * offs, 0, 0, 0, 0, 0, 0, 0));
+            /* quants are stored +32: subtract 32 * sum(scale * bsum), lane-wise */
+            const __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
+            const __m256i a = _mm256_sub_epi32(acc[t], _mm256_slli_epi32(offs, 5));
             accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * y->d), _mm256_cvtepi32_ps(a), accf[t]);
         }
     }
@@ -472,25 +341,20 @@ KQ_INLINE void iq4_xs_mt_body(int64_t n, float *s, size_t ss, const void *vx, co
 }
 
 /* Q2_K: two-bit quants, a four-bit scale and min per 16 elements; the mins
- * enter as dmin * d_y * sum(min * bsum), subtracted at the end. */
+ * enter as dmin * d_y * sum(min * bsum), subtracted lane-wise from the same
+ * float accumulator (a horizontal sum per super-block and token was a fifth
+ * of a mat-vec's time). */
 KQ_INLINE void q2_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, const void *vy, size_t ys, int nt) {
     const wgllm_block_q2_K *x = vx;
     const __m256i m2 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0xF);
     __m256 accf[WGLLM_VEC_DOT_MT_MAX];
-    float summf[WGLLM_VEC_DOT_MT_MAX];
-    KQ_UNROLL for (int t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps(), summf[t] = 0.0f;
+    KQ_UNROLL for (int t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         kq_prefetch(x + i + 4, sizeof(*x));
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
         const __m256i scl = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4));
-        const float dmin = FP16(x[i].dmin);
-        KQ_UNROLL for (int t = 0; t < nt; t++) {
-            const wgllm_block_q8_K *y = KQ_YB(vy, ys, t, i);
-            const int summ = hsum_i32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y->bsums)));
-            summf[t] += dmin * y->d * (float)summ;
-        }
         __m256i acc[WGLLM_VEC_DOT_MT_MAX];
         KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
         KQ_UNROLL for (int h = 0; h < 2; h++) {
@@ -505,11 +369,15 @@ KQ_INLINE void q2_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, cons
                 }
             }
         }
-        const float xd = FP16(x[i].d);
-        KQ_UNROLL for (int t = 0; t < nt; t++)
-            accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * KQ_YB(vy, ys, t, i)->d), _mm256_cvtepi32_ps(acc[t]), accf[t]);
+        const float xd = FP16(x[i].d), dmin = FP16(x[i].dmin);
+        KQ_UNROLL for (int t = 0; t < nt; t++) {
+            const wgllm_block_q8_K *y = KQ_YB(vy, ys, t, i);
+            const __m256i summ = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y->bsums));
+            accf[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * y->d), _mm256_cvtepi32_ps(acc[t]), accf[t]);
+            accf[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * y->d), _mm256_cvtepi32_ps(summ), accf[t]);
+        }
     }
-    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]) - summf[t];
+    KQ_UNROLL for (int t = 0; t < nt; t++) s[(size_t)t * ss] = hsum_ps(accf[t]);
 }
 
 /* Q3_K: two low bits and a high bit (hmask) per quant, stored +4; six-bit
@@ -524,12 +392,12 @@ KQ_INLINE void q3_K_mt_body(int64_t n, float *s, size_t ss, const void *vx, cons
         kq_prefetch(x + i + 4, sizeof(*x));
         const __m256i scl = _mm256_sub_epi16(_mm256_cvtepu8_epi16(q3_scales_v(x[i].scales)),
                                              _mm256_set1_epi16(32));
-        /* values are stored +4: each token starts from -4 * sum(scale * bsum) */
+        /* values are stored +4: each token starts from -4 * sum(scale * bsum), lane-wise (no horizontal sum) */
         __m256i acc[WGLLM_VEC_DOT_MT_MAX];
         KQ_UNROLL for (int t = 0; t < WGLLM_VEC_DOT_MT_MAX; t++) acc[t] = _mm256_setzero_si256();
         KQ_UNROLL for (int t = 0; t < nt; t++) {
-            const int offs = hsum_i32(_mm256_madd_epi16(scl, _mm256_loadu_si256((const __m256i *)KQ_YB(vy, ys, t, i)->bsums)));
-            acc[t] = _mm256_setr_epi32(-4 * offs, 0, 0, 0, 0, 0, 0, 0);
+            const __m256i offs = _mm256_madd_epi16(scl, _mm256_loadu_si256((const __m256i *)KQ_YB(vy, ys, t, i)->bsums));
+            acc[t] = _mm256_sub_epi32(acc[t], _mm256_slli_epi32(offs, 2));
         }
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         KQ_UNROLL for (int h = 0; h < 2; h++) {
@@ -572,8 +440,14 @@ KQ_MT(mt_iq4_xs_avx2, iq4_xs_mt_body)
 /* ---- install ----------------------------------------------------------- */
 
 /* one token: the multi-token bodies' own arithmetic */
-static void vec_dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) { q2_K_mt_body(n, s, 0, vx, vy, 0, 1); }
-static void vec_dot_q3_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) { q3_K_mt_body(n, s, 0, vx, vy, 0, 1); }
+#define KQ_ONE(name, body) \
+    static void name(int64_t n, float *s, const void *vx, const void *vy) { body(n, s, 0, vx, vy, 0, 1); }
+KQ_ONE(vec_dot_q2_K_q8_K_avx2, q2_K_mt_body)
+KQ_ONE(vec_dot_q3_K_q8_K_avx2, q3_K_mt_body)
+KQ_ONE(vec_dot_q4_K_q8_K_avx2, q4_K_mt_body)
+KQ_ONE(vec_dot_q5_K_q8_K_avx2, q5_K_mt_body)
+KQ_ONE(vec_dot_q6_K_q8_K_avx2, q6_K_mt_body)
+KQ_ONE(vec_dot_iq4_xs_q8_K_avx2, iq4_xs_mt_body)
 
 WGLLM_VEC_DOT_NR(nr_q2_K_avx2, vec_dot_q2_K_q8_K_avx2)
 WGLLM_VEC_DOT_NR(nr_q3_K_avx2, vec_dot_q3_K_q8_K_avx2)
