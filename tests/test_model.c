@@ -877,8 +877,8 @@ static void decode_logits(struct wgllm_model *m, float *out, int V) {
 }
 
 TEST(repacked_experts_give_the_file_layouts_bits) {
-    static const uint32_t types[] = {WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q4_K};
-    for (int ti = 0; ti < 3; ti++) {
+    static const uint32_t types[] = {WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1};
+    for (int ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
         const char *path = make_model("tiny-qwen3moe", types[ti]);
         CHECK(path != NULL);
         if (!path) continue;

@@ -1,5 +1,5 @@
 /*
- * test_repack.c - the interleaved Q4_0/Q8_0/IQ4_NL/Q5_0/Q4_K/Q5_K/Q6_K/IQ4_XS layout (quant/repack.h): the
+ * test_repack.c - the interleaved Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/Q4_K/Q5_K/Q6_K/IQ4_XS layout (quant/repack.h): the
  * dispatched product against the per-row vec_dot over random matrices
  * (within 1e-5 of the sum of |terms|, from dequantized values), sub-ranges
  * of rows, accumulate on and off, strides; every SIMD kernel of this CPU
@@ -49,7 +49,7 @@ static uint8_t *make_matrix(uint32_t type, int64_t ne0, int64_t ne1) {
 /* The activations' type for a weight type (its vec_dot_type). */
 static uint32_t act_type(uint32_t type) { return wgllm_type_traits(type)->vec_dot_type; }
 
-/* n activation rows of `at` (Q8_0 or Q8_K), `stride` bytes apart (stride >= row size). */
+/* n activation rows of `at` (Q8_0, Q8_1 or Q8_K), `stride` bytes apart (stride >= row size). */
 static uint8_t *make_acts_of(uint32_t at, int64_t ne0, int n, size_t stride) {
     uint8_t *x = calloc((size_t)n, stride);
     float *f = malloc(sizeof(float) * (size_t)ne0);
@@ -61,9 +61,10 @@ static uint8_t *make_acts_of(uint32_t at, int64_t ne0, int n, size_t stride) {
     return x;
 }
 
-#define N_TYPES 8
-static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_K,   WGLLM_TYPE_Q5_K,
-                                        WGLLM_TYPE_Q6_K, WGLLM_TYPE_IQ4_XS, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0};
+#define N_TYPES 10
+static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0,   WGLLM_TYPE_Q8_0,   WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K,
+                                        WGLLM_TYPE_Q6_K,   WGLLM_TYPE_IQ4_XS, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0,
+                                        WGLLM_TYPE_Q4_1,   WGLLM_TYPE_Q5_1};
 /* the smallest row of each type's first shape: 64 (Q4_0/Q8_0), 256 (K-quants) */
 static int64_t first_ne0(uint32_t type) { return wgllm_type_traits(type)->blck_size == 256 ? 256 : 64; }
 static const int64_t ne0s[] = {64, 2048, 5632};
@@ -168,12 +169,15 @@ TEST(kernels_equal_reference) {
             const uint32_t type = types[ti], at = act_type(type);
             const int64_t ne0 = i0 ? ne0s[i0] : first_ne0(type), ne1 = 48;
             const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS ||
-                                     type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0;
+                                     type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q4_1 ||
+                                     type == WGLLM_TYPE_Q5_1;
             uint8_t *wq = make_matrix(type, ne0, ne1);
             struct wgllm_repacked rp;
             CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &rp, NULL), WGLLM_STATUS_OK);
-            for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
-                const int n = ns[in];
+            /* every tile size and remainder of the 4-token tiles, and many tiles */
+            static const int kns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 64};
+            for (size_t in = 0; in < sizeof(kns) / sizeof(kns[0]); in++) {
+                const int n = kns[in];
                 const size_t xs = wgllm_row_size(at, ne0);
                 uint8_t *x = make_acts_of(at, ne0, n, xs);
                 float *want = malloc(sizeof(float) * (size_t)ne1 * n), *got = malloc(sizeof(float) * (size_t)ne1 * n);
@@ -247,6 +251,39 @@ TEST(layout_bytes) {
         } else {
             /* qs[30] sits in vector 7, lane 5, byte 2, flipped */
             CHECK_EQ_INT(q[7 * 64 + 5 * 4 + 2], src[2 + 30] ^ 0x80);
+        }
+        free(wq);
+        wgllm_repacked_free(&rp);
+    }
+}
+
+/* Q4_1 and Q5_1: the scale, min, nibble and fifth-bit sections at known places (repack.h). */
+TEST(layout_bytes_q4_1_q5_1) {
+    enum { NE0 = 96, NE1 = 32 }; /* 3 blocks: a padded scale section (96 -> 128 bytes) */
+    for (int five = 0; five < 2; five++) {
+        const uint32_t type = five ? WGLLM_TYPE_Q5_1 : WGLLM_TYPE_Q4_1;
+        const size_t row = wgllm_row_size(type, NE0), bs = wgllm_type_traits(type)->type_size;
+        uint8_t *wq = make_matrix(type, NE0, NE1);
+        struct wgllm_repacked rp;
+        CHECK_EQ_INT(wgllm_repack(wq, type, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+        const size_t sb = 128, qb = five ? 320 : 256, panel = 2 * sb + 3 * qb;
+        CHECK_EQ_INT(wgllm_repack_panel_bytes(type, NE0), panel);
+        CHECK_EQ_INT(wgllm_repack_quant_offset(type, NE0), 2 * sb);
+        const uint8_t *d = rp.data;
+        /* row 21 = panel 1, lane 5; block 2 */
+        const uint8_t *src = wq + 21 * row + 2 * bs;
+        CHECK(!memcmp(d + panel + (2 * 16 + 5) * 2, src, 2));      /* d */
+        CHECK(!memcmp(d + panel + sb + (2 * 16 + 5) * 2, src + 2, 2)); /* m */
+        const uint8_t *q = d + panel + 2 * sb + 2 * qb, *qs = src + (five ? 8 : 4);
+        /* qs[9] sits in vector 2, lane 5, byte 1 */
+        CHECK_EQ_INT(q[2 * 64 + 5 * 4 + 1], qs[9]);
+        if (five) {
+            /* element 9's fifth bit (qh bit 9) in bit 2 of byte 4*5+1 of the high-bit vector,
+             * element 16+13's (qh bit 29) in bit 4+3 of byte 4*5+1 */
+            uint32_t qh;
+            memcpy(&qh, src + 4, 4);
+            CHECK_EQ_INT((q[256 + 5 * 4 + 1] >> 2) & 1, (qh >> 9) & 1);
+            CHECK_EQ_INT((q[256 + 5 * 4 + 1] >> 7) & 1, (qh >> 29) & 1);
         }
         free(wq);
         wgllm_repacked_free(&rp);
@@ -342,7 +379,8 @@ TEST(unsupported_shapes) {
     const bool simd = wgllm_repack_kernel(NULL) != NULL;
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 5632), simd);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q8_0, 64, 16), simd);
-    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_1, 2048, 5632));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q8_1, 2048, 5632)); /* an activation type */
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_1, 2048, 5630));
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_F16, 2048, 5632));
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 5630));
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 8));
@@ -359,13 +397,17 @@ TEST(unsupported_shapes) {
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 5632), simd);
     const char *kname = NULL;
     wgllm_repack_kernel(&kname);
-    const bool avx512 = simd && !strcmp(kname, "avx512"); /* Q5_K, Q6_K, IQ4_XS, IQ4_NL, Q5_0: AVX-512 VNNI only */
+    /* Q5_K, Q6_K, IQ4_XS, IQ4_NL, Q5_0, Q4_1, Q5_1: AVX-512 VNNI only */
+    const bool avx512 = simd && !strcmp(kname, "avx512");
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q6_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_XS, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048, 16), avx512);
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048 + 16, 16));
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_0, 2048, 16), avx512);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_1, 2048, 5632), avx512);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_1, 5632, 2048), avx512);
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q5_1, 2048 + 16, 16));
 #endif
     CHECK_EQ_INT(wgllm_repack_row_group(), 16);
     struct wgllm_repacked rp;
@@ -373,8 +415,8 @@ TEST(unsupported_shapes) {
     uint8_t dummy[64] = {0};
     CHECK_EQ_INT(wgllm_repack(dummy, WGLLM_TYPE_Q4_0, 64, 8, &rp, &err), WGLLM_STATUS_UNSUPPORTED);
     CHECK(rp.data == NULL && strstr(err.message, "64 x 8") != NULL);
-    CHECK_EQ_INT(wgllm_repack(dummy, WGLLM_TYPE_Q4_1, 64, 16, &rp, &err), WGLLM_STATUS_UNSUPPORTED);
-    CHECK(strstr(err.message, "q4_1") != NULL);
+    CHECK_EQ_INT(wgllm_repack(dummy, WGLLM_TYPE_Q3_K, 256, 16, &rp, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "q3_K") != NULL);
     wgllm_repacked_free(&rp); /* a zeroed struct is fine */
 }
 
@@ -477,6 +519,7 @@ int main(void) {
     light = getenv("WGLLM_CPU") != NULL;
     RUN(dispatch_follows_cpu);
     RUN(layout_bytes);
+    RUN(layout_bytes_q4_1_q5_1);
     RUN(layout_bytes_q45_K);
     RUN(layout_bytes_q6_K);
     RUN(layout_bytes_iq4_xs);

@@ -1,5 +1,5 @@
 /*
- * repack.c - the interleaved Q4_0/Q8_0/IQ4_NL/Q5_0/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
+ * repack.c - the interleaved Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
  * from the GGUF layout, the scalar reference product, and the choice of SIMD
  * kernel (repack_avx512.c, repack_avx2.c; repack_wasm.c in the browser
  * build) for this CPU.
@@ -23,7 +23,7 @@ static bool kernel_takes(uint32_t type);
 static bool shape_ok(uint32_t type, int64_t ne0, int64_t ne1) {
     const int64_t bs = is_k(type) ? WGLLM_QK_K : 32;
     return (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0 ||
-            is_k(type)) && ne0 > 0 &&
+            type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1 || is_k(type)) && ne0 > 0 &&
            ne0 % bs == 0 && ne0 / 32 <= WGLLM_REPACK_MAX_BLOCKS && ne1 > 0 && ne1 % WGLLM_REPACK_ROWS == 0;
 }
 
@@ -106,10 +106,22 @@ static void repack_panel_q6_K(const uint8_t *src, size_t row_size, int64_t nb, u
     }
 }
 
+/* Q5_0's and Q5_1's fifth bits (qh) as the high-bit vector's 4 bytes of a row (layout in repack.h). */
+static void fifth_bits(const uint8_t qh_bytes[4], uint8_t *dst) {
+    uint32_t qh;
+    memcpy(&qh, qh_bytes, 4);
+    for (int k = 0; k < 4; k++) {
+        uint8_t h = 0;
+        for (int m = 0; m < 4; m++)
+            h |= (uint8_t)((((qh >> (4 * m + k)) & 1u) << m) | (((qh >> (16 + 4 * m + k)) & 1u) << (4 + m)));
+        dst[k] = h;
+    }
+}
+
 /* One panel: rows src[0..16) (row_size bytes apart) into dst. */
 static void repack_panel(const uint8_t *src, size_t row_size, uint32_t type, int64_t nb, uint8_t *dst) {
-    wgllm_fp16 *scales = (wgllm_fp16 *)dst;
-    uint8_t *quants = dst + wgllm_repack_scale_bytes(nb * 32);
+    wgllm_fp16 *scales = (wgllm_fp16 *)dst, *mins = (wgllm_fp16 *)(dst + wgllm_repack_scale_bytes(nb * 32));
+    uint8_t *quants = dst + wgllm_repack_quant_offset(type, nb * 32);
     const size_t qb = wgllm_repack_quant_bytes(type);
     for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
         const uint8_t *row = src + (size_t)j * row_size;
@@ -125,14 +137,20 @@ static void repack_panel(const uint8_t *src, size_t row_size, uint32_t type, int
                 memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
                 scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
                 for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk.qs + 4 * m, 4);
-                uint32_t qh;
-                memcpy(&qh, blk.qh, 4);
-                for (int k = 0; k < 4; k++) {
-                    uint8_t h = 0;
-                    for (int m = 0; m < 4; m++)
-                        h |= (uint8_t)((((qh >> (4 * m + k)) & 1u) << m) | (((qh >> (16 + 4 * m + k)) & 1u) << (4 + m)));
-                    q[256 + j * 4 + k] = h;
-                }
+                fifth_bits(blk.qh, q + 256 + j * 4);
+            } else if (type == WGLLM_TYPE_Q4_1) {
+                wgllm_block_q4_1 blk;
+                memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
+                scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
+                mins[b * WGLLM_REPACK_ROWS + j] = blk.m;
+                for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk.qs + 4 * m, 4);
+            } else if (type == WGLLM_TYPE_Q5_1) {
+                wgllm_block_q5_1 blk;
+                memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
+                scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
+                mins[b * WGLLM_REPACK_ROWS + j] = blk.m;
+                for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk.qs + 4 * m, 4);
+                fifth_bits(blk.qh, q + 256 + j * 4);
             } else {
                 wgllm_block_q8_0 blk;
                 memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
@@ -164,7 +182,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
     if (!shape_ok(type, ne0, ne1))
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "repack: type %s with %lld x %lld elements has no interleaved layout "
-                               "(needs q4_0/q8_0/iq4_nl/q5_0 with ne0 %% 32 == 0 or q4_K/q5_K/q6_K/iq4_xs with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
+                               "(needs q4_0/q4_1/q5_0/q5_1/q8_0/iq4_nl with ne0 %% 32 == 0 or q4_K/q5_K/q6_K/iq4_xs with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
                                wgllm_type_name(type), (long long)ne0, (long long)ne1,
                                WGLLM_REPACK_MAX_BLOCKS * 32, WGLLM_REPACK_ROWS);
     const size_t panel = wgllm_repack_panel_bytes(type, ne0);
@@ -301,50 +319,44 @@ void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64
     }
     const int64_t nb = w->ne0 / 32;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), qb = wgllm_repack_quant_bytes(w->type);
-    const bool q4 = w->type == WGLLM_TYPE_Q4_0, nl = w->type == WGLLM_TYPE_IQ4_NL, q5 = w->type == WGLLM_TYPE_Q5_0;
+    const uint32_t type = w->type;
+    const bool nl = type == WGLLM_TYPE_IQ4_NL, q8 = type == WGLLM_TYPE_Q8_0;
+    const bool five = type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q5_1, min = wgllm_repack_has_min(type);
+    /* the offset a kernel removes as -bias * sum(activation block) (none with a min) */
+    const int32_t bias = type == WGLLM_TYPE_Q4_0 ? 8 : type == WGLLM_TYPE_Q5_0 ? 16 : nl || q8 ? 128 : 0;
     for (int64_t p = r0 / WGLLM_REPACK_ROWS; p < r1 / WGLLM_REPACK_ROWS; p++) {
         const uint8_t *pd = (const uint8_t *)w->data + (size_t)p * panel;
         const wgllm_fp16 *scales = (const wgllm_fp16 *)pd;
-        const uint8_t *quants = pd + wgllm_repack_scale_bytes(w->ne0);
+        const wgllm_fp16 *mins = (const wgllm_fp16 *)(pd + wgllm_repack_scale_bytes(w->ne0));
+        const uint8_t *quants = pd + wgllm_repack_quant_offset(type, w->ne0);
         for (int t = 0; t < n; t++) {
-            const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)((const char *)x + (size_t)t * x_stride);
+            const char *xt = (const char *)x + (size_t)t * x_stride;
+            const wgllm_block_q8_0 *x0 = (const wgllm_block_q8_0 *)xt;
+            const wgllm_block_q8_1 *x1 = (const wgllm_block_q8_1 *)xt;
             for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
                 float acc = 0.0f;
                 for (int64_t b = 0; b < nb; b++) {
                     const uint8_t *q = quants + (size_t)b * qb;
-                    const int8_t *a = xb[b].qs;
+                    const int8_t *a = min ? x1[b].qs : x0[b].qs;
                     int32_t sum_a = 0, dot = 0;
                     for (int i = 0; i < 32; i++) sum_a += a[i];
-                    if (nl) { /* the looked-up value + 128, less 128 * sum_a: the kernels' integers */
-                        for (int m = 0; m < 4; m++)
-                            for (int k = 0; k < 4; k++) {
-                                const uint8_t v = q[m * 64 + j * 4 + k];
-                                dot += (wgllm_kvalues_iq4nl[v & 0x0F] + 128) * a[4 * m + k] +
-                                       (wgllm_kvalues_iq4nl[v >> 4] + 128) * a[16 + 4 * m + k];
-                            }
-                        dot -= 128 * sum_a;
-                    } else if (q5) { /* the nibble and its fifth bit, less 16 * sum_a */
-                        for (int m = 0; m < 4; m++)
-                            for (int k = 0; k < 4; k++) {
-                                const uint8_t v = q[m * 64 + j * 4 + k], h = q[256 + j * 4 + k];
-                                dot += ((v & 0x0F) | ((h >> m) & 1) << 4) * a[4 * m + k] +
-                                       ((v >> 4) | ((h >> (4 + m)) & 1) << 4) * a[16 + 4 * m + k];
-                            }
-                        dot -= 16 * sum_a;
-                    } else if (q4) {
-                        for (int m = 0; m < 4; m++)
-                            for (int k = 0; k < 4; k++) {
-                                const uint8_t v = q[m * 64 + j * 4 + k];
-                                dot += (v & 0x0F) * a[4 * m + k] + (v >> 4) * a[16 + 4 * m + k];
-                            }
-                        dot -= 8 * sum_a;
-                    } else {
+                    if (q8) {
                         for (int g = 0; g < 8; g++)
                             for (int k = 0; k < 4; k++) dot += q[g * 64 + j * 4 + k] * a[4 * g + k];
-                        dot -= 128 * sum_a;
+                    } else {
+                        for (int m = 0; m < 4; m++)
+                            for (int k = 0; k < 4; k++) {
+                                const uint8_t v = q[m * 64 + j * 4 + k], h = five ? q[256 + j * 4 + k] : 0;
+                                int lo = (v & 0x0F) | ((h >> m) & 1) << 4, hi = (v >> 4) | ((h >> (4 + m)) & 1) << 4;
+                                if (nl) /* the looked-up value + 128, as the kernels' u8 */
+                                    lo = wgllm_kvalues_iq4nl[lo] + 128, hi = wgllm_kvalues_iq4nl[hi] + 128;
+                                dot += lo * a[4 * m + k] + hi * a[16 + 4 * m + k];
+                            }
                     }
-                    const float d = wgllm_fp16_lookup(scales[b * WGLLM_REPACK_ROWS + j]) * wgllm_fp16_lookup(xb[b].d);
-                    acc = fmaf(d, (float)dot, acc);
+                    dot -= bias * sum_a;
+                    const float dx = wgllm_fp16_lookup(min ? x1[b].d : x0[b].d);
+                    acc = fmaf(wgllm_fp16_lookup(scales[b * WGLLM_REPACK_ROWS + j]) * dx, (float)dot, acc);
+                    if (min) acc = fmaf(wgllm_fp16_lookup(mins[b * WGLLM_REPACK_ROWS + j]), wgllm_fp16_lookup(x1[b].s), acc);
                 }
                 float *dst = y + (size_t)t * ldy + p * WGLLM_REPACK_ROWS + j;
                 *dst = accumulate ? *dst + acc : acc;
@@ -399,7 +411,8 @@ static const char *kernel_name = "none";
 static bool kernel_k;   /* the kernel takes Q4_K (x86's do; wasm's does not) */
 static bool kernel_k56; /* ... and Q5_K, Q6_K, IQ4_XS (AVX-512's: at 256 bits their repacked
                            products were no faster than the per-row kernels, or slower, so
-                           AVX2 CPUs keep those) */
+                           AVX2 CPUs keep those), and IQ4_NL, Q5_0, Q4_1, Q5_1, which only
+                           the AVX-512 kernel has */
 
 static void pick_kernel(void) {
     wgllm_quant_init();
@@ -431,7 +444,7 @@ wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name) {
 
 static bool kernel_takes(uint32_t type) {
     if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS || type == WGLLM_TYPE_IQ4_NL ||
-        type == WGLLM_TYPE_Q5_0)
+        type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1)
         return kernel_k56;
     return !is_k(type) || kernel_k;
 }

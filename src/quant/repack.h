@@ -1,5 +1,6 @@
 /*
- * repack.h - Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_XS weight matrices copied at load into a row-
+ * repack.h - Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / Q4_K / Q5_K / Q6_K / IQ4_XS weight matrices
+ * copied at load into a row-
  * interleaved layout, and the matrix products (mat-vec and mat-mat) over it.
  *
  * The per-row vec_dot kernels spend their time on per-row overhead (one
@@ -12,6 +13,7 @@
  * Layout (one "panel" per 16 rows, panels back to back, each 64-byte aligned):
  *   scales: for each block b (32 elements), the 16 rows' fp16 scales
  *           (32 bytes per block), the section padded to 64 bytes;
+ *   mins:   Q4_1 and Q5_1 only: the same for the rows' fp16 mins m;
  *   quants: for each block b, QB bytes (Q4_0: 256, Q8_0: 512) made of
  *           64-byte vectors; in vector v, bytes 4j..4j+3 belong to row j:
  *     Q4_0: vector m (0..3) holds row j's qs[4m..4m+3] unchanged, so its low
@@ -27,7 +29,12 @@
  *           4j+k holds in bit m the fifth bit of row j's element 4m+k and in
  *           bit 4+m that of element 16+4m+k (vector m's two nibbles), so a
  *           kernel adds 16 where a bit test says; values 0..31, the -16 applied
- *           as -16*sum(activation block).
+ *           as -16*sum(activation block);
+ *     Q4_1: as Q4_0, the nibbles 0..15 taken as they are (no offset);
+ *     Q5_1: as Q5_0, the values 0..31 taken as they are.
+ * Q4_1 and Q5_1 rows are x = d*q + m: a row's dot adds m times the Q8_1
+ * activation block's s (= d_x*sum(activation block)) after d*d_x*sum(q*a),
+ * as a second fused multiply-add.
  * The same layout serves every ISA (AVX2 reads a vector as two 8-row halves,
  * wasm SIMD128 as four 4-row slices).
  *
@@ -75,8 +82,8 @@
  *   2208 padding to 64 bytes.
  * A row's dot is d*d_x*sum_s scale_s*sum_i kvalues[idx_i]*x_i, exact in integers.
  *
- * Activations are rows of the weight's vec_dot_type blocks (Q8_0; Q8_K for
- * the K-quants and IQ4_XS), as its from_float makes them, so results equal the vec_dot ones up
+ * Activations are rows of the weight's vec_dot_type blocks (Q8_0; Q8_1 for
+ * Q4_1 and Q5_1; Q8_K for the K-quants and IQ4_XS), as its from_float makes them, so results equal the vec_dot ones up
  * to float summation order.
  */
 #ifndef WGLLM_REPACK_H
@@ -99,7 +106,7 @@
 
 /* A weight matrix in the interleaved layout. */
 struct wgllm_repacked {
-    uint32_t type;      /* WGLLM_TYPE_Q4_0, _Q8_0, _Q4_K, _Q5_K, _Q6_K or _IQ4_XS */
+    uint32_t type;      /* a type wgllm_repack accepts */
     int64_t ne0, ne1;   /* elements per row, rows */
     void *data;         /* 64-byte aligned, owned (wgllm_free_aligned) */
     size_t size;
@@ -110,7 +117,7 @@ struct wgllm_repacked {
  * and AVX2+FMA+F16C or AVX-512 VNNI (WGLLM_CPU=scalar turns it off), or the
  * wasm build's SIMD128; type Q4_K with ne0 % 256 == 0, on x86 with
  * AVX2+FMA+F16C or AVX-512 VNNI; Q5_K, Q6_K or IQ4_XS likewise, with AVX-512 VNNI;
- * IQ4_NL and Q5_0 as Q4_0's shapes, with AVX-512 VNNI. */
+ * IQ4_NL, Q5_0, Q4_1 and Q5_1 as Q4_0's shapes, with AVX-512 VNNI. */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
 int wgllm_repack_row_group(void);
@@ -128,8 +135,8 @@ void wgllm_repacked_free(struct wgllm_repacked *w);
  * repacked stack of experts). */
 struct wgllm_repacked wgllm_repacked_rows(const struct wgllm_repacked *w, int64_t r0, int64_t n);
 /* y[t*ldy + r] (= or +=) W[r] . x[t] for rows r in [r0, r1) (multiples of the row group) and tokens t in [0, n).
- * x: n rows of activations in the weight type's vec_dot_type (Q8_0, or Q8_K
- * for the K-quants and IQ4_XS), x_stride bytes apart. Uses the fastest
+ * x: n rows of activations in the weight type's vec_dot_type (Q8_0; Q8_1 for
+ * Q4_1 and Q5_1; Q8_K for the K-quants and IQ4_XS), x_stride bytes apart. Uses the fastest
  * kernel of this CPU (the scalar reference when there is none). Allocates
  * nothing; uses about 64 KiB of stack. */
 void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
@@ -137,12 +144,21 @@ void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r
 
 /* ---- internal: layout sizes and the kernels (tests call them directly) ---- */
 
-/* Bytes per block of one panel's quants (Q4_0, Q8_0). */
+/* Bytes per block of one panel's quants (the 32-element formats). */
 static inline size_t wgllm_repack_quant_bytes(uint32_t type) {
-    return type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_IQ4_NL ? 256 : type == WGLLM_TYPE_Q5_0 ? 320 : 512;
+    return type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q4_1 ? 256
+           : type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q5_1                            ? 320
+                                                                                            : 512;
 }
-/* Bytes of one panel's scale section (Q4_0, Q8_0). */
+/* Bytes of one panel's scale section (the 32-element formats); Q4_1's and
+ * Q5_1's min section, which follows it, has as many. */
 static inline size_t wgllm_repack_scale_bytes(int64_t ne0) { return WGLLM_PAD((size_t)(ne0 / 32) * 32, 64); }
+/* The 32-element formats with a min section (Q8_1 activations). */
+static inline bool wgllm_repack_has_min(uint32_t type) { return type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1; }
+/* Offset in a panel of the quants (the 32-element formats): after the scales, and the mins. */
+static inline size_t wgllm_repack_quant_offset(uint32_t type, int64_t ne0) {
+    return wgllm_repack_scale_bytes(ne0) * (wgllm_repack_has_min(type) ? 2 : 1);
+}
 /* Q4_K/Q5_K: bytes of a record before its scales (quants, and Q5_K's high bits). */
 static inline size_t wgllm_repack_k45_quant_bytes(uint32_t type) { return type == WGLLM_TYPE_Q5_K ? 2560 : 2048; }
 /* Q4_K (five false) / Q5_K: offsets in a record of quant vector (c, m) and high-bit vector m. */
@@ -159,14 +175,14 @@ static inline size_t wgllm_repack_panel_bytes(uint32_t type, int64_t ne0) {
     if (type == WGLLM_TYPE_Q5_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q5_K_RECORD;
     if (type == WGLLM_TYPE_Q6_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q6_K_RECORD;
     if (type == WGLLM_TYPE_IQ4_XS) return (size_t)(ne0 / 256) * WGLLM_REPACK_IQ4_XS_RECORD;
-    return wgllm_repack_scale_bytes(ne0) + (size_t)(ne0 / 32) * wgllm_repack_quant_bytes(type);
+    return wgllm_repack_quant_offset(type, ne0) + (size_t)(ne0 / 32) * wgllm_repack_quant_bytes(type);
 }
 
 typedef void (*wgllm_repacked_matmul_fn)(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                          size_t x_stride, int n, float *y, int ldy, bool accumulate);
 /* Portable scalar reference: per (row, token), blocks in order, each added as
- * fma(d_w * d_x, (float)int_dot, acc), which the SIMD kernels do too, so all
- * of them give bit-identical results. */
+ * fma(d_w * d_x, (float)int_dot, acc) (Q4_1, Q5_1: then fma(m, s_x, acc)),
+ * which the SIMD kernels do too, so all of them give bit-identical results. */
 void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate);
 /* The kernel wgllm_repacked_matmul uses on this CPU (NULL: none, the scalar

@@ -1,6 +1,6 @@
 /*
- * repack_avx512.c - AVX-512 VNNI products over the interleaved Q4_0/Q8_0/IQ4_NL/Q5_0/Q4_K/
- * Q5_K/Q6_K/IQ4_XS layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
+ * repack_avx512.c - AVX-512 VNNI products over the interleaved Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/
+ * IQ4_NL/Q4_K/Q5_K/Q6_K/IQ4_XS layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
  * quants) is loaded and unpacked once and fed to vpdpbusd against 4
  * broadcast activation bytes of each token of a tile of up to TILE tokens;
  * the integer sums of a token start from its -bias*sum(x) correction, which
@@ -28,9 +28,15 @@
 #define PF 2048
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
-/* Per block, per token of the tile: the integer correction and the scale. */
+/* Per block, per token of the tile: the integer correction and the scale.
+ * Q4_1 and Q5_1 have no correction (their quants are taken unsigned, with a
+ * min instead of an offset); their Q8_1 block's s, which the min multiplies,
+ * takes its place (the struct stays at 64 KiB of stack). */
 struct tile_pre {
-    int32_t corr[WGLLM_REPACK_MAX_BLOCKS][TILE];
+    union {
+        int32_t corr[WGLLM_REPACK_MAX_BLOCKS][TILE];
+        float sx[WGLLM_REPACK_MAX_BLOCKS][TILE];
+    };
     float dx[WGLLM_REPACK_MAX_BLOCKS][TILE];
 };
 
@@ -56,6 +62,17 @@ static void tile_prepare(const char *x, size_t xs, int T, int64_t nb, int32_t bi
     }
 }
 
+/* Q8_1 activations (Q4_1, Q5_1): the scale and s of each block. */
+static void tile_prepare_q8_1(const char *x, size_t xs, int T, int64_t nb, struct tile_pre *pre) {
+    for (int t = 0; t < T; t++) {
+        const wgllm_block_q8_1 *xb = (const wgllm_block_q8_1 *)(x + (size_t)t * xs);
+        for (int64_t b = 0; b < nb; b++) {
+            pre->dx[b][t] = wgllm_fp16_lookup(xb[b].d);
+            pre->sx[b][t] = wgllm_fp16_lookup(xb[b].s);
+        }
+    }
+}
+
 static ALWAYS_INLINE void store_tile(const __m512 *acc, int T, float *y, int ldy, bool accumulate) {
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
@@ -65,30 +82,34 @@ static ALWAYS_INLINE void store_tile(const __m512 *acc, int T, float *y, int ldy
 }
 
 /* One panel (16 rows) times T tokens (x: the tile's first token row) of a
- * format of nibble vectors (`kind`, a constant where inlined): Q4_0 as they
- * are; IQ4_NL each nibble looked up as value + 128; Q5_0 with 16 added where
- * the block's fifth vector of high bits says. The tile's correction is
- * -bias * sum(activations) with bias 8, 128 and 16. */
-enum { NIB_Q4_0, NIB_IQ4_NL, NIB_Q5_0 };
+ * format of nibble vectors (`kind`, a constant where inlined): Q4_0 and Q4_1
+ * as they are; IQ4_NL each nibble looked up as value + 128; Q5_0 and Q5_1
+ * with 16 added where the block's fifth vector of high bits says. The tile's
+ * correction is -bias * sum(activations) with bias 8, 128 and 16; Q4_1 and
+ * Q5_1 have none but add each row's min times the Q8_1 block's s. */
+enum { NIB_Q4_0, NIB_IQ4_NL, NIB_Q5_0, NIB_Q4_1, NIB_Q5_1 };
 static ALWAYS_INLINE void panel_nib(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate, int kind) {
     const __m512i mask = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     const __m512i table = _mm512_broadcast_i32x4(
         _mm_xor_si128(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
-    const size_t qb = kind == NIB_Q5_0 ? 320 : 256;
+    const bool five = kind == NIB_Q5_0 || kind == NIB_Q5_1, min = kind == NIB_Q4_1 || kind == NIB_Q5_1;
+    const size_t qb = five ? 320 : 256;
+    const uint8_t *mins = pd + wgllm_repack_scale_bytes(nb * 32); /* Q4_1, Q5_1 */
     __m512 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m512 ws = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pd + b * 32)));
         const uint8_t *q = pd + sb + b * qb;
-        const __m512i hb = kind == NIB_Q5_0 ? _mm512_load_si512((const void *)(q + 256)) : mask;
+        const __m512i hb = five ? _mm512_load_si512((const void *)(q + 256)) : mask;
         const int8_t *a[TILE];
         __m512i ia[TILE], ib[TILE];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            a[t] = ((const wgllm_block_q8_0 *)(x + (size_t)t * xs))[b].qs;
-            ia[t] = _mm512_set1_epi32(pre->corr[b][t]);
+            const char *xt = x + (size_t)t * xs;
+            a[t] = min ? ((const wgllm_block_q8_1 *)xt)[b].qs : ((const wgllm_block_q8_0 *)xt)[b].qs;
+            ia[t] = min ? _mm512_setzero_si512() : _mm512_set1_epi32(pre->corr[b][t]);
             ib[t] = _mm512_setzero_si512();
         }
 #pragma GCC unroll 4
@@ -99,7 +120,7 @@ static ALWAYS_INLINE void panel_nib(const uint8_t *pd, size_t sb, int64_t nb, co
             if (kind == NIB_IQ4_NL) {
                 lo = _mm512_shuffle_epi8(table, lo);
                 hi = _mm512_shuffle_epi8(table, hi);
-            } else if (kind == NIB_Q5_0) {
+            } else if (five) {
                 lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(1 << m))), lo, sixteen);
                 hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(16 << m))), hi, sixteen);
             }
@@ -109,10 +130,12 @@ static ALWAYS_INLINE void panel_nib(const uint8_t *pd, size_t sb, int64_t nb, co
                 ib[t] = _mm512_dpbusd_epi32(ib[t], hi, bcast32(a[t] + 16 + 4 * m));
             }
         }
+        const __m512 wm = min ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(mins + b * 32))) : ws;
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const __m512 d = _mm512_mul_ps(ws, _mm512_set1_ps(pre->dx[b][t]));
             acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(ia[t], ib[t])), acc[t]);
+            if (min) acc[t] = _mm512_fmadd_ps(wm, _mm512_set1_ps(pre->sx[b][t]), acc[t]);
         }
     }
     store_tile(acc, T, y, ldy, accumulate);
@@ -128,6 +151,14 @@ static ALWAYS_INLINE void panel_iq4_nl(const uint8_t *pd, size_t sb, int64_t nb,
 static ALWAYS_INLINE void panel_q5_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
                                      const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
     panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_Q5_0);
+}
+static ALWAYS_INLINE void panel_q4_1(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
+                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_Q4_1);
+}
+static ALWAYS_INLINE void panel_q5_1(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
+                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_Q5_1);
 }
 
 static ALWAYS_INLINE void panel_q8_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
@@ -187,6 +218,14 @@ PANEL_T(q5_0, 1)
 PANEL_T(q5_0, 2)
 PANEL_T(q5_0, 3)
 PANEL_T(q5_0, 4)
+PANEL_T(q4_1, 1)
+PANEL_T(q4_1, 2)
+PANEL_T(q4_1, 3)
+PANEL_T(q4_1, 4)
+PANEL_T(q5_1, 1)
+PANEL_T(q5_1, 2)
+PANEL_T(q5_1, 3)
+PANEL_T(q5_1, 4)
 PANEL_T(q8_0, 1)
 PANEL_T(q8_0, 2)
 PANEL_T(q8_0, 3)
@@ -197,6 +236,8 @@ static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t
 static const panel_fn panels_iq4_nl[TILE + 1] = {NULL, panel_iq4_nl_t1, panel_iq4_nl_t2, panel_iq4_nl_t3,
                                                  panel_iq4_nl_t4};
 static const panel_fn panels_q5_0[TILE + 1] = {NULL, panel_q5_0_t1, panel_q5_0_t2, panel_q5_0_t3, panel_q5_0_t4};
+static const panel_fn panels_q4_1[TILE + 1] = {NULL, panel_q4_1_t1, panel_q4_1_t2, panel_q4_1_t3, panel_q4_1_t4};
+static const panel_fn panels_q5_1[TILE + 1] = {NULL, panel_q5_1_t1, panel_q5_1_t2, panel_q5_1_t3, panel_q5_1_t4};
 
 /* ---- Q4_K ---------------------------------------------------------------- */
 
@@ -552,14 +593,19 @@ void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, in
                                                           : panels_iq4_xs);
         return;
     }
-    WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0 || w->type == WGLLM_TYPE_IQ4_NL ||
-                 w->type == WGLLM_TYPE_Q5_0);
+    const uint32_t type = w->type;
+    WGLLM_ASSERT(type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_IQ4_NL ||
+                 type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1);
     const int64_t nb = w->ne0 / 32;
     WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_BLOCKS);
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), sb = wgllm_repack_scale_bytes(w->ne0);
-    const bool q4 = w->type == WGLLM_TYPE_Q4_0;
-    const bool q5 = w->type == WGLLM_TYPE_Q5_0;
-    const panel_fn *fns = q4 ? panels_q4_0 : q5 ? panels_q5_0 : w->type == WGLLM_TYPE_IQ4_NL ? panels_iq4_nl : panels_q8_0;
+    const size_t panel = wgllm_repack_panel_bytes(type, w->ne0), sb = wgllm_repack_quant_offset(type, w->ne0);
+    const panel_fn *fns = type == WGLLM_TYPE_Q4_0     ? panels_q4_0
+                          : type == WGLLM_TYPE_Q5_0   ? panels_q5_0
+                          : type == WGLLM_TYPE_Q4_1   ? panels_q4_1
+                          : type == WGLLM_TYPE_Q5_1   ? panels_q5_1
+                          : type == WGLLM_TYPE_IQ4_NL ? panels_iq4_nl
+                                                      : panels_q8_0;
+    const int32_t bias = type == WGLLM_TYPE_Q4_0 ? 8 : type == WGLLM_TYPE_Q5_0 ? 16 : 128;
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
     /* panels per L2-resident group; a single tile of tokens needs no grouping */
     const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
@@ -569,7 +615,8 @@ void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, in
         for (int t0 = 0; t0 < n; t0 += TILE) {
             const int T = WGLLM_MIN(TILE, n - t0);
             const char *xt = (const char *)x + (size_t)t0 * x_stride;
-            tile_prepare(xt, x_stride, T, nb, q4 ? 8 : q5 ? 16 : 128, &pre);
+            if (wgllm_repack_has_min(type)) tile_prepare_q8_1(xt, x_stride, T, nb, &pre);
+            else tile_prepare(xt, x_stride, T, nb, bias, &pre);
             for (int64_t p = g0; p < g1; p++)
                 fns[T]((const uint8_t *)w->data + (size_t)p * panel, sb, nb, xt, x_stride, &pre,
                        y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
