@@ -9,6 +9,7 @@
 #include "quant/kquants.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 
 /* ---- layout ------------------------------------------------------------ */
@@ -118,6 +119,21 @@ static void fifth_bits(const uint8_t qh_bytes[4], uint8_t *dst) {
     }
 }
 
+/* Where a nibble format's block keeps its fields (0: none; d is always first). */
+struct nib_block {
+    size_t size, m, qh, qs;
+};
+static struct nib_block nib_block_of(uint32_t type) {
+    switch (type) {
+    case WGLLM_TYPE_Q5_0: return (struct nib_block){sizeof(wgllm_block_q5_0), 0, offsetof(wgllm_block_q5_0, qh), offsetof(wgllm_block_q5_0, qs)};
+    case WGLLM_TYPE_Q4_1: return (struct nib_block){sizeof(wgllm_block_q4_1), offsetof(wgllm_block_q4_1, m), 0, offsetof(wgllm_block_q4_1, qs)};
+    case WGLLM_TYPE_Q5_1:
+        return (struct nib_block){sizeof(wgllm_block_q5_1), offsetof(wgllm_block_q5_1, m), offsetof(wgllm_block_q5_1, qh),
+                                  offsetof(wgllm_block_q5_1, qs)};
+    default: return (struct nib_block){sizeof(wgllm_block_q4_0), 0, 0, offsetof(wgllm_block_q4_0, qs)}; /* Q4_0, IQ4_NL */
+    }
+}
+
 /* One panel: rows src[0..16) (row_size bytes apart) into dst. */
 static void repack_panel(const uint8_t *src, size_t row_size, uint32_t type, int64_t nb, uint8_t *dst) {
     wgllm_fp16 *scales = (wgllm_fp16 *)dst, *mins = (wgllm_fp16 *)(dst + wgllm_repack_scale_bytes(nb * 32));
@@ -127,30 +143,15 @@ static void repack_panel(const uint8_t *src, size_t row_size, uint32_t type, int
         const uint8_t *row = src + (size_t)j * row_size;
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *q = quants + (size_t)b * qb;
-            if (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_IQ4_NL) { /* the same bytes */
-                wgllm_block_q4_0 blk;
-                memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
-                scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
-                for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk.qs + 4 * m, 4);
-            } else if (type == WGLLM_TYPE_Q5_0) {
-                wgllm_block_q5_0 blk;
-                memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
-                scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
-                for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk.qs + 4 * m, 4);
-                fifth_bits(blk.qh, q + 256 + j * 4);
-            } else if (type == WGLLM_TYPE_Q4_1) {
-                wgllm_block_q4_1 blk;
-                memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
-                scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
-                mins[b * WGLLM_REPACK_ROWS + j] = blk.m;
-                for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk.qs + 4 * m, 4);
-            } else if (type == WGLLM_TYPE_Q5_1) {
-                wgllm_block_q5_1 blk;
-                memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
-                scales[b * WGLLM_REPACK_ROWS + j] = blk.d;
-                mins[b * WGLLM_REPACK_ROWS + j] = blk.m;
-                for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk.qs + 4 * m, 4);
-                fifth_bits(blk.qh, q + 256 + j * 4);
+            if (type != WGLLM_TYPE_Q8_0) {
+                /* the nibble formats: d, then m (Q4_1, Q5_1), qh (Q5_0, Q5_1) and qs, at their
+                 * block structs' offsets (IQ4_NL's block is Q4_0's bytes) */
+                const struct nib_block f = nib_block_of(type);
+                const uint8_t *blk = row + (size_t)b * f.size;
+                memcpy(&scales[b * WGLLM_REPACK_ROWS + j], blk, sizeof(wgllm_fp16));
+                if (f.m) memcpy(&mins[b * WGLLM_REPACK_ROWS + j], blk + f.m, sizeof(wgllm_fp16));
+                for (int m = 0; m < 4; m++) memcpy(q + m * 64 + j * 4, blk + f.qs + 4 * m, 4);
+                if (f.qh) fifth_bits(blk + f.qh, q + 256 + j * 4);
             } else {
                 wgllm_block_q8_0 blk;
                 memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));

@@ -140,27 +140,6 @@ static ALWAYS_INLINE void panel_nib(const uint8_t *pd, size_t sb, int64_t nb, co
     }
     store_tile(acc, T, y, ldy, accumulate);
 }
-static ALWAYS_INLINE void panel_q4_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
-                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_Q4_0);
-}
-static ALWAYS_INLINE void panel_iq4_nl(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
-                                       const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_IQ4_NL);
-}
-static ALWAYS_INLINE void panel_q5_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
-                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_Q5_0);
-}
-static ALWAYS_INLINE void panel_q4_1(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
-                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_Q4_1);
-}
-static ALWAYS_INLINE void panel_q5_1(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
-                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    panel_nib(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate, NIB_Q5_1);
-}
-
 static ALWAYS_INLINE void panel_q8_0(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
                                      const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
     __m512 acc[TILE];
@@ -201,35 +180,26 @@ static ALWAYS_INLINE void panel_q8_0(const uint8_t *pd, size_t sb, int64_t nb, c
 typedef void (*panel_fn)(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
                          const struct tile_pre *pre, float *y, int ldy, bool accumulate);
 
-#define PANEL_T(fmt, T)                                                                                     \
-    static void panel_##fmt##_t##T(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,     \
-                                   const struct tile_pre *pre, float *y, int ldy, bool accumulate) {       \
-        panel_##fmt(pd, sb, nb, x, xs, pre, T, y, ldy, accumulate);                                        \
+/* One function per format and tile size (the tables below), so that T is a constant inside. */
+#define PANEL_T(name, call)                                                                              \
+    static void name(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs, const struct tile_pre *pre, \
+                     float *y, int ldy, bool accumulate) {                                                  \
+        call;                                                                                               \
     }
-PANEL_T(q4_0, 1)
-PANEL_T(q4_0, 2)
-PANEL_T(q4_0, 3)
-PANEL_T(q4_0, 4)
-PANEL_T(iq4_nl, 1)
-PANEL_T(iq4_nl, 2)
-PANEL_T(iq4_nl, 3)
-PANEL_T(iq4_nl, 4)
-PANEL_T(q5_0, 1)
-PANEL_T(q5_0, 2)
-PANEL_T(q5_0, 3)
-PANEL_T(q5_0, 4)
-PANEL_T(q4_1, 1)
-PANEL_T(q4_1, 2)
-PANEL_T(q4_1, 3)
-PANEL_T(q4_1, 4)
-PANEL_T(q5_1, 1)
-PANEL_T(q5_1, 2)
-PANEL_T(q5_1, 3)
-PANEL_T(q5_1, 4)
-PANEL_T(q8_0, 1)
-PANEL_T(q8_0, 2)
-PANEL_T(q8_0, 3)
-PANEL_T(q8_0, 4)
+#define PANELS_NIB(fmt, kind)                                                                                    \
+    PANEL_T(panel_##fmt##_t1, panel_nib(pd, sb, nb, x, xs, pre, 1, y, ldy, accumulate, kind))                 \
+    PANEL_T(panel_##fmt##_t2, panel_nib(pd, sb, nb, x, xs, pre, 2, y, ldy, accumulate, kind))                 \
+    PANEL_T(panel_##fmt##_t3, panel_nib(pd, sb, nb, x, xs, pre, 3, y, ldy, accumulate, kind))                 \
+    PANEL_T(panel_##fmt##_t4, panel_nib(pd, sb, nb, x, xs, pre, 4, y, ldy, accumulate, kind))
+PANELS_NIB(q4_0, NIB_Q4_0)
+PANELS_NIB(iq4_nl, NIB_IQ4_NL)
+PANELS_NIB(q5_0, NIB_Q5_0)
+PANELS_NIB(q4_1, NIB_Q4_1)
+PANELS_NIB(q5_1, NIB_Q5_1)
+PANEL_T(panel_q8_0_t1, panel_q8_0(pd, sb, nb, x, xs, pre, 1, y, ldy, accumulate))
+PANEL_T(panel_q8_0_t2, panel_q8_0(pd, sb, nb, x, xs, pre, 2, y, ldy, accumulate))
+PANEL_T(panel_q8_0_t3, panel_q8_0(pd, sb, nb, x, xs, pre, 3, y, ldy, accumulate))
+PANEL_T(panel_q8_0_t4, panel_q8_0(pd, sb, nb, x, xs, pre, 4, y, ldy, accumulate))
 
 static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t2, panel_q4_0_t3, panel_q4_0_t4};
 static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
