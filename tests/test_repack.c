@@ -168,9 +168,7 @@ TEST(kernels_equal_reference) {
         for (size_t i0 = 0; i0 < 2; i0++) {
             const uint32_t type = types[ti], at = act_type(type);
             const int64_t ne0 = i0 ? ne0s[i0] : first_ne0(type), ne1 = 48;
-            const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS ||
-                                     type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q4_1 ||
-                                     type == WGLLM_TYPE_Q5_1;
+            const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS;
             uint8_t *wq = make_matrix(type, ne0, ne1);
             struct wgllm_repacked rp;
             CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &rp, NULL), WGLLM_STATUS_OK);
@@ -200,6 +198,63 @@ TEST(kernels_equal_reference) {
             free(wq);
             wgllm_repacked_free(&rp);
         }
+}
+
+/* The 32-element formats at the extremes the kernels' 16-bit pair sums must
+ * survive (vpmaddubsw saturates): every quant at its largest or smallest
+ * value (IQ4_NL: -127 and 113; Q5_0/Q5_1: 31) against activations of +-127
+ * everywhere, all of one sign or alternating, every SIMD kernel equal to
+ * the reference bit for bit. */
+TEST(kernels_equal_reference_at_extremes) {
+    const struct wgllm_cpu_caps *caps = wgllm_cpu_caps();
+    struct kern { const char *name; wgllm_repacked_matmul_fn fn; } ks[2];
+    int nk = 0;
+#if defined(__x86_64__)
+    if (caps->avx2 && caps->fma && caps->f16c) ks[nk++] = (struct kern){"avx2", wgllm_repacked_matmul_avx2};
+    if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni)
+        ks[nk++] = (struct kern){"avx512", wgllm_repacked_matmul_avx512};
+#endif
+    (void)caps;
+    static const uint32_t et[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0,
+                                  WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1};
+    enum { NE0 = 256, NE1 = 32, N = 6 };
+    for (size_t ti = 0; ti < sizeof(et) / sizeof(et[0]); ti++) {
+        const uint32_t type = et[ti], at = act_type(type);
+        const size_t row = wgllm_row_size(type, NE0), bs = wgllm_type_traits(type)->type_size;
+        uint8_t *wq = make_matrix(type, NE0, NE1);
+        /* the quant bytes (and Q5's fifth bits) sit at the end of each block */
+        const size_t nq = type == WGLLM_TYPE_Q8_0 ? 32 : type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q5_1 ? 20 : 16;
+        for (int r = 0; r < NE1; r++)
+            for (int b = 0; b < NE0 / 32; b++) {
+                /* rows: all-high, all-low, then mixed by block */
+                const int hi = r % 3 == 0 || (r % 3 == 2 && b % 2 == 0);
+                const uint8_t v = type == WGLLM_TYPE_Q8_0 ? (uint8_t)(hi ? 127 : -127) : hi ? 0xFF : 0x00;
+                memset(wq + (size_t)r * row + (size_t)b * bs + bs - nq, v, nq);
+            }
+        const size_t xs = wgllm_row_size(at, NE0);
+        uint8_t *x = make_acts_of(at, NE0, N, xs);
+        const size_t ab = wgllm_type_traits(at)->type_size; /* qs: the block's last 32 bytes */
+        for (int t = 0; t < N; t++)
+            for (int b = 0; b < NE0 / 32; b++)
+                for (int k = 0; k < 32; k++) {
+                    const int neg = t % 3 == 1 || (t % 3 == 2 && k % 2 == 1);
+                    x[(size_t)t * xs + (size_t)b * ab + ab - 32 + k] = (uint8_t)(int8_t)(neg ? -127 : 127);
+                }
+        struct wgllm_repacked rp;
+        CHECK_EQ_INT(wgllm_repack(wq, type, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+        float want[NE1 * N], got[NE1 * N];
+        for (int n = 1; n <= N; n++) {
+            wgllm_repacked_matmul_ref(&rp, 0, NE1, x, xs, n, want, NE1, false);
+            for (int kk = 0; kk < nk; kk++) {
+                ks[kk].fn(&rp, 0, NE1, x, xs, n, got, NE1, false);
+                const bool same = memcmp(want, got, sizeof(float) * (size_t)(NE1 * n)) == 0;
+                if (!same) fprintf(stderr, "  %s kernel %s n=%d differs at the extremes\n", ks[kk].name, wgllm_type_name(type), n);
+                CHECK(same);
+            }
+        }
+        free(x), free(wq);
+        wgllm_repacked_free(&rp);
+    }
 }
 
 /* A run of a repacked matrix's rows (one expert of a stack) is that run
@@ -397,16 +452,16 @@ TEST(unsupported_shapes) {
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 5632), simd);
     const char *kname = NULL;
     wgllm_repack_kernel(&kname);
-    /* Q5_K, Q6_K, IQ4_XS, IQ4_NL, Q5_0, Q4_1, Q5_1: AVX-512 VNNI only */
+    /* Q5_K, Q6_K, IQ4_XS: AVX-512 VNNI only; IQ4_NL, Q5_0, Q4_1, Q5_1: AVX2 too */
     const bool avx512 = simd && !strcmp(kname, "avx512");
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q6_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_XS, 5632, 2048), avx512);
-    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048, 16), avx512);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048, 16), simd);
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048 + 16, 16));
-    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_0, 2048, 16), avx512);
-    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_1, 2048, 5632), avx512);
-    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_1, 5632, 2048), avx512);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_0, 2048, 16), simd);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_1, 2048, 5632), simd);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_1, 5632, 2048), simd);
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q5_1, 2048 + 16, 16));
 #endif
     CHECK_EQ_INT(wgllm_repack_row_group(), 16);
@@ -525,6 +580,7 @@ int main(void) {
     RUN(layout_bytes_iq4_xs);
     RUN(unsupported_shapes);
     RUN(kernels_equal_reference);
+    RUN(kernels_equal_reference_at_extremes);
     RUN(rows_view_is_the_rows_repacked);
     RUN(matches_vec_dot);
     const char *b = getenv("WGLLM_BENCH");

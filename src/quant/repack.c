@@ -412,8 +412,8 @@ static const char *kernel_name = "none";
 static bool kernel_k;   /* the kernel takes Q4_K (x86's do; wasm's does not) */
 static bool kernel_k56; /* ... and Q5_K, Q6_K, IQ4_XS (AVX-512's: at 256 bits their repacked
                            products were no faster than the per-row kernels, or slower, so
-                           AVX2 CPUs keep those), and IQ4_NL, Q5_0, Q4_1, Q5_1, which only
-                           the AVX-512 kernel has */
+                           AVX2 CPUs keep those) */
+static bool kernel_nib; /* the kernel takes IQ4_NL, Q5_0, Q4_1, Q5_1 (x86's do; wasm's does not) */
 
 static void pick_kernel(void) {
     wgllm_quant_init();
@@ -423,6 +423,7 @@ static void pick_kernel(void) {
         kernel = wgllm_repacked_matmul_avx2;
         kernel_name = "avx2";
         kernel_k = true;
+        kernel_nib = true;
         if (c->avx512f && c->avx512bw && c->avx512vl && c->avx512vnni) {
             kernel = wgllm_repacked_matmul_avx512;
             kernel_name = "avx512";
@@ -444,9 +445,9 @@ wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name) {
 }
 
 static bool kernel_takes(uint32_t type) {
-    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS || type == WGLLM_TYPE_IQ4_NL ||
-        type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1)
-        return kernel_k56;
+    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS) return kernel_k56;
+    if (type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1)
+        return kernel_nib;
     return !is_k(type) || kernel_k;
 }
 

@@ -1,13 +1,15 @@
 /*
- * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q8_0/Q4_K
- * layout (repack.h), for CPUs without AVX-512 VNNI (Q5_K, Q6_K and IQ4_XS
- * are repacked only where AVX-512 VNNI is: at 256 bits their repacked
- * products measured no faster than the per-row kernels, or slower). A 64-byte weight vector
- * is read as two 8-row halves, each panel in two passes (rows 0-7, 8-15).
+ * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q4_1/Q5_0/
+ * Q5_1/Q8_0/IQ4_NL/Q4_K layout (repack.h), for CPUs without AVX-512 VNNI
+ * (Q5_K, Q6_K and IQ4_XS are repacked only where AVX-512 VNNI is: at 256
+ * bits their repacked products measured no faster than the per-row kernels,
+ * or slower). A 64-byte weight vector is read as two 8-row halves, each
+ * panel in two passes (rows 0-7, 8-15).
  * Without vpdpbusd, bytes are multiplied with vpmaddubsw:
  *   Q4_0: nibbles (0..15) x activation bytes; the int16 pair sums of a whole
  *         block fit (8 x 2 x 15 x 128 < 32768), so they add up in int16 and
- *         widen once per block; then -8*sum(x) is added;
+ *         widen once per block; then -8*sum(x) is added; Q4_1, Q5_0, Q5_1
+ *         and IQ4_NL go through the same routine (half_nib, which says how);
  *   Q8_0: |w| x (x with w's sign) (the stored w+128 is flipped back to w), a
  *         pair sum fits int16 (2 x 128 x 127) and is widened at once; this
  *         relies on activations in [-127, 127], which the Q8_0 quantizer gives;
@@ -28,8 +30,15 @@
 #define PF 2048 /* software prefetch distance (bytes), as in repack_avx512.c */
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
+/* Per block, per token of the tile: the integer correction (Q4_0: -8*sum(x),
+ * Q5_0: -16*sum(x)) and the scale. Q4_1 and Q5_1 have no correction but
+ * the Q8_1 block's s, which the row's min multiplies, in its place (the
+ * struct stays at 64 KiB of stack). */
 struct tile_pre {
-    int32_t corr[WGLLM_REPACK_MAX_BLOCKS][TILE]; /* -8*sum(x) (Q4_0 only) */
+    union {
+        int32_t corr[WGLLM_REPACK_MAX_BLOCKS][TILE];
+        float sx[WGLLM_REPACK_MAX_BLOCKS][TILE];
+    };
     float dx[WGLLM_REPACK_MAX_BLOCKS][TILE];
 };
 
@@ -39,18 +48,31 @@ static ALWAYS_INLINE __m256i bcast32(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-static void tile_prepare(const char *x, size_t xs, int T, int64_t nb, bool q4, struct tile_pre *pre) {
+/* Q8_0 activations: the scales, and corr = -bias * sum(qs) (from
+ * sad(qs ^ 0x80, 0) = sum(qs) + 32*128) when bias is not 0. */
+static void tile_prepare(const char *x, size_t xs, int T, int64_t nb, int32_t bias, struct tile_pre *pre) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int t = 0; t < T; t++) {
         const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)(x + (size_t)t * xs);
         for (int64_t b = 0; b < nb; b++) {
             pre->dx[b][t] = wgllm_fp16_lookup(xb[b].d);
-            if (!q4) continue;
+            if (!bias) continue;
             const __m256i q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)xb[b].qs), flip);
             const __m256i s = _mm256_sad_epu8(q, _mm256_setzero_si256());
             __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
             s2 = _mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2));
-            pre->corr[b][t] = -8 * (_mm_cvtsi128_si32(s2) - 32 * 128);
+            pre->corr[b][t] = -bias * (_mm_cvtsi128_si32(s2) - 32 * 128);
+        }
+    }
+}
+
+/* Q8_1 activations (Q4_1, Q5_1): the scale and s of each block. */
+static void tile_prepare_q8_1(const char *x, size_t xs, int T, int64_t nb, struct tile_pre *pre) {
+    for (int t = 0; t < T; t++) {
+        const wgllm_block_q8_1 *xb = (const wgllm_block_q8_1 *)(x + (size_t)t * xs);
+        for (int64_t b = 0; b < nb; b++) {
+            pre->dx[b][t] = wgllm_fp16_lookup(xb[b].d);
+            pre->sx[b][t] = wgllm_fp16_lookup(xb[b].s);
         }
     }
 }
@@ -63,43 +85,113 @@ static ALWAYS_INLINE void store_half(const __m256 *acc, int T, float *y, int ldy
     }
 }
 
-/* Rows 8h..8h+7 of one panel times T tokens. */
-static ALWAYS_INLINE void half_q4_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
-                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+/* Rows 8h..8h+7 of one panel times T tokens, for a format of nibble vectors
+ * (`kind`, a constant where inlined), as repack_avx512.c's panel_nib:
+ *   Q4_0, Q4_1: nibbles 0..15 (u8) x activations with vpmaddubsw; a whole
+ *     block's int16 pair sums fit (8 x 2 x 15 x 128 < 32768) and widen once;
+ *   Q5_0, Q5_1: 16 added where the fifth-bit vector says (values 0..31);
+ *     the int16 sums of two vectors (4 x 2 x 31 x 128 < 32768) widen at once;
+ *   IQ4_NL: a nibble looked up as its signed value w (-127..113) by vpshufb,
+ *     multiplied as |w| x (x with w's sign), as the Q8_0 path does: a pair
+ *     fits (2 x 127 x 127, activations in [-127, 127] as the quantizer makes
+ *     them) but two do not, so each widens at once. That integer is the
+ *     layout's sum((w+128)*x) - 128*sum(x) exactly, so no correction;
+ *   Q4_0, Q5_0 then add -8*sum(x), -16*sum(x); Q4_1, Q5_1 add the row's min
+ *     times the Q8_1 block's s as a second FMA.
+ * The integer sums are exact, so the floats are the reference's. */
+enum { NIB_Q4_0, NIB_IQ4_NL, NIB_Q5_0, NIB_Q4_1, NIB_Q5_1 };
+static ALWAYS_INLINE void half_nib(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
+                                   const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate, int kind) {
+    const __m256i mask = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16), ones = _mm256_set1_epi16(1);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
+    const bool five = kind == NIB_Q5_0 || kind == NIB_Q5_1, min = kind == NIB_Q4_1 || kind == NIB_Q5_1;
+    const bool nl = kind == NIB_IQ4_NL, corr = kind == NIB_Q4_0 || kind == NIB_Q5_0;
+    const size_t qb = five ? 320 : 256;
+    const uint8_t *mins = pd + wgllm_repack_scale_bytes(nb * 32); /* Q4_1, Q5_1 */
     __m256 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m256 ws = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pd + b * 32 + h * 16)));
-        const uint8_t *q = pd + sb + b * 256 + h * 32;
+        const uint8_t *q = pd + sb + b * qb + h * 32;
+        /* fifth bits: those of the high nibbles of vector m at bit 4+m (hb),
+         * of the low nibbles moved there too (hb4: bit m << 4) */
+        const __m256i hb = five ? _mm256_load_si256((const __m256i *)(q + 256)) : mask;
+        const __m256i hb4 = _mm256_slli_epi16(hb, 4);
         const int8_t *a[TILE];
-        __m256i s16[TILE];
+        __m256i s16[TILE], i32[TILE];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            a[t] = ((const wgllm_block_q8_0 *)(x + (size_t)t * xs))[b].qs;
-            s16[t] = _mm256_setzero_si256();
+            const char *xt = x + (size_t)t * xs;
+            a[t] = min ? ((const wgllm_block_q8_1 *)xt)[b].qs : ((const wgllm_block_q8_0 *)xt)[b].qs;
+            s16[t] = i32[t] = _mm256_setzero_si256();
         }
 #pragma GCC unroll 4
         for (int m = 0; m < 4; m++) {
             const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * m));
             _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
-            const __m256i lo = _mm256_and_si256(v, mask);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            if (nl) {
+                lo = _mm256_shuffle_epi8(table, lo);
+                hi = _mm256_shuffle_epi8(table, hi);
+                const __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    const __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast32(a[t] + 4 * m), lo));
+                    const __m256i ph = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast32(a[t] + 16 + 4 * m), hi));
+                    i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones)));
+                }
+                continue;
+            }
+            if (five) { /* a set bit (16 << m after the mask) becomes 16 */
+                const __m256i bit = _mm256_set1_epi8((char)(16 << m));
+                lo = _mm256_or_si256(lo, _mm256_min_epu8(_mm256_and_si256(hb4, bit), sixteen));
+                hi = _mm256_or_si256(hi, _mm256_min_epu8(_mm256_and_si256(hb, bit), sixteen));
+            }
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 4 * m)));
                 s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 16 + 4 * m)));
             }
+            if (five && (m & 1)) {
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    i32[t] = _mm256_add_epi32(i32[t], _mm256_madd_epi16(s16[t], ones));
+                    s16[t] = _mm256_setzero_si256();
+                }
+            }
         }
+        const __m256 wm = min ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(mins + b * 32 + h * 16))) : ws;
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            const __m256i i32 = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(pre->corr[b][t]));
+            if (!nl && !five) i32[t] = _mm256_madd_epi16(s16[t], ones);
+            if (corr) i32[t] = _mm256_add_epi32(i32[t], _mm256_set1_epi32(pre->corr[b][t]));
             const __m256 d = _mm256_mul_ps(ws, _mm256_set1_ps(pre->dx[b][t]));
-            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i32), acc[t]);
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i32[t]), acc[t]);
+            if (min) acc[t] = _mm256_fmadd_ps(wm, _mm256_set1_ps(pre->sx[b][t]), acc[t]);
         }
     }
     store_half(acc, T, y + h * 8, ldy, accumulate);
+}
+static ALWAYS_INLINE void half_q4_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
+                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_Q4_0);
+}
+static ALWAYS_INLINE void half_iq4_nl(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
+                                      const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_IQ4_NL);
+}
+static ALWAYS_INLINE void half_q5_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
+                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_Q5_0);
+}
+static ALWAYS_INLINE void half_q4_1(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
+                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_Q4_1);
+}
+static ALWAYS_INLINE void half_q5_1(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
+                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_Q5_1);
 }
 
 static ALWAYS_INLINE void half_q8_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
@@ -151,6 +243,22 @@ PANEL_T(q4_0, 1)
 PANEL_T(q4_0, 2)
 PANEL_T(q4_0, 3)
 PANEL_T(q4_0, 4)
+PANEL_T(iq4_nl, 1)
+PANEL_T(iq4_nl, 2)
+PANEL_T(iq4_nl, 3)
+PANEL_T(iq4_nl, 4)
+PANEL_T(q5_0, 1)
+PANEL_T(q5_0, 2)
+PANEL_T(q5_0, 3)
+PANEL_T(q5_0, 4)
+PANEL_T(q4_1, 1)
+PANEL_T(q4_1, 2)
+PANEL_T(q4_1, 3)
+PANEL_T(q4_1, 4)
+PANEL_T(q5_1, 1)
+PANEL_T(q5_1, 2)
+PANEL_T(q5_1, 3)
+PANEL_T(q5_1, 4)
 PANEL_T(q8_0, 1)
 PANEL_T(q8_0, 2)
 PANEL_T(q8_0, 3)
@@ -158,6 +266,10 @@ PANEL_T(q8_0, 4)
 
 static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t2, panel_q4_0_t3, panel_q4_0_t4};
 static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
+static const panel_fn panels_iq4_nl[TILE + 1] = {NULL, panel_iq4_nl_t1, panel_iq4_nl_t2, panel_iq4_nl_t3, panel_iq4_nl_t4};
+static const panel_fn panels_q5_0[TILE + 1] = {NULL, panel_q5_0_t1, panel_q5_0_t2, panel_q5_0_t3, panel_q5_0_t4};
+static const panel_fn panels_q4_1[TILE + 1] = {NULL, panel_q4_1_t1, panel_q4_1_t2, panel_q4_1_t3, panel_q4_1_t4};
+static const panel_fn panels_q5_1[TILE + 1] = {NULL, panel_q5_1_t1, panel_q5_1_t2, panel_q5_1_t3, panel_q5_1_t4};
 
 /* ---- Q4_K ---------------------------------------------------------------- */
 
@@ -254,12 +366,20 @@ void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int6
         wgllm_repack_drive_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate, panels_q4_K);
         return;
     }
-    WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);
+    const uint32_t type = w->type;
+    WGLLM_ASSERT(type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_IQ4_NL ||
+                 type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1);
     const int64_t nb = w->ne0 / 32;
     WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_BLOCKS);
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), sb = wgllm_repack_scale_bytes(w->ne0);
-    const bool q4 = w->type == WGLLM_TYPE_Q4_0;
-    const panel_fn *fns = q4 ? panels_q4_0 : panels_q8_0;
+    const size_t panel = wgllm_repack_panel_bytes(type, w->ne0), sb = wgllm_repack_quant_offset(type, w->ne0);
+    const panel_fn *fns = type == WGLLM_TYPE_Q4_0     ? panels_q4_0
+                          : type == WGLLM_TYPE_Q5_0   ? panels_q5_0
+                          : type == WGLLM_TYPE_Q4_1   ? panels_q4_1
+                          : type == WGLLM_TYPE_Q5_1   ? panels_q5_1
+                          : type == WGLLM_TYPE_IQ4_NL ? panels_iq4_nl
+                                                      : panels_q8_0;
+    /* IQ4_NL's and Q8_0's products are signed already (no correction) */
+    const int32_t bias = type == WGLLM_TYPE_Q4_0 ? 8 : type == WGLLM_TYPE_Q5_0 ? 16 : 0;
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
     const int64_t group = n <= TILE ? WGLLM_MAX(1, p1 - p0) : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel);
     struct tile_pre pre;
@@ -268,7 +388,8 @@ void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int6
         for (int t0 = 0; t0 < n; t0 += TILE) {
             const int T = WGLLM_MIN(TILE, n - t0);
             const char *xt = (const char *)x + (size_t)t0 * x_stride;
-            tile_prepare(xt, x_stride, T, nb, q4, &pre);
+            if (wgllm_repack_has_min(type)) tile_prepare_q8_1(xt, x_stride, T, nb, &pre);
+            else tile_prepare(xt, x_stride, T, nb, bias, &pre);
             for (int64_t p = g0; p < g1; p++)
                 fns[T]((const uint8_t *)w->data + (size_t)p * panel, sb, nb, xt, x_stride, &pre,
                        y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
