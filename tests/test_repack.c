@@ -152,17 +152,28 @@ TEST(matches_vec_dot) {
             }
 }
 
-/* Every SIMD kernel this CPU runs gives exactly the scalar reference's floats. */
-TEST(kernels_equal_reference) {
-    const struct wgllm_cpu_caps *caps = wgllm_cpu_caps();
-    struct kern { const char *name; wgllm_repacked_matmul_fn fn; } ks[2];
+/* The SIMD kernels this CPU runs (at most two): their names and functions. */
+struct kern {
+    const char *name;
+    wgllm_repacked_matmul_fn fn;
+};
+static int simd_kernels(struct kern ks[2]) {
     int nk = 0;
 #if defined(__x86_64__)
+    const struct wgllm_cpu_caps *caps = wgllm_cpu_caps();
     if (caps->avx2 && caps->fma && caps->f16c) ks[nk++] = (struct kern){"avx2", wgllm_repacked_matmul_avx2};
     if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni)
         ks[nk++] = (struct kern){"avx512", wgllm_repacked_matmul_avx512};
+#else
+    (void)ks;
 #endif
-    (void)caps;
+    return nk;
+}
+
+/* Every SIMD kernel this CPU runs gives exactly the scalar reference's floats. */
+TEST(kernels_equal_reference) {
+    struct kern ks[2];
+    const int nk = simd_kernels(ks);
     if (nk == 0) fprintf(stderr, "  (no SIMD kernel on this CPU)\n");
     for (size_t ti = 0; ti < N_TYPES; ti++)
         for (size_t i0 = 0; i0 < 2; i0++) {
@@ -206,15 +217,8 @@ TEST(kernels_equal_reference) {
  * everywhere, all of one sign or alternating, every SIMD kernel equal to
  * the reference bit for bit. */
 TEST(kernels_equal_reference_at_extremes) {
-    const struct wgllm_cpu_caps *caps = wgllm_cpu_caps();
-    struct kern { const char *name; wgllm_repacked_matmul_fn fn; } ks[2];
-    int nk = 0;
-#if defined(__x86_64__)
-    if (caps->avx2 && caps->fma && caps->f16c) ks[nk++] = (struct kern){"avx2", wgllm_repacked_matmul_avx2};
-    if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni)
-        ks[nk++] = (struct kern){"avx512", wgllm_repacked_matmul_avx512};
-#endif
-    (void)caps;
+    struct kern ks[2];
+    const int nk = simd_kernels(ks);
     static const uint32_t et[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0,
                                   WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1};
     enum { NE0 = 256, NE1 = 32, N = 6 };

@@ -173,27 +173,6 @@ static ALWAYS_INLINE void half_nib(const uint8_t *pd, size_t sb, int64_t nb, int
     }
     store_half(acc, T, y + h * 8, ldy, accumulate);
 }
-static ALWAYS_INLINE void half_q4_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
-                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_Q4_0);
-}
-static ALWAYS_INLINE void half_iq4_nl(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
-                                      const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_IQ4_NL);
-}
-static ALWAYS_INLINE void half_q5_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
-                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_Q5_0);
-}
-static ALWAYS_INLINE void half_q4_1(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
-                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_Q4_1);
-}
-static ALWAYS_INLINE void half_q5_1(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
-                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
-    half_nib(pd, sb, nb, h, x, xs, pre, T, y, ldy, accumulate, NIB_Q5_1);
-}
-
 static ALWAYS_INLINE void half_q8_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
                                     const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
@@ -233,36 +212,28 @@ static ALWAYS_INLINE void half_q8_0(const uint8_t *pd, size_t sb, int64_t nb, in
 typedef void (*panel_fn)(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
                          const struct tile_pre *pre, float *y, int ldy, bool accumulate);
 
-#define PANEL_T(fmt, T)                                                                                     \
-    static void panel_##fmt##_t##T(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,     \
-                                   const struct tile_pre *pre, float *y, int ldy, bool accumulate) {       \
-        half_##fmt(pd, sb, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                      \
-        half_##fmt(pd, sb, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                      \
+/* One function per format and tile size (the tables below), so that T is a constant inside:
+ * a panel is its two 8-row halves. */
+#define PANEL_T(name, half, ...)                                                                              \
+    static void name(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs, const struct tile_pre *pre, \
+                     float *y, int ldy, bool accumulate) {                                                    \
+        half(pd, sb, nb, 0, x, xs, pre, __VA_ARGS__);                                                         \
+        half(pd, sb, nb, 1, x, xs, pre, __VA_ARGS__);                                                         \
     }
-PANEL_T(q4_0, 1)
-PANEL_T(q4_0, 2)
-PANEL_T(q4_0, 3)
-PANEL_T(q4_0, 4)
-PANEL_T(iq4_nl, 1)
-PANEL_T(iq4_nl, 2)
-PANEL_T(iq4_nl, 3)
-PANEL_T(iq4_nl, 4)
-PANEL_T(q5_0, 1)
-PANEL_T(q5_0, 2)
-PANEL_T(q5_0, 3)
-PANEL_T(q5_0, 4)
-PANEL_T(q4_1, 1)
-PANEL_T(q4_1, 2)
-PANEL_T(q4_1, 3)
-PANEL_T(q4_1, 4)
-PANEL_T(q5_1, 1)
-PANEL_T(q5_1, 2)
-PANEL_T(q5_1, 3)
-PANEL_T(q5_1, 4)
-PANEL_T(q8_0, 1)
-PANEL_T(q8_0, 2)
-PANEL_T(q8_0, 3)
-PANEL_T(q8_0, 4)
+#define PANELS_NIB(fmt, kind)                                                                 \
+    PANEL_T(panel_##fmt##_t1, half_nib, 1, y, ldy, accumulate, kind)                          \
+    PANEL_T(panel_##fmt##_t2, half_nib, 2, y, ldy, accumulate, kind)                          \
+    PANEL_T(panel_##fmt##_t3, half_nib, 3, y, ldy, accumulate, kind)                          \
+    PANEL_T(panel_##fmt##_t4, half_nib, 4, y, ldy, accumulate, kind)
+PANELS_NIB(q4_0, NIB_Q4_0)
+PANELS_NIB(iq4_nl, NIB_IQ4_NL)
+PANELS_NIB(q5_0, NIB_Q5_0)
+PANELS_NIB(q4_1, NIB_Q4_1)
+PANELS_NIB(q5_1, NIB_Q5_1)
+PANEL_T(panel_q8_0_t1, half_q8_0, 1, y, ldy, accumulate)
+PANEL_T(panel_q8_0_t2, half_q8_0, 2, y, ldy, accumulate)
+PANEL_T(panel_q8_0_t3, half_q8_0, 3, y, ldy, accumulate)
+PANEL_T(panel_q8_0_t4, half_q8_0, 4, y, ldy, accumulate)
 
 static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t2, panel_q4_0_t3, panel_q4_0_t4};
 static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
