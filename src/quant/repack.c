@@ -139,14 +139,14 @@ static void repack_panel(const uint8_t *src, size_t row_size, uint32_t type, int
     wgllm_fp16 *scales = (wgllm_fp16 *)dst, *mins = (wgllm_fp16 *)(dst + wgllm_repack_scale_bytes(nb * 32));
     uint8_t *quants = dst + wgllm_repack_quant_offset(type, nb * 32);
     const size_t qb = wgllm_repack_quant_bytes(type);
+    /* the nibble formats: d, then m (Q4_1, Q5_1), qh (Q5_0, Q5_1) and qs, at their
+     * block structs' offsets (IQ4_NL's block is Q4_0's bytes) */
+    const struct nib_block f = nib_block_of(type);
     for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
         const uint8_t *row = src + (size_t)j * row_size;
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *q = quants + (size_t)b * qb;
             if (type != WGLLM_TYPE_Q8_0) {
-                /* the nibble formats: d, then m (Q4_1, Q5_1), qh (Q5_0, Q5_1) and qs, at their
-                 * block structs' offsets (IQ4_NL's block is Q4_0's bytes) */
-                const struct nib_block f = nib_block_of(type);
                 const uint8_t *blk = row + (size_t)b * f.size;
                 memcpy(&scales[b * WGLLM_REPACK_ROWS + j], blk, sizeof(wgllm_fp16));
                 if (f.m) memcpy(&mins[b * WGLLM_REPACK_ROWS + j], blk + f.m, sizeof(wgllm_fp16));
