@@ -876,6 +876,40 @@ static void decode_logits(struct wgllm_model *m, float *out, int V) {
     wgllm_context_free(c);
 }
 
+/* Matrices with no repacked kernel are copied as they are onto huge pages
+ * (matmul.c copy_plain) where the kernel lends them: the same kernels on the
+ * same bytes, so the file layout's bits exactly; experts too (expert_view
+ * offsets the copy), and token_embd stays the file's. */
+TEST(plain_copies_give_the_file_layouts_bits) {
+    static const struct { const char *shape; uint32_t type; } cases[] = {
+        {"tiny", WGLLM_TYPE_F16}, {"tiny", WGLLM_TYPE_Q2_K}, {"tiny-qwen3moe", WGLLM_TYPE_BF16}};
+    for (int ci = 0; ci < (int)(sizeof(cases) / sizeof(cases[0])); ci++) {
+        const char *path = make_model(cases[ci].shape, cases[ci].type);
+        CHECK(path != NULL);
+        if (!path) continue;
+        struct wgllm_model *a = load(path, 2), *b = load(path, 2);
+        CHECK(a && b);
+        if (a && b) {
+            const int V = wgllm_model_n_vocab(a);
+            float *la = malloc(sizeof(float) * 2 * (size_t)V), *lb = malloc(sizeof(float) * 2 * (size_t)V);
+            decode_logits(a, la, V);
+            setenv("WGLLM_NO_REPACK", "1", 1); /* read at a model's first CPU context */
+            decode_logits(b, lb, V);
+            unsetenv("WGLLM_NO_REPACK");
+            const struct wgllm_weight *w = &a->layers[0].w_down;
+            CHECK(w->rp == NULL);
+            CHECK(wgllm_huge_pages_available() ? w->copy != NULL : w->copy == NULL);
+            CHECK(a->tok_embd.copy == NULL && b->layers[0].w_down.copy == NULL);
+            if (w->copy) CHECK(wgllm_model_repacked_bytes(a) >= (uint64_t)w->row_size * (uint64_t)w->ne1);
+            CHECK(!memcmp(la, lb, sizeof(float) * 2 * (size_t)V));
+            free(la);
+            free(lb);
+        }
+        wgllm_model_free(a);
+        wgllm_model_free(b);
+    }
+}
+
 TEST(repacked_experts_give_the_file_layouts_bits) {
     static const uint32_t types[] = {WGLLM_TYPE_Q8_0, WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1};
     for (int ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
@@ -954,6 +988,7 @@ int main(void) {
         RUN(bad_files_give_named_errors);
         RUN(detokenizer_never_splits_utf8);
         RUN(cpu_repack_made_once_by_the_first_cpu_context);
+        RUN(plain_copies_give_the_file_layouts_bits);
         remove(q8_path);
     } else {
         test_failed++;

@@ -5,6 +5,9 @@
 #include "base/base.h"
 
 #include <pthread.h>
+#if defined(__linux__) && !defined(__EMSCRIPTEN__)
+#include <sys/mman.h>
+#endif
 #include <time.h>
 
 static const char *const status_names[] = {
@@ -97,6 +100,43 @@ void *wgllm_alloc_aligned(size_t size) {
     if (posix_memalign(&p, 64, WGLLM_PAD(size, 64)) != 0) return NULL;
     memset(p, 0, size);
     return p;
+}
+
+#if defined(__linux__) && !defined(__EMSCRIPTEN__)
+static bool huge_avail;
+static pthread_once_t huge_once = PTHREAD_ONCE_INIT;
+static void huge_probe(void) {
+    const char *no = getenv("WGLLM_NO_HUGEPAGE");
+    FILE *f = no && strcmp(no, "0") ? NULL : fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        char line[128] = "";
+        huge_avail = fgets(line, sizeof line, f) && !strstr(line, "[never]");
+        fclose(f);
+    }
+}
+#endif
+
+bool wgllm_huge_pages_available(void) {
+#if defined(__linux__) && !defined(__EMSCRIPTEN__)
+    pthread_once(&huge_once, huge_probe);
+    return huge_avail;
+#else
+    return false;
+#endif
+}
+
+void *wgllm_alloc_large(size_t size) {
+#if defined(__linux__) && !defined(__EMSCRIPTEN__)
+    const size_t huge = (size_t)2 << 20;
+    if (size >= huge && size <= SIZE_MAX - huge && wgllm_huge_pages_available()) {
+        void *p = NULL;
+        if (posix_memalign(&p, huge, WGLLM_PAD(size, huge)) != 0) return NULL;
+        (void)madvise(p, WGLLM_PAD(size, huge), MADV_HUGEPAGE); /* only a hint: 4 KiB pages if refused */
+        memset(p, 0, size);
+        return p;
+    }
+#endif
+    return wgllm_alloc_aligned(size);
 }
 
 void wgllm_free_aligned(void *p) { free(p); }

@@ -477,6 +477,8 @@ static void free_repacked(struct wgllm_weight *w) {
         free(w->rp);
         w->rp = NULL;
     }
+    wgllm_free_aligned(w->copy);
+    w->copy = NULL;
 }
 
 int wgllm_model_matrices(struct wgllm_model *m, struct wgllm_weight **out, int cap) {

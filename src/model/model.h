@@ -151,6 +151,11 @@ struct wgllm_weight {
      * CPU backend's init makes it), else NULL; owned by the
      * model. Set under cpu_mu before any CPU context reads it. */
     struct wgllm_repacked *rp;
+    /* The file's rows copied into anonymous memory on huge pages when this CPU
+     * has no repacked kernel for them (backend/cpu/matmul.c says when), else
+     * NULL; owned by the model, set like rp. The CPU reads them from here:
+     * a decode streams every matrix, and 4 KiB pages cost it 5-15%. */
+    void *copy;
 };
 
 /* Vectors (norm weights, biases) are converted to f32 at load, whatever

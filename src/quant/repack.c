@@ -191,7 +191,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
     if (wgllm_mul_overflow(panel, (uint64_t)(ne1 / WGLLM_REPACK_ROWS), &size) || size > SIZE_MAX)
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED, "repack: %lld x %lld matrix too large",
                                (long long)ne0, (long long)ne1);
-    uint8_t *data = wgllm_alloc_aligned((size_t)size);
+    uint8_t *data = wgllm_alloc_large((size_t)size);
     if (!data)
         return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "repack: cannot allocate %llu bytes",
                                (unsigned long long)size);

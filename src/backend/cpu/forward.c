@@ -160,6 +160,7 @@ static struct wgllm_weight expert_view(const struct wgllm_weight *w, int e, stru
     struct wgllm_weight v = *w;
     v.ne1 = w->ne1 / w->n_expert;
     v.data = (const char *)w->data + (size_t)e * (size_t)v.ne1 * w->row_size;
+    v.copy = w->copy ? (char *)w->copy + (size_t)e * (size_t)v.ne1 * w->row_size : NULL;
     v.rp = NULL;
     if (w->rp) {
         *rp = wgllm_repacked_rows(w->rp, (int64_t)e * v.ne1, v.ne1);

@@ -41,7 +41,7 @@ static void matmul_rows(const struct wgllm_weight *w, struct wgllm_cpu_act x, in
                         int64_t r1, bool accumulate, const float *bias) {
     const struct wgllm_type_traits *tt = wgllm_type_traits(w->type);
     const wgllm_vec_dot_fn dot = tt->vec_dot;
-    const char *wd = w->data;
+    const char *wd = w->copy ? w->copy : w->data;
     enum { RB = 16, TB = 8 };
     /* Several tokens: each weight block is unpacked once per tile of TB
      * tokens (bit-identical to vec_dot, so prompt == token by token). */
@@ -91,7 +91,8 @@ void wgllm_cpu_matmul_range(const struct wgllm_weight *w, struct wgllm_cpu_act x
         /* float weights: the tiled GEMM for a mat-vec too, so that a prompt
          * and its tokens one by one give the same bits */
         const wgllm_gemm_fn gemm = wgllm_gemm_kernel(w->type, NULL);
-        if (!gemm || !gemm(w->type, w->ne0, (const char *)w->data + (size_t)r0 * w->row_size, w->row_size, r1 - r0,
+        const char *wd = w->copy ? w->copy : w->data;
+        if (!gemm || !gemm(w->type, w->ne0, wd + (size_t)r0 * w->row_size, w->row_size, r1 - r0,
                            x.data, x.stride, n, y + r0, ldy, accumulate)) {
             matmul_rows(w, x, n, y, ldy, r0, r1, accumulate, bias);
             return;
@@ -120,30 +121,50 @@ static bool repackable(const struct wgllm_weight *w) {
     return wgllm_repack_supported(w->type, w->ne0, w->ne1);
 }
 
-/* Experts are repacked as llama.cpp's CPU backend repacks them (its
- * MUL_MAT_ID kernels read only the repacked layout): a decode reads a few
- * experts' rows, as fast as a dense matrix's then. The copy is anonymous
- * memory where the file's pages could be evicted and read again, so a model
- * whose repacked matrices would take more than half of this machine's
- * memory keeps its experts in the file's layout; so does the wasm build,
- * whose file is already a copy in its heap. */
-static bool repack_experts(const struct wgllm_model *m, struct wgllm_weight *const *mats, int n) {
-    (void)m;
+/* The copies below are anonymous memory where the file's pages could be
+ * evicted and read again: a model whose copies would take more than half of
+ * this machine's memory keeps those matrices in the file's layout. Not in the
+ * wasm build, whose file is already a copy in its heap. */
+static bool fits_half_memory(uint64_t bytes) {
 #if defined(__EMSCRIPTEN__)
-    (void)mats, (void)n;
+    (void)bytes;
     return false;
 #else
-    uint64_t total = 0;
-    for (int i = 0; i < n; i++)
-        if (repackable(mats[i])) total += mats[i]->row_size * (uint64_t)mats[i]->ne1;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages <= 0 || page <= 0 || total <= (uint64_t)pages * (uint64_t)page / 2;
+    return pages <= 0 || page <= 0 || bytes <= (uint64_t)pages * (uint64_t)page / 2;
 #endif
 }
 
+/* Experts are repacked as llama.cpp's CPU backend repacks them (its
+ * MUL_MAT_ID kernels read only the repacked layout): a decode reads a few
+ * experts' rows, as fast as a dense matrix's then; within half the memory. */
+static bool repack_experts(struct wgllm_weight *const *mats, int n) {
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (repackable(mats[i])) total += mats[i]->row_size * (uint64_t)mats[i]->ne1;
+    return fits_half_memory(total);
+}
+
+/* A matrix with no repacked kernel (F16, BF16, F32, Q2_K, Q3_K, the other
+ * i-quants) is copied as it is into memory on transparent huge pages, where
+ * the kernel lends them (Linux, THP not "never"), so that the decode's stream
+ * of its rows is not one TLB miss per 4 KiB. The file's mapping stays for
+ * token_embd (its rows are looked up per token) and for streamed weights. */
+static bool copy_plain(const struct wgllm_model *m, struct wgllm_weight *const *mats, int n, bool experts) {
+    if (!wgllm_huge_pages_available()) return false;
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const struct wgllm_weight *w = mats[i];
+        if (w->data && w->data != m->tok_embd.data && !(repackable(w) && (w->n_expert == 0 || experts)))
+            total += w->row_size * (uint64_t)w->ne1;
+    }
+    return total > 0 && fits_half_memory(total);
+}
+
 /* Copies the matrices that have a faster kernel into the repacked layout
- * (quant/repack.h); called under m->cpu_mu. A failure frees what was made
- * (no context has seen it), so a later context tries again. */
+ * (quant/repack.h), and the others onto huge pages (copy_plain); called under
+ * m->cpu_mu. A failure frees what was made (no context has seen it), so a
+ * later context tries again. */
 static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_error *err) {
     enum { CAP = 4096 };
     struct wgllm_weight **mats = malloc(CAP * sizeof(*mats));
@@ -151,10 +172,22 @@ static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_erro
     const int n = wgllm_model_matrices(m, mats, CAP);
     enum wgllm_status st = WGLLM_STATUS_OK;
     uint64_t bytes = 0;
-    const bool experts = repack_experts(m, mats, n);
+    const bool experts = repack_experts(mats, n), plain = copy_plain(m, mats, n, experts);
     for (int i = 0; i < n && !st; i++) {
         struct wgllm_weight *w = mats[i];
-        if (!repackable(w) || (w->n_expert > 0 && !experts)) continue;
+        if (!repackable(w) || (w->n_expert > 0 && !experts)) {
+            if (!plain || !w->data || w->data == m->tok_embd.data) continue;
+            const size_t size = w->row_size * (size_t)w->ne1;
+            if (!(w->copy = wgllm_alloc_large(size))) {
+                st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory copying '%s' (%zu bytes)",
+                                     w->name, size);
+                break;
+            }
+            memcpy(w->copy, w->data, size);
+            bytes += size;
+            wgllm_model_release_pages(m, w);
+            continue;
+        }
         if (!(w->rp = calloc(1, sizeof(*w->rp)))) {
             st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
             break;
@@ -165,12 +198,15 @@ static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_erro
         if (w->data != m->tok_embd.data) wgllm_model_release_pages(m, w);
     }
     if (st) { /* the released pages fault back in from the file */
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
             if (mats[i]->rp) {
                 wgllm_repacked_free(mats[i]->rp);
                 free(mats[i]->rp);
                 mats[i]->rp = NULL;
             }
+            wgllm_free_aligned(mats[i]->copy);
+            mats[i]->copy = NULL;
+        }
     } else {
         m->repacked_bytes = bytes;
     }
