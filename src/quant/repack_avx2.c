@@ -100,140 +100,176 @@ static ALWAYS_INLINE void store_half(const __m256 *acc, int T, float *y, int ldy
  *     times the Q8_1 block's s as a second FMA.
  * The integer sums are exact, so the floats are the reference's. */
 enum { NIB_Q4_0, NIB_IQ4_NL, NIB_Q5_0, NIB_Q4_1, NIB_Q5_1 };
-static ALWAYS_INLINE void half_nib(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
-                                   const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate, int kind) {
+static ALWAYS_INLINE void half_nib(const uint8_t *pd, size_t sb, int64_t nb, int h0, int NH, const char *x,
+                                   size_t xs, const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate,
+                                   int kind) {
     const __m256i mask = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16), ones = _mm256_set1_epi16(1);
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
     const bool five = kind == NIB_Q5_0 || kind == NIB_Q5_1, min = kind == NIB_Q4_1 || kind == NIB_Q5_1;
     const bool nl = kind == NIB_IQ4_NL, corr = kind == NIB_Q4_0 || kind == NIB_Q5_0;
     const size_t qb = five ? 320 : 256;
     const uint8_t *mins = pd + wgllm_repack_scale_bytes(nb * 32); /* Q4_1, Q5_1 */
-    __m256 acc[TILE];
+    __m256 acc[2][TILE];
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+        for (int t = 0; t < T; t++) acc[h][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const __m256 ws = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pd + b * 32 + h * 16)));
-        const uint8_t *q = pd + sb + b * qb + h * 32;
+        const uint8_t *q = pd + sb + b * qb + h0 * 32;
         /* fifth bits: those of the high nibbles of vector m at bit 4+m (hb),
          * of the low nibbles moved there too (hb4: bit m << 4) */
-        const __m256i hb = five ? _mm256_load_si256((const __m256i *)(q + 256)) : mask;
-        const __m256i hb4 = _mm256_slli_epi16(hb, 4);
+        __m256i hb[2], hb4[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; h++) {
+            hb[h] = five ? _mm256_load_si256((const __m256i *)(q + 256 + 32 * h)) : mask;
+            hb4[h] = _mm256_slli_epi16(hb[h], 4);
+        }
         const int8_t *a[TILE];
-        __m256i s16[TILE], i32[TILE];
+        __m256i s16[2][TILE], i32[2][TILE];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const char *xt = x + (size_t)t * xs;
             a[t] = min ? ((const wgllm_block_q8_1 *)xt)[b].qs : ((const wgllm_block_q8_0 *)xt)[b].qs;
-            s16[t] = i32[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) s16[h][t] = i32[h][t] = _mm256_setzero_si256();
         }
 #pragma GCC unroll 4
         for (int m = 0; m < 4; m++) {
-            const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * m));
             _mm_prefetch((const char *)(q + 64 * m + PF), _MM_HINT_T0);
-            __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-            if (nl) {
-                lo = _mm256_shuffle_epi8(table, lo);
-                hi = _mm256_shuffle_epi8(table, hi);
-                const __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) {
+                const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * m + 32 * h));
+                __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                if (nl) {
+                    lo = _mm256_shuffle_epi8(table, lo);
+                    hi = _mm256_shuffle_epi8(table, hi);
+                    const __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        const __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast32(a[t] + 4 * m), lo));
+                        const __m256i ph =
+                            _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast32(a[t] + 16 + 4 * m), hi));
+                        i32[h][t] = _mm256_add_epi32(
+                            i32[h][t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones)));
+                    }
+                    continue;
+                }
+                if (five) { /* a set bit (16 << m after the mask) becomes 16 */
+                    const __m256i bit = _mm256_set1_epi8((char)(16 << m));
+                    lo = _mm256_or_si256(lo, _mm256_min_epu8(_mm256_and_si256(hb4[h], bit), sixteen));
+                    hi = _mm256_or_si256(hi, _mm256_min_epu8(_mm256_and_si256(hb[h], bit), sixteen));
+                }
 #pragma GCC unroll 8
                 for (int t = 0; t < T; t++) {
-                    const __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast32(a[t] + 4 * m), lo));
-                    const __m256i ph = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast32(a[t] + 16 + 4 * m), hi));
-                    i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones)));
+                    s16[h][t] = _mm256_add_epi16(s16[h][t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 4 * m)));
+                    s16[h][t] = _mm256_add_epi16(s16[h][t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 16 + 4 * m)));
                 }
-                continue;
+                if (five && (m & 1)) {
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        i32[h][t] = _mm256_add_epi32(i32[h][t], _mm256_madd_epi16(s16[h][t], ones));
+                        s16[h][t] = _mm256_setzero_si256();
+                    }
+                }
             }
-            if (five) { /* a set bit (16 << m after the mask) becomes 16 */
-                const __m256i bit = _mm256_set1_epi8((char)(16 << m));
-                lo = _mm256_or_si256(lo, _mm256_min_epu8(_mm256_and_si256(hb4, bit), sixteen));
-                hi = _mm256_or_si256(hi, _mm256_min_epu8(_mm256_and_si256(hb, bit), sixteen));
-            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; h++) {
+            const __m256 ws = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pd + b * 32 + (h0 + h) * 16)));
+            const __m256 wm =
+                min ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(mins + b * 32 + (h0 + h) * 16))) : ws;
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
-                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 4 * m)));
-                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 16 + 4 * m)));
+                if (!nl && !five) i32[h][t] = _mm256_madd_epi16(s16[h][t], ones);
+                if (corr) i32[h][t] = _mm256_add_epi32(i32[h][t], _mm256_set1_epi32(pre->corr[b][t]));
+                const __m256 d = _mm256_mul_ps(ws, _mm256_set1_ps(pre->dx[b][t]));
+                acc[h][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i32[h][t]), acc[h][t]);
+                if (min) acc[h][t] = _mm256_fmadd_ps(wm, _mm256_set1_ps(pre->sx[b][t]), acc[h][t]);
             }
-            if (five && (m & 1)) {
-#pragma GCC unroll 8
-                for (int t = 0; t < T; t++) {
-                    i32[t] = _mm256_add_epi32(i32[t], _mm256_madd_epi16(s16[t], ones));
-                    s16[t] = _mm256_setzero_si256();
-                }
-            }
-        }
-        const __m256 wm = min ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(mins + b * 32 + h * 16))) : ws;
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            if (!nl && !five) i32[t] = _mm256_madd_epi16(s16[t], ones);
-            if (corr) i32[t] = _mm256_add_epi32(i32[t], _mm256_set1_epi32(pre->corr[b][t]));
-            const __m256 d = _mm256_mul_ps(ws, _mm256_set1_ps(pre->dx[b][t]));
-            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i32[t]), acc[t]);
-            if (min) acc[t] = _mm256_fmadd_ps(wm, _mm256_set1_ps(pre->sx[b][t]), acc[t]);
         }
     }
-    store_half(acc, T, y + h * 8, ldy, accumulate);
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++) store_half(acc[h], T, y + (h0 + h) * 8, ldy, accumulate);
 }
-static ALWAYS_INLINE void half_q8_0(const uint8_t *pd, size_t sb, int64_t nb, int h, const char *x, size_t xs,
-                                    const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
+static ALWAYS_INLINE void half_q8_0(const uint8_t *pd, size_t sb, int64_t nb, int h0, int NH, const char *x,
+                                    size_t xs, const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-    __m256 acc[TILE];
+    __m256 acc[2][TILE];
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+        for (int t = 0; t < T; t++) acc[h][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const __m256 ws = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pd + b * 32 + h * 16)));
-        const uint8_t *q = pd + sb + b * 512 + h * 32;
+        const uint8_t *q = pd + sb + b * 512 + h0 * 32;
         const int8_t *a[TILE];
-        __m256i i32[TILE];
+        __m256i i32[2][TILE];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             a[t] = ((const wgllm_block_q8_0 *)(x + (size_t)t * xs))[b].qs;
-            i32[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) i32[h][t] = _mm256_setzero_si256();
         }
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
-            const __m256i sw = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(q + 64 * g)), flip);
             _mm_prefetch((const char *)(q + 64 * g + PF), _MM_HINT_T0);
-            const __m256i aw = _mm256_abs_epi8(sw);
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) {
+                const __m256i sw = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(q + 64 * g + 32 * h)), flip);
+                const __m256i aw = _mm256_abs_epi8(sw);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) {
-                const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(a[t] + 4 * g), sw));
-                i32[t] = _mm256_add_epi32(i32[t], _mm256_madd_epi16(p, ones));
+                for (int t = 0; t < T; t++) {
+                    const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(a[t] + 4 * g), sw));
+                    i32[h][t] = _mm256_add_epi32(i32[h][t], _mm256_madd_epi16(p, ones));
+                }
             }
         }
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; h++) {
+            const __m256 ws = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(pd + b * 32 + (h0 + h) * 16)));
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            const __m256 d = _mm256_mul_ps(ws, _mm256_set1_ps(pre->dx[b][t]));
-            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i32[t]), acc[t]);
+            for (int t = 0; t < T; t++) {
+                const __m256 d = _mm256_mul_ps(ws, _mm256_set1_ps(pre->dx[b][t]));
+                acc[h][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(i32[h][t]), acc[h][t]);
+            }
         }
     }
-    store_half(acc, T, y + h * 8, ldy, accumulate);
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++) store_half(acc[h], T, y + (h0 + h) * 8, ldy, accumulate);
 }
 
 typedef void (*panel_fn)(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs,
                          const struct tile_pre *pre, float *y, int ldy, bool accumulate);
 
-/* One function per format and tile size (the tables below), so that T is a constant inside:
- * a panel is its two 8-row halves. */
-#define PANEL_T(name, half, ...)                                                                              \
+/* One function per format and tile size (the tables below), so that T is a constant inside.
+ * Several tokens: a panel is its two 8-row halves one after the other (the accumulators of
+ * both would not fit the 16 registers). One token (a decode): both halves in one pass, so
+ * each 64-byte line of weights is used whole as it arrives; in two passes the first used
+ * half of each line and the second found the panel in L2 while the memory bus idled
+ * (decode 0.8x the native llama.cpp's bandwidth). */
+#define PANEL_T(name, T, half, ...)                                                                           \
     static void name(const uint8_t *pd, size_t sb, int64_t nb, const char *x, size_t xs, const struct tile_pre *pre, \
                      float *y, int ldy, bool accumulate) {                                                    \
-        half(pd, sb, nb, 0, x, xs, pre, __VA_ARGS__);                                                         \
-        half(pd, sb, nb, 1, x, xs, pre, __VA_ARGS__);                                                         \
+        if (T == 1) {                                                                                         \
+            half(pd, sb, nb, 0, 2, x, xs, pre, T, __VA_ARGS__);                                              \
+            return;                                                                                           \
+        }                                                                                                     \
+        half(pd, sb, nb, 0, 1, x, xs, pre, T, __VA_ARGS__);                                                  \
+        half(pd, sb, nb, 1, 1, x, xs, pre, T, __VA_ARGS__);                                                  \
     }
 #define PANELS_NIB(fmt, kind)                                                                 \
-    PANEL_T(panel_##fmt##_t1, half_nib, 1, y, ldy, accumulate, kind)                          \
-    PANEL_T(panel_##fmt##_t2, half_nib, 2, y, ldy, accumulate, kind)                          \
-    PANEL_T(panel_##fmt##_t3, half_nib, 3, y, ldy, accumulate, kind)                          \
-    PANEL_T(panel_##fmt##_t4, half_nib, 4, y, ldy, accumulate, kind)
+    PANEL_T(panel_##fmt##_t1, 1, half_nib, y, ldy, accumulate, kind)                          \
+    PANEL_T(panel_##fmt##_t2, 2, half_nib, y, ldy, accumulate, kind)                          \
+    PANEL_T(panel_##fmt##_t3, 3, half_nib, y, ldy, accumulate, kind)                          \
+    PANEL_T(panel_##fmt##_t4, 4, half_nib, y, ldy, accumulate, kind)
 PANELS_NIB(q4_0, NIB_Q4_0)
 PANELS_NIB(iq4_nl, NIB_IQ4_NL)
 PANELS_NIB(q5_0, NIB_Q5_0)
 PANELS_NIB(q4_1, NIB_Q4_1)
 PANELS_NIB(q5_1, NIB_Q5_1)
-PANEL_T(panel_q8_0_t1, half_q8_0, 1, y, ldy, accumulate)
-PANEL_T(panel_q8_0_t2, half_q8_0, 2, y, ldy, accumulate)
-PANEL_T(panel_q8_0_t3, half_q8_0, 3, y, ldy, accumulate)
-PANEL_T(panel_q8_0_t4, half_q8_0, 4, y, ldy, accumulate)
+PANEL_T(panel_q8_0_t1, 1, half_q8_0, y, ldy, accumulate)
+PANEL_T(panel_q8_0_t2, 2, half_q8_0, y, ldy, accumulate)
+PANEL_T(panel_q8_0_t3, 3, half_q8_0, y, ldy, accumulate)
+PANEL_T(panel_q8_0_t4, 4, half_q8_0, y, ldy, accumulate)
 
 static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t2, panel_q4_0_t3, panel_q4_0_t4};
 static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
