@@ -289,75 +289,97 @@ static ALWAYS_INLINE __m256i scale_pairs(const uint8_t *p) {
     return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
 }
 
-/* Rows 8h..8h+7 of one Q4_K panel times T tokens. */
-static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h, const char *x, size_t xs,
+/* Rows 8h0.. of NH 8-row halves of one Q4_K panel times T tokens (PANEL_T says why
+ * a decode takes both halves at once). */
+static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h0, int NH, const char *x, size_t xs,
                                     const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
     const size_t rs = WGLLM_REPACK_Q4_K_RECORD, qb = 2048;
-    __m256 acc[TILE];
+    __m256 acc[2][TILE];
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+        for (int t = 0; t < T; t++) acc[h][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = pd + (size_t)b * rs;
         const int8_t *a[TILE];
-        __m256i i32[TILE];
+        __m256i i32[2][TILE];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
-            i32[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) i32[h][t] = _mm256_setzero_si256();
         }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            const __m256i s0 = scale_pairs(rec + qb + (2 * c) * 16 + h * 8);
-            const __m256i s1 = scale_pairs(rec + qb + (2 * c + 1) * 16 + h * 8);
-
-            __m256i lo16[TILE], hi16[TILE];
+            __m256i lo16[2][TILE], hi16[2][TILE];
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++)
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) lo16[t] = hi16[t] = _mm256_setzero_si256();
+                for (int t = 0; t < T; t++) lo16[h][t] = hi16[h][t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int m = 0; m < 8; m++) {
-                const uint8_t *q = rec + wgllm_repack_k45_low(false, c, m) + h * 32;
-                const __m256i v = _mm256_load_si256((const __m256i *)q);
+                const uint8_t *q = rec + wgllm_repack_k45_low(false, c, m) + h0 * 32;
                 _mm_prefetch((const char *)(q + PF), _MM_HINT_T0);
-                const __m256i lo = _mm256_and_si256(v, mask);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+#pragma GCC unroll 2
+                for (int h = 0; h < NH; h++) {
+                    const __m256i v = _mm256_load_si256((const __m256i *)(q + 32 * h));
+                    const __m256i lo = _mm256_and_si256(v, mask);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
 #pragma GCC unroll 8
-                for (int t = 0; t < T; t++) {
-                    lo16[t] = _mm256_add_epi16(lo16[t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 64 * c + 4 * m)));
-                    hi16[t] = _mm256_add_epi16(hi16[t], _mm256_maddubs_epi16(hi, bcast32(a[t] + 64 * c + 32 + 4 * m)));
+                    for (int t = 0; t < T; t++) {
+                        lo16[h][t] =
+                            _mm256_add_epi16(lo16[h][t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 64 * c + 4 * m)));
+                        hi16[h][t] = _mm256_add_epi16(hi16[h][t],
+                                                      _mm256_maddubs_epi16(hi, bcast32(a[t] + 64 * c + 32 + 4 * m)));
+                    }
                 }
             }
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) {
+                const __m256i s0 = scale_pairs(rec + qb + (2 * c) * 16 + (h0 + h) * 8);
+                const __m256i s1 = scale_pairs(rec + qb + (2 * c + 1) * 16 + (h0 + h) * 8);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++)
-                i32[t] = _mm256_add_epi32(i32[t], _mm256_add_epi32(_mm256_madd_epi16(lo16[t], s0),
-                                                                   _mm256_madd_epi16(hi16[t], s1)));
+                for (int t = 0; t < T; t++)
+                    i32[h][t] = _mm256_add_epi32(i32[h][t], _mm256_add_epi32(_mm256_madd_epi16(lo16[h][t], s0),
+                                                                             _mm256_madd_epi16(hi16[h][t], s1)));
+            }
         }
-        __m256i mn[4];
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; h++) {
+            const int hh = h0 + h;
+            __m256i mn[4];
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++)
-            mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + qb + 128 + k * 32 + h * 16)));
-        const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + qb + 256 + h * 16)));
-        const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + qb + 288 + h * 16)));
+            for (int k = 0; k < 4; k++)
+                mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + qb + 128 + k * 32 + hh * 16)));
+            const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + qb + 256 + hh * 16)));
+            const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + qb + 288 + hh * 16)));
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            __m256i m32 = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(pre->bsum2[b][0][t]));
+            for (int t = 0; t < T; t++) {
+                __m256i m32 = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(pre->bsum2[b][0][t]));
 #pragma GCC unroll 4
-            for (int k = 1; k < 4; k++)
-                m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(pre->bsum2[b][k][t])));
-            const __m256 dx = _mm256_set1_ps(pre->dx[b][t]);
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i32[t]), acc[t]);
-            acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(m32), acc[t]);
+                for (int k = 1; k < 4; k++)
+                    m32 = _mm256_add_epi32(m32, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(pre->bsum2[b][k][t])));
+                const __m256 dx = _mm256_set1_ps(pre->dx[b][t]);
+                acc[h][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(i32[h][t]), acc[h][t]);
+                acc[h][t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(m32), acc[h][t]);
+            }
         }
     }
-    store_half(acc, T, y + h * 8, ldy, accumulate);
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++) store_half(acc[h], T, y + (h0 + h) * 8, ldy, accumulate);
 }
 
 
 #define PANEL_K_T(T)                                                                                        \
     static void panel_q4_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
                                 const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {         \
-        half_q4_K(pd, nb, 0, x, xs, pre, T, y, ldy, accumulate);                                            \
-        half_q4_K(pd, nb, 1, x, xs, pre, T, y, ldy, accumulate);                                            \
+        if (T == 1) {                                                                                       \
+            half_q4_K(pd, nb, 0, 2, x, xs, pre, T, y, ldy, accumulate);                                     \
+            return;                                                                                         \
+        }                                                                                                   \
+        half_q4_K(pd, nb, 0, 1, x, xs, pre, T, y, ldy, accumulate);                                         \
+        half_q4_K(pd, nb, 1, 1, x, xs, pre, T, y, ldy, accumulate);                                         \
     }
 PANEL_K_T(1)
 PANEL_K_T(2)
