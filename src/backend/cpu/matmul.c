@@ -42,10 +42,7 @@ static void matmul_rows(const struct wgllm_weight *w, struct wgllm_cpu_act x, in
     const struct wgllm_type_traits *tt = wgllm_type_traits(w->type);
     const wgllm_vec_dot_fn dot = tt->vec_dot;
     const char *wd = w->copy ? w->copy : w->data;
-#ifndef MATMUL_TB
-#define MATMUL_TB 8
-#endif
-    enum { RB = 16, TB = MATMUL_TB };
+    enum { RB = 16, TB = 8 };
     /* Several tokens: each weight block is unpacked once per tile of TB
      * tokens (bit-identical to vec_dot, so prompt == token by token). */
     if (tt->vec_dot_mt && n >= 2) {
