@@ -876,6 +876,24 @@ static void decode_logits(struct wgllm_model *m, float *out, int V) {
     wgllm_context_free(c);
 }
 
+/* The file at path loaded twice and decoded (decode_logits): *a in the CPU's
+ * layouts, *b in the file's (WGLLM_NO_REPACK); their logits (2 V floats each,
+ * malloc'd) in *la, *lb. False (a failed CHECK) when a model did not load. */
+static bool both_layouts(const char *path, int threads, struct wgllm_model **a, struct wgllm_model **b, float **la,
+                         float **lb) {
+    *a = load(path, threads), *b = load(path, threads);
+    *la = *lb = NULL;
+    CHECK(*a && *b);
+    if (!*a || !*b) return false;
+    const int V = wgllm_model_n_vocab(*a);
+    *la = malloc(sizeof(float) * 2 * (size_t)V), *lb = malloc(sizeof(float) * 2 * (size_t)V);
+    decode_logits(*a, *la, V);
+    setenv("WGLLM_NO_REPACK", "1", 1); /* read at a model's first CPU context */
+    decode_logits(*b, *lb, V);
+    unsetenv("WGLLM_NO_REPACK");
+    return true;
+}
+
 /* Matrices with no repacked kernel are copied as they are onto huge pages
  * (matmul.c copy_plain) where the kernel lends them: the same kernels on the
  * same bytes, so the file layout's bits exactly; experts too (expert_view
@@ -887,24 +905,19 @@ TEST(plain_copies_give_the_file_layouts_bits) {
         const char *path = make_model(cases[ci].shape, cases[ci].type);
         CHECK(path != NULL);
         if (!path) continue;
-        struct wgllm_model *a = load(path, 2), *b = load(path, 2);
-        CHECK(a && b);
-        if (a && b) {
+        struct wgllm_model *a, *b;
+        float *la, *lb;
+        if (both_layouts(path, 2, &a, &b, &la, &lb)) {
             const int V = wgllm_model_n_vocab(a);
-            float *la = malloc(sizeof(float) * 2 * (size_t)V), *lb = malloc(sizeof(float) * 2 * (size_t)V);
-            decode_logits(a, la, V);
-            setenv("WGLLM_NO_REPACK", "1", 1); /* read at a model's first CPU context */
-            decode_logits(b, lb, V);
-            unsetenv("WGLLM_NO_REPACK");
             const struct wgllm_weight *w = &a->layers[0].w_down;
             CHECK(w->rp == NULL);
             CHECK(wgllm_huge_pages_available() ? w->copy != NULL : w->copy == NULL);
             CHECK(a->tok_embd.copy == NULL && b->layers[0].w_down.copy == NULL);
             if (w->copy) CHECK(wgllm_model_repacked_bytes(a) >= (uint64_t)w->row_size * (uint64_t)w->ne1);
             CHECK(!memcmp(la, lb, sizeof(float) * 2 * (size_t)V));
-            free(la);
-            free(lb);
         }
+        free(la);
+        free(lb);
         wgllm_model_free(a);
         wgllm_model_free(b);
     }
@@ -916,15 +929,10 @@ TEST(repacked_experts_give_the_file_layouts_bits) {
         const char *path = make_model("tiny-qwen3moe", types[ti]);
         CHECK(path != NULL);
         if (!path) continue;
-        struct wgllm_model *a = load(path, 1), *b = load(path, 1);
-        CHECK(a && b);
-        if (a && b) {
+        struct wgllm_model *a, *b;
+        float *la, *lb;
+        if (both_layouts(path, 1, &a, &b, &la, &lb)) {
             const int V = wgllm_model_n_vocab(a);
-            float *la = malloc(sizeof(float) * 2 * (size_t)V), *lb = malloc(sizeof(float) * 2 * (size_t)V);
-            decode_logits(a, la, V);
-            setenv("WGLLM_NO_REPACK", "1", 1); /* read at a model's first CPU context */
-            decode_logits(b, lb, V);
-            unsetenv("WGLLM_NO_REPACK");
             const struct wgllm_weight *g = &a->layers[0].w_gate;
             const bool supported = wgllm_repack_supported(g->type, g->ne0, g->ne1 / g->n_expert);
             if (!supported) fprintf(stderr, "  %s: no repacked kernel here\n", wgllm_type_name(types[ti]));
