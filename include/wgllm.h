@@ -146,10 +146,13 @@ uint64_t wgllm_model_fingerprint(const struct wgllm_model *model);
  * the number of characters that the full text needs, like snprintf. */
 int wgllm_model_describe(const struct wgllm_model *model, char *buf, size_t size);
 
-/* Bytes of the CPU backend's repacked copies of Q4_0/Q8_0 (on x86-64 also
- * Q4_K, with AVX-512 VNNI Q5_K/Q6_K/IQ4_XS) matrices (made
- * when the model's first CPU context is created; 0 before, or on a CPU
- * without such kernels): memory on top of the mapped weights. */
+/* Bytes of the CPU backend's copies of the weights (made when the model's
+ * first CPU context is created; 0 before): the matrices it has repacked
+ * kernels for (Q4_0/Q8_0, on x86-64 also Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K, with
+ * AVX-512 VNNI Q5_K/Q6_K/IQ4_XS) in their repacked layout, and on Linux with
+ * transparent huge pages the other matrices as they are, on huge pages
+ * (WGLLM_NO_HUGEPAGE=1: not those). Memory on top of the mapped weights,
+ * whose pages of those matrices are given back to the page cache. */
 uint64_t wgllm_model_repacked_size(const struct wgllm_model *model);
 
 /*

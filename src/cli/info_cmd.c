@@ -22,10 +22,11 @@ int wgllm_cli_info(const struct opts *o) {
         int n_ctx = o->ctx > 0 ? o->ctx : (wgllm_model_n_ctx_train(m) < 4096 ? wgllm_model_n_ctx_train(m) : 4096);
         struct wgllm_context *c = wgllm_cli_new_context(m, o, n_ctx);
         if (c) {
-            /* the CPU backend repacks the matrices it has kernels for when its first context is made */
+            /* the CPU backend repacks the matrices it has kernels for (and copies the others onto
+             * huge pages) when its first context is made */
             const uint64_t rp = wgllm_model_repacked_size(m);
             char rps[64] = "";
-            if (rp) snprintf(rps, sizeof rps, " + %.1f MiB repacked for the CPU", rp / 1048576.0);
+            if (rp) snprintf(rps, sizeof rps, " + %.1f MiB copied for the CPU", rp / 1048576.0);
             printf("memory:        %.1f MiB weights (mapped)%s + %.1f MiB context (KV cache for %d tokens and scratch)\n",
                    wgllm_model_size(m) / 1048576.0, rps, wgllm_context_memory(c) / 1048576.0, n_ctx);
             uint64_t full;
