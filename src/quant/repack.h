@@ -156,6 +156,15 @@ static inline size_t wgllm_repack_quant_bytes(uint32_t type) {
 static inline size_t wgllm_repack_scale_bytes(int64_t ne0) { return WGLLM_PAD((size_t)(ne0 / 32) * 32, 64); }
 /* The 32-element formats with a min section (Q8_1 activations). */
 static inline bool wgllm_repack_has_min(uint32_t type) { return type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1; }
+/* An ISA file's panel table for a 32-element format: the tables are named
+ * prefix##q4_0, ..q5_0, ..q4_1, ..q5_1, ..iq4_nl, ..q8_0 in every such file. */
+#define WGLLM_REPACK_PANELS_OF(type, prefix)                                                            \
+    ((type) == WGLLM_TYPE_Q4_0     ? prefix##q4_0                                                          \
+     : (type) == WGLLM_TYPE_Q5_0   ? prefix##q5_0                                                          \
+     : (type) == WGLLM_TYPE_Q4_1   ? prefix##q4_1                                                          \
+     : (type) == WGLLM_TYPE_Q5_1   ? prefix##q5_1                                                          \
+     : (type) == WGLLM_TYPE_IQ4_NL ? prefix##iq4_nl                                                        \
+                                   : prefix##q8_0)
 /* Offset in a panel of the quants (the 32-element formats): after the scales, and the mins. */
 static inline size_t wgllm_repack_quant_offset(uint32_t type, int64_t ne0) {
     return wgllm_repack_scale_bytes(ne0) * (wgllm_repack_has_min(type) ? 2 : 1);

@@ -401,12 +401,7 @@ void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int6
     const int64_t nb = w->ne0 / 32;
     WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_BLOCKS);
     const size_t panel = wgllm_repack_panel_bytes(type, w->ne0), sb = wgllm_repack_quant_offset(type, w->ne0);
-    const panel_fn *fns = type == WGLLM_TYPE_Q4_0     ? panels_q4_0
-                          : type == WGLLM_TYPE_Q5_0   ? panels_q5_0
-                          : type == WGLLM_TYPE_Q4_1   ? panels_q4_1
-                          : type == WGLLM_TYPE_Q5_1   ? panels_q5_1
-                          : type == WGLLM_TYPE_IQ4_NL ? panels_iq4_nl
-                                                      : panels_q8_0;
+    const panel_fn *fns = WGLLM_REPACK_PANELS_OF(type, panels_);
     /* IQ4_NL's and Q8_0's products are signed already (no correction) */
     const int32_t bias = type == WGLLM_TYPE_Q4_0 ? 8 : type == WGLLM_TYPE_Q5_0 ? 16 : 0;
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
