@@ -154,7 +154,7 @@ struct wgllm_weight {
     /* The file's rows copied into anonymous memory on huge pages when this CPU
      * has no repacked kernel for them (backend/cpu/matmul.c says when), else
      * NULL; owned by the model, set like rp. The CPU reads them from here:
-     * a decode streams every matrix, and 4 KiB pages cost it 5-15%. */
+     * a decode streams every matrix, and 4 KiB pages cost it 5-20% (bench/RESULTS.md). */
     void *copy;
 };
 
