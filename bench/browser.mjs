@@ -90,7 +90,12 @@ function treeMemory() {
   return { pss, rss, n };
 }
 
-/** Samples treeMemory() every 100 ms; peak() and mark() (a new phase) read it. */
+/** Samples treeMemory() every 100 ms; mark() (a new phase) and stop() read the
+ * peaks. quiet() stops the periodic samples until the next mark(): one reading
+ * of smaps_rollup over the browser's processes costs ~25 ms of a core, which
+ * at 10 Hz took 25% off the 2-thread wasm decode on a 2-core machine (19.5 ->
+ * 14.7 tok/s), so generation runs unsampled and its memory is read when it
+ * ends (the KV cache and the scratch buffers are allocated by then). */
 function sampler() {
   let cur = { pss: 0, rss: 0, procs: 0 };
   const all = { pss: 0, rss: 0, procs: 0 };
@@ -102,10 +107,18 @@ function sampler() {
       o.procs = Math.max(o.procs, m.n);
     }
   };
-  const timer = setInterval(take, 100);
+  let timer = setInterval(take, 100);
   return {
-    mark() { take(); const p = cur; cur = { pss: 0, rss: 0, procs: 0 }; take(); return p; },
-    stop() { take(); clearInterval(timer); return all; },
+    mark() {
+      take();
+      const p = cur;
+      cur = { pss: 0, rss: 0, procs: 0 };
+      take();
+      if (!timer) timer = setInterval(take, 100);
+      return p;
+    },
+    quiet() { take(); clearInterval(timer); timer = null; },
+    stop() { take(); clearInterval(timer); timer = null; return all; },
   };
 }
 
@@ -192,6 +205,7 @@ async function inBrowser(server, { backend, threads, n, prompt, opfs, timeoutS, 
       }, { model, backend, threads, streamWeights });
       const load = (performance.now() - t0) / 1000;
       const loadPeak = s.mark();
+      s.quiet();
       const r = await page.evaluate(({ prompt, n }) => engine.completions.create({ prompt, max_tokens: n, temperature: 0,
         ignore_eos: true }), { prompt, n });
       await new Promise((r) => setTimeout(r, 300));
@@ -247,6 +261,7 @@ async function inWllama(server, { threads, gpu, n, prompt, timeoutS }) {
       }, { url: `/models/${path.basename(MODEL)}`, threads, gpu });
       const load = (performance.now() - t0) / 1000;
       const loadPeak = s.mark();
+      s.quiet();
       const r = await page.evaluate(({ prompt, n }) => wllama.createCompletion({ prompt, max_tokens: n, temperature: 0,
         ignore_eos: true }), { prompt, n });
       await new Promise((r) => setTimeout(r, 300));
@@ -335,6 +350,7 @@ console.log('| configuration | model MiB | idle MiB | peak load MiB | peak MiB (
 console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
 for (const r of rows) console.log(r);
 console.log('\nidle: the browser with the page open before the load; peak load: during createWorkerEngine; ' +
-            'peak: the whole load + generation (PSS summed over all processes of the browser, sampled every 100 ms); ' +
+            'peak: the whole load + generation (PSS summed over all processes of the browser, sampled every 100 ms during ' +
+            'the load and read once when generation ends: sampling during it would take a core from the threads being timed); ' +
             'peak RSS: RSS summed the same way (counts shared pages once per process), native: max RSS from /usr/bin/time -v.');
 for (const n of notes) console.log(n);

@@ -26,6 +26,7 @@ cd "$(dirname "$0")/.."
 
 MODELS=${WGLLM_BENCH_MODELS:-build/models}
 m="$MODELS/tinyllama-1.1b-q4_0.gguf"
+[ -d web/node_modules/playwright-core ] || bash scripts/deps.sh test
 [ -x build/release/wgllm ] || make -j2
 [ -f web/dist/wgllm.js ] || make wasm
 if [ ! -s "$m" ]; then
