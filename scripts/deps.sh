@@ -66,4 +66,5 @@ npm_ci tools/peer openai
 npm_ci tools/peer @anthropic-ai/sdk
 npm_ci tools/dawn bun-webgpu-linux-x64
 npm_ci web playwright-core
+npm_ci web @yowasp/clang # the relaxed-SIMD kernel module of the wasm build (web/relaxed.mjs)
 exit 0

@@ -25,14 +25,19 @@ EMCC_ENV  := NODE_PATH=/usr/share/nodejs
 WASM_OUT  := build/wasm
 WASM_HAL  ?= browser
 WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/hal_selftest.c web/src/hal_$(WASM_HAL).c
-WASM_JSLIB := web/src/wgllm_web.lib.js $(if $(filter browser,$(WASM_HAL)),web/src/hal_webgpu.lib.js)
+# The relaxed-SIMD kernel module (src/quant/repack_relaxed.c, for one-token
+# Q4_0 products where the browser has relaxed SIMD): Debian's emscripten (LLVM
+# 14) cannot emit it, so web/relaxed.mjs builds it with npm @yowasp/clang (a
+# devDependency of web/) into a JS library that every core links.
+RELAXED_LIB := build/wasm-relaxed/relaxed.lib.js
+WASM_JSLIB := web/src/wgllm_web.lib.js $(RELAXED_LIB) $(if $(filter browser,$(WASM_HAL)),web/src/hal_webgpu.lib.js)
 WASM_OBJ  := $(WASM_SRC:%.c=$(WASM_OUT)/%.o)
 WASM_CFLAGS := -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(WARN) -O2 -msimd128 -pthread -MMD -MP
 WASM_FUNCS := malloc free wgllm_web_load wgllm_web_unload wgllm_web_last_error wgllm_web_model_info \
   wgllm_web_model_arch wgllm_web_openai wgllm_web_job_answer wgllm_web_embed wgllm_web_job_seq wgllm_web_job_done \
   wgllm_web_job_cancel wgllm_web_job_take wgllm_web_job_num wgllm_web_job_text wgllm_web_job_message \
   wgllm_web_job_vec wgllm_web_job_free wgllm_web_load_start wgllm_web_load_done \
-  wgllm_web_load_finish wgllm_web_load_stream_start wgllm_web_load_engine_failed wgllm_web_backend wgllm_web_hal_selftest_start wgllm_web_hal_selftest_done \
+  wgllm_web_load_finish wgllm_web_load_stream_start wgllm_web_load_engine_failed wgllm_web_backend wgllm_web_cpu_features wgllm_web_hal_selftest_start wgllm_web_hal_selftest_done \
   wgllm_web_hal_selftest_report wgllm_web_hal_selftest_free wgllm_web_snapshots wgllm_web_job_blob wgllm_web_route
 WASM_COMMA := ,
 WASM_EXPORTS := $(subst $() ,$(WASM_COMMA),$(strip $(addprefix _,$(WASM_FUNCS))))
@@ -48,6 +53,9 @@ WEB_JS := $(filter-out %.lib.js,$(wildcard web/src/*.js web/src/*.d.ts))
 
 .PHONY: wasm
 wasm: web/dist/wgllm-core.js $(WEB_JS:web/src/%=web/dist/%)
+
+$(RELAXED_LIB): src/quant/repack_relaxed.c src/quant/repack_relaxed.h web/src/relaxed.lib.js web/relaxed.mjs
+	node web/relaxed.mjs $@
 
 $(WASM_OUT)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -114,6 +122,8 @@ WASM_LIB_ST_OBJ := $(filter-out $(WASM_ST_OUT)/web/%,$(WASM_ST_OBJ)) $(WASM_ST_O
 .PHONY: wasm-test
 wasm-test: $(WASM_TEST_JS)
 	@for t in $(WASM_TEST_JS); do echo "node $$t"; node $$t || exit 1; done
+	@# node 20 has relaxed SIMD behind a flag: the same kernels again, now through the relaxed module
+	node --experimental-wasm-relaxed-simd $(WASM_ST_OUT)/tests/wasm/test_repack_wasm.js --relaxed
 
-$(WASM_ST_OUT)/tests/%.js: $(WASM_ST_OUT)/tests/%.o $(WASM_ST_OUT)/tests/test.o $(WASM_LIB_ST_OBJ) tests/wasm/env.js
-	$(EMCC_ENV) $(EMCC) -O2 -msimd128 -sENVIRONMENT=node -sALLOW_MEMORY_GROWTH=1 -sEXIT_RUNTIME=1 -sSINGLE_FILE=1 --pre-js tests/wasm/env.js -o $@ $(filter %.o,$^) -lm
+$(WASM_ST_OUT)/tests/%.js: $(WASM_ST_OUT)/tests/%.o $(WASM_ST_OUT)/tests/test.o $(WASM_LIB_ST_OBJ) tests/wasm/env.js $(RELAXED_LIB)
+	$(EMCC_ENV) $(EMCC) -O2 -msimd128 -sENVIRONMENT=node -sALLOW_MEMORY_GROWTH=1 -sEXIT_RUNTIME=1 -sSINGLE_FILE=1 --pre-js tests/wasm/env.js --js-library $(RELAXED_LIB) -o $@ $(filter %.o,$^) -lm

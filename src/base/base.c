@@ -258,6 +258,15 @@ static void detect_cpu(void) {
     if (cap && (!strcmp(cap, "neon") || !strcmp(cap, "scalar"))) cpu_caps.dotprod = false;
     if (cap && !strcmp(cap, "scalar")) cpu_caps.neon = false;
 }
+#elif defined(__wasm_simd128__)
+/* web/src/relaxed.lib.js: whether this browser validates the relaxed-SIMD
+ * kernel module (every wasm link of the core takes that library). */
+extern int wgllm_relaxed_available(void);
+
+static void detect_cpu(void) {
+    cpu_caps.simd128 = true;
+    cpu_caps.relaxed_simd = wgllm_relaxed_available() != 0;
+}
 #else
 static void detect_cpu(void) {}
 #endif
@@ -272,7 +281,8 @@ static void base_init_once(void) {
         {cpu_caps.avx512f, "AVX512"},         {cpu_caps.avxvnni, "AVX_VNNI"},
         {cpu_caps.avx2, "AVX2"},              {cpu_caps.fma, "FMA"},
         {cpu_caps.f16c, "F16C"},              {cpu_caps.neon, "NEON"},
-        {cpu_caps.dotprod, "DOTPROD"},
+        {cpu_caps.dotprod, "DOTPROD"},     {cpu_caps.relaxed_simd, "RELAXED_SIMD"},
+        {cpu_caps.simd128, "SIMD128"},
     };
     size_t off = 0;
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)

@@ -126,6 +126,7 @@ void wgllm_base_init(void);
 struct wgllm_cpu_caps {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avxvnni, amx_int8;
     bool neon, dotprod;
+    bool simd128, relaxed_simd; /* wasm: relaxed SIMD where the browser validates it (repack_relaxed.c) */
 };
 const struct wgllm_cpu_caps *wgllm_cpu_caps(void);
 

@@ -7,7 +7,9 @@
  * and panel groups (256 rows); odd and even panel counts (one token runs
  * panels in pairs); token counts cross its tiles of 4; sub-ranges of rows,
  * accumulate on and off, activation strides wider than a row. Also: the
- * build dispatches to it.
+ * build dispatches to it. Run twice by `make wasm-test`: one-token Q4_0
+ * products go through the relaxed-SIMD module (repack_relaxed.c) in the run
+ * with node's relaxed SIMD on (--relaxed), through SIMD128 in the other.
  * Built and run under node by `make wasm-test` (web/wasm.mk).
  *
  * WGLLM_BENCH=1 also prints mat-vec GB/s, repacked vs the per-row SIMD128
@@ -41,6 +43,12 @@ static void fill(float *x, int64_t n) {
 
 static bool same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(a)); }
 
+/* When set, every third Q4_0 weight block gets one of these scales: zero,
+ * negative zero, subnormals, the smallest normal, the largest finite ones
+ * (the relaxed module converts fp16 with arithmetic, not the table). */
+static bool special_scales;
+static const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x83FF, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C00, 0x8401};
+
 static int printed; /* mismatches shown, over all cases */
 
 /* One case: a ne1 x ne0 matrix, n tokens at `stride` bytes, rows [r0, r1). */
@@ -53,6 +61,11 @@ static int check_case(uint32_t type, int64_t ne0, int64_t ne1, int n, size_t ext
     for (int64_t r = 0; r < ne1; r++) {
         fill(f, ne0);
         wgllm_type_traits_ref(type)->from_float_ref(f, w + (size_t)r * row, ne0);
+        if (special_scales && type == WGLLM_TYPE_Q4_0)
+            for (int64_t b = r % 3; b < ne0 / 32; b += 3) {
+                wgllm_block_q4_0 *blk = (wgllm_block_q4_0 *)(w + (size_t)r * row) + b;
+                blk->d = specials[(r + b) % (sizeof(specials) / sizeof(specials[0]))];
+            }
     }
     for (int t = 0; t < n; t++) {
         fill(f, ne0);
@@ -99,6 +112,17 @@ TEST(dispatches_to_simd128) {
     CHECK(wgllm_repack_supported(WGLLM_TYPE_Q8_0, 2048, 256));
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_0, 2048, 250));
 }
+
+/* `--relaxed` (the second run of `make wasm-test`, node with relaxed SIMD
+ * on): one-token Q4_0 products must go through the relaxed-SIMD module, so
+ * the cases below test it; without the flag node cannot validate the module
+ * and they test the SIMD128 kernel. */
+static bool want_relaxed;
+
+TEST(relaxed_module_where_it_validates) {
+    CHECK(wgllm_cpu_caps()->relaxed_simd == want_relaxed);
+    CHECK((strstr(wgllm_cpu_features(), "RELAXED_SIMD") != NULL) == want_relaxed);
+}
 #endif
 
 TEST(bit_identical_to_vec_dot) {
@@ -120,6 +144,16 @@ TEST(bit_identical_to_vec_dot) {
     bad += check_case(WGLLM_TYPE_Q4_0, 5632, 16 * 18, 4, 0, 0, 16 * 18, false);
     bad += check_case(WGLLM_TYPE_Q4_0, 5632, 16 * 5, 1, 0, 0, 16 * 5, true);
     bad += check_case(WGLLM_TYPE_Q8_0, 5632, 16 * 5, 1, 4, 16, 16 * 5, false);
+    CHECK_EQ_INT(bad, 0);
+}
+
+TEST(special_scales_bit_identical) {
+    special_scales = true;
+    int bad = 0;
+    bad += check_case(WGLLM_TYPE_Q4_0, 256, 16 * 7, 1, 0, 0, 16 * 7, false);
+    bad += check_case(WGLLM_TYPE_Q4_0, 2048, 16 * 4, 1, 4, 16, 16 * 4, true);
+    bad += check_case(WGLLM_TYPE_Q4_0, 256, 16 * 3, 3, 0, 0, 16 * 3, false);
+    special_scales = false;
     CHECK_EQ_INT(bad, 0);
 }
 
@@ -159,8 +193,8 @@ static void bench(void) {
             best[1] = fmin(best[1], now_s() - t0);
         }
         const double gb = (double)row * NE1 / 1e9;
-        printf("bench %-5s mat-vec %dx%d: repacked simd128 %6.2f GB/s   per-row vec_dot %6.2f GB/s   (x%.2f)\n",
-               wgllm_type_name(type), NE1, NE0, gb / best[0], gb / best[1], best[1] / best[0]);
+        printf("bench %-5s mat-vec %dx%d: repacked %s %6.2f GB/s   per-row vec_dot %6.2f GB/s   (x%.2f)\n",
+               wgllm_type_name(type), NE1, NE0, type == WGLLM_TYPE_Q4_0 && wgllm_cpu_caps()->relaxed_simd ? "relaxed" : "simd128", gb / best[0], gb / best[1], best[1] / best[0]);
         wgllm_repacked_free(&rp);
         free(w);
         free(x);
@@ -169,12 +203,17 @@ static void bench(void) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     wgllm_quant_init();
 #ifdef __wasm_simd128__
+    want_relaxed = argc > 1 && !strcmp(argv[1], "--relaxed");
     RUN(dispatches_to_simd128);
+    RUN(relaxed_module_where_it_validates);
+#else
+    (void)argc, (void)argv;
 #endif
     RUN(bit_identical_to_vec_dot);
+    RUN(special_scales_bit_identical);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();
     return test_summary("test_repack_wasm (wasm)");

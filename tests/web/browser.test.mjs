@@ -30,10 +30,10 @@ const pageErrors = [];
 // kernels 'scalar' (WGLLM_CPU) runs the portable kernels that the wasm build
 // has: bit-identical logits. The x86 SIMD kernels sum in another order, and on
 // random synthetic weights a near-tie flips the argmax after ~14 tokens.
-function nativeText(prompt, n, kernels) {
+function nativeText(prompt, n, kernels, model = MODEL) {
   const env = { ...process.env };
   if (kernels) env.WGLLM_CPU = kernels; else delete env.WGLLM_CPU;
-  const out = execFileSync(WGLLM, ['run', '-m', path.join(MODELS, MODEL), '-p', prompt, '-n', String(n), '-t', '1', '--ignore-eos'],
+  const out = execFileSync(WGLLM, ['run', '-m', path.join(MODELS, model), '-p', prompt, '-n', String(n), '-t', '1', '--ignore-eos'],
     { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 30000, env });
   assert.ok(out.startsWith(prompt), `native output starts with the prompt: ${JSON.stringify(out)}`);
   return out.slice(prompt.length).replace(/\n$/, '');
@@ -85,6 +85,26 @@ test('greedy completion equals the native wgllm run', { timeout: 60000 }, async 
   assert.equal(r.choices[0].finish_reason, 'length');
   assert.equal(r.usage.completion_tokens, 8);
   assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 8);
+});
+
+// One-token Q4_0 products run in the relaxed-SIMD kernel module where the
+// browser validates it (Chromium does): the threaded core, two threads, must
+// still give the portable native kernels' text (the module's bits are
+// SIMD128's; tests/wasm/test_repack_wasm.c checks them kernel by kernel).
+test('threaded core, q4_0, 2 threads: relaxed-SIMD products, same text as native', { timeout: 90000 }, async () => {
+  const model = 'tiny-q4_0.gguf';
+  synthModel(model, 'tiny', 'q4_0');
+  const want = nativeText(PROMPT, 24, 'scalar', model);
+  const r = await page.evaluate(async ({ url, prompt }) => {
+    const e = await wgllm.createWorkerEngine({ model: url, nThreads: 2 });
+    const c = await e.completions.create({ prompt, max_tokens: 24, temperature: 0, ignore_eos: true });
+    await e.unload();
+    return { text: c.choices[0].text, info: e.info };
+  }, { url: `/models/${model}`, prompt: PROMPT });
+  assert.equal(r.info.threaded, true);
+  assert.equal(r.info.threads, 2);
+  assert.equal(r.info.relaxed_simd, true, 'Chromium validates the relaxed-SIMD module');
+  assert.equal(r.text, want);
 });
 
 test('streamed completion chunks concatenate to the same text', { timeout: 60000 }, async () => {

@@ -126,6 +126,7 @@ test('the worker engine on a non-isolated page: single-threaded, same text, inte
   }, PROMPT);
   assert.equal(r.info.threaded, false);
   assert.equal(r.info.worker, true);
+  assert.equal(r.info.relaxed_simd, true, 'the single-threaded core uses the relaxed-SIMD module too');
   assert.equal(r.text, want);
   assert.equal(r.finish, 'abort');
   assert.ok(r.chunks >= 10 && r.chunks < 1000, `stopped early: ${r.chunks} chunks`);

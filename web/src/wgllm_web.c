@@ -392,6 +392,9 @@ EMSCRIPTEN_KEEPALIVE struct web_state *wgllm_web_load_finish(struct web_load *l)
 /* What the state runs on and why (wgllm_context_backend's wording). */
 EMSCRIPTEN_KEEPALIVE const char *wgllm_web_backend(struct web_state *st) { return st->backend; }
 
+/* "RELAXED_SIMD SIMD128" or "SIMD128": what the CPU kernels use here. */
+EMSCRIPTEN_KEEPALIVE const char *wgllm_web_cpu_features(void) { return wgllm_cpu_features(); }
+
 EMSCRIPTEN_KEEPALIVE void wgllm_web_unload(struct web_state *st) {
     if (!st) return;
     if (st->eng) wgllm_engine_free(st->eng);

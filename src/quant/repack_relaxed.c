@@ -1,0 +1,111 @@
+/*
+ * repack_relaxed.c - the one-token Q4_0 product over the interleaved layout
+ * (repack.h) with WebAssembly relaxed-SIMD integer dots, as a module of its
+ * own that shares the core's memory.
+ *
+ * Why a module of its own: SIMD128 has no 8-bit dot product, so the SIMD128
+ * kernel of repack_wasm.c spends four extractions, four i16 dots and four
+ * adds on each 16 bytes of weights; i16x8.relaxed_dot_i8x16_i7x16_s (one
+ * pmaddubsw on x86) takes 16 bytes of nibbles against 16 int8 activations at
+ * once: TinyLlama-1.1B Q4_0 decodes ~1.4x faster in Chromium (one thread
+ * 11.4 -> 15.9 tok/s; bench/RESULTS.md). Debian's emscripten (LLVM 14) cannot emit relaxed SIMD, and a core
+ * that contained it would not load where the browser lacks it (Safari,
+ * Firefox today), so this file is built by a current clang (npm
+ * @yowasp/clang, web/relaxed.mjs) into a small module that imports the
+ * core's memory; the core calls it through web/src/relaxed.lib.js where the
+ * browser validates it, and keeps the SIMD128 kernel everywhere else.
+ *
+ * Freestanding: no libc, no stack in linear memory (the module has no
+ * __stack_pointer of its own: it would sit on the core's data), so the
+ * accumulators live in a scratch the caller passes and nothing here takes an
+ * address of a local. web/relaxed.mjs checks that the module imports nothing
+ * but the memory.
+ *
+ * Same bits as the SIMD128 kernel and as vec_dot_q4_0_q8_0 of quant.c: a
+ * row's integer sum of a block is exact either way (the i7 operand is a
+ * nibble, 0..15, so the dots never saturate; sixteen products of at most
+ * 15 x 128 stay below 32768 in the i16 lanes), and the float part is the same
+ * expression in the same order, sumi * dx * dy added block after block,
+ * built with -ffp-contract=off so that no multiply-add is fused.
+ */
+#if defined(__wasm_relaxed_simd__)
+#include "quant/repack_relaxed.h"
+
+#include <wasm_simd128.h>
+
+/* Layout constants of repack.h for Q4_0 (16-row panels of 32-element blocks):
+ * per block, 16 fp16 scales at panel + 32 b and 256 bytes of quants at
+ * panel + sb + 256 b, slice (m, g) of 16 bytes at 64 m + 16 g holding quant
+ * bytes 4m..4m+3 of the four rows of group g. */
+#define PANEL_ROWS 16
+#define Q4_0_QUANT_BYTES 256
+#define Q8_0_BLOCK_BYTES 34 /* fp16 d, then 32 int8 */
+
+/* Four fp16 scales as floats, exactly: the magnitude's bits moved into a
+ * float's place and scaled by 2^112 (exact for normals and subnormals
+ * alike), inf and NaN given the float exponent, the sign put back. */
+static inline v128_t scales4(const uint16_t *s) {
+    const v128_t h = wasm_u32x4_load16x4(s);
+    const v128_t mag = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7FFF)), 13);
+    v128_t f = wasm_f32x4_mul(mag, wasm_f32x4_splat(0x1p112f));
+    const v128_t special = wasm_i32x4_eq(wasm_v128_and(h, wasm_i32x4_splat(0x7C00)), wasm_i32x4_splat(0x7C00));
+    f = wasm_v128_or(f, wasm_v128_and(special, wasm_i32x4_splat(0x7F800000)));
+    return wasm_v128_or(f, wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16));
+}
+
+/* The i16 row sums of one 16-byte slice: lanes 2r and 2r+1 are row r's. */
+static inline v128_t slice(v128_t sum, v128_t v, v128_t alo, v128_t ahi) {
+    const v128_t lo = wasm_v128_and(v, wasm_i8x16_splat(0x0F)), hi = wasm_u8x16_shr(v, 4);
+    return wasm_i16x8_add(sum, wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(alo, lo),
+                                              wasm_i16x8_relaxed_dot_i8x16_i7x16(ahi, hi)));
+}
+
+/* Blocks of n panels (1 or 2) starting at pa into acc (n x 16 floats). */
+static inline void panels(const struct wgllm_relaxed_q4_0_args *p, const uint8_t *pa, int n, float *acc) {
+    const float *dy = (const float *)(uintptr_t)p->dy;
+    const int32_t *corr = (const int32_t *)(uintptr_t)p->corr;
+    const uint8_t *pb = pa + p->panel;
+    for (uint32_t b = 0; b < p->nb; b++) {
+        const int8_t *a = (const int8_t *)(uintptr_t)(p->x + b * Q8_0_BLOCK_BYTES + 2);
+        const uint8_t *qa = pa + p->sb + b * Q4_0_QUANT_BYTES, *qb = pb + p->sb + b * Q4_0_QUANT_BYTES;
+        const v128_t c = wasm_i32x4_splat(corr[b]), d = wasm_f32x4_splat(dy[b]);
+#pragma clang loop unroll(disable)
+        for (int g = 0; g < 4; g++) {
+            v128_t sa = wasm_i16x8_splat(0), sbv = wasm_i16x8_splat(0);
+#pragma clang loop unroll(full)
+            for (int m = 0; m < 4; m++) {
+                const v128_t alo = wasm_v128_load32_splat(a + 4 * m), ahi = wasm_v128_load32_splat(a + 16 + 4 * m);
+                sa = slice(sa, wasm_v128_load(qa + 64 * m + 16 * g), alo, ahi);
+                if (n == 2) sbv = slice(sbv, wasm_v128_load(qb + 64 * m + 16 * g), alo, ahi);
+            }
+            /* sumi * dx * dy, as vec_dot_q4_0_q8_0 */
+            const v128_t ia = wasm_i32x4_add(wasm_i32x4_extadd_pairwise_i16x8(sa), c);
+            const v128_t fa = wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(ia),
+                                                            scales4((const uint16_t *)(pa + b * 32) + 4 * g)), d);
+            wasm_v128_store(acc + 4 * g, wasm_f32x4_add(wasm_v128_load(acc + 4 * g), fa));
+            if (n == 2) {
+                const v128_t ib = wasm_i32x4_add(wasm_i32x4_extadd_pairwise_i16x8(sbv), c);
+                const v128_t fb = wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(ib),
+                                                                scales4((const uint16_t *)(pb + b * 32) + 4 * g)), d);
+                wasm_v128_store(acc + 16 + 4 * g, wasm_f32x4_add(wasm_v128_load(acc + 16 + 4 * g), fb));
+            }
+        }
+    }
+}
+
+/* Two panels at a time (two streams of cache-line misses in flight, as the
+ * SIMD128 kernel), then the odd one; each panel's 16 sums stored to y. */
+__attribute__((export_name("wgllm_relaxed_q4_0_t1"))) void wgllm_relaxed_q4_0_t1(const struct wgllm_relaxed_q4_0_args *p) {
+    float *acc = (float *)(uintptr_t)p->acc, *y = (float *)(uintptr_t)p->y;
+    for (uint32_t i = 0; i < p->np; i += 2) {
+        const int n = p->np - i >= 2 ? 2 : 1;
+        for (int k = 0; k < 32; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
+        panels(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), n, acc);
+        for (int k = 0; k < PANEL_ROWS * n; k += 4) {
+            float *o = y + i * PANEL_ROWS + k;
+            const v128_t v = wasm_v128_load(acc + k);
+            wasm_v128_store(o, p->accumulate ? wasm_f32x4_add(wasm_v128_load(o), v) : v);
+        }
+    }
+}
+#endif

@@ -1,0 +1,28 @@
+/*
+ * repack_relaxed.h - the call between the core (repack_wasm.c) and the
+ * relaxed-SIMD kernel module (repack_relaxed.c, built by another compiler
+ * into a module of its own: web/relaxed.mjs). Freestanding, as that module
+ * is: one struct of 32-bit addresses and counts in the shared memory.
+ */
+#ifndef WGLLM_REPACK_RELAXED_H
+#define WGLLM_REPACK_RELAXED_H
+
+#include <stdint.h>
+
+/* One token against np 16-row Q4_0 panels of the interleaved layout. */
+struct wgllm_relaxed_q4_0_args {
+    uint32_t w;          /* the first panel */
+    uint32_t panel;      /* bytes from one panel to the next */
+    uint32_t sb;         /* bytes of scales at the start of a panel */
+    uint32_t nb;         /* blocks in a row */
+    uint32_t np;         /* panels */
+    uint32_t x;          /* the token's nb wgllm_block_q8_0 */
+    uint32_t dy;         /* nb floats: the token's block scales */
+    uint32_t corr;       /* nb int32: -8 x the sum of a block's activations (the nibbles' offset) */
+    uint32_t table;      /* wgllm_fp16_table */
+    uint32_t acc;        /* scratch of 32 floats, 16-byte aligned */
+    uint32_t y;          /* np x 16 floats out */
+    uint32_t accumulate; /* nonzero: add to y */
+};
+
+#endif
