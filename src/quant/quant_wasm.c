@@ -15,7 +15,8 @@
  *
  * F16 stays on the scalar table lookups: a SIMD128 fp16 -> f32 conversion
  * (bit moves, selects for subnormals and Inf/NaN) ran at a third of their
- * speed under V8 with emscripten 3.1.6's LLVM 14, dot and row alike.
+ * speed under V8 with emscripten 3.1.6's LLVM 14, dot and row alike; but
+ * several F16 rows against one y (the attention) run four rows per pass.
  *
  * Q4_0 and Q8_0 matrices whose shape the interleaved layout takes are
  * multiplied by repack_wasm.c instead (same results, bit for bit); these
@@ -266,6 +267,38 @@ static void vec_dot_q6_K_q8_K_wasm(int64_t n, float *s, const void *vx, const vo
 NR_LOOP(nr_q4_K_wasm, vec_dot_q4_K_q8_K_wasm)
 NR_LOOP(nr_q6_K_wasm, vec_dot_q6_K_q8_K_wasm)
 
+/* ---- F16 rows ------------------------------------------------------------- */
+
+/* F16 rows against one F16 y (the attention: the scores against the cached
+ * keys, the probabilities against each row of V), four rows at a time, one
+ * per lane: each row's sum is the scalar vec_dot_f16's, a float product
+ * promoted to double and added, element after element (the same bits), but
+ * the four rows' chains of double additions overlap instead of each waiting
+ * on its own (the scalar loop is bound by that latency). The fp16 values
+ * still come from the table (see the top). */
+static void nr_f16_wasm(int64_t n, float *s, const void *vx, size_t xs, const void *vy, int nr) {
+    const wgllm_fp16 *y = vy;
+    int r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const wgllm_fp16 *x0 = (const wgllm_fp16 *)((const char *)vx + (size_t)r * xs);
+        const wgllm_fp16 *x1 = (const wgllm_fp16 *)((const char *)x0 + xs), *x2 = (const wgllm_fp16 *)((const char *)x1 + xs),
+                         *x3 = (const wgllm_fp16 *)((const char *)x2 + xs);
+        v128_t a01 = wasm_f64x2_splat(0.0), a23 = wasm_f64x2_splat(0.0);
+        for (int64_t i = 0; i < n; i++) {
+            const v128_t p = wasm_f32x4_mul(wasm_f32x4_make(FP16(x0[i]), FP16(x1[i]), FP16(x2[i]), FP16(x3[i])),
+                                            wasm_f32x4_splat(FP16(y[i])));
+            a01 = wasm_f64x2_add(a01, wasm_f64x2_promote_low_f32x4(p));
+            a23 = wasm_f64x2_add(a23, wasm_f64x2_promote_low_f32x4(wasm_i64x2_shuffle(p, p, 1, 1)));
+        }
+        s[r] = (float)wasm_f64x2_extract_lane(a01, 0);
+        s[r + 1] = (float)wasm_f64x2_extract_lane(a01, 1);
+        s[r + 2] = (float)wasm_f64x2_extract_lane(a23, 0);
+        s[r + 3] = (float)wasm_f64x2_extract_lane(a23, 1);
+    }
+    const wgllm_vec_dot_fn dot = wgllm_type_traits_ref(WGLLM_TYPE_F16)->vec_dot;
+    for (; r < nr; r++) dot(n, s + r, (const char *)vx + (size_t)r * xs, vy);
+}
+
 /* ---- Q8_0 activation quantizer ------------------------------------------ */
 
 /* quant.c's q8_0_from_float: d = amax/127 as fp16, q = x * (127/amax)
@@ -306,6 +339,7 @@ void wgllm_quant_install_wasm(struct wgllm_type_traits *t) {
     t[WGLLM_TYPE_Q4_K].vec_dot_nr = nr_q4_K_wasm;
     t[WGLLM_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K_wasm;
     t[WGLLM_TYPE_Q6_K].vec_dot_nr = nr_q6_K_wasm;
+    t[WGLLM_TYPE_F16].vec_dot_nr = nr_f16_wasm;
 }
 
 #endif

@@ -46,6 +46,7 @@ TEST(kernels_are_installed) {
     CHECK(wgllm_type_traits(WGLLM_TYPE_Q8_0)->from_float != wgllm_type_traits_ref(WGLLM_TYPE_Q8_0)->from_float);
     CHECK(wgllm_type_traits(WGLLM_TYPE_Q4_K)->vec_dot != wgllm_type_traits_ref(WGLLM_TYPE_Q4_K)->vec_dot);
     CHECK(wgllm_type_traits(WGLLM_TYPE_Q6_K)->vec_dot != wgllm_type_traits_ref(WGLLM_TYPE_Q6_K)->vec_dot);
+    CHECK(wgllm_type_traits(WGLLM_TYPE_F16)->vec_dot_nr != wgllm_type_traits_ref(WGLLM_TYPE_F16)->vec_dot_nr);
 }
 #endif
 
@@ -227,6 +228,37 @@ TEST(iquant_dots_bit_identical) {
     CHECK(bad == 0 && checked == 560);
 }
 
+/* Several F16 rows against one y (the attention's scores and its V rows):
+ * vec_dot_nr bit-identical to the reference vec_dot row by row, for row
+ * counts around its passes of four, lengths odd and even, rows wider than
+ * their length (the KV cache's strides), and values from subnormal to the
+ * largest finite ones. */
+TEST(f16_rows_bit_identical) {
+    enum { NMAX = 300, RMAX = 11, STRIDE = NMAX + 5 };
+    static wgllm_fp16 x[RMAX * STRIDE], y[NMAX];
+    const struct wgllm_type_traits *t = wgllm_type_traits(WGLLM_TYPE_F16), *r = wgllm_type_traits_ref(WGLLM_TYPE_F16);
+    const int ns[] = {1, 3, 64, 65, 128, 300};
+    int bad = 0;
+    for (int ni = 0; ni < 6; ni++)
+        for (int nr = 1; nr <= RMAX; nr++) {
+            const int n = ns[ni];
+            for (int i = 0; i < RMAX * STRIDE; i++) {
+                const uint32_t k = rnd() % 16;
+                x[i] = k == 0 ? (wgllm_fp16)(rnd() & 0x83FF) /* subnormal */ : k == 1 ? 0x7BFF : k == 2 ? 0x8000
+                     : wgllm_fp32_to_fp16(rndf() * (k < 8 ? 4.0f : 0.01f));
+            }
+            for (int i = 0; i < n; i++) y[i] = wgllm_fp32_to_fp16(rndf() * (i % 7 == 0 ? 60000.0f : 1.0f));
+            float got[RMAX], want;
+            t->vec_dot_nr(n, got, x, STRIDE * sizeof(wgllm_fp16), y, nr);
+            for (int k = 0; k < nr; k++) {
+                r->vec_dot(n, &want, x + (size_t)k * STRIDE, y);
+                if (!same_bits(got[k], want) && bad++ < 5)
+                    fprintf(stderr, "  f16 n=%d nr=%d row %d: %.9g vs reference %.9g\n", n, nr, k, got[k], want);
+            }
+        }
+    CHECK(bad == 0);
+}
+
 TEST(q8_0_quantizer_bytes_identical) {
     static float x[4096];
     static uint8_t a[4096 * 2], b[4096 * 2];
@@ -316,6 +348,7 @@ int main(void) {
     RUN(k_quant_dots_bit_identical);
     RUN(fp4tq_dots_bit_identical);
     RUN(iquant_dots_bit_identical);
+    RUN(f16_rows_bit_identical);
     RUN(q8_0_quantizer_bytes_identical);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();
