@@ -20,7 +20,7 @@ struct wgllm_relaxed_q4_0_args {
     uint32_t dy;         /* nb floats: the token's block scales */
     uint32_t corr;       /* nb int32: -8 x the sum of a block's activations (the nibbles' offset) */
     uint32_t table;      /* wgllm_fp16_table */
-    uint32_t acc;        /* scratch of 32 floats, 16-byte aligned */
+    uint32_t acc;        /* scratch of 64 floats (4 panels), 16-byte aligned */
     uint32_t y;          /* np x 16 floats out */
     uint32_t accumulate; /* nonzero: add to y */
 };

@@ -288,7 +288,7 @@ static void relaxed_q4_0_t1(const struct wgllm_repacked *w, int64_t p0, int64_t 
     const int64_t nb = w->ne0 / 32;
     float dy[RELAXED_MAX_BLOCKS];
     int32_t corr[RELAXED_MAX_BLOCKS];
-    _Alignas(16) float acc[32];
+    _Alignas(16) float acc[64];
     const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)x;
     for (int64_t b = 0; b < nb; b++) {
         int32_t sum = 0;
