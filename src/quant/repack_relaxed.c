@@ -1,7 +1,8 @@
 /*
- * repack_relaxed.c - the one-token Q4_0 product over the interleaved layout
- * (repack.h) with WebAssembly relaxed-SIMD integer dots, as a module of its
- * own that shares the core's memory.
+ * repack_relaxed.c - the Q4_0 products over the interleaved layout
+ * (repack.h) with WebAssembly relaxed-SIMD integer dots, one token (decode)
+ * and tiles of up to four (a prompt), as a module of its own that shares the
+ * core's memory.
  *
  * Why a module of its own: SIMD128 has no 8-bit dot product, so the SIMD128
  * kernel of repack_wasm.c spends four extractions, four i16 dots and four
@@ -100,18 +101,71 @@ static inline void panels(const struct wgllm_relaxed_q4_0_args *p, const uint8_t
     }
 }
 
-/* NP panels at a time, then the rest; each panel's 16 sums stored to y. */
-__attribute__((export_name("wgllm_relaxed_q4_0_t1"))) void wgllm_relaxed_q4_0_t1(const struct wgllm_relaxed_q4_0_args *p) {
-    float *acc = (float *)(uintptr_t)p->acc, *y = (float *)(uintptr_t)p->y;
-    for (uint32_t i = 0; i < p->np; i += NP) {
-        const int n = p->np - i >= NP ? NP : (int)(p->np - i);
-        for (int k = 0; k < 16 * NP; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
-        panels(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), n, acc);
-        for (int k = 0; k < PANEL_ROWS * n; k += 4) {
-            float *o = y + i * PANEL_ROWS + k;
-            const v128_t v = wasm_v128_load(acc + k);
-            wasm_v128_store(o, p->accumulate ? wasm_f32x4_add(wasm_v128_load(o), v) : v);
+/* One panel against nt tokens (2..4: a prompt's tiles): each slice's
+ * nibbles split once for all the tokens. acc: nt x 16 floats. */
+static inline void panel_tokens(const struct wgllm_relaxed_q4_0_args *p, const uint8_t *pd, int nt, float *acc) {
+    const float *dy = (const float *)(uintptr_t)p->dy;
+    const int32_t *corr = (const int32_t *)(uintptr_t)p->corr;
+    for (uint32_t b = 0; b < p->nb; b++) {
+        const uint8_t *q = pd + p->sb + b * Q4_0_QUANT_BYTES;
+#pragma clang loop unroll(disable)
+        for (int g = 0; g < 4; g++) {
+            v128_t sum[4];
+#pragma clang loop unroll(full)
+            for (int t = 0; t < 4; t++) sum[t] = wasm_i16x8_splat(0);
+#pragma clang loop unroll(full)
+            for (int m = 0; m < 4; m++) {
+                const v128_t v = wasm_v128_load(q + 64 * m + 16 * g);
+                const v128_t lo = wasm_v128_and(v, wasm_i8x16_splat(0x0F)), hi = wasm_u8x16_shr(v, 4);
+#pragma clang loop unroll(full)
+                for (int t = 0; t < 4; t++)
+                    if (t < nt) {
+                        const int8_t *a = (const int8_t *)(uintptr_t)(p->x + t * p->x_stride + b * Q8_0_BLOCK_BYTES + 2);
+                        sum[t] = wasm_i16x8_add(sum[t], wasm_i16x8_add(
+                            wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load32_splat(a + 4 * m), lo),
+                            wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load32_splat(a + 16 + 4 * m), hi)));
+                    }
+            }
+            const v128_t dx = scales4((const uint16_t *)(pd + b * 32) + 4 * g);
+#pragma clang loop unroll(full)
+            for (int t = 0; t < 4; t++)
+                if (t < nt) { /* sumi * dx * dy, as vec_dot_q4_0_q8_0 */
+                    const v128_t i = wasm_i32x4_add(wasm_i32x4_extadd_pairwise_i16x8(sum[t]),
+                                                    wasm_i32x4_splat(corr[t * p->nb + b]));
+                    const v128_t f = wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(i), dx),
+                                                    wasm_f32x4_splat(dy[t * p->nb + b]));
+                    wasm_v128_store(acc + 16 * t + 4 * g, wasm_f32x4_add(wasm_v128_load(acc + 16 * t + 4 * g), f));
+                }
         }
+    }
+}
+
+/* Stores n x 16 sums of acc (consecutive) at o (or adds them). */
+static inline void store(float *o, const float *acc, int n, uint32_t accumulate) {
+    for (int k = 0; k < PANEL_ROWS * n; k += 4) {
+        const v128_t v = wasm_v128_load(acc + k);
+        wasm_v128_store(o + k, accumulate ? wasm_f32x4_add(wasm_v128_load(o + k), v) : v);
+    }
+}
+
+/* One token: NP panels at a time, then the rest. Several tokens: panel by
+ * panel. Each panel's 16 sums per token stored to y. */
+__attribute__((export_name("wgllm_relaxed_q4_0"))) void wgllm_relaxed_q4_0(const struct wgllm_relaxed_q4_0_args *p) {
+    float *acc = (float *)(uintptr_t)p->acc, *y = (float *)(uintptr_t)p->y;
+    const int nt = (int)p->nt;
+    if (nt == 1) {
+        for (uint32_t i = 0; i < p->np; i += NP) {
+            const int n = p->np - i >= NP ? NP : (int)(p->np - i);
+            for (int k = 0; k < 16 * NP; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
+            panels(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), n, acc);
+            store(y + i * PANEL_ROWS, acc, n, p->accumulate);
+        }
+        return;
+    }
+    for (uint32_t i = 0; i < p->np; i++) {
+        for (int k = 0; k < 16 * nt; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
+        panel_tokens(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), nt, acc);
+        for (int t = 0; t < nt; t++) store(y + (uint32_t)t * p->ldy + i * PANEL_ROWS, acc + 16 * t, 1, p->accumulate);
     }
 }
 #endif

@@ -9,19 +9,21 @@
 
 #include <stdint.h>
 
-/* One token against np 16-row Q4_0 panels of the interleaved layout. */
+/* nt tokens (1..4) against np 16-row Q4_0 panels of the interleaved layout. */
 struct wgllm_relaxed_q4_0_args {
     uint32_t w;          /* the first panel */
     uint32_t panel;      /* bytes from one panel to the next */
     uint32_t sb;         /* bytes of scales at the start of a panel */
     uint32_t nb;         /* blocks in a row */
     uint32_t np;         /* panels */
-    uint32_t x;          /* the token's nb wgllm_block_q8_0 */
-    uint32_t dy;         /* nb floats: the token's block scales */
-    uint32_t corr;       /* nb int32: -8 x the sum of a block's activations (the nibbles' offset) */
-    uint32_t table;      /* wgllm_fp16_table */
-    uint32_t acc;        /* scratch of 64 floats (4 panels), 16-byte aligned */
-    uint32_t y;          /* np x 16 floats out */
+    uint32_t nt;         /* tokens, 1..4 */
+    uint32_t x;          /* the first token's nb wgllm_block_q8_0 */
+    uint32_t x_stride;   /* bytes from one token's blocks to the next's */
+    uint32_t dy;         /* nt x nb floats: the tokens' block scales */
+    uint32_t corr;       /* nt x nb int32: -8 x the sum of a block's activations (the nibbles' offset) */
+    uint32_t acc;        /* scratch of 64 floats, 16-byte aligned */
+    uint32_t y;          /* token t's np x 16 floats at byte y + 4 t ldy */
+    uint32_t ldy;        /* floats from one token's outputs to the next's */
     uint32_t accumulate; /* nonzero: add to y */
 };
 

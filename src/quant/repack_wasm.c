@@ -31,8 +31,8 @@
  * wasm has no fused multiply-add, so each operation rounds as the scalar
  * C does. tests/wasm/test_repack_wasm.c checks it under node.
  *
- * One-token Q4_0 products go to the relaxed-SIMD module instead
- * (repack_relaxed.c) where the browser validates it.
+ * Q4_0 products go to the relaxed-SIMD module instead (repack_relaxed.c)
+ * where the browser validates it.
  *
  * Compiled only where __wasm_simd128__ is defined (the native Makefile
  * compiles this file to nothing).
@@ -47,7 +47,7 @@
 /* The relaxed-SIMD kernel module (repack_relaxed.c), through
  * web/src/relaxed.lib.js; wgllm_cpu_caps()->relaxed_simd says whether this
  * browser validates it. */
-extern void wgllm_relaxed_q4_0_t1(const struct wgllm_relaxed_q4_0_args *args);
+extern void wgllm_relaxed_q4_0(const struct wgllm_relaxed_q4_0_args *args);
 
 #define TILE 4   /* tokens that share one unpacked weight slice */
 #define CHUNK 32 /* CHUNK*TILE token-blocks of activations laid out at a time (CHUNK*TILE*272 B of stack) */
@@ -277,41 +277,51 @@ PANEL_T(q8_0, 4)
 static const panel_fn panels_q4_0[TILE + 1] = {NULL, panel_q4_0_t1, panel_q4_0_t2, panel_q4_0_t3, panel_q4_0_t4};
 static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t2, panel_q8_0_t3, panel_q8_0_t4};
 
-/* ---- one token through the relaxed-SIMD module ---------------------------- */
+/* ---- the relaxed-SIMD module ------------------------------------------------ */
 
-#define RELAXED_MAX_BLOCKS 2048 /* ne0 up to 65536: the per-block arrays stay on the stack (16 KiB) */
+#define RELAXED_MAX_BLOCKS 2048 /* token-blocks of a tile: the per-block arrays stay on the stack (16 KiB) */
 
-/* Panels [p0, p1) of a Q4_0 matrix against one token: the token's block
- * scales and offset corrections are laid out here, the products run in the
- * module (same bits as panel2_t1 above: see repack_relaxed.c). */
-static void relaxed_q4_0_t1(const struct wgllm_repacked *w, int64_t p0, int64_t p1, const void *x, float *y, bool accumulate) {
+/* Panels [p0, p1) of a Q4_0 matrix against n tokens, in tiles of up to
+ * TILE: each tile's block scales and offset corrections are laid out here,
+ * the products run in the module (same bits as the SIMD128 kernels above:
+ * see repack_relaxed.c). */
+static void relaxed_q4_0(const struct wgllm_repacked *w, int64_t p0, int64_t p1, const void *x, size_t x_stride, int n,
+                         float *y, int ldy, bool accumulate) {
     const int64_t nb = w->ne0 / 32;
     float dy[RELAXED_MAX_BLOCKS];
     int32_t corr[RELAXED_MAX_BLOCKS];
     _Alignas(16) float acc[64];
-    const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)x;
-    for (int64_t b = 0; b < nb; b++) {
-        int32_t sum = 0;
-        for (int i = 0; i < 32; i++) sum += xb[b].qs[i];
-        corr[b] = -8 * sum;
-        dy[b] = wgllm_fp16_lookup(xb[b].d);
-    }
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
-    const struct wgllm_relaxed_q4_0_args args = {
-        .w = (uint32_t)(uintptr_t)((const uint8_t *)w->data + (size_t)p0 * panel),
-        .panel = (uint32_t)panel,
-        .sb = (uint32_t)wgllm_repack_scale_bytes(w->ne0),
-        .nb = (uint32_t)nb,
-        .np = (uint32_t)(p1 - p0),
-        .x = (uint32_t)(uintptr_t)x,
-        .dy = (uint32_t)(uintptr_t)dy,
-        .corr = (uint32_t)(uintptr_t)corr,
-        .table = (uint32_t)(uintptr_t)wgllm_fp16_table,
-        .acc = (uint32_t)(uintptr_t)acc,
-        .y = (uint32_t)(uintptr_t)(y + p0 * WGLLM_REPACK_ROWS),
-        .accumulate = accumulate,
-    };
-    wgllm_relaxed_q4_0_t1(&args);
+    for (int t0 = 0; t0 < n; t0 += TILE) {
+        const int T = WGLLM_MIN(TILE, n - t0);
+        const char *xt = (const char *)x + (size_t)t0 * x_stride;
+        for (int t = 0; t < T; t++) {
+            const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)(xt + (size_t)t * x_stride);
+            for (int64_t b = 0; b < nb; b++) {
+                int32_t sum = 0;
+                for (int i = 0; i < 32; i++) sum += xb[b].qs[i];
+                corr[t * nb + b] = -8 * sum;
+                dy[t * nb + b] = wgllm_fp16_lookup(xb[b].d);
+            }
+        }
+        const struct wgllm_relaxed_q4_0_args args = {
+            .w = (uint32_t)(uintptr_t)((const uint8_t *)w->data + (size_t)p0 * panel),
+            .panel = (uint32_t)panel,
+            .sb = (uint32_t)wgllm_repack_scale_bytes(w->ne0),
+            .nb = (uint32_t)nb,
+            .np = (uint32_t)(p1 - p0),
+            .nt = (uint32_t)T,
+            .x = (uint32_t)(uintptr_t)xt,
+            .x_stride = (uint32_t)x_stride,
+            .dy = (uint32_t)(uintptr_t)dy,
+            .corr = (uint32_t)(uintptr_t)corr,
+            .acc = (uint32_t)(uintptr_t)acc,
+            .y = (uint32_t)(uintptr_t)(y + (size_t)t0 * ldy + p0 * WGLLM_REPACK_ROWS),
+            .ldy = (uint32_t)ldy,
+            .accumulate = accumulate,
+        };
+        wgllm_relaxed_q4_0(&args);
+    }
 }
 
 /* Token tiles of up to TILE; within one, groups of GROUP panels whose sums
@@ -326,8 +336,8 @@ void wgllm_repacked_matmul_wasm(const struct wgllm_repacked *w, int64_t r0, int6
     const bool q4 = w->type == WGLLM_TYPE_Q4_0;
     const panel_fn *fns = q4 ? panels_q4_0 : panels_q8_0;
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
-    if (q4 && n == 1 && nb <= RELAXED_MAX_BLOCKS && wgllm_cpu_caps()->relaxed_simd) {
-        relaxed_q4_0_t1(w, p0, p1, x, y, accumulate);
+    if (q4 && nb * WGLLM_MIN(n, TILE) <= RELAXED_MAX_BLOCKS && wgllm_cpu_caps()->relaxed_simd) {
+        relaxed_q4_0(w, p0, p1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     struct act_chunk chunk;

@@ -7,7 +7,7 @@
  * and panel groups (256 rows); odd and even panel counts (one token runs
  * panels in pairs); token counts cross its tiles of 4; sub-ranges of rows,
  * accumulate on and off, activation strides wider than a row. Also: the
- * build dispatches to it. Run twice by `make wasm-test`: one-token Q4_0
+ * build dispatches to it. Run twice by `make wasm-test`: the Q4_0
  * products go through the relaxed-SIMD module (repack_relaxed.c) in the run
  * with node's relaxed SIMD on (--relaxed), through SIMD128 in the other.
  * Built and run under node by `make wasm-test` (web/wasm.mk).
@@ -114,7 +114,7 @@ TEST(dispatches_to_simd128) {
 }
 
 /* `--relaxed` (the second run of `make wasm-test`, node with relaxed SIMD
- * on): one-token Q4_0 products must go through the relaxed-SIMD module, so
+ * on): the Q4_0 products must go through the relaxed-SIMD module, so
  * the cases below test it; without the flag node cannot validate the module
  * and they test the SIMD128 kernel. */
 static bool want_relaxed;

@@ -87,7 +87,7 @@ test('greedy completion equals the native wgllm run', { timeout: 60000 }, async 
   assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 8);
 });
 
-// One-token Q4_0 products run in the relaxed-SIMD kernel module where the
+// The Q4_0 products run in the relaxed-SIMD kernel module where the
 // browser validates it (Chromium does): the threaded core, two threads, must
 // still give the portable native kernels' text (the module's bits are
 // SIMD128's; tests/wasm/test_repack_wasm.c checks them kernel by kernel).

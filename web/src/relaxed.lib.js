@@ -27,12 +27,12 @@ mergeInto(LibraryManager.library, {
     }
     return wgllmRelaxed.valid;
   },
-  wgllm_relaxed_q4_0_t1__deps: ['$wgllmRelaxed', 'wgllm_relaxed_available'],
-  wgllm_relaxed_q4_0_t1: function(args) {
+  wgllm_relaxed_q4_0__deps: ['$wgllmRelaxed', 'wgllm_relaxed_available'],
+  wgllm_relaxed_q4_0: function(args) {
     if (!wgllmRelaxed.exports) {
       if (!_wgllm_relaxed_available()) throw new Error('wgllm: relaxed-SIMD kernel called where it does not validate');
       wgllmRelaxed.exports = new WebAssembly.Instance(wgllmRelaxed.module, { env: { memory: wasmMemory } }).exports;
     }
-    wgllmRelaxed.exports.wgllm_relaxed_q4_0_t1(args);
+    wgllmRelaxed.exports.wgllm_relaxed_q4_0(args);
   },
 });

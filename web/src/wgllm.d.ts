@@ -136,8 +136,9 @@ export interface EngineInfo {
   n_layer: number;
   weight_bytes: number;
   simd128: boolean;
-  /** true: one-token Q4_0 products run in a relaxed-SIMD kernel module (i16x8.relaxed_dot_i8x16_i7x16_s;
-   *  ~1.4x the SIMD128 decode), where the browser validates it (Chromium); false: the SIMD128 kernels. */
+  /** true: the Q4_0 products run in a relaxed-SIMD kernel module (i16x8.relaxed_dot_i8x16_i7x16_s;
+   *  ~1.5x the SIMD128 decode, ~2x its prefill), where the browser validates it (Chromium); false: the
+   *  SIMD128 kernels. */
   relaxed_simd: boolean;
   crossOriginIsolated: boolean;
   /** Where the model's bytes came from. */
