@@ -409,7 +409,7 @@ void wgllm_repack_drive_k(const struct wgllm_repacked *w, int64_t r0, int64_t r1
 
 static wgllm_repacked_matmul_fn kernel;
 static const char *kernel_name = "none";
-static bool kernel_k;   /* the kernel takes Q4_K (x86's do; wasm's does not) */
+static bool kernel_k;   /* the kernel takes Q4_K (x86's do; wasm's where it has relaxed SIMD) */
 static bool kernel_k56; /* ... and Q5_K, Q6_K, IQ4_XS (AVX-512's: at 256 bits their repacked
                            products were no faster than the per-row kernels, or slower, so
                            AVX2 CPUs keep those) */
@@ -433,6 +433,7 @@ static void pick_kernel(void) {
 #elif defined(__wasm_simd128__)
     kernel = wgllm_repacked_matmul_wasm;
     kernel_name = "simd128";
+    kernel_k = wgllm_cpu_caps()->relaxed_simd; /* Q4_K: only in the relaxed-SIMD module (repack_relaxed.c) */
 #endif
 }
 

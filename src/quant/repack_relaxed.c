@@ -70,7 +70,7 @@ static inline v128_t slice(v128_t sum, v128_t v, v128_t alo, v128_t ahi) {
 /* Blocks of n panels (1..NP) starting at pa into acc (n x 16 floats); the
  * row groups a rolled loop, so that the NP i16 sums and the activations fit
  * V8's sixteen registers. */
-static inline void panels(const struct wgllm_relaxed_q4_0_args *p, const uint8_t *pa, int n, float *acc) {
+static inline void panels(const struct wgllm_relaxed_args *p, const uint8_t *pa, int n, float *acc) {
     const float *dy = (const float *)(uintptr_t)p->dy;
     const int32_t *corr = (const int32_t *)(uintptr_t)p->corr;
     for (uint32_t b = 0; b < p->nb; b++) {
@@ -103,7 +103,7 @@ static inline void panels(const struct wgllm_relaxed_q4_0_args *p, const uint8_t
 
 /* One panel against nt tokens (2..4: a prompt's tiles): each slice's
  * nibbles split once for all the tokens. acc: nt x 16 floats. */
-static inline void panel_tokens(const struct wgllm_relaxed_q4_0_args *p, const uint8_t *pd, int nt, float *acc) {
+static inline void panel_tokens(const struct wgllm_relaxed_args *p, const uint8_t *pd, int nt, float *acc) {
     const float *dy = (const float *)(uintptr_t)p->dy;
     const int32_t *corr = (const int32_t *)(uintptr_t)p->corr;
     for (uint32_t b = 0; b < p->nb; b++) {
@@ -150,7 +150,7 @@ static inline void store(float *o, const float *acc, int n, uint32_t accumulate)
 
 /* One token: NP panels at a time, then the rest. Several tokens: panel by
  * panel. Each panel's 16 sums per token stored to y. */
-__attribute__((export_name("wgllm_relaxed_q4_0"))) void wgllm_relaxed_q4_0(const struct wgllm_relaxed_q4_0_args *p) {
+__attribute__((export_name("wgllm_relaxed_q4_0"))) void wgllm_relaxed_q4_0(const struct wgllm_relaxed_args *p) {
     float *acc = (float *)(uintptr_t)p->acc, *y = (float *)(uintptr_t)p->y;
     const int nt = (int)p->nt;
     if (nt == 1) {
@@ -165,6 +165,99 @@ __attribute__((export_name("wgllm_relaxed_q4_0"))) void wgllm_relaxed_q4_0(const
     for (uint32_t i = 0; i < p->np; i++) {
         for (int k = 0; k < 16 * nt; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
         panel_tokens(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), nt, acc);
+        for (int t = 0; t < nt; t++) store(y + (uint32_t)t * p->ldy + i * PANEL_ROWS, acc + 16 * t, 1, p->accumulate);
+    }
+}
+
+/* ---- Q4_K ------------------------------------------------------------------ */
+
+/* Record layout of repack.h (Q4_K): 32 quant vectors (c, m) of 64 bytes at
+ * 512 c + 64 m, then the 16 rows' scales per sub-block (bytes), their mins
+ * per sub-block pair (2 bytes a row), d and dmin (fp16). */
+#define Q4_K_RECORD 2368
+#define Q4_K_SCALES 2048
+#define Q4_K_MINS 2176
+#define Q4_K_D 2304
+#define Q4_K_DMIN 2336
+#define Q8_K_BLOCK_BYTES 292 /* float d, 256 int8, 16 int16 bsums */
+
+/* Four rows' byte values (rows 0..3 at s) each twice, as int16 pairs. */
+static inline v128_t byte_pairs(const uint8_t *s) {
+    return wasm_i8x16_shuffle(wasm_v128_load32_zero(s), wasm_i8x16_splat(0), 0, 16, 0, 16, 1, 16, 1, 16, 2, 16, 2, 16,
+                              3, 16, 3, 16);
+}
+
+/* One panel against nt tokens. Per row and super-block, as
+ * vec_dot_q4_K_q8_K: sumi = sum_s scale_s * dot_s and summ = sum_s min_s *
+ * bsum_s, exact (a sub-block's dot, 32 products of at most 15 x 128, is
+ * summed in two i16 lanes of at most 16 products each), then
+ * acc += (d * d_x) * sumi - (dmin * d_x) * summ in floats. */
+static inline void panel_q4_K(const struct wgllm_relaxed_args *p, const uint8_t *pd, int nt, float *acc) {
+    const int16_t *bsum = (const int16_t *)(uintptr_t)p->corr;
+    for (uint32_t b = 0; b < p->nb; b++) {
+        const uint8_t *rec = pd + b * Q4_K_RECORD;
+#pragma clang loop unroll(disable)
+        for (int g = 0; g < 4; g++) {
+            v128_t sumi[4], summ[4];
+#pragma clang loop unroll(full)
+            for (int t = 0; t < 4; t++) sumi[t] = summ[t] = wasm_i32x4_splat(0);
+#pragma clang loop unroll(disable)
+            for (int c = 0; c < 4; c++) {
+                v128_t slo[4], shi[4]; /* sub-blocks 2c and 2c+1 */
+#pragma clang loop unroll(full)
+                for (int t = 0; t < 4; t++) slo[t] = shi[t] = wasm_i16x8_splat(0);
+#pragma clang loop unroll(full)
+                for (int m = 0; m < 8; m++) {
+                    const v128_t v = wasm_v128_load(rec + 512 * c + 64 * m + 16 * g);
+                    const v128_t lo = wasm_v128_and(v, wasm_i8x16_splat(0x0F)), hi = wasm_u8x16_shr(v, 4);
+#pragma clang loop unroll(full)
+                    for (int t = 0; t < 4; t++)
+                        if (t < nt) {
+                            const int8_t *a = (const int8_t *)(uintptr_t)(p->x + t * p->x_stride + b * Q8_K_BLOCK_BYTES + 4);
+                            slo[t] = wasm_i16x8_add(slo[t], wasm_i16x8_relaxed_dot_i8x16_i7x16(
+                                                                wasm_v128_load32_splat(a + 64 * c + 4 * m), lo));
+                            shi[t] = wasm_i16x8_add(shi[t], wasm_i16x8_relaxed_dot_i8x16_i7x16(
+                                                                wasm_v128_load32_splat(a + 64 * c + 32 + 4 * m), hi));
+                        }
+                }
+                const v128_t sclo = byte_pairs(rec + Q4_K_SCALES + 16 * (2 * c) + 4 * g);
+                const v128_t schi = byte_pairs(rec + Q4_K_SCALES + 16 * (2 * c + 1) + 4 * g);
+#pragma clang loop unroll(full)
+                for (int t = 0; t < 4; t++)
+                    if (t < nt)
+                        sumi[t] = wasm_i32x4_add(sumi[t], wasm_i32x4_add(wasm_i32x4_dot_i16x8(slo[t], sclo),
+                                                                         wasm_i32x4_dot_i16x8(shi[t], schi)));
+                /* the mins of sub-blocks 2c, 2c+1 (a pair per row) against their activation sums */
+                const v128_t mins = wasm_u16x8_load8x8(rec + Q4_K_MINS + 32 * c + 8 * g);
+#pragma clang loop unroll(full)
+                for (int t = 0; t < 4; t++)
+                    if (t < nt) {
+                        const v128_t bs = wasm_v128_load32_splat(bsum + ((uint32_t)t * p->nb + b) * 8 + 2 * c);
+                        summ[t] = wasm_i32x4_add(summ[t], wasm_i32x4_dot_i16x8(mins, bs));
+                    }
+            }
+            const v128_t dx = scales4((const uint16_t *)(rec + Q4_K_D) + 4 * g);
+            const v128_t dmx = scales4((const uint16_t *)(rec + Q4_K_DMIN) + 4 * g);
+#pragma clang loop unroll(full)
+            for (int t = 0; t < 4; t++)
+                if (t < nt) {
+                    const v128_t dyt = wasm_v128_load32_splat((const void *)(uintptr_t)(p->x + t * p->x_stride + b * Q8_K_BLOCK_BYTES));
+                    const v128_t d = wasm_f32x4_mul(dx, dyt), dm = wasm_f32x4_mul(dmx, dyt);
+                    const v128_t f = wasm_f32x4_sub(wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi[t])),
+                                                    wasm_f32x4_mul(dm, wasm_f32x4_convert_i32x4(summ[t])));
+                    wasm_v128_store(acc + 16 * t + 4 * g, wasm_f32x4_add(wasm_v128_load(acc + 16 * t + 4 * g), f));
+                }
+        }
+    }
+}
+
+/* Panel by panel, each panel's 16 sums per token stored to y. */
+__attribute__((export_name("wgllm_relaxed_q4_K"))) void wgllm_relaxed_q4_K(const struct wgllm_relaxed_args *p) {
+    float *acc = (float *)(uintptr_t)p->acc, *y = (float *)(uintptr_t)p->y;
+    const int nt = (int)p->nt;
+    for (uint32_t i = 0; i < p->np; i++) {
+        for (int k = 0; k < 16 * nt; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
+        panel_q4_K(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), nt, acc);
         for (int t = 0; t < nt; t++) store(y + (uint32_t)t * p->ldy + i * PANEL_ROWS, acc + 16 * t, 1, p->accumulate);
     }
 }

@@ -39,6 +39,8 @@
  */
 #include "quant/repack.h"
 
+#include "quant/kquants.h"
+
 #if defined(__wasm_simd128__)
 #include "quant/repack_relaxed.h"
 
@@ -47,7 +49,8 @@
 /* The relaxed-SIMD kernel module (repack_relaxed.c), through
  * web/src/relaxed.lib.js; wgllm_cpu_caps()->relaxed_simd says whether this
  * browser validates it. */
-extern void wgllm_relaxed_q4_0(const struct wgllm_relaxed_q4_0_args *args);
+extern void wgllm_relaxed_q4_0(const struct wgllm_relaxed_args *args);
+extern void wgllm_relaxed_q4_K(const struct wgllm_relaxed_args *args);
 
 #define TILE 4   /* tokens that share one unpacked weight slice */
 #define CHUNK 32 /* CHUNK*TILE token-blocks of activations laid out at a time (CHUNK*TILE*272 B of stack) */
@@ -304,7 +307,7 @@ static void relaxed_q4_0(const struct wgllm_repacked *w, int64_t p0, int64_t p1,
                 dy[t * nb + b] = wgllm_fp16_lookup(xb[b].d);
             }
         }
-        const struct wgllm_relaxed_q4_0_args args = {
+        const struct wgllm_relaxed_args args = {
             .w = (uint32_t)(uintptr_t)((const uint8_t *)w->data + (size_t)p0 * panel),
             .panel = (uint32_t)panel,
             .sb = (uint32_t)wgllm_repack_scale_bytes(w->ne0),
@@ -324,12 +327,55 @@ static void relaxed_q4_0(const struct wgllm_repacked *w, int64_t p0, int64_t p1,
     }
 }
 
+/* Panels [p0, p1) of a Q4_K matrix against n tokens (Q8_K activations), in
+ * tiles of up to TILE: each tile's sub-block activation sums (what
+ * vec_dot_q4_K_q8_K adds from bsums) are laid out here, the products run in
+ * the module. Q4_K has no SIMD128 kernel over the layout: the CPU repacks it
+ * only where the module runs (repack.c). */
+static void relaxed_q4_K(const struct wgllm_repacked *w, int64_t p0, int64_t p1, const void *x, size_t x_stride, int n,
+                         float *y, int ldy, bool accumulate) {
+    const int64_t nb = w->ne0 / WGLLM_QK_K;
+    int16_t bsum[TILE * (WGLLM_REPACK_MAX_BLOCKS / 8) * 8]; /* 8 sub-blocks per super-block (ne0 / 256 of them) */
+    _Alignas(16) float acc[64];
+    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
+    for (int t0 = 0; t0 < n; t0 += TILE) {
+        const int T = WGLLM_MIN(TILE, n - t0);
+        const char *xt = (const char *)x + (size_t)t0 * x_stride;
+        for (int t = 0; t < T; t++) {
+            const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(xt + (size_t)t * x_stride);
+            for (int64_t b = 0; b < nb; b++)
+                for (int s = 0; s < 8; s++)
+                    bsum[(t * nb + b) * 8 + s] = (int16_t)(xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
+        }
+        const struct wgllm_relaxed_args args = {
+            .w = (uint32_t)(uintptr_t)((const uint8_t *)w->data + (size_t)p0 * panel),
+            .panel = (uint32_t)panel,
+            .nb = (uint32_t)nb,
+            .np = (uint32_t)(p1 - p0),
+            .nt = (uint32_t)T,
+            .x = (uint32_t)(uintptr_t)xt,
+            .x_stride = (uint32_t)x_stride,
+            .corr = (uint32_t)(uintptr_t)bsum,
+            .acc = (uint32_t)(uintptr_t)acc,
+            .y = (uint32_t)(uintptr_t)(y + (size_t)t0 * ldy + p0 * WGLLM_REPACK_ROWS),
+            .ldy = (uint32_t)ldy,
+            .accumulate = accumulate,
+        };
+        wgllm_relaxed_q4_K(&args);
+    }
+}
+
 /* Token tiles of up to TILE; within one, groups of GROUP panels whose sums
  * stay in acc while the activations are laid out CHUNK blocks at a time (so
  * the stack holds ~40 KiB whatever ne0 is); then each row's sum is stored. */
 void wgllm_repacked_matmul_wasm(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
+    if (w->type == WGLLM_TYPE_Q4_K) {
+        WGLLM_ASSERT(wgllm_cpu_caps()->relaxed_simd);
+        relaxed_q4_K(w, r0 / WGLLM_REPACK_ROWS, r1 / WGLLM_REPACK_ROWS, x, x_stride, n, y, ldy, accumulate);
+        return;
+    }
     WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);
     const int64_t nb = w->ne0 / 32;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), sb = wgllm_repack_scale_bytes(w->ne0);

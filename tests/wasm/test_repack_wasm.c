@@ -54,7 +54,8 @@ static int printed; /* mismatches shown, over all cases */
 /* One case: a ne1 x ne0 matrix, n tokens at `stride` bytes, rows [r0, r1). */
 static int check_case(uint32_t type, int64_t ne0, int64_t ne1, int n, size_t extra, int64_t r0, int64_t r1,
                       bool accumulate) {
-    const size_t row = wgllm_row_size(type, ne0), xrow = wgllm_row_size(WGLLM_TYPE_Q8_0, ne0), stride = xrow + extra;
+    const uint32_t vdt = wgllm_type_traits_ref(type)->vec_dot_type; /* Q8_0, or Q8_K for Q4_K */
+    const size_t row = wgllm_row_size(type, ne0), xrow = wgllm_row_size(vdt, ne0), stride = xrow + extra;
     uint8_t *w = malloc(row * (size_t)ne1), *x = calloc((size_t)n, stride);
     float *f = malloc(sizeof(float) * (size_t)ne0), *y = malloc(sizeof(float) * (size_t)n * ne1),
           *want = malloc(sizeof(float) * (size_t)n * ne1);
@@ -69,7 +70,7 @@ static int check_case(uint32_t type, int64_t ne0, int64_t ne1, int n, size_t ext
     }
     for (int t = 0; t < n; t++) {
         fill(f, ne0);
-        wgllm_type_traits_ref(WGLLM_TYPE_Q8_0)->from_float(f, x + (size_t)t * stride, ne0);
+        wgllm_type_traits_ref(vdt)->from_float(f, x + (size_t)t * stride, ne0);
     }
     for (int64_t i = 0; i < (int64_t)n * ne1; i++) y[i] = want[i] = (float)(rnd() % 7) - 3.0f;
     const wgllm_vec_dot_fn ref = wgllm_type_traits_ref(type)->vec_dot;
@@ -121,6 +122,8 @@ static bool want_relaxed;
 
 TEST(relaxed_module_where_it_validates) {
     CHECK(wgllm_cpu_caps()->relaxed_simd == want_relaxed);
+    /* Q4_K has a kernel over the layout only in the module */
+    CHECK(wgllm_repack_supported(WGLLM_TYPE_Q4_K, 256, 16) == want_relaxed);
     CHECK((strstr(wgllm_cpu_features(), "RELAXED_SIMD") != NULL) == want_relaxed);
 }
 #endif
@@ -144,6 +147,24 @@ TEST(bit_identical_to_vec_dot) {
     bad += check_case(WGLLM_TYPE_Q4_0, 5632, 16 * 18, 4, 0, 0, 16 * 18, false);
     bad += check_case(WGLLM_TYPE_Q4_0, 5632, 16 * 5, 1, 0, 0, 16 * 5, true);
     bad += check_case(WGLLM_TYPE_Q8_0, 5632, 16 * 5, 1, 4, 16, 16 * 5, false);
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* Q4_K (only in the relaxed-SIMD module): one token and tiles, row ranges,
+ * accumulate, strides, 1 to 3 super-blocks and TinyLlama's widths. */
+TEST(q4_K_bit_identical_to_vec_dot) {
+    if (!want_relaxed) {
+        CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_K, 256, 16));
+        return;
+    }
+    int bad = 0;
+    const int ns[] = {1, 2, 3, 4, 5, 9};
+    for (int j = 0; j < 6; j++) {
+        bad += check_case(WGLLM_TYPE_Q4_K, 256, 48, ns[j], (size_t)(j % 3) * 4, 0, 48, (j & 1) != 0);
+        bad += check_case(WGLLM_TYPE_Q4_K, 768, 16 * 5, ns[j], 8, 16, 16 * 4, (j & 1) == 0);
+    }
+    bad += check_case(WGLLM_TYPE_Q4_K, 2048, 16 * 6, 1, 0, 0, 16 * 6, false);
+    bad += check_case(WGLLM_TYPE_Q4_K, 5632, 16 * 3, 4, 0, 0, 16 * 3, true);
     CHECK_EQ_INT(bad, 0);
 }
 
@@ -214,6 +235,9 @@ int main(int argc, char **argv) {
 #endif
     RUN(bit_identical_to_vec_dot);
     RUN(special_scales_bit_identical);
+#ifdef __wasm_simd128__
+    RUN(q4_K_bit_identical_to_vec_dot);
+#endif
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();
     return test_summary("test_repack_wasm (wasm)");

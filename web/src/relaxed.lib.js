@@ -27,12 +27,16 @@ mergeInto(LibraryManager.library, {
     }
     return wgllmRelaxed.valid;
   },
-  wgllm_relaxed_q4_0__deps: ['$wgllmRelaxed', 'wgllm_relaxed_available'],
-  wgllm_relaxed_q4_0: function(args) {
+  $wgllmRelaxedExports__deps: ['$wgllmRelaxed', 'wgllm_relaxed_available'],
+  $wgllmRelaxedExports: function() {
     if (!wgllmRelaxed.exports) {
       if (!_wgllm_relaxed_available()) throw new Error('wgllm: relaxed-SIMD kernel called where it does not validate');
       wgllmRelaxed.exports = new WebAssembly.Instance(wgllmRelaxed.module, { env: { memory: wasmMemory } }).exports;
     }
-    wgllmRelaxed.exports.wgllm_relaxed_q4_0(args);
+    return wgllmRelaxed.exports;
   },
+  wgllm_relaxed_q4_0__deps: ['$wgllmRelaxedExports'],
+  wgllm_relaxed_q4_0: function(args) { wgllmRelaxedExports().wgllm_relaxed_q4_0(args); },
+  wgllm_relaxed_q4_K__deps: ['$wgllmRelaxedExports'],
+  wgllm_relaxed_q4_K: function(args) { wgllmRelaxedExports().wgllm_relaxed_q4_K(args); },
 });
