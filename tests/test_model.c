@@ -961,6 +961,51 @@ TEST(repacked_experts_give_the_file_layouts_bits) {
     }
 }
 
+/* WGLLM_REPACK_BUDGET caps the repacked copies (the wasm heap's budget,
+ * matmul.c): past it the matrices keep the file's layout. Budget 0: none
+ * repacked, the file layout's bits; one matrix's worth: that one and no
+ * more. */
+TEST(a_repack_budget_keeps_the_rest_in_the_file_layout) {
+    const char *path = make_model("tiny", WGLLM_TYPE_Q4_0);
+    CHECK(path != NULL);
+    if (!path) return;
+    struct wgllm_model *ref = load(path, 1), *none = load(path, 1), *one = load(path, 1);
+    CHECK(ref && none && one);
+    if (ref && none && one) {
+        const int V = wgllm_model_n_vocab(ref);
+        float *lr = malloc(sizeof(float) * 2 * (size_t)V), *ln = malloc(sizeof(float) * 2 * (size_t)V),
+              *lo = malloc(sizeof(float) * 2 * (size_t)V);
+        setenv("WGLLM_NO_REPACK", "1", 1);
+        decode_logits(ref, lr, V);
+        unsetenv("WGLLM_NO_REPACK");
+        setenv("WGLLM_REPACK_BUDGET", "0", 1);
+        decode_logits(none, ln, V);
+        const struct wgllm_weight *q = &one->layers[0].wq; /* the first matrix repack_weights meets */
+        char budget[32];
+        snprintf(budget, sizeof(budget), "%llu",
+                 (unsigned long long)(wgllm_repack_panel_bytes(q->type, q->ne0) * (uint64_t)(q->ne1 / WGLLM_REPACK_ROWS)));
+        setenv("WGLLM_REPACK_BUDGET", budget, 1);
+        decode_logits(one, lo, V);
+        unsetenv("WGLLM_REPACK_BUDGET");
+        CHECK(none->layers[0].wq.rp == NULL && none->layers[0].w_down.rp == NULL && none->output.rp == NULL);
+        if (wgllm_repack_supported(q->type, q->ne0, q->ne1)) {
+            CHECK(q->rp != NULL);
+            CHECK(one->layers[0].wk.rp == NULL && one->layers[1].wq.rp == NULL && one->output.rp == NULL);
+        }
+        CHECK(!memcmp(lr, ln, sizeof(float) * 2 * (size_t)V));
+        /* one repacked matrix: its kernel may sum in another order (AVX-512), so close, not equal */
+        double d2 = 0, r2 = 0;
+        for (int i = 0; i < 2 * V; i++) d2 += (double)(lo[i] - lr[i]) * (lo[i] - lr[i]), r2 += (double)lr[i] * lr[i];
+        CHECK(sqrt(d2 / r2) < 1e-3);
+        free(lr);
+        free(ln);
+        free(lo);
+    }
+    wgllm_model_free(ref);
+    wgllm_model_free(none);
+    wgllm_model_free(one);
+}
+
 int main(void) {
     wgllm_base_init();
     wgllm_quant_init();
@@ -969,6 +1014,7 @@ int main(void) {
     const char *q8 = make_model("tiny", WGLLM_TYPE_Q8_0);
     if (q8) q8_path = strcpy(q8_buf, q8);
     RUN(llama_matches_reference);
+    RUN(a_repack_budget_keeps_the_rest_in_the_file_layout);
     RUN(qwen2_matches_reference);
     RUN(qwen3_matches_reference);
     RUN(rope_frequency_factors_match_reference);

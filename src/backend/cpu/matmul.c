@@ -161,6 +161,25 @@ static bool copy_plain(const struct wgllm_model *m, struct wgllm_weight *const *
     return total > 0 && fits_half_memory(total);
 }
 
+/* Bytes the repacked copies may take. In wasm the heap holds the file's
+ * bytes and cannot give part of them back, so each repacked matrix is a
+ * second copy inside the heap's 4 GiB: the copies stop where the heap would
+ * pass 3 GiB, leaving a GiB for the contexts (KV cache, scratch), and the
+ * matrices past that keep the file's layout and its per-row kernels (a 2 GB
+ * Q4_K_M model loads as before, partly repacked). Elsewhere no limit (the
+ * file's pages are released as their copies are made).
+ * WGLLM_REPACK_BUDGET (bytes) sets it anywhere, read at the first CPU context. */
+static uint64_t repack_budget(void) {
+    const char *e = getenv("WGLLM_REPACK_BUDGET");
+    if (e && *e) return strtoull(e, NULL, 10);
+#if defined(__EMSCRIPTEN__)
+    const uint64_t heap = (uint64_t)__builtin_wasm_memory_size(0) * 65536, cap = (uint64_t)3 << 30;
+    return heap < cap ? cap - heap : 0;
+#else
+    return UINT64_MAX;
+#endif
+}
+
 /* Copies the matrices that have a faster kernel into the repacked layout
  * (quant/repack.h), and the others onto huge pages (copy_plain); called under
  * m->cpu_mu. A failure frees what was made (no context has seen it), so a
@@ -173,9 +192,17 @@ static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_erro
     enum wgllm_status st = WGLLM_STATUS_OK;
     uint64_t bytes = 0;
     const bool experts = repack_experts(mats, n), plain = copy_plain(m, mats, n, experts);
+    const uint64_t budget = repack_budget();
+    uint64_t packed = 0;
     for (int i = 0; i < n && !st; i++) {
         struct wgllm_weight *w = mats[i];
-        if (!repackable(w) || (w->n_expert > 0 && !experts)) {
+        const bool pack = repackable(w) && (w->n_expert == 0 || experts);
+        if (pack) {
+            const uint64_t need = wgllm_repack_panel_bytes(w->type, w->ne0) * (uint64_t)(w->ne1 / WGLLM_REPACK_ROWS);
+            if (packed + need > budget) continue; /* the file's layout */
+            packed += need;
+        }
+        if (!pack) {
             if (!plain || !w->data || w->data == m->tok_embd.data) continue;
             const size_t size = w->row_size * (size_t)w->ne1;
             if (!(w->copy = wgllm_alloc_large(size))) {
