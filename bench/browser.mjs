@@ -31,7 +31,7 @@ const { chromium } = require('playwright-core');
 const { startServer } = await import(path.join(root, 'web', 'serve.mjs'));
 
 const arg = (name, def) => {
-  const i = process.argv.indexOf(name);
+  const i = process.argv.lastIndexOf(name); // the last one: bench/browser.sh passes its --model first
   return i > 0 ? process.argv[i + 1] : def;
 };
 const BIN = process.env.WGLLM_BIN || path.join(root, 'build', 'release', 'wgllm');
