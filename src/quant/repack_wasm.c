@@ -284,84 +284,59 @@ static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t
 
 #define RELAXED_MAX_BLOCKS 2048 /* token-blocks of a tile: the per-block arrays stay on the stack (16 KiB) */
 
-/* Panels [p0, p1) of a Q4_0 matrix against n tokens, in tiles of up to
- * TILE: each tile's block scales and offset corrections are laid out here,
- * the products run in the module (same bits as the SIMD128 kernels above:
- * see repack_relaxed.c). */
-static void relaxed_q4_0(const struct wgllm_repacked *w, int64_t p0, int64_t p1, const void *x, size_t x_stride, int n,
-                         float *y, int ldy, bool accumulate) {
-    const int64_t nb = w->ne0 / 32;
+/* Panels [p0, p1) of a Q4_0 or Q4_K matrix against n tokens, in tiles of up
+ * to TILE: what each tile needs of its activations is laid out here (Q4_0:
+ * the block scales and the nibbles' offset corrections; Q4_K: the sub-block
+ * activation sums that vec_dot_q4_K_q8_K adds from bsums), the products run
+ * in the module (same bits as the SIMD128 kernels above and the reference
+ * dots: see repack_relaxed.c). Q4_K has no SIMD128 kernel over the layout:
+ * the CPU repacks it only where the module runs (repack.c). */
+static void relaxed_matmul(const struct wgllm_repacked *w, int64_t p0, int64_t p1, const void *x, size_t x_stride, int n,
+                           float *y, int ldy, bool accumulate) {
+    const bool k = w->type == WGLLM_TYPE_Q4_K;
+    const int64_t nb = w->ne0 / (k ? WGLLM_QK_K : 32);
     float dy[RELAXED_MAX_BLOCKS];
-    int32_t corr[RELAXED_MAX_BLOCKS];
+    union { /* Q4_0: a tile's token-blocks; Q4_K: 8 sub-blocks per super-block (ne0 / 256 of them) */
+        int32_t corr[RELAXED_MAX_BLOCKS];
+        int16_t bsum[TILE * (WGLLM_REPACK_MAX_BLOCKS / 8) * 8];
+    } u;
     _Alignas(16) float acc[64];
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
     for (int t0 = 0; t0 < n; t0 += TILE) {
         const int T = WGLLM_MIN(TILE, n - t0);
         const char *xt = (const char *)x + (size_t)t0 * x_stride;
         for (int t = 0; t < T; t++) {
-            const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)(xt + (size_t)t * x_stride);
+            const char *xr = xt + (size_t)t * x_stride;
             for (int64_t b = 0; b < nb; b++) {
+                if (k) {
+                    const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)xr + b;
+                    for (int s = 0; s < 8; s++) u.bsum[(t * nb + b) * 8 + s] = (int16_t)(xb->bsums[2 * s] + xb->bsums[2 * s + 1]);
+                    continue;
+                }
+                const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)xr + b;
                 int32_t sum = 0;
-                for (int i = 0; i < 32; i++) sum += xb[b].qs[i];
-                corr[t * nb + b] = -8 * sum;
-                dy[t * nb + b] = wgllm_fp16_lookup(xb[b].d);
+                for (int i = 0; i < 32; i++) sum += xb->qs[i];
+                u.corr[t * nb + b] = -8 * sum;
+                dy[t * nb + b] = wgllm_fp16_lookup(xb->d);
             }
         }
         const struct wgllm_relaxed_args args = {
             .w = (uint32_t)(uintptr_t)((const uint8_t *)w->data + (size_t)p0 * panel),
             .panel = (uint32_t)panel,
-            .sb = (uint32_t)wgllm_repack_scale_bytes(w->ne0),
+            .sb = k ? 0 : (uint32_t)wgllm_repack_scale_bytes(w->ne0),
             .nb = (uint32_t)nb,
             .np = (uint32_t)(p1 - p0),
             .nt = (uint32_t)T,
             .x = (uint32_t)(uintptr_t)xt,
             .x_stride = (uint32_t)x_stride,
             .dy = (uint32_t)(uintptr_t)dy,
-            .corr = (uint32_t)(uintptr_t)corr,
+            .corr = (uint32_t)(uintptr_t)(k ? (const void *)u.bsum : (const void *)u.corr),
             .acc = (uint32_t)(uintptr_t)acc,
             .y = (uint32_t)(uintptr_t)(y + (size_t)t0 * ldy + p0 * WGLLM_REPACK_ROWS),
             .ldy = (uint32_t)ldy,
             .accumulate = accumulate,
         };
-        wgllm_relaxed_q4_0(&args);
-    }
-}
-
-/* Panels [p0, p1) of a Q4_K matrix against n tokens (Q8_K activations), in
- * tiles of up to TILE: each tile's sub-block activation sums (what
- * vec_dot_q4_K_q8_K adds from bsums) are laid out here, the products run in
- * the module. Q4_K has no SIMD128 kernel over the layout: the CPU repacks it
- * only where the module runs (repack.c). */
-static void relaxed_q4_K(const struct wgllm_repacked *w, int64_t p0, int64_t p1, const void *x, size_t x_stride, int n,
-                         float *y, int ldy, bool accumulate) {
-    const int64_t nb = w->ne0 / WGLLM_QK_K;
-    int16_t bsum[TILE * (WGLLM_REPACK_MAX_BLOCKS / 8) * 8]; /* 8 sub-blocks per super-block (ne0 / 256 of them) */
-    _Alignas(16) float acc[64];
-    const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0);
-    for (int t0 = 0; t0 < n; t0 += TILE) {
-        const int T = WGLLM_MIN(TILE, n - t0);
-        const char *xt = (const char *)x + (size_t)t0 * x_stride;
-        for (int t = 0; t < T; t++) {
-            const wgllm_block_q8_K *xb = (const wgllm_block_q8_K *)(xt + (size_t)t * x_stride);
-            for (int64_t b = 0; b < nb; b++)
-                for (int s = 0; s < 8; s++)
-                    bsum[(t * nb + b) * 8 + s] = (int16_t)(xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
-        }
-        const struct wgllm_relaxed_args args = {
-            .w = (uint32_t)(uintptr_t)((const uint8_t *)w->data + (size_t)p0 * panel),
-            .panel = (uint32_t)panel,
-            .nb = (uint32_t)nb,
-            .np = (uint32_t)(p1 - p0),
-            .nt = (uint32_t)T,
-            .x = (uint32_t)(uintptr_t)xt,
-            .x_stride = (uint32_t)x_stride,
-            .corr = (uint32_t)(uintptr_t)bsum,
-            .acc = (uint32_t)(uintptr_t)acc,
-            .y = (uint32_t)(uintptr_t)(y + (size_t)t0 * ldy + p0 * WGLLM_REPACK_ROWS),
-            .ldy = (uint32_t)ldy,
-            .accumulate = accumulate,
-        };
-        wgllm_relaxed_q4_K(&args);
+        (k ? wgllm_relaxed_q4_K : wgllm_relaxed_q4_0)(&args);
     }
 }
 
@@ -373,7 +348,7 @@ void wgllm_repacked_matmul_wasm(const struct wgllm_repacked *w, int64_t r0, int6
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
     if (w->type == WGLLM_TYPE_Q4_K) {
         WGLLM_ASSERT(wgllm_cpu_caps()->relaxed_simd);
-        relaxed_q4_K(w, r0 / WGLLM_REPACK_ROWS, r1 / WGLLM_REPACK_ROWS, x, x_stride, n, y, ldy, accumulate);
+        relaxed_matmul(w, r0 / WGLLM_REPACK_ROWS, r1 / WGLLM_REPACK_ROWS, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     WGLLM_ASSERT(w->type == WGLLM_TYPE_Q4_0 || w->type == WGLLM_TYPE_Q8_0);
@@ -383,7 +358,7 @@ void wgllm_repacked_matmul_wasm(const struct wgllm_repacked *w, int64_t r0, int6
     const panel_fn *fns = q4 ? panels_q4_0 : panels_q8_0;
     const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
     if (q4 && nb * WGLLM_MIN(n, TILE) <= RELAXED_MAX_BLOCKS && wgllm_cpu_caps()->relaxed_simd) {
-        relaxed_q4_0(w, p0, p1, x, x_stride, n, y, ldy, accumulate);
+        relaxed_matmul(w, p0, p1, x, x_stride, n, y, ldy, accumulate);
         return;
     }
     struct act_chunk chunk;
