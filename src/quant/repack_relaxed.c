@@ -1,5 +1,5 @@
 /*
- * repack_relaxed.c - the Q4_0 products over the interleaved layout
+ * repack_relaxed.c - the Q4_0 and Q4_K products over the interleaved layout
  * (repack.h) with WebAssembly relaxed-SIMD integer dots, one token (decode)
  * and tiles of up to four (a prompt), as a module of its own that shares the
  * core's memory.
@@ -8,13 +8,14 @@
  * kernel of repack_wasm.c spends four extractions, four i16 dots and four
  * adds on each 16 bytes of weights; i16x8.relaxed_dot_i8x16_i7x16_s (one
  * pmaddubsw on x86) takes 16 bytes of nibbles against 16 int8 activations at
- * once: TinyLlama-1.1B Q4_0 decodes ~1.4x faster in Chromium (one thread
- * 11.4 -> 15.9 tok/s; bench/RESULTS.md). Debian's emscripten (LLVM 14) cannot emit relaxed SIMD, and a core
- * that contained it would not load where the browser lacks it (Safari,
- * Firefox today), so this file is built by a current clang (npm
- * @yowasp/clang, web/relaxed.mjs) into a small module that imports the
- * core's memory; the core calls it through web/src/relaxed.lib.js where the
- * browser validates it, and keeps the SIMD128 kernel everywhere else.
+ * once (TinyLlama-1.1B in Chromium, one thread: Q4_0 decode 11.4 -> 17.2
+ * tok/s, Q4_K_M 7.0 -> 10.5; bench/RESULTS.md). Debian's emscripten (LLVM
+ * 14) cannot emit relaxed SIMD, and a core that contained it would not load
+ * where the browser lacks it (Safari, Firefox today), so this file is built
+ * by a current clang (npm @yowasp/clang, web/relaxed.mjs) into a small
+ * module that imports the core's memory; the core calls it through
+ * web/src/relaxed.lib.js where the browser validates it, and keeps the
+ * SIMD128 kernels everywhere else.
  *
  * Freestanding: no libc, no stack in linear memory (the module has no
  * __stack_pointer of its own: it would sit on the core's data), so the
@@ -22,12 +23,12 @@
  * address of a local. web/relaxed.mjs checks that the module imports nothing
  * but the memory.
  *
- * Same bits as the SIMD128 kernel and as vec_dot_q4_0_q8_0 of quant.c: a
- * row's integer sum of a block is exact either way (the i7 operand is a
- * nibble, 0..15, so the dots never saturate; sixteen products of at most
- * 15 x 128 stay below 32768 in the i16 lanes), and the float part is the same
- * expression in the same order, sumi * dx * dy added block after block,
- * built with -ffp-contract=off so that no multiply-add is fused.
+ * Same bits as the SIMD128 kernel and the reference dots of quant.c and
+ * kquants.c: a row's integer sums are exact (the i7 operand is a nibble,
+ * 0..15, so the dots never saturate, and no i16 lane sums more than sixteen
+ * products of at most 15 x 128), and the float part is the reference's
+ * expression in its order, block after block, built with -ffp-contract=off
+ * so that no multiply-add is fused.
  */
 #if defined(__wasm_relaxed_simd__)
 #include "quant/repack_relaxed.h"
