@@ -8,8 +8,9 @@
 //
 //   node web/relaxed.mjs OUT.lib.js
 //
-// Fails (and writes nothing) if a module imports anything but env.memory: a
-// module with a stack or globals of its own would write over the core's data.
+// Fails (and writes nothing) if a module imports anything but env.memory,
+// has data segments or touches a global (the stack pointer): a stack or data
+// of its own would be laid over the core's data.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -45,15 +46,17 @@ async function build(shared) {
   return linked['k.wasm'];
 }
 
-// The imports, read from the binary's import section: WebAssembly.Module
-// cannot compile it where relaxed SIMD is off (node 20 without its flag).
+// The imports, read from the binary's import section (WebAssembly.Module
+// cannot compile it where relaxed SIMD is off: node 20 without its flag), and
+// the ids of its sections.
 function importsOf(bytes) {
   let i = 8;
-  const names = [];
+  const names = [], sections = [];
   const leb = () => { let r = 0, s = 0, b; do { b = bytes[i++]; r |= (b & 0x7f) << s; s += 7; } while (b & 0x80); return r >>> 0; };
   const str = () => { const n = leb(); const t = Buffer.from(bytes.subarray(i, i + n)).toString(); i += n; return t; };
   while (i < bytes.length) {
     const id = bytes[i++], size = leb(), end = i + size;
+    sections.push(id);
     if (id === 2) {
       for (let n = leb(); n > 0; n--) {
         const m = str(), f = str(), kind = bytes[i++];
@@ -65,7 +68,7 @@ function importsOf(bytes) {
     }
     i = end;
   }
-  return names;
+  return { names, sections };
 }
 
 const mods = {};
@@ -77,9 +80,22 @@ for (const shared of [true, false]) {
     console.error(`web/relaxed.mjs: building the ${shared ? 'shared' : 'plain'} module of src/quant/${src} failed (${e.message})`);
     process.exit(1);
   }
-  const imports = importsOf(bytes);
-  if (imports.length !== 1 || imports[0] !== 'env.memory:2') {
-    console.error(`web/relaxed.mjs: the ${shared ? 'shared' : 'plain'} module imports ${imports.join(', ')}; only env.memory is allowed`);
+  const { names, sections } = importsOf(bytes);
+  if (names.length !== 1 || names[0] !== 'env.memory:2') {
+    console.error(`web/relaxed.mjs: the ${shared ? 'shared' : 'plain'} module imports ${names.join(', ')}; only env.memory is allowed`);
+    process.exit(1);
+  }
+  // Data segments, or a stack in use, would be laid over the core's own
+  // memory. wasm-ld always defines __stack_pointer (global 0, the only one);
+  // the code must never read or write it: no global.get 0 / global.set 0
+  // anywhere, the index in any LEB form (the linker leaves relocated indices
+  // padded to 5 bytes). A conservative scan: an immediate that happens to
+  // hold those bytes fails the build, it cannot let a stack through.
+  const lebZeroAt = (k) => { for (let n = 0; n < 5; n++) { if (bytes[k + n] === 0) return true; if (bytes[k + n] !== 0x80) return false; } return false; };
+  const globalUse = bytes.findIndex((b, k) => (b === 0x23 || b === 0x24) && lebZeroAt(k + 1));
+  if (sections.includes(11) || sections.includes(12) || globalUse >= 0) {
+    console.error(`web/relaxed.mjs: the ${shared ? 'shared' : 'plain'} module has ` +
+      `${globalUse >= 0 ? `a global access at byte ${globalUse} (a stack?)` : 'data segments'}; it may only compute on the core's memory`);
     process.exit(1);
   }
   mods[shared ? 'shared' : 'plain'] = Buffer.from(bytes).toString('base64');
