@@ -35,13 +35,12 @@
 
 #include <wasm_simd128.h>
 
-/* Layout constants of repack.h for Q4_0 (16-row panels of 32-element blocks):
- * per block, 16 fp16 scales at panel + 32 b and 256 bytes of quants at
- * panel + sb + 256 b, slice (m, g) of 16 bytes at 64 m + 16 g holding quant
- * bytes 4m..4m+3 of the four rows of group g. */
-#define PANEL_ROWS 16
-#define Q4_0_QUANT_BYTES 256
-#define Q8_0_BLOCK_BYTES 34 /* fp16 d, then 32 int8 */
+/* Q4_0 (repack.h): per block, the 16 rows' fp16 scales at panel + 32 b and
+ * their quants at panel + sb + 256 b, slice (m, g) of 16 bytes at 64 m + 16 g
+ * holding quant bytes 4m..4m+3 of the four rows of group g. */
+#define PANEL_ROWS WGLLM_RELAXED_ROWS
+#define Q4_0_QUANT_BYTES WGLLM_RELAXED_Q4_0_QUANTS
+#define Q8_0_BLOCK_BYTES WGLLM_RELAXED_Q8_0_BLOCK
 
 /* Four fp16 scales as floats, exactly: the magnitude's bits moved into a
  * float's place and scaled by 2^112 (exact for normals and subnormals
@@ -73,7 +72,7 @@ static inline v128_t slice(v128_t sum, v128_t v, v128_t alo, v128_t ahi) {
  * V8's sixteen registers. */
 static inline void panels(const struct wgllm_relaxed_args *p, const uint8_t *pa, int n, float *acc) {
     const float *dy = (const float *)(uintptr_t)p->dy;
-    const int32_t *corr = (const int32_t *)(uintptr_t)p->corr;
+    const int32_t *corr = (const int32_t *)(uintptr_t)p->sums;
     for (uint32_t b = 0; b < p->nb; b++) {
         const int8_t *a = (const int8_t *)(uintptr_t)(p->x + b * Q8_0_BLOCK_BYTES + 2);
         const uint8_t *q = pa + p->sb + b * Q4_0_QUANT_BYTES;
@@ -106,7 +105,7 @@ static inline void panels(const struct wgllm_relaxed_args *p, const uint8_t *pa,
  * nibbles split once for all the tokens. acc: nt x 16 floats. */
 static inline void panel_tokens(const struct wgllm_relaxed_args *p, const uint8_t *pd, int nt, float *acc) {
     const float *dy = (const float *)(uintptr_t)p->dy;
-    const int32_t *corr = (const int32_t *)(uintptr_t)p->corr;
+    const int32_t *corr = (const int32_t *)(uintptr_t)p->sums;
     for (uint32_t b = 0; b < p->nb; b++) {
         const uint8_t *q = pd + p->sb + b * Q4_0_QUANT_BYTES;
 #pragma clang loop unroll(disable)
@@ -149,24 +148,34 @@ static inline void store(float *o, const float *acc, int n, uint32_t accumulate)
     }
 }
 
-/* One token: NP panels at a time, then the rest. Several tokens: panel by
- * panel. Each panel's 16 sums per token stored to y. */
-__attribute__((export_name("wgllm_relaxed_q4_0"))) void wgllm_relaxed_q4_0(const struct wgllm_relaxed_args *p) {
+/* A panel kernel: one panel against p->nt tokens into acc (nt x 16 floats). */
+typedef void (*panel_fn)(const struct wgllm_relaxed_args *p, const uint8_t *pd, int nt, float *acc);
+
+/* Panel by panel (each kernel is inlined at its call), each panel's 16 sums
+ * per token stored to y. */
+static inline void by_panel(const struct wgllm_relaxed_args *p, panel_fn f) {
     float *acc = (float *)(uintptr_t)p->acc, *y = (float *)(uintptr_t)p->y;
     const int nt = (int)p->nt;
-    if (nt == 1) {
-        for (uint32_t i = 0; i < p->np; i += NP) {
-            const int n = p->np - i >= NP ? NP : (int)(p->np - i);
-            for (int k = 0; k < 16 * NP; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
-            panels(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), n, acc);
-            store(y + i * PANEL_ROWS, acc, n, p->accumulate);
-        }
-        return;
-    }
     for (uint32_t i = 0; i < p->np; i++) {
         for (int k = 0; k < 16 * nt; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
-        panel_tokens(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), nt, acc);
+        f(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), nt, acc);
         for (int t = 0; t < nt; t++) store(y + (uint32_t)t * p->ldy + i * PANEL_ROWS, acc + 16 * t, 1, p->accumulate);
+    }
+}
+
+/* One token: NP panels at a time, then the rest. Several tokens: panel by
+ * panel. */
+__attribute__((export_name("wgllm_relaxed_q4_0"))) void wgllm_relaxed_q4_0(const struct wgllm_relaxed_args *p) {
+    if (p->nt > 1) {
+        by_panel(p, panel_tokens);
+        return;
+    }
+    float *acc = (float *)(uintptr_t)p->acc, *y = (float *)(uintptr_t)p->y;
+    for (uint32_t i = 0; i < p->np; i += NP) {
+        const int n = p->np - i >= NP ? NP : (int)(p->np - i);
+        for (int k = 0; k < 16 * NP; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
+        panels(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), n, acc);
+        store(y + i * PANEL_ROWS, acc, n, p->accumulate);
     }
 }
 
@@ -175,12 +184,12 @@ __attribute__((export_name("wgllm_relaxed_q4_0"))) void wgllm_relaxed_q4_0(const
 /* Record layout of repack.h (Q4_K): 32 quant vectors (c, m) of 64 bytes at
  * 512 c + 64 m, then the 16 rows' scales per sub-block (bytes), their mins
  * per sub-block pair (2 bytes a row), d and dmin (fp16). */
-#define Q4_K_RECORD 2368
-#define Q4_K_SCALES 2048
-#define Q4_K_MINS 2176
-#define Q4_K_D 2304
-#define Q4_K_DMIN 2336
-#define Q8_K_BLOCK_BYTES 292 /* float d, 256 int8, 16 int16 bsums */
+#define Q4_K_RECORD WGLLM_RELAXED_Q4_K_RECORD
+#define Q4_K_SCALES WGLLM_RELAXED_Q4_K_SCALES
+#define Q4_K_MINS WGLLM_RELAXED_Q4_K_MINS
+#define Q4_K_D WGLLM_RELAXED_Q4_K_D
+#define Q4_K_DMIN WGLLM_RELAXED_Q4_K_DMIN
+#define Q8_K_BLOCK_BYTES WGLLM_RELAXED_Q8_K_BLOCK
 
 /* Four rows' byte values (rows 0..3 at s) each twice, as int16 pairs. */
 static inline v128_t byte_pairs(const uint8_t *s) {
@@ -194,7 +203,7 @@ static inline v128_t byte_pairs(const uint8_t *s) {
  * summed in two i16 lanes of at most 16 products each), then
  * acc += (d * d_x) * sumi - (dmin * d_x) * summ in floats. */
 static inline void panel_q4_K(const struct wgllm_relaxed_args *p, const uint8_t *pd, int nt, float *acc) {
-    const int16_t *bsum = (const int16_t *)(uintptr_t)p->corr;
+    const int16_t *bsum = (const int16_t *)(uintptr_t)p->sums;
     for (uint32_t b = 0; b < p->nb; b++) {
         const uint8_t *rec = pd + b * Q4_K_RECORD;
 #pragma clang loop unroll(disable)
@@ -252,14 +261,7 @@ static inline void panel_q4_K(const struct wgllm_relaxed_args *p, const uint8_t 
     }
 }
 
-/* Panel by panel, each panel's 16 sums per token stored to y. */
 __attribute__((export_name("wgllm_relaxed_q4_K"))) void wgllm_relaxed_q4_K(const struct wgllm_relaxed_args *p) {
-    float *acc = (float *)(uintptr_t)p->acc, *y = (float *)(uintptr_t)p->y;
-    const int nt = (int)p->nt;
-    for (uint32_t i = 0; i < p->np; i++) {
-        for (int k = 0; k < 16 * nt; k += 4) wasm_v128_store(acc + k, wasm_f32x4_splat(0.0f));
-        panel_q4_K(p, (const uint8_t *)(uintptr_t)(p->w + i * p->panel), nt, acc);
-        for (int t = 0; t < nt; t++) store(y + (uint32_t)t * p->ldy + i * PANEL_ROWS, acc + 16 * t, 1, p->accumulate);
-    }
+    by_panel(p, panel_q4_K);
 }
 #endif

@@ -39,9 +39,8 @@
  */
 #include "quant/repack.h"
 
-#include "quant/kquants.h"
-
 #if defined(__wasm_simd128__)
+#include "quant/kquants.h"
 #include "quant/repack_relaxed.h"
 
 #include <wasm_simd128.h>
@@ -284,6 +283,13 @@ static const panel_fn panels_q8_0[TILE + 1] = {NULL, panel_q8_0_t1, panel_q8_0_t
 
 #define RELAXED_MAX_BLOCKS 2048 /* token-blocks of a tile: the per-block arrays stay on the stack (16 KiB) */
 
+/* The module's restatement of the layouts (repack_relaxed.h) against their
+ * sources (the offsets that repack.h gives by functions: test_repack_wasm). */
+_Static_assert(WGLLM_RELAXED_ROWS == WGLLM_REPACK_ROWS, "panel rows");
+_Static_assert(WGLLM_RELAXED_Q8_0_BLOCK == sizeof(wgllm_block_q8_0), "q8_0 block");
+_Static_assert(WGLLM_RELAXED_Q8_K_BLOCK == sizeof(wgllm_block_q8_K), "q8_K block");
+_Static_assert(WGLLM_RELAXED_Q4_K_RECORD == WGLLM_REPACK_Q4_K_RECORD, "q4_K record");
+
 /* Panels [p0, p1) of a Q4_0 or Q4_K matrix against n tokens, in tiles of up
  * to TILE: what each tile needs of its activations is laid out here (Q4_0:
  * the block scales and the nibbles' offset corrections; Q4_K: the sub-block
@@ -330,7 +336,7 @@ static void relaxed_matmul(const struct wgllm_repacked *w, int64_t p0, int64_t p
             .x = (uint32_t)(uintptr_t)xt,
             .x_stride = (uint32_t)x_stride,
             .dy = (uint32_t)(uintptr_t)dy,
-            .corr = (uint32_t)(uintptr_t)(k ? (const void *)u.bsum : (const void *)u.corr),
+            .sums = (uint32_t)(uintptr_t)(k ? (const void *)u.bsum : (const void *)u.corr),
             .acc = (uint32_t)(uintptr_t)acc,
             .y = (uint32_t)(uintptr_t)(y + (size_t)t0 * ldy + p0 * WGLLM_REPACK_ROWS),
             .ldy = (uint32_t)ldy,

@@ -19,6 +19,7 @@
 
 #include "quant/quant.h"
 #include "quant/repack.h"
+#include "quant/repack_relaxed.h"
 
 #include <time.h>
 
@@ -119,6 +120,17 @@ TEST(dispatches_to_simd128) {
  * the cases below test it; without the flag node cannot validate the module
  * and they test the SIMD128 kernel. */
 static bool want_relaxed;
+
+/* The layout as the relaxed module restates it (repack_relaxed.h; the
+ * sizes are static assertions in repack_wasm.c). */
+TEST(relaxed_module_layout_constants) {
+    CHECK_EQ_INT(wgllm_repack_panel_bytes(WGLLM_TYPE_Q4_0, 32), wgllm_repack_scale_bytes(32) + WGLLM_RELAXED_Q4_0_QUANTS);
+    const size_t q = wgllm_repack_k45_quant_bytes(WGLLM_TYPE_Q4_K); /* scales, mins, d, dmin follow (repack.h) */
+    CHECK_EQ_INT(q, WGLLM_RELAXED_Q4_K_SCALES);
+    CHECK_EQ_INT(q + 128, WGLLM_RELAXED_Q4_K_MINS);
+    CHECK_EQ_INT(q + 256, WGLLM_RELAXED_Q4_K_D);
+    CHECK_EQ_INT(q + 288, WGLLM_RELAXED_Q4_K_DMIN);
+}
 
 TEST(relaxed_module_where_it_validates) {
     CHECK(wgllm_cpu_caps()->relaxed_simd == want_relaxed);
@@ -229,6 +241,7 @@ int main(int argc, char **argv) {
 #ifdef __wasm_simd128__
     want_relaxed = argc > 1 && !strcmp(argv[1], "--relaxed");
     RUN(dispatches_to_simd128);
+    RUN(relaxed_module_layout_constants);
     RUN(relaxed_module_where_it_validates);
 #else
     (void)argc, (void)argv;
