@@ -179,7 +179,7 @@ TEST(kernels_equal_reference) {
         for (size_t i0 = 0; i0 < 2; i0++) {
             const uint32_t type = types[ti], at = act_type(type);
             const int64_t ne0 = i0 ? ne0s[i0] : first_ne0(type), ne1 = 48;
-            const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS;
+            const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K;
             uint8_t *wq = make_matrix(type, ne0, ne1);
             struct wgllm_repacked rp;
             CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &rp, NULL), WGLLM_STATUS_OK);
@@ -456,11 +456,11 @@ TEST(unsupported_shapes) {
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 5632), simd);
     const char *kname = NULL;
     wgllm_repack_kernel(&kname);
-    /* Q5_K, Q6_K, IQ4_XS: AVX-512 VNNI only; IQ4_NL, Q5_0, Q4_1, Q5_1: AVX2 too */
+    /* Q5_K, Q6_K: AVX-512 VNNI only; IQ4_XS, IQ4_NL, Q5_0, Q4_1, Q5_1: AVX2 too */
     const bool avx512 = simd && !strcmp(kname, "avx512");
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q6_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_K, 5632, 2048), avx512);
-    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_XS, 5632, 2048), avx512);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_XS, 5632, 2048), simd);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048, 16), simd);
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_IQ4_NL, 2048 + 16, 16));
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_0, 2048, 16), simd);

@@ -410,7 +410,8 @@ void wgllm_repack_drive_k(const struct wgllm_repacked *w, int64_t r0, int64_t r1
 static wgllm_repacked_matmul_fn kernel;
 static const char *kernel_name = "none";
 static bool kernel_k;   /* the kernel takes Q4_K (x86's do; wasm's where it has relaxed SIMD) */
-static bool kernel_k56; /* ... and Q5_K, Q6_K, IQ4_XS (AVX-512's: at 256 bits their repacked
+static bool kernel_xs;  /* ... and IQ4_XS (x86's) */
+static bool kernel_k56; /* ... and Q5_K, Q6_K (AVX-512's: at 256 bits their repacked
                            products were no faster than the per-row kernels, or slower, so
                            AVX2 CPUs keep those) */
 static bool kernel_nib; /* the kernel takes IQ4_NL, Q5_0, Q4_1, Q5_1 (x86's do; wasm's does not) */
@@ -423,6 +424,7 @@ static void pick_kernel(void) {
         kernel = wgllm_repacked_matmul_avx2;
         kernel_name = "avx2";
         kernel_k = true;
+        kernel_xs = true;
         kernel_nib = true;
         if (c->avx512f && c->avx512bw && c->avx512vl && c->avx512vnni) {
             kernel = wgllm_repacked_matmul_avx512;
@@ -446,7 +448,8 @@ wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name) {
 }
 
 static bool kernel_takes(uint32_t type) {
-    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS) return kernel_k56;
+    if (type == WGLLM_TYPE_IQ4_XS) return kernel_xs;
+    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K) return kernel_k56;
     if (type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1)
         return kernel_nib;
     return !is_k(type) || kernel_k;

@@ -1,10 +1,10 @@
 /*
  * repack_avx2.c - AVX2/FMA/F16C products over the interleaved Q4_0/Q4_1/Q5_0/
- * Q5_1/Q8_0/IQ4_NL/Q4_K layout (repack.h), for CPUs without AVX-512 VNNI
- * (Q5_K, Q6_K and IQ4_XS are repacked only where AVX-512 VNNI is: at 256
- * bits their repacked products measured no faster than the per-row kernels,
- * or slower). A 64-byte weight vector is read as two 8-row halves, each
- * panel in two passes (rows 0-7, 8-15).
+ * Q5_1/Q8_0/IQ4_NL/Q4_K/IQ4_XS layout (repack.h), for CPUs without AVX-512
+ * VNNI (Q5_K and Q6_K are repacked only where AVX-512 VNNI is: at 256 bits
+ * their repacked products measured no faster than the per-row kernels, or
+ * slower). A 64-byte weight vector is read as two 8-row halves, each panel
+ * in two passes (rows 0-7, 8-15), one pass for a single token.
  * Without vpdpbusd, bytes are multiplied with vpmaddubsw:
  *   Q4_0: nibbles (0..15) x activation bytes; the int16 pair sums of a whole
  *         block fit (8 x 2 x 15 x 128 < 32768), so they add up in int16 and
@@ -17,7 +17,9 @@
  *         sums fit (8 x 2 x 15 x 127 < 32768) and are widened by one
  *         vpmaddwd with the rows' 6-bit scales (both int16 halves of a lane
  *         hold the scale); the mins times the activation's 32-element sums
- *         likewise, two sub-blocks per vpmaddwd.
+ *         likewise, two sub-blocks per vpmaddwd;
+ *   IQ4_XS: as IQ4_NL, each pair sum widened by a vpmaddwd with the row's
+ *         sub-block scale instead of ones.
  */
 #include "quant/repack.h"
 
@@ -371,28 +373,104 @@ static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h0, int N
 }
 
 
-#define PANEL_K_T(T)                                                                                        \
-    static void panel_q4_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
-                                const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {         \
+
+
+/* ---- IQ4_XS -------------------------------------------------------------- */
+
+/* 8 rows' int8 scales (bytes, -32..31) -> int16 pairs (s, s) per 32-bit lane */
+static ALWAYS_INLINE __m256i scale_pairs_signed(const uint8_t *p) {
+    const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s, 16));
+}
+
+/* Rows 8h0.. of NH 8-row halves of one IQ4_XS panel times T tokens. The
+ * table values are signed, so as IQ4_NL's: |w| x (x with w's sign), one
+ * pair sum fitting int16; the vpmaddwd that widens it multiplies by the
+ * row's sub-block scale at once (|pair| x 32 < 2^21, a super-block's sum
+ * < 2^28), giving the reference's sum_s scale_s * dot_s exactly. */
+static ALWAYS_INLINE void half_iq4_xs(const uint8_t *pd, int64_t nb, int h0, int NH, const char *x, size_t xs,
+                                      const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy,
+                                      bool accumulate) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
+    __m256 acc[2][TILE];
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[h][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_IQ4_XS_RECORD;
+        const int8_t *a[TILE];
+        __m256i i32[2][TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) i32[h][t] = _mm256_setzero_si256();
+        }
+        for (int s = 0; s < 8; s++) { /* s and m not unrolled: GCC then parked the products on the stack */
+            __m256i sc[2];
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; h++) sc[h] = scale_pairs_signed(rec + WGLLM_REPACK_IQ4_XS_SCALES + s * 16 + (h0 + h) * 8);
+#pragma GCC unroll 1
+            for (int m = 0; m < 4; m++) {
+                const uint8_t *q = rec + (4 * s + m) * 64 + h0 * 32;
+                _mm_prefetch((const char *)(q + PF), _MM_HINT_T0);
+#pragma GCC unroll 2
+                for (int h = 0; h < NH; h++) {
+                    const __m256i v = _mm256_load_si256((const __m256i *)(q + 32 * h));
+                    const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, mask));
+                    const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), mask));
+                    const __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        const __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast32(a[t] + 32 * s + 4 * m), lo));
+                        const __m256i ph =
+                            _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast32(a[t] + 32 * s + 16 + 4 * m), hi));
+                        i32[h][t] = _mm256_add_epi32(i32[h][t], _mm256_madd_epi16(pl, sc[h]));
+                        i32[h][t] = _mm256_add_epi32(i32[h][t], _mm256_madd_epi16(ph, sc[h]));
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; h++) {
+            const __m256 d =
+                _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + WGLLM_REPACK_IQ4_XS_D + (h0 + h) * 16)));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                acc[h][t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(pre->dx[b][t])),
+                                            _mm256_cvtepi32_ps(i32[h][t]), acc[h][t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++) store_half(acc[h], T, y + (h0 + h) * 8, ldy, accumulate);
+}
+
+/* The 256-element formats' panel functions, one per tile size (PANEL_T says
+ * why a decode takes both halves at once). */
+#define PANEL_K_T(fmt, T)                                                                                   \
+    static void panel_##fmt##_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                \
+                                   const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {      \
         if (T == 1) {                                                                                       \
-            half_q4_K(pd, nb, 0, 2, x, xs, pre, T, y, ldy, accumulate);                                     \
+            half_##fmt(pd, nb, 0, 2, x, xs, pre, T, y, ldy, accumulate);                                    \
             return;                                                                                         \
         }                                                                                                   \
-        half_q4_K(pd, nb, 0, 1, x, xs, pre, T, y, ldy, accumulate);                                         \
-        half_q4_K(pd, nb, 1, 1, x, xs, pre, T, y, ldy, accumulate);                                         \
+        half_##fmt(pd, nb, 0, 1, x, xs, pre, T, y, ldy, accumulate);                                        \
+        half_##fmt(pd, nb, 1, 1, x, xs, pre, T, y, ldy, accumulate);                                        \
     }
-PANEL_K_T(1)
-PANEL_K_T(2)
-PANEL_K_T(3)
-PANEL_K_T(4)
-static const wgllm_repack_panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
-
+#define PANELS_K(fmt) PANEL_K_T(fmt, 1) PANEL_K_T(fmt, 2) PANEL_K_T(fmt, 3) PANEL_K_T(fmt, 4)                  \
+    static const wgllm_repack_panel_k_fn panels_##fmt[TILE + 1] = {NULL, panel_##fmt##_t1, panel_##fmt##_t2,   \
+                                                                   panel_##fmt##_t3, panel_##fmt##_t4};
+PANELS_K(q4_K)
+PANELS_K(iq4_xs)
 
 void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K) {
-        wgllm_repack_drive_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate, panels_q4_K);
+    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_IQ4_XS) {
+        wgllm_repack_drive_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate,
+                             w->type == WGLLM_TYPE_Q4_K ? panels_q4_K : panels_iq4_xs);
         return;
     }
     const uint32_t type = w->type;
