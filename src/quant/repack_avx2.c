@@ -293,9 +293,48 @@ static ALWAYS_INLINE __m256i scale_pairs(const uint8_t *p) {
 
 /* Rows 8h0.. of NH 8-row halves of one Q4_K panel times T tokens (PANEL_T says why
  * a decode takes both halves at once). */
+/* Sub-blocks 2c, 2c+1 of one Q4_K record for rows 8h0.. of NH halves:
+ * i32 += scale * (their nibbles x the activations). */
+static ALWAYS_INLINE void chunk_q4_K(const uint8_t *rec, int c, int h0, int NH, const int8_t *const *a, int T,
+                                     __m256i i32[2][TILE]) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const size_t qb = 2048;
+    __m256i lo16[2][TILE], hi16[2][TILE];
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) lo16[h][t] = hi16[h][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int m = 0; m < 8; m++) {
+        const uint8_t *q = rec + wgllm_repack_k45_low(false, c, m) + h0 * 32;
+        _mm_prefetch((const char *)(q + PF), _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; h++) {
+            const __m256i v = _mm256_load_si256((const __m256i *)(q + 32 * h));
+            const __m256i lo = _mm256_and_si256(v, mask);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                lo16[h][t] =
+                    _mm256_add_epi16(lo16[h][t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 64 * c + 4 * m)));
+                hi16[h][t] = _mm256_add_epi16(hi16[h][t],
+                                              _mm256_maddubs_epi16(hi, bcast32(a[t] + 64 * c + 32 + 4 * m)));
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++) {
+        const __m256i s0 = scale_pairs(rec + qb + (2 * c) * 16 + (h0 + h) * 8);
+        const __m256i s1 = scale_pairs(rec + qb + (2 * c + 1) * 16 + (h0 + h) * 8);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            i32[h][t] = _mm256_add_epi32(i32[h][t], _mm256_add_epi32(_mm256_madd_epi16(lo16[h][t], s0),
+                                                                     _mm256_madd_epi16(hi16[h][t], s1)));
+    }
+}
+
 static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h0, int NH, const char *x, size_t xs,
                                     const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
-    const __m256i mask = _mm256_set1_epi8(0x0F);
     const size_t rs = WGLLM_REPACK_Q4_K_RECORD, qb = 2048;
     __m256 acc[2][TILE];
 #pragma GCC unroll 2
@@ -312,40 +351,14 @@ static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h0, int N
 #pragma GCC unroll 2
             for (int h = 0; h < NH; h++) i32[h][t] = _mm256_setzero_si256();
         }
+        /* unrolled for a decode (the two halves' products fit the registers); for
+         * four tokens unrolled, GCC parked the int16 sums on the stack */
+        if (NH == 2) {
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m256i lo16[2][TILE], hi16[2][TILE];
-#pragma GCC unroll 2
-            for (int h = 0; h < NH; h++)
-#pragma GCC unroll 8
-                for (int t = 0; t < T; t++) lo16[h][t] = hi16[h][t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int m = 0; m < 8; m++) {
-                const uint8_t *q = rec + wgllm_repack_k45_low(false, c, m) + h0 * 32;
-                _mm_prefetch((const char *)(q + PF), _MM_HINT_T0);
-#pragma GCC unroll 2
-                for (int h = 0; h < NH; h++) {
-                    const __m256i v = _mm256_load_si256((const __m256i *)(q + 32 * h));
-                    const __m256i lo = _mm256_and_si256(v, mask);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-#pragma GCC unroll 8
-                    for (int t = 0; t < T; t++) {
-                        lo16[h][t] =
-                            _mm256_add_epi16(lo16[h][t], _mm256_maddubs_epi16(lo, bcast32(a[t] + 64 * c + 4 * m)));
-                        hi16[h][t] = _mm256_add_epi16(hi16[h][t],
-                                                      _mm256_maddubs_epi16(hi, bcast32(a[t] + 64 * c + 32 + 4 * m)));
-                    }
-                }
-            }
-#pragma GCC unroll 2
-            for (int h = 0; h < NH; h++) {
-                const __m256i s0 = scale_pairs(rec + qb + (2 * c) * 16 + (h0 + h) * 8);
-                const __m256i s1 = scale_pairs(rec + qb + (2 * c + 1) * 16 + (h0 + h) * 8);
-#pragma GCC unroll 8
-                for (int t = 0; t < T; t++)
-                    i32[h][t] = _mm256_add_epi32(i32[h][t], _mm256_add_epi32(_mm256_madd_epi16(lo16[h][t], s0),
-                                                                             _mm256_madd_epi16(hi16[h][t], s1)));
-            }
+            for (int c = 0; c < 4; c++) chunk_q4_K(rec, c, h0, NH, a, T, i32);
+        } else {
+#pragma GCC unroll 1
+            for (int c = 0; c < 4; c++) chunk_q4_K(rec, c, h0, NH, a, T, i32);
         }
 #pragma GCC unroll 2
         for (int h = 0; h < NH; h++) {
