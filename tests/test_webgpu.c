@@ -533,6 +533,103 @@ TEST(matmul_mutants_fail) {
     }
 }
 
+/* The mat-mat split along K with subgroup reductions (tune mm_split_k),
+ * where the adapter has subgroups (SwiftShader has): every format and case
+ * above with a 4x8 tile of 64 threads (rows and tokens past the tile's
+ * edges, K 256 and 2048: several blocks per thread and none for some);
+ * then other tiles and thread counts, one format each (a 1x1 tile, 256
+ * threads over K 256: most threads have no block). */
+static bool split_k_tune(struct wgllm_wgsl_tune *t, uint32_t tn, uint32_t tm, uint32_t threads) {
+    *t = *wgllm_wgsl_default_tune();
+    t->mm_split_k = threads, t->mm_tile_n = tn, t->mm_tile_m = tm;
+    char why[200];
+    const bool ok = wgllm_wgsl_tune_valid(t, 256, 16384, why, sizeof why);
+    if (!ok) printf("  split-K tune %ux%u/%u invalid: %s\n", tn, tm, threads, why);
+    return ok;
+}
+
+TEST(matmul_split_k) {
+    const struct wgllm_gpu_info *info = wgllm_gpu_get_info(G);
+    if (info->is_cpu) CHECK(info->subgroups); /* SwiftShader's: this test must run there */
+    if (!info->subgroups) {
+        printf("  (no subgroups on this adapter: the split-K mat-mat is never chosen here)\n");
+        return;
+    }
+    struct wgllm_wgsl_tune t;
+    CHECK(split_k_tune(&t, 4, 8, 64));
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes; ti++)
+        for (size_t ci = 0; ci < sizeof mm_cases / sizeof *mm_cases; ci++) {
+            struct mm_case c = mm_cases[ci];
+            c.type = wtypes[ti];
+            struct mm_result r = mm_run(&c, &t, NULL);
+            CHECK(mm_ok(&r));
+            if (!mm_ok(&r) || ci >= 4)
+                printf("  split-K %-5s %3dx%-4d x%-3d: rel err vs dequant %.2e, vs matvec %.2e, stray %d\n",
+                       wgllm_type_name(c.type), c.M, c.K, c.T, r.err_ref, r.err_mv, r.stray);
+        }
+    static const uint32_t odd[][3] = {{1, 1, 256}, {8, 8, 4}, {2, 16, 128}, {16, 4, 32}};
+    for (size_t oi = 0; oi < sizeof odd / sizeof *odd; oi++) {
+        CHECK(split_k_tune(&t, odd[oi][0], odd[oi][1], odd[oi][2]));
+        struct mm_case c = {wtypes[oi % 4], 37, 256, 19, 8, 2};
+        if (oi == 0) c = (struct mm_case){WGLLM_TYPE_F32, 33, 100, 5, 3, 1}; /* a partial last block */
+        struct mm_result r = mm_run(&c, &t, NULL);
+        CHECK(mm_ok(&r));
+        printf("  split-K %-5s K %d tile %ux%u, %u threads: err %.2e / %.2e, stray %d\n", wgllm_type_name(c.type), c.K,
+               odd[oi][0], odd[oi][1], odd[oi][2], r.err_ref, r.err_mv, r.stray);
+    }
+    /* tunes it must refuse */
+    char why[200];
+    t.mm_split_k = 48;
+    CHECK(!wgllm_wgsl_tune_valid(&t, 256, 16384, why, sizeof why) && strstr(why, "power of two"));
+    CHECK(split_k_tune(&t, 8, 8, 64));
+    t.mm_tile_m = 16;
+    CHECK(!wgllm_wgsl_tune_valid(&t, 256, 16384, why, sizeof why) && strstr(why, "over 64 outputs"));
+    CHECK(split_k_tune(&t, 8, 8, 128));
+    CHECK(!wgllm_wgsl_tune_valid(&t, 256, 8192, why, sizeof why) && strstr(why, "workgroup memory"));
+    t.mm_direct = true;
+    CHECK(!wgllm_wgsl_tune_valid(&t, 256, 16384, why, sizeof why) && strstr(why, "exclude"));
+}
+
+/* ... and its checks catch a wrong split-K kernel: blocks skipped, the
+ * subgroups' partials dropped, a lane's own sum stored instead of its
+ * subgroup's, the outputs' row and token swapped. 4 threads over 8 blocks,
+ * so that each thread has two. */
+TEST(matmul_split_k_mutants_fail) {
+    if (!wgllm_gpu_get_info(G)->subgroups) {
+        CHECK(!wgllm_gpu_get_info(G)->is_cpu);
+        return;
+    }
+    static const char *mut[][2] = {
+        {"blk += NT)", "blk += NT + 1u)"},
+        {"g < nsg; g++", "g + 1u < nsg; g++"},
+        {"red[sg * V + v] = s;", "red[sg * V + v] = acc[v];"},
+        {"let r = r0 + v % TN;\n    let tok = t0 + v / TN;", "let r = r0 + v / TM;\n    let tok = t0 + v % TM;"},
+    };
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATMUL, .type = WGLLM_TYPE_Q4_0, .neox = false};
+    struct wgllm_wgsl_tune t;
+    CHECK(split_k_tune(&t, 4, 8, 4));
+    for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) {
+        char *src = wgllm_wgsl_generate(&key, &t);
+        char *at = src ? strstr(src, mut[mi][0]) : NULL;
+        CHECK(at != NULL);
+        if (!at) {
+            free(src);
+            continue;
+        }
+        const size_t lo = strlen(mut[mi][0]), ln = strlen(mut[mi][1]);
+        char *m = malloc(strlen(src) + ln + 1);
+        memcpy(m, src, (size_t)(at - src));
+        strcpy(m + (at - src), mut[mi][1]);
+        strcat(m, at + lo);
+        struct mm_case c = {WGLLM_TYPE_Q4_0, 67, 256, 70, 4, 3};
+        struct mm_result r = mm_run(&c, &t, m);
+        CHECK(r.ran && !mm_ok(&r));
+        printf("  split-K mutant '%s': err %.2e, stray %d (caught: %s)\n", mut[mi][1], r.err_ref, r.stray, mm_ok(&r) ? "no" : "yes");
+        free(m);
+        free(src);
+    }
+}
+
 /* Timings of the prefill mat-mat against T mat-vecs (informational). */
 TEST(matmul_timing) {
     const int M = 512, K = 512, T = 32;
@@ -1210,6 +1307,8 @@ int main(void) {
     RUN(matmul_formats);
     RUN(matmul_odd_tiles);
     RUN(matmul_mutants_fail);
+    RUN(matmul_split_k);
+    RUN(matmul_split_k_mutants_fail);
     RUN(get_rows_formats);
     RUN(rms_norm);
     RUN(rope_modes);

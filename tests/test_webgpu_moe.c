@@ -415,9 +415,13 @@ TEST(matmul_id_like_matmul_and_matvec_id) {
     static const int routings[][2] = {{0, 2}, {1, 2}, {1, 1}}; /* make_routing mode, used */
     /* mm_direct (every format), small workgroup-memory tiles (quicker to compile on SwiftShader: two
        formats) and the GPU default's 64 x 64 tiles (256 threads, seconds to compile: one format) */
-    struct wgllm_wgsl_tune tunes[3] = {*wgllm_wgsl_default_tune(), *wgllm_wgsl_cpu_adapter_tune(),
-                                       *wgllm_wgsl_default_tune()};
+    struct wgllm_wgsl_tune tunes[4] = {*wgllm_wgsl_default_tune(), *wgllm_wgsl_cpu_adapter_tune(),
+                                       *wgllm_wgsl_default_tune(), *wgllm_wgsl_default_tune()};
     tunes[0].mm_tile_n = tunes[0].mm_tile_m = 16, tunes[0].mm_micro_n = tunes[0].mm_micro_m = 2;
+    /* and split along K with subgroup reductions (mm_split_k), where the adapter has subgroups */
+    tunes[3].mm_split_k = 64, tunes[3].mm_tile_n = 4, tunes[3].mm_tile_m = 8;
+    const int n_tunes = wgllm_gpu_get_info(G)->subgroups ? 4 : 3;
+    CHECK(n_tunes == 4 || !wgllm_gpu_get_info(G)->is_cpu); /* SwiftShader has subgroups */
     float *src = malloc(sizeof(float) * K), *x = malloc(sizeof(float) * T * UMAX * K);
     const size_t ny = (size_t)T * UMAX * M + GUARD;
     float *y = malloc(sizeof(float) * ny), *yv = malloc(sizeof(float) * ny), *yd = malloc(sizeof(float) * X * T * UMAX * M);
@@ -430,12 +434,13 @@ TEST(matmul_id_like_matmul_and_matvec_id) {
         char *w = random_rows(type, X * M, K, deq);
         struct wgllm_gpu_buffer *wb[2] = {upload(w, rs * 3 * M), upload(w + rs * 3 * M, rs * 3 * M)};
         struct wgllm_gpu_buffer *xb = upload(x, sizeof(float) * T * UMAX * K);
-        for (int tv = 0; tv < 3; tv++)
+        for (int tv = 0; tv < n_tunes; tv++)
             for (int per_choice = 0; per_choice < 2; per_choice++) {
                 const struct wgllm_wgsl_tune *tu = &tunes[tv];
                 /* the tiles' loads are MATMUL's (test_webgpu): the tiled map with a format of each kind of load */
                 if (tv == 0 && type != WGLLM_TYPE_Q8_0 && type != WGLLM_TYPE_Q4_K) continue;
                 if (tv == 2 && type != WGLLM_TYPE_Q4_0) continue;
+                if (tv == 3 && type != WGLLM_TYPE_Q4_0 && type != WGLLM_TYPE_Q4_K) continue;
                 const int NX = per_choice ? T * UMAX : T;
                 const uint32_t tiles = (M + tu->mm_tile_n - 1) / tu->mm_tile_n,
                                groups = (M + tu->rows_matvec - 1) / tu->rows_matvec;
@@ -503,7 +508,7 @@ TEST(matmul_id_like_matmul_and_matvec_id) {
                     CHECK(worst <= 1e-6);
                     if (differ || guard || worst > 1e-6 || (ri == 1 && per_choice == 0))
                         printf("  matmul_id %-5s %s, routing %zu, %s: %d differ from matmul, rel diff to matvec_id %.2e\n",
-                               tr->name, tu->mm_direct ? "direct" : tv ? "tiled 64x64" : "tiled 16x16", ri,
+                               tr->name, tu->mm_split_k ? "split-K" : tu->mm_direct ? "direct" : tv ? "tiled 64x64" : "tiled 16x16", ri,
                                per_choice ? "input per choice" : "input per token", differ, worst);
                     struct wgllm_gpu_buffer *fr[3] = {sb, yb, yvb};
                     for (int i = 0; i < 3; i++) wgllm_gpu_buffer_destroy(G, fr[i]);

@@ -304,8 +304,10 @@ TEST(sweep_writes_the_cache) {
     CHECK(strstr(err.message, "no matrix shape") != NULL);
 }
 
-/* A forward pass with a cached tune agrees with the CPU backend. */
-static void tuned_forward(const struct wgllm_wgsl_tune *tp, int steps) {
+/* A forward pass with a cached tune agrees with the CPU backend: a prompt
+ * of n_prompt tokens in one pass (the mat-mats, MATMUL, from 8 tokens),
+ * then `steps` single tokens (the mat-vecs). */
+static void tuned_forward(const struct wgllm_wgsl_tune *tp, int n_prompt, int steps) {
     const struct wgllm_gpu_info *info = wgllm_gpu_get_info(G);
     const struct wgllm_wgsl_tune t = *tp;
     const char *path = test_tmp_path(".tune");
@@ -325,10 +327,13 @@ static void tuned_forward(const struct wgllm_wgsl_tune *tp, int steps) {
     CHECK(c[0] && c[1]);
     if (c[0] && c[1]) {
         const int V = wgllm_model_n_vocab(m);
-        int32_t tok[3] = {1, 450, 4996 % V};
-        for (int s = 0; s < steps && s < 3; s++) {
-            CHECK_EQ_INT(wgllm_decode(c[0], &tok[s], 1, false, &err), WGLLM_STATUS_OK);
-            CHECK_EQ_INT(wgllm_decode(c[1], &tok[s], 1, false, &err), WGLLM_STATUS_OK);
+        int32_t tok[3] = {1, 450, 4996 % V}, prompt[12];
+        for (int i = 0; i < n_prompt && i < 12; i++) prompt[i] = (i * 977 + 3) % V;
+        for (int s = n_prompt ? -1 : 0; s < steps && s < 3; s++) {
+            const int32_t *in = s < 0 ? prompt : &tok[s];
+            const int n = s < 0 ? n_prompt : 1;
+            CHECK_EQ_INT(wgllm_decode(c[0], in, n, false, &err), WGLLM_STATUS_OK);
+            CHECK_EQ_INT(wgllm_decode(c[1], in, n, false, &err), WGLLM_STATUS_OK);
             const float *a = wgllm_get_logits(c[0]), *g = wgllm_get_logits(c[1]);
             CHECK(a && g);
             if (!a || !g) break;
@@ -339,8 +344,9 @@ static void tuned_forward(const struct wgllm_wgsl_tune *tp, int steps) {
                 ss += (double)a[i] * a[i];
             }
             const double rel = md / sqrt(ss / V + 1e-30);
-            printf("  tuned forward%s step %d: rel |diff| %.2e, top-1 cpu %d gpu %d\n", t.matvec_subgroups ? " (subgroups)" : "",
-                   s, rel, wgllm_argmax(a, V), wgllm_argmax(g, V));
+            printf("  tuned forward%s%s %s %d: rel |diff| %.2e, top-1 cpu %d gpu %d\n", t.matvec_subgroups ? " (subgroups)" : "",
+                   t.mm_split_k ? " (split-K mat-mat)" : "", s < 0 ? "prompt of" : "step", s < 0 ? n : s, rel,
+                   wgllm_argmax(a, V), wgllm_argmax(g, V));
             /* as test_webgpu_model's Q8_0 bound: activation-grid flips aside, rounding noise */
             CHECK(rel < 1e-1);
             CHECK_EQ_INT(wgllm_argmax(a, V), wgllm_argmax(g, V));
@@ -361,14 +367,17 @@ TEST(tuned_forward_agrees_with_cpu) {
     t.rows_matvec = t.matvec_thread_rows ? 32 : 2; /* cheap on software adapters too */
     t.wg_matvec = t.matvec_thread_rows ? 1 : 128;
     t.wg_elem = 128, t.wg_row = 32, t.wg_attn = 64, t.attn_max_dims = 2;
-    tuned_forward(&t, 3);
+    tuned_forward(&t, 0, 3);
     /* the mat-vecs' inputs rounded and normalized by dispatches of their own (10 a layer, not 6) */
     t.matvec_split_round = true;
-    tuned_forward(&t, 2);
+    tuned_forward(&t, 0, 2);
     t.matvec_split_round = false;
     if (!info->subgroups) return;
     t.matvec_thread_rows = false, t.matvec_subgroups = true, t.wg_matvec = 64, t.rows_matvec = 4;
-    tuned_forward(&t, 2);
+    tuned_forward(&t, 0, 2);
+    /* the mat-mats split along K, subgroup reductions (mm_split_k): a 12-token prompt */
+    t.mm_direct = false, t.mm_split_k = 64, t.mm_tile_n = 4, t.mm_tile_m = 8;
+    tuned_forward(&t, 12, 1);
 }
 
 int main(void) {

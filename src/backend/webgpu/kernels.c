@@ -1334,11 +1334,81 @@ static void gen_matmul_tiled(struct wgllm_strbuf *b, uint32_t type, const struct
               "  let nt = u32(workgroupUniformLoad(&XS[0]));\n");
 }
 
+/* The mat-mat split along K (tune mm_split_k): thread tid takes blocks
+ * tid, tid + NT, ... of each of the tile's rows, dequantised once into
+ * registers for all of the tile's tokens; then one subgroupAdd per output,
+ * the subgroups' partials in workgroup memory (subgroups taken to be
+ * consecutive ranges of the workgroup, as in the subgroup mat-vec; the
+ * tuner checks every candidate's results anyway), one barrier, and the
+ * first V threads sum them. The token count goes through workgroup memory
+ * (workgroupUniformLoad) so that the early return and the subgroupAdds stay
+ * in uniform control flow. */
+static void gen_matmul_split_k(struct wgllm_strbuf *b, uint32_t type, const struct wgllm_wgsl_tune *t, const char *map) {
+    wgllm_strbuf_printf(b, "const TN: u32 = %uu;\nconst TM: u32 = %uu;\nconst NT: u32 = %uu;\nconst V: u32 = TN * TM;\n",
+                        t->mm_tile_n, t->mm_tile_m, t->mm_split_k);
+    wgllm_strbuf_printf(b, "@group(0) @binding(2) var<storage, read> X: array<f32>;\n"
+              "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n"
+              "var<workgroup> red: array<f32, (NT / 4u) * V>;\n" /* subgroups have at least 4 invocations */
+              "var<workgroup> ntok: u32;\n%s%s", tanh_wgsl, epi_wgsl);
+    emit_format(b, type, false);
+    emit_mm_block(b, type);
+    wgllm_strbuf_printf(b, "%s@compute @workgroup_size(NT)\n"
+              "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32,\n"
+              "        @builtin(subgroup_invocation_id) sli: u32, @builtin(subgroup_size) sgs: u32) {\n"
+              "  let tl = tile(wid);\n"
+              "  let r0 = tl.x;\n"
+              "  let t0 = wid.y * TM;\n"
+              "  if (tid == 0u) { ntok = tl.y; }\n"
+              "  let nt = workgroupUniformLoad(&ntok);\n"
+              "  if (t0 >= nt) { return; }\n"
+              "  var acc: array<f32, V>;\n"
+              "  for (var v = 0u; v < V; v++) { acc[v] = 0.0; }\n"
+              "  let nblk = (p.k + 31u) / 32u;\n"
+              "  var xr: array<u32, TM>;\n" /* the tokens' x rows, looked up once */
+              "  for (var j = 0u; j < TM; j++) {\n"
+              "    if (t0 + j < nt) { xr[j] = xat(t0 + j); }\n"
+              "  }\n"
+              "  for (var i = 0u; i < TN; i++) {\n"
+              "    let r = r0 + i;\n"
+              "    if (r >= p.n) { break; }\n"
+              "    let rb = wrow(r);\n"
+              "    for (var blk = tid; blk < nblk; blk += NT) {\n"
+              "      let wv = wblock(rb, blk);\n"
+              "      let ne = min(32u, p.k - blk * 32u);\n" /* a partial last block: F32/F16 rows only */
+              "      for (var j = 0u; j < TM; j++) {\n"
+              "        if (t0 + j >= nt) { break; }\n"
+              "        let xb = xr[j] + blk * 32u;\n"
+              "        var s = 0.0;\n"
+              "        for (var e = 0u; e < ne; e++) { s += wv[e] * X[xb + e]; }\n"
+              "        acc[j * TN + i] += s;\n"
+              "      }\n"
+              "    }\n"
+              "  }\n"
+              "  let sg = tid / sgs;\n"
+              "  for (var v = 0u; v < V; v++) {\n"
+              "    let s = subgroupAdd(acc[v]);\n"
+              "    if (sli == 0u) { red[sg * V + v] = s; }\n"
+              "  }\n"
+              "  workgroupBarrier();\n"
+              "  let nsg = (NT + sgs - 1u) / sgs;\n"
+              "  for (var v = tid; v < V; v += NT) {\n"
+              "    let r = r0 + v %% TN;\n"
+              "    let tok = t0 + v / TN;\n"
+              "    if (r < p.n && tok < nt) {\n"
+              "      var tot = 0.0;\n"
+              "      for (var g = 0u; g < nsg; g++) { tot += red[g * V + v]; }\n"
+              "      put(yat(tok) + r, tot);\n"
+              "    }\n"
+              "  }\n"
+              "}\n", map);
+}
+
 /* A mat-mat with the tile map `map` (kernels.h, wgllm_wgsl_mm) over the
  * weight format's one dequant routine: MATMUL's, and MATMUL_ID's
  * (kernels_moe.c). */
 static void gen_mm(struct wgllm_strbuf *b, uint32_t type, const struct wgllm_wgsl_tune *t, const char *map) {
-    if (t->mm_direct) gen_matmul_direct(b, type, t, map);
+    if (t->mm_split_k) gen_matmul_split_k(b, type, t, map);
+    else if (t->mm_direct) gen_matmul_direct(b, type, t, map);
     else gen_matmul_tiled(b, type, t, map);
 }
 
@@ -1359,15 +1429,24 @@ bool wgllm_wgsl_tune_valid(const struct wgllm_wgsl_tune *t, uint32_t max_invocat
         t->wg_attn > max_invocations)
         BAD("a workgroup size is over the adapter's %u invocations", max_invocations);
     if (!t->mm_micro_n || !t->mm_micro_m || !t->mm_tile_n || !t->mm_tile_m) BAD("mat-mat tiles must be > 0");
-    if (t->mm_tile_k == 0 || t->mm_tile_k % 32) BAD("mm_tile_k %u is not a multiple of 32", t->mm_tile_k);
-    if (t->mm_tile_n % t->mm_micro_n || t->mm_tile_m % t->mm_micro_m)
-        BAD("mat-mat tile %ux%u is not a multiple of the micro tile %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_micro_n,
-            t->mm_micro_m);
-    if ((uint64_t)t->mm_micro_n * t->mm_micro_m > 64) BAD("mat-mat micro tile %ux%u is over 64 registers", t->mm_micro_n, t->mm_micro_m);
-    const uint64_t mm_threads = (uint64_t)(t->mm_tile_n / t->mm_micro_n) * (t->mm_tile_m / t->mm_micro_m);
-    if (mm_threads > max_invocations) BAD("mat-mat needs %llu threads, over %u", (unsigned long long)mm_threads, max_invocations);
-    const uint64_t mm_bytes = t->mm_direct ? 0 : (uint64_t)(t->mm_tile_n + t->mm_tile_m) * t->mm_tile_k * 4;
-    if (mm_bytes > max_wg_storage) BAD("mat-mat needs %llu bytes of workgroup memory, over %u", (unsigned long long)mm_bytes, max_wg_storage);
+    if (t->mm_split_k) { /* the split-K mat-mat: its own threads and workgroup memory */
+        if (!pow2(t->mm_split_k) || t->mm_split_k < 4) BAD("mm_split_k %u is not a power of two >= 4", t->mm_split_k);
+        if (t->mm_direct) BAD("mm_split_k and mm_direct exclude each other");
+        if (t->mm_split_k > max_invocations) BAD("mm_split_k %u is over the adapter's %u invocations", t->mm_split_k, max_invocations);
+        if ((uint64_t)t->mm_tile_n * t->mm_tile_m > 64) BAD("split-K mat-mat tile %ux%u is over 64 outputs", t->mm_tile_n, t->mm_tile_m);
+        const uint64_t sk_bytes = (uint64_t)(t->mm_split_k / 4) * t->mm_tile_n * t->mm_tile_m * 4 + 4;
+        if (sk_bytes > max_wg_storage) BAD("split-K mat-mat needs %llu bytes of workgroup memory, over %u", (unsigned long long)sk_bytes, max_wg_storage);
+    } else {
+        if (t->mm_tile_k == 0 || t->mm_tile_k % 32) BAD("mm_tile_k %u is not a multiple of 32", t->mm_tile_k);
+        if (t->mm_tile_n % t->mm_micro_n || t->mm_tile_m % t->mm_micro_m)
+            BAD("mat-mat tile %ux%u is not a multiple of the micro tile %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_micro_n,
+                t->mm_micro_m);
+        if ((uint64_t)t->mm_micro_n * t->mm_micro_m > 64) BAD("mat-mat micro tile %ux%u is over 64 registers", t->mm_micro_n, t->mm_micro_m);
+        const uint64_t mm_threads = (uint64_t)(t->mm_tile_n / t->mm_micro_n) * (t->mm_tile_m / t->mm_micro_m);
+        if (mm_threads > max_invocations) BAD("mat-mat needs %llu threads, over %u", (unsigned long long)mm_threads, max_invocations);
+        const uint64_t mm_bytes = t->mm_direct ? 0 : (uint64_t)(t->mm_tile_n + t->mm_tile_m) * t->mm_tile_k * 4;
+        if (mm_bytes > max_wg_storage) BAD("mat-mat needs %llu bytes of workgroup memory, over %u", (unsigned long long)mm_bytes, max_wg_storage);
+    }
     /* ATTN_BATCH: q (wg_attn * attn_max_dims floats), four per-thread arrays, two words */
     const uint64_t attn_bytes = ((uint64_t)t->wg_attn * t->attn_max_dims + 4u * t->wg_attn + 2u) * 4;
     if (attn_bytes > max_wg_storage) BAD("attention needs %llu bytes of workgroup memory, over %u", (unsigned long long)attn_bytes, max_wg_storage);
@@ -1383,7 +1462,8 @@ char *wgllm_wgsl_generate(const struct wgllm_kernel_key *key, const struct wgllm
     const bool mv = key->kernel == WGLLM_KERNEL_MATVEC || key->kernel == WGLLM_KERNEL_MATVEC_ID ||
                     key->kernel == WGLLM_KERNEL_MATVEC_QKV || key->kernel == WGLLM_KERNEL_MATVEC_SWIGLU ||
                     key->kernel == WGLLM_KERNEL_MATVEC_GEGLU;
-    if (mv && tune->matvec_subgroups && !tune->matvec_thread_rows)
+    const bool mm = key->kernel == WGLLM_KERNEL_MATMUL || key->kernel == WGLLM_KERNEL_MATMUL_ID;
+    if ((mv && tune->matvec_subgroups && !tune->matvec_thread_rows) || (mm && tune->mm_split_k))
         wgllm_strbuf_printf(&b, "enable subgroups;\n"); /* directives come before every declaration */
     wgllm_strbuf_printf(&b, "%s", params_wgsl);
     switch (key->kernel) {

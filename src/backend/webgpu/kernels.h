@@ -39,6 +39,15 @@ struct wgllm_wgsl_tune {
      * its rows' blocks in registers and reuses them for its mm_micro_m
      * tokens (mm_tile_k unused). Software adapters, where barriers cost. */
     bool mm_direct;
+    /* mat-mat split along K (0: off): the workgroup's mm_split_k threads
+     * (power of two, >= 4) take its 32-element blocks in turn, each thread
+     * summing all mm_tile_n x mm_tile_m outputs (at most 64) over its
+     * blocks; subgroupAdd, one partial per subgroup in workgroup memory and
+     * one barrier reduce them (needs the adapter's subgroups feature).
+     * Many threads on few tokens: a batch of decode streams reads the
+     * weights once at mat-vec parallelism. mm_tile_k and the micro tile
+     * are unused. */
+    uint32_t mm_split_k;
 };
 const struct wgllm_wgsl_tune *wgllm_wgsl_default_tune(void);
 /* Defaults for software (CPU) adapters such as SwiftShader, where workgroup

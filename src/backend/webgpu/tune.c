@@ -43,6 +43,7 @@ static const struct {
     {"mm_micro_n", offsetof(struct wgllm_wgsl_tune, mm_micro_n), false},
     {"mm_micro_m", offsetof(struct wgllm_wgsl_tune, mm_micro_m), false},
     {"mm_direct", offsetof(struct wgllm_wgsl_tune, mm_direct), true},
+    {"mm_split_k", offsetof(struct wgllm_wgsl_tune, mm_split_k), false},
 };
 #define N_FIELDS (sizeof fields / sizeof *fields)
 
@@ -263,7 +264,7 @@ enum wgllm_status wgllm_tune_cache_load(const char *path, const struct wgllm_gpu
                                  info->name, v);
             goto done;
         }
-        if (sec[i].t.matvec_subgroups && !info->subgroups) {
+        if ((sec[i].t.matvec_subgroups || sec[i].t.mm_split_k) && !info->subgroups) {
             st = wgllm_error_set(err, WGLLM_STATUS_BAD_FORMAT, "tune cache %s: the entry for %s uses subgroups, which the device lacks",
                                  path, info->name);
             goto done;
@@ -706,13 +707,18 @@ static int candidates(enum group gr, const struct wgllm_wgsl_tune *base, bool qu
         };
         /* and without workgroup memory (mm_direct) */
         static const uint32_t dq[][5] = {{64, 16, 32, 1, 16}, {64, 8, 32, 1, 8}, {32, 32, 32, 2, 8}, {64, 32, 32, 2, 16}};
+        /* and split along K with subgroup reductions (mm_split_k): rows, tokens, threads */
+        static const uint32_t sq[][3] = {{4, 8, 64}, {2, 16, 128}, {8, 8, 64}, {4, 4, 256}};
         const int nm = quick ? 3 : (int)(sizeof mq / sizeof *mq), nd = quick ? 1 : (int)(sizeof dq / sizeof *dq);
+        const int ns = !subgroups ? 0 : quick ? 1 : (int)(sizeof sq / sizeof *sq);
         for (int i = 0; i < nd; i++)
-            ADD(c->mm_direct = true; c->mm_tile_n = dq[i][0]; c->mm_tile_m = dq[i][1]; c->mm_tile_k = dq[i][2];
-                c->mm_micro_n = dq[i][3]; c->mm_micro_m = dq[i][4]);
+            ADD(c->mm_direct = true; c->mm_split_k = 0; c->mm_tile_n = dq[i][0]; c->mm_tile_m = dq[i][1];
+                c->mm_tile_k = dq[i][2]; c->mm_micro_n = dq[i][3]; c->mm_micro_m = dq[i][4]);
         for (int i = 0; i < nm; i++)
-            ADD(c->mm_direct = false; c->mm_tile_n = mq[i][0]; c->mm_tile_m = mq[i][1]; c->mm_tile_k = mq[i][2];
-                c->mm_micro_n = mq[i][3]; c->mm_micro_m = mq[i][4]);
+            ADD(c->mm_direct = false; c->mm_split_k = 0; c->mm_tile_n = mq[i][0]; c->mm_tile_m = mq[i][1];
+                c->mm_tile_k = mq[i][2]; c->mm_micro_n = mq[i][3]; c->mm_micro_m = mq[i][4]);
+        for (int i = 0; i < ns; i++)
+            ADD(c->mm_direct = false; c->mm_split_k = sq[i][2]; c->mm_tile_n = sq[i][0]; c->mm_tile_m = sq[i][1]);
     } else if (gr == G_PRO) {
         ADD(c->matvec_split_round = !base->matvec_split_round);
     } else {
@@ -728,6 +734,8 @@ static void describe(enum group gr, const struct wgllm_wgsl_tune *t, char *s, si
     if (gr == G_MATVEC && t->matvec_thread_rows) snprintf(s, cap, "thread rows, %u rows/workgroup", t->rows_matvec);
     else if (gr == G_MATVEC)
         snprintf(s, cap, "%u threads, %u rows/workgroup%s", t->wg_matvec, t->rows_matvec, t->matvec_subgroups ? ", subgroups" : "");
+    else if (gr == G_MATMUL && t->mm_split_k)
+        snprintf(s, cap, "split-K over %u threads (subgroups), tile %ux%u", t->mm_split_k, t->mm_tile_n, t->mm_tile_m);
     else if (gr == G_MATMUL && t->mm_direct)
         snprintf(s, cap, "direct, tile %ux%u, micro %ux%u", t->mm_tile_n, t->mm_tile_m, t->mm_micro_n, t->mm_micro_m);
     else if (gr == G_MATMUL)
