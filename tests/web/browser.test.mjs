@@ -107,6 +107,32 @@ test('threaded core, q4_0, 2 threads: relaxed-SIMD products, same text as native
   assert.equal(r.text, want);
 });
 
+// Without nThreads the threaded core takes half the logical cores, at most
+// 4 (wllama's default): navigator.hardwareConcurrency is set for the page
+// before its scripts run, and the on-page engine reads it.
+test('default compute threads: half of hardwareConcurrency, 1 to 4', { timeout: 90000 }, async () => {
+  const got = {};
+  for (const hc of [8, 16, 3]) {
+    const p = await browser.newPage();
+    try {
+      await p.addInitScript((n) => {
+        Object.defineProperty(Navigator.prototype, 'hardwareConcurrency', { get: () => n, configurable: true });
+      }, hc);
+      await p.goto(`${server.url}/blank.html`);
+      got[hc] = await p.evaluate(async (url) => {
+        const w = await import('/dist/wgllm.js');
+        const e = await w.createEngine({ model: url });
+        const r = { threads: e.info.threaded ? e.info.threads : -1, hc: navigator.hardwareConcurrency };
+        await e.unload();
+        return r;
+      }, `/models/${MODEL}`);
+    } finally {
+      await p.close();
+    }
+  }
+  assert.deepEqual(got, { 8: { threads: 4, hc: 8 }, 16: { threads: 4, hc: 16 }, 3: { threads: 1, hc: 3 } });
+});
+
 test('streamed completion chunks concatenate to the same text', { timeout: 60000 }, async () => {
   const want = nativeText(PROMPT, 48, 'scalar');
   const r = await page.evaluate(async (prompt) => {

@@ -91,6 +91,14 @@ function failedLoad(M, src, msg) {
   return toError(`wgllm: loading the model failed: ${msg}${where}`, 'load');
 }
 
+// Half of navigator.hardwareConcurrency (pages, workers and service workers
+// have it), at least one.
+function defaultThreads() {
+  const hc = typeof navigator !== 'undefined' && Number.isInteger(navigator.hardwareConcurrency) ?
+    navigator.hardwareConcurrency : 1;
+  return Math.max(1, Math.floor(hc / 2));
+}
+
 /**
  * Starts the wasm core and loads a model. Options: model (see store.js),
  * onProgress({stage, progress, loaded, total, shard?, shards?}), store (false:
@@ -147,10 +155,11 @@ async function loadIn(opts, started) {
   // checked before anything is fetched; 0 (or unset) is the default
   const nCtx = checkedCount(opts.nCtx || undefined, 'nCtx', 2048, 1 << 24);
   const nSlots = checkedCount(opts.nSlots || undefined, 'nSlots', 1, 256);
-  // One compute thread unless asked: on shared 2-core machines two threads
-  // still lose to one on small models (barriers wait for descheduled
-  // threads); see web/README.md.
-  const nThreads = threaded ? Math.max(1, Math.min(opts.nThreads || 1, 4)) : 1;
+  // Unless asked, half the logical cores (as wllama), at most 4: the other
+  // half stays with the page, the browser and the OS, whose work would
+  // otherwise deschedule a compute thread that every barrier waits for (a
+  // 2-core machine keeps one thread); see web/README.md.
+  const nThreads = threaded ? Math.max(1, Math.min(opts.nThreads || defaultThreads(), 4)) : 1;
   // the bar: download 0-0.4, reading into the wasm memory 0.4-0.5, parsing/validating the rest
   let lastProgress = 0; // load progress arrives asynchronously from the loading thread: keep it monotone
   const report = (stage, frac, loaded, total, extra) => {

@@ -47,7 +47,7 @@ export interface EngineOptions {
    *  chunks of at most 16 MiB, so they never sit in the wasm memory (default true). URLs fetched
    *  without OPFS, and the CPU backend, copy the model into the wasm memory instead. */
   streamWeights?: boolean;
-  /** Compute threads (1..4, default 1; 1 in the single-threaded core). */
+  /** Compute threads (1..4; default half of navigator.hardwareConcurrency, at most 4; 1 in the single-threaded core). */
   nThreads?: number;
   /** false: use the single-threaded core even on a cross-origin isolated page (default: threads when isolated). */
   threaded?: boolean;
