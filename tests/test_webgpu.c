@@ -499,6 +499,31 @@ TEST(matmul_odd_tiles) {
 /* The checks above must catch a wrong kernel: deliberate off-by-ones (a row
  * edge that writes one row too many, a K loop that skips a chunk, a token
  * tile shifted by one) run through the same comparison and must fail it. */
+/* Runs Q4_0's MATMUL under tune t with `from` replaced by `to` in its WGSL
+ * on a case that covers rows, tokens and K past every tile: the comparison
+ * of mm_ok must reject it. */
+static void mutant_must_fail(const struct wgllm_wgsl_tune *t, const char *from, const char *to) {
+    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATMUL, .type = WGLLM_TYPE_Q4_0, .neox = false};
+    char *src = wgllm_wgsl_generate(&key, t);
+    char *at = src ? strstr(src, from) : NULL;
+    CHECK(at != NULL);
+    if (!at) {
+        free(src);
+        return;
+    }
+    const size_t lo = strlen(from), ln = strlen(to);
+    char *m = malloc(strlen(src) + ln + 1);
+    memcpy(m, src, (size_t)(at - src));
+    strcpy(m + (at - src), to);
+    strcat(m, at + lo);
+    struct mm_case c = {WGLLM_TYPE_Q4_0, 67, 256, 70, 4, 3};
+    struct mm_result r = mm_run(&c, t, m);
+    CHECK(r.ran && !mm_ok(&r));
+    printf("  mutant '%s': err %.2e, stray %d (caught: %s)\n", to, r.err_ref, r.stray, mm_ok(&r) ? "no" : "yes");
+    free(m);
+    free(src);
+}
+
 TEST(matmul_mutants_fail) {
     static const char *mut[][2] = {
         {"if (r < p.n) { put(", "if (r <= p.n) { put("},
@@ -507,29 +532,11 @@ TEST(matmul_mutants_fail) {
         {"blk < nblk; blk++", "blk < nblk; blk += 2u"}, /* the direct kernel (below) */
         {"let tok = t0 + tt + j * (TM / RM);\n    if (tok < nt) { xr[j]", "let tok = t0 + tt + j;\n    if (tok < nt) { xr[j]"},
     };
-    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATMUL, .type = WGLLM_TYPE_Q4_0, .neox = false};
     struct wgllm_wgsl_tune t = *wgllm_wgsl_default_tune(); /* small tiles: quick to compile */
     t.mm_tile_n = t.mm_tile_m = 16, t.mm_tile_k = 32, t.mm_micro_n = t.mm_micro_m = 2;
     for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) {
         t.mm_direct = mi >= 3;
-        char *src = wgllm_wgsl_generate(&key, &t);
-        char *at = src ? strstr(src, mut[mi][0]) : NULL;
-        CHECK(at != NULL);
-        if (!at) {
-            free(src);
-            continue;
-        }
-        const size_t lo = strlen(mut[mi][0]), ln = strlen(mut[mi][1]);
-        char *m = malloc(strlen(src) + ln + 1);
-        memcpy(m, src, (size_t)(at - src));
-        strcpy(m + (at - src), mut[mi][1]);
-        strcat(m, at + lo);
-        struct mm_case c = {WGLLM_TYPE_Q4_0, 67, 256, 70, 4, 3};
-        struct mm_result r = mm_run(&c, &t, m);
-        CHECK(r.ran && !mm_ok(&r));
-        printf("  mutant '%s': err %.2e, stray %d (caught: %s)\n", mut[mi][1], r.err_ref, r.stray, mm_ok(&r) ? "no" : "yes");
-        free(m);
-        free(src);
+        mutant_must_fail(&t, mut[mi][0], mut[mi][1]);
     }
 }
 
@@ -605,29 +612,9 @@ TEST(matmul_split_k_mutants_fail) {
         {"red[sg * V + v] = s;", "red[sg * V + v] = acc[v];"},
         {"let r = r0 + v % TN;\n    let tok = t0 + v / TN;", "let r = r0 + v / TM;\n    let tok = t0 + v % TM;"},
     };
-    struct wgllm_kernel_key key = {.kernel = WGLLM_KERNEL_MATMUL, .type = WGLLM_TYPE_Q4_0, .neox = false};
     struct wgllm_wgsl_tune t;
     CHECK(split_k_tune(&t, 4, 8, 4));
-    for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) {
-        char *src = wgllm_wgsl_generate(&key, &t);
-        char *at = src ? strstr(src, mut[mi][0]) : NULL;
-        CHECK(at != NULL);
-        if (!at) {
-            free(src);
-            continue;
-        }
-        const size_t lo = strlen(mut[mi][0]), ln = strlen(mut[mi][1]);
-        char *m = malloc(strlen(src) + ln + 1);
-        memcpy(m, src, (size_t)(at - src));
-        strcpy(m + (at - src), mut[mi][1]);
-        strcat(m, at + lo);
-        struct mm_case c = {WGLLM_TYPE_Q4_0, 67, 256, 70, 4, 3};
-        struct mm_result r = mm_run(&c, &t, m);
-        CHECK(r.ran && !mm_ok(&r));
-        printf("  split-K mutant '%s': err %.2e, stray %d (caught: %s)\n", mut[mi][1], r.err_ref, r.stray, mm_ok(&r) ? "no" : "yes");
-        free(m);
-        free(src);
-    }
+    for (size_t mi = 0; mi < sizeof mut / sizeof *mut; mi++) mutant_must_fail(&t, mut[mi][0], mut[mi][1]);
 }
 
 /* Timings of the prefill mat-mat against T mat-vecs (informational). */

@@ -293,6 +293,18 @@ static ALWAYS_INLINE __m256i scale_pairs(const uint8_t *p) {
 
 /* Rows 8h0.. of NH 8-row halves of one Q4_K panel times T tokens (PANEL_T says why
  * a decode takes both halves at once). */
+/* The 256-element kernels' per-super-block start: each token's Q8_K bytes of
+ * block b, and zeroed integer sums. */
+static ALWAYS_INLINE void k_block_start(const char *x, size_t xs, int64_t b, int T, int NH, const int8_t **a,
+                                        __m256i i32[2][TILE]) {
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; h++) i32[h][t] = _mm256_setzero_si256();
+    }
+}
+
 /* Sub-blocks 2c, 2c+1 of one Q4_K record for rows 8h0.. of NH halves:
  * i32 += scale * (their nibbles x the activations). */
 static ALWAYS_INLINE void chunk_q4_K(const uint8_t *rec, int c, int h0, int NH, const int8_t *const *a, int T,
@@ -345,12 +357,7 @@ static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h0, int N
         const uint8_t *rec = pd + (size_t)b * rs;
         const int8_t *a[TILE];
         __m256i i32[2][TILE];
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
-#pragma GCC unroll 2
-            for (int h = 0; h < NH; h++) i32[h][t] = _mm256_setzero_si256();
-        }
+        k_block_start(x, xs, b, T, NH, a, i32);
         /* unrolled for a decode (the two halves' products fit the registers); for
          * four tokens unrolled, GCC parked the int16 sums on the stack */
         if (NH == 2) {
@@ -415,12 +422,7 @@ static ALWAYS_INLINE void half_iq4_xs(const uint8_t *pd, int64_t nb, int h0, int
         const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_IQ4_XS_RECORD;
         const int8_t *a[TILE];
         __m256i i32[2][TILE];
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            a[t] = ((const wgllm_block_q8_K *)(x + (size_t)t * xs))[b].qs;
-#pragma GCC unroll 2
-            for (int h = 0; h < NH; h++) i32[h][t] = _mm256_setzero_si256();
-        }
+        k_block_start(x, xs, b, T, NH, a, i32);
         for (int s = 0; s < 8; s++) { /* s and m not unrolled: GCC then parked the products on the stack */
             __m256i sc[2];
 #pragma GCC unroll 2
