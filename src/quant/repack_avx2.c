@@ -50,6 +50,14 @@ static ALWAYS_INLINE __m256i bcast32(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* The float accumulators of NH halves x T tokens, zeroed. */
+static ALWAYS_INLINE void zero_acc(__m256 acc[2][TILE], int NH, int T) {
+#pragma GCC unroll 2
+    for (int h = 0; h < NH; h++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[h][t] = _mm256_setzero_ps();
+}
+
 /* Q8_0 activations: the scales, and corr = -bias * sum(qs) (from
  * sad(qs ^ 0x80, 0) = sum(qs) + 32*128) when bias is not 0. */
 static void tile_prepare(const char *x, size_t xs, int T, int64_t nb, int32_t bias, struct tile_pre *pre) {
@@ -112,10 +120,7 @@ static ALWAYS_INLINE void half_nib(const uint8_t *pd, size_t sb, int64_t nb, int
     const size_t qb = five ? 320 : 256;
     const uint8_t *mins = pd + wgllm_repack_scale_bytes(nb * 32); /* Q4_1, Q5_1 */
     __m256 acc[2][TILE];
-#pragma GCC unroll 2
-    for (int h = 0; h < NH; h++)
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) acc[h][t] = _mm256_setzero_ps();
+    zero_acc(acc, NH, T);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = pd + sb + b * qb + h0 * 32;
         /* fifth bits: those of the high nibbles of vector m at bit 4+m (hb),
@@ -197,10 +202,7 @@ static ALWAYS_INLINE void half_q8_0(const uint8_t *pd, size_t sb, int64_t nb, in
                                     size_t xs, const struct tile_pre *pre, int T, float *y, int ldy, bool accumulate) {
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     __m256 acc[2][TILE];
-#pragma GCC unroll 2
-    for (int h = 0; h < NH; h++)
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) acc[h][t] = _mm256_setzero_ps();
+    zero_acc(acc, NH, T);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = pd + sb + b * 512 + h0 * 32;
         const int8_t *a[TILE];
@@ -349,10 +351,7 @@ static ALWAYS_INLINE void half_q4_K(const uint8_t *pd, int64_t nb, int h0, int N
                                     const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
     const size_t rs = WGLLM_REPACK_Q4_K_RECORD, qb = 2048;
     __m256 acc[2][TILE];
-#pragma GCC unroll 2
-    for (int h = 0; h < NH; h++)
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) acc[h][t] = _mm256_setzero_ps();
+    zero_acc(acc, NH, T);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = pd + (size_t)b * rs;
         const int8_t *a[TILE];
@@ -414,10 +413,7 @@ static ALWAYS_INLINE void half_iq4_xs(const uint8_t *pd, int64_t nb, int h0, int
     const __m256i mask = _mm256_set1_epi8(0x0F);
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wgllm_kvalues_iq4nl));
     __m256 acc[2][TILE];
-#pragma GCC unroll 2
-    for (int h = 0; h < NH; h++)
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) acc[h][t] = _mm256_setzero_ps();
+    zero_acc(acc, NH, T);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_IQ4_XS_RECORD;
         const int8_t *a[TILE];
