@@ -409,12 +409,11 @@ void wgllm_repack_drive_k(const struct wgllm_repacked *w, int64_t r0, int64_t r1
 
 static wgllm_repacked_matmul_fn kernel;
 static const char *kernel_name = "none";
-static bool kernel_k;   /* the kernel takes Q4_K (x86's do; wasm's where it has relaxed SIMD) */
-static bool kernel_xs;  /* ... and IQ4_XS (x86's) */
-static bool kernel_k56; /* ... and Q5_K, Q6_K (AVX-512's: at 256 bits their repacked
-                           products were no faster than the per-row kernels, or slower, so
-                           AVX2 CPUs keep those) */
-static bool kernel_nib; /* the kernel takes IQ4_NL, Q5_0, Q4_1, Q5_1 (x86's do; wasm's does not) */
+/* The types the kernel takes, one bit per type: the layout holds all of
+ * shape_ok's, but not every ISA's kernel multiplies each of them faster. */
+static uint64_t kernel_types;
+#define TYPE_BIT(t) ((uint64_t)1 << (t))
+#define BASE_TYPES (TYPE_BIT(WGLLM_TYPE_Q4_0) | TYPE_BIT(WGLLM_TYPE_Q8_0)) /* every SIMD kernel's */
 
 static void pick_kernel(void) {
     wgllm_quant_init();
@@ -423,19 +422,22 @@ static void pick_kernel(void) {
     if (c->avx2 && c->fma && c->f16c) {
         kernel = wgllm_repacked_matmul_avx2;
         kernel_name = "avx2";
-        kernel_k = true;
-        kernel_xs = true;
-        kernel_nib = true;
+        kernel_types = BASE_TYPES | TYPE_BIT(WGLLM_TYPE_IQ4_NL) | TYPE_BIT(WGLLM_TYPE_Q5_0) | TYPE_BIT(WGLLM_TYPE_Q4_1) |
+                       TYPE_BIT(WGLLM_TYPE_Q5_1) | TYPE_BIT(WGLLM_TYPE_Q4_K) | TYPE_BIT(WGLLM_TYPE_IQ4_XS);
         if (c->avx512f && c->avx512bw && c->avx512vl && c->avx512vnni) {
             kernel = wgllm_repacked_matmul_avx512;
             kernel_name = "avx512";
-            kernel_k56 = true;
+            /* Q5_K and Q6_K: at 256 bits their repacked products were no faster
+             * than the per-row kernels, or slower, so AVX2 CPUs keep those */
+            kernel_types |= TYPE_BIT(WGLLM_TYPE_Q5_K) | TYPE_BIT(WGLLM_TYPE_Q6_K);
         }
     }
 #elif defined(__wasm_simd128__)
     kernel = wgllm_repacked_matmul_wasm;
     kernel_name = "simd128";
-    kernel_k = wgllm_cpu_caps()->relaxed_simd; /* Q4_K: only in the relaxed-SIMD module (repack_relaxed.c) */
+    kernel_types = BASE_TYPES;
+    /* Q4_K: only in the relaxed-SIMD module (repack_relaxed.c) */
+    if (wgllm_cpu_caps()->relaxed_simd) kernel_types |= TYPE_BIT(WGLLM_TYPE_Q4_K);
 #endif
 }
 
@@ -447,13 +449,7 @@ wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name) {
     return kernel;
 }
 
-static bool kernel_takes(uint32_t type) {
-    if (type == WGLLM_TYPE_IQ4_XS) return kernel_xs;
-    if (type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K) return kernel_k56;
-    if (type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0 || type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1)
-        return kernel_nib;
-    return !is_k(type) || kernel_k;
-}
+static bool kernel_takes(uint32_t type) { return type < 64 && (kernel_types >> type & 1); }
 
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1) {
     return shape_ok(type, ne0, ne1) && wgllm_repack_kernel(NULL) != NULL && kernel_takes(type);

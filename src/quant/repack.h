@@ -118,8 +118,9 @@ struct wgllm_repacked {
  * wasm build's SIMD128; IQ4_NL, Q5_0, Q4_1 and Q5_1 as Q4_0's shapes, on x86
  * with AVX2+FMA+F16C or AVX-512 VNNI (not wasm); type Q4_K with
  * ne0 % 256 == 0, on x86 with AVX2+FMA+F16C or AVX-512 VNNI, and in wasm
- * where the relaxed-SIMD module runs (repack_relaxed.c); Q5_K, Q6_K or
- * IQ4_XS likewise, with AVX-512 VNNI only. */
+ * where the relaxed-SIMD module runs (repack_relaxed.c); IQ4_XS as Q4_K's
+ * shapes on x86 with AVX2+FMA+F16C or AVX-512 VNNI; Q5_K and Q6_K likewise,
+ * with AVX-512 VNNI only. */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
 int wgllm_repack_row_group(void);
