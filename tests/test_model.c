@@ -1004,6 +1004,22 @@ TEST(a_repack_budget_keeps_the_rest_in_the_file_layout) {
     wgllm_model_free(ref);
     wgllm_model_free(none);
     wgllm_model_free(one);
+    /* a budget that is not a number of bytes: a clear error, and the next context (the variable
+       fixed) prepares the weights */
+    struct wgllm_model *bad = load(path, 1);
+    CHECK(bad != NULL);
+    if (!bad) return;
+    struct wgllm_context_params cp = wgllm_context_default_params();
+    cp.n_ctx = 16;
+    struct wgllm_context *c = NULL;
+    struct wgllm_error err = {0};
+    setenv("WGLLM_REPACK_BUDGET", "12x", 1);
+    CHECK_EQ_INT(wgllm_context_init(bad, &cp, &c, &err), WGLLM_STATUS_INVALID_ARGUMENT);
+    CHECK(c == NULL && strstr(err.message, "WGLLM_REPACK_BUDGET '12x'") != NULL);
+    unsetenv("WGLLM_REPACK_BUDGET");
+    CHECK_EQ_INT(wgllm_context_init(bad, &cp, &c, &err), WGLLM_STATUS_OK);
+    wgllm_context_free(c);
+    wgllm_model_free(bad);
 }
 
 int main(void) {

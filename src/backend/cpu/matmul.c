@@ -9,6 +9,7 @@
 #include "quant/quant.h"
 #include "quant/repack.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -169,15 +170,25 @@ static bool copy_plain(const struct wgllm_model *m, struct wgllm_weight *const *
  * Q4_K_M model loads as before, partly repacked). Elsewhere no limit (the
  * file's pages are released as their copies are made).
  * WGLLM_REPACK_BUDGET (bytes) sets it anywhere, read at the first CPU context. */
-static uint64_t repack_budget(void) {
+static enum wgllm_status repack_budget(uint64_t *budget, struct wgllm_error *err) {
     const char *e = getenv("WGLLM_REPACK_BUDGET");
-    if (e && *e) return strtoull(e, NULL, 10);
+    if (e && *e) {
+        char *end;
+        errno = 0;
+        const unsigned long long v = strtoull(e, &end, 10);
+        if (errno || *end || e[0] == '-')
+            return wgllm_error_set(err, WGLLM_STATUS_INVALID_ARGUMENT,
+                                   "WGLLM_REPACK_BUDGET '%.40s' is not a number of bytes", e);
+        *budget = v;
+        return WGLLM_STATUS_OK;
+    }
 #if defined(__EMSCRIPTEN__)
     const uint64_t heap = (uint64_t)__builtin_wasm_memory_size(0) * 65536, cap = (uint64_t)3 << 30;
-    return heap < cap ? cap - heap : 0;
+    *budget = heap < cap ? cap - heap : 0;
 #else
-    return UINT64_MAX;
+    *budget = UINT64_MAX;
 #endif
+    return WGLLM_STATUS_OK;
 }
 
 /* Copies the matrices that have a faster kernel into the repacked layout
@@ -186,23 +197,19 @@ static uint64_t repack_budget(void) {
  * later context tries again. */
 static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_error *err) {
     enum { CAP = 4096 };
+    uint64_t budget = 0;
+    const enum wgllm_status bst = repack_budget(&budget, err);
+    if (bst) return bst;
     struct wgllm_weight **mats = malloc(CAP * sizeof(*mats));
     if (!mats) return wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory");
     const int n = wgllm_model_matrices(m, mats, CAP);
     enum wgllm_status st = WGLLM_STATUS_OK;
     uint64_t bytes = 0;
     const bool experts = repack_experts(mats, n), plain = copy_plain(m, mats, n, experts);
-    const uint64_t budget = repack_budget();
     uint64_t packed = 0;
     for (int i = 0; i < n && !st; i++) {
         struct wgllm_weight *w = mats[i];
-        const bool pack = repackable(w) && (w->n_expert == 0 || experts);
-        if (pack) {
-            const uint64_t need = wgllm_repack_panel_bytes(w->type, w->ne0) * (uint64_t)(w->ne1 / WGLLM_REPACK_ROWS);
-            if (packed + need > budget) continue; /* the file's layout */
-            packed += need;
-        }
-        if (!pack) {
+        if (!repackable(w) || (w->n_expert > 0 && !experts)) {
             if (!plain || !w->data || w->data == m->tok_embd.data) continue;
             const size_t size = w->row_size * (size_t)w->ne1;
             if (!(w->copy = wgllm_alloc_large(size))) {
@@ -215,6 +222,9 @@ static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_erro
             wgllm_model_release_pages(m, w);
             continue;
         }
+        const uint64_t need = wgllm_repack_panel_bytes(w->type, w->ne0) * (uint64_t)(w->ne1 / WGLLM_REPACK_ROWS);
+        if (packed + need > budget) continue; /* past the budget: the file's layout */
+        packed += need;
         if (!(w->rp = calloc(1, sizeof(*w->rp)))) {
             st = wgllm_error_set(err, WGLLM_STATUS_OUT_OF_MEMORY, "out of memory repacking '%s'", w->name);
             break;
