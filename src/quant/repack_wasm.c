@@ -76,14 +76,20 @@ static ALWAYS_INLINE v128_t pairs(const int8_t *x, int i, int j, int k) {
     return wasm_i16x8_mul(v, wasm_i16x8_splat((int16_t)k));
 }
 
+/* The sum of a Q8_0 block's 32 activations (the offset corrections of both kernels). */
+static int32_t block_sum(const wgllm_block_q8_0 *xb) {
+    int32_t sum = 0;
+    for (int i = 0; i < 32; i++) sum += xb->qs[i];
+    return sum;
+}
+
 static void layout_chunk(const char *x, size_t xs, int T, int64_t b0, int64_t b1, bool q4, struct act_chunk *c) {
     for (int t = 0; t < T; t++) {
         const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)(x + (size_t)t * xs);
         for (int64_t b = b0; b < b1; b++) {
             struct act_block *o = &c->a[(b - b0) * T + t];
             const int8_t *a = xb[b].qs;
-            int32_t sum = 0;
-            for (int i = 0; i < 32; i++) sum += a[i];
+            const int32_t sum = block_sum(&xb[b]);
             if (q4) {
                 for (int m = 0; m < 4; m++) {
                     o->act[4 * m + 0] = pairs(a, 4 * m, 4 * m + 2, 256);
@@ -320,9 +326,7 @@ static void relaxed_matmul(const struct wgllm_repacked *w, int64_t p0, int64_t p
                     continue;
                 }
                 const wgllm_block_q8_0 *xb = (const wgllm_block_q8_0 *)xr + b;
-                int32_t sum = 0;
-                for (int i = 0; i < 32; i++) sum += xb->qs[i];
-                u.corr[t * nb + b] = -8 * sum;
+                u.corr[t * nb + b] = -8 * block_sum(xb);
                 dy[t * nb + b] = wgllm_fp16_lookup(xb->d);
             }
         }
