@@ -26,7 +26,7 @@ WASM_OUT  := build/wasm
 WASM_HAL  ?= browser
 WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/hal_selftest.c web/src/hal_$(WASM_HAL).c
 # The relaxed-SIMD kernel module (src/quant/repack_relaxed.c, for the
-# Q4_0 products where the browser has relaxed SIMD): Debian's emscripten (LLVM
+# Q4_0 and Q4_K products where the browser has relaxed SIMD): Debian's emscripten (LLVM
 # 14) cannot emit it, so web/relaxed.mjs builds it with npm @yowasp/clang (a
 # devDependency of web/) into a JS library that every core links.
 RELAXED_LIB := build/wasm-relaxed/relaxed.lib.js

@@ -332,7 +332,7 @@ async function loadIn(opts, started) {
     n_layer: M._wgllm_web_model_info(st, 3),
     weight_bytes: M._wgllm_web_model_info(st, 4),
     simd128: true,
-    // true: the Q4_0 products run in the relaxed-SIMD kernel module (where the browser validates it)
+    // true: the Q4_0 and Q4_K products run in the relaxed-SIMD kernel module (where the browser validates it)
     relaxed_simd: M.UTF8ToString(M._wgllm_web_cpu_features()).split(' ').includes('RELAXED_SIMD'),
     source: src.origin, // where the bytes came from: 'opfs', 'network', 'file' or 'memory'
     // true: the weights went from the files straight into GPU buffers (never in the wasm heap)

@@ -136,9 +136,9 @@ export interface EngineInfo {
   n_layer: number;
   weight_bytes: number;
   simd128: boolean;
-  /** true: the Q4_0 products run in a relaxed-SIMD kernel module (i16x8.relaxed_dot_i8x16_i7x16_s;
-   *  ~1.5x the SIMD128 decode, ~2x its prefill), where the browser validates it (Chromium); false: the
-   *  SIMD128 kernels. */
+  /** true: the Q4_0 and Q4_K products run in a relaxed-SIMD kernel module (i16x8.relaxed_dot_i8x16_i7x16_s;
+   *  Q4_0 ~1.5x the SIMD128 decode, ~2x its prefill), where the browser validates it (Chromium); false:
+   *  the SIMD128 kernels (Q4_K its per-row ones). */
   relaxed_simd: boolean;
   crossOriginIsolated: boolean;
   /** Where the model's bytes came from. */
