@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Agreement tests against llama.cpp (node-llama-cpp, CPU build): tokenizer ids,
 # teacher-forced distributions, greedy generation, damaged-file handling.
-# Usage: bash tests/peer/run.sh   (from anywhere; ~10 minutes on 2 cores, +2 the first time: llama-server)
+# Usage: bash tests/peer/run.sh   (from anywhere; ~5 minutes on 2 cores, +2 the first time: llama-server)
 # Extra arguments go to `node --test` (e.g. --test-name-pattern=tiny-f32).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -60,4 +60,7 @@ bash tests/peer/iquant_models.sh
 # (about 2 CPU-minutes; tools/llamacpp/build.sh says where)
 bash tools/llamacpp/build.sh llama-server >/dev/null
 
-exec node --test "$@" tests/peer/
+# one test file per core at a time: most of a file's time is one process (node with
+# llama.cpp, or one wgllm) on one core, so two files keep a 2-core machine busy (the
+# files share nothing: temporary folders, servers on ports the system picks)
+exec node --test --test-concurrency="$(nproc 2>/dev/null || echo 2)" "$@" tests/peer/
