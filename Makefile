@@ -4,7 +4,7 @@
 # runs everything (see tests/run.sh).
 #
 # Sources are found by wildcard, one folder per module, so adding a file needs
-# no edit here. Files named *_avx2.c / *_avx512.c hold x86-64 SIMD kernels and
+# no edit here. Files named *_avx2.c / *_avx512.c / *_amx.c hold x86-64 SIMD kernels and
 # get their instruction-set flags here; the rest of the code is portable and
 # picks those kernels at run time (quant/quant.c), so one binary runs on any
 # x86-64 CPU. Cross builds: `make CC=aarch64-linux-gnu-gcc OUT=build/arm64`
@@ -33,6 +33,7 @@ OUT ?= build/$(MODE)
 ifeq ($(ARCH),x86_64)
   FLAGS_avx2   := -mavx2 -mfma -mf16c
   FLAGS_avx512 := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
+  FLAGS_amx    := $(FLAGS_avx512) -mamx-tile -mamx-int8
 endif
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c src/backend/*/*.c))

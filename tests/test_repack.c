@@ -4,8 +4,10 @@
  * (within 1e-5 of the sum of |terms|, from dequantized values), sub-ranges
  * of rows, accumulate on and off, strides; every SIMD kernel of this CPU
  * bit-identical to the scalar reference of the layout; the layout's bytes
- * at known places; unsupported shapes refused. The process re-runs itself
- * with WGLLM_CPU=avx2 (dispatch to the AVX2 kernel) and WGLLM_CPU=scalar (no
+ * at known places; unsupported shapes refused; the AMX kernel (where this
+ * CPU has AMX-INT8) over tile edges, and planted bugs in it caught. The
+ * process re-runs itself with WGLLM_CPU=avx512 (where AMX is: dispatch to the
+ * AVX-512 kernel), WGLLM_CPU=avx2 (the AVX2 kernel) and WGLLM_CPU=scalar (no
  * kernel: supported() false, the reference stands in), on smaller shapes.
  *
  * WGLLM_BENCH=1 also prints mat-vec GB/s and 64-token mat-mat speed on one
@@ -152,18 +154,21 @@ TEST(matches_vec_dot) {
             }
 }
 
-/* The SIMD kernels this CPU runs (at most two): their names and functions. */
+/* The SIMD kernels this CPU runs (at most three): their names and functions. */
 struct kern {
     const char *name;
     wgllm_repacked_matmul_fn fn;
 };
-static int simd_kernels(struct kern ks[2]) {
+#define MAX_KERNELS 3
+static int simd_kernels(struct kern ks[MAX_KERNELS]) {
     int nk = 0;
 #if defined(__x86_64__)
     const struct wgllm_cpu_caps *caps = wgllm_cpu_caps();
     if (caps->avx2 && caps->fma && caps->f16c) ks[nk++] = (struct kern){"avx2", wgllm_repacked_matmul_avx2};
-    if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni)
+    if (caps->avx512f && caps->avx512bw && caps->avx512vl && caps->avx512vnni) {
         ks[nk++] = (struct kern){"avx512", wgllm_repacked_matmul_avx512};
+        if (caps->amx_int8) ks[nk++] = (struct kern){"amx", wgllm_repacked_matmul_amx};
+    }
 #else
     (void)ks;
 #endif
@@ -172,7 +177,7 @@ static int simd_kernels(struct kern ks[2]) {
 
 /* Every SIMD kernel this CPU runs gives exactly the scalar reference's floats. */
 TEST(kernels_equal_reference) {
-    struct kern ks[2];
+    struct kern ks[MAX_KERNELS];
     const int nk = simd_kernels(ks);
     if (nk == 0) fprintf(stderr, "  (no SIMD kernel on this CPU)\n");
     for (size_t ti = 0; ti < N_TYPES; ti++)
@@ -194,7 +199,7 @@ TEST(kernels_equal_reference) {
                     for (int k = 0; k < ne1 * n; k++) want[k] = (float)k * 0.25f;
                     wgllm_repacked_matmul_ref(&rp, 16, ne1, x, xs, n, want, (int)ne1, acc);
                     for (int kk = 0; kk < nk; kk++) {
-                        if (avx512_only && strcmp(ks[kk].name, "avx512") != 0) continue;
+                        if (avx512_only && !strcmp(ks[kk].name, "avx2")) continue;
                         for (int k = 0; k < ne1 * n; k++) got[k] = (float)k * 0.25f;
                         ks[kk].fn(&rp, 16, ne1, x, xs, n, got, (int)ne1, acc);
                         const bool same = memcmp(want, got, sizeof(float) * (size_t)ne1 * n) == 0;
@@ -217,11 +222,11 @@ TEST(kernels_equal_reference) {
  * everywhere, all of one sign or alternating, every SIMD kernel equal to
  * the reference bit for bit. */
 TEST(kernels_equal_reference_at_extremes) {
-    struct kern ks[2];
+    struct kern ks[MAX_KERNELS];
     const int nk = simd_kernels(ks);
     static const uint32_t et[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0,
                                   WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1};
-    enum { NE0 = 256, NE1 = 32, N = 6 };
+    enum { NE0 = 256, NE1 = 32, N = 20 }; /* 16 tokens and more: the AMX kernel's tiles too */
     for (size_t ti = 0; ti < sizeof(et) / sizeof(et[0]); ti++) {
         const uint32_t type = et[ti], at = act_type(type);
         const size_t row = wgllm_row_size(type, NE0), bs = wgllm_type_traits(type)->type_size;
@@ -260,6 +265,101 @@ TEST(kernels_equal_reference_at_extremes) {
         wgllm_repacked_free(&rp);
     }
 }
+
+#if defined(__x86_64__)
+/* The AMX kernel's formats: its tiles of 16 tokens and the short last one. */
+static const uint32_t amx_types[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_IQ4_NL,
+                                     WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1};
+
+/* One AMX case: kernel `fn` over rows [r0, r1) of a 64-row matrix and n
+ * tokens, y (ldy odd, sentinels between and after the rows) compared
+ * bytewise with the reference's, accumulate off and on. True when equal. */
+static bool amx_case(uint32_t type, int64_t ne0, int n, int64_t r0, int64_t r1, bool quiet) {
+    enum { NE1 = 64 };
+    const uint32_t at = act_type(type);
+    uint8_t *wq = make_matrix(type, ne0, NE1);
+    struct wgllm_repacked rp;
+    CHECK_EQ_INT(wgllm_repack(wq, type, ne0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+    /* packed rows, and a stride off the block size (aligned for Q8_K's float scale) */
+    const size_t xs = wgllm_row_size(at, ne0) + (n % 2 ? (at == WGLLM_TYPE_Q8_K ? 4 : 6) : 0);
+    uint8_t *x = make_acts_of(at, ne0, n, xs);
+    const int ldy = NE1 + 3;
+    const size_t ny = (size_t)ldy * n + 7;
+    float *want = malloc(sizeof(float) * ny), *got = malloc(sizeof(float) * ny);
+    bool same = true;
+    for (int acc = 0; acc < 2; acc++) {
+        for (size_t k = 0; k < ny; k++) want[k] = got[k] = (float)k * 0.25f - 3.0f;
+        wgllm_repacked_matmul_ref(&rp, r0, r1, x, xs, n, want, ldy, acc);
+        wgllm_repacked_matmul_amx(&rp, r0, r1, x, xs, n, got, ldy, acc);
+        const bool eq = memcmp(want, got, sizeof(float) * ny) == 0;
+        if (!eq && !quiet)
+            fprintf(stderr, "  amx kernel %s ne0=%lld rows %lld..%lld n=%d acc=%d differs from the reference\n",
+                    wgllm_type_name(type), (long long)ne0, (long long)r0, (long long)r1, n, acc);
+        same = same && eq;
+    }
+    free(x), free(want), free(got), free(wq);
+    wgllm_repacked_free(&rp);
+    return same;
+}
+
+/* The AMX kernel gives exactly the reference's floats: every format it
+ * takes, token counts below one tile (handed to AVX-512), at and past tile
+ * edges, 16 to 48 rows from an offset, one block to 128. */
+TEST(amx_equals_reference) {
+    if (!wgllm_cpu_caps()->amx_int8) {
+        fprintf(stderr, "  (no usable AMX-INT8 on this CPU: skipped)\n");
+        return;
+    }
+    static const int n_amx[] = {1, 5, 16, 17, 31, 32, 33, 64, 100};
+    /* 1 block (no pair), 2 (one pair), 5 (pairs in the pipeline and an odd last
+     * block), 128 (a long row: its token counts at the tile edges only) */
+    static const int64_t ne0_amx[] = {32, 64, 160, 4096};
+    static const int64_t ranges[][2] = {{0, 16}, {16, 48}, {16, 64}};
+    for (size_t ti = 0; ti < sizeof(amx_types) / sizeof(amx_types[0]); ti++)
+        for (size_t i0 = 0; i0 < 4; i0++)
+            for (size_t in = 0; in < sizeof(n_amx) / sizeof(n_amx[0]); in++)
+                for (size_t ri = 0; ri < 3; ri++) {
+                    const bool long_row = ne0_amx[i0] == 4096;
+                    if (long_row && (ri != 1 || (n_amx[in] != 17 && n_amx[in] != 32))) continue;
+                    if (light && ri != 1) continue;
+                    CHECK(amx_case(amx_types[ti], ne0_amx[i0], n_amx[in], ranges[ri][0], ranges[ri][1], false));
+                }
+    /* the formats it hands on whole (the 256-element ones) */
+    CHECK(amx_case(WGLLM_TYPE_Q4_K, 512, 33, 16, 48, false));
+    CHECK(amx_case(WGLLM_TYPE_Q6_K, 512, 33, 0, 64, false));
+}
+
+/* Known bugs planted in the AMX kernel (repack.h) make amx_equals_reference's
+ * comparison fail: a weight offset off by one, two blocks' sums added in the
+ * other order (same integers, other rounding), a short tile a token short. */
+TEST(amx_mutants_fail) {
+    if (!wgllm_cpu_caps()->amx_int8) {
+        fprintf(stderr, "  (no usable AMX-INT8 on this CPU: skipped)\n");
+        return;
+    }
+    static const struct {
+        int mutant;
+        uint32_t type;
+        int64_t ne0;
+        int n;
+    } m[] = {
+        {WGLLM_REPACK_AMX_MUTANT_OFFSET, WGLLM_TYPE_Q8_0, 256, 32},
+        {WGLLM_REPACK_AMX_MUTANT_OFFSET, WGLLM_TYPE_Q4_0, 256, 32},
+        {WGLLM_REPACK_AMX_MUTANT_OFFSET, WGLLM_TYPE_Q5_1, 256, 32},
+        {WGLLM_REPACK_AMX_MUTANT_ORDER, WGLLM_TYPE_Q4_0, 4096, 32},
+        {WGLLM_REPACK_AMX_MUTANT_ORDER, WGLLM_TYPE_Q8_0, 4096, 32},
+        {WGLLM_REPACK_AMX_MUTANT_TAIL, WGLLM_TYPE_Q4_0, 256, 21},
+    };
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        CHECK(amx_case(m[i].type, m[i].ne0, m[i].n, 16, 48, true)); /* sound without the bug */
+        wgllm_repack_amx_mutant = m[i].mutant;
+        const bool caught = !amx_case(m[i].type, m[i].ne0, m[i].n, 16, 48, true);
+        wgllm_repack_amx_mutant = 0;
+        fprintf(stderr, "  mutant %d on %s: caught: %s\n", m[i].mutant, wgllm_type_name(m[i].type), caught ? "yes" : "no");
+        CHECK(caught);
+    }
+}
+#endif
 
 /* A run of a repacked matrix's rows (one expert of a stack) is that run
  * repacked on its own: the same bytes, the same products. */
@@ -457,7 +557,7 @@ TEST(unsupported_shapes) {
     const char *kname = NULL;
     wgllm_repack_kernel(&kname);
     /* Q5_K, Q6_K: AVX-512 VNNI only; IQ4_XS, IQ4_NL, Q5_0, Q4_1, Q5_1: AVX2 too */
-    const bool avx512 = simd && !strcmp(kname, "avx512");
+    const bool avx512 = simd && (!strcmp(kname, "avx512") || !strcmp(kname, "amx"));
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q6_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_XS, 5632, 2048), simd);
@@ -486,7 +586,11 @@ TEST(dispatch_follows_cpu) {
     if (cap && !strcmp(cap, "scalar")) CHECK(k == NULL);
 #if defined(__x86_64__)
     if (cap && !strcmp(cap, "avx2") && wgllm_cpu_caps()->avx2) CHECK(k == wgllm_repacked_matmul_avx2);
-    if (!cap && wgllm_cpu_caps()->avx512vnni) CHECK(k == wgllm_repacked_matmul_avx512);
+    const struct wgllm_cpu_caps *caps = wgllm_cpu_caps();
+    if (!cap && caps->avx512vnni)
+        CHECK(k == (caps->amx_int8 ? wgllm_repacked_matmul_amx : wgllm_repacked_matmul_avx512));
+    if (cap && !strcmp(cap, "avx512") && caps->avx512vnni) CHECK(k == wgllm_repacked_matmul_avx512 && !caps->amx_int8);
+    if (k == wgllm_repacked_matmul_amx) CHECK(!strcmp(name, "amx"));
 #endif
     fprintf(stderr, "  kernel: %s\n", name);
 }
@@ -585,11 +689,17 @@ int main(void) {
     RUN(unsupported_shapes);
     RUN(kernels_equal_reference);
     RUN(kernels_equal_reference_at_extremes);
+#if defined(__x86_64__)
+    RUN(amx_equals_reference);
+    RUN(amx_mutants_fail);
+#endif
     RUN(rows_view_is_the_rows_repacked);
     RUN(matches_vec_dot);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();
     if (!getenv("WGLLM_CPU")) {
+        /* AMX: the dispatch to the AVX-512 kernel without it */
+        if (wgllm_cpu_caps()->amx_int8) test_rerun_with_cpu_cap("avx512");
         if (wgllm_cpu_caps()->avx512vnni && wgllm_cpu_caps()->avx2) test_rerun_with_cpu_cap("avx2");
         test_rerun_with_cpu_cap("scalar");
     }

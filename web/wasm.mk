@@ -24,7 +24,7 @@ EMCC      ?= emcc
 EMCC_ENV  := NODE_PATH=/usr/share/nodejs
 WASM_OUT  := build/wasm
 WASM_HAL  ?= browser
-WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/hal_selftest.c web/src/hal_$(WASM_HAL).c
+WASM_SRC  := $(filter-out src/backend/webgpu/hal_native.c %_avx2.c %_avx512.c %_amx.c %_neon.c,$(LIB_SRC)) web/src/wgllm_web.c web/src/hal_selftest.c web/src/hal_$(WASM_HAL).c
 # The relaxed-SIMD kernel module (src/quant/repack_relaxed.c, for the
 # Q4_0 and Q4_K products where the browser has relaxed SIMD): Debian's emscripten (LLVM
 # 14) cannot emit it, so web/relaxed.mjs builds it with npm @yowasp/clang (a

@@ -209,6 +209,15 @@ static uint64_t xgetbv0(void) {
     __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
     return ((uint64_t)edx << 32) | eax;
 }
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+static bool amx_permitted(void) { return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0; }
+#else
+static bool amx_permitted(void) { return false; }
+#endif
 static void detect_cpu(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
@@ -223,7 +232,10 @@ static void detect_cpu(void) {
         cpu_caps.avx512bw = zmm && ((b >> 30) & 1);
         cpu_caps.avx512vl = zmm && ((b >> 31) & 1);
         cpu_caps.avx512vnni = zmm && ((c >> 11) & 1);
-        cpu_caps.amx_int8 = (d >> 25) & 1;
+        /* the OS must save the tile state (XCR0 bits 17-18, XTILECFG and
+         * XTILEDATA), and Linux hands it to a process only on request; the
+         * permission covers every thread, those started later too */
+        cpu_caps.amx_int8 = ((d >> 25) & 1) && (xcr0 & 0x60000) == 0x60000 && amx_permitted();
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
         cpu_caps.avxvnni = ymm && ((a >> 4) & 1);
@@ -277,6 +289,7 @@ static void base_init_once(void) {
     for (uint32_t i = 0; i < (1u << 16); i++) wgllm_fp16_table[i] = wgllm_fp16_to_fp32((wgllm_fp16)i);
     detect_cpu();
     const struct { bool on; const char *name; } f[] = {
+        {cpu_caps.amx_int8, "AMX_INT8"},
         {cpu_caps.avx512vnni, "AVX512_VNNI"}, {cpu_caps.avx512bf16, "AVX512_BF16"},
         {cpu_caps.avx512f, "AVX512"},         {cpu_caps.avxvnni, "AVX_VNNI"},
         {cpu_caps.avx2, "AVX2"},              {cpu_caps.fma, "FMA"},

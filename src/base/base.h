@@ -124,7 +124,8 @@ void wgllm_base_init(void);
 
 /* CPU features detected at run time. */
 struct wgllm_cpu_caps {
-    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avxvnni, amx_int8;
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avxvnni;
+    bool amx_int8; /* usable: the OS saves the tiles and (Linux) granted this process their use */
     bool neon, dotprod;
     bool simd128, relaxed_simd; /* wasm: relaxed SIMD where the browser validates it (repack_relaxed.c) */
 };

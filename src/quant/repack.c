@@ -1,8 +1,8 @@
 /*
  * repack.c - the interleaved Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
  * from the GGUF layout, the scalar reference product, and the choice of SIMD
- * kernel (repack_avx512.c, repack_avx2.c; repack_wasm.c in the browser
- * build) for this CPU.
+ * kernel (repack_amx.c, repack_avx512.c, repack_avx2.c; repack_wasm.c in the
+ * browser build) for this CPU.
  */
 #include "quant/repack.h"
 
@@ -430,6 +430,12 @@ static void pick_kernel(void) {
             /* Q5_K and Q6_K: at 256 bits their repacked products were no faster
              * than the per-row kernels, or slower, so AVX2 CPUs keep those */
             kernel_types |= TYPE_BIT(WGLLM_TYPE_Q5_K) | TYPE_BIT(WGLLM_TYPE_Q6_K);
+            /* the same types: AMX takes prompts of the 32-element formats and
+             * hands decode and the rest to the AVX-512 kernel */
+            if (c->amx_int8) {
+                kernel = wgllm_repacked_matmul_amx;
+                kernel_name = "amx";
+            }
         }
     }
 #elif defined(__wasm_simd128__)

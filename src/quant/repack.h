@@ -36,7 +36,8 @@
  * activation block's s (= d_x*sum(activation block)) after d*d_x*sum(q*a),
  * as a second fused multiply-add.
  * The same layout serves every ISA (AVX2 reads a vector as two 8-row halves,
- * wasm SIMD128 as four 4-row slices).
+ * wasm SIMD128 as four 4-row slices; for AMX a block's vectors are a B tile
+ * in its VNNI order, K = 32 by N = 16 rows, once made signed values).
  *
  * Q4_K and Q5_K (256-element super-blocks) have no separate scale section:
  * each super-block b of a panel is one record of WGLLM_REPACK_Q4_K_RECORD /
@@ -120,7 +121,8 @@ struct wgllm_repacked {
  * ne0 % 256 == 0, on x86 with AVX2+FMA+F16C or AVX-512 VNNI, and in wasm
  * where the relaxed-SIMD module runs (repack_relaxed.c); IQ4_XS as Q4_K's
  * shapes on x86 with AVX2+FMA+F16C or AVX-512 VNNI; Q5_K and Q6_K likewise,
- * with AVX-512 VNNI only. */
+ * with AVX-512 VNNI only. With AMX-INT8 the same as with AVX-512 VNNI (the
+ * AMX kernel hands what it does not take to the AVX-512 one). */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
 int wgllm_repack_row_group(void);
@@ -141,7 +143,7 @@ struct wgllm_repacked wgllm_repacked_rows(const struct wgllm_repacked *w, int64_
  * x: n rows of activations in the weight type's vec_dot_type (Q8_0; Q8_1 for
  * Q4_1 and Q5_1; Q8_K for the K-quants and IQ4_XS), x_stride bytes apart. Uses the fastest
  * kernel of this CPU (the scalar reference when there is none). Allocates
- * nothing; uses about 64 KiB of stack. */
+ * nothing; uses about 64 KiB of stack (140 KiB with AMX). */
 void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
                            int n, float *y, int ldy, bool accumulate);
 
@@ -198,7 +200,7 @@ typedef void (*wgllm_repacked_matmul_fn)(const struct wgllm_repacked *w, int64_t
 void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate);
 /* The kernel wgllm_repacked_matmul uses on this CPU (NULL: none, the scalar
- * reference stands in); its name in *name ("avx512", "avx2", "simd128").
+ * reference stands in); its name in *name ("amx", "avx512", "avx2", "simd128").
  * It takes the types that wgllm_repack_supported accepts on this CPU (for
  * the others wgllm_repacked_matmul runs the reference). */
 wgllm_repacked_matmul_fn wgllm_repack_kernel(const char **name);
@@ -225,6 +227,19 @@ void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int6
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate);
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate);
+/* AMX-INT8 (repack_amx.c): the 32-element formats for 16 tokens or more;
+ * the rest it hands to wgllm_repacked_matmul_avx512. Needs AMX-INT8 usable
+ * (wgllm_cpu_caps()->amx_int8) and AVX-512 VNNI; about 140 KiB of stack. */
+void wgllm_repacked_matmul_amx(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
+                               size_t x_stride, int n, float *y, int ldy, bool accumulate);
+/* Tests only: a known bug the AMX kernel plants while this is set, which
+ * test_repack must catch (0: none). */
+enum {
+    WGLLM_REPACK_AMX_MUTANT_OFFSET = 1, /* weight values off by one */
+    WGLLM_REPACK_AMX_MUTANT_ORDER,      /* two blocks added in the wrong order */
+    WGLLM_REPACK_AMX_MUTANT_TAIL,       /* a short last tile of tokens one token shorter */
+};
+extern int wgllm_repack_amx_mutant;
 #endif
 #if defined(__wasm_simd128__)
 /* Not bit-identical to the reference above but to the per-row vec_dot of

@@ -1,0 +1,289 @@
+/*
+ * repack_amx.c - AMX-INT8 mat-mat products over the interleaved Q4_0/Q4_1/
+ * Q5_0/Q5_1/Q8_0/IQ4_NL layout (repack.h), for prompts: per tile of 16
+ * tokens, panel and block, one tdpbssd multiplies the tokens' 32 activations
+ * (the A tile, read in place from the Q8_0/Q8_1 rows) by the block's 16 x 32
+ * weights (the B tile), giving the 16 x 16 exact integer dots at once; AVX-512
+ * then scales and adds them in float, block after block, as the reference
+ * does, so the results are bit-identical to it.
+ *
+ * A panel's block is already a B tile in AMX's VNNI order (4 consecutive
+ * quants of a row per 32-bit lane) except for its values: it is rewritten
+ * into a 512-byte scratch as signed bytes (Q8_0: q itself, not q + 128; the
+ * nibble formats: their value, offset and table applied), so tdpbssd gives
+ * the exact dot with no -bias*sum(x) correction to add afterwards.
+ *
+ * Decode (fewer than 16 tokens), the 256-element formats and rows longer
+ * than MAX_NB blocks go to the AVX-512 kernel.
+ *
+ * Cost: per 16 x 16 x 32 step a tile load of A (16 rows, 32 bytes each, off
+ * the cache lines), one of B, tdpbssd at K = 32 (the per-block scale forbids
+ * a longer K) and a 1 KiB tile store take some 40-50 cycles of the tile unit,
+ * and the float epilogue (16 x cvt, mul, fma) about as long on the vector
+ * ports; they overlap only in part, so this measured 1.3-1.5x the AVX-512
+ * kernel at 16 to 512 tokens (one Sapphire Rapids vCPU, Q4_0 and Q8_0), not
+ * the 3-4x the multiply alone would allow.
+ */
+#include "quant/repack.h"
+
+#include "quant/kquants.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TOK 16      /* tokens per tile (rows of the A and C tiles) */
+#define MAX_NB 1024 /* blocks per row the per-tile scales below hold (ne0 <= 32768) */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+/* GCC's tileloadd and ldtilecfg asm statements declare no memory read, so
+ * without this the stores of what they read could be moved past them or
+ * dropped as dead. */
+#define MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
+
+int wgllm_repack_amx_mutant;
+
+/* The 64-byte operand of ldtilecfg (palette 1). Tiles 0/1: C (int32, TOK x
+ * 16), 2/3: A (TOK x 32 bytes), 4/5: B (8 x 64 bytes); two of each so that
+ * consecutive blocks use different tiles and can overlap. */
+struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+static void configure(int T) {
+    struct tile_config c;
+    memset(&c, 0, sizeof(c));
+    c.palette = 1;
+    for (int i = 0; i < 2; i++) {
+        c.rows[i] = (uint8_t)T, c.colsb[i] = 64;
+        c.rows[2 + i] = (uint8_t)T, c.colsb[2 + i] = 32;
+        c.rows[4 + i] = 8, c.colsb[4 + i] = 64;
+    }
+    MEMORY_BARRIER();
+    _tile_loadconfig(&c);
+}
+
+/* Per token tile, each block's activation scale (and Q8_1's s) for the 16
+ * tokens; zero for the rows past a short last tile, whose sums are dropped. */
+struct tok_pre {
+    float dx[MAX_NB][TOK];
+    float sx[MAX_NB][TOK];
+};
+
+static void prepare(const char *x, size_t xs, int T, int64_t nb, bool min, struct tok_pre *pre) {
+    for (int64_t b = 0; b < nb; b++)
+        for (int t = 0; t < TOK; t++) {
+            const char *xt = x + (size_t)t * xs;
+            if (t >= T) {
+                pre->dx[b][t] = 0.0f;
+                if (min) pre->sx[b][t] = 0.0f;
+            } else if (min) {
+                pre->dx[b][t] = wgllm_fp16_lookup(((const wgllm_block_q8_1 *)xt)[b].d);
+                pre->sx[b][t] = wgllm_fp16_lookup(((const wgllm_block_q8_1 *)xt)[b].s);
+            } else {
+                pre->dx[b][t] = wgllm_fp16_lookup(((const wgllm_block_q8_0 *)xt)[b].d);
+            }
+        }
+}
+
+enum { K_Q8_0, K_Q4_0, K_IQ4_NL, K_Q5_0, K_Q4_1, K_Q5_1 };
+
+/* The value of each nibble (Q5: of its low 4 bits; the fifth adds 16). */
+static __m512i nibble_table(int kind, int off) {
+    int8_t t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = (int8_t)(kind == K_IQ4_NL ? wgllm_kvalues_iq4nl[i]
+                        : kind == K_Q4_0 ? i - 8
+                        : kind == K_Q5_0 ? i - 16
+                                         : i) + (int8_t)off;
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* Block q of a panel as a B tile of signed values (dst: 8 x 64 bytes):
+ * tile row r holds, in bytes 4j..4j+3, row j's elements 4r..4r+3, so the
+ * nibble vector m gives rows m (low nibbles) and 4 + m (high). */
+static ALWAYS_INLINE void unpack(const uint8_t *q, int kind, __m512i table, __m512i flip, int8_t *dst) {
+    if (kind == K_Q8_0) {
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++)
+            _mm512_store_si512((void *)(dst + 64 * g), _mm512_xor_si512(_mm512_load_si512((const void *)(q + 64 * g)), flip));
+        return;
+    }
+    const __m512i mask = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    const bool five = kind == K_Q5_0 || kind == K_Q5_1;
+    const __m512i hb = five ? _mm512_load_si512((const void *)(q + 256)) : mask;
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        const __m512i v = _mm512_load_si512((const void *)(q + 64 * m));
+        __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, mask));
+        __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), mask));
+        if (five) {
+            lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(1 << m))), lo, sixteen);
+            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(hb, _mm512_set1_epi8((char)(16 << m))), hi, sixteen);
+        }
+        _mm512_store_si512((void *)(dst + 64 * m), lo);
+        _mm512_store_si512((void *)(dst + 64 * (4 + m)), hi);
+    }
+}
+
+/* acc[t] (rows of the panel, token t) += d_w*d_x * dot (then + m*s_x), as the reference adds a block. */
+static ALWAYS_INLINE void add_block(const int32_t *c, const uint8_t *pd, const uint8_t *mins, int64_t b,
+                                    const struct tok_pre *pre, __m512 *acc, bool min) {
+    const __m512 ws = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pd + b * 32)));
+    const __m512 wm = min ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(mins + b * 32))) : ws;
+#pragma GCC unroll 16
+    for (int t = 0; t < TOK; t++) {
+        const __m512 d = _mm512_mul_ps(ws, _mm512_set1_ps(pre->dx[b][t]));
+        acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * t))), acc[t]);
+        if (min) acc[t] = _mm512_fmadd_ps(wm, _mm512_set1_ps(pre->sx[b][t]), acc[t]);
+    }
+}
+
+/* Per-call state of the panel loop. */
+struct amx_job {
+    size_t sb, qb, bs, xoff; /* quants' offset in a panel, bytes per block; activation block size, qs offset */
+    __m512i table, flip;
+    bool swap; /* mutant: the two blocks of a pair added in the wrong order */
+};
+
+/* Blocks b, b + 1 (x: block b's qs of the tile's first token; bt: their
+ * two B tiles) on tiles 0/2/4 and 1/3/5: the exact dots into c[0], c[1]. */
+static ALWAYS_INLINE void dots_pair(const char *x, size_t xs, size_t bs, const int8_t *bt, int32_t *c) {
+    _tile_loadd(2, x, (long)xs);
+    _tile_loadd(4, bt, 64);
+    _tile_loadd(3, x + bs, (long)xs);
+    _tile_loadd(5, bt + 512, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_dpbssd(0, 2, 4);
+    _tile_dpbssd(1, 3, 5);
+    _tile_stored(0, c, 64);
+    _tile_stored(1, c + TOK * 16, 64);
+}
+
+/* One panel (16 rows) times a tile of T tokens (x: its first token row's
+ * first qs): y (+)= W . x. Blocks go in pairs, software-pipelined so that
+ * the tile unit and the vector units overlap: while pair k's dots are added
+ * up in float, pair k + 1's are multiplied and pair k + 2 unpacked (a B
+ * tile read right after its stores, or a C tile right after its tile store,
+ * would wait for them; the alternating buffers keep each a pair apart). */
+static ALWAYS_INLINE void panel(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,
+                                const struct tok_pre *pre, int T, float *y, int ldy, bool accumulate, int kind) {
+    const bool min = kind == K_Q4_1 || kind == K_Q5_1;
+    const uint8_t *mins = pd + wgllm_repack_scale_bytes(nb * 32), *quants = pd + job->sb;
+    const size_t qb = job->qb, bs = job->bs;
+    _Alignas(64) int8_t bt[2][2 * 512];         /* pair k's B tiles in bt[k & 1] */
+    _Alignas(64) int32_t c[2][2 * TOK * 16];    /* pair k's C tiles in c[k & 1] */
+    /* a short tile stores T rows of C; the others, added to sums that are not
+     * stored, are zeroed so that no uninitialized bytes are read */
+    if (T < TOK) memset(c, 0, sizeof(c));
+    __m512 acc[TOK];
+#pragma GCC unroll 16
+    for (int t = 0; t < TOK; t++) acc[t] = _mm512_setzero_ps();
+    const int64_t np = nb / 2;
+    for (int64_t k = 0; k < np && k < 2; k++) {
+        unpack(quants + (size_t)(2 * k) * qb, kind, job->table, job->flip, bt[k]);
+        unpack(quants + (size_t)(2 * k + 1) * qb, kind, job->table, job->flip, bt[k] + 512);
+    }
+    MEMORY_BARRIER();
+    if (np > 0) dots_pair(x, xs, bs, bt[0], c[0]);
+    const int f = job->swap;
+    for (int64_t k = 0; k < np; k++) {
+        if (k + 1 < np) dots_pair(x + (size_t)(2 * k + 2) * bs, xs, bs, bt[(k + 1) & 1], c[(k + 1) & 1]);
+        if (k + 2 < np) {
+            unpack(quants + (size_t)(2 * k + 4) * qb, kind, job->table, job->flip, bt[k & 1]);
+            unpack(quants + (size_t)(2 * k + 5) * qb, kind, job->table, job->flip, bt[k & 1] + 512);
+        }
+        MEMORY_BARRIER();
+        const int32_t *ck = c[k & 1];
+        add_block(ck + f * TOK * 16, pd, mins, 2 * k + f, pre, acc, min);
+        add_block(ck + (1 - f) * TOK * 16, pd, mins, 2 * k + 1 - f, pre, acc, min);
+    }
+    if (nb & 1) { /* the last block of an odd count */
+        const int64_t b = nb - 1;
+        unpack(quants + (size_t)b * qb, kind, job->table, job->flip, bt[0]);
+        MEMORY_BARRIER();
+        _tile_loadd(2, x + (size_t)b * bs, (long)xs);
+        _tile_loadd(4, bt[0], 64);
+        _tile_zero(0);
+        _tile_dpbssd(0, 2, 4);
+        _tile_stored(0, c[0], 64);
+        add_block(c[0], pd, mins, b, pre, acc, min);
+    }
+    for (int t = 0; t < T; t++) {
+        float *d = y + (size_t)t * ldy;
+        _mm512_storeu_ps(d, accumulate ? _mm512_add_ps(_mm512_loadu_ps(d), acc[t]) : acc[t]);
+    }
+}
+
+typedef void (*panel_fn)(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,
+                         const struct tok_pre *pre, int T, float *y, int ldy, bool accumulate);
+#define PANEL(fmt, kind)                                                                                        \
+    static void panel_##fmt(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,  \
+                            const struct tok_pre *pre, int T, float *y, int ldy, bool accumulate) {              \
+        panel(job, pd, nb, x, xs, pre, T, y, ldy, accumulate, kind);                                            \
+    }
+PANEL(q8_0, K_Q8_0)
+PANEL(q4_0, K_Q4_0)
+PANEL(iq4_nl, K_IQ4_NL)
+PANEL(q5_0, K_Q5_0)
+PANEL(q4_1, K_Q4_1)
+PANEL(q5_1, K_Q5_1)
+
+static int kind_of(uint32_t type) {
+    switch (type) {
+    case WGLLM_TYPE_Q8_0: return K_Q8_0;
+    case WGLLM_TYPE_Q4_0: return K_Q4_0;
+    case WGLLM_TYPE_IQ4_NL: return K_IQ4_NL;
+    case WGLLM_TYPE_Q5_0: return K_Q5_0;
+    case WGLLM_TYPE_Q4_1: return K_Q4_1;
+    case WGLLM_TYPE_Q5_1: return K_Q5_1;
+    default: return -1;
+    }
+}
+
+void wgllm_repacked_matmul_amx(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
+                               size_t x_stride, int n, float *y, int ldy, bool accumulate) {
+    WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
+    const int kind = kind_of(w->type);
+    const int64_t nb = w->ne0 / 32;
+    if (kind < 0 || n < TOK || nb > MAX_NB || r0 == r1) {
+        wgllm_repacked_matmul_avx512(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
+        return;
+    }
+    static const panel_fn fns[] = {panel_q8_0, panel_q4_0, panel_iq4_nl, panel_q5_0, panel_q4_1, panel_q5_1};
+    const int mutant = wgllm_repack_amx_mutant;
+    const bool min = wgllm_repack_has_min(w->type);
+    struct amx_job job = {
+        .sb = wgllm_repack_quant_offset(w->type, w->ne0),
+        .qb = wgllm_repack_quant_bytes(w->type),
+        .bs = min ? sizeof(wgllm_block_q8_1) : sizeof(wgllm_block_q8_0),
+        .xoff = min ? offsetof(wgllm_block_q8_1, qs) : offsetof(wgllm_block_q8_0, qs),
+        .table = nibble_table(kind, mutant == WGLLM_REPACK_AMX_MUTANT_OFFSET),
+        .flip = _mm512_set1_epi8((char)(mutant == WGLLM_REPACK_AMX_MUTANT_OFFSET ? 0x81 : 0x80)),
+        .swap = mutant == WGLLM_REPACK_AMX_MUTANT_ORDER,
+    };
+    const size_t panel_bytes = wgllm_repack_panel_bytes(w->type, w->ne0);
+    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
+    /* panels per L2-resident group, as in the AVX-512 kernel */
+    const int64_t group = n <= TOK ? p1 - p0 : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel_bytes);
+    struct tok_pre pre;
+    int configured = 0;
+    for (int64_t g0 = p0; g0 < p1; g0 += group) {
+        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
+        for (int t0 = 0; t0 < n; t0 += TOK) {
+            const int T = WGLLM_MIN(TOK, n - t0);
+            /* a short last tile: A and C tiles of T rows, so nothing past x is read */
+            const int rows = mutant == WGLLM_REPACK_AMX_MUTANT_TAIL && T < TOK && T > 1 ? T - 1 : T;
+            if (rows != configured) configure(configured = rows);
+            const char *xt = (const char *)x + (size_t)t0 * x_stride;
+            prepare(xt, x_stride, T, nb, min, &pre);
+            for (int64_t p = g0; p < g1; p++)
+                fns[kind](&job, (const uint8_t *)w->data + (size_t)p * panel_bytes, nb, xt + job.xoff, x_stride, &pre, T,
+                          y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
+        }
+    }
+    _tile_release();
+}
+
+#endif
