@@ -3,7 +3,7 @@
 # f16, and Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, Q2_K, Q3_K_M, IQ4_NL, Q4_1, Q5_0, Q5_1 quantized from
 # the f16 one): prompt 128
 # tokens, 32 generated, 2 threads, median of 3.
-# Usage: bash bench/run.sh [--peer-only] [--native] [--isa avx2] [--shapes] [--pp N] [--tg N]
+# Usage: bash bench/run.sh [--peer-only] [--native | --native-noamx] [--isa avx2] [--shapes] [--pp N] [--tg N]
 #                          [--threads N] [--reps N] [TYPE...]   (the models, ~4 GB, are made once into
 # build/models; TYPE: only those, e.g. q4_0 q8_0; --pp/--tg/--threads/--reps change the
 # 128 / 32 / 2 / 3 of the default table, e.g. --pp 1024 --tg 1 for long prompts)
@@ -12,6 +12,8 @@
 #             from `wgllm info` (sliding-window layers keep only their window)
 #   --native  also llama.cpp built for this CPU: llama-bench from node-llama-cpp's source with
 #             -DGGML_NATIVE=ON (tools/llamacpp/build.sh --native, cached; 20+ minutes the first time)
+#   --native-noamx  as --native, the peer built without AMX (tools/llamacpp/build.sh
+#             --native-noamx): for AMX CPUs where llama.cpp's AMX path crashes
 #   --isa avx2  an AVX2-only CPU on this one: wgllm with WGLLM_CPU=avx2 (its AVX2 kernels, no
 #             AVX-512) and, as the native column, llama.cpp built with AVX2+FMA+F16C and no
 #             AVX-512 (tools/llamacpp/build.sh --avx2, cached); the prebuilt column still runs
@@ -23,11 +25,12 @@ if [ ! -d tools/peer/node_modules/node-llama-cpp ]; then
   (cd tools/peer && npm ci --omit=optional --no-audit --no-fund)
 fi
 peer_only=0 native=0 isa=native shapes=0 only=() pp=128 tg=32 threads=2 reps=3
-usage="usage: bench/run.sh [--peer-only] [--native] [--isa avx2] [--shapes] [--pp N] [--tg N] [--threads N] [--reps N] [TYPE...]"
+usage="usage: bench/run.sh [--peer-only] [--native | --native-noamx] [--isa avx2] [--shapes] [--pp N] [--tg N] [--threads N] [--reps N] [TYPE...]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --peer-only) peer_only=1 ;;
     --native) native=1 ;;
+    --native-noamx) native=1 isa=native-noamx ;;
     --isa)
       [ "${2:-}" = avx2 ] || { echo "bench: --isa takes avx2 ($usage)" >&2; exit 2; }
       native=1 isa=avx2

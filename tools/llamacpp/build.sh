@@ -2,7 +2,7 @@
 # Builds llama.cpp tools from the source node-llama-cpp ships (its git bundle
 # of the llama.cpp release its prebuilt binaries come from), cached.
 #
-#   bash tools/llamacpp/build.sh [--native | --avx2] TARGET...
+#   bash tools/llamacpp/build.sh [--native | --native-noamx | --avx2] TARGET...
 #
 # Prints what it does on stderr and, on stdout, the folder that holds the
 # built executables (bin=$(bash tools/llamacpp/build.sh llama-server)).
@@ -13,6 +13,10 @@
 #             copies of those libraries beside the executable.
 #   --native  all of llama.cpp, Release, -DGGML_NATIVE=ON (this CPU's
 #             instructions): any of its targets (llama-bench, llama-server, ...).
+#   --native-noamx  --native without AMX (-mno-amx-*: ggml's AMX buffers off, its
+#             AVX-512 and repacked kernels kept): on the AMX CPUs where llama.cpp's AMX
+#             path crashes (v0.4.0 here: SIGSEGV in ggml_backend_amx_mul_mat, as in
+#             llama.cpp issue 20824), the fastest llama.cpp that runs.
 #   --avx2    the same with -DGGML_NATIVE=OFF and AVX2+FMA+F16C+BMI2, no
 #             AVX-512: the peer an AVX2-only CPU (AMD Zen 1-3, Intel before
 #             Ice Lake) would run, measured on this one (bench/run.sh --isa avx2).
@@ -37,8 +41,9 @@ targets=()
 for a in "$@"; do
   case "$a" in
     --native) native=1 flavor=native ;;
+    --native-noamx) native=1 flavor=native-noamx ;;
     --avx2) native=1 flavor=avx2 ;;
-    -*) die "unknown option $a (usage: build.sh [--native | --avx2] TARGET...)" ;;
+    -*) die "unknown option $a (usage: build.sh [--native | --native-noamx | --avx2] TARGET...)" ;;
     *) targets+=("$a") ;;
   esac
 done
@@ -62,6 +67,9 @@ fi
 common=(-DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF) # never a download
 if [ $native = 1 ]; then
   isa=(-DGGML_NATIVE=ON)
+  # GCC keeps an explicit -mno-* over what -march=native (added later by ggml) implies
+  noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  [ $flavor = native-noamx ] && isa=(-DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx")
   [ $flavor = avx2 ] && isa=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
     -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF)
   config=(-DCMAKE_BUILD_TYPE=Release "${isa[@]}" -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF
