@@ -302,6 +302,51 @@ static bool amx_case(uint32_t type, int64_t ne0, int n, int64_t r0, int64_t r1, 
     return same;
 }
 
+/* Q4_K at the extremes of its integer sums (scales and mins 63, nibbles 15
+ * or 14 at random, activations mostly -128 or mostly 127), where the AMX kernel's
+ * exact sums in float come closest to 2^24: equal to the reference. */
+static bool amx_q4_K_extremes(void) {
+    enum { NE0 = 1024, NE1 = 32, N = 33 };
+    uint32_t lcg = 1;
+    uint8_t *wq = make_matrix(WGLLM_TYPE_Q4_K, NE0, NE1);
+    wgllm_block_q4_K *wb = (wgllm_block_q4_K *)wq;
+    for (int r = 0; r < NE1; r++)
+        for (int b = 0; b < NE0 / 256; b++) {
+            wgllm_block_q4_K *blk = &wb[r * (NE0 / 256) + b];
+            memset(blk->scales, 0xFF, sizeof(blk->scales));
+            for (size_t i = 0; i < sizeof(blk->qs); i++) { /* 15 or 14, a few 0 rows */
+                lcg = lcg * 1103515245u + 12345u;
+                blk->qs[i] = r % 8 == 1 ? 0x00 : (uint8_t)(0xFF ^ (lcg >> 16 & 0x11));
+            }
+        }
+    const size_t xs = wgllm_row_size(WGLLM_TYPE_Q8_K, NE0);
+    uint8_t *x = make_acts_of(WGLLM_TYPE_Q8_K, NE0, N, xs);
+    for (int t = 0; t < N; t++)
+        for (int b = 0; b < NE0 / 256; b++) {
+            wgllm_block_q8_K *xb = (wgllm_block_q8_K *)(x + (size_t)t * xs) + b;
+            /* odd partial sums past 2^24: a rounding too many shows */
+            for (int k = 0; k < 256; k++) {
+                lcg = lcg * 1103515245u + 12345u;
+                xb->qs[k] = (int8_t)((lcg >> 16 & 15) == 0 ? 127 : -128);
+                if (t % 4 == 3) xb->qs[k] = (int8_t)-xb->qs[k] - 1; /* 127 mostly */
+            }
+            for (int k = 0; k < 16; k++) {
+                int sum = 0;
+                for (int i = 0; i < 16; i++) sum += xb->qs[16 * k + i];
+                xb->bsums[k] = (int16_t)sum;
+            }
+        }
+    struct wgllm_repacked rp;
+    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_Q4_K, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+    static float want[NE1 * N], got[NE1 * N];
+    wgllm_repacked_matmul_ref(&rp, 0, NE1, x, xs, N, want, NE1, false);
+    wgllm_repacked_matmul_amx(&rp, 0, NE1, x, xs, N, got, NE1, false);
+    const bool same = memcmp(want, got, sizeof(want)) == 0;
+    free(x), free(wq);
+    wgllm_repacked_free(&rp);
+    return same;
+}
+
 /* The AMX kernel gives exactly the reference's floats: every format it
  * takes, token counts below one tile (handed to AVX-512), at and past tile
  * edges, 16 to 48 rows from an offset, one block to 128. */
@@ -324,8 +369,19 @@ TEST(amx_equals_reference) {
                     if (light && ri != 1) continue;
                     CHECK(amx_case(amx_types[ti], ne0_amx[i0], n_amx[in], ranges[ri][0], ranges[ri][1], false));
                 }
-    /* the formats it hands on whole (the 256-element ones) */
-    CHECK(amx_case(WGLLM_TYPE_Q4_K, 512, 33, 16, 48, false));
+    /* Q4_K: 1 super-block (no pipeline), 2, 5 (odd), 16 (a long row: its token
+     * counts at the tile edges only) */
+    static const int64_t ne0_k[] = {256, 512, 1280, 4096};
+    for (size_t i0 = 0; i0 < 4; i0++)
+        for (size_t in = 0; in < sizeof(n_amx) / sizeof(n_amx[0]); in++)
+            for (size_t ri = 0; ri < 3; ri++) {
+                const bool long_row = ne0_k[i0] == 4096;
+                if (long_row && (ri != 1 || (n_amx[in] != 17 && n_amx[in] != 32))) continue;
+                if (light && ri != 1) continue;
+                CHECK(amx_case(WGLLM_TYPE_Q4_K, ne0_k[i0], n_amx[in], ranges[ri][0], ranges[ri][1], false));
+            }
+    CHECK(amx_q4_K_extremes());
+    /* the formats it hands on whole */
     CHECK(amx_case(WGLLM_TYPE_Q6_K, 512, 33, 0, 64, false));
 }
 
@@ -349,6 +405,8 @@ TEST(amx_mutants_fail) {
         {WGLLM_REPACK_AMX_MUTANT_ORDER, WGLLM_TYPE_Q4_0, 4096, 32},
         {WGLLM_REPACK_AMX_MUTANT_ORDER, WGLLM_TYPE_Q8_0, 4096, 32},
         {WGLLM_REPACK_AMX_MUTANT_TAIL, WGLLM_TYPE_Q4_0, 256, 21},
+        {WGLLM_REPACK_AMX_MUTANT_OFFSET, WGLLM_TYPE_Q4_K, 1280, 32},
+        {WGLLM_REPACK_AMX_MUTANT_TAIL, WGLLM_TYPE_Q4_K, 512, 21},
     };
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
         CHECK(amx_case(m[i].type, m[i].ne0, m[i].n, 16, 48, true)); /* sound without the bug */

@@ -431,7 +431,7 @@ static void pick_kernel(void) {
              * than the per-row kernels, or slower, so AVX2 CPUs keep those */
             kernel_types |= TYPE_BIT(WGLLM_TYPE_Q5_K) | TYPE_BIT(WGLLM_TYPE_Q6_K);
             /* the same types: AMX takes prompts of the 32-element formats and
-             * hands decode and the rest to the AVX-512 kernel */
+             * Q4_K and hands decode and the rest to the AVX-512 kernel */
             if (c->amx_int8) {
                 kernel = wgllm_repacked_matmul_amx;
                 kernel_name = "amx";

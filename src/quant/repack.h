@@ -227,8 +227,8 @@ void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int6
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate);
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate);
-/* AMX-INT8 (repack_amx.c): the 32-element formats for 16 tokens or more;
- * the rest it hands to wgllm_repacked_matmul_avx512. Needs AMX-INT8 usable
+/* AMX-INT8 (repack_amx.c): the 32-element formats and Q4_K for 16 tokens or
+ * more; the rest it hands to wgllm_repacked_matmul_avx512. Needs AMX-INT8 usable
  * (wgllm_cpu_caps()->amx_int8) and AVX-512 VNNI; about 140 KiB of stack. */
 void wgllm_repacked_matmul_amx(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate);
