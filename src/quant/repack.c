@@ -374,10 +374,7 @@ static void prepare_k(const char *x, size_t xs, int T, int64_t nb, struct wgllm_
         for (int64_t b = 0; b < nb; b++) {
             pre->dx[b][t] = xb[b].d;
             const int16_t *bs = xb[b].bsums;
-            for (int k = 0; k < 4; k++) {
-                const uint16_t lo = (uint16_t)(bs[4 * k] + bs[4 * k + 1]), hi = (uint16_t)(bs[4 * k + 2] + bs[4 * k + 3]);
-                pre->bsum2[b][k][t] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
-            }
+            for (int k = 0; k < 4; k++) pre->bsum2[b][k][t] = wgllm_repack_bsum2(bs, k);
         }
     }
 }

@@ -214,6 +214,13 @@ struct wgllm_repack_pre_k {
     int32_t bsum2[WGLLM_REPACK_MAX_SB][4][WGLLM_REPACK_TILE];
     float dx[WGLLM_REPACK_MAX_SB][WGLLM_REPACK_TILE];
 };
+/* A Q8_K block's 32-element sums of sub-blocks 2k (low int16) and 2k + 1
+ * (high), from its 16-element bsums: the pair one vpmaddwd multiplies by a
+ * row's two mins. */
+static inline int32_t wgllm_repack_bsum2(const int16_t *bsums, int k) {
+    const uint16_t lo = (uint16_t)(bsums[4 * k] + bsums[4 * k + 1]), hi = (uint16_t)(bsums[4 * k + 2] + bsums[4 * k + 3]);
+    return (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
+}
 /* One panel (16 rows) times the tile's tokens: y (+)= W . x for them. */
 typedef void (*wgllm_repack_panel_k_fn)(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
                                         const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate);

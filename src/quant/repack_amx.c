@@ -77,7 +77,8 @@ struct tok_pre {
     float sx[MAX_NB][TOK];
 };
 
-static void prepare(const char *x, size_t xs, int T, int64_t nb, bool min, struct tok_pre *pre) {
+static void prepare(const char *x, size_t xs, int T, int64_t nb, bool min, void *pre_) {
+    struct tok_pre *pre = pre_;
     for (int64_t b = 0; b < nb; b++)
         for (int t = 0; t < TOK; t++) {
             const char *xt = x + (size_t)t * xs;
@@ -241,7 +242,9 @@ struct tok_pre_k {
     int32_t bsum2[WGLLM_REPACK_MAX_SB][4][TOK];
 };
 
-static void prepare_k(const char *x, size_t xs, int T, int64_t nb, struct tok_pre_k *pre) {
+static void prepare_k(const char *x, size_t xs, int T, int64_t nb, bool min, void *pre_) {
+    (void)min;
+    struct tok_pre_k *pre = pre_;
     for (int t = 0; t < TOK; t++) {
         if (t >= T) {
             for (int64_t b = 0; b < nb; b++) {
@@ -254,10 +257,7 @@ static void prepare_k(const char *x, size_t xs, int T, int64_t nb, struct tok_pr
         for (int64_t b = 0; b < nb; b++) {
             pre->dx[b][t] = xb[b].d;
             const int16_t *bs = xb[b].bsums;
-            for (int k = 0; k < 4; k++) {
-                const uint16_t lo = (uint16_t)(bs[4 * k] + bs[4 * k + 1]), hi = (uint16_t)(bs[4 * k + 2] + bs[4 * k + 3]);
-                pre->bsum2[b][k][t] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
-            }
+            for (int k = 0; k < 4; k++) pre->bsum2[b][k][t] = wgllm_repack_bsum2(bs, k);
         }
     }
 }
@@ -285,7 +285,8 @@ static ALWAYS_INLINE __m512i scales16(const uint8_t *p) {
  * scaled and added, token group g (4 tokens) at a time, chunk g of b + 1 is
  * multiplied and chunk g of b + 2 unpacked. */
 static void panel_q4_K(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                       const struct tok_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
+                       const void *pre_, int T, float *y, int ldy, bool accumulate) {
+    const struct tok_pre_k *pre = pre_;
     enum { REC = WGLLM_REPACK_Q4_K_RECORD, QB = 2048 };
     const bool mutant = job->plus_one;
     _Alignas(64) int8_t bt[2][4 * 1024];       /* super-block b's 8 B tiles in bt[b & 1] */
@@ -350,39 +351,12 @@ static void panel_q4_K(const struct amx_job *job, const uint8_t *pd, int64_t nb,
     }
 }
 
-/* noinline: its stack (about 100 KiB) is not added to the caller's */
-static __attribute__((noinline)) void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x, size_t x_stride,
-                        int n, float *y, int ldy, bool accumulate) {
-    const int mutant = wgllm_repack_amx_mutant;
-    const struct amx_job job = {.plus_one = mutant == WGLLM_REPACK_AMX_MUTANT_OFFSET};
-    const int64_t nb = w->ne0 / WGLLM_QK_K;
-    WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_SB);
-    const size_t panel_bytes = wgllm_repack_panel_bytes(w->type, w->ne0);
-    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
-    const int64_t group = WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel_bytes);
-    struct tok_pre_k pre;
-    int configured = 0;
-    for (int64_t g0 = p0; g0 < p1; g0 += group) {
-        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
-        for (int t0 = 0; t0 < n; t0 += TOK) {
-            const int T = WGLLM_MIN(TOK, n - t0);
-            const int rows = mutant == WGLLM_REPACK_AMX_MUTANT_TAIL && T < TOK && T > 1 ? T - 1 : T;
-            if (rows != configured) configure(configured = rows);
-            const char *xt = (const char *)x + (size_t)t0 * x_stride;
-            prepare_k(xt, x_stride, T, nb, &pre);
-            for (int64_t p = g0; p < g1; p++)
-                panel_q4_K(&job, (const uint8_t *)w->data + (size_t)p * panel_bytes, nb, xt, x_stride, &pre, T,
-                           y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
-        }
-    }
-    _tile_release();
-}
-
 typedef void (*panel_fn)(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                         const struct tok_pre *pre, int T, float *y, int ldy, bool accumulate);
+                         const void *pre, int T, float *y, int ldy, bool accumulate);
+typedef void (*prepare_fn)(const char *x, size_t xs, int T, int64_t nb, bool min, void *pre);
 #define PANEL(fmt, kind)                                                                                        \
     static void panel_##fmt(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,  \
-                            const struct tok_pre *pre, int T, float *y, int ldy, bool accumulate) {              \
+                            const void *pre, int T, float *y, int ldy, bool accumulate) {                        \
         panel(job, pd, nb, x, xs, pre, T, y, ldy, accumulate, kind);                                            \
     }
 PANEL(q8_0, K_Q8_0)
@@ -402,6 +376,46 @@ static int kind_of(uint32_t type) {
     case WGLLM_TYPE_Q5_1: return K_Q5_1;
     default: return -1;
     }
+}
+
+/* Rows [r0, r1) and n tokens (16 or more) of w, nb blocks per row: per
+ * L2-sized group of panels and tile of 16 tokens, the tile's activation
+ * scales into pre (prep), then each panel. Releases the tiles at the end. */
+static void drive(const struct amx_job *job, const struct wgllm_repacked *w, int64_t r0, int64_t r1, const char *x,
+                  size_t x_stride, int n, float *y, int ldy, bool accumulate, int64_t nb, bool min, void *pre,
+                  prepare_fn prep, panel_fn fn) {
+    const int mutant = wgllm_repack_amx_mutant;
+    const size_t panel_bytes = wgllm_repack_panel_bytes(w->type, w->ne0);
+    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
+    /* panels per L2-resident group, as in the AVX-512 kernel */
+    const int64_t group = n <= TOK ? p1 - p0 : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel_bytes);
+    int configured = 0;
+    for (int64_t g0 = p0; g0 < p1; g0 += group) {
+        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
+        for (int t0 = 0; t0 < n; t0 += TOK) {
+            const int T = WGLLM_MIN(TOK, n - t0);
+            /* a short last tile: A and C tiles of T rows, so nothing past x is read */
+            const int rows = mutant == WGLLM_REPACK_AMX_MUTANT_TAIL && T < TOK && T > 1 ? T - 1 : T;
+            if (rows != configured) configure(configured = rows);
+            const char *xt = x + (size_t)t0 * x_stride;
+            prep(xt, x_stride, T, nb, min, pre);
+            for (int64_t p = g0; p < g1; p++)
+                fn(job, (const uint8_t *)w->data + (size_t)p * panel_bytes, nb, xt + job->xoff, x_stride, pre, T,
+                   y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
+        }
+    }
+    _tile_release();
+}
+
+/* noinline: its stack (about 100 KiB) is not added to the caller's */
+static __attribute__((noinline)) void matmul_q4_K(const struct wgllm_repacked *w, int64_t r0, int64_t r1,
+                                                  const void *x, size_t x_stride, int n, float *y, int ldy,
+                                                  bool accumulate) {
+    const struct amx_job job = {.plus_one = wgllm_repack_amx_mutant == WGLLM_REPACK_AMX_MUTANT_OFFSET};
+    const int64_t nb = w->ne0 / WGLLM_QK_K;
+    WGLLM_ASSERT(nb <= WGLLM_REPACK_MAX_SB);
+    struct tok_pre_k pre;
+    drive(&job, w, r0, r1, x, x_stride, n, y, ldy, accumulate, nb, false, &pre, prepare_k, panel_q4_K);
 }
 
 void wgllm_repacked_matmul_amx(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
@@ -429,27 +443,8 @@ void wgllm_repacked_matmul_amx(const struct wgllm_repacked *w, int64_t r0, int64
         .flip = _mm512_set1_epi8((char)(mutant == WGLLM_REPACK_AMX_MUTANT_OFFSET ? 0x81 : 0x80)),
         .swap = mutant == WGLLM_REPACK_AMX_MUTANT_ORDER,
     };
-    const size_t panel_bytes = wgllm_repack_panel_bytes(w->type, w->ne0);
-    const int64_t p0 = r0 / WGLLM_REPACK_ROWS, p1 = r1 / WGLLM_REPACK_ROWS;
-    /* panels per L2-resident group, as in the AVX-512 kernel */
-    const int64_t group = n <= TOK ? p1 - p0 : WGLLM_MAX(1, (int64_t)(1 << 20) / (int64_t)panel_bytes);
     struct tok_pre pre;
-    int configured = 0;
-    for (int64_t g0 = p0; g0 < p1; g0 += group) {
-        const int64_t g1 = WGLLM_MIN(p1, g0 + group);
-        for (int t0 = 0; t0 < n; t0 += TOK) {
-            const int T = WGLLM_MIN(TOK, n - t0);
-            /* a short last tile: A and C tiles of T rows, so nothing past x is read */
-            const int rows = mutant == WGLLM_REPACK_AMX_MUTANT_TAIL && T < TOK && T > 1 ? T - 1 : T;
-            if (rows != configured) configure(configured = rows);
-            const char *xt = (const char *)x + (size_t)t0 * x_stride;
-            prepare(xt, x_stride, T, nb, min, &pre);
-            for (int64_t p = g0; p < g1; p++)
-                fns[kind](&job, (const uint8_t *)w->data + (size_t)p * panel_bytes, nb, xt + job.xoff, x_stride, &pre, T,
-                          y + (size_t)t0 * ldy + p * WGLLM_REPACK_ROWS, ldy, accumulate);
-        }
-    }
-    _tile_release();
+    drive(&job, w, r0, r1, x, x_stride, n, y, ldy, accumulate, nb, min, &pre, prepare, fns[kind]);
 }
 
 #endif
