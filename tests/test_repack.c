@@ -268,8 +268,8 @@ TEST(kernels_equal_reference_at_extremes) {
 
 #if defined(__x86_64__)
 /* The AMX kernel's formats: its tiles of 16 tokens and the short last one. */
-static const uint32_t amx_types[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_IQ4_NL,
-                                     WGLLM_TYPE_Q5_0, WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1};
+static const uint32_t amx_types[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0,
+                                     WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1, WGLLM_TYPE_Q4_K};
 
 /* One AMX case: kernel `fn` over rows [r0, r1) of a 64-row matrix and n
  * tokens, y (ldy odd, sentinels between and after the rows) compared
@@ -349,37 +349,26 @@ static bool amx_q4_K_extremes(void) {
 
 /* The AMX kernel gives exactly the reference's floats: every format it
  * takes, token counts below one tile (handed to AVX-512), at and past tile
- * edges, 16 to 48 rows from an offset, one block to 128. */
+ * edges, 16 to 48 rows from an offset; rows of 1 block (no pair), 2 (one
+ * pair), 5 (pairs in the pipeline and an odd last block) and 4096 elements
+ * (a long row: its token counts at the tile edges only). */
 TEST(amx_equals_reference) {
     if (!wgllm_cpu_caps()->amx_int8) {
         fprintf(stderr, "  (no usable AMX-INT8 on this CPU: skipped)\n");
         return;
     }
     static const int n_amx[] = {1, 5, 16, 17, 31, 32, 33, 64, 100};
-    /* 1 block (no pair), 2 (one pair), 5 (pairs in the pipeline and an odd last
-     * block), 128 (a long row: its token counts at the tile edges only) */
-    static const int64_t ne0_amx[] = {32, 64, 160, 4096};
     static const int64_t ranges[][2] = {{0, 16}, {16, 48}, {16, 64}};
-    for (size_t ti = 0; ti < sizeof(amx_types) / sizeof(amx_types[0]); ti++)
+    for (size_t ti = 0; ti < sizeof(amx_types) / sizeof(amx_types[0]); ti++) {
+        const uint32_t type = amx_types[ti];
+        const int64_t bs = type == WGLLM_TYPE_Q4_K ? WGLLM_QK_K : 32, lens[] = {bs, 2 * bs, 5 * bs, 4096};
         for (size_t i0 = 0; i0 < 4; i0++)
             for (size_t in = 0; in < sizeof(n_amx) / sizeof(n_amx[0]); in++)
                 for (size_t ri = 0; ri < 3; ri++) {
-                    const bool long_row = ne0_amx[i0] == 4096;
-                    if (long_row && (ri != 1 || (n_amx[in] != 17 && n_amx[in] != 32))) continue;
-                    if (light && ri != 1) continue;
-                    CHECK(amx_case(amx_types[ti], ne0_amx[i0], n_amx[in], ranges[ri][0], ranges[ri][1], false));
+                    if (lens[i0] == 4096 && (ri != 1 || (n_amx[in] != 17 && n_amx[in] != 32))) continue;
+                    CHECK(amx_case(type, lens[i0], n_amx[in], ranges[ri][0], ranges[ri][1], false));
                 }
-    /* Q4_K: 1 super-block (no pipeline), 2, 5 (odd), 16 (a long row: its token
-     * counts at the tile edges only) */
-    static const int64_t ne0_k[] = {256, 512, 1280, 4096};
-    for (size_t i0 = 0; i0 < 4; i0++)
-        for (size_t in = 0; in < sizeof(n_amx) / sizeof(n_amx[0]); in++)
-            for (size_t ri = 0; ri < 3; ri++) {
-                const bool long_row = ne0_k[i0] == 4096;
-                if (long_row && (ri != 1 || (n_amx[in] != 17 && n_amx[in] != 32))) continue;
-                if (light && ri != 1) continue;
-                CHECK(amx_case(WGLLM_TYPE_Q4_K, ne0_k[i0], n_amx[in], ranges[ri][0], ranges[ri][1], false));
-            }
+    }
     CHECK(amx_q4_K_extremes());
     /* the formats it hands on whole */
     CHECK(amx_case(WGLLM_TYPE_Q6_K, 512, 33, 0, 64, false));
