@@ -269,7 +269,8 @@ TEST(kernels_equal_reference_at_extremes) {
 #if defined(__x86_64__)
 /* The AMX kernel's formats: its tiles of 16 tokens and the short last one. */
 static const uint32_t amx_types[] = {WGLLM_TYPE_Q4_0, WGLLM_TYPE_Q8_0, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0,
-                                     WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1, WGLLM_TYPE_Q4_K};
+                                     WGLLM_TYPE_Q4_1, WGLLM_TYPE_Q5_1, WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K,
+                                     WGLLM_TYPE_Q6_K, WGLLM_TYPE_IQ4_XS};
 
 /* One AMX case: kernel `fn` over rows [r0, r1) of a 64-row matrix and n
  * tokens, y (ldy odd, sentinels between and after the rows) compared
@@ -302,21 +303,48 @@ static bool amx_case(uint32_t type, int64_t ne0, int n, int64_t r0, int64_t r1, 
     return same;
 }
 
-/* Q4_K at the extremes of its integer sums (scales and mins 63, nibbles 15
- * or 14 at random, activations mostly -128 or mostly 127), where the AMX kernel's
- * exact sums in float come closest to 2^24: equal to the reference. */
-static bool amx_q4_K_extremes(void) {
+/* A 256-element format at the extremes of its integer sums, where the AMX
+ * kernel's partial sums come closest to their limits (2^24 in float for
+ * Q4_K and Q5_K; int16 products and vpmaddubsw's saturation for Q6_K and
+ * IQ4_XS): scales and mins at their largest magnitude (Q4_K/Q5_K 63, Q6_K
+ * -128, IQ4_XS -32), values at theirs (nibbles 15/14, Q5_K's fifth bits set,
+ * Q6_K -32 or 31, IQ4_XS -127 or 113) at random, a few zero rows;
+ * activations mostly -128 or mostly 127. Equal to the reference. */
+static bool amx_extremes(uint32_t type) {
     enum { NE0 = 1024, NE1 = 32, N = 33 };
     uint32_t lcg = 1;
-    uint8_t *wq = make_matrix(WGLLM_TYPE_Q4_K, NE0, NE1);
-    wgllm_block_q4_K *wb = (wgllm_block_q4_K *)wq;
+    uint8_t *wq = make_matrix(type, NE0, NE1);
+    const size_t bsz = wgllm_row_size(type, WGLLM_QK_K);
     for (int r = 0; r < NE1; r++)
         for (int b = 0; b < NE0 / 256; b++) {
-            wgllm_block_q4_K *blk = &wb[r * (NE0 / 256) + b];
-            memset(blk->scales, 0xFF, sizeof(blk->scales));
-            for (size_t i = 0; i < sizeof(blk->qs); i++) { /* 15 or 14, a few 0 rows */
+            uint8_t *blk = wq + (size_t)(r * (NE0 / 256) + b) * bsz;
+            const bool zero = r % 8 == 1;
+            uint8_t *q = NULL;
+            size_t nq = 0;
+            if (type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K) {
+                wgllm_block_q5_K *k5 = (wgllm_block_q5_K *)blk; /* Q4_K's fields up to qs are the same */
+                memset(k5->scales, 0xFF, sizeof(k5->scales));
+                if (type == WGLLM_TYPE_Q5_K) memset(k5->qh, zero ? 0x00 : 0xFF, sizeof(k5->qh)), q = k5->qs;
+                else q = ((wgllm_block_q4_K *)blk)->qs;
+                nq = 128;
+            } else if (type == WGLLM_TYPE_Q6_K) {
+                wgllm_block_q6_K *k6 = (wgllm_block_q6_K *)blk;
+                memset(k6->scales, 0x80, sizeof(k6->scales));
+                q = k6->ql, nq = sizeof(k6->ql) + sizeof(k6->qh); /* ql, qh adjacent */
+            } else {
+                wgllm_block_iq4_xs *xs4 = (wgllm_block_iq4_xs *)blk;
+                xs4->scales_h = 0, memset(xs4->scales_l, 0, sizeof(xs4->scales_l)); /* -32 */
+                q = xs4->qs, nq = sizeof(xs4->qs);
+            }
+            for (size_t i = 0; i < nq; i++) {
                 lcg = lcg * 1103515245u + 12345u;
-                blk->qs[i] = r % 8 == 1 ? 0x00 : (uint8_t)(0xFF ^ (lcg >> 16 & 0x11));
+                const uint8_t bits = (uint8_t)(lcg >> 16 & 0x11);
+                /* Q4_K/Q5_K: 15 or 14 (zero rows 0); Q6_K: ql 0/1 with qh 0 (-32, -31) or 0xF-ish with 3 (31);
+                 * IQ4_XS: index 0 or 1 (-127, -104) */
+                q[i] = type == WGLLM_TYPE_IQ4_XS ? bits
+                       : type == WGLLM_TYPE_Q6_K ? (uint8_t)((lcg >> 20 & 1) ? 0xFF ^ bits : bits)
+                       : zero                    ? 0x00
+                                                 : (uint8_t)(0xFF ^ bits);
             }
         }
     const size_t xs = wgllm_row_size(WGLLM_TYPE_Q8_K, NE0);
@@ -337,11 +365,12 @@ static bool amx_q4_K_extremes(void) {
             }
         }
     struct wgllm_repacked rp;
-    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_Q4_K, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+    CHECK_EQ_INT(wgllm_repack(wq, type, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
     static float want[NE1 * N], got[NE1 * N];
     wgllm_repacked_matmul_ref(&rp, 0, NE1, x, xs, N, want, NE1, false);
     wgllm_repacked_matmul_amx(&rp, 0, NE1, x, xs, N, got, NE1, false);
     const bool same = memcmp(want, got, sizeof(want)) == 0;
+    if (!same) fprintf(stderr, "  amx kernel %s at its extremes differs from the reference\n", wgllm_type_name(type));
     free(x), free(wq);
     wgllm_repacked_free(&rp);
     return same;
@@ -361,7 +390,7 @@ TEST(amx_equals_reference) {
     static const int64_t ranges[][2] = {{0, 16}, {16, 48}, {16, 64}};
     for (size_t ti = 0; ti < sizeof(amx_types) / sizeof(amx_types[0]); ti++) {
         const uint32_t type = amx_types[ti];
-        const int64_t bs = type == WGLLM_TYPE_Q4_K ? WGLLM_QK_K : 32, lens[] = {bs, 2 * bs, 5 * bs, 4096};
+        const int64_t bs = wgllm_type_traits(type)->blck_size, lens[] = {bs, 2 * bs, 5 * bs, 4096};
         for (size_t i0 = 0; i0 < 4; i0++)
             for (size_t in = 0; in < sizeof(n_amx) / sizeof(n_amx[0]); in++)
                 for (size_t ri = 0; ri < 3; ri++) {
@@ -369,9 +398,10 @@ TEST(amx_equals_reference) {
                     CHECK(amx_case(type, lens[i0], n_amx[in], ranges[ri][0], ranges[ri][1], false));
                 }
     }
-    CHECK(amx_q4_K_extremes());
-    /* the formats it hands on whole */
-    CHECK(amx_case(WGLLM_TYPE_Q6_K, 512, 33, 0, 64, false));
+    CHECK(amx_extremes(WGLLM_TYPE_Q4_K));
+    CHECK(amx_extremes(WGLLM_TYPE_Q5_K));
+    CHECK(amx_extremes(WGLLM_TYPE_Q6_K));
+    CHECK(amx_extremes(WGLLM_TYPE_IQ4_XS));
 }
 
 /* Known bugs planted in the AMX kernel (repack.h) make amx_equals_reference's
@@ -396,6 +426,10 @@ TEST(amx_mutants_fail) {
         {WGLLM_REPACK_AMX_MUTANT_TAIL, WGLLM_TYPE_Q4_0, 256, 21},
         {WGLLM_REPACK_AMX_MUTANT_OFFSET, WGLLM_TYPE_Q4_K, 1280, 32},
         {WGLLM_REPACK_AMX_MUTANT_TAIL, WGLLM_TYPE_Q4_K, 512, 21},
+        {WGLLM_REPACK_AMX_MUTANT_OFFSET, WGLLM_TYPE_Q5_K, 1280, 32},
+        {WGLLM_REPACK_AMX_MUTANT_OFFSET, WGLLM_TYPE_Q6_K, 1280, 32},
+        {WGLLM_REPACK_AMX_MUTANT_TAIL, WGLLM_TYPE_Q6_K, 512, 21},
+        {WGLLM_REPACK_AMX_MUTANT_OFFSET, WGLLM_TYPE_IQ4_XS, 1280, 32},
     };
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
         CHECK(amx_case(m[i].type, m[i].ne0, m[i].n, 16, 48, true)); /* sound without the bug */

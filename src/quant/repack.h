@@ -234,15 +234,15 @@ void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int6
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate);
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate);
-/* AMX-INT8 (repack_amx.c): the 32-element formats and Q4_K for 16 tokens or
- * more; the rest it hands to wgllm_repacked_matmul_avx512. Needs AMX-INT8 usable
+/* AMX-INT8 (repack_amx.c): every repacked format for 16 tokens or more;
+ * fewer tokens it hands to wgllm_repacked_matmul_avx512. Needs AMX-INT8 usable
  * (wgllm_cpu_caps()->amx_int8) and AVX-512 VNNI; about 140 KiB of stack. */
 void wgllm_repacked_matmul_amx(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate);
 /* Tests only: a known bug the AMX kernel plants while this is set, which
  * test_repack must catch (0: none). */
 enum {
-    WGLLM_REPACK_AMX_MUTANT_OFFSET = 1, /* weight values off by one */
+    WGLLM_REPACK_AMX_MUTANT_OFFSET = 1, /* weight values off by one (the 32-element formats: their offset) */
     WGLLM_REPACK_AMX_MUTANT_ORDER,      /* two blocks added in the wrong order */
     WGLLM_REPACK_AMX_MUTANT_TAIL,       /* a short last tile of tokens one token shorter */
 };
