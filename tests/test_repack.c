@@ -63,10 +63,10 @@ static uint8_t *make_acts_of(uint32_t at, int64_t ne0, int n, size_t stride) {
     return x;
 }
 
-#define N_TYPES 10
+#define N_TYPES 11
 static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0,   WGLLM_TYPE_Q8_0,   WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K,
                                         WGLLM_TYPE_Q6_K,   WGLLM_TYPE_IQ4_XS, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0,
-                                        WGLLM_TYPE_Q4_1,   WGLLM_TYPE_Q5_1};
+                                        WGLLM_TYPE_Q4_1,   WGLLM_TYPE_Q5_1,   WGLLM_TYPE_Q2_K};
 /* the smallest row of each type's first shape: 64 (Q4_0/Q8_0), 256 (K-quants) */
 static int64_t first_ne0(uint32_t type) { return wgllm_type_traits(type)->blck_size == 256 ? 256 : 64; }
 static const int64_t ne0s[] = {64, 2048, 5632};
@@ -184,7 +184,7 @@ TEST(kernels_equal_reference) {
         for (size_t i0 = 0; i0 < 2; i0++) {
             const uint32_t type = types[ti], at = act_type(type);
             const int64_t ne0 = i0 ? ne0s[i0] : first_ne0(type), ne1 = 48;
-            const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K;
+            const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_Q2_K;
             uint8_t *wq = make_matrix(type, ne0, ne1);
             struct wgllm_repacked rp;
             CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &rp, NULL), WGLLM_STATUS_OK);
@@ -594,6 +594,30 @@ TEST(layout_bytes_q6_K) {
     wgllm_repacked_free(&rp);
 }
 
+/* Q2_K: a record's fields at known places (repack.h), from the GGUF block. */
+TEST(layout_bytes_q2_K) {
+    enum { NE0 = 512, NE1 = 32 };
+    const size_t row = wgllm_row_size(WGLLM_TYPE_Q2_K, NE0);
+    uint8_t *wq = make_matrix(WGLLM_TYPE_Q2_K, NE0, NE1);
+    struct wgllm_repacked rp;
+    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_Q2_K, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+    const size_t panel = 2 * WGLLM_REPACK_Q2_K_RECORD;
+    CHECK_EQ_INT(wgllm_repack_panel_bytes(WGLLM_TYPE_Q2_K, NE0), panel);
+    /* row 21 = panel 1, lane 5; super-block 1 */
+    wgllm_block_q2_K blk;
+    memcpy(&blk, wq + 21 * row + sizeof(blk), sizeof(blk));
+    const uint8_t *rec = (const uint8_t *)rp.data + panel + WGLLM_REPACK_Q2_K_RECORD;
+    CHECK(!memcmp(rec + 1280 + 5 * 2, &blk.d, 2));
+    CHECK(!memcmp(rec + 1312 + 5 * 2, &blk.dmin, 2));
+    /* sub-block 11 = pair 5, odd: byte 2*5 + 1 */
+    CHECK_EQ_INT(rec[1024 + 5 * 32 + 2 * 5 + 1], blk.scales[11]);
+    /* element 190 = h 1, g 1, l 30: bits 2-3 of qs[32 + 30]; in the layout
+     * vector 8 + 30/4 = 15, byte 2 */
+    CHECK_EQ_INT((rec[64 * 15 + 5 * 4 + 2] >> 2) & 3, (blk.qs[32 + 30] >> 2) & 3);
+    free(wq);
+    wgllm_repacked_free(&rp);
+}
+
 /* IQ4_XS: a record's fields at known places (repack.h), from the GGUF block. */
 TEST(layout_bytes_iq4_xs) {
     enum { NE0 = 512, NE1 = 32 };
@@ -767,6 +791,7 @@ int main(void) {
     RUN(layout_bytes_q45_K);
     RUN(layout_bytes_q6_K);
     RUN(layout_bytes_iq4_xs);
+    RUN(layout_bytes_q2_K);
     RUN(unsupported_shapes);
     RUN(kernels_equal_reference);
     RUN(kernels_equal_reference_at_extremes);
