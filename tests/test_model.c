@@ -905,7 +905,7 @@ static bool both_layouts(const char *path, int threads, struct wgllm_model **a, 
  * offsets the copy), and token_embd stays the file's. */
 TEST(plain_copies_give_the_file_layouts_bits) {
     static const struct { const char *shape; uint32_t type; } cases[] = {
-        {"tiny", WGLLM_TYPE_F16}, {"tiny", WGLLM_TYPE_Q3_K}, {"tiny-qwen3moe", WGLLM_TYPE_BF16}};
+        {"tiny", WGLLM_TYPE_F16}, {"tiny", WGLLM_TYPE_MXFP4}, {"tiny-qwen3moe", WGLLM_TYPE_BF16}};
     for (int ci = 0; ci < (int)(sizeof(cases) / sizeof(cases[0])); ci++) {
         const char *path = make_model(cases[ci].shape, cases[ci].type);
         CHECK(path != NULL);

@@ -63,10 +63,10 @@ static uint8_t *make_acts_of(uint32_t at, int64_t ne0, int n, size_t stride) {
     return x;
 }
 
-#define N_TYPES 11
+#define N_TYPES 12
 static const uint32_t types[N_TYPES] = {WGLLM_TYPE_Q4_0,   WGLLM_TYPE_Q8_0,   WGLLM_TYPE_Q4_K, WGLLM_TYPE_Q5_K,
                                         WGLLM_TYPE_Q6_K,   WGLLM_TYPE_IQ4_XS, WGLLM_TYPE_IQ4_NL, WGLLM_TYPE_Q5_0,
-                                        WGLLM_TYPE_Q4_1,   WGLLM_TYPE_Q5_1,   WGLLM_TYPE_Q2_K};
+                                        WGLLM_TYPE_Q4_1,   WGLLM_TYPE_Q5_1,   WGLLM_TYPE_Q2_K, WGLLM_TYPE_Q3_K};
 /* the smallest row of each type's first shape: 64 (Q4_0/Q8_0), 256 (K-quants) */
 static int64_t first_ne0(uint32_t type) { return wgllm_type_traits(type)->blck_size == 256 ? 256 : 64; }
 static const int64_t ne0s[] = {64, 2048, 5632};
@@ -184,7 +184,8 @@ TEST(kernels_equal_reference) {
         for (size_t i0 = 0; i0 < 2; i0++) {
             const uint32_t type = types[ti], at = act_type(type);
             const int64_t ne0 = i0 ? ne0s[i0] : first_ne0(type), ne1 = 48;
-            const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_Q2_K;
+            const bool avx512_only = type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_Q2_K ||
+                                     type == WGLLM_TYPE_Q3_K;
             uint8_t *wq = make_matrix(type, ne0, ne1);
             struct wgllm_repacked rp;
             CHECK_EQ_INT(wgllm_repack(wq, type, ne0, ne1, &rp, NULL), WGLLM_STATUS_OK);
@@ -618,6 +619,30 @@ TEST(layout_bytes_q2_K) {
     wgllm_repacked_free(&rp);
 }
 
+/* Q3_K: a record's fields at known places (repack.h), from the GGUF block. */
+TEST(layout_bytes_q3_K) {
+    enum { NE0 = 512, NE1 = 32 };
+    const size_t row = wgllm_row_size(WGLLM_TYPE_Q3_K, NE0);
+    uint8_t *wq = make_matrix(WGLLM_TYPE_Q3_K, NE0, NE1);
+    struct wgllm_repacked rp;
+    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_Q3_K, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+    const size_t panel = 2 * WGLLM_REPACK_Q3_K_RECORD;
+    CHECK_EQ_INT(wgllm_repack_panel_bytes(WGLLM_TYPE_Q3_K, NE0), panel);
+    /* row 21 = panel 1, lane 5; super-block 1 */
+    wgllm_block_q3_K blk;
+    memcpy(&blk, wq + 21 * row + sizeof(blk), sizeof(blk));
+    const uint8_t *rec = (const uint8_t *)rp.data + panel + WGLLM_REPACK_Q3_K_RECORD;
+    CHECK(!memcmp(rec + 1792 + 5 * 2, &blk.d, 2));
+    /* sub-block 11 = pair 5, odd: byte 2*5 + 1, the 6-bit scale - 32 */
+    CHECK_EQ_INT((int8_t)rec[1536 + 5 * 32 + 2 * 5 + 1], wgllm_kq_scale_q3_K(11, blk.scales));
+    /* element 190 = h 1, g 1, l 30: bits 2-3 of qs[32 + 30], bit 5 of hmask[30];
+     * in the layout vector 8 + 30/4 = 15 and high-bit vector 30/4 = 7, byte 2 */
+    CHECK_EQ_INT((rec[64 * 15 + 5 * 4 + 2] >> 2) & 3, (blk.qs[32 + 30] >> 2) & 3);
+    CHECK_EQ_INT((rec[1024 + 64 * 7 + 5 * 4 + 2] >> 5) & 1, (blk.hmask[30] >> 5) & 1);
+    free(wq);
+    wgllm_repacked_free(&rp);
+}
+
 /* IQ4_XS: a record's fields at known places (repack.h), from the GGUF block. */
 TEST(layout_bytes_iq4_xs) {
     enum { NE0 = 512, NE1 = 32 };
@@ -656,13 +681,16 @@ TEST(unsupported_shapes) {
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048 + 32, 16)); /* not whole super-blocks */
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 24));
     CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q6_K, 2048 + 64, 16));
-    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q3_K, 2048, 16));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_Q3_K, 2048 + 32, 16));
+    CHECK(!wgllm_repack_supported(WGLLM_TYPE_IQ3_S, 2048, 16)); /* no layout */
 #if defined(__x86_64__)
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q4_K, 2048, 5632), simd);
     const char *kname = NULL;
     wgllm_repack_kernel(&kname);
-    /* Q5_K, Q6_K: AVX-512 VNNI only; IQ4_XS, IQ4_NL, Q5_0, Q4_1, Q5_1: AVX2 too */
+    /* Q2_K, Q3_K, Q5_K, Q6_K: AVX-512 VNNI only; IQ4_XS, IQ4_NL, Q5_0, Q4_1, Q5_1: AVX2 too */
     const bool avx512 = simd && (!strcmp(kname, "avx512") || !strcmp(kname, "amx"));
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q2_K, 2048, 5632), avx512);
+    CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q3_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q6_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_Q5_K, 5632, 2048), avx512);
     CHECK_EQ_INT(wgllm_repack_supported(WGLLM_TYPE_IQ4_XS, 5632, 2048), simd);
@@ -679,8 +707,8 @@ TEST(unsupported_shapes) {
     uint8_t dummy[64] = {0};
     CHECK_EQ_INT(wgllm_repack(dummy, WGLLM_TYPE_Q4_0, 64, 8, &rp, &err), WGLLM_STATUS_UNSUPPORTED);
     CHECK(rp.data == NULL && strstr(err.message, "64 x 8") != NULL);
-    CHECK_EQ_INT(wgllm_repack(dummy, WGLLM_TYPE_Q3_K, 256, 16, &rp, &err), WGLLM_STATUS_UNSUPPORTED);
-    CHECK(strstr(err.message, "q3_K") != NULL);
+    CHECK_EQ_INT(wgllm_repack(dummy, WGLLM_TYPE_IQ3_S, 256, 16, &rp, &err), WGLLM_STATUS_UNSUPPORTED);
+    CHECK(strstr(err.message, "iq3_s") != NULL);
     wgllm_repacked_free(&rp); /* a zeroed struct is fine */
 }
 
@@ -792,6 +820,7 @@ int main(void) {
     RUN(layout_bytes_q6_K);
     RUN(layout_bytes_iq4_xs);
     RUN(layout_bytes_q2_K);
+    RUN(layout_bytes_q3_K);
     RUN(unsupported_shapes);
     RUN(kernels_equal_reference);
     RUN(kernels_equal_reference_at_extremes);

@@ -1,5 +1,5 @@
 /*
- * repack.c - the interleaved Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/Q2_K/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
+ * repack.c - the interleaved Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS layout (see repack.h): the copy
  * from the GGUF layout, the scalar reference product, and the choice of SIMD
  * kernel (repack_amx.c, repack_avx512.c, repack_avx2.c; repack_wasm.c in the
  * browser build) for this CPU.
@@ -16,8 +16,8 @@
 
 /* the 256-element formats (Q8_K activations) */
 static bool is_k(uint32_t type) {
-    return type == WGLLM_TYPE_Q2_K || type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K || type == WGLLM_TYPE_Q6_K ||
-           type == WGLLM_TYPE_IQ4_XS;
+    return type == WGLLM_TYPE_Q2_K || type == WGLLM_TYPE_Q3_K || type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K ||
+           type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS;
 }
 
 static bool kernel_takes(uint32_t type);
@@ -95,6 +95,24 @@ static void repack_panel_q2_K(const uint8_t *src, size_t row_size, int64_t nb, u
             for (int p = 0; p < 8; p++) memcpy(rec + WGLLM_REPACK_Q2_K_SCALES + 32 * p + 2 * j, blk.scales + 2 * p, 2);
             memcpy(rec + WGLLM_REPACK_Q2_K_D + 2 * j, &blk.d, 2);
             memcpy(rec + WGLLM_REPACK_Q2_K_DMIN + 2 * j, &blk.dmin, 2);
+        }
+    }
+}
+
+/* One Q3_K panel: rows src[0..16) into nb records (layout in repack.h). */
+static void repack_panel_q3_K(const uint8_t *src, size_t row_size, int64_t nb, uint8_t *dst) {
+    memset(dst, 0, (size_t)nb * WGLLM_REPACK_Q3_K_RECORD);
+    for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
+        const uint8_t *row = src + (size_t)j * row_size;
+        for (int64_t b = 0; b < nb; b++) {
+            wgllm_block_q3_K blk;
+            memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
+            uint8_t *rec = dst + (size_t)b * WGLLM_REPACK_Q3_K_RECORD;
+            for (int v = 0; v < 16; v++) memcpy(rec + 64 * v + 4 * j, blk.qs + 4 * v, 4);
+            for (int m = 0; m < 8; m++) memcpy(rec + WGLLM_REPACK_Q3_K_HIGH + 64 * m + 4 * j, blk.hmask + 4 * m, 4);
+            for (int s = 0; s < 16; s++)
+                rec[WGLLM_REPACK_Q3_K_SCALES + 32 * (s / 2) + 2 * j + (s & 1)] = (uint8_t)(int8_t)wgllm_kq_scale_q3_K(s, blk.scales);
+            memcpy(rec + WGLLM_REPACK_Q3_K_D + 2 * j, &blk.d, 2);
         }
     }
 }
@@ -200,7 +218,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
     if (!shape_ok(type, ne0, ne1))
         return wgllm_error_set(err, WGLLM_STATUS_UNSUPPORTED,
                                "repack: type %s with %lld x %lld elements has no interleaved layout "
-                               "(needs q4_0/q4_1/q5_0/q5_1/q8_0/iq4_nl with ne0 %% 32 == 0 or q2_K/q4_K/q5_K/q6_K/iq4_xs with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
+                               "(needs q4_0/q4_1/q5_0/q5_1/q8_0/iq4_nl with ne0 %% 32 == 0 or q2_K/q3_K/q4_K/q5_K/q6_K/iq4_xs with ne0 %% 256 == 0, ne0 <= %d, ne1 %% %d == 0)",
                                wgllm_type_name(type), (long long)ne0, (long long)ne1,
                                WGLLM_REPACK_MAX_BLOCKS * 32, WGLLM_REPACK_ROWS);
     const size_t panel = wgllm_repack_panel_bytes(type, ne0);
@@ -219,6 +237,7 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
             repack_panel_q45_K(type, s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else if (type == WGLLM_TYPE_Q6_K) repack_panel_q6_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else if (type == WGLLM_TYPE_Q2_K) repack_panel_q2_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
+        else if (type == WGLLM_TYPE_Q3_K) repack_panel_q3_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else if (type == WGLLM_TYPE_IQ4_XS)
             repack_panel_iq4_xs(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else repack_panel(s, row_size, type, ne0 / 32, data + (size_t)p * panel);
@@ -291,6 +310,25 @@ static float ref_record_q2_K(uint32_t type, const uint8_t *rec, int j, const wgl
     return fmaf(-(wgllm_fp16_lookup(dmin) * xb->d), (float)msum, acc);
 }
 
+/* Q3_K: sum_s scale_s * (dot_s - 4*bsum_s) over the unsigned values
+ * low | high << 2, exact, then acc = fma(d*d_x, sum, acc). */
+static float ref_record_q3_K(uint32_t type, const uint8_t *rec, int j, const wgllm_block_q8_K *xb, float acc) {
+    int32_t sum = 0;
+    for (int s = 0; s < 16; s++) {
+        int32_t dot = 0;
+        for (int e = 16 * s; e < 16 * s + 16; e++) {
+            const int h = e / 128, g = (e % 128) / 32, m = (e % 32) / 4, k = e % 4;
+            const int lo = (rec[64 * (8 * h + m) + 4 * j + k] >> (2 * g)) & 3;
+            const int hi = (rec[WGLLM_REPACK_Q3_K_HIGH + 64 * m + 4 * j + k] >> (4 * h + g)) & 1;
+            dot += (lo | hi << 2) * xb->qs[e];
+        }
+        sum += (int8_t)rec[WGLLM_REPACK_Q3_K_SCALES + 32 * (s / 2) + 2 * j + (s & 1)] * (dot - 4 * xb->bsums[s]);
+    }
+    wgllm_fp16 d;
+    memcpy(&d, rec + WGLLM_REPACK_Q3_K_D + 2 * j, 2);
+    return fmaf(wgllm_fp16_lookup(d) * xb->d, (float)sum, acc);
+}
+
 /* Q6_K: sum_s scale_s * (dot_s - 32*bsum_s), exact, then acc = fma(d*d_x, sum, acc). */
 static float ref_record_q6_K(uint32_t type, const uint8_t *rec, int j, const wgllm_block_q8_K *xb, float acc) {
     int32_t sum = 0;
@@ -333,6 +371,7 @@ static void matmul_ref_k(const struct wgllm_repacked *w, int64_t r0, int64_t r1,
     const ref_record_fn step = w->type == WGLLM_TYPE_Q6_K     ? ref_record_q6_K
                                : w->type == WGLLM_TYPE_IQ4_XS ? ref_record_iq4_xs
                                : w->type == WGLLM_TYPE_Q2_K   ? ref_record_q2_K
+                               : w->type == WGLLM_TYPE_Q3_K   ? ref_record_q3_K
                                                               : ref_record_q45_K;
     const int64_t nb = w->ne0 / WGLLM_QK_K;
     const size_t panel = wgllm_repack_panel_bytes(w->type, w->ne0), rs = panel / (size_t)nb;
@@ -465,9 +504,10 @@ static void pick_kernel(void) {
             kernel_name = "avx512";
             /* Q5_K and Q6_K: at 256 bits their repacked products were no faster
              * than the per-row kernels, or slower, so AVX2 CPUs keep those;
-             * Q2_K has no AVX2 kernel over the layout */
-            kernel_types |= TYPE_BIT(WGLLM_TYPE_Q5_K) | TYPE_BIT(WGLLM_TYPE_Q6_K) | TYPE_BIT(WGLLM_TYPE_Q2_K);
-            /* the same types: AMX takes prompts of all but Q2_K and hands
+             * Q2_K and Q3_K have no AVX2 kernel over the layout */
+            kernel_types |= TYPE_BIT(WGLLM_TYPE_Q5_K) | TYPE_BIT(WGLLM_TYPE_Q6_K) | TYPE_BIT(WGLLM_TYPE_Q2_K) |
+                            TYPE_BIT(WGLLM_TYPE_Q3_K);
+            /* the same types: AMX takes prompts of all but Q2_K/Q3_K and hands
              * decode and the rest to the AVX-512 kernel */
             if (c->amx_int8) {
                 kernel = wgllm_repacked_matmul_amx;

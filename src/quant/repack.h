@@ -1,5 +1,5 @@
 /*
- * repack.h - Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / Q2_K / Q4_K / Q5_K / Q6_K / IQ4_XS weight matrices
+ * repack.h - Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weight matrices
  * copied at load into a row-
  * interleaved layout, and the matrix products (mat-vec and mat-mat) over it.
  *
@@ -93,6 +93,16 @@
  * A row's dot is d*d_x*sum_s scale_s*dot_s - dmin*d_x*sum_s min_s*bsum_s,
  * exact in integers, added as Q4_K's.
  *
+ * Q3_K, records of WGLLM_REPACK_Q3_K_RECORD bytes:
+ *   0    low bits: Q2_K's 16 vectors, of the block's qs;
+ *   1024 high bits: 8 vectors; vector m holds in bytes 4j..4j+3 row j's
+ *        hmask[4m..4m+3] unchanged: bit 4h+g of byte k is the high bit of
+ *        element 128h+32g+4m+k (the value is low | high << 2, minus 4);
+ *   1536 scales: for sub-block pair p, row j's two scales (6-bit - 32, int8)
+ *        at bytes 2j, 2j+1 of 32;
+ *   1792 d: the 16 rows' fp16 scales; 1824 padding to 64 bytes.
+ * A row's dot is d*d_x*sum_s scale_s*(dot_s - 4*bsum_s), exact in integers.
+ *
  * Activations are rows of the weight's vec_dot_type blocks (Q8_0; Q8_1 for
  * Q4_1 and Q5_1; Q8_K for the K-quants and IQ4_XS), as its from_float makes them, so results equal the vec_dot ones up
  * to float summation order.
@@ -110,6 +120,7 @@
 #define WGLLM_REPACK_Q6_K_RECORD 3392 /* bytes per Q6_K super-block of a panel (64-byte multiple) */
 #define WGLLM_REPACK_IQ4_XS_RECORD 2240 /* bytes per IQ4_XS super-block of a panel (64-byte multiple) */
 #define WGLLM_REPACK_Q2_K_RECORD 1344 /* bytes per Q2_K super-block of a panel (64-byte multiple) */
+#define WGLLM_REPACK_Q3_K_RECORD 1856 /* bytes per Q3_K super-block of a panel (64-byte multiple) */
 /* Record offsets named once (the layouts above): Q6_K's scales and d, IQ4_XS's scales and d. */
 #define WGLLM_REPACK_Q6_K_SCALES 3072
 #define WGLLM_REPACK_Q6_K_D 3328
@@ -118,6 +129,9 @@
 #define WGLLM_REPACK_Q2_K_SCALES 1024
 #define WGLLM_REPACK_Q2_K_D 1280
 #define WGLLM_REPACK_Q2_K_DMIN 1312
+#define WGLLM_REPACK_Q3_K_HIGH 1024
+#define WGLLM_REPACK_Q3_K_SCALES 1536
+#define WGLLM_REPACK_Q3_K_D 1792
 
 /* A weight matrix in the interleaved layout. */
 struct wgllm_repacked {
@@ -134,8 +148,8 @@ struct wgllm_repacked {
  * with AVX2+FMA+F16C or AVX-512 VNNI (not wasm); type Q4_K with
  * ne0 % 256 == 0, on x86 with AVX2+FMA+F16C or AVX-512 VNNI, and in wasm
  * where the relaxed-SIMD module runs (repack_relaxed.c); IQ4_XS as Q4_K's
- * shapes on x86 with AVX2+FMA+F16C or AVX-512 VNNI; Q2_K, Q5_K and Q6_K
- * likewise, with AVX-512 VNNI only. With AMX-INT8 the same as with AVX-512 VNNI (the
+ * shapes on x86 with AVX2+FMA+F16C or AVX-512 VNNI; Q2_K, Q3_K, Q5_K and
+ * Q6_K likewise, with AVX-512 VNNI only. With AMX-INT8 the same as with AVX-512 VNNI (the
  * AMX kernel hands what it does not take to the AVX-512 one). */
 bool wgllm_repack_supported(uint32_t type, int64_t ne0, int64_t ne1);
 /* Rows a thread's share must be a multiple of (16). */
@@ -204,6 +218,7 @@ static inline size_t wgllm_repack_panel_bytes(uint32_t type, int64_t ne0) {
     if (type == WGLLM_TYPE_Q6_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q6_K_RECORD;
     if (type == WGLLM_TYPE_IQ4_XS) return (size_t)(ne0 / 256) * WGLLM_REPACK_IQ4_XS_RECORD;
     if (type == WGLLM_TYPE_Q2_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q2_K_RECORD;
+    if (type == WGLLM_TYPE_Q3_K) return (size_t)(ne0 / 256) * WGLLM_REPACK_Q3_K_RECORD;
     return wgllm_repack_quant_offset(type, ne0) + (size_t)(ne0 / 32) * wgllm_repack_quant_bytes(type);
 }
 
@@ -249,7 +264,7 @@ void wgllm_repacked_matmul_avx2(const struct wgllm_repacked *w, int64_t r0, int6
                                 size_t x_stride, int n, float *y, int ldy, bool accumulate);
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate);
-/* AMX-INT8 (repack_amx.c): every repacked format but Q2_K for 16 tokens or
+/* AMX-INT8 (repack_amx.c): every repacked format but Q2_K/Q3_K for 16 tokens or
  * more; the rest it hands to wgllm_repacked_matmul_avx512. Needs AMX-INT8 usable
  * (wgllm_cpu_caps()->amx_int8) and AVX-512 VNNI; about 140 KiB of stack. */
 void wgllm_repacked_matmul_amx(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,

@@ -1,6 +1,6 @@
 /*
  * repack_avx512.c - AVX-512 VNNI products over the interleaved Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/
- * IQ4_NL/Q2_K/Q4_K/Q5_K/Q6_K/IQ4_XS layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
+ * IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS layout (repack.h). Per block, each 64-byte weight vector (16 rows x 4
  * quants) is loaded and unpacked once and fed to vpdpbusd against 4
  * broadcast activation bytes of each token of a tile of up to TILE tokens;
  * the integer sums of a token start from its -bias*sum(x) correction, which
@@ -551,22 +551,27 @@ PANEL_XS_T(4)
 static const wgllm_repack_panel_k_fn panels_iq4_xs[TILE + 1] = {NULL, panel_iq4_xs_t1, panel_iq4_xs_t2, panel_iq4_xs_t3,
                                                    panel_iq4_xs_t4};
 
-/* ---- Q2_K ---------------------------------------------------------------- */
+/* ---- Q2_K and Q3_K ---------------------------------------------------------- */
 
-/* One Q2_K panel times T tokens. Per sub-block pair p (sub-blocks 2p, 2p + 1:
- * vectors 8h..8h+3 and 8h+4..8h+7 at shift 2g, p = 4h + g) two vpdpbusd
- * chains give the exact dots; they fit int16 (16 * 3 * 128), so one
- * vpmaddwd of the pair packed in 16-bit halves by the rows' two scales adds
- * both scaled sums, and one more the mins times the activations' bsums. */
-static ALWAYS_INLINE void panel_q2_K(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                                     const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy, bool accumulate) {
-    const __m512i m3 = _mm512_set1_epi8(3), low4 = _mm512_set1_epi16(0x0F), lo16 = _mm512_set1_epi32(0xFFFF);
+/* One Q2_K (three false) or Q3_K panel times T tokens. Per sub-block pair p
+ * (sub-blocks 2p, 2p + 1: vectors 8h..8h+3 and 8h+4..8h+7 at shift 2g,
+ * p = 4h + g) two vpdpbusd chains give the exact dots (Q3_K: the high bit
+ * added as 4, each chain starting from -4 * its bsum); they fit int16
+ * (16 * 3 * 128; 16 * 4 * 128), so one vpmaddwd of the pair packed in 16-bit
+ * halves by the rows' two scales adds both scaled sums, and for Q2_K one more
+ * the mins times the activations' bsums. */
+static ALWAYS_INLINE void panel_q23_K(const uint8_t *pd, int64_t nb, const char *x, size_t xs,
+                                      const struct wgllm_repack_pre_k *pre, int T, float *y, int ldy, bool accumulate,
+                                      bool three) {
+    const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4), low4 = _mm512_set1_epi16(0x0F),
+                  lo16 = _mm512_set1_epi32(0xFFFF);
+    const size_t REC = three ? WGLLM_REPACK_Q3_K_RECORD : WGLLM_REPACK_Q2_K_RECORD;
     __m512 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = pd + (size_t)b * WGLLM_REPACK_Q2_K_RECORD;
-        for (int o = 0; o < WGLLM_REPACK_Q2_K_RECORD; o += 64) _mm_prefetch((const char *)(rec + o + PF), _MM_HINT_T0);
+        const uint8_t *rec = pd + (size_t)b * REC;
+        for (size_t o = 0; o < REC; o += 64) _mm_prefetch((const char *)(rec + o + PF), _MM_HINT_T0);
         const wgllm_block_q8_K *xb[TILE];
         __m512i i32[TILE], m32[TILE];
 #pragma GCC unroll 8
@@ -576,14 +581,27 @@ static ALWAYS_INLINE void panel_q2_K(const uint8_t *pd, int64_t nb, const char *
         }
 #pragma GCC unroll 8
         for (int p = 0; p < 8; p++) {
-            const int h = p / 4, g = p % 4;
+            const int h = p / 4, g = p % 4, hs = 4 * h + g; /* Q3_K: the high bits' bit */
             __m512i sa[TILE], sb[TILE];
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) sa[t] = sb[t] = _mm512_setzero_si512();
+            for (int t = 0; t < T; t++) {
+                if (three) { /* the values are stored + 4 */
+                    sa[t] = _mm512_set1_epi32(-4 * xb[t]->bsums[2 * p]);
+                    sb[t] = _mm512_set1_epi32(-4 * xb[t]->bsums[2 * p + 1]);
+                } else {
+                    sa[t] = sb[t] = _mm512_setzero_si512();
+                }
+            }
 #pragma GCC unroll 8
             for (int m = 0; m < 8; m++) {
                 const __m512i v = _mm512_load_si512((const void *)(rec + 64 * (8 * h + m)));
-                const __m512i w = _mm512_and_si512(g ? _mm512_srli_epi16(v, (unsigned)(2 * g)) : v, m3);
+                __m512i w = _mm512_and_si512(g ? _mm512_srli_epi16(v, (unsigned)(2 * g)) : v, m3);
+                if (three) {
+                    /* bit hs of each byte to bit 2 (16-bit shifts of at most 5 keep each byte's own bit there) */
+                    const __m512i hb = _mm512_load_si512((const void *)(rec + WGLLM_REPACK_Q3_K_HIGH + 64 * m));
+                    const __m512i hv = hs >= 2 ? _mm512_srli_epi16(hb, (unsigned)(hs - 2)) : _mm512_slli_epi16(hb, (unsigned)(2 - hs));
+                    w = _mm512_ternarylogic_epi32(w, hv, m4, 0xF8); /* w | (hv & 4) */
+                }
 #pragma GCC unroll 8
                 for (int t = 0; t < T; t++) {
                     const __m512i a = bcast32(xb[t]->qs + 128 * h + 32 * g + 4 * m);
@@ -591,51 +609,63 @@ static ALWAYS_INLINE void panel_q2_K(const uint8_t *pd, int64_t nb, const char *
                     else sb[t] = _mm512_dpbusd_epi32(sb[t], w, a);
                 }
             }
-            const __m512i sc = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(rec + WGLLM_REPACK_Q2_K_SCALES + 32 * p)));
-            const __m512i sp = _mm512_and_si512(sc, low4), mp = _mm512_srli_epi16(sc, 4);
+            const __m256i sc8 = _mm256_load_si256((const __m256i *)(rec + (three ? WGLLM_REPACK_Q3_K_SCALES : WGLLM_REPACK_Q2_K_SCALES) + 32 * p));
+            /* Q3_K: signed scales; Q2_K: scale | min << 4 */
+            const __m512i sc = three ? _mm512_cvtepi8_epi16(sc8) : _mm512_cvtepu8_epi16(sc8);
+            const __m512i sp = three ? sc : _mm512_and_si512(sc, low4), mp = _mm512_srli_epi16(sc, 4);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 /* (sa & 0xFFFF) | sb << 16 */
                 const __m512i pair = _mm512_ternarylogic_epi32(sa[t], _mm512_slli_epi32(sb[t], 16), lo16, 0xEC);
                 i32[t] = _mm512_add_epi32(i32[t], _mm512_madd_epi16(pair, sp));
-                int32_t bp; /* bsums[2p] | bsums[2p + 1] << 16 */
-                memcpy(&bp, xb[t]->bsums + 2 * p, sizeof(bp));
-                m32[t] = _mm512_add_epi32(m32[t], _mm512_madd_epi16(mp, _mm512_set1_epi32(bp)));
+                if (!three) {
+                    int32_t bp; /* bsums[2p] | bsums[2p + 1] << 16 */
+                    memcpy(&bp, xb[t]->bsums + 2 * p, sizeof(bp));
+                    m32[t] = _mm512_add_epi32(m32[t], _mm512_madd_epi16(mp, _mm512_set1_epi32(bp)));
+                }
             }
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + WGLLM_REPACK_Q2_K_D)));
-        const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + WGLLM_REPACK_Q2_K_DMIN)));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (three ? WGLLM_REPACK_Q3_K_D : WGLLM_REPACK_Q2_K_D))));
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const __m512 dx = _mm512_set1_ps(pre->dx[b][t]);
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i32[t]), acc[t]);
-            acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(m32[t]), acc[t]);
+            if (!three) {
+                const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + WGLLM_REPACK_Q2_K_DMIN)));
+                acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(m32[t]), acc[t]);
+            }
         }
     }
     store_tile(acc, T, y, ldy, accumulate);
 }
 
-#define PANEL_2_T(T)                                                                                        \
-    static void panel_q2_K_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                   \
-                                const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {         \
-        panel_q2_K(pd, nb, x, xs, pre, T, y, ldy, accumulate);                                              \
+#define PANEL_23_T(fmt, T, three)                                                                           \
+    static void panel_##fmt##_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                \
+                                   const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {      \
+        panel_q23_K(pd, nb, x, xs, pre, T, y, ldy, accumulate, three);                                      \
     }
-PANEL_2_T(1)
-PANEL_2_T(2)
-PANEL_2_T(3)
-PANEL_2_T(4)
+PANEL_23_T(q2_K, 1, false)
+PANEL_23_T(q2_K, 2, false)
+PANEL_23_T(q2_K, 3, false)
+PANEL_23_T(q2_K, 4, false)
+PANEL_23_T(q3_K, 1, true)
+PANEL_23_T(q3_K, 2, true)
+PANEL_23_T(q3_K, 3, true)
+PANEL_23_T(q3_K, 4, true)
 static const wgllm_repack_panel_k_fn panels_q2_K[TILE + 1] = {NULL, panel_q2_K_t1, panel_q2_K_t2, panel_q2_K_t3, panel_q2_K_t4};
+static const wgllm_repack_panel_k_fn panels_q3_K[TILE + 1] = {NULL, panel_q3_K_t1, panel_q3_K_t2, panel_q3_K_t3, panel_q3_K_t4};
 
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
     if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K || w->type == WGLLM_TYPE_Q6_K ||
-        w->type == WGLLM_TYPE_IQ4_XS || w->type == WGLLM_TYPE_Q2_K) {
+        w->type == WGLLM_TYPE_IQ4_XS || w->type == WGLLM_TYPE_Q2_K || w->type == WGLLM_TYPE_Q3_K) {
         wgllm_repack_drive_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate,
                              w->type == WGLLM_TYPE_Q4_K   ? panels_q4_K
                              : w->type == WGLLM_TYPE_Q5_K ? panels_q5_K
                              : w->type == WGLLM_TYPE_Q6_K ? panels_q6_K
                              : w->type == WGLLM_TYPE_Q2_K ? panels_q2_K
+                             : w->type == WGLLM_TYPE_Q3_K ? panels_q3_K
                                                           : panels_iq4_xs);
         return;
     }
