@@ -595,52 +595,39 @@ TEST(layout_bytes_q6_K) {
     wgllm_repacked_free(&rp);
 }
 
-/* Q2_K: a record's fields at known places (repack.h), from the GGUF block. */
-TEST(layout_bytes_q2_K) {
+/* Q2_K and Q3_K: a record's fields at known places (repack.h), from the GGUF block. */
+TEST(layout_bytes_q23_K) {
     enum { NE0 = 512, NE1 = 32 };
-    const size_t row = wgllm_row_size(WGLLM_TYPE_Q2_K, NE0);
-    uint8_t *wq = make_matrix(WGLLM_TYPE_Q2_K, NE0, NE1);
-    struct wgllm_repacked rp;
-    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_Q2_K, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
-    const size_t panel = 2 * WGLLM_REPACK_Q2_K_RECORD;
-    CHECK_EQ_INT(wgllm_repack_panel_bytes(WGLLM_TYPE_Q2_K, NE0), panel);
-    /* row 21 = panel 1, lane 5; super-block 1 */
-    wgllm_block_q2_K blk;
-    memcpy(&blk, wq + 21 * row + sizeof(blk), sizeof(blk));
-    const uint8_t *rec = (const uint8_t *)rp.data + panel + WGLLM_REPACK_Q2_K_RECORD;
-    CHECK(!memcmp(rec + 1280 + 5 * 2, &blk.d, 2));
-    CHECK(!memcmp(rec + 1312 + 5 * 2, &blk.dmin, 2));
-    /* sub-block 11 = pair 5, odd: byte 2*5 + 1 */
-    CHECK_EQ_INT(rec[1024 + 5 * 32 + 2 * 5 + 1], blk.scales[11]);
-    /* element 190 = h 1, g 1, l 30: bits 2-3 of qs[32 + 30]; in the layout
-     * vector 8 + 30/4 = 15, byte 2 */
-    CHECK_EQ_INT((rec[64 * 15 + 5 * 4 + 2] >> 2) & 3, (blk.qs[32 + 30] >> 2) & 3);
-    free(wq);
-    wgllm_repacked_free(&rp);
-}
-
-/* Q3_K: a record's fields at known places (repack.h), from the GGUF block. */
-TEST(layout_bytes_q3_K) {
-    enum { NE0 = 512, NE1 = 32 };
-    const size_t row = wgllm_row_size(WGLLM_TYPE_Q3_K, NE0);
-    uint8_t *wq = make_matrix(WGLLM_TYPE_Q3_K, NE0, NE1);
-    struct wgllm_repacked rp;
-    CHECK_EQ_INT(wgllm_repack(wq, WGLLM_TYPE_Q3_K, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
-    const size_t panel = 2 * WGLLM_REPACK_Q3_K_RECORD;
-    CHECK_EQ_INT(wgllm_repack_panel_bytes(WGLLM_TYPE_Q3_K, NE0), panel);
-    /* row 21 = panel 1, lane 5; super-block 1 */
-    wgllm_block_q3_K blk;
-    memcpy(&blk, wq + 21 * row + sizeof(blk), sizeof(blk));
-    const uint8_t *rec = (const uint8_t *)rp.data + panel + WGLLM_REPACK_Q3_K_RECORD;
-    CHECK(!memcmp(rec + 1792 + 5 * 2, &blk.d, 2));
-    /* sub-block 11 = pair 5, odd: byte 2*5 + 1, the 6-bit scale - 32 */
-    CHECK_EQ_INT((int8_t)rec[1536 + 5 * 32 + 2 * 5 + 1], wgllm_kq_scale_q3_K(11, blk.scales));
-    /* element 190 = h 1, g 1, l 30: bits 2-3 of qs[32 + 30], bit 5 of hmask[30];
-     * in the layout vector 8 + 30/4 = 15 and high-bit vector 30/4 = 7, byte 2 */
-    CHECK_EQ_INT((rec[64 * 15 + 5 * 4 + 2] >> 2) & 3, (blk.qs[32 + 30] >> 2) & 3);
-    CHECK_EQ_INT((rec[1024 + 64 * 7 + 5 * 4 + 2] >> 5) & 1, (blk.hmask[30] >> 5) & 1);
-    free(wq);
-    wgllm_repacked_free(&rp);
+    for (int three = 0; three < 2; three++) {
+        const uint32_t type = three ? WGLLM_TYPE_Q3_K : WGLLM_TYPE_Q2_K;
+        const size_t row = wgllm_row_size(type, NE0), rs = three ? WGLLM_REPACK_Q3_K_RECORD : WGLLM_REPACK_Q2_K_RECORD;
+        uint8_t *wq = make_matrix(type, NE0, NE1);
+        struct wgllm_repacked rp;
+        CHECK_EQ_INT(wgllm_repack(wq, type, NE0, NE1, &rp, NULL), WGLLM_STATUS_OK);
+        CHECK_EQ_INT(wgllm_repack_panel_bytes(type, NE0), 2 * rs);
+        /* row 21 = panel 1, lane 5; super-block 1 */
+        const uint8_t *blk = wq + 21 * row + row / 2, *rec = (const uint8_t *)rp.data + 3 * rs;
+        /* element 190 = h 1, g 1, l 30: bits 2-3 of qs[32 + 30]; in the layout vector
+         * 8 + 30/4 = 15, byte 2 (Q3_K: its high bit, bit 5 of hmask[30], in high-bit vector 7) */
+        if (three) {
+            wgllm_block_q3_K b3;
+            memcpy(&b3, blk, sizeof(b3));
+            CHECK(!memcmp(rec + 1792 + 5 * 2, &b3.d, 2));
+            /* sub-block 11 = pair 5, odd: byte 2*5 + 1, the 6-bit scale - 32 */
+            CHECK_EQ_INT((int8_t)rec[1536 + 5 * 32 + 2 * 5 + 1], wgllm_kq_scale_q3_K(11, b3.scales));
+            CHECK_EQ_INT((rec[64 * 15 + 5 * 4 + 2] >> 2) & 3, (b3.qs[32 + 30] >> 2) & 3);
+            CHECK_EQ_INT((rec[1024 + 64 * 7 + 5 * 4 + 2] >> 5) & 1, (b3.hmask[30] >> 5) & 1);
+        } else {
+            wgllm_block_q2_K b2;
+            memcpy(&b2, blk, sizeof(b2));
+            CHECK(!memcmp(rec + 1280 + 5 * 2, &b2.d, 2));
+            CHECK(!memcmp(rec + 1312 + 5 * 2, &b2.dmin, 2));
+            CHECK_EQ_INT(rec[1024 + 5 * 32 + 2 * 5 + 1], b2.scales[11]);
+            CHECK_EQ_INT((rec[64 * 15 + 5 * 4 + 2] >> 2) & 3, (b2.qs[32 + 30] >> 2) & 3);
+        }
+        free(wq);
+        wgllm_repacked_free(&rp);
+    }
 }
 
 /* IQ4_XS: a record's fields at known places (repack.h), from the GGUF block. */
@@ -819,8 +806,7 @@ int main(void) {
     RUN(layout_bytes_q45_K);
     RUN(layout_bytes_q6_K);
     RUN(layout_bytes_iq4_xs);
-    RUN(layout_bytes_q2_K);
-    RUN(layout_bytes_q3_K);
+    RUN(layout_bytes_q23_K);
     RUN(unsupported_shapes);
     RUN(kernels_equal_reference);
     RUN(kernels_equal_reference_at_extremes);

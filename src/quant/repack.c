@@ -83,36 +83,32 @@ static void repack_panel_iq4_xs(const uint8_t *src, size_t row_size, int64_t nb,
     }
 }
 
-/* One Q2_K panel: rows src[0..16) into nb records (layout in repack.h). */
-static void repack_panel_q2_K(const uint8_t *src, size_t row_size, int64_t nb, uint8_t *dst) {
+/* One Q2_K or Q3_K panel: rows src[0..16) into nb records (layout in repack.h);
+ * the two blocks share qs (at their own offsets) and fp16 d. */
+static void repack_panel_q23_K(uint32_t type, const uint8_t *src, size_t row_size, int64_t nb, uint8_t *dst) {
+    const bool three = type == WGLLM_TYPE_Q3_K;
+    const size_t rs = three ? WGLLM_REPACK_Q3_K_RECORD : WGLLM_REPACK_Q2_K_RECORD;
+    memset(dst, 0, (size_t)nb * rs);
     for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
         const uint8_t *row = src + (size_t)j * row_size;
         for (int64_t b = 0; b < nb; b++) {
-            wgllm_block_q2_K blk;
-            memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
-            uint8_t *rec = dst + (size_t)b * WGLLM_REPACK_Q2_K_RECORD;
-            for (int v = 0; v < 16; v++) memcpy(rec + 64 * v + 4 * j, blk.qs + 4 * v, 4); /* 32h + 4m = 4(8h + m) */
-            for (int p = 0; p < 8; p++) memcpy(rec + WGLLM_REPACK_Q2_K_SCALES + 32 * p + 2 * j, blk.scales + 2 * p, 2);
-            memcpy(rec + WGLLM_REPACK_Q2_K_D + 2 * j, &blk.d, 2);
-            memcpy(rec + WGLLM_REPACK_Q2_K_DMIN + 2 * j, &blk.dmin, 2);
-        }
-    }
-}
-
-/* One Q3_K panel: rows src[0..16) into nb records (layout in repack.h). */
-static void repack_panel_q3_K(const uint8_t *src, size_t row_size, int64_t nb, uint8_t *dst) {
-    memset(dst, 0, (size_t)nb * WGLLM_REPACK_Q3_K_RECORD);
-    for (int j = 0; j < WGLLM_REPACK_ROWS; j++) {
-        const uint8_t *row = src + (size_t)j * row_size;
-        for (int64_t b = 0; b < nb; b++) {
-            wgllm_block_q3_K blk;
-            memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
-            uint8_t *rec = dst + (size_t)b * WGLLM_REPACK_Q3_K_RECORD;
-            for (int v = 0; v < 16; v++) memcpy(rec + 64 * v + 4 * j, blk.qs + 4 * v, 4);
-            for (int m = 0; m < 8; m++) memcpy(rec + WGLLM_REPACK_Q3_K_HIGH + 64 * m + 4 * j, blk.hmask + 4 * m, 4);
-            for (int s = 0; s < 16; s++)
-                rec[WGLLM_REPACK_Q3_K_SCALES + 32 * (s / 2) + 2 * j + (s & 1)] = (uint8_t)(int8_t)wgllm_kq_scale_q3_K(s, blk.scales);
-            memcpy(rec + WGLLM_REPACK_Q3_K_D + 2 * j, &blk.d, 2);
+            uint8_t *rec = dst + (size_t)b * rs;
+            if (three) {
+                wgllm_block_q3_K blk;
+                memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
+                for (int v = 0; v < 16; v++) memcpy(rec + 64 * v + 4 * j, blk.qs + 4 * v, 4);
+                for (int m = 0; m < 8; m++) memcpy(rec + WGLLM_REPACK_Q3_K_HIGH + 64 * m + 4 * j, blk.hmask + 4 * m, 4);
+                for (int s = 0; s < 16; s++)
+                    rec[WGLLM_REPACK_Q3_K_SCALES + 32 * (s / 2) + 2 * j + (s & 1)] = (uint8_t)(int8_t)wgllm_kq_scale_q3_K(s, blk.scales);
+                memcpy(rec + WGLLM_REPACK_Q3_K_D + 2 * j, &blk.d, 2);
+            } else {
+                wgllm_block_q2_K blk;
+                memcpy(&blk, row + (size_t)b * sizeof(blk), sizeof(blk));
+                for (int v = 0; v < 16; v++) memcpy(rec + 64 * v + 4 * j, blk.qs + 4 * v, 4); /* 32h + 4m = 4(8h + m) */
+                for (int p = 0; p < 8; p++) memcpy(rec + WGLLM_REPACK_Q2_K_SCALES + 32 * p + 2 * j, blk.scales + 2 * p, 2);
+                memcpy(rec + WGLLM_REPACK_Q2_K_D + 2 * j, &blk.d, 2);
+                memcpy(rec + WGLLM_REPACK_Q2_K_DMIN + 2 * j, &blk.dmin, 2);
+            }
         }
     }
 }
@@ -236,8 +232,8 @@ enum wgllm_status wgllm_repack(const void *src, uint32_t type, int64_t ne0, int6
         if (type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K)
             repack_panel_q45_K(type, s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else if (type == WGLLM_TYPE_Q6_K) repack_panel_q6_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
-        else if (type == WGLLM_TYPE_Q2_K) repack_panel_q2_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
-        else if (type == WGLLM_TYPE_Q3_K) repack_panel_q3_K(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
+        else if (type == WGLLM_TYPE_Q2_K || type == WGLLM_TYPE_Q3_K)
+            repack_panel_q23_K(type, s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else if (type == WGLLM_TYPE_IQ4_XS)
             repack_panel_iq4_xs(s, row_size, ne0 / WGLLM_QK_K, data + (size_t)p * panel);
         else repack_panel(s, row_size, type, ne0 / 32, data + (size_t)p * panel);

@@ -165,6 +165,13 @@ struct amx_job {
     bool wide;     /* the tiles of panel_wide (configure) */
 };
 
+/* panel_FMT: a format's panel, its kernel `body` with `arg` (kind or variant) */
+#define PANEL(fmt, body, arg)                                                                                 \
+    static void panel_##fmt(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,  \
+                            const void *pre, int T, float *y, int ldy, bool accumulate) {                        \
+        body(job, pd, nb, x, xs, pre, T, y, ldy, accumulate, arg);                                              \
+    }
+
 /* Blocks b, b + 1 (x: block b's qs of the tile's first token; bt: their
  * two B tiles) on tiles 0/2/4 and 1/3/5: the exact dots into c[0], c[1]. */
 static ALWAYS_INLINE void dots_pair(const char *x, size_t xs, size_t bs, const int8_t *bt, int32_t *c) {
@@ -388,14 +395,8 @@ static ALWAYS_INLINE void panel_q45_K(const struct amx_job *job, const uint8_t *
     }
 }
 
-static void panel_q4_K(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                       const void *pre, int T, float *y, int ldy, bool accumulate) {
-    panel_q45_K(job, pd, nb, x, xs, pre, T, y, ldy, accumulate, false);
-}
-static void panel_q5_K(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                       const void *pre, int T, float *y, int ldy, bool accumulate) {
-    panel_q45_K(job, pd, nb, x, xs, pre, T, y, ldy, accumulate, true);
-}
+PANEL(q4_K, panel_q45_K, false)
+PANEL(q5_K, panel_q45_K, true)
 
 /* ---- Q6_K and IQ4_XS -------------------------------------------------------
  * The sub-block scales (int8) go into the weights: w = (q + off) * scale,
@@ -566,29 +567,18 @@ static ALWAYS_INLINE void panel_wide(const struct amx_job *job, const uint8_t *p
     }
 }
 
-static void panel_q6_K(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                       const void *pre, int T, float *y, int ldy, bool accumulate) {
-    panel_wide(job, pd, nb, x, xs, pre, T, y, ldy, accumulate, false);
-}
-static void panel_iq4_xs(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,
-                         const void *pre, int T, float *y, int ldy, bool accumulate) {
-    panel_wide(job, pd, nb, x, xs, pre, T, y, ldy, accumulate, true);
-}
+PANEL(q6_K, panel_wide, false)
+PANEL(iq4_xs, panel_wide, true)
 
 typedef void (*panel_fn)(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,
                          const void *pre, int T, float *y, int ldy, bool accumulate);
 typedef void (*prepare_fn)(const char *x, size_t xs, int T, int64_t nb, bool min, void *pre);
-#define PANEL(fmt, kind)                                                                                        \
-    static void panel_##fmt(const struct amx_job *job, const uint8_t *pd, int64_t nb, const char *x, size_t xs,  \
-                            const void *pre, int T, float *y, int ldy, bool accumulate) {                        \
-        panel(job, pd, nb, x, xs, pre, T, y, ldy, accumulate, kind);                                            \
-    }
-PANEL(q8_0, K_Q8_0)
-PANEL(q4_0, K_Q4_0)
-PANEL(iq4_nl, K_IQ4_NL)
-PANEL(q5_0, K_Q5_0)
-PANEL(q4_1, K_Q4_1)
-PANEL(q5_1, K_Q5_1)
+PANEL(q8_0, panel, K_Q8_0)
+PANEL(q4_0, panel, K_Q4_0)
+PANEL(iq4_nl, panel, K_IQ4_NL)
+PANEL(q5_0, panel, K_Q5_0)
+PANEL(q4_1, panel, K_Q4_1)
+PANEL(q5_1, panel, K_Q5_1)
 
 static int kind_of(uint32_t type) {
     switch (type) {

@@ -291,15 +291,16 @@ static ALWAYS_INLINE void panel_q45_K(const uint8_t *pd, int64_t nb, const char 
     store_tile(acc, T, y, ldy, accumulate);
 }
 
-#define PANEL_K_T(fmt, T, five)                                                                             \
+/* panel_FMT_tT: the T-token panel of a format's kernel `body` (flag: its variant) */
+#define PANEL_K_T(fmt, T, body, flag)                                                                       \
     static void panel_##fmt##_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                \
                                    const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {      \
-        panel_q45_K(pd, nb, x, xs, pre, T, y, ldy, accumulate, five);                                       \
+        body(pd, nb, x, xs, pre, T, y, ldy, accumulate, flag);                                              \
     }
-PANEL_K_T(q4_K, 1, false)
-PANEL_K_T(q4_K, 2, false)
-PANEL_K_T(q4_K, 3, false)
-PANEL_K_T(q4_K, 4, false)
+PANEL_K_T(q4_K, 1, panel_q45_K, false)
+PANEL_K_T(q4_K, 2, panel_q45_K, false)
+PANEL_K_T(q4_K, 3, panel_q45_K, false)
+PANEL_K_T(q4_K, 4, panel_q45_K, false)
 /* Q5_K, one token: m outer, as the record is laid out, the 8 sub-blocks'
  * sums in 8 independent vpdpbusd chains (exact integers: the loop order
  * does not change the result). */
@@ -352,9 +353,9 @@ static void panel_q5_K_t1(const uint8_t *pd, int64_t nb, const char *x, size_t x
     }
     store_tile(&acc, 1, y, 0, accumulate);
 }
-PANEL_K_T(q5_K, 2, true)
-PANEL_K_T(q5_K, 3, true)
-PANEL_K_T(q5_K, 4, true)
+PANEL_K_T(q5_K, 2, panel_q45_K, true)
+PANEL_K_T(q5_K, 3, panel_q45_K, true)
+PANEL_K_T(q5_K, 4, panel_q45_K, true)
 static const wgllm_repack_panel_k_fn panels_q4_K[TILE + 1] = {NULL, panel_q4_K_t1, panel_q4_K_t2, panel_q4_K_t3, panel_q4_K_t4};
 static const wgllm_repack_panel_k_fn panels_q5_K[TILE + 1] = {NULL, panel_q5_K_t1, panel_q5_K_t2, panel_q5_K_t3, panel_q5_K_t4};
 
@@ -639,19 +640,14 @@ static ALWAYS_INLINE void panel_q23_K(const uint8_t *pd, int64_t nb, const char 
     store_tile(acc, T, y, ldy, accumulate);
 }
 
-#define PANEL_23_T(fmt, T, three)                                                                           \
-    static void panel_##fmt##_t##T(const uint8_t *pd, int64_t nb, const char *x, size_t xs,                \
-                                   const struct wgllm_repack_pre_k *pre, float *y, int ldy, bool accumulate) {      \
-        panel_q23_K(pd, nb, x, xs, pre, T, y, ldy, accumulate, three);                                      \
-    }
-PANEL_23_T(q2_K, 1, false)
-PANEL_23_T(q2_K, 2, false)
-PANEL_23_T(q2_K, 3, false)
-PANEL_23_T(q2_K, 4, false)
-PANEL_23_T(q3_K, 1, true)
-PANEL_23_T(q3_K, 2, true)
-PANEL_23_T(q3_K, 3, true)
-PANEL_23_T(q3_K, 4, true)
+PANEL_K_T(q2_K, 1, panel_q23_K, false)
+PANEL_K_T(q2_K, 2, panel_q23_K, false)
+PANEL_K_T(q2_K, 3, panel_q23_K, false)
+PANEL_K_T(q2_K, 4, panel_q23_K, false)
+PANEL_K_T(q3_K, 1, panel_q23_K, true)
+PANEL_K_T(q3_K, 2, panel_q23_K, true)
+PANEL_K_T(q3_K, 3, panel_q23_K, true)
+PANEL_K_T(q3_K, 4, panel_q23_K, true)
 static const wgllm_repack_panel_k_fn panels_q2_K[TILE + 1] = {NULL, panel_q2_K_t1, panel_q2_K_t2, panel_q2_K_t3, panel_q2_K_t4};
 static const wgllm_repack_panel_k_fn panels_q3_K[TILE + 1] = {NULL, panel_q3_K_t1, panel_q3_K_t2, panel_q3_K_t3, panel_q3_K_t4};
 
