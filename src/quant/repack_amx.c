@@ -399,10 +399,11 @@ PANEL(q4_K, panel_q45_K, false)
 PANEL(q5_K, panel_q45_K, true)
 
 /* ---- Q6_K and IQ4_XS -------------------------------------------------------
- * The sub-block scales (int8) go into the weights: w = (q + off) * scale,
- * exact in int16 (|w| <= 63 * 128 = 8064 for Q6_K's q + 32 in 0..63, <= 241
- * * 32 for IQ4_XS's table value + 128 in 1..241), minus off * scale, is the
- * signed value times its scale, |w| <= 4096. Its low byte (unsigned) and
+ * The sub-block scales (int8) go into the weights. The stored unsigned byte
+ * u (Q6_K's q + 32 in 0..63, IQ4_XS's table value + 128 in 1..241) times
+ * its scale comes out of vpmaddubsw exact and unsaturated (at most 63 * 128
+ * or 241 * 32); minus off * scale it is w = q * scale, |w| <= 4096, the
+ * signed value times its scale. w's low byte (unsigned) and
  * high byte (signed) are two B tiles of K = 64 elements, so a super-block
  * takes 4 chunks x 2 tdp (tdpbsud, tdpbssd) into 2 C tiles, and the row's
  * integer sum_s scale_s * dot_s (the reference's, exact) is 256 * C_h + C_l:
