@@ -14,18 +14,12 @@
 
 /* ---- layout ------------------------------------------------------------ */
 
-/* the 256-element formats (Q8_K activations) */
-static bool is_k(uint32_t type) {
-    return type == WGLLM_TYPE_Q2_K || type == WGLLM_TYPE_Q3_K || type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K ||
-           type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS;
-}
-
 static bool kernel_takes(uint32_t type);
 
 static bool shape_ok(uint32_t type, int64_t ne0, int64_t ne1) {
-    const int64_t bs = is_k(type) ? WGLLM_QK_K : 32;
+    const int64_t bs = wgllm_repack_is_k(type) ? WGLLM_QK_K : 32;
     return (type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_Q8_0 || type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q5_0 ||
-            type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1 || is_k(type)) && ne0 > 0 &&
+            type == WGLLM_TYPE_Q4_1 || type == WGLLM_TYPE_Q5_1 || wgllm_repack_is_k(type)) && ne0 > 0 &&
            ne0 % bs == 0 && ne0 / 32 <= WGLLM_REPACK_MAX_BLOCKS && ne1 > 0 && ne1 % WGLLM_REPACK_ROWS == 0;
 }
 
@@ -388,7 +382,7 @@ static void matmul_ref_k(const struct wgllm_repacked *w, int64_t r0, int64_t r1,
 void wgllm_repacked_matmul_ref(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (is_k(w->type)) {
+    if (wgllm_repack_is_k(w->type)) {
         matmul_ref_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }

@@ -177,6 +177,11 @@ void wgllm_repacked_matmul(const struct wgllm_repacked *w, int64_t r0, int64_t r
 
 /* ---- internal: layout sizes and the kernels (tests call them directly) ---- */
 
+/* The 256-element formats of the layout (Q8_K activations, records per super-block). */
+static inline bool wgllm_repack_is_k(uint32_t type) {
+    return type == WGLLM_TYPE_Q2_K || type == WGLLM_TYPE_Q3_K || type == WGLLM_TYPE_Q4_K || type == WGLLM_TYPE_Q5_K ||
+           type == WGLLM_TYPE_Q6_K || type == WGLLM_TYPE_IQ4_XS;
+}
 /* Bytes per block of one panel's quants (the 32-element formats). */
 static inline size_t wgllm_repack_quant_bytes(uint32_t type) {
     return type == WGLLM_TYPE_Q4_0 || type == WGLLM_TYPE_IQ4_NL || type == WGLLM_TYPE_Q4_1 ? 256

@@ -172,6 +172,14 @@ struct amx_job {
         body(job, pd, nb, x, xs, pre, T, y, ldy, accumulate, arg);                                              \
     }
 
+/* y's T token rows (ldy apart) = or += the panel's sums acc[t]. */
+static ALWAYS_INLINE void store_acc(const __m512 *acc, int T, float *y, int ldy, bool accumulate) {
+    for (int t = 0; t < T; t++) {
+        float *d = y + (size_t)t * ldy;
+        _mm512_storeu_ps(d, accumulate ? _mm512_add_ps(_mm512_loadu_ps(d), acc[t]) : acc[t]);
+    }
+}
+
 /* Blocks b, b + 1 (x: block b's qs of the tile's first token; bt: their
  * two B tiles) on tiles 0/2/4 and 1/3/5: the exact dots into c[0], c[1]. */
 static ALWAYS_INLINE void dots_pair(const char *x, size_t xs, size_t bs, const int8_t *bt, int32_t *c) {
@@ -236,10 +244,7 @@ static ALWAYS_INLINE void panel(const struct amx_job *job, const uint8_t *pd, in
         _tile_stored(0, c[0], 64);
         add_block(c[0], pd, mins, b, pre, acc, min);
     }
-    for (int t = 0; t < T; t++) {
-        float *d = y + (size_t)t * ldy;
-        _mm512_storeu_ps(d, accumulate ? _mm512_add_ps(_mm512_loadu_ps(d), acc[t]) : acc[t]);
-    }
+    store_acc(acc, T, y, ldy, accumulate);
 }
 
 /* ---- Q4_K and Q5_K ---------------------------------------------------------
@@ -389,10 +394,7 @@ static ALWAYS_INLINE void panel_q45_K(const struct amx_job *job, const uint8_t *
             }
         }
     }
-    for (int t = 0; t < T; t++) {
-        float *dst = y + (size_t)t * ldy;
-        _mm512_storeu_ps(dst, accumulate ? _mm512_add_ps(_mm512_loadu_ps(dst), acc[t]) : acc[t]);
-    }
+    store_acc(acc, T, y, ldy, accumulate);
 }
 
 PANEL(q4_K, panel_q45_K, false)
@@ -562,10 +564,7 @@ static ALWAYS_INLINE void panel_wide(const struct amx_job *job, const uint8_t *p
         }
     }
 #undef UNPACK
-    for (int t = 0; t < T; t++) {
-        float *dst = y + (size_t)t * ldy;
-        _mm512_storeu_ps(dst, accumulate ? _mm512_add_ps(_mm512_loadu_ps(dst), acc[t]) : acc[t]);
-    }
+    store_acc(acc, T, y, ldy, accumulate);
 }
 
 PANEL(q6_K, panel_wide, false)
@@ -642,8 +641,9 @@ static __attribute__((noinline)) void matmul_k(const struct wgllm_repacked *w, i
 void wgllm_repacked_matmul_amx(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if ((w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K || w->type == WGLLM_TYPE_Q6_K ||
-         w->type == WGLLM_TYPE_IQ4_XS) && n >= TOK && r0 != r1) {
+    /* Q2_K and Q3_K: the AVX-512 kernel at every n */
+    if (wgllm_repack_is_k(w->type) && w->type != WGLLM_TYPE_Q2_K && w->type != WGLLM_TYPE_Q3_K && n >= TOK &&
+        r0 != r1) {
         matmul_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate);
         return;
     }

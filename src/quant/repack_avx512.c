@@ -627,14 +627,12 @@ static ALWAYS_INLINE void panel_q23_K(const uint8_t *pd, int64_t nb, const char 
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (three ? WGLLM_REPACK_Q3_K_D : WGLLM_REPACK_Q2_K_D))));
+        const __m512 dm = three ? d : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + WGLLM_REPACK_Q2_K_DMIN)));
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const __m512 dx = _mm512_set1_ps(pre->dx[b][t]);
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(i32[t]), acc[t]);
-            if (!three) {
-                const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + WGLLM_REPACK_Q2_K_DMIN)));
-                acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(m32[t]), acc[t]);
-            }
+            if (!three) acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(m32[t]), acc[t]);
         }
     }
     store_tile(acc, T, y, ldy, accumulate);
@@ -654,8 +652,7 @@ static const wgllm_repack_panel_k_fn panels_q3_K[TILE + 1] = {NULL, panel_q3_K_t
 void wgllm_repacked_matmul_avx512(const struct wgllm_repacked *w, int64_t r0, int64_t r1, const void *x,
                                   size_t x_stride, int n, float *y, int ldy, bool accumulate) {
     WGLLM_ASSERT(r0 % WGLLM_REPACK_ROWS == 0 && r1 % WGLLM_REPACK_ROWS == 0 && 0 <= r0 && r0 <= r1 && r1 <= w->ne1);
-    if (w->type == WGLLM_TYPE_Q4_K || w->type == WGLLM_TYPE_Q5_K || w->type == WGLLM_TYPE_Q6_K ||
-        w->type == WGLLM_TYPE_IQ4_XS || w->type == WGLLM_TYPE_Q2_K || w->type == WGLLM_TYPE_Q3_K) {
+    if (wgllm_repack_is_k(w->type)) {
         wgllm_repack_drive_k(w, r0, r1, x, x_stride, n, y, ldy, accumulate,
                              w->type == WGLLM_TYPE_Q4_K   ? panels_q4_K
                              : w->type == WGLLM_TYPE_Q5_K ? panels_q5_K
