@@ -128,6 +128,92 @@ TEST(several_token_tiles) {
     check_shape(WGLLM_TYPE_BF16, 16384 + 8, 9, 70, true);
 }
 
+/* ---- the panel layout (F16 and BF16 with AVX-512) ------------------------ */
+
+static bool has_panels_here(void) {
+#if defined(__x86_64__)
+    const struct wgllm_cpu_caps *c = wgllm_cpu_caps();
+    return c->avx2 && c->fma && c->f16c && c->avx512f && c->avx512bw && c->avx512vl;
+#else
+    return false;
+#endif
+}
+
+TEST(panels_where_the_cpu_has_them) {
+    CHECK(wgllm_gemm_panels_supported(WGLLM_TYPE_F16, 64, 32) == has_panels_here());
+    CHECK(!wgllm_gemm_panels_supported(WGLLM_TYPE_F16, 64, 40)); /* not whole panels */
+    CHECK(!wgllm_gemm_panels_supported(WGLLM_TYPE_F16, 0, 32));
+    CHECK(wgllm_gemm_panels_supported(WGLLM_TYPE_BF16, 64, 32) == has_panels_here());
+    CHECK(!wgllm_gemm_panels_supported(WGLLM_TYPE_F32, 64, 32));
+    CHECK(!wgllm_gemm_panels_supported(WGLLM_TYPE_Q4_0, 64, 32));
+    /* the layout: row r's element k at panel r / 16, position k * 16 + r % 16 */
+    enum { K = 37, N = 48 };
+    uint16_t src[N][K + 3], dst[N * K];
+    for (int r = 0; r < N; r++)
+        for (int k = 0; k < K + 3; k++) src[r][k] = (uint16_t)(r * 1000 + k);
+    wgllm_gemm_pack_panels(WGLLM_TYPE_F16, K, src, sizeof src[0], N, dst);
+    int bad = 0;
+    for (int r = 0; r < N; r++)
+        for (int k = 0; k < K; k++) bad += dst[(r / 16) * 16 * K + k * 16 + r % 16] != src[r][k];
+    CHECK(bad == 0);
+}
+
+/* One shape in the panel layout: against the exact dot, and each result the
+ * same bits computed one token at a time over two ranges of panels. */
+static void check_panels(uint32_t type, int64_t K, int64_t nrows, int n, bool accumulate) {
+    const size_t ws = wgllm_row_size(type, K) + 64, xs = wgllm_row_size(type, K) + 32;
+    const int ldy = (int)nrows + 3;
+    uint8_t *w = make_rows(type, K, nrows, ws), *x = make_rows(type, K, n, xs);
+    uint16_t *pw = malloc(wgllm_row_size(type, K) * (size_t)nrows);
+    float *y = malloc(sizeof(float) * (size_t)ldy * n), *y1 = malloc(sizeof(float) * (size_t)ldy * n);
+    wgllm_gemm_pack_panels(type, K, w, ws, nrows, pw);
+    for (int i = 0; i < ldy * n; i++) y[i] = y1[i] = 0.5f * (float)(i % 7);
+    CHECK(wgllm_gemm_panels(type, K, pw, nrows, x, xs, n, y, ldy, accumulate));
+    int bad = 0, diff = 0;
+    for (int t = 0; t < n; t++)
+        for (int64_t r = 0; r < nrows; r++) {
+            double d = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                const double p = value_at(type, w + (size_t)r * ws, k) * value_at(type, x + (size_t)t * xs, k);
+                d += p, mag += fabs(p);
+            }
+            const double base = accumulate ? 0.5 * (double)((t * ldy + r) % 7) : 0.0;
+            if (fabs(y[(size_t)t * ldy + r] - base - d) > 1e-5 * mag + 1e-6 && bad++ < 3)
+                fprintf(stderr, "  %s panels K=%lld row %lld token %d: %.7g, exact %.7g\n", wgllm_type_name(type),
+                        (long long)K, (long long)r, t,
+                        y[(size_t)t * ldy + r] - base, d);
+        }
+    CHECK(bad == 0);
+    const int64_t split = 16 * (nrows / 48); /* a whole number of panels, 0 for one or two */
+    for (int t = 0; t < n; t++) {
+        const uint8_t *xt = x + (size_t)t * xs;
+        float *yt = y1 + (size_t)t * ldy;
+        if (split) CHECK(wgllm_gemm_panels(type, K, pw, split, xt, xs, 1, yt, ldy, accumulate));
+        CHECK(wgllm_gemm_panels(type, K, pw + (size_t)split * K, nrows - split, xt, xs, 1, yt + split, ldy, accumulate));
+    }
+    for (int i = 0; i < ldy * n; i++) diff += memcmp(&y[i], &y1[i], sizeof(float)) != 0;
+    if (diff)
+        fprintf(stderr, "  %s panels K=%lld: %d results differ one token at a time\n", wgllm_type_name(type),
+                (long long)K, diff);
+    CHECK(diff == 0);
+    free(w), free(x), free(pw), free(y), free(y1);
+}
+
+TEST(panel_products_against_the_exact_dot_and_token_by_token) {
+    if (!has_panels_here()) return;
+    /* K around the 256-element blocks; rows for 4, 2 and 1 panels at once;
+     * groups of 1, 4 and 12 tokens and partial ones */
+    static const int64_t Ks[] = {1, 7, 255, 256, 257, 2048 + 24};
+    static const struct { int64_t nrows; int n; } tiles[] = {{16, 1}, {48, 3}, {80, 7}, {112, 13}, {64, 64}, {32, 25}};
+    static const uint32_t ptypes[] = {WGLLM_TYPE_F16, WGLLM_TYPE_BF16};
+    for (int pi = 0; pi < 2; pi++) {
+        for (size_t ki = 0; ki < sizeof(Ks) / sizeof(Ks[0]); ki++)
+            for (size_t s = 0; s < sizeof(tiles) / sizeof(tiles[0]); s++)
+                check_panels(ptypes[pi], Ks[ki], tiles[s].nrows, tiles[s].n, (ki + s + pi) % 2 == 1);
+        check_panels(ptypes[pi], 16384 + 8, 48, 70, pi == 1); /* several token tiles, the last partial */
+    }
+}
+
 /* ---- benchmark (WGLLM_BENCH=1) ----------------------------------------- */
 
 static double now_s(void) {
@@ -168,6 +254,22 @@ static void bench_one(uint32_t type, int64_t K, int64_t nrows) {
     printf("  %-5s %5lld x %5lld  mat-vec GB/s: vec_dot %6.1f  gemm %6.1f   %d-token GFLOP/s: vec_dot %6.1f  gemm %6.1f\n",
            wgllm_type_name(type), (long long)nrows, (long long)K, mat / mv_row / 1e9, mat / mv_gemm / 1e9, NT,
            flop / mm_row / 1e9, flop / mm_gemm / 1e9);
+    if (wgllm_gemm_panels_supported(type, K, nrows)) {
+        for (int c = 0; c < copies; c++)
+            wgllm_gemm_pack_panels(type, K, w, ws, nrows, ws_all + (size_t)c * mat);
+        double mv = 1e9, mm = 1e9;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = now_s();
+            for (int c = 0; c < copies; c++)
+                wgllm_gemm_panels(type, K, ws_all + (size_t)c * mat, nrows, x, xs, 1, y, (int)nrows, false);
+            mv = WGLLM_MIN(mv, (now_s() - t0) / copies);
+            t0 = now_s();
+            wgllm_gemm_panels(type, K, ws_all, nrows, x, xs, NT, y, (int)nrows, false);
+            mm = WGLLM_MIN(mm, now_s() - t0);
+        }
+        printf("  %-5s %5lld x %5lld  panels: mat-vec GB/s %6.1f   %d-token GFLOP/s %6.1f\n", wgllm_type_name(type),
+               (long long)nrows, (long long)K, mat / mv / 1e9, NT, flop / mm / 1e9);
+    }
     free(w), free(ws_all), free(x), free(y);
 }
 
@@ -187,6 +289,8 @@ int main(void) {
     RUN(kernel_present_where_the_cpu_has_one);
     RUN(products_against_the_exact_dot_and_token_by_token);
     RUN(several_token_tiles);
+    RUN(panels_where_the_cpu_has_them);
+    RUN(panel_products_against_the_exact_dot_and_token_by_token);
     const char *b = getenv("WGLLM_BENCH");
     if (b && !strcmp(b, "1")) bench();
     if (!getenv("WGLLM_CPU")) {

@@ -479,6 +479,7 @@ static void free_repacked(struct wgllm_weight *w) {
     }
     wgllm_free_aligned(w->copy);
     w->copy = NULL;
+    w->copy_panels = false;
 }
 
 int wgllm_model_matrices(struct wgllm_model *m, struct wgllm_weight **out, int cap) {

@@ -156,6 +156,9 @@ struct wgllm_weight {
      * NULL; owned by the model, set like rp. The CPU reads them from here:
      * a decode streams every matrix, and 4 KiB pages cost it 5-20% (bench/RESULTS.md). */
     void *copy;
+    /* copy holds the rows in quant/gemm.h's panel layout (F16 where this CPU
+     * has its panel kernel), not as rows; data keeps the file's rows. */
+    bool copy_panels;
 };
 
 /* Vectors (norm weights, biases) are converted to f32 at load, whatever

@@ -133,3 +133,73 @@ wgllm_gemm_fn wgllm_gemm_kernel(uint32_t type, const char **name) {
     if (name) *name = isa ? isa->name : "none";
     return isa && micro_for(type) ? gemm_run : NULL;
 }
+
+/* ---- the panel layout ---------------------------------------------------- */
+
+bool wgllm_gemm_panels_supported(uint32_t type, int64_t K, int64_t nrows) {
+    pthread_once(&isa_once, pick_isa);
+    return isa && isa->panels_f16 && (type == WGLLM_TYPE_F16 || type == WGLLM_TYPE_BF16) && K > 0 && nrows > 0 &&
+           nrows % WGLLM_GEMM_PANEL_ROWS == 0;
+}
+
+void wgllm_gemm_pack_panels(uint32_t type, int64_t K, const void *src, size_t src_stride, int64_t nrows, void *dst) {
+    WGLLM_ASSERT((type == WGLLM_TYPE_F16 || type == WGLLM_TYPE_BF16) && nrows % WGLLM_GEMM_PANEL_ROWS == 0);
+    enum { R = WGLLM_GEMM_PANEL_ROWS, KC = 64 }; /* a chunk's 2 KiB of panel stays in L1 while 16 rows fill it */
+    for (int64_t p = 0; p < nrows / R; p++) {
+        uint16_t *d = (uint16_t *)dst + (size_t)p * R * (size_t)K;
+        for (int64_t kb = 0; kb < K; kb += KC)
+            for (int r = 0; r < R; r++) {
+                const uint16_t *row = (const uint16_t *)((const char *)src + (size_t)(p * R + r) * src_stride);
+                for (int64_t k = kb; k < WGLLM_MIN(K, kb + KC); k++) d[(size_t)k * R + r] = row[k];
+            }
+    }
+}
+
+/* The same loop order as gemm_run: tokens in tiles of f32 rows that fit
+ * x_tile_bytes, rows in blocks of w_block_bytes, every group of 12 tokens
+ * of a tile passing over a block while it is in L2. */
+bool wgllm_gemm_panels(uint32_t type, int64_t K, const void *w, int64_t nrows, const void *x, size_t x_stride, int n,
+                       float *y, int ldy, bool accumulate) {
+    pthread_once(&isa_once, pick_isa);
+    WGLLM_ASSERT(wgllm_gemm_panels_supported(type, K, nrows));
+    if (n <= 0) return true;
+    enum { G = 12, R = WGLLM_GEMM_PANEL_ROWS };
+    int TT = (int)WGLLM_MAX(1, WGLLM_MIN((int64_t)n, x_tile_bytes / (K * (int64_t)sizeof(float))));
+    if (TT > G) TT -= TT % G;
+    const int64_t K16 = WGLLM_PAD(K, 16); /* a group's pack: T * K16 floats */
+    const size_t cap = (size_t)(TT > 4 ? WGLLM_PAD(TT, G) : TT > 1 ? 4 : 1) * (size_t)K16;
+    float small[8192], *xp = small;
+    if (cap > sizeof(small) / sizeof(small[0]) && !(xp = malloc(cap * sizeof(float))))
+        return false;
+    const size_t panel_bytes = (size_t)K * R * sizeof(uint16_t);
+    void (*const panels)(int64_t, const void *, int, const float *, int, float *) =
+        type == WGLLM_TYPE_F16 ? isa->panels_f16 : isa->panels_bf16;
+    int64_t RB = WGLLM_MAX((int64_t)2 * R, (int64_t)(w_block_bytes / (K * (int64_t)sizeof(uint16_t))));
+    RB -= RB % (2 * R);
+    for (int t0 = 0; t0 < n; t0 += TT) {
+        const int nt = WGLLM_MIN(TT, n - t0), ngroups = (nt + G - 1) / G;
+        for (int g = 0; g < ngroups; g++) {
+            const int ng = WGLLM_MIN(G, nt - g * G), T = ng == 1 ? 1 : ng <= 4 ? 4 : G;
+            isa->pack_x(type, (const char *)x + (size_t)(t0 + g * G) * x_stride, x_stride, ng, T, K, xp + (size_t)g * G * K16);
+        }
+        for (int64_t rb = 0; rb < nrows; rb += RB) {
+            const int64_t re = WGLLM_MIN(nrows, rb + RB);
+            for (int g = 0; g < ngroups; g++) {
+                const int ng = WGLLM_MIN(G, nt - g * G), T = ng == 1 ? 1 : ng <= 4 ? 4 : G;
+                for (int64_t r = rb; r < re;) {
+                    const int P = T == 1 && re - r >= 4 * R ? 4 : re - r >= 2 * R ? 2 : 1;
+                    float out[G * 2 * R];
+                    panels(K, (const char *)w + (size_t)(r / R) * panel_bytes, P, xp + (size_t)g * G * K16, T,
+                                    out);
+                    for (int t = 0; t < ng; t++) {
+                        float *yt = y + (size_t)(t0 + g * G + t) * ldy + r;
+                        for (int i = 0; i < P * R; i++) store(yt + i, out[t * P * R + i], accumulate);
+                    }
+                    r += P * R;
+                }
+            }
+        }
+    }
+    if (xp != small) free(xp);
+    return true;
+}

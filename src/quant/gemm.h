@@ -33,6 +33,35 @@ typedef bool (*wgllm_gemm_fn)(uint32_t type, int64_t K, const void *w, size_t w_
  * then the per-row vec_dot path is the one. name: "avx512", "avx2". */
 wgllm_gemm_fn wgllm_gemm_kernel(uint32_t type, const char **name);
 
+/* ---- the panel layout --------------------------------------------------------
+ * F16 and BF16 matrices on a CPU with AVX-512, as the CPU backend copies them at load
+ * (backend/cpu/matmul.c): rows in panels of 16, panel p holding rows
+ * 16p..16p+15 as, for each element k (0..K-1), the 16 rows' element k
+ * (32 bytes); panels back to back, so the matrix keeps its size and rows
+ * [16p, ..) start at byte 16p * row size. A product over it is outer
+ * products: a weight load serves up to 12 tokens and a broadcast activation
+ * 16 rows, with no horizontal sums, where the row-major tiles above load a
+ * 16-element chunk of 6 tokens' activations for every 4 rows' chunk (their
+ * loads held the F16 prompt to 45% of the FMA peak; BF16's vdpbf16ps tiles
+ * no better). Results differ from
+ * the row layout's in summation order (within the same bounds). */
+#define WGLLM_GEMM_PANEL_ROWS 16
+/* A result is one FMA chain per block of this many elements, the blocks
+ * added in order (a chain as long as a 5632-element row lost too much). */
+#define WGLLM_GEMM_PANEL_KB 256
+
+/* True when this CPU has a panel kernel for `type` (F16, BF16; AVX-512; not
+ * under WGLLM_CPU=avx2 or scalar) and nrows is a multiple of 16. */
+bool wgllm_gemm_panels_supported(uint32_t type, int64_t K, int64_t nrows);
+/* dst (nrows * K elements of `type`) = src's nrows rows, src_stride bytes
+ * apart, in the panel layout; nrows a multiple of 16. */
+void wgllm_gemm_pack_panels(uint32_t type, int64_t K, const void *src, size_t src_stride, int64_t nrows, void *dst);
+/* wgllm_gemm_fn over a matrix in the panel layout: nrows a multiple of 16,
+ * w the first panel's bytes. False (nothing written) when the activations'
+ * scratch could not be allocated. */
+bool wgllm_gemm_panels(uint32_t type, int64_t K, const void *w, int64_t nrows, const void *x, size_t x_stride, int n,
+                       float *y, int ldy, bool accumulate);
+
 /* ---- the kernels' side (gemm.c drives, gemm_<isa>.c multiply) ----------------
  * A micro-kernel computes one tile: out[r * n + t] = dot(row r of w, x row t)
  * for r < m <= rm, t < n <= rn, x's rows x_stride bytes apart: f32 rows,
@@ -44,6 +73,16 @@ struct wgllm_gemm_isa {
     int rm, rn;                         /* the largest tile (rm x rn <= WGLLM_GEMM_MAX_TILE) */
     wgllm_gemm_micro_fn f32, f16, bf16; /* per weight type */
     bool bf16_raw;                      /* bf16 multiplies BF16 pairs (vdpbf16ps): no f32 copy of x */
+    /* Panels (NULL: none) of F16 and of BF16 weights: out[t * P * 16 + i] =
+     * dot(row i of the P panels at w, token t) for P in {1, 2, 4} (4 only
+     * with T = 1), T in {1, 4, 12}, xp the T tokens' activations as pack_x
+     * makes them: f32 in chunks of 16 elements, the tokens' chunks side by
+     * side (xp[(k / 16 * T + t) * 16 + k % 16]; T * 16 * ceil(K / 16)
+     * floats), from ng rows of the weight type x_stride bytes apart (tokens
+     * past ng repeat the last). */
+    void (*panels_f16)(int64_t K, const void *w, int P, const float *xp, int T, float *out);
+    void (*panels_bf16)(int64_t K, const void *w, int P, const float *xp, int T, float *out);
+    void (*pack_x)(uint32_t type, const void *x, size_t x_stride, int ng, int T, int64_t K, float *xp);
 };
 #define WGLLM_GEMM_MAX_TILE 32
 

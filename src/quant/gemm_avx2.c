@@ -104,6 +104,6 @@ MICRO(micro_f32, WGLLM_TYPE_F32)
 MICRO(micro_f16, WGLLM_TYPE_F16)
 MICRO(micro_bf16, WGLLM_TYPE_BF16)
 
-const struct wgllm_gemm_isa wgllm_gemm_isa_avx2 = {"avx2", RM, RN, micro_f32, micro_f16, micro_bf16, false};
+const struct wgllm_gemm_isa wgllm_gemm_isa_avx2 = {"avx2", RM, RN, micro_f32, micro_f16, micro_bf16, false, NULL, NULL, NULL};
 
 #endif

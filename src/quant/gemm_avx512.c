@@ -104,8 +104,97 @@ MICRO(micro_f16, false, WGLLM_TYPE_F16)
 MICRO(micro_bf16, false, WGLLM_TYPE_BF16)
 MICRO(micro_bf16_dp, true, WGLLM_TYPE_BF16)
 
-const struct wgllm_gemm_isa wgllm_gemm_isa_avx512 = {"avx512", RM, RN, micro_f32, micro_f16, micro_bf16, false};
+/* ---- the panel layout (gemm.h): outer products ----------------------------
+ * P panels (16 rows each, one register after conversion) times T tokens:
+ * per element k, P weight loads and T broadcast activations feed P x T
+ * FMAs, no horizontal sum. A (row, token) result is one FMA chain per block
+ * of WGLLM_GEMM_PANEL_KB elements, the blocks' sums added in order: the
+ * same whatever P, T and the rows or tokens around it.
+ * The activations (pack_f16) are f32 in chunks of 16 elements, the T tokens'
+ * chunks side by side (xp[(k / 16 * T + t) * 16 + k % 16]): a pack is a
+ * conversion and a store per 16 elements, and a broadcast's cache line
+ * serves 16 elements of one token. */
+static ALWAYS_INLINE __m512 panel_load(uint32_t type, const uint16_t *p) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    if (type == WGLLM_TYPE_F16) return _mm512_cvtph_ps(v);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); /* BF16 */
+}
+
+static ALWAYS_INLINE void panel_tile(uint32_t type, const int P, const int T, int64_t K, const uint16_t *pw,
+                                     size_t pstride, const float *xp, float *out) {
+    __m512 tot[4][12]; /* [P][T]: fixed sizes, so that the inlined tiles live in registers */
+#pragma GCC unroll 4
+    for (int p = 0; p < P; p++)
+#pragma GCC unroll 12
+        for (int t = 0; t < T; t++) tot[p][t] = _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < K; kb += WGLLM_GEMM_PANEL_KB) {
+        const int64_t ke = WGLLM_MIN(K, kb + WGLLM_GEMM_PANEL_KB);
+        __m512 acc[4][12];
+#pragma GCC unroll 4
+        for (int p = 0; p < P; p++)
+#pragma GCC unroll 12
+            for (int t = 0; t < T; t++) acc[p][t] = _mm512_setzero_ps();
+        for (int64_t k = kb; k < ke; k++) {
+            __m512 wv[4];
+#pragma GCC unroll 4
+            for (int p = 0; p < P; p++)
+                wv[p] = panel_load(type, pw + (size_t)p * pstride + (size_t)k * 16);
+            const float *xk = xp + (size_t)(k >> 4) * T * 16 + (k & 15);
+#pragma GCC unroll 12
+            for (int t = 0; t < T; t++) {
+                const __m512 xv = _mm512_set1_ps(xk[t * 16]);
+#pragma GCC unroll 4
+                for (int p = 0; p < P; p++) acc[p][t] = _mm512_fmadd_ps(wv[p], xv, acc[p][t]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < P; p++)
+#pragma GCC unroll 12
+            for (int t = 0; t < T; t++) tot[p][t] = _mm512_add_ps(tot[p][t], acc[p][t]);
+    }
+    for (int p = 0; p < P; p++)
+        for (int t = 0; t < T; t++) _mm512_storeu_ps(out + (size_t)t * P * 16 + p * 16, tot[p][t]);
+}
+
+/* P of 1, 2 or 4 (4 for one token only: a decode's four streams), T of 1,
+ * 4 or 12 (gemm.c packs a group of tokens as one of these). */
+#define PANELS(fn, TY)                                                                        \
+    static void fn(int64_t K, const void *pw, int P, const float *xp, int T, float *out) {    \
+        const size_t ps = (size_t)K * 16;                                                     \
+        if (T == 1) {                                                                         \
+            if (P == 4) panel_tile(TY, 4, 1, K, pw, ps, xp, out);                             \
+            else if (P == 2) panel_tile(TY, 2, 1, K, pw, ps, xp, out);                        \
+            else panel_tile(TY, 1, 1, K, pw, ps, xp, out);                                    \
+        } else if (T == 4) {                                                                  \
+            if (P == 2) panel_tile(TY, 2, 4, K, pw, ps, xp, out);                             \
+            else panel_tile(TY, 1, 4, K, pw, ps, xp, out);                                    \
+        } else {                                                                              \
+            if (P == 2) panel_tile(TY, 2, 12, K, pw, ps, xp, out);                            \
+            else panel_tile(TY, 1, 12, K, pw, ps, xp, out);                                   \
+        }                                                                                     \
+    }
+PANELS(panels_f16, WGLLM_TYPE_F16)
+PANELS(panels_bf16, WGLLM_TYPE_BF16)
+
+/* T activation rows of the weight type (F16 or BF16; ng of them, the rest
+ * repeating the last) into the kernels' chunks; the last chunk's elements
+ * past K are zeros. */
+static void pack_x(uint32_t type, const void *x, size_t x_stride, int ng, int T, int64_t K, float *xp) {
+    for (int t = 0; t < T; t++) {
+        const uint16_t *xt = (const uint16_t *)((const char *)x + (size_t)WGLLM_MIN(t, ng - 1) * x_stride);
+        for (int64_t k = 0; k < K; k += 16) {
+            const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
+            const __m256i v = _mm256_maskz_loadu_epi16(m, xt + k);
+            const __m512 f = type == WGLLM_TYPE_F16 ? _mm512_cvtph_ps(v)
+                                                    : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+            _mm512_storeu_ps(xp + (size_t)((k >> 4) * T + t) * 16, f);
+        }
+    }
+}
+
+const struct wgllm_gemm_isa wgllm_gemm_isa_avx512 = {"avx512", RM, RN, micro_f32, micro_f16, micro_bf16, false,
+                                                     panels_f16, panels_bf16, pack_x};
 const struct wgllm_gemm_isa wgllm_gemm_isa_avx512bf16 = {"avx512bf16", RM, RN, micro_f32, micro_f16, micro_bf16_dp,
-                                                         true};
+                                                         true, panels_f16, panels_bf16, pack_x};
 
 #endif

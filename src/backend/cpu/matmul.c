@@ -42,7 +42,7 @@ static void matmul_rows(const struct wgllm_weight *w, struct wgllm_cpu_act x, in
                         int64_t r1, bool accumulate, const float *bias) {
     const struct wgllm_type_traits *tt = wgllm_type_traits(w->type);
     const wgllm_vec_dot_fn dot = tt->vec_dot;
-    const char *wd = w->copy ? w->copy : w->data;
+    const char *wd = w->copy && !w->copy_panels ? w->copy : w->data;
     enum { RB = 16, TB = 8 };
     /* Several tokens: each weight block is unpacked once per tile of TB
      * tokens (bit-identical to vec_dot, so prompt == token by token). */
@@ -88,6 +88,13 @@ void wgllm_cpu_matmul_range(const struct wgllm_weight *w, struct wgllm_cpu_act x
     if (r1 <= r0) return;
     if (w->rp) {
         wgllm_repacked_matmul(w->rp, r0, r1, x.data, x.stride, n, y, ldy, accumulate);
+    } else if (w->copy_panels) {
+        WGLLM_ASSERT(r0 % WGLLM_GEMM_PANEL_ROWS == 0 && r1 % WGLLM_GEMM_PANEL_ROWS == 0);
+        if (!wgllm_gemm_panels(w->type, w->ne0, (const char *)w->copy + (size_t)r0 * w->row_size, r1 - r0, x.data,
+                               x.stride, n, y + r0, ldy, accumulate)) {
+            matmul_rows(w, x, n, y, ldy, r0, r1, accumulate, bias); /* no scratch: the file's rows */
+            return;
+        }
     } else {
         /* float weights: the tiled GEMM for a mat-vec too, so that a prompt
          * and its tokens one by one give the same bits */
@@ -217,7 +224,12 @@ static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_erro
                                      w->name, size);
                 break;
             }
-            memcpy(w->copy, w->data, size);
+            /* F16 in panels where this CPU multiplies them faster (each expert whole panels) */
+            const int64_t rows = w->n_expert > 0 ? w->ne1 / w->n_expert : w->ne1;
+            w->copy_panels = (w->n_expert == 0 || w->ne1 % w->n_expert == 0) &&
+                             wgllm_gemm_panels_supported(w->type, w->ne0, rows);
+            if (w->copy_panels) wgllm_gemm_pack_panels(w->type, w->ne0, w->data, w->row_size, w->ne1, w->copy);
+            else memcpy(w->copy, w->data, size);
             bytes += size;
             wgllm_model_release_pages(m, w);
             continue;
@@ -243,6 +255,7 @@ static enum wgllm_status repack_weights(struct wgllm_model *m, struct wgllm_erro
             }
             wgllm_free_aligned(mats[i]->copy);
             mats[i]->copy = NULL;
+            mats[i]->copy_panels = false;
         }
     } else {
         m->repacked_bytes = bytes;
