@@ -153,11 +153,14 @@ static bool repack_experts(struct wgllm_weight *const *mats, int n) {
     return fits_half_memory(total);
 }
 
-/* A matrix with no repacked kernel (F16, BF16, F32, Q2_K, Q3_K, the other
- * i-quants) is copied as it is into memory on transparent huge pages, where
- * the kernel lends them (Linux, THP not "never"), so that the decode's stream
- * of its rows is not one TLB miss per 4 KiB. The file's mapping stays for
- * token_embd (its rows are looked up per token) and for streamed weights. */
+/* A matrix with no repacked kernel (F16, BF16, F32, MXFP4, the other
+ * i-quants; Q2_K to Q6_K on CPUs without theirs) is copied into memory on
+ * transparent huge pages, where the kernel lends them (Linux, THP not
+ * "never"), so that the decode's stream of its rows is not one TLB miss per
+ * 4 KiB: as it is, or F16 and BF16 in the GEMM's panel layout where this
+ * CPU has that kernel (quant/gemm.h; the same bytes in another order). The
+ * file's mapping stays for token_embd (its rows are looked up per token) and
+ * for streamed weights. */
 static bool copy_plain(const struct wgllm_model *m, struct wgllm_weight *const *mats, int n, bool experts) {
     if (!wgllm_huge_pages_available()) return false;
     uint64_t total = 0;
