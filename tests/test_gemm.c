@@ -65,6 +65,28 @@ TEST(kernel_present_where_the_cpu_has_one) {
     }
 }
 
+/* Results of y (n tokens of ldy, on top of the 0.5 * (i % 7) they started
+ * from when accumulating) farther than 1e-5 of the sum of |terms| from the
+ * exact dot of w's rows (type) and x's (vdt); the first few printed. */
+static int off_the_exact_dot(uint32_t type, const uint8_t *w, size_t ws, uint32_t vdt, const uint8_t *x, size_t xs,
+                             int64_t K, int64_t nrows, int n, const float *y, int ldy, bool accumulate,
+                             const char *what) {
+    int bad = 0;
+    for (int t = 0; t < n; t++)
+        for (int64_t r = 0; r < nrows; r++) {
+            double d = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                const double p = value_at(type, w + (size_t)r * ws, k) * value_at(vdt, x + (size_t)t * xs, k);
+                d += p, mag += fabs(p);
+            }
+            const double base = accumulate ? 0.5 * (double)((t * ldy + r) % 7) : 0.0;
+            if (fabs(y[(size_t)t * ldy + r] - base - d) > 1e-5 * mag + 1e-6 && bad++ < 3)
+                fprintf(stderr, "  %s%s K=%lld row %lld token %d: %.7g, exact %.7g\n", wgllm_type_name(type), what,
+                        (long long)K, (long long)r, t, y[(size_t)t * ldy + r] - base, d);
+        }
+    return bad;
+}
+
 /* The products of one shape against the exact dot, and against themselves
  * computed one token and a sub-range of rows at a time. */
 static void check_shape(uint32_t type, int64_t K, int64_t nrows, int n, bool accumulate) {
@@ -78,20 +100,8 @@ static void check_shape(uint32_t type, int64_t K, int64_t nrows, int n, bool acc
     float *y = malloc(sizeof(float) * (size_t)ldy * n), *y1 = malloc(sizeof(float) * (size_t)ldy * n);
     for (int i = 0; i < ldy * n; i++) y[i] = y1[i] = 0.5f * (float)(i % 7);
     CHECK(gemm(type, K, w, ws, nrows, x, xs, n, y, ldy, accumulate));
-    int bad = 0, diff = 0;
-    for (int t = 0; t < n; t++)
-        for (int64_t r = 0; r < nrows; r++) {
-            double d = 0, mag = 0;
-            for (int64_t k = 0; k < K; k++) {
-                const double p = value_at(type, w + (size_t)r * ws, k) * value_at(vdt, x + (size_t)t * xs, k);
-                d += p, mag += fabs(p);
-            }
-            const double base = accumulate ? 0.5 * (double)((t * ldy + r) % 7) : 0.0;
-            if (fabs(y[(size_t)t * ldy + r] - base - d) > 1e-5 * mag + 1e-6 && bad++ < 3)
-                fprintf(stderr, "  %s K=%lld row %lld token %d: %.7g, exact %.7g\n", wgllm_type_name(type),
-                        (long long)K, (long long)r, t, y[(size_t)t * ldy + r] - base, d);
-        }
-    CHECK(bad == 0);
+    int diff = 0;
+    CHECK(off_the_exact_dot(type, w, ws, vdt, x, xs, K, nrows, n, y, ldy, accumulate, "") == 0);
     /* token by token, rows from an odd offset in two ranges */
     const int64_t split = nrows / 3;
     for (int t = 0; t < n; t++) {
@@ -169,21 +179,8 @@ static void check_panels(uint32_t type, int64_t K, int64_t nrows, int n, bool ac
     wgllm_gemm_pack_panels(type, K, w, ws, nrows, pw);
     for (int i = 0; i < ldy * n; i++) y[i] = y1[i] = 0.5f * (float)(i % 7);
     CHECK(wgllm_gemm_panels(type, K, pw, nrows, x, xs, n, y, ldy, accumulate));
-    int bad = 0, diff = 0;
-    for (int t = 0; t < n; t++)
-        for (int64_t r = 0; r < nrows; r++) {
-            double d = 0, mag = 0;
-            for (int64_t k = 0; k < K; k++) {
-                const double p = value_at(type, w + (size_t)r * ws, k) * value_at(type, x + (size_t)t * xs, k);
-                d += p, mag += fabs(p);
-            }
-            const double base = accumulate ? 0.5 * (double)((t * ldy + r) % 7) : 0.0;
-            if (fabs(y[(size_t)t * ldy + r] - base - d) > 1e-5 * mag + 1e-6 && bad++ < 3)
-                fprintf(stderr, "  %s panels K=%lld row %lld token %d: %.7g, exact %.7g\n", wgllm_type_name(type),
-                        (long long)K, (long long)r, t,
-                        y[(size_t)t * ldy + r] - base, d);
-        }
-    CHECK(bad == 0);
+    int diff = 0;
+    CHECK(off_the_exact_dot(type, w, ws, type, x, xs, K, nrows, n, y, ldy, accumulate, " panels") == 0);
     const int64_t split = 16 * (nrows / 48); /* a whole number of panels, 0 for one or two */
     for (int t = 0; t < n; t++) {
         const uint8_t *xt = x + (size_t)t * xs;
