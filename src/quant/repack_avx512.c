@@ -596,7 +596,12 @@ static ALWAYS_INLINE void panel_q23_K(const uint8_t *pd, int64_t nb, const char 
 #pragma GCC unroll 8
             for (int m = 0; m < 8; m++) {
                 const __m512i v = _mm512_load_si512((const void *)(rec + 64 * (8 * h + m)));
-                __m512i w = _mm512_and_si512(g ? _mm512_srli_epi16(v, (unsigned)(2 * g)) : v, m3);
+                /* Q2_K: the field in place, 4^g times its value (at most 192: a u8), and
+                 * the chains' exact sums shifted back once below (one shift per chain
+                 * instead of one per vector: the shifts share port 0 with vpdpbusd);
+                 * Q3_K's values with the high bit reach 7 * 64, so they are shifted */
+                __m512i w = three ? _mm512_and_si512(g ? _mm512_srli_epi16(v, (unsigned)(2 * g)) : v, m3)
+                                  : _mm512_and_si512(v, _mm512_set1_epi8((char)(3 << (2 * g))));
                 if (three) {
                     /* bit hs of each byte to bit 2 (16-bit shifts of at most 5 keep each byte's own bit there) */
                     const __m512i hb = _mm512_load_si512((const void *)(rec + WGLLM_REPACK_Q3_K_HIGH + 64 * m));
@@ -616,6 +621,10 @@ static ALWAYS_INLINE void panel_q23_K(const uint8_t *pd, int64_t nb, const char 
             const __m512i sp = three ? sc : _mm512_and_si512(sc, low4), mp = _mm512_srli_epi16(sc, 4);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
+                if (!three && g) { /* exact: multiples of 4^g */
+                    sa[t] = _mm512_srai_epi32(sa[t], (unsigned)(2 * g));
+                    sb[t] = _mm512_srai_epi32(sb[t], (unsigned)(2 * g));
+                }
                 /* (sa & 0xFFFF) | sb << 16 */
                 const __m512i pair = _mm512_ternarylogic_epi32(sa[t], _mm512_slli_epi32(sb[t], 16), lo16, 0xEC);
                 i32[t] = _mm512_add_epi32(i32[t], _mm512_madd_epi16(pair, sp));
