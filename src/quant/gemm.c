@@ -155,6 +155,10 @@ void wgllm_gemm_pack_panels(uint32_t type, int64_t K, const void *src, size_t sr
     }
 }
 
+/* The tokens a group of ng (1..12) is packed and multiplied as: one of the
+ * kernels' T (1, 4 or 12), the rest repeating the last token. */
+static int group_tokens(int ng) { return ng == 1 ? 1 : ng <= 4 ? 4 : 12; }
+
 /* The same loop order as gemm_run: tokens in tiles of f32 rows that fit
  * x_tile_bytes, rows in blocks of w_block_bytes, every group of 12 tokens
  * of a tile passing over a block while it is in L2. */
@@ -167,7 +171,7 @@ bool wgllm_gemm_panels(uint32_t type, int64_t K, const void *w, int64_t nrows, c
     int TT = (int)WGLLM_MAX(1, WGLLM_MIN((int64_t)n, x_tile_bytes / (K * (int64_t)sizeof(float))));
     if (TT > G) TT -= TT % G;
     const int64_t K16 = WGLLM_PAD(K, 16); /* a group's pack: T * K16 floats */
-    const size_t cap = (size_t)(TT > 4 ? WGLLM_PAD(TT, G) : TT > 1 ? 4 : 1) * (size_t)K16;
+    const size_t cap = (size_t)(TT > G ? TT : group_tokens(TT)) * (size_t)K16; /* TT > G is a multiple of G */
     float small[8192], *xp = small;
     if (cap > sizeof(small) / sizeof(small[0]) && !(xp = malloc(cap * sizeof(float))))
         return false;
@@ -179,13 +183,13 @@ bool wgllm_gemm_panels(uint32_t type, int64_t K, const void *w, int64_t nrows, c
     for (int t0 = 0; t0 < n; t0 += TT) {
         const int nt = WGLLM_MIN(TT, n - t0), ngroups = (nt + G - 1) / G;
         for (int g = 0; g < ngroups; g++) {
-            const int ng = WGLLM_MIN(G, nt - g * G), T = ng == 1 ? 1 : ng <= 4 ? 4 : G;
+            const int ng = WGLLM_MIN(G, nt - g * G), T = group_tokens(ng);
             isa->pack_x(type, (const char *)x + (size_t)(t0 + g * G) * x_stride, x_stride, ng, T, K, xp + (size_t)g * G * K16);
         }
         for (int64_t rb = 0; rb < nrows; rb += RB) {
             const int64_t re = WGLLM_MIN(nrows, rb + RB);
             for (int g = 0; g < ngroups; g++) {
-                const int ng = WGLLM_MIN(G, nt - g * G), T = ng == 1 ? 1 : ng <= 4 ? 4 : G;
+                const int ng = WGLLM_MIN(G, nt - g * G), T = group_tokens(ng);
                 for (int64_t r = rb; r < re;) {
                     const int P = T == 1 && re - r >= 4 * R ? 4 : re - r >= 2 * R ? 2 : 1;
                     float out[G * 2 * R];

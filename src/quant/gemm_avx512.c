@@ -1,9 +1,10 @@
 /*
  * gemm_avx512.c - the float-weight GEMM's AVX-512 micro-kernels (gemm.h):
- * tiles of up to 4 rows x 6 tokens, one 16-lane accumulator per (row,
- * token) (24 of the 32 registers), 16 elements a step; the tail of a row
- * is a masked load. Each accumulator is reduced the same way at the end, so
- * a result does not depend on the tile it was computed in.
+ * over rows, tiles of up to 4 rows x 6 tokens, one 16-lane accumulator per
+ * (row, token) (24 of the 32 registers), 16 elements a step; the tail of a
+ * row is a masked load. Each accumulator is reduced the same way at the end,
+ * so a result does not depend on the tile it was computed in. Over F16/BF16
+ * panels (the second half), outer products of 16 rows by up to 12 tokens.
  */
 #include "quant/gemm.h"
 
@@ -14,13 +15,17 @@
 #define RN 6
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
+/* 16 F16 or BF16 values as f32 (exact). */
+static ALWAYS_INLINE __m512 to_f32(uint32_t type, __m256i v) {
+    if (type == WGLLM_TYPE_F16) return _mm512_cvtph_ps(v);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); /* BF16 */
+}
+
 static ALWAYS_INLINE __m512 load_w(uint32_t type, const void *p, int64_t k, __mmask16 m, bool tail) {
     if (type == WGLLM_TYPE_F32)
         return tail ? _mm512_maskz_loadu_ps(m, (const float *)p + k) : _mm512_loadu_ps((const float *)p + k);
     const uint16_t *h = (const uint16_t *)p + k;
-    const __m256i v = tail ? _mm256_maskz_loadu_epi16(m, h) : _mm256_loadu_si256((const __m256i *)h);
-    if (type == WGLLM_TYPE_F16) return _mm512_cvtph_ps(v);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); /* BF16 */
+    return to_f32(type, tail ? _mm256_maskz_loadu_epi16(m, h) : _mm256_loadu_si256((const __m256i *)h));
 }
 
 /* acc[r][t] += w row r . x row t over the 16 elements at k (the first
@@ -110,15 +115,10 @@ MICRO(micro_bf16_dp, true, WGLLM_TYPE_BF16)
  * FMAs, no horizontal sum. A (row, token) result is one FMA chain per block
  * of WGLLM_GEMM_PANEL_KB elements, the blocks' sums added in order: the
  * same whatever P, T and the rows or tokens around it.
- * The activations (pack_f16) are f32 in chunks of 16 elements, the T tokens'
+ * The activations (pack_x) are f32 in chunks of 16 elements, the T tokens'
  * chunks side by side (xp[(k / 16 * T + t) * 16 + k % 16]): a pack is a
  * conversion and a store per 16 elements, and a broadcast's cache line
  * serves 16 elements of one token. */
-static ALWAYS_INLINE __m512 panel_load(uint32_t type, const uint16_t *p) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)p);
-    if (type == WGLLM_TYPE_F16) return _mm512_cvtph_ps(v);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); /* BF16 */
-}
 
 static ALWAYS_INLINE void panel_tile(uint32_t type, const int P, const int T, int64_t K, const uint16_t *pw,
                                      size_t pstride, const float *xp, float *out) {
@@ -138,7 +138,7 @@ static ALWAYS_INLINE void panel_tile(uint32_t type, const int P, const int T, in
             __m512 wv[4];
 #pragma GCC unroll 4
             for (int p = 0; p < P; p++)
-                wv[p] = panel_load(type, pw + (size_t)p * pstride + (size_t)k * 16);
+                wv[p] = to_f32(type, _mm256_loadu_si256((const __m256i *)(pw + (size_t)p * pstride + (size_t)k * 16)));
             const float *xk = xp + (size_t)(k >> 4) * T * 16 + (k & 15);
 #pragma GCC unroll 12
             for (int t = 0; t < T; t++) {
@@ -184,10 +184,7 @@ static void pack_x(uint32_t type, const void *x, size_t x_stride, int ng, int T,
         const uint16_t *xt = (const uint16_t *)((const char *)x + (size_t)WGLLM_MIN(t, ng - 1) * x_stride);
         for (int64_t k = 0; k < K; k += 16) {
             const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
-            const __m256i v = _mm256_maskz_loadu_epi16(m, xt + k);
-            const __m512 f = type == WGLLM_TYPE_F16 ? _mm512_cvtph_ps(v)
-                                                    : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-            _mm512_storeu_ps(xp + (size_t)((k >> 4) * T + t) * 16, f);
+            _mm512_storeu_ps(xp + (size_t)((k >> 4) * T + t) * 16, to_f32(type, _mm256_maskz_loadu_epi16(m, xt + k)));
         }
     }
 }
